@@ -1,0 +1,343 @@
+/**
+ * `MockCloud`: a fake cloud provider that honours idempotency keys and can be
+ * told to misbehave, so the runtime's retry and crash-recovery paths can be
+ * exercised deterministically.
+ *
+ * @module
+ */
+
+import { sleep, waitForAbort } from "./abortable.ts";
+import { canonicalJson } from "./canonical_json.ts";
+import { DurableJsonFile } from "./durable_json_file.ts";
+import { droppedResponse, errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
+import { isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
+
+/** The kinds of resource the cloud can create. */
+export type ResourceKind = "server" | "database" | "dns_record";
+
+/** Options of {@linkcode MockCloud.open}. */
+export interface MockCloudOptions {
+  /** JSON file holding the state across restarts; in-memory when omitted. */
+  state_path?: string;
+  /** Clock used for `created_at`; defaults to the real time. */
+  now?: () => Date;
+}
+
+/** One resource created under an idempotency key, as listed by `created()`. */
+export interface CreatedResource {
+  /** The `Idempotency-Key` it was created under. */
+  key: string;
+  /** What was created. */
+  kind: ResourceKind;
+  /** Provider id, e.g. `i-0000001`. */
+  id: string;
+  /** The JSON body of the creating request. */
+  payload: Record<string, unknown>;
+  /** When it was created (ISO 8601, from the `now` clock). */
+  created_at: string;
+}
+
+/** Counts of the `POST /v1/*` requests received, failures and replays included. */
+export interface CloudRequestCounts {
+  /** Every request. */
+  total: number;
+  /** Requests per `Idempotency-Key` (requests without a key are not listed). */
+  by_key: Record<string, number>;
+  /** Requests per path, e.g. `/v1/servers`. */
+  by_path: Record<string, number>;
+}
+
+/**
+ * Misbehaviour for the next requests to one endpoint (or to every `/v1/*`
+ * endpoint when `path` is omitted). Per request, the first applicable knob
+ * wins, in this order: `delay_ms`, `fail_next`, `hang_next`, `garbage_next`,
+ * `drop_after_act_next`. Each `*_next` counter is decremented when it fires.
+ */
+export interface CloudFaultSpec {
+  /** Endpoint such as `/v1/servers`; omitted = every `/v1/*` endpoint. */
+  path?: string;
+  /** Wait this long before handling (given up when the request is aborted). */
+  delay_ms?: number;
+  /** The next N requests get `fail_status` and do nothing. */
+  fail_next?: number;
+  /** Status of `fail_next` answers; default 503. */
+  fail_status?: number;
+  /** The next N requests never answer (until the client aborts) and do nothing. */
+  hang_next?: number;
+  /** The next N requests get a 200 whose body is not JSON, and do nothing. */
+  garbage_next?: number;
+  /**
+   * The next N requests do the work (and persist it) but the answer is lost:
+   * the response body errors, so a client only sees success by reading it.
+   */
+  drop_after_act_next?: number;
+}
+
+interface StoredResource extends CreatedResource {
+  /** The exact first response body, replayed byte for byte. */
+  body: string;
+}
+
+interface CloudState {
+  next_id: number;
+  resources: StoredResource[];
+  requests: CloudRequestCounts;
+}
+
+const KIND_BY_PATH: Record<string, { kind: ResourceKind; prefix: string }> = {
+  "/v1/servers": { kind: "server", prefix: "i-" },
+  "/v1/databases": { kind: "database", prefix: "db-" },
+  "/v1/dns_records": { kind: "dns_record", prefix: "dns-" },
+};
+
+/** Key of the fault spec that applies to every endpoint. */
+const ALL_PATHS = "*";
+
+type CountField = "fail_next" | "hang_next" | "garbage_next" | "drop_after_act_next";
+
+/**
+ * A fake cloud provider. Use {@linkcode MockCloud.open} to create one, then
+ * pass {@linkcode MockCloud.handler} to `Deno.serve` or call it directly.
+ *
+ * @example
+ * ```ts
+ * const cloud = await MockCloud.open();
+ * const res = await cloud.handler(new Request("http://mock/v1/servers", {
+ *   method: "POST",
+ *   headers: { "Idempotency-Key": "run1:step0" },
+ *   body: JSON.stringify({ name: "srv-1", spec: "small" }),
+ * }));
+ * console.log(res.status, await res.json()); // 201 { id: "i-0000001", kind: "server", ... }
+ * ```
+ */
+export class MockCloud {
+  #state: CloudState;
+  #by_key = new Map<string, StoredResource>();
+  #file: DurableJsonFile<CloudState> | undefined;
+  #now: () => Date;
+  #faults = new Map<string, CloudFaultSpec>();
+  /** Aborted by `releaseHung()` to end requests held by `hang_next`. */
+  #release = new AbortController();
+
+  private constructor(state: CloudState, file: DurableJsonFile<CloudState> | undefined, now: () => Date) {
+    this.#state = state;
+    this.#file = file;
+    this.#now = now;
+    for (const resource of state.resources) this.#by_key.set(resource.key, resource);
+  }
+
+  /** Creates a cloud, loading the state at `opts.state_path` when it exists. */
+  static async open(opts: MockCloudOptions = {}): Promise<MockCloud> {
+    const file = opts.state_path === undefined ? undefined : new DurableJsonFile<CloudState>(opts.state_path);
+    const state = (await file?.read()) ??
+      { next_id: 1, resources: [], requests: { total: 0, by_key: {}, by_path: {} } };
+    return new MockCloud(state, file, opts.now ?? (() => new Date()));
+  }
+
+  /**
+   * Answers one HTTP request. Rejects (with the abort reason) only when a
+   * request held by `hang_next` or `delay_ms` is aborted.
+   */
+  handler = async (req: Request): Promise<Response> => {
+    const url = new URL(req.url);
+    const path = url.pathname;
+    if (path.startsWith("/v1/") && req.method === "POST") return await this.#handleCreate(req, path);
+    switch (`${req.method} ${path}`) {
+      case "GET /health":
+        return jsonResponse(200, { ok: true });
+      case "GET /created":
+        return jsonResponse(200, this.created(url.searchParams.get("prefix") ?? undefined));
+      case "GET /requests":
+        return jsonResponse(200, this.requests());
+      case "GET /_faults":
+        return jsonResponse(200, this.faults());
+      case "POST /_faults":
+        return await this.#handleSetFaults(req);
+      case "DELETE /_faults":
+        this.clearFaults();
+        return jsonResponse(200, { ok: true });
+    }
+    return errorResponse(404, "not_found", `no route for ${req.method} ${path}`);
+  };
+
+  /** Resources created so far, in creation order; optionally only keys starting with `prefix`. */
+  created(prefix?: string): CreatedResource[] {
+    return this.#state.resources
+      .filter((resource) => prefix === undefined || resource.key.startsWith(prefix))
+      .map(({ key, kind, id, payload, created_at }) => ({ key, kind, id, payload, created_at }));
+  }
+
+  /** Counts of `POST /v1/*` requests received (a copy). */
+  requests(): CloudRequestCounts {
+    return structuredClone(this.#state.requests);
+  }
+
+  /**
+   * Installs a fault spec, replacing any earlier spec for the same path.
+   * Throws a `TypeError` when the spec is malformed.
+   */
+  setFaults(spec: CloudFaultSpec): void {
+    const valid = parseFaultSpec(spec);
+    this.#faults.set(valid.path ?? ALL_PATHS, valid);
+  }
+
+  /** Removes every fault spec. */
+  clearFaults(): void {
+    this.#faults.clear();
+  }
+
+  /** The fault specs in force, with their remaining counters. */
+  faults(): CloudFaultSpec[] {
+    return [...this.#faults.values()].map((spec) => ({ ...spec }));
+  }
+
+  /** Ends every request currently held by `hang_next` (they reject), e.g. before shutting a server down. */
+  releaseHung(): void {
+    this.#release.abort(new DOMException("mock cloud released hung requests", "AbortError"));
+    this.#release = new AbortController();
+  }
+
+  async #handleCreate(req: Request, path: string): Promise<Response> {
+    const key = req.headers.get("idempotency-key");
+    this.#countRequest(path, key);
+    const route = KIND_BY_PATH[path];
+    if (route === undefined) return errorResponse(404, "not_found", `no endpoint ${path}`);
+
+    const injected = await this.#applyFaults(path, req);
+    if (injected instanceof Response) return injected;
+    const response = await this.#createOrReplay(req, key, route.kind, route.prefix);
+    if (injected === "drop") {
+      await response.body?.cancel();
+      return droppedResponse(response.status);
+    }
+    return response;
+  }
+
+  async #createOrReplay(
+    req: Request,
+    key: string | null,
+    kind: ResourceKind,
+    prefix: string,
+  ): Promise<Response> {
+    if (!key) return errorResponse(400, "missing_idempotency_key", "the Idempotency-Key header is required");
+    const payload = await readJsonObject(req);
+    if (payload === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
+
+    const existing = this.#by_key.get(key);
+    if (existing !== undefined) {
+      if (existing.kind !== kind || canonicalJson(existing.payload) !== canonicalJson(payload)) {
+        return errorResponse(
+          422,
+          "idempotency_key_reused",
+          `key ${
+            JSON.stringify(key)
+          } was first used for a different request (${existing.kind} ${existing.id})`,
+        );
+      }
+      return jsonResponse(200, existing.body, { "Idempotent-Replayed": "true" });
+    }
+
+    const id = `${prefix}${String(this.#state.next_id++).padStart(7, "0")}`;
+    const body: Record<string, unknown> = { id, kind, ...payload };
+    // Reassigning keeps the keys first but stops a payload field from overriding them.
+    body.id = id;
+    body.kind = kind;
+    const resource: StoredResource = {
+      key,
+      kind,
+      id,
+      payload,
+      created_at: this.#now().toISOString(),
+      body: JSON.stringify(body),
+    };
+    this.#state.resources.push(resource);
+    this.#by_key.set(key, resource);
+    this.#persist();
+    return jsonResponse(201, resource.body, { "Idempotent-Replayed": "false" });
+  }
+
+  #countRequest(path: string, key: string | null): void {
+    const counts = this.#state.requests;
+    counts.total++;
+    counts.by_path[path] = (counts.by_path[path] ?? 0) + 1;
+    if (key) counts.by_key[key] = (counts.by_key[key] ?? 0) + 1;
+    this.#persist();
+  }
+
+  /** Returns an injected answer, `"drop"` to lose the real answer, or `undefined` to behave. */
+  async #applyFaults(path: string, req: Request): Promise<Response | "drop" | undefined> {
+    const specs = [this.#faults.get(path), this.#faults.get(ALL_PATHS)]
+      .filter((spec): spec is CloudFaultSpec => spec !== undefined);
+    const delay_ms = specs.find((spec) => spec.delay_ms)?.delay_ms;
+    // req.signal is read only when needed: Deno.serve warns once when a handler
+    // that read it answers normally (its legacy abort-on-success behaviour).
+    if (delay_ms) await sleep(delay_ms, req.signal);
+
+    const failing = take(specs, "fail_next");
+    if (failing) {
+      const status = failing.fail_status ?? 503;
+      return errorResponse(status, "injected_failure", `mock cloud fault: fail_next on ${path}`);
+    }
+    if (take(specs, "hang_next")) await waitForAbort(AbortSignal.any([req.signal, this.#release.signal]));
+    if (take(specs, "garbage_next")) return garbageResponse();
+    if (take(specs, "drop_after_act_next")) return "drop";
+    return undefined;
+  }
+
+  async #handleSetFaults(req: Request): Promise<Response> {
+    const spec = await readJsonObject(req);
+    if (spec === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
+    try {
+      this.setFaults(spec);
+    } catch (err) {
+      if (err instanceof TypeError) return errorResponse(400, "bad_fault_spec", err.message);
+      throw err;
+    }
+    return jsonResponse(200, this.faults());
+  }
+
+  #persist(): void {
+    this.#file?.writeSync(this.#state);
+  }
+}
+
+/** Finds the first spec whose `field` counter is positive and spends one unit of it. */
+function take(specs: CloudFaultSpec[], field: CountField): CloudFaultSpec | undefined {
+  const spec = specs.find((candidate) => (candidate[field] ?? 0) > 0);
+  if (spec) spec[field] = spec[field]! - 1;
+  return spec;
+}
+
+function parseFaultSpec(value: unknown): CloudFaultSpec {
+  if (!isPlainObject(value)) throw new TypeError("a fault spec must be a JSON object");
+  const known = new Set([
+    "path",
+    "delay_ms",
+    "fail_next",
+    "fail_status",
+    "hang_next",
+    "garbage_next",
+    "drop_after_act_next",
+  ]);
+  const unknown = Object.keys(value).filter((field) => !known.has(field));
+  if (unknown.length > 0) throw new TypeError(`unknown fault field(s): ${unknown.join(", ")}`);
+  const path = value.path;
+  if (path !== undefined && (typeof path !== "string" || !path.startsWith("/v1/"))) {
+    throw new TypeError(`path must be a string starting with /v1/, got ${JSON.stringify(path)}`);
+  }
+  const fail_status = optionalCount(value, "fail_status");
+  if (fail_status !== undefined && (fail_status < 100 || fail_status > 599)) {
+    throw new TypeError(`fail_status must be an HTTP status 100-599, got ${fail_status}`);
+  }
+  const spec: CloudFaultSpec = {
+    path,
+    delay_ms: optionalCount(value, "delay_ms"),
+    fail_next: optionalCount(value, "fail_next"),
+    fail_status,
+    hang_next: optionalCount(value, "hang_next"),
+    garbage_next: optionalCount(value, "garbage_next"),
+    drop_after_act_next: optionalCount(value, "drop_after_act_next"),
+  };
+  // Drop the undefined fields so `faults()` and `GET /_faults` show only what was set.
+  return Object.fromEntries(Object.entries(spec).filter(([, v]) => v !== undefined)) as CloudFaultSpec;
+}

@@ -1,0 +1,285 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { MockCloud } from "./cloud.ts";
+
+const FIXED_NOW = () => new Date("2030-01-02T03:04:05Z");
+
+function post(path: string, body: unknown, key?: string, signal?: AbortSignal): Request {
+  return new Request(`http://mock${path}`, {
+    method: "POST",
+    headers: key === undefined ? {} : { "Idempotency-Key": key },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+    signal,
+  });
+}
+
+function get(path: string): Request {
+  return new Request(`http://mock${path}`);
+}
+
+Deno.test("a first request creates the resource and the same request again replays the stored answer", async () => {
+  const cloud = await MockCloud.open({ now: FIXED_NOW });
+  const payload = { name: "srv-1", spec: "small" };
+
+  const first = await cloud.handler(post("/v1/servers", payload, "run1:step0"));
+  assert.equal(first.status, 201);
+  assert.equal(first.headers.get("Idempotent-Replayed"), "false");
+  const first_text = await first.text();
+  assert.deepEqual(JSON.parse(first_text), { id: "i-0000001", kind: "server", name: "srv-1", spec: "small" });
+
+  const again = await cloud.handler(post("/v1/servers", payload, "run1:step0"));
+  assert.equal(again.status, 200);
+  assert.equal(again.headers.get("Idempotent-Replayed"), "true");
+  assert.equal(await again.text(), first_text);
+
+  assert.deepEqual(cloud.created(), [{
+    key: "run1:step0",
+    kind: "server",
+    id: "i-0000001",
+    payload,
+    created_at: "2030-01-02T03:04:05.000Z",
+  }]);
+  assert.deepEqual(cloud.requests(), {
+    total: 2,
+    by_key: { "run1:step0": 2 },
+    by_path: { "/v1/servers": 2 },
+  });
+});
+
+Deno.test("ids come from one counter shared by every kind, prefixed by kind", async (t) => {
+  const cloud = await MockCloud.open();
+  const cases = [
+    { path: "/v1/servers", kind: "server", id: "i-0000001" },
+    { path: "/v1/databases", kind: "database", id: "db-0000002" },
+    { path: "/v1/dns_records", kind: "dns_record", id: "dns-0000003" },
+  ];
+  for (const c of cases) {
+    await t.step(`${c.path} creates ${c.id}`, async () => {
+      const res = await cloud.handler(post(c.path, { name: c.kind }, `key-${c.kind}`));
+      assert.equal(res.status, 201);
+      assert.deepEqual(await res.json(), { id: c.id, kind: c.kind, name: c.kind });
+    });
+  }
+});
+
+Deno.test("a payload field cannot override the id or kind of the answer", async () => {
+  const cloud = await MockCloud.open();
+  const res = await cloud.handler(post("/v1/servers", { id: "mine", kind: "evil", name: "x" }, "k"));
+  assert.equal(await res.text(), '{"id":"i-0000001","kind":"server","name":"x"}');
+});
+
+Deno.test("a replay compares payloads canonically, so key order does not matter", async () => {
+  const cloud = await MockCloud.open();
+  const first = await cloud.handler(post("/v1/databases", { name: "db", opts: { a: 1, b: [1, 2] } }, "k"));
+  await first.body?.cancel();
+  const again = await cloud.handler(post("/v1/databases", '{"opts":{"b":[1,2],"a":1},"name":"db"}', "k"));
+  assert.equal(again.status, 200);
+  assert.equal(again.headers.get("Idempotent-Replayed"), "true");
+  await again.body?.cancel();
+});
+
+Deno.test("reusing a key for a different request is refused with 422 and creates nothing", async (t) => {
+  const cloud = await MockCloud.open();
+  const first = await cloud.handler(post("/v1/servers", { name: "srv-1" }, "k"));
+  await first.body?.cancel();
+  const cases = [
+    { name: "a different payload", path: "/v1/servers", body: { name: "srv-2" } },
+    { name: "an extra field", path: "/v1/servers", body: { name: "srv-1", spec: "large" } },
+    { name: "a different kind", path: "/v1/databases", body: { name: "srv-1" } },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, async () => {
+      const res = await cloud.handler(post(c.path, c.body, "k"));
+      assert.equal(res.status, 422);
+      const body = await res.json();
+      assert.equal(body.error, "idempotency_key_reused");
+      assert.equal(typeof body.message, "string");
+    });
+  }
+  assert.equal(cloud.created().length, 1);
+});
+
+Deno.test("malformed requests are refused and counted", async (t) => {
+  const cloud = await MockCloud.open();
+  const cases = [
+    { name: "a missing Idempotency-Key is 400", req: post("/v1/servers", { name: "x" }), status: 400 },
+    { name: "a body that is not JSON is 400", req: post("/v1/servers", "{oops", "k1"), status: 400 },
+    { name: "a JSON array body is 400", req: post("/v1/servers", [1], "k2"), status: 400 },
+    { name: "an unknown /v1 path is 404", req: post("/v1/volumes", {}, "k3"), status: 404 },
+    { name: "an unknown route is 404", req: get("/nope"), status: 404 },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, async () => {
+      const res = await cloud.handler(c.req);
+      assert.equal(res.status, c.status);
+      assert.equal(typeof (await res.json()).error, "string");
+    });
+  }
+  assert.deepEqual(cloud.created(), []);
+  assert.equal(cloud.requests().total, 4);
+});
+
+Deno.test("the inspection endpoints report health, creations by key prefix and request counts", async () => {
+  const cloud = await MockCloud.open();
+  for (const key of ["run1:a", "run2:a", "run1:b"]) {
+    const res = await cloud.handler(post("/v1/servers", { key }, key));
+    await res.body?.cancel();
+  }
+  assert.deepEqual(await (await cloud.handler(get("/health"))).json(), { ok: true });
+  const run1 = await (await cloud.handler(get("/created?prefix=run1:"))).json();
+  assert.deepEqual(run1.map((r: { id: string }) => r.id), ["i-0000001", "i-0000003"]);
+  assert.equal((await (await cloud.handler(get("/created"))).json()).length, 3);
+  assert.deepEqual(cloud.created("run2:").map((r) => r.key), ["run2:a"]);
+  const counts = await (await cloud.handler(get("/requests"))).json();
+  assert.deepEqual(counts, cloud.requests());
+  assert.equal(counts.total, 3);
+});
+
+Deno.test("state persisted to a file survives reopening the cloud", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const state_path = join(dir, "cloud.json");
+    const before = await MockCloud.open({ state_path });
+    const created = await before.handler(post("/v1/servers", { name: "srv-1" }, "run1:s"));
+    const created_text = await created.text();
+
+    const after = await MockCloud.open({ state_path });
+    assert.equal(after.created().length, 1);
+    const replay = await after.handler(post("/v1/servers", { name: "srv-1" }, "run1:s"));
+    assert.equal(replay.status, 200);
+    assert.equal(await replay.text(), created_text);
+    const next = await after.handler(post("/v1/databases", { name: "db" }, "run1:d"));
+    assert.equal((await next.json()).id, "db-0000002");
+    assert.equal(after.requests().total, 3);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("fault knobs make the next matching requests misbehave", async (t) => {
+  await t.step("fail_next answers fail_status N times and does nothing", async () => {
+    const cloud = await MockCloud.open();
+    cloud.setFaults({ fail_next: 2 });
+    const statuses = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await cloud.handler(post("/v1/servers", { name: "x" }, "k"));
+      statuses.push(res.status);
+      if (res.status === 503) assert.equal((await res.json()).error, "injected_failure");
+      else await res.body?.cancel();
+    }
+    assert.deepEqual(statuses, [503, 503, 201]);
+    assert.equal(cloud.created().length, 1);
+    assert.equal(cloud.requests().by_key.k, 3);
+  });
+
+  await t.step("fail_status picks the failure status", async () => {
+    const cloud = await MockCloud.open();
+    cloud.setFaults({ fail_next: 1, fail_status: 500 });
+    const res = await cloud.handler(post("/v1/servers", {}, "k"));
+    assert.equal(res.status, 500);
+    await res.body?.cancel();
+  });
+
+  await t.step("garbage_next answers 200 with a body that is not JSON and does nothing", async () => {
+    const cloud = await MockCloud.open();
+    cloud.setFaults({ garbage_next: 1 });
+    const res = await cloud.handler(post("/v1/servers", {}, "k"));
+    assert.equal(res.status, 200);
+    const text = await res.text();
+    assert.throws(() => JSON.parse(text));
+    assert.deepEqual(cloud.created(), []);
+  });
+
+  await t.step("hang_next never answers until the caller aborts, and creates nothing", async () => {
+    const cloud = await MockCloud.open();
+    cloud.setFaults({ hang_next: 1 });
+    await assert.rejects(
+      cloud.handler(post("/v1/servers", {}, "k", AbortSignal.timeout(30))),
+      (err: unknown) => err instanceof DOMException && err.name === "TimeoutError",
+    );
+    assert.deepEqual(cloud.created(), []);
+    const next = await cloud.handler(post("/v1/servers", {}, "k"));
+    assert.equal(next.status, 201);
+    await next.body?.cancel();
+  });
+
+  await t.step("releaseHung ends requests held by hang_next", async () => {
+    const cloud = await MockCloud.open();
+    cloud.setFaults({ hang_next: 1 });
+    const pending = cloud.handler(post("/v1/servers", {}, "k"));
+    cloud.releaseHung();
+    await assert.rejects(pending, (err: unknown) => err instanceof DOMException && err.name === "AbortError");
+  });
+
+  await t.step(
+    "drop_after_act_next creates the resource but the body cannot be read; a retry replays",
+    async () => {
+      const cloud = await MockCloud.open();
+      cloud.setFaults({ drop_after_act_next: 1 });
+      const dropped = await cloud.handler(post("/v1/servers", { name: "x" }, "k"));
+      assert.equal(dropped.status, 201);
+      await assert.rejects(dropped.text(), /connection dropped/);
+      assert.equal(cloud.created().length, 1);
+
+      const retry = await cloud.handler(post("/v1/servers", { name: "x" }, "k"));
+      assert.equal(retry.status, 200);
+      assert.equal(retry.headers.get("Idempotent-Replayed"), "true");
+      assert.equal((await retry.json()).id, "i-0000001");
+    },
+  );
+
+  await t.step("delay_ms waits before answering, and gives up when the caller aborts", async () => {
+    const cloud = await MockCloud.open();
+    cloud.setFaults({ delay_ms: 40 });
+    const started_ms = performance.now();
+    const res = await cloud.handler(post("/v1/servers", {}, "k"));
+    assert.ok(performance.now() - started_ms >= 35);
+    await res.body?.cancel();
+
+    cloud.setFaults({ delay_ms: 10_000 });
+    await assert.rejects(cloud.handler(post("/v1/servers", {}, "k2", AbortSignal.timeout(20))));
+    assert.equal(cloud.created().length, 1);
+  });
+
+  await t.step(
+    "a spec with a path only affects that endpoint, and specs for several paths coexist",
+    async () => {
+      const cloud = await MockCloud.open();
+      cloud.setFaults({ path: "/v1/servers", fail_next: 1 });
+      cloud.setFaults({ path: "/v1/databases", garbage_next: 1 });
+      const dns = await cloud.handler(post("/v1/dns_records", {}, "d"));
+      assert.equal(dns.status, 201);
+      await dns.body?.cancel();
+      const server = await cloud.handler(post("/v1/servers", {}, "s"));
+      assert.equal(server.status, 503);
+      await server.body?.cancel();
+      const database = await cloud.handler(post("/v1/databases", {}, "db"));
+      assert.equal(await database.text(), "<html>oops");
+      assert.deepEqual(cloud.faults(), [
+        { path: "/v1/servers", fail_next: 0 },
+        { path: "/v1/databases", garbage_next: 0 },
+      ]);
+    },
+  );
+
+  await t.step("the /_faults endpoint sets, shows, validates and clears faults", async () => {
+    const cloud = await MockCloud.open();
+    const set = await cloud.handler(post("/_faults", { fail_next: 1, fail_status: 429 }));
+    assert.deepEqual(await set.json(), [{ fail_next: 1, fail_status: 429 }]);
+    assert.deepEqual(await (await cloud.handler(get("/_faults"))).json(), [{
+      fail_next: 1,
+      fail_status: 429,
+    }]);
+    for (const bad of [{ fail_next: -1 }, { fail_next: 1.5 }, { path: "servers" }, { explode: 1 }, "nope"]) {
+      const res = await cloud.handler(post("/_faults", bad));
+      assert.equal(res.status, 400, JSON.stringify(bad));
+      await res.body?.cancel();
+    }
+    const cleared = await cloud.handler(new Request("http://mock/_faults", { method: "DELETE" }));
+    await cleared.body?.cancel();
+    assert.deepEqual(cloud.faults(), []);
+    const res = await cloud.handler(post("/v1/servers", {}, "k"));
+    assert.equal(res.status, 201);
+    await res.body?.cancel();
+  });
+});

@@ -1,0 +1,114 @@
+/**
+ * The demo's three tools, against the (mock) cloud's HTTP API. Each sends the
+ * runtime's idempotency key as the `Idempotency-Key` header, so a re-sent
+ * request returns what the cloud stored the first time (`already_done`).
+ *
+ * @module
+ */
+
+import { z } from "zod";
+import { ToolError } from "../runtime/errors.ts";
+import type { FetchLike } from "../runtime/planner.ts";
+import { isTransientStatus } from "../runtime/planner.ts";
+import { defineTool, type Json, type Tool, type ToolContext, type ToolOutcome } from "../runtime/tools.ts";
+
+/** Options of {@link demoTools}. */
+export interface DemoToolsOptions {
+  /** The cloud's base URL, e.g. `http://127.0.0.1:9000`. */
+  cloudUrl: string;
+  /** Defaults to the global `fetch`; the embedded default passes the mock's in-process handler. */
+  fetch?: FetchLike;
+  /** Per-request timeout of each tool. Default 30 000. */
+  timeoutMs?: number;
+}
+
+const NAME = z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, "lowercase letters, digits and '-', at most 63");
+
+/** Sends one create request and turns the cloud's answer into an outcome or a classified error. */
+export async function cloudCreate(
+  opts: DemoToolsOptions,
+  path: string,
+  args: unknown,
+  ctx: ToolContext,
+): Promise<ToolOutcome> {
+  const doFetch = opts.fetch ?? ((req: Request) => fetch(req));
+  const url = opts.cloudUrl.replace(/\/+$/, "") + path;
+  let res: Response;
+  let text: string;
+  try {
+    res = await doFetch(
+      new Request(url, {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": ctx.idempotencyKey },
+        body: JSON.stringify(args),
+        signal: ctx.signal,
+      }),
+    );
+    // Success is only known once the whole body has arrived.
+    text = await res.text();
+  } catch (err) {
+    throw new ToolError("TOOL_NETWORK", `POST ${path} got no answer: ${(err as Error).message}`, {
+      transient: true,
+      cause: err,
+    });
+  }
+  if (res.status < 200 || res.status >= 300) {
+    throw new ToolError("TOOL_HTTP", `POST ${path} answered HTTP ${res.status}: ${text.slice(0, 200)}`, {
+      transient: isTransientStatus(res.status),
+    });
+  }
+  let body: { id?: unknown };
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // The remote may have acted; asking again under the same key is safe.
+    throw new ToolError(
+      "TOOL_GARBAGE",
+      `POST ${path} answered something that is not JSON: ${JSON.stringify(text.slice(0, 80))}`,
+      {
+        transient: true,
+      },
+    );
+  }
+  if (typeof body?.id !== "string") {
+    throw new ToolError("TOOL_GARBAGE", `POST ${path} answered without a resource id`, { transient: true });
+  }
+  const replayed = res.headers.get("idempotent-replayed") === "true";
+  return { result: body.id as Json, remote: replayed ? "already_done" : "created" };
+}
+
+/** `create_server`, `create_database` and `create_dns_record` against `opts.cloudUrl`. */
+export function demoTools(opts: DemoToolsOptions): Tool[] {
+  const timeoutMs = opts.timeoutMs;
+  return [
+    defineTool({
+      name: "create_server",
+      description: "Create a virtual server. Returns its id.",
+      args: z.strictObject({ name: NAME, spec: z.enum(["small", "medium", "large"]) }),
+      timeoutMs,
+      run: (args, ctx) => cloudCreate(opts, "/v1/servers", args, ctx),
+    }),
+    defineTool({
+      name: "create_database",
+      description: "Create a managed database. Returns its id.",
+      args: z.strictObject({
+        name: NAME,
+        engine: z.enum(["postgres", "mysql"]),
+        size_gb: z.number().int().min(1).max(16_384),
+      }),
+      timeoutMs,
+      run: (args, ctx) => cloudCreate(opts, "/v1/databases", args, ctx),
+    }),
+    defineTool({
+      name: "create_dns_record",
+      description: "Create a DNS record. For a CNAME, target is the name of a server. Returns its id.",
+      args: z.strictObject({
+        hostname: z.string().min(1).max(253),
+        record_type: z.enum(["A", "AAAA", "CNAME"]),
+        target: z.string().min(1).max(253),
+      }),
+      timeoutMs,
+      run: (args, ctx) => cloudCreate(opts, "/v1/dns_records", args, ctx),
+    }),
+  ];
+}

@@ -1,0 +1,185 @@
+import assert from "node:assert/strict";
+import { serveMocks } from "./server.ts";
+
+function createServer(cloud_url: string, key: string, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${cloud_url}/v1/servers`, {
+    method: "POST",
+    headers: { "Idempotency-Key": key, "content-type": "application/json" },
+    body: JSON.stringify({ name: "srv-1", spec: "small" }),
+    signal,
+  });
+}
+
+Deno.test("serveMocks serves the model and the cloud over HTTP on free ports", async (t) => {
+  const mocks = await serveMocks({ model_port: 0, cloud_port: 0 });
+  try {
+    assert.match(mocks.model_url, /^http:\/\/127\.0\.0\.1:\d+\/v1$/);
+    assert.match(mocks.cloud_url, /^http:\/\/127\.0\.0\.1:\d+$/);
+
+    await t.step("the model answers a chat completion", async () => {
+      const res = await fetch(`${mocks.model_url}/chat/completions`, {
+        method: "POST",
+        headers: { authorization: "Bearer sk-test" },
+        body: JSON.stringify({ model: "m", user: "run1", messages: [{ role: "user", content: "go" }] }),
+      });
+      assert.equal(res.status, 200);
+      const call = (await res.json()).choices[0].message.tool_calls[0];
+      assert.equal(call.function.name, "create_server");
+      assert.equal(mocks.model.calls("run1"), 1);
+    });
+
+    await t.step("the cloud creates then replays", async () => {
+      const created = await createServer(mocks.cloud_url, "run1:s");
+      assert.equal(created.status, 201);
+      const created_text = await created.text();
+      const replay = await createServer(mocks.cloud_url, "run1:s");
+      assert.equal(replay.status, 200);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(await replay.text(), created_text);
+    });
+
+    await t.step("both answer /health", async () => {
+      for (const url of [mocks.cloud_url, mocks.model_url.replace(/\/v1$/, "")]) {
+        assert.deepEqual(await (await fetch(`${url}/health`)).json(), { ok: true });
+      }
+    });
+  } finally {
+    await mocks.close();
+  }
+});
+
+Deno.test("over HTTP a dropped answer fails the client, yet a retry under the same key is a replay", async () => {
+  const mocks = await serveMocks();
+  try {
+    mocks.cloud.setFaults({ drop_after_act_next: 1 });
+    await assert.rejects(async () => {
+      const res = await createServer(mocks.cloud_url, "k");
+      await res.text();
+    });
+    assert.equal(mocks.cloud.created().length, 1);
+    const retry = await createServer(mocks.cloud_url, "k");
+    assert.equal(retry.status, 200);
+    assert.equal((await retry.json()).id, "i-0000001");
+  } finally {
+    await mocks.close();
+  }
+});
+
+Deno.test("over HTTP a hung request ends when the client gives up, and close() releases the rest", async () => {
+  const mocks = await serveMocks();
+  let closed = false;
+  try {
+    mocks.cloud.setFaults({ hang_next: 2 });
+    await assert.rejects(createServer(mocks.cloud_url, "a", AbortSignal.timeout(50)));
+
+    const pending = createServer(mocks.cloud_url, "b");
+    while (mocks.cloud.requests().total < 2) await new Promise((resolve) => setTimeout(resolve, 5));
+    await mocks.close();
+    closed = true;
+    const res = await pending;
+    assert.equal(res.status, 499);
+    await res.body?.cancel();
+    assert.deepEqual(mocks.cloud.created(), []);
+  } finally {
+    if (!closed) await mocks.close();
+  }
+});
+
+Deno.test("state_dir keeps both mocks' state across restarts", async () => {
+  const state_dir = await Deno.makeTempDir();
+  try {
+    const first = await serveMocks({ state_dir });
+    const created = await createServer(first.cloud_url, "k");
+    await created.body?.cancel();
+    const chat = await fetch(`${first.model_url}/chat/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "m", user: "run1", messages: [] }),
+    });
+    await chat.body?.cancel();
+    await first.close();
+
+    const second = await serveMocks({ state_dir });
+    try {
+      assert.equal(second.cloud.created().length, 1);
+      assert.equal(second.model.calls("run1"), 1);
+      const replay = await createServer(second.cloud_url, "k");
+      assert.equal(replay.status, 200);
+      await replay.body?.cancel();
+    } finally {
+      await second.close();
+    }
+  } finally {
+    await Deno.remove(state_dir, { recursive: true });
+  }
+});
+
+Deno.test("aborting the signal option closes both servers", async () => {
+  const controller = new AbortController();
+  const mocks = await serveMocks({ signal: controller.signal });
+  controller.abort();
+  await mocks.close(); // the same shutdown, awaited
+  await assert.rejects(fetch(`${mocks.cloud_url}/health`));
+});
+
+Deno.test("run as a command it prints both URLs, and exits 0 on SIGTERM", async () => {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      new URL("./server.ts", import.meta.url).pathname,
+      "--model-port",
+      "0",
+      "--cloud-port",
+      "0",
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const lines: string[] = [];
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = "";
+  while (lines.length < 2) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffered += value;
+    const parts = buffered.split("\n");
+    buffered = parts.pop()!;
+    lines.push(...parts);
+  }
+  const cloud_url = lines[1]?.match(/url=(\S+)/)?.[1];
+  assert.ok(cloud_url, `unexpected output: ${JSON.stringify(lines)}`);
+  const health = await fetch(`${cloud_url}/health`);
+  assert.equal(health.status, 200);
+  await health.body?.cancel();
+  child.kill("SIGTERM");
+  while (!(await reader.read()).done) { /* drain */ }
+  const [status, stderr] = await Promise.all([child.status, new Response(child.stderr).text()]);
+
+  assert.match(lines[0], /^mock-model {2}url=http:\/\/127\.0\.0\.1:\d+\/v1$/);
+  assert.match(lines[1], /^mock-cloud {2}url=http:\/\/127\.0\.0\.1:\d+$/);
+  assert.equal(status.code, 0, stderr);
+});
+
+Deno.test("run as a command it refuses an invalid port with exit code 2", async (t) => {
+  const cases: { name: string; args: string[]; env: Record<string, string>; names: string }[] = [
+    { name: "a flag out of range", args: ["--model-port", "70000"], env: {}, names: "--model-port" },
+    {
+      name: "an env var that is not a number",
+      args: [],
+      env: { MOCK_CLOUD_PORT: "abc" },
+      names: "MOCK_CLOUD_PORT",
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, async () => {
+      const output = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", new URL("./server.ts", import.meta.url).pathname, ...c.args],
+        env: c.env,
+      }).output();
+      assert.equal(output.code, 2);
+      const stderr = new TextDecoder().decode(output.stderr);
+      assert.ok(stderr.includes(c.names), stderr);
+      assert.equal(stderr.trim().split("\n").length, 1);
+    });
+  }
+});

@@ -1,0 +1,154 @@
+/**
+ * Time, behind an interface. Nothing in `runtime/` reads the time or sleeps
+ * except through a {@link Clock}, so the harness can drive a whole run (leases,
+ * backoff, timeouts) from a {@link ManualClock} and replay it byte for byte.
+ *
+ * @module
+ */
+
+import { AbortedError } from "./errors.ts";
+
+/** A source of time that can also wait. */
+export interface Clock {
+  /** The current time. */
+  now(): Date;
+  /**
+   * Resolves after `ms` milliseconds of this clock's time; rejects with the
+   * signal's reason (or an {@link AbortedError}) when `signal` aborts first.
+   */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new AbortedError("The wait was aborted");
+}
+
+/** The wall clock, with `setTimeout` for sleeping. */
+export class SystemClock implements Clock {
+  /** The current wall-clock time. */
+  now(): Date {
+    return new Date();
+  }
+
+  /** Waits `ms` milliseconds of real time, or until `signal` aborts. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        clearTimeout(timer);
+        reject(abortReason(signal!));
+      };
+      const timer = setTimeout(() => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      }, Math.max(0, ms));
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+}
+
+interface Sleeper {
+  wakeAtMs: number;
+  order: number;
+  resolve: () => void;
+}
+
+/**
+ * A clock that only moves when told to. Sleepers wake in order of their wake
+ * time (ties in the order they went to sleep) when {@link ManualClock.advance}
+ * passes it, which makes lease expiry and backoff deterministic.
+ *
+ * @example
+ * ```ts
+ * import { ManualClock } from "./clock.ts";
+ * const clock = new ManualClock(Date.UTC(2026, 0, 1));
+ * const woke = clock.sleep(1_000);
+ * await clock.advance(1_000);
+ * await woke;
+ * ```
+ */
+export class ManualClock implements Clock {
+  #nowMs: number;
+  #sleepers: Sleeper[] = [];
+  #order = 0;
+
+  /** Starts the clock at `startMs` (milliseconds since the epoch). */
+  constructor(startMs = Date.UTC(2026, 0, 1)) {
+    this.#nowMs = startMs;
+  }
+
+  /** The current manual time. */
+  now(): Date {
+    return new Date(this.#nowMs);
+  }
+
+  /** How many sleepers are waiting. */
+  get pending(): number {
+    return this.#sleepers.length;
+  }
+
+  /** Sleeps until the clock is advanced past `ms` from now, or `signal` aborts. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    return new Promise((resolve, reject) => {
+      const sleeper: Sleeper = {
+        wakeAtMs: this.#nowMs + Math.max(0, ms),
+        order: this.#order++,
+        resolve: () => {
+          signal?.removeEventListener("abort", onAbort);
+          resolve();
+        },
+      };
+      const onAbort = () => {
+        this.#sleepers = this.#sleepers.filter((s) => s !== sleeper);
+        reject(abortReason(signal!));
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#sleepers.push(sleeper);
+    });
+  }
+
+  /**
+   * Moves time forward by `ms`, waking every sleeper whose time has come, in
+   * order, and letting each one's continuation run before the next wakes.
+   */
+  async advance(ms: number): Promise<void> {
+    const target = this.#nowMs + ms;
+    // Bounded: each pass wakes one sleeper; sleepers added while waking with
+    // a wake time past the target stay asleep.
+    for (let woken = 0; woken < 100_000; woken++) {
+      const next = this.#sleepers
+        .filter((s) => s.wakeAtMs <= target)
+        .sort((a, b) => a.wakeAtMs - b.wakeAtMs || a.order - b.order)[0];
+      if (!next) break;
+      this.#sleepers = this.#sleepers.filter((s) => s !== next);
+      this.#nowMs = Math.max(this.#nowMs, next.wakeAtMs);
+      next.resolve();
+      await settle();
+    }
+    this.#nowMs = target;
+  }
+}
+
+/** Lets pending promise continuations run (a few macrotask turns). */
+export async function settle(turns = 3): Promise<void> {
+  for (let i = 0; i < turns; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+/**
+ * An AbortSignal that aborts after `ms` of `clock` time (so a manual clock
+ * controls timeouts too). Call `cancel` when the guarded work is over.
+ */
+export function clockTimeout(
+  clock: Clock,
+  ms: number,
+  reason: () => Error,
+): { signal: AbortSignal; cancel: () => void } {
+  const fired = new AbortController();
+  const stop = new AbortController();
+  clock.sleep(ms, stop.signal).then(
+    () => fired.abort(reason()),
+    () => {/* cancelled: the guarded work finished first */},
+  );
+  return { signal: fired.signal, cancel: () => stop.abort() };
+}

@@ -1,0 +1,281 @@
+/**
+ * Settings: read once at start-up from the environment and the same names as
+ * command-line flags (flags win), validated together, so a person sees every
+ * problem at once with what was expected.
+ *
+ * | env | flag | default |
+ * | --- | --- | --- |
+ * | `RUN_ID` | `--run-id` | `run1` |
+ * | `GOAL` | `--goal` | the demo goal |
+ * | `DATABASE_URL` | `--database-url` | unset: embedded PGlite under `DATA_DIR` |
+ * | `DATA_DIR` | `--data-dir` | `.data` |
+ * | `MODEL_URL`, `MODEL`, `MODEL_API_KEY` | `--model-url`, `--model`, `--model-api-key` | unset: in-process mock model |
+ * | `CLOUD_URL` | `--cloud-url` | unset: in-process mock cloud |
+ * | `MAX_STEPS` | `--max-steps` | 12 |
+ * | `WORKER` | `--worker` | `<hostname>:<pid>` |
+ * | `CRASH_AT`, `CRASH_SEQ`, `STALL_AT`, `STALL_MS` | `--crash-at`, ... | none, 0, none, 5000 |
+ * | `HEARTBEAT_S`, `LEASE_S` | `--heartbeat-s`, `--lease-s` | 3, 12 |
+ * | `LOG_FORMAT` | `--log-format` | `text` |
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { CRASH_POINTS, type CrashPlan, isCrashPoint } from "./crashpoints.ts";
+import { ConfigError } from "./errors.ts";
+import type { LogFormat } from "./log.ts";
+
+/** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
+export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** The demo's goal, used when `GOAL` is not set. */
+export const DEFAULT_GOAL =
+  "Provision a web server, a Postgres database, and a DNS record pointing at the server.";
+
+/** Validated settings of a worker. */
+export interface Settings {
+  runId: string;
+  goal: string;
+  /** Unset: the embedded PGlite store under `dataDir`. */
+  databaseUrl?: string;
+  dataDir: string;
+  /** Unset: the in-process mock model. */
+  modelUrl?: string;
+  model: string;
+  modelApiKey?: string;
+  /** Unset: the in-process mock cloud. */
+  cloudUrl?: string;
+  maxSteps: number;
+  worker: string;
+  crash: CrashPlan;
+  heartbeatMs: number;
+  leaseMs: number;
+  logFormat: LogFormat;
+  /** Exit when stdin reaches EOF (set by the supervisor for its workers). */
+  exitOnStdinEof: boolean;
+}
+
+/** Every setting, as its environment variable name, with its flag spelled in kebab case. */
+const NAMES = [
+  "RUN_ID",
+  "GOAL",
+  "DATABASE_URL",
+  "DATA_DIR",
+  "MODEL_URL",
+  "MODEL",
+  "MODEL_API_KEY",
+  "CLOUD_URL",
+  "MAX_STEPS",
+  "WORKER",
+  "CRASH_AT",
+  "CRASH_SEQ",
+  "STALL_AT",
+  "STALL_MS",
+  "HEARTBEAT_S",
+  "LEASE_S",
+  "LOG_FORMAT",
+  "EXIT_ON_STDIN_EOF",
+] as const;
+
+/** The command-line flag of a setting: `RUN_ID` is `--run-id`. */
+export function flagOf(name: string): string {
+  return "--" + name.toLowerCase().replaceAll("_", "-");
+}
+
+/** Reads raw values: flags first, then the environment. Unknown flags are errors. */
+export function readRaw(
+  args: string[],
+  env: Record<string, string | undefined>,
+  names: readonly string[] = NAMES,
+): { values: Record<string, string | undefined>; positionals: string[] } {
+  const options: Record<string, { type: "string" }> = {};
+  for (const name of names) options[flagOf(name).slice(2)] = { type: "string" };
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
+  } catch (err) {
+    throw new ConfigError([
+      `${(err as Error).message}. Known flags: ${names.map(flagOf).join(", ")}`,
+    ]);
+  }
+  const values: Record<string, string | undefined> = {};
+  for (const name of names) {
+    const flag = (parsed.values as Record<string, string | undefined>)[flagOf(name).slice(2)];
+    const raw = flag ?? env[name];
+    values[name] = raw === undefined || raw === "" ? undefined : raw;
+  }
+  return { values, positionals: parsed.positionals };
+}
+
+/** Collects problems while reading typed values. */
+export class SettingsReader {
+  readonly problems: string[] = [];
+  constructor(readonly values: Record<string, string | undefined>) {}
+
+  /** A string, or the default. */
+  str(name: string, fallback: string): string;
+  str(name: string): string | undefined;
+  str(name: string, fallback?: string): string | undefined {
+    return this.values[name] ?? fallback;
+  }
+
+  /** An integer within [min, max], or the default. */
+  int(name: string, fallback: number, min: number, max: number): number {
+    const raw = this.values[name];
+    if (raw === undefined) return fallback;
+    const n = Number(raw);
+    if (!/^-?\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+      this.problems.push(
+        `${name} must be an integer from ${min} to ${max}: current value is ${JSON.stringify(raw)}`,
+      );
+      return fallback;
+    }
+    return n;
+  }
+
+  /** A positive number of seconds, returned in milliseconds. */
+  seconds(name: string, fallback_s: number): number {
+    const raw = this.values[name];
+    if (raw === undefined) return fallback_s * 1000;
+    const n = Number(raw);
+    if (raw.trim() === "" || !Number.isFinite(n) || n <= 0 || n > 86_400) {
+      this.problems.push(
+        `${name} must be a number of seconds above 0 and at most 86400: current value is ${
+          JSON.stringify(raw)
+        }`,
+      );
+      return fallback_s * 1000;
+    }
+    return Math.round(n * 1000);
+  }
+
+  /** A URL with one of the given protocols. */
+  url(name: string, protocols: string[], example: string): string | undefined {
+    const raw = this.values[name];
+    if (raw === undefined) return undefined;
+    let ok = false;
+    try {
+      const u = new URL(raw);
+      ok = protocols.includes(u.protocol) && u.hostname !== "";
+    } catch {
+      ok = false;
+    }
+    if (!ok) {
+      this.problems.push(
+        `${name} must be a URL like ${example}: current value is ${JSON.stringify(redactUrl(raw))}`,
+      );
+      return undefined;
+    }
+    return raw;
+  }
+
+  /** A run id matching {@link RUN_ID_PATTERN}. */
+  runId(name: string, fallback: string): string {
+    const raw = this.values[name] ?? fallback;
+    if (!RUN_ID_PATTERN.test(raw)) {
+      this.problems.push(
+        `${name} must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit: current value is ${
+          JSON.stringify(raw)
+        }`,
+      );
+    }
+    return raw;
+  }
+
+  /** Throws a {@link ConfigError} listing every problem, if there are any. */
+  done(): void {
+    if (this.problems.length > 0) throw new ConfigError(this.problems);
+  }
+}
+
+/** Hides the password of a URL-shaped string (also when the URL does not parse). */
+export function redactUrl(raw: string): string {
+  try {
+    const u = new URL(raw);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return raw.replace(/(\/\/[^:/@]*:)[^@]*@/, "$1***@");
+  }
+}
+
+/** The password inside a database URL, if any (to mask it in logs). */
+export function urlPassword(raw: string | undefined): string | undefined {
+  if (!raw) return undefined;
+  try {
+    const p = new URL(raw).password;
+    return p ? decodeURIComponent(p) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Reads and validates a worker's settings. Throws a {@link ConfigError} listing every problem. */
+export function loadSettings(
+  args: string[],
+  env: Record<string, string | undefined>,
+  defaults: { hostname: string; pid: number } = { hostname: "localhost", pid: 0 },
+): Settings {
+  const { values, positionals } = readRaw(args, env);
+  const r = new SettingsReader(values);
+  if (positionals.length > 0) {
+    r.problems.push(
+      `Unexpected argument ${JSON.stringify(positionals[0])}: settings are flags like --run-id demo`,
+    );
+  }
+  const crashAt = r.str("CRASH_AT");
+  const stallAt = r.str("STALL_AT");
+  for (const [name, value] of [["CRASH_AT", crashAt], ["STALL_AT", stallAt]] as const) {
+    if (value !== undefined && !isCrashPoint(value)) {
+      r.problems.push(
+        `${name} must name a crash point: current value is ${JSON.stringify(value)}. Valid points: ${
+          CRASH_POINTS.join(", ")
+        }`,
+      );
+    }
+  }
+  const logFormat = r.str("LOG_FORMAT", "text");
+  if (logFormat !== "text" && logFormat !== "json") {
+    r.problems.push(`LOG_FORMAT must be "text" or "json": current value is ${JSON.stringify(logFormat)}`);
+  }
+  const stdinEof = r.str("EXIT_ON_STDIN_EOF", "0");
+  if (!["0", "1", "true", "false"].includes(stdinEof)) {
+    r.problems.push(`EXIT_ON_STDIN_EOF must be 1 or 0: current value is ${JSON.stringify(stdinEof)}`);
+  }
+  const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
+  const settings: Settings = {
+    runId: r.runId("RUN_ID", "run1"),
+    goal: r.str("GOAL", DEFAULT_GOAL),
+    databaseUrl: r.url(
+      "DATABASE_URL",
+      ["postgres:", "postgresql:"],
+      "postgres://user:password@localhost:5432/dbname",
+    ),
+    dataDir: r.str("DATA_DIR", ".data"),
+    modelUrl: r.url("MODEL_URL", ["http:", "https:"], "http://127.0.0.1:9100/v1"),
+    model: r.str("MODEL", "mock-planner"),
+    modelApiKey: r.str("MODEL_API_KEY"),
+    cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
+    maxSteps: r.int("MAX_STEPS", 12, 1, 10_000),
+    worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),
+    crash: {
+      crashAt: crashAt !== undefined && isCrashPoint(crashAt) ? crashAt : undefined,
+      crashSeq,
+      stallAt: stallAt !== undefined && isCrashPoint(stallAt) ? stallAt : undefined,
+      stallMs: r.int("STALL_MS", 5000, 0, 86_400_000),
+    },
+    heartbeatMs: r.seconds("HEARTBEAT_S", 3),
+    leaseMs: r.seconds("LEASE_S", 12),
+    logFormat: logFormat === "json" ? "json" : "text",
+    exitOnStdinEof: stdinEof === "1" || stdinEof === "true",
+  };
+  if (settings.heartbeatMs >= settings.leaseMs) {
+    r.problems.push(
+      `HEARTBEAT_S must be shorter than LEASE_S, or a live worker would look dead: current values are ${
+        settings.heartbeatMs / 1000
+      } and ${settings.leaseMs / 1000}`,
+    );
+  }
+  r.done();
+  return settings;
+}

@@ -1,0 +1,78 @@
+/**
+ * What one worker incarnation holds while it drives one run: its
+ * dependencies, and the run's state as read back from the database at claim
+ * time and extended only by rows this worker has committed since.
+ *
+ * @module
+ */
+
+import type { Clock } from "./clock.ts";
+import type { CrashPoints } from "./crashpoints.ts";
+import type { Logger } from "./log.ts";
+import type { Planner } from "./planner.ts";
+import type { Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
+import type { ToolRegistry } from "./tools.ts";
+
+/** Limits on retries and re-asks. */
+export interface RetryPolicy {
+  /** Model requests per step for transient errors and rejected answers together. Default 4. */
+  maxModelAttempts: number;
+  /** First backoff delay; doubled per attempt, with jitter. Default 200. */
+  backoffBaseMs: number;
+  /** Cap on one backoff delay. Default 5 000. */
+  backoffMaxMs: number;
+  /** Model request timeout. Default 60 000. */
+  modelTimeoutMs: number;
+}
+
+/** Default {@link RetryPolicy}. */
+export const DEFAULT_RETRY: RetryPolicy = {
+  maxModelAttempts: 4,
+  backoffBaseMs: 200,
+  backoffMaxMs: 5_000,
+  modelTimeoutMs: 60_000,
+};
+
+/** Everything a worker needs, passed in (no module-level state). */
+export interface WorkerDeps {
+  store: Store;
+  planner: Planner;
+  tools: ToolRegistry;
+  clock: Clock;
+  log: Logger;
+  crash: CrashPoints;
+  /** Written to `runs.owner`. */
+  owner: string;
+  /** The most steps (decisions) a run may take before `guard` fails it. */
+  maxSteps: number;
+  /** How often the lease is refreshed. */
+  heartbeatMs: number;
+  /** How old a heartbeat may be before the run counts as abandoned. */
+  leaseMs: number;
+  retry: RetryPolicy;
+  /** Jitter source in [0, 1): `Math.random` in production, seeded in the harness. */
+  random: () => number;
+}
+
+/** The run as this worker knows it. */
+export interface RunState {
+  fence: Fence;
+  goal: string;
+  journal: Map<number, JournalRow>;
+  effects: Map<number, SideEffectRow>;
+  /** Model requests paid for across the whole run (sum of `llm_attempts`). */
+  llmCalls: number;
+  /** Aborts when this worker must stop (fenced, lease lost, done). */
+  signal: AbortSignal;
+}
+
+/** The idempotency key of step `seq` of run `runId`. */
+export function idempotencyKey(runId: string, seq: number): string {
+  return `${runId}:${seq}`;
+}
+
+/** Exponential backoff with jitter: a delay in [c/2, c) where c = min(max, base * 2^(attempt-1)). */
+export function backoffMs(policy: RetryPolicy, attempt: number, random: () => number): number {
+  const ceiling = Math.min(policy.backoffMaxMs, policy.backoffBaseMs * 2 ** Math.max(0, attempt - 1));
+  return Math.floor(ceiling / 2 + (random() * ceiling) / 2);
+}

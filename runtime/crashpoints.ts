@@ -1,0 +1,110 @@
+/**
+ * The seven crash points. `CRASH_AT` names one and `CRASH_SEQ` the step it
+ * fires on; `STALL_AT` with `STALL_MS` parks the worker there instead. The
+ * call sites sit on the normal path, so an injected run runs the same code as
+ * a production run.
+ *
+ * @module
+ */
+
+import type { Clock } from "./clock.ts";
+import type { Logger } from "./log.ts";
+
+/** Every crash point, in the order a step passes them. */
+export const CRASH_POINTS = [
+  "before_decide",
+  "after_decide_before_journal",
+  "after_decide",
+  "before_intent",
+  "after_intent",
+  "after_call",
+  "after_confirm",
+] as const;
+
+/** The name of a crash point. */
+export type CrashPoint = typeof CRASH_POINTS[number];
+
+/** True when `name` is one of {@link CRASH_POINTS}. */
+export function isCrashPoint(name: string): name is CrashPoint {
+  return (CRASH_POINTS as readonly string[]).includes(name);
+}
+
+/** Where (if anywhere) to crash or stall. */
+export interface CrashPlan {
+  /** Crash here. */
+  crashAt?: CrashPoint;
+  /** On this step (default 0). */
+  crashSeq: number;
+  /** Stall here instead (a worker that freezes, for steal tests). */
+  stallAt?: CrashPoint;
+  /** On this step (default: `crashSeq`). */
+  stallSeq?: number;
+  /** For this long. */
+  stallMs: number;
+}
+
+/** How a crash happens: a real process kills itself, the harness throws. */
+export type KillFn = (point: CrashPoint, seq: number) => Promise<never>;
+/** How a stall happens: by default a sleep on the worker's clock. */
+export type StallFn = (point: CrashPoint, seq: number) => Promise<void>;
+
+/** Kills this process as `kill -9` does: no `finally`, no unload, no flush. */
+export const killProcess: KillFn = () => {
+  Deno.kill(Deno.pid, "SIGKILL");
+  // SIGKILL is not catchable; this promise is never reached in practice.
+  return new Promise<never>(() => {});
+};
+
+/** Crash points bound to a plan. One instance per worker incarnation. */
+export class CrashPoints {
+  readonly #plan: CrashPlan;
+  readonly #kill: KillFn;
+  readonly #stall: StallFn;
+  readonly #log: Logger;
+  #stalled = false;
+  #stalling = false;
+
+  /** Binds a plan to a kill function, a stall function and a logger. */
+  constructor(plan: CrashPlan, deps: { log: Logger; clock: Clock; kill?: KillFn; stall?: StallFn }) {
+    this.#plan = plan;
+    this.#log = deps.log;
+    this.#kill = deps.kill ?? killProcess;
+    this.#stall = deps.stall ?? ((_p, _s) => deps.clock.sleep(plan.stallMs));
+  }
+
+  /** A plan that never fires. */
+  static none(deps: { log: Logger; clock: Clock }): CrashPoints {
+    return new CrashPoints({ crashSeq: 0, stallMs: 0 }, deps);
+  }
+
+  /** True when this plan stalls somewhere and has not stalled yet. */
+  get willStall(): boolean {
+    return this.#plan.stallAt !== undefined && !this.#stalled;
+  }
+
+  /** True while the worker is parked at a stall point: a frozen worker does not heartbeat either. */
+  get stalling(): boolean {
+    return this.#stalling;
+  }
+
+  /** Passes the point `point` of step `seq`: dies or stalls there if the plan says so. */
+  async hit(point: CrashPoint, seq: number): Promise<void> {
+    const plan = this.#plan;
+    if (plan.crashAt === point && plan.crashSeq === seq) {
+      this.#log.raw(`!!! CRASH_AT=${point} seq=${seq} -- kill -9`);
+      await this.#kill(point, seq);
+    }
+    if (!this.#stalled && plan.stallAt === point && (plan.stallSeq ?? plan.crashSeq) === seq) {
+      // A stall happens once per process: a frozen worker that wakes carries on.
+      this.#stalled = true;
+      this.#log.raw(`!!! STALL_AT=${point} seq=${seq} -- stalling ${plan.stallMs}ms`);
+      this.#stalling = true;
+      try {
+        await this.#stall(point, seq);
+      } finally {
+        this.#stalling = false;
+      }
+      this.#log.raw(`!!! STALL_AT=${point} seq=${seq} -- woke`);
+    }
+  }
+}

@@ -1,0 +1,145 @@
+/**
+ * Decisions: one step's question to the model, made durable. A confirmed
+ * journal row is replayed (no model call); otherwise the intent row (and the
+ * model-spend counter) is committed before the request goes out, and the
+ * decision is committed before anything acts on it.
+ *
+ * @module
+ */
+
+import { clockTimeout } from "./clock.ts";
+import { backoffMs, type RunState, type WorkerDeps } from "./context.ts";
+import { AbortedError, ModelError } from "./errors.ts";
+import { buildMessages } from "./history.ts";
+import type { ModelAnswer } from "./planner.ts";
+import type { Decision, JournalRow, Rejection } from "./store/store.ts";
+import type { Json } from "./tools.ts";
+
+/** Returns the decision for step `seq`: replayed if confirmed, otherwise asked for and committed. */
+export async function decide(deps: WorkerDeps, state: RunState, seq: number): Promise<Decision> {
+  const { log, store, clock, crash } = deps;
+  const runId = state.fence.runId;
+  const row = state.journal.get(seq);
+  if (row?.status === "confirmed" && row.decision) {
+    log.info("replayed", { run: runId, seq, ...describeDecision(row.decision), llm_calls: state.llmCalls });
+    return row.decision;
+  }
+  await crash.hit("before_decide", seq);
+  // Bounded: each pass is one paid request, and the policy caps them.
+  for (let attempt = 1; attempt <= deps.retry.maxModelAttempts; attempt++) {
+    const llmAttempts = await store.journalIntent(state.fence, seq, clock.now());
+    state.llmCalls += 1;
+    const current = rememberIntent(state, seq, llmAttempts);
+    log.info("deciding", { run: runId, seq, attempt: llmAttempts, llm_calls: state.llmCalls });
+
+    let answer: ModelAnswer;
+    const timeout = clockTimeout(
+      clock,
+      deps.retry.modelTimeoutMs,
+      () =>
+        new ModelError("MODEL_TIMEOUT", `The model did not answer within ${deps.retry.modelTimeoutMs}ms`, {
+          transient: true,
+        }),
+    );
+    try {
+      answer = await deps.planner.decide({
+        runId,
+        seq,
+        messages: buildMessages(state, seq),
+        tools: deps.tools.toOpenAI(),
+        signal: AbortSignal.any([state.signal, timeout.signal]),
+      });
+    } catch (err) {
+      const e = asModelError(err, timeout.signal, state.signal);
+      if (e.badAnswer) {
+        await reject(deps, state, current, { code: e.code, message: e.message }, attempt);
+        continue;
+      }
+      if (!e.transient || attempt >= deps.retry.maxModelAttempts) throw e;
+      const delay = backoffMs(deps.retry, attempt, deps.random);
+      log.warn("model-retry", { run: runId, seq, error: e.message, delay_ms: delay });
+      await clock.sleep(delay, state.signal);
+      continue;
+    } finally {
+      timeout.cancel();
+    }
+    await crash.hit("after_decide_before_journal", seq);
+
+    let decision: Decision;
+    if (answer.kind === "done") {
+      decision = { done: true, message: answer.message };
+    } else {
+      const checked = deps.tools.check(answer.tool, answer.args);
+      if (!checked.ok) {
+        await reject(deps, state, current, { code: checked.code, message: checked.message }, attempt);
+        continue;
+      }
+      decision = { tool: answer.tool, args: answer.args as Json };
+    }
+    const usage = (answer.usage ?? null) as Json;
+    await store.journalConfirm(state.fence, seq, decision, usage, clock.now());
+    state.journal.set(seq, { ...current, status: "confirmed", decision, usage, confirmed_at: clock.now() });
+    log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
+    await crash.hit("after_decide", seq);
+    return decision;
+  }
+  throw new ModelError(
+    "MODEL_GAVE_UP",
+    `No usable answer for step ${seq} after ${deps.retry.maxModelAttempts} model requests`,
+  );
+}
+
+/** Log fields of a decision. */
+export function describeDecision(decision: Decision): Record<string, unknown> {
+  return "tool" in decision ? { tool: decision.tool, args: decision.args } : { done: true };
+}
+
+function rememberIntent(state: RunState, seq: number, llmAttempts: number): JournalRow {
+  const previous = state.journal.get(seq);
+  const row: JournalRow = previous ? { ...previous, llm_attempts: llmAttempts, epoch: state.fence.epoch } : {
+    run_id: state.fence.runId,
+    seq,
+    status: "intent",
+    decision: null,
+    llm_attempts: llmAttempts,
+    usage: null,
+    rejections: [],
+    epoch: state.fence.epoch,
+    intent_at: new Date(0),
+    confirmed_at: null,
+  };
+  state.journal.set(seq, row);
+  return row;
+}
+
+async function reject(
+  deps: WorkerDeps,
+  state: RunState,
+  row: JournalRow,
+  rejection: Rejection,
+  attempt: number,
+): Promise<void> {
+  await deps.store.journalReject(state.fence, row.seq, rejection);
+  row.rejections = [...row.rejections, rejection];
+  deps.log.warn("rejected", {
+    run: state.fence.runId,
+    seq: row.seq,
+    code: rejection.code,
+    reason: rejection.message,
+    attempt,
+    llm_calls: state.llmCalls,
+  });
+  if (attempt >= deps.retry.maxModelAttempts) {
+    throw new ModelError(
+      "MODEL_GAVE_UP",
+      `The model gave no usable answer for step ${row.seq} in ${attempt} requests; last: ${rejection.message}`,
+    );
+  }
+}
+
+function asModelError(err: unknown, timeout: AbortSignal, stop: AbortSignal): ModelError {
+  if (stop.aborted) throw stop.reason ?? new AbortedError("The worker is stopping");
+  if (timeout.aborted && timeout.reason instanceof ModelError) return timeout.reason;
+  if (err instanceof ModelError) return err;
+  throw err;
+}

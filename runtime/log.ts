@@ -1,0 +1,119 @@
+/**
+ * One event per line, designed to be read by people and asserted on by tests:
+ *
+ * ```
+ * 2026-01-01T00:00:00.000Z INFO  decided  run=demo  seq=0  tool=create_server  llm_calls=1
+ * ```
+ *
+ * or, with `LOG_FORMAT=json`, one JSON object per line. Timestamps come from
+ * the {@link Clock}, so a simulated run's transcript is deterministic. Known
+ * secrets (a database password, a model API key) are masked in every line.
+ *
+ * @module
+ */
+
+import type { Clock } from "./clock.ts";
+
+/** Severity of an event. */
+export type LogLevel = "DEBUG" | "INFO" | "WARN" | "ERROR";
+/** Fields of an event; `undefined` values are left out. */
+export type LogFields = Record<string, unknown>;
+/** Where finished lines go. A sink must write synchronously. */
+export type LogSink = (line: string) => void;
+/** `text`: `ts LEVEL event  k=v`; `json`: one JSON object per line. */
+export type LogFormat = "text" | "json";
+
+/** Options of a {@link Logger}. */
+export interface LoggerOptions {
+  /** Supplies timestamps. */
+  clock: Clock;
+  /** Receives each finished line (without a trailing newline). */
+  sink?: LogSink;
+  /** Text (default) or JSON lines. */
+  format?: LogFormat;
+  /** Strings masked as `***` wherever they appear. Empty strings are ignored. */
+  secrets?: string[];
+}
+
+const encoder = new TextEncoder();
+
+/** A sink that writes each line to stdout synchronously, so it survives `kill -9` right after. */
+export function stdoutSink(line: string): void {
+  const bytes = encoder.encode(line + "\n");
+  let written = 0;
+  // Bounded by the line length: each write moves at least one byte.
+  while (written < bytes.length) written += Deno.stdout.writeSync(bytes.subarray(written));
+}
+
+/** A sink that keeps lines in an array, for tests and the harness. */
+export function arraySink(lines: string[]): LogSink {
+  return (line) => lines.push(line);
+}
+
+/** Formats one field value: bare when it has no spaces or quotes, JSON otherwise. */
+export function formatValue(value: unknown): string {
+  if (typeof value === "string") return /^[^\s"=]+$/.test(value) ? value : JSON.stringify(value);
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") {
+    return String(value);
+  }
+  if (value === null) return "null";
+  if (value instanceof Date) return value.toISOString();
+  return JSON.stringify(value) ?? String(value);
+}
+
+/** Writes events as lines. Immutable: {@link Logger.child} returns a new logger. */
+export class Logger {
+  readonly #clock: Clock;
+  readonly #sink: LogSink;
+  readonly #format: LogFormat;
+  readonly #secrets: string[];
+
+  /** Creates a logger. */
+  constructor(opts: LoggerOptions) {
+    this.#clock = opts.clock;
+    this.#sink = opts.sink ?? stdoutSink;
+    this.#format = opts.format ?? "text";
+    this.#secrets = (opts.secrets ?? []).filter((s) => s.length > 0);
+  }
+
+  /** Logs an event at INFO. */
+  info(event: string, fields: LogFields = {}): void {
+    this.write("INFO", event, fields);
+  }
+
+  /** Logs an event at WARN. */
+  warn(event: string, fields: LogFields = {}): void {
+    this.write("WARN", event, fields);
+  }
+
+  /** Logs an event at ERROR. */
+  error(event: string, fields: LogFields = {}): void {
+    this.write("ERROR", event, fields);
+  }
+
+  /** Writes a line as it is (masked), e.g. the `!!! CRASH_AT=...` announcement. */
+  raw(line: string): void {
+    this.#sink(this.mask(line));
+  }
+
+  /** Replaces every known secret in `text` with `***`. */
+  mask(text: string): string {
+    let out = text;
+    for (const secret of this.#secrets) out = out.replaceAll(secret, "***");
+    return out;
+  }
+
+  /** Formats and writes one event. */
+  write(level: LogLevel, event: string, fields: LogFields): void {
+    const ts = this.#clock.now().toISOString();
+    const entries = Object.entries(fields).filter(([, v]) => v !== undefined);
+    let line: string;
+    if (this.#format === "json") {
+      line = JSON.stringify({ ts, level, event, ...Object.fromEntries(entries) });
+    } else {
+      line = `${ts} ${level.padEnd(5)} ${event}` +
+        entries.map(([k, v]) => `  ${k}=${formatValue(v)}`).join("");
+    }
+    this.#sink(this.mask(line));
+  }
+}

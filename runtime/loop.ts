@@ -1,0 +1,235 @@
+/**
+ * The worker loop: claim the run, settle what a crash left, then step until
+ * the model says done (or `maxSteps` is reached: `guard`). Every write is
+ * fenced on the epoch the claim produced; a refused write ends this worker.
+ *
+ * @module
+ */
+
+import type { RunState, WorkerDeps } from "./context.ts";
+import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
+import { act, BlockedError } from "./executor.ts";
+import { decide } from "./journal.ts";
+import { recover } from "./recovery.ts";
+import type { RunStatus } from "./store/store.ts";
+
+/** How a worker's turn on a run ended. */
+export type WorkerStatus =
+  | "done"
+  | "failed"
+  | "blocked"
+  | "cancelled"
+  | "fenced"
+  | "stalled"
+  | "lost_claim";
+
+/** The end of a worker's turn on a run. */
+export interface RunOutcome {
+  runId: string;
+  status: WorkerStatus;
+  /** The run's status in the database as this worker last saw it. */
+  runStatus?: RunStatus;
+  /** True when the run was already closed before this worker started. */
+  alreadyClosed: boolean;
+  steps: number;
+  llmCalls: number;
+  error?: string;
+}
+
+/** The process exit code for an outcome: 0 done, 1 failed, 3 fenced or lost, 4 blocked, 5 cancelled. */
+export function exitCodeOf(outcome: RunOutcome): number {
+  switch (outcome.status) {
+    case "done":
+      return 0;
+    case "failed":
+      return 1;
+    case "blocked":
+      return 4;
+    case "cancelled":
+      return 5;
+    default:
+      return 3;
+  }
+}
+
+/**
+ * Drives `runId` to its end (or until this worker loses it). Creates the run
+ * with `goal` when it does not exist. Throws only on infrastructure errors
+ * (the database went away), leaving the run for another worker.
+ */
+export async function runWorker(deps: WorkerDeps, runId: string, goal: string): Promise<RunOutcome> {
+  const { store, clock, log } = deps;
+  await store.createRun(runId, goal, clock.now());
+  const run = await store.getRun(runId);
+  if (!run) throw new RuntimeError("RUN_MISSING", `Run ${runId} disappeared right after it was created`);
+  const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
+  if (
+    run.status === "done" || run.status === "failed" || run.status === "cancelled" || run.status === "blocked"
+  ) {
+    const { journal } = await store.loadHistory(runId);
+    const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
+    const steps = Math.max(0, journal.length - (run.status === "done" ? 1 : 0));
+    log.info(`already-${run.status}`, {
+      run: runId,
+      steps,
+      llm_calls: llmCalls,
+      error: run.error ?? undefined,
+    });
+    const status = run.status === "done" ? "done" : run.status;
+    return { ...base, status, runStatus: run.status, steps, llmCalls, error: run.error ?? undefined };
+  }
+
+  const epoch = await store.claim(runId, run.epoch, deps.owner, clock.now());
+  if (epoch === undefined) {
+    log.warn("fenced", { run: runId, reason: "another worker claimed the run first", seen_epoch: run.epoch });
+    return { ...base, alreadyClosed: false, status: "lost_claim" };
+  }
+  const leaseAgeMs = run.heartbeat_at
+    ? clock.now().getTime() - new Date(run.heartbeat_at).getTime()
+    : undefined;
+  log.info("claimed", {
+    run: runId,
+    epoch,
+    owner: deps.owner,
+    previous_owner: run.owner ?? undefined,
+    lease_age_ms: leaseAgeMs,
+  });
+
+  const { journal, effects } = await store.loadHistory(runId);
+  const stop = new AbortController();
+  const state: RunState = {
+    fence: { runId, epoch },
+    goal: run.goal,
+    journal: new Map(journal.map((j) => [j.seq, j])),
+    effects: new Map(effects.map((e) => [e.seq, e])),
+    llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
+    signal: stop.signal,
+  };
+  const heartbeat = startHeartbeat(deps, state, stop);
+  const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
+    runId,
+    status,
+    alreadyClosed: false,
+    steps,
+    llmCalls: state.llmCalls,
+    error,
+  });
+  let seq = 0;
+  try {
+    await recover(deps, state);
+    // Bounded by maxSteps: the guard closes the run.
+    for (;; seq++) {
+      if (seq >= deps.maxSteps) {
+        const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
+        log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: state.llmCalls });
+        await store.finishRun(state.fence, "failed", error, clock.now());
+        return { ...outcome("failed", seq, error), runStatus: "failed" };
+      }
+      const decision = await decide(deps, state, seq);
+      if ("done" in decision) {
+        await store.finishRun(state.fence, "done", null, clock.now());
+        log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls });
+        return { ...outcome("done", seq), runStatus: "done" };
+      }
+      await act(deps, state, seq, decision);
+    }
+  } catch (err) {
+    if (err instanceof SimulatedKill) throw err;
+    if (err instanceof FencedError) return fenced(deps, state, err, seq);
+    if (err instanceof BlockedError) {
+      await store.finishRun(state.fence, "blocked", err.message, clock.now())
+        .catch((e) => log.warn("fenced", { run: runId, reason: describeError(e) }));
+      log.warn("blocked", { run: runId, seq, key: err.key, reason: err.message });
+      return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
+    }
+    if (err instanceof ModelError || err instanceof ToolError || isRunFailure(err)) {
+      const error = describeError(err);
+      try {
+        await store.finishRun(state.fence, "failed", error, clock.now());
+      } catch (e) {
+        if (e instanceof FencedError) return fenced(deps, state, e, seq);
+        throw e;
+      }
+      log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
+      return { ...outcome("failed", seq, error), runStatus: "failed" };
+    }
+    throw err;
+  } finally {
+    heartbeat.stop();
+  }
+}
+
+function isRunFailure(err: unknown): boolean {
+  return err instanceof RuntimeError && err.code === "DECISION_INVALID";
+}
+
+function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {
+  const event = err.code === "FENCED" ? "fenced" : err.code === "STALLED" ? "stalled" : "stopped";
+  deps.log.warn(event, { run: state.fence.runId, seq, epoch: state.fence.epoch, reason: err.message });
+  const status: WorkerStatus = err.code === "FENCED"
+    ? "fenced"
+    : err.code === "STALLED"
+    ? "stalled"
+    : "cancelled";
+  return {
+    runId: state.fence.runId,
+    status,
+    alreadyClosed: false,
+    steps: seq,
+    llmCalls: state.llmCalls,
+    error: err.message,
+  };
+}
+
+/**
+ * Refreshes the lease every `heartbeatMs` while the worker runs. A refused
+ * heartbeat (fenced, cancelled), or a database unreachable for longer than
+ * the lease, aborts the worker's signal: whoever takes the run next must not
+ * meet this worker still acting on it.
+ */
+function startHeartbeat(deps: WorkerDeps, state: RunState, stop: AbortController): { stop(): void } {
+  const { clock, store, log } = deps;
+  const done = new AbortController();
+  let lastOkMs = clock.now().getTime();
+  (async () => {
+    // Bounded by the worker's life: `done` aborts the sleep.
+    while (!done.signal.aborted) {
+      try {
+        await clock.sleep(deps.heartbeatMs, done.signal);
+      } catch {
+        return;
+      }
+      // A frozen (stalled) worker does not heartbeat either; that is what makes it stealable.
+      if (deps.crash.stalling) continue;
+      try {
+        const ok = await store.heartbeat(state.fence, clock.now());
+        if (done.signal.aborted) return;
+        if (!ok) {
+          const err = await store.refusal(state.fence, "heartbeat");
+          log.warn("heartbeat-refused", {
+            run: state.fence.runId,
+            epoch: state.fence.epoch,
+            reason: err.message,
+          });
+          stop.abort(err);
+          return;
+        }
+        lastOkMs = clock.now().getTime();
+      } catch (err) {
+        if (done.signal.aborted) return;
+        const sinceMs = clock.now().getTime() - lastOkMs;
+        log.warn("heartbeat-failed", {
+          run: state.fence.runId,
+          error: describeError(err),
+          since_ms: sinceMs,
+        });
+        if (sinceMs > deps.leaseMs) {
+          log.error("lease-lost", { run: state.fence.runId, since_ms: sinceMs });
+          stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
+          return;
+        }
+      }
+    }
+  })();
+  return { stop: () => done.abort() };
+}

@@ -1,0 +1,191 @@
+/**
+ * The model, behind the {@link Planner} interface, and its real
+ * implementation: a client of the OpenAI-compatible chat-completions API with
+ * tool calling. The client makes exactly one request per call to `decide`; it
+ * never retries on its own, because every model request must be counted in
+ * the journal before it is sent.
+ *
+ * @module
+ */
+
+import { ModelError } from "./errors.ts";
+import type { OpenAITool } from "./tools.ts";
+
+/** A chat message in the chat-completions format. */
+export type ChatMessage =
+  | { role: "system" | "user"; content: string }
+  | { role: "assistant"; content: string | null; tool_calls?: ChatToolCall[] }
+  | { role: "tool"; tool_call_id: string; content: string };
+
+/** A tool call inside an assistant message. */
+export interface ChatToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
+
+/** Token counts reported by the model. */
+export interface Usage {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  total_tokens?: number;
+}
+
+/** What the model decided for one step. */
+export type ModelAnswer =
+  | { kind: "tool"; tool: string; args: unknown; usage?: Usage }
+  | { kind: "done"; message: string; usage?: Usage };
+
+/** One question to the model. */
+export interface DecideRequest {
+  runId: string;
+  seq: number;
+  messages: ChatMessage[];
+  tools: OpenAITool[];
+  signal?: AbortSignal;
+}
+
+/** Asks a model what to do next. One call is one (billable) request. */
+export interface Planner {
+  /** A short description for the start-up log, e.g. the endpoint. */
+  readonly describe: string;
+  /**
+   * Asks once. Throws a {@link ModelError}: `transient` when asking again may
+   * help, `badAnswer` when an answer arrived but cannot be used.
+   */
+  decide(req: DecideRequest): Promise<ModelAnswer>;
+}
+
+/** A fetch-compatible function (a real `fetch`, or a mock's in-process handler). */
+export type FetchLike = (req: Request) => Promise<Response>;
+
+/** Options of {@link OpenAIPlanner}. */
+export interface OpenAIPlannerOptions {
+  /** Base URL, e.g. `http://127.0.0.1:9100/v1`; `/chat/completions` is appended. */
+  url: string;
+  /** The model name sent in each request. */
+  model: string;
+  /** Sent as a bearer token. Never logged. */
+  apiKey?: string;
+  /** Defaults to the global `fetch`. */
+  fetch?: FetchLike;
+}
+
+/** True for HTTP statuses worth asking again: 408, 429 and 5xx. */
+export function isTransientStatus(status: number): boolean {
+  return status === 408 || status === 429 || status >= 500;
+}
+
+/** A chat-completions client. */
+export class OpenAIPlanner implements Planner {
+  readonly #opts: OpenAIPlannerOptions;
+  readonly #fetch: FetchLike;
+
+  /** Creates a client for one endpoint and model. */
+  constructor(opts: OpenAIPlannerOptions) {
+    this.#opts = opts;
+    this.#fetch = opts.fetch ?? ((req) => fetch(req));
+  }
+
+  /** The endpoint and model. */
+  get describe(): string {
+    return `${this.#opts.url} model=${this.#opts.model}`;
+  }
+
+  /** Sends one chat-completions request and parses the answer. */
+  async decide(req: DecideRequest): Promise<ModelAnswer> {
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (this.#opts.apiKey) headers.authorization = `Bearer ${this.#opts.apiKey}`;
+    const body = JSON.stringify({
+      model: this.#opts.model,
+      messages: req.messages,
+      tools: req.tools,
+      tool_choice: "auto",
+      parallel_tool_calls: false,
+      // Lets a provider (and the mock) attribute requests to a run.
+      user: req.runId,
+    });
+    const url = this.#opts.url.replace(/\/+$/, "") + "/chat/completions";
+    let text: string;
+    let status: number;
+    try {
+      const res = await this.#fetch(new Request(url, { method: "POST", headers, body, signal: req.signal }));
+      status = res.status;
+      text = await res.text();
+    } catch (err) {
+      throw new ModelError(
+        "MODEL_UNREACHABLE",
+        `The model at ${url} could not be reached: ${(err as Error).message}`,
+        {
+          transient: true,
+          cause: err,
+        },
+      );
+    }
+    if (status < 200 || status >= 300) {
+      throw new ModelError(
+        "MODEL_HTTP",
+        `The model answered HTTP ${status}: ${text.slice(0, 200)}`,
+        { transient: isTransientStatus(status) },
+      );
+    }
+    return parseCompletion(text);
+  }
+}
+
+function badAnswer(code: string, message: string): ModelError {
+  return new ModelError(code, message, { badAnswer: true });
+}
+
+/** Parses a chat-completions response body into a {@link ModelAnswer}. */
+export function parseCompletion(text: string): ModelAnswer {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw badAnswer(
+      "MODEL_NOT_JSON",
+      `The model's answer is not JSON: ${JSON.stringify(text.slice(0, 120))}`,
+    );
+  }
+  const b = body as { choices?: unknown; usage?: Usage };
+  if (!Array.isArray(b.choices) || b.choices.length === 0) {
+    throw badAnswer("MODEL_NO_CHOICES", "The model's answer has no choices");
+  }
+  const message = (b.choices[0] as { message?: Record<string, unknown> }).message;
+  if (!message || typeof message !== "object") {
+    throw badAnswer("MODEL_NO_MESSAGE", "The model's first choice has no message");
+  }
+  const usage = b.usage && typeof b.usage === "object" ? b.usage : undefined;
+  const calls = message.tool_calls;
+  if (Array.isArray(calls) && calls.length > 1) {
+    throw badAnswer(
+      "MODEL_MULTIPLE_TOOLS",
+      `The model asked for ${calls.length} tool calls at once; exactly one per step is allowed`,
+    );
+  }
+  if (Array.isArray(calls) && calls.length === 1) {
+    const fn = (calls[0] as { function?: { name?: unknown; arguments?: unknown } }).function;
+    if (!fn || typeof fn.name !== "string") {
+      throw badAnswer("MODEL_BAD_TOOL_CALL", "The model's tool call has no function name");
+    }
+    let args: unknown = {};
+    if (typeof fn.arguments === "string" && fn.arguments.trim() !== "") {
+      try {
+        args = JSON.parse(fn.arguments);
+      } catch {
+        throw badAnswer(
+          "MODEL_ARGS_NOT_JSON",
+          `The arguments of the model's call to ${fn.name} are not JSON: ${
+            JSON.stringify(fn.arguments.slice(0, 120))
+          }`,
+        );
+      }
+    } else if (fn.arguments !== undefined && typeof fn.arguments === "object") {
+      args = fn.arguments;
+    }
+    return { kind: "tool", tool: fn.name, args, usage };
+  }
+  const content = typeof message.content === "string" ? message.content : "";
+  return { kind: "done", message: content, usage };
+}

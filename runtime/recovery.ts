@@ -1,0 +1,73 @@
+/**
+ * Recovery: the first thing a worker does after claiming a run. A tool row
+ * left at `intent` is a call whose outcome nobody recorded; it is re-sent
+ * under its original idempotency key (the remote answers `already_done` if
+ * the first request reached it), or flagged for a human when the tool takes
+ * no key. Journal rows left at `intent` need nothing here: the loop decides
+ * those steps again, which is the one model call a lost answer costs.
+ *
+ * @module
+ */
+
+import type { RunState, WorkerDeps } from "./context.ts";
+import { BlockedError, flag, send } from "./executor.ts";
+
+/** Settles every tool call a crash left at `intent`; prints the recovery block when there is history. */
+export async function recover(deps: WorkerDeps, state: RunState): Promise<void> {
+  const { log } = deps;
+  const runId = state.fence.runId;
+  const journal = [...state.journal.values()];
+  const effects = [...state.effects.values()].sort((a, b) => a.seq - b.seq);
+  if (journal.length === 0 && effects.length === 0) return;
+
+  const count = <T extends { status: string }>(rows: T[], status: string) =>
+    rows.filter((r) => r.status === status).length;
+  const before = state.llmCalls;
+  log.info("recovery", {
+    run: runId,
+    journal_confirmed: count(journal, "confirmed"),
+    journal_intent: count(journal, "intent"),
+    tools_confirmed: count(effects, "confirmed"),
+    tools_intent: count(effects, "intent"),
+    tools_failed: count(effects, "failed"),
+    tools_flagged: count(effects, "flagged"),
+  });
+
+  for (const row of effects) {
+    if (row.status === "flagged") {
+      throw new BlockedError(row.idempotency_key, row.error ?? "its outcome is unknown");
+    }
+    if (row.status !== "intent") continue;
+    const where = { key: row.idempotency_key, seq: row.seq, toolName: row.tool };
+    const checked = deps.tools.check(row.tool, row.args);
+    if (!checked.ok) {
+      await flag(deps, state, where, `it cannot be re-sent safely: ${checked.message}`);
+      continue; // not reached: flag throws
+    }
+    if (!checked.tool.idempotent) {
+      await flag(deps, state, where, `its outcome is unknown and ${row.tool} takes no idempotency key`);
+    }
+    const call = {
+      key: row.idempotency_key,
+      seq: row.seq,
+      tool: checked.tool,
+      rawArgs: row.args,
+      args: checked.args,
+    };
+    log.info("reconciling", {
+      run: runId,
+      seq: row.seq,
+      key: row.idempotency_key,
+      tool: row.tool,
+      attempts: row.attempts,
+    });
+    await send(deps, state, call);
+    const settled = state.effects.get(row.seq);
+    log.info("reconciled", {
+      run: runId,
+      key: row.idempotency_key,
+      outcome: settled?.status === "confirmed" ? settled.remote : settled?.status,
+    });
+  }
+  log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: state.llmCalls });
+}

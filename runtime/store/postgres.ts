@@ -1,0 +1,84 @@
+/**
+ * The production driver: postgres.js on a PostgreSQL server (15 or later).
+ *
+ * @module
+ */
+
+import postgres from "postgres";
+import { redactUrl } from "../config.ts";
+import { StoreError } from "../errors.ts";
+import type { SqlClient } from "./store.ts";
+
+/** Options of {@link openPostgres}. */
+export interface PostgresOptions {
+  /** Connections in the pool. Default 2 (a worker's steps plus its heartbeat). */
+  max?: number;
+  /** Seconds to wait for a connection before failing. Default 5. */
+  connectTimeoutS?: number;
+}
+
+/** Runs statements through a postgres.js pool. */
+export class PostgresClient implements SqlClient {
+  readonly describe: string;
+  readonly #sql: postgres.Sql;
+
+  /** Wraps a postgres.js pool. */
+  constructor(sql: postgres.Sql, describe: string) {
+    this.#sql = sql;
+    this.describe = describe;
+  }
+
+  async query<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
+    // deno-lint-ignore no-explicit-any
+    const rows = await this.#sql.unsafe(text, params as any[]);
+    return rows as unknown as T[];
+  }
+
+  async exec(text: string): Promise<void> {
+    await this.#sql.unsafe(text).simple();
+  }
+
+  async close(): Promise<void> {
+    await this.#sql.end({ timeout: 5 });
+  }
+}
+
+/** Where a database URL points, without its password: `host:port/db`. */
+export function describeTarget(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || "5432"}${u.pathname}`;
+  } catch {
+    return redactUrl(url);
+  }
+}
+
+/**
+ * Connects to PostgreSQL and checks the connection with one round trip, so an
+ * unreachable server is reported at start-up, naming host and port (never
+ * the password), within `connectTimeoutS` seconds.
+ */
+export async function openPostgres(url: string, opts: PostgresOptions = {}): Promise<PostgresClient> {
+  const target = describeTarget(url);
+  const sql = postgres(url, {
+    max: opts.max ?? 2,
+    connect_timeout: opts.connectTimeoutS ?? 5,
+    onnotice: () => {},
+    // Integers stay numbers: every bigint the runtime reads is cast to int.
+  });
+  try {
+    await sql.unsafe("select 1");
+  } catch (err) {
+    await sql.end({ timeout: 1 }).catch(() => {});
+    const e = err as { code?: string; message?: string };
+    throw new StoreError(
+      "DB_UNREACHABLE",
+      `Cannot connect to PostgreSQL at ${target}: ${e.code ? e.code + " " : ""}${
+        e.message ?? String(err)
+      }. ` +
+        `Check DATABASE_URL and that the server is running`,
+      { cause: err },
+    );
+  }
+  return new PostgresClient(sql, `postgres:${target}`);
+}

@@ -1,0 +1,344 @@
+/**
+ * Every SQL statement the runtime runs, in one place, the same text on both
+ * drivers (PGlite and postgres.js). Each write to run state is one statement
+ * with the fence inside its own `where` clause: the row is written only while
+ * the run is still `running` under the writer's epoch. The fence takes a
+ * `for share` lock on the run row, so a concurrent claim (which updates that
+ * row) and a fenced write are serialised: a write either commits before the
+ * claim or sees the new epoch and writes nothing.
+ *
+ * @module
+ */
+
+import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
+import { FencedError, StoreError } from "../errors.ts";
+import type { Json } from "../tools.ts";
+
+export { SCHEMA_SQL };
+
+/** The minimal driver interface: parameterised queries and a script runner. */
+export interface SqlClient {
+  /** A short description for logs, e.g. `pglite:.data/pglite` (never a password). */
+  readonly describe: string;
+  /** Runs one statement with `$1`-style parameters and returns its rows. */
+  query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  /** Runs a script of several statements without parameters. */
+  exec(text: string): Promise<void>;
+  /** Releases the connection (and any lock). */
+  close(): Promise<void>;
+}
+
+/** Status of a run. */
+export type RunStatus = "pending" | "running" | "blocked" | "done" | "failed" | "cancelled";
+
+/** A row of `runs`. */
+export interface RunRow {
+  run_id: string;
+  goal: string;
+  status: RunStatus;
+  epoch: number;
+  owner: string | null;
+  heartbeat_at: Date | null;
+  error: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** A decision: a tool call, or done. */
+export type Decision =
+  | { tool: string; args: Json }
+  | { done: true; message: string };
+
+/** An answer the runtime refused, kept so a re-ask (and a restart) can tell the model why. */
+export interface Rejection {
+  code: string;
+  message: string;
+}
+
+/** A row of `journal`. */
+export interface JournalRow {
+  run_id: string;
+  seq: number;
+  status: "intent" | "confirmed";
+  decision: Decision | null;
+  llm_attempts: number;
+  usage: Json | null;
+  rejections: Rejection[];
+  epoch: number;
+  intent_at: Date;
+  confirmed_at: Date | null;
+}
+
+/** Status of a tool call. */
+export type EffectStatus = "intent" | "confirmed" | "flagged" | "failed";
+
+/** A row of `side_effects`. */
+export interface SideEffectRow {
+  idempotency_key: string;
+  run_id: string;
+  seq: number;
+  tool: string;
+  args: Json;
+  status: EffectStatus;
+  result: Json | null;
+  remote: "created" | "already_done" | "resolved" | null;
+  error: string | null;
+  attempts: number;
+  epoch: number;
+  intent_at: Date;
+  confirmed_at: Date | null;
+  resolved_by: string | null;
+  resolved_at: Date | null;
+}
+
+/** Who may write: a run and the epoch its claim produced. */
+export interface Fence {
+  runId: string;
+  epoch: number;
+}
+
+/** A run with its step counts, for listings. */
+export interface RunSummary extends RunRow {
+  steps: number;
+  llm_calls: number;
+  flagged: number;
+}
+
+// The fence, as a condition on the runs row of $1 at epoch $2. `for share`
+// makes a racing claim wait for this statement (or this statement see the
+// claim's new epoch), instead of both reading one snapshot.
+const FENCE = `exists (select 1 from runs where run_id = $1 and epoch = $2 and status = 'running' for share)`;
+
+const jsonParam = (value: unknown): string => JSON.stringify(value ?? null);
+const ts = (d: Date): string => d.toISOString();
+
+/** Every statement the runtime runs. */
+export class Store {
+  /** The driver underneath. */
+  readonly client: SqlClient;
+
+  /** Wraps a driver. */
+  constructor(client: SqlClient) {
+    this.client = client;
+  }
+
+  /** Where the data lives, for logs. */
+  get describe(): string {
+    return this.client.describe;
+  }
+
+  /** Creates the tables if they do not exist (the embedded default does this itself). */
+  async applySchema(): Promise<void> {
+    await this.client.exec(SCHEMA_SQL);
+  }
+
+  /** Fails with `SCHEMA_MISSING` and how to load `schema.sql` when the tables are not there. */
+  async checkSchema(): Promise<void> {
+    const rows = await this.client.query<{ n: number }>(
+      `select count(*)::int as n from information_schema.tables
+        where table_schema = any (current_schemas(false)) and table_name in ('runs', 'journal', 'side_effects')`,
+    );
+    if ((rows[0]?.n ?? 0) < 3) {
+      throw new StoreError(
+        "SCHEMA_MISSING",
+        `The database at ${this.describe} has no agent-runtime tables. Load them with: psql "$DATABASE_URL" -f schema.sql`,
+      );
+    }
+  }
+
+  /** Creates a pending run; false when a run with that id exists already. */
+  async createRun(runId: string, goal: string, now: Date): Promise<boolean> {
+    const rows = await this.client.query(
+      `insert into runs (run_id, goal, status, epoch, created_at, updated_at)
+       values ($1, $2, 'pending', 0, $3::timestamptz, $3::timestamptz)
+       on conflict (run_id) do nothing returning 1 as ok`,
+      [runId, goal, ts(now)],
+    );
+    return rows.length === 1;
+  }
+
+  /** One run, if it exists. */
+  async getRun(runId: string): Promise<RunRow | undefined> {
+    const rows = await this.client.query<RunRow>(`select * from runs where run_id = $1`, [runId]);
+    return rows[0];
+  }
+
+  /**
+   * Claims a run: a compare-and-swap on the epoch read before. Returns the new
+   * epoch, or undefined when someone else claimed it first or it is closed.
+   */
+  async claim(runId: string, seenEpoch: number, owner: string, now: Date): Promise<number | undefined> {
+    const rows = await this.client.query<{ epoch: number }>(
+      `update runs set epoch = epoch + 1, owner = $3, status = 'running',
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz
+        where run_id = $1 and epoch = $2 and status in ('pending', 'running')
+        returning epoch`,
+      [runId, seenEpoch, owner, ts(now)],
+    );
+    return rows[0]?.epoch;
+  }
+
+  /** Everything needed to resume: the journal and the tool calls of a run, by `seq`. */
+  async loadHistory(runId: string): Promise<{ journal: JournalRow[]; effects: SideEffectRow[] }> {
+    const journal = await this.client.query<JournalRow>(
+      `select * from journal where run_id = $1 order by seq`,
+      [runId],
+    );
+    const effects = await this.client.query<SideEffectRow>(
+      `select * from side_effects where run_id = $1 order by seq`,
+      [runId],
+    );
+    return { journal, effects };
+  }
+
+  /** Refreshes the lease. False: the fence refused it. */
+  async heartbeat(f: Fence, now: Date): Promise<boolean> {
+    const rows = await this.client.query(
+      `update runs set heartbeat_at = $3::timestamptz
+        where run_id = $1 and epoch = $2 and status = 'running' returning 1 as ok`,
+      [f.runId, f.epoch, ts(now)],
+    );
+    return rows.length === 1;
+  }
+
+  /**
+   * Records that a model request for step `seq` is about to be sent: inserts
+   * the journal row at `intent`, or counts one more attempt on it. Returns the
+   * step's `llm_attempts`, or throws {@link FencedError}.
+   */
+  async journalIntent(f: Fence, seq: number, now: Date): Promise<number> {
+    const rows = await this.client.query<{ llm_attempts: number }>(
+      `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
+       select $1, $3, 'intent', 1, $2, $4::timestamptz where ${FENCE}
+       on conflict (run_id, seq) do update
+          set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
+        where journal.status = 'intent'
+       returning llm_attempts`,
+      [f.runId, f.epoch, seq, ts(now)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `journal intent seq=${seq}`);
+    return rows[0].llm_attempts;
+  }
+
+  /** Records an answer the runtime refused for step `seq`, so a re-ask can say why. */
+  async journalReject(f: Fence, seq: number, rejection: Rejection): Promise<void> {
+    const rows = await this.client.query(
+      `update journal set rejections = rejections || jsonb_build_array($4::text::jsonb)
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}
+        returning 1 as ok`,
+      [f.runId, f.epoch, seq, jsonParam(rejection)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
+  }
+
+  /** Commits the decision of step `seq`. Throws {@link FencedError} when refused. */
+  async journalConfirm(
+    f: Fence,
+    seq: number,
+    decision: Decision,
+    usage: Json | undefined,
+    now: Date,
+  ): Promise<void> {
+    const rows = await this.client.query(
+      `update journal set status = 'confirmed', decision = $4::text::jsonb, usage = $5::text::jsonb,
+              confirmed_at = $6::timestamptz
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}
+        returning 1 as ok`,
+      [f.runId, f.epoch, seq, jsonParam(decision), jsonParam(usage ?? null), ts(now)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
+  }
+
+  /**
+   * Records that a tool request under `key` is about to be sent: inserts the
+   * row at `intent`, or counts one more attempt on an `intent` row. Returns
+   * the attempt number, or throws {@link FencedError}.
+   */
+  async effectIntent(
+    f: Fence,
+    e: { key: string; seq: number; tool: string; args: Json },
+    now: Date,
+  ): Promise<number> {
+    const rows = await this.client.query<{ attempts: number }>(
+      `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+       select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}
+       on conflict (idempotency_key) do update
+          set attempts = side_effects.attempts + 1, epoch = excluded.epoch
+        where side_effects.status = 'intent'
+       returning attempts`,
+      [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `tool intent key=${e.key}`);
+    return rows[0].attempts;
+  }
+
+  /** Commits a tool call's outcome. Throws {@link FencedError} when refused. */
+  async effectConfirm(
+    f: Fence,
+    key: string,
+    result: Json,
+    remote: "created" | "already_done",
+    now: Date,
+  ): Promise<void> {
+    const rows = await this.client.query(
+      `update side_effects set status = 'confirmed', result = $4::text::jsonb, remote = $5,
+              confirmed_at = $6::timestamptz, error = null
+        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}
+        returning 1 as ok`,
+      [f.runId, f.epoch, key, jsonParam(result), remote, ts(now)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `tool confirm key=${key}`);
+  }
+
+  /** Marks a call `failed` (a permanent error) or `flagged` (unknown, needs a human). */
+  async effectSettle(
+    f: Fence,
+    key: string,
+    status: "failed" | "flagged",
+    error: string,
+    now: Date,
+  ): Promise<void> {
+    const rows = await this.client.query(
+      `update side_effects set status = $4, error = $5, confirmed_at = $6::timestamptz
+        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}
+        returning 1 as ok`,
+      [f.runId, f.epoch, key, status, error, ts(now)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
+  }
+
+  /** Closes (or blocks) the run this worker holds. Throws {@link FencedError} when refused. */
+  async finishRun(
+    f: Fence,
+    status: "done" | "failed" | "blocked",
+    error: string | null,
+    now: Date,
+  ): Promise<void> {
+    const rows = await this.client.query(
+      `update runs set status = $3, error = $4, updated_at = $5::timestamptz
+        where run_id = $1 and epoch = $2 and status = 'running' returning 1 as ok`,
+      [f.runId, f.epoch, status, error, ts(now)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `finish ${status}`);
+  }
+
+  /** Explains a refused write: the epoch moved (fenced), the run was closed, or the row was not as expected. */
+  async refusal(f: Fence, what: string): Promise<FencedError> {
+    const run = await this.getRun(f.runId);
+    if (!run || run.epoch !== f.epoch) {
+      return new FencedError(
+        "FENCED",
+        `Write refused (${what}): run ${f.runId} is at epoch ${
+          run?.epoch ?? "none"
+        }, this worker holds ${f.epoch}`,
+      );
+    }
+    if (run.status !== "running") {
+      return new FencedError("RUN_CLOSED", `Write refused (${what}): run ${f.runId} is ${run.status}`);
+    }
+    return new FencedError(
+      "STALLED",
+      `Write refused (${what}): the row is not in the state this worker left it in (epoch ${f.epoch} unchanged)`,
+    );
+  }
+}

@@ -1,0 +1,204 @@
+/**
+ * Tools: what an agent can do. A tool is a name, a description, a zod schema
+ * for its arguments, whether the remote honours an idempotency key, and a
+ * `run` function. The runtime never branches on a tool's name and never reads
+ * its arguments beyond validating them against the schema.
+ *
+ * @module
+ */
+
+import { z } from "zod";
+import { RuntimeError } from "./errors.ts";
+
+/** A JSON value, as stored in the journal. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** What a tool's `run` receives besides its arguments. */
+export interface ToolContext {
+  /** `<run_id>:<seq>`: send it to the remote so a re-send is recognised. */
+  idempotencyKey: string;
+  /** The run this call belongs to. */
+  runId: string;
+  /** The step this call belongs to. */
+  seq: number;
+  /** 1 for the first request under this key, 2 for the first re-send, ... */
+  attempt: number;
+  /** Aborts when the call times out or the worker stops. */
+  signal: AbortSignal;
+}
+
+/** What a tool's `run` returns. */
+export interface ToolOutcome {
+  /** The remote's answer, stored and shown to the model. */
+  result: Json;
+  /**
+   * `created` when the remote did the work for this request, `already_done`
+   * when it recognised the key and returned what it stored earlier.
+   * Default `created`.
+   */
+  remote?: "created" | "already_done";
+}
+
+/** What {@link defineTool} takes. */
+export interface ToolSpec<S extends z.ZodType> {
+  /** 1-64 letters, digits, `_` or `-` (the chat-completions rule for function names). */
+  name: string;
+  /** Shown to the model. */
+  description: string;
+  /** The arguments' schema. Use `z.strictObject` so unknown fields are rejected, not dropped. */
+  args: S;
+  /**
+   * True (the default) when the remote honours the idempotency key, so a call
+   * whose outcome is unknown may be re-sent. False: such a call is flagged for
+   * a human instead.
+   */
+  idempotent?: boolean;
+  /** Per-request timeout, through `ctx.signal`. Default 30 000. */
+  timeoutMs?: number;
+  /** Requests under one key before the run fails (transient errors only). Default 4. */
+  maxAttempts?: number;
+  /** Performs the call. Throw a {@link ToolError} to say whether a re-send may help. */
+  run(args: z.output<S>, ctx: ToolContext): Promise<ToolOutcome>;
+}
+
+/** A tool as the runtime holds it. */
+export interface Tool {
+  readonly name: string;
+  readonly description: string;
+  readonly args: z.ZodType;
+  readonly idempotent: boolean;
+  readonly timeoutMs: number;
+  readonly maxAttempts: number;
+  /** The JSON Schema the model sees, derived from `args`. */
+  readonly parameters: Record<string, unknown>;
+  run(args: unknown, ctx: ToolContext): Promise<ToolOutcome>;
+}
+
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/**
+ * Defines a tool.
+ *
+ * @example
+ * ```ts
+ * import { z } from "zod";
+ * import { defineTool } from "./tools.ts";
+ * const ping = defineTool({
+ *   name: "ping",
+ *   description: "Ping a host.",
+ *   args: z.strictObject({ host: z.string() }),
+ *   run: (args, ctx) => Promise.resolve({ result: `pong ${args.host} ${ctx.idempotencyKey}` }),
+ * });
+ * ```
+ */
+export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool {
+  if (!TOOL_NAME.test(spec.name)) {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define a tool named ${JSON.stringify(spec.name)}: a name is 1-64 letters, digits, '_' or '-'`,
+    );
+  }
+  const timeoutMs = spec.timeoutMs ?? 30_000;
+  const maxAttempts = spec.maxAttempts ?? 4;
+  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'timeoutMs' must be a positive integer: current value is ${timeoutMs}`,
+    );
+  }
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'maxAttempts' must be a positive integer: current value is ${maxAttempts}`,
+    );
+  }
+  let parameters: Record<string, unknown>;
+  try {
+    parameters = z.toJSONSchema(spec.args, { io: "input" }) as Record<string, unknown>;
+  } catch (err) {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name}: its argument schema cannot be expressed as JSON Schema (${
+        (err as Error).message
+      })`,
+      { cause: err },
+    );
+  }
+  delete parameters.$schema;
+  return {
+    name: spec.name,
+    description: spec.description,
+    args: spec.args,
+    idempotent: spec.idempotent ?? true,
+    timeoutMs,
+    maxAttempts,
+    parameters,
+    run: (args, ctx) => spec.run(args as z.output<S>, ctx),
+  };
+}
+
+/** The result of checking a model's tool call against the registry. */
+export type CheckedCall =
+  | { ok: true; tool: Tool; args: unknown }
+  | { ok: false; code: "UNKNOWN_TOOL" | "BAD_ARGS"; message: string };
+
+/** The set of tools a run may use, by name. */
+export class ToolRegistry {
+  readonly #tools: Map<string, Tool>;
+
+  /** Registers `tools`; two tools with one name are an error. */
+  constructor(tools: Tool[]) {
+    this.#tools = new Map();
+    for (const tool of tools) {
+      if (this.#tools.has(tool.name)) {
+        throw new RuntimeError("TOOL_INVALID", `Two tools are named ${tool.name}: names must be unique`);
+      }
+      this.#tools.set(tool.name, tool);
+    }
+  }
+
+  /** The registered names, in registration order. */
+  get names(): string[] {
+    return [...this.#tools.keys()];
+  }
+
+  /** The tool named `name`, if registered. */
+  get(name: string): Tool | undefined {
+    return this.#tools.get(name);
+  }
+
+  /** The `tools` parameter of a chat-completions request. */
+  toOpenAI(): OpenAITool[] {
+    return [...this.#tools.values()].map((t) => ({
+      type: "function",
+      function: { name: t.name, description: t.description, parameters: t.parameters },
+    }));
+  }
+
+  /** Checks that `name` is registered and `args` fit its schema; returns the parsed arguments. */
+  check(name: string, args: unknown): CheckedCall {
+    const tool = this.#tools.get(name);
+    if (!tool) {
+      return {
+        ok: false,
+        code: "UNKNOWN_TOOL",
+        message: `Unknown tool ${JSON.stringify(name)}. Available tools: ${this.names.join(", ")}`,
+      };
+    }
+    const parsed = tool.args.safeParse(args);
+    if (!parsed.success) {
+      return {
+        ok: false,
+        code: "BAD_ARGS",
+        message: `Arguments for ${name} do not fit its schema: ${z.prettifyError(parsed.error)}`,
+      };
+    }
+    return { ok: true, tool, args: parsed.data };
+  }
+}
+
+/** A function tool in the chat-completions `tools` list. */
+export interface OpenAITool {
+  type: "function";
+  function: { name: string; description: string; parameters: Record<string, unknown> };
+}
