@@ -77,7 +77,14 @@ export {
   ToolError,
 } from "./runtime/errors.ts";
 export { BlockedError } from "./runtime/executor.ts";
-export { arraySink, type LogFields, type LogFormat, Logger, type LogLevel, type LogSink } from "./runtime/log.ts";
+export {
+  arraySink,
+  type LogFields,
+  type LogFormat,
+  Logger,
+  type LogLevel,
+  type LogSink,
+} from "./runtime/log.ts";
 export { exitCodeOf, type RunOutcome, runWorker, type WorkerStatus } from "./runtime/loop.ts";
 export {
   type ChatMessage,

@@ -1,0 +1,56 @@
+import assert from "node:assert/strict";
+import { ManualClock } from "./clock.ts";
+import { arraySink, formatValue, Logger } from "./log.ts";
+
+const T0 = Date.UTC(2026, 10, 29, 12, 0, 0);
+
+Deno.test("Logger writes `ts LEVEL event  key=value` with two spaces between parts", () => {
+  const lines: string[] = [];
+  const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines) });
+  log.info("done", { run: "run1", steps: 3, llm_calls: 4 });
+  log.warn("fenced", { run: "r", skipped: undefined });
+  assert.deepEqual(lines, [
+    "2026-11-29T12:00:00.000Z INFO  done  run=run1  steps=3  llm_calls=4",
+    "2026-11-29T12:00:00.000Z WARN  fenced  run=r",
+  ]);
+});
+
+Deno.test("formatValue() leaves plain tokens bare and quotes or encodes everything else", async (t) => {
+  const cases: [unknown, string][] = [
+    ["srv-1", "srv-1"],
+    ["has space", '"has space"'],
+    ['quo"te', '"quo\\"te"'],
+    [42, "42"],
+    [true, "true"],
+    [null, "null"],
+    [{ name: "srv-1", spec: "small" }, '{"name":"srv-1","spec":"small"}'],
+    [new Date(T0), "2026-11-29T12:00:00.000Z"],
+  ];
+  for (const [value, expected] of cases) {
+    await t.step(`${JSON.stringify(value)} -> ${expected}`, () => assert.equal(formatValue(value), expected));
+  }
+});
+
+Deno.test("Logger in json format writes one parseable object per line", () => {
+  const lines: string[] = [];
+  const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines), format: "json" });
+  log.info("decided", { run: "demo", seq: 0, args: { name: "srv-1" } });
+  assert.deepEqual(JSON.parse(lines[0]), {
+    ts: "2026-11-29T12:00:00.000Z",
+    level: "INFO",
+    event: "decided",
+    run: "demo",
+    seq: 0,
+    args: { name: "srv-1" },
+  });
+});
+
+Deno.test("Logger masks every known secret, in fields and in raw lines", () => {
+  const lines: string[] = [];
+  const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines), secrets: ["hunter2", ""] });
+  log.error("store-unavailable", { error: "auth failed for postgres://u:hunter2@db/x" });
+  log.raw("key=hunter2");
+  assert.equal(lines.some((l) => l.includes("hunter2")), false);
+  assert.match(lines[0], /u:\*\*\*@db/);
+  assert.equal(lines[1], "key=***");
+});

@@ -1,0 +1,185 @@
+import assert from "node:assert/strict";
+import { freshSchema, pgIgnore } from "../../tests/_pg.ts";
+import { FencedError } from "../errors.ts";
+import { openPglite } from "./pglite.ts";
+import { type Fence, Store } from "./store.ts";
+
+const T0 = new Date(Date.UTC(2026, 0, 1));
+const at = (s: number) => new Date(T0.getTime() + s * 1000);
+
+/** The same cases on both drivers: the SQL text is shared, so must be the behaviour. */
+async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
+  await t.step("createRun() creates once and reports an existing run", async () => {
+    assert.equal(await store.createRun("r-create", "goal", T0), true);
+    assert.equal(await store.createRun("r-create", "other goal", T0), false);
+    const run = await store.getRun("r-create");
+    assert.equal(run?.status, "pending");
+    assert.equal(run?.epoch, 0);
+    assert.equal(run?.goal, "goal");
+  });
+
+  await t.step("claim() is a compare-and-swap: exactly one of two claimers on one epoch wins", async () => {
+    await store.createRun("r-claim", "goal", T0);
+    const [a, b] = await Promise.all([
+      store.claim("r-claim", 0, "a", T0),
+      store.claim("r-claim", 0, "b", T0),
+    ]);
+    assert.deepEqual([a, b].filter((e) => e !== undefined), [1]);
+    assert.equal(await store.claim("r-claim", 1, "c", T0), 2);
+  });
+
+  await t.step("one step is four commits and reads back exactly as written", async () => {
+    await store.createRun("r-step", "goal", T0);
+    const epoch = (await store.claim("r-step", 0, "w", T0))!;
+    const f: Fence = { runId: "r-step", epoch };
+    assert.equal(await store.journalIntent(f, 0, at(1)), 1);
+    await store.journalConfirm(f, 0, { tool: "t", args: { a: 1 } }, { total_tokens: 9 }, at(2));
+    assert.equal(
+      await store.effectIntent(f, { key: "r-step:0", seq: 0, tool: "t", args: { a: 1 } }, at(3)),
+      1,
+    );
+    await store.effectConfirm(f, "r-step:0", "id-1", "created", at(4));
+    const { journal, effects } = await store.loadHistory("r-step");
+    assert.equal(journal.length, 1);
+    assert.equal(journal[0].status, "confirmed");
+    assert.deepEqual(journal[0].decision, { tool: "t", args: { a: 1 } });
+    assert.deepEqual(journal[0].usage, { total_tokens: 9 });
+    assert.equal(journal[0].llm_attempts, 1);
+    assert.equal(effects[0].status, "confirmed");
+    assert.equal(effects[0].result, "id-1");
+    assert.equal(effects[0].remote, "created");
+    assert.equal(effects[0].attempts, 1);
+    assert.equal(new Date(effects[0].confirmed_at!).getTime(), at(4).getTime());
+  });
+
+  await t.step(
+    "an intent written again counts one more attempt; a confirmed row is never reopened",
+    async () => {
+      await store.createRun("r-again", "goal", T0);
+      const f: Fence = { runId: "r-again", epoch: (await store.claim("r-again", 0, "w", T0))! };
+      assert.equal(await store.journalIntent(f, 0, T0), 1);
+      assert.equal(await store.journalIntent(f, 0, T0), 2);
+      await store.journalConfirm(f, 0, { done: true, message: "ok" }, undefined, T0);
+      await assert.rejects(store.journalIntent(f, 0, T0), (e: FencedError) => e.code === "STALLED");
+      const e = { key: "r-again:1", seq: 1, tool: "t", args: {} };
+      assert.equal(await store.effectIntent(f, e, T0), 1);
+      assert.equal(await store.effectIntent(f, e, T0), 2);
+      await store.effectConfirm(f, e.key, "x", "already_done", T0);
+      await assert.rejects(store.effectIntent(f, e, T0), (err: FencedError) => err.code === "STALLED");
+      await assert.rejects(
+        store.effectConfirm(f, e.key, "y", "created", T0),
+        (err: FencedError) => err.code === "STALLED",
+      );
+      const { effects } = await store.loadHistory("r-again");
+      assert.equal(effects[0].result, "x", "the confirmed result is not overwritten");
+    },
+  );
+
+  await t.step("every guarded write from a stale epoch is refused as FENCED and writes nothing", async () => {
+    await store.createRun("r-fence", "goal", T0);
+    const old: Fence = { runId: "r-fence", epoch: (await store.claim("r-fence", 0, "old", T0))! };
+    await store.journalIntent(old, 0, T0);
+    await store.effectIntent(old, { key: "r-fence:0", seq: 0, tool: "t", args: {} }, T0);
+    const fresh = (await store.claim("r-fence", old.epoch, "new", T0))!;
+    assert.equal(fresh, old.epoch + 1);
+    const fenced = (e: unknown) => e instanceof FencedError && e.code === "FENCED";
+    await assert.rejects(store.journalIntent(old, 1, T0), fenced);
+    await assert.rejects(store.journalIntent(old, 0, T0), fenced);
+    await assert.rejects(store.journalReject(old, 0, { code: "X", message: "m" }), fenced);
+    await assert.rejects(store.journalConfirm(old, 0, { done: true, message: "" }, undefined, T0), fenced);
+    await assert.rejects(
+      store.effectIntent(old, { key: "r-fence:1", seq: 1, tool: "t", args: {} }, T0),
+      fenced,
+    );
+    await assert.rejects(store.effectConfirm(old, "r-fence:0", 1, "created", T0), fenced);
+    await assert.rejects(store.effectSettle(old, "r-fence:0", "failed", "e", T0), fenced);
+    await assert.rejects(store.finishRun(old, "done", null, T0), fenced);
+    assert.equal(await store.heartbeat(old, at(5)), false);
+    const { journal, effects } = await store.loadHistory("r-fence");
+    assert.deepEqual(journal.map((j) => [j.seq, j.status, j.llm_attempts]), [[0, "intent", 1]]);
+    assert.deepEqual(effects.map((e) => [e.seq, e.status, e.attempts]), [[0, "intent", 1]]);
+    assert.equal((await store.getRun("r-fence"))?.status, "running");
+  });
+
+  await t.step("a closed run refuses writes as RUN_CLOSED", async () => {
+    await store.createRun("r-closed", "goal", T0);
+    const f: Fence = { runId: "r-closed", epoch: (await store.claim("r-closed", 0, "w", T0))! };
+    await store.finishRun(f, "done", null, T0);
+    await assert.rejects(store.journalIntent(f, 0, T0), (e: FencedError) => e.code === "RUN_CLOSED");
+    assert.equal(await store.claim("r-closed", f.epoch, "x", T0), undefined);
+  });
+
+  await t.step("rejections accumulate on an intent row", async () => {
+    await store.createRun("r-reject", "goal", T0);
+    const f: Fence = { runId: "r-reject", epoch: (await store.claim("r-reject", 0, "w", T0))! };
+    await store.journalIntent(f, 0, T0);
+    await store.journalReject(f, 0, { code: "A", message: "first" });
+    await store.journalReject(f, 0, { code: "B", message: "second" });
+    const { journal } = await store.loadHistory("r-reject");
+    assert.deepEqual(journal[0].rejections, [{ code: "A", message: "first" }, {
+      code: "B",
+      message: "second",
+    }]);
+  });
+
+  await t.step("heartbeat() refreshes the lease under the current epoch", async () => {
+    await store.createRun("r-hb", "goal", T0);
+    const f: Fence = { runId: "r-hb", epoch: (await store.claim("r-hb", 0, "w", T0))! };
+    assert.equal(await store.heartbeat(f, at(7)), true);
+    const run = await store.getRun("r-hb");
+    assert.equal(new Date(run!.heartbeat_at!).getTime(), at(7).getTime());
+  });
+}
+
+Deno.test("Store on PGlite keeps every promise of the fenced protocol", async (t) => {
+  const store = new Store(await openPglite());
+  try {
+    await store.applySchema();
+    await store.checkSchema();
+    await storeCases(t, store);
+  } finally {
+    await store.client.close();
+  }
+});
+
+Deno.test({
+  name: "Store on PostgreSQL keeps every promise of the fenced protocol",
+  ignore: pgIgnore("Store on PostgreSQL"),
+  fn: async (t) => {
+    const pg = await freshSchema();
+    try {
+      await pg.store.checkSchema();
+      await storeCases(t, pg.store);
+    } finally {
+      await pg.drop();
+    }
+  },
+});
+
+Deno.test("checkSchema() says how to load schema.sql when the tables are missing", async () => {
+  const store = new Store(await openPglite());
+  try {
+    await assert.rejects(store.checkSchema(), (e: Error & { code?: string }) => {
+      assert.equal(e.code, "SCHEMA_MISSING");
+      assert.match(e.message, /psql "\$DATABASE_URL" -f schema\.sql/);
+      return true;
+    });
+  } finally {
+    await store.client.close();
+  }
+});
+
+Deno.test("openPglite() refuses a directory another handle holds, naming the holder's pid", async () => {
+  const dir = await Deno.makeTempDir();
+  const first = await openPglite(`${dir}/db`);
+  try {
+    await assert.rejects(openPglite(`${dir}/db`), (e: Error & { code?: string }) => {
+      assert.equal(e.code, "DATA_DIR_LOCKED");
+      assert.match(e.message, new RegExp(`in use by pid ${Deno.pid}`));
+      return true;
+    });
+  } finally {
+    await first.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

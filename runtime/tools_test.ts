@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { defineTool, ToolRegistry } from "./tools.ts";
+
+const echo = defineTool({
+  name: "echo",
+  description: "Echo a word.",
+  args: z.strictObject({ word: z.string(), times: z.number().int().default(1) }),
+  run: (args) => Promise.resolve({ result: args.word.repeat(args.times) }),
+});
+
+Deno.test("defineTool() derives the model's JSON schema from zod, rejecting unknown fields", () => {
+  assert.deepEqual(echo.parameters, {
+    type: "object",
+    properties: {
+      word: { type: "string" },
+      times: {
+        type: "integer",
+        default: 1,
+        minimum: Number.MIN_SAFE_INTEGER,
+        maximum: Number.MAX_SAFE_INTEGER,
+      },
+    },
+    required: ["word"],
+    additionalProperties: false,
+  });
+  assert.equal(echo.idempotent, true);
+});
+
+Deno.test("ToolRegistry.check() names the unknown tool and lists the available ones", () => {
+  const registry = new ToolRegistry([echo]);
+  const checked = registry.check("launch_rocket", {});
+  assert.equal(checked.ok, false);
+  assert.equal(!checked.ok && checked.code, "UNKNOWN_TOOL");
+  assert.match(!checked.ok ? checked.message : "", /Unknown tool "launch_rocket"\. Available tools: echo/);
+});
+
+Deno.test("ToolRegistry.check() refuses bad and unknown arguments instead of dropping them", async (t) => {
+  const registry = new ToolRegistry([echo]);
+  for (const args of [{ word: 42 }, { word: "a", extra: true }, "not an object", null]) {
+    await t.step(JSON.stringify(args), () => {
+      const checked = registry.check("echo", args);
+      assert.equal(checked.ok, false);
+      assert.equal(!checked.ok && checked.code, "BAD_ARGS");
+    });
+  }
+  const ok = registry.check("echo", { word: "hi" });
+  assert.equal(ok.ok && JSON.stringify(ok.args), '{"word":"hi","times":1}');
+});
+
+Deno.test("defineTool() refuses bad names and limits with the value seen", () => {
+  const base = { description: "", args: z.strictObject({}), run: () => Promise.resolve({ result: null }) };
+  assert.throws(() => defineTool({ ...base, name: "has space" }), /"has space"/);
+  assert.throws(
+    () => defineTool({ ...base, name: "t", timeoutMs: 0 }),
+    /'timeoutMs' must be a positive integer: current value is 0/,
+  );
+  assert.throws(() => new ToolRegistry([echo, echo]), /Two tools are named echo/);
+});

@@ -1,0 +1,107 @@
+/**
+ * The README's promises, with real processes killed by SIGKILL: on the
+ * embedded default (PGlite + in-process mocks persisted under DATA_DIR), and
+ * on PostgreSQL with the mocks as HTTP servers.
+ */
+import assert from "node:assert/strict";
+import { MockCloud } from "../mock/cloud.ts";
+import { serveMocks } from "../mock/server.ts";
+import { freshSchema, pgIgnore } from "./_pg.ts";
+import { events, type ProcResult, runWorkerProcess } from "./_proc.ts";
+
+function assertKilled(r: ProcResult, point: string): void {
+  assert.equal(r.signal, "SIGKILL", `expected a kill -9 at ${point}:\n${r.stdout}\n${r.stderr}`);
+  assert.equal(r.code, 137);
+  assert.match(r.stdout, new RegExp(`!!! CRASH_AT=${point} seq=0 -- kill -9`));
+}
+
+function assertDone(r: ProcResult, run: string): void {
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, new RegExp(`INFO  done  run=${run}  steps=3  llm_calls=4\\n$`));
+}
+
+/** after_decide: the restart replays the decision (no model call) and runs the tool once. */
+async function proveAfterDecide(env: Record<string, string>, run: string, created: () => Promise<number>) {
+  assertKilled(await runWorkerProcess({ ...env, RUN_ID: run, CRASH_AT: "after_decide" }), "after_decide");
+  const second = await runWorkerProcess({ ...env, RUN_ID: run });
+  assertDone(second, run);
+  const replayed = events(second.stdout, "replayed").find((l) => l.includes("seq=0"));
+  assert.ok(replayed, second.stdout);
+  assert.match(replayed, /tool=create_server {2}args=\{"name":"srv-1"/);
+  assert.match(replayed, /llm_calls=1$/);
+  assert.equal(
+    events(second.stdout, "deciding").some((l) => l.includes("seq=0")),
+    false,
+    "seq 0 is not decided again",
+  );
+  const confirmed0 = events(second.stdout, "confirmed").find((l) => l.includes("seq=0"));
+  assert.match(confirmed0 ?? "", /remote=created/);
+  assert.equal(await created(), 3);
+}
+
+/** after_call: the restart re-sends under the same key and the remote answers already_done. */
+async function proveAfterCall(env: Record<string, string>, run: string, created: () => Promise<number>) {
+  assertKilled(await runWorkerProcess({ ...env, RUN_ID: run, CRASH_AT: "after_call" }), "after_call");
+  assert.equal(await created(), 1, "the remote acted before the kill");
+  const second = await runWorkerProcess({ ...env, RUN_ID: run });
+  assertDone(second, run);
+  const confirmed0 = events(second.stdout, "confirmed").find((l) => l.includes("seq=0"));
+  assert.match(confirmed0 ?? "", new RegExp(`key=${run}:0 {2}result=i-\\d+ {2}remote=already_done`));
+  assert.match(second.stdout, /reconciled {2}run=\S+ {2}key=\S+:0 {2}outcome=already_done/);
+  assert.equal(await created(), 3, "one resource per key");
+}
+
+Deno.test("the embedded default survives kill -9 at after_decide and after_call", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "agent-runtime-demo-" });
+  const env = { DATA_DIR: dir };
+  const createdFor = (run: string) => async () => {
+    const cloud = await MockCloud.open({ state_path: `${dir}/mock-cloud.json` });
+    return cloud.created(`${run}:`).length;
+  };
+  try {
+    await t.step(
+      "a clean run ends done steps=3 llm_calls=4, and a second start says it is already done",
+      async () => {
+        const first = await runWorkerProcess(env);
+        assertDone(first, "run1");
+        assert.match(
+          first.stdout,
+          /backends {2}store=pglite:\S+ {2}model=in-process-mock {2}cloud=in-process-mock/,
+        );
+        const again = await runWorkerProcess(env);
+        assert.equal(again.code, 0);
+        assert.match(again.stdout, /already-done {2}run=run1 {2}steps=3 {2}llm_calls=4/);
+      },
+    );
+    await t.step(
+      "after_decide: replayed, not re-decided",
+      () => proveAfterDecide(env, "demo", createdFor("demo")),
+    );
+    await t.step(
+      "after_call: re-sent, already_done",
+      () => proveAfterCall(env, "demo2", createdFor("demo2")),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test({
+  name: "on PostgreSQL with the mocks over HTTP, kill -9 at after_decide and after_call loses nothing",
+  ignore: pgIgnore("demo proofs on PostgreSQL"),
+  fn: async (t) => {
+    const pg = await freshSchema();
+    const mocks = await serveMocks();
+    const env = { DATABASE_URL: pg.url, MODEL_URL: mocks.model_url, CLOUD_URL: mocks.cloud_url };
+    const createdFor = (run: string) => () => Promise.resolve(mocks.cloud.created(`${run}:`).length);
+    try {
+      await t.step("after_decide", () => proveAfterDecide(env, "pg-demo", createdFor("pg-demo")));
+      await t.step("after_call", () => proveAfterCall(env, "pg-demo2", createdFor("pg-demo2")));
+      assert.equal(mocks.model.calls("pg-demo"), 4);
+      assert.equal(mocks.model.calls("pg-demo2"), 4);
+    } finally {
+      await mocks.close();
+      await pg.drop();
+    }
+  },
+});
