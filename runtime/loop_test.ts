@@ -1,0 +1,96 @@
+import assert from "node:assert/strict";
+import { MockCloud } from "../mock/cloud.ts";
+import { demoTools } from "../mock/demo_tools.ts";
+import { MockModel } from "../mock/model.ts";
+import { ManualClock } from "./clock.ts";
+import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
+import { CrashPoints } from "./crashpoints.ts";
+import { arraySink, Logger } from "./log.ts";
+import { runWorker } from "./loop.ts";
+import { OpenAIPlanner } from "./planner.ts";
+import { CountingClient } from "./store/counting.ts";
+import { openPglite } from "./store/pglite.ts";
+import { Store } from "./store/store.ts";
+import { ToolRegistry } from "./tools.ts";
+
+async function setup() {
+  const clock = new ManualClock();
+  const counting = new CountingClient(await openPglite());
+  const store = new Store(counting);
+  await store.applySchema();
+  const model = await MockModel.open({ now: () => clock.now() });
+  const cloud = await MockCloud.open({ now: () => clock.now() });
+  const lines: string[] = [];
+  const log = new Logger({ clock, sink: arraySink(lines) });
+  const deps: WorkerDeps = {
+    store,
+    planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
+    tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),
+    clock,
+    log,
+    crash: CrashPoints.none({ log, clock }),
+    owner: "w1",
+    maxSteps: 12,
+    heartbeatMs: 3000,
+    leaseMs: 12000,
+    retry: DEFAULT_RETRY,
+    random: () => 0.5,
+  };
+  return { deps, counting, store, model, cloud, lines };
+}
+
+Deno.test("runWorker() drives the demo to done with four statements a step and none re-read", async (t) => {
+  const { deps, counting, store, model, cloud, lines } = await setup();
+  try {
+    await t.step("a clean run: 3 tool steps, 4 model calls, 3 resources", async () => {
+      const outcome = await runWorker(deps, "clean", "goal");
+      assert.equal(outcome.status, "done");
+      assert.equal(outcome.steps, 3);
+      assert.equal(outcome.llmCalls, 4);
+      assert.equal(model.calls("clean"), 4);
+      assert.deepEqual(cloud.created("clean:").map((c) => c.key), ["clean:0", "clean:1", "clean:2"]);
+    });
+
+    await t.step(
+      "the statement count is the protocol's: 6 per run + 4 per tool step + 2 for the done step",
+      () => {
+        // per run: createRun, getRun, claim, loadHistory (2 selects), finishRun
+        assert.equal(counting.total, 6 + 4 * 3 + 2);
+        assert.deepEqual(Object.fromEntries(counting.counts), { insert: 8, select: 3, update: 9 });
+      },
+    );
+
+    await t.step("the DNS record targets the server decided at step 0", async () => {
+      const dns = cloud.created("clean:").find((c) => c.kind === "dns_record");
+      assert.equal(dns?.payload.target, "srv-1");
+      const { journal } = await store.loadHistory("clean");
+      assert.deepEqual(journal.map((j) => j.status), ["confirmed", "confirmed", "confirmed", "confirmed"]);
+      assert.ok(journal.every((j) => j.usage !== null), "token usage is stored per step");
+    });
+
+    await t.step("a second worker on a done run does nothing and says so", async () => {
+      counting.reset();
+      const again = await runWorker(deps, "clean", "goal");
+      assert.equal(again.status, "done");
+      assert.equal(again.alreadyClosed, true);
+      assert.equal(again.llmCalls, 4);
+      assert.equal(model.calls("clean"), 4);
+      assert.match(lines.at(-1)!, /already-done {2}run=clean {2}steps=3 {2}llm_calls=4/);
+      assert.equal(counting.counts.get("update") ?? 0, 0, "a closed run is not written");
+    });
+
+    await t.step(
+      "MAX_STEPS stops a run that does not finish (guard) and fails it with the reason",
+      async () => {
+        const outcome = await runWorker({ ...deps, maxSteps: 2 }, "guarded", "goal");
+        assert.equal(outcome.status, "failed");
+        assert.match(outcome.error ?? "", /MAX_STEPS=2/);
+        assert.equal((await store.getRun("guarded"))?.status, "failed");
+        assert.ok(lines.some((l) => /WARN  guard {2}run=guarded {2}max_steps=2/.test(l)));
+        assert.equal(cloud.created("guarded:").length, 2);
+      },
+    );
+  } finally {
+    await store.client.close();
+  }
+});

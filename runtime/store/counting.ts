@@ -1,0 +1,52 @@
+/**
+ * A driver wrapper that counts statements, for the benchmark and for tests
+ * that pin the protocol's cost (four commits a step, no reads on the happy
+ * path).
+ *
+ * @module
+ */
+
+import type { SqlClient } from "./store.ts";
+
+/** Counts every statement sent through it, by its first word. */
+export class CountingClient implements SqlClient {
+  readonly #inner: SqlClient;
+  /** Statements by kind: `insert`, `update`, `select`, ... */
+  readonly counts: Map<string, number> = new Map();
+
+  /** Wraps `inner`. */
+  constructor(inner: SqlClient) {
+    this.#inner = inner;
+  }
+
+  /** The wrapped driver's description. */
+  get describe(): string {
+    return this.#inner.describe;
+  }
+
+  /** Every statement counted so far. */
+  get total(): number {
+    let n = 0;
+    for (const c of this.counts.values()) n += c;
+    return n;
+  }
+
+  /** Forgets the counts. */
+  reset(): void {
+    this.counts.clear();
+  }
+
+  query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]> {
+    const kind = text.trimStart().split(/\s+/, 1)[0].toLowerCase();
+    this.counts.set(kind, (this.counts.get(kind) ?? 0) + 1);
+    return this.#inner.query<T>(text, params);
+  }
+
+  exec(text: string): Promise<void> {
+    return this.#inner.exec(text);
+  }
+
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+}
