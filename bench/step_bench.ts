@@ -1,0 +1,137 @@
+/**
+ * `deno task bench`: what a durable step costs. Drives whole demo runs (3 tool
+ * steps + the done step) through the real loop and store, with the mocks
+ * in-process so the figures are the runtime's and the database's, and
+ * reports steps per second and statements per step:
+ *
+ * - PGlite (embedded), runs one after another;
+ * - PostgreSQL (`DATABASE_URL` or `TEST_DATABASE_URL`), one run at a time and
+ *   many runs at once in this one process (one worker process, many runs).
+ *
+ * Flags: `--runs N` (default 200), `--concurrency N` (default 16).
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import postgres from "postgres";
+import { MockCloud } from "../mock/cloud.ts";
+import { demoTools } from "../mock/demo_tools.ts";
+import { MockModel } from "../mock/model.ts";
+import { SystemClock } from "../runtime/clock.ts";
+import { DEFAULT_RETRY, type WorkerDeps } from "../runtime/context.ts";
+import { CrashPoints } from "../runtime/crashpoints.ts";
+import { Logger } from "../runtime/log.ts";
+import { runWorker } from "../runtime/loop.ts";
+import { OpenAIPlanner } from "../runtime/planner.ts";
+import { CountingClient } from "../runtime/store/counting.ts";
+import { openPglite } from "../runtime/store/pglite.ts";
+import { openPostgres } from "../runtime/store/postgres.ts";
+import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
+import { ToolRegistry } from "../runtime/tools.ts";
+
+const STEPS_PER_RUN = 4; // three tool steps and the done step
+
+async function deps(client: SqlClient, tag: string): Promise<{ deps: WorkerDeps; counting: CountingClient }> {
+  const clock = new SystemClock();
+  const counting = new CountingClient(client);
+  const log = new Logger({ clock, sink: () => {} });
+  const model = await MockModel.open();
+  const cloud = await MockCloud.open();
+  return {
+    counting,
+    deps: {
+      store: new Store(counting),
+      planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
+      tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),
+      clock,
+      log,
+      crash: CrashPoints.none({ log, clock }),
+      owner: `bench-${tag}`,
+      maxSteps: 12,
+      heartbeatMs: 3_000,
+      leaseMs: 12_000,
+      retry: DEFAULT_RETRY,
+      random: Math.random,
+    },
+  };
+}
+
+async function drive(
+  name: string,
+  client: SqlClient,
+  runs: number,
+  concurrency: number,
+): Promise<void> {
+  const { deps: d, counting } = await deps(client, name);
+  // Warm up (JIT, prepared statements) on a few runs that are not counted.
+  for (let i = 0; i < 3; i++) await runWorker(d, `warm-${crypto.randomUUID()}`, "bench");
+  counting.reset();
+  const prefix = crypto.randomUUID().slice(0, 8);
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      // Bounded: each worker takes the next run number until `runs` are taken.
+      while (next < runs) {
+        const i = next++;
+        const outcome = await runWorker(d, `b-${prefix}-${i}`, "bench");
+        if (outcome.status !== "done") throw new Error(`run ${i} ended ${outcome.status}`);
+      }
+    }),
+  );
+  const seconds = (performance.now() - t0) / 1000;
+  const steps = runs * STEPS_PER_RUN;
+  const perRun = counting.total / runs;
+  console.log(
+    `${name.padEnd(34)} runs=${runs}  concurrency=${concurrency}  steps/s=${(steps / seconds).toFixed(0)}  ` +
+      `runs/s=${(runs / seconds).toFixed(1)}  statements/run=${perRun.toFixed(1)}  ` +
+      `statements/tool-step=${
+        ((perRun - 6 - 2) / (STEPS_PER_RUN - 1)).toFixed(2)
+      } (+2 for the done step, +6 per run)`,
+  );
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: { runs: { type: "string", default: "200" }, concurrency: { type: "string", default: "16" } },
+  });
+  const runs = Number(values.runs);
+  const concurrency = Number(values.concurrency);
+  if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(concurrency) || concurrency < 1) {
+    console.error(
+      `bench: --runs and --concurrency must be positive integers: got ${values.runs}, ${values.concurrency}`,
+    );
+    Deno.exit(2);
+  }
+  console.log(`bench: ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}`);
+
+  const pglite = await openPglite();
+  await pglite.exec(SCHEMA_SQL);
+  await drive("pglite (embedded), sequential", pglite, Math.min(runs, 100), 1);
+  await pglite.close();
+
+  const url = Deno.env.get("DATABASE_URL") || Deno.env.get("TEST_DATABASE_URL");
+  if (!url) {
+    console.log("postgres: skipped (set DATABASE_URL or TEST_DATABASE_URL)");
+  } else {
+    const schema = `bench_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
+    const admin = postgres(url, { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create schema ${schema}`);
+    await admin.unsafe(`set search_path to ${schema}; ${SCHEMA_SQL}`).simple();
+    const u = new URL(url);
+    u.searchParams.set("search_path", schema);
+    try {
+      const one = await openPostgres(u.toString(), { max: 1 });
+      await drive("postgres, sequential", one, runs, 1);
+      await one.close();
+      const many = await openPostgres(u.toString(), { max: concurrency });
+      await drive(`postgres, ${concurrency} runs at once`, many, runs * 2, concurrency);
+      await many.close();
+    } finally {
+      await admin.unsafe(`drop schema ${schema} cascade`);
+      await admin.end();
+    }
+  }
+}
