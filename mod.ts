@@ -88,6 +88,7 @@ export {
 export { exitCodeOf, type RunOutcome, runWorker, type WorkerStatus } from "./runtime/loop.ts";
 export {
   type ChatMessage,
+  type ChatToolCall,
   type DecideRequest,
   type FetchLike,
   type ModelAnswer,
@@ -100,8 +101,10 @@ export { openPglite, PgliteClient } from "./runtime/store/pglite.ts";
 export { openPostgres, PostgresClient, type PostgresOptions } from "./runtime/store/postgres.ts";
 export {
   type Decision,
+  type EffectStatus,
   type Fence,
   type JournalRow,
+  type Rejection,
   type RunRow,
   type RunStatus,
   SCHEMA_SQL,
@@ -110,8 +113,11 @@ export {
   Store,
 } from "./runtime/store/store.ts";
 export {
+  type ArgsSchema,
+  type CheckedCall,
   defineTool,
   type Json,
+  type OpenAITool,
   type Tool,
   type ToolContext,
   type ToolOutcome,
@@ -119,5 +125,18 @@ export {
   type ToolSpec,
 } from "./runtime/tools.ts";
 export { demoTools, type DemoToolsOptions } from "./mock/demo_tools.ts";
-export { MockCloud } from "./mock/cloud.ts";
-export { MockModel } from "./mock/model.ts";
+export {
+  type CloudFaultSpec,
+  type CloudRequestCounts,
+  type CreatedResource,
+  MockCloud,
+  type MockCloudOptions,
+  type ResourceKind,
+} from "./mock/cloud.ts";
+export {
+  MockModel,
+  type MockModelOptions,
+  type ModelCallCounts,
+  type ModelFaultMode,
+  type ModelFaultSpec,
+} from "./mock/model.ts";

@@ -34,22 +34,33 @@ export const DEFAULT_GOAL =
 
 /** Validated settings of a worker. */
 export interface Settings {
+  /** The run to work (`RUN_ID`). */
   runId: string;
+  /** The goal, used when the run is created (`GOAL`). */
   goal: string;
   /** Unset: the embedded PGlite store under `dataDir`. */
   databaseUrl?: string;
+  /** Where the embedded database and the in-process mocks keep their state (`DATA_DIR`). */
   dataDir: string;
   /** Unset: the in-process mock model. */
   modelUrl?: string;
+  /** The model name sent with each request (`MODEL`). */
   model: string;
+  /** Bearer token for the model (`MODEL_API_KEY`); never logged. */
   modelApiKey?: string;
   /** Unset: the in-process mock cloud. */
   cloudUrl?: string;
+  /** Decisions before `guard` stops the run (`MAX_STEPS`). */
   maxSteps: number;
+  /** This worker's name, written to `runs.owner` (`WORKER`). */
   worker: string;
+  /** Where to crash or stall (`CRASH_AT`, `CRASH_SEQ`, `STALL_AT`, `STALL_MS`). */
   crash: CrashPlan;
+  /** How often the lease is refreshed (`HEARTBEAT_S`). */
   heartbeatMs: number;
+  /** How old a heartbeat may get before the run counts as abandoned (`LEASE_S`). */
   leaseMs: number;
+  /** `text` or `json` (`LOG_FORMAT`). */
   logFormat: LogFormat;
   /** Exit when stdin reaches EOF (set by the supervisor for its workers). */
   exitOnStdinEof: boolean;

@@ -35,11 +35,17 @@ export const DEFAULT_RETRY: RetryPolicy = {
 
 /** Everything a worker needs, passed in (no module-level state). */
 export interface WorkerDeps {
+  /** Every statement the worker runs. */
   store: Store;
+  /** The model. */
   planner: Planner;
+  /** The tools this run may use. */
   tools: ToolRegistry;
+  /** Time, for timestamps, sleeps and timeouts. */
   clock: Clock;
+  /** Where events go. */
   log: Logger;
+  /** The crash points, armed or not. */
   crash: CrashPoints;
   /** Written to `runs.owner`. */
   owner: string;
@@ -49,6 +55,7 @@ export interface WorkerDeps {
   heartbeatMs: number;
   /** How old a heartbeat may be before the run counts as abandoned. */
   leaseMs: number;
+  /** Limits on re-asks, retries and waits. */
   retry: RetryPolicy;
   /** Jitter source in [0, 1): `Math.random` in production, seeded in the harness. */
   random: () => number;
@@ -56,9 +63,13 @@ export interface WorkerDeps {
 
 /** The run as this worker knows it. */
 export interface RunState {
+  /** The run and the epoch this worker holds. */
   fence: Fence;
+  /** The run's goal, sent to the model. */
   goal: string;
+  /** Journal rows by `seq`. */
   journal: Map<number, JournalRow>;
+  /** Tool calls by `seq`. */
   effects: Map<number, SideEffectRow>;
   /** Model requests paid for across the whole run (sum of `llm_attempts`). */
   llmCalls: number;

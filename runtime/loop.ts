@@ -25,14 +25,19 @@ export type WorkerStatus =
 
 /** The end of a worker's turn on a run. */
 export interface RunOutcome {
+  /** The run. */
   runId: string;
+  /** How this worker's turn ended. */
   status: WorkerStatus;
   /** The run's status in the database as this worker last saw it. */
   runStatus?: RunStatus;
   /** True when the run was already closed before this worker started. */
   alreadyClosed: boolean;
+  /** Steps taken (tool steps, for a done run). */
   steps: number;
+  /** Model requests paid for across the whole run. */
   llmCalls: number;
+  /** Why the run failed, was blocked, or was lost. */
   error?: string;
 }
 

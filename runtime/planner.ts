@@ -19,15 +19,21 @@ export type ChatMessage =
 
 /** A tool call inside an assistant message. */
 export interface ChatToolCall {
+  /** Pairs the call with its tool message. */
   id: string;
+  /** Always `function`. */
   type: "function";
+  /** The function's name and its JSON-encoded arguments. */
   function: { name: string; arguments: string };
 }
 
 /** Token counts reported by the model. */
 export interface Usage {
+  /** Tokens in the request. */
   prompt_tokens?: number;
+  /** Tokens in the answer. */
   completion_tokens?: number;
+  /** Both together. */
   total_tokens?: number;
 }
 
@@ -38,10 +44,15 @@ export type ModelAnswer =
 
 /** One question to the model. */
 export interface DecideRequest {
+  /** The run asking (sent as `user`). */
   runId: string;
+  /** The step being decided. */
   seq: number;
+  /** The conversation so far. */
   messages: ChatMessage[];
+  /** The tools the model may call. */
   tools: OpenAITool[];
+  /** Aborts the request. */
   signal?: AbortSignal;
 }
 

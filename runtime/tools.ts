@@ -39,14 +39,23 @@ export interface ToolOutcome {
   remote?: "created" | "already_done";
 }
 
+/**
+ * What the runtime needs of an argument schema: a zod schema (zod 4), seen
+ * structurally so the public API does not expose zod's own types.
+ */
+export interface ArgsSchema<Out = unknown> {
+  /** Parses without throwing, as zod's `safeParse` does. */
+  safeParse(input: unknown): { success: true; data: Out } | { success: false; error: unknown };
+}
+
 /** What {@link defineTool} takes. */
-export interface ToolSpec<S extends z.ZodType> {
+export interface ToolSpec<A> {
   /** 1-64 letters, digits, `_` or `-` (the chat-completions rule for function names). */
   name: string;
   /** Shown to the model. */
   description: string;
   /** The arguments' schema. Use `z.strictObject` so unknown fields are rejected, not dropped. */
-  args: S;
+  args: ArgsSchema<A>;
   /**
    * True (the default) when the remote honours the idempotency key, so a call
    * whose outcome is unknown may be re-sent. False: such a call is flagged for
@@ -58,19 +67,26 @@ export interface ToolSpec<S extends z.ZodType> {
   /** Requests under one key before the run fails (transient errors only). Default 4. */
   maxAttempts?: number;
   /** Performs the call. Throw a {@link ToolError} to say whether a re-send may help. */
-  run(args: z.output<S>, ctx: ToolContext): Promise<ToolOutcome>;
+  run(args: A, ctx: ToolContext): Promise<ToolOutcome>;
 }
 
 /** A tool as the runtime holds it. */
 export interface Tool {
+  /** The tool's unique name. */
   readonly name: string;
+  /** Shown to the model. */
   readonly description: string;
-  readonly args: z.ZodType;
+  /** The arguments' zod schema. */
+  readonly args: ArgsSchema;
+  /** Whether the remote honours the idempotency key. */
   readonly idempotent: boolean;
+  /** Per-request timeout. */
   readonly timeoutMs: number;
+  /** Requests under one key before the run fails. */
   readonly maxAttempts: number;
   /** The JSON Schema the model sees, derived from `args`. */
   readonly parameters: Record<string, unknown>;
+  /** Performs the call with arguments already checked against `args`. */
   run(args: unknown, ctx: ToolContext): Promise<ToolOutcome>;
 }
 
@@ -91,7 +107,7 @@ const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
  * });
  * ```
  */
-export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool {
+export function defineTool<A>(spec: ToolSpec<A>): Tool {
   if (!TOOL_NAME.test(spec.name)) {
     throw new RuntimeError(
       "TOOL_INVALID",
@@ -114,7 +130,10 @@ export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool {
   }
   let parameters: Record<string, unknown>;
   try {
-    parameters = z.toJSONSchema(spec.args, { io: "input" }) as Record<string, unknown>;
+    parameters = z.toJSONSchema(spec.args as unknown as z.ZodType, { io: "input" }) as Record<
+      string,
+      unknown
+    >;
   } catch (err) {
     throw new RuntimeError(
       "TOOL_INVALID",
@@ -133,7 +152,7 @@ export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool {
     timeoutMs,
     maxAttempts,
     parameters,
-    run: (args, ctx) => spec.run(args as z.output<S>, ctx),
+    run: (args, ctx) => spec.run(args as A, ctx),
   };
 }
 
@@ -190,7 +209,7 @@ export class ToolRegistry {
       return {
         ok: false,
         code: "BAD_ARGS",
-        message: `Arguments for ${name} do not fit its schema: ${z.prettifyError(parsed.error)}`,
+        message: `Arguments for ${name} do not fit its schema: ${describeIssues(parsed.error)}`,
       };
     }
     return { ok: true, tool, args: parsed.data };
@@ -199,6 +218,12 @@ export class ToolRegistry {
 
 /** A function tool in the chat-completions `tools` list. */
 export interface OpenAITool {
+  /** Always `function`. */
   type: "function";
+  /** The name, description and JSON Schema of the arguments. */
   function: { name: string; description: string; parameters: Record<string, unknown> };
+}
+
+function describeIssues(error: unknown): string {
+  return error instanceof z.ZodError ? z.prettifyError(error) : String(error);
 }

@@ -33,14 +33,23 @@ export type RunStatus = "pending" | "running" | "blocked" | "done" | "failed" | 
 
 /** A row of `runs`. */
 export interface RunRow {
+  /** The run. */
   run_id: string;
+  /** What the agent is asked to do. */
   goal: string;
+  /** Where the row stands. */
   status: RunStatus;
+  /** The fencing epoch of the claim that last wrote it. */
   epoch: number;
+  /** The worker that claimed it last. */
   owner: string | null;
+  /** The lease: when the owner last proved it is alive. */
   heartbeat_at: Date | null;
+  /** Why it failed, was flagged or was blocked. */
   error: string | null;
+  /** When it was created. */
   created_at: Date;
+  /** When its status last changed. */
   updated_at: Date;
 }
 
@@ -51,21 +60,33 @@ export type Decision =
 
 /** An answer the runtime refused, kept so a re-ask (and a restart) can tell the model why. */
 export interface Rejection {
+  /** Why, as a stable code such as `UNKNOWN_TOOL`. */
   code: string;
+  /** Why, in words the model can act on. */
   message: string;
 }
 
 /** A row of `journal`. */
 export interface JournalRow {
+  /** The run. */
   run_id: string;
+  /** The step number, from 0. */
   seq: number;
+  /** Where the row stands. */
   status: "intent" | "confirmed";
+  /** The committed decision, once confirmed. */
   decision: Decision | null;
+  /** Model requests paid for this step. */
   llm_attempts: number;
+  /** Token usage the model reported for the deciding answer. */
   usage: Json | null;
+  /** Answers refused for this step. */
   rejections: Rejection[];
+  /** The fencing epoch of the claim that last wrote it. */
   epoch: number;
+  /** When the (last) intent was written. */
   intent_at: Date;
+  /** When the outcome was written. */
   confirmed_at: Date | null;
 }
 
@@ -74,26 +95,43 @@ export type EffectStatus = "intent" | "confirmed" | "flagged" | "failed";
 
 /** A row of `side_effects`. */
 export interface SideEffectRow {
+  /** `<run_id>:<seq>`. */
   idempotency_key: string;
+  /** The run. */
   run_id: string;
+  /** The step number, from 0. */
   seq: number;
+  /** The tool called. */
   tool: string;
+  /** The arguments as decided. */
   args: Json;
+  /** Where the row stands. */
   status: EffectStatus;
+  /** What the remote answered. */
   result: Json | null;
+  /** `created`, `already_done`, or `resolved` by a human. */
   remote: "created" | "already_done" | "resolved" | null;
+  /** Why it failed, was flagged or was blocked. */
   error: string | null;
+  /** Requests sent (or about to be) under the key. */
   attempts: number;
+  /** The fencing epoch of the claim that last wrote it. */
   epoch: number;
+  /** When the (last) intent was written. */
   intent_at: Date;
+  /** When the outcome was written. */
   confirmed_at: Date | null;
+  /** Who resolved a flagged call. */
   resolved_by: string | null;
+  /** When a flagged call was resolved. */
   resolved_at: Date | null;
 }
 
 /** Who may write: a run and the epoch its claim produced. */
 export interface Fence {
+  /** The run. */
   runId: string;
+  /** The fencing epoch of the claim that last wrote it. */
   epoch: number;
 }
 
