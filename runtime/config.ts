@@ -206,7 +206,8 @@ export function redactUrl(raw: string): string {
     if (u.password) u.password = "***";
     return u.toString();
   } catch {
-    return raw.replace(/(\/\/[^:/@]*:)[^@]*@/, "$1***@");
+    // Up to the last '@': a password may itself hold '@' or ':' when the URL is malformed.
+    return raw.replace(/(\/\/[^:/@]*:).*@/, "$1***@");
   }
 }
 
@@ -218,6 +219,22 @@ export function urlPassword(raw: string | undefined): string | undefined {
     return p ? decodeURIComponent(p) : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Every form in which the password of a database URL may show up: as written
+ * (percent-encoded) and decoded. Masking both keeps `p%40ss` and `p@ss` out of logs.
+ */
+export function urlPasswordForms(raw: string | undefined): string[] {
+  if (!raw) return [];
+  try {
+    const written = new URL(raw).password;
+    if (!written) return [];
+    const decoded = urlPassword(raw);
+    return decoded && decoded !== written ? [written, decoded] : [written];
+  } catch {
+    return [];
   }
 }
 

@@ -58,16 +58,19 @@ export class ModelError extends RuntimeError {
   readonly transient: boolean;
   /** True when the answer arrived but was unusable: worth sending back to the model. */
   readonly badAnswer: boolean;
+  /** Token usage the unusable answer reported: it was paid for all the same. */
+  readonly usage?: Record<string, unknown>;
   /** Creates a model error. */
   constructor(
     code: string,
     message: string,
-    opts: { transient?: boolean; badAnswer?: boolean; cause?: unknown } = {},
+    opts: { transient?: boolean; badAnswer?: boolean; cause?: unknown; usage?: Record<string, unknown> } = {},
   ) {
     super(code, message, { cause: opts.cause });
     this.name = "ModelError";
     this.transient = opts.transient ?? false;
     this.badAnswer = opts.badAnswer ?? false;
+    this.usage = opts.usage;
   }
 }
 

@@ -120,6 +120,7 @@ export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall
             key,
             tool: tool.name,
             attempts: attempt,
+            code: e.code,
             error: e.message,
           });
           throw new ToolError(
@@ -129,14 +130,22 @@ export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall
           );
         }
         const delay = backoffMs(deps.retry, attempt, deps.random);
-        log.warn("retrying", { run: runId, seq, key, attempt, error: e.message, delay_ms: delay });
+        log.warn("retrying", {
+          run: runId,
+          seq,
+          key,
+          attempt,
+          code: e.code,
+          error: e.message,
+          delay_ms: delay,
+        });
         await clock.sleep(delay, state.signal);
         continue;
       }
       // A permanent failure is an answer too: record it and let the model see it.
       await store.effectSettle(state.fence, key, "failed", e.message, clock.now());
       settle(state, seq, { status: "failed", error: e.message });
-      log.warn("failed", { run: runId, seq, key, tool: tool.name, error: e.message });
+      log.warn("failed", { run: runId, seq, key, tool: tool.name, code: e.code, error: e.message });
       return;
     }
     await crash.hit("after_call", seq);

@@ -14,6 +14,7 @@ import { buildMessages } from "./history.ts";
 import type { ModelAnswer } from "./planner.ts";
 import type { Decision, JournalRow, Rejection } from "./store/store.ts";
 import type { Json } from "./tools.ts";
+import { addUsage } from "./usage.ts";
 
 /** Returns the decision for step `seq`: replayed if confirmed, otherwise asked for and committed. */
 export async function decide(deps: WorkerDeps, state: RunState, seq: number): Promise<Decision> {
@@ -52,12 +53,26 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     } catch (err) {
       const e = asModelError(err, timeout.signal, state.signal);
       if (e.badAnswer) {
-        await reject(deps, state, current, { code: e.code, message: e.message }, attempt);
+        await reject(deps, state, current, { code: e.code, message: e.message }, attempt, e.usage);
         continue;
       }
-      if (!e.transient || attempt >= deps.retry.maxModelAttempts) throw e;
+      if (!e.transient) throw e;
+      if (attempt >= deps.retry.maxModelAttempts) {
+        throw new ModelError(
+          "MODEL_GAVE_UP",
+          `The model failed ${attempt} requests for step ${seq}; last error: ${e.code}: ${e.message}`,
+          { cause: e },
+        );
+      }
       const delay = backoffMs(deps.retry, attempt, deps.random);
-      log.warn("model-retry", { run: runId, seq, error: e.message, delay_ms: delay });
+      log.warn("model-retry", {
+        run: runId,
+        seq,
+        attempt: llmAttempts,
+        code: e.code,
+        error: e.message,
+        delay_ms: delay,
+      });
       await clock.sleep(delay, state.signal);
       continue;
     } finally {
@@ -71,12 +86,20 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     } else {
       const checked = deps.tools.check(answer.tool, answer.args);
       if (!checked.ok) {
-        await reject(deps, state, current, { code: checked.code, message: checked.message }, attempt);
+        await reject(
+          deps,
+          state,
+          current,
+          { code: checked.code, message: checked.message },
+          attempt,
+          answer.usage,
+        );
         continue;
       }
       decision = { tool: answer.tool, args: answer.args as Json };
     }
-    const usage = (answer.usage ?? null) as Json;
+    // Every answer this step paid for counts, refused ones included.
+    const usage = addUsage(current.usage, answer.usage);
     await store.journalConfirm(state.fence, seq, decision, usage, clock.now());
     state.journal.set(seq, { ...current, status: "confirmed", decision, usage, confirmed_at: clock.now() });
     log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
@@ -118,9 +141,12 @@ async function reject(
   row: JournalRow,
   rejection: Rejection,
   attempt: number,
+  answerUsage: unknown,
 ): Promise<void> {
-  await deps.store.journalReject(state.fence, row.seq, rejection);
+  const usage = answerUsage === undefined ? undefined : addUsage(row.usage, answerUsage);
+  await deps.store.journalReject(state.fence, row.seq, rejection, usage);
   row.rejections = [...row.rejections, rejection];
+  if (usage !== undefined) row.usage = usage;
   deps.log.warn("rejected", {
     run: state.fence.runId,
     seq: row.seq,

@@ -16,7 +16,7 @@ import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../mock/demo_tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { type Clock, SystemClock } from "./clock.ts";
-import { loadSettings, type Settings, urlPassword } from "./config.ts";
+import { loadSettings, type Settings, urlPasswordForms } from "./config.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
 import { CrashPoints } from "./crashpoints.ts";
 import { ConfigError, describeError, StoreError } from "./errors.ts";
@@ -100,7 +100,9 @@ export function loggerFor(settings: Settings, clock: Clock): Logger {
   return new Logger({
     clock,
     format: settings.logFormat,
-    secrets: [urlPassword(settings.databaseUrl), settings.modelApiKey].filter((s): s is string => !!s),
+    secrets: [...urlPasswordForms(settings.databaseUrl), settings.modelApiKey].filter((s): s is string =>
+      !!s
+    ),
   });
 }
 

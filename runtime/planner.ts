@@ -123,6 +123,9 @@ export class OpenAIPlanner implements Planner {
       const res = await this.#fetch(new Request(url, { method: "POST", headers, body, signal: req.signal }));
       status = res.status;
       text = await res.text();
+      // A provider that echoes the request (headers in an error page, say) must not
+      // carry the key into logs, stored errors or decisions.
+      if (this.#opts.apiKey) text = text.replaceAll(this.#opts.apiKey, "***");
     } catch (err) {
       throw new ModelError(
         "MODEL_UNREACHABLE",
@@ -144,8 +147,11 @@ export class OpenAIPlanner implements Planner {
   }
 }
 
-function badAnswer(code: string, message: string): ModelError {
-  return new ModelError(code, message, { badAnswer: true });
+function badAnswer(code: string, message: string, usage?: Usage): ModelError {
+  return new ModelError(code, message, {
+    badAnswer: true,
+    usage: usage as Record<string, unknown> | undefined,
+  });
 }
 
 /** Parses a chat-completions response body into a {@link ModelAnswer}. */
@@ -159,26 +165,29 @@ export function parseCompletion(text: string): ModelAnswer {
       `The model's answer is not JSON: ${JSON.stringify(text.slice(0, 120))}`,
     );
   }
-  const b = body as { choices?: unknown; usage?: Usage };
-  if (!Array.isArray(b.choices) || b.choices.length === 0) {
-    throw badAnswer("MODEL_NO_CHOICES", "The model's answer has no choices");
-  }
-  const message = (b.choices[0] as { message?: Record<string, unknown> }).message;
-  if (!message || typeof message !== "object") {
-    throw badAnswer("MODEL_NO_MESSAGE", "The model's first choice has no message");
-  }
+  const b = (body ?? {}) as { choices?: unknown; usage?: Usage };
   const usage = b.usage && typeof b.usage === "object" ? b.usage : undefined;
+  if (!Array.isArray(b.choices) || b.choices.length === 0) {
+    throw badAnswer("MODEL_NO_CHOICES", "The model's answer has no choices", usage);
+  }
+  const first = b.choices[0] as { message?: Record<string, unknown> } | null;
+  const message = first && typeof first === "object" ? first.message : undefined;
+  if (!message || typeof message !== "object") {
+    throw badAnswer("MODEL_NO_MESSAGE", "The model's first choice has no message", usage);
+  }
   const calls = message.tool_calls;
   if (Array.isArray(calls) && calls.length > 1) {
     throw badAnswer(
       "MODEL_MULTIPLE_TOOLS",
       `The model asked for ${calls.length} tool calls at once; exactly one per step is allowed`,
+      usage,
     );
   }
   if (Array.isArray(calls) && calls.length === 1) {
-    const fn = (calls[0] as { function?: { name?: unknown; arguments?: unknown } }).function;
+    const call = calls[0] as { function?: { name?: unknown; arguments?: unknown } } | null;
+    const fn = call && typeof call === "object" ? call.function : undefined;
     if (!fn || typeof fn.name !== "string") {
-      throw badAnswer("MODEL_BAD_TOOL_CALL", "The model's tool call has no function name");
+      throw badAnswer("MODEL_BAD_TOOL_CALL", "The model's tool call has no function name", usage);
     }
     let args: unknown = {};
     if (typeof fn.arguments === "string" && fn.arguments.trim() !== "") {
@@ -190,6 +199,7 @@ export function parseCompletion(text: string): ModelAnswer {
           `The arguments of the model's call to ${fn.name} are not JSON: ${
             JSON.stringify(fn.arguments.slice(0, 120))
           }`,
+          usage,
         );
       }
     } else if (fn.arguments !== undefined && typeof fn.arguments === "object") {

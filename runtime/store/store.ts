@@ -258,13 +258,18 @@ export class Store {
     return rows[0].llm_attempts;
   }
 
-  /** Records an answer the runtime refused for step `seq`, so a re-ask can say why. */
-  async journalReject(f: Fence, seq: number, rejection: Rejection): Promise<void> {
+  /**
+   * Records an answer the runtime refused for step `seq`, so a re-ask can say
+   * why. `usage`, when given, replaces the step's usage (the refused answer
+   * was paid for too: the caller passes the step's running total).
+   */
+  async journalReject(f: Fence, seq: number, rejection: Rejection, usage?: Json): Promise<void> {
     const rows = await this.client.query(
-      `update journal set rejections = rejections || jsonb_build_array($4::text::jsonb)
+      `update journal set rejections = rejections || jsonb_build_array($4::text::jsonb),
+              usage = case when $5::text is null then usage else $5::text::jsonb end
         where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}
         returning 1 as ok`,
-      [f.runId, f.epoch, seq, jsonParam(rejection)],
+      [f.runId, f.epoch, seq, jsonParam(rejection), usage === undefined ? null : jsonParam(usage)],
     );
     if (rows.length === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
   }

@@ -1,0 +1,130 @@
+import assert from "node:assert/strict";
+import { loadSettings, redactUrl, urlPassword, urlPasswordForms } from "./config.ts";
+import { CRASH_POINTS } from "./crashpoints.ts";
+import { ConfigError } from "./errors.ts";
+
+/** The problems `loadSettings` reports for `env` (and `args`). */
+function problems(env: Record<string, string>, args: string[] = []): string[] {
+  try {
+    loadSettings(args, env);
+  } catch (err) {
+    assert.ok(err instanceof ConfigError);
+    assert.equal(err.code, "CONFIG_INVALID");
+    return err.problems;
+  }
+  assert.fail(`settings ${JSON.stringify(env)} ${args.join(" ")} were accepted`);
+}
+
+Deno.test("loadSettings() gives the documented defaults for an empty environment", () => {
+  const s = loadSettings([], {}, { hostname: "box", pid: 42 });
+  assert.equal(s.runId, "run1");
+  assert.equal(s.databaseUrl, undefined);
+  assert.equal(s.dataDir, ".data");
+  assert.equal(s.maxSteps, 12);
+  assert.equal(s.worker, "box:42");
+  assert.equal(s.heartbeatMs, 3_000);
+  assert.equal(s.leaseMs, 12_000);
+  assert.equal(s.crash.crashAt, undefined);
+  assert.equal(s.logFormat, "text");
+});
+
+Deno.test("loadSettings() lets a flag win over the environment", () => {
+  const s = loadSettings(["--run-id", "from-flag", "--crash-at", "after_call"], {
+    RUN_ID: "from-env",
+    CRASH_AT: "before_decide",
+  });
+  assert.equal(s.runId, "from-flag");
+  assert.equal(s.crash.crashAt, "after_call");
+});
+
+Deno.test("loadSettings() accepts every crash point by name", () => {
+  for (const point of CRASH_POINTS) assert.equal(loadSettings([], { CRASH_AT: point }).crash.crashAt, point);
+});
+
+Deno.test("an unknown CRASH_AT is one problem that lists every valid point", () => {
+  const found = problems({ CRASH_AT: "after_lunch" });
+  assert.equal(found.length, 1);
+  assert.match(found[0], /^CRASH_AT must name a crash point: current value is "after_lunch"/);
+  for (const point of CRASH_POINTS) assert.ok(found[0].includes(point), `lists ${point}`);
+});
+
+Deno.test("an unknown STALL_AT is refused the same way", () => {
+  assert.match(
+    problems({ STALL_AT: "nap" })[0],
+    /^STALL_AT must name a crash point.*Valid points: before_decide/,
+  );
+});
+
+Deno.test("a malformed run id says what form is expected", async (t) => {
+  for (const bad of ["has space", "-leading-dash", "a/b", "x".repeat(65), "ünïcode"]) {
+    await t.step(JSON.stringify(bad.slice(0, 12)), () => {
+      const [problem, ...rest] = problems({ RUN_ID: bad });
+      assert.deepEqual(rest, []);
+      assert.match(problem, /^RUN_ID must be 1-64 characters of letters, digits, '\.', '_' or '-'/);
+      assert.ok(problem.includes(JSON.stringify(bad)), "names the value seen");
+    });
+  }
+});
+
+Deno.test("a malformed DATABASE_URL says what form is expected", async (t) => {
+  for (const bad of ["localhost:5432", "mysql://u@h/db", "postgres://", "not a url"]) {
+    await t.step(bad, () => {
+      const [problem, ...rest] = problems({ DATABASE_URL: bad });
+      assert.deepEqual(rest, []);
+      assert.match(
+        problem,
+        /^DATABASE_URL must be a URL like postgres:\/\/user:password@localhost:5432\/dbname/,
+      );
+    });
+  }
+});
+
+Deno.test("a malformed DATABASE_URL is shown without its password", () => {
+  const [problem] = problems({ DATABASE_URL: "postgres://app:hunter2@db.internal:port/app" });
+  assert.ok(!problem.includes("hunter2"), problem);
+  assert.match(problem, /postgres:\/\/app:\*\*\*@db\.internal:port\/app/);
+});
+
+Deno.test("every problem is reported at once, one sentence each", () => {
+  const found = problems({
+    RUN_ID: "bad id",
+    CRASH_AT: "nope",
+    MAX_STEPS: "0",
+    HEARTBEAT_S: "abc",
+    LOG_FORMAT: "xml",
+    MODEL_URL: "ftp://x",
+  });
+  assert.equal(found.length, 6, found.join("\n"));
+  for (const name of ["RUN_ID", "CRASH_AT", "MAX_STEPS", "HEARTBEAT_S", "LOG_FORMAT", "MODEL_URL"]) {
+    assert.equal(found.filter((p) => p.startsWith(name)).length, 1, `one problem for ${name}`);
+  }
+});
+
+Deno.test("a heartbeat as long as the lease is refused", () => {
+  assert.match(problems({ HEARTBEAT_S: "12", LEASE_S: "12" })[0], /HEARTBEAT_S must be shorter than LEASE_S/);
+});
+
+Deno.test("an unknown flag or a stray argument is refused", () => {
+  assert.match(problems({}, ["--runid", "x"])[0], /Known flags: --run-id/);
+  assert.match(problems({}, ["demo"])[0], /Unexpected argument "demo"/);
+});
+
+// Regression: the fallback stopped at the first '@', so the tail of a password
+// holding '@' was printed in the settings error.
+Deno.test("redactUrl() hides a password holding '@' and ':' in a URL that does not parse", () => {
+  const shown = redactUrl("postgres://u:p@ss:w@rd@127.0.0.1:x/db");
+  assert.equal(shown, "postgres://u:***@127.0.0.1:x/db");
+});
+
+Deno.test("redactUrl() hides the password of a URL that parses, and leaves others alone", () => {
+  assert.equal(redactUrl("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+  assert.equal(redactUrl("postgres://u@h:5432/db"), "postgres://u@h:5432/db");
+});
+
+Deno.test("urlPasswordForms() gives the password as written and decoded, for masking both", () => {
+  assert.deepEqual(urlPasswordForms("postgres://u:p%40ss@h/db"), ["p%40ss", "p@ss"]);
+  assert.deepEqual(urlPasswordForms("postgres://u:plain@h/db"), ["plain"]);
+  assert.deepEqual(urlPasswordForms("postgres://u@h/db"), []);
+  assert.deepEqual(urlPasswordForms(undefined), []);
+  assert.equal(urlPassword("postgres://u:p%40ss@h/db"), "p@ss");
+});

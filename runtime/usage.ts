@@ -1,0 +1,47 @@
+/**
+ * Token usage, as a model reports it (`prompt_tokens`, `completion_tokens`,
+ * `total_tokens`, and any nested counters such as `prompt_tokens_details`).
+ * A step may pay for several answers (refused ones too), so the step's usage
+ * is the sum of every answer that reported one.
+ *
+ * @module
+ */
+
+import type { Json } from "./tools.ts";
+
+type JsonObject = { [key: string]: Json };
+
+function isObject(value: unknown): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Adds two usage objects field by field: numbers are summed, nested objects
+ * are added recursively, anything else is dropped. Returns `null` when
+ * neither side is a usage object.
+ *
+ * @example
+ * ```ts
+ * import { addUsage } from "./usage.ts";
+ * addUsage({ prompt_tokens: 10, total_tokens: 12 }, { prompt_tokens: 5, total_tokens: 6 });
+ * // { prompt_tokens: 15, total_tokens: 18 }
+ * ```
+ */
+export function addUsage(a: unknown, b: unknown): Json {
+  if (!isObject(a) && !isObject(b)) return null;
+  const left = isObject(a) ? a : {};
+  const right = isObject(b) ? b : {};
+  const sum: JsonObject = {};
+  for (const key of new Set([...Object.keys(left), ...Object.keys(right)])) {
+    const x = left[key];
+    const y = right[key];
+    if ((typeof x === "number" || x === undefined) && (typeof y === "number" || y === undefined)) {
+      const total = (x ?? 0) + (y ?? 0);
+      if (Number.isFinite(total)) sum[key] = total;
+    } else if (isObject(x) || isObject(y)) {
+      const nested = addUsage(isObject(x) ? x : undefined, isObject(y) ? y : undefined);
+      if (nested !== null) sum[key] = nested;
+    }
+  }
+  return sum;
+}

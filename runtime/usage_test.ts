@@ -1,0 +1,28 @@
+import assert from "node:assert/strict";
+import { addUsage } from "./usage.ts";
+
+Deno.test("addUsage() sums the counters of two answers", () => {
+  assert.deepEqual(
+    addUsage(
+      { prompt_tokens: 10, completion_tokens: 2, total_tokens: 12 },
+      { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 },
+    ),
+    { prompt_tokens: 15, completion_tokens: 3, total_tokens: 18 },
+  );
+});
+
+Deno.test("addUsage() keeps one side when the other reported nothing", () => {
+  assert.deepEqual(addUsage(null, { total_tokens: 6 }), { total_tokens: 6 });
+  assert.deepEqual(addUsage({ total_tokens: 6 }, undefined), { total_tokens: 6 });
+  assert.equal(addUsage(null, undefined), null);
+});
+
+Deno.test("addUsage() adds nested counters and drops what is not a number", () => {
+  assert.deepEqual(
+    addUsage(
+      { prompt_tokens_details: { cached_tokens: 3 }, model: "x", total_tokens: 1 },
+      { prompt_tokens_details: { cached_tokens: 4 }, total_tokens: 2 },
+    ),
+    { prompt_tokens_details: { cached_tokens: 7 }, total_tokens: 3 },
+  );
+});

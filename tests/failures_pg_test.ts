@@ -1,0 +1,76 @@
+/**
+ * The same failure answers on a real PostgreSQL (each test in its own
+ * schema), with the mocks over real HTTP.
+ */
+
+import assert from "node:assert/strict";
+import { serveMocks } from "../mock/server.ts";
+import { DEFAULT_GOAL } from "../runtime/config.ts";
+import { runWorker } from "../runtime/loop.ts";
+import { freshSchema, pgIgnore } from "./_pg.ts";
+import { testWorker } from "./_worker.ts";
+
+Deno.test({
+  name: "on PostgreSQL, act-then-drop on every first attempt leaves one resource per key, each already_done",
+  ignore: pgIgnore("act-then-drop on PostgreSQL"),
+  async fn() {
+    const db = await freshSchema();
+    const mocks = await serveMocks();
+    try {
+      for (const path of ["/v1/servers", "/v1/databases", "/v1/dns_records"]) {
+        mocks.cloud.setFaults({ path, drop_after_act_next: 1 });
+      }
+      const w = testWorker(db.store, { modelUrl: mocks.model_url, cloudUrl: mocks.cloud_url });
+      const outcome = await runWorker(w.deps, "pg-drop", DEFAULT_GOAL);
+      assert.equal(outcome.status, "done");
+      assert.equal((await db.store.getRun("pg-drop"))?.status, "done");
+      const created = mocks.cloud.created();
+      assert.deepEqual(created.map((r) => r.key), ["pg-drop:0", "pg-drop:1", "pg-drop:2"]);
+      const { effects } = await db.store.loadHistory("pg-drop");
+      assert.deepEqual(
+        effects.map((e) => [e.idempotency_key, e.status, e.remote, e.attempts, e.result]),
+        created.map((r) => [r.key, "confirmed", "already_done", 2, r.id]),
+      );
+      assert.deepEqual(mocks.cloud.requests().by_key, { "pg-drop:0": 2, "pg-drop:1": 2, "pg-drop:2": 2 });
+      assert.deepEqual(w.events("confirmed").map((e) => e.remote), [
+        "already_done",
+        "already_done",
+        "already_done",
+      ]);
+      assert.equal(mocks.model.calls("pg-drop"), 4);
+    } finally {
+      await mocks.close();
+      await db.drop();
+    }
+  },
+});
+
+Deno.test({
+  name: "on PostgreSQL, a permanent 4xx is recorded and a refused answer is re-asked, and the run finishes",
+  ignore: pgIgnore("permanent failure and re-ask on PostgreSQL"),
+  async fn() {
+    const db = await freshSchema();
+    const mocks = await serveMocks();
+    try {
+      mocks.cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 409 });
+      mocks.model.setFaults({ mode: "multi_tool", mode_next: 1 });
+      const w = testWorker(db.store, { modelUrl: mocks.model_url, cloudUrl: mocks.cloud_url });
+      const outcome = await runWorker(w.deps, "pg-4xx", DEFAULT_GOAL);
+      assert.equal(outcome.status, "done");
+      const { journal, effects } = await db.store.loadHistory("pg-4xx");
+      assert.equal(journal[0].llm_attempts, 2);
+      assert.deepEqual(journal[0].rejections.map((r) => r.code), ["MODEL_MULTIPLE_TOOLS"]);
+      assert.equal(effects[0].status, "failed");
+      assert.equal(effects[0].attempts, 1);
+      assert.match(effects[0].error ?? "", /HTTP 409/);
+      assert.deepEqual(effects.slice(1).map((e) => e.status), ["confirmed", "confirmed"]);
+      assert.deepEqual(mocks.cloud.created().map((r) => r.kind), ["database", "dns_record"]);
+      assert.equal(mocks.model.calls("pg-4xx"), 5);
+      assert.equal(w.events("rejected").length, 1);
+      assert.equal(w.events("failed")[0].code, "TOOL_HTTP");
+    } finally {
+      await mocks.close();
+      await db.drop();
+    }
+  },
+});

@@ -1,0 +1,151 @@
+/**
+ * Bad settings and secrets, through the real entry point: `deno run
+ * runtime/main.ts` as a subprocess, its exit code and its whole output.
+ */
+
+import assert from "node:assert/strict";
+import postgres from "postgres";
+import { openPostgres } from "../runtime/store/postgres.ts";
+import { StoreError } from "../runtime/errors.ts";
+import { CRASH_POINTS } from "../runtime/crashpoints.ts";
+import { freshSchema, pgIgnore, TEST_DATABASE_URL } from "./_pg.ts";
+import { closedPort } from "./_worker.ts";
+
+const MAIN = new URL("../runtime/main.ts", import.meta.url).pathname;
+const ROOT = new URL("..", import.meta.url).pathname;
+
+/** Runs the worker with only `env` (plus what Deno needs) and returns its exit code and output. */
+async function runMain(env: Record<string, string>): Promise<{ code: number; out: string }> {
+  const base: Record<string, string> = {};
+  for (const name of ["HOME", "PATH", "DENO_DIR", "XDG_CACHE_HOME"]) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) base[name] = value;
+  }
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", MAIN],
+    cwd: ROOT,
+    clearEnv: true,
+    env: { ...base, ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+  return { code, out: decode(stdout) + decode(stderr) };
+}
+
+Deno.test("bad settings exit 2 with one clear line per problem", async () => {
+  const { code, out } = await runMain({
+    CRASH_AT: "after_lunch",
+    RUN_ID: "no spaces please",
+    DATABASE_URL: "db:5432",
+  });
+  assert.equal(code, 2, out);
+  const problems = out.split("\n").filter((l) => l.startsWith("  - "));
+  assert.equal(problems.length, 3, out);
+  const crash = problems.find((p) => p.includes("CRASH_AT"));
+  assert.ok(crash, out);
+  for (const point of CRASH_POINTS) assert.ok(crash.includes(point), `the CRASH_AT line lists ${point}`);
+  assert.ok(problems.some((p) => /RUN_ID must be 1-64 characters.*"no spaces please"/.test(p)), out);
+  assert.ok(problems.some((p) => /DATABASE_URL must be a URL like postgres:\/\//.test(p)), out);
+  assert.match(out, /^agent-runtime: invalid settings:/);
+});
+
+Deno.test("an unreachable database is named by host and port, never by password, and exits 2", async () => {
+  const port = closedPort();
+  const password = "pw-Unreachable-7f3a";
+  const apiKey = "sk-unreachable-91c2";
+  const { code, out } = await runMain({
+    DATABASE_URL: `postgres://app:${password}@127.0.0.1:${port}/app`,
+    MODEL_API_KEY: apiKey,
+  });
+  assert.equal(code, 2, out);
+  assert.match(out, /ERROR store-unavailable {2}code=DB_UNREACHABLE/);
+  assert.ok(out.includes(`Cannot connect to PostgreSQL at 127.0.0.1:${port}/app`), out);
+  assert.match(out, /ECONNREFUSED/);
+  assert.ok(!out.includes(password) && !out.includes(apiKey), out);
+});
+
+Deno.test("a server that accepts and never answers fails within the connect timeout, naming host and port", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = listener.addr.port;
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) held.push(conn);
+  })();
+  try {
+    const err = await openPostgres(`postgres://app:pw-silent@127.0.0.1:${port}/app`, { connectTimeoutS: 1 })
+      .then(
+        () => assert.fail("connected to a server that never answers"),
+        (e) => e,
+      );
+    assert.ok(err instanceof StoreError);
+    assert.equal(err.code, "DB_UNREACHABLE");
+    assert.match(err.message, new RegExp(`127\\.0\\.0\\.1:${port}/app: CONNECT_TIMEOUT`));
+    assert.ok(!err.message.includes("pw-silent"));
+  } finally {
+    listener.close();
+    await accepting.catch(() => {});
+    for (const conn of held) conn.close();
+  }
+});
+
+Deno.test({
+  name: "a database without the tables says how to load schema.sql, and exits 2",
+  ignore: pgIgnore("schema missing"),
+  async fn() {
+    const schema = `t_empty_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
+    const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create schema ${schema}`);
+    try {
+      const u = new URL(TEST_DATABASE_URL!);
+      u.searchParams.set("search_path", schema);
+      const { code, out } = await runMain({ DATABASE_URL: u.toString() });
+      assert.equal(code, 2, out);
+      assert.match(out, /ERROR store-unavailable {2}code=SCHEMA_MISSING/);
+      assert.ok(out.includes(`Load them with: psql \\"$DATABASE_URL\\" -f schema.sql`), out);
+    } finally {
+      await admin.unsafe(`drop schema if exists ${schema} cascade`);
+      await admin.end();
+    }
+  },
+});
+
+Deno.test({
+  name: "a failing run never shows the database password or the model API key, in its output or its rows",
+  ignore: pgIgnore("secrets"),
+  async fn() {
+    const password = "pw-Secret-4b8e";
+    const apiKey = "sk-secret-0d5f-very-long";
+    // A model that fails and echoes the request's headers (the key among them) in its error page.
+    const model = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+      await req.body?.cancel();
+      return new Response(`upstream error; you sent ${JSON.stringify([...req.headers])}`, { status: 503 });
+    });
+    const db = await freshSchema();
+    try {
+      const u = new URL(db.url);
+      u.password = password; // the test server trusts local connections, so any password is accepted
+      const { code, out } = await runMain({
+        DATABASE_URL: u.toString(),
+        MODEL_URL: `http://127.0.0.1:${model.addr.port}/v1`,
+        MODEL_API_KEY: apiKey,
+        RUN_ID: "secrets",
+      });
+      assert.equal(code, 1, out);
+      assert.match(out, /WARN {2}model-retry .*code=MODEL_HTTP .*HTTP 503: upstream error; you sent/);
+      assert.match(out, /Bearer \*\*\*/, "the echoed key is masked, not dropped");
+      assert.match(out, /ERROR failed {2}run=secrets .*MODEL_GAVE_UP/);
+      assert.ok(!out.includes(password), "the output shows the database password");
+      assert.ok(!out.includes(apiKey), "the output shows the API key");
+      const run = await db.store.getRun("secrets");
+      assert.equal(run?.status, "failed");
+      const { journal } = await db.store.loadHistory("secrets");
+      const rows = JSON.stringify({ run, journal });
+      assert.ok(!rows.includes(apiKey) && !rows.includes(password), "the rows hold a secret");
+    } finally {
+      await db.drop();
+      await model.shutdown();
+    }
+  },
+});
