@@ -145,7 +145,7 @@ export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall
       // A permanent failure is an answer too: record it and let the model see it.
       await store.effectSettle(state.fence, key, "failed", e.message, clock.now());
       settle(state, seq, { status: "failed", error: e.message });
-      log.warn("failed", { run: runId, seq, key, tool: tool.name, code: e.code, error: e.message });
+      log.warn("tool-failed", { run: runId, seq, key, tool: tool.name, code: e.code, error: e.message });
       return;
     }
     await crash.hit("after_call", seq);

@@ -67,7 +67,7 @@ Deno.test({
       assert.deepEqual(mocks.cloud.created().map((r) => r.kind), ["database", "dns_record"]);
       assert.equal(mocks.model.calls("pg-4xx"), 5);
       assert.equal(w.events("rejected").length, 1);
-      assert.equal(w.events("failed")[0].code, "TOOL_HTTP");
+      assert.equal(w.events("tool-failed")[0].code, "TOOL_HTTP");
     } finally {
       await mocks.close();
       await db.drop();

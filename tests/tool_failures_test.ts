@@ -175,7 +175,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         const toolResults = next.filter((m) => m.role === "tool").map((m) => JSON.parse(m.content ?? ""));
         assert.equal(toolResults.length, 2);
         assert.match(toolResults[1].error, /HTTP 422/);
-        const [failed] = w.events("failed");
+        const [failed] = w.events("tool-failed");
         assert.equal(failed.level, "WARN");
         assert.equal(failed.key, "t-422:1");
         assert.equal(w.events("done").length, 1);
