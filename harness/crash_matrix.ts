@@ -331,7 +331,9 @@ export async function main(args: string[]): Promise<number> {
       );
       return 2;
     }
-    result = await runPostgresMatrix({ ...opts, databaseUrl, concurrency });
+    // Cases finish out of order with concurrency: print the rows in case order at the end.
+    result = await runPostgresMatrix({ points: opts.points, databaseUrl, concurrency });
+    for (const c of result.cases) console.log(formatRow(c));
   } else {
     const db = await SimDb.open();
     try {

@@ -286,8 +286,7 @@ export class SimProcess {
   readonly #death = new AbortController();
   #releaseStall?: () => void;
   #stallReleased = false;
-  #modelGate?: Gate;
-  #cloudGate?: Gate;
+  #gates: Partial<Record<"model" | "cloud", { gate: Gate; when: (req: Request, n: number) => boolean }>> = {};
 
   /** Use {@link SimWorld.spawn}. */
   constructor(
@@ -388,35 +387,40 @@ export class SimProcess {
   }
 
   /**
-   * Parks this process's next request to the model (or cloud) after the
-   * remote has answered, until the returned `release` is called: a process
-   * frozen with a request in flight. `reached` resolves once it is parked.
+   * Parks the first request of this process to the model (or cloud) that
+   * `when` picks, after the remote has answered, until `release` is called:
+   * a process frozen with a request in flight. `when` gets the request and
+   * its number among this process's requests to that remote (from 1).
+   * `reached` resolves once a request is parked. An abort of the request's
+   * signal (the worker stopping) ends the wait, as it would end a real one.
    */
-  holdNext(remote: "model" | "cloud"): { reached: Promise<void>; release: () => void } {
+  holdWhen(
+    remote: "model" | "cloud",
+    when: (req: Request, n: number) => boolean = () => true,
+  ): { reached: Promise<void>; release: () => void } {
     const gate = newGate();
-    if (remote === "model") this.#modelGate = gate;
-    else this.#cloudGate = gate;
+    this.#gates[remote] = { gate, when };
     return { reached: gate.reached, release: gate.release };
   }
 
   #fetch(remote: "model" | "cloud", handler: FetchLike): FetchLike {
     return async (req) => {
       if (this.dead) throw new TypeError(`${this.name} is dead and cannot send ${req.method} ${req.url}`);
-      this.sent[remote]++;
+      const n = ++this.sent[remote];
+      const hold = this.#gates[remote];
+      const gate = hold && hold.when(req, n) ? hold.gate : undefined;
+      if (gate) delete this.#gates[remote];
       const res = await handler(req);
-      const gate = remote === "model" ? this.#modelGate : this.#cloudGate;
       if (gate) {
-        if (remote === "model") this.#modelGate = undefined;
-        else this.#cloudGate = undefined;
         gate.reach();
-        await Promise.race([
-          gate.wait,
-          new Promise<never>((_, reject) => {
-            const abort = () => reject(req.signal.reason ?? new DOMException("aborted", "AbortError"));
-            if (req.signal.aborted) abort();
-            req.signal.addEventListener("abort", abort, { once: true });
-          }),
-        ]);
+        const aborted = new Promise<never>((_, reject) => {
+          const abort = () => reject(req.signal.reason ?? new DOMException("aborted", "AbortError"));
+          if (req.signal.aborted) abort();
+          req.signal.addEventListener("abort", abort, { once: true });
+        });
+        // Marked handled: the signal may abort long after the gate opened.
+        aborted.catch(() => {});
+        await Promise.race([gate.wait, aborted]);
       }
       return res;
     };
