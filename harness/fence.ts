@@ -19,15 +19,7 @@ import { demoTools } from "../mock/demo_tools.ts";
 import type { CrashPoint } from "../runtime/crashpoints.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { type Baseline, baselineOf, checkInvariants } from "./invariants.ts";
-import {
-  readSnapshot,
-  SIM_CLOUD_URL,
-  type SimDb,
-  type SimExit,
-  type SimProcess,
-  SimWorld,
-  untilStalledOrExit,
-} from "./sim.ts";
+import { SIM_CLOUD_URL, type SimDb, type SimExit, SimWorld, untilStalledOrExit } from "./sim.ts";
 
 /** A write that carries the fence. */
 export type GuardedWrite =
@@ -281,6 +273,3 @@ export async function fenceProof(db: SimDb): Promise<FenceResult[]> {
   for (const write of GUARDED_WRITES) results.push(await fenceScenario(db, write, baseline));
   return results;
 }
-
-/** Exposed for tests that want to read a run directly. */
-export { readSnapshot, type SimProcess };

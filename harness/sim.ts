@@ -19,7 +19,7 @@ import { PGlite } from "@electric-sql/pglite";
 import { type CreatedResource, MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../mock/demo_tools.ts";
 import { MockModel } from "../mock/model.ts";
-import { type Clock, ManualClock, settle } from "../runtime/clock.ts";
+import { type Clock, ManualClock } from "../runtime/clock.ts";
 import { loadSettings } from "../runtime/config.ts";
 import { type CrashPlan, type CrashPoint, CrashPoints } from "../runtime/crashpoints.ts";
 import { describeError, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
@@ -436,6 +436,3 @@ export async function untilStalledOrExit(
     proc.exit.then((exit) => ({ stalled: false as const, exit })),
   ]);
 }
-
-/** Lets queued continuations run (a few macrotask turns), e.g. after releasing a stall. */
-export { settle };
