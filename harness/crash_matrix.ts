@@ -320,17 +320,17 @@ export async function main(args: string[]): Promise<number> {
     points: points as CrashPoint[] | undefined,
     onCase: (r: CaseResult) => console.log(formatRow(r)),
   };
+  const databaseUrl = values["database-url"] ?? Deno.env.get("DATABASE_URL") ??
+    Deno.env.get("TEST_DATABASE_URL");
+  if (values.postgres && !databaseUrl) {
+    console.error(
+      "crash-matrix: --postgres needs a PostgreSQL server: set DATABASE_URL or TEST_DATABASE_URL, or pass --database-url",
+    );
+    return 2;
+  }
   console.log(ROW_HEADER);
   let result: MatrixResult;
-  if (values.postgres) {
-    const databaseUrl = values["database-url"] ?? Deno.env.get("DATABASE_URL") ??
-      Deno.env.get("TEST_DATABASE_URL");
-    if (!databaseUrl) {
-      console.error(
-        "crash-matrix: --postgres needs a PostgreSQL server: set DATABASE_URL or TEST_DATABASE_URL, or pass --database-url",
-      );
-      return 2;
-    }
+  if (values.postgres && databaseUrl) {
     // Cases finish out of order with concurrency: print the rows in case order at the end.
     result = await runPostgresMatrix({ points: opts.points, databaseUrl, concurrency });
     for (const c of result.cases) console.log(formatRow(c));
