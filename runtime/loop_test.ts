@@ -86,7 +86,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         assert.equal(outcome.status, "failed");
         assert.match(outcome.error ?? "", /MAX_STEPS=2/);
         assert.equal((await store.getRun("guarded"))?.status, "failed");
-        assert.ok(lines.some((l) => /WARN  guard {2}run=guarded {2}max_steps=2/.test(l)));
+        assert.ok(lines.some((l) => /WARN {2}guard {2}run=guarded {2}max_steps=2/.test(l)));
         assert.equal(cloud.created("guarded:").length, 2);
       },
     );

@@ -1,0 +1,353 @@
+/**
+ * The crash matrix: every crash point on every step of the demo run. Each
+ * case runs a worker to its crash, restarts the run in a new incarnation,
+ * runs it to done, then asserts the point's row of DESIGN.md's table and
+ * invariant 5 (see `invariants.ts`). A tool point on the done-step (where no
+ * tool is called) never fires: that case is reported `not reached`, never
+ * passed.
+ *
+ * In-process (the default) every incarnation is a {@link SimProcess} on one
+ * shared PGlite with a manual clock, and the transcript is byte-identical
+ * from run to run. With `--postgres` every incarnation is a real
+ * `deno run runtime/main.ts` killed by SIGKILL at the point, against real
+ * PostgreSQL and the mocks over HTTP.
+ *
+ * ```sh
+ * deno task crash-matrix [--transcript FILE] [--postgres [--database-url URL] [--concurrency 4]]
+ * ```
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { serveMocks } from "../mock/server.ts";
+import { CRASH_POINTS, type CrashPoint, isCrashPoint } from "../runtime/crashpoints.ts";
+import { type Baseline, baselineOf, checkInvariants, checkPointOutcome, sumAttempts } from "./invariants.ts";
+import { freshPgSchema, mapLimit, spawnWorker } from "./pg.ts";
+import { readSnapshot, type RunSnapshot, SimDb, type SimExit, SimWorld } from "./sim.ts";
+
+/** One case of the matrix. */
+export interface MatrixCase {
+  point: CrashPoint;
+  seq: number;
+}
+
+/** The verdict of one case. */
+export type Verdict = "passed" | "failed" | "not reached";
+
+/** The outcome of one case. */
+export interface CaseResult extends MatrixCase {
+  runId: string;
+  verdict: Verdict;
+  /** Model calls the run paid for in the end (journal). */
+  llmCalls: number;
+  /** The crashed step's tool call: `created`, `already_done`, or `-` (no tool call). */
+  remote: string;
+  /** Every problem found; empty when passed. */
+  problems: string[];
+  /** The case's whole log. */
+  transcript: string[];
+}
+
+/** The outcome of a whole matrix. */
+export interface MatrixResult {
+  baseline: Baseline;
+  cases: CaseResult[];
+  passed: number;
+  failed: number;
+  notReached: number;
+  /** Every case's log, in case order. */
+  transcript: string;
+}
+
+/** The run id of a case: stable, so transcripts compare byte for byte. */
+export function caseRunId(c: MatrixCase): string {
+  return `cm-${c.point}-s${c.seq}`;
+}
+
+/** Every point × every step of a run with `steps` journal rows (the demo has 4: seq 0..3). */
+export function matrixCases(steps: number, points: readonly CrashPoint[] = CRASH_POINTS): MatrixCase[] {
+  return points.flatMap((point) => Array.from({ length: steps }, (_, seq) => ({ point, seq })));
+}
+
+/** Judges one case from its snapshots: the point's outcome and invariant 5. */
+export function judge(
+  c: MatrixCase,
+  runId: string,
+  baseline: Baseline,
+  atCrash: RunSnapshot | undefined,
+  final: RunSnapshot,
+  extra: string[] = [],
+): Pick<CaseResult, "verdict" | "llmCalls" | "remote" | "problems"> {
+  const problems = [...extra];
+  const lostAnswers = atCrash && c.point === "after_decide_before_journal" ? 1 : 0;
+  problems.push(
+    ...checkInvariants(final, { runId, baseline, lostAnswers, earlier: atCrash ? [atCrash] : [] }),
+  );
+  if (atCrash) problems.push(...checkPointOutcome(c.point, c.seq, atCrash, final, { runId, baseline }));
+  const effect = final.effects.find((e) => e.seq === c.seq);
+  return {
+    verdict: problems.length > 0 ? "failed" : atCrash ? "passed" : "not reached",
+    llmCalls: sumAttempts(final),
+    remote: effect?.remote ?? "-",
+    problems,
+  };
+}
+
+function describeExit(exit: SimExit): string {
+  if (exit.kind === "exited") return `exited status=${exit.outcome.status}`;
+  if (exit.kind === "killed") return `killed at ${exit.point} seq=${exit.seq}`;
+  return `error ${exit.error}`;
+}
+
+/** Runs a clean (crash-free) in-process run and measures its baseline. */
+async function simBaseline(db: SimDb): Promise<{ baseline: Baseline; problems: string[]; lines: string[] }> {
+  const world = await SimWorld.open(db);
+  const runId = "cm-clean";
+  const exit = await world.spawn({ runId }).exit;
+  const final = await world.snapshot(runId);
+  const baseline = baselineOf(final);
+  const problems = exit.kind === "exited" && exit.outcome.status === "done"
+    ? checkInvariants(final, { runId, baseline, lostAnswers: 0 })
+    : [`the clean run ended ${describeExit(exit)}`];
+  return { baseline, problems, lines: world.transcript };
+}
+
+/** Runs one case in-process: crash, restart, done, judge. */
+export async function runSimCase(db: SimDb, c: MatrixCase, baseline: Baseline): Promise<CaseResult> {
+  const world = await SimWorld.open(db);
+  const runId = caseRunId(c);
+  world.note(`=== case ${c.point} seq=${c.seq} run=${runId}`);
+  const first = await world.spawn({ runId, plan: { crashAt: c.point, crashSeq: c.seq } }).exit;
+  world.note(`--- first incarnation ${describeExit(first)}`);
+  const extra: string[] = [];
+  let atCrash: RunSnapshot | undefined;
+  if (first.kind === "killed") {
+    if (first.point !== c.point || first.seq !== c.seq) {
+      extra.push(`killed at ${first.point} seq=${first.seq}, planned ${c.point} seq=${c.seq}`);
+    }
+    atCrash = await world.snapshot(runId);
+    // The restart comes a second later, on the same clock.
+    await world.advance(1_000);
+    const second = await world.spawn({ runId }).exit;
+    world.note(`--- restart ${describeExit(second)}`);
+    if (second.kind !== "exited" || second.outcome.status !== "done") {
+      extra.push(`the restart ended ${describeExit(second)}`);
+    }
+  } else if (first.kind !== "exited" || first.outcome.status !== "done") {
+    extra.push(`the crash never fired and the run ended ${describeExit(first)}`);
+  }
+  const final = await world.snapshot(runId);
+  const judged = judge(c, runId, baseline, atCrash, final, extra);
+  world.note(`--- verdict ${judged.verdict} llm_calls=${judged.llmCalls} remote=${judged.remote}`);
+  for (const p of judged.problems) world.note(`    problem: ${p}`);
+  return { ...c, runId, ...judged, transcript: world.transcript };
+}
+
+/** Options of {@link runMatrix}. */
+export interface MatrixOptions {
+  /** Only these points (default: all seven). */
+  points?: readonly CrashPoint[];
+  /** Called after each case (to print its row as it finishes). */
+  onCase?: (result: CaseResult) => void;
+}
+
+/** The in-process matrix on `db` (a fresh schema of it). */
+export async function runMatrix(db: SimDb, opts: MatrixOptions = {}): Promise<MatrixResult> {
+  await db.freshSchema();
+  const clean = await simBaseline(db);
+  const header = [
+    `=== clean run: llm_calls=${clean.baseline.llmCalls} steps=${clean.baseline.steps}`,
+    ...clean.lines,
+    ...clean.problems.map((p) => `    problem: ${p}`),
+  ];
+  if (clean.problems.length > 0) {
+    throw new Error(`The clean run is broken, so no case can be judged:\n${clean.problems.join("\n")}`);
+  }
+  const cases: CaseResult[] = [];
+  for (const c of matrixCases(clean.baseline.steps, opts.points)) {
+    const result = await runSimCase(db, c, clean.baseline);
+    cases.push(result);
+    opts.onCase?.(result);
+  }
+  return summarise(clean.baseline, cases, header);
+}
+
+function summarise(baseline: Baseline, cases: CaseResult[], header: string[]): MatrixResult {
+  const count = (v: Verdict) => cases.filter((c) => c.verdict === v).length;
+  return {
+    baseline,
+    cases,
+    passed: count("passed"),
+    failed: count("failed"),
+    notReached: count("not reached"),
+    transcript: [...header, ...cases.flatMap((c) => c.transcript)].join("\n") + "\n",
+  };
+}
+
+/** Options of {@link runPostgresMatrix}. */
+export interface PostgresMatrixOptions extends MatrixOptions {
+  /** A PostgreSQL server; the matrix works in a fresh schema of its own and drops it. */
+  databaseUrl: string;
+  /** Cases running at once (each is two processes, one after the other). Default 4. */
+  concurrency?: number;
+}
+
+/** The matrix with real `deno run` workers, SIGKILL and PostgreSQL. */
+export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<MatrixResult> {
+  const pg = await freshPgSchema(opts.databaseUrl);
+  const mocks = await serveMocks({ model_port: 0, cloud_port: 0 });
+  try {
+    const env = (runId: string, extra: Record<string, string> = {}) => ({
+      DATABASE_URL: pg.url,
+      MODEL_URL: mocks.model_url,
+      CLOUD_URL: mocks.cloud_url,
+      RUN_ID: runId,
+      ...extra,
+    });
+    const snapshot = (runId: string) => readSnapshot(pg.store, mocks.model, mocks.cloud, runId);
+
+    const cleanRun = await spawnWorker(env("cm-clean")).result;
+    const cleanFinal = await snapshot("cm-clean");
+    const baseline = baselineOf(cleanFinal);
+    const cleanProblems = cleanRun.code === 0
+      ? checkInvariants(cleanFinal, { runId: "cm-clean", baseline, lostAnswers: 0 })
+      : [`the clean run exited ${cleanRun.code}`];
+    if (cleanProblems.length > 0) {
+      throw new Error(
+        `The clean run is broken, so no case can be judged:\n${cleanProblems.join("\n")}\n${
+          cleanRun.lines.join("\n")
+        }`,
+      );
+    }
+    const header = [
+      `=== clean run: llm_calls=${baseline.llmCalls} steps=${baseline.steps}`,
+      ...cleanRun.lines,
+    ];
+    const cases = await mapLimit(
+      matrixCases(baseline.steps, opts.points),
+      opts.concurrency ?? 4,
+      async (c) => {
+        const runId = caseRunId(c);
+        const transcript = [`=== case ${c.point} seq=${c.seq} run=${runId}`];
+        const extra: string[] = [];
+        const first = await spawnWorker(env(runId, { CRASH_AT: c.point, CRASH_SEQ: String(c.seq) })).result;
+        transcript.push(...first.lines, `--- first process exited code=${first.code} signal=${first.signal}`);
+        const fired = first.lines.some((l) => l.startsWith(`!!! CRASH_AT=${c.point} seq=${c.seq}`));
+        let atCrash: RunSnapshot | undefined;
+        if (fired) {
+          if (first.signal !== "SIGKILL") extra.push(`the crashed process was not killed by SIGKILL`);
+          atCrash = await snapshot(runId);
+          const second = await spawnWorker(env(runId)).result;
+          transcript.push(...second.lines, `--- restart exited code=${second.code}`);
+          if (second.code !== 0) extra.push(`the restart exited ${second.code}`);
+        } else if (first.code !== 0) {
+          extra.push(`the crash never fired and the process exited ${first.code}`);
+        }
+        const judged = judge(c, runId, baseline, atCrash, await snapshot(runId), extra);
+        transcript.push(`--- verdict ${judged.verdict} llm_calls=${judged.llmCalls} remote=${judged.remote}`);
+        for (const p of judged.problems) transcript.push(`    problem: ${p}`);
+        const result: CaseResult = { ...c, runId, ...judged, transcript };
+        opts.onCase?.(result);
+        return result;
+      },
+    );
+    return summarise(baseline, cases, header);
+  } finally {
+    await mocks.close();
+    await pg.drop();
+  }
+}
+
+/** One printed row of the matrix. */
+export function formatRow(r: Pick<CaseResult, "point" | "seq" | "llmCalls" | "remote" | "verdict">): string {
+  return `${r.point.padEnd(28)} ${String(r.seq).padStart(3)} ${String(r.llmCalls).padStart(9)}  ${
+    r.remote.padEnd(12)
+  } ${r.verdict}`;
+}
+
+/** The header of the printed table. */
+export const ROW_HEADER: string = `${"point".padEnd(28)} ${"seq".padStart(3)} ${"llm_calls".padStart(9)}  ${
+  "remote".padEnd(12)
+} verdict`;
+
+/** The summary line. */
+export function summaryLine(r: Pick<MatrixResult, "passed" | "failed" | "notReached">): string {
+  return `crash-matrix: ${r.passed} passed, ${r.failed} failed, ${r.notReached} not reached`;
+}
+
+/** The command: prints one row per case and the summary; returns the exit code. */
+export async function main(args: string[]): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: {
+        postgres: { type: "boolean", default: false },
+        transcript: { type: "string" },
+        "database-url": { type: "string" },
+        concurrency: { type: "string", default: "4" },
+        points: { type: "string" },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (err) {
+    console.error(
+      `crash-matrix: ${(err as Error).message}. Usage: crash-matrix [--transcript FILE] ` +
+        `[--points p1,p2] [--postgres [--database-url URL] [--concurrency N]]`,
+    );
+    return 2;
+  }
+  const points = values.points?.split(",").map((p) => p.trim());
+  const bad = points?.find((p) => !isCrashPoint(p));
+  if (bad !== undefined) {
+    console.error(
+      `crash-matrix: --points names an unknown point ${JSON.stringify(bad)}. Valid points: ${
+        CRASH_POINTS.join(", ")
+      }`,
+    );
+    return 2;
+  }
+  const concurrency = Number(values.concurrency);
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) {
+    console.error(
+      `crash-matrix: --concurrency must be an integer from 1 to 64: current value is ${values.concurrency}`,
+    );
+    return 2;
+  }
+  const opts = {
+    points: points as CrashPoint[] | undefined,
+    onCase: (r: CaseResult) => console.log(formatRow(r)),
+  };
+  const databaseUrl = values["database-url"] ?? Deno.env.get("DATABASE_URL") ??
+    Deno.env.get("TEST_DATABASE_URL");
+  if (values.postgres && !databaseUrl) {
+    console.error(
+      "crash-matrix: --postgres needs a PostgreSQL server: set DATABASE_URL or TEST_DATABASE_URL, or pass --database-url",
+    );
+    return 2;
+  }
+  console.log(ROW_HEADER);
+  let result: MatrixResult;
+  if (values.postgres && databaseUrl) {
+    // Cases finish out of order with concurrency: print the rows in case order at the end.
+    result = await runPostgresMatrix({ points: opts.points, databaseUrl, concurrency });
+    for (const c of result.cases) console.log(formatRow(c));
+  } else {
+    const db = await SimDb.open();
+    try {
+      result = await runMatrix(db, opts);
+    } finally {
+      await db.close();
+    }
+  }
+  for (const c of result.cases.filter((c) => c.verdict === "failed")) {
+    console.log(`\nFAILED ${c.point} seq=${c.seq} run=${c.runId}:\n  ${c.problems.join("\n  ")}`);
+  }
+  if (values.transcript) await Deno.writeTextFile(values.transcript, result.transcript);
+  console.log(summaryLine(result));
+  return result.failed > 0 ? 1 : 0;
+}
+
+if (import.meta.main) Deno.exit(await main(Deno.args));

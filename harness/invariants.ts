@@ -1,0 +1,217 @@
+/**
+ * The checks every proof shares: invariant 5 of DESIGN.md ("a finished run
+ * looks as if one worker ran it alone") and the table of what each crash
+ * point must leave behind and what the restart must do. Each check returns
+ * the problems it found, one sentence each; an empty list is a pass. They
+ * read only {@link RunSnapshot}s, so the in-process and the real-process
+ * matrix assert exactly the same things.
+ *
+ * @module
+ */
+
+import { idempotencyKey } from "../runtime/context.ts";
+import type { CrashPoint } from "../runtime/crashpoints.ts";
+import type { RunSnapshot } from "./sim.ts";
+
+/** What a clean run (no crash) of the demo costs, measured, never assumed. */
+export interface Baseline {
+  /** Model requests of a clean run (the sum of its `llm_attempts`). */
+  llmCalls: number;
+  /** Journal rows of a clean run: its tool steps plus the done-step. */
+  steps: number;
+}
+
+/** Reads the baseline off a clean run's final snapshot. */
+export function baselineOf(clean: RunSnapshot): Baseline {
+  return { llmCalls: sumAttempts(clean), steps: clean.journal.length };
+}
+
+/** The sum of the journal's `llm_attempts`: model requests the run paid for, by its own records. */
+export function sumAttempts(s: RunSnapshot): number {
+  return s.journal.reduce((n, j) => n + j.llm_attempts, 0);
+}
+
+// Rows compared as stored; Dates and jsonb normalise the same way on both drivers.
+const canon = (row: unknown): string => JSON.stringify(row);
+
+/**
+ * Invariant 5 on a finished run: it is `done`; journal `seq` runs 0..n-1 with
+ * no gap or duplicate, all confirmed, the last one `done`; every tool step has
+ * exactly one confirmed row under `<run_id>:<seq>` matching its decision;
+ * exactly one remote resource per key and none under any other key; every
+ * row confirmed in an earlier snapshot is still there, unchanged; model calls
+ * equal the clean run's plus `lostAnswers`; and the journal's `llm_attempts`
+ * agree with the mock model's counter.
+ */
+export function checkInvariants(
+  final: RunSnapshot,
+  opts: { runId: string; baseline: Baseline; lostAnswers: number; earlier?: RunSnapshot[] },
+): string[] {
+  const problems: string[] = [];
+  const { runId, baseline } = opts;
+  if (final.run?.status !== "done") {
+    problems.push(`run ${runId} is ${final.run?.status ?? "missing"}, expected done`);
+  }
+  const seqs = final.journal.map((j) => j.seq);
+  if (seqs.some((s, i) => s !== i)) problems.push(`journal seq is ${seqs.join(",")}: a gap or duplicate`);
+  if (final.journal.length !== baseline.steps) {
+    problems.push(`journal has ${final.journal.length} steps, a clean run has ${baseline.steps}`);
+  }
+  for (const j of final.journal) {
+    if (j.status !== "confirmed") problems.push(`journal seq=${j.seq} is ${j.status}, expected confirmed`);
+  }
+  const last = final.journal.at(-1);
+  if (!last?.decision || !("done" in last.decision)) {
+    problems.push(`the last journal row is not the done-step`);
+  }
+
+  const toolSteps = final.journal.filter((j) => j.decision && "tool" in j.decision);
+  const effectSeqs = final.effects.map((e) => e.seq);
+  if (effectSeqs.some((s, i) => s !== i) || final.effects.length !== toolSteps.length) {
+    problems.push(
+      `tool calls have seq ${effectSeqs.join(",")} for ${toolSteps.length} tool steps: a gap or duplicate`,
+    );
+  }
+  const byKey = new Map<string, number>();
+  for (const r of final.created) byKey.set(r.key, (byKey.get(r.key) ?? 0) + 1);
+  for (const [key, n] of byKey) if (n !== 1) problems.push(`the cloud holds ${n} resources under ${key}`);
+  for (const e of final.effects) {
+    const key = idempotencyKey(runId, e.seq);
+    if (e.idempotency_key !== key) {
+      problems.push(`seq=${e.seq} has key ${e.idempotency_key}, expected ${key}`);
+    }
+    if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
+    const decision = final.journal[e.seq]?.decision;
+    if (
+      !decision || !("tool" in decision) || decision.tool !== e.tool || canon(decision.args) !== canon(e.args)
+    ) {
+      problems.push(`tool call ${key} (${e.tool} ${canon(e.args)}) is not what step ${e.seq} decided`);
+    }
+    const resource = final.created.find((r) => r.key === key);
+    if (!resource) problems.push(`the cloud holds no resource under ${key}`);
+    else if (canon(e.result) !== canon(resource.id)) {
+      problems.push(`tool call ${key} stored ${canon(e.result)}, the cloud created ${resource.id}`);
+    }
+  }
+  const keys = new Set(final.effects.map((e) => e.idempotency_key));
+  for (const r of final.created) {
+    if (!keys.has(r.key)) problems.push(`the cloud holds ${r.id} under ${r.key}, which no tool call owns`);
+  }
+  for (const before of opts.earlier ?? []) {
+    for (const j of before.journal.filter((j) => j.status === "confirmed")) {
+      const now = final.journal.find((x) => x.seq === j.seq);
+      if (canon(now) !== canon(j)) problems.push(`confirmed journal row seq=${j.seq} was overwritten`);
+    }
+    for (const e of before.effects.filter((e) => e.status === "confirmed")) {
+      const now = final.effects.find((x) => x.seq === e.seq);
+      if (canon(now) !== canon(e)) problems.push(`confirmed tool call ${e.idempotency_key} was overwritten`);
+    }
+  }
+  const attempts = sumAttempts(final);
+  const expected = baseline.llmCalls + opts.lostAnswers;
+  if (attempts !== expected) {
+    problems.push(
+      `the journal counts ${attempts} model calls, expected ${expected} (clean ${baseline.llmCalls} + lost ${opts.lostAnswers})`,
+    );
+  }
+  if (final.modelCalls !== attempts) {
+    problems.push(`the mock model counted ${final.modelCalls} calls, the journal's llm_attempts ${attempts}`);
+  }
+  return problems;
+}
+
+/** Model calls a restart must make after a crash at `point` of step `seq`. */
+export function callsAfterRestart(point: CrashPoint, seq: number, baseline: Baseline): number {
+  // before_decide and a lost answer decide step `seq` (again); every later point replays it.
+  return point === "before_decide" || point === "after_decide_before_journal"
+    ? baseline.llmCalls - seq
+    : baseline.llmCalls - seq - 1;
+}
+
+/**
+ * The row of DESIGN.md's crash-point table for `point` at step `seq`: what
+ * the crash left behind (`atCrash`) and what the restart did (`final`).
+ */
+export function checkPointOutcome(
+  point: CrashPoint,
+  seq: number,
+  atCrash: RunSnapshot,
+  final: RunSnapshot,
+  opts: { runId: string; baseline: Baseline },
+): string[] {
+  const problems: string[] = [];
+  const key = idempotencyKey(opts.runId, seq);
+  const jMid = atCrash.journal.find((j) => j.seq === seq);
+  const jEnd = final.journal.find((j) => j.seq === seq);
+  const eMid = atCrash.effects.find((e) => e.seq === seq);
+  const eEnd = final.effects.find((e) => e.seq === seq);
+  const isToolStep = !!jEnd?.decision && "tool" in jEnd.decision;
+  const sends = final.requestsByKey[key] ?? 0;
+  const expect = (ok: boolean, what: string) => {
+    if (!ok) problems.push(what);
+  };
+
+  const after = final.modelCalls - atCrash.modelCalls;
+  const afterExpected = callsAfterRestart(point, seq, opts.baseline);
+  expect(after === afterExpected, `the restart made ${after} model calls, expected ${afterExpected}`);
+  const lost = point === "after_decide_before_journal" ? 1 : 0;
+  expect(
+    jEnd?.llm_attempts === 1 + lost,
+    `step ${seq} cost ${jEnd?.llm_attempts} model calls, expected ${1 + lost}`,
+  );
+
+  switch (point) {
+    case "before_decide":
+      expect(!jMid, `the crash left a journal row at seq=${seq}`);
+      break;
+    case "after_decide_before_journal":
+      expect(
+        jMid?.status === "intent" && jMid.llm_attempts === 1,
+        `the crash left journal seq=${seq} ${jMid?.status}, expected intent with one attempt`,
+      );
+      expect(!eMid, `the lost answer was acted on: a tool call exists at seq=${seq}`);
+      break;
+    case "after_decide":
+    case "before_intent":
+      expect(jMid?.status === "confirmed", `the decision of seq=${seq} was not confirmed before the crash`);
+      expect(!eMid, `the crash left a tool call at seq=${seq}`);
+      expect(
+        canon(jMid?.decision) === canon(jEnd?.decision),
+        `the restart did not replay the decision of seq=${seq}`,
+      );
+      break;
+    case "after_intent":
+      expect(eMid?.status === "intent", `the crash left tool call ${key} ${eMid?.status}, expected intent`);
+      expect(!atCrash.requestsByKey[key], `the request under ${key} went out before the crash`);
+      break;
+    case "after_call":
+      expect(eMid?.status === "intent", `the crash left tool call ${key} ${eMid?.status}, expected intent`);
+      expect(atCrash.created.some((r) => r.key === key), `the remote had not acted under ${key}`);
+      expect(
+        canon(eEnd?.result) === canon(atCrash.created.find((r) => r.key === key)?.id),
+        `the stored result of ${key} is not the resource the first request created`,
+      );
+      break;
+    case "after_confirm":
+      expect(eMid?.status === "confirmed", `the crash left tool call ${key} ${eMid?.status}`);
+      expect(canon(eMid) === canon(eEnd), `the restart changed the confirmed tool call ${key}`);
+      break;
+  }
+  if (isToolStep) {
+    const remote = point === "after_call" ? "already_done" : "created";
+    expect(eEnd?.remote === remote, `tool call ${key} ended remote=${eEnd?.remote}, expected ${remote}`);
+    const sendsExpected = point === "after_call" ? 2 : 1;
+    expect(
+      sends === sendsExpected,
+      `the cloud got ${sends} requests under ${key}, expected ${sendsExpected}`,
+    );
+    const attempts = point === "after_intent" || point === "after_call" ? 2 : 1;
+    expect(
+      eEnd?.attempts === attempts,
+      `tool call ${key} counted ${eEnd?.attempts} attempts, expected ${attempts}`,
+    );
+  } else {
+    expect(!eEnd, `the done-step has a tool call`);
+  }
+  return problems;
+}

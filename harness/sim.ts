@@ -1,0 +1,438 @@
+/**
+ * Simulated worker processes for the harness. Many incarnations share one
+ * in-process PGlite, one {@link ManualClock} and one pair of in-process mocks,
+ * yet each incarnation is as separate as a process: it has its own store
+ * handle, its own clock view, its own fetch and its own log. A simulated
+ * `kill -9` closes all four at the crash point, so nothing after the point (no
+ * `finally`, no pending heartbeat, no promise still running) can write, send
+ * or log, just as after a real `kill -9`. A stall parks the incarnation at
+ * its point until the harness releases it.
+ *
+ * The same inputs give the same transcript, byte for byte: timestamps come
+ * from the manual clock, backoff jitter from a seeded PRNG, and the mocks'
+ * answers from their counters.
+ *
+ * @module
+ */
+
+import { PGlite } from "@electric-sql/pglite";
+import { type CreatedResource, MockCloud } from "../mock/cloud.ts";
+import { demoTools } from "../mock/demo_tools.ts";
+import { MockModel } from "../mock/model.ts";
+import { type Clock, ManualClock } from "../runtime/clock.ts";
+import { loadSettings } from "../runtime/config.ts";
+import { type CrashPlan, type CrashPoint, CrashPoints } from "../runtime/crashpoints.ts";
+import { describeError, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
+import { Logger } from "../runtime/log.ts";
+import { type RunOutcome, runWorker } from "../runtime/loop.ts";
+import { workerDeps } from "../runtime/main.ts";
+import { type FetchLike, OpenAIPlanner } from "../runtime/planner.ts";
+import { PgliteClient } from "../runtime/store/pglite.ts";
+import {
+  type JournalRow,
+  type RunRow,
+  SCHEMA_SQL,
+  type SideEffectRow,
+  Store,
+} from "../runtime/store/store.ts";
+import { type Tool, ToolRegistry } from "../runtime/tools.ts";
+
+/** Where every simulated run starts on the manual clock: 2026-01-01T00:00:00Z. */
+export const SIM_START_MS: number = Date.UTC(2026, 0, 1);
+
+/** The URLs the simulated workers use; requests never leave the process. */
+export const SIM_MODEL_URL = "http://mock-model.sim/v1";
+/** See {@link SIM_MODEL_URL}. */
+export const SIM_CLOUD_URL = "http://mock-cloud.sim";
+
+/**
+ * A deterministic PRNG in [0, 1) (mulberry32): the harness's `random`, and
+ * the source of every seeded choice (crash lists, jitter).
+ */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * One in-process PGlite shared by every simulated process of a test file or
+ * a matrix run. Each {@link SimDb.freshSchema} call points it at a new empty
+ * schema, so two matrix runs in one instance see the same (empty) database.
+ */
+export class SimDb {
+  /** The shared instance. */
+  readonly db: PGlite;
+  #schemas = 0;
+
+  private constructor(db: PGlite) {
+    this.db = db;
+  }
+
+  /** Starts an in-memory PGlite (a cold start of a few seconds) with the tables loaded. */
+  static async open(): Promise<SimDb> {
+    const sim = new SimDb(await PGlite.create());
+    await sim.freshSchema();
+    return sim;
+  }
+
+  /**
+   * Points every handle at a new schema with empty tables. Safe because the
+   * harness runs one world at a time on an instance (PGlite has one session).
+   */
+  async freshSchema(): Promise<void> {
+    const name = `sim_${++this.#schemas}`;
+    await this.db.exec(`create schema ${name}; set search_path to ${name};\n${SCHEMA_SQL}`);
+  }
+
+  /** A new store handle on the shared instance; closing it cuts off only this handle. */
+  handle(describe: string): Store {
+    return new Store(new PgliteClient(this.db, { describe, owned: false }));
+  }
+
+  /** Closes the instance. */
+  async close(): Promise<void> {
+    await this.db.close();
+  }
+}
+
+/** Options of {@link SimWorld.open}. */
+export interface SimWorldOptions {
+  /** Seeds each incarnation's jitter source. Default 1. */
+  seed?: number;
+  /** Replaces the demo tools (e.g. a variant that takes no idempotency key). */
+  tools?: (fetch: FetchLike) => Tool[];
+  /** Heartbeat period and lease of every worker. Defaults: the settings' defaults (3 s, 12 s). */
+  heartbeatMs?: number;
+  /** See {@link SimWorldOptions.heartbeatMs}. */
+  leaseMs?: number;
+}
+
+/** Everything a set of simulated processes share: the database, the clock, the remotes, the transcript. */
+export class SimWorld {
+  /** The shared database. */
+  readonly db: SimDb;
+  /** The one timeline every process reads. */
+  readonly clock: ManualClock;
+  /** The in-process model; its counters are the truth about model spend. */
+  readonly model: MockModel;
+  /** The in-process cloud; its resources are the truth about side effects. */
+  readonly cloud: MockCloud;
+  /** Every line any process logged, prefixed with its name, in order. */
+  readonly transcript: string[] = [];
+  /** A handle for the harness's own reads (never closed by a kill). */
+  readonly observer: Store;
+  readonly #opts: SimWorldOptions;
+  #spawned = 0;
+
+  private constructor(
+    db: SimDb,
+    clock: ManualClock,
+    model: MockModel,
+    cloud: MockCloud,
+    opts: SimWorldOptions,
+  ) {
+    this.db = db;
+    this.clock = clock;
+    this.model = model;
+    this.cloud = cloud;
+    this.#opts = opts;
+    this.observer = db.handle("pglite:sim:observer");
+  }
+
+  /** A world on `db` with a fresh manual clock and fresh in-memory mocks. */
+  static async open(db: SimDb, opts: SimWorldOptions = {}): Promise<SimWorld> {
+    const clock = new ManualClock(SIM_START_MS);
+    const now = () => clock.now();
+    const [model, cloud] = await Promise.all([MockModel.open({ now }), MockCloud.open({ now })]);
+    return new SimWorld(db, clock, model, cloud, opts);
+  }
+
+  /** Writes a harness line (not from any process) into the transcript. */
+  note(line: string): void {
+    this.transcript.push(line);
+  }
+
+  /**
+   * Starts a new incarnation on `runId`, like `deno run runtime/main.ts` with
+   * `RUN_ID`, `CRASH_AT`/`CRASH_SEQ` or `STALL_AT` set. It runs at once; await
+   * {@link SimProcess.exit} (or {@link SimProcess.stalled}).
+   */
+  spawn(opts: { name?: string; runId: string; goal?: string; plan?: Partial<CrashPlan> }): SimProcess {
+    const index = ++this.#spawned;
+    const name = opts.name ?? `w${index}`;
+    const seed = ((this.#opts.seed ?? 1) * 1_000_003 + index) >>> 0;
+    return new SimProcess(this, {
+      name,
+      runId: opts.runId,
+      goal: opts.goal,
+      plan: { crashSeq: 0, stallMs: 0, ...opts.plan },
+      seed,
+      tools: this.#opts.tools,
+      heartbeatMs: this.#opts.heartbeatMs,
+      leaseMs: this.#opts.leaseMs,
+    });
+  }
+
+  /** Moves the shared clock forward, letting every woken sleeper run. */
+  async advance(ms: number): Promise<void> {
+    await this.clock.advance(ms);
+  }
+
+  /** Reads everything the checks need about `runId`: its rows and what the mocks saw. */
+  async snapshot(runId: string): Promise<RunSnapshot> {
+    return await readSnapshot(this.observer, this.model, this.cloud, runId);
+  }
+}
+
+/** A run's rows and what the remotes saw of it, at one moment. */
+export interface RunSnapshot {
+  run?: RunRow;
+  journal: JournalRow[];
+  effects: SideEffectRow[];
+  /** Chat-completions requests the mock model received for the run. */
+  modelCalls: number;
+  /** Resources the mock cloud created under the run's keys. */
+  created: CreatedResource[];
+  /** Requests the mock cloud received per key of the run. */
+  requestsByKey: Record<string, number>;
+}
+
+/** Reads a {@link RunSnapshot} through `store` and the in-process mocks. */
+export async function readSnapshot(
+  store: Store,
+  model: MockModel,
+  cloud: MockCloud,
+  runId: string,
+): Promise<RunSnapshot> {
+  const run = await store.getRun(runId);
+  const { journal, effects } = await store.loadHistory(runId);
+  const prefix = `${runId}:`;
+  const requestsByKey = Object.fromEntries(
+    Object.entries(cloud.requests().by_key).filter(([key]) => key.startsWith(prefix)),
+  );
+  return {
+    run,
+    journal,
+    effects,
+    modelCalls: model.calls(runId),
+    created: cloud.created(prefix),
+    requestsByKey,
+  };
+}
+
+/** How an incarnation ended. */
+export type SimExit =
+  /** `runWorker` returned (done, fenced, lost_claim, ...). */
+  | { kind: "exited"; outcome: RunOutcome }
+  /** Killed at a crash point. */
+  | { kind: "killed"; point: CrashPoint; seq: number }
+  /** Threw something else (a bug, or the store went away). */
+  | { kind: "error"; error: string };
+
+/** A fetch that a process can park: the harness holds the next answer until it lets go. */
+interface Gate {
+  /** Resolved by the harness. */
+  release: () => void;
+  /** Resolves when a request is parked at the gate. */
+  reached: Promise<void>;
+  reach: () => void;
+  wait: Promise<void>;
+}
+
+function newGate(): Gate {
+  let release!: () => void;
+  let reach!: () => void;
+  const wait = new Promise<void>((r) => release = r);
+  const reached = new Promise<void>((r) => reach = r);
+  return { release, reach, reached, wait };
+}
+
+/** A clock view of one process: the shared time, but its sleeps die with it. */
+class ProcessClock implements Clock {
+  readonly #base: ManualClock;
+  readonly #dead: AbortSignal;
+  constructor(base: ManualClock, dead: AbortSignal) {
+    this.#base = base;
+    this.#dead = dead;
+  }
+  now(): Date {
+    return this.#base.now();
+  }
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    return this.#base.sleep(ms, signal ? AbortSignal.any([signal, this.#dead]) : this.#dead);
+  }
+}
+
+/** One simulated worker process (one incarnation) on one run. */
+export class SimProcess {
+  /** Its name in the transcript and in `runs.owner`. */
+  readonly name: string;
+  /** The run it drives. */
+  readonly runId: string;
+  /** Resolves when it ends, however it ends; never rejects. */
+  readonly exit: Promise<SimExit>;
+  /** Resolves when it parks at its stall point. */
+  readonly stalled: Promise<{ point: CrashPoint; seq: number }>;
+  /** Requests this process sent to the model, and to the cloud. */
+  readonly sent = { model: 0, cloud: 0 };
+  readonly #world: SimWorld;
+  readonly #store: Store;
+  readonly #death = new AbortController();
+  #releaseStall?: () => void;
+  #stallReleased = false;
+  #gates: Partial<Record<"model" | "cloud", { gate: Gate; when: (req: Request, n: number) => boolean }>> = {};
+
+  /** Use {@link SimWorld.spawn}. */
+  constructor(
+    world: SimWorld,
+    opts: {
+      name: string;
+      runId: string;
+      goal?: string;
+      plan: CrashPlan;
+      seed: number;
+      tools?: (fetch: FetchLike) => Tool[];
+      heartbeatMs?: number;
+      leaseMs?: number;
+    },
+  ) {
+    this.#world = world;
+    this.name = opts.name;
+    this.runId = opts.runId;
+    this.#store = world.db.handle(`pglite:sim:${opts.name}`);
+    const clock = new ProcessClock(world.clock, this.#death.signal);
+    const log = new Logger({
+      clock,
+      // A dead process writes nothing more, not even a log line.
+      sink: (line) => {
+        if (!this.dead) world.transcript.push(`${this.name} | ${line}`);
+      },
+    });
+    let onStall!: (where: { point: CrashPoint; seq: number }) => void;
+    this.stalled = new Promise((r) => onStall = r);
+    const crash = new CrashPoints(opts.plan, {
+      log,
+      clock,
+      kill: async (point, seq) => {
+        await this.kill(new SimulatedKill(point, seq));
+        throw new SimulatedKill(point, seq);
+      },
+      stall: (point, seq) => {
+        onStall({ point, seq });
+        if (this.#stallReleased) return Promise.resolve();
+        return new Promise<void>((resolve) => this.#releaseStall = resolve);
+      },
+    });
+    const env: Record<string, string> = { RUN_ID: opts.runId, WORKER: opts.name };
+    if (opts.heartbeatMs !== undefined) env.HEARTBEAT_S = String(opts.heartbeatMs / 1000);
+    if (opts.leaseMs !== undefined) env.LEASE_S = String(opts.leaseMs / 1000);
+    const settings = loadSettings([], env);
+    const modelFetch = this.#fetch("model", world.model.handler);
+    const cloudFetch = this.#fetch("cloud", world.cloud.handler);
+    const remotes = {
+      planner: new OpenAIPlanner({ url: SIM_MODEL_URL, model: settings.model, fetch: modelFetch }),
+      tools: new ToolRegistry(
+        opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
+      ),
+      describe: { model: "sim", cloud: "sim" },
+    };
+    const deps = {
+      ...workerDeps(settings, this.#store, remotes, log, clock),
+      crash,
+      random: seededRandom(opts.seed),
+    };
+    this.exit = (async (): Promise<SimExit> => {
+      try {
+        const outcome = await runWorker(deps, opts.runId, opts.goal ?? settings.goal);
+        return { kind: "exited", outcome };
+      } catch (err) {
+        if (err instanceof SimulatedKill) {
+          const m = /at (\S+) seq=(\d+)/.exec(err.message);
+          return { kind: "killed", point: m![1] as CrashPoint, seq: Number(m![2]) };
+        }
+        return { kind: "error", error: describeError(err) };
+      } finally {
+        // The process is gone either way: its handle, timers and fetches with it.
+        await this.kill(new RuntimeError("EXITED", `${opts.name} exited`));
+      }
+    })();
+  }
+
+  /** True once the process is killed or has exited. */
+  get dead(): boolean {
+    return this.#death.signal.aborted;
+  }
+
+  /**
+   * Ends the process on the spot: its store handle is closed (any later
+   * statement throws), its clock's sleeps are cancelled, its fetches refuse
+   * and its log goes quiet.
+   */
+  async kill(reason: Error = new RuntimeError("KILLED", `${this.name} was killed`)): Promise<void> {
+    if (this.dead) return;
+    this.#death.abort(reason);
+    await this.#store.client.close();
+  }
+
+  /** Lets a process parked at its stall point carry on. */
+  releaseStall(): void {
+    this.#stallReleased = true;
+    this.#releaseStall?.();
+  }
+
+  /**
+   * Parks the first request of this process to the model (or cloud) that
+   * `when` picks, after the remote has answered, until `release` is called:
+   * a process frozen with a request in flight. `when` gets the request and
+   * its number among this process's requests to that remote (from 1).
+   * `reached` resolves once a request is parked. An abort of the request's
+   * signal (the worker stopping) ends the wait, as it would end a real one.
+   */
+  holdWhen(
+    remote: "model" | "cloud",
+    when: (req: Request, n: number) => boolean = () => true,
+  ): { reached: Promise<void>; release: () => void } {
+    const gate = newGate();
+    this.#gates[remote] = { gate, when };
+    return { reached: gate.reached, release: gate.release };
+  }
+
+  #fetch(remote: "model" | "cloud", handler: FetchLike): FetchLike {
+    return async (req) => {
+      if (this.dead) throw new TypeError(`${this.name} is dead and cannot send ${req.method} ${req.url}`);
+      const n = ++this.sent[remote];
+      const hold = this.#gates[remote];
+      const gate = hold && hold.when(req, n) ? hold.gate : undefined;
+      if (gate) delete this.#gates[remote];
+      const res = await handler(req);
+      if (gate) {
+        gate.reach();
+        const aborted = new Promise<never>((_, reject) => {
+          const abort = () => reject(req.signal.reason ?? new DOMException("aborted", "AbortError"));
+          if (req.signal.aborted) abort();
+          req.signal.addEventListener("abort", abort, { once: true });
+        });
+        // Marked handled: the signal may abort long after the gate opened.
+        aborted.catch(() => {});
+        await Promise.race([gate.wait, aborted]);
+      }
+      return res;
+    };
+  }
+}
+
+/** Waits for whichever comes first: the process parks at its stall point, or it ends. */
+export async function untilStalledOrExit(
+  proc: SimProcess,
+): Promise<{ stalled: true } | { stalled: false; exit: SimExit }> {
+  return await Promise.race([
+    proc.stalled.then(() => ({ stalled: true as const })),
+    proc.exit.then((exit) => ({ stalled: false as const, exit })),
+  ]);
+}
