@@ -144,7 +144,7 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
     if (err instanceof BlockedError) {
       await store.finishRun(state.fence, "blocked", err.message, clock.now())
         .catch((e) => log.warn("fenced", { run: runId, reason: describeError(e) }));
-      log.warn("blocked", { run: runId, seq, key: err.key, reason: err.message });
+      log.warn("blocked", { run: runId, key: err.key, reason: err.message });
       return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
     }
     if (err instanceof ModelError || err instanceof ToolError || isRunFailure(err)) {
