@@ -351,17 +351,19 @@ export class Store {
    */
   async takeRuns(owner: string, staleBefore: Date, now: Date, limit: number): Promise<RunRow[]> {
     return await this.client.query<RunRow>(
-      `update runs set owner = $1, heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz
-        where run_id in (
-                select run_id from runs
-                 where status in ('pending', 'running')
-                   and (heartbeat_at is null or heartbeat_at < $2::timestamptz)
-                 order by coalesce(heartbeat_at, created_at), run_id
-                 limit $4
-                   for update skip locked)
-          and status in ('pending', 'running')
-          and (heartbeat_at is null or heartbeat_at < $2::timestamptz)
-        returning *`,
+      // The pick is a materialized CTE: as an `in (subquery)` the planner may run
+      // the limited subquery more than once and take more than `limit` runs.
+      `with picked as materialized (
+         select run_id from runs
+          where status in ('pending', 'running')
+            and (heartbeat_at is null or heartbeat_at < $2::timestamptz)
+          order by coalesce(heartbeat_at, created_at), run_id
+          limit $4
+            for update skip locked)
+       update runs set owner = $1, heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz
+         from picked
+        where runs.run_id = picked.run_id
+        returning runs.*`,
       [owner, ts(staleBefore), ts(now), limit],
     );
   }
