@@ -73,6 +73,7 @@ export class Supervisor {
   readonly #wake = { controller: new AbortController() };
   #spawned = 0;
   #exits: Promise<void>[] = [];
+  readonly #handlers = new Set<Promise<void>>();
 
   /** Validates the options. */
   constructor(opts: SupervisorOptions) {
@@ -135,6 +136,12 @@ export class Supervisor {
     return taken;
   }
 
+  /** Resolves once every worker exit seen so far has been handled (logged, and restarted if due). */
+  async settled(): Promise<void> {
+    // Bounded: a handler starts at most one worker, whose exit is handled only once it exits.
+    for (let i = 0; i < 100 && this.#handlers.size > 0; i++) await Promise.all(this.#handlers);
+  }
+
   /** Stops taking runs, sends SIGTERM to every worker and waits for them (SIGKILL after the grace period). */
   async stop(): Promise<void> {
     if (!this.stopping) {
@@ -184,13 +191,19 @@ export class Supervisor {
     this.#active.set(handle.pid, active);
     this.#o.log.info("resuming", { run: run.run_id, pid: handle.pid, status: run.status, epoch: run.epoch });
     const exit = handle.exited.then(
-      (code) => this.#exited(active, code),
-      (err) => this.#exited(active, -1, err),
+      (code) => this.#track(this.#exited(active, code)),
+      (err) => this.#track(this.#exited(active, -1, err)),
     );
     this.#exits.push(exit);
     void exit.finally(() => {
       this.#exits = this.#exits.filter((e) => e !== exit);
     });
+  }
+
+  #track(handler: Promise<void>): Promise<void> {
+    this.#handlers.add(handler);
+    void handler.finally(() => this.#handlers.delete(handler));
+    return handler;
   }
 
   async #exited(a: Active, code: number, err?: unknown): Promise<void> {
