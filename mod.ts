@@ -107,6 +107,7 @@ export {
   type Rejection,
   type RunRow,
   type RunStatus,
+  type RunSummary,
   SCHEMA_SQL,
   type SideEffectRow,
   type SqlClient,

@@ -124,6 +124,9 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
     await recover(deps, state);
     // Bounded by maxSteps: the guard closes the run.
     for (;; seq++) {
+      // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
+      // before its next step: it must not even count another model request.
+      if (stop.signal.aborted) throw stop.signal.reason;
       if (seq >= deps.maxSteps) {
         const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
         log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: state.llmCalls });

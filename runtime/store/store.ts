@@ -384,4 +384,135 @@ export class Store {
       `Write refused (${what}): the row is not in the state this worker left it in (epoch ${f.epoch} unchanged)`,
     );
   }
+  /**
+   * Supervisor: takes up to `limit` runs that are `pending` or `running`
+   * with no heartbeat since `staleBefore`, stamping `owner` and a fresh
+   * `heartbeat_at` on each (a lease handoff: a second supervisor no longer
+   * sees them as abandoned). `skip locked` lets racing supervisors pass
+   * each other instead of queueing; the epoch is left alone, so the worker
+   * spawned for a run still claims it with the usual compare-and-swap.
+   */
+  async takeRuns(owner: string, staleBefore: Date, now: Date, limit: number): Promise<RunRow[]> {
+    return await this.client.query<RunRow>(
+      // The pick is a materialized CTE: as an `in (subquery)` the planner may run
+      // the limited subquery more than once and take more than `limit` runs.
+      `with picked as materialized (
+         select run_id from runs
+          where status in ('pending', 'running')
+            and (heartbeat_at is null or heartbeat_at < $2::timestamptz)
+          order by coalesce(heartbeat_at, created_at), run_id
+          limit $4
+            for update skip locked)
+       update runs set owner = $1, heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz
+         from picked
+        where runs.run_id = picked.run_id
+        returning runs.*`,
+      [owner, ts(staleBefore), ts(now), limit],
+    );
+  }
+
+  /**
+   * Supervisor: takes back a run whose worker it saw die, without waiting out
+   * the lease, only if nobody moved it since (`epoch` and `owner` as seen).
+   */
+  async retakeRun(
+    runId: string,
+    seen: { epoch: number; owner: string | null },
+    owner: string,
+    now: Date,
+  ): Promise<RunRow | undefined> {
+    const rows = await this.client.query<RunRow>(
+      `update runs set owner = $4, heartbeat_at = $5::timestamptz, updated_at = $5::timestamptz
+        where run_id = $1 and epoch = $2 and owner is not distinct from $3 and status in ('pending', 'running')
+        returning *`,
+      [runId, seen.epoch, seen.owner, owner, ts(now)],
+    );
+    return rows[0];
+  }
+
+  /** Every run (oldest first, at most `limit`) with its step, model-call and flagged-call counts. */
+  async listRuns(limit = 1000): Promise<RunSummary[]> {
+    return await this.client.query<RunSummary>(
+      `select r.*, coalesce(j.steps, 0)::int as steps, coalesce(j.llm_calls, 0)::int as llm_calls,
+              coalesce(e.flagged, 0)::int as flagged
+         from runs r
+         left join (select run_id,
+                           (count(*) filter (where status = 'confirmed' and decision ? 'tool'))::int as steps,
+                           sum(llm_attempts)::int as llm_calls
+                      from journal group by run_id) j on j.run_id = r.run_id
+         left join (select run_id, (count(*) filter (where status = 'flagged'))::int as flagged
+                      from side_effects group by run_id) e on e.run_id = r.run_id
+        order by r.created_at, r.run_id
+        limit $1`,
+      [limit],
+    );
+  }
+
+  /** One tool call by its idempotency key, if it exists. */
+  async getEffect(key: string): Promise<SideEffectRow | undefined> {
+    const rows = await this.client.query<SideEffectRow>(
+      `select * from side_effects where idempotency_key = $1`,
+      [key],
+    );
+    return rows[0];
+  }
+
+  /**
+   * A human settles a `flagged` call of a `blocked` run: `result` confirms it
+   * with `remote = 'resolved'`, `retry` puts it back at `intent` (a worker
+   * re-sends it), `fail` marks it failed. Records who and when, and in the
+   * same statement sets the run back to `pending` (lease cleared) once no
+   * flagged call is left. Returns undefined when the call is not flagged or
+   * its run is not blocked.
+   */
+  async resolveEffect(
+    key: string,
+    resolution: { action: "result"; result: Json } | { action: "retry" } | { action: "fail"; error: string },
+    by: string,
+    now: Date,
+  ): Promise<{ effect: SideEffectRow; unblocked: boolean } | undefined> {
+    const result = resolution.action === "result" ? resolution.result : null;
+    const error = resolution.action === "fail" ? resolution.error : null;
+    const rows = await this.client.query<SideEffectRow & { unblocked: number }>(
+      `with e as (
+         update side_effects s
+            set status = case $2 when 'result' then 'confirmed' when 'retry' then 'intent' else 'failed' end,
+                result = case when $2 = 'result' then $3::text::jsonb else s.result end,
+                remote = case when $2 = 'result' then 'resolved' else s.remote end,
+                error = case $2 when 'fail' then $4 when 'retry' then null else s.error end,
+                confirmed_at = case when $2 = 'retry' then null else $6::timestamptz end,
+                resolved_by = $5, resolved_at = $6::timestamptz
+          where s.idempotency_key = $1 and s.status = 'flagged'
+            and exists (select 1 from runs r where r.run_id = s.run_id and r.status = 'blocked' for update)
+          returning s.*
+       ), u as (
+         update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $6::timestamptz
+          where run_id = (select run_id from e) and status = 'blocked'
+            and not exists (select 1 from side_effects x
+                             where x.run_id = runs.run_id and x.status = 'flagged' and x.idempotency_key <> $1)
+          returning 1
+       )
+       select e.*, (select count(*) from u)::int as unblocked from e`,
+      [key, resolution.action, jsonParam(result), error, by, ts(now)],
+    );
+    const row = rows[0];
+    if (!row) return undefined;
+    const { unblocked, ...effect } = row;
+    return { effect: effect as SideEffectRow, unblocked: unblocked > 0 };
+  }
+
+  /**
+   * Cancels a run that is not closed yet. A worker holding it stops at its
+   * next write (every fenced write requires `status = 'running'`). Returns
+   * the run as it is now, or undefined when it was already closed or missing.
+   */
+  async cancelRun(runId: string, reason: string, now: Date): Promise<RunRow | undefined> {
+    const rows = await this.client.query<RunRow>(
+      `update runs set status = 'cancelled', error = $2, updated_at = $3::timestamptz
+        where run_id = $1 and status in ('pending', 'running', 'blocked')
+        returning *`,
+      [runId, reason, ts(now)],
+    );
+    return rows[0];
+  }
 }

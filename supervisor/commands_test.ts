@@ -1,0 +1,174 @@
+import assert from "node:assert/strict";
+import { ManualClock } from "../runtime/clock.ts";
+import { FencedError } from "../runtime/errors.ts";
+import { openPglite } from "../runtime/store/pglite.ts";
+import { Store } from "../runtime/store/store.ts";
+import {
+  cancel,
+  type CommandContext,
+  CommandError,
+  inspect,
+  main,
+  resolve,
+  runs,
+  submit,
+} from "./commands.ts";
+
+// One embedded database for the whole file (a cold start costs seconds); distinct run ids per test.
+const dir = await Deno.makeTempDir({ prefix: "commands_test_" });
+const clock = new ManualClock();
+
+async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<void>): Promise<void> {
+  const store = new Store(await openPglite(`${dir}/pglite`));
+  await store.applySchema();
+  const out: string[] = [];
+  try {
+    await fn({ store, clock, print: (l) => out.push(l), actor: "alice" }, out);
+  } finally {
+    await store.client.close();
+  }
+}
+
+/** A run blocked on a flagged call at seq 1, after a confirmed call at seq 0. */
+async function blockedRun(store: Store, runId: string): Promise<void> {
+  await store.createRun(runId, "goal", clock.now());
+  const epoch = (await store.claim(runId, 0, "w1", clock.now()))!;
+  const f = { runId, epoch };
+  for (const seq of [0, 1]) {
+    await store.journalIntent(f, seq, clock.now());
+    await store.journalConfirm(f, seq, { tool: "create_server", args: { name: `s${seq}` } }, {
+      prompt_tokens: 10,
+      completion_tokens: 5,
+    }, clock.now());
+    await store.effectIntent(
+      f,
+      { key: `${runId}:${seq}`, seq, tool: "create_server", args: {} },
+      clock.now(),
+    );
+  }
+  await store.effectConfirm(f, `${runId}:0`, "i-1", "created", clock.now());
+  await store.effectSettle(f, `${runId}:1`, "flagged", "outcome unknown", clock.now());
+  await store.finishRun(f, "blocked", "needs a human", clock.now());
+}
+
+Deno.test("submit creates a pending run and refuses a duplicate id", async () => {
+  await withStore(async (ctx, out) => {
+    const run = await submit(ctx, "sub-1", "do things");
+    assert.equal(run.status, "pending");
+    assert.match(out[0], /^submitted {2}run=sub-1 {2}status=pending/);
+    await assert.rejects(submit(ctx, "sub-1", "again"), (e: CommandError) => e.code === "RUN_EXISTS");
+    await assert.rejects(submit(ctx, "bad id!", "x"), (e: CommandError) => e.code === "BAD_RUN_ID");
+  });
+});
+
+Deno.test("runs prints a table with steps, model calls and flagged calls", async () => {
+  await withStore(async (ctx, out) => {
+    await blockedRun(ctx.store, "tab-1");
+    await runs(ctx);
+    assert.match(out[0], /^RUN\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+STEPS\s+LLM_CALLS\s+FLAGGED$/);
+    const row = out.find((l) => l.startsWith("tab-1"))!.split(/\s{2,}/);
+    assert.deepEqual(row, ["tab-1", "blocked", "1", "w1", "0.0s ago", "2", "2", "1"]);
+  });
+});
+
+Deno.test("inspect shows each step's decision, tool call, tokens and what is left open", async () => {
+  await withStore(async (ctx, out) => {
+    await blockedRun(ctx.store, "ins-1");
+    await inspect(ctx, "ins-1");
+    const text = out.join("\n");
+    assert.match(text, /^run ins-1 {2}status=blocked {2}epoch=1 {2}owner=w1/);
+    assert.match(text, /decision {2}confirmed {2}create_server \{"name":"s0"\} {2}attempts=1 .*tokens=10\+5/);
+    assert.match(text, /tool {6}confirmed {2}create_server {2}key=ins-1:0 .*remote=created {2}result="i-1"/);
+    assert.match(text, /tool {6}flagged .*key=ins-1:1/);
+    assert.match(text, /!! flagged: 'deno task resolve ins-1:1/);
+    assert.match(text, /total {2}steps=2 {2}llm_calls=2 {2}tokens=20\+10/);
+    await assert.rejects(inspect(ctx, "nope"), (e: CommandError) => e.code === "RUN_NOT_FOUND");
+  });
+});
+
+Deno.test("resolve --result confirms a flagged call as resolved, records who, and unblocks the run", async () => {
+  await withStore(async (ctx) => {
+    await blockedRun(ctx.store, "res-1");
+    await assert.rejects(
+      resolve(ctx, "res-1:0", { action: "retry" }),
+      (e: CommandError) => e.code === "NOT_FLAGGED",
+    );
+    const e = await resolve(ctx, "res-1:1", { action: "result", result: "i-9" });
+    assert.equal(e.status, "confirmed");
+    assert.equal(e.remote, "resolved");
+    assert.equal(e.result, "i-9");
+    assert.equal(e.resolved_by, "alice");
+    assert.equal(e.resolved_at?.getTime(), clock.now().getTime());
+    const run = await ctx.store.getRun("res-1");
+    assert.equal(run?.status, "pending");
+    assert.equal(run?.heartbeat_at, null, "a supervisor takes it at its next poll");
+    await assert.rejects(
+      resolve(ctx, "res-1:1", { action: "fail" }),
+      (err: CommandError) => err.code === "NOT_FLAGGED",
+    );
+  });
+});
+
+Deno.test("resolve --retry puts the call back at intent and --fail marks it failed", async () => {
+  await withStore(async (ctx) => {
+    await blockedRun(ctx.store, "res-2");
+    await blockedRun(ctx.store, "res-3");
+    const retried = await resolve(ctx, "res-2:1", { action: "retry" });
+    assert.equal(retried.status, "intent");
+    assert.equal(retried.error, null);
+    assert.equal(retried.resolved_by, "alice");
+    const failed = await resolve(ctx, "res-3:1", { action: "fail", reason: "checked: never created" });
+    assert.equal(failed.status, "failed");
+    assert.match(failed.error ?? "", /marked failed by alice: checked: never created/);
+    assert.equal((await ctx.store.getRun("res-2"))?.status, "pending");
+    assert.equal((await ctx.store.getRun("res-3"))?.status, "pending");
+    await assert.rejects(
+      resolve(ctx, "res-9:0", { action: "retry" }),
+      (e: CommandError) => e.code === "CALL_NOT_FOUND",
+    );
+  });
+});
+
+Deno.test("cancel closes a run; its worker's next fenced write is refused as closed", async () => {
+  await withStore(async (ctx, out) => {
+    await ctx.store.createRun("can-1", "goal", clock.now());
+    const epoch = (await ctx.store.claim("can-1", 0, "w1", clock.now()))!;
+    await cancel(ctx, "can-1");
+    assert.match(out[0], /^cancelled {2}run=can-1/);
+    const run = await ctx.store.getRun("can-1");
+    assert.equal(run?.status, "cancelled");
+    assert.equal(run?.error, "cancelled by alice");
+    await assert.rejects(
+      ctx.store.journalIntent({ runId: "can-1", epoch }, 0, clock.now()),
+      (e: FencedError) => e.code === "RUN_CLOSED",
+    );
+    assert.equal(await ctx.store.heartbeat({ runId: "can-1", epoch }, clock.now()), false);
+    await assert.rejects(cancel(ctx, "can-1"), (e: CommandError) => e.code === "RUN_CLOSED");
+  });
+});
+
+Deno.test("the commands refuse to open the embedded database while another handle holds it", async () => {
+  const holder = await openPglite(`${dir}/pglite`);
+  const errors: string[] = [];
+  const original = console.error;
+  console.error = (msg: string) => errors.push(msg);
+  try {
+    assert.equal(await main(["runs"], { DATA_DIR: dir }, () => {}), 2);
+    assert.match(errors.join("\n"), /DATA_DIR_LOCKED: .*set DATABASE_URL/);
+  } finally {
+    console.error = original;
+    await holder.close();
+  }
+  const out: string[] = [];
+  assert.equal(await main(["runs"], { DATA_DIR: dir }, (l) => out.push(l)), 0);
+  assert.match(out[0], /^RUN\s+STATUS/);
+  assert.equal(
+    await main(["resolve", "x:0"], { DATA_DIR: dir }, () => {}),
+    2,
+    "needs one of the three flags",
+  );
+});
+
+Deno.test.afterAll(async () => {
+  await Deno.remove(dir, { recursive: true });
+});

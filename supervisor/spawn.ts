@@ -1,0 +1,92 @@
+/**
+ * Starting worker processes. Under `deno run` a worker is `Deno.execPath()`
+ * running `runtime/main.ts` with this project's `deno.json`; in a binary built
+ * by `deno compile supervisor/main.ts` there is no `deno` to run, so the
+ * binary runs itself with the argument `worker` (see `supervisor/main.ts`).
+ *
+ * Each worker gets a piped stdin that the supervisor never writes to or
+ * closes, and `EXIT_ON_STDIN_EOF=1`: if the supervisor dies, even by
+ * `kill -9`, the kernel closes the pipe and the worker exits instead of
+ * running on unwatched. Its stdout and stderr are the supervisor's.
+ *
+ * @module
+ */
+
+import { basename } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { SpawnWorker, WorkerHandle } from "./supervisor.ts";
+
+/** Settings passed to every worker. */
+export interface WorkerEnv {
+  databaseUrl: string;
+  modelUrl: string;
+  cloudUrl: string;
+  heartbeatMs: number;
+  leaseMs: number;
+  logFormat: "text" | "json";
+}
+
+/**
+ * True when this program is a binary built by `deno compile` rather than
+ * `deno` running a script: `Deno.execPath()` is then the program itself.
+ */
+export function isCompiled(execPath: string = Deno.execPath()): boolean {
+  return !/^deno(\.exe)?$/i.test(basename(execPath));
+}
+
+/** The command line that starts one worker process. */
+export function workerCommand(compiled: boolean = isCompiled()): string[] {
+  if (compiled) return [Deno.execPath(), "worker"];
+  return [
+    Deno.execPath(),
+    "run",
+    "-A",
+    "--no-prompt",
+    "--config",
+    fileURLToPath(new URL("../deno.json", import.meta.url)),
+    fileURLToPath(new URL("../runtime/main.ts", import.meta.url)),
+  ];
+}
+
+// Settings a worker must not inherit from the supervisor's environment:
+// the supervisor chooses the run, and crash injection is for single workers.
+const CLEARED = ["GOAL", "CRASH_AT", "CRASH_SEQ", "STALL_AT", "STALL_MS", "DATA_DIR"];
+
+/** A {@link SpawnWorker} that starts real processes. */
+export function processSpawner(env: WorkerEnv, command: string[] = workerCommand()): SpawnWorker {
+  return (runId: string, workerName: string): WorkerHandle => {
+    const childEnv: Record<string, string> = Object.fromEntries(CLEARED.map((k) => [k, ""]));
+    Object.assign(childEnv, {
+      RUN_ID: runId,
+      WORKER: workerName,
+      DATABASE_URL: env.databaseUrl,
+      MODEL_URL: env.modelUrl,
+      CLOUD_URL: env.cloudUrl,
+      HEARTBEAT_S: String(env.heartbeatMs / 1000),
+      LEASE_S: String(env.leaseMs / 1000),
+      LOG_FORMAT: env.logFormat,
+      EXIT_ON_STDIN_EOF: "1",
+    });
+    const child = new Deno.Command(command[0], {
+      args: command.slice(1),
+      env: childEnv,
+      stdin: "piped",
+      stdout: "inherit",
+      stderr: "inherit",
+    }).spawn();
+    // A worker killed by a signal reports 128 + its number (137 for SIGKILL).
+    const exited = child.status.then((s) => s.code);
+    return {
+      pid: child.pid,
+      exited,
+      kill(signal: Deno.Signal) {
+        try {
+          child.kill(signal);
+        } catch (err) {
+          // Already exited (and reaped): nothing to signal.
+          if (!(err instanceof TypeError || err instanceof Deno.errors.NotFound)) throw err;
+        }
+      },
+    };
+  };
+}

@@ -1,0 +1,144 @@
+/**
+ * Test helpers for real processes: start a supervisor or a worker with
+ * `Deno.execPath()`, collect its output lines as they arrive, wait for a line,
+ * and parse the log's `key=value` fields.
+ *
+ * @module
+ */
+
+const ROOT = new URL("../", import.meta.url);
+const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);
+
+/** A running child process whose stdout and stderr lines are collected. */
+export class Proc {
+  /** Every line so far, stdout and stderr interleaved as they arrived. */
+  readonly lines: string[] = [];
+  readonly #child: Deno.ChildProcess;
+  readonly #readers: Promise<void>;
+  /** Resolves with the exit code. */
+  readonly status: Promise<number>;
+
+  /** Starts `deno run -A <script>` with `env` added to this process's environment. */
+  constructor(script: string, env: Record<string, string>, opts: { stdin?: "piped" | "null" } = {}) {
+    this.#child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "--config", path("deno.json"), path(script)],
+      env,
+      stdin: opts.stdin ?? "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    this.#readers = Promise.all([this.#collect(this.#child.stdout), this.#collect(this.#child.stderr)])
+      .then(() => {});
+    this.status = this.#child.status.then(async (s) => {
+      await this.#readers;
+      return s.code;
+    });
+  }
+
+  /** The process id. */
+  get pid(): number {
+    return this.#child.pid;
+  }
+
+  async #collect(stream: ReadableStream<Uint8Array>): Promise<void> {
+    let rest = "";
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      const parts = (rest + chunk).split("\n");
+      rest = parts.pop() ?? "";
+      this.lines.push(...parts);
+    }
+    if (rest) this.lines.push(rest);
+  }
+
+  /** Lines whose event (the word after the level) is `event`. */
+  events(event: string): Record<string, string>[] {
+    return this.lines.map(parseLine).filter((l): l is Record<string, string> => l?.event === event);
+  }
+
+  /** Waits until `pred` holds for some line; throws with the last lines after `timeoutMs`. */
+  async waitFor(pred: (line: string) => boolean, what: string, timeoutMs = 60_000): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    // Bounded by the deadline.
+    while (Date.now() < deadline) {
+      const hit = this.lines.find(pred);
+      if (hit !== undefined) return hit;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error(`Timed out waiting for ${what}; last lines:\n${this.lines.slice(-30).join("\n")}`);
+  }
+
+  /** Sends a signal, ignoring a process that is already gone. */
+  kill(signal: Deno.Signal): void {
+    try {
+      this.#child.kill(signal);
+    } catch {
+      // already exited
+    }
+  }
+
+  /** Kills the process if it still runs and waits for its output to end. */
+  async close(): Promise<number> {
+    this.kill("SIGKILL");
+    return await this.status;
+  }
+}
+
+/** Parses `ts LEVEL event  k=v  k=v` into `{ts, level, event, k: v}`; undefined for other lines. */
+export function parseLine(line: string): Record<string, string> | undefined {
+  const m = /^(\S+Z) (DEBUG|INFO|WARN|ERROR)\s+(\S+)(.*)$/.exec(line);
+  if (!m) return undefined;
+  const out: Record<string, string> = { ts: m[1], level: m[2], event: m[3] };
+  for (const f of m[4].split(/ {2}/)) {
+    const eq = f.indexOf("=");
+    if (eq > 0) out[f.slice(0, eq).trim()] = f.slice(eq + 1);
+  }
+  return out;
+}
+
+/** Starts a supervisor with short test settings (override any in `env`). */
+export function startSupervisor(
+  env: { DATABASE_URL: string; MODEL_URL: string; CLOUD_URL: string } & Record<string, string>,
+): Proc {
+  return new Proc("supervisor/main.ts", {
+    POLL_S: "0.2",
+    LEASE_S: "1",
+    HEARTBEAT_S: "0.2",
+    MAX_WORKERS: "4",
+    ...env,
+  });
+}
+
+/** Starts one worker on `runId` by hand (no supervisor), e.g. with `CRASH_AT`. */
+export function startWorker(
+  env:
+    & { DATABASE_URL: string; MODEL_URL: string; CLOUD_URL: string; RUN_ID: string }
+    & Record<string, string>,
+): Proc {
+  return new Proc("runtime/main.ts", { HEARTBEAT_S: "0.2", LEASE_S: "1", ...env });
+}
+
+/** True while a process with this pid exists (Linux: `/proc/<pid>`), and it is not a zombie. */
+export function alive(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return !/^\d+ \(.*\) Z/.test(stat);
+  } catch {
+    return false;
+  }
+}
+
+/** Polls `check` every `everyMs` until it returns true; throws `what` after `timeoutMs`. */
+export async function until(
+  check: () => Promise<boolean>,
+  what: string,
+  timeoutMs = 60_000,
+  everyMs = 100,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  // Bounded by the deadline.
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  throw new Error(`Timed out waiting for ${what}`);
+}

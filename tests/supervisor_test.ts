@@ -1,0 +1,256 @@
+/**
+ * The supervisor against real PostgreSQL, real mock servers over HTTP and
+ * real `deno run` processes killed with SIGKILL.
+ */
+
+import assert from "node:assert/strict";
+import { type RunningMocks, serveMocks } from "../mock/server.ts";
+import type { Store } from "../runtime/store/store.ts";
+import { freshSchema, pgIgnore, type PgSchema } from "./_pg.ts";
+import { alive, parseLine, type Proc, startSupervisor, startWorker, until } from "./_procs.ts";
+
+interface Env {
+  pg: PgSchema;
+  mocks: RunningMocks;
+  env: { DATABASE_URL: string; MODEL_URL: string; CLOUD_URL: string };
+}
+
+async function withEnv(fn: (e: Env) => Promise<void>): Promise<void> {
+  const pg = await freshSchema();
+  const mocks = await serveMocks();
+  try {
+    await fn({
+      pg,
+      mocks,
+      env: { DATABASE_URL: pg.url, MODEL_URL: mocks.model_url, CLOUD_URL: mocks.cloud_url },
+    });
+  } finally {
+    await mocks.close();
+    await pg.drop();
+  }
+}
+
+async function allDone(store: Store, n: number): Promise<boolean> {
+  const rows = await store.listRuns();
+  return rows.length === n && rows.every((r) => r.status === "done");
+}
+
+/** Every run: steps 0..3 decided, 3 tool calls confirmed; one remote resource per key, none extra. */
+async function assertCleanRuns(store: Store, mocks: RunningMocks, runIds: string[]): Promise<void> {
+  const created = mocks.cloud.created();
+  const keys = created.map((c) => c.key);
+  assert.equal(new Set(keys).size, keys.length, `a key created two resources: ${keys.join(",")}`);
+  for (const runId of runIds) {
+    const { journal, effects } = await store.loadHistory(runId);
+    assert.deepEqual(journal.map((j) => [j.seq, j.status]), [0, 1, 2, 3].map((s) => [s, "confirmed"]), runId);
+    assert.deepEqual(effects.map((e) => [e.seq, e.status]), [0, 1, 2].map((s) => [s, "confirmed"]), runId);
+    for (const e of effects) {
+      const remote = created.filter((c) => c.key === e.idempotency_key);
+      assert.equal(remote.length, 1, `${e.idempotency_key} has ${remote.length} resources`);
+      assert.equal(e.result, remote[0].id, `${e.idempotency_key} recorded the resource the cloud made`);
+    }
+    // A later step was never written under an older epoch than an earlier one.
+    const epochs = [
+      ...journal.map((j) => [j.seq * 2, j.epoch]),
+      ...effects.map((e) => [e.seq * 2 + 1, e.epoch]),
+    ]
+      .sort((a, b) => a[0] - b[0]).map((x) => x[1]);
+    assert.deepEqual(epochs, [...epochs].sort((a, b) => a - b), `${runId} epochs ${epochs}`);
+  }
+  assert.equal(created.length, runIds.length * 3);
+}
+
+async function stopSupervisor(p: Proc): Promise<number> {
+  p.kill("SIGTERM");
+  return await p.status;
+}
+
+Deno.test({
+  name: "a worker killed mid-provision is resumed by a running supervisor, with nobody else acting",
+  ignore: pgIgnore("supervisor self-heal"),
+  fn: () =>
+    withEnv(async ({ pg, mocks, env }) => {
+      // The server request takes a while, so the supervisor is up before the crash lands.
+      mocks.cloud.setFaults({ path: "/v1/servers", delay_ms: 1500 });
+      const worker = startWorker({ ...env, RUN_ID: "selfheal", CRASH_AT: "after_call", CRASH_SEQ: "0" });
+      let sup: Proc | undefined;
+      try {
+        await worker.waitFor((l) => parseLine(l)?.event === "claimed", "the worker's claim");
+        sup = startSupervisor(env);
+        await sup.waitFor((l) => parseLine(l)?.event === "supervisor", "the supervisor's start line");
+        assert.equal(await worker.status, 137, worker.lines.join("\n"));
+        assert.ok(worker.lines.some((l) => l.startsWith("!!! CRASH_AT=after_call seq=0")));
+        await until(() => allDone(pg.store, 1), "the run to finish");
+        const line = await sup.waitFor((l) => parseLine(l)?.event === "worker-exited", "worker-exited");
+        assert.equal(parseLine(line)?.code, "0");
+        assert.equal(await stopSupervisor(sup), 0);
+
+        const start = sup.lines.find((l) => parseLine(l)?.event === "supervisor")!;
+        assert.match(start, /supervisor {2}lease=1\.0 {2}poll=0\.2 {2}heartbeat=0\.2/);
+        assert.equal(sup.events("resuming").filter((e) => e.run === "selfheal").length, 1);
+        const confirmed = sup.events("confirmed").find((e) => e.key === "selfheal:0");
+        assert.equal(confirmed?.remote, "already_done");
+        const { effects } = await pg.store.loadHistory("selfheal");
+        assert.equal(effects[0].remote, "already_done");
+        await assertCleanRuns(pg.store, mocks, ["selfheal"]);
+      } finally {
+        await worker.close();
+        await sup?.close();
+      }
+    }),
+});
+
+Deno.test({
+  name: "a supervisor started after an outage drains every pending and abandoned run",
+  ignore: pgIgnore("supervisor drain"),
+  fn: () =>
+    withEnv(async ({ pg, mocks, env }) => {
+      const runIds = Array.from({ length: 20 }, (_, i) => `drain-${i}`);
+      // Three runs abandoned by workers killed at different points, the rest never started.
+      const crashes = [["after_call", "0"], ["after_decide", "1"], ["after_intent", "2"]];
+      const killed = crashes.map(([point, seq], i) =>
+        startWorker({ ...env, RUN_ID: runIds[i], CRASH_AT: point, CRASH_SEQ: seq })
+      );
+      try {
+        for (const w of killed) assert.equal(await w.status, 137, w.lines.join("\n"));
+      } finally {
+        await Promise.all(killed.map((w) => w.close()));
+      }
+      for (const id of runIds.slice(3)) assert.ok(await pg.store.createRun(id, "drain", new Date()));
+      const stale = (await pg.store.listRuns()).filter((r) => r.status === "running");
+      assert.equal(stale.length, 3);
+
+      const sup = startSupervisor({ ...env, MAX_WORKERS: "4" });
+      try {
+        await until(() => allDone(pg.store, 20), "all 20 runs to finish", 120_000);
+        assert.equal(await stopSupervisor(sup), 0);
+        assert.deepEqual(
+          new Set(sup.events("resuming").map((e) => e.run)),
+          new Set(runIds),
+          "every run was started by the supervisor",
+        );
+        await assertCleanRuns(pg.store, mocks, runIds);
+      } finally {
+        await sup.close();
+      }
+    }),
+});
+
+Deno.test({
+  name: "two supervisors on one database finish 30 runs while workers are killed at random",
+  ignore: pgIgnore("two supervisors"),
+  fn: () =>
+    withEnv(async ({ pg, mocks, env }) => {
+      const seed = Number(Deno.env.get("SEED") ?? Date.now() % 1_000_000);
+      console.log(`two supervisors: seed=${seed}`);
+      let s = seed;
+      const random = () => (s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+      mocks.cloud.setFaults({ delay_ms: 60 });
+      const runIds = Array.from({ length: 30 }, (_, i) => `pair-${i}`);
+      for (const id of runIds) assert.ok(await pg.store.createRun(id, "pair", new Date()));
+      const settings = { ...env, MAX_WORKERS: "3", LEASE_S: "2", HEARTBEAT_S: "0.3" };
+      const sups = [
+        startSupervisor({ ...settings, SUPERVISOR: "sup-a" }),
+        startSupervisor({ ...settings, SUPERVISOR: "sup-b" }),
+      ];
+      const seen = new Set<number>();
+      let kills = 0;
+      const stopKiller = new AbortController();
+      // Kill about a third of the workers, each at a random moment of its life.
+      const killer = (async () => {
+        const timers: Promise<void>[] = [];
+        // Bounded by stopKiller (aborted once every run is done).
+        while (!stopKiller.signal.aborted) {
+          for (const sup of sups) {
+            for (const e of sup.events("resuming")) {
+              const pid = Number(e.pid);
+              if (seen.has(pid)) continue;
+              seen.add(pid);
+              if (kills >= 15 || random() > 0.35) continue;
+              kills++;
+              const delayMs = Math.floor(200 + random() * 900);
+              timers.push(
+                new Promise<void>((r) => setTimeout(r, delayMs)).then(() => {
+                  if (alive(pid)) Deno.kill(pid, "SIGKILL");
+                }).catch(() => {}),
+              );
+            }
+          }
+          await new Promise((r) => setTimeout(r, 25));
+        }
+        await Promise.all(timers);
+      })();
+      try {
+        await until(() => allDone(pg.store, 30), `all 30 runs to finish (seed=${seed})`, 180_000);
+        stopKiller.abort();
+        await killer;
+        assert.deepEqual(await Promise.all(sups.map(stopSupervisor)), [0, 0]);
+        assert.ok(kills > 0, `seed=${seed} killed no worker`);
+        const exits = sups.flatMap((p) => p.events("worker-exited"));
+        assert.ok(exits.some((e) => e.code === "137"), `seed=${seed}: no worker died by SIGKILL`);
+        await assertCleanRuns(pg.store, mocks, runIds);
+
+        // Two workers alive on one run at once only if one of them was fenced.
+        const lives = new Map<number, { run: string; from: string; to: string }>();
+        for (const sup of sups) {
+          for (const e of sup.events("resuming")) {
+            lives.set(Number(e.pid), { run: e.run, from: e.ts, to: "~" });
+          }
+          for (const e of sup.events("worker-exited")) {
+            const life = lives.get(Number(e.pid));
+            if (life) life.to = e.ts;
+          }
+        }
+        const fencedRuns = new Set(
+          sups.flatMap((
+            p,
+          ) => [...p.events("fenced"), ...p.events("stalled"), ...p.events("heartbeat-refused")])
+            .map((e) => e.run),
+        );
+        const all = [...lives.values()];
+        for (const a of all) {
+          for (const b of all) {
+            if (a === b || a.run !== b.run) continue;
+            const overlap = a.from < b.from && b.from < a.to;
+            assert.ok(
+              !overlap || fencedRuns.has(a.run),
+              `seed=${seed}: two live workers on ${a.run} and none fenced: ${JSON.stringify([a, b])}`,
+            );
+          }
+        }
+      } finally {
+        stopKiller.abort();
+        await killer;
+        await Promise.all(sups.map((p) => p.close()));
+      }
+    }),
+});
+
+Deno.test({
+  name: "SIGTERM to the supervisor stops its workers and leaves no worker process behind",
+  ignore: pgIgnore("supervisor SIGTERM"),
+  fn: () =>
+    withEnv(async ({ pg, mocks, env }) => {
+      // Slow tool calls keep the workers busy while the supervisor is stopped.
+      mocks.cloud.setFaults({ delay_ms: 5000 });
+      for (const id of ["term-0", "term-1", "term-2"]) await pg.store.createRun(id, "term", new Date());
+      const sup = startSupervisor(env);
+      try {
+        await until(
+          () => Promise.resolve(sup.events("claimed").length === 3),
+          "three workers to claim their runs",
+        );
+        const pids = sup.events("resuming").map((e) => Number(e.pid));
+        assert.equal(pids.length, 3);
+        assert.ok(pids.every(alive));
+        assert.equal(await stopSupervisor(sup), 0);
+        assert.deepEqual(pids.filter(alive), [], "worker processes left behind");
+        assert.equal(sup.events("worker-exited").length, 3);
+        assert.ok(sup.events("stopped").length === 1);
+        // Nothing finished: the runs wait, open, for the next supervisor.
+        assert.ok((await pg.store.listRuns()).every((r) => r.status === "running"));
+      } finally {
+        await sup.close();
+      }
+    }),
+});
