@@ -137,8 +137,11 @@ export interface Fence {
 
 /** A run with its step counts, for listings. */
 export interface RunSummary extends RunRow {
+  /** Journal rows (decided or being decided). */
   steps: number;
+  /** Model requests paid for across the run. */
   llm_calls: number;
+  /** Tool calls waiting for a human. */
   flagged: number;
 }
 
