@@ -44,7 +44,11 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
       await flag(deps, state, where, `it cannot be re-sent safely: ${checked.message}`);
       continue; // not reached: flag throws
     }
-    if (!checked.tool.idempotent) {
+    // A human who resolved the flag with --retry approved exactly one re-send:
+    // the approval is newer than the last intent. Once that re-send's intent
+    // is written (intent_at moves past resolved_at), a crash flags it again.
+    const approved = row.resolved_at !== null && new Date(row.resolved_at) > new Date(row.intent_at);
+    if (!checked.tool.idempotent && !approved) {
       await flag(deps, state, where, `its outcome is unknown and ${row.tool} takes no idempotency key`);
     }
     const call = {

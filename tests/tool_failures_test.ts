@@ -8,6 +8,8 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { DEFAULT_GOAL } from "../runtime/config.ts";
+import { CrashPoints } from "../runtime/crashpoints.ts";
+import { SimulatedKill } from "../runtime/errors.ts";
 import { runWorker } from "../runtime/loop.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
@@ -207,6 +209,34 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       const again = worker({ nonIdempotent: ["create_server"] });
       assert.equal((await runWorker(again.deps, "t-flag", DEFAULT_GOAL)).status, "blocked");
       assert.equal(cloud.requests().by_key["t-flag:0"], 1);
+      // A human checks the remote and approves one re-send (deno task resolve t-flag:0 --retry).
+      assert.ok(await store.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
+      const crashing = worker({ nonIdempotent: ["create_server"] });
+      crashing.deps.crash = new CrashPoints({ crashAt: "after_intent", crashSeq: 0, stallMs: 0 }, {
+        log: crashing.deps.log,
+        clock: crashing.deps.clock,
+        kill: (point, seq) => Promise.reject(new SimulatedKill(point, seq)),
+      });
+      await assert.rejects(runWorker(crashing.deps, "t-flag", DEFAULT_GOAL), SimulatedKill);
+      assert.equal((await effect("t-flag", 0)).attempts, 2, "the approved re-send's intent was written");
+      assert.equal(cloud.requests().by_key["t-flag:0"], 1, "and it died before sending");
+
+      // The approval was used up by that intent: after the crash the call is flagged again, not re-sent.
+      const after = worker({ nonIdempotent: ["create_server"] });
+      assert.equal((await runWorker(after.deps, "t-flag", DEFAULT_GOAL)).status, "blocked");
+      assert.equal((await effect("t-flag", 0)).status, "flagged");
+      assert.equal(cloud.requests().by_key["t-flag:0"], 1);
+
+      // Approved again, this time nothing crashes: one re-send, the remote recognises the key.
+      assert.ok(await store.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
+      const last = worker({ nonIdempotent: ["create_server"] });
+      assert.equal((await runWorker(last.deps, "t-flag", DEFAULT_GOAL)).status, "done");
+      const row2 = await effect("t-flag", 0);
+      assert.equal(row2.status, "confirmed");
+      assert.equal(row2.remote, "already_done");
+      assert.equal(row2.resolved_by, "ops");
+      assert.equal(cloud.requests().by_key["t-flag:0"], 2);
+      assert.equal(cloud.created("t-flag:0").length, 1, "one resource, whatever the humans and crashes did");
     });
   } finally {
     await mocks.close();

@@ -309,7 +309,7 @@ export class Store {
       `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
        select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}
        on conflict (idempotency_key) do update
-          set attempts = side_effects.attempts + 1, epoch = excluded.epoch
+          set attempts = side_effects.attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
         where side_effects.status = 'intent'
        returning attempts`,
       [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now)],
