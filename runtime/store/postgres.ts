@@ -29,8 +29,12 @@ export class PostgresClient implements SqlClient {
   }
 
   async query<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
+    // Named prepared statements: without them postgres.js asks the server for
+    // the parameter types on every execution (an extra round trip); with them
+    // it asks once per statement text and connection. Measured: 0.93 -> 0.66 ms
+    // a statement on local PostgreSQL 15 (bench/step_bench.ts).
     // deno-lint-ignore no-explicit-any
-    const rows = await this.#sql.unsafe(text, params as any[]);
+    const rows = await this.#sql.unsafe(text, params as any[], { prepare: true });
     return rows as unknown as T[];
   }
 
