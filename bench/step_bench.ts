@@ -14,7 +14,6 @@
  */
 
 import { parseArgs } from "node:util";
-import postgres from "postgres";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../mock/demo_tools.ts";
 import { MockModel } from "../mock/model.ts";
@@ -27,6 +26,7 @@ import { OpenAIPlanner } from "../runtime/planner.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
+import { createSandbox } from "../runtime/store/sandbox.ts";
 import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/tools.ts";
 
@@ -116,22 +116,14 @@ if (import.meta.main) {
   if (!url) {
     console.log("postgres: skipped (set DATABASE_URL or TEST_DATABASE_URL)");
   } else {
-    const schema = `bench_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
-    const admin = postgres(url, { max: 1, onnotice: () => {} });
-    await admin.unsafe(`create schema ${schema}`);
-    await admin.unsafe(`set search_path to ${schema}; ${SCHEMA_SQL}`).simple();
-    const u = new URL(url);
-    u.searchParams.set("search_path", schema);
+    const sandbox = await createSandbox(url, { prefix: "bench", max: 1 });
     try {
-      const one = await openPostgres(u.toString(), { max: 1 });
-      await drive("postgres, sequential", one, runs, 1);
-      await one.close();
-      const many = await openPostgres(u.toString(), { max: concurrency });
+      await drive("postgres, sequential", sandbox.store.client, runs, 1);
+      const many = await openPostgres(sandbox.url, { max: concurrency });
       await drive(`postgres, ${concurrency} runs at once`, many, runs * 2, concurrency);
       await many.close();
     } finally {
-      await admin.unsafe(`drop schema ${schema} cascade`);
-      await admin.end();
+      await sandbox.drop();
     }
   }
 }

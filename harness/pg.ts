@@ -6,9 +6,7 @@
  * @module
  */
 
-import postgres from "postgres";
-import { openPostgres } from "../runtime/store/postgres.ts";
-import { SCHEMA_SQL, Store } from "../runtime/store/store.ts";
+import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
 
 /** The repository root (where deno.json lives), so children resolve `node_modules`. */
 export const REPO_ROOT: string = new URL("..", import.meta.url).pathname;
@@ -16,42 +14,11 @@ export const REPO_ROOT: string = new URL("..", import.meta.url).pathname;
 export const MAIN_TS: string = new URL("../runtime/main.ts", import.meta.url).pathname;
 
 /** A schema of its own on a PostgreSQL server, with the tables loaded. */
-export interface PgSchemaHandle {
-  /** A DATABASE_URL whose search_path is the schema (what the children get). */
-  url: string;
-  /** A store on it, for the harness's own reads. */
-  store: Store;
-  /** Closes the store and drops the schema. */
-  drop(): Promise<void>;
-}
+export type PgSchemaHandle = SchemaSandbox;
 
 /** Creates schema `h_<random>` on `serverUrl` and loads schema.sql into it. */
-export async function freshPgSchema(serverUrl: string): Promise<PgSchemaHandle> {
-  const schema = `h_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-  try {
-    await admin.unsafe(`create schema ${schema}`);
-    await admin.unsafe(`set search_path to ${schema}; ${SCHEMA_SQL}`).simple();
-  } finally {
-    await admin.end();
-  }
-  const u = new URL(serverUrl);
-  u.searchParams.set("search_path", schema);
-  const url = u.toString();
-  const store = new Store(await openPostgres(url, { max: 2 }));
-  return {
-    url,
-    store,
-    drop: async () => {
-      await store.client.close();
-      const a = postgres(serverUrl, { max: 1, onnotice: () => {} });
-      try {
-        await a.unsafe(`drop schema if exists ${schema} cascade`);
-      } finally {
-        await a.end();
-      }
-    },
-  };
+export function freshPgSchema(serverUrl: string): Promise<PgSchemaHandle> {
+  return createSandbox(serverUrl, { prefix: "h" });
 }
 
 /** How a worker child ended, and everything it printed. */

@@ -193,6 +193,28 @@ export class SettingsReader {
     return raw;
   }
 
+  /** `LOG_FORMAT`: `text` (the default) or `json`. */
+  logFormat(): LogFormat {
+    const raw = this.str("LOG_FORMAT", "text");
+    if (raw === "text" || raw === "json") return raw;
+    this.problems.push(`LOG_FORMAT must be "text" or "json": current value is ${JSON.stringify(raw)}`);
+    return "text";
+  }
+
+  /** `HEARTBEAT_S` and `LEASE_S` (3 and 12), the heartbeat shorter than the lease. */
+  lease(): { heartbeatMs: number; leaseMs: number } {
+    const heartbeatMs = this.seconds("HEARTBEAT_S", 3);
+    const leaseMs = this.seconds("LEASE_S", 12);
+    if (heartbeatMs >= leaseMs) {
+      this.problems.push(
+        `HEARTBEAT_S must be shorter than LEASE_S, or a live worker would look dead: current values are ${
+          heartbeatMs / 1000
+        } and ${leaseMs / 1000}`,
+      );
+    }
+    return { heartbeatMs, leaseMs };
+  }
+
   /** Throws a {@link ConfigError} listing every problem, if there are any. */
   done(): void {
     if (this.problems.length > 0) throw new ConfigError(this.problems);
@@ -262,10 +284,6 @@ export function loadSettings(
       );
     }
   }
-  const logFormat = r.str("LOG_FORMAT", "text");
-  if (logFormat !== "text" && logFormat !== "json") {
-    r.problems.push(`LOG_FORMAT must be "text" or "json": current value is ${JSON.stringify(logFormat)}`);
-  }
   const stdinEof = r.str("EXIT_ON_STDIN_EOF", "0");
   if (!["0", "1", "true", "false"].includes(stdinEof)) {
     r.problems.push(`EXIT_ON_STDIN_EOF must be 1 or 0: current value is ${JSON.stringify(stdinEof)}`);
@@ -292,18 +310,10 @@ export function loadSettings(
       stallAt: stallAt !== undefined && isCrashPoint(stallAt) ? stallAt : undefined,
       stallMs: r.int("STALL_MS", 5000, 0, 86_400_000),
     },
-    heartbeatMs: r.seconds("HEARTBEAT_S", 3),
-    leaseMs: r.seconds("LEASE_S", 12),
-    logFormat: logFormat === "json" ? "json" : "text",
+    ...r.lease(),
+    logFormat: r.logFormat(),
     exitOnStdinEof: stdinEof === "1" || stdinEof === "true",
   };
-  if (settings.heartbeatMs >= settings.leaseMs) {
-    r.problems.push(
-      `HEARTBEAT_S must be shorter than LEASE_S, or a live worker would look dead: current values are ${
-        settings.heartbeatMs / 1000
-      } and ${settings.leaseMs / 1000}`,
-    );
-  }
   r.done();
   return settings;
 }

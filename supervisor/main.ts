@@ -105,28 +105,16 @@ export function loadSupervisorSettings(
       );
     }
   }
-  const logFormat = r.str("LOG_FORMAT", "text");
-  if (logFormat !== "text" && logFormat !== "json") {
-    r.problems.push(`LOG_FORMAT must be "text" or "json": current value is ${JSON.stringify(logFormat)}`);
-  }
   const settings: SupervisorSettings = {
     databaseUrl: databaseUrl ?? "",
     modelUrl: modelUrl ?? "",
     cloudUrl: cloudUrl ?? "",
     pollMs: r.seconds("POLL_S", 3),
-    leaseMs: r.seconds("LEASE_S", 12),
-    heartbeatMs: r.seconds("HEARTBEAT_S", 3),
+    ...r.lease(),
     maxWorkers: r.int("MAX_WORKERS", 8, 1, 10_000),
     name: r.str("SUPERVISOR", `supervisor@${defaults.hostname}:${defaults.pid}`),
-    logFormat: logFormat === "json" ? "json" : "text",
+    logFormat: r.logFormat(),
   };
-  if (settings.heartbeatMs >= settings.leaseMs) {
-    r.problems.push(
-      `HEARTBEAT_S must be shorter than LEASE_S, or a live worker would look dead: current values are ${
-        settings.heartbeatMs / 1000
-      } and ${settings.leaseMs / 1000}`,
-    );
-  }
   r.done();
   return settings;
 }
