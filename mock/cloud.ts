@@ -10,7 +10,7 @@ import { sleep, waitForAbort } from "./abortable.ts";
 import { canonicalJson } from "./canonical_json.ts";
 import { DurableJsonFile } from "./durable_json_file.ts";
 import { droppedResponse, errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
-import { isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
+import { isPlainObject, optionalCount, readJsonObject, setFaultsFromRequest } from "./json_input.ts";
 
 /** The kinds of resource the cloud can create. */
 export type ResourceKind = "server" | "database" | "dns_record";
@@ -152,7 +152,7 @@ export class MockCloud {
       case "GET /_faults":
         return jsonResponse(200, this.faults());
       case "POST /_faults":
-        return await this.#handleSetFaults(req);
+        return await setFaultsFromRequest(req, (spec) => this.setFaults(spec), () => this.faults());
       case "DELETE /_faults":
         this.clearFaults();
         return jsonResponse(200, { ok: true });
@@ -282,18 +282,6 @@ export class MockCloud {
     if (take(specs, "garbage_next")) return garbageResponse();
     if (take(specs, "drop_after_act_next")) return "drop";
     return undefined;
-  }
-
-  async #handleSetFaults(req: Request): Promise<Response> {
-    const spec = await readJsonObject(req);
-    if (spec === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
-    try {
-      this.setFaults(spec);
-    } catch (err) {
-      if (err instanceof TypeError) return errorResponse(400, "bad_fault_spec", err.message);
-      throw err;
-    }
-    return jsonResponse(200, this.faults());
   }
 
   #persist(): void {

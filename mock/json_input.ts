@@ -4,6 +4,8 @@
  * @module
  */
 
+import { errorResponse, jsonResponse } from "./http_response.ts";
+
 /**
  * Reads a request body as a JSON object. Returns `undefined` when the body is
  * missing, is not JSON, or is not a plain object.
@@ -34,4 +36,24 @@ export function optionalCount(spec: Record<string, unknown>, field: string): num
     throw new TypeError(`${field} must be a non-negative integer, got ${JSON.stringify(value)}`);
   }
   return value;
+}
+
+/**
+ * `POST /_faults`: reads a JSON object and hands it to `apply`, which throws a
+ * `TypeError` for a malformed spec (answered 400); answers the faults now set.
+ */
+export async function setFaultsFromRequest(
+  req: Request,
+  apply: (spec: Record<string, unknown>) => void,
+  current: () => unknown,
+): Promise<Response> {
+  const spec = await readJsonObject(req);
+  if (spec === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
+  try {
+    apply(spec);
+  } catch (err) {
+    if (err instanceof TypeError) return errorResponse(400, "bad_fault_spec", err.message);
+    throw err;
+  }
+  return jsonResponse(200, current());
 }

@@ -9,7 +9,7 @@
 import { sleep, waitForAbort } from "./abortable.ts";
 import { DurableJsonFile } from "./durable_json_file.ts";
 import { errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
-import { isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
+import { isPlainObject, optionalCount, setFaultsFromRequest } from "./json_input.ts";
 
 /** Options of {@linkcode MockModel.open}. */
 export interface MockModelOptions {
@@ -138,7 +138,7 @@ export class MockModel {
       case "GET /_faults":
         return jsonResponse(200, this.faults());
       case "POST /_faults":
-        return await this.#handleSetFaults(req);
+        return await setFaultsFromRequest(req, (spec) => this.setFaults(spec), () => this.faults());
       case "DELETE /_faults":
         this.clearFaults();
         return jsonResponse(200, { ok: true });
@@ -246,18 +246,6 @@ export class MockModel {
     calls.by_run[run] = n;
     this.#file?.writeSync(this.#state);
     return n;
-  }
-
-  async #handleSetFaults(req: Request): Promise<Response> {
-    const spec = await readJsonObject(req);
-    if (spec === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
-    try {
-      this.setFaults(spec);
-    } catch (err) {
-      if (err instanceof TypeError) return errorResponse(400, "bad_fault_spec", err.message);
-      throw err;
-    }
-    return jsonResponse(200, this.faults());
   }
 }
 
