@@ -196,12 +196,12 @@ export interface PostgresMatrixOptions extends MatrixOptions {
 /** The matrix with real `deno run` workers, SIGKILL and PostgreSQL. */
 export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<MatrixResult> {
   const pg = await freshPgSchema(opts.databaseUrl);
-  const mocks = await serveMocks({ model_port: 0, cloud_port: 0 });
+  const mocks = await serveMocks({ modelPort: 0, cloudPort: 0 });
   try {
     const env = (runId: string, extra: Record<string, string> = {}) => ({
       DATABASE_URL: pg.url,
-      MODEL_URL: mocks.model_url,
-      CLOUD_URL: mocks.cloud_url,
+      MODEL_URL: mocks.modelUrl,
+      CLOUD_URL: mocks.cloudUrl,
       RUN_ID: runId,
       ...extra,
     });

@@ -18,7 +18,7 @@ export type ResourceKind = "server" | "database" | "dns_record";
 /** Options of {@linkcode MockCloud.open}. */
 export interface MockCloudOptions {
   /** JSON file holding the state across restarts; in-memory when omitted. */
-  state_path?: string;
+  statePath?: string;
   /** Clock used for `created_at`; defaults to the real time. */
   now?: () => Date;
 }
@@ -126,9 +126,9 @@ export class MockCloud {
     for (const resource of state.resources) this.#by_key.set(resource.key, resource);
   }
 
-  /** Creates a cloud, loading the state at `opts.state_path` when it exists. */
+  /** Creates a cloud, loading the state at `opts.statePath` when it exists. */
   static async open(opts: MockCloudOptions = {}): Promise<MockCloud> {
-    const file = opts.state_path === undefined ? undefined : new DurableJsonFile<CloudState>(opts.state_path);
+    const file = opts.statePath === undefined ? undefined : new DurableJsonFile<CloudState>(opts.statePath);
     const state = (await file?.read()) ??
       { next_id: 1, resources: [], requests: { total: 0, by_key: {}, by_path: {} } };
     return new MockCloud(state, file, opts.now ?? (() => new Date()));

@@ -138,12 +138,12 @@ Deno.test("the inspection endpoints report health, creations by key prefix and r
 Deno.test("state persisted to a file survives reopening the cloud", async () => {
   const dir = await Deno.makeTempDir();
   try {
-    const state_path = join(dir, "cloud.json");
-    const before = await MockCloud.open({ state_path });
+    const statePath = join(dir, "cloud.json");
+    const before = await MockCloud.open({ statePath });
     const created = await before.handler(post("/v1/servers", { name: "srv-1" }, "run1:s"));
     const created_text = await created.text();
 
-    const after = await MockCloud.open({ state_path });
+    const after = await MockCloud.open({ statePath });
     assert.equal(after.created().length, 1);
     const replay = await after.handler(post("/v1/servers", { name: "srv-1" }, "run1:s"));
     assert.equal(replay.status, 200);

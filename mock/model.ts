@@ -14,7 +14,7 @@ import { isPlainObject, optionalCount, setFaultsFromRequest } from "./json_input
 /** Options of {@linkcode MockModel.open}. */
 export interface MockModelOptions {
   /** JSON file holding the call counters across restarts; in-memory when omitted. */
-  state_path?: string;
+  statePath?: string;
   /** Clock for the `created` field of answers; defaults to the real time. */
   now?: () => Date;
 }
@@ -115,9 +115,9 @@ export class MockModel {
     this.#now = now;
   }
 
-  /** Creates a model, loading the counters at `opts.state_path` when they exist. */
+  /** Creates a model, loading the counters at `opts.statePath` when they exist. */
   static async open(opts: MockModelOptions = {}): Promise<MockModel> {
-    const file = opts.state_path === undefined ? undefined : new DurableJsonFile<ModelState>(opts.state_path);
+    const file = opts.statePath === undefined ? undefined : new DurableJsonFile<ModelState>(opts.statePath);
     const state = (await file?.read()) ?? { calls: { total: 0, by_run: {} } };
     return new MockModel(state, file, opts.now ?? (() => new Date()));
   }

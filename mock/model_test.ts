@@ -150,11 +150,11 @@ Deno.test("a request without a valid body is refused with 400 but still counted"
 Deno.test("the call counter persisted to a file survives reopening the model", async () => {
   const dir = await Deno.makeTempDir();
   try {
-    const state_path = join(dir, "model.json");
-    const before = await MockModel.open({ state_path });
+    const statePath = join(dir, "model.json");
+    const before = await MockModel.open({ statePath });
     await ask(before, START);
     await ask(before, START);
-    const after = await MockModel.open({ state_path });
+    const after = await MockModel.open({ statePath });
     assert.equal(after.calls("run1"), 2);
     assert.deepEqual(firstCall(await ask(after, START)).args, { name: "srv-3", spec: "small" });
   } finally {

@@ -16,15 +16,15 @@ export interface ServeMocksOptions {
   /** Interface to bind; default `127.0.0.1`. */
   hostname?: string;
   /** Port of the model server; default 0 (any free port). */
-  model_port?: number;
+  modelPort?: number;
   /** Port of the cloud server; default 0 (any free port). */
-  cloud_port?: number;
-  /** Model to serve; opened (persisted under `state_dir` if given) when omitted. */
+  cloudPort?: number;
+  /** Model to serve; opened (persisted under `stateDir` if given) when omitted. */
   model?: MockModel;
-  /** Cloud to serve; opened (persisted under `state_dir` if given) when omitted. */
+  /** Cloud to serve; opened (persisted under `stateDir` if given) when omitted. */
   cloud?: MockCloud;
   /** Directory for `model.json` and `cloud.json`; in-memory when omitted. */
-  state_dir?: string;
+  stateDir?: string;
   /** Closes both servers when aborted. */
   signal?: AbortSignal;
 }
@@ -36,9 +36,9 @@ export interface RunningMocks {
   /** The served cloud. */
   cloud: MockCloud;
   /** Base URL of the OpenAI-compatible API, e.g. `http://127.0.0.1:9100/v1`. */
-  model_url: string;
+  modelUrl: string;
   /** Base URL of the cloud, e.g. `http://127.0.0.1:9000`. */
-  cloud_url: string;
+  cloudUrl: string;
   /** Ends hung requests and shuts both servers down. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -46,17 +46,17 @@ export interface RunningMocks {
 /** Starts the model and cloud servers. */
 export async function serveMocks(opts: ServeMocksOptions = {}): Promise<RunningMocks> {
   const hostname = opts.hostname ?? "127.0.0.1";
-  if (opts.state_dir !== undefined) await Deno.mkdir(opts.state_dir, { recursive: true });
-  const statePath = (name: string) => opts.state_dir === undefined ? undefined : join(opts.state_dir, name);
-  const model = opts.model ?? await MockModel.open({ state_path: statePath("model.json") });
-  const cloud = opts.cloud ?? await MockCloud.open({ state_path: statePath("cloud.json") });
+  if (opts.stateDir !== undefined) await Deno.mkdir(opts.stateDir, { recursive: true });
+  const statePath = (name: string) => opts.stateDir === undefined ? undefined : join(opts.stateDir, name);
+  const model = opts.model ?? await MockModel.open({ statePath: statePath("model.json") });
+  const cloud = opts.cloud ?? await MockCloud.open({ statePath: statePath("cloud.json") });
 
-  const model_server = listen(hostname, opts.model_port ?? 0, model.handler);
-  let cloud_server: Deno.HttpServer<Deno.NetAddr>;
+  const modelServer = listen(hostname, opts.modelPort ?? 0, model.handler);
+  let cloudServer: Deno.HttpServer<Deno.NetAddr>;
   try {
-    cloud_server = listen(hostname, opts.cloud_port ?? 0, cloud.handler);
+    cloudServer = listen(hostname, opts.cloudPort ?? 0, cloud.handler);
   } catch (err) {
-    await model_server.shutdown();
+    await modelServer.shutdown();
     throw err;
   }
   // A wildcard bind is reachable through loopback; print an address clients can use.
@@ -70,14 +70,14 @@ export async function serveMocks(opts: ServeMocksOptions = {}): Promise<RunningM
       // Shutdown waits for in-flight requests, so first end the ones held on purpose.
       model.releaseHung();
       cloud.releaseHung();
-      await Promise.all([model_server.shutdown(), cloud_server.shutdown()]);
+      await Promise.all([modelServer.shutdown(), cloudServer.shutdown()]);
     })();
     return closing;
   };
   const on_abort = () => void close();
   opts.signal?.addEventListener("abort", on_abort, { once: true });
 
-  return { model, cloud, model_url: `${baseUrl(model_server)}/v1`, cloud_url: baseUrl(cloud_server), close };
+  return { model, cloud, modelUrl: `${baseUrl(modelServer)}/v1`, cloudUrl: baseUrl(cloudServer), close };
 }
 
 function listen(
@@ -131,9 +131,9 @@ async function main(): Promise<void> {
     flag === undefined ? { name: env, value: Deno.env.get(env) } : { name: flag_name, value: flag };
 
   const hostname = setting(values.hostname, "--hostname", "MOCK_HOSTNAME").value || "127.0.0.1";
-  const model_port = setting(values["model-port"], "--model-port", "MOCK_MODEL_PORT");
-  const cloud_port = setting(values["cloud-port"], "--cloud-port", "MOCK_CLOUD_PORT");
-  const state_dir = setting(values["state-dir"], "--state-dir", "MOCK_STATE_DIR").value || undefined;
+  const modelPort = setting(values["model-port"], "--model-port", "MOCK_MODEL_PORT");
+  const cloudPort = setting(values["cloud-port"], "--cloud-port", "MOCK_CLOUD_PORT");
+  const stateDir = setting(values["state-dir"], "--state-dir", "MOCK_STATE_DIR").value || undefined;
   const delay_raw = Deno.env.get("CLOUD_DELAY_MS");
   const delay_ms = delay_raw ? Number(delay_raw) : 0;
   if (delay_raw && (!/^\d+$/.test(delay_raw.trim()))) {
@@ -141,21 +141,21 @@ async function main(): Promise<void> {
   }
 
   const ports = {
-    model_port: parsePort(model_port.name, model_port.value || "9100"),
-    cloud_port: parsePort(cloud_port.name, cloud_port.value || "9000"),
+    modelPort: parsePort(modelPort.name, modelPort.value || "9100"),
+    cloudPort: parsePort(cloudPort.name, cloudPort.value || "9000"),
   };
   let mocks: RunningMocks;
   try {
-    mocks = await serveMocks({ hostname, ...ports, state_dir });
+    mocks = await serveMocks({ hostname, ...ports, stateDir });
   } catch (err) {
     console.error(
-      `mock: cannot start on ${hostname} (model port ${ports.model_port}, cloud port ${ports.cloud_port}): ${err}`,
+      `mock: cannot start on ${hostname} (model port ${ports.modelPort}, cloud port ${ports.cloudPort}): ${err}`,
     );
     Deno.exit(1);
   }
   if (delay_ms > 0) mocks.cloud.setFaults({ delay_ms });
-  console.log(`mock-model  url=${mocks.model_url}`);
-  console.log(`mock-cloud  url=${mocks.cloud_url}${state_dir ? `  state_dir=${state_dir}` : ""}`);
+  console.log(`mock-model  url=${mocks.modelUrl}`);
+  console.log(`mock-cloud  url=${mocks.cloudUrl}${stateDir ? `  state_dir=${stateDir}` : ""}`);
 
   const stop = async () => {
     await mocks.close();

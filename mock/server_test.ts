@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "./server.ts";
 
-function createServer(cloud_url: string, key: string, signal?: AbortSignal): Promise<Response> {
-  return fetch(`${cloud_url}/v1/servers`, {
+function createServer(cloudUrl: string, key: string, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${cloudUrl}/v1/servers`, {
     method: "POST",
     headers: { "Idempotency-Key": key, "content-type": "application/json" },
     body: JSON.stringify({ name: "srv-1", spec: "small" }),
@@ -11,13 +11,13 @@ function createServer(cloud_url: string, key: string, signal?: AbortSignal): Pro
 }
 
 Deno.test("serveMocks serves the model and the cloud over HTTP on free ports", async (t) => {
-  const mocks = await serveMocks({ model_port: 0, cloud_port: 0 });
+  const mocks = await serveMocks({ modelPort: 0, cloudPort: 0 });
   try {
-    assert.match(mocks.model_url, /^http:\/\/127\.0\.0\.1:\d+\/v1$/);
-    assert.match(mocks.cloud_url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    assert.match(mocks.modelUrl, /^http:\/\/127\.0\.0\.1:\d+\/v1$/);
+    assert.match(mocks.cloudUrl, /^http:\/\/127\.0\.0\.1:\d+$/);
 
     await t.step("the model answers a chat completion", async () => {
-      const res = await fetch(`${mocks.model_url}/chat/completions`, {
+      const res = await fetch(`${mocks.modelUrl}/chat/completions`, {
         method: "POST",
         headers: { authorization: "Bearer sk-test" },
         body: JSON.stringify({ model: "m", user: "run1", messages: [{ role: "user", content: "go" }] }),
@@ -29,17 +29,17 @@ Deno.test("serveMocks serves the model and the cloud over HTTP on free ports", a
     });
 
     await t.step("the cloud creates then replays", async () => {
-      const created = await createServer(mocks.cloud_url, "run1:s");
+      const created = await createServer(mocks.cloudUrl, "run1:s");
       assert.equal(created.status, 201);
       const created_text = await created.text();
-      const replay = await createServer(mocks.cloud_url, "run1:s");
+      const replay = await createServer(mocks.cloudUrl, "run1:s");
       assert.equal(replay.status, 200);
       assert.equal(replay.headers.get("idempotent-replayed"), "true");
       assert.equal(await replay.text(), created_text);
     });
 
     await t.step("both answer /health", async () => {
-      for (const url of [mocks.cloud_url, mocks.model_url.replace(/\/v1$/, "")]) {
+      for (const url of [mocks.cloudUrl, mocks.modelUrl.replace(/\/v1$/, "")]) {
         assert.deepEqual(await (await fetch(`${url}/health`)).json(), { ok: true });
       }
     });
@@ -53,11 +53,11 @@ Deno.test("over HTTP a dropped answer fails the client, yet a retry under the sa
   try {
     mocks.cloud.setFaults({ drop_after_act_next: 1 });
     await assert.rejects(async () => {
-      const res = await createServer(mocks.cloud_url, "k");
+      const res = await createServer(mocks.cloudUrl, "k");
       await res.text();
     });
     assert.equal(mocks.cloud.created().length, 1);
-    const retry = await createServer(mocks.cloud_url, "k");
+    const retry = await createServer(mocks.cloudUrl, "k");
     assert.equal(retry.status, 200);
     assert.equal((await retry.json()).id, "i-0000001");
   } finally {
@@ -70,9 +70,9 @@ Deno.test("over HTTP a hung request ends when the client gives up, and close() r
   let closed = false;
   try {
     mocks.cloud.setFaults({ hang_next: 2 });
-    await assert.rejects(createServer(mocks.cloud_url, "a", AbortSignal.timeout(50)));
+    await assert.rejects(createServer(mocks.cloudUrl, "a", AbortSignal.timeout(50)));
 
-    const pending = createServer(mocks.cloud_url, "b");
+    const pending = createServer(mocks.cloudUrl, "b");
     while (mocks.cloud.requests().total < 2) await new Promise((resolve) => setTimeout(resolve, 5));
     await mocks.close();
     closed = true;
@@ -85,31 +85,31 @@ Deno.test("over HTTP a hung request ends when the client gives up, and close() r
   }
 });
 
-Deno.test("state_dir keeps both mocks' state across restarts", async () => {
-  const state_dir = await Deno.makeTempDir();
+Deno.test("stateDir keeps both mocks' state across restarts", async () => {
+  const stateDir = await Deno.makeTempDir();
   try {
-    const first = await serveMocks({ state_dir });
-    const created = await createServer(first.cloud_url, "k");
+    const first = await serveMocks({ stateDir });
+    const created = await createServer(first.cloudUrl, "k");
     await created.body?.cancel();
-    const chat = await fetch(`${first.model_url}/chat/completions`, {
+    const chat = await fetch(`${first.modelUrl}/chat/completions`, {
       method: "POST",
       body: JSON.stringify({ model: "m", user: "run1", messages: [] }),
     });
     await chat.body?.cancel();
     await first.close();
 
-    const second = await serveMocks({ state_dir });
+    const second = await serveMocks({ stateDir });
     try {
       assert.equal(second.cloud.created().length, 1);
       assert.equal(second.model.calls("run1"), 1);
-      const replay = await createServer(second.cloud_url, "k");
+      const replay = await createServer(second.cloudUrl, "k");
       assert.equal(replay.status, 200);
       await replay.body?.cancel();
     } finally {
       await second.close();
     }
   } finally {
-    await Deno.remove(state_dir, { recursive: true });
+    await Deno.remove(stateDir, { recursive: true });
   }
 });
 
@@ -118,7 +118,7 @@ Deno.test("aborting the signal option closes both servers", async () => {
   const mocks = await serveMocks({ signal: controller.signal });
   controller.abort();
   await mocks.close(); // the same shutdown, awaited
-  await assert.rejects(fetch(`${mocks.cloud_url}/health`));
+  await assert.rejects(fetch(`${mocks.cloudUrl}/health`));
 });
 
 Deno.test("run as a command it prints both URLs, and exits 0 on SIGTERM", async () => {
@@ -146,9 +146,9 @@ Deno.test("run as a command it prints both URLs, and exits 0 on SIGTERM", async 
     buffered = parts.pop()!;
     lines.push(...parts);
   }
-  const cloud_url = lines[1]?.match(/url=(\S+)/)?.[1];
-  assert.ok(cloud_url, `unexpected output: ${JSON.stringify(lines)}`);
-  const health = await fetch(`${cloud_url}/health`);
+  const cloudUrl = lines[1]?.match(/url=(\S+)/)?.[1];
+  assert.ok(cloudUrl, `unexpected output: ${JSON.stringify(lines)}`);
+  const health = await fetch(`${cloudUrl}/health`);
   assert.equal(health.status, 200);
   await health.body?.cancel();
   child.kill("SIGTERM");

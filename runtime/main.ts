@@ -44,7 +44,7 @@ export async function openRemotes(settings: Settings): Promise<Remotes> {
   let modelDescribe = settings.modelUrl ?? "";
   if (!modelUrl) {
     await Deno.mkdir(settings.dataDir, { recursive: true });
-    const model = await MockModel.open({ state_path: `${settings.dataDir}/mock-model.json` });
+    const model = await MockModel.open({ statePath: `${settings.dataDir}/mock-model.json` });
     modelFetch = model.handler;
     modelUrl = "http://mock-model.in-process/v1";
     modelDescribe = "in-process-mock";
@@ -54,7 +54,7 @@ export async function openRemotes(settings: Settings): Promise<Remotes> {
   let cloudDescribe = settings.cloudUrl ?? "";
   if (!cloudUrl) {
     await Deno.mkdir(settings.dataDir, { recursive: true });
-    const cloud = await MockCloud.open({ state_path: `${settings.dataDir}/mock-cloud.json` });
+    const cloud = await MockCloud.open({ statePath: `${settings.dataDir}/mock-cloud.json` });
     cloudFetch = cloud.handler;
     cloudUrl = "http://mock-cloud.in-process";
     cloudDescribe = "in-process-mock";

@@ -18,7 +18,7 @@ import { demoTools } from "../mock/demo_tools.ts";
 
 /** Options of {@link testWorker}. */
 export interface TestWorkerOptions {
-  /** Base URL of the model, e.g. the mocks' `model_url` or a {@link recordingProxy}. */
+  /** Base URL of the model, e.g. the mocks' `modelUrl` or a {@link recordingProxy}. */
   modelUrl: string;
   /** Base URL of the cloud. */
   cloudUrl: string;

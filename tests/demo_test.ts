@@ -55,7 +55,7 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
   const dir = await Deno.makeTempDir({ prefix: "agent-runtime-demo-" });
   const env = { DATA_DIR: dir };
   const createdFor = (run: string) => async () => {
-    const cloud = await MockCloud.open({ state_path: `${dir}/mock-cloud.json` });
+    const cloud = await MockCloud.open({ statePath: `${dir}/mock-cloud.json` });
     return cloud.created(`${run}:`).length;
   };
   try {
@@ -92,7 +92,7 @@ Deno.test({
   fn: async (t) => {
     const pg = await freshSchema();
     const mocks = await serveMocks();
-    const env = { DATABASE_URL: pg.url, MODEL_URL: mocks.model_url, CLOUD_URL: mocks.cloud_url };
+    const env = { DATABASE_URL: pg.url, MODEL_URL: mocks.modelUrl, CLOUD_URL: mocks.cloudUrl };
     const createdFor = (run: string) => () => Promise.resolve(mocks.cloud.created(`${run}:`).length);
     try {
       await t.step("after_decide", () => proveAfterDecide(env, "pg-demo", createdFor("pg-demo")));

@@ -20,7 +20,7 @@ Deno.test({
       for (const path of ["/v1/servers", "/v1/databases", "/v1/dns_records"]) {
         mocks.cloud.setFaults({ path, drop_after_act_next: 1 });
       }
-      const w = testWorker(db.store, { modelUrl: mocks.model_url, cloudUrl: mocks.cloud_url });
+      const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
       const outcome = await runWorker(w.deps, "pg-drop", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       assert.equal((await db.store.getRun("pg-drop"))?.status, "done");
@@ -54,7 +54,7 @@ Deno.test({
     try {
       mocks.cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 409 });
       mocks.model.setFaults({ mode: "multi_tool", mode_next: 1 });
-      const w = testWorker(db.store, { modelUrl: mocks.model_url, cloudUrl: mocks.cloud_url });
+      const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
       const outcome = await runWorker(w.deps, "pg-4xx", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       const { journal, effects } = await db.store.loadHistory("pg-4xx");

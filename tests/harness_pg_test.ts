@@ -30,12 +30,12 @@ Deno.test({
   ignore: pgIgnore("stall and steal with real processes"),
   async fn() {
     const pg = await freshSchema();
-    const mocks = await serveMocks({ model_port: 0, cloud_port: 0 });
+    const mocks = await serveMocks({ modelPort: 0, cloudPort: 0 });
     try {
       const env = (extra: Record<string, string> = {}) => ({
         DATABASE_URL: pg.url,
-        MODEL_URL: mocks.model_url,
-        CLOUD_URL: mocks.cloud_url,
+        MODEL_URL: mocks.modelUrl,
+        CLOUD_URL: mocks.cloudUrl,
         RUN_ID: "steal",
         ...extra,
       });

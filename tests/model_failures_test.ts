@@ -19,10 +19,10 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
   const store = new Store(await openPglite());
   await store.applySchema();
   const mocks = await serveMocks();
-  const proxy = recordingProxy(mocks.model_url);
+  const proxy = recordingProxy(mocks.modelUrl);
   const { model, cloud } = mocks;
   const worker = (opts: Partial<Parameters<typeof testWorker>[1]> = {}) =>
-    testWorker(store, { modelUrl: proxy.url, cloudUrl: mocks.cloud_url, ...opts });
+    testWorker(store, { modelUrl: proxy.url, cloudUrl: mocks.cloudUrl, ...opts });
   const journalRow = async (runId: string, seq: number) => {
     const { journal } = await store.loadHistory(runId);
     const row = journal.find((j) => j.seq === seq);
@@ -181,7 +181,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       const runId = "m-hang";
       model.clearFaults();
       model.setFaults({ hang_next: 1 });
-      const w = worker({ modelUrl: mocks.model_url, retry: { modelTimeoutMs: 150 } });
+      const w = worker({ modelUrl: mocks.modelUrl, retry: { modelTimeoutMs: 150 } });
       const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       assert.equal((await journalRow(runId, 0)).llm_attempts, 2);

@@ -22,7 +22,7 @@ async function withEnv(fn: (e: Env) => Promise<void>): Promise<void> {
     await fn({
       pg,
       mocks,
-      env: { DATABASE_URL: pg.url, MODEL_URL: mocks.model_url, CLOUD_URL: mocks.cloud_url },
+      env: { DATABASE_URL: pg.url, MODEL_URL: mocks.modelUrl, CLOUD_URL: mocks.cloudUrl },
     });
   } finally {
     await mocks.close();

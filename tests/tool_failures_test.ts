@@ -21,7 +21,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
   const mocks = await serveMocks();
   const { cloud, model } = mocks;
   const worker = (opts: Partial<Parameters<typeof testWorker>[1]> = {}) =>
-    testWorker(store, { modelUrl: mocks.model_url, cloudUrl: mocks.cloud_url, ...opts });
+    testWorker(store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl, ...opts });
   const effect = async (runId: string, seq: number) => {
     const { effects } = await store.loadHistory(runId);
     const row = effects.find((e) => e.seq === seq);
@@ -161,7 +161,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
     await t.step("a permanent 4xx is recorded and handed to the model, and the run goes on", async () => {
       cloud.clearFaults();
       cloud.setFaults({ path: "/v1/databases", fail_next: 1, fail_status: 422 });
-      const proxy = recordingProxy(mocks.model_url);
+      const proxy = recordingProxy(mocks.modelUrl);
       try {
         const w = worker({ modelUrl: proxy.url });
         const outcome = await runWorker(w.deps, "t-422", DEFAULT_GOAL);
