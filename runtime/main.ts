@@ -125,6 +125,10 @@ export async function main(args: string[], env: Record<string, string | undefine
   const log = loggerFor(settings, clock);
   if (settings.exitOnStdinEof) watchStdin(log);
   let store: Store;
+  if (!settings.databaseUrl && !(await exists(`${settings.dataDir}/pglite/PG_VERSION`))) {
+    // initdb inside PGlite takes a few seconds; say so instead of sitting silent.
+    log.info("creating-database", { store: `pglite:${settings.dataDir}/pglite`, note: "first start, a few seconds" });
+  }
   try {
     store = await openStore(settings);
   } catch (err) {
@@ -153,6 +157,16 @@ export async function main(args: string[], env: Record<string, string | undefine
     return 1;
   } finally {
     await store.client.close().catch((e) => log.warn("store-close-failed", { error: describeError(e) }));
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return false;
+    throw err;
   }
 }
 
