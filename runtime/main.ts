@@ -18,7 +18,7 @@ import { MockModel } from "../mock/model.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { loadSettings, type Settings, urlPasswordForms } from "./config.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
-import { CrashPoints } from "./crashpoints.ts";
+import { CRASH_POINTS, CrashPoints } from "./crashpoints.ts";
 import { ConfigError, describeError, StoreError } from "./errors.ts";
 import { Logger } from "./log.ts";
 import { exitCodeOf, runWorker } from "./loop.ts";
@@ -26,6 +26,26 @@ import { type FetchLike, OpenAIPlanner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
 import type { Store } from "./store/store.ts";
 import { ToolRegistry } from "./tools.ts";
+
+const USAGE = `agent-runtime worker: drives one run to its end, surviving crashes.
+
+usage: deno task run [--flag value ...]     (every flag is also an environment variable)
+
+  --run-id RUN_ID            the run to work (default run1)
+  --goal GOAL                the goal, when the run is created
+  --database-url URL         PostgreSQL; unset: embedded PGlite under --data-dir
+  --data-dir DIR             embedded database and in-process mocks' state (default .data)
+  --model-url URL            OpenAI-compatible endpoint; unset: in-process mock model
+  --model NAME, --model-api-key KEY
+  --cloud-url URL            the demo tools' cloud; unset: in-process mock cloud
+  --max-steps N              decisions before guard stops the run (default 12)
+  --worker NAME              written to runs.owner (default host:pid)
+  --crash-at POINT, --crash-seq N, --stall-at POINT, --stall-ms MS
+                             crash points: ${CRASH_POINTS.join(", ")}
+  --heartbeat-s S, --lease-s S   lease timing (default 3, 12)
+  --log-format text|json
+
+exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone`;
 
 /** The remotes a worker talks to, and how they were chosen. */
 export interface Remotes {
@@ -114,6 +134,10 @@ export function reportConfigError(err: ConfigError, program: string): number {
 
 /** Runs one worker on one run; returns the process exit code. */
 export async function main(args: string[], env: Record<string, string | undefined>): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    console.log(USAGE);
+    return 0;
+  }
   const clock = new SystemClock();
   let settings: Settings;
   try {
@@ -127,7 +151,10 @@ export async function main(args: string[], env: Record<string, string | undefine
   let store: Store;
   if (!settings.databaseUrl && !(await exists(`${settings.dataDir}/pglite/PG_VERSION`))) {
     // initdb inside PGlite takes a few seconds; say so instead of sitting silent.
-    log.info("creating-database", { store: `pglite:${settings.dataDir}/pglite`, note: "first start, a few seconds" });
+    log.info("creating-database", {
+      store: `pglite:${settings.dataDir}/pglite`,
+      note: "first start, a few seconds",
+    });
   }
   try {
     store = await openStore(settings);
