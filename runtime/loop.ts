@@ -120,6 +120,16 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
     error,
   });
   let seq = 0;
+  // Closes the run after a failure; a refused close means another worker has it.
+  const closeRun = async (status: "failed" | "blocked", error: string): Promise<RunOutcome | undefined> => {
+    try {
+      await store.finishRun(state.fence, status, error, clock.now());
+      return undefined;
+    } catch (e) {
+      if (e instanceof FencedError) return fenced(deps, state, e, seq);
+      throw e;
+    }
+  };
   try {
     await recover(deps, state);
     // Bounded by maxSteps: the guard closes the run.
@@ -145,19 +155,15 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
     if (err instanceof SimulatedKill) throw err;
     if (err instanceof FencedError) return fenced(deps, state, err, seq);
     if (err instanceof BlockedError) {
-      await store.finishRun(state.fence, "blocked", err.message, clock.now())
-        .catch((e) => log.warn("fenced", { run: runId, reason: describeError(e) }));
+      const lost = await closeRun("blocked", err.message);
+      if (lost) return lost;
       log.warn("blocked", { run: runId, key: err.key, reason: err.message });
       return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
     }
     if (err instanceof ModelError || err instanceof ToolError || isRunFailure(err)) {
       const error = describeError(err);
-      try {
-        await store.finishRun(state.fence, "failed", error, clock.now());
-      } catch (e) {
-        if (e instanceof FencedError) return fenced(deps, state, e, seq);
-        throw e;
-      }
+      const lost = await closeRun("failed", error);
+      if (lost) return lost;
       log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
       return { ...outcome("failed", seq, error), runStatus: "failed" };
     }
