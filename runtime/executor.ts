@@ -101,9 +101,12 @@ export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall
       outcome = await callTool(deps, state, call, attempt);
     } catch (err) {
       if (state.signal.aborted) throw state.signal.reason ?? err;
+      // An error the tool did not classify says nothing about whether the remote
+      // acted, so it is treated as an unknown outcome: re-sent under the same key
+      // (or flagged), never recorded as a failure that might hide a resource.
       const e = err instanceof ToolError
         ? err
-        : new ToolError("TOOL_THREW", describeError(err), { transient: false, cause: err });
+        : new ToolError("TOOL_THREW", describeError(err), { transient: true, cause: err });
       if (e.transient) {
         if (!tool.idempotent) {
           await flag(

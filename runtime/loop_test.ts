@@ -11,7 +11,7 @@ import { OpenAIPlanner } from "./planner.ts";
 import { CountingClient } from "./store/counting.ts";
 import { openPglite } from "./store/pglite.ts";
 import { Store } from "./store/store.ts";
-import { ToolRegistry } from "./tools.ts";
+import { defineTool, ToolRegistry } from "./tools.ts";
 
 async function setup() {
   const clock = new ManualClock();
@@ -88,6 +88,39 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         assert.equal((await store.getRun("guarded"))?.status, "failed");
         assert.ok(lines.some((l) => /WARN {2}guard {2}run=guarded {2}max_steps=2/.test(l)));
         assert.equal(cloud.created("guarded:").length, 2);
+      },
+    );
+
+    await t.step(
+      "a tool that throws an unclassified error after the remote acted is re-sent, not failed",
+      async () => {
+        // create_server behaves as usual, but its first attempt throws a plain Error once the cloud has acted.
+        const [server, ...rest] = demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler });
+        const flaky = defineTool({
+          name: server.name,
+          description: server.description,
+          args: server.args,
+          run: async (args, ctx) => {
+            const outcome = await server.run(args, ctx);
+            if (ctx.attempt === 1) throw new TypeError("bug in the tool's answer parsing");
+            return outcome;
+          },
+        });
+        const running = runWorker({ ...deps, tools: new ToolRegistry([flaky, ...rest]) }, "flaky", "goal");
+        // The re-send waits out a backoff on the manual clock: move time on until the run ends.
+        let ended = false;
+        running.finally(() => ended = true).catch(() => {});
+        for (let i = 0; i < 2_000 && !ended; i++) {
+          await (deps.clock as ManualClock).advance(100);
+          await new Promise((r) => setTimeout(r, 2)); // let the database answer in real time
+        }
+        const outcome = await running;
+        assert.equal(outcome.status, "done");
+        const { effects } = await store.loadHistory("flaky");
+        assert.equal(effects[0].status, "confirmed");
+        assert.equal(effects[0].attempts, 2);
+        assert.equal(effects[0].remote, "already_done");
+        assert.equal(cloud.created("flaky:0").length, 1);
       },
     );
   } finally {
