@@ -84,7 +84,10 @@ export async function runs(ctx: CommandContext): Promise<void> {
       r.status,
       String(r.epoch),
       r.owner ?? "-",
-      r.heartbeat_at ? `${((now - new Date(r.heartbeat_at).getTime()) / 1000).toFixed(1)}s ago` : "-",
+      // A lease only means something while the run is open.
+      r.heartbeat_at && (r.status === "running" || r.status === "pending")
+        ? `${((now - new Date(r.heartbeat_at).getTime()) / 1000).toFixed(1)}s ago`
+        : "-",
       String(r.steps),
       String(r.llm_calls),
       String(r.flagged),

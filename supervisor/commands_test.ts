@@ -64,10 +64,15 @@ Deno.test("submit creates a pending run and refuses a duplicate id", async () =>
 Deno.test("runs prints a table with steps, model calls and flagged calls", async () => {
   await withStore(async (ctx, out) => {
     await blockedRun(ctx.store, "tab-1");
+    await ctx.store.createRun("tab-2", "goal", clock.now());
+    await ctx.store.claim("tab-2", 0, "w2", clock.now());
+    await clock.advance(2_500);
     await runs(ctx);
     assert.match(out[0], /^RUN\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+STEPS\s+LLM_CALLS\s+FLAGGED$/);
-    const row = out.find((l) => l.startsWith("tab-1"))!.split(/\s{2,}/);
-    assert.deepEqual(row, ["tab-1", "blocked", "1", "w1", "0.0s ago", "2", "2", "1"]);
+    const row = (run: string) => out.find((l) => l.startsWith(run))!.split(/\s{2,}/);
+    // A blocked run has no live worker, so its lease age is not shown.
+    assert.deepEqual(row("tab-1"), ["tab-1", "blocked", "1", "w1", "-", "2", "2", "1"]);
+    assert.deepEqual(row("tab-2"), ["tab-2", "running", "1", "w2", "2.5s ago", "0", "0", "0"]);
   });
 });
 
