@@ -91,9 +91,13 @@ export class Logger {
     this.write("ERROR", event, fields);
   }
 
-  /** Writes a line as it is (masked), e.g. the `!!! CRASH_AT=...` announcement. */
+  /**
+   * Writes a line as it is (masked), e.g. the `!!! CRASH_AT=...` announcement;
+   * in JSON format it is wrapped as a `notice` event so every line still parses.
+   */
   raw(line: string): void {
-    this.#sink(this.mask(line));
+    if (this.#format === "json") this.write("WARN", "notice", { message: line });
+    else this.#sink(this.mask(line));
   }
 
   /** Replaces every known secret in `text` with `***`. */

@@ -54,3 +54,15 @@ Deno.test("Logger masks every known secret, in fields and in raw lines", () => {
   assert.match(lines[0], /u:\*\*\*@db/);
   assert.equal(lines[1], "key=***");
 });
+
+Deno.test("Logger.raw() keeps every line parseable in json format", () => {
+  const lines: string[] = [];
+  const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines), format: "json" });
+  log.raw("!!! CRASH_AT=after_call seq=0 -- kill -9");
+  assert.deepEqual(JSON.parse(lines[0]), {
+    ts: "2026-11-29T12:00:00.000Z",
+    level: "WARN",
+    event: "notice",
+    message: "!!! CRASH_AT=after_call seq=0 -- kill -9",
+  });
+});
