@@ -7,6 +7,7 @@
  * deno task inspect  RUN                            # one run's timeline, step by step
  * deno task resolve  KEY (--result JSON | --retry | --fail [REASON])   # settle a flagged tool call
  * deno task cancel   RUN                            # stop a run; its worker stops at its next write
+ * deno task reopen   RUN                            # a failed or cancelled run back to pending
  * ```
  *
  * They work on PostgreSQL (`DATABASE_URL`) and on the embedded database under
@@ -253,12 +254,33 @@ export async function cancel(ctx: CommandContext, runId: string): Promise<RunRow
   return run;
 }
 
+/**
+ * Reopens a failed or cancelled run as pending, keeping its history: a worker
+ * (or the supervisor) resumes it where it stopped, re-sending any call left at
+ * `intent` under its original key, so nothing done before is done again.
+ */
+export async function reopen(ctx: CommandContext, runId: string): Promise<RunRow> {
+  const run = await ctx.store.reopenRun(runId, ctx.clock.now());
+  if (!run) {
+    const existing = await ctx.store.getRun(runId);
+    throw existing
+      ? new CommandError(
+        "NOT_REOPENABLE",
+        `Run ${runId} is ${existing.status}; only a failed or cancelled run can be reopened`,
+      )
+      : new CommandError("RUN_NOT_FOUND", `No run ${JSON.stringify(runId)}; 'deno task runs' lists them`);
+  }
+  ctx.print(`reopened  run=${runId}  status=${run.status}  epoch=${run.epoch}  by=${formatValue(ctx.actor)}`);
+  return run;
+}
+
 const USAGE = `usage:
   submit  [--run-id ID] [--goal TEXT]
   runs
   inspect RUN
   resolve KEY (--result JSON | --retry | --fail [--reason TEXT]) [--by NAME]
   cancel  RUN [--by NAME]
+  reopen  RUN
 settings: DATABASE_URL (PostgreSQL) or DATA_DIR (embedded, default .data)`;
 
 /** Runs one command (`args[0]`); returns the exit code. */
@@ -295,11 +317,11 @@ export async function main(
     console.error(`${problem}\n${USAGE}`);
     return 2;
   };
-  if (!command || !["submit", "runs", "inspect", "resolve", "cancel"].includes(command)) {
+  if (!command || !["submit", "runs", "inspect", "resolve", "cancel", "reopen"].includes(command)) {
     return usage(`Unknown command ${JSON.stringify(command ?? "")}`);
   }
   if (rest.length > 0) return usage(`Unexpected argument ${JSON.stringify(rest[0])}`);
-  if ((command === "inspect" || command === "cancel" || command === "resolve") && !target) {
+  if (["inspect", "cancel", "resolve", "reopen"].includes(command) && !target) {
     return usage(`${command} needs a ${command === "resolve" ? "tool call key, e.g. demo:0" : "run id"}`);
   }
   let resolution: Resolution | undefined;
@@ -350,6 +372,9 @@ export async function main(
         break;
       case "cancel":
         await cancel(ctx, target);
+        break;
+      case "reopen":
+        await reopen(ctx, target);
         break;
     }
     return 0;

@@ -9,6 +9,7 @@ import {
   CommandError,
   inspect,
   main,
+  reopen,
   resolve,
   runs,
   submit,
@@ -149,6 +150,25 @@ Deno.test("cancel closes a run; its worker's next fenced write is refused as clo
     );
     assert.equal(await ctx.store.heartbeat({ runId: "can-1", epoch }, clock.now()), false);
     await assert.rejects(cancel(ctx, "can-1"), (e: CommandError) => e.code === "RUN_CLOSED");
+  });
+});
+
+Deno.test("reopen puts a cancelled or failed run back to pending with a fresh epoch to claim, and nothing else", async () => {
+  await withStore(async (ctx, out) => {
+    await ctx.store.createRun("reo-1", "goal", clock.now());
+    const epoch = (await ctx.store.claim("reo-1", 0, "w1", clock.now()))!;
+    await cancel(ctx, "reo-1");
+    await reopen(ctx, "reo-1");
+    assert.match(out.at(-1)!, /^reopened {2}run=reo-1 {2}status=pending {2}epoch=1 {2}by=alice$/);
+    const run = await ctx.store.getRun("reo-1");
+    assert.equal(run?.status, "pending");
+    assert.equal(run?.error, null);
+    assert.equal(run?.heartbeat_at, null);
+    // The old worker stays fenced out: its epoch is claimable only through a new claim.
+    assert.equal(await ctx.store.heartbeat({ runId: "reo-1", epoch }, clock.now()), false);
+    assert.equal(await ctx.store.claim("reo-1", epoch, "w2", clock.now()), epoch + 1);
+    await assert.rejects(reopen(ctx, "reo-1"), (e: CommandError) => e.code === "NOT_REOPENABLE");
+    await assert.rejects(reopen(ctx, "nope"), (e: CommandError) => e.code === "RUN_NOT_FOUND");
   });
 });
 

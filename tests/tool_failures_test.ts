@@ -149,6 +149,34 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       cloud.clearFaults();
     });
 
+    await t.step(
+      "a run that gave up after the remote acted is reopened and finishes without a second resource",
+      async () => {
+        cloud.clearFaults();
+        // Two 503s, then the remote acts and the answer is lost: the third attempt is the tool's last.
+        cloud.setFaults({ path: "/v1/servers", fail_next: 2, fail_status: 503, drop_after_act_next: 1 });
+        const w = worker({ toolMaxAttempts: 3 });
+        assert.equal((await runWorker(w.deps, "t-reopen", DEFAULT_GOAL)).status, "failed");
+        assert.equal((await effect("t-reopen", 0)).status, "intent");
+        assert.equal(cloud.created("t-reopen:0").length, 1, "the remote did act on the last attempt");
+        cloud.clearFaults();
+
+        // deno task reopen t-reopen: the run resumes where it stopped, its history kept.
+        const reopened = await store.reopenRun("t-reopen", new Date());
+        assert.equal(reopened?.status, "pending");
+        assert.equal(await store.reopenRun("t-reopen", new Date()), undefined, "only a failed run reopens");
+        const again = worker({ toolMaxAttempts: 3 });
+        assert.equal((await runWorker(again.deps, "t-reopen", DEFAULT_GOAL)).status, "done");
+        const row = await effect("t-reopen", 0);
+        assert.equal(row.status, "confirmed");
+        assert.equal(row.remote, "already_done");
+        assert.equal(row.attempts, 4);
+        assert.equal(cloud.created("t-reopen:0").length, 1, "one resource for the key, across the reopen");
+        assert.equal(cloud.created("t-reopen:").length, 3);
+        assert.equal(model.calls("t-reopen"), 4, "the decided step was replayed, not bought again");
+      },
+    );
+
     await t.step("a cloud nobody listens on: network errors retried, then the run fails", async () => {
       const w = worker({ cloudUrl: `http://127.0.0.1:${closedPort()}`, toolMaxAttempts: 2 });
       const outcome = await runWorker(w.deps, "t-refused", DEFAULT_GOAL);

@@ -518,4 +518,21 @@ export class Store {
     );
     return rows[0];
   }
+
+  /**
+   * Reopens a `failed` or `cancelled` run as `pending` (error and lease
+   * cleared) so a worker resumes it where it stopped: its history is kept,
+   * a call left at `intent` is re-sent under its key, an undecided step is
+   * decided. Returns the run as it is now, or undefined when it was not
+   * failed or cancelled.
+   */
+  async reopenRun(runId: string, now: Date): Promise<RunRow | undefined> {
+    const rows = await this.client.query<RunRow>(
+      `update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $2::timestamptz
+        where run_id = $1 and status in ('failed', 'cancelled')
+        returning *`,
+      [runId, ts(now)],
+    );
+    return rows[0];
+  }
 }
