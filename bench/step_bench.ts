@@ -31,6 +31,7 @@ import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/tools.ts";
 
 const STEPS_PER_RUN = 4; // three tool steps and the done step
+const PER_RUN = 5; // create-or-read, claim, two history reads, close
 
 async function deps(client: SqlClient, tag: string): Promise<{ deps: WorkerDeps; counting: CountingClient }> {
   const clock = new SystemClock();
@@ -86,9 +87,8 @@ async function drive(
   console.log(
     `${name.padEnd(34)} runs=${runs}  concurrency=${concurrency}  steps/s=${(steps / seconds).toFixed(0)}  ` +
       `runs/s=${(runs / seconds).toFixed(1)}  statements/run=${perRun.toFixed(1)}  ` +
-      `statements/tool-step=${
-        ((perRun - 6 - 2) / (STEPS_PER_RUN - 1)).toFixed(2)
-      } (+2 for the done step, +6 per run)`,
+      `statements/tool-step=${((perRun - PER_RUN - 2) / (STEPS_PER_RUN - 1)).toFixed(2)} ` +
+      `(+2 for the done step, +${PER_RUN} per run)`,
   );
 }
 

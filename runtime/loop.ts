@@ -64,9 +64,7 @@ export function exitCodeOf(outcome: RunOutcome): number {
  */
 export async function runWorker(deps: WorkerDeps, runId: string, goal: string): Promise<RunOutcome> {
   const { store, clock, log } = deps;
-  await store.createRun(runId, goal, clock.now());
-  const run = await store.getRun(runId);
-  if (!run) throw new RuntimeError("RUN_MISSING", `Run ${runId} disappeared right after it was created`);
+  const run = await store.createOrGetRun(runId, goal, clock.now());
   const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
   if (
     run.status === "done" || run.status === "failed" || run.status === "cancelled" || run.status === "blocked"

@@ -52,11 +52,11 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
     });
 
     await t.step(
-      "the statement count is the protocol's: 6 per run + 4 per tool step + 2 for the done step",
+      "the statement count is the protocol's: 5 per run + 4 per tool step + 2 for the done step",
       () => {
-        // per run: createRun, getRun, claim, loadHistory (2 selects), finishRun
-        assert.equal(counting.total, 6 + 4 * 3 + 2);
-        assert.deepEqual(Object.fromEntries(counting.counts), { insert: 8, select: 3, update: 9 });
+        // per run: create-or-read, claim, loadHistory (2 selects), finishRun
+        assert.equal(counting.total, 5 + 4 * 3 + 2);
+        assert.deepEqual(Object.fromEntries(counting.counts), { with: 1, insert: 7, select: 2, update: 9 });
       },
     );
 

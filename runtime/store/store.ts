@@ -198,6 +198,26 @@ export class Store {
     return rows.length === 1;
   }
 
+  /**
+   * Creates the run as `pending` unless it exists, and returns it as it is
+   * now: one statement where a create and a read would take two round trips.
+   */
+  async createOrGetRun(runId: string, goal: string, now: Date): Promise<RunRow> {
+    const rows = await this.client.query<RunRow>(
+      `with created as (
+         insert into runs (run_id, goal, status, epoch, created_at, updated_at)
+         values ($1, $2, 'pending', 0, $3::timestamptz, $3::timestamptz)
+         on conflict (run_id) do nothing
+         returning *)
+       select * from created
+       union all
+       select * from runs where run_id = $1 and not exists (select 1 from created)`,
+      [runId, goal, ts(now)],
+    );
+    if (!rows[0]) throw new StoreError("RUN_MISSING", `Run ${runId} could be neither created nor read`);
+    return rows[0];
+  }
+
   /** One run, if it exists. */
   async getRun(runId: string): Promise<RunRow | undefined> {
     const rows = await this.client.query<RunRow>(`select * from runs where run_id = $1`, [runId]);

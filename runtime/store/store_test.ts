@@ -18,6 +18,14 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
     assert.equal(run?.goal, "goal");
   });
 
+  await t.step("createOrGetRun() creates a missing run and returns an existing one untouched", async () => {
+    const created = await store.createOrGetRun("r-cog", "first goal", T0);
+    assert.deepEqual([created.status, created.epoch, created.goal], ["pending", 0, "first goal"]);
+    await store.claim("r-cog", 0, "w", at(1));
+    const existing = await store.createOrGetRun("r-cog", "another goal", at(2));
+    assert.deepEqual([existing.status, existing.epoch, existing.goal], ["running", 1, "first goal"]);
+  });
+
   await t.step("claim() is a compare-and-swap: exactly one of two claimers on one epoch wins", async () => {
     await store.createRun("r-claim", "goal", T0);
     const [a, b] = await Promise.all([
