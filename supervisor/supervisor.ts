@@ -72,6 +72,9 @@ export class Supervisor {
   readonly #stop = new AbortController();
   readonly #wake = { controller: new AbortController() };
   #spawned = 0;
+  // Slots promised to a take that is still waiting on the database, so a poll
+  // and an immediate restart running at once cannot exceed maxWorkers.
+  #reserved = 0;
   #exits: Promise<void>[] = [];
   readonly #handlers = new Set<Promise<void>>();
 
@@ -117,10 +120,11 @@ export class Supervisor {
 
   /** One pass: takes as many open runs as there are free worker slots and starts a worker on each. */
   async poll(): Promise<RunRow[]> {
-    const free = this.#o.maxWorkers - this.#active.size;
+    const free = this.#o.maxWorkers - this.#active.size - this.#reserved;
     if (this.stopping || free <= 0) return [];
     const now = this.#o.clock.now();
     let taken: RunRow[];
+    this.#reserved += free;
     try {
       taken = await this.#o.store.takeRuns(
         this.#o.name,
@@ -131,6 +135,8 @@ export class Supervisor {
     } catch (err) {
       this.#o.log.warn("poll-failed", { error: describeError(err) });
       return [];
+    } finally {
+      this.#reserved -= free;
     }
     for (const run of taken) this.#start(run);
     return taken;
@@ -244,15 +250,20 @@ export class Supervisor {
       });
       return;
     }
-    if (this.stopping || this.#active.size >= this.#o.maxWorkers) return;
-    const taken = await store.retakeRun(
-      a.runId,
-      { epoch: run.epoch, owner: run.owner },
-      this.#o.name,
-      clock.now(),
-    );
-    if (!taken || this.stopping) return;
-    this.#quickRestarts.set(a.runId, restarts);
-    this.#start(taken);
+    if (this.stopping || this.#active.size + this.#reserved >= this.#o.maxWorkers) return;
+    this.#reserved++;
+    try {
+      const taken = await store.retakeRun(
+        a.runId,
+        { epoch: run.epoch, owner: run.owner },
+        this.#o.name,
+        clock.now(),
+      );
+      if (!taken || this.stopping) return;
+      this.#quickRestarts.set(a.runId, restarts);
+      this.#start(taken);
+    } finally {
+      this.#reserved--;
+    }
   }
 }

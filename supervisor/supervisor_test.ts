@@ -212,3 +212,43 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "a poll and an immediate restart running at once never exceed maxWorkers",
+  ignore: pgIgnore("supervisor worker bound"),
+  async fn() {
+    const pg = await freshSchema();
+    try {
+      const clock = new ManualClock();
+      const { store } = pg;
+      await store.createRun("crashy", "g", clock.now());
+      const { spawn, workers } = fakeSpawner();
+      const lines: string[] = [];
+      const sup = new Supervisor({
+        store,
+        clock,
+        log: new Logger({ clock, sink: arraySink(lines) }),
+        spawn,
+        name: "sup-1",
+        leaseMs: 12_000,
+        pollMs: 3_000,
+        heartbeatMs: 3_000,
+        maxWorkers: 1,
+      });
+      assert.equal((await sup.poll()).length, 1);
+      await store.createRun("waiting", "g", clock.now());
+      // The worker dies with its run open (its exit handler will want to restart it at once)
+      // while a poll for the other pending run is under way.
+      workers[0].exit(137);
+      // Let the exit handler free the slot and start reading the run, then poll.
+      for (let i = 0; i < 5; i++) await Promise.resolve();
+      assert.equal(sup.workers, 0);
+      await sup.poll();
+      await sup.settled();
+      assert.ok(sup.workers <= 1, `at most one worker alive, saw ${sup.workers}`);
+      assert.equal(workers.length, 2, "exactly one replacement was started");
+    } finally {
+      await pg.drop();
+    }
+  },
+});
