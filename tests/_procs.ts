@@ -9,6 +9,24 @@
 const ROOT = new URL("../", import.meta.url);
 const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);
 
+// The runtime's settings are never inherited from the shell that runs the
+// tests: a developer's DATABASE_URL must not turn an embedded test into a
+// PostgreSQL one. An empty value counts as unset.
+const SCRUBBED = [
+  "DATABASE_URL",
+  "MODEL_URL",
+  "MODEL_API_KEY",
+  "CLOUD_URL",
+  "RUN_ID",
+  "GOAL",
+  "CRASH_AT",
+  "CRASH_SEQ",
+  "STALL_AT",
+  "STALL_MS",
+  "DATA_DIR",
+  "LOG_FORMAT",
+];
+
 /** A running child process whose stdout and stderr lines are collected. */
 export class Proc {
   /** Every line so far, stdout and stderr interleaved as they arrived. */
@@ -22,7 +40,7 @@ export class Proc {
   constructor(script: string, env: Record<string, string>, opts: { stdin?: "piped" | "null" } = {}) {
     this.#child = new Deno.Command(Deno.execPath(), {
       args: ["run", "-A", "--config", path("deno.json"), path(script)],
-      env,
+      env: { ...Object.fromEntries(SCRUBBED.map((name) => [name, ""])), ...env },
       stdin: opts.stdin ?? "null",
       stdout: "piped",
       stderr: "piped",
@@ -106,6 +124,15 @@ export function startSupervisor(
     MAX_WORKERS: "4",
     ...env,
   });
+}
+
+/** Runs one worker with `env` to its end (or its kill); resolves with its exit code and output lines. */
+export async function runWorkerToEnd(
+  env: Record<string, string>,
+): Promise<{ code: number; lines: string[] }> {
+  const proc = new Proc("runtime/main.ts", env);
+  const code = await proc.status;
+  return { code, lines: proc.lines };
 }
 
 /** Starts one worker on `runId` by hand (no supervisor), e.g. with `CRASH_AT`. */

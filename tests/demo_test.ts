@@ -7,47 +7,56 @@ import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
 import { serveMocks } from "../mock/server.ts";
 import { freshSchema, pgIgnore } from "./_pg.ts";
-import { events, type ProcResult, runWorkerProcess } from "./_proc.ts";
+import { parseLine, runWorkerToEnd } from "./_procs.ts";
 
-function assertKilled(r: ProcResult, point: string): void {
-  assert.equal(r.signal, "SIGKILL", `expected a kill -9 at ${point}:\n${r.stdout}\n${r.stderr}`);
-  assert.equal(r.code, 137);
-  assert.match(r.stdout, new RegExp(`!!! CRASH_AT=${point} seq=0 -- kill -9`));
+type Ended = { code: number; lines: string[] };
+
+/** The lines of a worker's output whose event is `event`. */
+function events(r: Ended, event: string): string[] {
+  return r.lines.filter((l) => parseLine(l)?.event === event);
 }
 
-function assertDone(r: ProcResult, run: string): void {
-  assert.equal(r.code, 0, r.stdout + r.stderr);
-  assert.match(r.stdout, new RegExp(`INFO  done  run=${run}  steps=3  llm_calls=4\\n$`));
+function assertKilled(r: Ended, point: string): void {
+  assert.equal(r.code, 137, `expected a kill -9 at ${point}:\n${r.lines.join("\n")}`);
+  assert.ok(r.lines.includes(`!!! CRASH_AT=${point} seq=0 -- kill -9`), r.lines.join("\n"));
+}
+
+function assertDone(r: Ended, run: string): void {
+  assert.equal(r.code, 0, r.lines.join("\n"));
+  assert.match(
+    r.lines.filter((l) => l.trim() !== "").at(-1) ?? "",
+    new RegExp(`INFO  done  run=${run}  steps=3  llm_calls=4$`),
+  );
 }
 
 /** after_decide: the restart replays the decision (no model call) and runs the tool once. */
 async function proveAfterDecide(env: Record<string, string>, run: string, created: () => Promise<number>) {
-  assertKilled(await runWorkerProcess({ ...env, RUN_ID: run, CRASH_AT: "after_decide" }), "after_decide");
-  const second = await runWorkerProcess({ ...env, RUN_ID: run });
+  assertKilled(await runWorkerToEnd({ ...env, RUN_ID: run, CRASH_AT: "after_decide" }), "after_decide");
+  const second = await runWorkerToEnd({ ...env, RUN_ID: run });
   assertDone(second, run);
-  const replayed = events(second.stdout, "replayed").find((l) => l.includes("seq=0"));
-  assert.ok(replayed, second.stdout);
+  const replayed = events(second, "replayed").find((l) => l.includes("seq=0"));
+  assert.ok(replayed, second.lines.join("\n"));
   assert.match(replayed, /tool=create_server {2}args=\{"name":"srv-1"/);
   assert.match(replayed, /llm_calls=1$/);
   assert.equal(
-    events(second.stdout, "deciding").some((l) => l.includes("seq=0")),
+    events(second, "deciding").some((l) => l.includes("seq=0")),
     false,
     "seq 0 is not decided again",
   );
-  const confirmed0 = events(second.stdout, "confirmed").find((l) => l.includes("seq=0"));
+  const confirmed0 = events(second, "confirmed").find((l) => l.includes("seq=0"));
   assert.match(confirmed0 ?? "", /remote=created/);
   assert.equal(await created(), 3);
 }
 
 /** after_call: the restart re-sends under the same key and the remote answers already_done. */
 async function proveAfterCall(env: Record<string, string>, run: string, created: () => Promise<number>) {
-  assertKilled(await runWorkerProcess({ ...env, RUN_ID: run, CRASH_AT: "after_call" }), "after_call");
+  assertKilled(await runWorkerToEnd({ ...env, RUN_ID: run, CRASH_AT: "after_call" }), "after_call");
   assert.equal(await created(), 1, "the remote acted before the kill");
-  const second = await runWorkerProcess({ ...env, RUN_ID: run });
+  const second = await runWorkerToEnd({ ...env, RUN_ID: run });
   assertDone(second, run);
-  const confirmed0 = events(second.stdout, "confirmed").find((l) => l.includes("seq=0"));
+  const confirmed0 = events(second, "confirmed").find((l) => l.includes("seq=0"));
   assert.match(confirmed0 ?? "", new RegExp(`key=${run}:0 {2}result=i-\\d+ {2}remote=already_done`));
-  assert.match(second.stdout, /reconciled {2}run=\S+ {2}key=\S+:0 {2}outcome=already_done/);
+  assert.match(events(second, "reconciled")[0] ?? "", /key=\S+:0 {2}outcome=already_done/);
   assert.equal(await created(), 3, "one resource per key");
 }
 
@@ -62,15 +71,15 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
     await t.step(
       "a clean run ends done steps=3 llm_calls=4, and a second start says it is already done",
       async () => {
-        const first = await runWorkerProcess(env);
+        const first = await runWorkerToEnd(env);
         assertDone(first, "run1");
         assert.match(
-          first.stdout,
-          /backends {2}store=pglite:\S+ {2}model=in-process-mock {2}cloud=in-process-mock/,
+          events(first, "backends")[0] ?? "",
+          /store=pglite:\S+ {2}model=in-process-mock {2}cloud=in-process-mock/,
         );
-        const again = await runWorkerProcess(env);
+        const again = await runWorkerToEnd(env);
         assert.equal(again.code, 0);
-        assert.match(again.stdout, /already-done {2}run=run1 {2}steps=3 {2}llm_calls=4/);
+        assert.match(events(again, "already-done")[0] ?? "", /run=run1 {2}steps=3 {2}llm_calls=4/);
       },
     );
     await t.step(
