@@ -10,7 +10,7 @@ import { sleep, waitForAbort } from "./abortable.ts";
 import { canonicalJson } from "./canonical_json.ts";
 import { DurableJsonFile } from "./durable_json_file.ts";
 import { droppedResponse, errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
-import { isPlainObject, optionalCount, readJsonObject, setFaultsFromRequest } from "./json_input.ts";
+import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
 
 /** The kinds of resource the cloud can create. */
 export type ResourceKind = "server" | "database" | "dns_record";
@@ -143,21 +143,18 @@ export class MockCloud {
     const path = url.pathname;
     if (path.startsWith("/v1/") && req.method === "POST") return await this.#handleCreate(req, path);
     switch (`${req.method} ${path}`) {
-      case "GET /health":
-        return jsonResponse(200, { ok: true });
       case "GET /created":
         return jsonResponse(200, this.created(url.searchParams.get("prefix") ?? undefined));
       case "GET /requests":
         return jsonResponse(200, this.requests());
-      case "GET /_faults":
-        return jsonResponse(200, this.faults());
-      case "POST /_faults":
-        return await setFaultsFromRequest(req, (spec) => this.setFaults(spec), () => this.faults());
-      case "DELETE /_faults":
-        this.clearFaults();
-        return jsonResponse(200, { ok: true });
     }
-    return errorResponse(404, "not_found", `no route for ${req.method} ${path}`);
+    const faults = {
+      set: (spec: Record<string, unknown>) => this.setFaults(spec),
+      get: () => this.faults(),
+      clear: () => this.clearFaults(),
+    };
+    return await commonRoute(req, path, faults) ??
+      errorResponse(404, "not_found", `no route for ${req.method} ${path}`);
   };
 
   /** Resources created so far, in creation order; optionally only keys starting with `prefix`. */

@@ -38,22 +38,44 @@ export function optionalCount(spec: Record<string, unknown>, field: string): num
   return value;
 }
 
+/** What a mock exposes to its fault endpoints. */
+export interface FaultControls {
+  /** Sets a fault spec; throws a `TypeError` for a malformed one. */
+  set(spec: Record<string, unknown>): void;
+  /** The faults now set. */
+  get(): unknown;
+  /** Clears every fault. */
+  clear(): void;
+}
+
 /**
- * `POST /_faults`: reads a JSON object and hands it to `apply`, which throws a
- * `TypeError` for a malformed spec (answered 400); answers the faults now set.
+ * The routes both mocks share: `GET /health` and `GET|POST|DELETE /_faults`.
+ * Returns undefined for any other route.
  */
-export async function setFaultsFromRequest(
+export async function commonRoute(
   req: Request,
-  apply: (spec: Record<string, unknown>) => void,
-  current: () => unknown,
-): Promise<Response> {
-  const spec = await readJsonObject(req);
-  if (spec === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
-  try {
-    apply(spec);
-  } catch (err) {
-    if (err instanceof TypeError) return errorResponse(400, "bad_fault_spec", err.message);
-    throw err;
+  path: string,
+  faults: FaultControls,
+): Promise<Response | undefined> {
+  switch (`${req.method} ${path}`) {
+    case "GET /health":
+      return jsonResponse(200, { ok: true });
+    case "GET /_faults":
+      return jsonResponse(200, faults.get());
+    case "DELETE /_faults":
+      faults.clear();
+      return jsonResponse(200, { ok: true });
+    case "POST /_faults": {
+      const spec = await readJsonObject(req);
+      if (spec === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
+      try {
+        faults.set(spec);
+      } catch (err) {
+        if (err instanceof TypeError) return errorResponse(400, "bad_fault_spec", err.message);
+        throw err;
+      }
+      return jsonResponse(200, faults.get());
+    }
   }
-  return jsonResponse(200, current());
+  return undefined;
 }

@@ -9,7 +9,7 @@
 import { sleep, waitForAbort } from "./abortable.ts";
 import { DurableJsonFile } from "./durable_json_file.ts";
 import { errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
-import { isPlainObject, optionalCount, setFaultsFromRequest } from "./json_input.ts";
+import { commonRoute, isPlainObject, optionalCount } from "./json_input.ts";
 
 /** Options of {@linkcode MockModel.open}. */
 export interface MockModelOptions {
@@ -131,19 +131,16 @@ export class MockModel {
     switch (`${req.method} ${url.pathname}`) {
       case "POST /v1/chat/completions":
         return await this.#handleCompletion(req);
-      case "GET /health":
-        return jsonResponse(200, { ok: true });
       case "GET /calls":
         return jsonResponse(200, this.callCounts());
-      case "GET /_faults":
-        return jsonResponse(200, this.faults());
-      case "POST /_faults":
-        return await setFaultsFromRequest(req, (spec) => this.setFaults(spec), () => this.faults());
-      case "DELETE /_faults":
-        this.clearFaults();
-        return jsonResponse(200, { ok: true });
     }
-    return errorResponse(404, "not_found", `no route for ${req.method} ${url.pathname}`);
+    const faults = {
+      set: (spec: Record<string, unknown>) => this.setFaults(spec),
+      get: () => this.faults(),
+      clear: () => this.clearFaults(),
+    };
+    return await commonRoute(req, url.pathname, faults) ??
+      errorResponse(404, "not_found", `no route for ${req.method} ${url.pathname}`);
   };
 
   /** Calls made by `run`, or by everyone when `run` is omitted. */
