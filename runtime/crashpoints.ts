@@ -77,11 +77,6 @@ export class CrashPoints {
     return new CrashPoints({ crashSeq: 0, stallMs: 0 }, deps);
   }
 
-  /** True when this plan stalls somewhere and has not stalled yet. */
-  get willStall(): boolean {
-    return this.#plan.stallAt !== undefined && !this.#stalled;
-  }
-
   /** True while the worker is parked at a stall point: a frozen worker does not heartbeat either. */
   get stalling(): boolean {
     return this.#stalling;
