@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../mock/demo_tools.ts";
 import { MockModel } from "../mock/model.ts";
-import { freshSchema, pgIgnore } from "../tests/_pg.ts";
+import { pgTest } from "../tests/_pg.ts";
 import { SystemClock } from "./clock.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
 import { CrashPoints } from "./crashpoints.ts";
@@ -50,57 +50,39 @@ async function deps(store: Store, lines: string[]): Promise<{ deps: WorkerDeps; 
   };
 }
 
-Deno.test({
-  name: "a worker whose run is cancelled stops at its next heartbeat, mid tool call",
-  ignore: pgIgnore("heartbeat cancel"),
-  async fn() {
-    const pg = await freshSchema();
-    const lines: string[] = [];
-    try {
-      const { deps: d, cloud } = await deps(pg.store, lines);
-      const worker = runWorker(d, "hb-cancel", "goal");
-      // Bounded: the worker reaches the hanging call within a few round trips.
-      for (let i = 0; i < 500 && !lines.some((l) => l.includes("calling")); i++) {
-        await new Promise((r) => setTimeout(r, 10));
-      }
-      assert.ok(await pg.store.cancelRun("hb-cancel", "cancelled by test", new Date()));
-      const outcome = await worker;
-      cloud.releaseHung();
-      assert.equal(outcome.status, "cancelled");
-      assert.ok(lines.some((l) => / WARN {2}heartbeat-refused {2}run=hb-cancel/.test(l)), lines.join("\n"));
-      assert.ok(lines.some((l) => / WARN {2}stopped {2}run=hb-cancel/.test(l)), lines.join("\n"));
-      const { effects } = await pg.store.loadHistory("hb-cancel");
-      assert.equal(effects[0].status, "intent", "nothing was confirmed after the cancel");
-      assert.equal((await pg.store.getRun("hb-cancel"))?.status, "cancelled");
-    } finally {
-      await pg.drop();
-    }
-  },
+pgTest("a worker whose run is cancelled stops at its next heartbeat, mid tool call", async (pg) => {
+  const lines: string[] = [];
+  const { deps: d, cloud } = await deps(pg.store, lines);
+  const worker = runWorker(d, "hb-cancel", "goal");
+  // Bounded: the worker reaches the hanging call within a few round trips.
+  for (let i = 0; i < 500 && !lines.some((l) => l.includes("calling")); i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.ok(await pg.store.cancelRun("hb-cancel", "cancelled by test", new Date()));
+  const outcome = await worker;
+  cloud.releaseHung();
+  assert.equal(outcome.status, "cancelled");
+  assert.ok(lines.some((l) => / WARN {2}heartbeat-refused {2}run=hb-cancel/.test(l)), lines.join("\n"));
+  assert.ok(lines.some((l) => / WARN {2}stopped {2}run=hb-cancel/.test(l)), lines.join("\n"));
+  const { effects } = await pg.store.loadHistory("hb-cancel");
+  assert.equal(effects[0].status, "intent", "nothing was confirmed after the cancel");
+  assert.equal((await pg.store.getRun("hb-cancel"))?.status, "cancelled");
 });
 
-Deno.test({
-  name: "a worker that cannot heartbeat for longer than the lease stops acting on the run",
-  ignore: pgIgnore("heartbeat lease lost"),
-  async fn() {
-    const pg = await freshSchema();
-    const store = new FlakyHeartbeatStore(pg.store.client);
-    const lines: string[] = [];
-    try {
-      const { deps: d, cloud } = await deps(store, lines);
-      const worker = runWorker(d, "hb-lost", "goal");
-      for (let i = 0; i < 500 && !lines.some((l) => l.includes("calling")); i++) {
-        await new Promise((r) => setTimeout(r, 10));
-      }
-      store.heartbeatDown = true;
-      const outcome = await worker;
-      cloud.releaseHung();
-      assert.equal(outcome.status, "stalled");
-      assert.ok(lines.some((l) => / ERROR lease-lost {2}run=hb-lost/.test(l)), lines.join("\n"));
-      const { journal, effects } = await pg.store.loadHistory("hb-lost");
-      assert.equal(effects[0].status, "intent");
-      assert.equal(journal.length, 1, "no further step was started");
-    } finally {
-      await pg.drop();
-    }
-  },
+pgTest("a worker that cannot heartbeat for longer than the lease stops acting on the run", async (pg) => {
+  const store = new FlakyHeartbeatStore(pg.store.client);
+  const lines: string[] = [];
+  const { deps: d, cloud } = await deps(store, lines);
+  const worker = runWorker(d, "hb-lost", "goal");
+  for (let i = 0; i < 500 && !lines.some((l) => l.includes("calling")); i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  store.heartbeatDown = true;
+  const outcome = await worker;
+  cloud.releaseHung();
+  assert.equal(outcome.status, "stalled");
+  assert.ok(lines.some((l) => / ERROR lease-lost {2}run=hb-lost/.test(l)), lines.join("\n"));
+  const { journal, effects } = await pg.store.loadHistory("hb-lost");
+  assert.equal(effects[0].status, "intent");
+  assert.equal(journal.length, 1, "no further step was started");
 });

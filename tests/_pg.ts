@@ -28,3 +28,23 @@ export function freshSchema(): Promise<PgSchema> {
   if (!TEST_DATABASE_URL) throw new Error("TEST_DATABASE_URL is unset");
   return createSandbox(TEST_DATABASE_URL, { prefix: "t", max: 4 });
 }
+
+/**
+ * A test that needs PostgreSQL: skipped (and saying so) without
+ * `TEST_DATABASE_URL`, otherwise run on a fresh schema that is dropped after,
+ * pass or fail.
+ */
+export function pgTest(name: string, fn: (pg: PgSchema, t: Deno.TestContext) => Promise<void>): void {
+  Deno.test({
+    name,
+    ignore: pgIgnore(name),
+    async fn(t) {
+      const pg = await freshSchema();
+      try {
+        await fn(pg, t);
+      } finally {
+        await pg.drop();
+      }
+    },
+  });
+}

@@ -7,14 +7,12 @@ import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { DEFAULT_GOAL } from "../runtime/config.ts";
 import { runWorker } from "../runtime/loop.ts";
-import { freshSchema, pgIgnore } from "./_pg.ts";
+import { pgTest } from "./_pg.ts";
 import { testWorker } from "./_worker.ts";
 
-Deno.test({
-  name: "on PostgreSQL, act-then-drop on every first attempt leaves one resource per key, each already_done",
-  ignore: pgIgnore("act-then-drop on PostgreSQL"),
-  async fn() {
-    const db = await freshSchema();
+pgTest(
+  "on PostgreSQL, act-then-drop on every first attempt leaves one resource per key, each already_done",
+  async (db) => {
     const mocks = await serveMocks();
     try {
       for (const path of ["/v1/servers", "/v1/databases", "/v1/dns_records"]) {
@@ -40,16 +38,13 @@ Deno.test({
       assert.equal(mocks.model.calls("pg-drop"), 4);
     } finally {
       await mocks.close();
-      await db.drop();
     }
   },
-});
+);
 
-Deno.test({
-  name: "on PostgreSQL, a permanent 4xx is recorded and a refused answer is re-asked, and the run finishes",
-  ignore: pgIgnore("permanent failure and re-ask on PostgreSQL"),
-  async fn() {
-    const db = await freshSchema();
+pgTest(
+  "on PostgreSQL, a permanent 4xx is recorded and a refused answer is re-asked, and the run finishes",
+  async (db) => {
     const mocks = await serveMocks();
     try {
       mocks.cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 409 });
@@ -70,7 +65,6 @@ Deno.test({
       assert.equal(w.events("tool-failed")[0].code, "TOOL_HTTP");
     } finally {
       await mocks.close();
-      await db.drop();
     }
   },
-});
+);

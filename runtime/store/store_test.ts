@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { freshSchema, pgIgnore } from "../../tests/_pg.ts";
+import { pgTest } from "../../tests/_pg.ts";
 import { FencedError } from "../errors.ts";
 import { openPglite } from "./pglite.ts";
 import { type Fence, Store } from "./store.ts";
@@ -150,18 +150,9 @@ Deno.test("Store on PGlite keeps every promise of the fenced protocol", async (t
   }
 });
 
-Deno.test({
-  name: "Store on PostgreSQL keeps every promise of the fenced protocol",
-  ignore: pgIgnore("Store on PostgreSQL"),
-  fn: async (t) => {
-    const pg = await freshSchema();
-    try {
-      await pg.store.checkSchema();
-      await storeCases(t, pg.store);
-    } finally {
-      await pg.drop();
-    }
-  },
+pgTest("Store on PostgreSQL keeps every promise of the fenced protocol", async (pg, t) => {
+  await pg.store.checkSchema();
+  await storeCases(t, pg.store);
 });
 
 Deno.test("checkSchema() says how to load schema.sql when the tables are missing", async () => {
