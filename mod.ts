@@ -1,143 +1,117 @@
 /**
  * agent-runtime: a Deno runtime for AI agents that survive crashes.
  *
- * Every external call (model or tool) goes through intent row -> call ->
- * confirm row in PostgreSQL (or embedded PGlite). A restart replays recorded
- * decisions instead of asking the model again, and re-sends stranded tool
- * calls under the same idempotency key (`<run_id>:<seq>`).
+ * An agent asks a model what to do, then does it; the process can die
+ * between any two lines. Every external call (model or tool) goes through an
+ * intent row, the call, and a confirm row in PostgreSQL (or embedded PGlite).
+ * A restart replays recorded decisions instead of asking the model again, and
+ * re-sends stranded tool calls under the same idempotency key
+ * (`<run_id>:<seq>`), so the remote answers with what it did the first time.
  *
- * @example Define a tool and run one worker on an embedded database
- * ```ts ignore
+ * The surface: {@link defineTool} and {@link defineAgent} describe an agent;
+ * {@link connect} gives a {@link Client} that starts runs, waits for them and
+ * steers them, and hosts a worker in the process ({@link Client.startWorker}).
+ * A model is any {@link Planner}; {@link OpenAIPlanner} speaks the
+ * OpenAI-compatible chat-completions protocol. What users test their agents
+ * with (mock model, mock cloud, simulator) is in `testing.ts`.
+ *
+ * @example An agent with one tool, run durably on an in-memory database
+ * ```ts
  * import { z } from "zod";
- * import {
- *   CrashPoints, DEFAULT_RETRY, defineTool, Logger, OpenAIPlanner, openPglite, runWorker,
- *   Store, SystemClock, ToolRegistry,
- * } from "./mod.ts";
+ * import { connect, defineAgent, defineTool, type Planner } from "./mod.ts";
  *
- * const clock = new SystemClock();
- * const log = new Logger({ clock });
- * const store = new Store(await openPglite(".data/pglite"));
- * await store.applySchema();
- * const tools = new ToolRegistry([
- *   defineTool({
- *     name: "send_invoice",
- *     description: "Send an invoice.",
- *     args: z.strictObject({ customer: z.string(), cents: z.number().int() }),
- *     run: async (args, ctx) => {
- *       const res = await fetch("https://billing.example/invoices", {
- *         method: "POST",
- *         headers: { "idempotency-key": ctx.idempotencyKey },
- *         body: JSON.stringify(args),
- *         signal: ctx.signal,
- *       });
- *       return { result: await res.json(), remote: res.status === 201 ? "created" : "already_done" };
- *     },
- *   }),
- * ]);
- * const outcome = await runWorker({
- *   store, tools, clock, log,
- *   planner: new OpenAIPlanner({ url: "https://api.example/v1", model: "m", apiKey: "..." }),
- *   crash: CrashPoints.none({ log, clock }),
- *   owner: "worker-1", maxSteps: 12, heartbeatMs: 3_000, leaseMs: 12_000,
- *   retry: DEFAULT_RETRY, random: Math.random,
- * }, "invoice-42", "Invoice ACME for March");
- * console.log(outcome.status);
+ * const sent: string[] = [];
+ * const sendEmail = defineTool({
+ *   name: "send_email",
+ *   description: "Send an email.",
+ *   args: z.strictObject({ to: z.string(), body: z.string() }),
+ *   // A real tool sends ctx.idempotencyKey to its remote (an Idempotency-Key header).
+ *   run: (args, ctx) => {
+ *     sent.push(`${ctx.idempotencyKey} ${args.to}`);
+ *     return Promise.resolve({ result: { queued: true } });
+ *   },
+ * });
+ *
+ * // Any Planner can decide; a real agent names an OpenAI-compatible endpoint instead.
+ * const model: Planner = {
+ *   describe: "two-step script",
+ *   decide: (req) =>
+ *     Promise.resolve(
+ *       req.seq === 0
+ *         ? { kind: "tool", tool: "send_email", args: { to: "ada@example.test", body: "Hello" } }
+ *         : { kind: "done", message: "Sent one email." },
+ *     ),
+ * };
+ *
+ * const mailer = defineAgent({ name: "mailer", instructions: "Send the email asked for.", tools: [sendEmail], model });
+ * const client = await connect({ memory: true });
+ * const worker = await client.startWorker([mailer]);
+ * const run = await client.start(mailer, { runId: "welcome-ada", input: "Welcome Ada" });
+ * const finished = await client.wait(run.runId, { timeoutMs: 30_000 });
+ * await worker.stop();
+ * await client.close();
+ * if (finished.output !== "Sent one email." || sent[0] !== "welcome-ada:0 ada@example.test") {
+ *   throw new Error(`unexpected: ${JSON.stringify(finished)} ${sent}`);
+ * }
  * ```
  *
  * @module
  */
 
+export {
+  type Agent,
+  type AgentContext,
+  type AgentModel,
+  type AgentSpec,
+  defineAgent,
+  type ModelEndpoint,
+} from "./runtime/agent.ts";
+export {
+  Client,
+  ClientError,
+  connect,
+  type ConnectOptions,
+  type Resolution,
+  type RunInfo,
+  type RunRecord,
+} from "./runtime/client.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
-export { DEFAULT_GOAL, loadSettings, RUN_ID_PATTERN, type Settings } from "./runtime/config.ts";
 export {
-  backoffMs,
-  DEFAULT_RETRY,
-  idempotencyKey,
-  type RetryPolicy,
-  type RunState,
-  type WorkerDeps,
-} from "./runtime/context.ts";
-export {
-  CRASH_POINTS,
-  type CrashPlan,
-  type CrashPoint,
-  CrashPoints,
-  isCrashPoint,
-  type KillFn,
-  type StallFn,
-} from "./runtime/crashpoints.ts";
-export {
-  AbortedError,
   ConfigError,
   FencedError,
   ModelError,
   RuntimeError,
-  SimulatedKill,
   StoreError,
   ToolError,
 } from "./runtime/errors.ts";
-export { BlockedError } from "./runtime/executor.ts";
-export {
-  arraySink,
-  type LogFields,
-  type LogFormat,
-  Logger,
-  type LogLevel,
-  type LogSink,
-} from "./runtime/log.ts";
-export { exitCodeOf, type RunOutcome, runWorker, type WorkerStatus } from "./runtime/loop.ts";
+export { DEFAULT_RUNS_PER_WORKER, WorkerHost, type WorkerHostOptions } from "./runtime/host.ts";
+export { type LogFormat, Logger, type LogSink } from "./runtime/log.ts";
 export {
   type ChatMessage,
-  type ChatToolCall,
   type DecideRequest,
   type FetchLike,
+  isTransientStatus,
   type ModelAnswer,
   OpenAIPlanner,
   type OpenAIPlannerOptions,
   type Planner,
   type Usage,
 } from "./runtime/planner.ts";
-export { openPglite, PgliteClient } from "./runtime/store/pglite.ts";
-export { openPostgres, PostgresClient, type PostgresOptions } from "./runtime/store/postgres.ts";
-export {
-  type Decision,
-  type EffectStatus,
-  type Fence,
-  type JournalRow,
-  type Rejection,
-  type RunRow,
-  type RunStatus,
-  type RunSummary,
-  SCHEMA_SQL,
-  type SideEffectRow,
-  type SqlClient,
-  Store,
+export type {
+  Decision,
+  JournalRow,
+  RunFilter,
+  RunRow,
+  RunStatus,
+  RunSummary,
+  SideEffectRow,
 } from "./runtime/store/store.ts";
 export {
   type ArgsSchema,
-  type CheckedCall,
   defineTool,
   type Json,
-  type OpenAITool,
   type Tool,
   type ToolContext,
   type ToolOutcome,
-  ToolRegistry,
   type ToolSpec,
 } from "./runtime/tools.ts";
-export { demoTools, type DemoToolsOptions } from "./mock/demo_tools.ts";
-export {
-  type CloudFaultSpec,
-  type CloudRequestCounts,
-  type CreatedResource,
-  MockCloud,
-  type MockCloudOptions,
-  type ResourceKind,
-} from "./mock/cloud.ts";
-export {
-  MockModel,
-  type MockModelOptions,
-  type ModelCallCounts,
-  type ModelFaultMode,
-  type ModelFaultSpec,
-} from "./mock/model.ts";

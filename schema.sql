@@ -6,7 +6,15 @@
 
 create table if not exists runs (
   run_id       text primary key,
+  -- The agent (its defineAgent name) whose tools and model drive the run; a
+  -- worker takes only runs of agents it hosts.
+  agent        text not null,
+  -- What the model is told to do: the input text, or the input as JSON text.
   goal         text not null,
+  -- The input as given (a string, or JSON an agent validates with its schema).
+  input        jsonb,
+  -- The model's final answer, once the run is done.
+  output       text,
   -- pending: submitted, nobody has claimed it; running: a worker holds it
   -- (or held it and died); blocked: a flagged tool call waits for a human.
   status       text not null default 'pending'
@@ -21,7 +29,25 @@ create table if not exists runs (
   updated_at   timestamptz not null
 );
 
+-- Upgrades a database created before runs carried their agent (all demo runs then).
+alter table runs add column if not exists agent text not null default 'provision';
+alter table runs alter column agent drop default;
+alter table runs add column if not exists input jsonb;
+alter table runs add column if not exists output text;
+
 create index if not exists runs_status_heartbeat on runs (status, heartbeat_at);
+create index if not exists runs_owner on runs (owner) where status = 'running';
+
+-- One row per live worker process: which agents it hosts and how many runs it
+-- may hold. Refreshed with every heartbeat; read by `runs` to say when a
+-- pending run's agent is hosted by nobody.
+create table if not exists workers (
+  name         text primary key,
+  agents       text[] not null,
+  capacity     integer not null,
+  started_at   timestamptz not null,
+  heartbeat_at timestamptz not null
+);
 
 -- One row per step: the model's decision for that step.
 create table if not exists journal (

@@ -15,7 +15,7 @@
 
 import { parseArgs } from "node:util";
 import { MockCloud } from "../mock/cloud.ts";
-import { demoTools } from "../mock/demo_tools.ts";
+import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "../runtime/context.ts";

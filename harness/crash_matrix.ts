@@ -9,7 +9,7 @@
  * In-process (the default) every incarnation is a {@link SimProcess} on one
  * shared PGlite with a manual clock, and the transcript is byte-identical
  * from run to run. With `--postgres` every incarnation is a real
- * `deno run runtime/main.ts` killed by SIGKILL at the point, against real
+ * `deno run cli/main.ts run` killed by SIGKILL at the point, against real
  * PostgreSQL and the mocks over HTTP.
  *
  * ```sh

@@ -15,7 +15,7 @@
  * @module
  */
 
-import { demoTools } from "../mock/demo_tools.ts";
+import { demoTools } from "../examples/provision/tools.ts";
 import type { CrashPoint } from "../runtime/crashpoints.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { type Baseline, baselineOf, checkInvariants } from "./invariants.ts";

@@ -1,6 +1,6 @@
 /**
  * Real PostgreSQL and real worker processes for the harness's `--postgres`
- * mode: a schema of its own per harness run, and `deno run runtime/main.ts`
+ * mode: a schema of its own per harness run, and `deno run cli/main.ts run`
  * children with the crash settings in their environment.
  *
  * @module
@@ -11,7 +11,7 @@ import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
 /** The repository root (where deno.json lives), so children resolve `node_modules`. */
 export const REPO_ROOT: string = new URL("..", import.meta.url).pathname;
 /** The worker entry point a child runs. */
-export const MAIN_TS: string = new URL("../runtime/main.ts", import.meta.url).pathname;
+export const MAIN_TS: string = new URL("../cli/main.ts", import.meta.url).pathname;
 
 /** A schema of its own on a PostgreSQL server, with the tables loaded. */
 export type PgSchemaHandle = SchemaSandbox;
@@ -42,13 +42,13 @@ export interface WorkerChild {
 }
 
 /**
- * Starts `deno run -A runtime/main.ts` with `env` on top of this process's
+ * Starts `deno run -A cli/main.ts run` with `env` on top of this process's
  * environment. Crash and stall settings not given are cleared, so a parent's
  * own `CRASH_AT` never leaks into a child.
  */
 export function spawnWorker(env: Record<string, string>): WorkerChild {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN_TS],
+    args: ["run", "-A", "--unstable-no-legacy-abort", MAIN_TS, "run"],
     cwd: REPO_ROOT,
     env: { CRASH_AT: "", CRASH_SEQ: "", STALL_AT: "", STALL_MS: "", NO_COLOR: "1", ...env },
     stdin: "null",

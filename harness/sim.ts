@@ -17,15 +17,16 @@
 
 import { PGlite } from "@electric-sql/pglite";
 import { type CreatedResource, MockCloud } from "../mock/cloud.ts";
-import { demoTools } from "../mock/demo_tools.ts";
+import demoAgent, { DEMO_GOAL } from "../examples/provision/agent.ts";
+import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { type Clock, ManualClock } from "../runtime/clock.ts";
-import { loadSettings } from "../runtime/config.ts";
+import type { Agent } from "../runtime/agent.ts";
+import { workerDeps } from "../runtime/context.ts";
 import { type CrashPlan, type CrashPoint, CrashPoints } from "../runtime/crashpoints.ts";
 import { describeError, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
 import { Logger } from "../runtime/log.ts";
 import { type RunOutcome, runWorker } from "../runtime/loop.ts";
-import { workerDeps } from "../runtime/main.ts";
 import { type FetchLike, OpenAIPlanner } from "../runtime/planner.ts";
 import { PgliteClient } from "../runtime/store/pglite.ts";
 import {
@@ -107,6 +108,8 @@ export interface SimWorldOptions {
   seed?: number;
   /** Replaces the demo tools (e.g. a variant that takes no idempotency key). */
   tools?: (fetch: FetchLike) => Tool[];
+  /** The agent (its name, instructions, limits); default the demo agent. Tools come from `tools`. */
+  agent?: Agent;
   /** Heartbeat period and lease of every worker. Defaults: the settings' defaults (3 s, 12 s). */
   heartbeatMs?: number;
   /** See {@link SimWorldOptions.heartbeatMs}. */
@@ -159,7 +162,7 @@ export class SimWorld {
   }
 
   /**
-   * Starts a new incarnation on `runId`, like `deno run runtime/main.ts` with
+   * Starts a new incarnation on `runId`, like `deno run cli/main.ts run` with
    * `RUN_ID`, `CRASH_AT`/`CRASH_SEQ` or `STALL_AT` set. It runs at once; await
    * {@link SimProcess.exit} (or {@link SimProcess.stalled}).
    */
@@ -174,6 +177,7 @@ export class SimWorld {
       plan: { crashSeq: 0, stallMs: 0, ...opts.plan },
       seed,
       tools: this.#opts.tools,
+      agent: this.#opts.agent,
       heartbeatMs: this.#opts.heartbeatMs,
       leaseMs: this.#opts.leaseMs,
     });
@@ -298,6 +302,7 @@ export class SimProcess {
       plan: CrashPlan;
       seed: number;
       tools?: (fetch: FetchLike) => Tool[];
+      agent?: Agent;
       heartbeatMs?: number;
       leaseMs?: number;
     },
@@ -329,33 +334,32 @@ export class SimProcess {
         return new Promise<void>((resolve) => this.#releaseStall = resolve);
       },
     });
-    const env: Record<string, string> = { RUN_ID: opts.runId, WORKER: opts.name };
-    if (opts.heartbeatMs !== undefined) env.HEARTBEAT_S = String(opts.heartbeatMs / 1000);
-    if (opts.leaseMs !== undefined) env.LEASE_S = String(opts.leaseMs / 1000);
-    const settings = loadSettings([], env);
     const modelFetch = this.#fetch("model", world.model.handler);
     const cloudFetch = this.#fetch("cloud", world.cloud.handler);
-    const remotes = {
-      planner: new OpenAIPlanner({ url: SIM_MODEL_URL, model: settings.model, fetch: modelFetch }),
-      tools: new ToolRegistry(
-        opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
-      ),
-      describe: { model: "sim", cloud: "sim" },
-    };
-    const deps = {
-      ...workerDeps(settings, this.#store, remotes, log, clock),
+    const agent: Agent = opts.agent ?? demoAgent;
+    const deps = workerDeps({
+      store: this.#store,
+      agent: {
+        agent,
+        planner: new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
+        tools: new ToolRegistry(
+          opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
+        ),
+      },
+      clock,
+      log,
       crash,
+      owner: opts.name,
+      heartbeatMs: opts.heartbeatMs ?? 3_000,
+      leaseMs: opts.leaseMs ?? 12_000,
       random: seededRandom(opts.seed),
-    };
+    });
     this.exit = (async (): Promise<SimExit> => {
       try {
-        const outcome = await runWorker(deps, opts.runId, opts.goal ?? settings.goal);
+        const outcome = await runWorker(deps, { runId: opts.runId, goal: opts.goal ?? DEMO_GOAL });
         return { kind: "exited", outcome };
       } catch (err) {
-        if (err instanceof SimulatedKill) {
-          const m = /at (\S+) seq=(\d+)/.exec(err.message);
-          return { kind: "killed", point: m![1] as CrashPoint, seq: Number(m![2]) };
-        }
+        if (err instanceof SimulatedKill) return { kind: "killed", point: err.point, seq: err.seq };
         return { kind: "error", error: describeError(err) };
       } finally {
         // The process is gone either way: its handle, timers and fetches with it.

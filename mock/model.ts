@@ -1,7 +1,10 @@
 /**
  * `MockModel`: a scripted model speaking the OpenAI chat-completions protocol
- * with tool calling. It always provisions a server, then a database, then a
- * DNS record, then says it is done, and can be told to misbehave.
+ * with tool calling. Offered the demo's tools, it provisions a server, then a
+ * database, then a DNS record, then says it is done. Any other agent gets the
+ * script set for its run or its name, or else calls each offered tool once
+ * with arguments made up from the tool's JSON Schema. It can be told to
+ * misbehave.
  *
  * @module
  */
@@ -9,7 +12,8 @@
 import { sleep, waitForAbort } from "./abortable.ts";
 import { DurableJsonFile } from "./durable_json_file.ts";
 import { errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
-import { commonRoute, isPlainObject, optionalCount } from "./json_input.ts";
+import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
+import { argsFromSchema } from "./schema_args.ts";
 
 /** Options of {@linkcode MockModel.open}. */
 export interface MockModelOptions {
@@ -17,6 +21,46 @@ export interface MockModelOptions {
   statePath?: string;
   /** Clock for the `created` field of answers; defaults to the real time. */
   now?: () => Date;
+  /** Scripts to start with, as if given to {@linkcode MockModel.setScript}. Not persisted. */
+  scripts?: MockScripts;
+}
+
+/**
+ * One step of a script: a tool call, or a final answer with that content.
+ * String values in `args` may contain `{n}`, replaced with the run's call count.
+ */
+export type ScriptStep = ScriptToolStep | ScriptAnswerStep;
+
+/** A {@linkcode ScriptStep} that calls a tool. */
+export interface ScriptToolStep {
+  /** Name of the tool to call. */
+  tool: string;
+  /** Its arguments; `{n}` in string values becomes the run's call count. */
+  args: Record<string, unknown>;
+}
+
+/** A {@linkcode ScriptStep} that ends the run with a final answer. */
+export interface ScriptAnswerStep {
+  /** Content of the final answer. */
+  answer: string;
+}
+
+/** A script for one run or for every run of one agent: the body of `POST /_scripts`. */
+export interface ScriptSpec {
+  /** Run id (the request's `user` field, else its `x-agent-run` header); exclusive with `agent`. */
+  run?: string;
+  /** Agent name (the request's `x-agent-name` header); exclusive with `run`. */
+  agent?: string;
+  /** The steps, in order; step `i` is answered when the request holds `i` tool results. */
+  steps: ScriptStep[];
+}
+
+/** Every script set, by run id and by agent name. */
+export interface MockScripts {
+  /** Scripts per run id; they win over agent scripts. */
+  byRun?: Record<string, ScriptStep[]>;
+  /** Scripts per agent name. */
+  byAgent?: Record<string, ScriptStep[]>;
 }
 
 /** Ways an answer can be broken on purpose. */
@@ -58,11 +102,14 @@ export interface ModelFaultSpec {
   mode_next?: number;
 }
 
-/** Call counters: every request to `/v1/chat/completions`, per run (the `user` field). */
+/**
+ * Call counters: every request to `/v1/chat/completions`, per run (the `user`
+ * field, else the `x-agent-run` header).
+ */
 export interface ModelCallCounts {
   /** Every call. */
   total: number;
-  /** Calls per run id; `anonymous` when the request had no `user`. */
+  /** Calls per run id; `anonymous` when the request had neither `user` nor `x-agent-run`. */
   by_run: Record<string, number>;
 }
 
@@ -86,10 +133,38 @@ const SCRIPT_TOOLS = ["create_server", "create_database", "create_dns_record"] a
 /** Content of the final answer. */
 export const DONE_MESSAGE = "Provisioned a server, a database and a DNS record.";
 
+/** Content of the final answer once a script has run out of steps. */
+export const SCRIPT_DONE_MESSAGE = "Done.";
+
+/** Content of the final answer of an agent offering no tools (and no script). */
+export const NOTHING_TO_DO_MESSAGE = "Nothing to do.";
+
+/** A run's or an agent's plan: the steps, then `end` as the final answer. */
+interface Plan {
+  steps: ({ tool: string; args: unknown } | ScriptAnswerStep)[];
+  end: string;
+}
+
+/** The scripts set, by run id and by agent name. */
+interface ScriptTables {
+  byRun: Map<string, ScriptStep[]>;
+  byAgent: Map<string, ScriptStep[]>;
+}
+
+/** A decided answer: tool calls, or a final answer. */
+type Decision = { tool_calls: ToolCall[] } | { content: string };
+
 /**
  * A scripted chat-completions model. `step` = number of `role: "tool"`
  * messages; `n` = this run's call count including the current call. Names
  * carry `n` (`srv-<n>`), so a step that is asked again shows a new number.
+ *
+ * What a request gets, first match wins: the script of its run (`user`, else
+ * the `x-agent-run` header), the script of its agent (the `x-agent-name`
+ * header), the demo script when the offered tools are the demo's three (or
+ * when no `tools` are sent), else one call per offered tool, in order, with
+ * arguments from {@linkcode argsFromSchema}, then the final answer
+ * `Called <name1>, <name2>.`.
  *
  * @example
  * ```ts
@@ -106,20 +181,31 @@ export class MockModel {
   #file: DurableJsonFile<ModelState> | undefined;
   #now: () => Date;
   #faults: ModelFaultSpec = {};
+  #scripts: ScriptTables;
   /** Aborted by `releaseHung()` to end calls held by `hang_next`. */
   #release = new AbortController();
 
-  private constructor(state: ModelState, file: DurableJsonFile<ModelState> | undefined, now: () => Date) {
+  private constructor(
+    state: ModelState,
+    file: DurableJsonFile<ModelState> | undefined,
+    now: () => Date,
+    scripts: ScriptTables,
+  ) {
     this.#state = state;
     this.#file = file;
     this.#now = now;
+    this.#scripts = scripts;
   }
 
-  /** Creates a model, loading the counters at `opts.statePath` when they exist. */
+  /**
+   * Creates a model, loading the counters at `opts.statePath` when they exist.
+   * Throws a `TypeError` when `opts.scripts` is malformed.
+   */
   static async open(opts: MockModelOptions = {}): Promise<MockModel> {
+    const scripts = parseScripts(opts.scripts ?? {});
     const file = opts.statePath === undefined ? undefined : new DurableJsonFile<ModelState>(opts.statePath);
     const state = (await file?.read()) ?? { calls: { total: 0, by_run: {} } };
-    return new MockModel(state, file, opts.now ?? (() => new Date()));
+    return new MockModel(state, file, opts.now ?? (() => new Date()), scripts);
   }
 
   /**
@@ -133,6 +219,13 @@ export class MockModel {
         return await this.#handleCompletion(req);
       case "GET /calls":
         return jsonResponse(200, this.callCounts());
+      case "GET /_scripts":
+        return jsonResponse(200, this.scripts());
+      case "POST /_scripts":
+        return await this.#handleSetScript(req);
+      case "DELETE /_scripts":
+        this.clearScripts();
+        return jsonResponse(200, { ok: true });
     }
     const faults = {
       set: (spec: Record<string, unknown>) => this.setFaults(spec),
@@ -168,6 +261,30 @@ export class MockModel {
     return { ...this.#faults };
   }
 
+  /**
+   * Sets the script of one run or of one agent, replacing its earlier one.
+   * Throws a `TypeError` when `spec` is malformed.
+   */
+  setScript(spec: ScriptSpec): void {
+    const { run, agent, steps } = parseScriptSpec(spec);
+    if (run !== undefined) this.#scripts.byRun.set(run, steps);
+    else this.#scripts.byAgent.set(agent!, steps);
+  }
+
+  /** Removes every script. */
+  clearScripts(): void {
+    this.#scripts.byRun.clear();
+    this.#scripts.byAgent.clear();
+  }
+
+  /** Every script set (a copy). */
+  scripts(): Required<MockScripts> {
+    return structuredClone({
+      byRun: Object.fromEntries(this.#scripts.byRun),
+      byAgent: Object.fromEntries(this.#scripts.byAgent),
+    });
+  }
+
   /** Ends every call currently held by `hang_next` (they reject), e.g. before shutting a server down. */
   releaseHung(): void {
     this.#release.abort(new DOMException("mock model released hung requests", "AbortError"));
@@ -185,7 +302,8 @@ export class MockModel {
     // Count before anything else: a real provider may bill any request that reached it.
     const run = isPlainObject(body) && typeof body.user === "string" && body.user !== ""
       ? body.user
-      : "anonymous";
+      : req.headers.get("x-agent-run") || "anonymous";
+    const agent = req.headers.get("x-agent-name") || undefined;
     const n = this.#countCall(run);
 
     const faults = this.#faults;
@@ -200,25 +318,60 @@ export class MockModel {
     const mode = faults.mode !== undefined && spend(faults, "mode_next") ? faults.mode : undefined;
     if (mode === "garbage") return garbageResponse();
     const model = typeof body.model === "string" ? body.model : "mock-model";
-    return jsonResponse(200, this.#answer(run, n, model, body.messages, text.length, mode));
+    const decision = this.#decide(run, agent, n, body.messages, body.tools, mode);
+    return jsonResponse(200, this.#answer(run, n, model, decision, text.length, mode));
+  }
+
+  async #handleSetScript(req: Request): Promise<Response> {
+    const spec = await readJsonObject(req);
+    if (spec === undefined) return errorResponse(400, "bad_json", "The body must be a JSON object");
+    try {
+      this.setScript(spec as unknown as ScriptSpec);
+    } catch (err) {
+      if (err instanceof TypeError) return errorResponse(400, "bad_script", err.message);
+      throw err;
+    }
+    return jsonResponse(200, this.scripts());
+  }
+
+  /** What to answer: the run's script, the agent's, the demo's, or one call per offered tool. */
+  #decide(
+    run: string,
+    agent: string | undefined,
+    n: number,
+    messages: unknown[],
+    tools: unknown,
+    mode: ModelFaultMode | undefined,
+  ): Decision {
+    const step = messages.filter((m) => isPlainObject(m) && m.role === "tool").length;
+    const script = this.#scripts.byRun.get(run) ??
+      (agent === undefined ? undefined : this.#scripts.byAgent.get(agent));
+    if (script !== undefined) {
+      const steps = script.map((s) => "tool" in s ? { tool: s.tool, args: withCallCount(s.args, n) } : s);
+      return planned({ steps, end: SCRIPT_DONE_MESSAGE }, step, n, mode);
+    }
+    const offered = offeredTools(tools);
+    if (offered === undefined || isDemoToolset(offered)) {
+      const tool_calls = scriptedToolCalls(step, n, messages, mode);
+      return tool_calls === undefined ? { content: DONE_MESSAGE } : { tool_calls };
+    }
+    return planned(genericPlan(offered, n), step, n, mode);
   }
 
   #answer(
     run: string,
     n: number,
     model: string,
-    messages: unknown[],
+    decision: Decision,
     request_chars: number,
     mode: ModelFaultMode | undefined,
   ): Record<string, unknown> {
-    const step = messages.filter((m) => isPlainObject(m) && m.role === "tool").length;
-    const tool_calls = scriptedToolCalls(step, n, messages, mode);
     const choices = mode === "no_choices" ? [] : [
-      tool_calls === undefined
-        ? { index: 0, message: { role: "assistant", content: DONE_MESSAGE }, finish_reason: "stop" }
+      "content" in decision
+        ? { index: 0, message: { role: "assistant", content: decision.content }, finish_reason: "stop" }
         : {
           index: 0,
-          message: { role: "assistant", content: null, tool_calls },
+          message: { role: "assistant", content: null, tool_calls: decision.tool_calls },
           finish_reason: "tool_calls",
         },
     ];
@@ -246,6 +399,86 @@ export class MockModel {
   }
 }
 
+/** A tool call with id `call_<n><suffix>`; string `args` are sent as they are. */
+function toolCall(n: number, name: string, args: unknown, suffix = ""): ToolCall {
+  return {
+    id: `call_${n}${suffix}`,
+    type: "function",
+    function: { name, arguments: typeof args === "string" ? args : JSON.stringify(args) },
+  };
+}
+
+/**
+ * The offered tools (OpenAI format) as name and parameters, in order, skipping
+ * malformed entries; `undefined` when the request has no `tools` field.
+ */
+function offeredTools(tools: unknown): { name: string; parameters: unknown }[] | undefined {
+  if (tools === undefined || tools === null) return undefined;
+  if (!Array.isArray(tools)) return [];
+  return tools.flatMap((tool) => {
+    const fn = isPlainObject(tool) ? tool.function : undefined;
+    if (!isPlainObject(fn) || typeof fn.name !== "string" || fn.name === "") return [];
+    return [{ name: fn.name, parameters: fn.parameters ?? { type: "object", properties: {} } }];
+  });
+}
+
+/** True when the offered tools are exactly the demo's three, in any order. */
+function isDemoToolset(tools: { name: string }[]): boolean {
+  const names = new Set(tools.map((t) => t.name));
+  return tools.length === SCRIPT_TOOLS.length && SCRIPT_TOOLS.every((name) => names.has(name));
+}
+
+/** One call per offered tool, in order, with arguments from its schema; then a summary. */
+function genericPlan(tools: { name: string; parameters: unknown }[], n: number): Plan {
+  return {
+    steps: tools.map((t) => ({
+      tool: t.name,
+      args: argsFromSchema(t.parameters, { n, name: t.name }),
+    })),
+    end: tools.length === 0 ? NOTHING_TO_DO_MESSAGE : `Called ${tools.map((t) => t.name).join(", ")}.`,
+  };
+}
+
+/** Copies `value`, replacing `{n}` in every string with the call count. */
+function withCallCount<T>(value: T, n: number): T {
+  if (typeof value === "string") return value.replaceAll("{n}", String(n)) as T;
+  if (Array.isArray(value)) return value.map((item) => withCallCount(item, n)) as T;
+  if (isPlainObject(value)) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withCallCount(v, n)])) as T;
+  }
+  return value;
+}
+
+/**
+ * The answer at `step` of a plan, or the broken answer `mode` asks for. Broken
+ * answers need a tool even where the plan answers; they use the last tool step
+ * at or before `step` (else the first), or an unknown tool when the plan has none.
+ */
+function planned(plan: Plan, step: number, n: number, mode: ModelFaultMode | undefined): Decision {
+  const tool_steps = plan.steps.flatMap((s, i) => "tool" in s ? [{ i, ...s }] : []);
+  if (mode !== undefined && mode !== "no_choices") {
+    const current = tool_steps.findLast((s) => s.i <= step) ?? tool_steps[0] ??
+      { i: -1, tool: "launch_rocket", args: {} };
+    if (mode === "unknown_tool") return { tool_calls: [toolCall(n, "launch_rocket", {})] };
+    if (mode === "bad_args") return { tool_calls: [toolCall(n, current.tool, breakArgs(current.args))] };
+    if (mode === "bad_json_args") return { tool_calls: [toolCall(n, current.tool, "{not json")] };
+    const next = tool_steps.find((s) => s.i > current.i) ?? current;
+    return {
+      tool_calls: [toolCall(n, current.tool, current.args), toolCall(n, next.tool, next.args, "_2")],
+    };
+  }
+  const at = plan.steps[step];
+  if (at === undefined) return { content: plan.end };
+  return "tool" in at ? { tool_calls: [toolCall(n, at.tool, at.args)] } : { content: at.answer };
+}
+
+/** Arguments that fail validation: the first one with a value of another type, like the demo's `{ name: 42 }`. */
+function breakArgs(args: unknown): unknown {
+  const first = isPlainObject(args) ? Object.entries(args)[0] : undefined;
+  if (first === undefined) return 42;
+  return { [first[0]]: typeof first[1] === "number" ? "42" : 42 };
+}
+
 /** The tool calls of the answer, or `undefined` when the script is done. */
 function scriptedToolCalls(
   step: number,
@@ -253,11 +486,7 @@ function scriptedToolCalls(
   messages: unknown[],
   mode: ModelFaultMode | undefined,
 ): ToolCall[] | undefined {
-  const call = (name: string, args: unknown, suffix = ""): ToolCall => ({
-    id: `call_${n}${suffix}`,
-    type: "function",
-    function: { name, arguments: typeof args === "string" ? args : JSON.stringify(args) },
-  });
+  const call = (name: string, args: unknown, suffix = "") => toolCall(n, name, args, suffix);
   // Broken answers need a tool even after the script is done; reuse the last one.
   const tool_step = Math.min(step, SCRIPT_TOOLS.length - 1);
   switch (mode) {
@@ -339,4 +568,69 @@ function parseFaultSpec(value: unknown): ModelFaultSpec {
     mode_next: optionalCount(value, "mode_next") ?? (mode === undefined ? undefined : 1),
   };
   return Object.fromEntries(Object.entries(spec).filter(([, v]) => v !== undefined)) as ModelFaultSpec;
+}
+
+/** Validates `MockModelOptions.scripts`; throws a `TypeError` naming the bad part. */
+function parseScripts(value: unknown): ScriptTables {
+  if (!isPlainObject(value)) throw new TypeError("Scripts must be an object with byRun and byAgent");
+  const unknown = Object.keys(value).filter((field) => field !== "byRun" && field !== "byAgent");
+  if (unknown.length > 0) throw new TypeError(`Unknown scripts field(s): ${unknown.join(", ")}`);
+  const table = (field: "byRun" | "byAgent", key: "run" | "agent") => {
+    const entries = value[field] ?? {};
+    if (!isPlainObject(entries)) throw new TypeError(`The ${field} field must be an object of step lists`);
+    return new Map(
+      Object.entries(entries).map(([id, steps]) => {
+        try {
+          return [id, parseScriptSpec({ [key]: id, steps }).steps];
+        } catch (err) {
+          if (err instanceof TypeError) {
+            throw new TypeError(`Script of ${key} ${JSON.stringify(id)}: ${err.message}`);
+          }
+          throw err;
+        }
+      }),
+    );
+  };
+  return { byRun: table("byRun", "run"), byAgent: table("byAgent", "agent") };
+}
+
+/** Validates a {@linkcode ScriptSpec}; throws a `TypeError` naming the bad part. */
+function parseScriptSpec(value: unknown): ScriptSpec {
+  if (!isPlainObject(value)) throw new TypeError("A script must be a JSON object");
+  const unknown = Object.keys(value).filter((field) => !["run", "agent", "steps"].includes(field));
+  if (unknown.length > 0) throw new TypeError(`Unknown script field(s): ${unknown.join(", ")}`);
+  const { run, agent, steps } = value;
+  if ((run === undefined) === (agent === undefined)) {
+    throw new TypeError("A script needs exactly one of run and agent");
+  }
+  for (const [field, id] of [["run", run], ["agent", agent]] as const) {
+    if (id !== undefined && (typeof id !== "string" || id === "")) {
+      throw new TypeError(`The ${field} must be a non-empty string, got ${JSON.stringify(id)}`);
+    }
+  }
+  if (!Array.isArray(steps)) throw new TypeError("The steps must be an array");
+  return {
+    ...(run === undefined ? { agent: agent as string } : { run: run as string }),
+    steps: steps.map(parseScriptStep),
+  };
+}
+
+function parseScriptStep(value: unknown, i: number): ScriptStep {
+  const where = `Step ${i}`;
+  if (!isPlainObject(value)) throw new TypeError(`${where} must be an object with tool and args, or answer`);
+  const fields = Object.keys(value).sort().join(",");
+  if (fields === "answer") {
+    if (typeof value.answer !== "string") throw new TypeError(`${where}: answer must be a string`);
+    return { answer: value.answer };
+  }
+  if (fields !== "args,tool") {
+    throw new TypeError(
+      `${where} must have either tool and args, or answer alone; got ${fields || "no fields"}`,
+    );
+  }
+  if (typeof value.tool !== "string" || value.tool === "") {
+    throw new TypeError(`${where}: tool must be a non-empty string`);
+  }
+  if (!isPlainObject(value.args)) throw new TypeError(`${where}: args must be a JSON object`);
+  return { tool: value.tool, args: structuredClone(value.args) };
 }

@@ -1,6 +1,15 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { DONE_MESSAGE, MockModel, type ToolCall } from "./model.ts";
+import { z } from "zod";
+import {
+  DONE_MESSAGE,
+  MockModel,
+  NOTHING_TO_DO_MESSAGE,
+  SCRIPT_DONE_MESSAGE,
+  type ScriptStep,
+  type ToolCall,
+} from "./model.ts";
+import { serveMocks } from "./server.ts";
 
 const FIXED_NOW = () => new Date("2030-01-02T03:04:05Z");
 const TOOLS = ["create_server", "create_database", "create_dns_record"].map((name) => ({
@@ -271,4 +280,268 @@ Deno.test("fault knobs make the next calls misbehave, and every call still count
     assert.deepEqual(model.faults(), {});
     await ask(model, START);
   });
+});
+
+// --- Scripts, agent headers and the generic behaviour ---
+
+interface ChatOptions {
+  user?: string;
+  agent?: string;
+  run?: string;
+  tools?: unknown[];
+}
+
+function chatWith(messages: Message[], opts: ChatOptions = {}): Request {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (opts.agent !== undefined) headers["x-agent-name"] = opts.agent;
+  if (opts.run !== undefined) headers["x-agent-run"] = opts.run;
+  return new Request("http://mock/v1/chat/completions", {
+    method: "POST",
+    headers,
+    body: JSON.stringify({ model: "mock-1", messages, tools: opts.tools, user: opts.user }),
+  });
+}
+
+async function askWith(model: MockModel, messages: Message[], opts: ChatOptions = {}): Promise<Completion> {
+  const res = await model.handler(chatWith(messages, opts));
+  assert.equal(res.status, 200);
+  return await res.json();
+}
+
+function finalAnswer(answer: Completion): string {
+  assert.equal(answer.choices[0].finish_reason, "stop");
+  return answer.choices[0].message.content;
+}
+
+const DEPLOY_ARGS = z.strictObject({
+  service: z.string().regex(/^[a-z][a-z0-9-]*$/),
+  replicas: z.int().min(2).max(5),
+  env: z.enum(["staging", "prod"]),
+});
+const NOTIFY_ARGS = z.strictObject({
+  to: z.email(),
+  message: z.string().min(1).max(20),
+  urgent: z.boolean().optional(),
+});
+const CUSTOM_TOOLS = [
+  { name: "deploy", description: "Deploy a service.", schema: DEPLOY_ARGS },
+  { name: "notify", description: "Send a message.", schema: NOTIFY_ARGS },
+].map(({ name, description, schema }) => ({
+  type: "function",
+  function: { name, description, parameters: z.toJSONSchema(schema, { io: "input" }) },
+}));
+
+const SCRIPT: ScriptStep[] = [
+  { tool: "deploy", args: { service: "web-{n}", replicas: 2, env: "prod", meta: { note: "try {n}" } } },
+  { answer: "Deployed web." },
+];
+
+Deno.test("a per-run script set in-process drives the run, then answers Done. when it runs out", async () => {
+  const model = await MockModel.open({ now: FIXED_NOW });
+  model.setScript({ run: "r1", steps: [{ tool: "deploy", args: { service: "web" } }] });
+  const first = await askWith(model, START, { user: "r1", tools: CUSTOM_TOOLS });
+  assert.deepEqual(firstCall(first), { name: "deploy", args: { service: "web" } });
+  assert.equal(first.choices[0].message.tool_calls[0].id, "call_1");
+  const second = await askWith(model, withResults(START, first), { user: "r1", tools: CUSTOM_TOOLS });
+  assert.equal(finalAnswer(second), SCRIPT_DONE_MESSAGE);
+  // Another run of the same agent is not scripted: it gets the generic behaviour.
+  assert.equal(firstCall(await askWith(model, START, { user: "r2", tools: CUSTOM_TOOLS })).name, "deploy");
+  // The run's script wins even over the demo's tools.
+  assert.deepEqual(firstCall(await ask(model, START, "r1")), { name: "deploy", args: { service: "web" } });
+});
+
+Deno.test("a per-run script set over POST /_scripts is shown, used and cleared", async () => {
+  const model = await MockModel.open();
+  const res = await model.handler(
+    new Request("http://mock/_scripts", {
+      method: "POST",
+      body: JSON.stringify({ run: "r1", steps: SCRIPT }),
+    }),
+  );
+  assert.equal(res.status, 200);
+  assert.deepEqual(await res.json(), { byRun: { r1: SCRIPT }, byAgent: {} });
+  assert.deepEqual(await (await model.handler(new Request("http://mock/_scripts"))).json(), {
+    byRun: { r1: SCRIPT },
+    byAgent: {},
+  });
+
+  const first = await askWith(model, START, { user: "r1" });
+  assert.deepEqual(firstCall(first), {
+    name: "deploy",
+    args: { service: "web-1", replicas: 2, env: "prod", meta: { note: "try 1" } },
+  });
+  assert.equal(finalAnswer(await askWith(model, withResults(START, first), { user: "r1" })), "Deployed web.");
+
+  const cleared = await model.handler(new Request("http://mock/_scripts", { method: "DELETE" }));
+  assert.deepEqual(await cleared.json(), { ok: true });
+  assert.deepEqual(model.scripts(), { byRun: {}, byAgent: {} });
+  assert.equal(firstCall(await askWith(model, START, { user: "r1" })).name, "create_server");
+});
+
+Deno.test("a per-agent script applies to every run carrying the x-agent-name header", async () => {
+  const model = await MockModel.open({ scripts: { byAgent: { deployer: SCRIPT } } });
+  for (const run of ["a1", "a2"]) {
+    const answer = await askWith(model, START, { agent: "deployer", run, tools: CUSTOM_TOOLS });
+    assert.deepEqual(firstCall(answer).args, {
+      service: "web-1",
+      replicas: 2,
+      env: "prod",
+      meta: { note: "try 1" },
+    });
+  }
+  // The run comes from x-agent-run when there is no user field, and user wins over it.
+  assert.deepEqual(model.callCounts(), { total: 2, by_run: { a1: 1, a2: 1 } });
+  await askWith(model, START, { agent: "deployer", run: "a1", user: "u1", tools: CUSTOM_TOOLS });
+  assert.equal(model.calls("u1"), 1);
+  assert.equal(model.calls("a1"), 1);
+
+  // A run script wins over the agent's.
+  model.setScript({ run: "a3", steps: [{ answer: "Not today." }] });
+  const a3 = await askWith(model, START, { agent: "deployer", run: "a3", tools: CUSTOM_TOOLS });
+  assert.equal(finalAnswer(a3), "Not today.");
+  // Another agent gets the generic behaviour.
+  const other = await askWith(model, START, { agent: "other", run: "a4", tools: CUSTOM_TOOLS });
+  assert.equal(firstCall(other).name, "deploy");
+});
+
+Deno.test("without a script the model calls each offered tool with valid arguments, then sums up", async () => {
+  const model = await MockModel.open();
+  let messages = START;
+  const opts = { agent: "ops", run: "g1", tools: CUSTOM_TOOLS };
+  const first = await askWith(model, messages, opts);
+  const deploy = firstCall(first);
+  assert.equal(deploy.name, "deploy");
+  assert.ok(DEPLOY_ARGS.safeParse(deploy.args).success, JSON.stringify(deploy.args));
+  assert.deepEqual(deploy.args, { service: "service-1", replicas: 2, env: "staging" });
+
+  messages = withResults(messages, first);
+  const second = await askWith(model, messages, opts);
+  const notify = firstCall(second);
+  assert.equal(notify.name, "notify");
+  assert.ok(NOTIFY_ARGS.safeParse(notify.args).success, JSON.stringify(notify.args));
+  assert.equal((notify.args as { to: string }).to, "user-2@example.test");
+
+  messages = withResults(messages, second);
+  assert.equal(finalAnswer(await askWith(model, messages, opts)), "Called deploy, notify.");
+  assert.equal(model.calls("g1"), 3);
+
+  const idle = await askWith(model, START, { run: "g2", tools: [] });
+  assert.equal(finalAnswer(idle), NOTHING_TO_DO_MESSAGE);
+});
+
+Deno.test("fault modes break generic answers too", async () => {
+  const model = await MockModel.open();
+  model.setFaults({ mode: "bad_args" });
+  const broken = await askWith(model, START, { run: "f1", tools: CUSTOM_TOOLS });
+  assert.deepEqual(firstCall(broken), { name: "deploy", args: { service: 42 } });
+  model.setFaults({ mode: "multi_tool" });
+  const multi = await askWith(model, START, { run: "f1", tools: CUSTOM_TOOLS });
+  const calls = multi.choices[0].message.tool_calls;
+  assert.deepEqual(calls.map((c: ToolCall) => [c.id, c.function.name]), [
+    ["call_2", "deploy"],
+    ["call_2_2", "notify"],
+  ]);
+});
+
+Deno.test("the demo's tools, offered in any order and under any agent, still get the demo script", async () => {
+  const model = await MockModel.open();
+  const demo_tools = [...TOOLS].reverse();
+  const answer = await askWith(model, START, { agent: "provisioner", run: "d1", tools: demo_tools });
+  assert.deepEqual(firstCall(answer), { name: "create_server", args: { name: "srv-1", spec: "small" } });
+  let messages = withResults(START, answer);
+  messages = withResults(messages, await askWith(model, messages, { run: "d1", tools: demo_tools }));
+  messages = withResults(messages, await askWith(model, messages, { run: "d1", tools: demo_tools }));
+  assert.equal(finalAnswer(await askWith(model, messages, { run: "d1", tools: demo_tools })), DONE_MESSAGE);
+
+  // One more tool makes it another agent.
+  const extra = [...TOOLS, CUSTOM_TOOLS[1]];
+  const generic = await askWith(model, START, { run: "d2", tools: extra });
+  assert.equal(firstCall(generic).name, "create_server");
+  assert.deepEqual(Object.keys(firstCall(generic).args as object), []);
+});
+
+Deno.test("{n} in script arguments becomes the run's call count, so a re-asked step shows a new number", async () => {
+  const model = await MockModel.open();
+  model.setScript({
+    run: "p1",
+    steps: [{
+      tool: "deploy",
+      args: { service: "web-{n}", labels: ["n{n}", { deep: "{n}-{n}" }], count: 3 },
+    }],
+  });
+  const lost = await askWith(model, START, { user: "p1" });
+  assert.deepEqual(firstCall(lost).args, { service: "web-1", labels: ["n1", { deep: "1-1" }], count: 3 });
+  const again = await askWith(model, START, { user: "p1" });
+  assert.deepEqual(firstCall(again).args, { service: "web-2", labels: ["n2", { deep: "2-2" }], count: 3 });
+  // The stored script keeps its placeholders.
+  assert.deepEqual(model.scripts().byRun.p1[0], {
+    tool: "deploy",
+    args: { service: "web-{n}", labels: ["n{n}", { deep: "{n}-{n}" }], count: 3 },
+  });
+});
+
+Deno.test("a malformed /_scripts body is refused with 400 and changes nothing", async (t) => {
+  const model = await MockModel.open();
+  model.setScript({ agent: "kept", steps: [] });
+  const cases: { name: string; body: string }[] = [
+    { name: "not JSON", body: "{oops" },
+    { name: "not an object", body: "[]" },
+    { name: "neither run nor agent", body: JSON.stringify({ steps: [] }) },
+    { name: "both run and agent", body: JSON.stringify({ run: "r", agent: "a", steps: [] }) },
+    { name: "empty run", body: JSON.stringify({ run: "", steps: [] }) },
+    { name: "agent not a string", body: JSON.stringify({ agent: 3, steps: [] }) },
+    { name: "no steps", body: JSON.stringify({ run: "r" }) },
+    { name: "steps not an array", body: JSON.stringify({ run: "r", steps: {} }) },
+    { name: "step not an object", body: JSON.stringify({ run: "r", steps: ["deploy"] }) },
+    { name: "step without args", body: JSON.stringify({ run: "r", steps: [{ tool: "deploy" }] }) },
+    {
+      name: "tool and answer",
+      body: JSON.stringify({ run: "r", steps: [{ tool: "t", args: {}, answer: "x" }] }),
+    },
+    { name: "args not an object", body: JSON.stringify({ run: "r", steps: [{ tool: "t", args: [] }] }) },
+    { name: "answer not a string", body: JSON.stringify({ run: "r", steps: [{ answer: 1 }] }) },
+    { name: "unknown field", body: JSON.stringify({ run: "r", steps: [], loop: true }) },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, async () => {
+      const res = await model.handler(new Request("http://mock/_scripts", { method: "POST", body: c.body }));
+      assert.equal(res.status, 400);
+      const body = await res.json();
+      assert.ok(["bad_json", "bad_script"].includes(body.error), JSON.stringify(body));
+      assert.match(body.message, /^[A-Z]/);
+    });
+  }
+  assert.deepEqual(model.scripts(), { byRun: {}, byAgent: { kept: [] } });
+  assert.throws(() => model.setScript({ steps: [] }), TypeError);
+  await assert.rejects(MockModel.open({ scripts: { byRun: { r: [{ answer: 1 }] } } } as never), TypeError);
+});
+
+Deno.test("over real HTTP, POST /_scripts sets an agent's script and DELETE /_scripts clears it", async () => {
+  const mocks = await serveMocks();
+  try {
+    const base = mocks.modelUrl.replace(/\/v1$/, "");
+    const set = await fetch(`${base}/_scripts`, {
+      method: "POST",
+      body: JSON.stringify({ agent: "web", steps: [{ tool: "deploy", args: { service: "web-{n}" } }] }),
+    });
+    assert.equal(set.status, 200);
+    await set.body?.cancel();
+    const chat = () =>
+      fetch(`${mocks.modelUrl}/chat/completions`, {
+        method: "POST",
+        headers: { "x-agent-name": "web", "x-agent-run": "h1" },
+        body: JSON.stringify({ model: "m", messages: START, tools: CUSTOM_TOOLS }),
+      });
+    assert.deepEqual(firstCall(await (await chat()).json()), { name: "deploy", args: { service: "web-1" } });
+    const bad = await fetch(`${base}/_scripts`, { method: "POST", body: JSON.stringify({ agent: "web" }) });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error, "bad_script");
+    const cleared = await fetch(`${base}/_scripts`, { method: "DELETE" });
+    await cleared.body?.cancel();
+    const generic = firstCall(await (await chat()).json());
+    assert.equal(generic.name, "deploy");
+    assert.deepEqual(generic.args, { service: "service-2", replicas: 2, env: "staging" });
+  } finally {
+    await mocks.close();
+  }
 });

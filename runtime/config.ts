@@ -5,8 +5,10 @@
  *
  * | env | flag | default |
  * | --- | --- | --- |
+ * | `AGENT` | `--agent` | the demo agent (`examples/provision/agent.ts`) |
  * | `RUN_ID` | `--run-id` | `run1` |
- * | `GOAL` | `--goal` | the demo goal |
+ * | `GOAL`, `INPUT` | `--goal`, `--input` | the agent's default input |
+ * | `RUNS_PER_WORKER`, `POLL_S` | `--runs-per-worker`, `--poll-s` | 100, 3 (worker processes) |
  * | `DATABASE_URL` | `--database-url` | unset: embedded PGlite under `DATA_DIR` |
  * | `DATA_DIR` | `--data-dir` | `.data` |
  * | `MODEL_URL`, `MODEL`, `MODEL_API_KEY` | `--model-url`, `--model`, `--model-api-key` | unset: in-process mock model |
@@ -28,16 +30,20 @@ import type { LogFormat } from "./log.ts";
 /** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
 export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
-/** The demo's goal, used when `GOAL` is not set. */
-export const DEFAULT_GOAL =
-  "Provision a web server, a Postgres database, and a DNS record pointing at the server.";
-
 /** Validated settings of a worker. */
 export interface Settings {
+  /** The agent module (`AGENT`): a path or URL; unset: the demo agent. */
+  agentModule?: string;
   /** The run to work (`RUN_ID`). */
   runId: string;
-  /** The goal, used when the run is created (`GOAL`). */
-  goal: string;
+  /** The goal (text input), used when the run is created (`GOAL`); unset: the agent's default input. */
+  goal?: string;
+  /** JSON input for an agent with an input schema (`INPUT`). */
+  input?: string;
+  /** Runs one worker process holds at once (`RUNS_PER_WORKER`). */
+  runsPerWorker: number;
+  /** How often an idle worker looks for runs (`POLL_S`). */
+  pollMs: number;
   /** Unset: the embedded PGlite store under `dataDir`. */
   databaseUrl?: string;
   /** Where the embedded database and the in-process mocks keep their state (`DATA_DIR`). */
@@ -50,8 +56,8 @@ export interface Settings {
   modelApiKey?: string;
   /** Unset: the in-process mock cloud. */
   cloudUrl?: string;
-  /** Decisions before `guard` stops the run (`MAX_STEPS`). */
-  maxSteps: number;
+  /** Decisions before `guard` stops the run (`MAX_STEPS`); unset: the agent's `maxSteps`. */
+  maxSteps?: number;
   /** This worker's name, written to `runs.owner` (`WORKER`). */
   worker: string;
   /** Where to crash or stall (`CRASH_AT`, `CRASH_SEQ`, `STALL_AT`, `STALL_MS`). */
@@ -68,8 +74,12 @@ export interface Settings {
 
 /** Every setting, as its environment variable name, with its flag spelled in kebab case. */
 const NAMES = [
+  "AGENT",
   "RUN_ID",
   "GOAL",
+  "INPUT",
+  "RUNS_PER_WORKER",
+  "POLL_S",
   "DATABASE_URL",
   "DATA_DIR",
   "MODEL_URL",
@@ -149,11 +159,9 @@ export class SettingsReader {
     const raw = this.values[name];
     if (raw === undefined) return fallback_s * 1000;
     const n = Number(raw);
-    if (raw.trim() === "" || !Number.isFinite(n) || n <= 0 || n > 86_400) {
+    if (raw.trim() === "" || !Number.isFinite(n) || n < 0.01 || n > 86_400) {
       this.problems.push(
-        `${name} must be a number of seconds above 0 and at most 86400: current value is ${
-          JSON.stringify(raw)
-        }`,
+        `${name} must be a number of seconds from 0.01 to 86400: current value is ${JSON.stringify(raw)}`,
       );
       return fallback_s * 1000;
     }
@@ -290,8 +298,12 @@ export function loadSettings(
   }
   const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
   const settings: Settings = {
+    agentModule: r.str("AGENT"),
     runId: r.runId("RUN_ID", "run1"),
-    goal: r.str("GOAL", DEFAULT_GOAL),
+    goal: r.str("GOAL"),
+    input: r.str("INPUT"),
+    runsPerWorker: r.int("RUNS_PER_WORKER", 100, 1, 100_000),
+    pollMs: r.seconds("POLL_S", 3),
     databaseUrl: r.url(
       "DATABASE_URL",
       ["postgres:", "postgresql:"],
@@ -302,7 +314,7 @@ export function loadSettings(
     model: r.str("MODEL", "mock-planner"),
     modelApiKey: r.str("MODEL_API_KEY"),
     cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
-    maxSteps: r.int("MAX_STEPS", 12, 1, 10_000),
+    maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", 12, 1, 10_000),
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),
     crash: {
       crashAt: crashAt !== undefined && isCrashPoint(crashAt) ? crashAt : undefined,

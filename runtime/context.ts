@@ -6,9 +6,10 @@
  * @module
  */
 
-import type { Clock } from "./clock.ts";
-import type { CrashPoints } from "./crashpoints.ts";
-import type { Logger } from "./log.ts";
+import type { PreparedAgent } from "./agent.ts";
+import { type Clock, SystemClock } from "./clock.ts";
+import { CrashPoints } from "./crashpoints.ts";
+import { Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import type { Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
 import type { ToolRegistry } from "./tools.ts";
@@ -35,6 +36,10 @@ export const DEFAULT_RETRY: RetryPolicy = {
 
 /** Everything a worker needs, passed in (no module-level state). */
 export interface WorkerDeps {
+  /** The agent's name, recorded with runs it creates; a run of another agent is refused. */
+  agent: string;
+  /** The system prompt. */
+  instructions: string;
   /** Every statement the worker runs. */
   store: Store;
   /** The model. */
@@ -75,6 +80,42 @@ export interface RunState {
   llmCalls: number;
   /** Aborts when this worker must stop (fenced, lease lost, done). */
   signal: AbortSignal;
+}
+
+/** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */
+export interface WorkerDepsOptions
+  extends Partial<Omit<WorkerDeps, "store" | "planner" | "tools" | "agent">> {
+  /** Every statement the worker runs. */
+  store: Store;
+  /** The agent, with its tools and model built. */
+  agent: PreparedAgent;
+}
+
+/**
+ * Builds a worker's dependencies with defaults: the system clock, a logger
+ * on stdout, no crash points, owner `worker:<pid>`, the agent's `maxSteps`,
+ * a 3 s heartbeat and a 12 s lease, {@link DEFAULT_RETRY}, `Math.random`.
+ */
+export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
+  const { agent: prepared, ...rest } = opts;
+  const clock = rest.clock ?? new SystemClock();
+  const log = rest.log ?? new Logger({ clock });
+  return {
+    instructions: prepared.agent.instructions,
+    maxSteps: prepared.agent.maxSteps,
+    owner: `worker:${Deno.pid}`,
+    heartbeatMs: 3_000,
+    leaseMs: 12_000,
+    retry: DEFAULT_RETRY,
+    random: Math.random,
+    crash: rest.crash ?? CrashPoints.none({ log, clock }),
+    ...rest,
+    agent: prepared.agent.name,
+    planner: prepared.planner,
+    tools: prepared.tools,
+    clock,
+    log,
+  };
 }
 
 /** The idempotency key of step `seq` of run `runId`. */

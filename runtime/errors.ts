@@ -5,6 +5,8 @@
  * @module
  */
 
+import type { CrashPoint } from "./crashpoints.ts";
+
 /** Base class of every error the runtime raises on purpose. */
 export class RuntimeError extends Error {
   /** A stable, machine-readable code such as `CONFIG_INVALID`. */
@@ -100,10 +102,16 @@ export class AbortedError extends RuntimeError {
  * the harness: it stands for a process that no longer exists.
  */
 export class SimulatedKill extends RuntimeError {
+  /** The crash point it fired at. */
+  readonly point: CrashPoint;
+  /** The step it fired on. */
+  readonly seq: number;
   /** Creates the marker for a simulated kill at `point`. */
-  constructor(point: string, seq: number) {
+  constructor(point: CrashPoint, seq: number) {
     super("SIMULATED_KILL", `Simulated kill -9 at ${point} seq=${seq}`);
     this.name = "SimulatedKill";
+    this.point = point;
+    this.seq = seq;
   }
 }
 

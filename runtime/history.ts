@@ -9,15 +9,10 @@
 import type { RunState } from "./context.ts";
 import type { ChatMessage } from "./planner.ts";
 
-/** The system prompt of every run. */
-export const SYSTEM_PROMPT =
-  "You are an agent that completes the user's goal by calling tools, one call per answer. " +
-  "When the goal is complete, answer with a short summary and no tool call.";
-
-/** The chat messages for deciding step `seq`. */
-export function buildMessages(state: RunState, seq: number): ChatMessage[] {
+/** The chat messages for deciding step `seq`, under the agent's `instructions`. */
+export function buildMessages(state: RunState, seq: number, instructions: string): ChatMessage[] {
   const messages: ChatMessage[] = [
-    { role: "system", content: SYSTEM_PROMPT },
+    { role: "system", content: instructions },
     { role: "user", content: state.goal },
   ];
   for (let s = 0; s < seq; s++) {

@@ -46,7 +46,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       answer = await deps.planner.decide({
         runId,
         seq,
-        messages: buildMessages(state, seq),
+        messages: buildMessages(state, seq, deps.instructions),
+        agent: deps.agent,
         tools: deps.tools.toOpenAI(),
         signal: AbortSignal.any([state.signal, timeout.signal]),
       });

@@ -11,7 +11,8 @@ import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, To
 import { act, BlockedError } from "./executor.ts";
 import { decide } from "./journal.ts";
 import { recover } from "./recovery.ts";
-import type { RunStatus } from "./store/store.ts";
+import type { Fence, RunRow, RunStatus } from "./store/store.ts";
+import type { Json } from "./tools.ts";
 
 /** How a worker's turn on a run ended. */
 export type WorkerStatus =
@@ -39,6 +40,8 @@ export interface RunOutcome {
   llmCalls: number;
   /** Why the run failed, was blocked, or was lost. */
   error?: string;
+  /** The model's final answer, for a done run. */
+  output?: string;
 }
 
 /** The process exit code for an outcome: 0 done, 1 failed, 3 fenced or lost, 4 blocked, 5 cancelled. */
@@ -57,14 +60,54 @@ export function exitCodeOf(outcome: RunOutcome): number {
   }
 }
 
+/** A run this worker has just claimed: the row after the claim, and what it looked like before. */
+export interface ClaimedRun {
+  /** The run as it is after the claim. */
+  run: RunRow;
+  /** The epoch the claim produced: every write is fenced on it. */
+  epoch: number;
+  /** Who held it before. */
+  previousOwner: string | null;
+  /** How old its lease was when it was claimed. */
+  leaseAgeMs?: number;
+}
+
+/** The run to work on and, should it not exist yet, what to create it with. */
+export interface RunRequest {
+  /** The run. */
+  runId: string;
+  /** The text the model is given. */
+  goal: string;
+  /** The input as given; defaults to `goal`. */
+  input?: Json;
+}
+
 /**
- * Drives `runId` to its end (or until this worker loses it). Creates the run
- * with `goal` when it does not exist. Throws only on infrastructure errors
- * (the database went away), leaving the run for another worker.
+ * Drives one run to its end (or until this worker loses it), creating it when
+ * it does not exist, and claiming it whatever its lease says: whoever starts
+ * a worker on a run by hand takes it over, and fencing makes any older worker
+ * harmless. Throws only on infrastructure errors (the database went away),
+ * leaving the run for another worker, and with `AGENT_MISMATCH` when the run
+ * belongs to another agent.
  */
-export async function runWorker(deps: WorkerDeps, runId: string, goal: string): Promise<RunOutcome> {
+export async function runWorker(
+  deps: WorkerDeps,
+  request: RunRequest | string,
+  goal?: string,
+): Promise<RunOutcome> {
+  const req: RunRequest = typeof request === "string" ? { runId: request, goal: goal ?? "" } : request;
   const { store, clock, log } = deps;
-  const run = await store.createOrGetRun(runId, goal, clock.now());
+  const runId = req.runId;
+  const run = await store.createOrGetRun(
+    { runId, agent: deps.agent, goal: req.goal, input: req.input },
+    clock.now(),
+  );
+  if (run.agent !== deps.agent) {
+    throw new RuntimeError(
+      "AGENT_MISMATCH",
+      `Run ${runId} belongs to agent ${run.agent}, and this worker hosts ${deps.agent}: start it with that agent's module (--agent)`,
+    );
+  }
   const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
   if (
     run.status === "done" || run.status === "failed" || run.status === "cancelled" || run.status === "blocked"
@@ -79,7 +122,15 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
       error: run.error ?? undefined,
     });
     const status = run.status === "done" ? "done" : run.status;
-    return { ...base, status, runStatus: run.status, steps, llmCalls, error: run.error ?? undefined };
+    return {
+      ...base,
+      status,
+      runStatus: run.status,
+      steps,
+      llmCalls,
+      error: run.error ?? undefined,
+      output: run.output ?? undefined,
+    };
   }
 
   const epoch = await store.claim(runId, run.epoch, deps.owner, clock.now());
@@ -87,19 +138,43 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
     log.warn("fenced", { run: runId, reason: "another worker claimed the run first", seen_epoch: run.epoch });
     return { ...base, alreadyClosed: false, status: "lost_claim" };
   }
-  const leaseAgeMs = run.heartbeat_at
-    ? clock.now().getTime() - new Date(run.heartbeat_at).getTime()
-    : undefined;
+  const stop = new AbortController();
+  const claimed: ClaimedRun = {
+    run: { ...run, epoch, owner: deps.owner, status: "running" },
+    epoch,
+    previousOwner: run.owner,
+    leaseAgeMs: run.heartbeat_at ? clock.now().getTime() - new Date(run.heartbeat_at).getTime() : undefined,
+  };
+  const heartbeat = startHeartbeat(deps, { runId, epoch }, stop);
+  try {
+    return await driveRun(deps, claimed, stop);
+  } finally {
+    heartbeat.stop();
+  }
+}
+
+/**
+ * Drives a run this worker has claimed: reads its history back, settles what
+ * a crash left, then steps until done, `guard`, or until `stop` aborts (the
+ * lease was refused or lost). Whoever calls it keeps the lease alive.
+ */
+export async function driveRun(
+  deps: WorkerDeps,
+  claimed: ClaimedRun,
+  stop: AbortController,
+): Promise<RunOutcome> {
+  const { store, clock, log } = deps;
+  const { run, epoch } = claimed;
+  const runId = run.run_id;
   log.info("claimed", {
     run: runId,
     epoch,
     owner: deps.owner,
-    previous_owner: run.owner ?? undefined,
-    lease_age_ms: leaseAgeMs,
+    previous_owner: claimed.previousOwner ?? undefined,
+    lease_age_ms: claimed.leaseAgeMs,
   });
 
   const { journal, effects } = await store.loadHistory(runId);
-  const stop = new AbortController();
   const state: RunState = {
     fence: { runId, epoch },
     goal: run.goal,
@@ -108,7 +183,6 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
     llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
   };
-  const heartbeat = startHeartbeat(deps, state, stop);
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
     runId,
     status,
@@ -143,9 +217,9 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
       }
       const decision = await decide(deps, state, seq);
       if ("done" in decision) {
-        await store.finishRun(state.fence, "done", null, clock.now());
+        await store.finishRun(state.fence, "done", null, clock.now(), decision.message);
         log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls });
-        return { ...outcome("done", seq), runStatus: "done" };
+        return { ...outcome("done", seq), runStatus: "done", output: decision.message };
       }
       await act(deps, state, seq, decision);
     }
@@ -166,8 +240,6 @@ export async function runWorker(deps: WorkerDeps, runId: string, goal: string): 
       return { ...outcome("failed", seq, error), runStatus: "failed" };
     }
     throw err;
-  } finally {
-    heartbeat.stop();
   }
 }
 
@@ -199,7 +271,7 @@ function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number
  * the lease, aborts the worker's signal: whoever takes the run next must not
  * meet this worker still acting on it.
  */
-function startHeartbeat(deps: WorkerDeps, state: RunState, stop: AbortController): { stop(): void } {
+function startHeartbeat(deps: WorkerDeps, fence: Fence, stop: AbortController): { stop(): void } {
   const { clock, store, log } = deps;
   const done = new AbortController();
   let lastOkMs = clock.now().getTime();
@@ -214,13 +286,13 @@ function startHeartbeat(deps: WorkerDeps, state: RunState, stop: AbortController
       // A frozen (stalled) worker does not heartbeat either; that is what makes it stealable.
       if (deps.crash.stalling) continue;
       try {
-        const ok = await store.heartbeat(state.fence, clock.now());
+        const ok = await store.heartbeat(fence, clock.now());
         if (done.signal.aborted) return;
         if (!ok) {
-          const err = await store.refusal(state.fence, "heartbeat");
+          const err = await store.refusal(fence, "heartbeat");
           log.warn("heartbeat-refused", {
-            run: state.fence.runId,
-            epoch: state.fence.epoch,
+            run: fence.runId,
+            epoch: fence.epoch,
             reason: err.message,
           });
           stop.abort(err);
@@ -231,12 +303,12 @@ function startHeartbeat(deps: WorkerDeps, state: RunState, stop: AbortController
         if (done.signal.aborted) return;
         const sinceMs = clock.now().getTime() - lastOkMs;
         log.warn("heartbeat-failed", {
-          run: state.fence.runId,
+          run: fence.runId,
           error: describeError(err),
           since_ms: sinceMs,
         });
         if (sinceMs > deps.leaseMs) {
-          log.error("lease-lost", { run: state.fence.runId, since_ms: sinceMs });
+          log.error("lease-lost", { run: fence.runId, since_ms: sinceMs });
           stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
           return;
         }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
-import { demoTools } from "../mock/demo_tools.ts";
+import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { ManualClock } from "./clock.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";

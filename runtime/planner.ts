@@ -48,6 +48,8 @@ export interface DecideRequest {
   runId: string;
   /** The step being decided. */
   seq: number;
+  /** The agent asking (sent as the `x-agent-name` header, so a mock can follow a per-agent script). */
+  agent?: string;
   /** The conversation so far. */
   messages: ChatMessage[];
   /** The tools the model may call. */
@@ -105,7 +107,8 @@ export class OpenAIPlanner implements Planner {
 
   /** Sends one chat-completions request and parses the answer. */
   async decide(req: DecideRequest): Promise<ModelAnswer> {
-    const headers: Record<string, string> = { "content-type": "application/json" };
+    const headers: Record<string, string> = { "content-type": "application/json", "x-agent-run": req.runId };
+    if (req.agent) headers["x-agent-name"] = req.agent;
     if (this.#opts.apiKey) headers.authorization = `Bearer ${this.#opts.apiKey}`;
     const body = JSON.stringify({
       model: this.#opts.model,

@@ -4,60 +4,82 @@
  * | env | flag | default |
  * | --- | --- | --- |
  * | `DATABASE_URL` | `--database-url` | required: workers in several processes share one PostgreSQL |
- * | `MODEL_URL`, `CLOUD_URL` | `--model-url`, `--cloud-url` | required (`deno task mock` serves both) |
+ * | `AGENT` | `--agent` | the demo agent |
+ * | `WORKERS` | `--workers` | the number of cores |
+ * | `RUNS_PER_WORKER` | `--runs-per-worker` | 100 |
  * | `POLL_S` | `--poll-s` | 3 |
  * | `LEASE_S`, `HEARTBEAT_S` | `--lease-s`, `--heartbeat-s` | 12, 3 |
- * | `MAX_WORKERS` | `--max-workers` | 8 |
  * | `SUPERVISOR` | `--supervisor` | `supervisor@<hostname>:<pid>` |
  * | `LOG_FORMAT` | `--log-format` | `text` |
  *
- * On SIGINT or SIGTERM it stops taking runs, sends SIGTERM to its workers,
- * waits for them and exits 0. It does not restart itself; run it under a
- * process manager (the README shows a systemd unit).
+ * Everything else in its environment (`MODEL_URL`, `CLOUD_URL`, an agent's
+ * own settings and keys) passes to the workers. Before it starts a worker it
+ * builds the agents' tools and models as a worker would, so a missing setting
+ * is reported once, here, instead of by every worker.
  *
- * A binary built with `deno compile -A -o agent-supervisor supervisor/main.ts`
- * starts its workers as `agent-supervisor worker`: that first argument makes
- * this entry point run the worker (`runtime/main.ts`) instead.
+ * On SIGINT or SIGTERM it sends SIGTERM to its workers, waits for them and
+ * exits 0. It does not restart itself; run it under a process manager (the
+ * README shows a systemd unit).
  *
- * Exit codes: 0 stopped cleanly, 2 bad settings or no database.
+ * Exit codes: 0 stopped cleanly, 2 bad settings or no database (or every
+ * worker refused its settings).
  *
  * @module
  */
 
-import { hostname } from "node:os";
+import { availableParallelism, hostname } from "node:os";
+import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "../cli/agents.ts";
+import { loggerFor, openStoreLogged, reportConfigError } from "../cli/process.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { readRaw, SettingsReader, urlPassword } from "../runtime/config.ts";
-import { ConfigError, StoreError } from "../runtime/errors.ts";
-import { type LogFormat, Logger } from "../runtime/log.ts";
-import { main as workerMain, reportConfigError } from "../runtime/main.ts";
-import { openStore } from "../runtime/store/open.ts";
+import { readRaw, SettingsReader } from "../runtime/config.ts";
+import { ConfigError } from "../runtime/errors.ts";
+import type { LogFormat } from "../runtime/log.ts";
 import { processSpawner } from "./spawn.ts";
 import { Supervisor } from "./supervisor.ts";
 
 /** Validated settings of a supervisor. */
 export interface SupervisorSettings {
   databaseUrl: string;
-  modelUrl: string;
-  cloudUrl: string;
+  agentModule?: string;
+  workers: number;
+  runsPerWorker: number;
   pollMs: number;
   leaseMs: number;
   heartbeatMs: number;
-  maxWorkers: number;
   name: string;
   logFormat: LogFormat;
 }
 
 const NAMES = [
   "DATABASE_URL",
-  "MODEL_URL",
-  "CLOUD_URL",
+  "AGENT",
+  "WORKERS",
+  "RUNS_PER_WORKER",
   "POLL_S",
   "LEASE_S",
   "HEARTBEAT_S",
-  "MAX_WORKERS",
   "SUPERVISOR",
   "LOG_FORMAT",
 ] as const;
+
+/** The usage text of `supervise`. */
+export const SUPERVISE_USAGE = `agent-runtime supervise: keeps worker processes alive; each hosts many runs.
+
+usage: deno task supervise [--flag value ...]   (every flag is also an environment variable)
+
+  --database-url URL         PostgreSQL shared by the workers (required)
+  --agent PATH               the agent module the workers host (default: the demo)
+  --workers N                worker processes (default: the number of cores)
+  --runs-per-worker N        runs each worker holds at once (default 100)
+  --poll-s S                 how often workers look for runs, and the supervisor for frozen workers (default 3)
+  --lease-s S, --heartbeat-s S   lease timing (default 12, 3)
+  --supervisor NAME          this supervisor's name (default supervisor@host:pid)
+  --log-format text|json
+
+The rest of the environment (MODEL_URL, MODEL, MODEL_API_KEY, CLOUD_URL, an agent's own
+settings) passes to the workers.
+
+exit codes: 0 stopped, 2 bad settings or no database`;
 
 /**
  * Reads and validates the supervisor's settings; throws a {@link ConfigError}
@@ -68,7 +90,7 @@ const NAMES = [
 export function loadSupervisorSettings(
   args: string[],
   env: Record<string, string | undefined>,
-  defaults: { hostname: string; pid: number } = { hostname: "localhost", pid: 0 },
+  defaults: { hostname: string; pid: number; cores: number } = { hostname: "localhost", pid: 0, cores: 2 },
 ): SupervisorSettings {
   const { values, positionals } = readRaw(args, env, NAMES);
   const r = new SettingsReader(values);
@@ -84,34 +106,19 @@ export function loadSupervisorSettings(
   );
   if (values.DATABASE_URL === undefined) {
     r.problems.push(
-      "DATABASE_URL is not set. The supervisor runs each worker as its own process, and the embedded PGlite " +
+      "DATABASE_URL is not set. The supervisor runs its workers as separate processes, and the embedded PGlite " +
         "database allows one process per directory, so it needs PostgreSQL: start it with 'docker compose up -d', " +
         "load the tables with 'psql postgresql://durable:durable@localhost:5433/durable -f schema.sql', then set " +
         "DATABASE_URL=postgresql://durable:durable@localhost:5433/durable",
     );
   }
-  const modelUrl = r.url("MODEL_URL", ["http:", "https:"], "http://127.0.0.1:9100/v1");
-  const cloudUrl = r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000");
-  for (
-    const [name, example] of [["MODEL_URL", "http://127.0.0.1:9100/v1"], [
-      "CLOUD_URL",
-      "http://127.0.0.1:9000",
-    ]]
-  ) {
-    if (values[name] === undefined) {
-      r.problems.push(
-        `${name} is not set. Workers of one supervisor must share one model and one cloud (in-process mocks ` +
-          `would each keep their own state): start the mocks with 'deno task mock' and set ${name}=${example}`,
-      );
-    }
-  }
   const settings: SupervisorSettings = {
     databaseUrl: databaseUrl ?? "",
-    modelUrl: modelUrl ?? "",
-    cloudUrl: cloudUrl ?? "",
+    agentModule: r.str("AGENT"),
+    workers: r.int("WORKERS", Math.max(1, defaults.cores), 1, 1_000),
+    runsPerWorker: r.int("RUNS_PER_WORKER", 100, 1, 100_000),
     pollMs: r.seconds("POLL_S", 3),
     ...r.lease(),
-    maxWorkers: r.int("MAX_WORKERS", 8, 1, 10_000),
     name: r.str("SUPERVISOR", `supervisor@${defaults.hostname}:${defaults.pid}`),
     logFormat: r.logFormat(),
   };
@@ -120,41 +127,47 @@ export function loadSupervisorSettings(
 }
 
 /** Runs the supervisor until SIGINT or SIGTERM; returns the exit code. */
-export async function main(args: string[], env: Record<string, string | undefined>): Promise<number> {
-  if (args[0] === "worker") return await workerMain(args.slice(1), env);
+export async function main(
+  args: string[],
+  env: Record<string, string | undefined>,
+  preloaded?: LoadedAgents,
+): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    console.log(SUPERVISE_USAGE);
+    return 0;
+  }
   let settings: SupervisorSettings;
   try {
-    settings = loadSupervisorSettings(args, env, { hostname: hostname(), pid: Deno.pid });
+    settings = loadSupervisorSettings(args, env, {
+      hostname: hostname(),
+      pid: Deno.pid,
+      cores: availableParallelism(),
+    });
+    // Build the agents as a worker under this supervisor would, so a missing
+    // setting is said once here rather than by every worker it starts.
+    const { agents } = await loadAgents(settings.agentModule, preloaded);
+    await prepareAgents(agents, { env, dataDir: ".data", embedded: false });
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "supervisor");
     throw err;
   }
   const clock = new SystemClock();
-  const log = new Logger({
-    clock,
-    format: settings.logFormat,
-    secrets: [urlPassword(settings.databaseUrl)].filter((s): s is string => !!s),
-  });
-  let store;
-  try {
-    store = await openStore({ databaseUrl: settings.databaseUrl, dataDir: "" });
-  } catch (err) {
-    if (err instanceof StoreError) {
-      log.error("store-unavailable", { code: err.code, error: err.message });
-      return 2;
-    }
-    throw err;
-  }
+  const log = loggerFor({ ...settings, modelApiKey: env.MODEL_API_KEY }, clock);
+  const store = await openStoreLogged({ databaseUrl: settings.databaseUrl, dataDir: "" }, log);
+  if (typeof store === "number") return store;
   const supervisor = new Supervisor({
     store,
     clock,
     log,
     name: settings.name,
+    workers: settings.workers,
     leaseMs: settings.leaseMs,
     pollMs: settings.pollMs,
     heartbeatMs: settings.heartbeatMs,
-    maxWorkers: settings.maxWorkers,
-    spawn: processSpawner(settings),
+    spawn: processSpawner({
+      ...settings,
+      agentModule: settings.agentModule === undefined ? undefined : agentSpecifier(settings.agentModule),
+    }),
   });
   const onSignal = () => void supervisor.stop();
   Deno.addSignalListener("SIGINT", onSignal);
@@ -162,7 +175,7 @@ export async function main(args: string[], env: Record<string, string | undefine
   try {
     await supervisor.run();
     log.info("stopped", { name: settings.name });
-    return 0;
+    return supervisor.refused ? 2 : 0;
   } finally {
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);

@@ -1,8 +1,8 @@
 /**
  * Starting worker processes. Under `deno run` a worker is `Deno.execPath()`
- * running `runtime/main.ts` with this project's `deno.json`; in a binary built
- * by `deno compile supervisor/main.ts` there is no `deno` to run, so the
- * binary runs itself with the argument `worker` (see `supervisor/main.ts`).
+ * running `cli/main.ts worker` with this project's `deno.json`; in a binary
+ * built by `deno task compile` there is no `deno` to run, so the binary runs
+ * itself with the argument `worker`.
  *
  * Each worker gets a piped stdin that the supervisor never writes to or
  * closes, and `EXIT_ON_STDIN_EOF=1`: if the supervisor dies, even by
@@ -19,8 +19,10 @@ import type { SpawnWorker, WorkerHandle } from "./supervisor.ts";
 /** Settings passed to every worker. */
 export interface WorkerEnv {
   databaseUrl: string;
-  modelUrl: string;
-  cloudUrl: string;
+  /** The agent module as a specifier every worker can import (absolute); unset: the demo. */
+  agentModule?: string;
+  runsPerWorker: number;
+  pollMs: number;
   heartbeatMs: number;
   leaseMs: number;
   logFormat: "text" | "json";
@@ -42,26 +44,32 @@ export function workerCommand(compiled: boolean = isCompiled()): string[] {
     "run",
     "-A",
     "--no-prompt",
+    "--unstable-no-legacy-abort",
     "--config",
     fileURLToPath(new URL("../deno.json", import.meta.url)),
-    fileURLToPath(new URL("../runtime/main.ts", import.meta.url)),
+    fileURLToPath(new URL("../cli/main.ts", import.meta.url)),
+    "worker",
   ];
 }
 
-// Settings a worker must not inherit from the supervisor's environment:
-// the supervisor chooses the run, and crash injection is for single workers.
-const CLEARED = ["GOAL", "CRASH_AT", "CRASH_SEQ", "STALL_AT", "STALL_MS", "DATA_DIR"];
+// Settings a worker must not inherit from the supervisor's environment: runs
+// are chosen by the workers, and crash injection is for single workers.
+const CLEARED = ["RUN_ID", "GOAL", "INPUT", "CRASH_AT", "CRASH_SEQ", "STALL_AT", "STALL_MS", "DATA_DIR"];
 
-/** A {@link SpawnWorker} that starts real processes. */
+/**
+ * A {@link SpawnWorker} that starts real processes. A worker inherits the
+ * supervisor's environment (the agent's own settings, `MODEL_URL`, API keys),
+ * with the supervisor's choices on top.
+ */
 export function processSpawner(env: WorkerEnv, command: string[] = workerCommand()): SpawnWorker {
-  return (runId: string, workerName: string): WorkerHandle => {
+  return (workerName: string): WorkerHandle => {
     const childEnv: Record<string, string> = Object.fromEntries(CLEARED.map((k) => [k, ""]));
     Object.assign(childEnv, {
-      RUN_ID: runId,
       WORKER: workerName,
       DATABASE_URL: env.databaseUrl,
-      MODEL_URL: env.modelUrl,
-      CLOUD_URL: env.cloudUrl,
+      AGENT: env.agentModule ?? "",
+      RUNS_PER_WORKER: String(env.runsPerWorker),
+      POLL_S: String(env.pollMs / 1000),
       HEARTBEAT_S: String(env.heartbeatMs / 1000),
       LEASE_S: String(env.leaseMs / 1000),
       LOG_FORMAT: env.logFormat,

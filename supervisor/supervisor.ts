@@ -1,14 +1,18 @@
 /**
- * The supervisor: every `pollMs` it takes the runs that are `pending` or whose
- * lease expired (no heartbeat for `leaseMs`) and starts a worker on each, at
- * most `maxWorkers` at a time. When one of its own workers dies with the run
- * still open it takes the run back at once instead of waiting out the lease.
+ * The supervisor keeps `workers` worker processes alive. It never runs an
+ * agent and never takes runs itself: each worker takes runs of the agents it
+ * hosts. What the supervisor adds is speed and liveness:
  *
- * Taking a run is a lease handoff: one conditional update stamps the
- * supervisor's name and a fresh `heartbeat_at` on the row, so a second
- * supervisor no longer sees it as abandoned. The worker then claims the run
- * with the usual epoch compare-and-swap, so even a mistaken double start ends
- * with one worker holding the run and the other fenced.
+ * - When one of its workers dies it knows at once (it waits on the child's
+ *   exit status). It clears the lease of every run that worker held (a reaped
+ *   process cannot write again), so they can be taken at once instead of after
+ *   the lease, and starts a replacement, which takes them at its first poll.
+ * - A worker that stops heartbeating but lives on (frozen) is found at a poll
+ *   by its stale leases and killed; its replacement takes its runs, and the
+ *   epoch fences it should it wake.
+ * - A worker that exits with code 2 (bad settings, no database) is not
+ *   restarted: the same settings would fail again. A worker that keeps dying
+ *   right after it starts is restarted with a growing delay.
  *
  * Time comes from a {@link Clock} and processes from a {@link SpawnWorker}
  * function, so the logic runs in-process in tests.
@@ -19,7 +23,7 @@
 import type { Clock } from "../runtime/clock.ts";
 import { describeError } from "../runtime/errors.ts";
 import type { Logger } from "../runtime/log.ts";
-import type { RunRow, Store } from "../runtime/store/store.ts";
+import type { Store } from "../runtime/store/store.ts";
 
 /** A started worker process (or a stand-in for one). */
 export interface WorkerHandle {
@@ -31,8 +35,8 @@ export interface WorkerHandle {
   kill(signal: Deno.Signal): void;
 }
 
-/** Starts a worker for `runId` that will write `workerName` as the run's owner. */
-export type SpawnWorker = (runId: string, workerName: string) => WorkerHandle;
+/** Starts a worker process that will write `workerName` as the owner of the runs it takes. */
+export type SpawnWorker = (workerName: string) => WorkerHandle;
 
 /** Options of a {@link Supervisor}. */
 export interface SupervisorOptions {
@@ -40,57 +44,70 @@ export interface SupervisorOptions {
   clock: Clock;
   log: Logger;
   spawn: SpawnWorker;
-  /** This supervisor's name, written to `runs.owner` while a run is handed to a worker. */
+  /** This supervisor's name; its workers are named `<name>/w<slot>.<generation>`. */
   name: string;
+  /** Worker processes kept alive. */
+  workers: number;
   /** A run with no heartbeat for this long is abandoned. */
   leaseMs: number;
-  /** How often to look for runs to take. */
+  /** How often to look for frozen workers. */
   pollMs: number;
   /** The workers' heartbeat interval (logged; passed to workers by the spawner). */
   heartbeatMs: number;
-  /** The most workers alive at once. */
-  maxWorkers: number;
-  /** Immediate restarts of one run after its worker died, before falling back to the poll. Default 3. */
+  /** A worker that exits sooner than this after it started counts as a crash loop. Default 5 000. */
+  quickExitMs?: number;
+  /** Quick exits in a row restarted at once, before restarts are delayed. Default 3. */
   maxQuickRestarts?: number;
+  /** The longest delay before a crash-looping worker is restarted. Default 60 000. */
+  maxRestartDelayMs?: number;
   /** How long to wait for workers after SIGTERM before SIGKILL. Default 10 000. */
   stopGraceMs?: number;
 }
 
-interface Active {
-  runId: string;
+interface Slot {
+  index: number;
+  generation: number;
   workerName: string;
-  handle: WorkerHandle;
-  /** Set when this worker was replaced: its exit must not trigger a restart. */
-  superseded: boolean;
+  handle?: WorkerHandle;
+  startedMs: number;
+  quickExits: number;
+  /** Set when this worker was killed as frozen: logged as such. */
+  replaced: boolean;
+  /** Set when the slot gave up (exit code 2). */
+  refused: boolean;
 }
 
-/** Watches for pending and abandoned runs and keeps a worker on each. */
+/** Keeps worker processes alive and hands a dead one's runs on at once. */
 export class Supervisor {
   readonly #o: Required<SupervisorOptions>;
-  readonly #active = new Map<number, Active>();
-  readonly #quickRestarts = new Map<string, number>();
+  readonly #slots: Slot[] = [];
   readonly #stop = new AbortController();
-  readonly #wake = { controller: new AbortController() };
-  #spawned = 0;
-  // Slots promised to a take that is still waiting on the database, so a poll
-  // and an immediate restart running at once cannot exceed maxWorkers.
-  #reserved = 0;
-  #exits: Promise<void>[] = [];
-  readonly #handlers = new Set<Promise<void>>();
+  readonly #exits = new Set<Promise<void>>();
 
   /** Validates the options. */
   constructor(opts: SupervisorOptions) {
-    if (!Number.isInteger(opts.maxWorkers) || opts.maxWorkers < 1) {
+    if (!Number.isInteger(opts.workers) || opts.workers < 1) {
       throw new RangeError(
-        `Cannot supervise as 'maxWorkers' must be a positive integer: current value is ${opts.maxWorkers}`,
+        `Cannot supervise as 'workers' must be a positive integer: current value is ${opts.workers}`,
       );
     }
-    this.#o = { maxQuickRestarts: 3, stopGraceMs: 10_000, ...opts };
+    this.#o = {
+      quickExitMs: 5_000,
+      maxQuickRestarts: 3,
+      maxRestartDelayMs: 60_000,
+      stopGraceMs: 10_000,
+      ...opts,
+    };
   }
 
-  /** Workers alive now. */
+  /** Worker processes alive now. */
   get workers(): number {
-    return this.#active.size;
+    return this.#slots.filter((s) => s.handle).length;
+  }
+
+  /** The pids of the live workers. */
+  get pids(): number[] {
+    return this.#slots.flatMap((s) => s.handle ? [s.handle.pid] : []);
   }
 
   /** True once {@link Supervisor.stop} was called. */
@@ -98,172 +115,195 @@ export class Supervisor {
     return this.#stop.signal.aborted;
   }
 
-  /** Logs the start line, then polls until {@link Supervisor.stop}; resolves when every worker is gone. */
+  /** True when every slot gave up on a worker that refused its settings (exit code 2). */
+  get refused(): boolean {
+    return this.#slots.length > 0 && this.#slots.every((s) => s.refused);
+  }
+
+  /**
+   * Logs the start line, starts the workers, then watches them until
+   * {@link Supervisor.stop} (or until every worker refused its settings);
+   * resolves when every worker is gone.
+   */
   async run(): Promise<void> {
     const { log, clock } = this.#o;
     log.info("supervisor", {
       lease: (this.#o.leaseMs / 1000).toFixed(1),
       poll: (this.#o.pollMs / 1000).toFixed(1),
       heartbeat: (this.#o.heartbeatMs / 1000).toFixed(1),
-      max_workers: this.#o.maxWorkers,
+      workers: this.#o.workers,
       name: this.#o.name,
     });
-    // Bounded by stop(): each pass sleeps pollMs (or until a worker exits).
-    while (!this.stopping) {
-      await this.poll();
-      const wake = this.#wake.controller.signal;
-      await clock.sleep(this.#o.pollMs, AbortSignal.any([wake, this.#stop.signal])).catch(() => {});
-      if (wake.aborted) this.#wake.controller = new AbortController();
+    for (let i = 0; i < this.#o.workers; i++) {
+      const slot: Slot = {
+        index: i,
+        generation: 0,
+        workerName: "",
+        startedMs: 0,
+        quickExits: 0,
+        replaced: false,
+        refused: false,
+      };
+      this.#slots.push(slot);
+      this.#spawn(slot);
+    }
+    // Bounded by stop(): each pass sleeps pollMs.
+    while (!this.stopping && !this.refused) {
+      await clock.sleep(this.#o.pollMs, this.#stop.signal).catch(() => {});
+      if (!this.stopping) await this.poll();
+    }
+    if (this.refused) {
+      log.error("supervisor-giving-up", { reason: "every worker refused its settings (exit 2)" });
     }
     await this.#drain();
   }
 
-  /** One pass: takes as many open runs as there are free worker slots and starts a worker on each. */
-  async poll(): Promise<RunRow[]> {
-    const free = this.#o.maxWorkers - this.#active.size - this.#reserved;
-    if (this.stopping || free <= 0) return [];
+  /** One pass: kills workers that hold a run whose lease went stale (frozen). */
+  async poll(): Promise<void> {
+    const live = this.#slots.filter((s) => s.handle && !s.replaced);
+    if (live.length === 0) return;
     const now = this.#o.clock.now();
-    let taken: RunRow[];
-    this.#reserved += free;
+    let frozen: string[];
     try {
-      taken = await this.#o.store.takeRuns(
-        this.#o.name,
+      frozen = await this.#o.store.staleOwners(
+        live.map((s) => s.workerName),
         new Date(now.getTime() - this.#o.leaseMs),
-        now,
-        free,
       );
     } catch (err) {
       this.#o.log.warn("poll-failed", { error: describeError(err) });
-      return [];
-    } finally {
-      this.#reserved -= free;
+      return;
     }
-    for (const run of taken) this.#start(run);
-    return taken;
+    for (const slot of live.filter((s) => frozen.includes(s.workerName))) {
+      slot.replaced = true;
+      this.#o.log.warn("replacing", {
+        worker: slot.workerName,
+        pid: slot.handle!.pid,
+        reason: "lease expired",
+      });
+      slot.handle!.kill("SIGKILL");
+    }
   }
 
-  /** Resolves once every worker exit seen so far has been handled (logged, and restarted if due). */
+  /** Resolves once every worker exit seen so far has been handled (logged, runs released, restarted). */
   async settled(): Promise<void> {
-    // Bounded: a handler starts at most one worker, whose exit is handled only once it exits.
-    for (let i = 0; i < 100 && this.#handlers.size > 0; i++) await Promise.all(this.#handlers);
+    // Bounded: each handler restarts at most one worker, whose exit is handled only once it exits.
+    for (let i = 0; i < 100 && this.#exits.size > 0; i++) await Promise.all(this.#exits);
   }
 
-  /** Stops taking runs, sends SIGTERM to every worker and waits for them (SIGKILL after the grace period). */
+  /** Stops restarting, sends SIGTERM to every worker and waits for them (SIGKILL after the grace period). */
   async stop(): Promise<void> {
     if (!this.stopping) {
-      this.#o.log.info("stopping", { workers: this.#active.size });
+      this.#o.log.info("stopping", { workers: this.workers });
       this.#stop.abort();
     }
     await this.#drain();
   }
 
   async #drain(): Promise<void> {
-    for (const a of this.#active.values()) a.handle.kill("SIGTERM");
+    this.#stop.abort();
+    const live = this.#slots.flatMap((s) => s.handle ? [s.handle] : []);
+    for (const h of live) h.kill("SIGTERM");
     const grace = new AbortController();
-    const all = Promise.all([...this.#active.values()].map((a) => a.handle.exited));
     const timer = this.#o.clock.sleep(this.#o.stopGraceMs, grace.signal).then(() => {
-      for (const a of this.#active.values()) {
-        this.#o.log.warn("worker-kill", { run: a.runId, pid: a.handle.pid, reason: "did not stop in time" });
-        a.handle.kill("SIGKILL");
+      for (const s of this.#slots.filter((s) => s.handle)) {
+        this.#o.log.warn("worker-kill", {
+          worker: s.workerName,
+          pid: s.handle!.pid,
+          reason: "did not stop in time",
+        });
+        s.handle!.kill("SIGKILL");
       }
     }, () => {});
-    await all;
+    await Promise.all(live.map((h) => h.exited.catch(() => -1)));
     grace.abort();
     await timer;
-    // Let the exit handlers (which log worker-exited) finish.
-    await Promise.all(this.#exits);
+    await this.settled();
   }
 
-  #start(run: RunRow): void {
-    // A run taken while one of our workers still holds it: that worker stopped
-    // heartbeating (frozen). Replace it; the epoch fences it if it wakes.
-    for (const a of this.#active.values()) {
-      if (a.runId === run.run_id && !a.superseded) {
-        a.superseded = true;
-        this.#o.log.warn("replacing", { run: run.run_id, pid: a.handle.pid, reason: "lease expired" });
-        a.handle.kill("SIGKILL");
-      }
-    }
-    const workerName = `${this.#o.name}/${run.run_id}/${++this.#spawned}`;
+  #spawn(slot: Slot): void {
+    slot.generation++;
+    slot.workerName = `${this.#o.name}/w${slot.index}.${slot.generation}`;
+    slot.replaced = false;
+    slot.startedMs = this.#o.clock.now().getTime();
     let handle: WorkerHandle;
     try {
-      handle = this.#o.spawn(run.run_id, workerName);
+      handle = this.#o.spawn(slot.workerName);
     } catch (err) {
-      // The lease handoff expires by itself: the run is taken again after leaseMs.
-      this.#o.log.error("spawn-failed", { run: run.run_id, error: describeError(err) });
+      this.#o.log.error("spawn-failed", { worker: slot.workerName, error: describeError(err) });
+      slot.handle = undefined;
+      this.#later(slot, this.#o.pollMs);
       return;
     }
-    const active: Active = { runId: run.run_id, workerName, handle, superseded: false };
-    this.#active.set(handle.pid, active);
-    this.#o.log.info("resuming", { run: run.run_id, pid: handle.pid, status: run.status, epoch: run.epoch });
+    slot.handle = handle;
+    this.#o.log.info("worker-started", { worker: slot.workerName, pid: handle.pid });
     const exit = handle.exited.then(
-      (code) => this.#track(this.#exited(active, code)),
-      (err) => this.#track(this.#exited(active, -1, err)),
+      (code) => this.#exited(slot, handle, code),
+      (err) => this.#exited(slot, handle, -1, err),
     );
-    this.#exits.push(exit);
-    void exit.finally(() => {
-      this.#exits = this.#exits.filter((e) => e !== exit);
-    });
+    this.#exits.add(exit);
+    void exit.finally(() => this.#exits.delete(exit));
   }
 
-  #track(handler: Promise<void>): Promise<void> {
-    this.#handlers.add(handler);
-    void handler.finally(() => this.#handlers.delete(handler));
-    return handler;
-  }
-
-  async #exited(a: Active, code: number, err?: unknown): Promise<void> {
-    this.#active.delete(a.handle.pid);
-    this.#o.log.info("worker-exited", {
-      run: a.runId,
+  async #exited(slot: Slot, handle: WorkerHandle, code: number, err?: unknown): Promise<void> {
+    const { log, store, clock } = this.#o;
+    const workerName = slot.workerName;
+    slot.handle = undefined;
+    log.info("worker-exited", {
+      worker: workerName,
+      pid: handle.pid,
       code,
-      pid: a.handle.pid,
       error: err === undefined ? undefined : describeError(err),
     });
-    if (this.stopping || a.superseded) return;
+    // Whatever the reason, the dead worker's runs are takeable now: it cannot write again.
+    let released: string[] = [];
     try {
-      await this.#restartIfOpen(a);
+      released = await store.releaseRuns(workerName, clock.now());
     } catch (e) {
-      this.#o.log.warn("restart-failed", { run: a.runId, error: describeError(e) });
+      log.warn("release-failed", { worker: workerName, error: describeError(e) });
     }
-    // A slot is free: look for more work now rather than at the next tick.
-    this.#wake.controller.abort();
+    if (this.stopping) return;
+    if (code === 2) {
+      slot.refused = true;
+      log.error("worker-refused", {
+        worker: workerName,
+        reason: "it exited 2 (bad settings or no database; its error is above); not restarted",
+      });
+      if (this.refused) this.#stop.abort();
+      return;
+    }
+    const livedMs = clock.now().getTime() - slot.startedMs;
+    slot.quickExits = livedMs < this.#o.quickExitMs ? slot.quickExits + 1 : 0;
+    if (slot.quickExits > this.#o.maxQuickRestarts) {
+      const delay = Math.min(
+        this.#o.maxRestartDelayMs,
+        this.#o.pollMs * 2 ** (slot.quickExits - this.#o.maxQuickRestarts),
+      );
+      log.warn("restart-deferred", {
+        worker: workerName,
+        delay_ms: delay,
+        reason:
+          `its workers died ${slot.quickExits} times in a row within ${this.#o.quickExitMs}ms of starting`,
+      });
+      this.#later(slot, delay, released);
+      return;
+    }
+    this.#spawn(slot);
+    this.#resuming(slot, released);
   }
 
-  /** Takes the run back at once if the worker left it open and nobody moved it since. */
-  async #restartIfOpen(a: Active): Promise<void> {
-    const { store, clock, log } = this.#o;
-    const run = await store.getRun(a.runId);
-    const open = run && (run.status === "pending" || run.status === "running");
-    if (!run || !open) {
-      this.#quickRestarts.delete(a.runId);
-      return;
-    }
-    // Ours: the worker claimed it (its name) or never got that far (ours).
-    if (run.owner !== a.workerName && run.owner !== this.#o.name) return;
-    const restarts = (this.#quickRestarts.get(a.runId) ?? 0) + 1;
-    if (restarts > this.#o.maxQuickRestarts) {
-      this.#quickRestarts.delete(a.runId);
-      log.warn("restart-deferred", {
-        run: a.runId,
-        reason: `its workers died ${restarts - 1} times in a row; it is taken again when its lease expires`,
-      });
-      return;
-    }
-    if (this.stopping || this.#active.size + this.#reserved >= this.#o.maxWorkers) return;
-    this.#reserved++;
-    try {
-      const taken = await store.retakeRun(
-        a.runId,
-        { epoch: run.epoch, owner: run.owner },
-        this.#o.name,
-        clock.now(),
-      );
-      if (!taken || this.stopping) return;
-      this.#quickRestarts.set(a.runId, restarts);
-      this.#start(taken);
-    } finally {
-      this.#reserved--;
-    }
+  /** Logs each released run as resuming under the slot's new worker (which takes it at its first poll). */
+  #resuming(slot: Slot, released: string[]): void {
+    const pid = (slot.handle as WorkerHandle | undefined)?.pid;
+    for (const run of released) this.#o.log.info("resuming", { run, pid, worker: slot.workerName });
+  }
+
+  #later(slot: Slot, delayMs: number, released: string[] = []): void {
+    const wait = this.#o.clock.sleep(delayMs, this.#stop.signal).then(() => {
+      if (this.stopping) return;
+      this.#spawn(slot);
+      this.#resuming(slot, released);
+    }, () => {});
+    this.#exits.add(wait);
+    void wait.finally(() => this.#exits.delete(wait));
   }
 }

@@ -14,7 +14,7 @@ import { arraySink, Logger } from "../runtime/log.ts";
 import { OpenAIPlanner } from "../runtime/planner.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { type Tool, ToolRegistry } from "../runtime/tools.ts";
-import { demoTools } from "../mock/demo_tools.ts";
+import { demoTools } from "../examples/provision/tools.ts";
 
 /** Options of {@link testWorker}. */
 export interface TestWorkerOptions {

@@ -35,8 +35,14 @@ export type RunStatus = "pending" | "running" | "blocked" | "done" | "failed" | 
 export interface RunRow {
   /** The run. */
   run_id: string;
-  /** What the agent is asked to do. */
+  /** The agent whose tools and model drive it. */
+  agent: string;
+  /** What the model is told to do: the input text, or the input as JSON text. */
   goal: string;
+  /** The input as given. */
+  input: Json | null;
+  /** The model's final answer, once the run is done. */
+  output: string | null;
   /** Where the row stands. */
   status: RunStatus;
   /** The fencing epoch of the claim that last wrote it. */
@@ -127,6 +133,40 @@ export interface SideEffectRow {
   resolved_at: Date | null;
 }
 
+/** A run to create. */
+export interface NewRun {
+  /** Its id. */
+  runId: string;
+  /** The agent that drives it. */
+  agent: string;
+  /** The text the model is given. */
+  goal: string;
+  /** The input as given; defaults to `goal`. */
+  input?: Json;
+}
+
+/** A run a worker host has just taken: the row after its claim, and who held it before. */
+export interface TakenRun extends RunRow {
+  /** The owner before this take. */
+  previous_owner: string | null;
+  /** The heartbeat before this take. */
+  previous_heartbeat_at: Date | null;
+}
+
+/** Filters and paging of {@link Store.listRuns}. */
+export interface RunFilter {
+  /** Only runs in this status. */
+  status?: RunStatus;
+  /** Only runs of this agent. */
+  agent?: string;
+  /** Only run ids containing this text. */
+  search?: string;
+  /** Page size. Default 50. */
+  limit?: number;
+  /** Rows to skip (newest first). Default 0. */
+  offset?: number;
+}
+
 /** Who may write: a run and the epoch its claim produced. */
 export interface Fence {
   /** The run. */
@@ -149,6 +189,55 @@ export interface RunSummary extends RunRow {
 // makes a racing claim wait for this statement (or this statement see the
 // claim's new epoch), instead of both reading one snapshot.
 const FENCE = `exists (select 1 from runs where run_id = $1 and epoch = $2 and status = 'running' for share)`;
+
+// Every column a statement here reads or writes, by table: checked at start-up
+// so an older database is refused before a tool acts, not at its confirm.
+const REQUIRED_COLUMNS: Record<string, string[]> = {
+  runs: [
+    "run_id",
+    "agent",
+    "goal",
+    "input",
+    "output",
+    "status",
+    "epoch",
+    "owner",
+    "heartbeat_at",
+    "error",
+    "created_at",
+    "updated_at",
+  ],
+  journal: [
+    "run_id",
+    "seq",
+    "status",
+    "decision",
+    "llm_attempts",
+    "usage",
+    "rejections",
+    "epoch",
+    "intent_at",
+    "confirmed_at",
+  ],
+  side_effects: [
+    "idempotency_key",
+    "run_id",
+    "seq",
+    "tool",
+    "args",
+    "status",
+    "result",
+    "remote",
+    "error",
+    "attempts",
+    "epoch",
+    "intent_at",
+    "confirmed_at",
+    "resolved_by",
+    "resolved_at",
+  ],
+  workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
+};
 
 const jsonParam = (value: unknown): string => JSON.stringify(value ?? null);
 const ts = (d: Date): string => d.toISOString();
@@ -173,27 +262,48 @@ export class Store {
     await this.client.exec(SCHEMA_SQL);
   }
 
-  /** Fails with `SCHEMA_MISSING` and how to load `schema.sql` when the tables are not there. */
+  /**
+   * Fails with `SCHEMA_MISSING` when the tables are not there, and with
+   * `SCHEMA_OUTDATED` naming the missing columns when they are there but
+   * older than this program (before anything acts on a run).
+   */
   async checkSchema(): Promise<void> {
-    const rows = await this.client.query<{ n: number }>(
-      `select count(*)::int as n from information_schema.tables
-        where table_schema = any (current_schemas(false)) and table_name in ('runs', 'journal', 'side_effects')`,
+    const rows = await this.client.query<{ table_name: string; column_name: string }>(
+      `select table_name::text, column_name::text from information_schema.columns
+        where table_schema = (select table_schema from information_schema.tables
+                               where table_schema = any (current_schemas(false)) and table_name = 'runs'
+                               order by array_position(current_schemas(false), table_schema::name) limit 1)
+          and table_name = any ($1::text[])`,
+      [Object.keys(REQUIRED_COLUMNS)],
     );
-    if ((rows[0]?.n ?? 0) < 3) {
+    if (!rows.some((r) => r.table_name === "runs")) {
       throw new StoreError(
         "SCHEMA_MISSING",
         `The database at ${this.describe} has no agent-runtime tables. Load them with: psql "$DATABASE_URL" -f schema.sql`,
       );
     }
+    const have = new Set(rows.map((r) => `${r.table_name}.${r.column_name}`));
+    const missing = Object.entries(REQUIRED_COLUMNS).flatMap(([table, columns]) =>
+      columns.map((c) => `${table}.${c}`).filter((c) => !have.has(c))
+    );
+    if (missing.length > 0) {
+      throw new StoreError(
+        "SCHEMA_OUTDATED",
+        `The agent-runtime tables at ${this.describe} lack ${
+          missing.join(", ")
+        }. schema.sql upgrades them in ` +
+          `place: psql "$DATABASE_URL" -f schema.sql`,
+      );
+    }
   }
 
   /** Creates a pending run; false when a run with that id exists already. */
-  async createRun(runId: string, goal: string, now: Date): Promise<boolean> {
+  async createRun(run: NewRun, now: Date): Promise<boolean> {
     const rows = await this.client.query(
-      `insert into runs (run_id, goal, status, epoch, created_at, updated_at)
-       values ($1, $2, 'pending', 0, $3::timestamptz, $3::timestamptz)
+      `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
+       values ($1, $2, $3, $4::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
        on conflict (run_id) do nothing returning 1 as ok`,
-      [runId, goal, ts(now)],
+      [run.runId, run.agent, run.goal, jsonParam(run.input ?? run.goal), ts(now)],
     );
     return rows.length === 1;
   }
@@ -201,21 +311,24 @@ export class Store {
   /**
    * Creates the run as `pending` unless it exists, and returns it as it is
    * now: one statement where a create and a read would take two round trips.
+   * When another process inserts the same run at the same moment, the
+   * statement's snapshot sees neither row; one plain read then finds it.
    */
-  async createOrGetRun(runId: string, goal: string, now: Date): Promise<RunRow> {
+  async createOrGetRun(run: NewRun, now: Date): Promise<RunRow> {
     const rows = await this.client.query<RunRow>(
       `with created as (
-         insert into runs (run_id, goal, status, epoch, created_at, updated_at)
-         values ($1, $2, 'pending', 0, $3::timestamptz, $3::timestamptz)
+         insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
+         values ($1, $2, $3, $4::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
          on conflict (run_id) do nothing
          returning *)
        select * from created
        union all
        select * from runs where run_id = $1 and not exists (select 1 from created)`,
-      [runId, goal, ts(now)],
+      [run.runId, run.agent, run.goal, jsonParam(run.input ?? run.goal), ts(now)],
     );
-    if (!rows[0]) throw new StoreError("RUN_MISSING", `Run ${runId} could be neither created nor read`);
-    return rows[0];
+    const row = rows[0] ?? await this.getRun(run.runId);
+    if (!row) throw new StoreError("RUN_MISSING", `Run ${run.runId} could be neither created nor read`);
+    return row;
   }
 
   /** One run, if it exists. */
@@ -373,17 +486,21 @@ export class Store {
     if (rows.length === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
   }
 
-  /** Closes (or blocks) the run this worker holds. Throws {@link FencedError} when refused. */
+  /**
+   * Closes (or blocks) the run this worker holds, with the final answer when
+   * it is done. Throws {@link FencedError} when refused.
+   */
   async finishRun(
     f: Fence,
     status: "done" | "failed" | "blocked",
     error: string | null,
     now: Date,
+    output: string | null = null,
   ): Promise<void> {
     const rows = await this.client.query(
-      `update runs set status = $3, error = $4, updated_at = $5::timestamptz
+      `update runs set status = $3, error = $4, updated_at = $5::timestamptz, output = $6
         where run_id = $1 and epoch = $2 and status = 'running' returning 1 as ok`,
-      [f.runId, f.epoch, status, error, ts(now)],
+      [f.runId, f.epoch, status, error, ts(now), output],
     );
     if (rows.length === 0) throw await this.refusal(f, `finish ${status}`);
   }
@@ -408,67 +525,141 @@ export class Store {
     );
   }
   /**
-   * Supervisor: takes up to `limit` runs that are `pending` or `running`
-   * with no heartbeat since `staleBefore`, stamping `owner` and a fresh
-   * `heartbeat_at` on each (a lease handoff: a second supervisor no longer
-   * sees them as abandoned). `skip locked` lets racing supervisors pass
-   * each other instead of queueing; the epoch is left alone, so the worker
-   * spawned for a run still claims it with the usual compare-and-swap.
+   * Worker host: takes and claims, in one statement, up to `limit` runs of
+   * the given agents that are `pending` or whose lease expired (no heartbeat
+   * since `staleBefore`): each gets a new epoch, `owner`, status `running`
+   * and a fresh heartbeat. `skip locked` lets racing hosts pass each other
+   * instead of queueing, and the epoch bump fences whoever held a run before.
    */
-  async takeRuns(owner: string, staleBefore: Date, now: Date, limit: number): Promise<RunRow[]> {
-    return await this.client.query<RunRow>(
+  async takeRuns(
+    owner: string,
+    agents: readonly string[],
+    staleBefore: Date,
+    now: Date,
+    limit: number,
+  ): Promise<TakenRun[]> {
+    return await this.client.query<TakenRun>(
       // The pick is a materialized CTE: as an `in (subquery)` the planner may run
       // the limited subquery more than once and take more than `limit` runs.
       `with picked as materialized (
-         select run_id from runs
-          where status in ('pending', 'running')
-            and (heartbeat_at is null or heartbeat_at < $2::timestamptz)
+         select run_id, owner as previous_owner, heartbeat_at as previous_heartbeat_at from runs
+          where status in ('pending', 'running') and agent = any($2::text[])
+            and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
           order by coalesce(heartbeat_at, created_at), run_id
-          limit $4
+          limit $5
             for update skip locked)
-       update runs set owner = $1, heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz
+       update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz
          from picked
         where runs.run_id = picked.run_id
-        returning runs.*`,
-      [owner, ts(staleBefore), ts(now), limit],
+        returning runs.*, picked.previous_owner, picked.previous_heartbeat_at`,
+      [owner, agents, ts(staleBefore), ts(now), limit],
     );
   }
 
   /**
-   * Supervisor: takes back a run whose worker it saw die, without waiting out
-   * the lease, only if nobody moved it since (`epoch` and `owner` as seen).
+   * Worker host: renews, in one statement, the lease of every run it holds
+   * (each fenced on its own epoch) and its own row in `workers`. Returns the
+   * runs whose lease was renewed; any other was taken over, closed or cancelled.
    */
-  async retakeRun(
-    runId: string,
-    seen: { epoch: number; owner: string | null },
-    owner: string,
+  async heartbeatMany(
+    worker: { name: string; agents: readonly string[]; capacity: number; startedAt: Date },
+    fences: readonly Fence[],
     now: Date,
-  ): Promise<RunRow | undefined> {
-    const rows = await this.client.query<RunRow>(
-      `update runs set owner = $4, heartbeat_at = $5::timestamptz, updated_at = $5::timestamptz
-        where run_id = $1 and epoch = $2 and owner is not distinct from $3 and status in ('pending', 'running')
-        returning *`,
-      [runId, seen.epoch, seen.owner, owner, ts(now)],
+  ): Promise<string[]> {
+    const rows = await this.client.query<{ run_id: string }>(
+      `with w as (
+         insert into workers (name, agents, capacity, started_at, heartbeat_at)
+         values ($1, $2::text[], $3, $4::timestamptz, $5::timestamptz)
+         on conflict (name) do update set heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity
+         returning 1)
+       update runs set heartbeat_at = $5::timestamptz
+         from unnest($6::text[], $7::int[]) as h(run_id, epoch)
+        where runs.run_id = h.run_id and runs.epoch = h.epoch and runs.status = 'running'
+          and exists (select 1 from w)
+        returning runs.run_id`,
+      [
+        worker.name,
+        worker.agents,
+        worker.capacity,
+        ts(worker.startedAt),
+        ts(now),
+        fences.map((f) => f.runId),
+        fences.map((f) => f.epoch),
+      ],
     );
-    return rows[0];
+    return rows.map((r) => r.run_id);
   }
 
-  /** Every run (oldest first, at most `limit`) with its step, model-call and flagged-call counts. */
-  async listRuns(limit = 1000): Promise<RunSummary[]> {
-    return await this.client.query<RunSummary>(
+  /** Worker host: removes its row from `workers` as it stops. */
+  async removeWorker(name: string): Promise<void> {
+    await this.client.query(`delete from workers where name = $1`, [name]);
+  }
+
+  /**
+   * Supervisor: makes the open runs held by a worker it saw die takeable at
+   * once (their lease cleared), without waiting out the lease: a reaped
+   * process cannot write again. The epoch is left alone; the next taker bumps
+   * it. Returns the runs released.
+   */
+  async releaseRuns(owner: string, now: Date): Promise<string[]> {
+    const rows = await this.client.query<{ run_id: string }>(
+      `update runs set heartbeat_at = null, updated_at = $2::timestamptz
+        where owner = $1 and status = 'running'
+        returning run_id`,
+      [owner, ts(now)],
+    );
+    return rows.map((r) => r.run_id).sort();
+  }
+
+  /** Supervisor: the owners among `owners` holding a run whose lease went stale (a frozen worker). */
+  async staleOwners(owners: readonly string[], staleBefore: Date): Promise<string[]> {
+    const rows = await this.client.query<{ owner: string }>(
+      `select distinct owner from runs
+        where status = 'running' and owner = any($1::text[]) and heartbeat_at < $2::timestamptz`,
+      [owners, ts(staleBefore)],
+    );
+    return rows.map((r) => r.owner);
+  }
+
+  /** The agents hosted by a worker whose heartbeat is newer than `staleBefore`. */
+  async hostedAgents(staleBefore: Date): Promise<string[]> {
+    const rows = await this.client.query<{ agent: string }>(
+      `select distinct unnest(agents) as agent from workers where heartbeat_at >= $1::timestamptz`,
+      [ts(staleBefore)],
+    );
+    return rows.map((r) => r.agent).sort();
+  }
+
+  /**
+   * Runs, newest first, one page at a time, with their step, model-call and
+   * flagged-call counts and the number of runs matching the filter.
+   */
+  async listRuns(filter: RunFilter = {}): Promise<{ runs: RunSummary[]; total: number }> {
+    const limit = filter.limit ?? 50;
+    const offset = filter.offset ?? 0;
+    const params = [filter.status ?? null, filter.agent ?? null, filter.search ?? null, limit, offset];
+    const where = `($1::text is null or r.status = $1) and ($2::text is null or r.agent = $2)
+                   and ($3::text is null or strpos(r.run_id, $3) > 0)`;
+    const runs = await this.client.query<RunSummary>(
       `select r.*, coalesce(j.steps, 0)::int as steps, coalesce(j.llm_calls, 0)::int as llm_calls,
               coalesce(e.flagged, 0)::int as flagged
-         from runs r
+         from (select * from runs r where ${where}
+                order by r.created_at desc, r.run_id desc limit $4 offset $5) r
          left join (select run_id,
                            (count(*) filter (where status = 'confirmed' and decision ? 'tool'))::int as steps,
                            sum(llm_attempts)::int as llm_calls
                       from journal group by run_id) j on j.run_id = r.run_id
          left join (select run_id, (count(*) filter (where status = 'flagged'))::int as flagged
                       from side_effects group by run_id) e on e.run_id = r.run_id
-        order by r.created_at, r.run_id
-        limit $1`,
-      [limit],
+        order by r.created_at desc, r.run_id desc`,
+      params,
     );
+    const count = await this.client.query<{ n: number }>(
+      `select count(*)::int as n from runs r where ${where} and $4::int is not null and $5::int is not null`,
+      params,
+    );
+    return { runs, total: count[0]?.n ?? 0 };
   }
 
   /** One tool call by its idempotency key, if it exists. */

@@ -1,5 +1,5 @@
 /**
- * The demo's three tools, against the (mock) cloud's HTTP API. Each sends the
+ * The provisioning demo's three tools, against the (mock) cloud's HTTP API. Each sends the
  * runtime's idempotency key as the `Idempotency-Key` header, so a re-sent
  * request returns what the cloud stored the first time (`already_done`).
  *
@@ -7,10 +7,16 @@
  */
 
 import { z } from "zod";
-import { ToolError } from "../runtime/errors.ts";
-import type { FetchLike } from "../runtime/planner.ts";
-import { isTransientStatus } from "../runtime/planner.ts";
-import { defineTool, type Json, type Tool, type ToolContext, type ToolOutcome } from "../runtime/tools.ts";
+import {
+  defineTool,
+  type FetchLike,
+  isTransientStatus,
+  type Json,
+  type Tool,
+  type ToolContext,
+  ToolError,
+  type ToolOutcome,
+} from "../../mod.ts";
 
 /** Options of {@link demoTools}. */
 export interface DemoToolsOptions {

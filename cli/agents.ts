@@ -1,0 +1,114 @@
+/**
+ * Loading the agent module every process is started with (`--agent`), and
+ * building each agent's tools and model for this process. With no module the
+ * demo agent is used, so `deno task run` stays the one-command demo.
+ *
+ * @module
+ */
+
+import { isAbsolute, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import {
+  type Agent,
+  type AgentContext,
+  agentsOf,
+  prepareAgent,
+  type PreparedAgent,
+} from "../runtime/agent.ts";
+import { endpointPlanner } from "../runtime/client.ts";
+import { ConfigError, describeError, RuntimeError } from "../runtime/errors.ts";
+import { OpenAIPlanner, type Planner } from "../runtime/planner.ts";
+import { MockModel } from "../mock/model.ts";
+
+/** The agents of a module and where they came from. */
+export interface LoadedAgents {
+  /** The module's agents. */
+  agents: Agent[];
+  /** The module, as given (for logs and for the workers a supervisor starts). */
+  where: string;
+}
+
+/** What `--agent` means: a path (relative to the working directory) or a URL, as a module specifier. */
+export function agentSpecifier(path: string): string {
+  if (/^(file|https?|npm|jsr):/.test(path)) return path;
+  return pathToFileURL(isAbsolute(path) ? path : resolve(Deno.cwd(), path)).href;
+}
+
+/**
+ * Imports the agent module at `path`; when `path` is unset, the agents a
+ * compiled binary was built with (`preloaded`), or the demo agent.
+ * Throws a {@link ConfigError} with one line saying what is wrong.
+ */
+export async function loadAgents(path: string | undefined, preloaded?: LoadedAgents): Promise<LoadedAgents> {
+  // A compiled binary carries its agent module and passes it in.
+  if (path === undefined && preloaded) return preloaded;
+  if (path === undefined) {
+    // A literal import, so a compiled binary carries the demo.
+    const mod = await import("../examples/provision/agent.ts");
+    return { agents: agentsOf(mod, "examples/provision/agent.ts"), where: "demo" };
+  }
+  let mod: Record<string, unknown>;
+  try {
+    mod = await import(agentSpecifier(path));
+  } catch (err) {
+    throw new ConfigError([
+      `AGENT ${JSON.stringify(path)} could not be loaded: ${describeError(err).split("\n")[0]}`,
+    ]);
+  }
+  try {
+    return { agents: agentsOf(mod, path), where: path };
+  } catch (err) {
+    throw new ConfigError([(err as Error).message]);
+  }
+}
+
+/**
+ * Builds every agent's tools and model for this process. An agent naming an
+ * endpoint (or nothing) gets an OpenAI-compatible client from it and the
+ * `MODEL_*` settings; when neither gives a URL, the embedded default uses an
+ * in-process mock model whose counters persist under `DATA_DIR`, and a fleet
+ * process refuses with a clear message.
+ */
+export async function prepareAgents(
+  agents: Agent[],
+  ctx: AgentContext,
+): Promise<{ prepared: PreparedAgent[]; modelDescribe: string }> {
+  let mock: MockModel | undefined;
+  let modelDescribe = "";
+  const prepared: PreparedAgent[] = [];
+  for (const agent of agents) {
+    try {
+      prepared.push(
+        await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
+          if (ctx.env.MODEL_URL || endpoint.url) {
+            const planner = endpointPlanner(agent, { model: "mock-planner", ...endpoint }, ctx);
+            modelDescribe = ctx.env.MODEL_URL || endpoint.url || "";
+            return planner;
+          }
+          if (!ctx.embedded) {
+            throw new ConfigError([
+              `MODEL_URL is not set and agent ${agent.name} names no model. The workers of a supervisor must share ` +
+              "one model: set MODEL_URL (and MODEL) to an OpenAI-compatible endpoint, or start the mocks with " +
+              "'deno task mock' and set MODEL_URL=http://127.0.0.1:9100/v1",
+            ]);
+          }
+          if (!mock) {
+            await Deno.mkdir(ctx.dataDir, { recursive: true });
+            mock = await MockModel.open({ statePath: `${ctx.dataDir}/mock-model.json` });
+          }
+          modelDescribe = "in-process-mock";
+          return new OpenAIPlanner({
+            url: "http://mock-model.in-process/v1",
+            model: "mock-planner",
+            fetch: mock.handler,
+          });
+        }),
+      );
+    } catch (err) {
+      if (err instanceof ConfigError) throw err;
+      if (err instanceof RuntimeError) throw new ConfigError([err.message]);
+      throw new ConfigError([`Agent ${agent.name} could not be set up: ${describeError(err)}`]);
+    }
+  }
+  return { prepared, modelDescribe };
+}

@@ -1,0 +1,472 @@
+/**
+ * The run commands: thin wrappers over the {@link Client}, the one API for
+ * starting and steering runs.
+ *
+ * ```sh
+ * deno task submit   [--agent PATH] [--run-id ID] [--goal TEXT | --input JSON]   # a pending run
+ * deno task runs     [--status S] [--agent-name A] [--search TEXT] [--limit N] [--page N]
+ * deno task inspect  RUN                            # one run's timeline, step by step
+ * deno task resolve  KEY (--result JSON | --retry | --fail [--reason TEXT])   # settle a flagged tool call
+ * deno task cancel   RUN                            # stop a run; its worker stops at its next write
+ * deno task reopen   RUN                            # a failed or cancelled run back to pending
+ * ```
+ *
+ * They work on PostgreSQL (`DATABASE_URL`) and on the embedded database under
+ * `DATA_DIR` (default `.data`); the embedded one allows one process at a time,
+ * so a command refuses, naming the holder, while a worker has it open.
+ *
+ * Exit codes: 0 done, 1 refused (no such run, not flagged, ...), 2 bad
+ * arguments or no database.
+ *
+ * @module
+ */
+
+import { userInfo } from "node:os";
+import { parseArgs } from "node:util";
+import type { Agent } from "../runtime/agent.ts";
+import { Client, ClientError, type Resolution, type RunInfo } from "../runtime/client.ts";
+import { SystemClock } from "../runtime/clock.ts";
+import { ConfigError, RuntimeError, StoreError } from "../runtime/errors.ts";
+import { formatValue } from "../runtime/log.ts";
+import { openStore } from "../runtime/store/open.ts";
+import type { JournalRow, RunStatus, SideEffectRow } from "../runtime/store/store.ts";
+import type { Json } from "../runtime/tools.ts";
+import { loadAgents, type LoadedAgents } from "./agents.ts";
+
+export type { Resolution };
+
+/** A command was used wrongly, or refused. `code` says which. */
+export class CommandError extends RuntimeError {
+  /** Exit code: 2 for bad arguments, 1 for a refusal. */
+  readonly exitCode: number;
+  /** Creates a command error. */
+  constructor(code: string, message: string, exitCode = 1) {
+    super(code, message);
+    this.name = "CommandError";
+    this.exitCode = exitCode;
+  }
+}
+
+/** What a command needs: a client, where to print, and who is acting. */
+export interface CommandContext {
+  client: Client;
+  print: (line: string) => void;
+  /** Recorded as `resolved_by` and in a cancelled run's error. */
+  actor: string;
+}
+
+/** Creates a pending run of `agent`. */
+export async function submit(
+  ctx: CommandContext,
+  agent: Agent,
+  opts: { runId?: string; input?: unknown },
+): Promise<RunInfo> {
+  const run = await asCommand(() => ctx.client.start(agent, opts));
+  ctx.print(
+    `submitted  run=${run.runId}  agent=${run.agent}  status=pending  input=${formatValue(run.input)}`,
+  );
+  return run;
+}
+
+const STATUSES: readonly RunStatus[] = ["pending", "running", "blocked", "done", "failed", "cancelled"];
+
+/** Prints one page of runs, newest first, with how many match and how many pages there are. */
+export async function runs(
+  ctx: CommandContext,
+  filter: { status?: RunStatus; agent?: string; search?: string; limit?: number; page?: number } = {},
+): Promise<void> {
+  const limit = filter.limit ?? 50;
+  const page = filter.page ?? 1;
+  const { runs: rows, total } = await ctx.client.list({ ...filter, limit, offset: (page - 1) * limit });
+  const hosted = new Set(await ctx.client.hostedAgents());
+  const now = ctx.client.clock.now().getTime();
+  const table = [["RUN", "AGENT", "STATUS", "EPOCH", "OWNER", "HEARTBEAT", "STEPS", "LLM_CALLS", "FLAGGED"]];
+  const waiting = new Set<string>();
+  for (const r of rows) {
+    if (r.status === "pending" && !hosted.has(r.agent)) waiting.add(r.agent);
+    table.push([
+      r.run_id,
+      r.agent,
+      r.status,
+      String(r.epoch),
+      r.owner ?? "-",
+      // A lease only means something while the run is open.
+      r.heartbeat_at && (r.status === "running" || r.status === "pending")
+        ? `${((now - new Date(r.heartbeat_at).getTime()) / 1000).toFixed(1)}s ago`
+        : "-",
+      String(r.steps),
+      String(r.llm_calls),
+      String(r.flagged),
+    ]);
+  }
+  const widths = table[0].map((_, i) => Math.max(...table.map((row) => row[i].length)));
+  for (const row of table) ctx.print(row.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd());
+  if (rows.length === 0) ctx.print("(no runs)");
+  const pages = Math.max(1, Math.ceil(total / limit));
+  ctx.print(
+    `${rows.length} of ${total} runs, newest first; page ${page} of ${pages}${
+      page < pages ? ` (--page ${page + 1} for more)` : ""
+    }`,
+  );
+  for (const agent of [...waiting].sort()) {
+    ctx.print(`waiting: no live worker hosts agent ${agent}; its pending runs wait until one does (--agent)`);
+  }
+}
+
+const iso = (d: Date | null | undefined): string => d ? new Date(d).toISOString() : "-";
+
+function tokens(usage: Json | null): string | undefined {
+  if (!usage || typeof usage !== "object" || Array.isArray(usage)) return undefined;
+  const u = usage as Record<string, Json>;
+  return `${u.prompt_tokens ?? "?"}+${u.completion_tokens ?? "?"}`;
+}
+
+/** Prints one run's timeline: each step's decision and tool call, and any gap a crash left. */
+export async function inspect(ctx: CommandContext, runId: string): Promise<void> {
+  const { run, journal, effects } = await asCommand(() => ctx.client.inspect(runId));
+  const bySeq = new Map(effects.map((e) => [e.seq, e]));
+  const p = ctx.print;
+  p(`run ${run.run_id}  agent=${run.agent}  status=${run.status}  epoch=${run.epoch}  owner=${
+    run.owner ?? "-"
+  }`);
+  p(`  input: ${typeof run.input === "string" ? run.input : JSON.stringify(run.input)}`);
+  if (run.output !== null) p(`  output: ${run.output}`);
+  p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);
+  if (run.error) p(`  error: ${run.error}`);
+  let prompt = 0;
+  let completion = 0;
+  const seqs = [...new Set([...journal.map((j) => j.seq), ...effects.map((e) => e.seq)])].sort((a, b) =>
+    a - b
+  );
+  let lastEpoch: number | undefined;
+  for (const seq of seqs) {
+    const j = journal.find((x) => x.seq === seq);
+    const e = bySeq.get(seq);
+    const epoch = Math.max(j?.epoch ?? 0, e?.epoch ?? 0);
+    if (lastEpoch !== undefined && epoch > lastEpoch) {
+      p(`  -- epoch ${lastEpoch} -> ${epoch}: another worker took the run over`);
+    }
+    lastEpoch = epoch;
+    p(`step ${seq}`);
+    if (j) {
+      for (const line of decisionLines(j)) p(`  ${line}`);
+      const u = j.usage as Record<string, number> | null;
+      if (u && typeof u === "object") {
+        prompt += Number(u.prompt_tokens ?? 0);
+        completion += Number(u.completion_tokens ?? 0);
+      }
+    }
+    if (e) { for (const line of effectLines(e)) p(`  ${line}`); }
+    for (const gap of gaps(j, e)) p(`  !! ${gap}`);
+  }
+  const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
+  p(`total  steps=${seqs.length}  llm_calls=${llmCalls}  tokens=${prompt}+${completion}`);
+}
+
+function decisionLines(j: JournalRow): string[] {
+  const d = j.decision;
+  const what = !d ? "(no answer recorded)" : "tool" in d ? `${d.tool} ${JSON.stringify(d.args)}` : "done";
+  const lines = [
+    `decision  ${j.status}  ${what}  attempts=${j.llm_attempts}  epoch=${j.epoch}  intent=${
+      iso(j.intent_at)
+    }  confirmed=${iso(j.confirmed_at)}${tokens(j.usage) ? `  tokens=${tokens(j.usage)}` : ""}`,
+  ];
+  for (const r of j.rejections ?? []) lines.push(`  rejected ${r.code}: ${r.message}`);
+  return lines;
+}
+
+function effectLines(e: SideEffectRow): string[] {
+  const lines = [
+    `tool      ${e.status}  ${e.tool}  key=${e.idempotency_key}  attempts=${e.attempts}  epoch=${e.epoch}  intent=${
+      iso(e.intent_at)
+    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${
+      e.result !== null ? `  result=${JSON.stringify(e.result)}` : ""
+    }`,
+  ];
+  if (e.error) lines.push(`  error: ${e.error}`);
+  if (e.resolved_by) lines.push(`  resolved by ${e.resolved_by} at ${iso(e.resolved_at)}`);
+  return lines;
+}
+
+/** What a crash (or a wait for a human) left unfinished in one step. */
+export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined): string[] {
+  const out: string[] = [];
+  if (!j && e) out.push("a tool call without a recorded decision");
+  if (j?.status === "intent") {
+    out.push("the model was asked and no answer was recorded: the step is decided again on resume");
+  }
+  if (j?.status === "confirmed" && j.decision && "tool" in j.decision && !e) {
+    out.push("decided, no tool call recorded: the call is made on resume");
+  }
+  if (e?.status === "intent") out.push("tool call outcome unknown: re-sent under its key on resume");
+  if (e?.status === "flagged") {
+    out.push(`flagged: 'deno task resolve ${e.idempotency_key} --result JSON | --retry | --fail'`);
+  }
+  return out;
+}
+
+/** Settles a flagged tool call and, when none is left, sets its run back to `pending`. */
+export async function resolve(
+  ctx: CommandContext,
+  key: string,
+  resolution: Resolution,
+): Promise<SideEffectRow> {
+  const out = await asCommand(() => ctx.client.resolve(key, resolution, { by: ctx.actor }));
+  ctx.print(
+    `resolved  key=${key}  status=${out.effect.status}  remote=${out.effect.remote ?? "-"}  by=${
+      formatValue(ctx.actor)
+    }  run=${out.effect.run_id}  run_status=${out.unblocked ? "pending" : "blocked"}`,
+  );
+  return out.effect;
+}
+
+/** Cancels a run; a worker holding it stops at its next write. */
+export async function cancel(ctx: CommandContext, runId: string): Promise<RunInfo> {
+  const run = await asCommand(() => ctx.client.cancel(runId, { by: ctx.actor }));
+  ctx.print(`cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}`);
+  return run;
+}
+
+/**
+ * Reopens a failed or cancelled run as pending, keeping its history: a worker
+ * (or the supervisor) resumes it where it stopped, re-sending any call left at
+ * `intent` under its original key, so nothing done before is done again.
+ */
+export async function reopen(ctx: CommandContext, runId: string): Promise<RunInfo> {
+  const run = await asCommand(() => ctx.client.reopen(runId));
+  ctx.print(`reopened  run=${runId}  status=${run.status}  epoch=${run.epoch}  by=${formatValue(ctx.actor)}`);
+  return run;
+}
+
+/** Turns a client's refusal into a command error (exit 1; a malformed run id exits 2). */
+async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof ClientError) {
+      throw new CommandError(err.code, err.message, err.code === "BAD_RUN_ID" ? 2 : 1);
+    }
+    if (err instanceof RuntimeError && err.code === "INPUT_INVALID") {
+      throw new CommandError(err.code, err.message, 2);
+    }
+    throw err;
+  }
+}
+
+/** Usage of each command. */
+export const COMMAND_USAGE: Record<string, string> = {
+  submit:
+    `usage: deno task submit [--agent PATH] [--agent-name NAME] [--run-id ID] [--goal TEXT | --input JSON]
+  Creates a pending run of the agent; a worker hosting the agent takes it.
+  --agent PATH        the agent module (env AGENT; default: the demo)
+  --agent-name NAME   which of the module's agents, when it exports several
+  --run-id ID         the run's id (env RUN_ID; default: <agent>-<random>)
+  --goal TEXT         text input (env GOAL; default: the agent's default input)
+  --input JSON        JSON input, for an agent with an input schema (env INPUT)`,
+  runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
+  Lists runs, newest first, a page at a time, with how many match.
+  --status S          pending, running, blocked, done, failed or cancelled
+  --agent-name NAME   only runs of this agent
+  --search TEXT       only run ids containing TEXT
+  --limit N           runs per page (default 50)
+  --page N            which page (default 1)`,
+  inspect: `usage: deno task inspect RUN
+  Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
+  resolve: `usage: deno task resolve KEY (--result JSON | --retry | --fail [--reason TEXT]) [--by NAME]
+  Settles a flagged tool call of a blocked run; the run goes back to pending once none is left.
+  --result JSON       it happened, and this is what the remote answered
+  --retry             send it once more under the same key
+  --fail              it did not happen and must not (--reason says why)`,
+  cancel: `usage: deno task cancel RUN [--by NAME]
+  Cancels a run that is not closed; a worker holding it stops at its next write.`,
+  reopen: `usage: deno task reopen RUN
+  Puts a failed or cancelled run back to pending, history kept: it resumes under its original keys.`,
+};
+
+const COMMON =
+  `settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
+default .data); --by NAME (who acts; default $USER)
+exit codes: 0 done, 1 refused, 2 bad arguments or no database`;
+
+const OPTIONS = {
+  agent: { type: "string" },
+  "agent-name": { type: "string" },
+  "run-id": { type: "string" },
+  goal: { type: "string" },
+  input: { type: "string" },
+  status: { type: "string" },
+  search: { type: "string" },
+  limit: { type: "string" },
+  page: { type: "string" },
+  result: { type: "string" },
+  retry: { type: "boolean" },
+  fail: { type: "boolean" },
+  reason: { type: "string" },
+  by: { type: "string" },
+  "database-url": { type: "string" },
+  "data-dir": { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+/** Runs one command (`args[0]`); returns the exit code. */
+export async function main(
+  args: string[],
+  env: Record<string, string | undefined>,
+  print: (line: string) => void = console.log,
+  preloaded?: LoadedAgents,
+): Promise<number> {
+  const command = args[0];
+  if (!command || !(command in COMMAND_USAGE)) {
+    console.error(
+      `Unknown command ${JSON.stringify(command ?? "")}: one of ${Object.keys(COMMAND_USAGE).join(", ")}`,
+    );
+    return 2;
+  }
+  const usage = (problem: string) => {
+    console.error(`${command}: ${problem}. 'deno task ${command} --help' lists the flags`);
+    return 2;
+  };
+  let parsed;
+  try {
+    parsed = parseArgs({ args: args.slice(1), allowPositionals: true, strict: true, options: OPTIONS });
+  } catch (err) {
+    return usage((err as Error).message.split("\n")[0].replace(/\.$/, ""));
+  }
+  const v = parsed.values;
+  if (v.help) {
+    print(`${COMMAND_USAGE[command]}\n${COMMON}`);
+    return 0;
+  }
+  const [target, ...rest] = parsed.positionals;
+  if (rest.length > 0 || (target !== undefined && ["submit", "runs"].includes(command))) {
+    return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
+  }
+  if (["inspect", "cancel", "resolve", "reopen"].includes(command) && !target) {
+    return usage(`${command} needs a ${command === "resolve" ? "tool call key, e.g. demo:0" : "run id"}`);
+  }
+  let resolution: Resolution | undefined;
+  if (command === "resolve") {
+    const chosen = [v.result !== undefined, v.retry === true, v.fail === true].filter(Boolean).length;
+    if (chosen !== 1) return usage("resolve needs exactly one of --result JSON, --retry, --fail");
+    if (v.result !== undefined) {
+      try {
+        resolution = { action: "result", result: JSON.parse(v.result) as Json };
+      } catch {
+        return usage(
+          `--result must be JSON, e.g. '"i-0000001"' or '{"id":"i-1"}': current value is ${v.result}`,
+        );
+      }
+    } else resolution = v.retry ? { action: "retry" } : { action: "fail", reason: v.reason };
+  }
+  const count = (name: "limit" | "page", raw: string | undefined): number | string | undefined => {
+    if (raw === undefined) return undefined;
+    const n = Number(raw);
+    return /^\d+$/.test(raw) && n >= 1 && n <= 10_000
+      ? n
+      : `--${name} must be an integer from 1 to 10000: current value is ${JSON.stringify(raw)}`;
+  };
+  const limit = count("limit", v.limit);
+  const page = count("page", v.page);
+  if (typeof limit === "string") return usage(limit);
+  if (typeof page === "string") return usage(page);
+  if (v.status !== undefined && !STATUSES.includes(v.status as RunStatus)) {
+    return usage(
+      `--status must be one of ${STATUSES.join(", ")}: current value is ${JSON.stringify(v.status)}`,
+    );
+  }
+  let agent: Agent | undefined;
+  let input: unknown;
+  if (command === "submit") {
+    try {
+      const { agents } = await loadAgents(v.agent ?? (env.AGENT || undefined), preloaded);
+      const name = v["agent-name"];
+      agent = name === undefined ? agents[0] : agents.find((a) => a.name === name);
+      if (!agent) {
+        return usage(
+          `the module has no agent named ${JSON.stringify(name)}: it has ${
+            agents.map((a) => a.name).join(", ")
+          }`,
+        );
+      }
+      const raw = agent.input
+        ? (v.input ?? (env.INPUT || undefined) ?? v.goal)
+        : (v.goal ?? (env.GOAL || undefined) ?? v.input);
+      if (agent.input && raw !== undefined) {
+        try {
+          input = JSON.parse(raw);
+        } catch {
+          return usage(
+            `--input must be JSON for agent ${agent.name}: current value is ${
+              JSON.stringify(raw.slice(0, 80))
+            }`,
+          );
+        }
+      } else input = raw;
+    } catch (err) {
+      if (err instanceof ConfigError) return usage(err.problems.join("; "));
+      throw err;
+    }
+  }
+  const databaseUrl = v["database-url"] ?? (env.DATABASE_URL || undefined);
+  const dataDir = v["data-dir"] ?? (env.DATA_DIR || ".data");
+  let client: Client;
+  try {
+    client = new Client(await openStore({ databaseUrl, dataDir }), new SystemClock());
+  } catch (err) {
+    if (err instanceof StoreError) {
+      console.error(`${err.code}: ${err.message}`);
+      return 2;
+    }
+    throw err;
+  }
+  const ctx: CommandContext = { client, print, actor: v.by ?? env.USER ?? safeUser() };
+  try {
+    switch (command) {
+      case "submit":
+        await submit(ctx, agent!, { runId: v["run-id"] ?? (env.RUN_ID || undefined), input });
+        break;
+      case "runs":
+        await runs(ctx, {
+          status: v.status as RunStatus | undefined,
+          agent: v["agent-name"],
+          search: v.search,
+          limit: limit as number | undefined,
+          page: page as number | undefined,
+        });
+        break;
+      case "inspect":
+        await inspect(ctx, target);
+        break;
+      case "resolve":
+        await resolve(ctx, target, resolution!);
+        break;
+      case "cancel":
+        await cancel(ctx, target);
+        break;
+      case "reopen":
+        await reopen(ctx, target);
+        break;
+    }
+    return 0;
+  } catch (err) {
+    if (err instanceof CommandError) {
+      console.error(`${err.code}: ${err.message}`);
+      return err.exitCode;
+    }
+    throw err;
+  } finally {
+    await client.close();
+  }
+}
+
+function safeUser(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return "unknown";
+  }
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args, Deno.env.toObject()));
+}

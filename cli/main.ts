@@ -1,0 +1,66 @@
+/**
+ * agent-runtime's one entry point: every process (the run command, the
+ * worker, the supervisor, the run commands) is a subcommand, so one compiled
+ * binary carries them all.
+ *
+ * ```sh
+ * deno run -A cli/main.ts run [--agent PATH] ...        # one run in this process (the embedded demo)
+ * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
+ * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
+ * deno run -A cli/main.ts submit|runs|inspect|resolve|cancel|reopen ...
+ * ```
+ *
+ * @module
+ */
+
+import type { LoadedAgents } from "./agents.ts";
+import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
+import { main as runMain } from "./run.ts";
+import { main as workerMain } from "./worker.ts";
+import { main as superviseMain } from "../supervisor/main.ts";
+
+/** The usage text of the binary. */
+export const USAGE = `agent-runtime: durable AI agents that survive crashes.
+
+usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in this repository)
+
+  run        drive one run to its end in this process (no --agent: the demo, on the embedded database)
+  worker     one process hosting many runs of the agents in --agent
+  supervise  keep WORKERS worker processes alive on PostgreSQL
+  submit     create a pending run        runs     list runs
+  inspect    one run's timeline          resolve  settle a flagged tool call
+  cancel     stop a run                  reopen   resume a failed or cancelled run
+
+'agent-runtime COMMAND --help' describes each.`;
+
+/** Runs `args[0]` with the rest of `args`; returns the exit code. */
+export async function main(
+  args: string[],
+  env: Record<string, string | undefined>,
+  preloaded?: LoadedAgents,
+): Promise<number> {
+  const [command, ...rest] = args;
+  switch (command) {
+    case "run":
+      return await runMain(rest, env, preloaded);
+    case "worker":
+      return await workerMain(rest, env, preloaded);
+    case "supervise":
+      return await superviseMain(rest, env, preloaded);
+    case undefined:
+    case "help":
+    case "--help":
+    case "-h":
+      console.log(USAGE);
+      return command === undefined ? 2 : 0;
+  }
+  if (command in COMMAND_USAGE) return await commandMain(args, env, console.log, preloaded);
+  console.error(
+    `agent-runtime: unknown command ${JSON.stringify(command)}. ${USAGE.split("\n").slice(-1)[0]}`,
+  );
+  return 2;
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args, Deno.env.toObject()));
+}

@@ -1,0 +1,88 @@
+/**
+ * What every process started from the command line shares: the logger with
+ * secrets masked, the settings error report, the store with its start-up
+ * message, and the stdin watch that ends an orphaned worker.
+ *
+ * @module
+ */
+
+import { type Clock, SystemClock } from "../runtime/clock.ts";
+import { type Settings, urlPasswordForms } from "../runtime/config.ts";
+import { type ConfigError, StoreError } from "../runtime/errors.ts";
+import { Logger } from "../runtime/log.ts";
+import { openStore } from "../runtime/store/open.ts";
+import type { Store } from "../runtime/store/store.ts";
+
+/** A logger for `settings`, masking the database password and the model API key. */
+export function loggerFor(
+  settings: Pick<Settings, "databaseUrl" | "modelApiKey" | "logFormat">,
+  clock: Clock = new SystemClock(),
+): Logger {
+  return new Logger({
+    clock,
+    format: settings.logFormat,
+    secrets: [...urlPasswordForms(settings.databaseUrl), settings.modelApiKey].filter((s): s is string =>
+      !!s
+    ),
+  });
+}
+
+/** Prints a settings error the way every entry point does, and returns exit code 2. */
+export function reportConfigError(err: ConfigError, program: string): number {
+  console.error(`${program}: invalid settings:\n${err.problems.map((p) => `  - ${p}`).join("\n")}`);
+  return 2;
+}
+
+/**
+ * Opens the store for `settings`, saying so first when the embedded database
+ * is about to be created (initdb takes seconds). A {@link StoreError} is
+ * logged as `store-unavailable` and returned as exit code 2.
+ */
+export async function openStoreLogged(
+  settings: Pick<Settings, "databaseUrl" | "dataDir">,
+  log: Logger,
+  opts: { max?: number } = {},
+): Promise<Store | number> {
+  if (!settings.databaseUrl && !(await exists(`${settings.dataDir}/pglite/PG_VERSION`))) {
+    log.info("creating-database", {
+      store: `pglite:${settings.dataDir}/pglite`,
+      note: "first start, a few seconds",
+    });
+  }
+  try {
+    return await openStore(settings, opts);
+  } catch (err) {
+    if (err instanceof StoreError) {
+      log.error("store-unavailable", { code: err.code, error: err.message });
+      return 2;
+    }
+    throw err;
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return false;
+    throw err;
+  }
+}
+
+/**
+ * Exits when stdin reaches EOF: a worker started by a supervisor stops when
+ * the supervisor dies, instead of running on as an orphan nobody watches.
+ */
+export function watchStdin(log: Logger): void {
+  (async () => {
+    const buf = new Uint8Array(256);
+    // Bounded by the process: each read either returns bytes or ends the loop.
+    for (;;) {
+      const n = await Deno.stdin.read(buf).catch(() => null);
+      if (n === null) break;
+    }
+    log.warn("supervisor-gone", { reason: "stdin closed" });
+    Deno.exit(6);
+  })();
+}

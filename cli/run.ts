@@ -1,0 +1,156 @@
+/**
+ * `deno task run`: drives one run of an agent to its end in this process,
+ * surviving crashes. With no `DATABASE_URL`, `MODEL_URL` or `CLOUD_URL` it
+ * runs on the embedded default: PGlite under `DATA_DIR` and in-process mocks
+ * whose state persists beside it, so a crash and a restart meet the same
+ * remote, as they would with servers.
+ *
+ * Exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced
+ * (another worker holds the run), 4 blocked (a flagged call needs a human),
+ * 5 cancelled, 6 the supervisor went away.
+ *
+ * @module
+ */
+
+import { hostname } from "node:os";
+import { checkInput } from "../runtime/agent.ts";
+import { SystemClock } from "../runtime/clock.ts";
+import { loadSettings, type Settings } from "../runtime/config.ts";
+import { workerDeps } from "../runtime/context.ts";
+import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
+import { ConfigError, describeError, RuntimeError } from "../runtime/errors.ts";
+import { exitCodeOf, runWorker } from "../runtime/loop.ts";
+import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
+import { loggerFor, openStoreLogged, reportConfigError, watchStdin } from "./process.ts";
+
+/** The usage text of `run`. */
+export const RUN_USAGE = `agent-runtime run: drives one run of an agent to its end, surviving crashes.
+
+usage: deno task run [--flag value ...]     (every flag is also an environment variable)
+
+  --agent PATH               the agent module (default: the demo, examples/provision/agent.ts)
+  --run-id RUN_ID            the run to work (default run1)
+  --goal GOAL                text input, when the run is created (default: the agent's default input)
+  --input JSON               JSON input, for an agent with an input schema
+  --database-url URL         PostgreSQL; unset: embedded PGlite under --data-dir
+  --data-dir DIR             embedded database and in-process mocks' state (default .data)
+  --model-url URL            OpenAI-compatible endpoint; unset: the agent's model, or the in-process mock model
+  --model NAME, --model-api-key KEY
+  --cloud-url URL            the demo tools' cloud; unset: in-process mock cloud
+  --max-steps N              decisions before guard stops the run (default: the agent's, 12)
+  --worker NAME              written to runs.owner (default host:pid)
+  --crash-at POINT, --crash-seq N, --stall-at POINT, --stall-ms MS
+                             crash points: ${CRASH_POINTS.join(", ")}
+  --heartbeat-s S, --lease-s S   lease timing (default 3, 12)
+  --log-format text|json
+
+exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone`;
+
+/** Reads the input for a run of `agent` from the settings: JSON for a schema, else text. */
+export function inputFrom(settings: Settings, hasSchema: boolean): unknown {
+  if (!hasSchema) return settings.goal ?? settings.input;
+  const raw = settings.input ?? settings.goal;
+  if (raw === undefined) return undefined;
+  try {
+    return JSON.parse(raw);
+  } catch {
+    throw new ConfigError([
+      `INPUT must be JSON for this agent: current value is ${JSON.stringify(raw.slice(0, 80))}`,
+    ]);
+  }
+}
+
+/** The environment an agent's tools and model see: the process's, with the settings' flags applied. */
+export function processEnv(
+  env: Record<string, string | undefined>,
+  settings: Settings,
+): Record<string, string | undefined> {
+  return {
+    ...env,
+    MODEL_URL: settings.modelUrl,
+    MODEL: settings.model,
+    MODEL_API_KEY: settings.modelApiKey,
+    CLOUD_URL: settings.cloudUrl,
+  };
+}
+
+/** Runs one run; returns the process exit code. */
+export async function main(
+  args: string[],
+  env: Record<string, string | undefined>,
+  preloaded?: LoadedAgents,
+): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    console.log(RUN_USAGE);
+    return 0;
+  }
+  const clock = new SystemClock();
+  let settings: Settings;
+  try {
+    settings = loadSettings(args, env, { hostname: hostname(), pid: Deno.pid });
+  } catch (err) {
+    if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");
+    throw err;
+  }
+  const log = loggerFor(settings, clock);
+  if (settings.exitOnStdinEof) watchStdin(log);
+  const ctx = { env: processEnv(env, settings), dataDir: settings.dataDir, embedded: true };
+  let prepared;
+  let request;
+  try {
+    const { agents } = await loadAgents(settings.agentModule, preloaded);
+    if (agents.length > 1) {
+      throw new ConfigError([
+        `The agent module exports ${agents.length} agents (${agents.map((a) => a.name).join(", ")}); ` +
+        "'run' drives one run of one agent: export one, or start runs with 'submit' and a supervisor",
+      ]);
+    }
+    const agent = agents[0];
+    const { goal, input } = checkInput(agent, inputFrom(settings, agent.input !== undefined));
+    request = { runId: settings.runId, goal, input };
+    ({ prepared } = await prepareAgents([agent], ctx));
+  } catch (err) {
+    if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");
+    if (err instanceof RuntimeError) {
+      return reportConfigError(new ConfigError([err.message]), "agent-runtime");
+    }
+    throw err;
+  }
+  const store = await openStoreLogged(settings, log);
+  if (typeof store === "number") return store;
+  try {
+    const agent = prepared[0];
+    log.info("backends", {
+      store: store.describe,
+      model: agent.planner.describe,
+      agent: agent.agent.name,
+    });
+    log.info("registry", { tools: agent.tools.names.join(",") });
+    const deps = workerDeps({
+      store,
+      agent,
+      clock,
+      log,
+      crash: new CrashPoints(settings.crash, { log, clock }),
+      owner: settings.worker,
+      heartbeatMs: settings.heartbeatMs,
+      leaseMs: settings.leaseMs,
+      ...(settings.maxSteps === undefined ? {} : { maxSteps: settings.maxSteps }),
+    });
+    const outcome = await runWorker(deps, request);
+    return exitCodeOf(outcome);
+  } catch (err) {
+    if (err instanceof RuntimeError && err.code === "AGENT_MISMATCH") {
+      log.error("wrong-agent", { run: settings.runId, error: err.message });
+      return 2;
+    }
+    log.error("worker-error", { run: settings.runId, error: describeError(err) });
+    return 1;
+  } finally {
+    await store.client.close().catch((e) => log.warn("store-close-failed", { error: describeError(e) }));
+  }
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args, Deno.env.toObject()));
+}

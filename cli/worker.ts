@@ -1,0 +1,108 @@
+/**
+ * `worker`: one process hosting many runs of the agents in its module. It
+ * takes runs itself (pending ones, and ones whose lease expired), up to
+ * `RUNS_PER_WORKER` at once, and renews all their leases with one statement
+ * per heartbeat. A supervisor keeps `WORKERS` of these alive; one can also be
+ * started by hand next to others on the same PostgreSQL.
+ *
+ * On SIGINT or SIGTERM it stops its runs at their next step, clears their
+ * leases so another worker takes them at once, and exits 0.
+ *
+ * @module
+ */
+
+import { hostname } from "node:os";
+import { SystemClock } from "../runtime/clock.ts";
+import { loadSettings, type Settings } from "../runtime/config.ts";
+import { CrashPoints } from "../runtime/crashpoints.ts";
+import { ConfigError } from "../runtime/errors.ts";
+import { WorkerHost } from "../runtime/host.ts";
+import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
+import { loggerFor, openStoreLogged, reportConfigError, watchStdin } from "./process.ts";
+import { processEnv, RUN_USAGE } from "./run.ts";
+
+/** The usage text of `worker`. */
+export const WORKER_USAGE = `agent-runtime worker: one process hosting many runs of the agents in --agent.
+
+usage: deno task worker [--flag value ...]   (every flag is also an environment variable)
+
+  --agent PATH               the agent module (default: the demo)
+  --runs-per-worker N        runs held at once (default 100)
+  --poll-s S                 how often an idle worker looks for runs (default 3)
+  --database-url URL         PostgreSQL shared with other workers; unset: embedded PGlite under --data-dir
+  --worker NAME              written to runs.owner (default host:pid)
+  and the settings of 'run' (model, cloud, lease, crash points, log format):
+${RUN_USAGE.split("\n").slice(4).join("\n")}`;
+
+/** Runs a worker host until a signal; returns the exit code. */
+export async function main(
+  args: string[],
+  env: Record<string, string | undefined>,
+  preloaded?: LoadedAgents,
+): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    console.log(WORKER_USAGE);
+    return 0;
+  }
+  const clock = new SystemClock();
+  let settings: Settings;
+  try {
+    settings = loadSettings(args, env, { hostname: hostname(), pid: Deno.pid });
+  } catch (err) {
+    if (err instanceof ConfigError) return reportConfigError(err, "worker");
+    throw err;
+  }
+  const log = loggerFor(settings, clock);
+  if (settings.exitOnStdinEof) watchStdin(log);
+  const embedded = !settings.databaseUrl;
+  let prepared;
+  try {
+    const { agents } = await loadAgents(settings.agentModule, preloaded);
+    ({ prepared } = await prepareAgents(agents, {
+      env: processEnv(env, settings),
+      dataDir: settings.dataDir,
+      embedded,
+    }));
+  } catch (err) {
+    if (err instanceof ConfigError) return reportConfigError(err, "worker");
+    throw err;
+  }
+  // A pool a few connections wide: statements queue in the driver, and the
+  // heartbeat needs one free now and then. Many runs, few connections.
+  const store = await openStoreLogged(settings, log, {
+    max: Math.min(8, Math.max(2, settings.runsPerWorker)),
+  });
+  if (typeof store === "number") return store;
+  const host = new WorkerHost({
+    store,
+    agents: prepared,
+    clock,
+    log,
+    crash: new CrashPoints(settings.crash, { log, clock }),
+    owner: settings.worker,
+    heartbeatMs: settings.heartbeatMs,
+    leaseMs: settings.leaseMs,
+    runsPerWorker: settings.runsPerWorker,
+    pollMs: settings.pollMs,
+    ...(settings.maxSteps === undefined ? {} : { maxSteps: settings.maxSteps }),
+  });
+  const onSignal = () => void host.stop("signal");
+  Deno.addSignalListener("SIGINT", onSignal);
+  Deno.addSignalListener("SIGTERM", onSignal);
+  try {
+    log.info("backends", { store: store.describe, agents: prepared.map((p) => p.agent.name).join(",") });
+    host.start();
+    await host.finished;
+    await host.stop();
+    log.info("worker-stopped", { owner: settings.worker });
+    return 0;
+  } finally {
+    Deno.removeSignalListener("SIGINT", onSignal);
+    Deno.removeSignalListener("SIGTERM", onSignal);
+    await store.client.close().catch(() => {});
+  }
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args, Deno.env.toObject()));
+}

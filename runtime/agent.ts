@@ -1,0 +1,236 @@
+/**
+ * Agents: what a user writes. An agent is a name, instructions for the model,
+ * the tools it may call, the model that decides, and limits. A user's module
+ * default-exports one agent (or an array of them); every process (the run
+ * command, the worker, the supervisor, a compiled binary) is started with
+ * that module and hosts only its agents.
+ *
+ * Tools and the model may be given as values, or as functions of an
+ * {@link AgentContext} when they need the process's settings (a URL from the
+ * environment, a directory for local state).
+ *
+ * @module
+ */
+
+import { RuntimeError } from "./errors.ts";
+import type { Planner } from "./planner.ts";
+import type { ArgsSchema, Json, Tool } from "./tools.ts";
+import { ToolRegistry } from "./tools.ts";
+
+/** What a process knows when it builds an agent's tools and model. */
+export interface AgentContext {
+  /** The process's environment (read once at start-up). */
+  env: Record<string, string | undefined>;
+  /** Where this process may keep local state (the embedded database lives under it). */
+  dataDir: string;
+  /**
+   * True when one process holds the database (the embedded default): an
+   * in-process fake may stand in for a remote. False under a supervisor,
+   * where many processes must meet the same remotes.
+   */
+  embedded: boolean;
+}
+
+/** An OpenAI-compatible chat-completions endpoint. Settings (`MODEL_URL`, `MODEL`, `MODEL_API_KEY`) override it. */
+export interface ModelEndpoint {
+  /** Base URL, e.g. `https://api.openai.com/v1`. */
+  url?: string;
+  /** The model name sent with each request. */
+  model?: string;
+  /** The environment variable holding the API key (default `MODEL_API_KEY`); the key itself never lives in code. */
+  apiKeyEnv?: string;
+}
+
+/** How an agent's model is given: an endpoint, any {@link Planner}, or a function building one. */
+export type AgentModel =
+  | ModelEndpoint
+  | Planner
+  | ((ctx: AgentContext) => Planner | Promise<Planner>);
+
+/** What {@link defineAgent} takes. */
+export interface AgentSpec<I = string> {
+  /** 1-64 letters, digits, `.`, `_` or `-`; recorded with every run of the agent. */
+  name: string;
+  /** The system prompt: what the agent is for and how it should work. */
+  instructions?: string;
+  /** The tools it may call, or a function of the process's context returning them. */
+  tools: Tool[] | ((ctx: AgentContext) => Tool[] | Promise<Tool[]>);
+  /** Its model. Omitted: the process's settings choose (`MODEL_URL`, or the embedded mock model). */
+  model?: AgentModel;
+  /** Decisions before the run fails as `guard`. Default 12. */
+  maxSteps?: number;
+  /** A zod schema for JSON input. Omitted: the input is text. */
+  input?: ArgsSchema<I>;
+  /** The input used when a run is started without one (the demo's goal, say). */
+  defaultInput?: I;
+}
+
+/** An agent, as {@link defineAgent} returns it. */
+export interface Agent {
+  /** Its unique name. */
+  readonly name: string;
+  /** Its system prompt. */
+  readonly instructions: string;
+  /** Its tools (or how to build them). */
+  readonly tools: Tool[] | ((ctx: AgentContext) => Tool[] | Promise<Tool[]>);
+  /** Its model, if it names one. */
+  readonly model?: AgentModel;
+  /** Decisions before `guard`. */
+  readonly maxSteps: number;
+  /** The input schema, if its input is JSON. */
+  readonly input?: ArgsSchema;
+  /** The input used when none is given. */
+  readonly defaultInput?: Json;
+  /** Marks the object as an agent (a module's default export is checked for it). */
+  readonly kind: "agent";
+}
+
+/** The system prompt of an agent that gives no instructions. */
+export const DEFAULT_INSTRUCTIONS =
+  "You are an agent that completes the user's goal by calling tools, one call per answer. " +
+  "When the goal is complete, answer with a short summary and no tool call.";
+
+/** An agent name (and a run id): a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
+export const NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/**
+ * Defines an agent.
+ *
+ * @example
+ * ```ts
+ * import { z } from "zod";
+ * import { defineAgent, defineTool } from "../mod.ts";
+ * export default defineAgent({
+ *   name: "greeter",
+ *   instructions: "Greet the person named in the goal, then say you are done.",
+ *   tools: [defineTool({
+ *     name: "greet",
+ *     description: "Greets someone.",
+ *     args: z.strictObject({ name: z.string() }),
+ *     run: (args, ctx) => Promise.resolve({ result: `hello ${args.name} (${ctx.idempotencyKey})` }),
+ *   })],
+ * });
+ * ```
+ */
+export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
+  const problem = (what: string) =>
+    new RuntimeError("AGENT_INVALID", `Cannot define agent ${JSON.stringify(spec.name)}: ${what}`);
+  if (typeof spec.name !== "string" || !NAME_PATTERN.test(spec.name)) {
+    throw problem("a name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit");
+  }
+  const maxSteps = spec.maxSteps ?? 12;
+  if (!Number.isInteger(maxSteps) || maxSteps < 1 || maxSteps > 10_000) {
+    throw problem(`'maxSteps' must be an integer from 1 to 10000: current value is ${spec.maxSteps}`);
+  }
+  if (!Array.isArray(spec.tools) && typeof spec.tools !== "function") {
+    throw problem("'tools' must be an array of defineTool() results or a function returning one");
+  }
+  if (Array.isArray(spec.tools)) new ToolRegistry(spec.tools); // names unique and valid, checked now
+  if (spec.input !== undefined && typeof spec.input?.safeParse !== "function") {
+    throw problem("'input' must be a zod schema");
+  }
+  return Object.freeze({
+    kind: "agent" as const,
+    name: spec.name,
+    instructions: spec.instructions ?? DEFAULT_INSTRUCTIONS,
+    tools: spec.tools,
+    model: spec.model,
+    maxSteps,
+    input: spec.input as ArgsSchema | undefined,
+    defaultInput: spec.defaultInput as Json | undefined,
+  });
+}
+
+/** True when `value` came from {@link defineAgent}. */
+export function isAgent(value: unknown): value is Agent {
+  return typeof value === "object" && value !== null && (value as { kind?: unknown }).kind === "agent";
+}
+
+/** True when an agent's model is a ready {@link Planner}. */
+export function isPlanner(value: unknown): value is Planner {
+  return typeof value === "object" && value !== null && typeof (value as Planner).decide === "function";
+}
+
+/**
+ * Checks a run's input against the agent and returns what is stored and
+ * what the model is told: text as it is, JSON validated by the agent's schema.
+ */
+export function checkInput(agent: Agent, input: unknown): { input: Json; goal: string } {
+  const given = input === undefined ? agent.defaultInput : input;
+  if (agent.input) {
+    const parsed = agent.input.safeParse(given);
+    if (!parsed.success) {
+      const detail = (parsed.error as { message?: string })?.message ?? String(parsed.error);
+      throw new RuntimeError(
+        "INPUT_INVALID",
+        `The input of agent ${agent.name} does not fit its schema: ${detail.slice(0, 500)}`,
+      );
+    }
+    const value = parsed.data as Json;
+    return { input: value, goal: typeof value === "string" ? value : JSON.stringify(value) };
+  }
+  if (typeof given !== "string" || given.trim() === "") {
+    throw new RuntimeError(
+      "INPUT_INVALID",
+      `Agent ${agent.name} takes text input and none was given: pass a goal (GOAL, --goal or { input })`,
+    );
+  }
+  return { input: given, goal: given };
+}
+
+/** An agent with its tools built and its model chosen, ready to drive runs in this process. */
+export interface PreparedAgent {
+  /** The agent. */
+  agent: Agent;
+  /** Its tools. */
+  tools: ToolRegistry;
+  /** Its model. */
+  planner: Planner;
+}
+
+/**
+ * Builds an agent's tools and model for this process. `fallbackModel` is
+ * asked for a planner when the agent names an endpoint or nothing (the
+ * process's settings decide then).
+ */
+export async function prepareAgent(
+  agent: Agent,
+  ctx: AgentContext,
+  fallbackModel: (endpoint: ModelEndpoint) => Planner | Promise<Planner>,
+): Promise<PreparedAgent> {
+  const tools = new ToolRegistry(typeof agent.tools === "function" ? await agent.tools(ctx) : agent.tools);
+  let planner: Planner;
+  if (isPlanner(agent.model)) planner = agent.model;
+  else if (typeof agent.model === "function") planner = await agent.model(ctx);
+  else planner = await fallbackModel(agent.model ?? {});
+  return { agent, tools, planner };
+}
+
+/**
+ * The agents a module exports: its default export (an agent or an array of
+ * agents). Throws `AGENT_MODULE_INVALID` saying what was found instead.
+ */
+export function agentsOf(mod: Record<string, unknown>, where: string): Agent[] {
+  const found = mod.default;
+  const list = Array.isArray(found) ? found : [found];
+  if (found === undefined || list.length === 0 || !list.every(isAgent)) {
+    throw new RuntimeError(
+      "AGENT_MODULE_INVALID",
+      `${where} must default-export an agent from defineAgent() (or an array of them): found ${
+        found === undefined
+          ? "no default export"
+          : Array.isArray(found)
+          ? "an array of other values"
+          : typeof found
+      }`,
+    );
+  }
+  const names = new Set<string>();
+  for (const a of list) {
+    if (names.has(a.name)) {
+      throw new RuntimeError("AGENT_MODULE_INVALID", `${where} exports two agents named ${a.name}`);
+    }
+    names.add(a.name);
+  }
+  return list;
+}

@@ -1,0 +1,40 @@
+/**
+ * The kit users test their agents with: the mock model (scripted, or driving
+ * any agent's tools from their JSON Schemas), the mock cloud that honours
+ * idempotency keys, the deterministic simulator (simulated processes on one
+ * PGlite with a manual clock), and a PostgreSQL schema sandbox. Import it in
+ * tests, not in production code: `mod.ts` is the runtime.
+ *
+ * @module
+ */
+
+export { ManualClock } from "./runtime/clock.ts";
+export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
+export {
+  type CloudFaultSpec,
+  type CloudRequestCounts,
+  type CreatedResource,
+  MockCloud,
+  type MockCloudOptions,
+  type ResourceKind,
+} from "./mock/cloud.ts";
+export {
+  MockModel,
+  type MockModelOptions,
+  type MockScripts,
+  type ModelCallCounts,
+  type ModelFaultMode,
+  type ModelFaultSpec,
+  type ScriptSpec,
+  type ScriptStep,
+} from "./mock/model.ts";
+export { argsFromSchema } from "./mock/schema_args.ts";
+export { serveMocks } from "./mock/server.ts";
+export {
+  type RunSnapshot,
+  SimDb,
+  type SimExit,
+  SimProcess,
+  SimWorld,
+  type SimWorldOptions,
+} from "./harness/sim.ts";
