@@ -13,6 +13,7 @@
  * @module
  */
 
+import { DEFAULT_INSTRUCTIONS } from "../runtime/agent.ts";
 import { parseArgs } from "node:util";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../examples/provision/tools.ts";
@@ -42,6 +43,8 @@ async function deps(client: SqlClient, tag: string): Promise<{ deps: WorkerDeps;
   return {
     counting,
     deps: {
+      agent: "provision",
+      instructions: DEFAULT_INSTRUCTIONS,
       store: new Store(counting),
       planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
       tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),

@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import demoAgent from "../examples/provision/agent.ts";
+import { Client } from "../runtime/client.ts";
 import { ManualClock } from "../runtime/clock.ts";
 import { FencedError } from "../runtime/errors.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
@@ -24,7 +26,7 @@ async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<voi
   await store.applySchema();
   const out: string[] = [];
   try {
-    await fn({ store, clock, print: (l) => out.push(l), actor: "alice" }, out);
+    await fn({ client: new Client(store, clock), print: (l) => out.push(l), actor: "alice" }, out);
   } finally {
     await store.client.close();
   }
@@ -32,7 +34,7 @@ async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<voi
 
 /** A run blocked on a flagged call at seq 1, after a confirmed call at seq 0. */
 async function blockedRun(store: Store, runId: string): Promise<void> {
-  await store.createRun(runId, "goal", clock.now());
+  await store.createRun({ runId: runId, agent: "provision", goal: "goal" }, clock.now());
   const epoch = (await store.claim(runId, 0, "w1", clock.now()))!;
   const f = { runId, epoch };
   for (const seq of [0, 1]) {
@@ -54,35 +56,63 @@ async function blockedRun(store: Store, runId: string): Promise<void> {
 
 Deno.test("submit creates a pending run and refuses a duplicate id", async () => {
   await withStore(async (ctx, out) => {
-    const run = await submit(ctx, "sub-1", "do things");
+    const run = await submit(ctx, demoAgent, { runId: "sub-1", input: "do things" });
     assert.equal(run.status, "pending");
-    assert.match(out[0], /^submitted {2}run=sub-1 {2}status=pending/);
-    await assert.rejects(submit(ctx, "sub-1", "again"), (e: CommandError) => e.code === "RUN_EXISTS");
-    await assert.rejects(submit(ctx, "bad id!", "x"), (e: CommandError) => e.code === "BAD_RUN_ID");
+    assert.equal(run.agent, "provision");
+    assert.match(out[0], /^submitted {2}run=sub-1 {2}agent=provision {2}status=pending {2}input="do things"/);
+    await assert.rejects(
+      submit(ctx, demoAgent, { runId: "sub-1", input: "again" }),
+      (e: CommandError) => e.code === "RUN_EXISTS",
+    );
+    await assert.rejects(
+      submit(ctx, demoAgent, { runId: "bad id!", input: "x" }),
+      (e: CommandError) => e.code === "BAD_RUN_ID" && e.exitCode === 2,
+    );
+    const generated = await submit(ctx, demoAgent, {});
+    assert.match(generated.runId, /^provision-[0-9a-f]{8}$/, "a run id is generated when none is given");
+    assert.match(String(generated.input), /^Provision a web server/, "the agent's default input");
   });
 });
 
 Deno.test("runs prints a table with steps, model calls and flagged calls", async () => {
   await withStore(async (ctx, out) => {
-    await blockedRun(ctx.store, "tab-1");
-    await ctx.store.createRun("tab-2", "goal", clock.now());
-    await ctx.store.claim("tab-2", 0, "w2", clock.now());
+    await blockedRun(ctx.client.store, "tab-1");
+    await ctx.client.store.createRun({ runId: "tab-2", agent: "provision", goal: "goal" }, clock.now());
+    await ctx.client.store.claim("tab-2", 0, "w2", clock.now());
     await clock.advance(2_500);
-    await runs(ctx);
-    assert.match(out[0], /^RUN\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+STEPS\s+LLM_CALLS\s+FLAGGED$/);
+    await runs(ctx, { search: "tab-" });
+    assert.match(out[0], /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+STEPS\s+LLM_CALLS\s+FLAGGED$/);
     const row = (run: string) => out.find((l) => l.startsWith(run))!.split(/\s{2,}/);
     // A blocked run has no live worker, so its lease age is not shown.
-    assert.deepEqual(row("tab-1"), ["tab-1", "blocked", "1", "w1", "-", "2", "2", "1"]);
-    assert.deepEqual(row("tab-2"), ["tab-2", "running", "1", "w2", "2.5s ago", "0", "0", "0"]);
+    assert.deepEqual(row("tab-1"), ["tab-1", "provision", "blocked", "1", "w1", "-", "2", "2", "1"]);
+    assert.deepEqual(row("tab-2"), ["tab-2", "provision", "running", "1", "w2", "2.5s ago", "0", "0", "0"]);
+    assert.equal(out.at(-1), "2 of 2 runs, newest first; page 1 of 1");
+  });
+});
+
+Deno.test("runs pages newest first, filters, and says when nobody hosts a pending run's agent", async () => {
+  await withStore(async (ctx, out) => {
+    for (let i = 0; i < 5; i++) {
+      await clock.advance(1);
+      await ctx.client.store.createRun(
+        { runId: `page-${i}`, agent: "nobody-hosts-me", goal: "g" },
+        clock.now(),
+      );
+    }
+    await runs(ctx, { agent: "nobody-hosts-me", limit: 2, page: 2 });
+    const ids = out.filter((l) => l.startsWith("page-")).map((l) => l.split(/\s+/)[0]);
+    assert.deepEqual(ids, ["page-2", "page-1"]);
+    assert.ok(out.includes("2 of 5 runs, newest first; page 2 of 3 (--page 3 for more)"), out.join("\n"));
+    assert.match(out.at(-1)!, /^waiting: no live worker hosts agent nobody-hosts-me/);
   });
 });
 
 Deno.test("inspect shows each step's decision, tool call, tokens and what is left open", async () => {
   await withStore(async (ctx, out) => {
-    await blockedRun(ctx.store, "ins-1");
+    await blockedRun(ctx.client.store, "ins-1");
     await inspect(ctx, "ins-1");
     const text = out.join("\n");
-    assert.match(text, /^run ins-1 {2}status=blocked {2}epoch=1 {2}owner=w1/);
+    assert.match(text, /^run ins-1 {2}agent=provision {2}status=blocked {2}epoch=1 {2}owner=w1/);
     assert.match(text, /decision {2}confirmed {2}create_server \{"name":"s0"\} {2}attempts=1 .*tokens=10\+5/);
     assert.match(text, /tool {6}confirmed {2}create_server {2}key=ins-1:0 .*remote=created {2}result="i-1"/);
     assert.match(text, /tool {6}flagged .*key=ins-1:1/);
@@ -94,7 +124,7 @@ Deno.test("inspect shows each step's decision, tool call, tokens and what is lef
 
 Deno.test("resolve --result confirms a flagged call as resolved, records who, and unblocks the run", async () => {
   await withStore(async (ctx) => {
-    await blockedRun(ctx.store, "res-1");
+    await blockedRun(ctx.client.store, "res-1");
     await assert.rejects(
       resolve(ctx, "res-1:0", { action: "retry" }),
       (e: CommandError) => e.code === "NOT_FLAGGED",
@@ -105,7 +135,7 @@ Deno.test("resolve --result confirms a flagged call as resolved, records who, an
     assert.equal(e.result, "i-9");
     assert.equal(e.resolved_by, "alice");
     assert.equal(e.resolved_at?.getTime(), clock.now().getTime());
-    const run = await ctx.store.getRun("res-1");
+    const run = await ctx.client.store.getRun("res-1");
     assert.equal(run?.status, "pending");
     assert.equal(run?.heartbeat_at, null, "a supervisor takes it at its next poll");
     await assert.rejects(
@@ -117,8 +147,8 @@ Deno.test("resolve --result confirms a flagged call as resolved, records who, an
 
 Deno.test("resolve --retry puts the call back at intent and --fail marks it failed", async () => {
   await withStore(async (ctx) => {
-    await blockedRun(ctx.store, "res-2");
-    await blockedRun(ctx.store, "res-3");
+    await blockedRun(ctx.client.store, "res-2");
+    await blockedRun(ctx.client.store, "res-3");
     const retried = await resolve(ctx, "res-2:1", { action: "retry" });
     assert.equal(retried.status, "intent");
     assert.equal(retried.error, null);
@@ -126,8 +156,8 @@ Deno.test("resolve --retry puts the call back at intent and --fail marks it fail
     const failed = await resolve(ctx, "res-3:1", { action: "fail", reason: "checked: never created" });
     assert.equal(failed.status, "failed");
     assert.match(failed.error ?? "", /marked failed by alice: checked: never created/);
-    assert.equal((await ctx.store.getRun("res-2"))?.status, "pending");
-    assert.equal((await ctx.store.getRun("res-3"))?.status, "pending");
+    assert.equal((await ctx.client.store.getRun("res-2"))?.status, "pending");
+    assert.equal((await ctx.client.store.getRun("res-3"))?.status, "pending");
     await assert.rejects(
       resolve(ctx, "res-9:0", { action: "retry" }),
       (e: CommandError) => e.code === "CALL_NOT_FOUND",
@@ -137,36 +167,36 @@ Deno.test("resolve --retry puts the call back at intent and --fail marks it fail
 
 Deno.test("cancel closes a run; its worker's next fenced write is refused as closed", async () => {
   await withStore(async (ctx, out) => {
-    await ctx.store.createRun("can-1", "goal", clock.now());
-    const epoch = (await ctx.store.claim("can-1", 0, "w1", clock.now()))!;
+    await ctx.client.store.createRun({ runId: "can-1", agent: "provision", goal: "goal" }, clock.now());
+    const epoch = (await ctx.client.store.claim("can-1", 0, "w1", clock.now()))!;
     await cancel(ctx, "can-1");
     assert.match(out[0], /^cancelled {2}run=can-1/);
-    const run = await ctx.store.getRun("can-1");
+    const run = await ctx.client.store.getRun("can-1");
     assert.equal(run?.status, "cancelled");
     assert.equal(run?.error, "cancelled by alice");
     await assert.rejects(
-      ctx.store.journalIntent({ runId: "can-1", epoch }, 0, clock.now()),
+      ctx.client.store.journalIntent({ runId: "can-1", epoch }, 0, clock.now()),
       (e: FencedError) => e.code === "RUN_CLOSED",
     );
-    assert.equal(await ctx.store.heartbeat({ runId: "can-1", epoch }, clock.now()), false);
+    assert.equal(await ctx.client.store.heartbeat({ runId: "can-1", epoch }, clock.now()), false);
     await assert.rejects(cancel(ctx, "can-1"), (e: CommandError) => e.code === "RUN_CLOSED");
   });
 });
 
 Deno.test("reopen puts a cancelled or failed run back to pending with a fresh epoch to claim, and nothing else", async () => {
   await withStore(async (ctx, out) => {
-    await ctx.store.createRun("reo-1", "goal", clock.now());
-    const epoch = (await ctx.store.claim("reo-1", 0, "w1", clock.now()))!;
+    await ctx.client.store.createRun({ runId: "reo-1", agent: "provision", goal: "goal" }, clock.now());
+    const epoch = (await ctx.client.store.claim("reo-1", 0, "w1", clock.now()))!;
     await cancel(ctx, "reo-1");
     await reopen(ctx, "reo-1");
     assert.match(out.at(-1)!, /^reopened {2}run=reo-1 {2}status=pending {2}epoch=1 {2}by=alice$/);
-    const run = await ctx.store.getRun("reo-1");
+    const run = await ctx.client.store.getRun("reo-1");
     assert.equal(run?.status, "pending");
     assert.equal(run?.error, null);
     assert.equal(run?.heartbeat_at, null);
     // The old worker stays fenced out: its epoch is claimable only through a new claim.
-    assert.equal(await ctx.store.heartbeat({ runId: "reo-1", epoch }, clock.now()), false);
-    assert.equal(await ctx.store.claim("reo-1", epoch, "w2", clock.now()), epoch + 1);
+    assert.equal(await ctx.client.store.heartbeat({ runId: "reo-1", epoch }, clock.now()), false);
+    assert.equal(await ctx.client.store.claim("reo-1", epoch, "w2", clock.now()), epoch + 1);
     await assert.rejects(reopen(ctx, "reo-1"), (e: CommandError) => e.code === "NOT_REOPENABLE");
     await assert.rejects(reopen(ctx, "nope"), (e: CommandError) => e.code === "RUN_NOT_FOUND");
   });
@@ -186,7 +216,7 @@ Deno.test("the commands refuse to open the embedded database while another handl
   }
   const out: string[] = [];
   assert.equal(await main(["runs"], { DATA_DIR: dir }, (l) => out.push(l)), 0);
-  assert.match(out[0], /^RUN\s+STATUS/);
+  assert.match(out[0], /^RUN\s+AGENT\s+STATUS/);
   assert.equal(
     await main(["resolve", "x:0"], { DATA_DIR: dir }, () => {}),
     2,

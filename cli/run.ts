@@ -96,6 +96,7 @@ export async function main(
   if (settings.exitOnStdinEof) watchStdin(log);
   const ctx = { env: processEnv(env, settings), dataDir: settings.dataDir, embedded: true };
   let prepared;
+  let modelDescribe = "";
   let request;
   try {
     const { agents } = await loadAgents(settings.agentModule, preloaded);
@@ -108,7 +109,7 @@ export async function main(
     const agent = agents[0];
     const { goal, input } = checkInput(agent, inputFrom(settings, agent.input !== undefined));
     request = { runId: settings.runId, goal, input };
-    ({ prepared } = await prepareAgents([agent], ctx));
+    ({ prepared, modelDescribe } = await prepareAgents([agent], ctx));
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");
     if (err instanceof RuntimeError) {
@@ -122,7 +123,7 @@ export async function main(
     const agent = prepared[0];
     log.info("backends", {
       store: store.describe,
-      model: agent.planner.describe,
+      model: modelDescribe || agent.planner.describe,
       agent: agent.agent.name,
     });
     log.info("registry", { tools: agent.tools.names.join(",") });

@@ -20,7 +20,7 @@ Deno.test("loadSettings() gives the documented defaults for an empty environment
   assert.equal(s.runId, "run1");
   assert.equal(s.databaseUrl, undefined);
   assert.equal(s.dataDir, ".data");
-  assert.equal(s.maxSteps, 12);
+  assert.equal(s.maxSteps, undefined, "the agent's own maxSteps applies");
   assert.equal(s.worker, "box:42");
   assert.equal(s.heartbeatMs, 3_000);
   assert.equal(s.leaseMs, 12_000);
@@ -105,7 +105,7 @@ Deno.test("a heartbeat as long as the lease is refused", () => {
 });
 
 Deno.test("an unknown flag or a stray argument is refused", () => {
-  assert.match(problems({}, ["--runid", "x"])[0], /Known flags: --run-id/);
+  assert.match(problems({}, ["--runid", "x"])[0], /Known flags: --agent, --run-id/);
   assert.match(problems({}, ["demo"])[0], /Unexpected argument "demo"/);
 });
 

@@ -1,3 +1,4 @@
+import { DEFAULT_INSTRUCTIONS } from "./agent.ts";
 import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../examples/provision/tools.ts";
@@ -34,6 +35,8 @@ async function deps(store: Store, lines: string[]): Promise<{ deps: WorkerDeps; 
   return {
     cloud,
     deps: {
+      agent: "provision",
+      instructions: DEFAULT_INSTRUCTIONS,
       store,
       planner: new OpenAIPlanner({ url: "http://mock.in-process/v1", model: "m", fetch: model.handler }),
       tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud.in-process", fetch: cloud.handler })),

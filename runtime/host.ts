@@ -66,6 +66,7 @@ export class WorkerHost {
   #wake = new AbortController();
   #loops: Promise<void>[] = [];
   #killed?: unknown;
+  #stopped?: Promise<void>;
 
   /** Validates the options and builds each agent's dependencies. */
   constructor(opts: WorkerHostOptions) {
@@ -141,8 +142,13 @@ export class WorkerHost {
    * Stops taking runs, stops every run it holds at its next step (their
    * leases cleared, so another worker takes them at once), and waits.
    */
-  async stop(reason = "stopping"): Promise<void> {
-    if (!this.stopping) {
+  stop(reason = "stopping"): Promise<void> {
+    this.#stopped ??= this.#shutdown(reason);
+    return this.#stopped;
+  }
+
+  async #shutdown(reason: string): Promise<void> {
+    {
       this.#log.info("worker-stopping", { owner: this.#owner, runs: this.#held.size, reason });
       this.#stop.abort();
       for (const h of this.#held.values()) {

@@ -1,3 +1,4 @@
+import { DEFAULT_INSTRUCTIONS } from "./agent.ts";
 import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../examples/provision/tools.ts";
@@ -23,6 +24,8 @@ async function setup() {
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });
   const deps: WorkerDeps = {
+    agent: "provision",
+    instructions: DEFAULT_INSTRUCTIONS,
     store,
     planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
     tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),

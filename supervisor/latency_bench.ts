@@ -77,7 +77,7 @@ async function main(): Promise<void> {
     console.log(`settings: lease=${timing.LEASE_S}s poll=${timing.POLL_S}s heartbeat=${timing.HEARTBEAT_S}s`);
     for (let i = 0; i < trials; i++) {
       const runId = `parent-${i}`;
-      await pg.store.createRun(runId, "bench", new Date());
+      await pg.store.createRun({ runId: runId, agent: "provision", goal: "bench" }, new Date());
       // The supervisor picks it up at its next poll.
       await waitClaim(sup, runId, 1, 60_000);
       const pid = Number(

@@ -82,7 +82,10 @@ export class Supervisor {
   readonly #o: Required<SupervisorOptions>;
   readonly #slots: Slot[] = [];
   readonly #stop = new AbortController();
-  readonly #exits = new Set<Promise<void>>();
+  // Exit handlers running now (added when a worker exits, not when it starts).
+  readonly #handlers = new Set<Promise<void>>();
+  // Workers' exits still awaited, and delayed restarts: waited for by drain only.
+  readonly #pending = new Set<Promise<unknown>>();
 
   /** Validates the options. */
   constructor(opts: SupervisorOptions) {
@@ -187,7 +190,7 @@ export class Supervisor {
   /** Resolves once every worker exit seen so far has been handled (logged, runs released, restarted). */
   async settled(): Promise<void> {
     // Bounded: each handler restarts at most one worker, whose exit is handled only once it exits.
-    for (let i = 0; i < 100 && this.#exits.size > 0; i++) await Promise.all(this.#exits);
+    for (let i = 0; i < 100 && this.#handlers.size > 0; i++) await Promise.all(this.#handlers);
   }
 
   /** Stops restarting, sends SIGTERM to every worker and waits for them (SIGKILL after the grace period). */
@@ -217,6 +220,8 @@ export class Supervisor {
     await Promise.all(live.map((h) => h.exited.catch(() => -1)));
     grace.abort();
     await timer;
+    // Bounded: after stop nothing starts again, so the pending set only shrinks.
+    for (let i = 0; i < 100 && this.#pending.size > 0; i++) await Promise.all(this.#pending);
     await this.settled();
   }
 
@@ -236,12 +241,10 @@ export class Supervisor {
     }
     slot.handle = handle;
     this.#o.log.info("worker-started", { worker: slot.workerName, pid: handle.pid });
-    const exit = handle.exited.then(
-      (code) => this.#exited(slot, handle, code),
-      (err) => this.#exited(slot, handle, -1, err),
-    );
-    this.#exits.add(exit);
-    void exit.finally(() => this.#exits.delete(exit));
+    this.#hold(handle.exited.then(
+      (code) => this.#track(this.#exited(slot, handle, code)),
+      (err) => this.#track(this.#exited(slot, handle, -1, err)),
+    ));
   }
 
   async #exited(slot: Slot, handle: WorkerHandle, code: number, err?: unknown): Promise<void> {
@@ -291,6 +294,17 @@ export class Supervisor {
     this.#resuming(slot, released);
   }
 
+  #track(handler: Promise<void>): Promise<void> {
+    this.#handlers.add(handler);
+    void handler.finally(() => this.#handlers.delete(handler));
+    return handler;
+  }
+
+  #hold(p: Promise<unknown>): void {
+    this.#pending.add(p);
+    void p.finally(() => this.#pending.delete(p));
+  }
+
   /** Logs each released run as resuming under the slot's new worker (which takes it at its first poll). */
   #resuming(slot: Slot, released: string[]): void {
     const pid = (slot.handle as WorkerHandle | undefined)?.pid;
@@ -303,7 +317,6 @@ export class Supervisor {
       this.#spawn(slot);
       this.#resuming(slot, released);
     }, () => {});
-    this.#exits.add(wait);
-    void wait.finally(() => this.#exits.delete(wait));
+    this.#hold(wait);
   }
 }

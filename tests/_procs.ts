@@ -13,6 +13,10 @@ const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);
 // tests: a developer's DATABASE_URL must not turn an embedded test into a
 // PostgreSQL one. An empty value counts as unset.
 const SCRUBBED = [
+  "AGENT",
+  "INPUT",
+  "WORKERS",
+  "RUNS_PER_WORKER",
   "DATABASE_URL",
   "MODEL_URL",
   "MODEL_API_KEY",
@@ -36,10 +40,23 @@ export class Proc {
   /** Resolves with the exit code. */
   readonly status: Promise<number>;
 
-  /** Starts `deno run -A <script>` with `env` added to this process's environment. */
-  constructor(script: string, env: Record<string, string>, opts: { stdin?: "piped" | "null" } = {}) {
+  /** Starts `deno run -A <script> [args]` with `env` added to this process's environment. */
+  constructor(
+    script: string,
+    env: Record<string, string>,
+    opts: { stdin?: "piped" | "null"; args?: string[]; cwd?: string } = {},
+  ) {
     this.#child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", "--config", path("deno.json"), path(script)],
+      args: [
+        "run",
+        "-A",
+        "--unstable-no-legacy-abort",
+        "--config",
+        path("deno.json"),
+        path(script),
+        ...(opts.args ?? []),
+      ],
+      cwd: opts.cwd,
       env: { ...Object.fromEntries(SCRUBBED.map((name) => [name, ""])), ...env },
       stdin: opts.stdin ?? "null",
       stdout: "piped",
@@ -114,23 +131,21 @@ export function parseLine(line: string): Record<string, string> | undefined {
 }
 
 /** Starts a supervisor with short test settings (override any in `env`). */
-export function startSupervisor(
-  env: { DATABASE_URL: string; MODEL_URL: string; CLOUD_URL: string } & Record<string, string>,
-): Proc {
-  return new Proc("supervisor/main.ts", {
+export function startSupervisor(env: { DATABASE_URL: string } & Record<string, string>): Proc {
+  return new Proc("cli/main.ts", {
     POLL_S: "0.2",
     LEASE_S: "1",
     HEARTBEAT_S: "0.2",
-    MAX_WORKERS: "4",
+    WORKERS: "2",
     ...env,
-  });
+  }, { args: ["supervise"] });
 }
 
 /** Runs one worker with `env` to its end (or its kill); resolves with its exit code and output lines. */
 export async function runWorkerToEnd(
   env: Record<string, string>,
 ): Promise<{ code: number; lines: string[] }> {
-  const proc = new Proc("runtime/main.ts", env);
+  const proc = new Proc("cli/main.ts", env, { args: ["run"] });
   const code = await proc.status;
   return { code, lines: proc.lines };
 }
@@ -141,7 +156,7 @@ export function startWorker(
     & { DATABASE_URL: string; MODEL_URL: string; CLOUD_URL: string; RUN_ID: string }
     & Record<string, string>,
 ): Proc {
-  return new Proc("runtime/main.ts", { HEARTBEAT_S: "0.2", LEASE_S: "1", ...env });
+  return new Proc("cli/main.ts", { HEARTBEAT_S: "0.2", LEASE_S: "1", ...env }, { args: ["run"] });
 }
 
 /** True while a process with this pid exists (Linux: `/proc/<pid>`), and it is not a zombie. */

@@ -7,6 +7,7 @@
  * @module
  */
 
+import { DEFAULT_INSTRUCTIONS } from "../runtime/agent.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { DEFAULT_RETRY, type RetryPolicy, type WorkerDeps } from "../runtime/context.ts";
 import { CrashPoints } from "../runtime/crashpoints.ts";
@@ -69,6 +70,8 @@ export function testWorker(store: Store, opts: TestWorkerOptions): TestWorker {
     }),
   );
   const deps: WorkerDeps = {
+    agent: "provision",
+    instructions: DEFAULT_INSTRUCTIONS,
     store,
     planner: new OpenAIPlanner({ url: opts.modelUrl, model: "mock-planner", apiKey: opts.apiKey }),
     tools: new ToolRegistry(tools),

@@ -75,7 +75,7 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
         assertDone(first, "run1");
         assert.match(
           events(first, "backends")[0] ?? "",
-          /store=pglite:\S+ {2}model=in-process-mock {2}cloud=in-process-mock/,
+          /store=pglite:\S+ {2}model=in-process-mock {2}agent=provision/,
         );
         const again = await runWorkerToEnd(env);
         assert.equal(again.code, 0);

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
-import { DEFAULT_GOAL } from "../runtime/config.ts";
+import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { runWorker } from "../runtime/loop.ts";
 import { pgTest } from "./_pg.ts";
 import { testWorker } from "./_worker.ts";

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import type { ModelFaultMode } from "../mock/model.ts";
 import { serveMocks } from "../mock/server.ts";
-import { DEFAULT_GOAL } from "../runtime/config.ts";
+import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { runWorker } from "../runtime/loop.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";

@@ -1,6 +1,6 @@
 /**
  * Bad settings and secrets, through the real entry point: `deno run
- * runtime/main.ts` as a subprocess, its exit code and its whole output.
+ * cli/main.ts run` as a subprocess, its exit code and its whole output.
  */
 
 import assert from "node:assert/strict";
@@ -11,7 +11,7 @@ import { CRASH_POINTS } from "../runtime/crashpoints.ts";
 import { freshSchema, pgIgnore, TEST_DATABASE_URL } from "./_pg.ts";
 import { closedPort } from "./_worker.ts";
 
-const MAIN = new URL("../runtime/main.ts", import.meta.url).pathname;
+const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
 const ROOT = new URL("..", import.meta.url).pathname;
 
 /** Runs the worker with only `env` (plus what Deno needs) and returns its exit code and output. */
@@ -22,7 +22,7 @@ async function runMain(env: Record<string, string>): Promise<{ code: number; out
     if (value !== undefined) base[name] = value;
   }
   const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN],
+    args: ["run", "-A", MAIN, "run"],
     cwd: ROOT,
     clearEnv: true,
     env: { ...base, ...env },

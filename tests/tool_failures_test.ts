@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
-import { DEFAULT_GOAL } from "../runtime/config.ts";
+import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { CrashPoints } from "../runtime/crashpoints.ts";
 import { SimulatedKill } from "../runtime/errors.ts";
 import { runWorker } from "../runtime/loop.ts";

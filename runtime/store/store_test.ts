@@ -10,8 +10,11 @@ const at = (s: number) => new Date(T0.getTime() + s * 1000);
 /** The same cases on both drivers: the SQL text is shared, so must be the behaviour. */
 async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   await t.step("createRun() creates once and reports an existing run", async () => {
-    assert.equal(await store.createRun("r-create", "goal", T0), true);
-    assert.equal(await store.createRun("r-create", "other goal", T0), false);
+    assert.equal(await store.createRun({ runId: "r-create", agent: "provision", goal: "goal" }, T0), true);
+    assert.equal(
+      await store.createRun({ runId: "r-create", agent: "provision", goal: "other goal" }, T0),
+      false,
+    );
     const run = await store.getRun("r-create");
     assert.equal(run?.status, "pending");
     assert.equal(run?.epoch, 0);
@@ -19,15 +22,21 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   });
 
   await t.step("createOrGetRun() creates a missing run and returns an existing one untouched", async () => {
-    const created = await store.createOrGetRun("r-cog", "first goal", T0);
+    const created = await store.createOrGetRun(
+      { runId: "r-cog", agent: "provision", goal: "first goal" },
+      T0,
+    );
     assert.deepEqual([created.status, created.epoch, created.goal], ["pending", 0, "first goal"]);
     await store.claim("r-cog", 0, "w", at(1));
-    const existing = await store.createOrGetRun("r-cog", "another goal", at(2));
+    const existing = await store.createOrGetRun(
+      { runId: "r-cog", agent: "provision", goal: "another goal" },
+      at(2),
+    );
     assert.deepEqual([existing.status, existing.epoch, existing.goal], ["running", 1, "first goal"]);
   });
 
   await t.step("claim() is a compare-and-swap: exactly one of two claimers on one epoch wins", async () => {
-    await store.createRun("r-claim", "goal", T0);
+    await store.createRun({ runId: "r-claim", agent: "provision", goal: "goal" }, T0);
     const [a, b] = await Promise.all([
       store.claim("r-claim", 0, "a", T0),
       store.claim("r-claim", 0, "b", T0),
@@ -37,7 +46,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   });
 
   await t.step("one step is four commits and reads back exactly as written", async () => {
-    await store.createRun("r-step", "goal", T0);
+    await store.createRun({ runId: "r-step", agent: "provision", goal: "goal" }, T0);
     const epoch = (await store.claim("r-step", 0, "w", T0))!;
     const f: Fence = { runId: "r-step", epoch };
     assert.equal(await store.journalIntent(f, 0, at(1)), 1);
@@ -63,7 +72,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   await t.step(
     "an intent written again counts one more attempt; a confirmed row is never reopened",
     async () => {
-      await store.createRun("r-again", "goal", T0);
+      await store.createRun({ runId: "r-again", agent: "provision", goal: "goal" }, T0);
       const f: Fence = { runId: "r-again", epoch: (await store.claim("r-again", 0, "w", T0))! };
       assert.equal(await store.journalIntent(f, 0, T0), 1);
       assert.equal(await store.journalIntent(f, 0, T0), 2);
@@ -84,7 +93,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   );
 
   await t.step("every guarded write from a stale epoch is refused as FENCED and writes nothing", async () => {
-    await store.createRun("r-fence", "goal", T0);
+    await store.createRun({ runId: "r-fence", agent: "provision", goal: "goal" }, T0);
     const old: Fence = { runId: "r-fence", epoch: (await store.claim("r-fence", 0, "old", T0))! };
     await store.journalIntent(old, 0, T0);
     await store.effectIntent(old, { key: "r-fence:0", seq: 0, tool: "t", args: {} }, T0);
@@ -110,7 +119,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   });
 
   await t.step("a closed run refuses writes as RUN_CLOSED", async () => {
-    await store.createRun("r-closed", "goal", T0);
+    await store.createRun({ runId: "r-closed", agent: "provision", goal: "goal" }, T0);
     const f: Fence = { runId: "r-closed", epoch: (await store.claim("r-closed", 0, "w", T0))! };
     await store.finishRun(f, "done", null, T0);
     await assert.rejects(store.journalIntent(f, 0, T0), (e: FencedError) => e.code === "RUN_CLOSED");
@@ -118,7 +127,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   });
 
   await t.step("rejections accumulate on an intent row", async () => {
-    await store.createRun("r-reject", "goal", T0);
+    await store.createRun({ runId: "r-reject", agent: "provision", goal: "goal" }, T0);
     const f: Fence = { runId: "r-reject", epoch: (await store.claim("r-reject", 0, "w", T0))! };
     await store.journalIntent(f, 0, T0);
     await store.journalReject(f, 0, { code: "A", message: "first" });
@@ -131,7 +140,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   });
 
   await t.step("heartbeat() refreshes the lease under the current epoch", async () => {
-    await store.createRun("r-hb", "goal", T0);
+    await store.createRun({ runId: "r-hb", agent: "provision", goal: "goal" }, T0);
     const f: Fence = { runId: "r-hb", epoch: (await store.claim("r-hb", 0, "w", T0))! };
     assert.equal(await store.heartbeat(f, at(7)), true);
     const run = await store.getRun("r-hb");
