@@ -40,26 +40,32 @@ Deno.exit(await main(Deno.args, Deno.env.toObject(), ${preloaded}));
 `;
 }
 
-if (import.meta.main) {
+/** Writes the entry (and, unless `entryOnly`, runs `deno compile`); returns the exit code. */
+export async function compile(args: string[]): Promise<number> {
   const { values } = parseArgs({
-    args: Deno.args,
+    args,
     options: {
       agent: { type: "string" },
       output: { type: "string", default: "dist/agent-runtime" },
       "entry-only": { type: "boolean" },
+      entry: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
   if (values.help) {
-    console.log("usage: deno task compile [--agent PATH] [--output FILE] [--entry-only]");
-    Deno.exit(0);
+    console.log(`usage: deno task compile [--agent PATH] [--output FILE] [--entry-only] [--entry FILE]
+  --agent PATH    the agent module the binary carries (default: the demo only)
+  --output FILE   the binary (default dist/agent-runtime)
+  --entry FILE    where to write the generated entry (default dist/entry.ts)
+  --entry-only    write the entry and stop (deno run -A <entry> COMMAND runs what the binary would)`);
+    return 0;
   }
-  const entry = resolve(ROOT, "dist", "entry.ts");
+  const entry = resolve(values.entry ?? resolve(ROOT, "dist", "entry.ts"));
   await Deno.mkdir(dirname(entry), { recursive: true });
   await Deno.writeTextFile(entry, entrySource(values.agent ? agentSpecifier(values.agent) : undefined));
   console.log(`entry ${relative(Deno.cwd(), entry)}`);
-  if (values["entry-only"]) Deno.exit(0);
-  const args = [
+  if (values["entry-only"]) return 0;
+  const cmd = [
     "compile",
     "-A",
     "--unstable-no-legacy-abort",
@@ -68,9 +74,11 @@ if (import.meta.main) {
     "--output",
     values.output!,
   ];
-  if (values.agent) args.push("--include", fileURLToPath(agentSpecifier(values.agent)));
-  args.push(entry);
-  const status = await new Deno.Command(Deno.execPath(), { args, stdout: "inherit", stderr: "inherit" })
+  if (values.agent) cmd.push("--include", fileURLToPath(agentSpecifier(values.agent)));
+  cmd.push(entry);
+  const status = await new Deno.Command(Deno.execPath(), { args: cmd, stdout: "inherit", stderr: "inherit" })
     .spawn().status;
-  Deno.exit(status.code);
+  return status.code;
 }
+
+if (import.meta.main) Deno.exit(await compile(Deno.args));

@@ -1,0 +1,101 @@
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { defineAgent } from "./agent.ts";
+import { type Client, ClientError, connect } from "./client.ts";
+import { RuntimeError } from "./errors.ts";
+import type { Planner } from "./planner.ts";
+import { defineTool } from "./tools.ts";
+
+const effects: string[] = [];
+const model: Planner = {
+  describe: "script",
+  decide: (req) =>
+    Promise.resolve(
+      req.seq === 0
+        ? { kind: "tool", tool: "order", args: { sku: "tea", qty: 2 } }
+        : { kind: "done", message: `ordered for ${req.runId}` },
+    ),
+};
+const order = defineTool({
+  name: "order",
+  description: "Orders an item.",
+  args: z.strictObject({ sku: z.string(), qty: z.number().int().min(1) }),
+  run: (args, ctx) => {
+    effects.push(`${ctx.idempotencyKey} ${args.sku}x${args.qty}`);
+    return Promise.resolve({ result: { order: ctx.idempotencyKey } });
+  },
+});
+/** An agent with JSON input checked by a zod schema. */
+const shop = defineAgent({
+  name: "shop",
+  instructions: "Order what the input lists.",
+  tools: [order],
+  model,
+  input: z.strictObject({ customer: z.string(), items: z.array(z.string()).min(1) }),
+});
+
+const client: Client = await connect({ memory: true });
+
+Deno.test("start() checks the input against the agent, and wait() returns the final answer", async () => {
+  await assert.rejects(
+    client.start(shop, { runId: "bad-input", input: { customer: "ada" } }),
+    (e: RuntimeError) => e.code === "INPUT_INVALID" && /items/.test(e.message),
+  );
+  assert.equal(await client.get("bad-input"), undefined, "nothing is stored for refused input");
+  const run = await client.start(shop, { runId: "shop-1", input: { customer: "ada", items: ["tea"] } });
+  assert.equal(run.status, "pending");
+  assert.deepEqual(run.input, { customer: "ada", items: ["tea"] });
+  await assert.rejects(
+    client.start(shop, { runId: "shop-1", input: { customer: "bob", items: ["x"] } }),
+    (e: ClientError) => e.code === "RUN_EXISTS",
+  );
+  await assert.rejects(
+    client.wait("shop-1", { timeoutMs: 50, pollMs: 10 }),
+    (e: ClientError) => e.code === "WAIT_TIMEOUT" && /still pending/.test(e.message),
+  );
+  const worker = await client.startWorker([shop], { pollMs: 20 });
+  try {
+    const done = await client.wait("shop-1", { timeoutMs: 30_000, pollMs: 20 });
+    assert.equal(done.status, "done");
+    assert.equal(done.output, "ordered for shop-1");
+    assert.deepEqual(effects, ["shop-1:0 teax2"]);
+    const record = await client.inspect("shop-1");
+    assert.equal(record.journal.length, 2);
+    assert.equal(record.effects[0].status, "confirmed");
+    // The goal the model saw is the input as JSON text.
+    assert.equal(record.run.goal, JSON.stringify({ customer: "ada", items: ["tea"] }));
+  } finally {
+    await worker.stop();
+  }
+});
+
+Deno.test("list() pages newest first and filters; cancel() and reopen() report what they refuse", async () => {
+  for (let i = 0; i < 3; i++) {
+    await client.start(shop, { runId: `list-${i}`, input: { customer: "c", items: ["a"] } });
+  }
+  const page = await client.list({ search: "list-", limit: 2 });
+  assert.equal(page.total, 3);
+  assert.deepEqual(page.runs.map((r) => r.run_id), ["list-2", "list-1"]);
+  const cancelled = await client.cancel("list-0", { by: "ops", reason: "duplicate" });
+  assert.equal(cancelled.status, "cancelled");
+  assert.equal(cancelled.error, "cancelled by ops: duplicate");
+  await assert.rejects(client.cancel("list-0"), (e: ClientError) => e.code === "RUN_CLOSED");
+  assert.equal((await client.reopen("list-0")).status, "pending");
+  await assert.rejects(client.reopen("list-1"), (e: ClientError) => e.code === "NOT_REOPENABLE");
+  await assert.rejects(client.inspect("nope"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
+  await assert.rejects(client.wait("nope"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
+  await assert.rejects(
+    client.start(shop, { runId: "no spaces", input: { customer: "c", items: ["a"] } }),
+    (e: ClientError) => e.code === "BAD_RUN_ID",
+  );
+});
+
+Deno.test("defineAgent() refuses a bad name, bad limits and duplicate tool names up front", () => {
+  assert.throws(() => defineAgent({ name: "has space", tools: [] }), /a name is 1-64 letters/);
+  assert.throws(() => defineAgent({ name: "a", tools: [], maxSteps: 0 }), /'maxSteps' must be an integer/);
+  assert.throws(() => defineAgent({ name: "a", tools: [order, order] }), /Two tools are named order/);
+});
+
+Deno.test.afterAll(async () => {
+  await client.close();
+});
