@@ -218,7 +218,7 @@ export async function driveRun(
       const decision = await decide(deps, state, seq);
       if ("done" in decision) {
         await store.finishRun(state.fence, "done", null, clock.now(), decision.message);
-        log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls });
+        log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls, output: decision.message });
         return { ...outcome("done", seq), runStatus: "done", output: decision.message };
       }
       await act(deps, state, seq, decision);

@@ -25,7 +25,9 @@ function assertDone(r: Ended, run: string): void {
   assert.equal(r.code, 0, r.lines.join("\n"));
   assert.match(
     r.lines.filter((l) => l.trim() !== "").at(-1) ?? "",
-    new RegExp(`INFO  done  run=${run}  steps=3  llm_calls=4$`),
+    new RegExp(
+      `INFO  done  run=${run}  steps=3  llm_calls=4  output="Provisioned a server, a database and a DNS record."$`,
+    ),
   );
 }
 
