@@ -34,6 +34,11 @@ alter table runs add column if not exists agent text not null default 'provision
 alter table runs alter column agent drop default;
 alter table runs add column if not exists input jsonb;
 alter table runs add column if not exists output text;
+-- Claims in a row that found no new confirmed row since the claim before:
+-- a run whose workers keep dying without progress is stopped at a bound.
+alter table runs add column if not exists stuck_claims integer not null default 0;
+-- Confirmed decisions plus settled tool calls, as counted at the last claim.
+alter table runs add column if not exists progress_mark integer not null default 0;
 
 create index if not exists runs_status_heartbeat on runs (status, heartbeat_at);
 create index if not exists runs_owner on runs (owner) where status = 'running';

@@ -17,17 +17,31 @@
  *   database's committed transactions (`pg_stat_database.xact_commit`; every
  *   runtime statement is its own transaction) over the run, less the
  *   statements this benchmark issued itself. The counter is database-wide, so
- *   other clients of the same database during the run are counted too.
+ *   other clients of the same database during the run would be counted too:
+ *   the runtime's connections carry an `application_name`, and figures are
+ *   marked when other connections were active;
+ * - for context, the CPU used from spawn to drain: the machine's busy share,
+ *   and seconds used by the tree, by this process (the mocks), by a local
+ *   PostgreSQL and by the rest.
  *
  * Two shapes: many runs per worker process (`--workers 4 --runs-per-worker
- * 250`, 1,000 runs), judged against the goal (at most 2 GiB for the tree and
- * at most 3x the ideal), and today's one-process-per-run shape for comparison
- * (`RUNS_PER_WORKER=1`, up to 100 worker processes). Each shape gets a schema
- * of its own, dropped afterwards, and fresh mocks; at the end every run must
- * be done and the cloud must hold exactly 3 resources per run, one per key.
+ * 250`, 1,000 runs), judged against the goal (1,000 runs in flight at once,
+ * at most 2 GiB for the tree, at most 3x the ideal), and today's
+ * one-process-per-run shape for comparison (`RUNS_PER_WORKER=1`, one worker
+ * process per run up to 100). The baseline defaults to 40 runs, not more: a
+ * worker holds a pool of up to 2 connections even for one run, so 100
+ * workers need some 200 connections, past PostgreSQL's default
+ * `max_connections` of 100 (workers then fail with "too many clients" and the
+ * figures measure that instead); 40 workers fit beside the supervisor, this
+ * benchmark and a test suite on the same server. The benchmark warns when a
+ * shape needs more connections than the server has free.
+ *
+ * Each shape gets a schema of its own, dropped afterwards, and fresh mocks;
+ * at the end every run must be done and the cloud must hold exactly 3
+ * resources per run, one per idempotency key.
  *
  * ```sh
- * deno task bench:scale                                  # 1,000 runs, then the 200-run baseline
+ * deno task bench:scale                                  # 1,000 runs, then the 40-run baseline
  * deno task bench:scale --runs 50 --baseline-runs 20     # a quick look
  * deno task bench:scale --skip-baseline --database-url postgres://postgres@127.0.0.1:5432/test
  * ```
@@ -54,7 +68,7 @@ usage: deno task bench:scale [--flag value ...]
   --runs-per-worker N    runs each of its workers holds at once (default 250)
   --model-ms MS          latency of every model call (default 500)
   --cloud-ms MS          latency of every cloud call (default 100)
-  --baseline-runs N      runs of the one-process-per-run shape (default 200; workers = min(N, 100))
+  --baseline-runs N      runs of the one-process-per-run shape (default 40; workers = min(N, 100))
   --skip-baseline        measure the many-runs shape only
   --database-url URL     PostgreSQL server (default DATABASE_URL, TEST_DATABASE_URL or
                          postgres://postgres@127.0.0.1:5432/test); each shape uses a schema of its own`;
@@ -67,10 +81,14 @@ const SAMPLE_MS = 200;
 const DRAIN_TIMEOUT_MS = 10 * 60_000;
 const STOP_TIMEOUT_MS = 60_000;
 const MAX_BASELINE_WORKERS = 100;
+const SUPERVISOR_CONNECTIONS = 2; // openPostgres's default pool
+const BENCH_CONNECTIONS = 5; // the sandbox's pool of 4 and one to read the counters
 const MODEL_CALLS_PER_RUN = 4; // three tool decisions and the final answer
 const TOOL_CALLS_PER_RUN = 3; // server, database, DNS record
 const GOAL_BYTES = 2 * 1024 ** 3;
 const GOAL_RATIO = 3;
+/** Above this share of the busy CPU time used by other processes, the timings are flagged. */
+const OTHER_LOAD_SHARE = 0.2;
 
 /** Settings the supervisor and workers read; never inherited from the shell running the benchmark. */
 const SCRUBBED = [
@@ -114,6 +132,9 @@ interface ShapeResult {
   drainS?: number;
   /** Spawn to the first step's model request, seconds. */
   firstStepS?: number;
+  /** A done run's time from its first step to its end, seconds: median and longest. */
+  runP50S?: number;
+  runMaxS?: number;
   idealS: number;
   peakInFlight: number;
   peakRssKiB: number;
@@ -124,6 +145,14 @@ interface ShapeResult {
   rollbacks: number;
   journalRows: number;
   sideEffects: number;
+  /**
+   * CPU from the supervisor's spawn to the drain: the machine's busy share (all
+   * cores), and seconds used by the tree, by this process (the mocks), by the
+   * local PostgreSQL's processes and by everything else on the machine.
+   */
+  cpu: { busyPct: number; busyS: number; treeS: number; benchS: number; postgresS: number; otherS: number };
+  /** Other clients' connections active on the database during the run (their statements are counted too). */
+  otherClients: number;
   log: LogSummary;
 }
 
@@ -189,9 +218,60 @@ async function drainLines(stream: ReadableStream<Uint8Array>, tally: LogTally): 
   if (rest) tally.add(rest);
 }
 
-/** Resident memory of `root` and all its descendants (KiB), and how many processes that is. */
-async function treeRss(root: number): Promise<{ kib: number; processes: number }> {
+/** CPU time of one process (user + system, clock ticks) from its `/proc/<pid>/stat` fields after the name. */
+const cpuTicks = (fields: string[]) => Number(fields[11]) + Number(fields[12]); // utime, stime
+
+/** The machine's busy and total CPU time so far, in clock ticks, from `/proc/stat`. */
+async function machineCpu(): Promise<{ busy: number; total: number }> {
+  const line = (await Deno.readTextFile("/proc/stat")).split("\n")[0];
+  // cpu user nice system idle iowait irq softirq steal ...
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = line.split(/\s+/).slice(1, 9).map(Number);
+  const busy = user + nice + system + irq + softirq + steal;
+  return { busy, total: busy + idle + iowait };
+}
+
+/** CPU time of this process (the mocks and the sampling), clock ticks. */
+async function ownCpu(): Promise<number> {
+  const stat = await Deno.readTextFile(`/proc/${Deno.pid}/stat`);
+  return cpuTicks(stat.slice(stat.lastIndexOf(")") + 2).split(" "));
+}
+
+/** CPU time so far (clock ticks) of every process whose name is `comm`, by pid. */
+async function cpuOf(comm: string): Promise<Map<number, number>> {
+  const out = new Map<number, number>();
+  for await (const entry of Deno.readDir("/proc")) {
+    if (!/^\d+$/.test(entry.name)) continue;
+    try {
+      const stat = await Deno.readTextFile(`/proc/${entry.name}/stat`);
+      const close = stat.lastIndexOf(")");
+      if (stat.slice(stat.indexOf("(") + 1, close) !== comm) continue;
+      out.set(Number(entry.name), cpuTicks(stat.slice(close + 2).split(" ")));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
+/** Clock ticks per second of `/proc` CPU times. */
+async function clockTicks(): Promise<number> {
+  try {
+    const out = await new Deno.Command("getconf", { args: ["CLK_TCK"], stdout: "piped", stderr: "null" })
+      .output();
+    const n = Number(new TextDecoder().decode(out.stdout).trim());
+    return Number.isInteger(n) && n > 0 ? n : 100;
+  } catch {
+    return 100; // USER_HZ on Linux
+  }
+}
+
+/**
+ * Resident memory of `root` and all its descendants (KiB), how many processes
+ * that is, and the CPU time they have used so far (clock ticks).
+ */
+async function treeRss(root: number): Promise<{ kib: number; processes: number; cpu: number }> {
   const children = new Map<number, number[]>();
+  const cpu = new Map<number, number>();
   for await (const entry of Deno.readDir("/proc")) {
     if (!/^\d+$/.test(entry.name)) continue;
     let stat: string;
@@ -203,17 +283,21 @@ async function treeRss(root: number): Promise<{ kib: number; processes: number }
     // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     const ppid = Number(fields[1]);
+    // Its own time and that of its children it has reaped (cutime, cstime): short-lived ones count too.
+    cpu.set(Number(entry.name), cpuTicks(fields) + Number(fields[13]) + Number(fields[14]));
     const list = children.get(ppid);
     if (list) list.push(Number(entry.name));
     else children.set(ppid, [Number(entry.name)]);
   }
   let kib = 0;
   let processes = 0;
+  let ticks = 0;
   const queue = [root];
   // Bounded: every pid is visited once, as the process table is a tree.
   while (queue.length > 0) {
     const pid = queue.pop()!;
     queue.push(...(children.get(pid) ?? []));
+    ticks += cpu.get(pid) ?? 0;
     try {
       const status = await Deno.readTextFile(`/proc/${pid}/status`);
       const m = /^VmRSS:\s+(\d+) kB$/m.exec(status);
@@ -223,18 +307,56 @@ async function treeRss(root: number): Promise<{ kib: number; processes: number }
       // exited meanwhile
     }
   }
-  return { kib, processes };
+  return { kib, processes, cpu: ticks };
 }
 
-/** The database's committed and rolled-back transactions so far, read on a connection of its own. */
-async function readCommits(serverUrl: string): Promise<{ commits: number; rollbacks: number }> {
+/** A worker's pool: as cli/worker.ts sizes it. */
+const workerConnections = (runsPerWorker: number) => Math.min(8, Math.max(2, runsPerWorker));
+
+/** Warns when `shape` may need more connections than the server has free now. */
+async function checkConnections(serverUrl: string, shape: Shape): Promise<void> {
   const conn = postgres(serverUrl, { max: 1, onnotice: () => {} });
   try {
-    const [row] = await conn.unsafe<{ commits: string; rollbacks: string }[]>(
-      `select sum(xact_commit)::text as commits, sum(xact_rollback)::text as rollbacks
-         from pg_stat_database where datname = current_database()`,
+    const [row] = await conn.unsafe<{ max: number; reserved: number; used: number }[]>(
+      `select current_setting('max_connections')::int as max,
+              current_setting('superuser_reserved_connections')::int as reserved,
+              (select count(*) from pg_stat_activity where backend_type = 'client backend')::int - 1 as used`,
     );
-    return { commits: Number(row.commits), rollbacks: Number(row.rollbacks) };
+    const perWorker = workerConnections(shape.runsPerWorker);
+    const need = shape.workers * perWorker + SUPERVISOR_CONNECTIONS + BENCH_CONNECTIONS;
+    const free = row.max - row.used;
+    if (need > free) {
+      console.log(
+        `  WARNING: up to ${need} connections needed (${shape.workers} workers x ${perWorker}, the ` +
+          `supervisor and this benchmark), but the server has ${free} free (max_connections ${row.max}, ` +
+          `${row.reserved} of them for superusers, ${row.used} in use): expect "too many clients" errors`,
+      );
+    }
+  } finally {
+    await conn.end();
+  }
+}
+
+/**
+ * The database's committed and rolled-back transactions so far, read on a
+ * connection of its own, and the other client connections to the database
+ * that did something since `since`.
+ */
+async function readCommits(
+  serverUrl: string,
+  since = new Date(),
+): Promise<{ commits: number; rollbacks: number; others: number[] }> {
+  const conn = postgres(serverUrl, { max: 1, onnotice: () => {} });
+  try {
+    const [row] = await conn.unsafe<{ commits: string; rollbacks: string; others: number[] }[]>(
+      `select sum(xact_commit)::text as commits, sum(xact_rollback)::text as rollbacks,
+              (select coalesce(array_agg(pid), '{}') from pg_stat_activity
+                where datname = current_database() and backend_type = 'client backend'
+                  and pid <> pg_backend_pid() and state_change >= $1::timestamptz) as others
+         from pg_stat_database where datname = current_database()`,
+      [since.toISOString()],
+    );
+    return { commits: Number(row.commits), rollbacks: Number(row.rollbacks), others: row.others };
   } finally {
     await conn.end();
   }
@@ -260,11 +382,22 @@ async function insertRuns(sandbox: SchemaSandbox, runs: number): Promise<void> {
   );
 }
 
-function startSupervisor(shape: Shape, sandbox: SchemaSandbox, mocks: RunningMocks): Deno.ChildProcess {
+/** The sandbox's URL with an `application_name`, which tells the runtime's connections from others. */
+function taggedUrl(sandbox: SchemaSandbox, tag: string): string {
+  const u = new URL(sandbox.url);
+  u.searchParams.set("application_name", tag);
+  return u.toString();
+}
+
+function startSupervisor(
+  shape: Shape,
+  databaseUrl: string,
+  mocks: RunningMocks,
+): Deno.ChildProcess {
   const env: Record<string, string> = {
     ...Deno.env.toObject(),
     ...Object.fromEntries(SCRUBBED.map((name) => [name, ""])),
-    DATABASE_URL: sandbox.url,
+    DATABASE_URL: databaseUrl,
     MODEL_URL: mocks.modelUrl,
     CLOUD_URL: mocks.cloudUrl,
     WORKERS: String(shape.workers),
@@ -313,30 +446,49 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
     await insertRuns(sandbox, shape.runs);
     own++;
 
+    const hz = await clockTicks();
+    const machine0 = await machineCpu();
+    const own0 = await ownCpu();
+    const pg0 = await cpuOf("postgres");
     const t0 = Date.now();
-    child = startSupervisor(shape, sandbox, mocks);
+    const tag = `bench-${sandbox.schema}`;
+    child = startSupervisor(shape, taggedUrl(sandbox, tag), mocks);
     readers = Promise.all([drainLines(child.stdout, tally), drainLines(child.stderr, tally)]);
     let exitCode: number | undefined;
     const status = child.status.then((s) => exitCode = s.code);
 
+    // Client connections to the database that did something during the run: this benchmark's own
+    // pool, and others (whose statements the database-wide counter would count as the runtime's).
+    const mine = new Set<number>();
+    const others = new Set<number>();
     let peakInFlight = 0;
     let peakRssKiB = 0;
     let peakProcesses = 0;
     let drained = false;
+    let treeTicks = 0;
     // Bounded by DRAIN_TIMEOUT_MS, or the supervisor's exit.
     while (Date.now() - t0 < DRAIN_TIMEOUT_MS && exitCode === undefined) {
       const tick = Date.now();
       const [rss, [counts]] = await Promise.all([
         treeRss(child.pid),
-        sandbox.store.client.query<{ done: number; running: number }>(
+        sandbox.store.client.query<{ done: number; running: number; me: number; others: number[] }>(
           `select count(*) filter (where status = 'done')::int as done,
-                  count(*) filter (where status = 'running')::int as running
+                  count(*) filter (where status = 'running')::int as running,
+                  pg_backend_pid() as me,
+                  (select coalesce(array_agg(pid), '{}') from pg_stat_activity
+                    where datname = current_database() and backend_type = 'client backend'
+                      and application_name <> $1 and pid <> pg_backend_pid()
+                      and state_change >= $2::timestamptz) as others
              from runs`,
+          [tag, new Date(t0).toISOString()],
         ),
       ]);
       own++;
+      mine.add(counts.me);
+      for (const pid of counts.others) others.add(pid);
       if (rss.kib > peakRssKiB) peakRssKiB = rss.kib;
       if (rss.processes > peakProcesses) peakProcesses = rss.processes;
+      treeTicks = rss.cpu;
       if (counts.running > peakInFlight) peakInFlight = counts.running;
       if (counts.done === shape.runs) {
         drained = true;
@@ -344,6 +496,13 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
       }
       await sleep(Math.max(0, SAMPLE_MS - (Date.now() - tick)));
     }
+    const machine1 = await machineCpu();
+    const ownTicks = await ownCpu() - own0;
+    // PostgreSQL's processes now, less what those alive at the start had used then (a backend that
+    // came and went in between is missed).
+    const pgTicks = [...(await cpuOf("postgres")).entries()]
+      .reduce((sum, [pid, ticks]) => sum + ticks - (pg0.get(pid) ?? 0), 0);
+    const busyTicks = machine1.busy - machine0.busy;
     if (!drained) {
       problems.push(
         exitCode === undefined
@@ -368,14 +527,23 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
       other: string | null;
       last_done: string | null;
       first_step: string | null;
+      run_p50: string | null;
+      run_max: string | null;
       journal: number;
       effects: number;
     }>(
-      `select (select count(*) from runs where status = 'done')::int as done,
+      `with spans as (
+         select extract(epoch from r.updated_at - min(j.intent_at)) as d
+           from runs r join journal j using (run_id)
+          where r.status = 'done'
+          group by r.run_id, r.updated_at)
+       select (select count(*) from runs where status = 'done')::int as done,
               (select string_agg(status || '=' || n, ', ') from
                  (select status, count(*) as n from runs where status <> 'done' group by status) s) as other,
               (select extract(epoch from max(updated_at))::text from runs where status = 'done') as last_done,
               (select extract(epoch from min(intent_at))::text from journal) as first_step,
+              (select (percentile_cont(0.5) within group (order by d))::text from spans) as run_p50,
+              (select max(d)::text from spans) as run_max,
               (select count(*) from journal)::int as journal,
               (select count(*) from side_effects)::int as effects`,
     );
@@ -397,13 +565,16 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
     // Every connection that ran statements is closed now, so its counts are flushed to the statistics.
     await sandbox.store.client.close();
     await sleep(1_000);
-    const after = await readCommits(serverUrl);
+    const after = await readCommits(serverUrl, new Date(t0));
+    for (const pid of after.others) others.add(pid);
     const seconds = (epoch: string | null) => epoch === null ? undefined : Number(epoch) - t0 / 1000;
     return {
       shape,
       problems,
       drainS: drained ? seconds(final.last_done) : undefined,
       firstStepS: seconds(final.first_step),
+      runP50S: final.run_p50 === null ? undefined : Number(final.run_p50),
+      runMaxS: final.run_max === null ? undefined : Number(final.run_max),
       idealS: idealSeconds(shape, latency),
       peakInFlight,
       peakRssKiB,
@@ -413,6 +584,15 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
       rollbacks: after.rollbacks - before.rollbacks,
       journalRows: final.journal,
       sideEffects: final.effects,
+      cpu: {
+        busyPct: (100 * busyTicks) / Math.max(1, machine1.total - machine0.total),
+        busyS: busyTicks / hz,
+        treeS: treeTicks / hz,
+        benchS: ownTicks / hz,
+        postgresS: pgTicks / hz,
+        otherS: Math.max(0, busyTicks - treeTicks - ownTicks - pgTicks) / hz,
+      },
+      otherClients: [...others].filter((pid) => !mine.has(pid)).length,
       log: tally.summary(),
     };
   } finally {
@@ -452,9 +632,12 @@ function printTable(results: ShapeResult[]): void {
     "ideal s",
     "x ideal",
     "first step s",
+    "run s p50/max",
     "peak in flight",
     "peak tree RSS MiB",
     "processes",
+    "CPU busy %",
+    "CPU s tree/mocks/pg/rest",
     "RSS/in-flight run KiB",
     "stmts/step",
     "stmts/run",
@@ -469,12 +652,15 @@ function printTable(results: ShapeResult[]): void {
     fixed(r.idealS, 2),
     r.drainS === undefined ? "-" : (r.drainS / r.idealS).toFixed(2),
     fixed(r.firstStepS, 2),
+    `${fixed(r.runP50S, 2)}/${fixed(r.runMaxS, 2)}`,
     String(r.peakInFlight),
     (r.peakRssKiB / 1024).toFixed(0),
     String(r.peakProcesses),
+    r.cpu.busyPct.toFixed(0),
+    [r.cpu.treeS, r.cpu.benchS, r.cpu.postgresS, r.cpu.otherS].map((x) => x.toFixed(1)).join("/"),
     r.peakInFlight === 0 ? "-" : (r.peakRssKiB / r.peakInFlight).toFixed(0),
-    r.journalRows === 0 ? "-" : (r.statements / r.journalRows).toFixed(2),
-    (r.statements / r.shape.runs).toFixed(1),
+    (r.journalRows === 0 ? "-" : (r.statements / r.journalRows).toFixed(2)) + (r.otherClients > 0 ? "*" : ""),
+    (r.statements / r.shape.runs).toFixed(1) + (r.otherClients > 0 ? "*" : ""),
     goalCell(r),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
@@ -494,6 +680,19 @@ function printDetails(r: ShapeResult): void {
       `supervisor output ${r.log.lines} lines (${levels})`,
   );
   for (const p of r.problems) console.log(`  PROBLEM: ${p}`);
+  if (r.otherClients > 0) {
+    console.log(
+      `  WARNING: ${r.otherClients} connections of other clients were active on the database during the ` +
+        `run: the statement figures (marked *) include their statements`,
+    );
+  }
+  if (r.cpu.otherS > OTHER_LOAD_SHARE * r.cpu.busyS) {
+    console.log(
+      `  WARNING: the machine was busy with other work: ${r.cpu.otherS.toFixed(1)} of ` +
+        `${r.cpu.busyS.toFixed(1)} CPU seconds went to processes outside the benchmark, the tree and ` +
+        `PostgreSQL: the timings are pessimistic`,
+    );
+  }
   if (r.log.notableCount > 0) {
     console.log(`  ${r.log.notableCount} lines other than INFO in the supervisor's output:`);
     for (const l of r.log.notable) console.log(`    ${l}`);
@@ -520,7 +719,7 @@ async function main(): Promise<number> {
         "runs-per-worker": { type: "string", default: "250" },
         "model-ms": { type: "string", default: "500" },
         "cloud-ms": { type: "string", default: "100" },
-        "baseline-runs": { type: "string", default: "200" },
+        "baseline-runs": { type: "string", default: "40" },
         "database-url": { type: "string" },
         "skip-baseline": { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
@@ -569,6 +768,7 @@ async function main(): Promise<number> {
     console.log(
       `${shape.name}: ${shape.runs} runs, ${shape.workers} workers x ${shape.runsPerWorker} runs each ...`,
     );
+    await checkConnections(serverUrl, shape);
     const result = await measure(serverUrl, shape, latency);
     results.push(result);
     printDetails(result);
@@ -576,12 +776,20 @@ async function main(): Promise<number> {
   console.log();
   printTable(results);
   console.log(
-    `\nideal: ${MODEL_CALLS_PER_RUN} model calls + ${TOOL_CALLS_PER_RUN} cloud calls in sequence per run, ` +
-      `every run in parallel, one wave per workers x runs/worker runs. drain and first step: from the ` +
-      `supervisor's spawn. RSS: the supervisor and its descendants (peak of ${SAMPLE_MS} ms samples; the mocks ` +
-      `in this process are not counted). stmts: committed transactions in the database over the run ` +
-      `(heartbeats, polls and the supervisor's included; the benchmark's own subtracted; other clients of ` +
-      `the same database would be counted too), per journal row (step) and per run.`,
+    [
+      "",
+      `ideal: ${MODEL_CALLS_PER_RUN} model calls + ${TOOL_CALLS_PER_RUN} cloud calls in sequence per run, ` +
+      "every run in parallel; one wave per workers x runs/worker runs.",
+      "drain, first step: from the supervisor's spawn; run s: a done run's first step to its end.",
+      `RSS: the supervisor and all its descendants, peak of ${SAMPLE_MS} ms samples (the mocks, in this ` +
+      "process, are not counted).",
+      "stmts: committed transactions in the database over the run (heartbeats, polls, connection start-ups " +
+      "and the supervisor's included, the benchmark's own subtracted), per journal row (step) and per run; " +
+      "* marks figures that include other clients' statements.",
+      `CPU, spawn to drain (${navigator.hardwareConcurrency} cores): the machine's busy share; seconds ` +
+      "used by the tree, by this process (the mocks and the sampling), by PostgreSQL's processes (when the " +
+      "server runs on this machine) and by the rest of the machine.",
+    ].join("\n"),
   );
   return results.some((r) => r.problems.length > 0) ? 1 : 0;
 }

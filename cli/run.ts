@@ -7,7 +7,8 @@
  *
  * Exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced
  * (another worker holds the run), 4 blocked (a flagged call needs a human),
- * 5 cancelled, 6 the supervisor went away.
+ * 5 cancelled, 6 the supervisor went away, 7 the database failed mid-run
+ * (the run is intact and resumes when started again).
  *
  * @module
  */
@@ -29,7 +30,7 @@ export const RUN_USAGE = `agent-runtime run: drives one run of an agent to its e
 usage: deno task run [--flag value ...]     (every flag is also an environment variable)
 
   --agent PATH               the agent module (default: the demo, examples/provision/agent.ts)
-  --run-id RUN_ID            the run to work (default run1)
+  --run-id RUN_ID            the run to work (default: a new run, <agent>-<8 hex>)
   --goal GOAL                text input, when the run is created (default: the agent's default input)
   --input JSON               JSON input, for an agent with an input schema
   --database-url URL         PostgreSQL; unset: embedded PGlite under --data-dir
@@ -44,7 +45,8 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --heartbeat-s S, --lease-s S   lease timing (default 3, 12)
   --log-format text|json
 
-exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone`;
+exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone,
+7 the database failed mid-run (the run is intact)`;
 
 /** Reads the input for a run of `agent` from the settings: JSON for a schema, else text. */
 export function inputFrom(settings: Settings, hasSchema: boolean): unknown {
@@ -108,7 +110,11 @@ export async function main(
     }
     const agent = agents[0];
     const { goal, input } = checkInput(agent, inputFrom(settings, agent.input !== undefined));
-    request = { runId: settings.runId, goal, input };
+    // No RUN_ID: a new run with a generated id. A run id is the namespace of its
+    // idempotency keys, so a default like "run1" on two databases that share a
+    // remote would make the second run's calls look like replays of the first's.
+    const runId = settings.runId ?? `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
+    request = { runId, goal, input };
     ({ prepared, modelDescribe } = await prepareAgents([agent], ctx));
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");
@@ -142,11 +148,17 @@ export async function main(
     return exitCodeOf(outcome);
   } catch (err) {
     if (err instanceof RuntimeError && err.code === "AGENT_MISMATCH") {
-      log.error("wrong-agent", { run: settings.runId, error: err.message });
+      log.error("wrong-agent", { run: request.runId, error: err.message });
       return 2;
     }
-    log.error("worker-error", { run: settings.runId, error: describeError(err) });
-    return 1;
+    // Anything else escaping the loop is the infrastructure (the database went
+    // away mid-run): nothing was lost, and the run is still open for a worker.
+    log.error("infrastructure-error", {
+      run: request.runId,
+      error: describeError(err),
+      note: `the run is intact; start it again with --run-id ${request.runId} once the database is back`,
+    });
+    return 7;
   } finally {
     await store.client.close().catch((e) => log.warn("store-close-failed", { error: describeError(e) }));
   }

@@ -6,7 +6,7 @@
  * | env | flag | default |
  * | --- | --- | --- |
  * | `AGENT` | `--agent` | the demo agent (`examples/provision/agent.ts`) |
- * | `RUN_ID` | `--run-id` | `run1` |
+ * | `RUN_ID` | `--run-id` | a new run, `<agent>-<8 hex>` |
  * | `GOAL`, `INPUT` | `--goal`, `--input` | the agent's default input |
  * | `RUNS_PER_WORKER`, `POLL_S` | `--runs-per-worker`, `--poll-s` | 100, 3 (worker processes) |
  * | `DATABASE_URL` | `--database-url` | unset: embedded PGlite under `DATA_DIR` |
@@ -34,8 +34,12 @@ export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 export interface Settings {
   /** The agent module (`AGENT`): a path or URL; unset: the demo agent. */
   agentModule?: string;
-  /** The run to work (`RUN_ID`). */
-  runId: string;
+  /**
+   * The run to work (`RUN_ID`). Unset: a new run with a generated id
+   * (`<agent>-<8 hex>`), so two databases that share a remote never send it
+   * the same idempotency key by accident.
+   */
+  runId?: string;
   /** The goal (text input), used when the run is created (`GOAL`); unset: the agent's default input. */
   goal?: string;
   /** JSON input for an agent with an input schema (`INPUT`). */
@@ -98,6 +102,8 @@ const NAMES = [
   "EXIT_ON_STDIN_EOF",
 ] as const;
 
+const KEEP_EMPTY = new Set(["RUN_ID"]);
+
 /** The command-line flag of a setting: `RUN_ID` is `--run-id`. */
 export function flagOf(name: string): string {
   return "--" + name.toLowerCase().replaceAll("_", "-");
@@ -123,7 +129,9 @@ export function readRaw(
   for (const name of names) {
     const flag = (parsed.values as Record<string, string | undefined>)[flagOf(name).slice(2)];
     const raw = flag ?? env[name];
-    values[name] = raw === undefined || raw === "" ? undefined : raw;
+    // An empty value counts as unset, except a run id: an empty one is a mistake
+    // (a variable that was meant to hold an id), not a request for the default.
+    values[name] = raw === undefined || (raw === "" && !KEEP_EMPTY.has(name)) ? undefined : raw;
   }
   return { values, positionals: parsed.positionals };
 }
@@ -176,6 +184,15 @@ export class SettingsReader {
     try {
       const u = new URL(raw);
       ok = protocols.includes(u.protocol) && u.hostname !== "";
+      try {
+        for (const part of [u.username, u.password, u.pathname]) decodeURIComponent(part);
+      } catch {
+        this.problems.push(
+          `${name} has a malformed percent-escape in its user, password or path (write '%' as '%25'): ` +
+            `current value is ${JSON.stringify(redactUrl(raw))}`,
+        );
+        return undefined;
+      }
     } catch {
       ok = false;
     }
@@ -189,8 +206,9 @@ export class SettingsReader {
   }
 
   /** A run id matching {@link RUN_ID_PATTERN}. */
-  runId(name: string, fallback: string): string {
-    const raw = this.values[name] ?? fallback;
+  runId(name: string): string | undefined {
+    const raw = this.values[name];
+    if (raw === undefined) return undefined;
     if (!RUN_ID_PATTERN.test(raw)) {
       this.problems.push(
         `${name} must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit: current value is ${
@@ -234,7 +252,10 @@ export function redactUrl(raw: string): string {
   try {
     const u = new URL(raw);
     if (u.password) u.password = "***";
-    return u.toString();
+    for (const key of [...u.searchParams.keys()]) {
+      if (/^(password|passwd|pass|sslpassword|api[_-]?key|token)$/i.test(key)) u.searchParams.set(key, "***");
+    }
+    return u.toString().replaceAll("%2A%2A%2A", "***");
   } catch {
     // Up to the last '@': a password may itself hold '@' or ':' when the URL is malformed.
     return raw.replace(/(\/\/[^:/@]*:).*@/, "$1***@");
@@ -259,10 +280,22 @@ export function urlPassword(raw: string | undefined): string | undefined {
 export function urlPasswordForms(raw: string | undefined): string[] {
   if (!raw) return [];
   try {
-    const written = new URL(raw).password;
-    if (!written) return [];
-    const decoded = urlPassword(raw);
-    return decoded && decoded !== written ? [written, decoded] : [written];
+    const u = new URL(raw);
+    const forms: string[] = [];
+    const add = (written: string) => {
+      if (!written) return;
+      forms.push(written);
+      try {
+        const decoded = decodeURIComponent(written);
+        if (decoded !== written) forms.push(decoded);
+      } catch {
+        // a malformed escape: the written form is all there is
+      }
+    };
+    add(u.password);
+    const query = /[?&](?:password|sslpassword)=([^&#]*)/i.exec(raw);
+    if (query) add(query[1]);
+    return forms;
   } catch {
     return [];
   }
@@ -299,7 +332,7 @@ export function loadSettings(
   const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
   const settings: Settings = {
     agentModule: r.str("AGENT"),
-    runId: r.runId("RUN_ID", "run1"),
+    runId: r.runId("RUN_ID"),
     goal: r.str("GOAL"),
     input: r.str("INPUT"),
     runsPerWorker: r.int("RUNS_PER_WORKER", 100, 1, 100_000),

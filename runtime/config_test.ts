@@ -17,7 +17,7 @@ function problems(env: Record<string, string>, args: string[] = []): string[] {
 
 Deno.test("loadSettings() gives the documented defaults for an empty environment", () => {
   const s = loadSettings([], {}, { hostname: "box", pid: 42 });
-  assert.equal(s.runId, "run1");
+  assert.equal(s.runId, undefined, "no RUN_ID: a new run with a generated id");
   assert.equal(s.databaseUrl, undefined);
   assert.equal(s.dataDir, ".data");
   assert.equal(s.maxSteps, undefined, "the agent's own maxSteps applies");

@@ -64,7 +64,17 @@ export interface WorkerDeps {
   retry: RetryPolicy;
   /** Jitter source in [0, 1): `Math.random` in production, seeded in the harness. */
   random: () => number;
+  /**
+   * Claims in a row that may find no progress (no new confirmed decision or
+   * settled tool call since the claim before) before the run is failed: a run
+   * whose workers keep dying is stopped instead of restarted forever. Default
+   * {@link DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS}.
+   */
+  maxClaimsWithoutProgress?: number;
 }
+
+/** Default of {@link WorkerDeps.maxClaimsWithoutProgress}. */
+export const DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS = 5;
 
 /** The run as this worker knows it. */
 export interface RunState {

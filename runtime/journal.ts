@@ -26,9 +26,22 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     return row.decision;
   }
   await crash.hit("before_decide", seq);
-  // Bounded: each pass is one paid request, and the policy caps them.
-  for (let attempt = 1; attempt <= deps.retry.maxModelAttempts; attempt++) {
+  // Bounded: each pass is one paid request, and the limit counts the durable
+  // total (across restarts), not this process's share of it.
+  for (;;) {
+    const paid = state.journal.get(seq)?.llm_attempts ?? 0;
+    if (paid >= deps.retry.maxModelAttempts) {
+      const last = state.journal.get(seq)?.rejections.at(-1);
+      throw new ModelError(
+        "MODEL_GAVE_UP",
+        `The model was asked ${paid} times for step ${seq} (the limit is ${deps.retry.maxModelAttempts}, counted ` +
+          `across restarts) without a usable answer${
+            last ? `; last refused: ${last.code}: ${last.message}` : ""
+          }`,
+      );
+    }
     const llmAttempts = await store.journalIntent(state.fence, seq, clock.now());
+    const attempt = llmAttempts;
     state.llmCalls += 1;
     const current = rememberIntent(state, seq, llmAttempts);
     log.info("deciding", { run: runId, seq, attempt: llmAttempts, llm_calls: state.llmCalls });
@@ -99,6 +112,22 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       }
       decision = { tool: answer.tool, args: answer.args as Json };
     }
+    // PostgreSQL cannot store a NUL character in text or jsonb: such an answer
+    // could never be confirmed, so it is refused (and re-asked) like any other.
+    if (hasNul(decision)) {
+      await reject(
+        deps,
+        state,
+        current,
+        {
+          code: "MODEL_UNSTORABLE",
+          message: "The answer contains a NUL character (\\u0000), which cannot be stored; answer without it",
+        },
+        attempt,
+        answer.usage,
+      );
+      continue;
+    }
     // Every answer this step paid for counts, refused ones included.
     const usage = addUsage(current.usage, answer.usage);
     await store.journalConfirm(state.fence, seq, decision, usage, clock.now());
@@ -111,6 +140,11 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     "MODEL_GAVE_UP",
     `No usable answer for step ${seq} after ${deps.retry.maxModelAttempts} model requests`,
   );
+}
+
+/** True when `value` holds a NUL character anywhere (PostgreSQL text and jsonb refuse it). */
+export function hasNul(value: unknown): boolean {
+  return (JSON.stringify(value) ?? "").includes("\\u0000");
 }
 
 /** Log fields of a decision. */

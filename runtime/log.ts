@@ -73,7 +73,13 @@ export class Logger {
     this.#clock = opts.clock;
     this.#sink = opts.sink ?? stdoutSink;
     this.#format = opts.format ?? "text";
-    this.#secrets = (opts.secrets ?? []).filter((s) => s.length > 0);
+    // A secret shows up as written, and JSON-escaped (a key holding a newline
+    // or a quote, echoed inside a JSON error body): mask every form.
+    this.#secrets = [
+      ...new Set(
+        (opts.secrets ?? []).filter((s) => s.length > 0).flatMap((s) => [s, JSON.stringify(s).slice(1, -1)]),
+      ),
+    ].sort((a, b) => b.length - a.length);
   }
 
   /** Logs an event at INFO. */

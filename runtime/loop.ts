@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { RunState, WorkerDeps } from "./context.ts";
+import { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, type RunState, type WorkerDeps } from "./context.ts";
 import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import { act, BlockedError } from "./executor.ts";
 import { decide } from "./journal.ts";
@@ -44,7 +44,11 @@ export interface RunOutcome {
   output?: string;
 }
 
-/** The process exit code for an outcome: 0 done, 1 failed, 3 fenced or lost, 4 blocked, 5 cancelled. */
+/**
+ * The process exit code for an outcome: 0 done, 1 failed, 3 fenced or lost,
+ * 4 blocked, 5 cancelled. (2 is bad settings, 6 the supervisor gone and 7 the
+ * database failing mid-run: those never reach an outcome.)
+ */
 export function exitCodeOf(outcome: RunOutcome): number {
   switch (outcome.status) {
     case "done":
@@ -70,6 +74,11 @@ export interface ClaimedRun {
   previousOwner: string | null;
   /** How old its lease was when it was claimed. */
   leaseAgeMs?: number;
+}
+
+/** The claims in a row that found no progress, as the claim returned them (1 for a healthy claim). */
+function stuckClaims(claimed: ClaimedRun): number {
+  return claimed.run.stuck_claims ?? 0;
 }
 
 /** The run to work on and, should it not exist yet, what to create it with. */
@@ -133,14 +142,15 @@ export async function runWorker(
     };
   }
 
-  const epoch = await store.claim(runId, run.epoch, deps.owner, clock.now());
-  if (epoch === undefined) {
+  const claim = await store.claimRun(runId, run.epoch, deps.owner, clock.now());
+  const epoch = claim?.epoch;
+  if (claim === undefined || epoch === undefined) {
     log.warn("fenced", { run: runId, reason: "another worker claimed the run first", seen_epoch: run.epoch });
     return { ...base, alreadyClosed: false, status: "lost_claim" };
   }
   const stop = new AbortController();
   const claimed: ClaimedRun = {
-    run: { ...run, epoch, owner: deps.owner, status: "running" },
+    run: { ...run, epoch, owner: deps.owner, status: "running", stuck_claims: claim.stuck_claims },
     epoch,
     previousOwner: run.owner,
     leaseAgeMs: run.heartbeat_at ? clock.now().getTime() - new Date(run.heartbeat_at).getTime() : undefined,
@@ -174,6 +184,33 @@ export async function driveRun(
     lease_age_ms: claimed.leaseAgeMs,
   });
 
+  const limit = deps.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS;
+  if (stuckClaims(claimed) > limit) {
+    // Its workers keep dying (or being stopped) before they get anywhere: a
+    // poison run. Stop it, with the reason, instead of restarting it forever.
+    const error = `stuck: ${stuckClaims(claimed) - 1} workers in a row took this run and made no progress ` +
+      `(no decision or tool call settled); the limit is ${limit}. See the log of its last workers, then ` +
+      `'deno task reopen ${runId}' to try again`;
+    try {
+      await store.finishRun({ runId, epoch }, "failed", error, clock.now());
+    } catch (e) {
+      if (e instanceof FencedError) {
+        log.warn("fenced", { run: runId, epoch, reason: e.message });
+        return { runId, status: "fenced", alreadyClosed: false, steps: 0, llmCalls: 0, error: e.message };
+      }
+      throw e;
+    }
+    log.error("stuck", { run: runId, claims: stuckClaims(claimed), limit });
+    return {
+      runId,
+      status: "failed",
+      runStatus: "failed",
+      alreadyClosed: false,
+      steps: 0,
+      llmCalls: 0,
+      error,
+    };
+  }
   const { journal, effects } = await store.loadHistory(runId);
   const state: RunState = {
     fence: { runId, epoch },

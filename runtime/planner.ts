@@ -128,7 +128,11 @@ export class OpenAIPlanner implements Planner {
       text = await res.text();
       // A provider that echoes the request (headers in an error page, say) must not
       // carry the key into logs, stored errors or decisions.
-      if (this.#opts.apiKey) text = text.replaceAll(this.#opts.apiKey, "***");
+      if (this.#opts.apiKey) {
+        for (const form of [this.#opts.apiKey, JSON.stringify(this.#opts.apiKey).slice(1, -1)]) {
+          text = text.replaceAll(form, "***");
+        }
+      }
     } catch (err) {
       throw new ModelError(
         "MODEL_UNREACHABLE",
@@ -210,6 +214,34 @@ export function parseCompletion(text: string): ModelAnswer {
     }
     return { kind: "tool", tool: fn.name, args, usage };
   }
+  // No tool call: a final answer, unless the answer is unusable. A refusal, an
+  // answer cut off by the token limit, or an empty one is not "done": it is
+  // refused and re-asked (within the limit) like any other bad answer.
+  const finish = (first as { finish_reason?: unknown }).finish_reason;
+  if (typeof message.refusal === "string" && message.refusal.trim() !== "") {
+    throw badAnswer(
+      "MODEL_REFUSED",
+      `The model refused: ${JSON.stringify(message.refusal.slice(0, 200))}`,
+      usage,
+    );
+  }
+  if (finish === "length") {
+    throw badAnswer(
+      "MODEL_TRUNCATED",
+      "The model's answer was cut off by its token limit (finish_reason length); answer in fewer words",
+      usage,
+    );
+  }
+  if (finish === "content_filter") {
+    throw badAnswer("MODEL_FILTERED", "The model's answer was withheld by a content filter", usage);
+  }
   const content = typeof message.content === "string" ? message.content : "";
+  if (content.trim() === "") {
+    throw badAnswer(
+      "MODEL_EMPTY",
+      "The model's answer has neither a tool call nor any text: call one tool, or say what was done",
+      usage,
+    );
+  }
   return { kind: "done", message: content, usage };
 }

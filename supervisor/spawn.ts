@@ -63,7 +63,11 @@ const CLEARED = ["RUN_ID", "GOAL", "INPUT", "CRASH_AT", "CRASH_SEQ", "STALL_AT",
  */
 export function processSpawner(env: WorkerEnv, command: string[] = workerCommand()): SpawnWorker {
   return (workerName: string): WorkerHandle => {
-    const childEnv: Record<string, string> = Object.fromEntries(CLEARED.map((k) => [k, ""]));
+    // The supervisor's environment minus what a worker must not inherit (removed,
+    // not emptied: an empty RUN_ID is a settings error).
+    const childEnv: Record<string, string> = Object.fromEntries(
+      Object.entries(Deno.env.toObject()).filter(([k]) => !CLEARED.includes(k)),
+    );
     Object.assign(childEnv, {
       WORKER: workerName,
       DATABASE_URL: env.databaseUrl,
@@ -77,6 +81,7 @@ export function processSpawner(env: WorkerEnv, command: string[] = workerCommand
     });
     const child = new Deno.Command(command[0], {
       args: command.slice(1),
+      clearEnv: true,
       env: childEnv,
       stdin: "piped",
       stdout: "inherit",

@@ -57,7 +57,11 @@ export class Proc {
         ...(opts.args ?? []),
       ],
       cwd: opts.cwd,
-      env: { ...Object.fromEntries(SCRUBBED.map((name) => [name, ""])), ...env },
+      clearEnv: true,
+      env: {
+        ...Object.fromEntries(Object.entries(Deno.env.toObject()).filter(([k]) => !SCRUBBED.includes(k))),
+        ...env,
+      },
       stdin: opts.stdin ?? "null",
       stdout: "piped",
       stderr: "piped",

@@ -71,17 +71,28 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
   };
   try {
     await t.step(
-      "a clean run ends done steps=3 llm_calls=4, and a second start says it is already done",
+      "a clean run ends done steps=3 llm_calls=4, and a second start of it says it is already done",
       async () => {
         const first = await runWorkerToEnd(env);
-        assertDone(first, "run1");
+        // No RUN_ID: a new run with a generated id (its keys cannot collide with another database's).
+        const runId = /claimed {2}run=(provision-[0-9a-f]{8}) /.exec(first.lines.join("\n"))?.[1];
+        assert.ok(runId, first.lines.join("\n"));
+        assertDone(first, runId);
         assert.match(
           events(first, "backends")[0] ?? "",
           /store=pglite:\S+ {2}model=in-process-mock {2}agent=provision/,
         );
-        const again = await runWorkerToEnd(env);
+        const again = await runWorkerToEnd({ ...env, RUN_ID: runId });
         assert.equal(again.code, 0);
-        assert.match(events(again, "already-done")[0] ?? "", /run=run1 {2}steps=3 {2}llm_calls=4/);
+        assert.match(
+          events(again, "already-done")[0] ?? "",
+          new RegExp(`run=${runId} {2}steps=3 {2}llm_calls=4`),
+        );
+        const other = await runWorkerToEnd(env);
+        assert.ok(
+          !other.lines.join("\n").includes(`run=${runId} `),
+          "a second start without RUN_ID is a new run",
+        );
       },
     );
     await t.step(

@@ -72,9 +72,19 @@ export async function openPglite(dir?: string): Promise<PgliteClient> {
     return new PgliteClient(db, { describe: "pglite:memory", owned: true });
   }
   const parent = dir.replace(/\/+$/, "").split("/").slice(0, -1).join("/");
-  if (parent) await Deno.mkdir(parent, { recursive: true });
   const lockPath = `${dir.replace(/\/+$/, "")}.lock`;
-  const lock = await Deno.open(lockPath, { read: true, write: true, create: true });
+  let lock: Deno.FsFile;
+  try {
+    if (parent) await Deno.mkdir(parent, { recursive: true });
+    lock = await Deno.open(lockPath, { read: true, write: true, create: true });
+  } catch (err) {
+    throw new StoreError(
+      "DATA_DIR_INVALID",
+      `Cannot keep the embedded database in ${dir}: ${(err as Error).message}. ` +
+        `Set DATA_DIR to a directory this process can create and write`,
+      { cause: err },
+    );
+  }
   let locked = false;
   try {
     locked = await lock.tryLock(true);

@@ -64,12 +64,22 @@ export function describeTarget(url: string): string {
  */
 export async function openPostgres(url: string, opts: PostgresOptions = {}): Promise<PostgresClient> {
   const target = describeTarget(url);
-  const sql = postgres(url, {
-    max: opts.max ?? 2,
-    connect_timeout: opts.connectTimeoutS ?? 5,
-    onnotice: () => {},
-    // Integers stay numbers: every bigint the runtime reads is cast to int.
-  });
+  let sql: postgres.Sql;
+  try {
+    sql = postgres(url, {
+      max: opts.max ?? 2,
+      connect_timeout: opts.connectTimeoutS ?? 5,
+      onnotice: () => {},
+      // Integers stay numbers: every bigint the runtime reads is cast to int.
+    });
+  } catch (err) {
+    // The driver decodes the URL itself: a malformed percent-escape throws a URIError.
+    throw new StoreError(
+      "DB_URL_INVALID",
+      `DATABASE_URL ${redactUrl(url)} cannot be used: ${(err as Error).message}. Write '%' as '%25'`,
+      { cause: err },
+    );
+  }
   try {
     await sql.unsafe("select 1");
   } catch (err) {

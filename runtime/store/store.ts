@@ -57,6 +57,10 @@ export interface RunRow {
   created_at: Date;
   /** When its status last changed. */
   updated_at: Date;
+  /** Claims in a row (this one included) that found no progress since the claim before. */
+  stuck_claims: number;
+  /** Confirmed decisions plus settled tool calls at the last claim. */
+  progress_mark: number;
 }
 
 /** A decision: a tool call, or done. */
@@ -206,6 +210,8 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "error",
     "created_at",
     "updated_at",
+    "stuck_claims",
+    "progress_mark",
   ],
   journal: [
     "run_id",
@@ -239,7 +245,23 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
 };
 
-const jsonParam = (value: unknown): string => JSON.stringify(value ?? null);
+// A run's progress: confirmed decisions plus settled tool calls. Every claim
+// compares it with the mark the claim before left, to count claims that found
+// no progress (a run whose workers keep dying is stopped at a bound).
+const PROGRESS = `((select count(*) from journal j where j.run_id = runs.run_id and j.status = 'confirmed')
+  + (select count(*) from side_effects e where e.run_id = runs.run_id and e.status <> 'intent'))::int`;
+const CLAIM_PROGRESS =
+  `stuck_claims = case when ${PROGRESS} = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
+       progress_mark = ${PROGRESS}`;
+
+// PostgreSQL cannot store a NUL character in text or jsonb. A JSON text's
+// `\u0000` escapes (not preceded by an escaped backslash) become the literal
+// six characters, so the value is stored instead of failing its statement.
+const jsonParam = (value: unknown): string =>
+  JSON.stringify(value ?? null).replace(/(?<!\\)((?:\\\\)*)\\u0000/g, "$1\\\\u0000");
+/** A text parameter with any NUL character written out as `\u0000`. */
+const textParam = (value: string | null): string | null =>
+  value === null ? null : value.replaceAll("\0", "\\u0000");
 const ts = (d: Date): string => d.toISOString();
 
 /** Every statement the runtime runs. */
@@ -342,14 +364,27 @@ export class Store {
    * epoch, or undefined when someone else claimed it first or it is closed.
    */
   async claim(runId: string, seenEpoch: number, owner: string, now: Date): Promise<number | undefined> {
-    const rows = await this.client.query<{ epoch: number }>(
+    return (await this.claimRun(runId, seenEpoch, owner, now))?.epoch;
+  }
+
+  /**
+   * {@link Store.claim}, also returning how many claims in a row (this one
+   * included) found no progress since the claim before.
+   */
+  async claimRun(
+    runId: string,
+    seenEpoch: number,
+    owner: string,
+    now: Date,
+  ): Promise<{ epoch: number; stuck_claims: number } | undefined> {
+    const rows = await this.client.query<{ epoch: number; stuck_claims: number }>(
       `update runs set epoch = epoch + 1, owner = $3, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, ${CLAIM_PROGRESS}
         where run_id = $1 and epoch = $2 and status in ('pending', 'running')
-        returning epoch`,
+        returning epoch, stuck_claims`,
       [runId, seenEpoch, owner, ts(now)],
     );
-    return rows[0]?.epoch;
+    return rows[0];
   }
 
   /** Everything needed to resume: the journal and the tool calls of a run, by `seq`. */
@@ -481,7 +516,7 @@ export class Store {
       `update side_effects set status = $4, error = $5, confirmed_at = $6::timestamptz
         where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}
         returning 1 as ok`,
-      [f.runId, f.epoch, key, status, error, ts(now)],
+      [f.runId, f.epoch, key, status, textParam(error), ts(now)],
     );
     if (rows.length === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
   }
@@ -500,7 +535,7 @@ export class Store {
     const rows = await this.client.query(
       `update runs set status = $3, error = $4, updated_at = $5::timestamptz, output = $6
         where run_id = $1 and epoch = $2 and status = 'running' returning 1 as ok`,
-      [f.runId, f.epoch, status, error, ts(now), output],
+      [f.runId, f.epoch, status, textParam(error), ts(now), textParam(output)],
     );
     if (rows.length === 0) throw await this.refusal(f, `finish ${status}`);
   }
@@ -545,11 +580,14 @@ export class Store {
          select run_id, owner as previous_owner, heartbeat_at as previous_heartbeat_at from runs
           where status in ('pending', 'running') and agent = any($2::text[])
             and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
+            -- A run whose claims keep finding no progress waits longer each time.
+            and (stuck_claims < 2
+                 or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
           order by coalesce(heartbeat_at, created_at), run_id
           limit $5
             for update skip locked)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, ${CLAIM_PROGRESS}
          from picked
         where runs.run_id = picked.run_id
         returning runs.*, picked.previous_owner, picked.previous_heartbeat_at`,
