@@ -258,7 +258,8 @@ export function redactUrl(raw: string): string {
     return u.toString().replaceAll("%2A%2A%2A", "***");
   } catch {
     // Up to the last '@': a password may itself hold '@' or ':' when the URL is malformed.
-    return raw.replace(/(\/\/[^:/@]*:).*@/, "$1***@");
+    return raw.replace(/(\/\/[^:/@]*:).*@/, "$1***@")
+      .replace(/([?&](?:password|passwd|pass|sslpassword|api[_-]?key|token)=)[^&#]*/gi, "$1***");
   }
 }
 
@@ -330,6 +331,13 @@ export function loadSettings(
     r.problems.push(`EXIT_ON_STDIN_EOF must be 1 or 0: current value is ${JSON.stringify(stdinEof)}`);
   }
   const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
+  const apiKey = r.str("MODEL_API_KEY");
+  if (apiKey !== undefined && /[\x00-\x1f\x7f]/.test(apiKey)) {
+    // Never echoed: it is a secret, and a newline in it is a copy-paste slip.
+    r.problems.push(
+      "MODEL_API_KEY contains a newline or another control character (a copy-paste slip?); its value is not shown",
+    );
+  }
   const settings: Settings = {
     agentModule: r.str("AGENT"),
     runId: r.runId("RUN_ID"),
@@ -345,7 +353,7 @@ export function loadSettings(
     dataDir: r.str("DATA_DIR", ".data"),
     modelUrl: r.url("MODEL_URL", ["http:", "https:"], "http://127.0.0.1:9100/v1"),
     model: r.str("MODEL", "mock-planner"),
-    modelApiKey: r.str("MODEL_API_KEY"),
+    modelApiKey: apiKey,
     cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
     maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", 12, 1, 10_000),
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),

@@ -11,7 +11,7 @@
 
 import { clockTimeout } from "./clock.ts";
 import { backoffMs, idempotencyKey, type RunState, type WorkerDeps } from "./context.ts";
-import { AbortedError, describeError, RuntimeError, ToolError } from "./errors.ts";
+import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
 
@@ -100,6 +100,7 @@ export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall
     try {
       outcome = await callTool(deps, state, call, attempt);
     } catch (err) {
+      if (err instanceof SimulatedKill) throw err; // the (simulated) process is gone
       if (state.signal.aborted) throw state.signal.reason ?? err;
       // An error the tool did not classify says nothing about whether the remote
       // acted, so it is treated as an unknown outcome: re-sent under the same key

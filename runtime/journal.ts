@@ -74,7 +74,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       if (attempt >= deps.retry.maxModelAttempts) {
         throw new ModelError(
           "MODEL_GAVE_UP",
-          `The model failed ${attempt} requests for step ${seq}; last error: ${e.code}: ${e.message}`,
+          `The model failed ${attempt} requests for step ${seq} (the limit, counted across restarts); ` +
+            `last error: ${e.code}: ${e.message}`,
           { cause: e },
         );
       }
@@ -136,10 +137,6 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     await crash.hit("after_decide", seq);
     return decision;
   }
-  throw new ModelError(
-    "MODEL_GAVE_UP",
-    `No usable answer for step ${seq} after ${deps.retry.maxModelAttempts} model requests`,
-  );
 }
 
 /** True when `value` holds a NUL character anywhere (PostgreSQL text and jsonb refuse it). */
@@ -193,7 +190,7 @@ async function reject(
   if (attempt >= deps.retry.maxModelAttempts) {
     throw new ModelError(
       "MODEL_GAVE_UP",
-      `The model gave no usable answer for step ${row.seq} in ${attempt} requests; last: ${rejection.message}`,
+      `The model gave no usable answer for step ${row.seq} in ${attempt} requests; last: ${rejection.code}: ${rejection.message}`,
     );
   }
 }

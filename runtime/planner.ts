@@ -105,6 +105,14 @@ export class OpenAIPlanner implements Planner {
     return `${this.#opts.url} model=${this.#opts.model}`;
   }
 
+  /** Replaces the API key, as written and JSON-escaped, with `***`. */
+  #mask(text: string): string {
+    const key = this.#opts.apiKey;
+    if (!key) return text;
+    for (const form of [key, JSON.stringify(key).slice(1, -1)]) text = text.replaceAll(form, "***");
+    return text;
+  }
+
   /** Sends one chat-completions request and parses the answer. */
   async decide(req: DecideRequest): Promise<ModelAnswer> {
     const headers: Record<string, string> = { "content-type": "application/json", "x-agent-run": req.runId };
@@ -128,15 +136,11 @@ export class OpenAIPlanner implements Planner {
       text = await res.text();
       // A provider that echoes the request (headers in an error page, say) must not
       // carry the key into logs, stored errors or decisions.
-      if (this.#opts.apiKey) {
-        for (const form of [this.#opts.apiKey, JSON.stringify(this.#opts.apiKey).slice(1, -1)]) {
-          text = text.replaceAll(form, "***");
-        }
-      }
+      text = this.#mask(text);
     } catch (err) {
       throw new ModelError(
         "MODEL_UNREACHABLE",
-        `The model at ${url} could not be reached: ${(err as Error).message}`,
+        `The model at ${url} could not be reached: ${this.#mask((err as Error).message)}`,
         {
           transient: true,
           cause: err,

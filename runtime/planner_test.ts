@@ -70,3 +70,39 @@ Deno.test("OpenAIPlanner masks its API key in whatever the provider sends back",
   assert.match(err.message, /HTTP 401: unauthorized: Bearer \*\*\*/);
   assert.ok(!err.message.includes(key));
 });
+
+// Regression (issue #9): a truncated answer with no content, an empty tool_calls list
+// and a refusal each ended the run "done steps=0" with nothing done.
+Deno.test("parseCompletion() refuses truncated, empty and refused answers instead of taking them as done", () => {
+  const answer = (message: Record<string, unknown>, finish_reason = "stop") =>
+    JSON.stringify({ choices: [{ message: { role: "assistant", ...message }, finish_reason }] });
+  assert.equal(refusal(answer({ content: null }, "length")).code, "MODEL_TRUNCATED");
+  assert.equal(refusal(answer({ content: "Half an ans" }, "length")).code, "MODEL_TRUNCATED");
+  assert.equal(refusal(answer({ content: null, tool_calls: [] })).code, "MODEL_EMPTY");
+  assert.equal(refusal(answer({ content: "   " })).code, "MODEL_EMPTY");
+  assert.equal(refusal(answer({ content: null, refusal: "I can't help with that." })).code, "MODEL_REFUSED");
+  assert.equal(refusal(answer({ content: "" }, "content_filter")).code, "MODEL_FILTERED");
+  assert.deepEqual(parseCompletion(answer({ content: "All done." })), {
+    kind: "done",
+    message: "All done.",
+    usage: undefined,
+  });
+});
+
+Deno.test("OpenAIPlanner masks a key's JSON-escaped form too (a key holding a quote or a newline)", async () => {
+  const key = 'sk-"quoted"-key';
+  const echo = (req: Request) =>
+    Promise.resolve(new Response(JSON.stringify({ error: req.headers.get("x-echo") }), { status: 400 }));
+  const planner = new OpenAIPlanner({
+    url: "http://model.test/v1",
+    model: "m",
+    apiKey: key,
+    fetch: (req) => echo(new Request(req, { headers: { "x-echo": `got ${key}` } })),
+  });
+  const err = await planner.decide({ runId: "r", seq: 0, messages: [], tools: [] }).then(
+    () => assert.fail("a 400 was accepted"),
+    (e) => e as ModelError,
+  );
+  assert.ok(!err.message.includes('\\"quoted\\"'), err.message);
+  assert.match(err.message, /got \*\*\*/);
+});

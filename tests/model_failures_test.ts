@@ -103,7 +103,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         assert.equal(run?.status, "failed");
         assert.match(
           run?.error ?? "",
-          /MODEL_GAVE_UP: .*step 0 in 3 requests; last: Unknown tool "launch_rocket"/,
+          /MODEL_GAVE_UP: .*step 0 in 3 requests; last: UNKNOWN_TOOL: Unknown tool "launch_rocket"/,
         );
         const row = await journalRow(runId, 0);
         assert.equal(row.status, "intent");
@@ -155,7 +155,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         assert.equal(outcome.status, "failed");
         assert.match(
           (await store.getRun(runId))?.error ?? "",
-          /MODEL_GAVE_UP: The model failed 3 requests for step 0; last error: MODEL_HTTP: The model answered HTTP 502/,
+          /MODEL_GAVE_UP: The model failed 3 requests for step 0 \(the limit, counted across restarts\); last error: MODEL_HTTP: The model answered HTTP 502/,
         );
         assert.equal((await journalRow(runId, 0)).llm_attempts, 3);
         assert.equal(model.calls(runId), 3);

@@ -154,8 +154,8 @@ Deno.test({
       console.log(`two supervisors: seed=${seed}`);
       let s = seed;
       const random = () => (s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-      mocks.cloud.setFaults({ delay_ms: 60 });
-      mocks.model.setFaults({ delay_ms: 40 });
+      mocks.cloud.setFaults({ delay_ms: 150 });
+      mocks.model.setFaults({ delay_ms: 100 });
       const runIds = Array.from({ length: 30 }, (_, i) => `pair-${i}`);
       for (const id of runIds) {
         assert.ok(await pg.store.createRun({ runId: id, agent: "provision", goal: "pair" }, new Date()));
@@ -177,9 +177,11 @@ Deno.test({
             for (const pid of workerPids(sup)) {
               if (seen.has(pid)) continue;
               seen.add(pid);
-              if (kills >= 8 || random() > 0.5) continue;
+              // Each supervisor's first worker dies for sure; later ones at random.
+              const first = workerPids(sup)[0] === pid;
+              if (kills >= 8 || (!first && random() > 0.5)) continue;
               kills++;
-              const delayMs = Math.floor(300 + random() * 1200);
+              const delayMs = Math.floor(200 + random() * 700);
               timers.push(
                 new Promise<void>((r) => setTimeout(r, delayMs)).then(() => {
                   if (alive(pid)) Deno.kill(pid, "SIGKILL");
