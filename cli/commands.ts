@@ -279,6 +279,12 @@ export const COMMAND_USAGE: Record<string, string> = {
   --fail              it did not happen and must not (--reason says why)`,
   cancel: `usage: deno task cancel RUN [--by NAME]
   Cancels a run that is not closed; a worker holding it stops at its next write.`,
+  prune: `usage: deno task prune --finished-before AGE|DATE [--dry-run] [--batch N]
+  Deletes finished runs (done, failed, cancelled) last changed before the cutoff, with their rows,
+  in batches; never an open run.
+  --finished-before AGE|DATE   30d, 12h, 90m, 45s, or a date such as 2026-11-01
+  --dry-run                    say what would be deleted, delete nothing
+  --batch N                    runs per statement (default 500)`,
   reopen: `usage: deno task reopen RUN
   Puts a failed or cancelled run back to pending, history kept: it resumes under its original keys.`,
 };
@@ -305,8 +311,41 @@ const OPTIONS = {
   by: { type: "string" },
   "database-url": { type: "string" },
   "data-dir": { type: "string" },
+  "finished-before": { type: "string" },
+  "dry-run": { type: "boolean" },
+  batch: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
+
+/** A cutoff: an age before `now` (`30d`, `12h`, `90m`, `45s`) or a date. Undefined when malformed. */
+export function parseCutoff(raw: string, now: Date): Date | undefined {
+  const age = /^(\d+)(d|h|m|s)$/.exec(raw.trim());
+  if (age) {
+    const unitMs = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1_000 }[age[2] as "d" | "h" | "m" | "s"];
+    return new Date(now.getTime() - Number(age[1]) * unitMs);
+  }
+  if (!/^\d{4}-\d{2}-\d{2}/.test(raw)) return undefined;
+  const date = new Date(raw);
+  return Number.isNaN(date.getTime()) ? undefined : date;
+}
+
+/** Deletes finished runs older than `before` (or says which it would) and prints what it removed. */
+export async function prune(
+  ctx: CommandContext,
+  before: Date,
+  opts: { dryRun?: boolean; batchSize?: number },
+): Promise<void> {
+  const out = await ctx.client.prune(before, opts);
+  const verb = opts.dryRun ? "would delete" : "deleted";
+  ctx.print(
+    `${
+      opts.dryRun ? "dry-run" : "pruned"
+    }  finished_before=${before.toISOString()}  ${verb}: runs=${out.runs.length}  ` +
+      `journal_rows=${out.journal}  tool_rows=${out.effects}${opts.dryRun ? "" : `  batches=${out.batches}`}`,
+  );
+  for (const id of out.runs.slice(0, 20)) ctx.print(`  ${id}`);
+  if (out.runs.length > 20) ctx.print(`  ... and ${out.runs.length - 20} more`);
+}
 
 /** Runs one command (`args[0]`); returns the exit code. */
 export async function main(
@@ -338,7 +377,7 @@ export async function main(
     return 0;
   }
   const [target, ...rest] = parsed.positionals;
-  if (rest.length > 0 || (target !== undefined && ["submit", "runs"].includes(command))) {
+  if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune"].includes(command))) {
     return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
   }
   if (["inspect", "cancel", "resolve", "reopen"].includes(command) && !target) {
@@ -373,6 +412,22 @@ export async function main(
     return usage(
       `--status must be one of ${STATUSES.join(", ")}: current value is ${JSON.stringify(v.status)}`,
     );
+  }
+  let cutoff: Date | undefined;
+  let batchSize: number | undefined;
+  if (command === "prune") {
+    if (v["finished-before"] === undefined) return usage("prune needs --finished-before AGE|DATE, e.g. 30d");
+    cutoff = parseCutoff(v["finished-before"], new Date());
+    if (!cutoff) {
+      return usage(
+        `--finished-before must be an age like 30d, 12h, 90m, 45s or a date like 2026-11-01: current value is ${
+          JSON.stringify(v["finished-before"])
+        }`,
+      );
+    }
+    const b = count("limit", v.batch);
+    if (typeof b === "string") return usage(b.replace("--limit", "--batch"));
+    batchSize = b;
   }
   let agent: Agent | undefined;
   let input: unknown;
@@ -445,6 +500,9 @@ export async function main(
         break;
       case "reopen":
         await reopen(ctx, target);
+        break;
+      case "prune":
+        await prune(ctx, cutoff!, { dryRun: v["dry-run"] === true, batchSize });
         break;
     }
     return 0;

@@ -11,6 +11,7 @@ import {
   CommandError,
   inspect,
   main,
+  prune,
   reopen,
   resolve,
   runs,
@@ -226,4 +227,61 @@ Deno.test("the commands refuse to open the embedded database while another handl
 
 Deno.test.afterAll(async () => {
   await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("prune deletes finished runs older than the cutoff with their rows, in batches, never an open one", async () => {
+  await withStore(async (ctx, out) => {
+    const store = ctx.client.store;
+    const old = clock.now();
+    // Finished long ago: done (with rows), failed, cancelled. Open: pending, running, blocked.
+    await blockedRun(store, "pr-blocked");
+    for (const id of ["pr-done", "pr-failed", "pr-cancel", "pr-pending", "pr-running"]) {
+      await store.createRun({ runId: id, agent: "provision", goal: "g" }, old);
+    }
+    const e = (await store.claim("pr-done", 0, "w", old))!;
+    await store.journalIntent({ runId: "pr-done", epoch: e }, 0, old);
+    await store.journalConfirm({ runId: "pr-done", epoch: e }, 0, { done: true, message: "ok" }, null, old);
+    await store.finishRun({ runId: "pr-done", epoch: e }, "done", null, old, "ok");
+    const f = (await store.claim("pr-failed", 0, "w", old))!;
+    await store.finishRun({ runId: "pr-failed", epoch: f }, "failed", "boom", old);
+    await store.cancelRun("pr-cancel", "cancelled", old);
+    await store.claim("pr-running", 0, "w", old);
+    await clock.advance(40 * 86_400_000);
+    // One finished only recently: younger than the cutoff, it stays.
+    await store.createRun({ runId: "pr-recent", agent: "provision", goal: "g" }, clock.now());
+    await store.cancelRun("pr-recent", "cancelled", clock.now());
+    const cutoff = new Date(clock.now().getTime() - 30 * 86_400_000);
+
+    const dry = await ctx.client.prune(cutoff, { dryRun: true });
+    assert.deepEqual(dry.runs.filter((r) => r.startsWith("pr-")), ["pr-cancel", "pr-done", "pr-failed"]);
+    assert.ok(await store.getRun("pr-done"), "a dry run deletes nothing");
+
+    await prune(ctx, cutoff, { batchSize: 2 });
+    assert.match(out.at(-1)!.trim(), /^pr-/);
+    const line = out.find((l) => l.startsWith("pruned"))!;
+    assert.match(line, /deleted: runs=\d+ {2}journal_rows=\d+ {2}tool_rows=\d+ {2}batches=\d+/);
+    for (const id of ["pr-done", "pr-failed", "pr-cancel"]) {
+      assert.equal(await store.getRun(id), undefined, id);
+    }
+    assert.equal((await store.loadHistory("pr-done")).journal.length, 0, "its rows went with it");
+    for (const id of ["pr-blocked", "pr-pending", "pr-running", "pr-recent"]) {
+      assert.ok(await store.getRun(id), `${id} is open or recent and stays`);
+    }
+    assert.equal((await store.loadHistory("pr-blocked")).effects.length, 2);
+    // A pruned run read by a command: a clear answer, not a crash.
+    await assert.rejects(inspect(ctx, "pr-done"), (err: CommandError) => err.code === "RUN_NOT_FOUND");
+  });
+});
+
+Deno.test("prune refuses a malformed cutoff with one line and exit 2", async () => {
+  const errors: string[] = [];
+  const original = console.error;
+  console.error = (msg: string) => errors.push(msg);
+  try {
+    assert.equal(await main(["prune", "--finished-before", "soon"], { DATA_DIR: dir }, () => {}), 2);
+    assert.match(errors.join("\n"), /--finished-before must be an age like 30d/);
+    assert.equal(await main(["prune"], { DATA_DIR: dir }, () => {}), 2);
+  } finally {
+    console.error = original;
+  }
 });

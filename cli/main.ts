@@ -30,6 +30,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in t
   submit     create a pending run        runs     list runs
   inspect    one run's timeline          resolve  settle a flagged tool call
   cancel     stop a run                  reopen   resume a failed or cancelled run
+  prune      delete finished runs older than a cutoff
 
 'agent-runtime COMMAND --help' describes each.`;
 

@@ -258,6 +258,36 @@ export class Client {
   }
 
   /**
+   * Retention: deletes finished runs (done, failed, cancelled) last changed
+   * before `before`, with every row of theirs, `batchSize` runs per statement
+   * (so no statement holds many locks), never an open run. With `dryRun` it
+   * deletes nothing and reports what it would. Returns what it removed.
+   */
+  async prune(
+    before: Date,
+    opts: { batchSize?: number; dryRun?: boolean; maxRuns?: number } = {},
+  ): Promise<{ runs: string[]; journal: number; effects: number; batches: number }> {
+    const batchSize = opts.batchSize ?? 500;
+    const maxRuns = opts.maxRuns ?? 1_000_000;
+    const out = { runs: [] as string[], journal: 0, effects: 0, batches: 0 };
+    if (opts.dryRun) {
+      const seen = await this.store.pruneRuns(before, maxRuns, true);
+      return { ...seen, batches: 0 };
+    }
+    // Bounded by maxRuns: each batch deletes at least one run or ends the loop.
+    while (out.runs.length < maxRuns) {
+      const batch = await this.store.pruneRuns(before, Math.min(batchSize, maxRuns - out.runs.length));
+      if (batch.runs.length === 0) break;
+      out.runs.push(...batch.runs);
+      out.journal += batch.journal;
+      out.effects += batch.effects;
+      out.batches++;
+      if (batch.runs.length < batchSize) break;
+    }
+    return out;
+  }
+
+  /**
    * Hosts a worker in this process for `agents`: it takes their runs from this
    * client's database and drives them until {@link WorkerHost.stop}. An agent
    * that names an endpoint (or nothing) is given an OpenAI-compatible client

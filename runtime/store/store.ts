@@ -700,6 +700,55 @@ export class Store {
     return { runs, total: count[0]?.n ?? 0 };
   }
 
+  /**
+   * Retention: deletes up to `limit` finished runs (done, failed, cancelled)
+   * last changed before `before`, with their journal and tool-call rows, in
+   * one statement; never an open run. Returns the runs deleted and the rows
+   * removed with them. With `dryRun` it deletes nothing and reports what it
+   * would delete.
+   */
+  async pruneRuns(
+    before: Date,
+    limit: number,
+    dryRun = false,
+  ): Promise<{ runs: string[]; journal: number; effects: number }> {
+    const pick = `select run_id from runs
+                   where status in ('done', 'failed', 'cancelled') and updated_at < $1::timestamptz
+                   order by updated_at, run_id limit $2`;
+    if (dryRun) {
+      const rows = await this.client.query<{ run_id: string; journal: number; effects: number }>(
+        `select p.run_id,
+                (select count(*) from journal j where j.run_id = p.run_id)::int as journal,
+                (select count(*) from side_effects e where e.run_id = p.run_id)::int as effects
+           from (${pick}) p order by p.run_id`,
+        [ts(before), limit],
+      );
+      return {
+        runs: rows.map((r) => r.run_id),
+        journal: rows.reduce((n, r) => n + r.journal, 0),
+        effects: rows.reduce((n, r) => n + r.effects, 0),
+      };
+    }
+    // The run is re-checked as it is deleted (`for update`): one reopened in the
+    // meantime is no longer finished and stays.
+    const rows = await this.client.query<{ run_id: string; journal: number; effects: number }>(
+      `with picked as materialized (${pick} for update skip locked),
+            j as (delete from journal where run_id in (select run_id from picked) returning run_id),
+            e as (delete from side_effects where run_id in (select run_id from picked) returning run_id),
+            r as (delete from runs where run_id in (select run_id from picked) returning run_id)
+       select r.run_id,
+              (select count(*) from j where j.run_id = r.run_id)::int as journal,
+              (select count(*) from e where e.run_id = r.run_id)::int as effects
+         from r order by r.run_id`,
+      [ts(before), limit],
+    );
+    return {
+      runs: rows.map((r) => r.run_id),
+      journal: rows.reduce((n, r) => n + r.journal, 0),
+      effects: rows.reduce((n, r) => n + r.effects, 0),
+    };
+  }
+
   /** One tool call by its idempotency key, if it exists. */
   async getEffect(key: string): Promise<SideEffectRow | undefined> {
     const rows = await this.client.query<SideEffectRow>(
