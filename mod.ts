@@ -75,6 +75,7 @@ export {
   type RunInfo,
   type RunRecord,
 } from "./runtime/client.ts";
+export { type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
 export {
   ConfigError,

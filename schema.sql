@@ -37,6 +37,8 @@ alter table runs add column if not exists output text;
 -- Claims in a row that found no new confirmed row since the claim before:
 -- a run whose workers keep dying without progress is stopped at a bound.
 alter table runs add column if not exists stuck_claims integer not null default 0;
+-- The run's ceilings (tokens, modelCalls, toolCalls, maxOutputTokens); null: none.
+alter table runs add column if not exists budget jsonb;
 -- Confirmed decisions plus settled tool calls, as counted at the last claim.
 alter table runs add column if not exists progress_mark integer not null default 0;
 
@@ -71,6 +73,10 @@ create table if not exists journal (
   confirmed_at timestamptz,
   primary key (run_id, seq)
 );
+
+-- Tokens reserved by model requests of this step whose answers are not settled
+-- (a lost answer's reservation stays: its cost is unknown, counted at worst).
+alter table journal add column if not exists reserved_tokens integer not null default 0;
 
 -- One row per tool call, keyed by its idempotency key '<run_id>:<seq>'.
 create table if not exists side_effects (

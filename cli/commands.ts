@@ -123,7 +123,7 @@ function tokens(usage: Json | null): string | undefined {
 
 /** Prints one run's timeline: each step's decision and tool call, and any gap a crash left. */
 export async function inspect(ctx: CommandContext, runId: string): Promise<void> {
-  const { run, journal, effects } = await asCommand(() => ctx.client.inspect(runId));
+  const { run, journal, effects, spend } = await asCommand(() => ctx.client.inspect(runId));
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
   const p = ctx.print;
   p(`run ${run.run_id}  agent=${run.agent}  status=${run.status}  epoch=${run.epoch}  owner=${
@@ -131,6 +131,14 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
   }`);
   p(`  input: ${typeof run.input === "string" ? run.input : JSON.stringify(run.input)}`);
   if (run.output !== null) p(`  output: ${run.output}`);
+  if (run.budget) {
+    const of = (n: number, ceiling?: number) => ceiling === undefined ? `${n}` : `${n} of ${ceiling}`;
+    p(
+      `  budget: tokens ${of(spend.tokens, run.budget.tokens)} (reserved included)  model calls ${
+        of(spend.modelCalls, run.budget.modelCalls)
+      }  tool calls ${of(spend.toolCalls, run.budget.toolCalls)}`,
+    );
+  }
   p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);
   if (run.error) p(`  error: ${run.error}`);
   let prompt = 0;

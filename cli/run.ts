@@ -114,7 +114,7 @@ export async function main(
     // idempotency keys, so a default like "run1" on two databases that share a
     // remote would make the second run's calls look like replays of the first's.
     const runId = settings.runId ?? `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
-    request = { runId, goal, input };
+    request = { runId, goal, input, budget: agent.budget };
     ({ prepared, modelDescribe } = await prepareAgents([agent], ctx));
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");

@@ -356,7 +356,11 @@ export class SimProcess {
     });
     this.exit = (async (): Promise<SimExit> => {
       try {
-        const outcome = await runWorker(deps, { runId: opts.runId, goal: opts.goal ?? DEMO_GOAL });
+        const outcome = await runWorker(deps, {
+          runId: opts.runId,
+          goal: opts.goal ?? DEMO_GOAL,
+          budget: agent.budget,
+        });
         return { kind: "exited", outcome };
       } catch (err) {
         if (err instanceof SimulatedKill) return { kind: "killed", point: err.point, seq: err.seq };

@@ -181,6 +181,8 @@ export class MockModel {
   #file: DurableJsonFile<ModelState> | undefined;
   #now: () => Date;
   #faults: ModelFaultSpec = {};
+  /** Tokens billed per run, from the usage of every answer sent. */
+  #billed = new Map<string, number>();
   #scripts: ScriptTables;
   /** Aborted by `releaseHung()` to end calls held by `hang_next`. */
   #release = new AbortController();
@@ -384,8 +386,23 @@ export class MockModel {
       created: Math.floor(this.#now().getTime() / 1000),
       model,
       choices,
-      usage: { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens },
+      usage: this.#bill(run, {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
+      }),
     };
+  }
+
+  /** Adds an answer's usage to what `run` was billed (in memory), and returns it. */
+  #bill<U extends { total_tokens: number }>(run: string, usage: U): U {
+    this.#billed.set(run, (this.#billed.get(run) ?? 0) + usage.total_tokens);
+    return usage;
+  }
+
+  /** Tokens billed to `run` in the answers it was sent (lost ones too): what a real provider would charge. */
+  tokens(run: string): number {
+    return this.#billed.get(run) ?? 0;
   }
 
   /** Counts a call for `run`, persists, and returns the run's new count. */

@@ -12,6 +12,7 @@
  * @module
  */
 
+import { type Budget, checkBudget } from "./budget.ts";
 import { RuntimeError } from "./errors.ts";
 import type { Planner } from "./planner.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
@@ -63,6 +64,8 @@ export interface AgentSpec<I = string> {
   input?: ArgsSchema<I>;
   /** The input used when a run is started without one (the demo's goal, say). */
   defaultInput?: I;
+  /** Ceilings on each run's spend (tokens, model requests, tool requests); a run may override them. */
+  budget?: Budget;
 }
 
 /** An agent, as {@link defineAgent} returns it. */
@@ -81,6 +84,8 @@ export interface Agent {
   readonly input?: ArgsSchema;
   /** The input used when none is given. */
   readonly defaultInput?: Json;
+  /** Ceilings on each run's spend. */
+  readonly budget?: Budget;
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }
@@ -138,6 +143,13 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     maxSteps,
     input: spec.input as ArgsSchema | undefined,
     defaultInput: spec.defaultInput as Json | undefined,
+    budget: (() => {
+      try {
+        return checkBudget(spec.budget, `Cannot define agent ${JSON.stringify(spec.name)}`);
+      } catch (err) {
+        throw problem((err as Error).message.replace(/^.*?: budget/, "budget"));
+      }
+    })(),
   });
 }
 

@@ -16,6 +16,7 @@ import {
   NAME_PATTERN,
   prepareAgent,
 } from "./agent.ts";
+import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { RuntimeError } from "./errors.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
@@ -70,6 +71,8 @@ export interface RunInfo {
   createdAt: Date;
   /** When its status last changed. */
   updatedAt: Date;
+  /** Its ceilings, if any. */
+  budget: Budget | null;
 }
 
 /** One run's whole record: the run, its decisions and its tool calls, by step. */
@@ -80,6 +83,8 @@ export interface RunRecord {
   journal: JournalRow[];
   /** Its tool calls. */
   effects: SideEffectRow[];
+  /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
+  spend: { tokens: number; modelCalls: number; toolCalls: number };
 }
 
 /** How a human settles a flagged tool call. */
@@ -118,11 +123,18 @@ export class Client {
    * agent takes it). The input is checked against the agent first; a run id
    * is generated when none is given. Throws `RUN_EXISTS` for a taken id.
    */
-  async start(agent: Agent, opts: { runId?: string; input?: unknown } = {}): Promise<RunInfo> {
+  async start(
+    agent: Agent,
+    opts: { runId?: string; input?: unknown; budget?: Budget } = {},
+  ): Promise<RunInfo> {
     const runId = opts.runId ?? `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
     checkRunId(runId);
     const { input, goal } = checkInput(agent, opts.input);
-    const created = await this.store.createRun({ runId, agent: agent.name, goal, input }, this.clock.now());
+    const budget = mergeBudget(agent.budget, checkBudget(opts.budget, `Run ${runId}`));
+    const created = await this.store.createRun(
+      { runId, agent: agent.name, goal, input, budget },
+      this.clock.now(),
+    );
     const run = await this.store.getRun(runId);
     if (!created || !run) {
       throw new ClientError(
@@ -177,12 +189,12 @@ export class Client {
     return await this.store.hostedAgents(new Date(this.clock.now().getTime() - leaseMs));
   }
 
-  /** A run with its decisions and tool calls. Throws `RUN_NOT_FOUND`. */
+  /** A run with its decisions, tool calls, and spend (against its budget, if any). Throws `RUN_NOT_FOUND`. */
   async inspect(runId: string): Promise<RunRecord> {
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     const { journal, effects } = await this.store.loadHistory(runId);
-    return { run, journal, effects };
+    return { run, journal, effects, spend: spendOf(journal, effects) };
   }
 
   /** Cancels a run that is not closed; a worker holding it stops at its next write. */
@@ -387,5 +399,6 @@ function info(run: RunRow): RunInfo {
     owner: run.owner,
     createdAt: new Date(run.created_at),
     updatedAt: new Date(run.updated_at),
+    budget: run.budget ?? null,
   };
 }

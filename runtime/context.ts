@@ -7,6 +7,7 @@
  */
 
 import type { PreparedAgent } from "./agent.ts";
+import type { Budget } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { CrashPoints } from "./crashpoints.ts";
 import { Logger } from "./log.ts";
@@ -90,6 +91,8 @@ export interface RunState {
   llmCalls: number;
   /** Aborts when this worker must stop (fenced, lease lost, done). */
   signal: AbortSignal;
+  /** The run's ceilings, if any. */
+  budget?: Budget;
 }
 
 /** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */

@@ -9,6 +9,7 @@
  * @module
  */
 
+import { checkToolRequest } from "./budget.ts";
 import { clockTimeout } from "./clock.ts";
 import { backoffMs, idempotencyKey, type RunState, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
@@ -86,6 +87,7 @@ export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall
   const { key, seq, tool } = call;
   // Bounded by the tool's maxAttempts (counted across restarts by the row).
   for (;;) {
+    checkToolRequest(state);
     const attempt = await store.effectIntent(
       state.fence,
       { key, seq, tool: tool.name, args: call.rawArgs },

@@ -15,6 +15,13 @@ import type { ModelAnswer } from "./planner.ts";
 import type { Decision, JournalRow, Rejection } from "./store/store.ts";
 import type { Json } from "./tools.ts";
 import { addUsage } from "./usage.ts";
+import { checkModelRequest, worstCaseTokens } from "./budget.ts";
+import type { OpenAITool } from "./tools.ts";
+
+/** The characters a request's prompt carries (messages and tool schemas): the basis of its token estimate. */
+function promptChars(messages: unknown[], tools: OpenAITool[]): number {
+  return JSON.stringify(messages).length + JSON.stringify(tools).length;
+}
 
 /** Returns the decision for step `seq`: replayed if confirmed, otherwise asked for and committed. */
 export async function decide(deps: WorkerDeps, state: RunState, seq: number): Promise<Decision> {
@@ -40,10 +47,15 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           }`,
       );
     }
-    const llmAttempts = await store.journalIntent(state.fence, seq, clock.now());
+    const messages = buildMessages(state, seq, deps.instructions);
+    const tools = deps.tools.toOpenAI();
+    // With a budget, the request's worst case is reserved in the intent's own write.
+    const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(messages, tools)) : 0;
+    checkModelRequest(state, reserve);
+    const llmAttempts = await store.journalIntent(state.fence, seq, clock.now(), reserve);
     const attempt = llmAttempts;
     state.llmCalls += 1;
-    const current = rememberIntent(state, seq, llmAttempts);
+    const current = rememberIntent(state, seq, llmAttempts, reserve);
     log.info("deciding", { run: runId, seq, attempt: llmAttempts, llm_calls: state.llmCalls });
 
     let answer: ModelAnswer;
@@ -59,15 +71,15 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       answer = await deps.planner.decide({
         runId,
         seq,
-        messages: buildMessages(state, seq, deps.instructions),
+        messages,
         agent: deps.agent,
-        tools: deps.tools.toOpenAI(),
+        tools,
         signal: AbortSignal.any([state.signal, timeout.signal]),
       });
     } catch (err) {
       const e = asModelError(err, timeout.signal, state.signal);
       if (e.badAnswer) {
-        await reject(deps, state, current, { code: e.code, message: e.message }, attempt, e.usage);
+        await reject(deps, state, current, { code: e.code, message: e.message }, attempt, e.usage, reserve);
         continue;
       }
       if (!e.transient) throw e;
@@ -108,6 +120,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           { code: checked.code, message: checked.message },
           attempt,
           answer.usage,
+          reserve,
         );
         continue;
       }
@@ -131,8 +144,15 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     }
     // Every answer this step paid for counts, refused ones included.
     const usage = addUsage(current.usage, answer.usage);
-    await store.journalConfirm(state.fence, seq, decision, usage, clock.now());
-    state.journal.set(seq, { ...current, status: "confirmed", decision, usage, confirmed_at: clock.now() });
+    await store.journalConfirm(state.fence, seq, decision, usage, clock.now(), reserve);
+    state.journal.set(seq, {
+      ...current,
+      status: "confirmed",
+      decision,
+      usage,
+      confirmed_at: clock.now(),
+      reserved_tokens: Math.max(0, current.reserved_tokens - reserve),
+    });
     log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
     await crash.hit("after_decide", seq);
     return decision;
@@ -149,20 +169,28 @@ export function describeDecision(decision: Decision): Record<string, unknown> {
   return "tool" in decision ? { tool: decision.tool, args: decision.args } : { done: true };
 }
 
-function rememberIntent(state: RunState, seq: number, llmAttempts: number): JournalRow {
+function rememberIntent(state: RunState, seq: number, llmAttempts: number, reserve: number): JournalRow {
   const previous = state.journal.get(seq);
-  const row: JournalRow = previous ? { ...previous, llm_attempts: llmAttempts, epoch: state.fence.epoch } : {
-    run_id: state.fence.runId,
-    seq,
-    status: "intent",
-    decision: null,
-    llm_attempts: llmAttempts,
-    usage: null,
-    rejections: [],
-    epoch: state.fence.epoch,
-    intent_at: new Date(0),
-    confirmed_at: null,
-  };
+  const row: JournalRow = previous
+    ? {
+      ...previous,
+      llm_attempts: llmAttempts,
+      epoch: state.fence.epoch,
+      reserved_tokens: (previous.reserved_tokens ?? 0) + reserve,
+    }
+    : {
+      run_id: state.fence.runId,
+      seq,
+      status: "intent",
+      decision: null,
+      llm_attempts: llmAttempts,
+      usage: null,
+      rejections: [],
+      epoch: state.fence.epoch,
+      intent_at: new Date(0),
+      confirmed_at: null,
+      reserved_tokens: reserve,
+    };
   state.journal.set(seq, row);
   return row;
 }
@@ -174,10 +202,12 @@ async function reject(
   rejection: Rejection,
   attempt: number,
   answerUsage: unknown,
+  reserve = 0,
 ): Promise<void> {
   const usage = answerUsage === undefined ? undefined : addUsage(row.usage, answerUsage);
-  await deps.store.journalReject(state.fence, row.seq, rejection, usage);
+  await deps.store.journalReject(state.fence, row.seq, rejection, usage, reserve);
   row.rejections = [...row.rejections, rejection];
+  row.reserved_tokens = Math.max(0, (row.reserved_tokens ?? 0) - reserve);
   if (usage !== undefined) row.usage = usage;
   deps.log.warn("rejected", {
     run: state.fence.runId,

@@ -8,11 +8,13 @@
 
 import { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, type RunState, type WorkerDeps } from "./context.ts";
 import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
+import { BudgetError } from "./budget.ts";
 import { act, BlockedError } from "./executor.ts";
 import { decide } from "./journal.ts";
 import { recover } from "./recovery.ts";
 import type { Fence, RunRow, RunStatus } from "./store/store.ts";
 import type { Json } from "./tools.ts";
+import type { Budget } from "./budget.ts";
 
 /** How a worker's turn on a run ended. */
 export type WorkerStatus =
@@ -89,6 +91,8 @@ export interface RunRequest {
   goal: string;
   /** The input as given; defaults to `goal`. */
   input?: Json;
+  /** Ceilings on its spend, when it is created. */
+  budget?: Budget;
 }
 
 /**
@@ -108,7 +112,7 @@ export async function runWorker(
   const { store, clock, log } = deps;
   const runId = req.runId;
   const run = await store.createOrGetRun(
-    { runId, agent: deps.agent, goal: req.goal, input: req.input },
+    { runId, agent: deps.agent, goal: req.goal, input: req.input, budget: req.budget },
     clock.now(),
   );
   if (run.agent !== deps.agent) {
@@ -219,6 +223,7 @@ export async function driveRun(
     effects: new Map(effects.map((e) => [e.seq, e])),
     llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
+    budget: run.budget ?? undefined,
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
     runId,
@@ -269,7 +274,9 @@ export async function driveRun(
       log.warn("blocked", { run: runId, key: err.key, reason: err.message });
       return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
     }
-    if (err instanceof ModelError || err instanceof ToolError || isRunFailure(err)) {
+    if (
+      err instanceof ModelError || err instanceof ToolError || err instanceof BudgetError || isRunFailure(err)
+    ) {
       const error = describeError(err);
       const lost = await closeRun("failed", error);
       if (lost) return lost;

@@ -12,6 +12,7 @@
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import { FencedError, StoreError } from "../errors.ts";
+import type { Budget } from "../budget.ts";
 import type { Json } from "../tools.ts";
 
 export { SCHEMA_SQL };
@@ -61,6 +62,8 @@ export interface RunRow {
   stuck_claims: number;
   /** Confirmed decisions plus settled tool calls at the last claim. */
   progress_mark: number;
+  /** The run's ceilings, if any. */
+  budget: Budget | null;
 }
 
 /** A decision: a tool call, or done. */
@@ -98,6 +101,8 @@ export interface JournalRow {
   intent_at: Date;
   /** When the outcome was written. */
   confirmed_at: Date | null;
+  /** Tokens reserved by requests of this step whose answers are not settled. */
+  reserved_tokens: number;
 }
 
 /** Status of a tool call. */
@@ -147,6 +152,8 @@ export interface NewRun {
   goal: string;
   /** The input as given; defaults to `goal`. */
   input?: Json;
+  /** Ceilings on its spend. */
+  budget?: Budget;
 }
 
 /** A run a worker host has just taken: the row after its claim, and who held it before. */
@@ -187,6 +194,10 @@ export interface RunSummary extends RunRow {
   llm_calls: number;
   /** Tool calls waiting for a human. */
   flagged: number;
+  /** Model tokens spent or reserved (what the token budget counts). */
+  tokens: number;
+  /** Tool requests sent, re-sends included. */
+  tool_calls: number;
 }
 
 // The fence, as a condition on the runs row of $1 at epoch $2. `for share`
@@ -212,6 +223,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "updated_at",
     "stuck_claims",
     "progress_mark",
+    "budget",
   ],
   journal: [
     "run_id",
@@ -224,6 +236,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "epoch",
     "intent_at",
     "confirmed_at",
+    "reserved_tokens",
   ],
   side_effects: [
     "idempotency_key",
@@ -322,10 +335,17 @@ export class Store {
   /** Creates a pending run; false when a run with that id exists already. */
   async createRun(run: NewRun, now: Date): Promise<boolean> {
     const rows = await this.client.query(
-      `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
-       values ($1, $2, $3, $4::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
+      `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
+       values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
        on conflict (run_id) do nothing returning 1 as ok`,
-      [run.runId, run.agent, run.goal, jsonParam(run.input ?? run.goal), ts(now)],
+      [
+        run.runId,
+        run.agent,
+        run.goal,
+        jsonParam(run.input ?? run.goal),
+        ts(now),
+        jsonParam(run.budget ?? null),
+      ],
     );
     return rows.length === 1;
   }
@@ -339,14 +359,21 @@ export class Store {
   async createOrGetRun(run: NewRun, now: Date): Promise<RunRow> {
     const rows = await this.client.query<RunRow>(
       `with created as (
-         insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
-         values ($1, $2, $3, $4::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
+         insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
+         values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
          on conflict (run_id) do nothing
          returning *)
        select * from created
        union all
        select * from runs where run_id = $1 and not exists (select 1 from created)`,
-      [run.runId, run.agent, run.goal, jsonParam(run.input ?? run.goal), ts(now)],
+      [
+        run.runId,
+        run.agent,
+        run.goal,
+        jsonParam(run.input ?? run.goal),
+        ts(now),
+        jsonParam(run.budget ?? null),
+      ],
     );
     const row = rows[0] ?? await this.getRun(run.runId);
     if (!row) throw new StoreError("RUN_MISSING", `Run ${run.runId} could be neither created nor read`);
@@ -415,15 +442,16 @@ export class Store {
    * the journal row at `intent`, or counts one more attempt on it. Returns the
    * step's `llm_attempts`, or throws {@link FencedError}.
    */
-  async journalIntent(f: Fence, seq: number, now: Date): Promise<number> {
+  async journalIntent(f: Fence, seq: number, now: Date, reserveTokens = 0): Promise<number> {
     const rows = await this.client.query<{ llm_attempts: number }>(
-      `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
-       select $1, $3, 'intent', 1, $2, $4::timestamptz where ${FENCE}
+      `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
+       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}
        on conflict (run_id, seq) do update
-          set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
+          set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at,
+              reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
         where journal.status = 'intent'
        returning llm_attempts`,
-      [f.runId, f.epoch, seq, ts(now)],
+      [f.runId, f.epoch, seq, ts(now), reserveTokens],
     );
     if (rows.length === 0) throw await this.refusal(f, `journal intent seq=${seq}`);
     return rows[0].llm_attempts;
@@ -434,13 +462,27 @@ export class Store {
    * why. `usage`, when given, replaces the step's usage (the refused answer
    * was paid for too: the caller passes the step's running total).
    */
-  async journalReject(f: Fence, seq: number, rejection: Rejection, usage?: Json): Promise<void> {
+  async journalReject(
+    f: Fence,
+    seq: number,
+    rejection: Rejection,
+    usage?: Json,
+    releaseTokens = 0,
+  ): Promise<void> {
     const rows = await this.client.query(
       `update journal set rejections = rejections || jsonb_build_array($4::text::jsonb),
-              usage = case when $5::text is null then usage else $5::text::jsonb end
+              usage = case when $5::text is null then usage else $5::text::jsonb end,
+              reserved_tokens = greatest(0, reserved_tokens - $6)
         where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}
         returning 1 as ok`,
-      [f.runId, f.epoch, seq, jsonParam(rejection), usage === undefined ? null : jsonParam(usage)],
+      [
+        f.runId,
+        f.epoch,
+        seq,
+        jsonParam(rejection),
+        usage === undefined ? null : jsonParam(usage),
+        releaseTokens,
+      ],
     );
     if (rows.length === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
   }
@@ -452,13 +494,14 @@ export class Store {
     decision: Decision,
     usage: Json | undefined,
     now: Date,
+    releaseTokens = 0,
   ): Promise<void> {
     const rows = await this.client.query(
       `update journal set status = 'confirmed', decision = $4::text::jsonb, usage = $5::text::jsonb,
-              confirmed_at = $6::timestamptz
+              confirmed_at = $6::timestamptz, reserved_tokens = greatest(0, reserved_tokens - $7)
         where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}
         returning 1 as ok`,
-      [f.runId, f.epoch, seq, jsonParam(decision), jsonParam(usage ?? null), ts(now)],
+      [f.runId, f.epoch, seq, jsonParam(decision), jsonParam(usage ?? null), ts(now), releaseTokens],
     );
     if (rows.length === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
   }
@@ -680,16 +723,25 @@ export class Store {
     const where = `($1::text is null or r.status = $1) and ($2::text is null or r.agent = $2)
                    and ($3::text is null or strpos(r.run_id, $3) > 0)`;
     const runs = await this.client.query<RunSummary>(
-      `select r.*, coalesce(j.steps, 0)::int as steps, coalesce(j.llm_calls, 0)::int as llm_calls,
+      // One page of runs first, then counts for those runs only (not the whole table).
+      `with page as (select * from runs r where ${where}
+                       order by r.created_at desc, r.run_id desc limit $4 offset $5)
+       select r.*, coalesce(j.steps, 0)::int as steps, coalesce(j.llm_calls, 0)::int as llm_calls,
+              coalesce(j.tokens, 0)::int as tokens, coalesce(e.tool_calls, 0)::int as tool_calls,
               coalesce(e.flagged, 0)::int as flagged
-         from (select * from runs r where ${where}
-                order by r.created_at desc, r.run_id desc limit $4 offset $5) r
+         from page r
          left join (select run_id,
                            (count(*) filter (where status = 'confirmed' and decision ? 'tool'))::int as steps,
-                           sum(llm_attempts)::int as llm_calls
-                      from journal group by run_id) j on j.run_id = r.run_id
-         left join (select run_id, (count(*) filter (where status = 'flagged'))::int as flagged
-                      from side_effects group by run_id) e on e.run_id = r.run_id
+                           sum(llm_attempts)::int as llm_calls,
+                           sum(coalesce((usage->>'total_tokens')::int,
+                                        coalesce((usage->>'prompt_tokens')::int, 0)
+                                          + coalesce((usage->>'completion_tokens')::int, 0))
+                               + reserved_tokens)::int as tokens
+                      from journal where run_id in (select run_id from page) group by run_id) j on j.run_id = r.run_id
+         left join (select run_id, (count(*) filter (where status = 'flagged'))::int as flagged,
+                           sum(attempts)::int as tool_calls
+                      from side_effects where run_id in (select run_id from page) group by run_id) e
+                on e.run_id = r.run_id
         order by r.created_at desc, r.run_id desc`,
       params,
     );
