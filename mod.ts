@@ -115,3 +115,13 @@ export {
   type ToolOutcome,
   type ToolSpec,
 } from "./runtime/tools.ts";
+export {
+  NO_TELEMETRY,
+  OtelTelemetry,
+  runTraceId,
+  type Telemetry,
+  telemetryFromEnv,
+  type TracedAttempt,
+  type TracedState,
+  traceHeaders,
+} from "./runtime/telemetry.ts";

@@ -10,7 +10,7 @@
  */
 
 import { clockTimeout } from "./clock.ts";
-import { backoffMs, idempotencyKey, type RunState, type WorkerDeps } from "./context.ts";
+import { backoffMs, idempotencyKey, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, ToolError } from "./errors.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
@@ -80,7 +80,15 @@ export async function act(
  * confirmed, failed or flagged. Each attempt is counted in its intent row
  * before the request goes out.
  */
-export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
+export function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
+  return telemetryOf(deps).toolCall(
+    state,
+    { ...call, tool: call.tool.name },
+    () => sendCall(deps, state, call),
+  );
+}
+
+async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
   const { log, store, clock, crash } = deps;
   const runId = state.fence.runId;
   const { key, seq, tool } = call;
@@ -201,6 +209,7 @@ async function callTool(
       seq: call.seq,
       attempt,
       signal: AbortSignal.any([state.signal, timeout.signal]),
+      traceHeaders: () => telemetryOf(deps).traceHeaders(),
     });
   } catch (err) {
     if (timeout.signal.aborted && !state.signal.aborted) throw timeout.signal.reason;
