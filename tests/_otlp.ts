@@ -7,7 +7,12 @@
  */
 
 /** An OTLP attribute value (the JSON encoding). */
-type AnyValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
+type AnyValue = {
+  stringValue?: string;
+  intValue?: string | number;
+  boolValue?: boolean;
+  doubleValue?: number;
+};
 
 /** A received span with its attributes flattened to plain values. */
 export interface ReceivedSpan {
@@ -29,7 +34,9 @@ function plain(v: AnyValue): string | number | boolean {
   return JSON.stringify(v);
 }
 
-function attrs(list: { key: string; value: AnyValue }[] | undefined): Record<string, string | number | boolean> {
+function attrs(
+  list: { key: string; value: AnyValue }[] | undefined,
+): Record<string, string | number | boolean> {
   return Object.fromEntries((list ?? []).map((a) => [a.key, plain(a.value)]));
 }
 
@@ -93,7 +100,9 @@ export function startOtlpReceiver(): OtlpReceiver {
         }
       }
     } else if (path === "/v1/logs") {
-      for (const rl of body.resourceLogs ?? []) for (const sl of rl.scopeLogs ?? []) out.logs += sl.logRecords?.length ?? 0;
+      for (const rl of body.resourceLogs ?? []) {
+        for (const sl of rl.scopeLogs ?? []) out.logs += sl.logRecords?.length ?? 0;
+      }
     } else {
       return new Response("not found", { status: 404 });
     }
