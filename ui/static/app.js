@@ -17,7 +17,7 @@ function h(tag, attrs, ...children) {
     else if (k === "style") el.style.cssText = v; // through the CSSOM: the page's CSP allows no inline style
     else el.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
