@@ -97,8 +97,10 @@ export {
   type Planner,
   type Usage,
 } from "./runtime/planner.ts";
+export type { RunTokens } from "./runtime/store/overview.ts";
 export type {
   Decision,
+  Fence,
   JournalRow,
   RunFilter,
   RunRow,
