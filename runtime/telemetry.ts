@@ -13,7 +13,7 @@
  * process never exports: the next attempt records it from the rows it left)
  * lands in one trace:
  *
- * ```
+ * ```text
  * agent.attempt            run, epoch, owner, outcome        (one per worker attempt: claim to exit)
  *   agent.recover          re-sends of calls a crash left at intent
  *     execute_tool NAME

@@ -5,7 +5,7 @@
  * required); bound anywhere else it refuses to start without one. Read-only,
  * it refuses every action.
  *
- * ```
+ * ```text
  * GET  /                          the runs list      GET /runs/:id     a run's timeline
  * GET  /api/runs?status=&agent=&search=&page=&limit=
  * GET  /api/runs/:id              the timeline as JSON
