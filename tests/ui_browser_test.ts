@@ -3,7 +3,7 @@
  * driven by puppeteer-core. A run crashed at `after_call` by a real SIGKILL
  * and resumed; a run blocked on a flagged call, resolved from the page; a run
  * in progress, watched without a reload; and the token beyond loopback.
- * Takes the README's screenshots (docs/ui-runs.png, docs/ui-run.png).
+ * Takes the README's screenshots (`UPDATE_SCREENSHOTS=1` writes docs/ui-runs.png, docs/ui-run.png).
  *
  * Skipped, saying so, when no Chromium is installed (`apt-get install -y chromium`).
  */
@@ -27,7 +27,9 @@ const CHROMIUM = [Deno.env.get("CHROMIUM_PATH"), "/usr/bin/chromium", "/usr/bin/
       return false;
     }
   });
-const DOCS = new URL("../docs/", import.meta.url);
+// The README's screenshots are rewritten only when asked (UPDATE_SCREENSHOTS=1), so a test run leaves the
+// work tree clean; otherwise they go to the test's temporary folder.
+const UPDATE_SCREENSHOTS = Deno.env.get("UPDATE_SCREENSHOTS") === "1";
 
 function chromiumIgnore(name: string): boolean {
   if (!CHROMIUM) {
@@ -89,6 +91,10 @@ Deno.test({
   sanitizeResources: false,
   async fn(t) {
     const dir = await Deno.makeTempDir({ prefix: "agent-runtime-ui-" });
+    const shot = (name: string) =>
+      UPDATE_SCREENSHOTS
+        ? decodeURIComponent(new URL(`../docs/${name}`, import.meta.url).pathname)
+        : `${dir}/${name}`;
     // A real crash first: kill -9 after the remote acted, then a second process resumes.
     const crashed = await runWorkerToEnd({ DATA_DIR: dir, RUN_ID: "crashed", CRASH_AT: "after_call" });
     assert.equal(crashed.code, 137, crashed.lines.join("\n"));
@@ -155,7 +161,7 @@ Deno.test({
         assert.equal(row[6], "2", "epoch: two worker attempts");
         assert.match(await text(page, '[data-count="blocked"]'), /blocked 1/);
         await page.waitForSelector('tr[data-run="report-nov"] [data-status="running"]');
-        await page.screenshot({ path: decodeURIComponent(new URL("ui-runs.png", DOCS).pathname) });
+        await page.screenshot({ path: shot("ui-runs.png") });
         // Filter by status, then search by id.
         await page.click('[data-count="done"]');
         await page.waitForFunction('document.querySelectorAll("tr[data-run]").length === 1');
@@ -178,7 +184,7 @@ Deno.test({
         assert.match(step0[1], /^2:tool.*create_server confirmed \(already_done\), attempt 2/);
         await page.setViewport({ width: 1280, height: 900 });
         await page.screenshot({
-          path: decodeURIComponent(new URL("ui-run.png", DOCS).pathname),
+          path: shot("ui-run.png"),
           fullPage: true,
         });
       });
