@@ -98,8 +98,10 @@ export {
   type Planner,
   type Usage,
 } from "./runtime/planner.ts";
+export type { RunTokens } from "./runtime/store/overview.ts";
 export type {
   Decision,
+  Fence,
   JournalRow,
   RunFilter,
   RunRow,
@@ -116,3 +118,13 @@ export {
   type ToolOutcome,
   type ToolSpec,
 } from "./runtime/tools.ts";
+export {
+  NO_TELEMETRY,
+  OtelTelemetry,
+  runTraceId,
+  type Telemetry,
+  telemetryFromEnv,
+  type TracedAttempt,
+  type TracedState,
+  traceHeaders,
+} from "./runtime/telemetry.ts";

@@ -8,6 +8,9 @@
  * - PostgreSQL (`DATABASE_URL` or `TEST_DATABASE_URL`), one run at a time and
  *   many runs at once in this one process (one worker process, many runs).
  *
+ * - PGlite again with telemetry on: a child process with `OTEL_DENO=true`
+ *   exporting over OTLP/HTTP to a local receiver, beside the row with it off.
+ *
  * Flags: `--runs N` (default 200), `--concurrency N` (default 16).
  *
  * @module
@@ -30,6 +33,8 @@ import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/tools.ts";
+import { NO_TELEMETRY, telemetryFromEnv } from "../runtime/telemetry.ts";
+import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
 
 const STEPS_PER_RUN = 4; // three tool steps and the done step
 const PER_RUN = 5; // create-or-read, claim, two history reads, close
@@ -57,6 +62,7 @@ async function deps(client: SqlClient, tag: string): Promise<{ deps: WorkerDeps;
       leaseMs: 12_000,
       retry: DEFAULT_RETRY,
       random: Math.random,
+      telemetry: telemetryFromEnv(),
     },
   };
 }
@@ -98,7 +104,11 @@ async function drive(
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
-    options: { runs: { type: "string", default: "200" }, concurrency: { type: "string", default: "16" } },
+    options: {
+      runs: { type: "string", default: "200" },
+      concurrency: { type: "string", default: "16" },
+      "telemetry-child": { type: "boolean" },
+    },
   });
   const runs = Number(values.runs);
   const concurrency = Number(values.concurrency);
@@ -108,12 +118,21 @@ if (import.meta.main) {
     );
     Deno.exit(2);
   }
+  if (values["telemetry-child"]) {
+    const pglite = await openPglite();
+    await pglite.exec(SCHEMA_SQL);
+    const on = telemetryFromEnv().enabled;
+    await drive(`pglite, sequential, telemetry ${on ? "on" : "off"}`, pglite, Math.min(runs, 100), 1);
+    await pglite.close();
+    Deno.exit(0);
+  }
   console.log(`bench: ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}`);
 
   const pglite = await openPglite();
   await pglite.exec(SCHEMA_SQL);
   await drive("pglite (embedded), sequential", pglite, Math.min(runs, 100), 1);
   await pglite.close();
+  await telemetryRow(runs);
 
   const url = Deno.env.get("DATABASE_URL") || Deno.env.get("TEST_DATABASE_URL");
   if (!url) {
@@ -129,4 +148,73 @@ if (import.meta.main) {
       await sandbox.drop();
     }
   }
+}
+
+/**
+ * The PGlite row again, twice, each in a fresh child process under the same
+ * conditions: with Deno's OpenTelemetry off, then on and exporting spans and
+ * metrics over OTLP/HTTP (JSON) to a local receiver. Then what the no-op
+ * wrappers cost per step in this process, where telemetry is off.
+ */
+async function telemetryRow(runs: number): Promise<void> {
+  const receiver = startOtlpReceiver();
+  try {
+    for (const on of [false, true]) {
+      const child = await new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "-A",
+          "--unstable-no-legacy-abort",
+          new URL(import.meta.url).pathname,
+          "--telemetry-child",
+          "--runs",
+          String(runs),
+        ],
+        env: {
+          OTEL_DENO: on ? "true" : "false",
+          OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+          OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+          OTEL_SERVICE_NAME: "agent-runtime-bench",
+        },
+        stdout: "piped",
+        stderr: "inherit",
+      }).output();
+      const out = new TextDecoder().decode(child.stdout).trim();
+      console.log(out || `telemetry ${on ? "on" : "off"}: the child exited ${child.code} without a row`);
+    }
+    // Export is batched: give the last batch a moment before counting what arrived.
+    await new Promise((r) => setTimeout(r, 300));
+    console.log(`${"".padEnd(34)} spans exported with telemetry on=${receiver.spans.length}`);
+  } finally {
+    await receiver.close();
+  }
+  // The wrappers a step goes through with telemetry off (step, decide, model call, act, tool call).
+  const state = { fence: { runId: "bench", epoch: 1 }, journal: new Map(), effects: new Map() };
+  const t = NO_TELEMETRY;
+  const n = 200_000;
+  const body = () => Promise.resolve(1);
+  const time = async (wrapped: boolean) => {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) {
+      if (wrapped) {
+        await t.step(
+          state,
+          i,
+          () =>
+            t.decide(state, i, () => t.modelCall("m", () => Promise.resolve({ usage: 1 })))
+              .then(() => t.act(state, i, () => t.toolCall(state, { key: "k", seq: i, tool: "x" }, body))),
+        );
+      } else {
+        await Promise.resolve({ usage: 1 }).then(body);
+      }
+    }
+    return ((performance.now() - t0) * 1e6) / n;
+  };
+  await time(true); // warm up
+  const bare = await time(false);
+  const wrapped = await time(true);
+  console.log(
+    `${"telemetry off, wrappers per step".padEnd(34)} ${(wrapped - bare).toFixed(0)} ns per step ` +
+      `(${wrapped.toFixed(0)} ns wrapped vs ${bare.toFixed(0)} ns bare, ${n} steps in this process)`,
+  );
 }

@@ -8,6 +8,7 @@
  * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
  * deno run -A cli/main.ts submit|runs|inspect|resolve|cancel|reopen ...
+ * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
  * ```
  *
  * @module
@@ -18,6 +19,7 @@ import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
 import { main as runMain } from "./run.ts";
 import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "../supervisor/main.ts";
+import { main as uiMain } from "../ui/main.ts";
 
 /** The usage text of the binary. */
 export const USAGE = `agent-runtime: durable AI agents that survive crashes.
@@ -31,6 +33,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in t
   inspect    one run's timeline          resolve  settle a flagged tool call
   cancel     stop a run                  reopen   resume a failed or cancelled run
   prune      delete finished runs older than a cutoff
+  ui         a web page with every run, live, on 127.0.0.1:8787
 
 'agent-runtime COMMAND --help' describes each.`;
 
@@ -48,6 +51,8 @@ export async function main(
       return await workerMain(rest, env, preloaded);
     case "supervise":
       return await superviseMain(rest, env, preloaded);
+    case "ui":
+      return await uiMain(rest, env);
     case undefined:
     case "help":
     case "--help":

@@ -118,6 +118,8 @@ export class MockCloud {
   #faults = new Map<string, CloudFaultSpec>();
   /** Aborted by `releaseHung()` to end requests held by `hang_next`. */
   #release = new AbortController();
+  /** The `traceparent` of each request, by idempotency key, in arrival order (not persisted). */
+  #traceparents = new Map<string, string[]>();
 
   private constructor(state: CloudState, file: DurableJsonFile<CloudState> | undefined, now: () => Date) {
     this.#state = state;
@@ -194,8 +196,17 @@ export class MockCloud {
     this.#release = new AbortController();
   }
 
+  /** The `traceparent` headers the requests under `key` carried, in arrival order (tests of tracing). */
+  traceparents(key: string): string[] {
+    return [...(this.#traceparents.get(key) ?? [])];
+  }
+
   async #handleCreate(req: Request, path: string): Promise<Response> {
     const key = req.headers.get("idempotency-key");
+    const traceparent = req.headers.get("traceparent");
+    if (key && traceparent) {
+      this.#traceparents.set(key, [...(this.#traceparents.get(key) ?? []), traceparent]);
+    }
     this.#countRequest(path, key);
     const route = KIND_BY_PATH[path];
     if (route === undefined) return errorResponse(404, "not_found", `no endpoint ${path}`);

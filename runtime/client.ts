@@ -22,6 +22,7 @@ import { RuntimeError } from "./errors.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
 import { OpenAIPlanner, type Planner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
+import { agentsWithRuns, countByStatus, type RunTokens, tokensByRun } from "./store/overview.ts";
 import { openPglite } from "./store/pglite.ts";
 import type {
   JournalRow,
@@ -182,6 +183,25 @@ export class Client {
   /** Runs, newest first, one page at a time, with the number matching the filter. */
   async list(filter: RunFilter = {}): Promise<{ runs: RunSummary[]; total: number }> {
     return await this.store.listRuns(filter);
+  }
+
+  /**
+   * What an overview shows beside a page of runs: runs per status (among those
+   * matching `agent` and `search`), the agents that have runs, and the tokens
+   * each of `runIds` has spent.
+   */
+  async overview(
+    opts: { agent?: string; search?: string; runIds?: string[] } = {},
+  ): Promise<
+    { counts: Partial<Record<RunStatus, number>>; agents: string[]; tokens: Map<string, RunTokens> }
+  > {
+    const client = this.store.client;
+    const [counts, agents, tokens] = [
+      await countByStatus(client, opts),
+      await agentsWithRuns(client),
+      await tokensByRun(client, opts.runIds ?? []),
+    ];
+    return { counts, agents, tokens };
   }
 
   /** The agents some live worker hosts now (its heartbeat is younger than `leaseMs`). */

@@ -13,6 +13,7 @@ import { CrashPoints } from "./crashpoints.ts";
 import { Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import type { Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
+import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "./telemetry.ts";
 import type { ToolRegistry } from "./tools.ts";
 
 /** Limits on retries and re-asks. */
@@ -72,6 +73,13 @@ export interface WorkerDeps {
    * {@link DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS}.
    */
   maxClaimsWithoutProgress?: number;
+  /** Spans and counters; {@link workerDeps} turns them on with `OTEL_DENO`. Default: none. */
+  telemetry?: Telemetry;
+}
+
+/** The worker's telemetry, or the no-op. */
+export function telemetryOf(deps: WorkerDeps): Telemetry {
+  return deps.telemetry ?? NO_TELEMETRY;
 }
 
 /** Default of {@link WorkerDeps.maxClaimsWithoutProgress}. */
@@ -107,7 +115,8 @@ export interface WorkerDepsOptions
 /**
  * Builds a worker's dependencies with defaults: the system clock, a logger
  * on stdout, no crash points, owner `worker:<pid>`, the agent's `maxSteps`,
- * a 3 s heartbeat and a 12 s lease, {@link DEFAULT_RETRY}, `Math.random`.
+ * a 3 s heartbeat and a 12 s lease, {@link DEFAULT_RETRY}, `Math.random`,
+ * and telemetry when `OTEL_DENO` is on.
  */
 export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
   const { agent: prepared, ...rest } = opts;
@@ -123,6 +132,7 @@ export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
     random: Math.random,
     crash: rest.crash ?? CrashPoints.none({ log, clock }),
     ...rest,
+    telemetry: rest.telemetry ?? telemetryFromEnv(),
     agent: prepared.agent.name,
     planner: prepared.planner,
     tools: prepared.tools,

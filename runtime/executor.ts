@@ -11,7 +11,7 @@
 
 import { checkToolRequest } from "./budget.ts";
 import { clockTimeout } from "./clock.ts";
-import { backoffMs, idempotencyKey, type RunState, type WorkerDeps } from "./context.ts";
+import { backoffMs, idempotencyKey, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
@@ -81,7 +81,15 @@ export async function act(
  * confirmed, failed or flagged. Each attempt is counted in its intent row
  * before the request goes out.
  */
-export async function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
+export function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
+  return telemetryOf(deps).toolCall(
+    state,
+    { ...call, tool: call.tool.name },
+    () => sendCall(deps, state, call),
+  );
+}
+
+async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
   const { log, store, clock, crash } = deps;
   const runId = state.fence.runId;
   const { key, seq, tool } = call;
@@ -204,6 +212,7 @@ async function callTool(
       seq: call.seq,
       attempt,
       signal: AbortSignal.any([state.signal, timeout.signal]),
+      traceHeaders: () => telemetryOf(deps).traceHeaders(),
     });
   } catch (err) {
     if (timeout.signal.aborted && !state.signal.aborted) throw timeout.signal.reason;

@@ -8,7 +8,7 @@
  */
 
 import { clockTimeout } from "./clock.ts";
-import { backoffMs, type RunState, type WorkerDeps } from "./context.ts";
+import { backoffMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildMessages } from "./history.ts";
 import type { ModelAnswer } from "./planner.ts";
@@ -68,14 +68,15 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         }),
     );
     try {
-      answer = await deps.planner.decide({
-        runId,
-        seq,
-        messages,
-        agent: deps.agent,
-        tools,
-        signal: AbortSignal.any([state.signal, timeout.signal]),
-      });
+      answer = await telemetryOf(deps).modelCall(deps.planner.model, () =>
+        deps.planner.decide({
+          runId,
+          seq,
+          messages,
+          agent: deps.agent,
+          tools,
+          signal: AbortSignal.any([state.signal, timeout.signal]),
+        }));
     } catch (err) {
       const e = asModelError(err, timeout.signal, state.signal);
       if (e.badAnswer) {

@@ -6,7 +6,12 @@
  * @module
  */
 
-import { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, type RunState, type WorkerDeps } from "./context.ts";
+import {
+  DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
+  type RunState,
+  telemetryOf,
+  type WorkerDeps,
+} from "./context.ts";
 import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError } from "./executor.ts";
@@ -149,6 +154,7 @@ export async function runWorker(
   const claim = await store.claimRun(runId, run.epoch, deps.owner, clock.now());
   const epoch = claim?.epoch;
   if (claim === undefined || epoch === undefined) {
+    telemetryOf(deps).lostClaim(deps.agent);
     log.warn("fenced", { run: runId, reason: "another worker claimed the run first", seen_epoch: run.epoch });
     return { ...base, alreadyClosed: false, status: "lost_claim" };
   }
@@ -172,12 +178,32 @@ export async function runWorker(
  * a crash left, then steps until done, `guard`, or until `stop` aborts (the
  * lease was refused or lost). Whoever calls it keeps the lease alive.
  */
-export async function driveRun(
+export function driveRun(
+  deps: WorkerDeps,
+  claimed: ClaimedRun,
+  stop: AbortController,
+): Promise<RunOutcome> {
+  return telemetryOf(deps).attempt(traced(deps, claimed), () => driveClaimed(deps, claimed, stop));
+}
+
+function traced(deps: WorkerDeps, claimed: ClaimedRun) {
+  return {
+    runId: claimed.run.run_id,
+    agent: deps.agent,
+    epoch: claimed.epoch,
+    owner: deps.owner,
+    previousOwner: claimed.previousOwner,
+    leaseAgeMs: claimed.leaseAgeMs,
+  };
+}
+
+async function driveClaimed(
   deps: WorkerDeps,
   claimed: ClaimedRun,
   stop: AbortController,
 ): Promise<RunOutcome> {
   const { store, clock, log } = deps;
+  const tel = telemetryOf(deps);
   const { run, epoch } = claimed;
   const runId = run.run_id;
   log.info("claimed", {
@@ -216,6 +242,7 @@ export async function driveRun(
     };
   }
   const { journal, effects } = await store.loadHistory(runId);
+  tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state: RunState = {
     fence: { runId, epoch },
     goal: run.goal,
@@ -245,7 +272,7 @@ export async function driveRun(
     }
   };
   try {
-    await recover(deps, state);
+    await tel.recover(state, () => recover(deps, state));
     // Bounded by maxSteps: the guard closes the run.
     for (;; seq++) {
       // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
@@ -257,13 +284,16 @@ export async function driveRun(
         await store.finishRun(state.fence, "failed", error, clock.now());
         return { ...outcome("failed", seq, error), runStatus: "failed" };
       }
-      const decision = await decide(deps, state, seq);
-      if ("done" in decision) {
-        await store.finishRun(state.fence, "done", null, clock.now(), decision.message);
-        log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls, output: decision.message });
-        return { ...outcome("done", seq), runStatus: "done", output: decision.message };
-      }
-      await act(deps, state, seq, decision);
+      const ended = await tel.step(state, seq, async (): Promise<RunOutcome | undefined> => {
+        const decision = await tel.decide(state, seq, () => decide(deps, state, seq));
+        if ("done" in decision) {
+          await store.finishRun(state.fence, "done", null, clock.now(), decision.message);
+          log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls, output: decision.message });
+          return { ...outcome("done", seq), runStatus: "done", output: decision.message };
+        }
+        await tel.act(state, seq, () => act(deps, state, seq, decision));
+      });
+      if (ended) return ended;
     }
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;

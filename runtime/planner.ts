@@ -9,6 +9,7 @@
  */
 
 import { ModelError } from "./errors.ts";
+import { traceHeaders } from "./telemetry.ts";
 import type { OpenAITool } from "./tools.ts";
 
 /** A chat message in the chat-completions format. */
@@ -62,6 +63,8 @@ export interface DecideRequest {
 export interface Planner {
   /** A short description for the start-up log, e.g. the endpoint. */
   readonly describe: string;
+  /** The model's name, for telemetry (`gen_ai.request.model`), when known. */
+  readonly model?: string;
   /**
    * Asks once. Throws a {@link ModelError}: `transient` when asking again may
    * help, `badAnswer` when an answer arrived but cannot be used.
@@ -113,9 +116,16 @@ export class OpenAIPlanner implements Planner {
     return text;
   }
 
+  /** The model name sent in each request. */
+  get model(): string {
+    return this.#opts.model;
+  }
+
   /** Sends one chat-completions request and parses the answer. */
   async decide(req: DecideRequest): Promise<ModelAnswer> {
     const headers: Record<string, string> = { "content-type": "application/json", "x-agent-run": req.runId };
+    // Deno's fetch sends the trace context itself (OTEL_DENO); a handler called in-process needs it here.
+    if (this.#opts.fetch) Object.assign(headers, traceHeaders());
     if (req.agent) headers["x-agent-name"] = req.agent;
     if (this.#opts.apiKey) headers.authorization = `Bearer ${this.#opts.apiKey}`;
     const body = JSON.stringify({

@@ -25,6 +25,12 @@ export interface ToolContext {
   attempt: number;
   /** Aborts when the call times out or the worker stops. */
   signal: AbortSignal;
+  /**
+   * The trace context of this call (`traceparent`) as HTTP headers, empty with
+   * telemetry off. Deno's `fetch` sends it by itself under `OTEL_DENO=true`;
+   * add these to requests that go another way (an in-process handler, a queue).
+   */
+  traceHeaders(): Record<string, string>;
 }
 
 /** What a tool's `run` returns. */

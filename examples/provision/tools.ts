@@ -45,7 +45,12 @@ export async function cloudCreate(
     res = await doFetch(
       new Request(url, {
         method: "POST",
-        headers: { "content-type": "application/json", "idempotency-key": ctx.idempotencyKey },
+        headers: {
+          "content-type": "application/json",
+          "idempotency-key": ctx.idempotencyKey,
+          // Deno's fetch sends the trace context itself (OTEL_DENO); an in-process handler needs it here.
+          ...(opts.fetch ? ctx.traceHeaders() : {}),
+        },
         body: JSON.stringify(args),
         signal: ctx.signal,
       }),

@@ -1,0 +1,261 @@
+/**
+ * The web page in a real browser: headless Chromium (Debian's `chromium`)
+ * driven by puppeteer-core. A run crashed at `after_call` by a real SIGKILL
+ * and resumed; a run blocked on a flagged call, resolved from the page; a run
+ * in progress, watched without a reload; and the token beyond loopback.
+ * Takes the README's screenshots (`UPDATE_SCREENSHOTS=1` writes docs/ui-runs.png, docs/ui-run.png).
+ *
+ * Skipped, saying so, when no Chromium is installed (`apt-get install -y chromium`).
+ */
+import assert from "node:assert/strict";
+import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import { z } from "zod";
+import { defineAgent } from "../runtime/agent.ts";
+import { connect } from "../runtime/client.ts";
+import { ToolError } from "../runtime/errors.ts";
+import type { Planner } from "../runtime/planner.ts";
+import { defineTool } from "../runtime/tools.ts";
+import { serveUi } from "../ui/server.ts";
+import { runWorkerToEnd } from "./_procs.ts";
+
+const CHROMIUM = [Deno.env.get("CHROMIUM_PATH"), "/usr/bin/chromium", "/usr/bin/chromium-browser"]
+  .find((p) => {
+    if (!p) return false;
+    try {
+      return Deno.statSync(p).isFile;
+    } catch {
+      return false;
+    }
+  });
+// The README's screenshots are rewritten only when asked (UPDATE_SCREENSHOTS=1), so a test run leaves the
+// work tree clean; otherwise they go to the test's temporary folder.
+const UPDATE_SCREENSHOTS = Deno.env.get("UPDATE_SCREENSHOTS") === "1";
+
+function chromiumIgnore(name: string): boolean {
+  if (!CHROMIUM) {
+    console.log(`skipped (no chromium: apt-get install -y chromium, or set CHROMIUM_PATH): ${name}`);
+  }
+  return !CHROMIUM;
+}
+
+/** A model that calls `tool` at step 0 and is done at step 1. */
+function oneToolPlanner(tool: string, args: Record<string, unknown>, done: string): Planner {
+  return {
+    describe: `script: ${tool} then done`,
+    decide: (req) =>
+      Promise.resolve(
+        req.seq === 0
+          ? { kind: "tool", tool, args, usage: { prompt_tokens: 120, completion_tokens: 18 } }
+          : { kind: "done", message: done, usage: { prompt_tokens: 160, completion_tokens: 9 } },
+      ),
+  };
+}
+
+// A payment whose remote takes no idempotency key: an unknown outcome is flagged for a person.
+const charge = defineAgent({
+  name: "billing",
+  instructions: "Charge the card once.",
+  model: oneToolPlanner("charge_card", { amount_cents: 1299 }, "Charged the card."),
+  tools: [
+    defineTool({
+      name: "charge_card",
+      description: "Charge the customer's card.",
+      idempotent: false,
+      args: z.strictObject({ amount_cents: z.number().int() }),
+      run: () => {
+        throw new ToolError("TOOL_NETWORK", "the connection dropped after the request was sent", {
+          transient: true,
+        });
+      },
+    }),
+  ],
+});
+
+function gate() {
+  let open!: () => void;
+  let entered!: () => void;
+  const opened = new Promise<void>((r) => (open = r));
+  const reached = new Promise<void>((r) => (entered = r));
+  return { open, opened, entered, reached };
+}
+
+async function text(page: Page, selector: string): Promise<string> {
+  return await page.$eval(selector, (el) => el.textContent ?? "");
+}
+
+Deno.test({
+  name: "the web page shows crashes by epoch, resolves a flagged call, updates live, and wants its token",
+  ignore: chromiumIgnore("browser tests of the web page"),
+  // puppeteer keeps its DevTools socket's timers until the browser is gone; the test closes both.
+  sanitizeOps: false,
+  sanitizeResources: false,
+  async fn(t) {
+    const dir = await Deno.makeTempDir({ prefix: "agent-runtime-ui-" });
+    const shot = (name: string) =>
+      UPDATE_SCREENSHOTS
+        ? decodeURIComponent(new URL(`../docs/${name}`, import.meta.url).pathname)
+        : `${dir}/${name}`;
+    // A real crash first: kill -9 after the remote acted, then a second process resumes.
+    const crashed = await runWorkerToEnd({ DATA_DIR: dir, RUN_ID: "crashed", CRASH_AT: "after_call" });
+    assert.equal(crashed.code, 137, crashed.lines.join("\n"));
+    const resumed = await runWorkerToEnd({ DATA_DIR: dir, RUN_ID: "crashed" });
+    assert.equal(resumed.code, 0, resumed.lines.join("\n"));
+
+    const client = await connect({ dataDir: dir });
+    const slow = gate();
+    const watched = defineAgent({
+      name: "reports",
+      instructions: "Build the report.",
+      model: oneToolPlanner("build_report", { month: "2026-11" }, "The report is ready."),
+      tools: [
+        defineTool({
+          name: "build_report",
+          description: "Build a monthly report.",
+          args: z.strictObject({ month: z.string() }),
+          run: async (args, ctx) => {
+            slow.entered();
+            await slow.opened;
+            return { result: `report-${args.month}-${ctx.idempotencyKey}` };
+          },
+        }),
+      ],
+    });
+    const worker = await client.startWorker([charge, watched], { pollMs: 100 });
+    const ui = await serveUi({ client, port: 0 });
+    let browser: Browser | undefined;
+    try {
+      browser = await puppeteer.launch({
+        executablePath: CHROMIUM,
+        headless: true,
+        args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+      });
+      const page = await browser.newPage();
+      await page.setViewport({ width: 1280, height: 760 });
+
+      // Runs in several states for the list: blocked, running, pending (no worker hosts it), cancelled.
+      await client.start(charge, { runId: "charge-42", input: "Charge order 42" });
+      assert.equal((await client.wait("charge-42", { timeoutMs: 20_000 })).status, "blocked");
+      await client.start(watched, { runId: "report-nov", input: "November" });
+      await slow.reached;
+      const idle = defineAgent({
+        name: "notes",
+        instructions: "-",
+        tools: [],
+        model: oneToolPlanner("x", {}, ""),
+      });
+      await client.start(idle, { runId: "note-7", input: "Water the plants" });
+      await client.start(idle, { runId: "note-8", input: "Buy milk" });
+      await client.cancel("note-8", { by: "ui-test", reason: "not needed" });
+
+      await t.step("the runs list shows the crashed-and-resumed run", async () => {
+        await page.goto(ui.url, { waitUntil: "domcontentloaded" });
+        await page.waitForSelector('tr[data-run="crashed"]');
+        const row = await page.$eval(
+          'tr[data-run="crashed"]',
+          (tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent?.trim()),
+        );
+        assert.equal(row[1], "done");
+        assert.equal(row[2], "provision");
+        assert.equal(row[3], "3", "steps");
+        assert.equal(row[4], "4", "model calls");
+        assert.equal(row[6], "2", "epoch: two worker attempts");
+        assert.match(await text(page, '[data-count="blocked"]'), /blocked 1/);
+        await page.waitForSelector('tr[data-run="report-nov"] [data-status="running"]');
+        await page.screenshot({ path: shot("ui-runs.png") });
+        // Filter by status, then search by id.
+        await page.click('[data-count="done"]');
+        await page.waitForFunction('document.querySelectorAll("tr[data-run]").length === 1');
+        await page.click('[data-count="cancelled"]');
+        await page.waitForSelector('tr[data-run="note-8"]');
+      });
+
+      await t.step("its page shows two epochs and the already_done call", async () => {
+        await page.goto(`${ui.url}/runs/crashed`, { waitUntil: "domcontentloaded" });
+        await page.waitForSelector('[data-call="crashed:0"]');
+        const lanes = await page.$$eval(".lane-head", (els) => els.map((e) => e.getAttribute("data-epoch")));
+        assert.deepEqual(lanes, ["1", "2"]);
+        assert.ok(await page.$('[data-call="crashed:0"] [data-status="already_done"]'));
+        // Step 0 was decided in epoch 1 and its call settled by epoch 2 after the crash.
+        const step0 = await page.$$eval(
+          ".cell",
+          (cells) => cells.slice(0, 2).map((c) => `${c.getAttribute("data-lane")}:${c.textContent}`),
+        );
+        assert.match(step0[0], /^1:decision.*decided create_server/);
+        assert.match(step0[1], /^2:tool.*create_server confirmed \(already_done\), attempt 2/);
+        await page.setViewport({ width: 1280, height: 900 });
+        await page.screenshot({
+          path: shot("ui-run.png"),
+          fullPage: true,
+        });
+      });
+
+      await t.step("a flagged call resolved from the page lets the run finish", async () => {
+        await page.goto(`${ui.url}/runs/charge-42`, { waitUntil: "domcontentloaded" });
+        await page.waitForSelector('[data-flagged="charge-42:0"] textarea');
+        await page.type('[data-flagged="charge-42:0"] textarea', '{"charge":"ch_0042"}');
+        await page.click('[data-flagged="charge-42:0"] [data-action="resolve"]');
+        await page.waitForFunction(
+          `document.querySelector("#run-status")?.textContent === "done"`,
+          { timeout: 20_000 },
+        );
+        const run = await client.inspect("charge-42");
+        assert.equal(run.run.status, "done");
+        assert.equal(run.effects[0].status, "confirmed");
+        assert.deepEqual(run.effects[0].result, { charge: "ch_0042" });
+        assert.equal(run.effects[0].resolved_by, "ui");
+      });
+
+      await t.step("a run in progress updates without a reload", async () => {
+        await page.goto(`${ui.url}/runs/report-nov`, { waitUntil: "domcontentloaded" });
+        await page.waitForFunction(`document.querySelector("#run-status")?.textContent === "running"`);
+        await page.evaluate(() => ((globalThis as unknown as { stayed: boolean }).stayed = true));
+        slow.open();
+        await page.waitForFunction(
+          `document.querySelector("#run-status")?.textContent === "done"`,
+          { timeout: 20_000 },
+        );
+        assert.equal(await page.evaluate(() => (globalThis as unknown as { stayed?: boolean }).stayed), true);
+        assert.match(await text(page, "#run-output"), /The report is ready/);
+      });
+
+      await t.step("bound beyond loopback, a request without the token is refused", async () => {
+        await assert.rejects(
+          serveUi({ client, host: "0.0.0.0", port: 0 }),
+          /UI_TOKEN_REQUIRED|needs a token/,
+        );
+        const open = await serveUi({ client, host: "0.0.0.0", port: 0, token: "s3cret-token" });
+        const ro = await serveUi({ client, port: 0, readOnly: true });
+        try {
+          // Bound on every interface, reached here only through loopback.
+          const bare = await fetch(`${open.url}/api/runs`);
+          assert.equal(bare.status, 401);
+          assert.equal((await bare.json()).code, "UI_TOKEN_REQUIRED");
+          const wrong = await fetch(`${open.url}/api/runs`, { headers: { authorization: "Bearer nope" } });
+          assert.equal(wrong.status, 401);
+          await wrong.body?.cancel();
+          const res = await page.goto(open.url, { waitUntil: "domcontentloaded" });
+          assert.equal(res?.status(), 401);
+          await page.goto(`${open.url}/?token=s3cret-token`, { waitUntil: "domcontentloaded" });
+          await page.waitForSelector('tr[data-run="crashed"]'); // the page's own requests carry the cookie
+          const post = await fetch(`${ro.url}/api/runs/note-7/cancel`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: "{}",
+          });
+          assert.equal(post.status, 403);
+          assert.equal((await post.json()).code, "UI_READ_ONLY");
+        } finally {
+          await open.close();
+          await ro.close();
+        }
+      });
+    } finally {
+      slow.open();
+      await browser?.close();
+      await ui.close();
+      await worker.stop();
+      await client.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});

@@ -1,0 +1,134 @@
+/**
+ * `deno task ui`: serves the web page over the runs' database.
+ *
+ * ```sh
+ * deno task ui [--host 127.0.0.1] [--port 8787] [--token TOKEN] [--read-only]
+ *              [--database-url URL | --data-dir DIR]
+ * ```
+ *
+ * Exit codes: 0 stopped by a signal, 2 bad settings or no database.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { Client } from "../runtime/client.ts";
+import { SystemClock } from "../runtime/clock.ts";
+import { StoreError } from "../runtime/errors.ts";
+import { openStore } from "../runtime/store/open.ts";
+import { serveUi, UiError } from "./server.ts";
+
+/** The usage text of `ui`. */
+export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKEN] [--read-only] [--by NAME]
+  Serves a page with every run: a list, and each run's timeline with one lane per worker epoch;
+  cancel, reopen and resolve flagged calls from it. It updates while runs progress.
+  --host H            interface to bind (env UI_HOST; default 127.0.0.1); beyond loopback a token is required
+  --port N            port (env UI_PORT; default 8787; 0 picks a free one)
+  --token TOKEN       required on every request (env UI_TOKEN); open the page with ?token=TOKEN
+  --read-only         show runs, refuse every action
+  --by NAME           recorded as who resolved or cancelled (default ui)
+settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
+default .data). The embedded database allows one process at a time: while the page has it open, workers
+on the same directory wait; use PostgreSQL to watch runs live from another process.`;
+
+/** Runs the page until SIGINT or SIGTERM; returns the exit code. */
+export async function main(
+  args: string[],
+  env: Record<string, string | undefined>,
+  signal?: AbortSignal,
+): Promise<number> {
+  let v;
+  try {
+    v = parseArgs({
+      args,
+      strict: true,
+      options: {
+        host: { type: "string" },
+        port: { type: "string" },
+        token: { type: "string" },
+        "read-only": { type: "boolean" },
+        by: { type: "string" },
+        "database-url": { type: "string" },
+        "data-dir": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }).values;
+  } catch (err) {
+    console.error(`ui: ${(err as Error).message.split("\n")[0]}. 'deno task ui --help' lists the flags`);
+    return 2;
+  }
+  if (v.help) {
+    console.log(UI_USAGE);
+    return 0;
+  }
+  const rawPort = v.port ?? (env.UI_PORT || "8787");
+  const port = Number(rawPort);
+  if (!/^\d+$/.test(rawPort) || port > 65535) {
+    console.error(
+      `ui: --port must be an integer from 0 to 65535: current value is ${JSON.stringify(rawPort)}`,
+    );
+    return 2;
+  }
+  const host = v.host ?? (env.UI_HOST || "127.0.0.1");
+  const token = v.token ?? (env.UI_TOKEN || undefined);
+  let client: Client;
+  try {
+    client = new Client(
+      await openStore({
+        databaseUrl: v["database-url"] ?? (env.DATABASE_URL || undefined),
+        dataDir: v["data-dir"] ?? (env.DATA_DIR || ".data"),
+      }),
+      new SystemClock(),
+    );
+  } catch (err) {
+    if (err instanceof StoreError) {
+      console.error(`${err.code}: ${err.message}`);
+      return 2;
+    }
+    throw err;
+  }
+  const stop = new AbortController();
+  signal?.addEventListener("abort", () => stop.abort(), { once: true });
+  const onSignal = () => stop.abort();
+  if (!signal) {
+    Deno.addSignalListener("SIGINT", onSignal);
+    Deno.addSignalListener("SIGTERM", onSignal);
+  }
+  try {
+    const ui = await serveUi({
+      client,
+      host,
+      port,
+      token,
+      readOnly: v["read-only"] === true,
+      actor: v.by ?? "ui",
+      signal: stop.signal,
+    });
+    console.log(
+      `ui  url=${ui.url}/${token ? "?token=..." : ""}  store=${client.store.client.describe}${
+        v["read-only"] ? "  read_only=true" : ""
+      }`,
+    );
+    await new Promise<void>((resolve) =>
+      stop.signal.addEventListener("abort", () => resolve(), { once: true })
+    );
+    await ui.close().catch(() => {}); // the signal has shut it down already
+    return 0;
+  } catch (err) {
+    if (err instanceof UiError || err instanceof Deno.errors.AddrInUse) {
+      console.error(`ui: ${err instanceof UiError ? `${err.code}: ` : ""}${(err as Error).message}`);
+      return 2;
+    }
+    throw err;
+  } finally {
+    if (!signal) {
+      Deno.removeSignalListener("SIGINT", onSignal);
+      Deno.removeSignalListener("SIGTERM", onSignal);
+    }
+    await client.close();
+  }
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args, Deno.env.toObject()));
+}

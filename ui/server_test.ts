@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { defineAgent } from "../runtime/agent.ts";
+import { connect } from "../runtime/client.ts";
+import { createUiApp, isLoopback, serveUi } from "./server.ts";
+import { buildTimeline } from "./timeline.ts";
+
+const agent = defineAgent({
+  name: "idle",
+  instructions: "-",
+  tools: [],
+  model: { describe: "none", decide: () => Promise.resolve({ kind: "done", message: "ok" }) },
+});
+
+const post = (body: unknown) => ({
+  method: "POST",
+  headers: { "content-type": "application/json", host: "127.0.0.1" },
+  body: JSON.stringify(body),
+});
+const local = { headers: { host: "127.0.0.1:8787" } };
+
+Deno.test("the page's API lists runs with counts, and refuses what it must", async (t) => {
+  const client = await connect({ memory: true });
+  try {
+    await client.start(agent, { runId: "a-1", input: "x" });
+    await client.start(agent, { runId: "a-2", input: "y" });
+    await client.cancel("a-2");
+    const app = await createUiApp({ client });
+    await t.step("lists runs newest first with counts per status and the agents", async () => {
+      const res = await app.request("/api/runs", local);
+      const body = await res.json();
+      assert.equal(res.status, 200);
+      assert.deepEqual(body.runs.map((r: { runId: string }) => r.runId), ["a-2", "a-1"]);
+      assert.deepEqual(body.counts, { pending: 1, cancelled: 1 });
+      assert.deepEqual(body.agents, ["idle"]);
+      const filtered = await (await app.request("/api/runs?status=pending&search=a-", local)).json();
+      assert.deepEqual(filtered.runs.map((r: { runId: string }) => r.runId), ["a-1"]);
+    });
+    await t.step("refuses a bad status, an unknown run, and a foreign Host header", async () => {
+      assert.equal((await (await app.request("/api/runs?status=nope", local)).json()).code, "UI_BAD_REQUEST");
+      const missing = await app.request("/api/runs/zzz", local);
+      assert.equal(missing.status, 404);
+      assert.equal((await missing.json()).code, "RUN_NOT_FOUND");
+      const evil = await app.request("/api/runs", { headers: { host: "evil.example:8787" } });
+      assert.equal(evil.status, 403);
+      assert.equal((await evil.json()).code, "UI_HOST_REFUSED");
+    });
+    await t.step("actions take JSON, go through the client, and report its refusals", async () => {
+      const form = await app.request("/api/runs/a-1/cancel", {
+        method: "POST",
+        headers: { host: "127.0.0.1", "content-type": "application/x-www-form-urlencoded" },
+        body: "x=1",
+      });
+      assert.equal(form.status, 415);
+      await form.body?.cancel();
+      assert.equal((await app.request("/api/runs/a-1/cancel", post({}))).status, 200);
+      const again = await app.request("/api/runs/a-1/cancel", post({}));
+      assert.equal(again.status, 409);
+      assert.equal((await again.json()).code, "RUN_CLOSED");
+      assert.equal((await app.request("/api/runs/a-1/reopen", post({}))).status, 200);
+      const bad = await app.request("/api/calls/a-1:0/resolve", post({ action: "maybe" }));
+      assert.equal((await bad.json()).code, "UI_BAD_REQUEST");
+      const none = await app.request("/api/calls/a-1:0/resolve", post({ action: "retry" }));
+      assert.equal((await none.json()).code, "CALL_NOT_FOUND");
+    });
+    await t.step("read-only refuses every action", async () => {
+      const ro = await createUiApp({ client, readOnly: true });
+      const res = await ro.request("/api/runs/a-1/cancel", post({}));
+      assert.equal(res.status, 403);
+      assert.equal((await res.json()).code, "UI_READ_ONLY");
+    });
+    await t.step(
+      "with a token, every request needs it; given in the address it becomes a cookie",
+      async () => {
+        const app2 = await createUiApp({ client, token: "tok" });
+        assert.equal((await app2.request("/api/runs")).status, 401);
+        assert.equal(
+          (await app2.request("/api/runs", { headers: { authorization: "Bearer tok" } })).status,
+          200,
+        );
+        const page = await app2.request("/?token=tok");
+        assert.equal(page.status, 200);
+        assert.match(
+          page.headers.get("set-cookie") ?? "",
+          /agent_runtime_token=tok; Path=\/; HttpOnly; SameSite=Strict/,
+        );
+        await page.body?.cancel();
+        const withCookie = await app2.request("/api/runs", {
+          headers: { cookie: "agent_runtime_token=tok" },
+        });
+        assert.equal(withCookie.status, 200);
+        await withCookie.body?.cancel();
+      },
+    );
+    await t.step("serving beyond loopback without a token is refused before binding", async () => {
+      await assert.rejects(serveUi({ client, host: "0.0.0.0", port: 0 }), { code: "UI_TOKEN_REQUIRED" });
+      assert.ok(isLoopback("127.0.0.2") && isLoopback("localhost") && isLoopback("[::1]"));
+      assert.ok(!isLoopback("0.0.0.0") && !isLoopback("10.0.0.1"));
+    });
+    await t.step("a run's timeline has one lane per epoch", async () => {
+      const timeline = buildTimeline(await client.inspect("a-1"));
+      assert.deepEqual(timeline.epochs, []);
+      assert.equal(timeline.run.status, "pending");
+    });
+  } finally {
+    await client.close();
+  }
+});
