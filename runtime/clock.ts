@@ -87,6 +87,13 @@ export class ManualClock implements Clock {
     return this.#sleepers.length;
   }
 
+  /** When the next sleeper wakes (ms since the epoch), or undefined when nobody sleeps. */
+  get nextWakeAtMs(): number | undefined {
+    let next: number | undefined;
+    for (const s of this.#sleepers) if (next === undefined || s.wakeAtMs < next) next = s.wakeAtMs;
+    return next;
+  }
+
   /** Sleeps until the clock is advanced past `ms` from now, or `signal` aborts. */
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
     if (signal?.aborted) return Promise.reject(abortReason(signal));

@@ -9,6 +9,7 @@
 import type { PreparedAgent } from "./agent.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { CrashPoints } from "./crashpoints.ts";
+import type { PlantedDefects } from "./defects.ts";
 import { Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import type { Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
@@ -64,6 +65,8 @@ export interface WorkerDeps {
   retry: RetryPolicy;
   /** Jitter source in [0, 1): `Math.random` in production, seeded in the harness. */
   random: () => number;
+  /** Test seams only: bugs the fuzzer's tests plant on purpose. Omitted in production. */
+  defects?: PlantedDefects;
 }
 
 /** The run as this worker knows it. */
