@@ -124,6 +124,8 @@ export interface SimWorldOptions {
   heartbeatMs?: number;
   /** See {@link SimWorldOptions.heartbeatMs}. */
   leaseMs?: number;
+  /** Answers the tools' requests instead of the mock cloud (a user's fake remote). */
+  remote?: FetchLike;
 }
 
 /**
@@ -156,6 +158,8 @@ export class SimWorld {
   readonly transcript: string[] = [];
   /** A handle for the harness's own reads (never closed by a kill). */
   readonly observer: Store;
+  /** What answers the tools' requests: the mock cloud, or {@link SimWorldOptions.remote}. */
+  readonly remote: FetchLike;
   readonly #opts: SimWorldOptions;
   #spawned = 0;
 
@@ -172,6 +176,7 @@ export class SimWorld {
     this.cloud = cloud;
     this.#opts = opts;
     this.observer = db.handle("pglite:sim:observer");
+    this.remote = opts.remote ?? cloud.handler;
   }
 
   /** A world on `db` with a fresh manual clock and fresh in-memory mocks. */
@@ -213,8 +218,8 @@ export class SimWorld {
   }
 
   /** Moves the shared clock forward, letting every woken sleeper run. */
-  async advance(ms: number): Promise<void> {
-    await this.clock.advance(ms);
+  async advance(ms: number, opts: { settle?: () => Promise<void> } = {}): Promise<void> {
+    await this.clock.advance(ms, opts);
   }
 
   /** Reads everything the checks need about `runId`: its rows and what the mocks saw. */
@@ -372,7 +377,7 @@ export class SimProcess {
     const wrapFetch = (remote: "model" | "cloud", fetch: FetchLike) =>
       hooks.wrapFetch ? hooks.wrapFetch(remote, fetch, this) : fetch;
     const modelFetch = wrapFetch("model", this.#fetch("model", world.model.handler));
-    const cloudFetch = wrapFetch("cloud", this.#fetch("cloud", world.cloud.handler));
+    const cloudFetch = wrapFetch("cloud", this.#fetch("cloud", world.remote));
     const agent: Agent = opts.agent ?? demoAgent;
     const deps = workerDeps({
       store: this.#store,
