@@ -634,8 +634,15 @@ async function runSchedule(
   schedule: Schedule,
   turns: Turns,
   runId: string,
+  counter: { runs: number },
 ): Promise<ScheduleResult> {
-  await db.db.exec("truncate runs, journal, side_effects, workers");
+  // Deleting is ten times cheaper than truncating (0.6 ms against 5.6 ms on PGlite), but leaves dead
+  // rows that slow every statement down; a truncate every 64 schedules keeps the tables small.
+  await db.db.exec(
+    ++counter.runs % 64 === 0
+      ? "truncate runs, journal, side_effects, workers"
+      : "delete from side_effects; delete from journal; delete from runs; delete from workers",
+  );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
   const world = await SimWorld.open(db, {
     seed: schedule.seed,
@@ -912,7 +919,8 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
   const turns = new Turns();
   const replayCommand = opts.replayCommand ?? "deno task fuzz --replay";
   try {
-    const runOne = (s: Schedule) => runSchedule(db, target, s, turns, `fz-${s.seed}`);
+    const counter = { runs: 0 };
+    const runOne = (s: Schedule) => runSchedule(db, target, s, turns, `fz-${s.seed}`, counter);
     // The clean run: what every schedule must end as, and where its faults can land.
     const clean = await runOne({ seed, faults: [] });
     if (clean.problems.length > 0) {
@@ -993,7 +1001,11 @@ async function main(args: string[]): Promise<number> {
       "keep-going": { type: "boolean", default: false },
     },
   });
-  const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
+  const seed = values.replay !== undefined
+    ? decodeSchedule(values.replay).seed
+    : values.seed !== undefined
+    ? Number(values.seed)
+    : Math.floor(Math.random() * 2 ** 31);
   const defects: PlantedDefects = {};
   const known = ["confirmSkipsFence", "heartbeatIgnoresFence", "keyFromAttempt", "replayAsksModel"] as const;
   for (const d of values.defect ?? []) {
