@@ -299,6 +299,8 @@ interface Proc {
   killedAt?: string;
   /** The journal intent whose answer is not yet written down. */
   open?: { sent: boolean };
+  /** An answer counted lost at the process's end, which a statement still in flight may yet write down. */
+  lostSent?: boolean;
   /** Set while frozen: every statement and request waits on it. */
   frozen?: Promise<void>;
 }
@@ -406,6 +408,7 @@ class ScheduleRun {
     if (p.open) {
       this.spend.lost++;
       if (!p.open.sent) this.spend.unsent++;
+      else p.lostSent = true;
       p.open = undefined;
     }
   }
@@ -505,8 +508,22 @@ class ScheduleRun {
     if (label === "journal-intent" && rows.length > 0) {
       if (p.open) this.spend.retried++;
       p.open = { sent: false };
+      // In flight when its process was killed (as a statement the server received may commit after a
+      // kill -9): the attempt is counted, and its request will never go out.
+      if (p.done) {
+        this.spend.lost++;
+        this.spend.unsent++;
+        p.open = undefined;
+      }
     }
-    if ((label === "journal-confirm" || label === "journal-reject") && rows.length > 0) p.open = undefined;
+    if ((label === "journal-confirm" || label === "journal-reject") && rows.length > 0) {
+      p.open = undefined;
+      // Committed while its process was being killed: the answer was written down after all.
+      if (p.done && p.lostSent) {
+        this.spend.lost--;
+        p.lostSent = false;
+      }
+    }
     void text;
   }
 
