@@ -2,7 +2,8 @@
  * The kit users test their agents with: the mock model (scripted, or driving
  * any agent's tools from their JSON Schemas), the mock cloud that honours
  * idempotency keys, the deterministic simulator (simulated processes on one
- * PGlite with a manual clock), and a PostgreSQL schema sandbox. Import it in
+ * PGlite with a manual clock), the crash fuzzer with its fake remote, and a
+ * PostgreSQL schema sandbox. Import it in
  * tests, not in production code: `mod.ts` is the runtime.
  *
  * @module
@@ -38,3 +39,20 @@ export {
   SimWorld,
   type SimWorldOptions,
 } from "./harness/sim.ts";
+export { type FakeEffect, FakeRemote, type FakeRemoteFaults } from "./harness/fake_remote.ts";
+export {
+  type AgentFactory,
+  decodeSchedule,
+  demoAgent as demoFuzzAgent,
+  encodeSchedule,
+  type Fault,
+  type FaultFamily,
+  fuzz,
+  FuzzError,
+  type FuzzFailure,
+  type FuzzOptions,
+  type FuzzReport,
+  type Schedule,
+  type ScheduleResult,
+} from "./harness/fuzz.ts";
+export type { PlantedDefects } from "./runtime/defects.ts";

@@ -47,8 +47,38 @@ export function checkInvariants(
   final: RunSnapshot,
   opts: { runId: string; baseline: Baseline; lostAnswers: number; earlier?: RunSnapshot[] },
 ): string[] {
-  const problems: string[] = [];
   const { runId, baseline } = opts;
+  const problems = checkShape(final, { runId, steps: baseline.steps, earlier: opts.earlier });
+  const attempts = sumAttempts(final);
+  const expected = baseline.llmCalls + opts.lostAnswers;
+  if (attempts !== expected) {
+    problems.push(
+      `the journal counts ${attempts} model calls, expected ${expected} (clean ${baseline.llmCalls} + lost ${opts.lostAnswers})`,
+    );
+  }
+  if (final.modelCalls !== attempts) {
+    problems.push(`the mock model counted ${final.modelCalls} calls, the journal's llm_attempts ${attempts}`);
+  }
+  return problems;
+}
+
+/**
+ * Invariant 5 without the model spend: the run is `done`, with `steps`
+ * journal rows whose `seq` runs 0..n-1, all confirmed, the last the
+ * done-step (and, given `tools`, the same tools in the same order as a clean
+ * run); one confirmed tool call per tool step under `<run_id>:<seq>`, matching
+ * its decision; one remote effect per key and none under a key no row owns
+ * (and, when `resultIsId`, each stored result is the id the remote gave);
+ * every row confirmed in an `earlier` snapshot unchanged.
+ */
+export function checkShape(
+  final: RunSnapshot,
+  opts: { runId: string; steps: number; earlier?: RunSnapshot[]; resultIsId?: boolean; tools?: string[] },
+): string[] {
+  const problems: string[] = [];
+  const { runId } = opts;
+  const baseline = { steps: opts.steps };
+  const resultIsId = opts.resultIsId ?? true;
   if (final.run?.status !== "done") {
     problems.push(`run ${runId} is ${final.run?.status ?? "missing"}, expected done`);
   }
@@ -66,6 +96,12 @@ export function checkInvariants(
   }
 
   const toolSteps = final.journal.filter((j) => j.decision && "tool" in j.decision);
+  if (opts.tools) {
+    const called = toolSteps.map((j) => j.decision && "tool" in j.decision ? j.decision.tool : "?");
+    if (called.join(",") !== opts.tools.join(",")) {
+      problems.push(`the run called ${called.join(",")}, a clean run calls ${opts.tools.join(",")}`);
+    }
+  }
   const effectSeqs = final.effects.map((e) => e.seq);
   if (effectSeqs.some((s, i) => s !== i) || final.effects.length !== toolSteps.length) {
     problems.push(
@@ -89,7 +125,7 @@ export function checkInvariants(
     }
     const resource = final.created.find((r) => r.key === key);
     if (!resource) problems.push(`the cloud holds no resource under ${key}`);
-    else if (canon(e.result) !== canon(resource.id)) {
+    else if (resultIsId && canon(e.result) !== canon(resource.id)) {
       problems.push(`tool call ${key} stored ${canon(e.result)}, the cloud created ${resource.id}`);
     }
   }
@@ -107,15 +143,68 @@ export function checkInvariants(
       if (canon(now) !== canon(e)) problems.push(`confirmed tool call ${e.idempotency_key} was overwritten`);
     }
   }
+  return problems;
+}
+
+/**
+ * What the fuzzer saw of a schedule's model spend at the processes'
+ * boundaries. An attempt is a journal intent (`llm_attempts + 1`); it ends
+ * in a decision, a rejection, a retry inside the same process (`retried`), or
+ * with the process (`lost`: the answer, or the request itself when `unsent`).
+ */
+export interface ModelSpend {
+  /** Attempts followed by another attempt of the same process (a transient model fault). */
+  retried: number;
+  /** Attempts still open when their process died or was fenced. */
+  lost: number;
+  /** Of `lost`, those whose request never went out. */
+  unsent: number;
+  /** Model requests a process sent with no open journal intent to count them. */
+  uncounted: number;
+  /** Injected faults that can cost a retry (5xx, timeouts) and fired. */
+  transientFaults: number;
+  /** Injected faults that can cost a rejection (malformed answers) and fired. */
+  badAnswerFaults: number;
+  /** Injected kills and stalls that fired: each may lose one answer. */
+  interruptions: number;
+}
+
+/**
+ * The model paid at most once per decided step plus one per lost answer (and
+ * one per injected model fault): every request counted by a journal intent
+ * before it went out, and every attempt beyond one per step explained.
+ */
+export function checkModelSpend(final: RunSnapshot, spend: ModelSpend): string[] {
+  const problems: string[] = [];
   const attempts = sumAttempts(final);
-  const expected = baseline.llmCalls + opts.lostAnswers;
-  if (attempts !== expected) {
+  const decided = final.journal.filter((j) => j.status === "confirmed").length;
+  const rejected = final.journal.reduce((n, j) => n + j.rejections.length, 0);
+  if (spend.uncounted > 0) {
+    problems.push(`${spend.uncounted} model requests went out with no journal intent counting them`);
+  }
+  if (final.modelCalls !== attempts - spend.unsent) {
     problems.push(
-      `the journal counts ${attempts} model calls, expected ${expected} (clean ${baseline.llmCalls} + lost ${opts.lostAnswers})`,
+      `the model was paid ${final.modelCalls} times, the journal counts ${attempts} attempts of which ${spend.unsent} were never sent`,
     );
   }
-  if (final.modelCalls !== attempts) {
-    problems.push(`the mock model counted ${final.modelCalls} calls, the journal's llm_attempts ${attempts}`);
+  if (attempts !== decided + rejected + spend.retried + spend.lost) {
+    problems.push(
+      `the journal counts ${attempts} model attempts for ${decided} decisions, ${rejected} rejections, ` +
+        `${spend.retried} retries and ${spend.lost} lost answers`,
+    );
+  }
+  if (rejected > spend.badAnswerFaults) {
+    problems.push(
+      `${rejected} answers were rejected, but only ${spend.badAnswerFaults} bad answers were injected`,
+    );
+  }
+  if (spend.retried > spend.transientFaults) {
+    problems.push(
+      `${spend.retried} model requests were retried, only ${spend.transientFaults} model faults fired`,
+    );
+  }
+  if (spend.lost > spend.interruptions) {
+    problems.push(`${spend.lost} answers were lost, only ${spend.interruptions} kills and stalls fired`);
   }
   return problems;
 }

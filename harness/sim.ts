@@ -22,9 +22,10 @@ import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { type Clock, ManualClock } from "../runtime/clock.ts";
 import type { Agent } from "../runtime/agent.ts";
-import { workerDeps } from "../runtime/context.ts";
+import { type RetryPolicy, workerDeps } from "../runtime/context.ts";
+import type { PlantedDefects } from "../runtime/defects.ts";
 import { type CrashPlan, type CrashPoint, CrashPoints } from "../runtime/crashpoints.ts";
-import { describeError, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
+import { describeError, type KillPoint, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
 import { Logger } from "../runtime/log.ts";
 import { type RunOutcome, runWorker } from "../runtime/loop.ts";
 import { type FetchLike, OpenAIPlanner } from "../runtime/planner.ts";
@@ -34,6 +35,7 @@ import {
   type RunRow,
   SCHEMA_SQL,
   type SideEffectRow,
+  type SqlClient,
   Store,
 } from "../runtime/store/store.ts";
 import { type Tool, ToolRegistry } from "../runtime/tools.ts";
@@ -91,9 +93,17 @@ export class SimDb {
     await this.db.exec(`create schema ${name}; set search_path to ${name};\n${SCHEMA_SQL}`);
   }
 
-  /** A new store handle on the shared instance; closing it cuts off only this handle. */
-  handle(describe: string): Store {
-    return new Store(new PgliteClient(this.db, { describe, owned: false }));
+  /**
+   * A new store handle on the shared instance; closing it cuts off only this
+   * handle. `wrap` puts a layer (the fuzzer's statement counter) between the
+   * store and the handle; `defects` plants bugs in the store (tests only).
+   */
+  handle(
+    describe: string,
+    opts: { wrap?: (client: SqlClient) => SqlClient; defects?: PlantedDefects } = {},
+  ): Store {
+    const client = new PgliteClient(this.db, { describe, owned: false });
+    return new Store(opts.wrap ? opts.wrap(client) : client, { defects: opts.defects });
   }
 
   /** Closes the instance. */
@@ -114,6 +124,24 @@ export interface SimWorldOptions {
   heartbeatMs?: number;
   /** See {@link SimWorldOptions.heartbeatMs}. */
   leaseMs?: number;
+  /** Answers the tools' requests instead of the mock cloud (a user's fake remote). */
+  remote?: FetchLike;
+}
+
+/**
+ * What the fuzzer puts into one incarnation: layers around its store handle
+ * and its fetches (to count, kill and freeze at every boundary), planted
+ * bugs, and a retry policy. Each hook gets the process it is built for.
+ */
+export interface ProcessHooks {
+  /** Wraps the process's store client (closed by a kill like the handle it wraps). */
+  wrapStore?: (client: SqlClient, proc: SimProcess) => SqlClient;
+  /** Wraps the process's fetch to the model or the cloud (outside the process's own counting). */
+  wrapFetch?: (remote: "model" | "cloud", fetch: FetchLike, proc: SimProcess) => FetchLike;
+  /** Bugs planted in the process's store and worker (tests of the fuzzer only). */
+  defects?: PlantedDefects;
+  /** Replaces the default retry policy. */
+  retry?: RetryPolicy;
 }
 
 /** Everything a set of simulated processes share: the database, the clock, the remotes, the transcript. */
@@ -130,6 +158,8 @@ export class SimWorld {
   readonly transcript: string[] = [];
   /** A handle for the harness's own reads (never closed by a kill). */
   readonly observer: Store;
+  /** What answers the tools' requests: the mock cloud, or {@link SimWorldOptions.remote}. */
+  readonly remote: FetchLike;
   readonly #opts: SimWorldOptions;
   #spawned = 0;
 
@@ -146,6 +176,7 @@ export class SimWorld {
     this.cloud = cloud;
     this.#opts = opts;
     this.observer = db.handle("pglite:sim:observer");
+    this.remote = opts.remote ?? cloud.handler;
   }
 
   /** A world on `db` with a fresh manual clock and fresh in-memory mocks. */
@@ -166,7 +197,9 @@ export class SimWorld {
    * `RUN_ID`, `CRASH_AT`/`CRASH_SEQ` or `STALL_AT` set. It runs at once; await
    * {@link SimProcess.exit} (or {@link SimProcess.stalled}).
    */
-  spawn(opts: { name?: string; runId: string; goal?: string; plan?: Partial<CrashPlan> }): SimProcess {
+  spawn(
+    opts: { name?: string; runId: string; goal?: string; plan?: Partial<CrashPlan>; hooks?: ProcessHooks },
+  ): SimProcess {
     const index = ++this.#spawned;
     const name = opts.name ?? `w${index}`;
     const seed = ((this.#opts.seed ?? 1) * 1_000_003 + index) >>> 0;
@@ -180,12 +213,13 @@ export class SimWorld {
       agent: this.#opts.agent,
       heartbeatMs: this.#opts.heartbeatMs,
       leaseMs: this.#opts.leaseMs,
+      hooks: opts.hooks,
     });
   }
 
   /** Moves the shared clock forward, letting every woken sleeper run. */
-  async advance(ms: number): Promise<void> {
-    await this.clock.advance(ms);
+  async advance(ms: number, opts: { settle?: () => Promise<void> } = {}): Promise<void> {
+    await this.clock.advance(ms, opts);
   }
 
   /** Reads everything the checks need about `runId`: its rows and what the mocks saw. */
@@ -235,7 +269,7 @@ export type SimExit =
   /** `runWorker` returned (done, fenced, lost_claim, ...). */
   | { kind: "exited"; outcome: RunOutcome }
   /** Killed at a crash point. */
-  | { kind: "killed"; point: CrashPoint; seq: number }
+  | { kind: "killed"; point: KillPoint; seq: number }
   /** Threw something else (a bug, or the store went away). */
   | { kind: "error"; error: string };
 
@@ -305,12 +339,18 @@ export class SimProcess {
       agent?: Agent;
       heartbeatMs?: number;
       leaseMs?: number;
+      hooks?: ProcessHooks;
     },
   ) {
     this.#world = world;
     this.name = opts.name;
     this.runId = opts.runId;
-    this.#store = world.db.handle(`pglite:sim:${opts.name}`);
+    const hooks = opts.hooks ?? {};
+    const wrapStore = hooks.wrapStore;
+    this.#store = world.db.handle(`pglite:sim:${opts.name}`, {
+      wrap: wrapStore ? (client) => wrapStore(client, this) : undefined,
+      defects: hooks.defects,
+    });
     const clock = new ProcessClock(world.clock, this.#death.signal);
     const log = new Logger({
       clock,
@@ -334,8 +374,10 @@ export class SimProcess {
         return new Promise<void>((resolve) => this.#releaseStall = resolve);
       },
     });
-    const modelFetch = this.#fetch("model", world.model.handler);
-    const cloudFetch = this.#fetch("cloud", world.cloud.handler);
+    const wrapFetch = (remote: "model" | "cloud", fetch: FetchLike) =>
+      hooks.wrapFetch ? hooks.wrapFetch(remote, fetch, this) : fetch;
+    const modelFetch = wrapFetch("model", this.#fetch("model", world.model.handler));
+    const cloudFetch = wrapFetch("cloud", this.#fetch("cloud", world.remote));
     const agent: Agent = opts.agent ?? demoAgent;
     const deps = workerDeps({
       store: this.#store,
@@ -353,6 +395,8 @@ export class SimProcess {
       heartbeatMs: opts.heartbeatMs ?? 3_000,
       leaseMs: opts.leaseMs ?? 12_000,
       random: seededRandom(opts.seed),
+      ...(hooks.retry ? { retry: hooks.retry } : {}),
+      ...(hooks.defects ? { defects: hooks.defects } : {}),
     });
     this.exit = (async (): Promise<SimExit> => {
       try {

@@ -207,7 +207,8 @@ async function callTool(
   );
   try {
     return await call.tool.run(call.args, {
-      idempotencyKey: call.key,
+      // The planted bug (a test seam, off in production) keys re-sends by their attempt.
+      idempotencyKey: deps.defects?.keyFromAttempt && attempt > 1 ? `${call.key}:${attempt}` : call.key,
       runId: state.fence.runId,
       seq: call.seq,
       attempt,

@@ -11,6 +11,7 @@
  */
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
+import type { PlantedDefects } from "../defects.ts";
 import { FencedError, StoreError } from "../errors.ts";
 import type { Budget } from "../budget.ts";
 import type { Json } from "../tools.ts";
@@ -281,10 +282,13 @@ const ts = (d: Date): string => d.toISOString();
 export class Store {
   /** The driver underneath. */
   readonly client: SqlClient;
+  /** Test seams only (the fuzzer's planted bugs); empty in production. */
+  readonly defects: PlantedDefects;
 
-  /** Wraps a driver. */
-  constructor(client: SqlClient) {
+  /** Wraps a driver. `defects` plants bugs for the fuzzer's tests; never set it in production. */
+  constructor(client: SqlClient, opts: { defects?: PlantedDefects } = {}) {
     this.client = client;
+    this.defects = opts.defects ?? {};
   }
 
   /** Where the data lives, for logs. */
@@ -431,7 +435,9 @@ export class Store {
   async heartbeat(f: Fence, now: Date): Promise<boolean> {
     const rows = await this.client.query(
       `update runs set heartbeat_at = $3::timestamptz
-        where run_id = $1 and epoch = $2 and status = 'running' returning 1 as ok`,
+        where run_id = $1 and ${
+        this.defects.heartbeatIgnoresFence ? "$2::int is not null" : "epoch = $2"
+      } and status = 'running' returning 1 as ok`,
       [f.runId, f.epoch, ts(now)],
     );
     return rows.length === 1;
@@ -540,7 +546,8 @@ export class Store {
     const rows = await this.client.query(
       `update side_effects set status = 'confirmed', result = $4::text::jsonb, remote = $5,
               confirmed_at = $6::timestamptz, error = null
-        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}
+        where idempotency_key = $3 and run_id = $1 and status = 'intent'
+          and ${this.defects.confirmSkipsFence ? "$2::int is not null" : FENCE}
         returning 1 as ok`,
       [f.runId, f.epoch, key, jsonParam(result), remote, ts(now)],
     );

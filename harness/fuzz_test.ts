@@ -1,0 +1,150 @@
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { defineAgent } from "../runtime/agent.ts";
+import type { PlantedDefects } from "../runtime/defects.ts";
+import type { FetchLike } from "../runtime/planner.ts";
+import { ToolError } from "../runtime/errors.ts";
+import { defineTool } from "../runtime/tools.ts";
+import { FakeRemote } from "./fake_remote.ts";
+import { decodeSchedule, demoAgent, encodeSchedule, fuzz, FuzzError } from "./fuzz.ts";
+import { SimDb } from "./sim.ts";
+
+// Every planted bug must be found within this many schedules of seed 1, and shrunk to at most three faults.
+const FIND_WITHIN = 300;
+
+Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes the runtime as it is", async (t) => {
+  // One PGlite for the file (a cold start costs seconds); each schedule empties its tables.
+  const db = await SimDb.open();
+  try {
+    const planted: [string, PlantedDefects][] = [
+      ["a tool confirm that skips the fence", { confirmSkipsFence: true }],
+      ["a key built from the attempt number", { keyFromAttempt: true }],
+      ["a replay that asks the model again", { replayAsksModel: true }],
+      ["a heartbeat that renews after fencing", { heartbeatIgnoresFence: true }],
+    ];
+    for (const [bug, defects] of planted) {
+      await t.step(`finds ${bug} within ${FIND_WITHIN} schedules and shrinks it to <= 3 faults`, async () => {
+        const report = await fuzz(demoAgent, {
+          db,
+          seed: 1,
+          schedules: FIND_WITHIN,
+          remote: "mock-cloud",
+          defects,
+        });
+        assert.equal(report.failures.length, 1, `not found in ${report.schedules} schedules`);
+        const { shrunk, text } = report.failures[0];
+        assert.ok(shrunk.problems.length > 0);
+        assert.ok(shrunk.schedule.faults.length <= 3, text);
+        assert.ok(shrunk.schedule.faults.length >= 1, text);
+        assert.match(text, /^seed=\d+ schedule=\d+ FAILED/);
+        assert.ok(
+          text.includes(`replay: deno task fuzz --replay '${encodeSchedule(shrunk.schedule)}'`),
+          text,
+        );
+        // The printed schedule replays to the same failure.
+        const again = await fuzz(demoAgent, {
+          db,
+          remote: "mock-cloud",
+          defects,
+          replay: encodeSchedule(shrunk.schedule),
+        });
+        assert.deepEqual(again.failures[0]?.shrunk.problems, shrunk.problems);
+      });
+    }
+
+    await t.step("the same seed gives a byte-identical transcript twice", async () => {
+      const run = () =>
+        fuzz(demoAgent, { db, seed: 99, schedules: 40, remote: "mock-cloud", transcript: true });
+      const [a, b] = [await run(), await run()];
+      assert.equal(a.failures.length, 0);
+      assert.ok(a.transcript!.length > 1_000);
+      assert.equal(b.transcript!.join("\n"), a.transcript!.join("\n"));
+    });
+
+    await t.step("400 schedules of the demo find no violation and hit every fault kind", async () => {
+      const report = await fuzz(demoAgent, { db, seed: 2026, schedules: 400, remote: "mock-cloud" });
+      assert.deepEqual(report.failures.map((f) => f.text), []);
+      assert.equal(report.schedules, 400);
+      assert.ok(Object.keys(report.kinds).length >= 16, JSON.stringify(report.kinds));
+      assert.ok(report.positions >= 40, `${report.positions} positions`);
+    });
+
+    await t.step("a user's agent whose tools call a FakeRemote is fuzzed the same way", async () => {
+      const ticketing = (fetch: FetchLike) =>
+        defineAgent({
+          name: "tickets",
+          tools: ["open_ticket", "assign_ticket"].map((name) =>
+            defineTool({
+              name,
+              description: `${name.replace("_", " ")}.`,
+              args: z.strictObject({ title: z.string() }),
+              run: async (args, ctx) => {
+                const res = await fetch(
+                  new Request(`http://tickets.test/${name}`, {
+                    method: "POST",
+                    headers: { "idempotency-key": ctx.idempotencyKey },
+                    body: JSON.stringify(args),
+                    signal: ctx.signal,
+                  }),
+                );
+                const text = await res.text();
+                if (!res.ok) throw new ToolError("HTTP", `${res.status}`, { transient: res.status >= 500 });
+                return { result: JSON.parse(text).id };
+              },
+            })
+          ),
+        });
+      const report = await fuzz(ticketing, { db, seed: 5, schedules: 60 });
+      assert.deepEqual(report.failures.map((f) => f.text), []);
+      const buggy = await fuzz(ticketing, { db, seed: 5, schedules: 200, defects: { keyFromAttempt: true } });
+      assert.equal(buggy.failures.length, 1);
+      assert.match(buggy.failures[0].text, /which no tool call owns/);
+    });
+  } finally {
+    await db.close();
+  }
+});
+
+Deno.test("a schedule round-trips through its compact form, and a bad one is refused with a code", () => {
+  const s = {
+    seed: 7,
+    faults: [
+      { kind: "kill", at: "stmt", n: 17, when: "after" },
+      { kind: "stall", n: 12, wake: 3 },
+      { kind: "cloud", n: 2, fault: "drop" },
+      { kind: "model", n: 3, fault: "bad_args" },
+    ],
+  } as const;
+  const text = encodeSchedule({ seed: s.seed, faults: [...s.faults] });
+  assert.equal(text, "7/kill@stmt#17:after,stall@stmt#12+3,cloud#2:drop,model#3:bad_args");
+  assert.deepEqual(decodeSchedule(text), s);
+  assert.deepEqual(decodeSchedule(JSON.stringify(s)), s);
+  assert.throws(
+    () => decodeSchedule("7/kill@disk#1:before"),
+    (e) => e instanceof FuzzError && e.code === "FUZZ_REPLAY_INVALID",
+  );
+  assert.throws(() => decodeSchedule("seven"), FuzzError);
+});
+
+Deno.test("FakeRemote performs one effect per key and replays the stored answer", async () => {
+  const remote = new FakeRemote();
+  const send = (key: string, body: unknown) =>
+    remote.fetch(
+      new Request("http://fake/v1/things", {
+        method: "POST",
+        headers: { "idempotency-key": key },
+        body: JSON.stringify(body),
+      }),
+    );
+  const first = await send("r:0", { a: 1 });
+  assert.equal(first.status, 201);
+  const again = await send("r:0", { a: 1 });
+  assert.equal(again.headers.get("idempotent-replayed"), "true");
+  assert.deepEqual(await again.json(), { a: 1, id: "fx-0000001" });
+  assert.equal((await send("r:0", { a: 2 })).status, 422);
+  remote.setFaults({ drop_after_act_next: 1 });
+  await assert.rejects((await send("r:1", { b: 1 })).text());
+  assert.deepEqual(remote.effects().map((e) => e.key), ["r:0", "r:1"]);
+  assert.deepEqual(remote.requestsByKey(), { "r:0": 3, "r:1": 1 });
+  assert.throws(() => remote.setFaults({ fail_next: -1 }), TypeError);
+});
