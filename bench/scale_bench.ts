@@ -266,6 +266,7 @@ function startSupervisor(shape: Shape, sandbox: SchemaSandbox, mocks: RunningMoc
     ...Object.fromEntries(SCRUBBED.map((name) => [name, ""])),
     DATABASE_URL: sandbox.url,
     MODEL_URL: mocks.modelUrl,
+    MODEL: "mock-planner",
     CLOUD_URL: mocks.cloudUrl,
     WORKERS: String(shape.workers),
     RUNS_PER_WORKER: String(shape.runsPerWorker),
