@@ -88,10 +88,16 @@ export {
 export { DEFAULT_RUNS_PER_WORKER, WorkerHost, type WorkerHostOptions } from "./runtime/host.ts";
 export { type LogFormat, Logger, type LogSink } from "./runtime/log.ts";
 export {
+  idempotencyKeyHeader,
+  isTransientStatus,
+  parseRetryAfter,
+  serverErrorMessage,
+} from "./runtime/http.ts";
+export {
+  chatCompletionsUrl,
   type ChatMessage,
   type DecideRequest,
   type FetchLike,
-  isTransientStatus,
   type ModelAnswer,
   OpenAIPlanner,
   type OpenAIPlannerOptions,

@@ -399,6 +399,7 @@ function startSupervisor(
     ...Object.fromEntries(SCRUBBED.map((name) => [name, ""])),
     DATABASE_URL: databaseUrl,
     MODEL_URL: mocks.modelUrl,
+    MODEL: "mock-planner",
     CLOUD_URL: mocks.cloudUrl,
     WORKERS: String(shape.workers),
     RUNS_PER_WORKER: String(shape.runsPerWorker),

@@ -81,7 +81,9 @@ export async function prepareAgents(
       prepared.push(
         await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
           if (ctx.env.MODEL_URL || endpoint.url) {
-            const planner = endpointPlanner(agent, { model: "mock-planner", ...endpoint }, ctx);
+            // A real endpoint needs a real model name: no default, or a typo'd setup would
+            // send "mock-planner" to a provider and fail far from the cause.
+            const planner = endpointPlanner(agent, endpoint, ctx);
             modelDescribe = ctx.env.MODEL_URL || endpoint.url || "";
             return planner;
           }

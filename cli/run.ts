@@ -36,7 +36,9 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --database-url URL         PostgreSQL; unset: embedded PGlite under --data-dir
   --data-dir DIR             embedded database and in-process mocks' state (default .data)
   --model-url URL            OpenAI-compatible endpoint; unset: the agent's model, or the in-process mock model
-  --model NAME, --model-api-key KEY
+  --model NAME               the model name; required with --model-url or an agent's endpoint URL
+  --model-api-key KEY        sent as a bearer token, never logged
+  --model-headers H, --model-query Q   extra headers / query parameters: JSON object or k=v,k2=v2
   --cloud-url URL            the demo tools' cloud; unset: in-process mock cloud
   --max-steps N              decisions before guard stops the run (default: the agent's, 12)
   --worker NAME              written to runs.owner (default host:pid)
@@ -72,6 +74,8 @@ export function processEnv(
     MODEL_URL: settings.modelUrl,
     MODEL: settings.model,
     MODEL_API_KEY: settings.modelApiKey,
+    MODEL_HEADERS: settings.modelHeaders,
+    MODEL_QUERY: settings.modelQuery,
     CLOUD_URL: settings.cloudUrl,
   };
 }

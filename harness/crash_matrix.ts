@@ -201,6 +201,7 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
     const env = (runId: string, extra: Record<string, string> = {}) => ({
       DATABASE_URL: pg.url,
       MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
       CLOUD_URL: mocks.cloudUrl,
       RUN_ID: runId,
       ...extra,

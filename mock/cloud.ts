@@ -1,7 +1,10 @@
 /**
- * `MockCloud`: a fake cloud provider that honours idempotency keys and can be
- * told to misbehave, so the runtime's retry and crash-recovery paths can be
- * exercised deterministically.
+ * `MockCloud`: a fake cloud provider that honours idempotency keys as the IETF
+ * Idempotency-Key draft describes (a quoted or bare key, 400 without one, 409
+ * while a request with the key is in progress, 422 for the key reused with
+ * another body, errors as `application/problem+json`) and can be told to
+ * misbehave, so the runtime's retry and crash-recovery paths can be exercised
+ * deterministically.
  *
  * @module
  */
@@ -9,7 +12,7 @@
 import { sleep, waitForAbort } from "./abortable.ts";
 import { canonicalJson } from "./canonical_json.ts";
 import { DurableJsonFile } from "./durable_json_file.ts";
-import { droppedResponse, errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
+import { droppedResponse, garbageResponse, jsonResponse, problemResponse } from "./http_response.ts";
 import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
 
 /** The kinds of resource the cloud can create. */
@@ -62,6 +65,8 @@ export interface CloudFaultSpec {
   fail_next?: number;
   /** Status of `fail_next` answers; default 503. */
   fail_status?: number;
+  /** Sent as `Retry-After` (seconds) with `fail_next` answers; default none. */
+  retry_after_s?: number;
   /** The next N requests never answer (until the client aborts) and do nothing. */
   hang_next?: number;
   /** The next N requests get a 200 whose body is not JSON, and do nothing. */
@@ -120,6 +125,8 @@ export class MockCloud {
   #release = new AbortController();
   /** The `traceparent` of each request, by idempotency key, in arrival order (not persisted). */
   #traceparents = new Map<string, string[]>();
+  /** Keys of the requests being handled now: a second request with one of them gets 409. */
+  #in_progress = new Set<string>();
 
   private constructor(state: CloudState, file: DurableJsonFile<CloudState> | undefined, now: () => Date) {
     this.#state = state;
@@ -155,8 +162,8 @@ export class MockCloud {
       get: () => this.faults(),
       clear: () => this.clearFaults(),
     };
-    return await commonRoute(req, path, faults) ??
-      errorResponse(404, "not_found", `no route for ${req.method} ${path}`);
+    return await commonRoute(req, path, faults, problem) ??
+      problem(404, "not_found", `no route for ${req.method} ${path}`);
   };
 
   /** Resources created so far, in creation order; optionally only keys starting with `prefix`. */
@@ -202,44 +209,62 @@ export class MockCloud {
   }
 
   async #handleCreate(req: Request, path: string): Promise<Response> {
-    const key = req.headers.get("idempotency-key");
+    const parsed = parseIdempotencyKey(req.headers.get("idempotency-key"));
+    const key = typeof parsed === "string" ? parsed : null;
     const traceparent = req.headers.get("traceparent");
     if (key && traceparent) {
       this.#traceparents.set(key, [...(this.#traceparents.get(key) ?? []), traceparent]);
     }
     this.#countRequest(path, key);
     const route = KIND_BY_PATH[path];
-    if (route === undefined) return errorResponse(404, "not_found", `no endpoint ${path}`);
-
-    const injected = await this.#applyFaults(path, req);
-    if (injected instanceof Response) return injected;
-    const response = await this.#createOrReplay(req, key, route.kind, route.prefix);
-    if (injected === "drop") {
-      await response.body?.cancel();
-      return droppedResponse(response.status);
+    if (route === undefined) return problem(404, "not_found", `no endpoint ${path}`);
+    if (typeof parsed !== "string") return parsed;
+    if (this.#in_progress.has(parsed)) {
+      // The draft's answer to a concurrent request: not now, and not "no".
+      return problemResponse(
+        409,
+        "idempotency_key_in_progress",
+        "A request is outstanding for this Idempotency-Key",
+        `a request with key ${JSON.stringify(parsed)} is still being processed; retry after it completes`,
+        { "Retry-After": "1" },
+      );
     }
-    return response;
+    this.#in_progress.add(parsed);
+    try {
+      const injected = await this.#applyFaults(path, req);
+      if (injected instanceof Response) return injected;
+      const response = await this.#createOrReplay(req, parsed, route.kind, route.prefix);
+      if (injected === "drop") {
+        await response.body?.cancel();
+        return droppedResponse(response.status);
+      }
+      return response;
+    } finally {
+      // Released even when a hung or delayed request is aborted, or the next one would wait forever.
+      this.#in_progress.delete(parsed);
+    }
   }
 
   async #createOrReplay(
     req: Request,
-    key: string | null,
+    key: string,
     kind: ResourceKind,
     prefix: string,
   ): Promise<Response> {
-    if (!key) return errorResponse(400, "missing_idempotency_key", "the Idempotency-Key header is required");
     const payload = await readJsonObject(req);
-    if (payload === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
+    if (payload === undefined) return problem(400, "bad_json", "the body must be a JSON object");
 
     const existing = this.#by_key.get(key);
     if (existing !== undefined) {
       if (existing.kind !== kind || canonicalJson(existing.payload) !== canonicalJson(payload)) {
-        return errorResponse(
+        return problemResponse(
           422,
           "idempotency_key_reused",
+          "Idempotency-Key is already used",
           `key ${
             JSON.stringify(key)
-          } was first used for a different request (${existing.kind} ${existing.id})`,
+          } was first used for a different request (${existing.kind} ${existing.id}); a key must not be ` +
+            "reused with another payload",
         );
       }
       return jsonResponse(200, existing.body, { "Idempotent-Replayed": "true" });
@@ -284,7 +309,16 @@ export class MockCloud {
     const failing = take(specs, "fail_next");
     if (failing) {
       const status = failing.fail_status ?? 503;
-      return errorResponse(status, "injected_failure", `mock cloud fault: fail_next on ${path}`);
+      const headers: Record<string, string> = failing.retry_after_s === undefined
+        ? {}
+        : { "Retry-After": String(failing.retry_after_s) };
+      return problemResponse(
+        status,
+        "injected_failure",
+        "Injected failure",
+        `mock cloud fault: fail_next on ${path}`,
+        headers,
+      );
     }
     if (take(specs, "hang_next")) await waitForAbort(AbortSignal.any([req.signal, this.#release.signal]));
     if (take(specs, "garbage_next")) return garbageResponse();
@@ -295,6 +329,48 @@ export class MockCloud {
   #persist(): void {
     this.#file?.writeSync(this.#state);
   }
+}
+
+/** A problem details answer whose title is the status's reason, for the mock's plain refusals. */
+function problem(status: number, code: string, detail: string): Response {
+  const titles: Record<number, string> = { 400: "Bad Request", 404: "Not Found" };
+  return problemResponse(status, code, titles[status] ?? "Error", detail);
+}
+
+/**
+ * Reads an `Idempotency-Key` header: the draft's Structured Field string
+ * (`"run1:0"`, with `\"` and `\\` escapes) or, for clients that predate it,
+ * the bare key (`run1:0`). Both name the same key. Returns the key, or a 400
+ * problem saying what is wrong.
+ */
+export function parseIdempotencyKey(raw: string | null): string | Response {
+  const missing = () =>
+    problemResponse(
+      400,
+      "missing_idempotency_key",
+      "Idempotency-Key is missing",
+      "this operation is idempotent and requires an Idempotency-Key header",
+    );
+  if (raw === null) return missing();
+  const text = raw.trim();
+  if (text === "") return missing();
+  if (!text.startsWith('"')) {
+    if (text.includes('"')) return malformedKey(raw);
+    return text;
+  }
+  const match = /^"((?:[^"\\]|\\["\\])*)"$/.exec(text);
+  if (!match) return malformedKey(raw);
+  const key = match[1].replace(/\\(["\\])/g, "$1");
+  return key === "" ? missing() : key;
+}
+
+function malformedKey(raw: string): Response {
+  return problemResponse(
+    400,
+    "malformed_idempotency_key",
+    "Idempotency-Key is malformed",
+    `the Idempotency-Key ${JSON.stringify(raw.slice(0, 80))} is not a quoted string ("k") or a bare key`,
+  );
 }
 
 /** Finds the first spec whose `field` counter is positive and spends one unit of it. */
@@ -311,6 +387,7 @@ function parseFaultSpec(value: unknown): CloudFaultSpec {
     "delay_ms",
     "fail_next",
     "fail_status",
+    "retry_after_s",
     "hang_next",
     "garbage_next",
     "drop_after_act_next",
@@ -330,6 +407,7 @@ function parseFaultSpec(value: unknown): CloudFaultSpec {
     delay_ms: optionalCount(value, "delay_ms"),
     fail_next: optionalCount(value, "fail_next"),
     fail_status,
+    retry_after_s: optionalCount(value, "retry_after_s"),
     hang_next: optionalCount(value, "hang_next"),
     garbage_next: optionalCount(value, "garbage_next"),
     drop_after_act_next: optionalCount(value, "drop_after_act_next"),

@@ -17,6 +17,18 @@ function get(path: string): Request {
   return new Request(`http://mock${path}`);
 }
 
+/** Checks an RFC 9457 problem details answer and returns its body. */
+async function assertProblem(res: Response, status: number): Promise<Record<string, unknown>> {
+  assert.equal(res.status, status);
+  assert.equal(res.headers.get("content-type"), "application/problem+json");
+  const body = await res.json();
+  assert.equal(body.status, status);
+  for (const field of ["type", "title", "detail"]) {
+    assert.equal(typeof body[field], "string", `${field} in ${JSON.stringify(body)}`);
+  }
+  return body;
+}
+
 Deno.test("a first request creates the resource and the same request again replays the stored answer", async () => {
   const cloud = await MockCloud.open({ now: FIXED_NOW });
   const payload = { name: "srv-1", spec: "small" };
@@ -91,9 +103,8 @@ Deno.test("reusing a key for a different request is refused with 422 and creates
     await t.step(c.name, async () => {
       const res = await cloud.handler(post(c.path, c.body, "k"));
       assert.equal(res.status, 422);
-      const body = await res.json();
-      assert.equal(body.error, "idempotency_key_reused");
-      assert.equal(typeof body.message, "string");
+      const body = await assertProblem(res, 422);
+      assert.equal(body.code, "idempotency_key_reused");
     });
   }
   assert.equal(cloud.created().length, 1);
@@ -111,8 +122,7 @@ Deno.test("malformed requests are refused and counted", async (t) => {
   for (const c of cases) {
     await t.step(c.name, async () => {
       const res = await cloud.handler(c.req);
-      assert.equal(res.status, c.status);
-      assert.equal(typeof (await res.json()).error, "string");
+      await assertProblem(res, c.status);
     });
   }
   assert.deepEqual(cloud.created(), []);
@@ -164,7 +174,7 @@ Deno.test("fault knobs make the next matching requests misbehave", async (t) => 
     for (let i = 0; i < 3; i++) {
       const res = await cloud.handler(post("/v1/servers", { name: "x" }, "k"));
       statuses.push(res.status);
-      if (res.status === 503) assert.equal((await res.json()).error, "injected_failure");
+      if (res.status === 503) assert.equal((await assertProblem(res, 503)).code, "injected_failure");
       else await res.body?.cancel();
     }
     assert.deepEqual(statuses, [503, 503, 201]);
@@ -282,4 +292,92 @@ Deno.test("fault knobs make the next matching requests misbehave", async (t) => 
     assert.equal(res.status, 201);
     await res.body?.cancel();
   });
+});
+
+Deno.test("a quoted key (the draft's form) and the bare key are the same key: one resource", async () => {
+  const cloud = await MockCloud.open();
+  const payload = { name: "srv-1", spec: "small" };
+  const quoted = await cloud.handler(post("/v1/servers", payload, '"run1:0"'));
+  assert.equal(quoted.status, 201);
+  const text = await quoted.text();
+  const bare = await cloud.handler(post("/v1/servers", payload, "run1:0"));
+  assert.equal(bare.status, 200);
+  assert.equal(bare.headers.get("Idempotent-Replayed"), "true");
+  assert.equal(await bare.text(), text);
+  assert.deepEqual(cloud.created().map((r) => r.key), ["run1:0"]);
+  assert.deepEqual(cloud.requests().by_key, { "run1:0": 2 });
+  const escaped = await cloud.handler(post("/v1/servers", payload, '"a\\"b"'));
+  assert.equal(escaped.status, 201);
+  await escaped.body?.cancel();
+  assert.equal(cloud.created()[1].key, 'a"b');
+});
+
+Deno.test("a malformed or empty Idempotency-Key is a 400 problem and creates nothing", async (t) => {
+  const cloud = await MockCloud.open();
+  for (const key of ['"unterminated', 'a"b', '""', "   ", '"a"b"']) {
+    await t.step(JSON.stringify(key), async () => {
+      const body = await assertProblem(await cloud.handler(post("/v1/servers", { name: "x" }, key)), 400);
+      assert.match(String(body.code), /idempotency_key/);
+    });
+  }
+  assert.deepEqual(cloud.created(), []);
+});
+
+Deno.test("a second request with a key still in progress gets 409 with Retry-After, and creates nothing", async () => {
+  const cloud = await MockCloud.open();
+  cloud.setFaults({ delay_ms: 50 });
+  const payload = { name: "srv-1", spec: "small" };
+  const first = cloud.handler(post("/v1/servers", payload, '"run1:0"'));
+  // Another body under the same key is refused as in progress too: the first may not have stored it yet.
+  for (const body of [payload, { name: "other" }]) {
+    const second = await cloud.handler(post("/v1/servers", body, "run1:0"));
+    const problem = await assertProblem(second, 409);
+    assert.equal(problem.code, "idempotency_key_in_progress");
+    assert.equal(second.headers.get("Retry-After"), "1");
+  }
+  // Another key is not held up.
+  const other = cloud.handler(post("/v1/servers", payload, "run1:1"));
+  assert.equal((await first).status, 201);
+  assert.equal((await other).status, 201);
+  const again = await cloud.handler(post("/v1/servers", payload, "run1:0"));
+  assert.equal(again.status, 200, "once the first is done, the key replays");
+  await again.body?.cancel();
+  assert.deepEqual(cloud.created().map((r) => r.key), ["run1:0", "run1:1"]);
+  assert.equal(cloud.requests().by_key["run1:0"], 4);
+});
+
+Deno.test("a key held by a request that was aborted is released", async () => {
+  const cloud = await MockCloud.open();
+  cloud.setFaults({ hang_next: 1 });
+  await assert.rejects(cloud.handler(post("/v1/servers", {}, "k", AbortSignal.timeout(20))));
+  const next = await cloud.handler(post("/v1/servers", {}, "k"));
+  assert.equal(next.status, 201);
+  await next.body?.cancel();
+});
+
+Deno.test("fail_next with retry_after_s sends Retry-After with the problem", async () => {
+  const cloud = await MockCloud.open();
+  cloud.setFaults({ fail_next: 1, fail_status: 429, retry_after_s: 7 });
+  const res = await cloud.handler(post("/v1/servers", {}, "k"));
+  assert.equal(res.headers.get("Retry-After"), "7");
+  assert.equal((await assertProblem(res, 429)).code, "injected_failure");
+});
+
+Deno.test("removing the state directory under a running cloud does not break it: the file is made again", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const statePath = join(dir, "state", "cloud.json");
+    await Deno.mkdir(join(dir, "state"));
+    const cloud = await MockCloud.open({ statePath });
+    const first = await cloud.handler(post("/v1/servers", { name: "a" }, "k1"));
+    await first.body?.cancel();
+    await Deno.remove(join(dir, "state"), { recursive: true });
+    const second = await cloud.handler(post("/v1/servers", { name: "b" }, "k2"));
+    assert.equal(second.status, 201);
+    await second.body?.cancel();
+    const reopened = await MockCloud.open({ statePath });
+    assert.deepEqual(reopened.created().map((r) => r.key), ["k1", "k2"]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -4,6 +4,8 @@
  * @module
  */
 
+import { dirname } from "node:path";
+
 /**
  * Reads and atomically replaces one JSON file.
  *
@@ -17,7 +19,7 @@ export class DurableJsonFile<T> {
   /** Path of the state file. */
   readonly path: string;
 
-  /** @param path where the state lives; its directory must exist. */
+  /** @param path where the state lives; its directory is created on write when missing. */
   constructor(path: string) {
     this.path = path;
   }
@@ -32,10 +34,22 @@ export class DurableJsonFile<T> {
     }
   }
 
-  /** Replaces the stored state; returns only once the new state is in place. */
+  /**
+   * Replaces the stored state; returns only once the new state is in place.
+   * When the directory was removed under a running mock (someone starting
+   * over with `rm -rf .data`), it is made again and the state written there,
+   * rather than failing every later request.
+   */
   writeSync(state: T): void {
     const tmp_path = `${this.path}.tmp`;
-    Deno.writeTextFileSync(tmp_path, JSON.stringify(state));
+    const text = JSON.stringify(state);
+    try {
+      Deno.writeTextFileSync(tmp_path, text);
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+      Deno.mkdirSync(dirname(this.path), { recursive: true });
+      Deno.writeTextFileSync(tmp_path, text);
+    }
     Deno.renameSync(tmp_path, this.path);
   }
 }

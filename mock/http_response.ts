@@ -16,6 +16,38 @@ export function errorResponse(status: number, error: string, message: string): R
   return jsonResponse(status, { error, message });
 }
 
+/**
+ * An RFC 9457 problem details response (`application/problem+json`) with
+ * `type`, `title`, `status` and `detail`, plus `code` (a short stable name).
+ */
+export function problemResponse(
+  status: number,
+  code: string,
+  title: string,
+  detail: string,
+  headers: Record<string, string> = {},
+): Response {
+  const body = { type: `https://mock-cloud.test/problems/${code}`, title, status, detail, code };
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/problem+json", ...headers },
+  });
+}
+
+/**
+ * An error in the OpenAI API's shape: `{"error": {"message", "type", "param", "code"}}`, what
+ * the official clients parse.
+ */
+export function openAIErrorResponse(
+  status: number,
+  code: string,
+  message: string,
+  headers: Record<string, string> = {},
+): Response {
+  const type = status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error";
+  return jsonResponse(status, { error: { message, type, param: null, code } }, headers);
+}
+
 /** A 200 whose body is not JSON, like a proxy's error page. */
 export function garbageResponse(): Response {
   return new Response("<html>oops", { status: 200, headers: { "content-type": "text/html" } });

@@ -48,14 +48,19 @@ export interface FaultControls {
   clear(): void;
 }
 
+/** Builds an error response in a mock's own error format. */
+export type ErrorBuilder = (status: number, code: string, message: string) => Response;
+
 /**
  * The routes both mocks share: `GET /health` and `GET|POST|DELETE /_faults`.
- * Returns undefined for any other route.
+ * Returns undefined for any other route. Errors are built by `error` (each
+ * mock speaks its own protocol's error format).
  */
 export async function commonRoute(
   req: Request,
   path: string,
   faults: FaultControls,
+  error: ErrorBuilder = errorResponse,
 ): Promise<Response | undefined> {
   switch (`${req.method} ${path}`) {
     case "GET /health":
@@ -67,11 +72,11 @@ export async function commonRoute(
       return jsonResponse(200, { ok: true });
     case "POST /_faults": {
       const spec = await readJsonObject(req);
-      if (spec === undefined) return errorResponse(400, "bad_json", "the body must be a JSON object");
+      if (spec === undefined) return error(400, "bad_json", "the body must be a JSON object");
       try {
         faults.set(spec);
       } catch (err) {
-        if (err instanceof TypeError) return errorResponse(400, "bad_fault_spec", err.message);
+        if (err instanceof TypeError) return error(400, "bad_fault_spec", err.message);
         throw err;
       }
       return jsonResponse(200, faults.get());

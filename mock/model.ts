@@ -11,7 +11,7 @@
 
 import { sleep, waitForAbort } from "./abortable.ts";
 import { DurableJsonFile } from "./durable_json_file.ts";
-import { errorResponse, garbageResponse, jsonResponse } from "./http_response.ts";
+import { errorResponse, garbageResponse, jsonResponse, openAIErrorResponse } from "./http_response.ts";
 import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
 import { argsFromSchema } from "./schema_args.ts";
 
@@ -47,7 +47,7 @@ export interface ScriptAnswerStep {
 
 /** A script for one run or for every run of one agent: the body of `POST /_scripts`. */
 export interface ScriptSpec {
-  /** Run id (the request's `user` field, else its `x-agent-run` header); exclusive with `agent`. */
+  /** Run id (the request's `x-agent-run` header, else its `user` field); exclusive with `agent`. */
   run?: string;
   /** Agent name (the request's `x-agent-name` header); exclusive with `run`. */
   agent?: string;
@@ -94,6 +94,8 @@ export interface ModelFaultSpec {
   fail_next?: number;
   /** Status of `fail_next` answers; default 503. */
   fail_status?: number;
+  /** Sent as `Retry-After` (seconds) with `fail_next` answers; default none. */
+  retry_after_s?: number;
   /** The next N calls never answer (until the client aborts). */
   hang_next?: number;
   /** How the next `mode_next` answers are broken. */
@@ -103,8 +105,8 @@ export interface ModelFaultSpec {
 }
 
 /**
- * Call counters: every request to `/v1/chat/completions`, per run (the `user`
- * field, else the `x-agent-run` header).
+ * Call counters: every request to `/v1/chat/completions`, per run (the
+ * `x-agent-run` header, else the `user` field).
  */
 export interface ModelCallCounts {
   /** Every call. */
@@ -159,10 +161,10 @@ type Decision = { tool_calls: ToolCall[] } | { content: string };
  * messages; `n` = this run's call count including the current call. Names
  * carry `n` (`srv-<n>`), so a step that is asked again shows a new number.
  *
- * What a request gets, first match wins: the script of its run (`user`, else
- * the `x-agent-run` header), the script of its agent (the `x-agent-name`
+ * What a request gets, first match wins: the script of its run (the
+ * `x-agent-run` header, else `user`), the script of its agent (the `x-agent-name`
  * header), the demo script when the offered tools are the demo's three (or
- * when no `tools` are sent), else one call per offered tool, in order, with
+ * when neither `tools` nor `x-agent-name` is sent), else one call per offered tool, in order, with
  * arguments from {@linkcode argsFromSchema}, then the final answer
  * `Called <name1>, <name2>.`.
  *
@@ -171,7 +173,8 @@ type Decision = { tool_calls: ToolCall[] } | { content: string };
  * const model = await MockModel.open({ now: () => new Date(0) });
  * const res = await model.handler(new Request("http://mock/v1/chat/completions", {
  *   method: "POST",
- *   body: JSON.stringify({ model: "mock", user: "run1", messages: [{ role: "user", content: "go" }] }),
+ *   headers: { "x-agent-run": "run1" },
+ *   body: JSON.stringify({ model: "mock", messages: [{ role: "user", content: "go" }] }),
  * }));
  * const answer = await res.json(); // tool call create_server {"name":"srv-1","spec":"small"}
  * ```
@@ -219,6 +222,12 @@ export class MockModel {
     switch (`${req.method} ${url.pathname}`) {
       case "POST /v1/chat/completions":
         return await this.#handleCompletion(req);
+      case "GET /v1/models":
+        // What clients (and `openai.models.list()`) call to check an endpoint.
+        return jsonResponse(200, {
+          object: "list",
+          data: [{ id: "mock-planner", object: "model", created: 0, owned_by: "agent-runtime" }],
+        });
       case "GET /calls":
         return jsonResponse(200, this.callCounts());
       case "GET /_scripts":
@@ -235,7 +244,7 @@ export class MockModel {
       clear: () => this.clearFaults(),
     };
     return await commonRoute(req, url.pathname, faults) ??
-      errorResponse(404, "not_found", `no route for ${req.method} ${url.pathname}`);
+      openAIErrorResponse(404, "not_found", `no route for ${req.method} ${url.pathname}`);
   };
 
   /** Calls made by `run`, or by everyone when `run` is omitted. */
@@ -302,20 +311,32 @@ export class MockModel {
       body = undefined;
     }
     // Count before anything else: a real provider may bill any request that reached it.
-    const run = isPlainObject(body) && typeof body.user === "string" && body.user !== ""
-      ? body.user
-      : req.headers.get("x-agent-run") || "anonymous";
+    // The runtime names the run in the x-agent-run header; `user` is read for older clients.
+    const run = req.headers.get("x-agent-run") ||
+      (isPlainObject(body) && typeof body.user === "string" && body.user !== "" ? body.user : "anonymous");
     const agent = req.headers.get("x-agent-name") || undefined;
     const n = this.#countCall(run);
 
     const faults = this.#faults;
     if (faults.delay_ms) await sleep(faults.delay_ms, req.signal);
     if (spend(faults, "fail_next")) {
-      return errorResponse(faults.fail_status ?? 503, "injected_failure", "mock model fault: fail_next");
+      const headers: Record<string, string> = faults.retry_after_s === undefined
+        ? {}
+        : { "Retry-After": String(faults.retry_after_s) };
+      return openAIErrorResponse(
+        faults.fail_status ?? 503,
+        "injected_failure",
+        "mock model fault: fail_next",
+        headers,
+      );
     }
     if (spend(faults, "hang_next")) await waitForAbort(AbortSignal.any([req.signal, this.#release.signal]));
     if (!isPlainObject(body) || !Array.isArray(body.messages)) {
-      return errorResponse(400, "invalid_request", "the body must be a JSON object with a messages array");
+      return openAIErrorResponse(
+        400,
+        "invalid_request",
+        "the body must be a JSON object with a messages array",
+      );
     }
     const mode = faults.mode !== undefined && spend(faults, "mode_next") ? faults.mode : undefined;
     if (mode === "garbage") return garbageResponse();
@@ -352,7 +373,9 @@ export class MockModel {
       const steps = script.map((s) => "tool" in s ? { tool: s.tool, args: withCallCount(s.args, n) } : s);
       return planned({ steps, end: SCRIPT_DONE_MESSAGE }, step, n, mode);
     }
-    const offered = offeredTools(tools);
+    // An agent with no tools sends none (OpenAI refuses an empty list); a hand-written
+    // request without tools (no x-agent-name either) gets the demo.
+    const offered = offeredTools(tools) ?? (agent === undefined ? undefined : []);
     if (offered === undefined || isDemoToolset(offered)) {
       const tool_calls = scriptedToolCalls(step, n, messages, mode);
       return tool_calls === undefined ? { content: DONE_MESSAGE } : { tool_calls };
@@ -565,7 +588,15 @@ function spend(spec: ModelFaultSpec, field: "fail_next" | "hang_next" | "mode_ne
 
 function parseFaultSpec(value: unknown): ModelFaultSpec {
   if (!isPlainObject(value)) throw new TypeError("a fault spec must be a JSON object");
-  const known = new Set(["delay_ms", "fail_next", "fail_status", "hang_next", "mode", "mode_next"]);
+  const known = new Set([
+    "delay_ms",
+    "fail_next",
+    "fail_status",
+    "retry_after_s",
+    "hang_next",
+    "mode",
+    "mode_next",
+  ]);
   const unknown = Object.keys(value).filter((field) => !known.has(field));
   if (unknown.length > 0) throw new TypeError(`unknown fault field(s): ${unknown.join(", ")}`);
   const mode = value.mode;
@@ -580,6 +611,7 @@ function parseFaultSpec(value: unknown): ModelFaultSpec {
     delay_ms: optionalCount(value, "delay_ms"),
     fail_next: optionalCount(value, "fail_next"),
     fail_status,
+    retry_after_s: optionalCount(value, "retry_after_s"),
     hang_next: optionalCount(value, "hang_next"),
     mode: mode as ModelFaultMode | undefined,
     mode_next: optionalCount(value, "mode_next") ?? (mode === undefined ? undefined : 1),

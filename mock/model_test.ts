@@ -150,7 +150,10 @@ Deno.test("a request without a valid body is refused with 400 but still counted"
         new Request("http://mock/v1/chat/completions", { method: "POST", body: c.body }),
       );
       assert.equal(res.status, 400);
-      assert.equal((await res.json()).error, "invalid_request");
+      const body = await res.json();
+      assert.equal(body.error.code, "invalid_request", "an OpenAI-shaped error");
+      assert.equal(body.error.type, "invalid_request_error");
+      assert.equal(typeof body.error.message, "string");
     });
   }
   assert.deepEqual(model.callCounts(), { total: 4, by_run: { anonymous: 3, run9: 1 } });
@@ -177,7 +180,7 @@ Deno.test("fault knobs make the next calls misbehave, and every call still count
     model.setFaults({ fail_next: 1, fail_status: 429 });
     const failed = await model.handler(chat(START, "run1"));
     assert.equal(failed.status, 429);
-    assert.equal((await failed.json()).error, "injected_failure");
+    assert.equal((await failed.json()).error.code, "injected_failure");
     assert.deepEqual(firstCall(await ask(model, START)).args, { name: "srv-2", spec: "small" });
   });
 
@@ -389,11 +392,11 @@ Deno.test("a per-agent script applies to every run carrying the x-agent-name hea
       meta: { note: "try 1" },
     });
   }
-  // The run comes from x-agent-run when there is no user field, and user wins over it.
+  // The run comes from the x-agent-run header (the runtime sends no user field), and it wins over user.
   assert.deepEqual(model.callCounts(), { total: 2, by_run: { a1: 1, a2: 1 } });
   await askWith(model, START, { agent: "deployer", run: "a1", user: "u1", tools: CUSTOM_TOOLS });
-  assert.equal(model.calls("u1"), 1);
-  assert.equal(model.calls("a1"), 1);
+  assert.equal(model.calls("u1"), 0);
+  assert.equal(model.calls("a1"), 2);
 
   // A run script wins over the agent's.
   model.setScript({ run: "a3", steps: [{ answer: "Not today." }] });

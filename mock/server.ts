@@ -111,21 +111,50 @@ function parsePort(setting: string, raw: string): number {
   return port;
 }
 
+/** The usage text of `deno task mock`. */
+export const MOCK_USAGE = `mock: serves the mock model and the mock cloud over HTTP.
+
+usage: deno task mock [--flag value ...]
+
+  --hostname HOST        interface to bind (env MOCK_HOSTNAME, default 127.0.0.1)
+  --model-port PORT      model port, 0 = any free port (env MOCK_MODEL_PORT, default 9100)
+  --cloud-port PORT      cloud port, 0 = any free port (env MOCK_CLOUD_PORT, default 9000)
+  --state-dir DIR        keep state in DIR/model.json and DIR/cloud.json (env MOCK_STATE_DIR, default in memory)
+  -h, --help             print this and exit
+  env CLOUD_DELAY_MS     initial delay_ms fault on every cloud endpoint (default 0)
+
+Flags win over the environment. Stop with Ctrl-C (exit 0).`;
+
 function fail(message: string): never {
   console.error(`mock: invalid setting ${message}`);
   Deno.exit(2);
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      hostname: { type: "string" },
-      "model-port": { type: "string" },
-      "cloud-port": { type: "string" },
-      "state-dir": { type: "string" },
-    },
-  });
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: Deno.args,
+      options: {
+        hostname: { type: "string" },
+        "model-port": { type: "string" },
+        "cloud-port": { type: "string" },
+        "state-dir": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    // One line naming the flag, never a stack trace.
+    console.error(
+      `mock: ${(err as Error).message}. Known flags: --hostname, --model-port, --cloud-port, ` +
+        "--state-dir, --help",
+    );
+    Deno.exit(2);
+  }
+  if (values.help) {
+    console.log(MOCK_USAGE);
+    Deno.exit(0);
+  }
   // Flags win over the environment, which wins over defaults.
   const setting = (flag: string | undefined, flag_name: string, env: string) =>
     flag === undefined ? { name: env, value: Deno.env.get(env) } : { name: flag_name, value: flag };

@@ -183,3 +183,68 @@ Deno.test("run as a command it refuses an invalid port with exit code 2", async 
     });
   }
 });
+
+// Regression: deleting the state directory under a running `deno task mock --state-dir X` (the README's
+// "start over") made every later request a 500 while /health still answered ok.
+Deno.test("removing the state directory under running mocks: later requests still work and state is written again", async () => {
+  const parent = await Deno.makeTempDir();
+  const stateDir = `${parent}/mocks`;
+  const mocks = await serveMocks({ stateDir });
+  try {
+    const first = await createServer(mocks.cloudUrl, "k1");
+    await first.body?.cancel();
+    await Deno.remove(stateDir, { recursive: true });
+
+    const second = await fetch(`${mocks.cloudUrl}/v1/servers`, {
+      method: "POST",
+      headers: { "Idempotency-Key": '"k2"' },
+      body: JSON.stringify({ name: "srv-2" }),
+    });
+    assert.equal(second.status, 201);
+    await second.body?.cancel();
+    const chat = await fetch(`${mocks.modelUrl}/chat/completions`, {
+      method: "POST",
+      headers: { "x-agent-run": "run1" },
+      body: JSON.stringify({ model: "m", messages: [] }),
+    });
+    assert.equal(chat.status, 200);
+    await chat.body?.cancel();
+    for (const url of [mocks.cloudUrl, mocks.modelUrl.replace(/\/v1$/, "")]) {
+      assert.deepEqual(await (await fetch(`${url}/health`)).json(), { ok: true });
+    }
+    const cloud = JSON.parse(await Deno.readTextFile(`${stateDir}/cloud.json`));
+    assert.deepEqual(cloud.resources.map((r: { key: string }) => r.key), ["k1", "k2"]);
+    const model = JSON.parse(await Deno.readTextFile(`${stateDir}/model.json`));
+    assert.equal(model.calls.by_run.run1, 1);
+  } finally {
+    await mocks.close();
+    await Deno.remove(parent, { recursive: true });
+  }
+});
+
+Deno.test("run as a command it answers --help with its flags and exit 0, and an unknown flag with one line and exit 2", async (t) => {
+  const run = (args: string[]) =>
+    new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", new URL("./server.ts", import.meta.url).pathname, ...args],
+      stdin: "null",
+    }).output();
+  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+  for (const flag of ["--help", "-h"]) {
+    await t.step(flag, async () => {
+      const out = await run([flag]);
+      assert.equal(out.code, 0);
+      const text = decode(out.stdout);
+      for (const name of ["--hostname", "--model-port", "--cloud-port", "--state-dir", "MOCK_STATE_DIR"]) {
+        assert.ok(text.includes(name), `usage names ${name}: ${text}`);
+      }
+    });
+  }
+  await t.step("--bogus", async () => {
+    const out = await run(["--bogus"]);
+    assert.equal(out.code, 2);
+    const stderr = decode(out.stderr).trim();
+    assert.equal(stderr.split("\n").length, 1, stderr);
+    assert.match(stderr, /--bogus/);
+    assert.ok(!stderr.includes("    at "), "no stack trace");
+  });
+});

@@ -32,14 +32,22 @@ export interface AgentContext {
   embedded: boolean;
 }
 
-/** An OpenAI-compatible chat-completions endpoint. Settings (`MODEL_URL`, `MODEL`, `MODEL_API_KEY`) override it. */
+/**
+ * An OpenAI-compatible chat-completions endpoint. Settings (`MODEL_URL`,
+ * `MODEL`, `MODEL_API_KEY`) override it; `MODEL_HEADERS` and `MODEL_QUERY`
+ * are added to its `headers` and `query` (a setting wins over the same name).
+ */
 export interface ModelEndpoint {
-  /** Base URL, e.g. `https://api.openai.com/v1`. */
+  /** Base URL, e.g. `https://api.openai.com/v1`; a URL with no path gets `/v1`. */
   url?: string;
   /** The model name sent with each request. */
   model?: string;
   /** The environment variable holding the API key (default `MODEL_API_KEY`); the key itself never lives in code. */
   apiKeyEnv?: string;
+  /** Extra headers on every request (OpenRouter's `HTTP-Referer`, say). Keep secrets in the environment. */
+  headers?: Record<string, string>;
+  /** Extra query parameters on every request (Azure's `api-version`). */
+  query?: Record<string, string>;
 }
 
 /** How an agent's model is given: an endpoint, any {@link Planner}, or a function building one. */

@@ -18,7 +18,9 @@ import {
 } from "./agent.ts";
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
+import { redactUrl } from "./config.ts";
 import { RuntimeError } from "./errors.ts";
+import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
 import { OpenAIPlanner, type Planner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
@@ -367,7 +369,12 @@ export async function connect(opts: ConnectOptions = {}): Promise<Client> {
   return new Client(store, opts.clock);
 }
 
-/** An OpenAI-compatible client from an agent's endpoint and the `MODEL_*` settings. */
+/**
+ * An OpenAI-compatible client from an agent's endpoint and the `MODEL_*`
+ * settings. Throws `MODEL_MISSING` when there is no URL or no model name
+ * (a real endpoint always needs `MODEL`), `MODEL_SETTINGS_INVALID` for
+ * malformed `MODEL_HEADERS` or `MODEL_QUERY`.
+ */
 export function endpointPlanner(agent: Agent, endpoint: ModelEndpoint, ctx: AgentContext): Planner {
   const url = ctx.env.MODEL_URL || endpoint.url;
   const model = ctx.env.MODEL || endpoint.model;
@@ -375,13 +382,38 @@ export function endpointPlanner(agent: Agent, endpoint: ModelEndpoint, ctx: Agen
     throw new RuntimeError(
       "MODEL_MISSING",
       `Agent ${agent.name} has no model: give 'model' in defineAgent({ model: { url, model } }) or set ` +
-        `MODEL_URL and MODEL (now ${url ? "MODEL" : "MODEL_URL"} is missing)`,
+        `MODEL_URL and MODEL (now ${url ? "MODEL" : "MODEL_URL"} is missing${
+          url ? `; ${redactUrl(url)} needs a model name such as MODEL=gpt-4o-mini` : ""
+        })`,
     );
   }
+  if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
+    throw new RuntimeError(
+      "MODEL_SETTINGS_INVALID",
+      `The model URL of agent ${agent.name} must be an http(s) URL like http://127.0.0.1:9100/v1: ` +
+        `current value is ${JSON.stringify(redactUrl(url))}`,
+    );
+  }
+  const extra = (name: "MODEL_HEADERS" | "MODEL_QUERY", kind: "headers" | "query") => {
+    const raw = ctx.env[name];
+    if (!raw) return {};
+    try {
+      return parseKeyValues(raw, kind);
+    } catch (err) {
+      throw new RuntimeError(
+        "MODEL_SETTINGS_INVALID",
+        `${name} must be a JSON object of strings or name=value pairs separated by commas: ${
+          (err as Error).message
+        }`,
+      );
+    }
+  };
   return new OpenAIPlanner({
     url,
     model,
     apiKey: ctx.env[endpoint.apiKeyEnv ?? "MODEL_API_KEY"] || undefined,
+    headers: { ...endpoint.headers, ...extra("MODEL_HEADERS", "headers") },
+    query: { ...endpoint.query, ...extra("MODEL_QUERY", "query") },
   });
 }
 

@@ -11,7 +11,8 @@
  * | `RUNS_PER_WORKER`, `POLL_S` | `--runs-per-worker`, `--poll-s` | 100, 3 (worker processes) |
  * | `DATABASE_URL` | `--database-url` | unset: embedded PGlite under `DATA_DIR` |
  * | `DATA_DIR` | `--data-dir` | `.data` |
- * | `MODEL_URL`, `MODEL`, `MODEL_API_KEY` | `--model-url`, `--model`, `--model-api-key` | unset: in-process mock model |
+ * | `MODEL_URL`, `MODEL`, `MODEL_API_KEY` | `--model-url`, `--model`, `--model-api-key` | unset: in-process mock model (`MODEL` is required with a URL) |
+ * | `MODEL_HEADERS`, `MODEL_QUERY` | `--model-headers`, `--model-query` | none: JSON object or `k=v,k2=v2` |
  * | `CLOUD_URL` | `--cloud-url` | unset: in-process mock cloud |
  * | `MAX_STEPS` | `--max-steps` | 12 |
  * | `WORKER` | `--worker` | `<hostname>:<pid>` |
@@ -25,6 +26,7 @@
 import { parseArgs } from "node:util";
 import { CRASH_POINTS, type CrashPlan, isCrashPoint } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
+import { parseKeyValues } from "./http.ts";
 import type { LogFormat } from "./log.ts";
 
 /** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
@@ -54,10 +56,14 @@ export interface Settings {
   dataDir: string;
   /** Unset: the in-process mock model. */
   modelUrl?: string;
-  /** The model name sent with each request (`MODEL`). */
-  model: string;
+  /** The model name sent with each request (`MODEL`); required with a model URL, unset for the in-process mock. */
+  model?: string;
   /** Bearer token for the model (`MODEL_API_KEY`); never logged. */
   modelApiKey?: string;
+  /** Extra headers on every model request (`MODEL_HEADERS`), as given: a JSON object or `k=v,k2=v2`. */
+  modelHeaders?: string;
+  /** Extra query parameters on every model request (`MODEL_QUERY`, e.g. Azure's `api-version=2024-10-21`). */
+  modelQuery?: string;
   /** Unset: the in-process mock cloud. */
   cloudUrl?: string;
   /** Decisions before `guard` stops the run (`MAX_STEPS`); unset: the agent's `maxSteps`. */
@@ -89,6 +95,8 @@ const NAMES = [
   "MODEL_URL",
   "MODEL",
   "MODEL_API_KEY",
+  "MODEL_HEADERS",
+  "MODEL_QUERY",
   "CLOUD_URL",
   "MAX_STEPS",
   "WORKER",
@@ -199,6 +207,25 @@ export class SettingsReader {
     if (!ok) {
       this.problems.push(
         `${name} must be a URL like ${example}: current value is ${JSON.stringify(redactUrl(raw))}`,
+      );
+      return undefined;
+    }
+    return raw;
+  }
+
+  /** Extra headers or query parameters: a JSON object of strings, or `k=v,k2=v2`. Returned as given. */
+  keyValues(name: string, kind: "headers" | "query"): string | undefined {
+    const raw = this.values[name];
+    if (raw === undefined) return undefined;
+    try {
+      parseKeyValues(raw, kind);
+    } catch (err) {
+      // The value is not echoed: a header may carry a key.
+      this.problems.push(
+        `${name} must be a JSON object of strings or name=value pairs separated by commas ` +
+          `(e.g. ${kind === "query" ? "api-version=2024-10-21" : '{"api-key":"..."}'}): ${
+            (err as Error).message
+          }`,
       );
       return undefined;
     }
@@ -352,8 +379,10 @@ export function loadSettings(
     ),
     dataDir: r.str("DATA_DIR", ".data"),
     modelUrl: r.url("MODEL_URL", ["http:", "https:"], "http://127.0.0.1:9100/v1"),
-    model: r.str("MODEL", "mock-planner"),
+    model: r.str("MODEL"),
     modelApiKey: apiKey,
+    modelHeaders: r.keyValues("MODEL_HEADERS", "headers"),
+    modelQuery: r.keyValues("MODEL_QUERY", "query"),
     cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
     maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", 12, 1, 10_000),
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),

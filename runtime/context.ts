@@ -27,6 +27,11 @@ export interface RetryPolicy {
   backoffMaxMs: number;
   /** Model request timeout. Default 60 000. */
   modelTimeoutMs: number;
+  /**
+   * Cap on a wait a server asks for with `Retry-After` (which replaces the
+   * backoff when given). Default 60 000; unset: `backoffMaxMs`.
+   */
+  retryAfterMaxMs?: number;
 }
 
 /** Default {@link RetryPolicy}. */
@@ -35,6 +40,7 @@ export const DEFAULT_RETRY: RetryPolicy = {
   backoffBaseMs: 200,
   backoffMaxMs: 5_000,
   modelTimeoutMs: 60_000,
+  retryAfterMaxMs: 60_000,
 };
 
 /** Everything a worker needs, passed in (no module-level state). */
@@ -147,6 +153,23 @@ export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
 /** The idempotency key of step `seq` of run `runId`. */
 export function idempotencyKey(runId: string, seq: number): string {
   return `${runId}:${seq}`;
+}
+
+/**
+ * The wait before attempt `attempt + 1`: what the server asked for with
+ * `Retry-After` (capped by `retryAfterMaxMs`, else `backoffMaxMs`), or else
+ * {@link backoffMs}.
+ */
+export function retryDelayMs(
+  policy: RetryPolicy,
+  attempt: number,
+  random: () => number,
+  retryAfterMs: number | undefined,
+): number {
+  if (retryAfterMs === undefined || !Number.isFinite(retryAfterMs) || retryAfterMs < 0) {
+    return backoffMs(policy, attempt, random);
+  }
+  return Math.min(Math.ceil(retryAfterMs), policy.retryAfterMaxMs ?? policy.backoffMaxMs);
 }
 
 /** Exponential backoff with jitter: a delay in [c/2, c) where c = min(max, base * 2^(attempt-1)). */

@@ -62,29 +62,48 @@ export class ModelError extends RuntimeError {
   readonly badAnswer: boolean;
   /** Token usage the unusable answer reported: it was paid for all the same. */
   readonly usage?: Record<string, unknown>;
+  /** How long the server asked to wait before asking again (its `Retry-After`), when it said. */
+  readonly retryAfterMs?: number;
   /** Creates a model error. */
   constructor(
     code: string,
     message: string,
-    opts: { transient?: boolean; badAnswer?: boolean; cause?: unknown; usage?: Record<string, unknown> } = {},
+    opts: {
+      transient?: boolean;
+      badAnswer?: boolean;
+      cause?: unknown;
+      usage?: Record<string, unknown>;
+      retryAfterMs?: number;
+    } = {},
   ) {
     super(code, message, { cause: opts.cause });
     this.name = "ModelError";
     this.transient = opts.transient ?? false;
     this.badAnswer = opts.badAnswer ?? false;
     this.usage = opts.usage;
+    this.retryAfterMs = opts.retryAfterMs;
   }
 }
 
 /** A tool call failed. `transient` says whether a re-send may succeed. */
 export class ToolError extends RuntimeError {
-  /** True for network errors, timeouts, 408, 429 and 5xx. */
+  /** True for network errors, timeouts, 408, 409 (a request with this key is in progress), 429 and 5xx. */
   readonly transient: boolean;
+  /**
+   * How long the remote asked to wait before the re-send (its `Retry-After`):
+   * used instead of the backoff, within the retry policy's cap.
+   */
+  readonly retryAfterMs?: number;
   /** Creates a tool error. */
-  constructor(code: string, message: string, opts: { transient: boolean; cause?: unknown }) {
+  constructor(
+    code: string,
+    message: string,
+    opts: { transient: boolean; cause?: unknown; retryAfterMs?: number },
+  ) {
     super(code, message, { cause: opts.cause });
     this.name = "ToolError";
     this.transient = opts.transient;
+    this.retryAfterMs = opts.retryAfterMs;
   }
 }
 

@@ -11,7 +11,7 @@
 
 import { checkToolRequest } from "./budget.ts";
 import { clockTimeout } from "./clock.ts";
-import { backoffMs, idempotencyKey, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
@@ -143,7 +143,8 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
             { transient: false, cause: e },
           );
         }
-        const delay = backoffMs(deps.retry, attempt, deps.random);
+        // A remote that says when to come back (409 in progress, 429, 503) knows better than our backoff.
+        const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
         log.warn("retrying", {
           run: runId,
           seq,
@@ -152,6 +153,7 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
           code: e.code,
           error: e.message,
           delay_ms: delay,
+          retry_after_ms: e.retryAfterMs,
         });
         await clock.sleep(delay, state.signal);
         continue;

@@ -8,7 +8,7 @@
  */
 
 import { clockTimeout } from "./clock.ts";
-import { backoffMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import { retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildMessages } from "./history.ts";
 import type { ModelAnswer } from "./planner.ts";
@@ -93,7 +93,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           { cause: e },
         );
       }
-      const delay = backoffMs(deps.retry, attempt, deps.random);
+      // A server that says when to come back (429, 503) knows better than our backoff.
+      const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
       log.warn("model-retry", {
         run: runId,
         seq,
@@ -101,6 +102,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         code: e.code,
         error: e.message,
         delay_ms: delay,
+        retry_after_ms: e.retryAfterMs,
       });
       await clock.sleep(delay, state.signal);
       continue;

@@ -1,15 +1,18 @@
 /**
  * The model, behind the {@link Planner} interface, and its real
  * implementation: a client of the OpenAI-compatible chat-completions API with
- * tool calling. The client makes exactly one request per call to `decide`; it
- * never retries on its own, because every model request must be counted in
- * the journal before it is sent.
+ * tool calling, as OpenAI, Azure OpenAI, OpenRouter, vLLM, Ollama, llama.cpp's
+ * server and LiteLLM serve it. The client makes exactly one request per call
+ * to `decide`; it never retries on its own, because every model request must
+ * be counted in the journal before it is sent. It says when to ask again: a
+ * transient error carries the server's `Retry-After`.
  *
  * @module
  */
 
 import { ModelError } from "./errors.ts";
 import { traceHeaders } from "./telemetry.ts";
+import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "./http.ts";
 import type { OpenAITool } from "./tools.ts";
 
 /** A chat message in the chat-completions format. */
@@ -45,7 +48,7 @@ export type ModelAnswer =
 
 /** One question to the model. */
 export interface DecideRequest {
-  /** The run asking (sent as `user`). */
+  /** The run asking (sent as the `x-agent-run` header). */
   runId: string;
   /** The step being decided. */
   seq: number;
@@ -77,35 +80,85 @@ export type FetchLike = (req: Request) => Promise<Response>;
 
 /** Options of {@link OpenAIPlanner}. */
 export interface OpenAIPlannerOptions {
-  /** Base URL, e.g. `http://127.0.0.1:9100/v1`; `/chat/completions` is appended. */
+  /**
+   * Base URL; `/chat/completions` is appended. A URL with no path
+   * (`http://127.0.0.1:11434`) gets `/v1`, where every server family serves
+   * the API; any other path is used as given (Azure's
+   * `https://NAME.openai.azure.com/openai/deployments/DEPLOYMENT`,
+   * OpenRouter's `https://openrouter.ai/api/v1`). A trailing
+   * `/chat/completions` is dropped. See {@link chatCompletionsUrl}.
+   */
   url: string;
   /** The model name sent in each request. */
   model: string;
-  /** Sent as a bearer token. Never logged. */
+  /** Sent as a bearer token. Never logged, and masked in whatever the server sends back. */
   apiKey?: string;
+  /** Extra headers on every request (Azure's `api-key`, OpenRouter's `HTTP-Referer`, a gateway's own). */
+  headers?: Record<string, string>;
+  /** Extra query parameters on every request (Azure's `api-version`). */
+  query?: Record<string, string>;
   /** Defaults to the global `fetch`. */
   fetch?: FetchLike;
+  /** The wall clock, for a `Retry-After` given as an HTTP date. Defaults to `Date.now`. */
+  now?: () => number;
 }
 
-/** True for HTTP statuses worth asking again: 408, 429 and 5xx. */
-export function isTransientStatus(status: number): boolean {
-  return status === 408 || status === 429 || status >= 500;
+export { isTransientStatus } from "./http.ts";
+
+/**
+ * The chat-completions URL of a base URL: `/v1` added when the base has no
+ * path, a pasted `/chat/completions` not doubled, the base's own query kept
+ * and `query` added.
+ *
+ * @example
+ * ```ts
+ * import { chatCompletionsUrl } from "./planner.ts";
+ * console.log(chatCompletionsUrl("http://127.0.0.1:11434").href);
+ * // http://127.0.0.1:11434/v1/chat/completions
+ * console.log(chatCompletionsUrl("https://r.openai.azure.com/openai/deployments/d", { "api-version": "2024-10-21" }).href);
+ * // https://r.openai.azure.com/openai/deployments/d/chat/completions?api-version=2024-10-21
+ * ```
+ */
+export function chatCompletionsUrl(base: string, query: Record<string, string> = {}): URL {
+  const url = new URL(base);
+  let path = url.pathname.replace(/\/+$/, "").replace(/\/chat\/completions$/, "");
+  if (path === "") path = "/v1";
+  url.pathname = `${path}/chat/completions`;
+  for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
+  return url;
+}
+
+/** Query parameter names whose values are credentials (Azure SAS `sig`, a gateway's `key`): masked in messages. */
+const SECRET_PARAM = /key|token|secret|sig|password|auth/i;
+
+/** A URL fit for an error message: no password, no credential-looking query values. */
+function shownUrl(url: URL): string {
+  const shown = new URL(url);
+  if (shown.password) shown.password = "***";
+  for (const k of [...shown.searchParams.keys()]) {
+    if (SECRET_PARAM.test(k)) shown.searchParams.set(k, "***");
+  }
+  return shown.href;
 }
 
 /** A chat-completions client. */
 export class OpenAIPlanner implements Planner {
   readonly #opts: OpenAIPlannerOptions;
   readonly #fetch: FetchLike;
+  readonly #url: URL;
+  readonly #now: () => number;
 
-  /** Creates a client for one endpoint and model. */
+  /** Creates a client for one endpoint and model. Throws a `TypeError` when `url` is not a URL. */
   constructor(opts: OpenAIPlannerOptions) {
     this.#opts = opts;
     this.#fetch = opts.fetch ?? ((req) => fetch(req));
+    this.#url = chatCompletionsUrl(opts.url, opts.query);
+    this.#now = opts.now ?? Date.now;
   }
 
   /** The endpoint and model. */
   get describe(): string {
-    return `${this.#opts.url} model=${this.#opts.model}`;
+    return `${this.#mask(shownUrl(this.#url))} model=${this.#opts.model}`;
   }
 
   /** Replaces the API key, as written and JSON-escaped, with `***`. */
@@ -123,49 +176,60 @@ export class OpenAIPlanner implements Planner {
 
   /** Sends one chat-completions request and parses the answer. */
   async decide(req: DecideRequest): Promise<ModelAnswer> {
-    const headers: Record<string, string> = { "content-type": "application/json", "x-agent-run": req.runId };
+    const headers = new Headers(this.#opts.headers);
+    headers.set("content-type", "application/json");
     // Deno's fetch sends the trace context itself (OTEL_DENO); a handler called in-process needs it here.
-    if (this.#opts.fetch) Object.assign(headers, traceHeaders());
-    if (req.agent) headers["x-agent-name"] = req.agent;
-    if (this.#opts.apiKey) headers.authorization = `Bearer ${this.#opts.apiKey}`;
+    if (this.#opts.fetch) { for (const [k, v] of Object.entries(traceHeaders())) headers.set(k, v); }
+    // The run (and agent) travel as headers: a gateway or the mock can attribute
+    // requests without a body field that some servers refuse.
+    headers.set("x-agent-run", req.runId);
+    if (req.agent) headers.set("x-agent-name", req.agent);
+    if (this.#opts.apiKey) headers.set("authorization", `Bearer ${this.#opts.apiKey}`);
+    // Only what every server family accepts. No `parallel_tool_calls` (reasoning
+    // models and some servers refuse it: the runtime refuses a second call
+    // itself), no `user` (deprecated by OpenAI), no `tool_choice` ("auto" is the
+    // default with tools, and vLLM refuses it unless started with a flag), and
+    // no empty `tools` list (OpenAI refuses `[]`).
     const body = JSON.stringify({
       model: this.#opts.model,
       messages: req.messages,
-      tools: req.tools,
-      tool_choice: "auto",
-      parallel_tool_calls: false,
-      // Lets a provider (and the mock) attribute requests to a run.
-      user: req.runId,
+      ...(req.tools.length > 0 ? { tools: req.tools } : {}),
     });
-    const url = this.#opts.url.replace(/\/+$/, "") + "/chat/completions";
+    const url = this.#url;
+    const where = this.#mask(shownUrl(url));
+    let res: Response;
     let text: string;
-    let status: number;
     try {
-      const res = await this.#fetch(new Request(url, { method: "POST", headers, body, signal: req.signal }));
-      status = res.status;
-      text = await res.text();
-      // A provider that echoes the request (headers in an error page, say) must not
-      // carry the key into logs, stored errors or decisions.
-      text = this.#mask(text);
+      res = await this.#fetch(new Request(url, { method: "POST", headers, body, signal: req.signal }));
+      text = this.#mask(await res.text());
     } catch (err) {
       throw new ModelError(
         "MODEL_UNREACHABLE",
-        `The model at ${url} could not be reached: ${this.#mask((err as Error).message)}`,
-        {
-          transient: true,
-          cause: err,
-        },
+        `The model at ${where} could not be reached: ${this.#mask((err as Error).message)}`,
+        { transient: true, cause: err },
       );
     }
-    if (status < 200 || status >= 300) {
-      throw new ModelError(
-        "MODEL_HTTP",
-        `The model answered HTTP ${status}: ${text.slice(0, 200)}`,
-        { transient: isTransientStatus(status) },
-      );
+    if (res.status < 200 || res.status >= 300) {
+      const transient = isTransientStatus(res.status);
+      const said = serverErrorMessage(text) ?? text.slice(0, 200);
+      let message = `The model at ${where} answered HTTP ${res.status}${said ? `: ${said}` : ""}`;
+      if (res.status === 404 && !/(^|\/)v1(\/|$)/.test(new URL(this.#opts.url).pathname)) {
+        message += `. The base URL's path has no /v1 segment: most servers serve the API under /v1 ` +
+          `(try MODEL_URL=${this.#mask(shownUrl(withV1(this.#opts.url)))})`;
+      }
+      throw new ModelError("MODEL_HTTP", message, {
+        transient,
+        retryAfterMs: transient ? parseRetryAfter(res.headers.get("retry-after"), this.#now()) : undefined,
+      });
     }
     return parseCompletion(text);
   }
+}
+
+function withV1(base: string): URL {
+  const url = new URL(base);
+  url.pathname = url.pathname.replace(/\/+$/, "") + "/v1";
+  return url;
 }
 
 function badAnswer(code: string, message: string, usage?: Usage): ModelError {
@@ -189,7 +253,9 @@ export function parseCompletion(text: string): ModelAnswer {
   const b = (body ?? {}) as { choices?: unknown; usage?: Usage };
   const usage = b.usage && typeof b.usage === "object" ? b.usage : undefined;
   if (!Array.isArray(b.choices) || b.choices.length === 0) {
-    throw badAnswer("MODEL_NO_CHOICES", "The model's answer has no choices", usage);
+    // Some gateways answer 200 with an error object in place of choices: show what it said.
+    const said = serverErrorMessage(text);
+    throw badAnswer("MODEL_NO_CHOICES", `The model's answer has no choices${said ? `: ${said}` : ""}`, usage);
   }
   const first = b.choices[0] as { message?: Record<string, unknown> } | null;
   const message = first && typeof first === "object" ? first.message : undefined;
@@ -223,7 +289,8 @@ export function parseCompletion(text: string): ModelAnswer {
           usage,
         );
       }
-    } else if (fn.arguments !== undefined && typeof fn.arguments === "object") {
+    } else if (fn.arguments !== null && typeof fn.arguments === "object") {
+      // Ollama's native API (and some of its compatible answers) sends the arguments as an object.
       args = fn.arguments;
     }
     return { kind: "tool", tool: fn.name, args, usage };
@@ -249,7 +316,7 @@ export function parseCompletion(text: string): ModelAnswer {
   if (finish === "content_filter") {
     throw badAnswer("MODEL_FILTERED", "The model's answer was withheld by a content filter", usage);
   }
-  const content = typeof message.content === "string" ? message.content : "";
+  const content = contentText(message.content);
   if (content.trim() === "") {
     throw badAnswer(
       "MODEL_EMPTY",
@@ -258,4 +325,17 @@ export function parseCompletion(text: string): ModelAnswer {
     );
   }
   return { kind: "done", message: content, usage };
+}
+
+/** The text of a message's content: a string, or an array of parts whose text parts are joined. */
+function contentText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content
+    .map((part) =>
+      part !== null && typeof part === "object" && typeof (part as { text?: unknown }).text === "string"
+        ? (part as { text: string }).text
+        : ""
+    )
+    .join("");
 }

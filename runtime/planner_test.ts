@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { ModelError } from "./errors.ts";
-import { OpenAIPlanner, parseCompletion } from "./planner.ts";
+import { MockModel } from "../mock/model.ts";
+import { chatCompletionsUrl, OpenAIPlanner, parseCompletion } from "./planner.ts";
 
 function refusal(text: string): ModelError {
   try {
@@ -67,6 +68,7 @@ Deno.test("OpenAIPlanner masks its API key in whatever the provider sends back",
   );
   assert.equal(err.code, "MODEL_HTTP");
   assert.equal(err.transient, false);
+  assert.match(err.message, /^The model at http:\/\/model\.test\/v1\/chat\/completions answered HTTP 401/);
   assert.match(err.message, /HTTP 401: unauthorized: Bearer \*\*\*/);
   assert.ok(!err.message.includes(key));
 });
@@ -89,6 +91,269 @@ Deno.test("parseCompletion() refuses truncated, empty and refused answers instea
   });
 });
 
+/** A fake server: answers every request with `status`, `body` and `headers`, and records what it got. */
+function fakeServer(status: number, body: unknown, headers: Record<string, string> = {}) {
+  const seen: Request[] = [];
+  const bodies: Record<string, unknown>[] = [];
+  const fetch = async (req: Request) => {
+    seen.push(req);
+    bodies.push(JSON.parse(await req.text()));
+    return new Response(typeof body === "string" ? body : JSON.stringify(body), { status, headers });
+  };
+  return { fetch, seen, bodies };
+}
+
+const FINAL = { choices: [{ message: { role: "assistant", content: "ok" } }] };
+const ASK = { runId: "r1", seq: 0, messages: [{ role: "user" as const, content: "go" }], tools: [] };
+
+async function failure(planner: OpenAIPlanner): Promise<ModelError> {
+  return await planner.decide(ASK).then(
+    () => assert.fail("the request was accepted"),
+    (e) => {
+      assert.ok(e instanceof ModelError, `expected a ModelError, got ${e}`);
+      return e;
+    },
+  );
+}
+
+Deno.test("chatCompletionsUrl() adds /v1 to a base URL with no path and uses any other path as given", async (t) => {
+  const cases: Array<[string, string]> = [
+    ["http://127.0.0.1:11434", "http://127.0.0.1:11434/v1/chat/completions"],
+    ["http://127.0.0.1:11434/", "http://127.0.0.1:11434/v1/chat/completions"],
+    ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions"],
+    ["http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000/v1/chat/completions"],
+    ["http://127.0.0.1:8000/v1/chat/completions", "http://127.0.0.1:8000/v1/chat/completions"],
+    ["https://openrouter.ai/api/v1", "https://openrouter.ai/api/v1/chat/completions"],
+    [
+      "https://r.openai.azure.com/openai/deployments/gpt-4o?api-version=2024-10-21",
+      "https://r.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21",
+    ],
+  ];
+  for (const [base, expected] of cases) {
+    await t.step(base, () => assert.equal(chatCompletionsUrl(base).href, expected));
+  }
+});
+
+Deno.test("OpenAIPlanner reaches the mock model with a base URL with and without /v1", async (t) => {
+  const model = await MockModel.open();
+  for (const url of ["http://mock-model.test", "http://mock-model.test/", "http://mock-model.test/v1"]) {
+    await t.step(url, async () => {
+      const planner = new OpenAIPlanner({ url, model: "m", fetch: model.handler });
+      const answer = await planner.decide({ ...ASK, runId: url });
+      assert.deepEqual(answer.kind === "tool" && answer.tool, "create_server"); // the demo script's first step
+      assert.equal(model.calls(url), 1, "counted for the run named in x-agent-run");
+    });
+  }
+});
+
+Deno.test("a 404 from a base URL whose path has no /v1 says so and suggests /v1", async () => {
+  const model = await MockModel.open();
+  const planner = new OpenAIPlanner({ url: "http://mock-model.test/api", model: "m", fetch: model.handler });
+  const err = await failure(planner);
+  assert.equal(err.code, "MODEL_HTTP");
+  assert.equal(err.transient, false);
+  assert.match(
+    err.message,
+    /^The model at http:\/\/mock-model\.test\/api\/chat\/completions answered HTTP 404/,
+  );
+  assert.match(err.message, /no \/v1 segment/);
+  assert.match(err.message, /MODEL_URL=http:\/\/mock-model\.test\/api\/v1/);
+});
+
+Deno.test("a 400 names the URL and the server's own message, never the key", async () => {
+  const key = "sk-secret-123456";
+  const server = fakeServer(400, {
+    error: {
+      message: "Unsupported parameter: 'foo'.",
+      type: "invalid_request_error",
+      param: "foo",
+      code: null,
+    },
+  });
+  const planner = new OpenAIPlanner({
+    url: "https://models.test/v1",
+    model: "m",
+    apiKey: key,
+    query: { "api-key": key, "api-version": "2024-10-21" },
+    fetch: server.fetch,
+  });
+  const err = await failure(planner);
+  assert.equal(err.transient, false);
+  assert.equal(
+    err.message,
+    "The model at https://models.test/v1/chat/completions?api-key=***&api-version=2024-10-21 answered " +
+      "HTTP 400: Unsupported parameter: 'foo'.",
+  );
+  assert.ok(!planner.describe.includes(key));
+});
+
+Deno.test("Retry-After on a 429 or 503 is carried as retryAfterMs, in seconds or as an HTTP date", async (t) => {
+  const now = Date.parse("2030-01-01T00:00:00Z");
+  const cases: Array<[string, number, string | undefined, number | undefined]> = [
+    ["seconds on a 429", 429, "7", 7_000],
+    ["an HTTP date on a 503", 503, "Tue, 01 Jan 2030 00:00:12 GMT", 12_000],
+    ["a date in the past is now", 503, "Mon, 31 Dec 2029 23:59:00 GMT", 0],
+    ["none", 429, undefined, undefined],
+    ["garbage", 429, "soon", undefined],
+    ["not on a permanent error", 400, "7", undefined],
+  ];
+  for (const [name, status, header, expected] of cases) {
+    await t.step(name, async () => {
+      const server = fakeServer(
+        status,
+        { error: { message: "slow down" } },
+        header ? { "retry-after": header } : {},
+      );
+      const err = await failure(
+        new OpenAIPlanner({ url: "http://m.test/v1", model: "m", fetch: server.fetch, now: () => now }),
+      );
+      assert.equal(err.retryAfterMs, expected);
+      assert.equal(err.transient, status !== 400);
+    });
+  }
+});
+
+Deno.test("extra headers and query parameters go on the wire; the body has only what every server takes", async () => {
+  const server = fakeServer(200, FINAL);
+  const planner = new OpenAIPlanner({
+    url: "https://r.openai.azure.com/openai/deployments/gpt-4o",
+    model: "gpt-4o",
+    headers: { "api-key": "azure-key", "HTTP-Referer": "https://example.test" },
+    query: { "api-version": "2024-10-21" },
+    fetch: server.fetch,
+  });
+  await planner.decide({ ...ASK, agent: "provision" });
+  const req = server.seen[0];
+  assert.equal(
+    req.url,
+    "https://r.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21",
+  );
+  assert.equal(req.headers.get("api-key"), "azure-key");
+  assert.equal(req.headers.get("http-referer"), "https://example.test");
+  assert.equal(req.headers.get("x-agent-run"), "r1");
+  assert.equal(req.headers.get("x-agent-name"), "provision");
+  assert.equal(req.headers.get("authorization"), null, "no key given, no bearer sent");
+  assert.deepEqual(
+    Object.keys(server.bodies[0]).sort(),
+    ["messages", "model"],
+    "no tools offered: no tools list",
+  );
+
+  const tools = [{ type: "function" as const, function: { name: "t", description: "d", parameters: {} } }];
+  await planner.decide({ ...ASK, tools });
+  const body = server.bodies[1];
+  assert.deepEqual(Object.keys(body).sort(), ["messages", "model", "tools"]);
+  for (const refused of ["parallel_tool_calls", "user", "tool_choice"]) {
+    assert.ok(!(refused in body), refused);
+  }
+});
+
+interface Fixture {
+  family: string;
+  base_url: string;
+  headers?: Record<string, string>;
+  query?: Record<string, string>;
+  refused_request_fields: string[];
+  answers: Array<{ name: string; body: unknown; expect: Record<string, unknown> }>;
+  errors: Array<{
+    name: string;
+    status: number;
+    headers?: Record<string, string>;
+    now?: string;
+    body: unknown;
+    expect_message: string;
+    transient: boolean;
+    retry_after_ms?: number;
+  }>;
+}
+
+const FIXTURES = new URL("./testdata/model_servers/", import.meta.url);
+
+Deno.test("each server family's recorded answers and errors are understood", async (t) => {
+  const names = [...Deno.readDirSync(FIXTURES)].map((e) => e.name).filter((n) => n.endsWith(".json")).sort();
+  assert.deepEqual(names, [
+    "azure.json",
+    "litellm.json",
+    "llamacpp.json",
+    "ollama.json",
+    "openai.json",
+    "openrouter.json",
+    "vllm.json",
+  ]);
+  for (const name of names) {
+    const fx = JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES))) as Fixture;
+    await t.step(fx.family, async (t) => {
+      for (const answer of fx.answers) {
+        await t.step(answer.name, () => {
+          const parsed = parseCompletion(JSON.stringify(answer.body));
+          const { usage: _usage, ...rest } = parsed;
+          assert.deepEqual(rest, answer.expect);
+        });
+      }
+      await t.step(
+        "the request carries the family's settings and none of the fields it refuses",
+        async () => {
+          const server = fakeServer(200, fx.answers[0].body);
+          const planner = new OpenAIPlanner({
+            url: fx.base_url,
+            model: "m",
+            headers: fx.headers,
+            query: fx.query,
+            fetch: server.fetch,
+          });
+          const tools = [{
+            type: "function" as const,
+            function: { name: "create_server", description: "d", parameters: {} },
+          }];
+          await planner.decide({ ...ASK, tools });
+          const url = new URL(server.seen[0].url);
+          assert.match(url.pathname, /\/chat\/completions$/);
+          for (const [k, v] of Object.entries(fx.query ?? {})) assert.equal(url.searchParams.get(k), v);
+          for (const [k, v] of Object.entries(fx.headers ?? {})) {
+            assert.equal(server.seen[0].headers.get(k), v);
+          }
+          for (const field of fx.refused_request_fields) {
+            assert.ok(!(field in server.bodies[0]), field);
+          }
+        },
+      );
+      for (const error of fx.errors) {
+        await t.step(`HTTP ${error.status}: ${error.name}`, async () => {
+          const server = fakeServer(error.status, error.body, error.headers);
+          const now = error.now ? Date.parse(error.now) : Date.now();
+          const err = await failure(
+            new OpenAIPlanner({
+              url: fx.base_url,
+              model: "m",
+              query: fx.query,
+              fetch: server.fetch,
+              now: () => now,
+            }),
+          );
+          assert.ok(err.message.includes(error.expect_message), err.message);
+          assert.ok(err.message.includes(new URL(server.seen[0].url).host), err.message);
+          assert.equal(err.transient, error.transient);
+          if (error.retry_after_ms !== undefined) assert.equal(err.retryAfterMs, error.retry_after_ms);
+        });
+      }
+    });
+  }
+});
+
+Deno.test("parseCompletion() reads the text parts of array content and treats null arguments as none", () => {
+  const parts = {
+    choices: [{ message: { content: [{ type: "text", text: "a" }, { type: "image" }, { text: "b" }] } }],
+  };
+  assert.deepEqual(parseCompletion(JSON.stringify(parts)), { kind: "done", message: "ab", usage: undefined });
+  const nullArgs = { choices: [{ message: { tool_calls: [{ function: { name: "t", arguments: null } }] } }] };
+  assert.deepEqual(parseCompletion(JSON.stringify(nullArgs)), {
+    kind: "tool",
+    tool: "t",
+    args: {},
+    usage: undefined,
+  });
+});
+
 Deno.test("OpenAIPlanner masks a key's JSON-escaped form too (a key holding a quote or a newline)", async () => {
   const key = 'sk-"quoted"-key';
   const echo = (req: Request) =>
@@ -105,4 +370,10 @@ Deno.test("OpenAIPlanner masks a key's JSON-escaped form too (a key holding a qu
   );
   assert.ok(!err.message.includes('\\"quoted\\"'), err.message);
   assert.match(err.message, /got \*\*\*/);
+});
+
+Deno.test("a 200 carrying an error object in place of choices is refused with the server's message", () => {
+  const err = refusal(JSON.stringify({ error: { message: "upstream timed out", code: 504 } }));
+  assert.equal(err.code, "MODEL_NO_CHOICES");
+  assert.match(err.message, /upstream timed out/);
 });

@@ -10,12 +10,18 @@
 import { z } from "zod";
 import { RuntimeError } from "./errors.ts";
 
+export { idempotencyKeyHeader } from "./http.ts";
+
 /** A JSON value, as stored in the journal. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** What a tool's `run` receives besides its arguments. */
 export interface ToolContext {
-  /** `<run_id>:<seq>`: send it to the remote so a re-send is recognised. */
+  /**
+   * `<run_id>:<seq>`: send it to the remote so a re-send is recognised. Over
+   * HTTP, send `Idempotency-Key: idempotencyKeyHeader(ctx.idempotencyKey)`
+   * (the IETF draft's quoted string).
+   */
   idempotencyKey: string;
   /** The run this call belongs to. */
   runId: string;

@@ -68,7 +68,13 @@ async function main(): Promise<void> {
   const mocks = await serveMocks();
   // A slow server request: the worker is killed while it waits for the cloud.
   mocks.cloud.setFaults({ path: "/v1/servers", delay_ms: 2000 });
-  const env = { DATABASE_URL: pg.url, MODEL_URL: mocks.modelUrl, CLOUD_URL: mocks.cloudUrl, ...timing };
+  const env = {
+    DATABASE_URL: pg.url,
+    MODEL_URL: mocks.modelUrl,
+    MODEL: "mock-planner",
+    CLOUD_URL: mocks.cloudUrl,
+    ...timing,
+  };
   const sup = startSupervisor({ ...env, MAX_WORKERS: "4" });
   const parent: number[] = [];
   const lease: number[] = [];

@@ -114,7 +114,12 @@ Deno.test({
   fn: async (t) => {
     const pg = await freshSchema();
     const mocks = await serveMocks();
-    const env = { DATABASE_URL: pg.url, MODEL_URL: mocks.modelUrl, CLOUD_URL: mocks.cloudUrl };
+    const env = {
+      DATABASE_URL: pg.url,
+      MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
+      CLOUD_URL: mocks.cloudUrl,
+    };
     const createdFor = (run: string) => () => Promise.resolve(mocks.cloud.created(`${run}:`).length);
     try {
       await t.step("after_decide", () => proveAfterDecide(env, "pg-demo", createdFor("pg-demo")));

@@ -47,7 +47,7 @@ pgTest(
   async (db) => {
     const mocks = await serveMocks();
     try {
-      mocks.cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 409 });
+      mocks.cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 400 });
       mocks.model.setFaults({ mode: "multi_tool", mode_next: 1 });
       const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
       const outcome = await runWorker(w.deps, "pg-4xx", DEFAULT_GOAL);
@@ -57,7 +57,7 @@ pgTest(
       assert.deepEqual(journal[0].rejections.map((r) => r.code), ["MODEL_MULTIPLE_TOOLS"]);
       assert.equal(effects[0].status, "failed");
       assert.equal(effects[0].attempts, 1);
-      assert.match(effects[0].error ?? "", /HTTP 409/);
+      assert.match(effects[0].error ?? "", /HTTP 400/);
       assert.deepEqual(effects.slice(1).map((e) => e.status), ["confirmed", "confirmed"]);
       assert.deepEqual(mocks.cloud.created().map((r) => r.kind), ["database", "dns_record"]);
       assert.equal(mocks.model.calls("pg-4xx"), 5);

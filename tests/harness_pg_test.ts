@@ -35,6 +35,7 @@ Deno.test({
       const env = (extra: Record<string, string> = {}) => ({
         DATABASE_URL: pg.url,
         MODEL_URL: mocks.modelUrl,
+        MODEL: "mock-planner",
         CLOUD_URL: mocks.cloudUrl,
         RUN_ID: "steal",
         ...extra,

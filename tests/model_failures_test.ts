@@ -30,7 +30,8 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
     return row;
   };
   /** The exchanges of one run, as the proxy saw them. */
-  const exchangesOf = (runId: string) => proxy.exchanges.filter((x) => x.request.user === runId);
+  const exchangesOf = (runId: string) =>
+    proxy.exchanges.filter((x) => x.headers.get("x-agent-run") === runId);
   try {
     const modes: Array<[ModelFaultMode, string]> = [
       ["garbage", "MODEL_NOT_JSON"],
@@ -155,7 +156,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         assert.equal(outcome.status, "failed");
         assert.match(
           (await store.getRun(runId))?.error ?? "",
-          /MODEL_GAVE_UP: The model failed 3 requests for step 0 \(the limit, counted across restarts\); last error: MODEL_HTTP: The model answered HTTP 502/,
+          /MODEL_GAVE_UP: The model failed 3 requests for step 0 \(the limit, counted across restarts\); last error: MODEL_HTTP: The model at http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions answered HTTP 502/,
         );
         assert.equal((await journalRow(runId, 0)).llm_attempts, 3);
         assert.equal(model.calls(runId), 3);
@@ -171,7 +172,10 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       const w = worker();
       const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
       assert.equal(outcome.status, "failed");
-      assert.match((await store.getRun(runId))?.error ?? "", /MODEL_HTTP: The model answered HTTP 401/);
+      assert.match(
+        (await store.getRun(runId))?.error ?? "",
+        /MODEL_HTTP: The model at \S+ answered HTTP 401/,
+      );
       assert.equal((await journalRow(runId, 0)).llm_attempts, 1);
       assert.equal(model.calls(runId), 1);
       assert.equal(w.events("model-retry").length, 0);

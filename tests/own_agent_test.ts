@@ -110,6 +110,7 @@ Deno.test({
       sup = startSupervisor({
         DATABASE_URL: pg.url,
         MODEL_URL: mocks.modelUrl,
+        MODEL: "mock-planner",
         NOTES_URL: notes.url,
         AGENT: agentPath,
         WORKERS: "1",
@@ -156,6 +157,7 @@ Deno.test({
     const sup = startSupervisor({
       DATABASE_URL: pg.url,
       MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
       CLOUD_URL: mocks.cloudUrl,
       WORKERS: "1",
       RUNS_PER_WORKER: "100",

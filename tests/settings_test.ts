@@ -51,6 +51,33 @@ Deno.test("bad settings exit 2 with one clear line per problem", async () => {
   assert.match(out, /^agent-runtime: invalid settings:/);
 });
 
+Deno.test("a model URL without MODEL exits 2 naming MODEL, and malformed MODEL_HEADERS and MODEL_QUERY too", async (t) => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await t.step("MODEL_URL without MODEL", async () => {
+      const { code, out } = await runMain({ MODEL_URL: "http://127.0.0.1:9/v1", DATA_DIR: dir });
+      assert.equal(code, 2, out);
+      assert.match(out, /MODEL is missing/);
+      assert.ok(!out.includes("    at "), `no stack trace: ${out}`);
+    });
+    await t.step("MODEL_HEADERS and MODEL_QUERY that are neither JSON nor k=v", async () => {
+      const { code, out } = await runMain({
+        MODEL_URL: "http://127.0.0.1:9/v1",
+        MODEL: "m",
+        MODEL_HEADERS: '{"api-key": 42}',
+        MODEL_QUERY: "api-version",
+        DATA_DIR: dir,
+      });
+      assert.equal(code, 2, out);
+      const problems = out.split("\n").filter((l) => l.startsWith("  - "));
+      assert.ok(problems.some((p) => p.includes("MODEL_HEADERS")), out);
+      assert.ok(problems.some((p) => p.includes("MODEL_QUERY")), out);
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("an unreachable database is named by host and port, never by password, and exits 2", async () => {
   const port = closedPort();
   const password = "pw-Unreachable-7f3a";
@@ -129,6 +156,7 @@ Deno.test({
       const { code, out } = await runMain({
         DATABASE_URL: u.toString(),
         MODEL_URL: `http://127.0.0.1:${model.addr.port}/v1`,
+        MODEL: "mock-planner",
         MODEL_API_KEY: apiKey,
         RUN_ID: "secrets",
       });

@@ -17,7 +17,7 @@ function workerPids(sup: Proc): number[] {
 interface Env {
   pg: PgSchema;
   mocks: RunningMocks;
-  env: { DATABASE_URL: string; MODEL_URL: string; CLOUD_URL: string };
+  env: { DATABASE_URL: string; MODEL_URL: string; MODEL: string; CLOUD_URL: string };
 }
 
 async function withEnv(fn: (e: Env) => Promise<void>): Promise<void> {
@@ -27,7 +27,12 @@ async function withEnv(fn: (e: Env) => Promise<void>): Promise<void> {
     await fn({
       pg,
       mocks,
-      env: { DATABASE_URL: pg.url, MODEL_URL: mocks.modelUrl, CLOUD_URL: mocks.cloudUrl },
+      env: {
+        DATABASE_URL: pg.url,
+        MODEL_URL: mocks.modelUrl,
+        MODEL: "mock-planner",
+        CLOUD_URL: mocks.cloudUrl,
+      },
     });
   } finally {
     await mocks.close();

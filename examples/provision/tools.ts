@@ -1,7 +1,9 @@
 /**
  * The provisioning demo's three tools, against the (mock) cloud's HTTP API. Each sends the
- * runtime's idempotency key as the `Idempotency-Key` header, so a re-sent
- * request returns what the cloud stored the first time (`already_done`).
+ * runtime's idempotency key as the `Idempotency-Key` header (the IETF draft's quoted string), so a
+ * re-sent request returns what the cloud stored the first time (`already_done`). A 409 (a request
+ * with this key is still in progress), 429 or 5xx is re-sent after the cloud's `Retry-After`, or
+ * the runtime's backoff.
  *
  * @module
  */
@@ -10,8 +12,11 @@ import { z } from "zod";
 import {
   defineTool,
   type FetchLike,
+  idempotencyKeyHeader,
   isTransientStatus,
   type Json,
+  parseRetryAfter,
+  serverErrorMessage,
   type Tool,
   type ToolContext,
   ToolError,
@@ -47,7 +52,7 @@ export async function cloudCreate(
         method: "POST",
         headers: {
           "content-type": "application/json",
-          "idempotency-key": ctx.idempotencyKey,
+          "idempotency-key": idempotencyKeyHeader(ctx.idempotencyKey),
           // Deno's fetch sends the trace context itself (OTEL_DENO); an in-process handler needs it here.
           ...(opts.fetch ? ctx.traceHeaders() : {}),
         },
@@ -64,8 +69,12 @@ export async function cloudCreate(
     });
   }
   if (res.status < 200 || res.status >= 300) {
-    throw new ToolError("TOOL_HTTP", `POST ${path} answered HTTP ${res.status}: ${text.slice(0, 200)}`, {
-      transient: isTransientStatus(res.status),
+    // 409 is the Idempotency-Key draft's "still in progress": transient, like 5xx.
+    const transient = isTransientStatus(res.status);
+    const said = serverErrorMessage(text) ?? text.slice(0, 200);
+    throw new ToolError("TOOL_HTTP", `POST ${path} answered HTTP ${res.status}: ${said}`, {
+      transient,
+      retryAfterMs: transient ? parseRetryAfter(res.headers.get("retry-after")) : undefined,
     });
   }
   let body: { id?: unknown };
