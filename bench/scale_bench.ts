@@ -152,7 +152,7 @@ interface ShapeResult {
    */
   cpu: { busyPct: number; busyS: number; treeS: number; benchS: number; postgresS: number; otherS: number };
   /** Other clients' connections active on the database during the run (their statements are counted too). */
-  otherClients: number;
+  otherClients: string[];
   log: LogSummary;
 }
 
@@ -339,28 +339,34 @@ async function checkConnections(serverUrl: string, shape: Shape): Promise<void> 
 
 /**
  * The database's committed and rolled-back transactions so far, read on a
- * connection of its own, and the other client connections to the database
- * that did something since `since`.
+ * connection of its own, and the client connections to the database (other
+ * than the runtime's, named `tag`) that did something since `since`, as
+ * `pid application_name`.
  */
 async function readCommits(
   serverUrl: string,
   since = new Date(),
-): Promise<{ commits: number; rollbacks: number; others: number[] }> {
+  tag = "",
+): Promise<{ commits: number; rollbacks: number; others: string[] }> {
   const conn = postgres(serverUrl, { max: 1, onnotice: () => {} });
   try {
-    const [row] = await conn.unsafe<{ commits: string; rollbacks: string; others: number[] }[]>(
+    const [row] = await conn.unsafe<{ commits: string; rollbacks: string; others: string[] }[]>(
       `select sum(xact_commit)::text as commits, sum(xact_rollback)::text as rollbacks,
-              (select coalesce(array_agg(pid), '{}') from pg_stat_activity
-                where datname = current_database() and backend_type = 'client backend'
-                  and pid <> pg_backend_pid() and state_change >= $1::timestamptz) as others
+              (${OTHER_CLIENTS_SQL}) as others
          from pg_stat_database where datname = current_database()`,
-      [since.toISOString()],
+      [tag, since.toISOString()],
     );
     return { commits: Number(row.commits), rollbacks: Number(row.rollbacks), others: row.others };
   } finally {
     await conn.end();
   }
 }
+
+/** Client connections to this database, other than this one and the runtime's (`$1`), active since `$2`. */
+const OTHER_CLIENTS_SQL =
+  `select coalesce(array_agg(pid || ' ' || application_name), '{}') from pg_stat_activity
+   where datname = current_database() and backend_type = 'client backend' and application_name <> $1
+     and pid <> pg_backend_pid() and state_change >= $2::timestamptz`;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -460,8 +466,8 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
 
     // Client connections to the database that did something during the run: this benchmark's own
     // pool, and others (whose statements the database-wide counter would count as the runtime's).
-    const mine = new Set<number>();
-    const others = new Set<number>();
+    const mine = new Set<string>();
+    const others = new Set<string>();
     let peakInFlight = 0;
     let peakRssKiB = 0;
     let peakProcesses = 0;
@@ -472,14 +478,11 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
       const tick = Date.now();
       const [rss, [counts]] = await Promise.all([
         treeRss(child.pid),
-        sandbox.store.client.query<{ done: number; running: number; me: number; others: number[] }>(
+        sandbox.store.client.query<{ done: number; running: number; me: string; others: string[] }>(
           `select count(*) filter (where status = 'done')::int as done,
                   count(*) filter (where status = 'running')::int as running,
-                  pg_backend_pid() as me,
-                  (select coalesce(array_agg(pid), '{}') from pg_stat_activity
-                    where datname = current_database() and backend_type = 'client backend'
-                      and application_name <> $1 and pid <> pg_backend_pid()
-                      and state_change >= $2::timestamptz) as others
+                  pg_backend_pid() || ' ' || current_setting('application_name') as me,
+                  (${OTHER_CLIENTS_SQL}) as others
              from runs`,
           [tag, new Date(t0).toISOString()],
         ),
@@ -566,7 +569,7 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
     // Every connection that ran statements is closed now, so its counts are flushed to the statistics.
     await sandbox.store.client.close();
     await sleep(1_000);
-    const after = await readCommits(serverUrl, new Date(t0));
+    const after = await readCommits(serverUrl, new Date(t0), tag);
     for (const pid of after.others) others.add(pid);
     const seconds = (epoch: string | null) => epoch === null ? undefined : Number(epoch) - t0 / 1000;
     return {
@@ -593,7 +596,7 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
         postgresS: pgTicks / hz,
         otherS: Math.max(0, busyTicks - treeTicks - ownTicks - pgTicks) / hz,
       },
-      otherClients: [...others].filter((pid) => !mine.has(pid)).length,
+      otherClients: [...others].filter((c) => !mine.has(c)),
       log: tally.summary(),
     };
   } finally {
@@ -660,8 +663,9 @@ function printTable(results: ShapeResult[]): void {
     r.cpu.busyPct.toFixed(0),
     [r.cpu.treeS, r.cpu.benchS, r.cpu.postgresS, r.cpu.otherS].map((x) => x.toFixed(1)).join("/"),
     r.peakInFlight === 0 ? "-" : (r.peakRssKiB / r.peakInFlight).toFixed(0),
-    (r.journalRows === 0 ? "-" : (r.statements / r.journalRows).toFixed(2)) + (r.otherClients > 0 ? "*" : ""),
-    (r.statements / r.shape.runs).toFixed(1) + (r.otherClients > 0 ? "*" : ""),
+    (r.journalRows === 0 ? "-" : (r.statements / r.journalRows).toFixed(2)) +
+    (r.otherClients.length > 0 ? "*" : ""),
+    (r.statements / r.shape.runs).toFixed(1) + (r.otherClients.length > 0 ? "*" : ""),
     goalCell(r),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
@@ -681,10 +685,12 @@ function printDetails(r: ShapeResult): void {
       `supervisor output ${r.log.lines} lines (${levels})`,
   );
   for (const p of r.problems) console.log(`  PROBLEM: ${p}`);
-  if (r.otherClients > 0) {
+  if (r.otherClients.length > 0) {
+    const listed = r.otherClients.slice(0, 5).map((c) => `pid ${c}`).join(", ");
     console.log(
-      `  WARNING: ${r.otherClients} connections of other clients were active on the database during the ` +
-        `run: the statement figures (marked *) include their statements`,
+      `  WARNING: ${r.otherClients.length} connections of other clients were active on the database during ` +
+        `the run (${listed}${r.otherClients.length > 5 ? ", ..." : ""}): the statement figures (marked *) ` +
+        `include their statements`,
     );
   }
   if (r.cpu.otherS > OTHER_LOAD_SHARE * r.cpu.busyS) {

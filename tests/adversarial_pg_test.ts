@@ -88,6 +88,7 @@ pgTest("a database whose tables lack a column is refused before any tool acts", 
     const { code, lines } = await runWorkerToEnd({
       DATABASE_URL: pg.url,
       MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
       CLOUD_URL: mocks.cloudUrl,
       RUN_ID: "shape",
     });
@@ -111,6 +112,7 @@ pgTest(
     const sup = startSupervisor({
       DATABASE_URL: pg.url,
       MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
       CLOUD_URL: mocks.cloudUrl,
     });
     try {
@@ -218,6 +220,7 @@ Deno.test({
       const worker = runWorkerToEnd({
         DATABASE_URL: u.toString(),
         MODEL_URL: mocks.modelUrl,
+        MODEL: "mock-planner",
         CLOUD_URL: mocks.cloudUrl,
         RUN_ID: "gone",
       });

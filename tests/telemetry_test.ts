@@ -19,6 +19,7 @@ Deno.test("a crash at after_call and its resume are one trace with both worker a
   const env = {
     DATA_DIR: dir,
     MODEL_URL: mocks.modelUrl,
+    MODEL: "mock-planner",
     CLOUD_URL: mocks.cloudUrl,
     RUN_ID: run,
     OTEL_DENO: "true",
