@@ -8,6 +8,7 @@
  * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
  * deno run -A cli/main.ts submit|runs|inspect|resolve|cancel|reopen ...
+ * deno run -A cli/main.ts migrate|crash-matrix|bench ...
  * ```
  *
  * @module
@@ -16,6 +17,7 @@
 import type { LoadedAgents } from "./agents.ts";
 import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
 import { main as runMain } from "./run.ts";
+import { main as migrateMain } from "./migrate.ts";
 import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "../supervisor/main.ts";
 
@@ -24,12 +26,18 @@ export const USAGE = `agent-runtime: durable AI agents that survive crashes.
 
 usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in this repository)
 
-  run        drive one run to its end in this process (no --agent: the demo, on the embedded database)
-  worker     one process hosting many runs of the agents in --agent
-  supervise  keep WORKERS worker processes alive on PostgreSQL
-  submit     create a pending run        runs     list runs
-  inspect    one run's timeline          resolve  settle a flagged tool call
-  cancel     stop a run                  reopen   resume a failed or cancelled run
+  run           drive one run to its end in this process (no --agent: the demo, on the embedded database)
+  worker        one process hosting many runs of the agents in --agent
+  supervise     keep WORKERS worker processes alive on PostgreSQL
+  submit        create a pending run
+  runs          list runs, newest first
+  inspect       one run's timeline, step by step
+  resolve       settle a flagged tool call
+  cancel        stop a run
+  reopen        resume a failed or cancelled run
+  migrate       bring the tables up to this program's schema version (every process also does it at start)
+  crash-matrix  every crash point on every step of the demo, checked against the invariants
+  bench         steps per second and statements per step
 
 'agent-runtime COMMAND --help' describes each.`;
 
@@ -47,6 +55,13 @@ export async function main(
       return await workerMain(rest, env, preloaded);
     case "supervise":
       return await superviseMain(rest, env, preloaded);
+    case "migrate":
+      return await migrateMain(rest, env);
+    case "crash-matrix":
+      // Loaded on demand: the harness and the benchmark are not needed to run agents.
+      return await (await import("../harness/crash_matrix.ts")).main(rest);
+    case "bench":
+      return await (await import("../bench/step_bench.ts")).main(rest, env);
     case undefined:
     case "help":
     case "--help":
