@@ -8,7 +8,7 @@
  * @module
  */
 
-import { PGlite } from "@electric-sql/pglite";
+import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { SqlClient } from "./store.ts";

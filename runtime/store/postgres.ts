@@ -4,7 +4,7 @@
  * @module
  */
 
-import postgres from "postgres";
+import postgres from "npm:postgres@3.4.9";
 import { redactUrl } from "../config.ts";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";

@@ -7,7 +7,7 @@
  * @module
  */
 
-import postgres from "postgres";
+import postgres from "npm:postgres@3.4.9";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
 
