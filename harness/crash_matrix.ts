@@ -234,7 +234,7 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
         const extra: string[] = [];
         const first = await spawnWorker(env(runId, { CRASH_AT: c.point, CRASH_SEQ: String(c.seq) })).result;
         transcript.push(...first.lines, `--- first process exited code=${first.code} signal=${first.signal}`);
-        const fired = first.lines.some((l) => l.startsWith(`!!! CRASH_AT=${c.point} seq=${c.seq}`));
+        const fired = first.lines.some((l) => l.includes(` event=crash point=${c.point} seq=${c.seq} `));
         let atCrash: RunSnapshot | undefined;
         if (fired) {
           if (first.signal !== "SIGKILL") extra.push(`the crashed process was not killed by SIGKILL`);

@@ -61,7 +61,7 @@ Deno.test("an unreachable database is named by host and port, never by password,
     MODEL_API_KEY: apiKey,
   });
   assert.equal(code, 2, out);
-  assert.match(out, /ERROR store-unavailable {2}code=DB_UNREACHABLE/);
+  assert.match(out, /level=error event=store-unavailable code=DB_UNREACHABLE/);
   assert.ok(out.includes(`Cannot connect to PostgreSQL at 127.0.0.1:${port}/app`), out);
   assert.match(out, /ECONNREFUSED/);
   assert.ok(!out.includes(password) && !out.includes(apiKey), out);
@@ -102,7 +102,7 @@ Deno.test({
       );
       const { code, out } = await runMain({ DATABASE_URL: db.url });
       assert.equal(code, 2, out);
-      assert.match(out, /ERROR store-unavailable {2}code=SCHEMA_NEWER/);
+      assert.match(out, /level=error event=store-unavailable code=SCHEMA_NEWER/);
       assert.ok(
         out.includes(`schema version ${SCHEMA_VERSION + 1}, newer than this program's ${SCHEMA_VERSION}`),
         out,
@@ -164,9 +164,12 @@ Deno.test({
         RUN_ID: "secrets",
       });
       assert.equal(code, 1, out);
-      assert.match(out, /WARN {2}model-retry .*code=MODEL_HTTP .*HTTP 503: upstream error; you sent/);
+      assert.match(
+        out,
+        /level=warn event=model-retry .*code=MODEL_HTTP .*HTTP 503: upstream error; you sent/,
+      );
       assert.match(out, /Bearer \*\*\*/, "the echoed key is masked, not dropped");
-      assert.match(out, /ERROR failed {2}run=secrets .*MODEL_GAVE_UP/);
+      assert.match(out, /level=error event=failed run=secrets .*MODEL_GAVE_UP/);
       assert.ok(!out.includes(password), "the output shows the database password");
       assert.ok(!out.includes(apiKey), "the output shows the API key");
       const run = await db.store.getRun("secrets");
