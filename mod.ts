@@ -65,6 +65,7 @@ export {
   type AgentSpec,
   defineAgent,
   type ModelEndpoint,
+  type PreparedAgent,
 } from "./runtime/agent.ts";
 export {
   Client,
@@ -77,6 +78,8 @@ export {
 } from "./runtime/client.ts";
 export { type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
+export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
+export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";
 export {
   ConfigError,
   FencedError,
@@ -86,7 +89,9 @@ export {
   ToolError,
 } from "./runtime/errors.ts";
 export { DEFAULT_RUNS_PER_WORKER, WorkerHost, type WorkerHostOptions } from "./runtime/host.ts";
-export { type LogFormat, Logger, type LogSink } from "./runtime/log.ts";
+export { type LogFields, type LogFormat, Logger, type LogLevel, type LogSink } from "./runtime/log.ts";
+export type { RunOutcome, WorkerStatus } from "./runtime/loop.ts";
+export type { MigrationResult } from "./runtime/store/migrate.ts";
 export {
   idempotencyKeyHeader,
   isTransientStatus,
@@ -96,6 +101,7 @@ export {
 export {
   chatCompletionsUrl,
   type ChatMessage,
+  type ChatToolCall,
   type DecideRequest,
   type FetchLike,
   type ModelAnswer,
@@ -107,21 +113,30 @@ export {
 export type { RunTokens } from "./runtime/store/overview.ts";
 export type {
   Decision,
+  EffectStatus,
   Fence,
   JournalRow,
+  NewRun,
+  Rejection,
   RunFilter,
   RunRow,
   RunStatus,
   RunSummary,
   SideEffectRow,
+  SqlClient,
+  Store,
+  TakenRun,
 } from "./runtime/store/store.ts";
 export {
   type ArgsSchema,
+  type CheckedCall,
   defineTool,
   type Json,
+  type OpenAITool,
   type Tool,
   type ToolContext,
   type ToolOutcome,
+  type ToolRegistry,
   type ToolSpec,
 } from "./runtime/tools.ts";
 export {

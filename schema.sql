@@ -1,8 +1,43 @@
--- agent-runtime schema. Applied automatically by the embedded (PGlite) default;
--- in production: psql "$DATABASE_URL" -f schema.sql
--- Runs on PostgreSQL 15 and later (and PGlite). Every statement is idempotent.
+-- agent-runtime schema, as numbered migration steps. The runtime applies the
+-- steps a database lacks when it starts (`deno task migrate` does it
+-- explicitly), in order, each in one transaction with the others, under
+-- pg_advisory_xact_lock so two processes starting at once migrate once, and
+-- records each in schema_version. It refuses a database whose version is
+-- newer than the program.
+--
+-- The tables live in their own PostgreSQL schema, agent_runtime, unless the
+-- DATABASE_URL names a search_path (the test sandboxes do): the steps use
+-- unqualified names and run with the search_path set to that schema.
+-- Runs on PostgreSQL 15 and later (and PGlite). Every step is idempotent, so
+-- the file also loads as it is into a schema of one's choice (psql -f), and a
+-- later start records the version.
 -- Timestamps are written by the runtime from its Clock, not by now(), so a
 -- simulated run with a manual clock is deterministic.
+--
+-- A step begins with a line `-- migration <N>: <name>`; never edit a step
+-- once released, add the next one.
+
+-- migration 1: baseline
+-- The tables as they stood before versions, created or upgraded in place.
+-- A database from before versions kept them in public: when this step runs
+-- for the default schema agent_runtime and finds all three there (and none in
+-- agent_runtime), it moves them over, rows and indexes with them.
+do $adopt$
+begin
+  if current_schema() = 'agent_runtime'
+     and to_regclass('agent_runtime.runs') is null
+     and to_regclass('public.runs') is not null
+     and to_regclass('public.journal') is not null
+     and to_regclass('public.side_effects') is not null then
+    alter table public.runs set schema agent_runtime;
+    alter table public.journal set schema agent_runtime;
+    alter table public.side_effects set schema agent_runtime;
+    if to_regclass('public.workers') is not null and to_regclass('agent_runtime.workers') is null then
+      alter table public.workers set schema agent_runtime;
+    end if;
+  end if;
+end
+$adopt$;
 
 create table if not exists runs (
   run_id       text primary key,

@@ -23,6 +23,7 @@ import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "../runtime/context.ts";
+import { flagProblem } from "../runtime/config.ts";
 import { CrashPoints } from "../runtime/crashpoints.ts";
 import { Logger } from "../runtime/log.ts";
 import { runWorker } from "../runtime/loop.ts";
@@ -101,22 +102,47 @@ async function drive(
   );
 }
 
-if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      runs: { type: "string", default: "200" },
-      concurrency: { type: "string", default: "16" },
-      "telemetry-child": { type: "boolean" },
-    },
-  });
+/** The usage text of `bench`. */
+export const BENCH_USAGE = `agent-runtime bench: steps per second and statements per step of whole demo runs.
+
+usage: deno task bench [--runs N] [--concurrency N]
+
+  --runs N                   runs per measurement (default 200; PGlite at most 100)
+  --concurrency N            runs at once in the many-runs PostgreSQL row (default 16)
+
+PostgreSQL rows need DATABASE_URL or TEST_DATABASE_URL (env); without either they are skipped.
+
+exit codes: 0 measured, 2 bad arguments`;
+
+/** The command: measures and prints one row per configuration; returns the exit code. */
+export async function main(args: string[], env: Record<string, string | undefined>): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      strict: true,
+      options: {
+        runs: { type: "string", default: "200" },
+        concurrency: { type: "string", default: "16" },
+        help: { type: "boolean", short: "h" },
+        "telemetry-child": { type: "boolean" },
+      },
+    }));
+  } catch (err) {
+    console.error(`bench: ${flagProblem(err)}. 'deno task bench --help' lists the flags`);
+    return 2;
+  }
+  if (values.help) {
+    console.log(BENCH_USAGE);
+    return 0;
+  }
   const runs = Number(values.runs);
   const concurrency = Number(values.concurrency);
   if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(concurrency) || concurrency < 1) {
     console.error(
       `bench: --runs and --concurrency must be positive integers: got ${values.runs}, ${values.concurrency}`,
     );
-    Deno.exit(2);
+    return 2;
   }
   if (values["telemetry-child"]) {
     const pglite = await openPglite();
@@ -134,7 +160,7 @@ if (import.meta.main) {
   await pglite.close();
   await telemetryRow(runs);
 
-  const url = Deno.env.get("DATABASE_URL") || Deno.env.get("TEST_DATABASE_URL");
+  const url = env.DATABASE_URL || env.TEST_DATABASE_URL;
   if (!url) {
     console.log("postgres: skipped (set DATABASE_URL or TEST_DATABASE_URL)");
   } else {
@@ -148,6 +174,7 @@ if (import.meta.main) {
       await sandbox.drop();
     }
   }
+  return 0;
 }
 
 /**
@@ -218,3 +245,5 @@ async function telemetryRow(runs: number): Promise<void> {
       `(${wrapped.toFixed(0)} ns wrapped vs ${bare.toFixed(0)} ns bare, ${n} steps in this process)`,
   );
 }
+
+if (import.meta.main) Deno.exit(await main(Deno.args, Deno.env.toObject()));

@@ -26,6 +26,7 @@ import { parseArgs } from "node:util";
 import type { Agent } from "../runtime/agent.ts";
 import { Client, ClientError, type Resolution, type RunInfo } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
+import { flagProblem } from "../runtime/config.ts";
 import { ConfigError, RuntimeError, StoreError } from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
@@ -355,6 +356,17 @@ export async function prune(
   if (out.runs.length > 20) ctx.print(`  ... and ${out.runs.length - 20} more`);
 }
 
+/** The flags each command takes, besides `--database-url`, `--data-dir`, `--by` and `--help`. */
+export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = {
+  submit: ["agent", "agent-name", "run-id", "goal", "input"],
+  runs: ["status", "agent-name", "search", "limit", "page"],
+  inspect: [],
+  resolve: ["result", "retry", "fail", "reason"],
+  cancel: [],
+  reopen: [],
+  prune: ["finished-before", "dry-run", "batch"],
+};
+
 /** Runs one command (`args[0]`); returns the exit code. */
 export async function main(
   args: string[],
@@ -377,8 +389,12 @@ export async function main(
   try {
     parsed = parseArgs({ args: args.slice(1), allowPositionals: true, strict: true, options: OPTIONS });
   } catch (err) {
-    return usage((err as Error).message.split("\n")[0].replace(/\.$/, ""));
+    return usage(flagProblem(err));
   }
+  // Only this command's flags: `inspect --status done` is a mistake, not a filter.
+  const allowed = new Set<string>([...COMMAND_FLAGS[command], "database-url", "data-dir", "by", "help"]);
+  const foreign = Object.keys(parsed.values).find((name) => !allowed.has(name));
+  if (foreign !== undefined) return usage(`unknown flag '--${foreign}'`);
   const v = parsed.values;
   if (v.help) {
     print(`${COMMAND_USAGE[command]}\n${COMMON}`);

@@ -52,8 +52,8 @@ export default defineAgent({
     const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
     assert.equal(out.code, 0, text);
     assert.match(text, /backends .*agent=echoer/);
-    assert.match(text, /confirmed {2}run=c1 {2}seq=0 {2}key=c1:0 {2}result=hi {2}remote=created/);
-    assert.match(text, /done {2}run=c1 {2}steps=1/);
+    assert.match(text, /event=confirmed run=c1 seq=0 key=c1:0 result=hi remote=created/);
+    assert.match(text, /event=done run=c1 steps=1/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -9,6 +9,7 @@
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
  * deno run -A cli/main.ts submit|runs|inspect|resolve|cancel|reopen ...
  * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
+ * deno run -A cli/main.ts migrate|crash-matrix|bench ...
  * ```
  *
  * @module
@@ -17,6 +18,7 @@
 import type { LoadedAgents } from "./agents.ts";
 import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
 import { main as runMain } from "./run.ts";
+import { main as migrateMain } from "./migrate.ts";
 import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "../supervisor/main.ts";
 import { main as uiMain } from "../ui/main.ts";
@@ -26,14 +28,20 @@ export const USAGE = `agent-runtime: durable AI agents that survive crashes.
 
 usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in this repository)
 
-  run        drive one run to its end in this process (no --agent: the demo, on the embedded database)
-  worker     one process hosting many runs of the agents in --agent
-  supervise  keep WORKERS worker processes alive on PostgreSQL
-  submit     create a pending run        runs     list runs
-  inspect    one run's timeline          resolve  settle a flagged tool call
-  cancel     stop a run                  reopen   resume a failed or cancelled run
-  prune      delete finished runs older than a cutoff
-  ui         a web page with every run, live, on 127.0.0.1:8787
+  run           drive one run to its end in this process (no --agent: the demo, on the embedded database)
+  worker        one process hosting many runs of the agents in --agent
+  supervise     keep WORKERS worker processes alive on PostgreSQL
+  submit        create a pending run
+  runs          list runs, newest first
+  inspect       one run's timeline, step by step
+  resolve       settle a flagged tool call
+  cancel        stop a run
+  reopen        resume a failed or cancelled run
+  migrate       bring the tables up to this program's schema version (every process also does it at start)
+  crash-matrix  every crash point on every step of the demo, checked against the invariants
+  bench         steps per second and statements per step
+  prune         delete finished runs older than a cutoff
+  ui            a web page with every run, live, on 127.0.0.1:8787
 
 'agent-runtime COMMAND --help' describes each.`;
 
@@ -53,6 +61,13 @@ export async function main(
       return await superviseMain(rest, env, preloaded);
     case "ui":
       return await uiMain(rest, env);
+    case "migrate":
+      return await migrateMain(rest, env);
+    case "crash-matrix":
+      // Loaded on demand: the harness and the benchmark are not needed to run agents.
+      return await (await import("../harness/crash_matrix.ts")).main(rest);
+    case "bench":
+      return await (await import("../bench/step_bench.ts")).main(rest, env);
     case undefined:
     case "help":
     case "--help":

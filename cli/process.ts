@@ -7,7 +7,7 @@
  */
 
 import { type Clock, SystemClock } from "../runtime/clock.ts";
-import { type Settings, urlPasswordForms } from "../runtime/config.ts";
+import { FlagError, type Settings, urlPasswordForms } from "../runtime/config.ts";
 import { type ConfigError, StoreError } from "../runtime/errors.ts";
 import { Logger } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
@@ -27,8 +27,15 @@ export function loggerFor(
   });
 }
 
-/** Prints a settings error the way every entry point does, and returns exit code 2. */
+/**
+ * Prints a settings error the way every entry point does, and returns exit
+ * code 2. A command line that does not parse is one line naming the flag.
+ */
 export function reportConfigError(err: ConfigError, program: string): number {
+  if (err instanceof FlagError) {
+    console.error(`${program}: ${err.problems[0]}`);
+    return 2;
+  }
   console.error(`${program}: invalid settings:\n${err.problems.map((p) => `  - ${p}`).join("\n")}`);
   return 2;
 }

@@ -27,7 +27,7 @@ import { loggerFor, openStoreLogged, reportConfigError, watchStdin } from "./pro
 /** The usage text of `run`. */
 export const RUN_USAGE = `agent-runtime run: drives one run of an agent to its end, surviving crashes.
 
-usage: deno task run [--flag value ...]     (every flag is also an environment variable)
+usage: deno task run [--flag value ...]     (every flag is also an environment variable: --run-id is RUN_ID)
 
   --agent PATH               the agent module (default: the demo, examples/provision/agent.ts)
   --run-id RUN_ID            the run to work (default: a new run, <agent>-<8 hex>)
@@ -45,7 +45,9 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --crash-at POINT, --crash-seq N, --stall-at POINT, --stall-ms MS
                              crash points: ${CRASH_POINTS.join(", ")}
   --heartbeat-s S, --lease-s S   lease timing (default 3, 12)
-  --log-format text|json
+  --log-format text|json     text: logfmt lines (default); json: one object per line
+  --exit-on-stdin-eof 1|0    exit when stdin closes (the supervisor sets it for its workers; default 0)
+  --runs-per-worker N, --poll-s S   worker host settings ('worker --help'); accepted and unused here
 
 exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone,
 7 the database failed mid-run (the run is intact)`;

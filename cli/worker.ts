@@ -24,7 +24,7 @@ import { processEnv, RUN_USAGE } from "./run.ts";
 /** The usage text of `worker`. */
 export const WORKER_USAGE = `agent-runtime worker: one process hosting many runs of the agents in --agent.
 
-usage: deno task worker [--flag value ...]   (every flag is also an environment variable)
+usage: deno task worker [--flag value ...]   (every flag is also an environment variable: --poll-s is POLL_S)
 
   --agent PATH               the agent module (default: the demo)
   --runs-per-worker N        runs held at once (default 100)
@@ -32,7 +32,7 @@ usage: deno task worker [--flag value ...]   (every flag is also an environment 
   --database-url URL         PostgreSQL shared with other workers; unset: embedded PGlite under --data-dir
   --worker NAME              written to runs.owner (default host:pid)
   and the settings of 'run' (model, cloud, lease, crash points, log format):
-${RUN_USAGE.split("\n").slice(4).join("\n")}`;
+${RUN_USAGE.split("\n").slice(4).filter((l) => !l.includes("--runs-per-worker N, --poll-s")).join("\n")}`;
 
 /** Runs a worker host until a signal; returns the exit code. */
 export async function main(

@@ -21,6 +21,7 @@
 
 import { parseArgs } from "node:util";
 import { serveMocks } from "../mock/server.ts";
+import { flagProblem } from "../runtime/config.ts";
 import { CRASH_POINTS, type CrashPoint, isCrashPoint } from "../runtime/crashpoints.ts";
 import { type Baseline, baselineOf, checkInvariants, checkPointOutcome, sumAttempts } from "./invariants.ts";
 import { freshPgSchema, mapLimit, spawnWorker } from "./pg.ts";
@@ -234,7 +235,7 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
         const extra: string[] = [];
         const first = await spawnWorker(env(runId, { CRASH_AT: c.point, CRASH_SEQ: String(c.seq) })).result;
         transcript.push(...first.lines, `--- first process exited code=${first.code} signal=${first.signal}`);
-        const fired = first.lines.some((l) => l.startsWith(`!!! CRASH_AT=${c.point} seq=${c.seq}`));
+        const fired = first.lines.some((l) => l.includes(` event=crash point=${c.point} seq=${c.seq} `));
         let atCrash: RunSnapshot | undefined;
         if (fired) {
           if (first.signal !== "SIGKILL") extra.push(`the crashed process was not killed by SIGKILL`);
@@ -277,6 +278,20 @@ export function summaryLine(r: Pick<MatrixResult, "passed" | "failed" | "notReac
   return `crash-matrix: ${r.passed} passed, ${r.failed} failed, ${r.notReached} not reached`;
 }
 
+/** The usage text of `crash-matrix`. */
+export const CRASH_MATRIX_USAGE = `agent-runtime crash-matrix: every crash point on every step of the demo,
+checked against the invariants.
+
+usage: deno task crash-matrix [--flag value ...]
+
+  --points P1,P2             only these crash points (default all: ${CRASH_POINTS.join(", ")})
+  --transcript FILE          write every case's log to FILE (byte-identical from run to run in-process)
+  --postgres                 real 'deno run' processes killed by SIGKILL, on PostgreSQL (default: in-process)
+  --database-url URL         PostgreSQL for --postgres (env DATABASE_URL, then TEST_DATABASE_URL)
+  --concurrency N            cases at once with --postgres (default 4)
+
+exit codes: 0 every case passed, 1 a case failed, 2 bad arguments`;
+
 /** The command: prints one row per case and the summary; returns the exit code. */
 export async function main(args: string[]): Promise<number> {
   let values;
@@ -289,16 +304,18 @@ export async function main(args: string[]): Promise<number> {
         "database-url": { type: "string" },
         concurrency: { type: "string", default: "4" },
         points: { type: "string" },
+        help: { type: "boolean", short: "h" },
       },
       strict: true,
       allowPositionals: false,
     }));
   } catch (err) {
-    console.error(
-      `crash-matrix: ${(err as Error).message}. Usage: crash-matrix [--transcript FILE] ` +
-        `[--points p1,p2] [--postgres [--database-url URL] [--concurrency N]]`,
-    );
+    console.error(`crash-matrix: ${flagProblem(err)}. 'deno task crash-matrix --help' lists the flags`);
     return 2;
+  }
+  if (values.help) {
+    console.log(CRASH_MATRIX_USAGE);
+    return 0;
   }
   const points = values.points?.split(",").map((p) => p.trim());
   const bad = points?.find((p) => !isCrashPoint(p));

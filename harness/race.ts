@@ -46,10 +46,12 @@ export async function claimRace(db: SimDb, baseline: Baseline, runId = "race-cla
   if (statuses.join(",") !== "done,lost_claim") {
     problems.push(`the workers ended ${statuses.join(" and ")}, expected one done and one lost_claim`);
   }
-  const claims = world.transcript.filter((l) => l.includes(" INFO  claimed "));
+  const claims = world.transcript.filter((l) => l.includes(" level=info event=claimed "));
   if (claims.length !== 1) problems.push(`${claims.length} workers claimed the run, expected exactly 1`);
   const loser = exits[0].kind === "exited" && exits[0].outcome.status === "lost_claim" ? a : b;
-  if (!world.transcript.some((l) => l.startsWith(`${loser.name} | `) && l.includes(" WARN  fenced "))) {
+  if (
+    !world.transcript.some((l) => l.startsWith(`${loser.name} | `) && l.includes(" level=warn event=fenced "))
+  ) {
     problems.push(`the loser ${loser.name} did not log fenced`);
   }
   if (loser.sent.model + loser.sent.cloud !== 0) {
@@ -103,8 +105,8 @@ export async function stallAndSteal(
     problems.push(`A ended ${status(aExit)}, expected fenced`);
   }
   const aLines = world.transcript.slice(wakeAt).filter((l) => l.startsWith("A | "));
-  const first = aLines.find((l) => !l.includes("!!! STALL_AT"));
-  if (!first?.includes(" WARN  fenced ")) {
+  const first = aLines.find((l) => !/ event=stall(-woke)? /.test(l));
+  if (!first?.includes(" level=warn event=fenced ")) {
     problems.push(`A's first line after waking is not fenced: ${first}`);
   }
   if (a.sent.model !== sent.model || a.sent.cloud !== sent.cloud) {

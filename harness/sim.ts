@@ -15,7 +15,7 @@
  * @module
  */
 
-import { PGlite } from "@electric-sql/pglite";
+import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
 import { type CreatedResource, MockCloud } from "../mock/cloud.ts";
 import demoAgent, { DEMO_GOAL } from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";

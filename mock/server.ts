@@ -10,6 +10,13 @@ import { parseArgs } from "node:util";
 import { MockCloud } from "./cloud.ts";
 import { ConnectionDroppedError } from "./http_response.ts";
 import { MockModel } from "./model.ts";
+import { SystemClock } from "../runtime/clock.ts";
+import { describeError } from "../runtime/errors.ts";
+import { Logger } from "../runtime/log.ts";
+
+// The runtime's logger (logfmt on stdout, one line per event): the mocks'
+// lines parse like every other program's. Immutable, so shared safely.
+const log = new Logger({ clock: new SystemClock() });
 
 /** Options of {@linkcode serveMocks}. */
 export interface ServeMocksOptions {
@@ -96,7 +103,7 @@ function listen(
       const expected = err instanceof ConnectionDroppedError ||
         (err instanceof DOMException && (err.name === "AbortError" || err.name === "TimeoutError"));
       if (expected) return new Response(null, { status: 499 }); // nginx's "client closed request"
-      console.error("mock: handler failed:", err);
+      log.error("mock-handler-failed", { error: describeError(err) });
       return new Response(null, { status: 500 });
     },
   }, handler);
@@ -177,14 +184,17 @@ async function main(): Promise<void> {
   try {
     mocks = await serveMocks({ hostname, ...ports, stateDir });
   } catch (err) {
-    console.error(
-      `mock: cannot start on ${hostname} (model port ${ports.modelPort}, cloud port ${ports.cloudPort}): ${err}`,
-    );
+    log.error("mock-start-failed", {
+      hostname,
+      model_port: ports.modelPort,
+      cloud_port: ports.cloudPort,
+      error: describeError(err),
+    });
     Deno.exit(1);
   }
   if (delay_ms > 0) mocks.cloud.setFaults({ delay_ms });
-  console.log(`mock-model  url=${mocks.modelUrl}`);
-  console.log(`mock-cloud  url=${mocks.cloudUrl}${stateDir ? `  state_dir=${stateDir}` : ""}`);
+  log.info("mock-model", { url: mocks.modelUrl });
+  log.info("mock-cloud", { url: mocks.cloudUrl, state_dir: stateDir });
 
   const stop = async () => {
     await mocks.close();

@@ -155,8 +155,8 @@ Deno.test("run as a command it prints both URLs, and exits 0 on SIGTERM", async 
   while (!(await reader.read()).done) { /* drain */ }
   const [status, stderr] = await Promise.all([child.status, new Response(child.stderr).text()]);
 
-  assert.match(lines[0], /^mock-model {2}url=http:\/\/127\.0\.0\.1:\d+\/v1$/);
-  assert.match(lines[1], /^mock-cloud {2}url=http:\/\/127\.0\.0\.1:\d+$/);
+  assert.match(lines[0], /^ts=\S+ level=info event=mock-model url=http:\/\/127\.0\.0\.1:\d+\/v1$/);
+  assert.match(lines[1], /^ts=\S+ level=info event=mock-cloud url=http:\/\/127\.0\.0\.1:\d+$/);
   assert.equal(status.code, 0, stderr);
 });
 

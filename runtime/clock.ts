@@ -73,7 +73,7 @@ export class ManualClock implements Clock {
   #order = 0;
 
   /** Starts the clock at `startMs` (milliseconds since the epoch). */
-  constructor(startMs = Date.UTC(2026, 0, 1)) {
+  constructor(startMs: number = Date.UTC(2026, 0, 1)) {
     this.#nowMs = startMs;
   }
 

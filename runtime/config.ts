@@ -83,7 +83,7 @@ export interface Settings {
 }
 
 /** Every setting, as its environment variable name, with its flag spelled in kebab case. */
-const NAMES = [
+export const SETTING_NAMES: readonly string[] = [
   "AGENT",
   "RUN_ID",
   "GOAL",
@@ -108,13 +108,41 @@ const NAMES = [
   "LEASE_S",
   "LOG_FORMAT",
   "EXIT_ON_STDIN_EOF",
-] as const;
+];
+const NAMES = SETTING_NAMES;
 
 const KEEP_EMPTY = new Set(["RUN_ID"]);
 
 /** The command-line flag of a setting: `RUN_ID` is `--run-id`. */
 export function flagOf(name: string): string {
   return "--" + name.toLowerCase().replaceAll("_", "-");
+}
+
+/**
+ * A command line that does not parse (an unknown flag, a flag without its
+ * value): reported as one line and exit code 2, apart from the settings
+ * problems a {@link ConfigError} lists.
+ */
+export class FlagError extends ConfigError {
+  /** Creates a flag error with one sentence. */
+  constructor(problem: string) {
+    super([problem]);
+    this.name = "FlagError";
+  }
+}
+
+/**
+ * The first sentence of a `node:util` `parseArgs` error, in our words:
+ * `Unknown option '--x'. To specify a positional argument ...` becomes
+ * `unknown flag '--x'`.
+ */
+export function flagProblem(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const unknown = /^Unknown option '([^']+)'/.exec(message);
+  if (unknown) return `unknown flag '${unknown[1]}'`;
+  const first = message.split("\n")[0];
+  const sentence = /^(.*?[^.])\.(\s|$)/.exec(first);
+  return (sentence ? sentence[1] : first).replace(/^Option /, "flag ");
 }
 
 /** Reads raw values: flags first, then the environment. Unknown flags are errors. */
@@ -129,9 +157,7 @@ export function readRaw(
   try {
     parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
   } catch (err) {
-    throw new ConfigError([
-      `${(err as Error).message}. Known flags: ${names.map(flagOf).join(", ")}`,
-    ]);
+    throw new FlagError(`${flagProblem(err)}. Known flags: ${names.map(flagOf).join(", ")}`);
   }
   const values: Record<string, string | undefined> = {};
   for (const name of names) {

@@ -86,20 +86,20 @@ export class CrashPoints {
   async hit(point: CrashPoint, seq: number): Promise<void> {
     const plan = this.#plan;
     if (plan.crashAt === point && plan.crashSeq === seq) {
-      this.#log.raw(`!!! CRASH_AT=${point} seq=${seq} -- kill -9`);
+      this.#log.warn("crash", { point, seq, action: "kill -9" });
       await this.#kill(point, seq);
     }
     if (!this.#stalled && plan.stallAt === point && (plan.stallSeq ?? plan.crashSeq) === seq) {
       // A stall happens once per process: a frozen worker that wakes carries on.
       this.#stalled = true;
-      this.#log.raw(`!!! STALL_AT=${point} seq=${seq} -- stalling ${plan.stallMs}ms`);
+      this.#log.warn("stall", { point, seq, stall_ms: plan.stallMs });
       this.#stalling = true;
       try {
         await this.#stall(point, seq);
       } finally {
         this.#stalling = false;
       }
-      this.#log.raw(`!!! STALL_AT=${point} seq=${seq} -- woke`);
+      this.#log.warn("stall-woke", { point, seq });
     }
   }
 }

@@ -65,8 +65,8 @@ pgTest("a worker whose run is cancelled stops at its next heartbeat, mid tool ca
   const outcome = await worker;
   cloud.releaseHung();
   assert.equal(outcome.status, "cancelled");
-  assert.ok(lines.some((l) => / WARN {2}heartbeat-refused {2}run=hb-cancel/.test(l)), lines.join("\n"));
-  assert.ok(lines.some((l) => / WARN {2}stopped {2}run=hb-cancel/.test(l)), lines.join("\n"));
+  assert.ok(lines.some((l) => / level=warn event=heartbeat-refused run=hb-cancel/.test(l)), lines.join("\n"));
+  assert.ok(lines.some((l) => / level=warn event=stopped run=hb-cancel/.test(l)), lines.join("\n"));
   const { effects } = await pg.store.loadHistory("hb-cancel");
   assert.equal(effects[0].status, "intent", "nothing was confirmed after the cancel");
   assert.equal((await pg.store.getRun("hb-cancel"))?.status, "cancelled");
@@ -84,7 +84,7 @@ pgTest("a worker that cannot heartbeat for longer than the lease stops acting on
   const outcome = await worker;
   cloud.releaseHung();
   assert.equal(outcome.status, "stalled");
-  assert.ok(lines.some((l) => / ERROR lease-lost {2}run=hb-lost/.test(l)), lines.join("\n"));
+  assert.ok(lines.some((l) => / level=error event=lease-lost run=hb-lost/.test(l)), lines.join("\n"));
   const { journal, effects } = await pg.store.loadHistory("hb-lost");
   assert.equal(effects[0].status, "intent");
   assert.equal(journal.length, 1, "no further step was started");

@@ -134,7 +134,7 @@ Deno.test("a refused renewal stops only that run; a stopped host frees its runs 
   await store.cancelRun("cancel-me", "cancelled by test", clock.now());
   await clock.advance(3_000);
   await settle();
-  assert.ok(lines.some((l) => /heartbeat-refused {2}run=cancel-me/.test(l)), lines.join("\n"));
+  assert.ok(lines.some((l) => /event=heartbeat-refused run=cancel-me/.test(l)), lines.join("\n"));
   assert.equal(h.active, 2, "the cancelled run's model request was cut off");
   assert.equal(effects.length, 0);
   await h.stop();

@@ -1,13 +1,17 @@
 /**
- * One event per line, designed to be read by people and asserted on by tests:
+ * One event per line, designed to be read by people, asserted on by tests
+ * and parsed by log tools: strict logfmt,
  *
  * ```
- * 2026-01-01T00:00:00.000Z INFO  decided  run=demo  seq=0  tool=create_server  llm_calls=1
+ * ts=2026-01-01T00:00:00.000Z level=info event=decided run=demo seq=0 tool=create_server llm_calls=1
  * ```
  *
- * or, with `LOG_FORMAT=json`, one JSON object per line. Timestamps come from
- * the {@link Clock}, so a simulated run's transcript is deterministic. Known
- * secrets (a database password, a model API key) are masked in every line.
+ * (a value with a space, a quote, `=` or a backslash is double-quoted with
+ * JSON escapes; an object or array is compact JSON, quoted), or, with
+ * `LOG_FORMAT=json`, one JSON object per line with the same names.
+ * Timestamps come from the {@link Clock}, so a simulated run's transcript is
+ * deterministic. Known secrets (a database password, a model API key) are
+ * masked in every line.
  *
  * @module
  */
@@ -20,7 +24,7 @@ export type LogLevel = "DEBUG" | "INFO" | "WARN" | "ERROR";
 export type LogFields = Record<string, unknown>;
 /** Where finished lines go. A sink must write synchronously. */
 export type LogSink = (line: string) => void;
-/** `text`: `ts LEVEL event  k=v`; `json`: one JSON object per line. */
+/** `text`: logfmt, `ts=… level=info event=… k=v`; `json`: one JSON object per line. */
 export type LogFormat = "text" | "json";
 
 /** Options of a {@link Logger}. */
@@ -50,15 +54,23 @@ export function arraySink(lines: string[]): LogSink {
   return (line) => lines.push(line);
 }
 
-/** Formats one field value: bare when it has no spaces or quotes, JSON otherwise. */
+// A value written bare: no space or control character, quote, `=` or backslash.
+// deno-lint-ignore no-control-regex
+const BARE = /^[^\s"=\\\x00-\x1f\x7f]+$/;
+
+/**
+ * Formats one field value as a logfmt value: bare when it can be, otherwise
+ * double-quoted with JSON escapes; objects and arrays as compact JSON, quoted.
+ */
 export function formatValue(value: unknown): string {
-  if (typeof value === "string") return /^[^\s"=]+$/.test(value) ? value : JSON.stringify(value);
+  if (typeof value === "string") return BARE.test(value) ? value : JSON.stringify(value);
   if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") {
     return String(value);
   }
   if (value === null) return "null";
   if (value instanceof Date) return value.toISOString();
-  return JSON.stringify(value) ?? String(value);
+  const json = JSON.stringify(value) ?? String(value);
+  return BARE.test(json) ? json : JSON.stringify(json);
 }
 
 /** Writes events as lines. Immutable: {@link Logger.child} returns a new logger. */
@@ -97,13 +109,9 @@ export class Logger {
     this.write("ERROR", event, fields);
   }
 
-  /**
-   * Writes a line as it is (masked), e.g. the `!!! CRASH_AT=...` announcement;
-   * in JSON format it is wrapped as a `notice` event so every line still parses.
-   */
+  /** Writes free text as a `notice` event, so every line still parses. */
   raw(line: string): void {
-    if (this.#format === "json") this.write("WARN", "notice", { message: line });
-    else this.#sink(this.mask(line));
+    this.write("WARN", "notice", { message: line });
   }
 
   /** Replaces every known secret in `text` with `***`. */
@@ -121,8 +129,8 @@ export class Logger {
     if (this.#format === "json") {
       line = JSON.stringify({ ts, level, event, ...Object.fromEntries(entries) });
     } else {
-      line = `${ts} ${level.padEnd(5)} ${event}` +
-        entries.map(([k, v]) => `  ${k}=${formatValue(v)}`).join("");
+      line = `ts=${ts} level=${level.toLowerCase()} event=${formatValue(event)}` +
+        entries.map(([k, v]) => ` ${k}=${formatValue(v)}`).join("");
     }
     this.#sink(this.mask(line));
   }

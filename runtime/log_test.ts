@@ -4,26 +4,31 @@ import { arraySink, formatValue, Logger } from "./log.ts";
 
 const T0 = Date.UTC(2026, 10, 29, 12, 0, 0);
 
-Deno.test("Logger writes `ts LEVEL event  key=value` with two spaces between parts", () => {
+Deno.test("Logger writes strict logfmt: `ts=… level=… event=… key=value`", () => {
   const lines: string[] = [];
   const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines) });
   log.info("done", { run: "run1", steps: 3, llm_calls: 4 });
   log.warn("fenced", { run: "r", skipped: undefined });
   assert.deepEqual(lines, [
-    "2026-11-29T12:00:00.000Z INFO  done  run=run1  steps=3  llm_calls=4",
-    "2026-11-29T12:00:00.000Z WARN  fenced  run=r",
+    "ts=2026-11-29T12:00:00.000Z level=info event=done run=run1 steps=3 llm_calls=4",
+    "ts=2026-11-29T12:00:00.000Z level=warn event=fenced run=r",
   ]);
 });
 
-Deno.test("formatValue() leaves plain tokens bare and quotes or encodes everything else", async (t) => {
+Deno.test("formatValue() leaves plain tokens bare and quotes everything else, objects as JSON", async (t) => {
   const cases: [unknown, string][] = [
     ["srv-1", "srv-1"],
     ["has space", '"has space"'],
     ['quo"te', '"quo\\"te"'],
+    ["a=b", '"a=b"'],
+    ["back\\slash", '"back\\\\slash"'],
+    ["two\nlines", '"two\\nlines"'],
+    ["", '""'],
     [42, "42"],
     [true, "true"],
     [null, "null"],
-    [{ name: "srv-1", spec: "small" }, '{"name":"srv-1","spec":"small"}'],
+    [{ name: "srv-1", spec: "small" }, '"{\\"name\\":\\"srv-1\\",\\"spec\\":\\"small\\"}"'],
+    [[1, 2], "[1,2]"],
     [new Date(T0), "2026-11-29T12:00:00.000Z"],
   ];
   for (const [value, expected] of cases) {
@@ -49,10 +54,10 @@ Deno.test("Logger masks every known secret, in fields and in raw lines", () => {
   const lines: string[] = [];
   const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines), secrets: ["hunter2", ""] });
   log.error("store-unavailable", { error: "auth failed for postgres://u:hunter2@db/x" });
-  log.raw("key=hunter2");
+  log.raw("key hunter2");
   assert.equal(lines.some((l) => l.includes("hunter2")), false);
   assert.match(lines[0], /u:\*\*\*@db/);
-  assert.equal(lines[1], "key=***");
+  assert.equal(lines[1], 'ts=2026-11-29T12:00:00.000Z level=warn event=notice message="key ***"');
 });
 
 Deno.test("Logger.raw() keeps every line parseable in json format", () => {

@@ -19,6 +19,7 @@ async function setup() {
   const counting = new CountingClient(await openPglite());
   const store = new Store(counting);
   await store.applySchema();
+  counting.reset(); // count the protocol's statements, not the migration's
   const model = await MockModel.open({ now: () => clock.now() });
   const cloud = await MockCloud.open({ now: () => clock.now() });
   const lines: string[] = [];
@@ -78,7 +79,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
       assert.equal(again.alreadyClosed, true);
       assert.equal(again.llmCalls, 4);
       assert.equal(model.calls("clean"), 4);
-      assert.match(lines.at(-1)!, /already-done {2}run=clean {2}steps=3 {2}llm_calls=4/);
+      assert.match(lines.at(-1)!, /event=already-done run=clean steps=3 llm_calls=4/);
       assert.equal(counting.counts.get("update") ?? 0, 0, "a closed run is not written");
     });
 
@@ -89,7 +90,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         assert.equal(outcome.status, "failed");
         assert.match(outcome.error ?? "", /MAX_STEPS=2/);
         assert.equal((await store.getRun("guarded"))?.status, "failed");
-        assert.ok(lines.some((l) => /WARN {2}guard {2}run=guarded {2}max_steps=2/.test(l)));
+        assert.ok(lines.some((l) => /level=warn event=guard run=guarded max_steps=2/.test(l)));
         assert.equal(cloud.created("guarded:").length, 2);
       },
     );

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { z } from "zod";
+import { z } from "npm:zod@4.6.7";
 import { RuntimeError } from "./errors.ts";
 
 export { idempotencyKeyHeader } from "./http.ts";

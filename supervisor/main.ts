@@ -50,7 +50,8 @@ export interface SupervisorSettings {
   logFormat: LogFormat;
 }
 
-const NAMES = [
+/** The supervisor's settings, as environment variable names (flags in kebab case). */
+export const SUPERVISOR_SETTING_NAMES: readonly string[] = [
   "DATABASE_URL",
   "AGENT",
   "WORKERS",
@@ -60,12 +61,12 @@ const NAMES = [
   "HEARTBEAT_S",
   "SUPERVISOR",
   "LOG_FORMAT",
-] as const;
+];
 
 /** The usage text of `supervise`. */
 export const SUPERVISE_USAGE = `agent-runtime supervise: keeps worker processes alive; each hosts many runs.
 
-usage: deno task supervise [--flag value ...]   (every flag is also an environment variable)
+usage: deno task supervise [--flag value ...]   (every flag is also an environment variable: --poll-s is POLL_S)
 
   --database-url URL         PostgreSQL shared by the workers (required)
   --agent PATH               the agent module the workers host (default: the demo)
@@ -92,7 +93,7 @@ export function loadSupervisorSettings(
   env: Record<string, string | undefined>,
   defaults: { hostname: string; pid: number; cores: number } = { hostname: "localhost", pid: 0, cores: 2 },
 ): SupervisorSettings {
-  const { values, positionals } = readRaw(args, env, NAMES);
+  const { values, positionals } = readRaw(args, env, SUPERVISOR_SETTING_NAMES);
   const r = new SettingsReader(values);
   if (positionals.length > 0) {
     r.problems.push(
@@ -108,8 +109,8 @@ export function loadSupervisorSettings(
     r.problems.push(
       "DATABASE_URL is not set. The supervisor runs its workers as separate processes, and the embedded PGlite " +
         "database allows one process per directory, so it needs PostgreSQL: start it with 'docker compose up -d', " +
-        "load the tables with 'psql postgresql://durable:durable@localhost:5433/durable -f schema.sql', then set " +
-        "DATABASE_URL=postgresql://durable:durable@localhost:5433/durable",
+        "then set DATABASE_URL=postgresql://durable:durable@localhost:5433/durable (the tables are created at " +
+        "start, in schema agent_runtime)",
     );
   }
   const settings: SupervisorSettings = {

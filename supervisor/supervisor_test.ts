@@ -87,10 +87,10 @@ Deno.test("the supervisor keeps its workers alive and hands a dead one's runs on
     assert.equal(run?.epoch, 1, "the epoch is the next taker's to bump");
   }
   assert.notEqual((await store.getRun("other"))?.heartbeat_at, null, "a live worker's run is untouched");
-  const resuming = lines.filter((l) => l.includes(" resuming "));
+  const resuming = lines.filter((l) => l.includes(" event=resuming "));
   assert.equal(resuming.length, 2);
-  assert.match(resuming[0], /run=heal-1 {2}pid=1003 {2}worker=sup-a\/w0\.2/);
-  assert.ok(lines.some((l) => /worker-exited {2}worker=sup-a\/w0\.1 {2}pid=1001 {2}code=137/.test(l)));
+  assert.match(resuming[0], /run=heal-1 pid=1003 worker=sup-a\/w0\.2/);
+  assert.ok(lines.some((l) => /event=worker-exited worker=sup-a\/w0\.1 pid=1001 code=137/.test(l)));
   // The replacement takes them (one statement takes and claims).
   const taken = await store.takeRuns(
     "sup-a/w0.2",
@@ -118,7 +118,7 @@ Deno.test("a worker that exits 2 (bad settings) is not restarted, and when all d
   await settle();
   await sup.settled();
   assert.equal(fake.workers.length, 2, "no replacement for a settings error");
-  assert.ok(lines.some((l) => /worker-refused {2}worker=sup-b\/w0\.1/.test(l)));
+  assert.ok(lines.some((l) => /event=worker-refused worker=sup-b\/w0\.1/.test(l)));
   assert.equal(sup.refused, false);
   fake.workers[1].exit(2);
   await running; // run() ends by itself
@@ -137,7 +137,7 @@ Deno.test("a worker that keeps dying as it starts is restarted with a growing de
   // Three quick restarts at once, then the fourth waits.
   assert.equal(fake.workers.length, 4);
   assert.ok(
-    lines.some((l) => /restart-deferred {2}worker=sup-c\/w0\.4 {2}delay_ms=6000/.test(l)),
+    lines.some((l) => /event=restart-deferred worker=sup-c\/w0\.4 delay_ms=6000/.test(l)),
     lines.join("\n"),
   );
   await clock.advance(6_000);
@@ -157,7 +157,7 @@ Deno.test("a frozen worker (its leases went stale) is killed and replaced; its r
   await settle();
   await sup.settled();
   assert.deepEqual(frozen.signals, ["SIGKILL"]);
-  assert.ok(lines.some((l) => /replacing {2}worker=sup-d\/w0\.1/.test(l)));
+  assert.ok(lines.some((l) => /event=replacing worker=sup-d\/w0\.1/.test(l)));
   assert.equal(fake.workers.length, 2);
   assert.equal((await store.getRun("frozen-1"))?.heartbeat_at, null);
   await sup.stop();

@@ -1,7 +1,7 @@
 /**
  * Test helpers for real processes: start a supervisor or a worker with
  * `Deno.execPath()`, collect its output lines as they arrive, wait for a line,
- * and parse the log's `key=value` fields.
+ * and parse the log's logfmt fields.
  *
  * @module
  */
@@ -125,16 +125,38 @@ export class Proc {
   }
 }
 
-/** Parses `ts LEVEL event  k=v  k=v` into `{ts, level, event, k: v}`; undefined for other lines. */
-export function parseLine(line: string): Record<string, string> | undefined {
-  const m = /^(\S+Z) (DEBUG|INFO|WARN|ERROR)\s+(\S+)(.*)$/.exec(line);
-  if (!m) return undefined;
-  const out: Record<string, string> = { ts: m[1], level: m[2], event: m[3] };
-  for (const f of m[4].split(/ {2}/)) {
-    const eq = f.indexOf("=");
-    if (eq > 0) out[f.slice(0, eq).trim()] = f.slice(eq + 1);
+/**
+ * Parses one strict logfmt line (`k=v k="quoted \\"value\\""`, single spaces,
+ * JSON escapes inside quotes) into its fields; undefined for anything else.
+ */
+export function parseLogfmt(line: string): Record<string, string> | undefined {
+  const out: Record<string, string> = {};
+  // deno-lint-ignore no-control-regex
+  const pair = /([A-Za-z_][A-Za-z0-9_.-]*)=("(?:[^"\\\x00-\x1f]|\\.)*"|[^\s"=\\]*)(?: |$)/y;
+  let at = 0;
+  // Bounded by the line: each match consumes at least `k=`.
+  while (at < line.length) {
+    pair.lastIndex = at;
+    const m = pair.exec(line);
+    if (!m || m[1] in out) return undefined;
+    if (m[2].startsWith('"')) {
+      try {
+        out[m[1]] = JSON.parse(m[2]);
+      } catch {
+        return undefined;
+      }
+    } else out[m[1]] = m[2];
+    at = pair.lastIndex;
   }
-  return out;
+  return at > 0 && !line.endsWith(" ") ? out : undefined;
+}
+
+/** Parses a log line (`ts=… level=… event=… k=v`) into its fields; undefined for other lines. */
+export function parseLine(line: string): Record<string, string> | undefined {
+  if (!line.startsWith("ts=")) return undefined;
+  const fields = parseLogfmt(line);
+  if (!fields || fields.level === undefined || fields.event === undefined) return undefined;
+  return fields;
 }
 
 /** Starts a supervisor with short test settings (override any in `env`). */

@@ -41,7 +41,7 @@ Deno.test({
         ...extra,
       });
       const a = spawnWorker(env({ WORKER: "A", STALL_AT: "after_decide", STALL_MS: "3000" }));
-      const stalled = await a.waitFor("!!! STALL_AT=after_decide seq=0");
+      const stalled = await a.waitFor("event=stall point=after_decide seq=0");
       if (!stalled) assert.fail(`A never stalled:\n${(await a.result).lines.join("\n")}`);
       const b = await spawnWorker(env({ WORKER: "B" })).result;
       assert.equal(b.code, 0, b.lines.join("\n"));
@@ -50,11 +50,11 @@ Deno.test({
       const aResult = await a.result;
       const aLog = aResult.lines.join("\n");
       assert.equal(aResult.code, 3, aLog);
-      const woke = aResult.lines.findIndex((l) => l.includes("-- woke"));
+      const woke = aResult.lines.findIndex((l) => l.includes(" event=stall-woke "));
       assert.ok(woke >= 0, aLog);
       assert.match(
         aResult.lines[woke + 1] ?? "",
-        /WARN {2}fenced .*Write refused \(tool intent key=steal:0\)/,
+        /level=warn event=fenced .*Write refused \(tool intent key=steal:0\)/,
         aLog,
       );
       const final = await readSnapshot(pg.store, mocks.model, mocks.cloud, "steal");

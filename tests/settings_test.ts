@@ -8,6 +8,7 @@ import postgres from "postgres";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { StoreError } from "../runtime/errors.ts";
 import { CRASH_POINTS } from "../runtime/crashpoints.ts";
+import { SCHEMA_VERSION } from "../runtime/store/migrate.ts";
 import { freshSchema, pgIgnore, TEST_DATABASE_URL } from "./_pg.ts";
 import { closedPort } from "./_worker.ts";
 
@@ -87,7 +88,7 @@ Deno.test("an unreachable database is named by host and port, never by password,
     MODEL_API_KEY: apiKey,
   });
   assert.equal(code, 2, out);
-  assert.match(out, /ERROR store-unavailable {2}code=DB_UNREACHABLE/);
+  assert.match(out, /level=error event=store-unavailable code=DB_UNREACHABLE/);
   assert.ok(out.includes(`Cannot connect to PostgreSQL at 127.0.0.1:${port}/app`), out);
   assert.match(out, /ECONNREFUSED/);
   assert.ok(!out.includes(password) && !out.includes(apiKey), out);
@@ -118,8 +119,31 @@ Deno.test("a server that accepts and never answers fails within the connect time
 });
 
 Deno.test({
-  name: "a database without the tables says how to load schema.sql, and exits 2",
-  ignore: pgIgnore("schema missing"),
+  name: "a database newer than the program is refused at start, naming both versions, and exits 2",
+  ignore: pgIgnore("schema newer"),
+  async fn() {
+    const db = await freshSchema();
+    try {
+      await db.store.client.exec(
+        `insert into schema_version (version, name) values (${SCHEMA_VERSION + 1}, 'from the future')`,
+      );
+      const { code, out } = await runMain({ DATABASE_URL: db.url });
+      assert.equal(code, 2, out);
+      assert.match(out, /level=error event=store-unavailable code=SCHEMA_NEWER/);
+      assert.ok(
+        out.includes(`schema version ${SCHEMA_VERSION + 1}, newer than this program's ${SCHEMA_VERSION}`),
+        out,
+      );
+      assert.equal((await db.store.listRuns({})).total, 0, "nothing was written");
+    } finally {
+      await db.drop();
+    }
+  },
+});
+
+Deno.test({
+  name: "an empty schema gets its tables at start: the runtime migrates before it works",
+  ignore: pgIgnore("schema migrated at start"),
   async fn() {
     const schema = `t_empty_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
     const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
@@ -127,10 +151,17 @@ Deno.test({
     try {
       const u = new URL(TEST_DATABASE_URL!);
       u.searchParams.set("search_path", schema);
-      const { code, out } = await runMain({ DATABASE_URL: u.toString() });
-      assert.equal(code, 2, out);
-      assert.match(out, /ERROR store-unavailable {2}code=SCHEMA_MISSING/);
-      assert.ok(out.includes(`Load them with: psql \\"$DATABASE_URL\\" -f schema.sql`), out);
+      const dataDir = await Deno.makeTempDir();
+      const { code, out } = await runMain({
+        DATABASE_URL: u.toString(),
+        RUN_ID: "migrated-at-start",
+        DATA_DIR: dataDir,
+      }).finally(() => Deno.remove(dataDir, { recursive: true }));
+      assert.equal(code, 0, out);
+      const rows = await admin.unsafe(`select version from ${schema}.schema_version`);
+      assert.equal(rows.length, SCHEMA_VERSION);
+      const runs = await admin.unsafe(`select status from ${schema}.runs where run_id = 'migrated-at-start'`);
+      assert.equal(runs[0]?.status, "done");
     } finally {
       await admin.unsafe(`drop schema if exists ${schema} cascade`);
       await admin.end();
@@ -161,9 +192,12 @@ Deno.test({
         RUN_ID: "secrets",
       });
       assert.equal(code, 1, out);
-      assert.match(out, /WARN {2}model-retry .*code=MODEL_HTTP .*HTTP 503: upstream error; you sent/);
+      assert.match(
+        out,
+        /level=warn event=model-retry .*code=MODEL_HTTP .*HTTP 503: upstream error; you sent/,
+      );
       assert.match(out, /Bearer \*\*\*/, "the echoed key is masked, not dropped");
-      assert.match(out, /ERROR failed {2}run=secrets .*MODEL_GAVE_UP/);
+      assert.match(out, /level=error event=failed run=secrets .*MODEL_GAVE_UP/);
       assert.ok(!out.includes(password), "the output shows the database password");
       assert.ok(!out.includes(apiKey), "the output shows the API key");
       const run = await db.store.getRun("secrets");

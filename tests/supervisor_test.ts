@@ -89,12 +89,12 @@ Deno.test({
         sup = startSupervisor(env);
         await sup.waitFor((l) => parseLine(l)?.event === "supervisor", "the supervisor's start line");
         assert.equal(await worker.status, 137, worker.lines.join("\n"));
-        assert.ok(worker.lines.some((l) => l.startsWith("!!! CRASH_AT=after_call seq=0")));
+        assert.ok(worker.lines.some((l) => l.includes(" event=crash point=after_call seq=0 ")));
         await until(() => allDone(pg.store, 1), "the run to finish");
         assert.equal(await stopSupervisor(sup), 0);
 
         const start = sup.lines.find((l) => parseLine(l)?.event === "supervisor")!;
-        assert.match(start, /supervisor {2}lease=1\.0 {2}poll=0\.2 {2}heartbeat=0\.2 {2}workers=2/);
+        assert.match(start, /event=supervisor lease=1\.0 poll=0\.2 heartbeat=0\.2 workers=2/);
         // The hand-started worker was not the supervisor's: its run was taken when its lease expired.
         const claims = sup.events("claimed").filter((e) => e.run === "selfheal");
         assert.equal(claims.length, 1, sup.lines.join("\n"));

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { z } from "zod";
+import { z } from "npm:zod@4.6.7";
 import {
   defineTool,
   type FetchLike,

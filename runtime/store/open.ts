@@ -1,7 +1,7 @@
 /**
  * Chooses the store for a set of settings: PostgreSQL when `DATABASE_URL` is
- * set (the tables must exist), otherwise PGlite under `DATA_DIR` with the
- * schema applied automatically.
+ * set, otherwise PGlite under `DATA_DIR`. Either way the tables are brought
+ * up to this program's schema version first (see `migrate.ts`).
  *
  * @module
  */
@@ -11,7 +11,7 @@ import { openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
 
-/** Opens and checks the store for `settings`. */
+/** Opens the store for `settings` and migrates it (or refuses a database newer than the program). */
 export async function openStore(
   settings: Pick<Settings, "databaseUrl" | "dataDir">,
   opts: { max?: number } = {},
@@ -19,6 +19,9 @@ export async function openStore(
   if (settings.databaseUrl) {
     const store = new Store(await openPostgres(settings.databaseUrl, { max: opts.max }));
     try {
+      await store.migrate();
+      // The version says the steps ran; the columns say nobody has dropped one
+      // since. Checked before anything acts, not discovered at a confirm.
       await store.checkSchema();
     } catch (err) {
       await store.client.close();
@@ -27,6 +30,11 @@ export async function openStore(
     return store;
   }
   const store = new Store(await openPglite(`${settings.dataDir}/pglite`));
-  await store.applySchema();
+  try {
+    await store.migrate();
+  } catch (err) {
+    await store.client.close();
+    throw err;
+  }
   return store;
 }

@@ -8,9 +8,15 @@
  * @module
  */
 
-import { PGlite } from "@electric-sql/pglite";
+import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
 import { StoreError } from "../errors.ts";
+import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { SqlClient } from "./store.ts";
+
+// PGlite has one session: setting search_path once puts every unqualified
+// name in the runtime's own schema, as the PostgreSQL driver's connection
+// parameter does (the schema itself is created by the first migration).
+const SET_SCHEMA = `set search_path to ${DEFAULT_SCHEMA}`;
 
 /** Runs statements on a PGlite instance. */
 export class PgliteClient implements SqlClient {
@@ -69,6 +75,7 @@ export class PgliteClient implements SqlClient {
 export async function openPglite(dir?: string): Promise<PgliteClient> {
   if (dir === undefined) {
     const db = await PGlite.create();
+    await db.exec(SET_SCHEMA);
     return new PgliteClient(db, { describe: "pglite:memory", owned: true });
   }
   const parent = dir.replace(/\/+$/, "").split("/").slice(0, -1).join("/");
@@ -107,6 +114,7 @@ export async function openPglite(dir?: string): Promise<PgliteClient> {
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
   try {
     const db = await PGlite.create(dir);
+    await db.exec(SET_SCHEMA);
     return new PgliteClient(db, { describe: `pglite:${dir}`, owned: true, lock });
   } catch (err) {
     lock.close();

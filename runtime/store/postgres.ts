@@ -4,9 +4,10 @@
  * @module
  */
 
-import postgres from "postgres";
+import postgres from "npm:postgres@3.4.9";
 import { redactUrl } from "../config.ts";
 import { StoreError } from "../errors.ts";
+import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { SqlClient } from "./store.ts";
 
 /** Options of {@link openPostgres}. */
@@ -70,6 +71,9 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
       max: opts.max ?? 2,
       connect_timeout: opts.connectTimeoutS ?? 5,
       onnotice: () => {},
+      // The tables live in their own schema; a search_path in the URL (the
+      // test sandboxes) wins, since postgres.js lets URL parameters override.
+      connection: { search_path: DEFAULT_SCHEMA },
       // Integers stay numbers: every bigint the runtime reads is cast to int.
     });
   } catch (err) {

@@ -7,9 +7,9 @@
  * @module
  */
 
-import postgres from "postgres";
+import postgres from "npm:postgres@3.4.9";
 import { openPostgres } from "./postgres.ts";
-import { SCHEMA_SQL, Store } from "./store.ts";
+import { Store } from "./store.ts";
 
 /** An isolated schema and a store on it. */
 export interface SchemaSandbox {
@@ -32,17 +32,22 @@ async function admin(serverUrl: string, sql: string): Promise<void> {
   }
 }
 
-/** Creates schema `<prefix>_<random>` on `serverUrl` and loads schema.sql into it. */
+/** Creates schema `<prefix>_<random>` on `serverUrl` and migrates it to the current version. */
 export async function createSandbox(
   serverUrl: string,
   opts: { prefix?: string; max?: number } = {},
 ): Promise<SchemaSandbox> {
   const schema = `${opts.prefix ?? "t"}_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
-  await admin(serverUrl, `create schema ${schema}; set search_path to ${schema}; ${SCHEMA_SQL}`);
   const u = new URL(serverUrl);
   u.searchParams.set("search_path", schema);
   const url = u.toString();
   const store = new Store(await openPostgres(url, { max: opts.max ?? 2 }));
+  try {
+    await store.migrate();
+  } catch (err) {
+    await store.client.close();
+    throw err;
+  }
   return {
     url,
     schema,

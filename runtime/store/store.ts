@@ -14,6 +14,14 @@ import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import type { PlantedDefects } from "../defects.ts";
 import { FencedError, StoreError } from "../errors.ts";
 import type { Budget } from "../budget.ts";
+import {
+  assertNotNewer,
+  migrate,
+  type MigrationResult,
+  readVersion,
+  SCHEMA_VERSION,
+  targetSchema,
+} from "./migrate.ts";
 import type { Json } from "../tools.ts";
 
 export { SCHEMA_SQL };
@@ -296,42 +304,54 @@ export class Store {
     return this.client.describe;
   }
 
-  /** Creates the tables if they do not exist (the embedded default does this itself). */
+  /**
+   * Brings the tables up to this program's schema version (creating them in
+   * an empty database), or refuses with `SCHEMA_NEWER`; see `migrate.ts`.
+   * Every process does this at start.
+   */
+  async migrate(): Promise<MigrationResult> {
+    return await migrate(this.client);
+  }
+
+  /** The same as {@link Store.migrate}, for callers that only want the tables there. */
   async applySchema(): Promise<void> {
-    await this.client.exec(SCHEMA_SQL);
+    await this.migrate();
   }
 
   /**
-   * Fails with `SCHEMA_MISSING` when the tables are not there, and with
-   * `SCHEMA_OUTDATED` naming the missing columns when they are there but
-   * older than this program (before anything acts on a run).
+   * Fails with `SCHEMA_MISSING` when the tables are not there,
+   * `SCHEMA_OUTDATED` when they are older than this program (naming the
+   * version, or the missing columns), and `SCHEMA_NEWER` when a newer program
+   * migrated them: before anything acts on a run.
    */
   async checkSchema(): Promise<void> {
+    const schema = await targetSchema(this.client);
+    const version = await readVersion(this.client, schema);
+    assertNotNewer(version, this.describe);
     const rows = await this.client.query<{ table_name: string; column_name: string }>(
       `select table_name::text, column_name::text from information_schema.columns
-        where table_schema = (select table_schema from information_schema.tables
-                               where table_schema = any (current_schemas(false)) and table_name = 'runs'
-                               order by array_position(current_schemas(false), table_schema::name) limit 1)
-          and table_name = any ($1::text[])`,
-      [Object.keys(REQUIRED_COLUMNS)],
+        where table_schema = $2 and table_name = any ($1::text[])`,
+      [Object.keys(REQUIRED_COLUMNS), schema],
     );
     if (!rows.some((r) => r.table_name === "runs")) {
       throw new StoreError(
         "SCHEMA_MISSING",
-        `The database at ${this.describe} has no agent-runtime tables. Load them with: psql "$DATABASE_URL" -f schema.sql`,
+        `The database at ${this.describe} has no agent-runtime tables in schema ${schema}. ` +
+          `Create them with: deno task migrate (every process also does it at start)`,
       );
     }
     const have = new Set(rows.map((r) => `${r.table_name}.${r.column_name}`));
     const missing = Object.entries(REQUIRED_COLUMNS).flatMap(([table, columns]) =>
       columns.map((c) => `${table}.${c}`).filter((c) => !have.has(c))
     );
-    if (missing.length > 0) {
+    if (missing.length > 0 || version < SCHEMA_VERSION) {
       throw new StoreError(
         "SCHEMA_OUTDATED",
-        `The agent-runtime tables at ${this.describe} lack ${
-          missing.join(", ")
-        }. schema.sql upgrades them in ` +
-          `place: psql "$DATABASE_URL" -f schema.sql`,
+        `The agent-runtime tables in schema ${schema} at ${this.describe} are at version ${version}, older ` +
+          `than this program's ${SCHEMA_VERSION}${
+            missing.length > 0 ? ` (they lack ${missing.join(", ")})` : ""
+          }. ` +
+          `Upgrade them in place with: deno task migrate`,
       );
     }
   }

@@ -164,12 +164,12 @@ pgTest("Store on PostgreSQL keeps every promise of the fenced protocol", async (
   await storeCases(t, pg.store);
 });
 
-Deno.test("checkSchema() says how to load schema.sql when the tables are missing", async () => {
+Deno.test("checkSchema() says how to create the tables when they are missing", async () => {
   const store = new Store(await openPglite());
   try {
     await assert.rejects(store.checkSchema(), (e: Error & { code?: string }) => {
       assert.equal(e.code, "SCHEMA_MISSING");
-      assert.match(e.message, /psql "\$DATABASE_URL" -f schema\.sql/);
+      assert.match(e.message, /deno task migrate/);
       return true;
     });
   } finally {

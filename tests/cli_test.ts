@@ -1,0 +1,139 @@
+/**
+ * One CLI: every command, as a subcommand of `cli/main.ts` (what the compiled
+ * binary runs) and as the script its `deno task` runs, answers `--help` with
+ * every flag it accepts (exit 0), and an unknown flag with one line naming it
+ * (exit 2), never a stack trace.
+ */
+
+import assert from "node:assert/strict";
+import { COMMAND_FLAGS } from "../cli/commands.ts";
+import { flagOf, SETTING_NAMES } from "../runtime/config.ts";
+import { SUPERVISOR_SETTING_NAMES } from "../supervisor/main.ts";
+
+const ROOT = new URL("../", import.meta.url);
+const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);
+const COMMON_COMMAND_FLAGS = ["--database-url", "--data-dir", "--by"];
+
+/** Every command and every flag it accepts (besides --help). */
+const COMMANDS: Record<string, string[]> = {
+  run: SETTING_NAMES.map(flagOf),
+  worker: SETTING_NAMES.map(flagOf),
+  supervise: SUPERVISOR_SETTING_NAMES.map(flagOf),
+  ...Object.fromEntries(
+    Object.entries(COMMAND_FLAGS).map((
+      [name, flags],
+    ) => [name, [...flags.map((f) => `--${f}`), ...COMMON_COMMAND_FLAGS]]),
+  ),
+  migrate: ["--database-url", "--data-dir", "--log-format"],
+  "crash-matrix": ["--points", "--transcript", "--postgres", "--database-url", "--concurrency"],
+  bench: ["--runs", "--concurrency"],
+};
+
+async function cli(
+  script: string,
+  args: string[],
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "--unstable-no-legacy-abort", "--config", path("deno.json"), path(script), ...args],
+    cwd: path("."),
+    env: { DATABASE_URL: "", DATA_DIR: "", AGENT: "" },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = (b: Uint8Array) => new TextDecoder().decode(b);
+  return { code: out.code, stdout: text(out.stdout), stderr: text(out.stderr) };
+}
+
+/** The script and leading arguments each deno.json task runs, read from the task's command. */
+async function taskEntries(): Promise<
+  Record<string, { script: string; args: string[]; description?: string }>
+> {
+  const config = JSON.parse(await Deno.readTextFile(path("deno.json")));
+  const out: Record<string, { script: string; args: string[]; description?: string }> = {};
+  for (
+    const [name, task] of Object.entries(
+      config.tasks as Record<string, { command: string; description?: string }>,
+    )
+  ) {
+    const words = task.command.split(/\s+/);
+    const at = words.findIndex((w) => w.endsWith(".ts"));
+    if (words[1] === "run" && at > 0) {
+      out[name] = { script: words[at], args: words.slice(at + 1), description: task.description };
+    } else out[name] = { script: "", args: [], description: task.description };
+  }
+  return out;
+}
+
+function assertOneLine(
+  what: string,
+  r: { code: number; stdout: string; stderr: string },
+  flag: string,
+): void {
+  assert.equal(r.code, 2, `${what}: exit code\n${r.stdout}${r.stderr}`);
+  // Deno's own note when parallel processes share node_modules is not the program's output.
+  const lines = r.stderr.split("\n").filter((l) =>
+    l.trim() !== "" && !l.startsWith("Blocking waiting for file lock")
+  );
+  assert.equal(lines.length, 1, `${what}: one line on stderr, got:\n${r.stderr}`);
+  assert.ok(lines[0].includes(flag), `${what}: the line names ${flag}: ${lines[0]}`);
+  assert.doesNotMatch(r.stderr, /^\s+at |Uncaught|Stack backtrace/m, `${what}: no stack trace`);
+}
+
+Deno.test("every task in deno.json has a description", async () => {
+  for (const [name, task] of Object.entries(await taskEntries())) {
+    assert.ok(task.description && task.description.length > 10, `task ${name} has a description`);
+  }
+});
+
+/** Each command's forms: the binary's subcommand, and the script its task runs when that is another file. */
+async function forms(): Promise<[string, string, string[]][]> {
+  const entries = await taskEntries();
+  return Object.keys(COMMANDS).flatMap((command) => {
+    const out: [string, string, string[]][] = [[command, "cli/main.ts", [command]]];
+    const task = entries[command];
+    if (task?.script && task.script !== "cli/main.ts") out.push([command, task.script, task.args]);
+    return out;
+  });
+}
+
+Deno.test("every command answers --help with each flag it accepts, and exits 0", async (t) => {
+  const all = await forms();
+  // Subprocesses at once, assertions one step at a time.
+  const results = await Promise.all(all.map(([, script, lead]) => cli(script, [...lead, "--help"])));
+  for (const [i, [command, script, lead]] of all.entries()) {
+    await t.step(`${script} ${lead.join(" ")} --help`, () => {
+      const r = results[i];
+      assert.equal(r.code, 0, `${r.stdout}${r.stderr}`);
+      for (const flag of COMMANDS[command]) assert.ok(r.stdout.includes(flag), `names ${flag}:\n${r.stdout}`);
+    });
+  }
+});
+
+Deno.test("every command answers an unknown flag with one line naming it, exit 2, no stack trace", async (t) => {
+  const all = await forms();
+  const results = await Promise.all(
+    all.map(([, script, lead]) => cli(script, [...lead, "--no-such-flag", "1"])),
+  );
+  for (const [i, [, script, lead]] of all.entries()) {
+    await t.step(`${script} ${lead.join(" ")} --no-such-flag`, () => {
+      assertOneLine(`${script} ${lead.join(" ")}`, results[i], "--no-such-flag");
+    });
+  }
+});
+
+Deno.test("a run command refuses a flag that belongs to another command", async () => {
+  assertOneLine(
+    "inspect --status",
+    await cli("cli/main.ts", ["inspect", "r1", "--status", "done"]),
+    "--status",
+  );
+});
+
+Deno.test("the binary's usage names every command", async () => {
+  const r = await cli("cli/main.ts", ["--help"]);
+  assert.equal(r.code, 0);
+  for (const command of Object.keys(COMMANDS)) {
+    assert.match(r.stdout, new RegExp(`^  ${command} `, "m"), command);
+  }
+});

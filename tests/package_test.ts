@@ -1,0 +1,90 @@
+/**
+ * The package as a user meets it: a project of their own, outside this tree,
+ * with its own deno.json and no import map for our dependencies, imports the
+ * library (by the file URL of mod.ts, standing in for the published package),
+ * defines an agent with an inline Planner and runs it to its end.
+ */
+
+import assert from "node:assert/strict";
+
+const ROOT = new URL("../", import.meta.url);
+const MOD = new URL("mod.ts", ROOT).href;
+
+const PROGRAM = `import { z } from "npm:zod@4.6.7";
+import { connect, defineAgent, defineTool, type Planner } from ${JSON.stringify(MOD)};
+
+const sent: string[] = [];
+const sendEmail = defineTool({
+  name: "send_email",
+  description: "Send an email.",
+  args: z.strictObject({ to: z.string(), body: z.string() }),
+  run: (args, ctx) => {
+    sent.push(\`\${ctx.idempotencyKey} \${args.to}\`);
+    return Promise.resolve({ result: { queued: true } });
+  },
+});
+const model: Planner = {
+  describe: "two-step script",
+  decide: (req) =>
+    Promise.resolve(
+      req.seq === 0
+        ? { kind: "tool", tool: "send_email", args: { to: "ada@example.test", body: "Hello" } }
+        : { kind: "done", message: "Sent one email." },
+    ),
+};
+const mailer = defineAgent({ name: "mailer", instructions: "Send the email asked for.", tools: [sendEmail], model });
+const client = await connect({ memory: true });
+const worker = await client.startWorker([mailer]);
+const run = await client.start(mailer, { runId: "welcome-ada", input: "Welcome Ada" });
+const finished = await client.wait(run.runId, { timeoutMs: 30_000 });
+await worker.stop();
+await client.close();
+console.log("RESULT " + JSON.stringify({ status: finished.status, output: finished.output, sent }));
+`;
+
+Deno.test("a project outside the tree imports the library with no import map of ours and runs an agent", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "agent-runtime-user-" });
+  try {
+    await Deno.writeTextFile(`${dir}/deno.json`, JSON.stringify({ nodeModulesDir: "auto" }, null, 2));
+    await Deno.writeTextFile(`${dir}/main.ts`, PROGRAM);
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "main.ts"],
+      cwd: dir,
+      env: { DATABASE_URL: "", LOG_FORMAT: "" },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, text);
+    const line = text.split("\n").find((l) => l.startsWith("RESULT "));
+    assert.ok(line, text);
+    assert.deepEqual(JSON.parse(line.slice("RESULT ".length)), {
+      status: "done",
+      output: "Sent one email.",
+      sent: ["welcome-ada:0 ada@example.test"],
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("every npm: specifier in the published files pins the version deno.json's import map pins", async () => {
+  const config = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT)));
+  const pinned = new Set(Object.values(config.imports as Record<string, string>));
+  const files: string[] = [];
+  async function walk(dir: URL): Promise<void> {
+    for await (const entry of Deno.readDir(dir)) {
+      const url = new URL(entry.name + (entry.isDirectory ? "/" : ""), dir);
+      if (entry.isDirectory && entry.name !== "node_modules" && !entry.name.startsWith(".")) await walk(url);
+      else if (entry.isFile && entry.name.endsWith(".ts")) files.push(url.pathname);
+    }
+  }
+  await walk(ROOT);
+  for (const file of files) {
+    const text = await Deno.readTextFile(file);
+    for (const m of text.matchAll(/^import .* from "(npm:[^"]+)";$/gm)) {
+      assert.ok(pinned.has(m[1]), `${file} imports ${m[1]}, which deno.json does not pin`);
+    }
+  }
+});
