@@ -137,7 +137,7 @@ Deno.test("a run whose workers keep dying without progress is stopped as failed 
   // The first worker made progress (it decided step 0); the five after it made none; the next claim stops it.
   assert.equal(incarnations, 6, "six deaths: one with progress, five without");
   assert.equal(calls, 6);
-  assert.ok(world.transcript.some((l) => /ERROR stuck {2}run=poison {2}claims=6 {2}limit=5/.test(l)));
+  assert.ok(world.transcript.some((l) => /level=error event=stuck run=poison claims=6 limit=5/.test(l)));
   assert.equal(world.model.calls("poison"), 1, "the decision was bought once and replayed after every death");
 });
 

@@ -41,7 +41,7 @@ import {
   trace,
   TraceFlags,
   type Tracer,
-} from "@opentelemetry/api";
+} from "npm:@opentelemetry/api@1.10.0";
 import type { Fence, JournalRow, SideEffectRow } from "./store/store.ts";
 
 /** The instrumentation scope's name. */

@@ -93,7 +93,10 @@ pgTest("a database whose tables lack a column is refused before any tool acts", 
       RUN_ID: "shape",
     });
     assert.equal(code, 2, lines.join("\n"));
-    assert.match(lines.join("\n"), /store-unavailable {2}code=SCHEMA_OUTDATED .*lack side_effects\.remote/);
+    assert.match(
+      lines.join("\n"),
+      /event=store-unavailable code=SCHEMA_OUTDATED .*lack side_effects\.remote/,
+    );
     assert.equal(mocks.cloud.created().length, 0, "nothing was created");
     assert.equal(mocks.model.calls(), 0, "nothing was asked");
   } finally {

@@ -79,7 +79,7 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
       async () => {
         const first = await runWorkerToEnd(env);
         // No RUN_ID: a new run with a generated id (its keys cannot collide with another database's).
-        const runId = /claimed {2}run=(provision-[0-9a-f]{8}) /.exec(first.lines.join("\n"))?.[1];
+        const runId = /event=claimed run=(provision-[0-9a-f]{8}) /.exec(first.lines.join("\n"))?.[1];
         assert.ok(runId, first.lines.join("\n"));
         assertDone(first, runId);
         assert.match(
@@ -90,7 +90,7 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
         assert.equal(again.code, 0);
         assert.match(
           events(again, "already-done")[0] ?? "",
-          new RegExp(`run=${runId}  steps=3  llm_calls=4`),
+          new RegExp(`run=${runId} steps=3 llm_calls=4`),
         );
         const other = await runWorkerToEnd(env);
         assert.ok(

@@ -344,14 +344,22 @@ export class Store {
     const missing = Object.entries(REQUIRED_COLUMNS).flatMap(([table, columns]) =>
       columns.map((c) => `${table}.${c}`).filter((c) => !have.has(c))
     );
-    if (missing.length > 0 || version < SCHEMA_VERSION) {
+    if (version < SCHEMA_VERSION) {
       throw new StoreError(
         "SCHEMA_OUTDATED",
         `The agent-runtime tables in schema ${schema} at ${this.describe} are at version ${version}, older ` +
           `than this program's ${SCHEMA_VERSION}${
             missing.length > 0 ? ` (they lack ${missing.join(", ")})` : ""
-          }. ` +
-          `Upgrade them in place with: deno task migrate`,
+          }. Upgrade them in place with: deno task migrate`,
+      );
+    }
+    if (missing.length > 0) {
+      // The version is current, yet a column is gone: changed by hand. Refused
+      // before anything acts, rather than discovered at a confirm.
+      throw new StoreError(
+        "SCHEMA_OUTDATED",
+        `The agent-runtime tables in schema ${schema} at ${this.describe} are at version ${version} but lack ` +
+          `${missing.join(", ")} (changed by hand?). Restore them, or load a fresh schema`,
       );
     }
   }
