@@ -138,3 +138,29 @@ create table if not exists side_effects (
   resolved_at  timestamptz,
   unique (run_id, seq)
 );
+
+-- migration 2: approvals
+-- A run can wait for a person to approve a tool call: status 'waiting', and
+-- one row per approval request, bound to the call's idempotency key and to a
+-- hash of its exact validated arguments (a step decided again with other
+-- arguments asks again).
+alter table runs drop constraint if exists runs_status_check;
+alter table runs add constraint runs_status_check
+  check (status in ('pending', 'running', 'waiting', 'blocked', 'done', 'failed', 'cancelled'));
+
+create table if not exists approvals (
+  idempotency_key text primary key,
+  run_id       text not null references runs (run_id),
+  seq          integer not null check (seq >= 0),
+  tool         text not null,
+  args         jsonb not null,
+  -- sha-256 of the canonical JSON of the validated arguments.
+  args_hash    text not null,
+  -- pending: asked, nobody has answered; approved; denied.
+  status       text not null check (status in ('pending', 'approved', 'denied')),
+  reason       text,
+  requested_at timestamptz not null,
+  decided_by   text,
+  decided_at   timestamptz,
+  epoch        integer not null
+);

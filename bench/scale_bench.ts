@@ -15,11 +15,12 @@
  * - the peak number of runs in flight (`status = 'running'`, same sampling);
  * - statements per step and per run, heartbeats and polls included: the
  *   database's committed transactions (`pg_stat_database.xact_commit`; every
- *   runtime statement is its own transaction) over the run, less the
- *   statements this benchmark issued itself. The counter is database-wide, so
- *   other clients of the same database during the run would be counted too:
- *   the runtime's connections carry an `application_name`, and figures are
- *   marked when other connections were active;
+ *   runtime statement is its own transaction) from the supervisor's spawn to
+ *   its exit, less the statements this benchmark issued itself. The counter
+ *   is database-wide, so other clients of the same database during the run
+ *   would be counted too: the runtime's connections carry an
+ *   `application_name`, and figures are marked when other connections were
+ *   active;
  * - for context, the CPU used from spawn to drain: the machine's busy share,
  *   and seconds used by the tree, by this process (the mocks), by a local
  *   PostgreSQL and by the rest.
@@ -790,9 +791,10 @@ async function main(): Promise<number> {
       "drain, first step: from the supervisor's spawn; run s: a done run's first step to its end.",
       `RSS: the supervisor and all its descendants, peak of ${SAMPLE_MS} ms samples (the mocks, in this ` +
       "process, are not counted).",
-      "stmts: committed transactions in the database over the run (heartbeats, polls, connection start-ups " +
-      "and the supervisor's included, the benchmark's own subtracted), per journal row (step) and per run; " +
-      "* marks figures that include other clients' statements.",
+      "stmts: committed transactions in the database from the supervisor's spawn to its exit (heartbeats, " +
+      "polls, connection start-ups, the supervisor's and the workers' start and stop included; the " +
+      "benchmark's own subtracted), per journal row (step) and per run; * marks figures that include other " +
+      "clients' statements.",
       `CPU, spawn to drain (${navigator.hardwareConcurrency} cores): the machine's busy share; seconds ` +
       "used by the tree, by this process (the mocks and the sampling), by PostgreSQL's processes (when the " +
       "server runs on this machine) and by the rest of the machine.",

@@ -288,6 +288,11 @@ export const COMMAND_USAGE: Record<string, string> = {
   --fail              it did not happen and must not (--reason says why)`,
   cancel: `usage: deno task cancel RUN [--by NAME]
   Cancels a run that is not closed; a worker holding it stops at its next write.`,
+  approve: `usage: deno task approve KEY [--by NAME]
+  Approves a tool call that waits for a person, for the exact arguments it was asked about;
+  the run is taken up again at once.`,
+  deny: `usage: deno task deny KEY --reason TEXT [--by NAME]
+  Denies a tool call that waits for a person: it is never sent, and the model sees the refusal.`,
   prune: `usage: deno task prune --finished-before AGE|DATE [--dry-run] [--batch N]
   Deletes finished runs (done, failed, cancelled) last changed before the cutoff, with their rows,
   in batches; never an open run.
@@ -365,6 +370,8 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   cancel: [],
   reopen: [],
   prune: ["finished-before", "dry-run", "batch"],
+  approve: [],
+  deny: ["reason"],
 };
 
 /** Runs one command (`args[0]`); returns the exit code. */
@@ -404,8 +411,13 @@ export async function main(
   if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune"].includes(command))) {
     return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
   }
-  if (["inspect", "cancel", "resolve", "reopen"].includes(command) && !target) {
-    return usage(`${command} needs a ${command === "resolve" ? "tool call key, e.g. demo:0" : "run id"}`);
+  if (command === "deny" && !v.reason) return usage("deny needs --reason TEXT: the model is shown it");
+  if (["inspect", "cancel", "resolve", "reopen", "approve", "deny"].includes(command) && !target) {
+    return usage(
+      `${command} needs a ${
+        ["resolve", "approve", "deny"].includes(command) ? "tool call key, e.g. demo:0" : "run id"
+      }`,
+    );
   }
   let resolution: Resolution | undefined;
   if (command === "resolve") {
@@ -525,6 +537,20 @@ export async function main(
       case "reopen":
         await reopen(ctx, target);
         break;
+      case "approve":
+      case "deny": {
+        const row = await asCommand(() =>
+          command === "approve"
+            ? ctx.client.approve(target, { by: ctx.actor })
+            : ctx.client.deny(target, { by: ctx.actor, reason: v.reason })
+        );
+        ctx.print(
+          `${row.status}  key=${row.idempotency_key}  tool=${row.tool}  args=${formatValue(row.args)}  by=${
+            formatValue(ctx.actor)
+          }  run=${row.run_id}  run_status=pending`,
+        );
+        break;
+      }
       case "prune":
         await prune(ctx, cutoff!, { dryRun: v["dry-run"] === true, batchSize });
         break;

@@ -37,6 +37,8 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in t
   resolve       settle a flagged tool call
   cancel        stop a run
   reopen        resume a failed or cancelled run
+  approve       approve a tool call that waits for a person
+  deny          deny a tool call that waits for a person
   migrate       bring the tables up to this program's schema version (every process also does it at start)
   crash-matrix  every crash point on every step of the demo, checked against the invariants
   bench         steps per second and statements per step

@@ -27,6 +27,7 @@ import { openStore } from "./store/open.ts";
 import { agentsWithRuns, countByStatus, type RunTokens, tokensByRun } from "./store/overview.ts";
 import { openPglite } from "./store/pglite.ts";
 import type {
+  ApprovalRow,
   JournalRow,
   RunFilter,
   RunRow,
@@ -106,7 +107,7 @@ export class ClientError extends RuntimeError {
 }
 
 /** Statuses in which a run will not move again without a person (`blocked`) or at all. */
-export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked"];
+export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
 
 /** The client over one database. Use {@link connect}. */
 export class Client {
@@ -288,6 +289,51 @@ export class Client {
       "RUN_NOT_BLOCKED",
       `Tool call ${key} is flagged but run ${e.run_id} is ${run?.status}, not blocked: ` +
         `wait until a worker has blocked it ('deno task runs'), then resolve`,
+    );
+  }
+
+  /**
+   * Approves a tool call that waits for a person, for the exact arguments it
+   * was asked about; the run is taken up again at once. Throws
+   * `APPROVAL_NOT_FOUND` or `NOT_PENDING`.
+   */
+  async approve(key: string, opts: { by?: string } = {}): Promise<ApprovalRow> {
+    return await this.#decide(key, "approved", opts.by ?? "client", null);
+  }
+
+  /**
+   * Denies a tool call that waits for a person: it is never sent, and the
+   * model sees the refusal (with `reason`) as that tool's result.
+   */
+  async deny(key: string, opts: { by?: string; reason?: string } = {}): Promise<ApprovalRow> {
+    return await this.#decide(key, "denied", opts.by ?? "client", opts.reason ?? null);
+  }
+
+  /** The approval requests of a run, by step. */
+  async approvals(runId: string): Promise<ApprovalRow[]> {
+    return await this.store.listApprovals(runId);
+  }
+
+  async #decide(
+    key: string,
+    decision: "approved" | "denied",
+    by: string,
+    reason: string | null,
+  ): Promise<ApprovalRow> {
+    const row = await this.store.decideApproval(key, decision, by, reason, this.clock.now());
+    if (row) return row;
+    const existing = await this.store.getApproval(key);
+    if (!existing) {
+      throw new ClientError(
+        "APPROVAL_NOT_FOUND",
+        `No approval request for ${
+          JSON.stringify(key)
+        }; 'deno task runs --status waiting' lists the runs that wait`,
+      );
+    }
+    throw new ClientError(
+      "NOT_PENDING",
+      `The approval request for ${key} was ${existing.status} already by ${existing.decided_by ?? "someone"}`,
     );
   }
 

@@ -32,6 +32,33 @@ export class BlockedError extends RuntimeError {
   }
 }
 
+/** The run waits for a person to approve a tool call; the worker lets it go. */
+export class WaitingError extends RuntimeError {
+  /** The call's idempotency key. */
+  readonly key: string;
+  /** Creates the marker for a call waiting on `key`. */
+  constructor(key: string, tool: string) {
+    super(
+      "WAITING_FOR_APPROVAL",
+      `Tool call ${key} (${tool}) waits for a person: 'deno task approve ${key}' or 'deno task deny ${key} --reason TEXT'`,
+    );
+    this.name = "WaitingError";
+    this.key = key;
+  }
+}
+
+/** sha-256 of the canonical JSON (keys sorted at every level) of `value`, in hex. */
+export async function argsHash(value: Json): Promise<string> {
+  const canonical = (v: Json): string =>
+    v === null || typeof v !== "object"
+      ? JSON.stringify(v)
+      : Array.isArray(v)
+      ? `[${v.map(canonical).join(",")}]`
+      : `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(",")}}`;
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(canonical(value)));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 /** A call ready to send: its row's identity and its parsed arguments. */
 export interface PreparedCall {
   key: string;
@@ -71,6 +98,53 @@ export async function act(
       "DECISION_INVALID",
       `The decision of step ${seq} cannot be carried out: ${checked.message}`,
     );
+  }
+  if (checked.tool.needsApproval(checked.args)) {
+    // Before any intent row: a call that needs a person's yes is asked about,
+    // with the exact arguments, and the run waits (holding no worker) until then.
+    const hash = await argsHash(decision.args);
+    const approval = await deps.store.getApproval(key);
+    if (!approval || approval.args_hash !== hash || approval.status === "pending") {
+      const call = { key, seq, tool: decision.tool, args: decision.args, hash };
+      await deps.store.requestApproval(state.fence, call, deps.clock.now());
+      deps.log.warn("waiting-for-approval", {
+        run: runId,
+        seq,
+        key,
+        tool: decision.tool,
+        args: decision.args,
+        asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
+      });
+      throw new WaitingError(key, decision.tool);
+    }
+    if (approval.status === "denied") {
+      const error = `denied by ${approval.decided_by ?? "a person"}${
+        approval.reason ? `: ${approval.reason}` : ""
+      }`;
+      await deps.store.effectDenied(
+        state.fence,
+        { key, seq, tool: decision.tool, args: decision.args },
+        error,
+        deps.clock.now(),
+      );
+      state.effects.set(seq, deniedRow(state, key, seq, decision, error));
+      deps.log.warn("denied", {
+        run: runId,
+        seq,
+        key,
+        tool: decision.tool,
+        by: approval.decided_by ?? undefined,
+        reason: approval.reason ?? undefined,
+      });
+      return;
+    }
+    deps.log.info("approved", {
+      run: runId,
+      seq,
+      key,
+      tool: decision.tool,
+      by: approval.decided_by ?? undefined,
+    });
   }
   await deps.crash.hit("before_intent", seq);
   await send(deps, state, { key, seq, tool: checked.tool, rawArgs: decision.args, args: checked.args });
@@ -246,6 +320,32 @@ function rememberIntent(state: RunState, call: PreparedCall, attempts: number): 
     resolved_at: null,
   };
   state.effects.set(call.seq, row);
+}
+
+function deniedRow(
+  state: RunState,
+  key: string,
+  seq: number,
+  decision: { tool: string; args: Json },
+  error: string,
+): SideEffectRow {
+  return {
+    idempotency_key: key,
+    run_id: state.fence.runId,
+    seq,
+    tool: decision.tool,
+    args: decision.args,
+    status: "failed",
+    result: null,
+    remote: null,
+    error,
+    attempts: 0,
+    epoch: state.fence.epoch,
+    intent_at: new Date(0),
+    confirmed_at: null,
+    resolved_by: null,
+    resolved_at: null,
+  };
 }
 
 function settle(state: RunState, seq: number, change: Partial<SideEffectRow>): void {

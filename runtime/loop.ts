@@ -14,7 +14,7 @@ import {
 } from "./context.ts";
 import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import { BudgetError } from "./budget.ts";
-import { act, BlockedError } from "./executor.ts";
+import { act, BlockedError, WaitingError } from "./executor.ts";
 import { decide } from "./journal.ts";
 import { recover } from "./recovery.ts";
 import type { Fence, RunRow, RunStatus } from "./store/store.ts";
@@ -25,6 +25,7 @@ import type { Budget } from "./budget.ts";
 export type WorkerStatus =
   | "done"
   | "failed"
+  | "waiting"
   | "blocked"
   | "cancelled"
   | "fenced"
@@ -53,7 +54,7 @@ export interface RunOutcome {
 
 /**
  * The process exit code for an outcome: 0 done, 1 failed, 3 fenced or lost,
- * 4 blocked, 5 cancelled. (2 is bad settings, 6 the supervisor gone and 7 the
+ * 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is bad settings, 6 the supervisor gone and 7 the
  * database failing mid-run: those never reach an outcome.)
  */
 export function exitCodeOf(outcome: RunOutcome): number {
@@ -63,6 +64,7 @@ export function exitCodeOf(outcome: RunOutcome): number {
     case "failed":
       return 1;
     case "blocked":
+    case "waiting":
       return 4;
     case "cancelled":
       return 5;
@@ -128,7 +130,8 @@ export async function runWorker(
   }
   const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
   if (
-    run.status === "done" || run.status === "failed" || run.status === "cancelled" || run.status === "blocked"
+    run.status === "done" || run.status === "failed" || run.status === "cancelled" ||
+    run.status === "blocked" || run.status === "waiting"
   ) {
     const { journal } = await store.loadHistory(runId);
     const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
@@ -298,6 +301,10 @@ async function driveClaimed(
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;
     if (err instanceof FencedError) return fenced(deps, state, err, seq);
+    if (err instanceof WaitingError) {
+      // requestApproval already set the run to waiting and released it.
+      return { ...outcome("waiting", seq, err.message), runStatus: "waiting" };
+    }
     if (err instanceof BlockedError) {
       const lost = await closeRun("blocked", err.message);
       if (lost) return lost;

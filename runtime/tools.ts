@@ -78,6 +78,12 @@ export interface ToolSpec<A> {
   timeoutMs?: number;
   /** Requests under one key before the run fails (transient errors only). Default 4. */
   maxAttempts?: number;
+  /**
+   * Whether a person must approve a call before it is sent: always (`true`),
+   * or when this predicate on the validated arguments says so. An approval
+   * holds for the exact arguments it was given for, under the call's key.
+   */
+  approval?: boolean | ((args: A) => boolean);
   /** Performs the call. Throw a {@link ToolError} to say whether a re-send may help. */
   run(args: A, ctx: ToolContext): Promise<ToolOutcome>;
 }
@@ -98,6 +104,8 @@ export interface Tool {
   readonly maxAttempts: number;
   /** The JSON Schema the model sees, derived from `args`. */
   readonly parameters: Record<string, unknown>;
+  /** True when a call with these (validated) arguments needs a person's approval first. */
+  needsApproval(args: unknown): boolean;
   /** Performs the call with arguments already checked against `args`. */
   run(args: unknown, ctx: ToolContext): Promise<ToolOutcome>;
 }
@@ -164,6 +172,8 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     timeoutMs,
     maxAttempts,
     parameters,
+    needsApproval: (args) =>
+      typeof spec.approval === "function" ? spec.approval(args as A) === true : spec.approval === true,
     run: (args, ctx) => spec.run(args as A, ctx),
   };
 }

@@ -39,7 +39,7 @@ export interface SqlClient {
 }
 
 /** Status of a run. */
-export type RunStatus = "pending" | "running" | "blocked" | "done" | "failed" | "cancelled";
+export type RunStatus = "pending" | "running" | "waiting" | "blocked" | "done" | "failed" | "cancelled";
 
 /** A row of `runs`. */
 export interface RunRow {
@@ -149,6 +149,34 @@ export interface SideEffectRow {
   resolved_by: string | null;
   /** When a flagged call was resolved. */
   resolved_at: Date | null;
+}
+
+/** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */
+export interface ApprovalRow {
+  /** The call's idempotency key. */
+  idempotency_key: string;
+  /** The run. */
+  run_id: string;
+  /** The step. */
+  seq: number;
+  /** The tool. */
+  tool: string;
+  /** The arguments asked about. */
+  args: Json;
+  /** sha-256 of their canonical JSON. */
+  args_hash: string;
+  /** Where the request stands. */
+  status: "pending" | "approved" | "denied";
+  /** Why it was denied. */
+  reason: string | null;
+  /** When it was asked. */
+  requested_at: Date;
+  /** Who answered. */
+  decided_by: string | null;
+  /** When. */
+  decided_at: Date | null;
+  /** The epoch of the worker that asked. */
+  epoch: number;
 }
 
 /** A run to create. */
@@ -265,6 +293,17 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "resolved_at",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
+  approvals: [
+    "idempotency_key",
+    "run_id",
+    "seq",
+    "tool",
+    "args",
+    "args_hash",
+    "status",
+    "decided_by",
+    "epoch",
+  ],
 };
 
 // A run's progress: confirmed decisions plus settled tool calls. Every claim
@@ -836,6 +875,103 @@ export class Store {
     };
   }
 
+  /** The approval request of a tool call, if one was made. */
+  async getApproval(key: string): Promise<ApprovalRow | undefined> {
+    const rows = await this.client.query<ApprovalRow>(`select * from approvals where idempotency_key = $1`, [
+      key,
+    ]);
+    return rows[0];
+  }
+
+  /** Every approval request of a run, by step. */
+  async listApprovals(runId: string): Promise<ApprovalRow[]> {
+    return await this.client.query<ApprovalRow>(`select * from approvals where run_id = $1 order by seq`, [
+      runId,
+    ]);
+  }
+
+  /**
+   * Asks a person to approve a call, and releases the run while it waits, in
+   * one fenced statement: the request is (re)written as `pending` unless one
+   * for these exact arguments exists already, and the run goes to `waiting`
+   * with its lease cleared, so it holds no worker. Throws
+   * {@link FencedError} when refused.
+   */
+  async requestApproval(
+    f: Fence,
+    call: { key: string; seq: number; tool: string; args: Json; hash: string },
+    now: Date,
+  ): Promise<void> {
+    const rows = await this.client.query<{ waiting: number }>(
+      // The run's own update is the fence here: the request is written only if it
+      // matched (a row-locking fence on a row this statement updates would skip it).
+      `with r as (
+         update runs set status = 'waiting', heartbeat_at = null, updated_at = $8::timestamptz
+          where run_id = $1 and epoch = $2 and status = 'running'
+         returning 1),
+       a as (
+         insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, epoch)
+         select $3, $1, $4, $5, $6::text::jsonb, $7, 'pending', $8::timestamptz, $2 where exists (select 1 from r)
+         on conflict (idempotency_key) do update
+            set args = excluded.args, args_hash = excluded.args_hash, status = 'pending', reason = null,
+                decided_by = null, decided_at = null, requested_at = excluded.requested_at, epoch = excluded.epoch
+          where approvals.args_hash <> excluded.args_hash
+         returning 1)
+       select (select count(*) from r)::int as waiting`,
+      [f.runId, f.epoch, call.key, call.seq, call.tool, jsonParam(call.args), call.hash, ts(now)],
+    );
+    if ((rows[0]?.waiting ?? 0) === 0) throw await this.refusal(f, `approval request key=${call.key}`);
+  }
+
+  /**
+   * A person answers a pending approval request: approved or denied (with a
+   * reason), recording who and when; in the same statement the waiting run
+   * goes back to `pending`, so a worker takes it up at once. Returns the
+   * request as it is now, or undefined when it is not pending.
+   */
+  async decideApproval(
+    key: string,
+    decision: "approved" | "denied",
+    by: string,
+    reason: string | null,
+    now: Date,
+  ): Promise<ApprovalRow | undefined> {
+    const rows = await this.client.query<ApprovalRow>(
+      `with a as (
+         update approvals set status = $2, decided_by = $3, reason = $4, decided_at = $5::timestamptz
+          where idempotency_key = $1 and status = 'pending'
+         returning *),
+       r as (
+         update runs set status = 'pending', heartbeat_at = null, updated_at = $5::timestamptz
+          where run_id = (select run_id from a) and status = 'waiting'
+         returning 1)
+       select a.* from a`,
+      [key, decision, by, textParam(reason), ts(now)],
+    );
+    return rows[0];
+  }
+
+  /**
+   * Records a denied call as that tool's result: a `failed` row that was never
+   * sent (attempts 0), so the model sees the refusal. Throws {@link FencedError}
+   * when refused.
+   */
+  async effectDenied(
+    f: Fence,
+    e: { key: string; seq: number; tool: string; args: Json },
+    error: string,
+    now: Date,
+  ): Promise<void> {
+    const rows = await this.client.query(
+      `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at,
+                                 confirmed_at, error)
+       select $3, $1, $4, $5, $6::text::jsonb, 'failed', 0, $2, $7::timestamptz, $7::timestamptz, $8 where ${FENCE}
+       returning 1 as ok`,
+      [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now), textParam(error)],
+    );
+    if (rows.length === 0) throw await this.refusal(f, `tool denied key=${e.key}`);
+  }
+
   /** One tool call by its idempotency key, if it exists. */
   async getEffect(key: string): Promise<SideEffectRow | undefined> {
     const rows = await this.client.query<SideEffectRow>(
@@ -897,7 +1033,7 @@ export class Store {
   async cancelRun(runId: string, reason: string, now: Date): Promise<RunRow | undefined> {
     const rows = await this.client.query<RunRow>(
       `update runs set status = 'cancelled', error = $2, updated_at = $3::timestamptz
-        where run_id = $1 and status in ('pending', 'running', 'blocked')
+        where run_id = $1 and status in ('pending', 'running', 'waiting', 'blocked')
         returning *`,
       [runId, reason, ts(now)],
     );

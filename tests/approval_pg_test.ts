@@ -1,0 +1,90 @@
+/**
+ * Approvals with real processes on PostgreSQL: a supervisor whose one worker
+ * holds one run at a time; runs that wait for a person release that slot;
+ * `deno task approve` lets one finish with one effect per key, and
+ * `deno task deny` makes the model see the refusal.
+ */
+
+import assert from "node:assert/strict";
+import { serveMocks } from "../mock/server.ts";
+import { pgTest } from "./_pg.ts";
+import { Proc, startSupervisor, until } from "./_procs.ts";
+
+const TOOLS_TS = new URL("../examples/provision/tools.ts", import.meta.url).href;
+const MOD_TS = new URL("../mod.ts", import.meta.url).href;
+
+/** The demo agent, with create_server needing a person's approval. */
+const AGENT_SOURCE = `
+import { defineAgent } from "${MOD_TS}";
+import { demoTools } from "${TOOLS_TS}";
+export default defineAgent({
+  name: "guarded",
+  instructions: "Provision what the goal asks for.",
+  defaultInput: "Provision a server, a database and a DNS record.",
+  tools: (ctx) =>
+    demoTools({ cloudUrl: ctx.env.CLOUD_URL! }).map((t) =>
+      t.name === "create_server" ? { ...t, needsApproval: () => true } : t
+    ),
+});
+`;
+
+async function command(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
+  const proc = new Proc("cli/main.ts", env, { args });
+  const code = await proc.status;
+  return { code, out: proc.lines.join("\n") };
+}
+
+pgTest(
+  "approve and deny with real processes: waiting runs hold no worker, one effect per key",
+  async (pg) => {
+    const mocks = await serveMocks();
+    const dir = await Deno.makeTempDir({ prefix: "guarded-agent-" });
+    await Deno.writeTextFile(`${dir}/agent.ts`, AGENT_SOURCE);
+    const env = {
+      DATABASE_URL: pg.url,
+      MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
+      CLOUD_URL: mocks.cloudUrl,
+    };
+    const sup = startSupervisor({ ...env, AGENT: `${dir}/agent.ts`, WORKERS: "1", RUNS_PER_WORKER: "1" });
+    try {
+      for (const id of ["gate-a", "gate-b"]) {
+        await pg.store.createRun({ runId: id, agent: "guarded", goal: "provision" }, new Date());
+      }
+      // One worker with one slot: both runs reach their approval only if the first one let the slot go.
+      await until(async () => {
+        const { runs } = await pg.store.listRuns({ status: "waiting", limit: 10 });
+        return runs.length === 2;
+      }, "both runs to wait for approval");
+      assert.equal(mocks.cloud.created().length, 0, "nothing sent before a person said yes");
+
+      const approve = await command(["approve", "gate-a:0", "--by", "alice"], env);
+      assert.equal(approve.code, 0, approve.out);
+      assert.match(approve.out, /^approved {2}key=gate-a:0 {2}tool=create_server .*by=alice/m);
+      const deny = await command(["deny", "gate-b:0", "--reason", "not this week", "--by", "bob"], env);
+      assert.equal(deny.code, 0, deny.out);
+      await until(async () => {
+        const { runs } = await pg.store.listRuns({ status: "done", limit: 10 });
+        return runs.length === 2;
+      }, "both runs to finish");
+
+      const keys = mocks.cloud.created().map((c) => c.key).sort();
+      assert.deepEqual(
+        keys,
+        ["gate-a:0", "gate-a:1", "gate-a:2", "gate-b:1", "gate-b:2"],
+        "one effect per key",
+      );
+      const { effects } = await pg.store.loadHistory("gate-b");
+      assert.equal(effects[0].status, "failed");
+      assert.equal(effects[0].error, "denied by bob: not this week");
+      assert.equal(effects[0].attempts, 0);
+      const again = await command(["approve", "gate-a:0"], env);
+      assert.equal(again.code, 1);
+      assert.match(again.out, /NOT_PENDING/);
+    } finally {
+      await sup.close();
+      await mocks.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
