@@ -45,6 +45,9 @@ export function stdoutSink(line: string): void {
   while (written < bytes.length) written += Deno.stdout.writeSync(bytes.subarray(written));
 }
 
+/** A sink that drops every line (benchmarks, embedders that log elsewhere). */
+export function discardSink(_line: string): void {}
+
 /** A sink that keeps lines in an array, for tests and the harness. */
 export function arraySink(lines: string[]): LogSink {
   return (line) => lines.push(line);
