@@ -376,7 +376,7 @@ async function round(opts: {
   header();
 
   // PGlite: in process, one connection, runs one after another (as `deno task run` drives it).
-  {
+  if (!only || only.startsWith("pglite")) {
     const db = await PGlite.create();
     await db.exec(SCHEMA_SQL);
     const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
@@ -395,6 +395,7 @@ async function round(opts: {
     await client.close();
   }
 
+  if (only?.startsWith("pglite")) return;
   if (!url) {
     console.log("postgres: skipped (set DATABASE_URL or TEST_DATABASE_URL)");
     return;
@@ -402,6 +403,7 @@ async function round(opts: {
   const sandbox = await createSandbox(url, { prefix: "bench", max: 1 });
   try {
     for (const c of [1, concurrency]) {
+      if (only && !only.startsWith(`postgres ${c} `)) continue;
       const n = c === 1 ? runs : runs * 2;
       // The same pool size for the raw row and the runtime rows.
       const sql = postgres(sandbox.url, { max: c, onnotice: () => {} });

@@ -11,7 +11,7 @@ import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, To
 import { act, BlockedError } from "./executor.ts";
 import { decide } from "./journal.ts";
 import { recover } from "./recovery.ts";
-import type { Fence, RunRow, RunStatus } from "./store/store.ts";
+import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./store/store.ts";
 import type { Json } from "./tools.ts";
 
 /** How a worker's turn on a run ended. */
@@ -211,7 +211,11 @@ export async function driveRun(
       error,
     };
   }
-  const { journal, effects } = await store.loadHistory(runId);
+  // A run at epoch 1 was just claimed for the first time (every claim bumps
+  // the epoch, from 0 at creation), and every journal and tool-call row is
+  // written under a claimed epoch: it has no history, so it is not read (#11:
+  // one statement less for every fresh run). Any later claim reads it back.
+  const { journal, effects } = epoch === 1 ? NO_HISTORY : await store.loadHistory(runId);
   const state: RunState = {
     fence: { runId, epoch },
     goal: run.goal,
@@ -279,6 +283,11 @@ export async function driveRun(
     throw err;
   }
 }
+
+const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({
+  journal: Object.freeze([]),
+  effects: Object.freeze([]),
+});
 
 function isRunFailure(err: unknown): boolean {
   return err instanceof RuntimeError && err.code === "DECISION_INVALID";

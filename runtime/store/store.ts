@@ -179,6 +179,30 @@ export interface Fence {
   epoch: number;
 }
 
+/** A row of {@link Store.loadHistory}'s one statement: either table's columns, tagged with its table. */
+interface HistoryRow {
+  tbl: "j" | "e";
+  run_id: string;
+  seq: number;
+  status: string;
+  epoch: number;
+  intent_at: Date;
+  confirmed_at: Date | null;
+  decision: Json | null;
+  llm_attempts: number | null;
+  usage: Json | null;
+  rejections: Rejection[] | null;
+  idempotency_key: string | null;
+  tool: string | null;
+  args: Json | null;
+  result: Json | null;
+  remote: SideEffectRow["remote"];
+  error: string | null;
+  attempts: number | null;
+  resolved_by: string | null;
+  resolved_at: Date | null;
+}
+
 /** A run with its step counts, for listings. */
 export interface RunSummary extends RunRow {
   /** Journal rows (decided or being decided). */
@@ -387,16 +411,66 @@ export class Store {
     return rows[0];
   }
 
-  /** Everything needed to resume: the journal and the tool calls of a run, by `seq`. */
+  /**
+   * Everything needed to resume: the journal and the tool calls of a run, by
+   * `seq`. One statement (#11: it was two): both tables in one `union all`,
+   * each row tagged with its table, the other table's columns null. One
+   * snapshot for both is also the more honest read. Columns stay typed (no
+   * `to_jsonb`), so timestamps come back as `Date` on both drivers.
+   */
   async loadHistory(runId: string): Promise<{ journal: JournalRow[]; effects: SideEffectRow[] }> {
-    const journal = await this.client.query<JournalRow>(
-      `select * from journal where run_id = $1 order by seq`,
+    const rows = await this.client.query<HistoryRow>(
+      `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at,
+              decision, llm_attempts, usage, rejections,
+              null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
+              null::text as remote, null::text as error, null::int as attempts,
+              null::text as resolved_by, null::timestamptz as resolved_at
+         from journal where run_id = $1
+       union all
+       select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
+              null, null, null, null,
+              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at
+         from side_effects where run_id = $1
+       order by tbl desc, seq`,
       [runId],
     );
-    const effects = await this.client.query<SideEffectRow>(
-      `select * from side_effects where run_id = $1 order by seq`,
-      [runId],
-    );
+    const journal: JournalRow[] = [];
+    const effects: SideEffectRow[] = [];
+    for (const r of rows) {
+      const { run_id, seq, status, epoch, intent_at, confirmed_at } = r;
+      if (r.tbl === "j") {
+        journal.push({
+          run_id,
+          seq,
+          status: status as JournalRow["status"],
+          decision: r.decision as Decision | null,
+          llm_attempts: r.llm_attempts!,
+          usage: r.usage,
+          rejections: r.rejections!,
+          epoch,
+          intent_at,
+          confirmed_at,
+        });
+      } else {
+        effects.push({
+          idempotency_key: r.idempotency_key!,
+          run_id,
+          seq,
+          tool: r.tool!,
+          args: r.args as Json,
+          status: status as EffectStatus,
+          result: r.result,
+          remote: r.remote,
+          error: r.error,
+          attempts: r.attempts!,
+          epoch,
+          intent_at,
+          confirmed_at,
+          resolved_by: r.resolved_by,
+          resolved_at: r.resolved_at,
+        });
+      }
+    }
     return { journal, effects };
   }
 
