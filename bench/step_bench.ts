@@ -115,7 +115,7 @@ class ScriptedPlanner implements Planner {
     const step = ARGS[req.seq];
     return Promise.resolve(
       step
-        ? { kind: "tool", tool: step.tool, args: structuredClone(step.args), usage: USAGE }
+        ? { kind: "tool", tool: step.tool, args: { ...step.args }, usage: USAGE }
         : { kind: "done", message: "provisioned", usage: USAGE },
     );
   }
