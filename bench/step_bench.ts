@@ -72,6 +72,15 @@ interface Row {
   statements: number;
 }
 
+/** Runs each row warms up on, uncounted: enough for the JIT, and for every pooled connection to prepare. */
+const warmRuns = (concurrency: number) => Math.max(10, 2 * concurrency);
+
+/** A full collection between rows (with `--v8-flags=--expose-gc`), so no row pays for another's garbage. */
+function collectGarbage(): void {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  for (let i = 0; i < 2; i++) gc?.();
+}
+
 const stepsOf = (r: Row) => r.runs * STEPS_PER_RUN;
 const stepsPerS = (r: Row) => stepsOf(r) / r.seconds;
 const cpuPerStep = (r: Row) => r.cpuMs / stepsOf(r);
@@ -175,11 +184,12 @@ async function rawRow(
   concurrency: number,
 ): Promise<Row> {
   const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
+  const warm = warmRuns(concurrency);
   // The runs rows exist before the clock starts (the journal references them).
   await query(
     `insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
      select $1 || '-' || i, 'provision', 'bench', 'done', 1, now(), now() from generate_series(0, $2::int - 1) i`,
-    [prefix, runs],
+    [prefix, runs + warm],
   );
   let statements = 0;
   const q = (text: string, params: unknown[]) => {
@@ -190,34 +200,37 @@ async function rawRow(
   const usage = JSON.stringify(USAGE);
   const args = JSON.stringify(ARGS[0].args);
   const result = JSON.stringify(RESULT);
-  const t = await timed(() =>
-    fanOut(runs, concurrency, async (i) => {
-      const runId = `${prefix}-${i}`;
-      for (let seq = 0; seq < STEPS_PER_RUN; seq++) {
-        const now = new Date().toISOString();
-        await q(
-          `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
+  const oneRun = async (i: number) => {
+    const runId = `${prefix}-${i}`;
+    for (let seq = 0; seq < STEPS_PER_RUN; seq++) {
+      const now = new Date().toISOString();
+      await q(
+        `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
            values ($1, $2, 'intent', 1, 1, $3::timestamptz)`,
-          [runId, seq, now],
-        );
-        await q(
-          `update journal set status = 'confirmed', decision = $3::text::jsonb, usage = $4::text::jsonb,
+        [runId, seq, now],
+      );
+      await q(
+        `update journal set status = 'confirmed', decision = $3::text::jsonb, usage = $4::text::jsonb,
                   confirmed_at = $5::timestamptz where run_id = $1 and seq = $2`,
-          [runId, seq, decision, usage, now],
-        );
-        await q(
-          `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+        [runId, seq, decision, usage, now],
+      );
+      await q(
+        `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
            values ($1, $2, $3, 'create_server', $4::text::jsonb, 'intent', 1, 1, $5::timestamptz)`,
-          [`${runId}:${seq}`, runId, seq, args, now],
-        );
-        await q(
-          `update side_effects set status = 'confirmed', result = $2::text::jsonb, remote = 'created',
+        [`${runId}:${seq}`, runId, seq, args, now],
+      );
+      await q(
+        `update side_effects set status = 'confirmed', result = $2::text::jsonb, remote = 'created',
                   confirmed_at = $3::timestamptz where idempotency_key = $1`,
-          [`${runId}:${seq}`, result, now],
-        );
-      }
-    })
-  );
+        [`${runId}:${seq}`, result, now],
+      );
+    }
+  };
+  // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
+  await fanOut(warm, concurrency, (i) => oneRun(runs + i));
+  statements = 0;
+  collectGarbage();
+  const t = await timed(() => fanOut(runs, concurrency, oneRun));
   if (statements !== runs * STEPS_PER_RUN * RAW_PER_STEP) throw new Error(`raw: ${statements} statements`);
   return { label, runs, concurrency, ...t, statements };
 }
@@ -232,9 +245,13 @@ async function runtimeRow(
 ): Promise<Row> {
   const counting = new CountingClient(client);
   const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label);
-  // Warm up (JIT, prepared statements) on a few runs that are not counted.
-  for (let i = 0; i < 3; i++) await runWorker(deps, `warm-${crypto.randomUUID()}`, "bench");
+  // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
+  const warm = crypto.randomUUID().slice(0, 8);
+  await fanOut(warmRuns(concurrency), concurrency, async (i) => {
+    await runWorker(deps, `warm-${warm}-${i}`, "bench");
+  });
   counting.reset();
+  collectGarbage();
   const prefix = crypto.randomUUID().slice(0, 8);
   const t = await timed(() =>
     fanOut(runs, concurrency, async (i) => {
@@ -277,6 +294,7 @@ async function hostRow(label: string, client: SqlClient, runs: number, concurren
     },
   });
   counting.reset();
+  collectGarbage();
   const t = await timed(async () => {
     host.start();
     await finished;
@@ -292,10 +310,7 @@ async function hostRow(label: string, client: SqlClient, runs: number, concurren
  * on one worker host, each waiting on a planner that answers only when told.
  */
 async function idleBytesPerRun(client: SqlClient, idleRuns: number): Promise<number> {
-  const gc = (globalThis as { gc?: () => void }).gc;
-  const collect = () => {
-    for (let i = 0; i < 3; i++) gc?.();
-  };
+  const collect = collectGarbage;
   const waiting: ((a: ModelAnswer) => void)[] = [];
   const slow: Planner = {
     describe: "slow",

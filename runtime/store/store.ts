@@ -401,9 +401,17 @@ export class Store {
     owner: string,
     now: Date,
   ): Promise<{ epoch: number; stuck_claims: number } | undefined> {
+    // The run's progress is counted once, in `p` (#11: CLAIM_PROGRESS, as the
+    // take uses it, counts it twice, once per column it sets); same snapshot,
+    // same values.
     const rows = await this.client.query<{ epoch: number; stuck_claims: number }>(
       `update runs set epoch = epoch + 1, owner = $3, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, ${CLAIM_PROGRESS}
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
+              stuck_claims = case when p.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
+              progress_mark = p.progress
+         from (select ((select count(*) from journal j where j.run_id = $1 and j.status = 'confirmed')
+                + (select count(*) from side_effects e where e.run_id = $1 and e.status <> 'intent'))::int
+                as progress) p
         where run_id = $1 and epoch = $2 and status in ('pending', 'running')
         returning epoch, stuck_claims`,
       [runId, seenEpoch, owner, ts(now)],
