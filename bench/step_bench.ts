@@ -23,7 +23,9 @@
  *   statement per interval for all), on runs submitted before the clock starts.
  *
  * Each runtime row prints its ratio to the raw row of the same store and
- * concurrency (steps/s: higher is better; CPU/step: lower is better). Last,
+ * concurrency (steps/s: higher is better; CPU/step: lower is better). The raw
+ * row is measured before and after the runtime rows (half the runs each) and
+ * printed pooled, so drifting load from other processes weighs on both sides. Last,
  * the bytes of V8 heap each in-flight run holds while its model is slow:
  * `--idle-runs` runs on one worker host whose planner never answers until
  * told to.
@@ -73,7 +75,7 @@ interface Row {
 }
 
 /** Runs each row warms up on, uncounted: enough for the JIT, and for every pooled connection to prepare. */
-const warmRuns = (concurrency: number) => Math.max(10, 2 * concurrency);
+const warmRuns = (concurrency: number) => Math.max(20, 2 * concurrency);
 
 /** A full collection between rows (with `--v8-flags=--expose-gc`), so no row pays for another's garbage. */
 function collectGarbage(): void {
@@ -378,6 +380,35 @@ function print(row: Row, raw?: Row): void {
 
 // ---------------------------------------------------------------------------
 
+/**
+ * Measures a raw row, the runtime rows, then the raw row again, and prints
+ * the raw figures pooled (both measurements together) with each runtime row's
+ * ratio to them: load from other processes that drifts during the group then
+ * weighs on both sides alike.
+ */
+async function group(
+  rawLabel: string,
+  raw: (() => Promise<Row>) | undefined,
+  rows: (() => Promise<Row>)[],
+): Promise<void> {
+  const before = raw ? await raw() : undefined;
+  const measured: Row[] = [];
+  for (const row of rows) measured.push(await row());
+  const after = raw ? await raw() : undefined;
+  const pooled = before && after
+    ? {
+      label: rawLabel,
+      runs: before.runs + after.runs,
+      concurrency: before.concurrency,
+      seconds: before.seconds + after.seconds,
+      cpuMs: before.cpuMs + after.cpuMs,
+      statements: before.statements + after.statements,
+    }
+    : undefined;
+  if (pooled) print(pooled);
+  for (const row of measured) print(row, pooled);
+}
+
 async function round(opts: {
   runs: number;
   concurrency: number;
@@ -397,16 +428,14 @@ async function round(opts: {
     const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
     const n = Math.min(runs, 100);
     const rawQuery = (text: string, params: unknown[]) => db.query(text, params);
-    let raw: Row | undefined;
-    if (want("pglite 1 raw SQL")) print(raw = await rawRow("pglite 1 raw SQL", rawQuery, n, 1));
-    for (
-      const [label, agent] of [["pglite 1 runtime, no wire", scripted], [
-        "pglite 1 runtime, mocks",
-        mocks,
-      ]] as const
-    ) {
-      if (want(label)) print(await runtimeRow(label, client, agent, n, 1), raw);
-    }
+    const p = "pglite 1";
+    await group(
+      `${p} raw SQL`,
+      want(`${p} raw SQL`) ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), 1) : undefined,
+      ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
+        .filter(([label]) => want(label))
+        .map(([label, agent]) => () => runtimeRow(label, client, agent, n, 1)),
+    );
     await client.close();
   }
 
@@ -427,20 +456,18 @@ async function round(opts: {
         const rawQuery = (text: string, params: unknown[]) =>
           // deno-lint-ignore no-explicit-any
           sql.unsafe(text, params as any[], { prepare: true });
-        let raw: Row | undefined;
         const p = `postgres ${c}`;
-        if (want(`${p} raw SQL`)) print(raw = await rawRow(`${p} raw SQL`, rawQuery, n, c));
-        for (
-          const [label, agent] of [[`${p} runtime, no wire`, scripted], [
-            `${p} runtime, mocks`,
-            mocks,
-          ]] as const
-        ) {
-          if (want(label)) print(await runtimeRow(label, client, agent, n, c), raw);
-        }
+        const rows = ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
+          .filter(([label]) => want(label))
+          .map(([label, agent]) => () => runtimeRow(label, client, agent, n, c));
         if (c > 1 && want(`${p} worker host, no wire`)) {
-          print(await hostRow(`${p} worker host, no wire`, client, n, c), raw);
+          rows.push(() => hostRow(`${p} worker host, no wire`, client, n, c));
         }
+        await group(
+          `${p} raw SQL`,
+          want(`${p} raw SQL`) ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), c) : undefined,
+          rows,
+        );
       } finally {
         await sql.end({ timeout: 5 });
         await client.close();
