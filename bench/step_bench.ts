@@ -1,120 +1,504 @@
 /**
- * `deno task bench`: what a durable step costs. Drives whole demo runs (3 tool
- * steps + the done step) through the real loop and store, with the mocks
- * in-process so the figures are the runtime's and the database's, and
- * reports steps per second and statements per step:
+ * `deno task bench`: what a durable step costs, beside the database's floor
+ * measured in the same process and the same run (issue #11).
  *
- * - PGlite (embedded), runs one after another;
- * - PostgreSQL (`DATABASE_URL` or `TEST_DATABASE_URL`), one run at a time and
- *   many runs at once in this one process (one worker process, many runs).
+ * Every row drives `--runs` runs of 4 steps (three tool steps and the done
+ * step) at a concurrency of 1 or `--concurrency`, and prints steps per second,
+ * client CPU milliseconds per step (this process's user + system time, from
+ * `process.cpuUsage()`: on PGlite that includes the database, which runs in
+ * this process), and statements per step and per run:
  *
- * - PGlite again with telemetry on: a child process with `OTEL_DENO=true`
- *   exporting over OTLP/HTTP to a local receiver, beside the row with it off.
+ * - `raw SQL`: the floor. The same intent/confirm writes per step, by hand, on
+ *   the same driver with a pool of the same size: insert the decision's intent,
+ *   update it to confirmed, insert the tool call's intent, update it to
+ *   confirmed (4 statements a step, 16 a run), no fence, no reads, nothing else.
+ * - `runtime, no wire`: the real loop and store with a scripted in-process
+ *   planner and in-process tools (no HTTP encode or decode), so its ratio to
+ *   the raw row is the runtime's own overhead.
+ * - `runtime, mocks`: the same with the mock model and mock cloud behind their
+ *   in-process fetch handlers (Request/Response objects, JSON both ways), as
+ *   the bench measured before #11.
+ * - `worker host, no wire`: production's shape, a {@link WorkerHost} holding
+ *   `--concurrency` runs (one statement takes and claims many, one heartbeat
+ *   statement per interval for all), on runs submitted before the clock starts.
  *
- * Flags: `--runs N` (default 200), `--concurrency N` (default 16).
+ * Each runtime row prints its ratio to the raw row of the same store and
+ * concurrency (steps/s: higher is better; CPU/step: lower is better). The raw
+ * row is measured before and after the runtime rows (half the runs each) and
+ * printed pooled, so drifting load from other processes weighs on both sides. Last,
+ * the bytes of V8 heap each in-flight run holds while its model is slow:
+ * `--idle-runs` runs on one worker host whose planner never answers until
+ * told to.
+ *
+ * Flags: `--runs N` (default 200), `--concurrency N` (default 16), `--rounds N`
+ * (default 1), `--idle-runs N` (default 1000, 0 to skip), `--only TEXT` (rows
+ * whose label contains TEXT, e.g. `--only "postgres 16 runtime, no wire"` to
+ * profile one row with `deno run -A --cpu-prof bench/step_bench.ts ...`; see
+ * bench/profile_summary.ts).
  *
  * @module
  */
 
-import { DEFAULT_INSTRUCTIONS } from "../runtime/agent.ts";
 import { parseArgs } from "node:util";
+import process from "node:process";
+import { PGlite } from "@electric-sql/pglite";
+import postgres from "postgres";
+import { DEFAULT_INSTRUCTIONS, defineAgent } from "../runtime/agent.ts";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "../runtime/context.ts";
-import { flagProblem } from "../runtime/config.ts";
 import { CrashPoints } from "../runtime/crashpoints.ts";
-import { Logger } from "../runtime/log.ts";
+import { discardSink, Logger } from "../runtime/log.ts";
 import { runWorker } from "../runtime/loop.ts";
-import { OpenAIPlanner } from "../runtime/planner.ts";
+import { WorkerHost } from "../runtime/host.ts";
+import { type DecideRequest, type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
-import { openPglite } from "../runtime/store/pglite.ts";
+import { PgliteClient } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
-import { ToolRegistry } from "../runtime/tools.ts";
+import { flagProblem } from "../runtime/config.ts";
 import { NO_TELEMETRY, telemetryFromEnv } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
+import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
 
 const STEPS_PER_RUN = 4; // three tool steps and the done step
-const PER_RUN = 5; // create-or-read, claim, two history reads, close
+const RAW_PER_STEP = 4; // decision intent, decision confirm, tool intent, tool confirm
 
-async function deps(client: SqlClient, tag: string): Promise<{ deps: WorkerDeps; counting: CountingClient }> {
-  const clock = new SystemClock();
-  const counting = new CountingClient(client);
-  const log = new Logger({ clock, sink: () => {} });
+/** One measured row. */
+interface Row {
+  label: string;
+  runs: number;
+  concurrency: number;
+  seconds: number;
+  cpuMs: number;
+  statements: number;
+}
+
+/** Runs each row warms up on, uncounted: enough for the JIT, and for every pooled connection to prepare. */
+const warmRuns = (concurrency: number) => Math.max(20, 2 * concurrency);
+
+/** A full collection between rows (with `--v8-flags=--expose-gc`), so no row pays for another's garbage. */
+function collectGarbage(): void {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  for (let i = 0; i < 2; i++) gc?.();
+}
+
+const stepsOf = (r: Row) => r.runs * STEPS_PER_RUN;
+const stepsPerS = (r: Row) => stepsOf(r) / r.seconds;
+const cpuPerStep = (r: Row) => r.cpuMs / stepsOf(r);
+
+/** Runs `body` and returns its wall time and this process's CPU time. */
+async function timed(body: () => Promise<void>): Promise<{ seconds: number; cpuMs: number }> {
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  await body();
+  const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  return { seconds, cpuMs: (cpu.user + cpu.system) / 1000 };
+}
+
+/** Runs `each(i)` for i in [0, runs) with `concurrency` at a time. */
+async function fanOut(runs: number, concurrency: number, each: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      // Bounded: each lane takes the next run number until `runs` are taken.
+      while (next < runs) await each(next++);
+    }),
+  );
+}
+
+// ---------------------------------------------------------------------------
+// The scripted agent: the demo's three steps and done, in process.
+
+const ARGS = [
+  { tool: "create_server", args: { name: "srv-1", spec: "small" } },
+  { tool: "create_database", args: { name: "db-1", engine: "postgres", size_gb: 20 } },
+  { tool: "create_dns_record", args: { hostname: "app.example.com", record_type: "CNAME", target: "srv-1" } },
+] as const;
+const USAGE = { prompt_tokens: 120, completion_tokens: 24, total_tokens: 144 };
+const RESULT = { id: "i-0000001", status: "running" };
+
+/** Answers each step from the script, at once: no HTTP, no JSON. */
+class ScriptedPlanner implements Planner {
+  readonly describe = "scripted (in-process)";
+  decide(req: DecideRequest): Promise<ModelAnswer> {
+    const step = ARGS[req.seq];
+    return Promise.resolve(
+      step
+        ? { kind: "tool", tool: step.tool, args: { ...step.args }, usage: USAGE }
+        : { kind: "done", message: "provisioned", usage: USAGE },
+    );
+  }
+}
+
+/** The demo's tools (same names and zod schemas), answering in process. */
+function scriptedTools(): Tool[] {
+  return demoTools({ cloudUrl: "http://unused" }).map((t) =>
+    defineTool({
+      name: t.name,
+      description: t.description,
+      args: t.args,
+      run: () => Promise.resolve({ result: RESULT, remote: "created" }),
+    })
+  );
+}
+
+/** The demo's tools and model over the mocks' in-process fetch handlers. */
+async function mockAgent(): Promise<{ planner: Planner; tools: Tool[] }> {
   const model = await MockModel.open();
   const cloud = await MockCloud.open();
   return {
-    counting,
-    deps: {
-      agent: "provision",
-      instructions: DEFAULT_INSTRUCTIONS,
-      store: new Store(counting),
-      planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
-      tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),
-      clock,
-      log,
-      crash: CrashPoints.none({ log, clock }),
-      owner: `bench-${tag}`,
-      maxSteps: 12,
-      heartbeatMs: 3_000,
-      leaseMs: 12_000,
-      retry: DEFAULT_RETRY,
-      random: Math.random,
-      telemetry: telemetryFromEnv(),
-    },
+    planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
+    tools: demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler }),
   };
 }
 
-async function drive(
-  name: string,
-  client: SqlClient,
+function workerDeps(store: Store, planner: Planner, tools: Tool[], tag: string): WorkerDeps {
+  const clock = new SystemClock();
+  const log = new Logger({ clock, sink: discardSink });
+  return {
+    agent: "provision",
+    instructions: DEFAULT_INSTRUCTIONS,
+    store,
+    planner,
+    tools: new ToolRegistry(tools),
+    clock,
+    log,
+    crash: CrashPoints.none({ log, clock }),
+    owner: `bench-${tag}`,
+    maxSteps: 12,
+    heartbeatMs: 3_000,
+    leaseMs: 12_000,
+    retry: DEFAULT_RETRY,
+    random: Math.random,
+  };
+}
+
+// ---------------------------------------------------------------------------
+// The rows.
+
+/** The floor: the four writes of each step, by hand, nothing else. */
+async function rawRow(
+  label: string,
+  query: (text: string, params: unknown[]) => Promise<unknown>,
   runs: number,
   concurrency: number,
-): Promise<void> {
-  const { deps: d, counting } = await deps(client, name);
-  // Warm up (JIT, prepared statements) on a few runs that are not counted.
-  for (let i = 0; i < 3; i++) await runWorker(d, `warm-${crypto.randomUUID()}`, "bench");
-  counting.reset();
-  const prefix = crypto.randomUUID().slice(0, 8);
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      // Bounded: each worker takes the next run number until `runs` are taken.
-      while (next < runs) {
-        const i = next++;
-        const outcome = await runWorker(d, `b-${prefix}-${i}`, "bench");
-        if (outcome.status !== "done") throw new Error(`run ${i} ended ${outcome.status}`);
-      }
-    }),
+): Promise<Row> {
+  const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
+  const warm = warmRuns(concurrency);
+  // The runs rows exist before the clock starts (the journal references them).
+  await query(
+    `insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
+     select $1 || '-' || i, 'provision', 'bench', 'done', 1, now(), now() from generate_series(0, $2::int - 1) i`,
+    [prefix, runs + warm],
   );
-  const seconds = (performance.now() - t0) / 1000;
-  const steps = runs * STEPS_PER_RUN;
-  const perRun = counting.total / runs;
+  let statements = 0;
+  const q = (text: string, params: unknown[]) => {
+    statements++;
+    return query(text, params);
+  };
+  const decision = JSON.stringify({ tool: "create_server", args: ARGS[0].args });
+  const usage = JSON.stringify(USAGE);
+  const args = JSON.stringify(ARGS[0].args);
+  const result = JSON.stringify(RESULT);
+  const oneRun = async (i: number) => {
+    const runId = `${prefix}-${i}`;
+    for (let seq = 0; seq < STEPS_PER_RUN; seq++) {
+      const now = new Date().toISOString();
+      await q(
+        `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
+           values ($1, $2, 'intent', 1, 1, $3::timestamptz)`,
+        [runId, seq, now],
+      );
+      await q(
+        `update journal set status = 'confirmed', decision = $3::text::jsonb, usage = $4::text::jsonb,
+                  confirmed_at = $5::timestamptz where run_id = $1 and seq = $2`,
+        [runId, seq, decision, usage, now],
+      );
+      await q(
+        `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+           values ($1, $2, $3, 'create_server', $4::text::jsonb, 'intent', 1, 1, $5::timestamptz)`,
+        [`${runId}:${seq}`, runId, seq, args, now],
+      );
+      await q(
+        `update side_effects set status = 'confirmed', result = $2::text::jsonb, remote = 'created',
+                  confirmed_at = $3::timestamptz where idempotency_key = $1`,
+        [`${runId}:${seq}`, result, now],
+      );
+    }
+  };
+  // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
+  await fanOut(warm, concurrency, (i) => oneRun(runs + i));
+  statements = 0;
+  collectGarbage();
+  const t = await timed(() => fanOut(runs, concurrency, oneRun));
+  if (statements !== runs * STEPS_PER_RUN * RAW_PER_STEP) throw new Error(`raw: ${statements} statements`);
+  return { label, runs, concurrency, ...t, statements };
+}
+
+/** The runtime's single-run path (`runWorker`, as `deno task run` drives it), `concurrency` runs at once. */
+async function runtimeRow(
+  label: string,
+  client: SqlClient,
+  agent: { planner: Planner; tools: Tool[] },
+  runs: number,
+  concurrency: number,
+): Promise<Row> {
+  const counting = new CountingClient(client);
+  const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label);
+  // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
+  const warm = crypto.randomUUID().slice(0, 8);
+  await fanOut(warmRuns(concurrency), concurrency, async (i) => {
+    await runWorker(deps, `warm-${warm}-${i}`, "bench");
+  });
+  counting.reset();
+  collectGarbage();
+  const prefix = crypto.randomUUID().slice(0, 8);
+  const t = await timed(() =>
+    fanOut(runs, concurrency, async (i) => {
+      const outcome = await runWorker(deps, `b-${prefix}-${i}`, "bench");
+      if (outcome.status !== "done") throw new Error(`run ${i} ended ${outcome.status}: ${outcome.error}`);
+    })
+  );
+  return { label, runs, concurrency, ...t, statements: counting.total };
+}
+
+/** Production's shape: one worker host holding `concurrency` runs, taking more as slots free. */
+async function hostRow(label: string, client: SqlClient, runs: number, concurrency: number): Promise<Row> {
+  const counting = new CountingClient(client);
+  const store = new Store(counting);
+  const clock = new SystemClock();
+  const prefix = `h-${crypto.randomUUID().slice(0, 8)}`;
+  // Submitted before the clock starts: submitting is the client's cost, not the worker's.
+  await client.query(
+    `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
+     select $1 || '-' || i, 'provision', 'bench', '"bench"', 'pending', 0, now(), now()
+       from generate_series(0, $2::int - 1) i`,
+    [prefix, runs],
+  );
+  const agent = defineAgent({ name: "provision", tools: scriptedTools(), model: new ScriptedPlanner() });
+  let ended = 0;
+  let failed = "";
+  let allDone!: () => void;
+  const finished = new Promise<void>((r) => allDone = r);
+  const host = new WorkerHost({
+    agents: [{ agent, tools: new ToolRegistry(scriptedTools()), planner: new ScriptedPlanner() }],
+    store,
+    clock,
+    log: new Logger({ clock, sink: discardSink }),
+    owner: `bench-host-${prefix}`,
+    runsPerWorker: concurrency,
+    pollMs: 50,
+    onOutcome: (o) => {
+      if (o.status !== "done") failed ||= `${o.runId} ended ${o.status}: ${o.error}`;
+      if (++ended === runs) allDone();
+    },
+  });
+  counting.reset();
+  collectGarbage();
+  const t = await timed(async () => {
+    host.start();
+    await finished;
+  });
+  const statements = counting.total;
+  await host.stop();
+  if (failed) throw new Error(failed);
+  return { label, runs, concurrency, ...t, statements };
+}
+
+/**
+ * Bytes of V8 heap per run in flight while its model is slow: `idleRuns` runs
+ * on one worker host, each waiting on a planner that answers only when told.
+ */
+async function idleBytesPerRun(client: SqlClient, idleRuns: number): Promise<number> {
+  const collect = collectGarbage;
+  const waiting: ((a: ModelAnswer) => void)[] = [];
+  const slow: Planner = {
+    describe: "slow",
+    decide: () => new Promise<ModelAnswer>((resolve) => waiting.push(resolve)),
+  };
+  const clock = new SystemClock();
+  const store = new Store(client);
+  const prefix = `idle-${crypto.randomUUID().slice(0, 8)}`;
+  await client.query(
+    `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
+     select $1 || '-' || i, 'provision', 'bench', '"bench"', 'pending', 0, now(), now()
+       from generate_series(0, $2::int - 1) i`,
+    [prefix, idleRuns],
+  );
+  const tools = scriptedTools();
+  const agent = defineAgent({ name: "provision", tools, model: slow });
+  let ended = 0;
+  const host = new WorkerHost({
+    agents: [{ agent, tools: new ToolRegistry(tools), planner: slow }],
+    store,
+    clock,
+    log: new Logger({ clock, sink: discardSink }),
+    owner: `bench-idle-${prefix}`,
+    runsPerWorker: idleRuns,
+    pollMs: 50,
+    onOutcome: () => ended++,
+  });
+  collect();
+  const before = Deno.memoryUsage().heapUsed;
+  host.start();
+  // Bounded: every run reaches its first model request within seconds.
+  for (let i = 0; i < 6_000 && waiting.length < idleRuns; i++) await new Promise((r) => setTimeout(r, 10));
+  if (waiting.length < idleRuns) throw new Error(`idle: only ${waiting.length} runs reached the model`);
+  collect();
+  const after = Deno.memoryUsage().heapUsed;
+  for (const answer of waiting.splice(0)) answer({ kind: "done", message: "ok" });
+  for (let i = 0; i < 6_000 && ended < idleRuns; i++) await new Promise((r) => setTimeout(r, 10));
+  await host.stop();
+  return (after - before) / idleRuns;
+}
+
+// ---------------------------------------------------------------------------
+// Printing.
+
+function header(): void {
   console.log(
-    `${name.padEnd(34)} runs=${runs}  concurrency=${concurrency}  steps/s=${(steps / seconds).toFixed(0)}  ` +
-      `runs/s=${(runs / seconds).toFixed(1)}  statements/run=${perRun.toFixed(1)}  ` +
-      `statements/tool-step=${((perRun - PER_RUN - 2) / (STEPS_PER_RUN - 1)).toFixed(2)} ` +
-      `(+2 for the done step, +${PER_RUN} per run)`,
+    `${"row".padEnd(36)} ${"runs".padStart(5)} ${"conc".padStart(4)} ${"steps/s".padStart(8)} ` +
+      `${"x raw".padStart(6)} ${"cpu ms/step".padStart(11)} ${"x raw".padStart(6)} ` +
+      `${"stmts/step".padStart(10)} ${"stmts/run".padStart(9)}`,
   );
 }
 
+function print(row: Row, raw?: Row): void {
+  const ratio = raw ? (stepsPerS(row) / stepsPerS(raw)).toFixed(2) : "-";
+  const cpuRatio = raw ? (cpuPerStep(row) / cpuPerStep(raw)).toFixed(2) : "-";
+  console.log(
+    `${row.label.padEnd(36)} ${String(row.runs).padStart(5)} ${String(row.concurrency).padStart(4)} ` +
+      `${stepsPerS(row).toFixed(0).padStart(8)} ${ratio.padStart(6)} ${
+        cpuPerStep(row).toFixed(3).padStart(11)
+      } ` +
+      `${cpuRatio.padStart(6)} ${(row.statements / stepsOf(row)).toFixed(2).padStart(10)} ` +
+      `${(row.statements / row.runs).toFixed(1).padStart(9)}`,
+  );
+}
+
+// ---------------------------------------------------------------------------
+
+/**
+ * Measures a raw row, the runtime rows, then the raw row again, and prints
+ * the raw figures pooled (both measurements together) with each runtime row's
+ * ratio to them: load from other processes that drifts during the group then
+ * weighs on both sides alike.
+ */
+async function group(
+  rawLabel: string,
+  raw: (() => Promise<Row>) | undefined,
+  rows: (() => Promise<Row>)[],
+): Promise<void> {
+  const before = raw ? await raw() : undefined;
+  const measured: Row[] = [];
+  for (const row of rows) measured.push(await row());
+  const after = raw ? await raw() : undefined;
+  const pooled = before && after
+    ? {
+      label: rawLabel,
+      runs: before.runs + after.runs,
+      concurrency: before.concurrency,
+      seconds: before.seconds + after.seconds,
+      cpuMs: before.cpuMs + after.cpuMs,
+      statements: before.statements + after.statements,
+    }
+    : undefined;
+  if (pooled) print(pooled);
+  for (const row of measured) print(row, pooled);
+}
+
+async function round(opts: {
+  runs: number;
+  concurrency: number;
+  url?: string;
+  only?: string;
+  mocks: { planner: Planner; tools: Tool[] };
+}): Promise<void> {
+  const { runs, concurrency, url, only, mocks } = opts;
+  const want = (label: string) => !only || label.includes(only);
+  const scripted = { planner: new ScriptedPlanner(), tools: scriptedTools() };
+  header();
+
+  // PGlite: in process, one connection, runs one after another (as `deno task run` drives it).
+  if (!only || only.startsWith("pglite")) {
+    const db = await PGlite.create();
+    await db.exec(SCHEMA_SQL);
+    const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
+    const n = Math.min(runs, 100);
+    const rawQuery = (text: string, params: unknown[]) => db.query(text, params);
+    const p = "pglite 1";
+    await group(
+      `${p} raw SQL`,
+      want(`${p} raw SQL`) ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), 1) : undefined,
+      ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
+        .filter(([label]) => want(label))
+        .map(([label, agent]) => () => runtimeRow(label, client, agent, n, 1)),
+    );
+    await client.close();
+  }
+
+  if (only?.startsWith("pglite")) return;
+  if (!url) {
+    console.log("postgres: skipped (set DATABASE_URL or TEST_DATABASE_URL)");
+    return;
+  }
+  const sandbox = await createSandbox(url, { prefix: "bench", max: 1 });
+  try {
+    for (const c of [1, concurrency]) {
+      if (only && !only.startsWith(`postgres ${c} `)) continue;
+      const n = c === 1 ? runs : runs * 2;
+      // The same pool size for the raw row and the runtime rows.
+      const sql = postgres(sandbox.url, { max: c, onnotice: () => {} });
+      const client = await openPostgres(sandbox.url, { max: c });
+      try {
+        const rawQuery = (text: string, params: unknown[]) =>
+          // deno-lint-ignore no-explicit-any
+          sql.unsafe(text, params as any[], { prepare: true });
+        const p = `postgres ${c}`;
+        const rows = ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
+          .filter(([label]) => want(label))
+          .map(([label, agent]) => () => runtimeRow(label, client, agent, n, c));
+        if (c > 1 && want(`${p} worker host, no wire`)) {
+          rows.push(() => hostRow(`${p} worker host, no wire`, client, n, c));
+        }
+        await group(
+          `${p} raw SQL`,
+          want(`${p} raw SQL`) ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), c) : undefined,
+          rows,
+        );
+      } finally {
+        await sql.end({ timeout: 5 });
+        await client.close();
+      }
+    }
+  } finally {
+    await sandbox.drop();
+  }
+}
+
 /** The usage text of `bench`. */
-export const BENCH_USAGE = `agent-runtime bench: steps per second and statements per step of whole demo runs.
+export const BENCH_USAGE =
+  `agent-runtime bench: what a durable step costs, beside raw SQL measured in the same run.
 
-usage: deno task bench [--runs N] [--concurrency N]
+usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--idle-runs N] [--only TEXT] [--no-telemetry]
 
-  --runs N                   runs per measurement (default 200; PGlite at most 100)
-  --concurrency N            runs at once in the many-runs PostgreSQL row (default 16)
+  --runs N                   runs per row (default 200; PGlite at most 100)
+  --concurrency N            runs at once in the many-runs PostgreSQL rows (default 16)
+  --rounds N                 rounds of every row (default 1)
+  --idle-runs N              runs held idle on one worker host to measure heap per run (default 1000, 0 skips)
+  --only TEXT                only the rows whose label contains TEXT (for profiling one row)
+  --no-telemetry             skip the rows with OpenTelemetry off and on
 
 PostgreSQL rows need DATABASE_URL or TEST_DATABASE_URL (env); without either they are skipped.
 
 exit codes: 0 measured, 2 bad arguments`;
 
-/** The command: measures and prints one row per configuration; returns the exit code. */
+/** The command: measures and prints the rows; returns the exit code. */
 export async function main(args: string[], env: Record<string, string | undefined>): Promise<number> {
   let values;
   try {
@@ -124,8 +508,12 @@ export async function main(args: string[], env: Record<string, string | undefine
       options: {
         runs: { type: "string", default: "200" },
         concurrency: { type: "string", default: "16" },
-        help: { type: "boolean", short: "h" },
+        rounds: { type: "string", default: "1" },
+        "idle-runs": { type: "string", default: "1000" },
+        only: { type: "string" },
+        "no-telemetry": { type: "boolean" },
         "telemetry-child": { type: "boolean" },
+        help: { type: "boolean", short: "h" },
       },
     }));
   } catch (err) {
@@ -136,43 +524,65 @@ export async function main(args: string[], env: Record<string, string | undefine
     console.log(BENCH_USAGE);
     return 0;
   }
-  const runs = Number(values.runs);
-  const concurrency = Number(values.concurrency);
-  if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(concurrency) || concurrency < 1) {
+  const [runs, concurrency, rounds, idleRuns] = [
+    values.runs,
+    values.concurrency,
+    values.rounds,
+    values["idle-runs"],
+  ]
+    .map(Number);
+  if (![runs, concurrency, rounds].every((n) => Number.isInteger(n) && n >= 1) || !(idleRuns >= 0)) {
     console.error(
-      `bench: --runs and --concurrency must be positive integers: got ${values.runs}, ${values.concurrency}`,
+      `bench: --runs, --concurrency and --rounds must be positive integers, --idle-runs 0 or more: got ` +
+        `${values.runs}, ${values.concurrency}, ${values.rounds}, ${values["idle-runs"]}`,
     );
     return 2;
   }
+  const mocks = await mockAgent();
   if (values["telemetry-child"]) {
-    const pglite = await openPglite();
-    await pglite.exec(SCHEMA_SQL);
+    // One PGlite row with the mocks, in a fresh process whose OTEL_DENO the parent chose.
+    const db = await PGlite.create();
+    await db.exec(SCHEMA_SQL);
+    const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
     const on = telemetryFromEnv().enabled;
-    await drive(`pglite, sequential, telemetry ${on ? "on" : "off"}`, pglite, Math.min(runs, 100), 1);
-    await pglite.close();
-    Deno.exit(0);
+    print(
+      await runtimeRow(
+        `pglite 1 mocks, telemetry ${on ? "on" : "off"}`,
+        client,
+        mocks,
+        Math.min(runs, 100),
+        1,
+      ),
+    );
+    await client.close();
+    return 0;
   }
-  console.log(`bench: ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}`);
-
-  const pglite = await openPglite();
-  await pglite.exec(SCHEMA_SQL);
-  await drive("pglite (embedded), sequential", pglite, Math.min(runs, 100), 1);
-  await pglite.close();
-  await telemetryRow(runs);
-
   const url = env.DATABASE_URL || env.TEST_DATABASE_URL;
-  if (!url) {
-    console.log("postgres: skipped (set DATABASE_URL or TEST_DATABASE_URL)");
-  } else {
-    const sandbox = await createSandbox(url, { prefix: "bench", max: 1 });
-    try {
-      await drive("postgres, sequential", sandbox.store.client, runs, 1);
-      const many = await openPostgres(sandbox.url, { max: concurrency });
-      await drive(`postgres, ${concurrency} runs at once`, many, runs * 2, concurrency);
-      await many.close();
-    } finally {
-      await sandbox.drop();
-    }
+  console.log(
+    `bench: ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}; ${STEPS_PER_RUN} steps a run ` +
+      `(3 tool steps + done); "x raw" compares with the raw SQL row of the same store and concurrency`,
+  );
+  for (let r = 1; r <= rounds; r++) {
+    console.log(`\nround ${r} of ${rounds}`);
+    await round({ runs, concurrency, url, only: values.only, mocks });
+  }
+  if (!values.only && !values["no-telemetry"]) {
+    console.log(
+      "\ntelemetry: the PGlite mocks row in fresh processes, OpenTelemetry off, then on (OTLP to a local receiver)",
+    );
+    await telemetryRow(runs);
+  }
+  if (idleRuns > 0 && !values.only) {
+    const db = await PGlite.create();
+    await db.exec(SCHEMA_SQL);
+    const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
+    const bytes = await idleBytesPerRun(client, idleRuns);
+    await client.close();
+    const gcNote = (globalThis as { gc?: unknown }).gc ? "" : " (no --expose-gc: noisy)";
+    console.log(
+      `\nidle runs: ${idleRuns} runs in flight on one worker host, each waiting on its model: ` +
+        `${(bytes / 1024).toFixed(1)} KiB of V8 heap per run${gcNote}`,
+    );
   }
   return 0;
 }

@@ -144,6 +144,59 @@ export async function settle(turns = 3): Promise<void> {
   for (let i = 0; i < turns; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
+/** A request's signal: aborts when its worker stops or its time is up. See {@link deadline}. */
+export interface Deadline {
+  /** Aborts with the worker's reason when `parent` aborts, or with the timeout's error when time is up. */
+  readonly signal: AbortSignal;
+  /** The timeout's error once time is up (and only then). */
+  expired(): Error | undefined;
+  /** Ends the guard: no timer left, no listener left on `parent`. */
+  cancel(): void;
+}
+
+// Given to abort() so no DOMException (with its stack) is built per cancel.
+const CANCELLED = Symbol("cancelled");
+
+/**
+ * One signal for a model or tool request: it aborts when `parent` (the
+ * worker's stop signal) aborts, or after `ms` of `clock` time with `reason()`.
+ * Call `cancel` when the request is over.
+ *
+ * #11: this replaces a {@link clockTimeout} plus `AbortSignal.any` per request
+ * (three controllers, a dependent signal, a sleep promise and a DOMException
+ * per cancel). On the {@link SystemClock} it is one controller, one
+ * `setTimeout` and one listener; a manual clock still drives it through `sleep`.
+ */
+export function deadline(clock: Clock, parent: AbortSignal, ms: number, reason: () => Error): Deadline {
+  const ctl = new AbortController();
+  let timedOut: Error | undefined;
+  const expire = () => {
+    if (ctl.signal.aborted) return;
+    timedOut = reason();
+    ctl.abort(timedOut);
+  };
+  const onStop = () => ctl.abort(parent.reason);
+  if (parent.aborted) onStop();
+  else parent.addEventListener("abort", onStop, { once: true });
+  let cancelTimer: () => void;
+  if (clock instanceof SystemClock) {
+    const timer = setTimeout(expire, Math.max(0, ms));
+    cancelTimer = () => clearTimeout(timer);
+  } else {
+    const stop = new AbortController();
+    clock.sleep(ms, stop.signal).then(expire, () => {/* cancelled: the request finished first */});
+    cancelTimer = () => stop.abort(CANCELLED);
+  }
+  return {
+    signal: ctl.signal,
+    expired: () => timedOut,
+    cancel: () => {
+      cancelTimer();
+      parent.removeEventListener("abort", onStop);
+    },
+  };
+}
+
 /**
  * An AbortSignal that aborts after `ms` of `clock` time (so a manual clock
  * controls timeouts too). Call `cancel` when the guarded work is over.

@@ -13,9 +13,9 @@ import { CrashPoints } from "./crashpoints.ts";
 import type { PlantedDefects } from "./defects.ts";
 import { Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
-import type { Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
+import type { Decision, Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
 import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "./telemetry.ts";
-import type { ToolRegistry } from "./tools.ts";
+import type { Tool, ToolRegistry } from "./tools.ts";
 
 /** Limits on retries and re-asks. */
 export interface RetryPolicy {
@@ -110,6 +110,12 @@ export interface RunState {
   signal: AbortSignal;
   /** The run's ceilings, if any. */
   budget?: Budget;
+  /**
+   * The decision this worker has just committed, with its tool and arguments
+   * as the schema parsed them, so `act` does not parse them a second time
+   * (#11). A replayed decision has none here and is checked by `act`.
+   */
+  checked?: { decision: Decision; tool: Tool; args: unknown };
 }
 
 /** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */

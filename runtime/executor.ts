@@ -10,7 +10,7 @@
  */
 
 import { checkToolRequest } from "./budget.ts";
-import { clockTimeout } from "./clock.ts";
+import { deadline } from "./clock.ts";
 import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import type { SideEffectRow } from "./store/store.ts";
@@ -92,7 +92,12 @@ export async function act(
   }
   if (existing?.status === "flagged") throw new BlockedError(key, existing.error ?? "its outcome is unknown");
   // Arguments are checked before any intent row exists: bad arguments never reach a remote.
-  const checked = deps.tools.check(decision.tool, decision.args);
+  // A decision this worker has just made was checked by decide() (#11: not parsed twice).
+  const fresh = state.checked?.decision === decision ? state.checked : undefined;
+  state.checked = undefined;
+  const checked = fresh
+    ? { ok: true as const, tool: fresh.tool, args: fresh.args }
+    : deps.tools.check(decision.tool, decision.args);
   if (!checked.ok) {
     throw new RuntimeError(
       "DECISION_INVALID",
@@ -273,8 +278,9 @@ async function callTool(
   call: PreparedCall,
   attempt: number,
 ): Promise<ToolOutcome> {
-  const timeout = clockTimeout(
+  const timeout = deadline(
     deps.clock,
+    state.signal,
     call.tool.timeoutMs,
     () =>
       new ToolError("TOOL_TIMEOUT", `${call.tool.name} did not answer within ${call.tool.timeoutMs}ms`, {
@@ -288,11 +294,12 @@ async function callTool(
       runId: state.fence.runId,
       seq: call.seq,
       attempt,
-      signal: AbortSignal.any([state.signal, timeout.signal]),
+      signal: timeout.signal,
       traceHeaders: () => telemetryOf(deps).traceHeaders(),
     });
   } catch (err) {
-    if (timeout.signal.aborted && !state.signal.aborted) throw timeout.signal.reason;
+    const timedOut = timeout.expired();
+    if (timedOut && !state.signal.aborted) throw timedOut;
     if (state.signal.aborted) throw state.signal.reason ?? new AbortedError("The worker is stopping");
     throw err;
   } finally {

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { clockTimeout } from "./clock.ts";
+import { deadline } from "./clock.ts";
 import { retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildMessages } from "./history.ts";
@@ -60,8 +60,9 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     log.info("deciding", { run: runId, seq, attempt: llmAttempts, llm_calls: state.llmCalls });
 
     let answer: ModelAnswer;
-    const timeout = clockTimeout(
+    const timeout = deadline(
       clock,
+      state.signal,
       deps.retry.modelTimeoutMs,
       () =>
         new ModelError("MODEL_TIMEOUT", `The model did not answer within ${deps.retry.modelTimeoutMs}ms`, {
@@ -76,10 +77,10 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           messages,
           agent: deps.agent,
           tools,
-          signal: AbortSignal.any([state.signal, timeout.signal]),
+          signal: timeout.signal,
         }));
     } catch (err) {
-      const e = asModelError(err, timeout.signal, state.signal);
+      const e = asModelError(err, timeout.expired(), state.signal);
       if (e.badAnswer) {
         await reject(deps, state, current, { code: e.code, message: e.message }, attempt, e.usage, reserve);
         continue;
@@ -129,6 +130,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         continue;
       }
       decision = { tool: answer.tool, args: answer.args as Json };
+      state.checked = { decision, tool: checked.tool, args: checked.args };
     }
     // PostgreSQL cannot store a NUL character in text or jsonb: such an answer
     // could never be confirmed, so it is refused (and re-asked) like any other.
@@ -246,9 +248,9 @@ async function reject(
   }
 }
 
-function asModelError(err: unknown, timeout: AbortSignal, stop: AbortSignal): ModelError {
+function asModelError(err: unknown, timedOut: Error | undefined, stop: AbortSignal): ModelError {
   if (stop.aborted) throw stop.reason ?? new AbortedError("The worker is stopping");
-  if (timeout.aborted && timeout.reason instanceof ModelError) return timeout.reason;
+  if (timedOut instanceof ModelError) return timedOut;
   if (err instanceof ModelError) return err;
   throw err;
 }

@@ -17,7 +17,7 @@ import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
 import { decide } from "./journal.ts";
 import { recover } from "./recovery.ts";
-import type { Fence, RunRow, RunStatus } from "./store/store.ts";
+import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./store/store.ts";
 import type { Json } from "./tools.ts";
 import type { Budget } from "./budget.ts";
 
@@ -244,7 +244,11 @@ async function driveClaimed(
       error,
     };
   }
-  const { journal, effects } = await store.loadHistory(runId);
+  // A run at epoch 1 was just claimed for the first time (every claim bumps
+  // the epoch, from 0 at creation), and every journal and tool-call row is
+  // written under a claimed epoch: it has no history, so it is not read (#11:
+  // one statement less for every fresh run). Any later claim reads it back.
+  const { journal, effects } = epoch === 1 ? NO_HISTORY : await store.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state: RunState = {
     fence: { runId, epoch },
@@ -324,6 +328,11 @@ async function driveClaimed(
   }
 }
 
+const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({
+  journal: Object.freeze([]),
+  effects: Object.freeze([]),
+});
+
 function isRunFailure(err: unknown): boolean {
   return err instanceof RuntimeError && err.code === "DECISION_INVALID";
 }
@@ -396,5 +405,6 @@ function startHeartbeat(deps: WorkerDeps, fence: Fence, stop: AbortController): 
       }
     }
   })();
-  return { stop: () => done.abort() };
+  // A reason of our own: abort() without one builds a DOMException (and its stack) per run.
+  return { stop: () => done.abort("worker-done") };
 }

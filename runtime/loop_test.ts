@@ -56,13 +56,45 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
     });
 
     await t.step(
-      "the statement count is the protocol's: 5 per run + 4 per tool step + 2 for the done step",
+      "the statement count is the protocol's: 3 per fresh run + 4 per tool step + 2 for the done step",
       () => {
-        // per run: create-or-read, claim, loadHistory (2 selects), finishRun
-        assert.equal(counting.total, 5 + 4 * 3 + 2);
-        assert.deepEqual(Object.fromEntries(counting.counts), { with: 1, insert: 7, select: 2, update: 9 });
+        // The pin (#11: it was 5 per run). Why each statement is there:
+        const perRun = [
+          "create-or-read (`with`): the run must exist, and its status, agent and epoch be known, before a claim",
+          "claim (`update`): the compare-and-swap on the epoch that every later write is fenced on",
+          // (no history read: a run claimed at epoch 1 has never been claimed, so it has no rows; a
+          // resumed run pays one `select` here, both tables in one statement)
+          "close (`update`): done, with the output, fenced; without it the run would be taken again",
+        ];
+        const perToolStep = [
+          "decision intent (`insert`): the model request is counted before it is sent",
+          "decision confirm (`update`): the decision is durable before anything acts on it",
+          "tool intent (`insert`): the call is on record before it goes out under its key",
+          "tool confirm (`update`): the result, and whether the remote created or recognised it",
+        ];
+        const doneStep = perToolStep.slice(0, 2); // the done step decides, then the close ends the run
+        assert.equal(counting.total, perRun.length + perToolStep.length * 3 + doneStep.length);
+        assert.equal(counting.total, 17);
+        assert.deepEqual(Object.fromEntries(counting.counts), { with: 1, insert: 7, update: 9 });
       },
     );
+
+    await t.step("a resumed run pays one history read, both tables in one statement", async () => {
+      const first = await runWorker({ ...deps, maxSteps: 1 }, "resumed", "goal");
+      assert.equal(first.status, "failed"); // guard, after one tool step
+      await store.reopenRun("resumed", deps.clock.now());
+      counting.reset();
+      const outcome = await runWorker(deps, "resumed", "goal");
+      assert.equal(outcome.status, "done");
+      // create-or-read, claim, the history read, steps 1 and 2 (step 0 is replayed: no statement), done, close
+      assert.deepEqual(Object.fromEntries(counting.counts), {
+        with: 1,
+        update: 1 + 2 * 2 + 1 + 1,
+        select: 1,
+        insert: 5,
+      });
+      assert.equal(counting.total, 3 + 1 + 4 * 2 + 2);
+    });
 
     await t.step("the DNS record targets the server decided at step 0", async () => {
       const dns = cloud.created("clean:").find((c) => c.kind === "dns_record");

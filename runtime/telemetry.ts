@@ -92,7 +92,7 @@ export interface Telemetry {
    * Records the attempt before this one, when it left the run without closing
    * it (killed, stalled): its process never exported its own span.
    */
-  lostAttempt(a: TracedAttempt, journal: JournalRow[], effects: SideEffectRow[]): void;
+  lostAttempt(a: TracedAttempt, journal: readonly JournalRow[], effects: readonly SideEffectRow[]): void;
   /** Settling a crash's leftovers. */
   recover<T>(state: TracedState, fn: () => Promise<T>): Promise<T>;
   /** One step. */
@@ -284,7 +284,7 @@ export class OtelTelemetry implements Telemetry {
   }
 
   /** {@inheritDoc Telemetry.lostAttempt} */
-  lostAttempt(a: TracedAttempt, journal: JournalRow[], effects: SideEffectRow[]): void {
+  lostAttempt(a: TracedAttempt, journal: readonly JournalRow[], effects: readonly SideEffectRow[]): void {
     if (a.leaseAgeMs === undefined || a.epoch <= 1) return;
     const lost = a.epoch - 1;
     const times: number[] = [];

@@ -186,6 +186,7 @@ export type CheckedCall =
 /** The set of tools a run may use, by name. */
 export class ToolRegistry {
   readonly #tools: Map<string, Tool>;
+  #openAI?: OpenAITool[];
 
   /** Registers `tools`; two tools with one name are an error. */
   constructor(tools: Tool[]) {
@@ -208,12 +209,14 @@ export class ToolRegistry {
     return this.#tools.get(name);
   }
 
-  /** The `tools` parameter of a chat-completions request. */
+  /** The `tools` parameter of a chat-completions request (built once: the registry never changes). */
   toOpenAI(): OpenAITool[] {
-    return [...this.#tools.values()].map((t) => ({
+    // #11: asked for on every decision; one array serves them all. Callers only read it.
+    this.#openAI ??= [...this.#tools.values()].map((t) => ({
       type: "function",
       function: { name: t.name, description: t.description, parameters: t.parameters },
     }));
+    return this.#openAI;
   }
 
   /** Checks that `name` is registered and `args` fit its schema; returns the parsed arguments. */

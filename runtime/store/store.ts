@@ -223,6 +223,31 @@ export interface Fence {
   epoch: number;
 }
 
+/** A row of {@link Store.loadHistory}'s one statement: either table's columns, tagged with its table. */
+interface HistoryRow {
+  tbl: "j" | "e";
+  run_id: string;
+  seq: number;
+  status: string;
+  epoch: number;
+  intent_at: Date;
+  confirmed_at: Date | null;
+  decision: Json | null;
+  llm_attempts: number | null;
+  usage: Json | null;
+  rejections: Rejection[] | null;
+  reserved_tokens: number | null;
+  idempotency_key: string | null;
+  tool: string | null;
+  args: Json | null;
+  result: Json | null;
+  remote: SideEffectRow["remote"];
+  error: string | null;
+  attempts: number | null;
+  resolved_by: string | null;
+  resolved_at: Date | null;
+}
+
 /** A run with its step counts, for listings. */
 export interface RunSummary extends RunRow {
   /** Journal rows (decided or being decided). */
@@ -475,9 +500,17 @@ export class Store {
     owner: string,
     now: Date,
   ): Promise<{ epoch: number; stuck_claims: number } | undefined> {
+    // The run's progress is counted once, in `p` (#11: CLAIM_PROGRESS, as the
+    // take uses it, counts it twice, once per column it sets); same snapshot,
+    // same values.
     const rows = await this.client.query<{ epoch: number; stuck_claims: number }>(
       `update runs set epoch = epoch + 1, owner = $3, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, ${CLAIM_PROGRESS}
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
+              stuck_claims = case when p.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
+              progress_mark = p.progress
+         from (select ((select count(*) from journal j where j.run_id = $1 and j.status = 'confirmed')
+                + (select count(*) from side_effects e where e.run_id = $1 and e.status <> 'intent'))::int
+                as progress) p
         where run_id = $1 and epoch = $2 and status in ('pending', 'running')
         returning epoch, stuck_claims`,
       [runId, seenEpoch, owner, ts(now)],
@@ -485,16 +518,67 @@ export class Store {
     return rows[0];
   }
 
-  /** Everything needed to resume: the journal and the tool calls of a run, by `seq`. */
+  /**
+   * Everything needed to resume: the journal and the tool calls of a run, by
+   * `seq`. One statement (#11: it was two): both tables in one `union all`,
+   * each row tagged with its table, the other table's columns null. One
+   * snapshot for both is also the more honest read. Columns stay typed (no
+   * `to_jsonb`), so timestamps come back as `Date` on both drivers.
+   */
   async loadHistory(runId: string): Promise<{ journal: JournalRow[]; effects: SideEffectRow[] }> {
-    const journal = await this.client.query<JournalRow>(
-      `select * from journal where run_id = $1 order by seq`,
+    const rows = await this.client.query<HistoryRow>(
+      `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at,
+              decision, llm_attempts, usage, rejections, reserved_tokens,
+              null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
+              null::text as remote, null::text as error, null::int as attempts,
+              null::text as resolved_by, null::timestamptz as resolved_at
+         from journal where run_id = $1
+       union all
+       select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
+              null, null, null, null, null,
+              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at
+         from side_effects where run_id = $1
+       order by tbl desc, seq`,
       [runId],
     );
-    const effects = await this.client.query<SideEffectRow>(
-      `select * from side_effects where run_id = $1 order by seq`,
-      [runId],
-    );
+    const journal: JournalRow[] = [];
+    const effects: SideEffectRow[] = [];
+    for (const r of rows) {
+      const { run_id, seq, status, epoch, intent_at, confirmed_at } = r;
+      if (r.tbl === "j") {
+        journal.push({
+          run_id,
+          seq,
+          status: status as JournalRow["status"],
+          decision: r.decision as Decision | null,
+          llm_attempts: r.llm_attempts!,
+          usage: r.usage,
+          rejections: r.rejections!,
+          epoch,
+          intent_at,
+          confirmed_at,
+          reserved_tokens: r.reserved_tokens ?? 0,
+        });
+      } else {
+        effects.push({
+          idempotency_key: r.idempotency_key!,
+          run_id,
+          seq,
+          tool: r.tool!,
+          args: r.args as Json,
+          status: status as EffectStatus,
+          result: r.result,
+          remote: r.remote,
+          error: r.error,
+          attempts: r.attempts!,
+          epoch,
+          intent_at,
+          confirmed_at,
+          resolved_by: r.resolved_by,
+          resolved_at: r.resolved_at,
+        });
+      }
+    }
     return { journal, effects };
   }
 
