@@ -91,6 +91,7 @@ export {
 export { DEFAULT_RUNS_PER_WORKER, WorkerHost, type WorkerHostOptions } from "./runtime/host.ts";
 export { type LogFields, type LogFormat, Logger, type LogLevel, type LogSink } from "./runtime/log.ts";
 export type { RunOutcome, WorkerStatus } from "./runtime/loop.ts";
+export type { PlantedDefects } from "./runtime/defects.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export {
   idempotencyKeyHeader,
@@ -112,6 +113,7 @@ export {
 } from "./runtime/planner.ts";
 export type { RunTokens } from "./runtime/store/overview.ts";
 export type {
+  ApprovalRow,
   Decision,
   EffectStatus,
   Fence,

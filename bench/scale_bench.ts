@@ -101,6 +101,8 @@ const SCRUBBED = [
   "SUPERVISOR",
   "MODEL",
   "MODEL_API_KEY",
+  "MODEL_HEADERS",
+  "MODEL_QUERY",
   "CRASH_AT",
   "CRASH_SEQ",
   "STALL_AT",

@@ -385,7 +385,7 @@ export function loadSettings(
   }
   const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
   const apiKey = r.str("MODEL_API_KEY");
-  if (apiKey !== undefined && /[\x00-\x1f\x7f]/.test(apiKey)) {
+  if (apiKey !== undefined && [...apiKey].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f)) {
     // Never echoed: it is a secret, and a newline in it is a copy-paste slip.
     r.problems.push(
       "MODEL_API_KEY contains a newline or another control character (a copy-paste slip?); its value is not shown",

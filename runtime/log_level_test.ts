@@ -7,7 +7,7 @@ Deno.test("Logger drops events below its level before formatting them", () => {
   const log = new Logger({ clock: new ManualClock(0), sink: arraySink(lines), level: "WARN" });
   log.info("decided", { run: "r" });
   log.warn("fenced", { run: "r" });
-  assert.deepEqual(lines, ["1970-01-01T00:00:00.000Z WARN  fenced  run=r"]);
+  assert.deepEqual(lines, ["ts=1970-01-01T00:00:00.000Z level=warn event=fenced run=r"]);
   assert.equal(log.enabled("INFO"), false);
   assert.equal(log.enabled("ERROR"), true);
 });
