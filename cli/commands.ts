@@ -24,6 +24,7 @@
 import { userInfo } from "node:os";
 import { parseArgs } from "node:util";
 import type { Agent } from "../runtime/agent.ts";
+import type { Budget } from "../runtime/budget.ts";
 import { Client, ClientError, type Resolution, type RunInfo } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { flagProblem } from "../runtime/config.ts";
@@ -60,7 +61,7 @@ export interface CommandContext {
 export async function submit(
   ctx: CommandContext,
   agent: Agent,
-  opts: { runId?: string; input?: unknown },
+  opts: { runId?: string; input?: unknown; budget?: Budget },
 ): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.start(agent, opts));
   ctx.print(
@@ -81,7 +82,18 @@ export async function runs(
   const { runs: rows, total } = await ctx.client.list({ ...filter, limit, offset: (page - 1) * limit });
   const hosted = new Set(await ctx.client.hostedAgents());
   const now = ctx.client.clock.now().getTime();
-  const table = [["RUN", "AGENT", "STATUS", "EPOCH", "OWNER", "HEARTBEAT", "STEPS", "LLM_CALLS", "FLAGGED"]];
+  const table = [[
+    "RUN",
+    "AGENT",
+    "STATUS",
+    "EPOCH",
+    "OWNER",
+    "HEARTBEAT",
+    "STEPS",
+    "LLM_CALLS",
+    "FLAGGED",
+    "TOKENS",
+  ]];
   const waiting = new Set<string>();
   for (const r of rows) {
     if (r.status === "pending" && !hosted.has(r.agent)) waiting.add(r.agent);
@@ -98,6 +110,8 @@ export async function runs(
       String(r.steps),
       String(r.llm_calls),
       String(r.flagged),
+      // Spend against the budget, when the run has a token ceiling.
+      r.budget?.tokens ? `${r.tokens}/${r.budget.tokens}` : String(r.tokens),
     ]);
   }
   const widths = table[0].map((_, i) => Math.max(...table.map((row) => row[i].length)));
@@ -271,7 +285,9 @@ export const COMMAND_USAGE: Record<string, string> = {
   --agent-name NAME   which of the module's agents, when it exports several
   --run-id ID         the run's id (env RUN_ID; default: <agent>-<random>)
   --goal TEXT         text input (env GOAL; default: the agent's default input)
-  --input JSON        JSON input, for an agent with an input schema (env INPUT)`,
+  --input JSON        JSON input, for an agent with an input schema (env INPUT)
+  --budget-tokens N, --budget-model-calls N, --budget-tool-calls N
+                      ceilings for this run, over the agent's budget`,
   runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
   Lists runs, newest first, a page at a time, with how many match.
   --status S          pending, running, blocked, done, failed or cancelled
@@ -325,6 +341,9 @@ const OPTIONS = {
   by: { type: "string" },
   "database-url": { type: "string" },
   "data-dir": { type: "string" },
+  "budget-tokens": { type: "string" },
+  "budget-model-calls": { type: "string" },
+  "budget-tool-calls": { type: "string" },
   "finished-before": { type: "string" },
   "dry-run": { type: "boolean" },
   batch: { type: "string" },
@@ -363,7 +382,16 @@ export async function prune(
 
 /** The flags each command takes, besides `--database-url`, `--data-dir`, `--by` and `--help`. */
 export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = {
-  submit: ["agent", "agent-name", "run-id", "goal", "input"],
+  submit: [
+    "agent",
+    "agent-name",
+    "run-id",
+    "goal",
+    "input",
+    "budget-tokens",
+    "budget-model-calls",
+    "budget-tool-calls",
+  ],
   runs: ["status", "agent-name", "search", "limit", "page"],
   inspect: [],
   resolve: ["result", "retry", "fail", "reason"],
@@ -465,6 +493,21 @@ export async function main(
     if (typeof b === "string") return usage(b.replace("--limit", "--batch"));
     batchSize = b;
   }
+  const budget: Budget = {};
+  for (
+    const [flag, key] of [
+      ["budget-tokens", "tokens"],
+      ["budget-model-calls", "modelCalls"],
+      ["budget-tool-calls", "toolCalls"],
+    ] as const
+  ) {
+    const raw = v[flag];
+    if (raw === undefined) continue;
+    if (!/^\d+$/.test(raw) || Number(raw) < 1) {
+      return usage(`--${flag} must be a positive integer: current value is ${JSON.stringify(raw)}`);
+    }
+    budget[key] = Number(raw);
+  }
   let agent: Agent | undefined;
   let input: unknown;
   if (command === "submit") {
@@ -514,7 +557,11 @@ export async function main(
   try {
     switch (command) {
       case "submit":
-        await submit(ctx, agent!, { runId: v["run-id"] ?? (env.RUN_ID || undefined), input });
+        await submit(ctx, agent!, {
+          runId: v["run-id"] ?? (env.RUN_ID || undefined),
+          input,
+          budget: Object.keys(budget).length > 0 ? budget : undefined,
+        });
         break;
       case "runs":
         await runs(ctx, {

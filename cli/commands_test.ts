@@ -82,11 +82,25 @@ Deno.test("runs prints a table with steps, model calls and flagged calls", async
     await ctx.client.store.claim("tab-2", 0, "w2", clock.now());
     await clock.advance(2_500);
     await runs(ctx, { search: "tab-" });
-    assert.match(out[0], /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+STEPS\s+LLM_CALLS\s+FLAGGED$/);
+    assert.match(
+      out[0],
+      /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+STEPS\s+LLM_CALLS\s+FLAGGED\s+TOKENS$/,
+    );
     const row = (run: string) => out.find((l) => l.startsWith(run))!.split(/\s{2,}/);
     // A blocked run has no live worker, so its lease age is not shown.
-    assert.deepEqual(row("tab-1"), ["tab-1", "provision", "blocked", "1", "w1", "-", "2", "2", "1"]);
-    assert.deepEqual(row("tab-2"), ["tab-2", "provision", "running", "1", "w2", "2.5s ago", "0", "0", "0"]);
+    assert.deepEqual(row("tab-1"), ["tab-1", "provision", "blocked", "1", "w1", "-", "2", "2", "1", "30"]);
+    assert.deepEqual(row("tab-2"), [
+      "tab-2",
+      "provision",
+      "running",
+      "1",
+      "w2",
+      "2.5s ago",
+      "0",
+      "0",
+      "0",
+      "0",
+    ]);
     assert.equal(out.at(-1), "2 of 2 runs, newest first; page 1 of 1");
   });
 });
