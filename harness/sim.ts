@@ -462,7 +462,9 @@ export class SimProcess {
       const hold = this.#gates[remote];
       const gate = hold && hold.when(req, n) ? hold.gate : undefined;
       if (gate) delete this.#gates[remote];
-      const res = await handler(req);
+      // A killed process's connections close: the remote sees the request aborted
+      // (as a server sees a reset socket), so nothing it holds for it stays held.
+      const res = await handler(new Request(req, { signal: AbortSignal.any([req.signal, this.#death.signal]) }));
       if (gate) {
         gate.reach();
         const aborted = new Promise<never>((_, reject) => {
