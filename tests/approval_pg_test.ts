@@ -88,3 +88,71 @@ pgTest(
     }
   },
 );
+
+pgTest(
+  "approved calls survive kill -9 between the approval and the call, and between the call and its confirm",
+  async (pg) => {
+    const mocks = await serveMocks();
+    const dir = await Deno.makeTempDir({ prefix: "guarded-agent-" });
+    await Deno.writeTextFile(`${dir}/agent.ts`, AGENT_SOURCE);
+    const env = {
+      DATABASE_URL: pg.url,
+      MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
+      CLOUD_URL: mocks.cloudUrl,
+      AGENT: `${dir}/agent.ts`,
+    };
+    try {
+      for (const point of ["before_intent", "after_call"]) {
+        const runId = `crash-${point.replace("_", "-")}`;
+        const asked = await command(["run"], { ...env, RUN_ID: runId });
+        assert.equal(asked.code, 4, asked.out); // waiting: a person must act
+        assert.equal((await command(["approve", `${runId}:0`, "--by", "alice"], env)).code, 0);
+        const killed = await command(["run"], { ...env, RUN_ID: runId, CRASH_AT: point, CRASH_SEQ: "0" });
+        assert.equal(killed.code, 137, killed.out);
+        const resumed = await command(["run"], { ...env, RUN_ID: runId });
+        assert.equal(resumed.code, 0, resumed.out);
+        const keys = mocks.cloud.created().map((c) => c.key).filter((k) => k.startsWith(`${runId}:`)).sort();
+        assert.deepEqual(keys, [`${runId}:0`, `${runId}:1`, `${runId}:2`], `${point}: one effect per key`);
+        const { effects } = await pg.store.loadHistory(runId);
+        assert.equal(effects[0].remote, point === "after_call" ? "already_done" : "created");
+      }
+    } finally {
+      await mocks.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+pgTest("an approval given for other arguments is not used for these, with real processes", async (pg) => {
+  const mocks = await serveMocks();
+  const dir = await Deno.makeTempDir({ prefix: "guarded-agent-" });
+  await Deno.writeTextFile(`${dir}/agent.ts`, AGENT_SOURCE);
+  const env = {
+    DATABASE_URL: pg.url,
+    MODEL_URL: mocks.modelUrl,
+    MODEL: "mock-planner",
+    CLOUD_URL: mocks.cloudUrl,
+    AGENT: `${dir}/agent.ts`,
+  };
+  try {
+    // A person approved create_server for other arguments under this key (an earlier request, say).
+    await pg.store.createRun({ runId: "other-args", agent: "guarded", goal: "provision" }, new Date());
+    await pg.store.client.query(
+      `insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at,
+                              decided_by, decided_at, epoch)
+       values ('other-args:0', 'other-args', 0, 'create_server', '{"name":"srv-9","spec":"large"}', 'not-these',
+               'approved', now(), 'alice', now(), 0)`,
+    );
+    const run = await command(["run"], { ...env, RUN_ID: "other-args" });
+    assert.equal(run.code, 4, run.out);
+    assert.match(run.out, /event=waiting-for-approval run=other-args .*asked_before="for other arguments"/);
+    const request = await pg.store.getApproval("other-args:0");
+    assert.equal(request?.status, "pending");
+    assert.notEqual(request?.args_hash, "not-these");
+    assert.equal(mocks.cloud.created().length, 0, "nothing was sent on the strength of the other approval");
+  } finally {
+    await mocks.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
