@@ -7,11 +7,40 @@
  */
 
 import { type Clock, SystemClock } from "../runtime/clock.ts";
-import { FlagError, type Settings, urlPasswordForms } from "../runtime/config.ts";
-import { type ConfigError, StoreError } from "../runtime/errors.ts";
+import { hostname } from "node:os";
+import { FlagError, loadSettings, type Settings, urlPasswordForms } from "../runtime/config.ts";
+import { ConfigError, StoreError } from "../runtime/errors.ts";
 import { Logger } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import type { Store } from "../runtime/store/store.ts";
+
+/**
+ * The start of every agent process (`run`, `worker`): `--help`, the settings
+ * (a settings error printed and returned as exit code 2), the logger, and
+ * the stdin watch. Returns the exit code when the process should end here.
+ */
+export function startProcess(
+  args: string[],
+  env: Record<string, string | undefined>,
+  program: string,
+  usage: string,
+): { settings: Settings; log: Logger; clock: Clock } | number {
+  if (args.includes("--help") || args.includes("-h")) {
+    console.log(usage);
+    return 0;
+  }
+  const clock = new SystemClock();
+  let settings: Settings;
+  try {
+    settings = loadSettings(args, env, { hostname: hostname(), pid: Deno.pid });
+  } catch (err) {
+    if (err instanceof ConfigError) return reportConfigError(err, program);
+    throw err;
+  }
+  const log = loggerFor(settings, clock);
+  if (settings.exitOnStdinEof) watchStdin(log);
+  return { settings, log, clock };
+}
 
 /** A logger for `settings`, masking the database password and the model API key. */
 export function loggerFor(

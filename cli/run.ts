@@ -13,16 +13,14 @@
  * @module
  */
 
-import { hostname } from "node:os";
 import { checkInput } from "../runtime/agent.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { loadSettings, type Settings } from "../runtime/config.ts";
+import type { Settings } from "../runtime/config.ts";
 import { workerDeps } from "../runtime/context.ts";
 import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError, describeError, RuntimeError } from "../runtime/errors.ts";
 import { exitCodeOf, runWorker } from "../runtime/loop.ts";
 import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
-import { loggerFor, openStoreLogged, reportConfigError, watchStdin } from "./process.ts";
+import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
 
 /** The usage text of `run`. */
 export const RUN_USAGE = `agent-runtime run: drives one run of an agent to its end, surviving crashes.
@@ -88,20 +86,9 @@ export async function main(
   env: Record<string, string | undefined>,
   preloaded?: LoadedAgents,
 ): Promise<number> {
-  if (args.includes("--help") || args.includes("-h")) {
-    console.log(RUN_USAGE);
-    return 0;
-  }
-  const clock = new SystemClock();
-  let settings: Settings;
-  try {
-    settings = loadSettings(args, env, { hostname: hostname(), pid: Deno.pid });
-  } catch (err) {
-    if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");
-    throw err;
-  }
-  const log = loggerFor(settings, clock);
-  if (settings.exitOnStdinEof) watchStdin(log);
+  const started = startProcess(args, env, "agent-runtime", RUN_USAGE);
+  if (typeof started === "number") return started;
+  const { settings, log, clock } = started;
   const ctx = { env: processEnv(env, settings), dataDir: settings.dataDir, embedded: true };
   let prepared;
   let modelDescribe = "";

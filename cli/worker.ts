@@ -11,14 +11,11 @@
  * @module
  */
 
-import { hostname } from "node:os";
-import { SystemClock } from "../runtime/clock.ts";
-import { loadSettings, type Settings } from "../runtime/config.ts";
 import { CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError } from "../runtime/errors.ts";
 import { WorkerHost } from "../runtime/host.ts";
 import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
-import { loggerFor, openStoreLogged, reportConfigError, watchStdin } from "./process.ts";
+import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
 import { processEnv, RUN_USAGE } from "./run.ts";
 
 /** The usage text of `worker`. */
@@ -40,20 +37,9 @@ export async function main(
   env: Record<string, string | undefined>,
   preloaded?: LoadedAgents,
 ): Promise<number> {
-  if (args.includes("--help") || args.includes("-h")) {
-    console.log(WORKER_USAGE);
-    return 0;
-  }
-  const clock = new SystemClock();
-  let settings: Settings;
-  try {
-    settings = loadSettings(args, env, { hostname: hostname(), pid: Deno.pid });
-  } catch (err) {
-    if (err instanceof ConfigError) return reportConfigError(err, "worker");
-    throw err;
-  }
-  const log = loggerFor(settings, clock);
-  if (settings.exitOnStdinEof) watchStdin(log);
+  const started = startProcess(args, env, "worker", WORKER_USAGE);
+  if (typeof started === "number") return started;
+  const { settings, log, clock } = started;
   const embedded = !settings.databaseUrl;
   let prepared;
   try {

@@ -464,7 +464,9 @@ export class SimProcess {
       if (gate) delete this.#gates[remote];
       // A killed process's connections close: the remote sees the request aborted
       // (as a server sees a reset socket), so nothing it holds for it stays held.
-      const res = await handler(new Request(req, { signal: AbortSignal.any([req.signal, this.#death.signal]) }));
+      const res = await handler(
+        new Request(req, { signal: AbortSignal.any([req.signal, this.#death.signal]) }),
+      );
       if (gate) {
         gate.reach();
         const aborted = new Promise<never>((_, reject) => {

@@ -213,3 +213,30 @@ export async function until(
   }
   throw new Error(`Timed out waiting for ${what}`);
 }
+
+/**
+ * Runs `cli/main.ts ARGS` with only `env` (plus what Deno needs: HOME, PATH and
+ * the caches), so nothing of the developer's shell leaks in; returns its exit
+ * code and its whole output, stdout then stderr.
+ */
+export async function runCliIsolated(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; out: string }> {
+  const base: Record<string, string> = {};
+  for (const name of ["HOME", "PATH", "DENO_DIR", "XDG_CACHE_HOME"]) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) base[name] = value;
+  }
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", path("cli/main.ts"), ...args],
+    cwd: path("."),
+    clearEnv: true,
+    env: { ...base, ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+  return { code, out: decode(stdout) + decode(stderr) };
+}

@@ -16,27 +16,9 @@ import { Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/tools.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { pgIgnore, pgTest, TEST_DATABASE_URL } from "./_pg.ts";
-import { parseLine, runWorkerToEnd, startSupervisor, until } from "./_procs.ts";
+import { parseLine, runCliIsolated, runWorkerToEnd, startSupervisor, until } from "./_procs.ts";
 
-/** Runs `cli/main.ts ARGS` with only `env` (plus what Deno needs); returns its exit code and output. */
-async function runCli(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const base: Record<string, string> = {};
-  for (const name of ["HOME", "PATH", "DENO_DIR", "XDG_CACHE_HOME"]) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) base[name] = value;
-  }
-  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL("../cli/main.ts", import.meta.url).pathname, ...args],
-    cwd: new URL("..", import.meta.url).pathname,
-    clearEnv: true,
-    env: { ...base, ...env },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-  return { code, out: decode(stdout) + decode(stderr) };
-}
+const runCli = runCliIsolated;
 
 pgTest(
   "two workers starting a new run at once: the loser sees the run and reports lost_claim",

@@ -11,29 +11,10 @@ import { CRASH_POINTS } from "../runtime/crashpoints.ts";
 import { SCHEMA_VERSION } from "../runtime/store/migrate.ts";
 import { freshSchema, pgIgnore, TEST_DATABASE_URL } from "./_pg.ts";
 import { closedPort } from "./_worker.ts";
-
-const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
-const ROOT = new URL("..", import.meta.url).pathname;
+import { runCliIsolated } from "./_procs.ts";
 
 /** Runs the worker with only `env` (plus what Deno needs) and returns its exit code and output. */
-async function runMain(env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const base: Record<string, string> = {};
-  for (const name of ["HOME", "PATH", "DENO_DIR", "XDG_CACHE_HOME"]) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) base[name] = value;
-  }
-  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN, "run"],
-    cwd: ROOT,
-    clearEnv: true,
-    env: { ...base, ...env },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-  return { code, out: decode(stdout) + decode(stderr) };
-}
+const runMain = (env: Record<string, string>) => runCliIsolated(["run"], env);
 
 Deno.test("bad settings exit 2 with one clear line per problem", async () => {
   const { code, out } = await runMain({
