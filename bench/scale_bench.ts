@@ -32,10 +32,12 @@
  * process per run up to 100). The baseline defaults to 40 runs, not more: a
  * worker holds a pool of up to 2 connections even for one run, so 100
  * workers need some 200 connections, past PostgreSQL's default
- * `max_connections` of 100 (workers then fail with "too many clients" and the
- * figures measure that instead); 40 workers fit beside the supervisor, this
- * benchmark and a test suite on the same server. The benchmark warns when a
- * shape needs more connections than the server has free.
+ * `max_connections` of 100 (compose.yaml's server has it; workers then fail
+ * with "too many clients" and the figures measure that instead); 40 workers
+ * fit beside the supervisor, this benchmark and a test suite on the same
+ * server. With `max_connections` of 220 or more, `--baseline-runs 200` gives
+ * the full 100-process comparison. The benchmark warns when a shape needs
+ * more connections than the server has free.
  *
  * Each shape gets a schema of its own, dropped afterwards, and fresh mocks;
  * at the end every run must be done and the cloud must hold exactly 3
@@ -163,35 +165,50 @@ interface LogSummary {
   lines: number;
   /** Lines per level (`INFO`, `WARN`, `ERROR`, ... or `other` for lines that are not JSON log lines). */
   levels: Record<string, number>;
-  /** WARN, ERROR and other lines: the first and the last few. */
+  /** Log lines above INFO, per event. */
+  events: Record<string, number>;
+  /** Log lines above INFO: the first and the last few. */
   notable: string[];
-  /** How many notable lines there were in all. */
-  notableCount: number;
+  /** Lines that are not log lines (Deno's own messages, uncaught errors), each once, with its count. */
+  other: [string, number][];
 }
 
 /** Counts the supervisor's output lines without keeping them: a few notable lines are kept. */
 class LogTally {
   static readonly KEEP = 12;
+  static readonly KEEP_OTHER = 20;
   lines = 0;
   readonly levels = new Map<string, number>();
+  readonly events = new Map<string, number>();
   readonly first: string[] = [];
   readonly last: string[] = [];
   notable = 0;
+  readonly other = new Map<string, number>();
 
-  add(line: string): void {
+  add(raw: string): void {
+    // deno-lint-ignore no-control-regex
+    const line = raw.replace(/\x1b\[[0-9;]*m/g, "").trimEnd();
     if (line.trim() === "") return;
     this.lines++;
-    let level = "other";
+    let entry: { level?: unknown; event?: unknown } | undefined;
     if (line.startsWith("{")) {
       try {
-        const parsed = JSON.parse(line) as { level?: unknown };
-        if (typeof parsed.level === "string") level = parsed.level;
+        entry = JSON.parse(line);
       } catch {
         // not a log line
       }
     }
+    const level = typeof entry?.level === "string" ? entry.level : "other";
     this.levels.set(level, (this.levels.get(level) ?? 0) + 1);
     if (level === "INFO" || level === "DEBUG") return;
+    if (level === "other") {
+      if (this.other.has(line) || this.other.size < LogTally.KEEP_OTHER) {
+        this.other.set(line, (this.other.get(line) ?? 0) + 1);
+      }
+      return;
+    }
+    const event = String(entry?.event);
+    this.events.set(event, (this.events.get(event) ?? 0) + 1);
     this.notable++;
     if (this.first.length < LogTally.KEEP) this.first.push(line);
     else {
@@ -205,8 +222,9 @@ class LogTally {
     return {
       lines: this.lines,
       levels: Object.fromEntries(this.levels),
+      events: Object.fromEntries(this.events),
       notable: [...this.first, ...(skipped > 0 ? [`... ${skipped} more ...`] : []), ...this.last],
-      notableCount: this.notable,
+      other: [...this.other],
     };
   }
 }
@@ -703,9 +721,17 @@ function printDetails(r: ShapeResult): void {
         `PostgreSQL: the timings are pessimistic`,
     );
   }
-  if (r.log.notableCount > 0) {
-    console.log(`  ${r.log.notableCount} lines other than INFO in the supervisor's output:`);
+  const events = Object.entries(r.log.events);
+  if (events.length > 0) {
+    console.log(
+      `  log lines above INFO, by event: ${events.map(([k, v]) => `${k}=${v}`).join(" ")}; ` +
+        `the first and last:`,
+    );
     for (const l of r.log.notable) console.log(`    ${l}`);
+  }
+  if (r.log.other.length > 0) {
+    console.log(`  output that is not a log line:`);
+    for (const [l, n] of r.log.other) console.log(`    ${n} x ${l}`);
   }
 }
 

@@ -274,6 +274,9 @@ export class WorkerHost {
           const held = this.#held.get(f.runId);
           if (renewed.has(f.runId) || !held || held.fence.epoch !== f.epoch) continue;
           const err = await this.#store.refusal(f, "heartbeat");
+          // A run that ended while the heartbeat was on its way is not a refusal
+          // worth a warning: by now it has left the held set.
+          if (this.#held.get(f.runId) !== held) continue;
           this.#log.warn("heartbeat-refused", { run: f.runId, epoch: f.epoch, reason: err.message });
           held.stop.abort(err);
         }
