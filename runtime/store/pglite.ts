@@ -18,12 +18,67 @@ import type { SqlClient } from "./store.ts";
 // parameter does (the schema itself is created by the first migration).
 const SET_SCHEMA = `set search_path to ${DEFAULT_SCHEMA}`;
 
+/**
+ * The named prepared statements of one PGlite session, shared by every handle
+ * on it (PGlite has no per-call statement names, so they are made with SQL
+ * `prepare` and run with `execute`). A fenced write spends more time being
+ * parsed and planned than executed there: measured, a journal intent costs
+ * 468 µs as a parameterised query and 277 µs as an `execute`.
+ */
+export class PreparedStatements {
+  /** Statement text to its name, or null when it cannot be prepared (left to the plain path). */
+  readonly #names = new Map<string, string | null>();
+  // Names of another cache on the same session (a second handle made without
+  // sharing this one) cannot collide with these.
+  readonly #prefix = `agent_runtime_${crypto.randomUUID().slice(0, 8)}_`;
+  #next = 0;
+
+  /** The name for `text`, preparing it on `db` the first time; null when it cannot be prepared. */
+  async nameFor(db: PGlite, text: string): Promise<string | null> {
+    const known = this.#names.get(text);
+    if (known !== undefined) return known;
+    // Bounded: the runtime's statements are a fixed set; anything past it runs unprepared.
+    if (this.#names.size >= 500) return null;
+    const name = `${this.#prefix}${++this.#next}`;
+    try {
+      await db.exec(`prepare ${name} as ${text}`);
+      this.#names.set(text, name);
+      return name;
+    } catch {
+      // A parameter whose type the text leaves open: run it as a plain query.
+      this.#names.set(text, null);
+      return null;
+    }
+  }
+}
+
+/**
+ * A parameter as an SQL literal for `execute`: a quoted string of unknown
+ * type, which PostgreSQL casts to the prepared parameter's type (standard
+ * conforming strings: only the quote needs doubling). Arrays become array
+ * literals.
+ */
+export function sqlLiteral(value: unknown): string {
+  if (value === null || value === undefined) return "NULL";
+  if (Array.isArray(value)) {
+    const items = value.map((v) =>
+      v === null || v === undefined
+        ? "NULL"
+        : `"${String(v).replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`
+    );
+    return sqlLiteral(`{${items.join(",")}}`);
+  }
+  const text = value instanceof Date ? value.toISOString() : String(value);
+  return `'${text.replaceAll("'", "''")}'`;
+}
+
 /** Runs statements on a PGlite instance. */
 export class PgliteClient implements SqlClient {
   readonly describe: string;
   readonly #db: PGlite;
   readonly #owned: boolean;
   readonly #lock?: Deno.FsFile;
+  readonly #prepared: PreparedStatements;
   #closed = false;
 
   /**
@@ -31,11 +86,16 @@ export class PgliteClient implements SqlClient {
    * this handle off (the harness gives each simulated process its own handle
    * on one shared instance, and a simulated kill closes just that handle).
    */
-  constructor(db: PGlite, opts: { describe: string; owned: boolean; lock?: Deno.FsFile }) {
+  constructor(
+    db: PGlite,
+    opts: { describe: string; owned: boolean; lock?: Deno.FsFile; prepared?: PreparedStatements },
+  ) {
     this.#db = db;
     this.describe = opts.describe;
     this.#owned = opts.owned;
     this.#lock = opts.lock;
+    // Prepared statements live in the session: handles on one instance share them.
+    this.#prepared = opts.prepared ?? new PreparedStatements();
   }
 
   /** True once closed: every later statement throws. */
@@ -45,8 +105,10 @@ export class PgliteClient implements SqlClient {
 
   async query<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
     this.#assertOpen();
-    const res = await this.#db.query<T>(text, params);
-    return res.rows;
+    const name = params.length > 0 ? await this.#prepared.nameFor(this.#db, text) : null;
+    if (name === null) return (await this.#db.query<T>(text, params)).rows;
+    this.#assertOpen();
+    return (await this.#db.query<T>(`execute ${name}(${params.map(sqlLiteral).join(", ")})`)).rows;
   }
 
   async exec(text: string): Promise<void> {
