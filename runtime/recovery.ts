@@ -41,8 +41,8 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
     const where = { key: row.idempotency_key, seq: row.seq, toolName: row.tool };
     const checked = deps.tools.check(row.tool, row.args);
     if (!checked.ok) {
-      await flag(deps, state, where, `it cannot be re-sent safely: ${checked.message}`);
-      continue; // not reached: flag throws
+      // flag() never returns: it records the flag and throws BlockedError.
+      return await flag(deps, state, where, `it cannot be re-sent safely: ${checked.message}`);
     }
     // A human who resolved the flag with --retry approved exactly one re-send:
     // the approval is newer than the last intent. Once that re-send's intent
