@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import demoAgent from "../examples/provision/agent.ts";
 import { defineAgent } from "../runtime/agent.ts";
 import { CRASH_POINTS } from "../runtime/crashpoints.ts";
-import { SimDb, SimWorld } from "./sim.ts";
+import { seededRandom, SimDb, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();
 
@@ -100,6 +100,35 @@ Deno.test("answers lost again and again keep their reservations: the run stops a
   assert.ok(snap.journal[0].reserved_tokens > 0, "the lost answers' reservations stand");
   assert.ok(snap.journal[0].reserved_tokens <= 2_000, "the reservations never passed the ceiling");
   assert.ok(world.model.tokens("b-lost") <= 2_000, `billed ${world.model.tokens("b-lost")}`);
+});
+
+Deno.test("with a tight token ceiling, seeded multi-crash schedules never bill past the ceiling plus one request", async () => {
+  await db.freshSchema();
+  const probe = await SimWorld.open(db);
+  await runToEnd(probe, "b-probe-multi", []);
+  const ceiling = Math.floor(probe.model.tokens("b-probe-multi") * 0.7);
+  let stopped = 0;
+  for (let seed = 1; seed <= 30; seed++) {
+    await db.freshSchema();
+    const random = seededRandom(seed);
+    const world = await SimWorld.open(db, { agent: budgeted(ceiling), seed });
+    const runId = `b-multi-${seed}`;
+    // Four crashes at distinct points, each on a step drawn from the seed, then restarts to the end.
+    const points = [...CRASH_POINTS].sort(() => random() - 0.5).slice(0, 4);
+    const plans = points.map((point) => ({ crashAt: point, crashSeq: Math.floor(random() * 4) }));
+    const outcome = await runToEnd(world, runId, plans);
+    const billed = world.model.tokens(runId);
+    const oneRequest = Math.ceil(billed / Math.max(1, world.model.calls(runId))) * 2;
+    assert.ok(billed <= ceiling + oneRequest, `seed=${seed}: billed ${billed} > ${ceiling} + ${oneRequest}`);
+    const snap = await world.snapshot(runId);
+    if (outcome.status === "failed") {
+      stopped++;
+      assert.match(snap.run?.error ?? "", /BUDGET_EXCEEDED/, `seed=${seed}`);
+    } else assert.equal(outcome.status, "done", `seed=${seed}`);
+    const keys = snap.created.map((c) => c.key);
+    assert.equal(new Set(keys).size, keys.length, `seed=${seed}: one effect per key`);
+  }
+  assert.ok(stopped > 0, "the ceiling stopped some runs (it is tight)");
 });
 
 Deno.test.afterAll(async () => {
