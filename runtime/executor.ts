@@ -126,13 +126,13 @@ export async function act(
       const error = `denied by ${approval.decided_by ?? "a person"}${
         approval.reason ? `: ${approval.reason}` : ""
       }`;
-      await deps.store.effectDenied(
+      const denied = await deps.store.effectDenied(
         state.fence,
         { key, seq, tool: decision.tool, args: decision.args },
         error,
         deps.clock.now(),
       );
-      state.effects.set(seq, deniedRow(state, key, seq, decision, error));
+      state.effects.set(seq, denied);
       deps.log.warn("denied", {
         run: runId,
         seq,
@@ -175,12 +175,14 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
   // Bounded by the tool's maxAttempts (counted across restarts by the row).
   for (;;) {
     checkToolRequest(state);
-    const attempt = await store.effectIntent(
+    const row = await store.effectIntentRow(
       state.fence,
       { key, seq, tool: tool.name, args: call.rawArgs },
       clock.now(),
     );
-    rememberIntent(state, call, attempt);
+    // The row as the write left it is what this worker now knows of the call.
+    state.effects.set(seq, row);
+    const attempt = row.attempts;
     log.info("intent", { run: runId, seq, key, tool: tool.name, attempt });
     await crash.hit("after_intent", seq);
     log.info("calling", { run: runId, seq, key, tool: tool.name, attempt });
@@ -305,54 +307,6 @@ async function callTool(
   } finally {
     timeout.cancel();
   }
-}
-
-function rememberIntent(state: RunState, call: PreparedCall, attempts: number): void {
-  const previous = state.effects.get(call.seq);
-  const row: SideEffectRow = previous ? { ...previous, attempts, epoch: state.fence.epoch } : {
-    idempotency_key: call.key,
-    run_id: state.fence.runId,
-    seq: call.seq,
-    tool: call.tool.name,
-    args: call.rawArgs,
-    status: "intent",
-    result: null,
-    remote: null,
-    error: null,
-    attempts,
-    epoch: state.fence.epoch,
-    intent_at: new Date(0),
-    confirmed_at: null,
-    resolved_by: null,
-    resolved_at: null,
-  };
-  state.effects.set(call.seq, row);
-}
-
-function deniedRow(
-  state: RunState,
-  key: string,
-  seq: number,
-  decision: { tool: string; args: Json },
-  error: string,
-): SideEffectRow {
-  return {
-    idempotency_key: key,
-    run_id: state.fence.runId,
-    seq,
-    tool: decision.tool,
-    args: decision.args,
-    status: "failed",
-    result: null,
-    remote: null,
-    error,
-    attempts: 0,
-    epoch: state.fence.epoch,
-    intent_at: new Date(0),
-    confirmed_at: null,
-    resolved_by: null,
-    resolved_at: null,
-  };
 }
 
 function settle(state: RunState, seq: number, change: Partial<SideEffectRow>): void {

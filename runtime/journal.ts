@@ -53,10 +53,12 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     // With a budget, the request's worst case is reserved in the intent's own write.
     const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(messages, tools)) : 0;
     checkModelRequest(state, reserve);
-    const llmAttempts = await store.journalIntent(state.fence, seq, clock.now(), reserve);
+    // The row as the write left it is what this worker now knows of the step.
+    const current = await store.journalIntentRow(state.fence, seq, clock.now(), reserve);
+    state.journal.set(seq, current);
+    const llmAttempts = current.llm_attempts;
     const attempt = llmAttempts;
     state.llmCalls += 1;
-    const current = rememberIntent(state, seq, llmAttempts, reserve);
     log.info("deciding", { run: runId, seq, attempt: llmAttempts, llm_calls: state.llmCalls });
 
     let answer: ModelAnswer;
@@ -190,32 +192,6 @@ async function askUncounted(deps: WorkerDeps, state: RunState, seq: number): Pro
 /** Log fields of a decision. */
 export function describeDecision(decision: Decision): Record<string, unknown> {
   return "tool" in decision ? { tool: decision.tool, args: decision.args } : { done: true };
-}
-
-function rememberIntent(state: RunState, seq: number, llmAttempts: number, reserve: number): JournalRow {
-  const previous = state.journal.get(seq);
-  const row: JournalRow = previous
-    ? {
-      ...previous,
-      llm_attempts: llmAttempts,
-      epoch: state.fence.epoch,
-      reserved_tokens: (previous.reserved_tokens ?? 0) + reserve,
-    }
-    : {
-      run_id: state.fence.runId,
-      seq,
-      status: "intent",
-      decision: null,
-      llm_attempts: llmAttempts,
-      usage: null,
-      rejections: [],
-      epoch: state.fence.epoch,
-      intent_at: new Date(0),
-      confirmed_at: null,
-      reserved_tokens: reserve,
-    };
-  state.journal.set(seq, row);
-  return row;
 }
 
 async function reject(

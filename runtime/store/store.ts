@@ -600,18 +600,23 @@ export class Store {
    * step's `llm_attempts`, or throws {@link FencedError}.
    */
   async journalIntent(f: Fence, seq: number, now: Date, reserveTokens = 0): Promise<number> {
-    const rows = await this.client.query<{ llm_attempts: number }>(
+    return (await this.journalIntentRow(f, seq, now, reserveTokens)).llm_attempts;
+  }
+
+  /** {@link Store.journalIntent}, returning the row as the write left it (the worker keeps it in memory). */
+  async journalIntentRow(f: Fence, seq: number, now: Date, reserveTokens = 0): Promise<JournalRow> {
+    const rows = await this.client.query<JournalRow>(
       `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
        select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}
        on conflict (run_id, seq) do update
           set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at,
               reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
         where journal.status = 'intent'
-       returning llm_attempts`,
+       returning *`,
       [f.runId, f.epoch, seq, ts(now), reserveTokens],
     );
     if (rows.length === 0) throw await this.refusal(f, `journal intent seq=${seq}`);
-    return rows[0].llm_attempts;
+    return rows[0];
   }
 
   /**
@@ -673,17 +678,26 @@ export class Store {
     e: { key: string; seq: number; tool: string; args: Json },
     now: Date,
   ): Promise<number> {
-    const rows = await this.client.query<{ attempts: number }>(
+    return (await this.effectIntentRow(f, e, now)).attempts;
+  }
+
+  /** {@link Store.effectIntent}, returning the row as the write left it (the worker keeps it in memory). */
+  async effectIntentRow(
+    f: Fence,
+    e: { key: string; seq: number; tool: string; args: Json },
+    now: Date,
+  ): Promise<SideEffectRow> {
+    const rows = await this.client.query<SideEffectRow>(
       `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
        select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}
        on conflict (idempotency_key) do update
           set attempts = side_effects.attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
         where side_effects.status = 'intent'
-       returning attempts`,
+       returning *`,
       [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now)],
     );
     if (rows.length === 0) throw await this.refusal(f, `tool intent key=${e.key}`);
-    return rows[0].attempts;
+    return rows[0];
   }
 
   /** Commits a tool call's outcome. Throws {@link FencedError} when refused. */
@@ -1045,15 +1059,16 @@ export class Store {
     e: { key: string; seq: number; tool: string; args: Json },
     error: string,
     now: Date,
-  ): Promise<void> {
-    const rows = await this.client.query(
+  ): Promise<SideEffectRow> {
+    const rows = await this.client.query<SideEffectRow>(
       `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at,
                                  confirmed_at, error)
        select $3, $1, $4, $5, $6::text::jsonb, 'failed', 0, $2, $7::timestamptz, $7::timestamptz, $8 where ${FENCE}
-       returning 1 as ok`,
+       returning *`,
       [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now), textParam(error)],
     );
     if (rows.length === 0) throw await this.refusal(f, `tool denied key=${e.key}`);
+    return rows[0];
   }
 
   /** One tool call by its idempotency key, if it exists. */
