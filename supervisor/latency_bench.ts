@@ -4,7 +4,8 @@
  * worker's claim is committed (its `claimed` line).
  *
  * - `parent`: the killed worker is the supervisor's own child; the supervisor
- *   sees it exit and takes the run back at once (goal: under 1 s).
+ *   sees it exit, clears its leases and starts a replacement, which takes the
+ *   run at its first poll (goal: under 1 s).
  * - `lease`: the killed worker was started by hand; the supervisor only learns
  *   of the death when the heartbeat is older than `LEASE_S`, at its next poll.
  *
@@ -75,7 +76,7 @@ async function main(): Promise<void> {
     CLOUD_URL: mocks.cloudUrl,
     ...timing,
   };
-  const sup = startSupervisor({ ...env, MAX_WORKERS: "4" });
+  const sup = startSupervisor({ ...env, WORKERS: "2" });
   const parent: number[] = [];
   const lease: number[] = [];
   try {
@@ -86,9 +87,9 @@ async function main(): Promise<void> {
       await pg.store.createRun({ runId: runId, agent: "provision", goal: "bench" }, new Date());
       // The supervisor picks it up at its next poll.
       await waitClaim(sup, runId, 1, 60_000);
-      const pid = Number(
-        sup.events("resuming").find((e) => e.run === runId)!.pid,
-      );
+      // The worker process that claimed it (worker hosts take runs themselves).
+      const owner = sup.events("claimed").find((e) => e.run === runId && e.epoch === "1")!.owner;
+      const pid = Number(sup.events("worker-started").find((e) => e.worker === owner)!.pid);
       await sleep(300);
       const killedAt = Date.now();
       Deno.kill(pid, "SIGKILL");
