@@ -50,7 +50,15 @@ export interface UiOptions {
   allowedHosts?: string[];
 }
 
-const STATUSES: readonly RunStatus[] = ["pending", "running", "blocked", "done", "failed", "cancelled"];
+const STATUSES: readonly RunStatus[] = [
+  "pending",
+  "running",
+  "waiting",
+  "blocked",
+  "done",
+  "failed",
+  "cancelled",
+];
 const STATIC: Record<string, string> = {
   "app.js": "text/javascript; charset=utf-8",
   "style.css": "text/css; charset=utf-8",
@@ -221,7 +229,15 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
 
   app.get("/api/runs/:id", async (c) => {
     const timeline = buildTimeline(await client.inspect(c.req.param("id")));
-    return c.json({ readOnly: opts.readOnly === true, now: client.clock.now().toISOString(), ...timeline });
+    // Calls waiting for a person's yes or no (approvals bound to their exact arguments).
+    const approvals = (await client.approvals(c.req.param("id"))).filter((a) => a.status === "pending")
+      .map((a) => ({ key: a.idempotency_key, seq: a.seq, tool: a.tool, args: a.args }));
+    return c.json({
+      readOnly: opts.readOnly === true,
+      now: client.clock.now().toISOString(),
+      ...timeline,
+      approvals,
+    });
   });
 
   app.post("/api/runs/:id/cancel", async (c) => {
@@ -231,6 +247,20 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
   });
 
   app.post("/api/runs/:id/reopen", async (c) => c.json(await client.reopen(c.req.param("id"))));
+
+  app.post("/api/calls/:key/approve", async (c) => {
+    const row = await client.approve(c.req.param("key"), { by: actor });
+    return c.json({ key: row.idempotency_key, status: row.status });
+  });
+
+  app.post("/api/calls/:key/deny", async (c) => {
+    const body = await jsonBody(c);
+    const reason = typeof body.reason === "string" && body.reason.trim() !== ""
+      ? body.reason
+      : "denied in the web page";
+    const row = await client.deny(c.req.param("key"), { by: actor, reason });
+    return c.json({ key: row.idempotency_key, status: row.status });
+  });
 
   app.post("/api/calls/:key/resolve", async (c) => {
     const body = await jsonBody(c);

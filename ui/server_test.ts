@@ -105,3 +105,55 @@ Deno.test("the page's API lists runs with counts, and refuses what it must", asy
     await client.close();
   }
 });
+
+Deno.test("a call waiting for approval shows on its run's page and is approved or denied from it", async () => {
+  const client = await connect({ memory: true });
+  try {
+    const { z } = await import("zod");
+    const { defineTool } = await import("../runtime/tools.ts");
+    const guarded = defineAgent({
+      name: "guarded",
+      tools: [defineTool({
+        name: "pay",
+        description: "Pays.",
+        args: z.strictObject({ cents: z.number().int() }),
+        approval: (args) => args.cents > 100,
+        run: () => Promise.resolve({ result: "paid" }),
+      })],
+      model: {
+        describe: "script",
+        decide: (req) =>
+          Promise.resolve(
+            req.seq === 0
+              ? { kind: "tool", tool: "pay", args: { cents: 500 } }
+              : { kind: "done", message: "done" },
+          ),
+      },
+    });
+    const worker = await client.startWorker([guarded], { pollMs: 20 });
+    try {
+      for (const id of ["pay-1", "pay-2"]) await client.start(guarded, { runId: id, input: "pay" });
+      assert.equal((await client.wait("pay-1", { timeoutMs: 10_000, pollMs: 20 })).status, "waiting");
+      assert.equal((await client.wait("pay-2", { timeoutMs: 10_000, pollMs: 20 })).status, "waiting");
+      const app = await createUiApp({ client });
+      const page = await (await app.request("/api/runs/pay-1", local)).json();
+      assert.deepEqual(page.approvals, [{ key: "pay-1:0", seq: 0, tool: "pay", args: { cents: 500 } }]);
+      const ro = await createUiApp({ client, readOnly: true });
+      assert.equal((await ro.request("/api/calls/pay-1:0/approve", post({}))).status, 403);
+      const approved = await app.request("/api/calls/pay-1:0/approve", post({}));
+      assert.deepEqual(await approved.json(), { key: "pay-1:0", status: "approved" });
+      const denied = await app.request("/api/calls/pay-2:0/deny", post({ reason: "too much" }));
+      assert.deepEqual(await denied.json(), { key: "pay-2:0", status: "denied" });
+      assert.equal((await client.wait("pay-1", { timeoutMs: 10_000, pollMs: 20 })).status, "done");
+      assert.equal((await client.wait("pay-2", { timeoutMs: 10_000, pollMs: 20 })).status, "done");
+      const record = await client.inspect("pay-2");
+      assert.match(record.effects[0].error ?? "", /^denied by .*: too much$/);
+      const twice = await app.request("/api/calls/pay-1:0/approve", post({}));
+      assert.equal((await twice.json()).code, "NOT_PENDING");
+    } finally {
+      await worker.stop();
+    }
+  } finally {
+    await client.close();
+  }
+});

@@ -103,7 +103,7 @@ async function drawList() {
       { class: `chip${s.status ? "" : " on"}`, onclick: () => goList({ status: "" }) },
       `all ${all}`,
     ),
-    ["pending", "running", "blocked", "done", "failed", "cancelled"].map((st) =>
+    ["pending", "running", "waiting", "blocked", "done", "failed", "cancelled"].map((st) =>
       h("button", {
         class: `chip${s.status === st ? " on" : ""}`,
         "data-count": st,
@@ -202,6 +202,38 @@ function eventView(ev) {
     badge(ev.status),
     " ",
     ev.summary,
+  );
+}
+
+function approvalBox(a, readOnly) {
+  const what = `${a.tool} ${json(a.args)}`;
+  if (readOnly) {
+    return h("div", { class: "flagbox" }, `Waiting for approval: ${what}. This page is read-only.`);
+  }
+  const key = encodeURIComponent(a.key);
+  const reason = h("textarea", {
+    placeholder: "why not (shown to the model if you deny)",
+    onfocus: () => (busy = true),
+  });
+  return h(
+    "div",
+    { class: "flagbox", "data-approval": a.key },
+    h("div", {}, h("strong", {}, "Waiting for approval: "), h("span", { class: "mono" }, what)),
+    reason,
+    h(
+      "div",
+      { class: "actions" },
+      h("button", {
+        class: "primary",
+        "data-action": "approve",
+        onclick: () => act(`/api/calls/${key}/approve`, {}, `${a.key} approved`),
+      }, "approve these arguments"),
+      h("button", {
+        class: "danger",
+        "data-action": "deny",
+        onclick: () => act(`/api/calls/${key}/deny`, { reason: reason.value }, `${a.key} denied`),
+      }, "deny"),
+    ),
   );
 }
 
@@ -371,6 +403,7 @@ async function drawRun(runId) {
       ),
     ),
     buttons,
+    ...(t.approvals ?? []).map((a) => approvalBox(a, t.readOnly)),
   );
   const cols = `48px repeat(${Math.max(1, t.epochs.length)}, minmax(220px, 1fr))`;
   const grid = h(
