@@ -104,53 +104,7 @@ export async function act(
       `The decision of step ${seq} cannot be carried out: ${checked.message}`,
     );
   }
-  if (checked.tool.needsApproval(checked.args)) {
-    // Before any intent row: a call that needs a person's yes is asked about,
-    // with the exact arguments, and the run waits (holding no worker) until then.
-    const hash = await argsHash(decision.args);
-    const approval = await deps.store.getApproval(key);
-    if (!approval || approval.args_hash !== hash || approval.status === "pending") {
-      const call = { key, seq, tool: decision.tool, args: decision.args, hash };
-      await deps.store.requestApproval(state.fence, call, deps.clock.now());
-      deps.log.warn("waiting-for-approval", {
-        run: runId,
-        seq,
-        key,
-        tool: decision.tool,
-        args: decision.args,
-        asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
-      });
-      throw new WaitingError(key, decision.tool);
-    }
-    if (approval.status === "denied") {
-      const error = `denied by ${approval.decided_by ?? "a person"}${
-        approval.reason ? `: ${approval.reason}` : ""
-      }`;
-      const denied = await deps.store.effectDenied(
-        state.fence,
-        { key, seq, tool: decision.tool, args: decision.args },
-        error,
-        deps.clock.now(),
-      );
-      state.effects.set(seq, denied);
-      deps.log.warn("denied", {
-        run: runId,
-        seq,
-        key,
-        tool: decision.tool,
-        by: approval.decided_by ?? undefined,
-        reason: approval.reason ?? undefined,
-      });
-      return;
-    }
-    deps.log.info("approved", {
-      run: runId,
-      seq,
-      key,
-      tool: decision.tool,
-      by: approval.decided_by ?? undefined,
-    });
-  }
+  if (checked.tool.needsApproval(checked.args) && !(await approved(deps, state, key, seq, decision))) return;
   await deps.crash.hit("before_intent", seq);
   await send(deps, state, { key, seq, tool: checked.tool, rawArgs: decision.args, args: checked.args });
 }
@@ -253,6 +207,65 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
     await crash.hit("after_confirm", seq);
     return;
   }
+}
+
+/**
+ * The approval gate, before any intent row: a call that needs a person's yes
+ * is asked about with its exact arguments, and the run waits (holding no
+ * worker) until then. True: approved, go on. False: denied, recorded as the
+ * tool's result. Throws {@link WaitingError} while it waits.
+ */
+async function approved(
+  deps: WorkerDeps,
+  state: RunState,
+  key: string,
+  seq: number,
+  decision: { tool: string; args: Json },
+): Promise<boolean> {
+  const hash = await argsHash(decision.args);
+  const approval = await deps.store.getApproval(key);
+  if (!approval || approval.args_hash !== hash || approval.status === "pending") {
+    const call = { key, seq, tool: decision.tool, args: decision.args, hash };
+    await deps.store.requestApproval(state.fence, call, deps.clock.now());
+    deps.log.warn("waiting-for-approval", {
+      run: state.fence.runId,
+      seq,
+      key,
+      tool: decision.tool,
+      args: decision.args,
+      asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
+    });
+    throw new WaitingError(key, decision.tool);
+  }
+  if (approval.status === "denied") {
+    const error = `denied by ${approval.decided_by ?? "a person"}${
+      approval.reason ? `: ${approval.reason}` : ""
+    }`;
+    const denied = await deps.store.effectDenied(
+      state.fence,
+      { key, seq, tool: decision.tool, args: decision.args },
+      error,
+      deps.clock.now(),
+    );
+    state.effects.set(seq, denied);
+    deps.log.warn("denied", {
+      run: state.fence.runId,
+      seq,
+      key,
+      tool: decision.tool,
+      by: approval.decided_by ?? undefined,
+      reason: approval.reason ?? undefined,
+    });
+    return false;
+  }
+  deps.log.info("approved", {
+    run: state.fence.runId,
+    seq,
+    key,
+    tool: decision.tool,
+    by: approval.decided_by ?? undefined,
+  });
+  return true;
 }
 
 /** Marks a call whose outcome cannot be known safely as `flagged`, and blocks the run. */

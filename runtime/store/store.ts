@@ -345,6 +345,17 @@ const CLAIM_PROGRESS =
 // six characters, so the value is stored instead of failing its statement.
 const jsonParam = (value: unknown): string =>
   JSON.stringify(value ?? null).replace(/(?<!\\)((?:\\\\)*)\\u0000/g, "$1\\\\u0000");
+// A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget):
+// the one insert that createRun and createOrGetRun share.
+const INSERT_RUN = `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
+  values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
+  on conflict (run_id) do nothing`;
+
+/** The parameters of {@link INSERT_RUN}. */
+function newRunParams(run: NewRun, now: Date): unknown[] {
+  return [run.runId, run.agent, run.goal, jsonParam(run.input ?? run.goal), ts(now), jsonParam(run.budget ?? null)];
+}
+
 /** A text parameter with any NUL character written out as `\u0000`. */
 const textParam = (value: string | null): string | null =>
   value === null ? null : value.replaceAll("\0", "\\u0000");
@@ -431,17 +442,8 @@ export class Store {
   /** Creates a pending run; false when a run with that id exists already. */
   async createRun(run: NewRun, now: Date): Promise<boolean> {
     const rows = await this.client.query(
-      `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
-       values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
-       on conflict (run_id) do nothing returning 1 as ok`,
-      [
-        run.runId,
-        run.agent,
-        run.goal,
-        jsonParam(run.input ?? run.goal),
-        ts(now),
-        jsonParam(run.budget ?? null),
-      ],
+      `${INSERT_RUN} returning 1 as ok`,
+      newRunParams(run, now),
     );
     return rows.length === 1;
   }
@@ -455,21 +457,12 @@ export class Store {
   async createOrGetRun(run: NewRun, now: Date): Promise<RunRow> {
     const rows = await this.client.query<RunRow>(
       `with created as (
-         insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
-         values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
-         on conflict (run_id) do nothing
+         ${INSERT_RUN}
          returning *)
        select * from created
        union all
        select * from runs where run_id = $1 and not exists (select 1 from created)`,
-      [
-        run.runId,
-        run.agent,
-        run.goal,
-        jsonParam(run.input ?? run.goal),
-        ts(now),
-        jsonParam(run.budget ?? null),
-      ],
+      newRunParams(run, now),
     );
     const row = rows[0] ?? await this.getRun(run.runId);
     if (!row) throw new StoreError("RUN_MISSING", `Run ${run.runId} could be neither created nor read`);
@@ -918,8 +911,8 @@ export class Store {
       params,
     );
     const count = await this.client.query<{ n: number }>(
-      `select count(*)::int as n from runs r where ${where} and $4::int is not null and $5::int is not null`,
-      params,
+      `select count(*)::int as n from runs r where ${where}`,
+      params.slice(0, 3),
     );
     return { runs, total: count[0]?.n ?? 0 };
   }
