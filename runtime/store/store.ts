@@ -347,13 +347,21 @@ const jsonParam = (value: unknown): string =>
   JSON.stringify(value ?? null).replace(/(?<!\\)((?:\\\\)*)\\u0000/g, "$1\\\\u0000");
 // A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget):
 // the one insert that createRun and createOrGetRun share.
-const INSERT_RUN = `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
+const INSERT_RUN =
+  `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
   values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
   on conflict (run_id) do nothing`;
 
 /** The parameters of {@link INSERT_RUN}. */
 function newRunParams(run: NewRun, now: Date): unknown[] {
-  return [run.runId, run.agent, run.goal, jsonParam(run.input ?? run.goal), ts(now), jsonParam(run.budget ?? null)];
+  return [
+    run.runId,
+    run.agent,
+    run.goal,
+    jsonParam(run.input ?? run.goal),
+    ts(now),
+    jsonParam(run.budget ?? null),
+  ];
 }
 
 /** A text parameter with any NUL character written out as `\u0000`. */
