@@ -74,6 +74,8 @@ interface Row {
   concurrency: number;
   seconds: number;
   cpuMs: number;
+  /** CPU time of the local PostgreSQL server's processes during the row; undefined when not visible. */
+  serverCpuMs?: number;
   statements: number;
 }
 
@@ -90,14 +92,54 @@ const stepsOf = (r: Row) => r.runs * STEPS_PER_RUN;
 const stepsPerS = (r: Row) => stepsOf(r) / r.seconds;
 const cpuPerStep = (r: Row) => r.cpuMs / stepsOf(r);
 
-/** Runs `body` and returns its wall time and this process's CPU time. */
-async function timed(body: () => Promise<void>): Promise<{ seconds: number; cpuMs: number }> {
+/**
+ * CPU milliseconds spent so far by the processes named `postgres` on this
+ * machine (a local server's backends, its helpers, and, through the
+ * postmaster's children's time, backends that already exited), from
+ * `/proc/<pid>/stat`; undefined when there are none or `/proc` is unreadable
+ * (a remote server, another OS). At 100 ticks a second, it is good to 10 ms.
+ */
+function serverCpuMs(): number | undefined {
+  let ticks = 0;
+  let seen = false;
+  try {
+    for (const entry of Deno.readDirSync("/proc")) {
+      if (!/^\d+$/.test(entry.name)) continue;
+      try {
+        const stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
+        const close = stat.lastIndexOf(")");
+        if (!stat.slice(stat.indexOf("(") + 1, close).startsWith("postgres")) continue;
+        // Fields after the name: state is field 3; utime, stime, cutime, cstime are 14 to 17.
+        const f = stat.slice(close + 2).split(" ");
+        ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+        seen = true;
+      } catch {
+        // The process exited while being read.
+      }
+    }
+  } catch {
+    return undefined;
+  }
+  return seen ? ticks * 10 : undefined;
+}
+
+/** Runs `body` and returns its wall time, this process's CPU time, and a local PostgreSQL's. */
+async function timed(
+  body: () => Promise<void>,
+  server = false,
+): Promise<{ seconds: number; cpuMs: number; serverCpuMs?: number }> {
+  const server0 = server ? serverCpuMs() : undefined;
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   await body();
   const seconds = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
-  return { seconds, cpuMs: (cpu.user + cpu.system) / 1000 };
+  const server1 = server0 === undefined ? undefined : serverCpuMs();
+  return {
+    seconds,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    serverCpuMs: server0 === undefined || server1 === undefined ? undefined : server1 - server0,
+  };
 }
 
 /** Runs `each(i)` for i in [0, runs) with `concurrency` at a time. */
@@ -187,6 +229,7 @@ async function rawRow(
   query: (text: string, params: unknown[]) => Promise<unknown>,
   runs: number,
   concurrency: number,
+  server = false,
 ): Promise<Row> {
   const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
   const warm = warmRuns(concurrency);
@@ -235,7 +278,7 @@ async function rawRow(
   await fanOut(warm, concurrency, (i) => oneRun(runs + i));
   statements = 0;
   collectGarbage();
-  const t = await timed(() => fanOut(runs, concurrency, oneRun));
+  const t = await timed(() => fanOut(runs, concurrency, oneRun), server);
   if (statements !== runs * STEPS_PER_RUN * RAW_PER_STEP) throw new Error(`raw: ${statements} statements`);
   return { label, runs, concurrency, ...t, statements };
 }
@@ -247,6 +290,7 @@ async function runtimeRow(
   agent: { planner: Planner; tools: Tool[] },
   runs: number,
   concurrency: number,
+  server = false,
 ): Promise<Row> {
   const counting = new CountingClient(client);
   const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label);
@@ -262,13 +306,18 @@ async function runtimeRow(
     fanOut(runs, concurrency, async (i) => {
       const outcome = await runWorker(deps, `b-${prefix}-${i}`, "bench");
       if (outcome.status !== "done") throw new Error(`run ${i} ended ${outcome.status}: ${outcome.error}`);
-    })
-  );
+    }), server);
   return { label, runs, concurrency, ...t, statements: counting.total };
 }
 
 /** Production's shape: one worker host holding `concurrency` runs, taking more as slots free. */
-async function hostRow(label: string, client: SqlClient, runs: number, concurrency: number): Promise<Row> {
+async function hostRow(
+  label: string,
+  client: SqlClient,
+  runs: number,
+  concurrency: number,
+  server = false,
+): Promise<Row> {
   const counting = new CountingClient(client);
   const store = new Store(counting);
   const clock = new SystemClock();
@@ -303,7 +352,7 @@ async function hostRow(label: string, client: SqlClient, runs: number, concurren
   const t = await timed(async () => {
     host.start();
     await finished;
-  });
+  }, server);
   const statements = counting.total;
   await host.stop();
   if (failed) throw new Error(failed);
@@ -364,6 +413,7 @@ function header(): void {
   console.log(
     `${"row".padEnd(36)} ${"runs".padStart(5)} ${"conc".padStart(4)} ${"steps/s".padStart(8)} ` +
       `${"x raw".padStart(6)} ${"cpu ms/step".padStart(11)} ${"x raw".padStart(6)} ` +
+      `${"srv ms/step".padStart(11)} ${"x raw".padStart(6)} ` +
       `${"stmts/step".padStart(10)} ${"stmts/run".padStart(9)}`,
   );
 }
@@ -371,12 +421,16 @@ function header(): void {
 function print(row: Row, raw?: Row): void {
   const ratio = raw ? (stepsPerS(row) / stepsPerS(raw)).toFixed(2) : "-";
   const cpuRatio = raw ? (cpuPerStep(row) / cpuPerStep(raw)).toFixed(2) : "-";
+  const server = row.serverCpuMs === undefined ? undefined : row.serverCpuMs / stepsOf(row);
+  const rawServer = raw?.serverCpuMs === undefined ? undefined : raw.serverCpuMs / stepsOf(raw);
+  const serverRatio = server !== undefined && rawServer ? (server / rawServer).toFixed(2) : "-";
   console.log(
     `${row.label.padEnd(36)} ${String(row.runs).padStart(5)} ${String(row.concurrency).padStart(4)} ` +
       `${stepsPerS(row).toFixed(0).padStart(8)} ${ratio.padStart(6)} ${
         cpuPerStep(row).toFixed(3).padStart(11)
       } ` +
-      `${cpuRatio.padStart(6)} ${(row.statements / stepsOf(row)).toFixed(2).padStart(10)} ` +
+      `${cpuRatio.padStart(6)} ${(server === undefined ? "-" : server.toFixed(3)).padStart(11)} ` +
+      `${serverRatio.padStart(6)} ${(row.statements / stepsOf(row)).toFixed(2).padStart(10)} ` +
       `${(row.statements / row.runs).toFixed(1).padStart(9)}`,
   );
 }
@@ -405,6 +459,9 @@ async function group(
       concurrency: before.concurrency,
       seconds: before.seconds + after.seconds,
       cpuMs: before.cpuMs + after.cpuMs,
+      serverCpuMs: before.serverCpuMs === undefined || after.serverCpuMs === undefined
+        ? undefined
+        : before.serverCpuMs + after.serverCpuMs,
       statements: before.statements + after.statements,
     }
     : undefined;
@@ -465,13 +522,15 @@ async function round(opts: {
         const p = `postgres ${c}`;
         const rows = ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
           .filter(([label]) => want(label))
-          .map(([label, agent]) => () => runtimeRow(label, client, agent, n, c));
+          .map(([label, agent]) => () => runtimeRow(label, client, agent, n, c, true));
         if (c > 1 && want(`${p} worker host, no wire`)) {
-          rows.push(() => hostRow(`${p} worker host, no wire`, client, n, c));
+          rows.push(() => hostRow(`${p} worker host, no wire`, client, n, c, true));
         }
         await group(
           `${p} raw SQL`,
-          want(`${p} raw SQL`) ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), c) : undefined,
+          want(`${p} raw SQL`)
+            ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), c, true)
+            : undefined,
           rows,
         );
       } finally {

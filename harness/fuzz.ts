@@ -453,59 +453,70 @@ class ScheduleRun {
   }
 
   #wrapStore(p: Proc, client: SqlClient): SqlClient {
+    // Both ways of sending a statement go through the same faults; `written`
+    // says how many rows a statement wrote (its rows, or run()'s count).
+    const faulted = async <R>(
+      text: string,
+      send: () => Promise<R>,
+      written: (r: R) => number,
+    ): Promise<R> => {
+      // Bounded: a frozen process waits for one release per freeze.
+      while (p.frozen) await p.frozen;
+      if (p.done) return await send();
+      const n = ++this.stmt;
+      const label = statementLabel(text);
+      this.#maybeWake();
+      const stall = this.#find((f) => f.kind === "stall" && f.n === n);
+      if (stall >= 0 && !this.frozen) {
+        this.#fire(stall, `stmt#${n} ${label} (${p.name})`);
+        const f = this.#faults[stall] as Extract<Fault, { kind: "stall" }>;
+        await this.#freeze(p, f.wake);
+        if (p.done) return await send();
+      }
+      const before = this.#find((f) =>
+        f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "before"
+      );
+      if (before >= 0) {
+        this.#fire(before, `stmt#${n} ${label} (${p.name})`);
+        await this.#kill(p, `stmt:${n}:before`);
+      }
+      const epochAtExec = this.maxEpoch;
+      this.activity++;
+      const result = await send();
+      this.activity++;
+      this.#observe(p, label, result, written(result), epochAtExec);
+      const after = this.#find((f) =>
+        f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "after"
+      );
+      if (after >= 0) {
+        this.#fire(after, `stmt#${n} ${label} (${p.name})`);
+        await this.#kill(p, `stmt:${n}:after`);
+      }
+      return result;
+    };
     return {
       describe: client.describe,
       exec: (text) => client.exec(text),
       close: () => client.close(),
-      query: async <T>(text: string, params?: unknown[]): Promise<T[]> => {
-        // Bounded: a frozen process waits for one release per freeze.
-        while (p.frozen) await p.frozen;
-        if (p.done) return await client.query<T>(text, params);
-        const n = ++this.stmt;
-        const label = statementLabel(text);
-        this.#maybeWake();
-        const stall = this.#find((f) => f.kind === "stall" && f.n === n);
-        if (stall >= 0 && !this.frozen) {
-          this.#fire(stall, `stmt#${n} ${label} (${p.name})`);
-          const f = this.#faults[stall] as Extract<Fault, { kind: "stall" }>;
-          await this.#freeze(p, f.wake);
-          if (p.done) return await client.query<T>(text, params);
-        }
-        const before = this.#find((f) =>
-          f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "before"
-        );
-        if (before >= 0) {
-          this.#fire(before, `stmt#${n} ${label} (${p.name})`);
-          await this.#kill(p, `stmt:${n}:before`);
-        }
-        const epochAtExec = this.maxEpoch;
-        this.activity++;
-        const rows = await client.query<T>(text, params);
-        this.activity++;
-        this.#observe(p, label, text, rows as Record<string, unknown>[], epochAtExec);
-        const after = this.#find((f) =>
-          f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "after"
-        );
-        if (after >= 0) {
-          this.#fire(after, `stmt#${n} ${label} (${p.name})`);
-          await this.#kill(p, `stmt:${n}:after`);
-        }
-        return rows;
-      },
+      query: <T>(text: string, params?: unknown[]): Promise<T[]> =>
+        faulted(text, () => client.query<T>(text, params), (rows) => rows.length),
+      run: (text: string, params?: unknown[]): Promise<number> =>
+        faulted(text, () => client.run(text, params), (count) => count),
     };
   }
 
-  #observe(p: Proc, label: string, text: string, rows: Record<string, unknown>[], epochAtExec: number): void {
-    if (label === "claim" && typeof rows[0]?.epoch === "number") {
-      p.epoch = rows[0].epoch;
+  #observe(p: Proc, label: string, result: unknown, written: number, epochAtExec: number): void {
+    const first = Array.isArray(result) ? (result[0] as Record<string, unknown> | undefined) : undefined;
+    if (label === "claim" && typeof first?.epoch === "number") {
+      p.epoch = first.epoch;
       this.maxEpoch = Math.max(this.maxEpoch, p.epoch);
     }
-    if (WRITES.has(label) && rows.length > 0 && p.epoch !== undefined && p.epoch < epochAtExec) {
+    if (WRITES.has(label) && written > 0 && p.epoch !== undefined && p.epoch < epochAtExec) {
       this.problems.push(
         `stale worker ${p.name} (epoch ${p.epoch}) wrote after epoch ${epochAtExec} was claimed: ${label}`,
       );
     }
-    if (label === "journal-intent" && rows.length > 0) {
+    if (label === "journal-intent" && written > 0) {
       if (p.open) this.spend.retried++;
       p.open = { sent: false };
       // In flight when its process was killed (as a statement the server received may commit after a
@@ -516,7 +527,7 @@ class ScheduleRun {
         p.open = undefined;
       }
     }
-    if ((label === "journal-confirm" || label === "journal-reject") && rows.length > 0) {
+    if ((label === "journal-confirm" || label === "journal-reject") && written > 0) {
       p.open = undefined;
       // Committed while its process was being killed: the answer was written down after all.
       if (p.done && p.lostSent) {
@@ -524,7 +535,6 @@ class ScheduleRun {
         p.lostSent = false;
       }
     }
-    void text;
   }
 
   #wrapFetch(p: Proc, remote: "model" | "cloud", fetch: FetchLike): FetchLike {

@@ -133,6 +133,7 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
       state.fence,
       { key, seq, tool: tool.name, args: call.rawArgs },
       clock.now(),
+      !state.effects.has(seq),
     );
     // The row as the write left it is what this worker now knows of the call.
     state.effects.set(seq, row);

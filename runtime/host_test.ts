@@ -20,6 +20,10 @@ class RecordingClient implements SqlClient {
     this.texts.push(text);
     return this.inner.query<T>(text, params);
   }
+  run(text: string, params?: unknown[]): Promise<number> {
+    this.texts.push(text);
+    return this.inner.run(text, params);
+  }
   exec(text: string): Promise<void> {
     return this.inner.exec(text);
   }

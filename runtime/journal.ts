@@ -54,7 +54,13 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(messages, tools)) : 0;
     checkModelRequest(state, reserve);
     // The row as the write left it is what this worker now knows of the step.
-    const current = await store.journalIntentRow(state.fence, seq, clock.now(), reserve);
+    const current = await store.journalIntentRow(
+      state.fence,
+      seq,
+      clock.now(),
+      reserve,
+      !state.journal.has(seq),
+    );
     state.journal.set(seq, current);
     const llmAttempts = current.llm_attempts;
     const attempt = llmAttempts;

@@ -60,16 +60,19 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
       () => {
         // The pin (#11: it was 5 per run). Why each statement is there:
         const perRun = [
-          "create-or-read (`with`): the run must exist, and its status, agent and epoch be known, before a claim",
-          "claim (`update`): the compare-and-swap on the epoch that every later write is fenced on",
+          "create-or-read (`with`): the run must exist, and its status, agent and epoch be known, before a " +
+          "claim; a new run's row is the one its insert wrote, so only a flag comes back",
+          "claim (`update`): the compare-and-swap on the epoch that every later write is fenced on (from " +
+          "epoch 0 without counting progress: a never-claimed run has none)",
           // (no history read: a run claimed at epoch 1 has never been claimed, so it has no rows; a
           // resumed run pays one `select` here, both tables in one statement)
           "close (`update`): done, with the output, fenced; without it the run would be taken again",
         ];
         const perToolStep = [
-          "decision intent (`insert`): the model request is counted before it is sent",
+          "decision intent (`insert`): the model request is counted before it is sent (a plain insert: " +
+          "the worker holds no row for the step, so no `on conflict`, and no row comes back)",
           "decision confirm (`update`): the decision is durable before anything acts on it",
-          "tool intent (`insert`): the call is on record before it goes out under its key",
+          "tool intent (`insert`): the call is on record before it goes out under its key (plain, as above)",
           "tool confirm (`update`): the result, and whether the remote created or recognised it",
         ];
         const doneStep = perToolStep.slice(0, 2); // the done step decides, then the close ends the run
@@ -86,14 +89,16 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
       counting.reset();
       const outcome = await runWorker(deps, "resumed", "goal");
       assert.equal(outcome.status, "done");
-      // create-or-read, claim, the history read, steps 1 and 2 (step 0 is replayed: no statement), done, close
+      // create-or-read (the insert finds the run), the run's row (`select`: a new run's row is the one
+      // the insert wrote, an existing one's is read), claim, the history read, steps 1 and 2 (step 0
+      // is replayed: no statement), done, close
       assert.deepEqual(Object.fromEntries(counting.counts), {
         with: 1,
         update: 1 + 2 * 2 + 1 + 1,
-        select: 1,
+        select: 2,
         insert: 5,
       });
-      assert.equal(counting.total, 3 + 1 + 4 * 2 + 2);
+      assert.equal(counting.total, 3 + 2 + 4 * 2 + 2);
     });
 
     await t.step("the DNS record targets the server decided at step 0", async () => {

@@ -41,13 +41,22 @@ export class CountingClient implements SqlClient {
   readonly #kinds = new Map<string, string>();
 
   query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]> {
+    this.#count(text);
+    return this.#inner.query<T>(text, params);
+  }
+
+  run(text: string, params?: unknown[]): Promise<number> {
+    this.#count(text);
+    return this.#inner.run(text, params);
+  }
+
+  #count(text: string): void {
     let kind = this.#kinds.get(text);
     if (kind === undefined) {
       kind = text.trimStart().split(/\s+/, 1)[0].toLowerCase();
       if (this.#kinds.size < 1_000) this.#kinds.set(text, kind);
     }
     this.counts.set(kind, (this.counts.get(kind) ?? 0) + 1);
-    return this.#inner.query<T>(text, params);
   }
 
   exec(text: string): Promise<void> {

@@ -111,6 +111,14 @@ export class PgliteClient implements SqlClient {
     return (await this.#db.query<T>(`execute ${name}(${params.map(sqlLiteral).join(", ")})`)).rows;
   }
 
+  async run(text: string, params: unknown[] = []): Promise<number> {
+    this.#assertOpen();
+    const name = params.length > 0 ? await this.#prepared.nameFor(this.#db, text) : null;
+    if (name === null) return (await this.#db.query(text, params)).affectedRows ?? 0;
+    this.#assertOpen();
+    return (await this.#db.query(`execute ${name}(${params.map(sqlLiteral).join(", ")})`)).affectedRows ?? 0;
+  }
+
   async exec(text: string): Promise<void> {
     this.#assertOpen();
     await this.#db.exec(text);

@@ -39,6 +39,11 @@ export class PostgresClient implements SqlClient {
     return rows as unknown as T[];
   }
 
+  async run(text: string, params: unknown[] = []): Promise<number> {
+    // deno-lint-ignore no-explicit-any
+    return (await this.#sql.unsafe(text, params as any[], { prepare: true })).count ?? 0;
+  }
+
   async exec(text: string): Promise<void> {
     await this.#sql.unsafe(text).simple();
   }

@@ -32,6 +32,13 @@ export interface SqlClient {
   readonly describe: string;
   /** Runs one statement with `$1`-style parameters and returns its rows. */
   query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  /**
+   * Runs one insert, update or delete with `$1`-style parameters and returns
+   * how many rows it wrote, with no rows sent back: a fenced write that only
+   * needs to know whether it happened costs less this way than with
+   * `returning` (#11: on PGlite each returned column is decoded in JavaScript).
+   */
+  run(text: string, params?: unknown[]): Promise<number>;
   /** Runs a script of several statements without parameters. */
   exec(text: string): Promise<void>;
   /** Releases the connection (and any lock). */
@@ -262,10 +269,20 @@ export interface RunSummary extends RunRow {
   tool_calls: number;
 }
 
+// A runs row still `running` under `epoch`, as one boolean test rather than
+// two comparisons, so no index on status can serve it: a statement finding its
+// run by id must use the primary key. Written as plain comparisons, the generic
+// plan of a prepared statement made while the tables were small (PGlite never
+// analyses them; a fresh PostgreSQL table has no statistics until autovacuum)
+// picked an index on status and walked every run in flight: measured with 3,000
+// runs in flight, each fenced write visited 3,001 index entries (plans_test.ts).
+const RUNNING_AT = (epoch: string, table = "runs") =>
+  `(${table}.epoch = ${epoch} and ${table}.status = 'running') is true`;
+
 // The fence, as a condition on the runs row of $1 at epoch $2. `for share`
 // makes a racing claim wait for this statement (or this statement see the
 // claim's new epoch), instead of both reading one snapshot.
-const FENCE = `exists (select 1 from runs where run_id = $1 and epoch = $2 and status = 'running' for share)`;
+const FENCE = `exists (select 1 from runs where run_id = $1 and ${RUNNING_AT("$2")} for share)`;
 
 // Every column a statement here reads or writes, by table: checked at start-up
 // so an older database is refused before a tool acts, not at its confirm.
@@ -364,10 +381,79 @@ function newRunParams(run: NewRun, now: Date): unknown[] {
   ];
 }
 
+/**
+ * The row {@link INSERT_RUN} writes, from the values it was given: the JSON
+ * columns as stored (NUL escapes written out), the rest the schema's defaults.
+ */
+function newRunRow(run: NewRun, now: Date): RunRow {
+  return {
+    run_id: run.runId,
+    agent: run.agent,
+    goal: run.goal,
+    input: JSON.parse(jsonParam(run.input ?? run.goal)),
+    output: null,
+    status: "pending",
+    epoch: 0,
+    owner: null,
+    heartbeat_at: null,
+    error: null,
+    created_at: now,
+    updated_at: now,
+    stuck_claims: 0,
+    progress_mark: 0,
+    budget: JSON.parse(jsonParam(run.budget ?? null)),
+  };
+}
+
 /** A text parameter with any NUL character written out as `\u0000`. */
 const textParam = (value: string | null): string | null =>
   value === null ? null : value.replaceAll("\0", "\\u0000");
 const ts = (d: Date): string => d.toISOString();
+
+// The rows a fresh intent's plain insert writes, from the very values the
+// statement was given (no placeholder: `now` is the `intent_at` written, the
+// defaults are the schema's). Sent back instead of read back (#11: on PGlite,
+// `returning *` cost 40 to 60 µs a statement, a fifth of it); store_test.ts
+// checks each against the row as loadHistory reads it.
+function freshJournalRow(f: Fence, seq: number, now: Date, reserveTokens: number): JournalRow {
+  return {
+    run_id: f.runId,
+    seq,
+    status: "intent",
+    decision: null,
+    llm_attempts: 1,
+    usage: null,
+    rejections: [],
+    epoch: f.epoch,
+    intent_at: now,
+    confirmed_at: null,
+    reserved_tokens: reserveTokens,
+  };
+}
+
+function freshEffectRow(
+  f: Fence,
+  e: { key: string; seq: number; tool: string; args: Json },
+  now: Date,
+): SideEffectRow {
+  return {
+    idempotency_key: e.key,
+    run_id: f.runId,
+    seq: e.seq,
+    tool: e.tool,
+    args: e.args,
+    status: "intent",
+    result: null,
+    remote: null,
+    error: null,
+    attempts: 1,
+    epoch: f.epoch,
+    intent_at: now,
+    confirmed_at: null,
+    resolved_by: null,
+    resolved_at: null,
+  };
+}
 
 /** Every statement the runtime runs. */
 export class Store {
@@ -449,32 +535,32 @@ export class Store {
 
   /** Creates a pending run; false when a run with that id exists already. */
   async createRun(run: NewRun, now: Date): Promise<boolean> {
-    const rows = await this.client.query(
-      `${INSERT_RUN} returning 1 as ok`,
-      newRunParams(run, now),
-    );
-    return rows.length === 1;
+    return (await this.client.run(INSERT_RUN, newRunParams(run, now))) === 1;
   }
 
   /**
    * Creates the run as `pending` unless it exists, and returns it as it is
-   * now: one statement where a create and a read would take two round trips.
-   * When another process inserts the same run at the same moment, the
-   * statement's snapshot sees neither row; one plain read then finds it.
+   * now, with the epoch the claim must start from. A new run costs one
+   * statement, and its row is the one the insert wrote ({@link newRunRow}):
+   * the statement sends back two values, not the row (#11: on PGlite each
+   * returned column is decoded in JavaScript). An existing run costs one read
+   * more; its epoch is the one the insert's own statement saw, so two
+   * starters of one new run both claim from epoch 0 and exactly one wins (a
+   * read after the insert could already see the winner's claim, and take the
+   * run over). When another process inserts the same run at the same moment,
+   * the statement's snapshot sees neither row, and the read gives the epoch.
    */
   async createOrGetRun(run: NewRun, now: Date): Promise<RunRow> {
-    const rows = await this.client.query<RunRow>(
-      `with created as (
-         ${INSERT_RUN}
-         returning *)
-       select * from created
-       union all
-       select * from runs where run_id = $1 and not exists (select 1 from created)`,
+    const [seen] = await this.client.query<{ created: boolean; epoch: number | null }>(
+      `with created as (${INSERT_RUN} returning 1)
+       select exists (select 1 from created) as created,
+              (select epoch from runs where run_id = $1 and not exists (select 1 from created)) as epoch`,
       newRunParams(run, now),
     );
-    const row = rows[0] ?? await this.getRun(run.runId);
+    if (seen?.created) return newRunRow(run, now);
+    const row = await this.getRun(run.runId);
     if (!row) throw new StoreError("RUN_MISSING", `Run ${run.runId} could be neither created nor read`);
-    return row;
+    return seen?.epoch === null || seen?.epoch === undefined ? row : { ...row, epoch: seen.epoch };
   }
 
   /** One run, if it exists. */
@@ -501,6 +587,22 @@ export class Store {
     owner: string,
     now: Date,
   ): Promise<{ epoch: number; stuck_claims: number } | undefined> {
+    if (seenEpoch === 0) {
+      // A run at epoch 0 was never claimed: every journal, tool-call and
+      // approval row is written under a claimed epoch, and only a claim moves
+      // the marks, so its progress and marks are 0 and this claim finds no
+      // progress, as the general statement below would count (#11: without
+      // its two counts).
+      const rows = await this.client.query<{ epoch: number; stuck_claims: number }>(
+        `update runs set epoch = epoch + 1, owner = $2, status = 'running',
+                heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
+                stuck_claims = stuck_claims + 1, progress_mark = 0
+          where run_id = $1 and epoch = 0 and status in ('pending', 'running')
+          returning epoch, stuck_claims`,
+        [runId, owner, ts(now)],
+      );
+      return rows[0];
+    }
     // The run's progress is counted once, in `p` (#11: CLAIM_PROGRESS, as the
     // take uses it, counts it twice, once per column it sets); same snapshot,
     // same values.
@@ -585,14 +687,16 @@ export class Store {
 
   /** Refreshes the lease. False: the fence refused it. */
   async heartbeat(f: Fence, now: Date): Promise<boolean> {
-    const rows = await this.client.query(
+    const written = await this.client.run(
       `update runs set heartbeat_at = $3::timestamptz
         where run_id = $1 and ${
-        this.defects.heartbeatIgnoresFence ? "$2::int is not null" : "epoch = $2"
-      } and status = 'running' returning 1 as ok`,
+        this.defects.heartbeatIgnoresFence
+          ? "$2::int is not null and (status = 'running') is true"
+          : RUNNING_AT("$2")
+      }`,
       [f.runId, f.epoch, ts(now)],
     );
-    return rows.length === 1;
+    return written === 1;
   }
 
   /**
@@ -604,20 +708,55 @@ export class Store {
     return (await this.journalIntentRow(f, seq, now, reserveTokens)).llm_attempts;
   }
 
-  /** {@link Store.journalIntent}, returning the row as the write left it (the worker keeps it in memory). */
-  async journalIntentRow(f: Fence, seq: number, now: Date, reserveTokens = 0): Promise<JournalRow> {
-    const rows = await this.client.query<JournalRow>(
-      `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
-       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}
+  /**
+   * {@link Store.journalIntent}, returning the row as the write left it (the
+   * worker keeps it in memory). `fresh`: the worker holds no row for `seq`, so
+   * a plain insert does (no `on conflict` arbitration, #11); should the row
+   * exist after all, the insert fails on the key and the upsert runs instead.
+   */
+  async journalIntentRow(
+    f: Fence,
+    seq: number,
+    now: Date,
+    reserveTokens = 0,
+    fresh = false,
+  ): Promise<JournalRow> {
+    const params = [f.runId, f.epoch, seq, ts(now), reserveTokens];
+    const insert = `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
+       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}`;
+    const row = await this.#freshOr(
+      fresh,
+      async () =>
+        (await this.client.run(insert, params)) === 1
+          ? freshJournalRow(f, seq, now, reserveTokens)
+          : undefined,
+      async () =>
+        (await this.client.query<JournalRow>(
+          `${insert}
        on conflict (run_id, seq) do update
           set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at,
               reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
         where journal.status = 'intent'
        returning *`,
-      [f.runId, f.epoch, seq, ts(now), reserveTokens],
+          params,
+        ))[0],
     );
-    if (rows.length === 0) throw await this.refusal(f, `journal intent seq=${seq}`);
-    return rows[0];
+    if (row === undefined) throw await this.refusal(f, `journal intent seq=${seq}`);
+    return row;
+  }
+
+  /**
+   * Runs `plain` when `fresh`, else `upsert`; and `upsert` too when the plain
+   * insert finds the row there after all (a unique violation, 23505).
+   */
+  async #freshOr<T>(fresh: boolean, plain: () => Promise<T>, upsert: () => Promise<T>): Promise<T> {
+    if (!fresh) return await upsert();
+    try {
+      return await plain();
+    } catch (err) {
+      if ((err as { code?: unknown }).code !== "23505") throw err;
+      return await upsert();
+    }
   }
 
   /**
@@ -632,12 +771,11 @@ export class Store {
     usage?: Json,
     releaseTokens = 0,
   ): Promise<void> {
-    const rows = await this.client.query(
+    const written = await this.client.run(
       `update journal set rejections = rejections || jsonb_build_array($4::text::jsonb),
               usage = case when $5::text is null then usage else $5::text::jsonb end,
               reserved_tokens = greatest(0, reserved_tokens - $6)
-        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}
-        returning 1 as ok`,
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`,
       [
         f.runId,
         f.epoch,
@@ -647,7 +785,7 @@ export class Store {
         releaseTokens,
       ],
     );
-    if (rows.length === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
+    if (written === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
   }
 
   /** Commits the decision of step `seq`. Throws {@link FencedError} when refused. */
@@ -659,14 +797,13 @@ export class Store {
     now: Date,
     releaseTokens = 0,
   ): Promise<void> {
-    const rows = await this.client.query(
+    const written = await this.client.run(
       `update journal set status = 'confirmed', decision = $4::text::jsonb, usage = $5::text::jsonb,
               confirmed_at = $6::timestamptz, reserved_tokens = greatest(0, reserved_tokens - $7)
-        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}
-        returning 1 as ok`,
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`,
       [f.runId, f.epoch, seq, jsonParam(decision), jsonParam(usage ?? null), ts(now), releaseTokens],
     );
-    if (rows.length === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
+    if (written === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
   }
 
   /**
@@ -682,23 +819,36 @@ export class Store {
     return (await this.effectIntentRow(f, e, now)).attempts;
   }
 
-  /** {@link Store.effectIntent}, returning the row as the write left it (the worker keeps it in memory). */
+  /**
+   * {@link Store.effectIntent}, returning the row as the write left it (the
+   * worker keeps it in memory). `fresh`: the worker holds no row for the
+   * call, so a plain insert does, as for {@link Store.journalIntentRow}.
+   */
   async effectIntentRow(
     f: Fence,
     e: { key: string; seq: number; tool: string; args: Json },
     now: Date,
+    fresh = false,
   ): Promise<SideEffectRow> {
-    const rows = await this.client.query<SideEffectRow>(
+    const params = [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now)];
+    const insert =
       `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
-       select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}
+       select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}`;
+    const row = await this.#freshOr(
+      fresh,
+      async () => (await this.client.run(insert, params)) === 1 ? freshEffectRow(f, e, now) : undefined,
+      async () =>
+        (await this.client.query<SideEffectRow>(
+          `${insert}
        on conflict (idempotency_key) do update
           set attempts = side_effects.attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
         where side_effects.status = 'intent'
        returning *`,
-      [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now)],
+          params,
+        ))[0],
     );
-    if (rows.length === 0) throw await this.refusal(f, `tool intent key=${e.key}`);
-    return rows[0];
+    if (row === undefined) throw await this.refusal(f, `tool intent key=${e.key}`);
+    return row;
   }
 
   /** Commits a tool call's outcome. Throws {@link FencedError} when refused. */
@@ -709,15 +859,14 @@ export class Store {
     remote: "created" | "already_done",
     now: Date,
   ): Promise<void> {
-    const rows = await this.client.query(
+    const written = await this.client.run(
       `update side_effects set status = 'confirmed', result = $4::text::jsonb, remote = $5,
               confirmed_at = $6::timestamptz, error = null
         where idempotency_key = $3 and run_id = $1 and status = 'intent'
-          and ${this.defects.confirmSkipsFence ? "$2::int is not null" : FENCE}
-        returning 1 as ok`,
+          and ${this.defects.confirmSkipsFence ? "$2::int is not null" : FENCE}`,
       [f.runId, f.epoch, key, jsonParam(result), remote, ts(now)],
     );
-    if (rows.length === 0) throw await this.refusal(f, `tool confirm key=${key}`);
+    if (written === 0) throw await this.refusal(f, `tool confirm key=${key}`);
   }
 
   /** Marks a call `failed` (a permanent error) or `flagged` (unknown, needs a human). */
@@ -728,13 +877,12 @@ export class Store {
     error: string,
     now: Date,
   ): Promise<void> {
-    const rows = await this.client.query(
+    const written = await this.client.run(
       `update side_effects set status = $4, error = $5, confirmed_at = $6::timestamptz
-        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}
-        returning 1 as ok`,
+        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
       [f.runId, f.epoch, key, status, textParam(error), ts(now)],
     );
-    if (rows.length === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
+    if (written === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
   }
 
   /**
@@ -748,12 +896,12 @@ export class Store {
     now: Date,
     output: string | null = null,
   ): Promise<void> {
-    const rows = await this.client.query(
+    const written = await this.client.run(
       `update runs set status = $3, error = $4, updated_at = $5::timestamptz, output = $6
-        where run_id = $1 and epoch = $2 and status = 'running' returning 1 as ok`,
+        where run_id = $1 and ${RUNNING_AT("$2")}`,
       [f.runId, f.epoch, status, textParam(error), ts(now), textParam(output)],
     );
-    if (rows.length === 0) throw await this.refusal(f, `finish ${status}`);
+    if (written === 0) throw await this.refusal(f, `finish ${status}`);
   }
 
   /** Explains a refused write: the epoch moved (fenced), the run was closed, or the row was not as expected. */
@@ -828,8 +976,8 @@ export class Store {
          on conflict (name) do update set heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity
          returning 1)
        update runs set heartbeat_at = $5::timestamptz
-         from unnest($6::text[], $7::int[]) as h(run_id, epoch)
-        where runs.run_id = h.run_id and runs.epoch = h.epoch and runs.status = 'running'
+        where run_id = any($6::text[])
+          and ${RUNNING_AT("($7::int[])[array_position($6::text[], runs.run_id)]")}
           and exists (select 1 from w)
         returning runs.run_id`,
       [
@@ -1006,7 +1154,7 @@ export class Store {
       // matched (a row-locking fence on a row this statement updates would skip it).
       `with r as (
          update runs set status = 'waiting', heartbeat_at = null, updated_at = $8::timestamptz
-          where run_id = $1 and epoch = $2 and status = 'running'
+          where run_id = $1 and ${RUNNING_AT("$2")}
          returning 1),
        a as (
          insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, epoch)

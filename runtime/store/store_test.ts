@@ -27,6 +27,22 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       T0,
     );
     assert.deepEqual([created.status, created.epoch, created.goal], ["pending", 0, "first goal"]);
+    // The new run's row is the one written: equal to a read, JSON columns included (a NUL written out).
+    const input = { text: "a\u0000b", n: 1.5, list: [1, "two"] };
+    const budget = { tokens: 100 };
+    const made = await store.createOrGetRun(
+      { runId: "r-cog-row", agent: "provision", goal: "g", input, budget },
+      T0,
+    );
+    assert.deepStrictEqual(made, await store.getRun("r-cog-row"));
+    assert.deepEqual((made.input as { text: string }).text, "a\\u0000b");
+    // A first claim (from epoch 0) leaves what any claim that found no progress leaves.
+    assert.deepEqual(await store.claimRun("r-cog-row", 0, "w", at(1)), { epoch: 1, stuck_claims: 1 });
+    const claimed = await store.getRun("r-cog-row");
+    assert.deepEqual(
+      [claimed?.status, claimed?.owner, claimed?.stuck_claims, claimed?.progress_mark, claimed?.heartbeat_at],
+      ["running", "w", 1, 0, at(1)],
+    );
     await store.claim("r-cog", 0, "w", at(1));
     const existing = await store.createOrGetRun(
       { runId: "r-cog", agent: "provision", goal: "another goal" },
@@ -117,6 +133,38 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
     assert.deepEqual(effects.map((e) => [e.seq, e.status, e.attempts]), [[0, "intent", 1]]);
     assert.equal((await store.getRun("r-fence"))?.status, "running");
   });
+
+  await t.step(
+    "a fresh intent is a plain insert, and counts an attempt when its row exists after all",
+    async () => {
+      await store.createRun({ runId: "r-fresh", agent: "provision", goal: "goal" }, T0);
+      const f: Fence = { runId: "r-fresh", epoch: (await store.claim("r-fresh", 0, "w", T0))! };
+      const call = { key: "r-fresh:0", seq: 0, tool: "t", args: { a: 1 } };
+      // What the worker keeps is the row as written: equal to what a restart reads back.
+      const journalRow = await store.journalIntentRow(f, 0, T0, 7, true);
+      const effectRow = await store.effectIntentRow(f, call, T0, true);
+      const written = await store.loadHistory("r-fresh");
+      assert.deepStrictEqual(journalRow, written.journal[0]);
+      assert.deepStrictEqual(effectRow, written.effects[0]);
+      assert.equal(journalRow.llm_attempts, 1);
+      assert.equal(effectRow.attempts, 1);
+      // The worker thought there was no row: the insert meets the key, and the upsert counts one more.
+      assert.equal((await store.journalIntentRow(f, 0, at(1), 0, true)).llm_attempts, 2);
+      assert.equal((await store.effectIntentRow(f, call, at(1), true)).attempts, 2);
+      // Fenced either way: a stale epoch writes nothing, fresh or not.
+      const next = (await store.claim("r-fresh", f.epoch, "w2", T0))!;
+      const fenced = (e: unknown) => e instanceof FencedError && e.code === "FENCED";
+      await assert.rejects(store.journalIntentRow(f, 1, at(2), 0, true), fenced);
+      await assert.rejects(
+        store.effectIntentRow(f, { ...call, key: "r-fresh:1", seq: 1 }, at(2), true),
+        fenced,
+      );
+      const { journal, effects } = await store.loadHistory("r-fresh");
+      assert.deepEqual(journal.map((j) => [j.seq, j.llm_attempts]), [[0, 2]]);
+      assert.deepEqual(effects.map((e) => [e.seq, e.attempts]), [[0, 2]]);
+      assert.equal(next, f.epoch + 1);
+    },
+  );
 
   await t.step("a closed run refuses writes as RUN_CLOSED", async () => {
     await store.createRun({ runId: "r-closed", agent: "provision", goal: "goal" }, T0);
