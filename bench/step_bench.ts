@@ -19,7 +19,7 @@
  *   in-process fetch handlers (Request/Response objects, JSON both ways), as
  *   the bench measured before #11.
  * - `worker host, no wire`: production's shape, a {@link WorkerHost} holding
- *   `--concurrency` runs (one statement takes and claims many, one heartbeat
+ *   1 or `--concurrency` runs (one statement takes and claims many, one heartbeat
  *   statement per interval for all), on runs submitted before the clock starts.
  *
  * Each runtime row prints its ratio to the raw row of the same store and
@@ -495,9 +495,14 @@ async function round(opts: {
     await group(
       `${p} raw SQL`,
       want(`${p} raw SQL`) ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), 1) : undefined,
-      ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
-        .filter(([label]) => want(label))
-        .map(([label, agent]) => () => runtimeRow(label, client, agent, n, 1)),
+      [
+        ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
+          .filter(([label]) => want(label))
+          .map(([label, agent]) => () => runtimeRow(label, client, agent, n, 1)),
+        ...(want(`${p} worker host, no wire`)
+          ? [() => hostRow(`${p} worker host, no wire`, client, n, 1)]
+          : []),
+      ],
     );
     await client.close();
   }
@@ -523,7 +528,7 @@ async function round(opts: {
         const rows = ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
           .filter(([label]) => want(label))
           .map(([label, agent]) => () => runtimeRow(label, client, agent, n, c, true));
-        if (c > 1 && want(`${p} worker host, no wire`)) {
+        if (want(`${p} worker host, no wire`)) {
           rows.push(() => hostRow(`${p} worker host, no wire`, client, n, c, true));
         }
         await group(
