@@ -60,7 +60,7 @@ import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { flagProblem } from "../runtime/config.ts";
-import { NO_TELEMETRY, telemetryFromEnv } from "../runtime/telemetry.ts";
+import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
 import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
 
@@ -199,7 +199,13 @@ async function mockAgent(): Promise<{ planner: Planner; tools: Tool[] }> {
   };
 }
 
-function workerDeps(store: Store, planner: Planner, tools: Tool[], tag: string): WorkerDeps {
+function workerDeps(
+  store: Store,
+  planner: Planner,
+  tools: Tool[],
+  tag: string,
+  telemetry: Telemetry = NO_TELEMETRY,
+): WorkerDeps {
   const clock = new SystemClock();
   const log = new Logger({ clock, sink: discardSink });
   return {
@@ -217,6 +223,7 @@ function workerDeps(store: Store, planner: Planner, tools: Tool[], tag: string):
     leaseMs: 12_000,
     retry: DEFAULT_RETRY,
     random: Math.random,
+    telemetry,
   };
 }
 
@@ -291,9 +298,10 @@ async function runtimeRow(
   runs: number,
   concurrency: number,
   server = false,
+  telemetry: Telemetry = NO_TELEMETRY,
 ): Promise<Row> {
   const counting = new CountingClient(client);
-  const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label);
+  const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label, telemetry);
   // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
   const warm = crypto.randomUUID().slice(0, 8);
   await fanOut(warmRuns(concurrency), concurrency, async (i) => {
@@ -611,14 +619,18 @@ export async function main(args: string[], env: Record<string, string | undefine
     const db = await PGlite.create();
     await db.exec(SCHEMA_SQL);
     const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
-    const on = telemetryFromEnv().enabled;
+    // The worker's own telemetry, as a worker process builds it from the environment (spans and
+    // counters through @opentelemetry/api when OTEL_DENO is on, the no-op otherwise).
+    const telemetry = telemetryFromEnv();
     print(
       await runtimeRow(
-        `pglite 1 mocks, telemetry ${on ? "on" : "off"}`,
+        `pglite 1 mocks, telemetry ${telemetry.enabled ? "on" : "off"}`,
         client,
         mocks,
         Math.min(runs, 100),
         1,
+        false,
+        telemetry,
       ),
     );
     await client.close();
