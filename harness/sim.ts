@@ -29,7 +29,7 @@ import { describeError, type KillPoint, RuntimeError, SimulatedKill } from "../r
 import { Logger } from "../runtime/log.ts";
 import { type RunOutcome, runWorker } from "../runtime/loop.ts";
 import { type FetchLike, OpenAIPlanner } from "../runtime/planner.ts";
-import { PgliteClient, PreparedStatements } from "../runtime/store/pglite.ts";
+import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import {
   type JournalRow,
   type RunRow,
@@ -72,8 +72,8 @@ export class SimDb {
   /** The shared instance. */
   readonly db: PGlite;
   #schemas = 0;
-  /** The session's prepared statements, shared by every handle (they live in the one session). */
-  readonly #prepared = new PreparedStatements();
+  /** The session's prepared statements and analysis schedule, shared by every handle (they live in the one session). */
+  readonly #session = new PgliteSession();
 
   private constructor(db: PGlite) {
     this.db = db;
@@ -104,7 +104,7 @@ export class SimDb {
     describe: string,
     opts: { wrap?: (client: SqlClient) => SqlClient; defects?: PlantedDefects } = {},
   ): Store {
-    const client = new PgliteClient(this.db, { describe, owned: false, prepared: this.#prepared });
+    const client = new PgliteClient(this.db, { describe, owned: false, session: this.#session });
     return new Store(opts.wrap ? opts.wrap(client) : client, { defects: opts.defects });
   }
 
