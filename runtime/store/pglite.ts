@@ -27,14 +27,19 @@ const SET_SCHEMA = `set search_path to ${DEFAULT_SCHEMA}`;
  * time being parsed and planned than executed there: measured, a journal
  * intent costs 468 µs as a parameterised query and 277 µs as an `execute`.
  *
- * Statistics: PGlite has no autovacuum, so nothing analyses its tables. A
- * plan made without statistics can read far more than it returns: a take
+ * Statistics: PGlite has no autovacuum, so nothing analyses its tables, and
+ * a plan made without statistics can read far more than it returns: a take
  * with 50,000 runs waiting sorted all of them (27 ms a take; 0.8 ms once
- * analysed). So the session analyses the runtime's tables after 1,000
- * statements, then after twice as many each time, up to every 64,000: early
- * while the tables are small and an analysis cheap, rarely once they are
- * large (an analysis samples at most 30,000 rows a table). The statistics
- * are kept in the data directory, so a reopened database starts with them.
+ * analysed). Analysing small tables is worse, though: statistics that say a
+ * table is a few pages make sequential scans the cheaper plan, and a cached
+ * plan keeps scanning as the table grows (measured: a journal confirm went
+ * from 178 to 490 µs within 200 runs of an analysis at 30 runs). Without
+ * statistics the planner assumes at least ten pages a table, which keeps
+ * lookups by key on their indexes. So every {@link CHECK_EVERY} statements
+ * the session looks at the size of the runtime's tables, and analyses them
+ * once they reach {@link ANALYZE_FROM_BYTES}, then whenever they have
+ * doubled since (an analysis samples at most 30,000 rows a table). The
+ * statistics are kept in the data directory: a reopened database has them.
  */
 export class PgliteSession {
   /** Statement text to its name, or null when it cannot be prepared (left to the plain path). */
@@ -44,17 +49,34 @@ export class PgliteSession {
   readonly #prefix = `agent_runtime_${crypto.randomUUID().slice(0, 8)}_`;
   #next = 0;
   #statements = 0;
-  #analyzeAt = 1_000;
-  #analyzeEvery = 1_000;
+  #analyzedBytes = 0;
+  readonly #checkEvery: number;
+  readonly #fromBytes: number;
+
+  /** The schedule's knobs are for tests; the defaults are {@link CHECK_EVERY} and {@link ANALYZE_FROM_BYTES}. */
+  constructor(opts: { checkEvery?: number; analyzeFromBytes?: number } = {}) {
+    this.#checkEvery = opts.checkEvery ?? CHECK_EVERY;
+    this.#fromBytes = opts.analyzeFromBytes ?? ANALYZE_FROM_BYTES;
+  }
+
+  /** Counts one statement; true when it is time to look at the tables' size ({@link maintain}). */
+  countStatement(): boolean {
+    return ++this.#statements % this.#checkEvery === 0;
+  }
 
   /**
-   * Counts one statement; true when the tables are due an analysis (the
-   * caller runs {@link analyzeTables}), and the next one is scheduled.
+   * Analyses the runtime's tables if they have reached the threshold size and
+   * doubled since the last analysis; returns whether it did.
    */
-  countStatement(): boolean {
-    if (++this.#statements < this.#analyzeAt) return false;
-    this.#analyzeEvery = Math.min(this.#analyzeEvery * 2, 64_000);
-    this.#analyzeAt = this.#statements + this.#analyzeEvery;
+  async maintain(db: PGlite): Promise<boolean> {
+    const [{ bytes }] = (await db.query<{ bytes: number }>(
+      `select coalesce(sum(pg_relation_size(t)), 0)::float8 as bytes
+         from unnest(array[to_regclass('runs'), to_regclass('journal'), to_regclass('side_effects')]) as t
+        where t is not null`,
+    )).rows;
+    if (bytes < this.#fromBytes || bytes < 2 * this.#analyzedBytes) return false;
+    await analyzeTables(db);
+    this.#analyzedBytes = bytes;
     return true;
   }
 
@@ -76,6 +98,16 @@ export class PgliteSession {
     }
   }
 }
+
+/** Statements between two looks at the size of the tables (one cheap query each). */
+export const CHECK_EVERY = 5_000;
+/**
+ * The size of runs, journal and side_effects together from which they are
+ * analysed: a few hundred demo runs (measured: 1.5 to 2 KiB a run, dead row
+ * versions included), past the size where a sequential scan could win any
+ * lookup by key.
+ */
+export const ANALYZE_FROM_BYTES = 1 << 20;
 
 /** Analyses the runtime's tables that exist in the session's schema (what autovacuum does on a server). */
 export async function analyzeTables(db: PGlite): Promise<void> {
@@ -157,8 +189,8 @@ export class PgliteClient implements SqlClient {
       ? await this.#db.query<T>(text, params)
       : await this.#db.query<T>(`execute ${name}(${params.map(sqlLiteral).join(", ")})`);
     if (this.#session.countStatement()) {
-      // Statistics only steer plans: a failed analysis (a closed handle, say) loses nothing.
-      await analyzeTables(this.#db).catch(() => {});
+      // Statistics only steer plans: a failed look or analysis (a closed handle, say) loses nothing.
+      await this.#session.maintain(this.#db).catch(() => false);
     }
     return result;
   }

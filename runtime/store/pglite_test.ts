@@ -1,33 +1,56 @@
 import assert from "node:assert/strict";
-import { openPglite, PgliteSession } from "./pglite.ts";
+import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
+import { DEFAULT_SCHEMA } from "./migrate.ts";
+import { ANALYZE_FROM_BYTES, CHECK_EVERY, PgliteClient, PgliteSession } from "./pglite.ts";
 import { Store } from "./store.ts";
 
-Deno.test("the embedded session analyses its tables after 1,000 statements, then ever more rarely", () => {
+Deno.test("the embedded session looks at its tables' size every CHECK_EVERY statements", () => {
   const session = new PgliteSession();
   const due: number[] = [];
-  for (let n = 1; n <= 400_000; n++) if (session.countStatement()) due.push(n);
-  // 1,000 apart at first, twice as far each time, never more than 64,000 apart.
-  assert.deepEqual(due.slice(0, 7), [1_000, 3_000, 7_000, 15_000, 31_000, 63_000, 127_000]);
-  assert.deepEqual(due.slice(7, 9), [191_000, 255_000]);
+  for (let n = 1; n <= 3 * CHECK_EVERY; n++) if (session.countStatement()) due.push(n);
+  assert.deepEqual(due, [CHECK_EVERY, 2 * CHECK_EVERY, 3 * CHECK_EVERY]);
+  assert.ok(ANALYZE_FROM_BYTES >= 1 << 20, "small tables are never analysed");
 });
 
-Deno.test("a PGlite store gathers the planner's statistics on its own, as autovacuum would", async () => {
-  const client = await openPglite();
+Deno.test("a PGlite store analyses its tables once they are large, and again when they have doubled", async () => {
+  const db = await PGlite.create();
+  await db.exec(`set search_path to ${DEFAULT_SCHEMA}`);
+  // The schedule's knobs, scaled down: a look every 10 statements, analyses from 256 KiB.
+  const client = new PgliteClient(db, {
+    describe: "pglite:test",
+    owned: true,
+    session: new PgliteSession({ checkEvery: 10, analyzeFromBytes: 256 * 1024 }),
+  });
   try {
     await new Store(client).applySchema();
-    const analysed = async () =>
-      (await client.query<{ n: number }>(
-        `select count(*)::int as n from pg_class where relname = $1 and reltuples >= 0`,
-        ["runs"],
-      ))[0].n === 1;
-    assert.equal(await analysed(), false, "a new table has never been analysed");
-    // Bounded: the first analysis is due within 1,000 statements.
-    let statements = 0;
-    while (!(await analysed()) && statements < 1_000) {
-      await client.query(`select $1::int as n`, [statements]);
-      statements += 2; // this one and the check
-    }
-    assert.ok(await analysed(), `not analysed after ${statements} statements`);
+    const analyses = async () =>
+      (await db.query<{ n: number }>(
+        `select coalesce(analyze_count, 0)::int as n from pg_stat_user_tables where relname = 'journal'`,
+      )).rows[0]?.n ?? 0;
+    const statements = async (n: number) => {
+      for (let i = 0; i < n; i++) await client.query(`select $1::int as n`, [i]);
+    };
+    const grow = async (runs: number, from: number) => {
+      await db.exec(`
+        insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
+          select 'r-' || i, 'a', 'g', 'done', 1, now(), now() from generate_series(${from}, ${
+        from + runs - 1
+      }) i;
+        insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, decision)
+          select 'r-' || i, s, 'confirmed', 1, 1, now(), '{"tool": "create_server", "args": {"name": "srv"}}'
+            from generate_series(${from}, ${from + runs - 1}) i, generate_series(0, 3) s;`);
+    };
+    await grow(100, 0);
+    await statements(100);
+    assert.equal(await analyses(), 0, "small tables are left without statistics");
+    await grow(1_500, 100);
+    await statements(10);
+    assert.equal(await analyses(), 1, "large tables are analysed at the next look");
+    await statements(100);
+    assert.equal(await analyses(), 1, "and not again until they have doubled");
+    await grow(2_000, 1_600);
+    await statements(10);
+    assert.equal(await analyses(), 2, "doubled: analysed again");
   } finally {
     await client.close();
   }
