@@ -119,6 +119,7 @@ export type {
   Fence,
   JournalRow,
   NewRun,
+  QueryOptions,
   Rejection,
   RunFilter,
   RunRow,

@@ -35,7 +35,7 @@ import { DEFAULT_RETRY } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
 import { RuntimeError, SimulatedKill } from "../runtime/errors.ts";
 import type { FetchLike } from "../runtime/planner.ts";
-import type { SqlClient } from "../runtime/store/store.ts";
+import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
 import { defineTool, type Tool } from "../runtime/tools.ts";
 import { FakeRemote } from "./fake_remote.ts";
 import { checkModelSpend, checkShape, type ModelSpend } from "./invariants.ts";
@@ -498,8 +498,8 @@ class ScheduleRun {
       describe: client.describe,
       exec: (text) => client.exec(text),
       close: () => client.close(),
-      query: <T>(text: string, params?: unknown[]): Promise<T[]> =>
-        faulted(text, () => client.query<T>(text, params), (rows) => rows.length),
+      query: <T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> =>
+        faulted(text, () => client.query<T>(text, params, opts), (rows) => rows.length),
       run: (text: string, params?: unknown[]): Promise<number> =>
         faulted(text, () => client.run(text, params), (count) => count),
     };

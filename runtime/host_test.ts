@@ -6,7 +6,7 @@ import { WorkerHost } from "./host.ts";
 import { arraySink, Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import { openPglite } from "./store/pglite.ts";
-import { type SqlClient, Store } from "./store/store.ts";
+import { type QueryOptions, type SqlClient, Store } from "./store/store.ts";
 import { defineTool, type Tool, ToolRegistry } from "./tools.ts";
 
 /** Records every statement's text, so a test can count one kind. */
@@ -16,9 +16,9 @@ class RecordingClient implements SqlClient {
   get describe(): string {
     return this.inner.describe;
   }
-  query<T>(text: string, params?: unknown[]): Promise<T[]> {
+  query<T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
     this.texts.push(text);
-    return this.inner.query<T>(text, params);
+    return this.inner.query<T>(text, params, opts);
   }
   run(text: string, params?: unknown[]): Promise<number> {
     this.texts.push(text);

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { SqlClient } from "./store.ts";
+import type { QueryOptions, SqlClient } from "./store.ts";
 
 /** Counts every statement sent through it, by its first word. */
 export class CountingClient implements SqlClient {
@@ -40,9 +40,9 @@ export class CountingClient implements SqlClient {
   // each, so counting costs the benchmark's runtime rows next to nothing.
   readonly #kinds = new Map<string, string>();
 
-  query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]> {
+  query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
     this.#count(text);
-    return this.#inner.query<T>(text, params);
+    return this.#inner.query<T>(text, params, opts);
   }
 
   run(text: string, params?: unknown[]): Promise<number> {

@@ -11,7 +11,7 @@
 import { PGlite, type Results } from "npm:@electric-sql/pglite@0.5.16";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
-import type { SqlClient } from "./store.ts";
+import type { QueryOptions, SqlClient } from "./store.ts";
 
 // PGlite has one session: setting search_path once puts every unqualified
 // name in the runtime's own schema, as the PostgreSQL driver's connection
@@ -172,8 +172,12 @@ export class PgliteClient implements SqlClient {
     return this.#closed;
   }
 
-  async query<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
-    return (await this.#send<T>(text, params)).rows;
+  async query<T = Record<string, unknown>>(
+    text: string,
+    params: unknown[] = [],
+    opts: QueryOptions = {},
+  ): Promise<T[]> {
+    return (await this.#send<T>(text, params, opts.planEachTime)).rows;
   }
 
   async run(text: string, params: unknown[] = []): Promise<number> {
@@ -181,9 +185,9 @@ export class PgliteClient implements SqlClient {
   }
 
   /** Runs one statement (prepared once per session when it has parameters), then any analysis due. */
-  async #send<T>(text: string, params: unknown[]): Promise<Results<T>> {
+  async #send<T>(text: string, params: unknown[], planEachTime = false): Promise<Results<T>> {
     this.#assertOpen();
-    const name = params.length > 0 ? await this.#session.nameFor(this.#db, text) : null;
+    const name = params.length > 0 && !planEachTime ? await this.#session.nameFor(this.#db, text) : null;
     this.#assertOpen();
     const result = name === null
       ? await this.#db.query<T>(text, params)

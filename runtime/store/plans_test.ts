@@ -1,17 +1,17 @@
 /**
- * The runtime's per-run statements stay lookups by key as the tables grow.
+ * The runtime's per-run statements stay lookups by key as the tables grow, on
+ * PGlite and on PostgreSQL.
  *
- * PGlite never analyses its tables (it has no autovacuum), and a fresh
- * PostgreSQL table has no statistics until autovacuum gets to it: a prepared
- * statement's generic plan is then chosen on guesses. Measured before this
- * test (#11), the fence's generic plan walked the partial index of running
- * runs instead of the primary key, so every fenced write cost time in
- * proportion to the runs in flight (4,500 running runs: 1 ms a write).
+ * A statement a worker repeats is prepared once, and its generic plan is made
+ * once, often on small tables without statistics (PGlite has no autovacuum; a
+ * fresh PostgreSQL table has none until autovacuum comes by). Measured before
+ * this test (#11), the fence's generic plan then walked an index on status
+ * instead of the primary key, so every fenced write cost time in proportion to
+ * the runs in flight (3,000 in flight: 3,001 index entries a write).
  *
- * This records every statement a worker runs for one run, then explains each
- * one as a generic plan, with `analyze`, in a transaction rolled back, over
- * tables holding thousands of other running runs; no node may visit more than
- * a handful of rows.
+ * This records every statement a worker sends for one run, makes each one's
+ * plan while the tables are small, grows them, and explains each again, with
+ * `analyze`, in a transaction rolled back: no scan may visit more than 20 rows.
  */
 
 import assert from "node:assert/strict";
@@ -26,19 +26,28 @@ import { discardSink, Logger } from "../log.ts";
 import { runWorker } from "../loop.ts";
 import { OpenAIPlanner } from "../planner.ts";
 import { ToolRegistry } from "../tools.ts";
+import postgres from "npm:postgres@3.4.9";
+import { pgTest } from "../../tests/_pg.ts";
 import { openPglite } from "./pglite.ts";
-import { type SqlClient, Store } from "./store.ts";
+import { openPostgres } from "./postgres.ts";
+import { type QueryOptions, type SqlClient, Store } from "./store.ts";
 
-/** Passes statements through, keeping the first parameters seen for each text. */
+/** Passes statements through, keeping the first parameters seen for each text, and which are planned each time. */
 class Recording implements SqlClient {
   readonly seen = new Map<string, unknown[]>();
+  readonly plannedEachTime = new Set<string>();
   constructor(readonly inner: SqlClient) {}
   get describe(): string {
     return this.inner.describe;
   }
-  query<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
+  query<T = Record<string, unknown>>(
+    text: string,
+    params: unknown[] = [],
+    opts?: QueryOptions,
+  ): Promise<T[]> {
     if (!this.seen.has(text)) this.seen.set(text, params);
-    return this.inner.query<T>(text, params);
+    if (opts?.planEachTime) this.plannedEachTime.add(text);
+    return this.inner.query<T>(text, params, opts);
   }
   run(text: string, params: unknown[] = []): Promise<number> {
     if (!this.seen.has(text)) this.seen.set(text, params);
@@ -88,9 +97,26 @@ function literals(params: unknown[]): string {
   }).join(", ");
 }
 
-Deno.test("every per-run statement's generic plan stays a lookup by key as 3,000 runs come into flight", async () => {
-  const pglite = await openPglite();
-  const rec = new Recording(pglite);
+/** One database session to explain on: prepared statements and settings live in a session. */
+interface Session {
+  exec(sql: string): Promise<void>;
+  query<T>(sql: string): Promise<T[]>;
+  /** Gathers the planner's statistics, as the store's own schedule (PGlite) or autovacuum (a server) does. */
+  analyze(): Promise<void>;
+}
+
+/**
+ * Records every statement one run (and a resumed run, a worker host's
+ * heartbeats and a take) sends through `client`, then makes each one's plan on
+ * `session` while the tables are small, grows them to 3,000 runs in flight and
+ * 3,000 waiting, and returns the scans that visit more than 20 rows: without
+ * statistics for the lookups by key, with them for every statement.
+ */
+async function widePlans(
+  client: SqlClient,
+  session: Session,
+): Promise<{ withoutStatistics: string[]; withStatistics: string[] }> {
+  const rec = new Recording(client);
   const store = new Store(rec);
   await store.applySchema();
   rec.seen.clear();
@@ -115,85 +141,124 @@ Deno.test("every per-run statement's generic plan stays a lookup by key as 3,000
     retry: DEFAULT_RETRY,
     random: () => 0.5,
   };
-  try {
-    // Every statement of one run, and what a resumed run and a worker host add
-    // (the history read, both heartbeats), on a database as fresh as a
-    // laptop's first `deno task run`.
-    assert.equal((await runWorker(deps, "planned", "goal")).status, "done");
-    await store.createRun({ runId: "resumed", agent: "provision", goal: "g" }, clock.now());
-    const epoch = (await store.claim("resumed", 0, "w-plans", clock.now()))!;
-    await store.loadHistory("resumed");
-    await store.heartbeat({ runId: "resumed", epoch }, clock.now());
-    await store.heartbeatMany(
-      { name: "w-plans", agents: ["provision"], capacity: 4, startedAt: clock.now() },
-      [{ runId: "resumed", epoch }],
-      clock.now(),
-    );
-    // A worker host's take, of a run submitted before.
-    await store.createRun({ runId: "queued", agent: "provision", goal: "g" }, clock.now());
-    const staleBefore = new Date(clock.now().getTime() - 12_000);
-    assert.equal((await store.takeRuns("w-plans", ["provision"], staleBefore, clock.now(), 4)).length, 1);
-    const take = [...rec.seen.keys()].find((text) => text.includes("for update skip locked"))!;
-    assert.ok(take, "the take was recorded");
-    assert.ok(rec.seen.size >= 10, `recorded ${rec.seen.size} statements`);
+  // Every statement of one run, and what a resumed run and a worker host add
+  // (the history read, both heartbeats), on a database as fresh as a
+  // laptop's first `deno task run`.
+  assert.equal((await runWorker(deps, "planned", "goal")).status, "done");
+  await store.createRun({ runId: "resumed", agent: "provision", goal: "g" }, clock.now());
+  const epoch = (await store.claim("resumed", 0, "w-plans", clock.now()))!;
+  await store.loadHistory("resumed");
+  await store.heartbeat({ runId: "resumed", epoch }, clock.now());
+  await store.heartbeatMany(
+    { name: "w-plans", agents: ["provision"], capacity: 4, startedAt: clock.now() },
+    [{ runId: "resumed", epoch }],
+    clock.now(),
+  );
+  // A worker host's take, of a run submitted before.
+  await store.createRun({ runId: "queued", agent: "provision", goal: "g" }, clock.now());
+  const staleBefore = new Date(clock.now().getTime() - 12_000);
+  assert.equal((await store.takeRuns("w-plans", ["provision"], staleBefore, clock.now(), 4)).length, 1);
+  const take = [...rec.seen.keys()].find((text) => text.includes("for update skip locked"))!;
+  assert.ok(take, "the take was recorded");
+  assert.ok(rec.seen.size >= 10, `recorded ${rec.seen.size} statements`);
 
-    // Each one's generic plan, made now (as a long-lived process makes it at
-    // its first use, on small tables) and kept.
-    const statements = [...rec.seen].map(([text, params], i) => ({ name: `plan_check_${i}`, text, params }));
-    await pglite.exec("set plan_cache_mode = force_generic_plan");
-    const explain = async (s: (typeof statements)[number]) => {
-      await pglite.exec("begin");
+  // Each one's generic plan, made now (as a long-lived process makes it at
+  // its first use, on small tables) and kept.
+  const statements = [...rec.seen].map(([text, params], i) => ({ name: `plan_check_${i}`, text, params }));
+  await session.exec("set plan_cache_mode = force_generic_plan");
+  const explain = async (s: (typeof statements)[number]) => {
+    await session.exec("begin");
+    try {
       // The take's limit (the free slots) is known only per execution, and a generic plan
       // must assume a tenth of the table: PostgreSQL's own choice (plan_cache_mode auto)
-      // keeps planning it per execution, since those plans cost less. The others stay generic.
-      if (s.text === take) await pglite.exec("set local plan_cache_mode = force_custom_plan");
-      try {
-        const [row] = await pglite.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
-          `explain (analyze, format json) execute ${s.name}(${literals(s.params)})`,
-        );
-        return scans(row["QUERY PLAN"][0].Plan);
-      } finally {
-        await pglite.exec("rollback");
+      // keeps planning it per execution, since those plans cost less. A statement the store
+      // asks to plan each time is planned so. The others stay generic.
+      if (s.text === take || rec.plannedEachTime.has(s.text)) {
+        await session.exec("set local plan_cache_mode = force_custom_plan");
       }
-    };
-    for (const s of statements) {
-      await pglite.exec(`prepare ${s.name} as ${s.text}`);
-      await explain(s);
+      const [row] = await session.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
+        `explain (analyze, format json) execute ${s.name}(${literals(s.params)})`,
+      );
+      return scans(row["QUERY PLAN"][0].Plan);
+    } finally {
+      await session.exec("rollback");
     }
+  };
+  for (const s of statements) {
+    await session.exec(`prepare ${s.name} as ${s.text}`);
+    await explain(s);
+  }
 
-    // Then the tables grow: other runs in flight, each with a few journal and
-    // tool rows, and a backlog of runs waiting to be taken (not analysed yet).
-    await pglite.exec(`
-      insert into runs (run_id, agent, goal, status, epoch, owner, heartbeat_at, created_at, updated_at)
-        select 'other-' || i, 'provision', 'g', 'running', 1, 'w-' || (i % 30), now(), now(), now()
-          from generate_series(1, 3000) i;
-      insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
-        select 'waiting-' || i, 'provision', 'g', 'pending', 0, now() - i * interval '1 ms', now()
-          from generate_series(1, 3000) i;
-      insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
-        select 'other-' || i, s, 'confirmed', 1, 1, now() from generate_series(1, 3000) i, generate_series(0, 2) s;
-      insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
-        select 'other-' || i || ':' || s, 'other-' || i, s, 't', '{}', 'confirmed', 1, 1, now()
-          from generate_series(1, 3000) i, generate_series(0, 2) s;`);
+  // Then the tables grow: other runs in flight, each with a few journal and
+  // tool rows, and a backlog of runs waiting to be taken (not analysed yet).
+  await session.exec(`
+    insert into runs (run_id, agent, goal, status, epoch, owner, heartbeat_at, created_at, updated_at)
+      select 'other-' || i, 'provision', 'g', 'running', 1, 'w-' || (i % 30), now(), now(), now()
+        from generate_series(1, 3000) i;
+    insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
+      select 'waiting-' || i, 'provision', 'g', 'pending', 0, now() - i * interval '1 ms', now()
+        from generate_series(1, 3000) i;
+    insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
+      select 'other-' || i, s, 'confirmed', 1, 1, now() from generate_series(1, 3000) i, generate_series(0, 2) s;
+    insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+      select 'other-' || i || ':' || s, 'other-' || i, s, 't', '{}', 'confirmed', 1, 1, now()
+        from generate_series(1, 3000) i, generate_series(0, 2) s;`);
 
-    const wide = async (which: typeof statements) => {
-      const found: string[] = [];
-      for (const s of which) {
-        for (const scan of await explain(s)) {
-          if (scan.visited > 20) {
-            found.push(`${scan.what}: ${scan.visited} rows for ${s.text.replace(/\s+/g, " ").slice(0, 100)}`);
-          }
+  const wide = async (which: typeof statements) => {
+    const found: string[] = [];
+    for (const s of which) {
+      for (const scan of await explain(s)) {
+        if (scan.visited > 20) {
+          found.push(`${scan.what}: ${scan.visited} rows for ${s.text.replace(/\s+/g, " ").slice(0, 100)}`);
         }
       }
-      return found;
+    }
+    return found;
+  };
+  // Every lookup by key stays one without statistics.
+  const withoutStatistics = await wide(statements.filter((s) => s.text !== take));
+  // The take needs them (which order is cheap depends on how many wait).
+  await session.analyze();
+  const withStatistics = await wide(statements);
+  return { withoutStatistics, withStatistics };
+}
+
+Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs come into flight and 3,000 wait", async () => {
+  const pglite = await openPglite();
+  try {
+    const session: Session = {
+      exec: (sql) => pglite.exec(sql),
+      query: <T>(sql: string) => pglite.query<T>(sql),
+      analyze: () => pglite.analyze(),
     };
-    // Every lookup by key stays one without statistics.
-    assert.deepEqual(await wide(statements.filter((s) => s.text !== take)), []);
-    // The take needs them (which order is cheap depends on how many wait), and the
-    // embedded store gathers them on its own schedule, as autovacuum does on a server.
-    await pglite.analyze();
-    assert.deepEqual(await wide(statements), []);
+    assert.deepEqual(await widePlans(pglite, session), { withoutStatistics: [], withStatistics: [] });
   } finally {
-    await rec.close();
+    await pglite.close();
   }
 });
+
+pgTest(
+  "PostgreSQL: every per-run statement stays a lookup by key as 3,000 runs come into flight and 3,000 wait",
+  async (pg) => {
+    // The store's own pool records; one reserved connection of another explains (a session of its own).
+    const client = await openPostgres(pg.url, { max: 2 });
+    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
+    const conn = await sql.reserve();
+    try {
+      const session: Session = {
+        exec: async (text) => {
+          await conn.unsafe(text).simple();
+        },
+        query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
+        analyze: async () => {
+          await conn.unsafe("analyze runs, journal, side_effects").simple();
+        },
+      };
+      assert.deepEqual(await widePlans(client, session), { withoutStatistics: [], withStatistics: [] });
+    } finally {
+      conn.release();
+      await sql.end({ timeout: 5 });
+      await client.close();
+    }
+  },
+);

@@ -8,7 +8,7 @@ import postgres from "npm:postgres@3.4.9";
 import { redactUrl } from "../config.ts";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
-import type { SqlClient } from "./store.ts";
+import type { QueryOptions, SqlClient } from "./store.ts";
 
 /** Options of {@link openPostgres}. */
 export interface PostgresOptions {
@@ -29,13 +29,17 @@ export class PostgresClient implements SqlClient {
     this.describe = describe;
   }
 
-  async query<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
+  async query<T = Record<string, unknown>>(
+    text: string,
+    params: unknown[] = [],
+    opts: QueryOptions = {},
+  ): Promise<T[]> {
     // Named prepared statements: without them postgres.js asks the server for
     // the parameter types on every execution (an extra round trip); with them
     // it asks once per statement text and connection. Measured: 0.93 -> 0.66 ms
     // a statement on local PostgreSQL 15 (bench/step_bench.ts).
     // deno-lint-ignore no-explicit-any
-    const rows = await this.#sql.unsafe(text, params as any[], { prepare: true });
+    const rows = await this.#sql.unsafe(text, params as any[], { prepare: !opts.planEachTime });
     return rows as unknown as T[];
   }
 

@@ -30,8 +30,12 @@ export { SCHEMA_SQL };
 export interface SqlClient {
   /** A short description for logs, e.g. `pglite:.data/pglite` (never a password). */
   readonly describe: string;
-  /** Runs one statement with `$1`-style parameters and returns its rows. */
-  query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  /**
+   * Runs one statement with `$1`-style parameters and returns its rows. A
+   * driver may prepare it once and reuse its plan; `planEachTime` asks for a
+   * plan made for these parameters on every execution instead.
+   */
+  query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]>;
   /**
    * Runs one insert, update or delete with `$1`-style parameters and returns
    * how many rows it wrote, with no rows sent back: a fenced write that only
@@ -43,6 +47,16 @@ export interface SqlClient {
   exec(text: string): Promise<void>;
   /** Releases the connection (and any lock). */
   close(): Promise<void>;
+}
+
+/** Options of {@link SqlClient.query}. */
+export interface QueryOptions {
+  /**
+   * Plan the statement for its parameters on every execution rather than
+   * once: for a statement whose best plan depends on them (how many ids an
+   * array holds) and that runs rarely enough for planning not to matter.
+   */
+  planEachTime?: boolean;
 }
 
 /** Status of a run. */
@@ -992,6 +1006,9 @@ export class Store {
         fences.map((f) => f.runId),
         fences.map((f) => f.epoch),
       ],
+      // Once per heartbeat for up to a host's worth of runs: planned for the ids it holds each
+      // time, since a generic plan made on a small table scans all of it (plans_test.ts, PostgreSQL).
+      { planEachTime: true },
     );
     return rows.map((r) => r.run_id);
   }
