@@ -365,11 +365,9 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
 // A run's progress: confirmed decisions plus settled tool calls. Every claim
 // compares it with the mark the claim before left, to count claims that found
 // no progress (a run whose workers keep dying is stopped at a bound).
-const PROGRESS = `((select count(*) from journal j where j.run_id = runs.run_id and j.status = 'confirmed')
-  + (select count(*) from side_effects e where e.run_id = runs.run_id and e.status <> 'intent'))::int`;
-const CLAIM_PROGRESS =
-  `stuck_claims = case when ${PROGRESS} = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
-       progress_mark = ${PROGRESS}`;
+const progressOf = (runId: string) =>
+  `((select count(*) from journal j where j.run_id = ${runId} and j.status = 'confirmed')
+  + (select count(*) from side_effects e where e.run_id = ${runId} and e.status <> 'intent'))::int`;
 
 // PostgreSQL cannot store a NUL character in text or jsonb. A JSON text's
 // `\u0000` escapes (not preceded by an escaped backslash) become the literal
@@ -620,17 +618,14 @@ export class Store {
       );
       return rows[0];
     }
-    // The run's progress is counted once, in `p` (#11: CLAIM_PROGRESS, as the
-    // take uses it, counts it twice, once per column it sets); same snapshot,
-    // same values.
+    // The run's progress is counted once, in `p` (#11: set as two columns, it
+    // was counted twice); same snapshot, same values.
     const rows = await this.client.query<{ epoch: number; stuck_claims: number }>(
       `update runs set epoch = epoch + 1, owner = $3, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
               stuck_claims = case when p.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
               progress_mark = p.progress
-         from (select ((select count(*) from journal j where j.run_id = $1 and j.status = 'confirmed')
-                + (select count(*) from side_effects e where e.run_id = $1 and e.status <> 'intent'))::int
-                as progress) p
+         from (select ${progressOf("$1")} as progress) p
         where run_id = $1 and epoch = $2 and status in ('pending', 'running')
         returning epoch, stuck_claims`,
       [runId, seenEpoch, owner, ts(now)],
@@ -957,8 +952,11 @@ export class Store {
     return await this.client.query<TakenRun>(
       // The pick is a materialized CTE: as an `in (subquery)` the planner may run
       // the limited subquery more than once and take more than `limit` runs.
+      // Each taken run's progress is counted once (#11: it was counted twice, once per column
+      // set), and not at all for a run at epoch 0: never claimed, it has none (see claimRun).
       `with picked as materialized (
-         select run_id, owner as previous_owner, heartbeat_at as previous_heartbeat_at from runs
+         select run_id, epoch as picked_epoch, owner as previous_owner, heartbeat_at as previous_heartbeat_at
+           from runs
           where status in ('pending', 'running') and agent = any($2::text[])
             and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
             -- A run whose claims keep finding no progress waits longer each time.
@@ -966,12 +964,19 @@ export class Store {
                  or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
           order by coalesce(heartbeat_at, created_at), run_id
           limit $5
-            for update skip locked)
+            for update skip locked),
+       counted as (
+         select picked.*, case when picked_epoch = 0 then 0 else ${
+        progressOf("picked.run_id")
+      } end as progress
+           from picked)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, ${CLAIM_PROGRESS}
-         from picked
-        where runs.run_id = picked.run_id
-        returning runs.*, picked.previous_owner, picked.previous_heartbeat_at`,
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
+              stuck_claims = case when counted.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
+              progress_mark = counted.progress
+         from counted
+        where runs.run_id = counted.run_id
+        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`,
       [owner, agents, ts(staleBefore), ts(now), limit],
     );
   }
