@@ -147,6 +147,7 @@ export class OpenAIPlanner implements Planner {
   readonly #fetch: FetchLike;
   readonly #url: URL;
   readonly #now: () => number;
+  #tools?: { array: OpenAITool[]; json: string };
 
   /** Creates a client for one endpoint and model. Throws a `TypeError` when `url` is not a URL. */
   constructor(opts: OpenAIPlannerOptions) {
@@ -162,6 +163,12 @@ export class OpenAIPlanner implements Planner {
   }
 
   /** Replaces the API key, as written and JSON-escaped, with `***`. */
+  /** `tools` as JSON, kept for the array it was made from (a registry hands out one array). */
+  #toolsJson(tools: OpenAITool[]): string {
+    if (this.#tools?.array !== tools) this.#tools = { array: tools, json: JSON.stringify(tools) };
+    return this.#tools.json;
+  }
+
   #mask(text: string): string {
     const key = this.#opts.apiKey;
     if (!key) return text;
@@ -190,13 +197,12 @@ export class OpenAIPlanner implements Planner {
     // itself), no `user` (deprecated by OpenAI), no `tool_choice` ("auto" is the
     // default with tools, and vLLM refuses it unless started with a flag), and
     // no empty `tools` list (OpenAI refuses `[]`).
-    const body = JSON.stringify({
-      model: this.#opts.model,
-      messages: req.messages,
-      ...(req.tools.length > 0 ? { tools: req.tools } : {}),
-    });
+    // The tools' schemas are the same on every request of a registry: serialised once (#11).
+    const body = `{"model":${JSON.stringify(this.#opts.model)},"messages":${JSON.stringify(req.messages)}${
+      req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""
+    }}`;
     const url = this.#url;
-    const where = this.#mask(shownUrl(url));
+    const where = () => this.#mask(shownUrl(url));
     let res: Response;
     let text: string;
     try {
@@ -205,14 +211,14 @@ export class OpenAIPlanner implements Planner {
     } catch (err) {
       throw new ModelError(
         "MODEL_UNREACHABLE",
-        `The model at ${where} could not be reached: ${this.#mask((err as Error).message)}`,
+        `The model at ${where()} could not be reached: ${this.#mask((err as Error).message)}`,
         { transient: true, cause: err },
       );
     }
     if (res.status < 200 || res.status >= 300) {
       const transient = isTransientStatus(res.status);
       const said = serverErrorMessage(text) ?? text.slice(0, 200);
-      let message = `The model at ${where} answered HTTP ${res.status}${said ? `: ${said}` : ""}`;
+      let message = `The model at ${where()} answered HTTP ${res.status}${said ? `: ${said}` : ""}`;
       if (res.status === 404 && !/(^|\/)v1(\/|$)/.test(new URL(this.#opts.url).pathname)) {
         message += `. The base URL's path has no /v1 segment: most servers serve the API under /v1 ` +
           `(try MODEL_URL=${this.#mask(shownUrl(withV1(this.#opts.url)))})`;
