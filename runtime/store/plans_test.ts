@@ -15,13 +15,12 @@
  */
 
 import assert from "node:assert/strict";
-import { DEFAULT_INSTRUCTIONS } from "../agent.ts";
+import { defineAgent } from "../agent.ts";
 import { MockCloud } from "../../mock/cloud.ts";
 import { MockModel } from "../../mock/model.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
 import { ManualClock } from "../clock.ts";
-import { DEFAULT_RETRY } from "../context.ts";
-import { CrashPoints } from "../crashpoints.ts";
+import { workerDeps } from "../context.ts";
 import { discardSink, Logger } from "../log.ts";
 import { runWorker } from "../loop.ts";
 import { OpenAIPlanner } from "../planner.ts";
@@ -124,23 +123,20 @@ async function widePlans(
   const clock = new ManualClock();
   const model = await MockModel.open({ now: () => clock.now() });
   const cloud = await MockCloud.open({ now: () => clock.now() });
-  const log = new Logger({ clock, sink: discardSink });
-  const deps = {
-    agent: "provision",
-    instructions: DEFAULT_INSTRUCTIONS,
+  const tools = demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler });
+  const planner = new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler });
+  const deps = workerDeps({
     store,
-    planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
-    tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),
+    agent: {
+      agent: defineAgent({ name: "provision", tools, model: planner }),
+      tools: new ToolRegistry(tools),
+      planner,
+    },
     clock,
-    log,
-    crash: CrashPoints.none({ log, clock }),
+    log: new Logger({ clock, sink: discardSink }),
     owner: "w-plans",
-    maxSteps: 12,
-    heartbeatMs: 3000,
-    leaseMs: 12000,
-    retry: DEFAULT_RETRY,
     random: () => 0.5,
-  };
+  });
   // Every statement of one run, and what a resumed run and a worker host add
   // (the history read, both heartbeats), on a database as fresh as a
   // laptop's first `deno task run`.
