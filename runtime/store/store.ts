@@ -293,6 +293,15 @@ export interface RunSummary extends RunRow {
 const RUNNING_AT = (epoch: string, table = "runs") =>
   `(${table}.epoch = ${epoch} and ${table}.status = 'running') is true`;
 
+// A runs row a claim may take from `epoch`, as one boolean test for the same
+// reason: written as plain comparisons, `status in ('pending', 'running')`
+// matches the predicate of the partial take-order index, and a generic plan
+// made without statistics used that index for the run id (not its first
+// column), reading the whole index to find one run: measured with 6,000 runs
+// open, 31 pages on PGlite and 51 on PostgreSQL for each claim, and a claim
+// on PGlite cost about 400 µs against 120 µs for an insert (plans_test.ts).
+const CLAIMABLE_AT = (epoch: string) => `(epoch = ${epoch} and status in ('pending', 'running')) is true`;
+
 // The fence, as a condition on the runs row of $1 at epoch $2. `for share`
 // makes a racing claim wait for this statement (or this statement see the
 // claim's new epoch), instead of both reading one snapshot.
@@ -612,7 +621,7 @@ export class Store {
         `update runs set epoch = epoch + 1, owner = $2, status = 'running',
                 heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
                 stuck_claims = stuck_claims + 1, progress_mark = 0
-          where run_id = $1 and epoch = 0 and status in ('pending', 'running')
+          where run_id = $1 and ${CLAIMABLE_AT("0")}
           returning epoch, stuck_claims`,
         [runId, owner, ts(now)],
       );
@@ -626,7 +635,7 @@ export class Store {
               stuck_claims = case when p.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
               progress_mark = p.progress
          from (select ${progressOf("$1")} as progress) p
-        where run_id = $1 and epoch = $2 and status in ('pending', 'running')
+        where run_id = $1 and ${CLAIMABLE_AT("$2")}
         returning epoch, stuck_claims`,
       [runId, seenEpoch, owner, ts(now)],
     );
