@@ -23,15 +23,16 @@
  *   statement per interval for all), on runs submitted before the clock starts.
  *
  * Each runtime row prints its ratio to the raw row of the same store and
- * concurrency (steps/s: higher is better; CPU/step: lower is better). The raw
- * row is measured before and after the runtime rows (half the runs each) and
- * printed pooled, so drifting load from other processes weighs on both sides. Last,
+ * concurrency (steps/s: higher is better; CPU/step: lower is better). The rows
+ * of one store and concurrency are measured in `--segments` turns, interleaved
+ * (raw, each runtime row, raw again), and each row's turns printed pooled, so
+ * this machine's drifting speed weighs on every row alike. Last,
  * the bytes of V8 heap each in-flight run holds while its model is slow:
  * `--idle-runs` runs on one worker host whose planner never answers until
  * told to.
  *
  * Flags: `--runs N` (default 200), `--concurrency N` (default 16), `--rounds N`
- * (default 1), `--idle-runs N` (default 1000, 0 to skip), `--only TEXT` (rows
+ * (default 1), `--segments N` (default 5), `--idle-runs N` (default 1000, 0 to skip), `--only TEXT` (rows
  * whose label contains TEXT, e.g. `--only "postgres 16 runtime, no wire"` to
  * profile one row with `deno run -A --cpu-prof bench/step_bench.ts ...`; see
  * bench/profile_summary.ts).
@@ -446,35 +447,50 @@ function print(row: Row, raw?: Row): void {
 // ---------------------------------------------------------------------------
 
 /**
- * Measures a raw row, the runtime rows, then the raw row again, and prints
- * the raw figures pooled (both measurements together) with each runtime row's
- * ratio to them: load from other processes that drifts during the group then
- * weighs on both sides alike.
+ * Measures the raw row and the runtime rows in `segments` turns, each row a
+ * share of its runs per turn (raw, then each runtime row, then raw again), and
+ * prints each row's turns pooled, with each runtime row's ratio to the pooled
+ * raw row. This machine's speed drifts over seconds (other tenants, clock
+ * scaling): measured in one piece, a row could fall into a slow spell the
+ * other missed, and single rounds moved by a third. Interleaved, a spell
+ * weighs on every row alike.
  */
 async function group(
-  rawLabel: string,
-  raw: (() => Promise<Row>) | undefined,
-  rows: (() => Promise<Row>)[],
+  raw: ((runs: number) => Promise<Row>) | undefined,
+  rows: ((runs: number) => Promise<Row>)[],
+  runs: number,
+  segments: number,
 ): Promise<void> {
-  const before = raw ? await raw() : undefined;
-  const measured: Row[] = [];
-  for (const row of rows) measured.push(await row());
-  const after = raw ? await raw() : undefined;
-  const pooled = before && after
-    ? {
-      label: rawLabel,
-      runs: before.runs + after.runs,
-      concurrency: before.concurrency,
-      seconds: before.seconds + after.seconds,
-      cpuMs: before.cpuMs + after.cpuMs,
-      serverCpuMs: before.serverCpuMs === undefined || after.serverCpuMs === undefined
-        ? undefined
-        : before.serverCpuMs + after.serverCpuMs,
-      statements: before.statements + after.statements,
-    }
-    : undefined;
+  const turns = Math.max(1, Math.min(segments, runs));
+  const share = (turn: number) => Math.floor(runs / turns) + (turn < runs % turns ? 1 : 0);
+  const rawTurns: Row[] = [];
+  const rowTurns: Row[][] = rows.map(() => []);
+  for (let turn = 0; turn < turns; turn++) {
+    // Raw in halves around the runtime rows: each turn is bracketed by the floor.
+    const half = share(turn) / 2;
+    if (raw) rawTurns.push(await raw(Math.ceil(half)));
+    for (let i = 0; i < rows.length; i++) rowTurns[i].push(await rows[i](share(turn)));
+    if (raw) rawTurns.push(await raw(Math.max(1, Math.floor(half))));
+  }
+  const pooled = rawTurns.length > 0 ? pool(rawTurns) : undefined;
   if (pooled) print(pooled);
-  for (const row of measured) print(row, pooled);
+  for (const turns of rowTurns) print(pool(turns), pooled);
+}
+
+/** One row from several measurements of it: their runs, time, CPU and statements added up. */
+function pool(turns: Row[]): Row {
+  const server = turns.every((t) => t.serverCpuMs !== undefined)
+    ? turns.reduce((n, t) => n + t.serverCpuMs!, 0)
+    : undefined;
+  return {
+    label: turns[0].label,
+    concurrency: turns[0].concurrency,
+    runs: turns.reduce((n, t) => n + t.runs, 0),
+    seconds: turns.reduce((n, t) => n + t.seconds, 0),
+    cpuMs: turns.reduce((n, t) => n + t.cpuMs, 0),
+    serverCpuMs: server,
+    statements: turns.reduce((n, t) => n + t.statements, 0),
+  };
 }
 
 async function round(opts: {
@@ -482,9 +498,10 @@ async function round(opts: {
   concurrency: number;
   url?: string;
   only?: string;
+  segments: number;
   mocks: { planner: Planner; tools: Tool[] };
 }): Promise<void> {
-  const { runs, concurrency, url, only, mocks } = opts;
+  const { runs, concurrency, url, only, mocks, segments } = opts;
   const want = (label: string) => !only || label.includes(only);
   const scripted = { planner: new ScriptedPlanner(), tools: scriptedTools() };
   header();
@@ -494,23 +511,24 @@ async function round(opts: {
     const db = await PGlite.create();
     await db.exec(SCHEMA_SQL);
     const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
-    const n = Math.min(runs, 100);
+    const n = runs;
     // The raw row prepares its statements as the runtime's driver does (SQL
     // `prepare` and `execute`): the floor is the best a hand-written loop can do.
     const rawClient = new PgliteClient(db, { describe: "pglite:raw", owned: false });
     const rawQuery = (text: string, params: unknown[]) => rawClient.query(text, params);
     const p = "pglite 1";
     await group(
-      `${p} raw SQL`,
-      want(`${p} raw SQL`) ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), 1) : undefined,
+      want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, 1) : undefined,
       [
         ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
           .filter(([label]) => want(label))
-          .map(([label, agent]) => () => runtimeRow(label, client, agent, n, 1)),
+          .map(([label, agent]) => (k: number) => runtimeRow(label, client, agent, k, 1)),
         ...(want(`${p} worker host, no wire`)
-          ? [() => hostRow(`${p} worker host, no wire`, client, n, 1)]
+          ? [(k: number) => hostRow(`${p} worker host, no wire`, client, k, 1)]
           : []),
       ],
+      n,
+      segments,
     );
     await client.close();
   }
@@ -535,16 +553,15 @@ async function round(opts: {
         const p = `postgres ${c}`;
         const rows = ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
           .filter(([label]) => want(label))
-          .map(([label, agent]) => () => runtimeRow(label, client, agent, n, c, true));
+          .map(([label, agent]) => (k: number) => runtimeRow(label, client, agent, k, c, true));
         if (want(`${p} worker host, no wire`)) {
-          rows.push(() => hostRow(`${p} worker host, no wire`, client, n, c, true));
+          rows.push((k) => hostRow(`${p} worker host, no wire`, client, k, c, true));
         }
         await group(
-          `${p} raw SQL`,
-          want(`${p} raw SQL`)
-            ? () => rawRow(`${p} raw SQL`, rawQuery, Math.ceil(n / 2), c, true)
-            : undefined,
+          want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, c, true) : undefined,
           rows,
+          n,
+          segments,
         );
       } finally {
         await sql.end({ timeout: 5 });
@@ -560,11 +577,13 @@ async function round(opts: {
 export const BENCH_USAGE =
   `agent-runtime bench: what a durable step costs, beside raw SQL measured in the same run.
 
-usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--idle-runs N] [--only TEXT] [--no-telemetry]
+usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] [--idle-runs N] [--only TEXT]
+                       [--no-telemetry]
 
-  --runs N                   runs per row (default 200; PGlite at most 100)
+  --runs N                   runs per row (default 200; twice that in the many-runs PostgreSQL rows)
   --concurrency N            runs at once in the many-runs PostgreSQL rows (default 16)
   --rounds N                 rounds of every row (default 1)
+  --segments N               turns each row is measured in, interleaved with the others (default 5)
   --idle-runs N              runs held idle on one worker host to measure heap per run (default 1000, 0 skips)
   --only TEXT                only the rows whose label contains TEXT (for profiling one row)
   --no-telemetry             skip the rows with OpenTelemetry off and on
@@ -584,6 +603,7 @@ export async function main(args: string[], env: Record<string, string | undefine
         runs: { type: "string", default: "200" },
         concurrency: { type: "string", default: "16" },
         rounds: { type: "string", default: "1" },
+        segments: { type: "string", default: "5" },
         "idle-runs": { type: "string", default: "1000" },
         only: { type: "string" },
         "no-telemetry": { type: "boolean" },
@@ -599,17 +619,22 @@ export async function main(args: string[], env: Record<string, string | undefine
     console.log(BENCH_USAGE);
     return 0;
   }
-  const [runs, concurrency, rounds, idleRuns] = [
+  const [runs, concurrency, rounds, segments, idleRuns] = [
     values.runs,
     values.concurrency,
     values.rounds,
+    values.segments,
     values["idle-runs"],
   ]
     .map(Number);
-  if (![runs, concurrency, rounds].every((n) => Number.isInteger(n) && n >= 1) || !(idleRuns >= 0)) {
+  if (
+    ![runs, concurrency, rounds, segments].every((n) => Number.isInteger(n) && n >= 1) ||
+    !(Number.isInteger(idleRuns) && idleRuns >= 0)
+  ) {
     console.error(
-      `bench: --runs, --concurrency and --rounds must be positive integers, --idle-runs 0 or more: got ` +
-        `${values.runs}, ${values.concurrency}, ${values.rounds}, ${values["idle-runs"]}`,
+      `bench: --runs, --concurrency, --rounds and --segments must be positive integers, --idle-runs 0 or ` +
+        `more: got ${values.runs}, ${values.concurrency}, ${values.rounds}, ${values.segments}, ` +
+        `${values["idle-runs"]}`,
     );
     return 2;
   }
@@ -643,7 +668,7 @@ export async function main(args: string[], env: Record<string, string | undefine
   );
   for (let r = 1; r <= rounds; r++) {
     console.log(`\nround ${r} of ${rounds}`);
-    await round({ runs, concurrency, url, only: values.only, mocks });
+    await round({ runs, concurrency, url, only: values.only, mocks, segments });
   }
   if (!values.only && !values["no-telemetry"]) {
     console.log(
