@@ -146,9 +146,13 @@ export async function settle(turns = 3): Promise<void> {
 
 /** A request's signal: aborts when its worker stops or its time is up. See {@link deadline}. */
 export interface Deadline {
-  /** Aborts with the worker's reason when `parent` aborts, or with the timeout's error when time is up. */
+  /**
+   * Aborts with the worker's reason when `parent` aborts, or with the timeout's
+   * error when time is up. Armed when first read: a request that never looks
+   * at it (an in-process planner or tool) costs no timer and no listener.
+   */
   readonly signal: AbortSignal;
-  /** The timeout's error once time is up (and only then). */
+  /** The timeout's error once time is up (and only then), whether or not the signal was read. */
   expired(): Error | undefined;
   /** Ends the guard: no timer left, no listener left on `parent`. */
   cancel(): void;
@@ -159,40 +163,77 @@ const CANCELLED = Symbol("cancelled");
 
 /**
  * One signal for a model or tool request: it aborts when `parent` (the
- * worker's stop signal) aborts, or after `ms` of `clock` time with `reason()`.
- * Call `cancel` when the request is over.
+ * worker's stop signal) aborts, or after `ms` of `clock` time (counted from
+ * this call) with `reason()`. Call `cancel` when the request is over.
  *
  * #11: this replaces a {@link clockTimeout} plus `AbortSignal.any` per request
  * (three controllers, a dependent signal, a sleep promise and a DOMException
  * per cancel). On the {@link SystemClock} it is one controller, one
- * `setTimeout` and one listener; a manual clock still drives it through `sleep`.
+ * `setTimeout` and one listener, made only when the request reads its signal
+ * (two per step otherwise: measured, a step on PGlite spent more on Node-style
+ * timers, abort controllers and listeners than on building its statements); a
+ * manual clock still drives it through `sleep`. A request that ignores its
+ * signal could not be stopped by it either: `expired()` still says when its
+ * time ran out, from the clock.
  */
 export function deadline(clock: Clock, parent: AbortSignal, ms: number, reason: () => Error): Deadline {
-  const ctl = new AbortController();
+  const system = clock instanceof SystemClock;
+  const nowMs = () => system ? Date.now() : clock.now().getTime();
+  const startMs = nowMs();
   let timedOut: Error | undefined;
-  const expire = () => {
-    if (ctl.signal.aborted) return;
-    timedOut = reason();
-    ctl.abort(timedOut);
-  };
-  const onStop = () => ctl.abort(parent.reason);
-  if (parent.aborted) onStop();
-  else parent.addEventListener("abort", onStop, { once: true });
-  let cancelTimer: () => void;
-  if (clock instanceof SystemClock) {
-    const timer = setTimeout(expire, Math.max(0, ms));
-    cancelTimer = () => clearTimeout(timer);
-  } else {
-    const stop = new AbortController();
-    clock.sleep(ms, stop.signal).then(expire, () => {/* cancelled: the request finished first */});
-    cancelTimer = () => stop.abort(CANCELLED);
-  }
-  return {
-    signal: ctl.signal,
-    expired: () => timedOut,
-    cancel: () => {
+  let ctl: AbortController | undefined;
+  let cancelled = false;
+  let disarm = () => {};
+  const arm = (): AbortSignal => {
+    const c = new AbortController();
+    ctl = c;
+    // Read after cancel: the request is over, nothing is left to stop.
+    if (cancelled) return c.signal;
+    const expire = () => {
+      if (c.signal.aborted) return;
+      timedOut = reason();
+      c.abort(timedOut);
+    };
+    if (parent.aborted) {
+      c.abort(parent.reason);
+      return c.signal;
+    }
+    const left = ms - (nowMs() - startMs);
+    if (left <= 0) {
+      expire();
+      return c.signal;
+    }
+    const onStop = () => c.abort(parent.reason);
+    parent.addEventListener("abort", onStop, { once: true });
+    let cancelTimer: () => void;
+    if (system) {
+      const timer = setTimeout(expire, left);
+      cancelTimer = () => clearTimeout(timer);
+    } else {
+      const stop = new AbortController();
+      clock.sleep(left, stop.signal).then(expire, () => {/* cancelled: the request finished first */});
+      cancelTimer = () => stop.abort(CANCELLED);
+    }
+    disarm = () => {
       cancelTimer();
       parent.removeEventListener("abort", onStop);
+    };
+    return c.signal;
+  };
+  return {
+    get signal() {
+      return ctl?.signal ?? arm();
+    },
+    expired: () => {
+      // Never armed: time is up if the clock says so (the worker's own stop takes precedence, as when armed).
+      if (ctl === undefined && timedOut === undefined && !parent.aborted && nowMs() - startMs >= ms) {
+        timedOut = reason();
+      }
+      return timedOut;
+    },
+    cancel: () => {
+      cancelled = true;
+      disarm();
     },
   };
 }

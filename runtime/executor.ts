@@ -310,7 +310,10 @@ async function callTool(
       runId: state.fence.runId,
       seq: call.seq,
       attempt,
-      signal: timeout.signal,
+      // Read only by a tool that uses it: the deadline arms its timer then (see deadline()).
+      get signal() {
+        return timeout.signal;
+      },
       traceHeaders: () => telemetryOf(deps).traceHeaders(),
     });
   } catch (err) {

@@ -85,7 +85,10 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           messages,
           agent: deps.agent,
           tools,
-          signal: timeout.signal,
+          // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
+          get signal() {
+            return timeout.signal;
+          },
         }));
     } catch (err) {
       const e = asModelError(err, timeout.expired(), state.signal);

@@ -614,18 +614,18 @@ export class Store {
     if (seenEpoch === 0) {
       // A run at epoch 0 was never claimed: every journal, tool-call and
       // approval row is written under a claimed epoch, and only a claim moves
-      // the marks, so its progress and marks are 0 and this claim finds no
-      // progress, as the general statement below would count (#11: without
-      // its two counts).
-      const rows = await this.client.query<{ epoch: number; stuck_claims: number }>(
-        `update runs set epoch = epoch + 1, owner = $2, status = 'running',
+      // the marks, so its progress and marks are 0 and this claim is its first
+      // without progress, as the general statement below would count (#11:
+      // without its two counts). What it writes is known, so nothing is sent
+      // back (#11: on PGlite, decoding a returned row is JavaScript work).
+      const written = await this.client.run(
+        `update runs set epoch = 1, owner = $2, status = 'running',
                 heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
-                stuck_claims = stuck_claims + 1, progress_mark = 0
-          where run_id = $1 and ${CLAIMABLE_AT("0")}
-          returning epoch, stuck_claims`,
+                stuck_claims = 1, progress_mark = 0
+          where run_id = $1 and ${CLAIMABLE_AT("0")}`,
         [runId, owner, ts(now)],
       );
-      return rows[0];
+      return written === 1 ? { epoch: 1, stuck_claims: 1 } : undefined;
     }
     // The run's progress is counted once, in `p` (#11: set as two columns, it
     // was counted twice); same snapshot, same values.
