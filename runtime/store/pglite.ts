@@ -181,17 +181,26 @@ export class PgliteClient implements SqlClient {
   }
 
   async run(text: string, params: unknown[] = []): Promise<number> {
-    return (await this.#send(text, params)).affectedRows ?? 0;
+    return (await this.#send(text, params, false, true)).affectedRows ?? 0;
   }
 
-  /** Runs one statement (prepared once per session when it has parameters), then any analysis due. */
-  async #send<T>(text: string, params: unknown[], planEachTime = false): Promise<Results<T>> {
+  /**
+   * Runs one statement (prepared once per session when it has parameters), then any analysis due.
+   * `noRows`: the caller wants only the rows written, so a prepared statement's `execute` goes
+   * through the simple query protocol (one message each way; #11: measured, 57 µs against 80 µs
+   * for a journal insert through the extended protocol, which parses, binds and describes the
+   * `execute` as a statement of its own). Its parameters are literals in both.
+   */
+  async #send<T>(text: string, params: unknown[], planEachTime = false, noRows = false): Promise<Results<T>> {
     this.#assertOpen();
     const name = params.length > 0 && !planEachTime ? await this.#session.nameFor(this.#db, text) : null;
     this.#assertOpen();
-    const result = name === null
-      ? await this.#db.query<T>(text, params)
-      : await this.#db.query<T>(`execute ${name}(${params.map(sqlLiteral).join(", ")})`);
+    let result: Results<T>;
+    if (name === null) result = await this.#db.query<T>(text, params);
+    else {
+      const execute = `execute ${name}(${params.map(sqlLiteral).join(", ")})`;
+      result = noRows ? (await this.#db.exec(execute))[0] as Results<T> : await this.#db.query<T>(execute);
+    }
     if (this.#session.countStatement()) {
       // Statistics only steer plans: a failed look or analysis (a closed handle, say) loses nothing.
       await this.#session.maintain(this.#db).catch(() => false);
