@@ -23,9 +23,10 @@ const SET_SCHEMA = `set search_path to ${DEFAULT_SCHEMA}`;
  * statements, and when to refresh the planner's statistics.
  *
  * Prepared statements: PGlite has no per-call statement names, so they are
- * made with SQL `prepare` and run with `execute`. A fenced write spends more
- * time being parsed and planned than executed there: measured, a journal
- * intent costs 468 µs as a parameterised query and 277 µs as an `execute`.
+ * made with SQL `prepare` and run with `execute`, sent as a simple query. A
+ * fenced write spends more time being parsed and planned than executed there:
+ * measured, a journal intent costs 468 µs as a parameterised query and 277 µs
+ * as an `execute` through the extended protocol (less again as a simple query).
  *
  * Statistics: PGlite has no autovacuum, so nothing analyses its tables, and
  * a plan made without statistics can read far more than it returns: a take
@@ -181,26 +182,23 @@ export class PgliteClient implements SqlClient {
   }
 
   async run(text: string, params: unknown[] = []): Promise<number> {
-    return (await this.#send(text, params, false, true)).affectedRows ?? 0;
+    return (await this.#send(text, params)).affectedRows ?? 0;
   }
 
   /**
    * Runs one statement (prepared once per session when it has parameters), then any analysis due.
-   * `noRows`: the caller wants only the rows written, so a prepared statement's `execute` goes
-   * through the simple query protocol (one message each way; #11: measured, 57 µs against 80 µs
-   * for a journal insert through the extended protocol, which parses, binds and describes the
-   * `execute` as a statement of its own). Its parameters are literals in both.
+   * A prepared statement's `execute` goes through the simple query protocol: one message each
+   * way (#11: measured, a journal insert 57 µs against 80 µs through the extended protocol, which
+   * parses, binds and describes the `execute` as a statement of its own; create-or-read 120 µs
+   * against 213 µs). Its parameters are literals either way, and its rows come back parsed alike.
    */
-  async #send<T>(text: string, params: unknown[], planEachTime = false, noRows = false): Promise<Results<T>> {
+  async #send<T>(text: string, params: unknown[], planEachTime = false): Promise<Results<T>> {
     this.#assertOpen();
     const name = params.length > 0 && !planEachTime ? await this.#session.nameFor(this.#db, text) : null;
     this.#assertOpen();
-    let result: Results<T>;
-    if (name === null) result = await this.#db.query<T>(text, params);
-    else {
-      const execute = `execute ${name}(${params.map(sqlLiteral).join(", ")})`;
-      result = noRows ? (await this.#db.exec(execute))[0] as Results<T> : await this.#db.query<T>(execute);
-    }
+    const result = name === null
+      ? await this.#db.query<T>(text, params)
+      : (await this.#db.exec(`execute ${name}(${params.map(sqlLiteral).join(", ")})`))[0] as Results<T>;
     if (this.#session.countStatement()) {
       // Statistics only steer plans: a failed look or analysis (a closed handle, say) loses nothing.
       await this.#session.maintain(this.#db).catch(() => false);
