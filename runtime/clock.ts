@@ -8,6 +8,22 @@
 
 import { AbortedError } from "./errors.ts";
 
+const pad2 = (n: number): string => (n < 10 ? "0" : "") + n;
+const pad3 = (n: number): string => (n < 10 ? "00" : n < 100 ? "0" : "") + n;
+
+/**
+ * `d.toISOString()`, formatted by hand for years 1000 to 9999 (the engine's
+ * own for any other, and its RangeError for an invalid date). #11: every
+ * write carries a timestamp, and the built-in cost about twice as much
+ * (0.41 against 0.17 µs hot, more between PGlite statements).
+ */
+export function isoTimestamp(d: Date): string {
+  const year = d.getUTCFullYear();
+  if (!(year >= 1000 && year <= 9999)) return d.toISOString();
+  return year + "-" + pad2(d.getUTCMonth() + 1) + "-" + pad2(d.getUTCDate()) + "T" + pad2(d.getUTCHours()) +
+    ":" + pad2(d.getUTCMinutes()) + ":" + pad2(d.getUTCSeconds()) + "." + pad3(d.getUTCMilliseconds()) + "Z";
+}
+
 /** A source of time that can also wait. */
 export interface Clock {
   /** The current time. */

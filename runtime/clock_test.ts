@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { clockTimeout, ManualClock } from "./clock.ts";
+import { clockTimeout, isoTimestamp, ManualClock } from "./clock.ts";
 
 Deno.test("ManualClock wakes sleepers in order of wake time only when advanced past it", async () => {
   const clock = new ManualClock(0);
@@ -35,4 +35,30 @@ Deno.test("clockTimeout() aborts on the clock's time and not before", async () =
   u.cancel();
   await clock.advance(1000);
   assert.equal(u.signal.aborted, false);
+});
+
+Deno.test("isoTimestamp() writes what toISOString() writes, for every year, and refuses an invalid date alike", () => {
+  const edges = [
+    0,
+    -1,
+    Date.UTC(999, 11, 31, 23, 59, 59, 999),
+    Date.UTC(1000, 0, 1),
+    Date.UTC(2026, 10, 30, 1, 2, 3, 4),
+    Date.UTC(9999, 11, 31, 23, 59, 59, 999),
+    Date.UTC(10000, 0, 1),
+    -62198755200000, // year -1
+    8.64e15,
+    -8.64e15,
+  ];
+  // Deterministic spread over years 0 to 9999 (a linear congruential sequence).
+  let x = 12345;
+  const spread = Array.from({ length: 20_000 }, () => {
+    x = (x * 1103515245 + 12345) % 2147483648;
+    return (x / 2147483648) * 253402300800000 - 62167219200000;
+  });
+  for (const ms of [...edges, ...spread.map(Math.floor)]) {
+    const d = new Date(ms);
+    assert.equal(isoTimestamp(d), d.toISOString(), String(ms));
+  }
+  assert.throws(() => isoTimestamp(new Date(NaN)), RangeError);
 });

@@ -16,7 +16,7 @@
  * @module
  */
 
-import type { Clock } from "./clock.ts";
+import { type Clock, isoTimestamp } from "./clock.ts";
 
 /** Severity of an event. */
 export type LogLevel = "DEBUG" | "INFO" | "WARN" | "ERROR";
@@ -142,7 +142,7 @@ export class Logger {
   /** Formats and writes one event. */
   write(level: LogLevel, event: string, fields: LogFields): void {
     if (SEVERITY[level] < this.#min) return;
-    const ts = this.#clock.now().toISOString();
+    const ts = isoTimestamp(this.#clock.now());
     const entries = Object.entries(fields).filter(([, v]) => v !== undefined);
     let line: string;
     if (this.#format === "json") {

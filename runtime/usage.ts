@@ -28,20 +28,31 @@ function isObject(value: unknown): value is JsonObject {
  * ```
  */
 export function addUsage(a: unknown, b: unknown): Json {
-  if (!isObject(a) && !isObject(b)) return null;
-  const left = isObject(a) ? a : {};
-  const right = isObject(b) ? b : {};
+  const left = isObject(a) ? a : undefined;
+  const right = isObject(b) ? b : undefined;
+  if (left === undefined && right === undefined) return null;
   const sum: JsonObject = {};
-  for (const key of new Set([...Object.keys(left), ...Object.keys(right)])) {
-    const x = left[key];
-    const y = right[key];
-    if ((typeof x === "number" || x === undefined) && (typeof y === "number" || y === undefined)) {
-      const total = (x ?? 0) + (y ?? 0);
-      if (Number.isFinite(total)) sum[key] = total;
-    } else if (isObject(x) || isObject(y)) {
-      const nested = addUsage(isObject(x) ? x : undefined, isObject(y) ? y : undefined);
-      if (nested !== null) sum[key] = nested;
+  // Every key of the left side, then those only the right side has (#11: without a Set of both).
+  if (left !== undefined) {
+    for (const key of Object.keys(left)) {
+      addField(sum, key, left[key], right?.[key]);
+    }
+  }
+  if (right !== undefined) {
+    for (const key of Object.keys(right)) {
+      if (left === undefined || !Object.hasOwn(left, key)) addField(sum, key, undefined, right[key]);
     }
   }
   return sum;
+}
+
+/** Sets `sum[key]` to the sum of `x` and `y`: numbers added, objects added recursively, anything else dropped. */
+function addField(sum: JsonObject, key: string, x: Json | undefined, y: Json | undefined): void {
+  if ((typeof x === "number" || x === undefined) && (typeof y === "number" || y === undefined)) {
+    const total = (x ?? 0) + (y ?? 0);
+    if (Number.isFinite(total)) sum[key] = total;
+  } else if (isObject(x) || isObject(y)) {
+    const nested = addUsage(isObject(x) ? x : undefined, isObject(y) ? y : undefined);
+    if (nested !== null) sum[key] = nested;
+  }
 }

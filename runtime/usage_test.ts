@@ -26,3 +26,9 @@ Deno.test("addUsage() adds nested counters and drops what is not a number", () =
     { prompt_tokens_details: { cached_tokens: 7 }, total_tokens: 3 },
   );
 });
+
+Deno.test("addUsage() keeps the left side's key order, then the right side's own keys, whatever their names", () => {
+  const sum = addUsage({ b: 1, a: 2 }, { c: 3, a: 1, toString: 4, constructor: 5 });
+  assert.deepEqual(Object.keys(sum as object), ["b", "a", "c", "toString", "constructor"]);
+  assert.deepEqual(sum, { b: 1, a: 3, c: 3, toString: 4, constructor: 5 });
+});

@@ -11,6 +11,7 @@
  */
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
+import { isoTimestamp } from "../clock.ts";
 import type { PlantedDefects } from "../defects.ts";
 import { FencedError, StoreError } from "../errors.ts";
 import type { Budget } from "../budget.ts";
@@ -432,7 +433,7 @@ function newRunRow(run: NewRun, now: Date): RunRow {
 /** A text parameter with any NUL character written out as `\u0000`. */
 const textParam = (value: string | null): string | null =>
   value === null ? null : value.replaceAll("\0", "\\u0000");
-const ts = (d: Date): string => d.toISOString();
+const ts = isoTimestamp;
 
 // The rows a fresh intent's plain insert writes, from the very values the
 // statement was given (no placeholder: `now` is the `intent_at` written, the
