@@ -37,6 +37,7 @@ import { RuntimeError, SimulatedKill } from "../runtime/errors.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
 import { defineTool, type Tool } from "../runtime/tools.ts";
+import type { ModelFaultMode } from "../mock/model.ts";
 import { FakeRemote } from "./fake_remote.ts";
 import { checkModelSpend, checkShape, type ModelSpend } from "./invariants.ts";
 import {
@@ -52,16 +53,8 @@ import {
 
 /** How a tool request is broken. */
 export type CloudFault = "5xx" | "timeout" | "drop" | "garbage";
-/** How a model answer is broken. */
-export type ModelFault =
-  | "5xx"
-  | "timeout"
-  | "garbage"
-  | "no_choices"
-  | "unknown_tool"
-  | "bad_args"
-  | "bad_json_args"
-  | "multi_tool";
+/** How a model answer is broken: the mock model's broken answers, a 5xx, or no answer in time. */
+export type ModelFault = "5xx" | "timeout" | ModelFaultMode;
 
 /** Every {@link CloudFault}. */
 export const CLOUD_FAULTS: readonly CloudFault[] = ["5xx", "timeout", "drop", "garbage"];
@@ -315,11 +308,13 @@ function statementLabel(text: string): string {
   if (t.startsWith("update side_effects set status = 'confirmed'")) return "tool-confirm";
   if (t.startsWith("update side_effects set status = $4")) return "tool-settle";
   if (t.startsWith("update runs set epoch = epoch + 1")) return "claim";
+  // A claim from epoch 0 writes epoch 1 and sends nothing back (Store.claimRun).
+  if (t.startsWith("update runs set epoch = 1,")) return "first-claim";
   if (t.startsWith("update runs set heartbeat_at")) return "heartbeat";
   if (t.startsWith("update runs set status = $3")) return "finish";
   if (t.startsWith("with created as")) return "create-or-get";
-  if (t.startsWith("select * from journal")) return "read-journal";
-  if (t.startsWith("select * from side_effects")) return "read-tools";
+  if (t.startsWith("select 'j' as tbl")) return "read-history";
+  if (t.startsWith("select * from side_effects")) return "read-tool";
   if (t.startsWith("select * from runs")) return "read-run";
   return "other";
 }
@@ -507,9 +502,14 @@ class ScheduleRun {
 
   #observe(p: Proc, label: string, result: unknown, written: number, epochAtExec: number): void {
     const first = Array.isArray(result) ? (result[0] as Record<string, unknown> | undefined) : undefined;
-    if (label === "claim" && typeof first?.epoch === "number") {
-      p.epoch = first.epoch;
-      this.maxEpoch = Math.max(this.maxEpoch, p.epoch);
+    const claimed = label === "claim" && typeof first?.epoch === "number"
+      ? first.epoch
+      : label === "first-claim" && written > 0
+      ? 1
+      : undefined;
+    if (claimed !== undefined) {
+      p.epoch = claimed;
+      this.maxEpoch = Math.max(this.maxEpoch, claimed);
     }
     if (WRITES.has(label) && written > 0 && p.epoch !== undefined && p.epoch < epochAtExec) {
       this.problems.push(

@@ -16,13 +16,19 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
   // One PGlite for the file (a cold start costs seconds); each schedule empties its tables.
   const db = await SimDb.open();
   try {
-    const planted: [string, PlantedDefects][] = [
-      ["a tool confirm that skips the fence", { confirmSkipsFence: true }],
-      ["a key built from the attempt number", { keyFromAttempt: true }],
-      ["a replay that asks the model again", { replayAsksModel: true }],
-      ["a heartbeat that renews after fencing", { heartbeatIgnoresFence: true }],
+    // Each with the problem its finding must name: a stale worker's write is caught by the fuzzer's own
+    // epoch bookkeeping (from the claims it sees), not only by the invariants afterwards.
+    const planted: [string, PlantedDefects, RegExp][] = [
+      ["a tool confirm that skips the fence", { confirmSkipsFence: true }, /./],
+      ["a key built from the attempt number", { keyFromAttempt: true }, /./],
+      ["a replay that asks the model again", { replayAsksModel: true }, /./],
+      [
+        "a heartbeat that renews after fencing",
+        { heartbeatIgnoresFence: true },
+        /stale worker \S+ \(epoch 1\) wrote after epoch 2 was claimed: heartbeat/,
+      ],
     ];
-    for (const [bug, defects] of planted) {
+    for (const [bug, defects, problem] of planted) {
       await t.step(`finds ${bug} within ${FIND_WITHIN} schedules and shrinks it to <= 3 faults`, async () => {
         const report = await fuzz(demoAgent, {
           db,
@@ -34,6 +40,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         assert.equal(report.failures.length, 1, `not found in ${report.schedules} schedules`);
         const { shrunk, text } = report.failures[0];
         assert.ok(shrunk.problems.length > 0);
+        assert.ok(shrunk.problems.some((p) => problem.test(p)), shrunk.problems.join("\n"));
         assert.ok(shrunk.schedule.faults.length <= 3, text);
         assert.ok(shrunk.schedule.faults.length >= 1, text);
         assert.match(text, /^seed=\d+ schedule=\d+ FAILED/);

@@ -14,8 +14,8 @@ const pad3 = (n: number): string => (n < 10 ? "00" : n < 100 ? "0" : "") + n;
 /**
  * `d.toISOString()`, formatted by hand for years 1000 to 9999 (the engine's
  * own for any other, and its RangeError for an invalid date). #11: every
- * write carries a timestamp, and the built-in cost about twice as much
- * (0.41 against 0.17 µs hot, more between PGlite statements).
+ * write carries a timestamp, and the built-in cost more: measured, 0.41
+ * against 0.17 µs a call hot, 0.55 against 0.32 µs with the string encoded.
  */
 export function isoTimestamp(d: Date): string {
   const year = d.getUTCFullYear();
@@ -186,8 +186,9 @@ const CANCELLED = Symbol("cancelled");
  * (three controllers, a dependent signal, a sleep promise and a DOMException
  * per cancel). On the {@link SystemClock} it is one controller, one
  * `setTimeout` and one listener, made only when the request reads its signal
- * (two per step otherwise: measured, a step on PGlite spent more on Node-style
- * timers, abort controllers and listeners than on building its statements); a
+ * (two per step otherwise: in a V8 profile of the PGlite no-wire bench row,
+ * Node-style timers, abort controllers and listeners took more self time than
+ * formatting the step's statement parameters); a
  * manual clock still drives it through `sleep`. A request that ignores its
  * signal could not be stopped by it either: `expired()` still says when its
  * time ran out, from the clock.
