@@ -12,6 +12,11 @@
  *   the same driver with a pool of the same size: insert the decision's intent,
  *   update it to confirmed, insert the tool call's intent, update it to
  *   confirmed (4 statements a step, 16 a run), no fence, no reads, nothing else.
+ * - `runtime SQL, replayed`: the statements of one runtime run (recorded once,
+ *   texts and parameters as its store built them) sent by hand, run after run,
+ *   on the raw row's driver: the runtime's SQL (fence, per-run statements)
+ *   without the runtime's code. Its ratio to raw is what the SQL costs; the
+ *   no-wire row's ratio to it is what the runtime's own code costs.
  * - `runtime, no wire`: the real loop and store with a scripted in-process
  *   planner and in-process tools (no HTTP encode or decode), so its ratio to
  *   the raw row is the runtime's own overhead.
@@ -59,7 +64,7 @@ import { CountingClient } from "../runtime/store/counting.ts";
 import { PgliteClient } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
-import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
+import { type QueryOptions, SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { flagProblem } from "../runtime/config.ts";
 import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
@@ -291,6 +296,98 @@ async function rawRow(
   return { label, runs, concurrency, ...t, statements };
 }
 
+/** One statement of a runtime run as its store sent it, and which of its parameters hold the run id. */
+interface Recorded {
+  rows: boolean;
+  text: string;
+  params: unknown[];
+  withRunId: number[];
+}
+
+/** Passes statements on to `inner` and keeps each text and its parameters. */
+class RecordingClient implements SqlClient {
+  readonly statements: { rows: boolean; text: string; params: unknown[] }[] = [];
+  constructor(readonly inner: SqlClient) {}
+  get describe(): string {
+    return this.inner.describe;
+  }
+  query<T = Record<string, unknown>>(
+    text: string,
+    params: unknown[] = [],
+    opts?: QueryOptions,
+  ): Promise<T[]> {
+    this.statements.push({ rows: true, text, params });
+    return this.inner.query<T>(text, params, opts);
+  }
+  run(text: string, params: unknown[] = []): Promise<number> {
+    this.statements.push({ rows: false, text, params });
+    return this.inner.run(text, params);
+  }
+  exec(text: string): Promise<void> {
+    return this.inner.exec(text);
+  }
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+/**
+ * The statements one fresh run of the scripted agent sends, recorded as its
+ * store built them, with `token` as its run id (the replayed row puts each
+ * run's own id in its place).
+ */
+async function recordRun(client: SqlClient, token: string): Promise<Recorded[]> {
+  const recorder = new RecordingClient(client);
+  const outcome = await runWorker(
+    workerDeps(new Store(recorder), new ScriptedPlanner(), scriptedTools(), "record"),
+    token,
+    "bench",
+  );
+  if (outcome.status !== "done") throw new Error(`recording: the run ended ${outcome.status}`);
+  return recorder.statements.map((st) => ({
+    ...st,
+    withRunId: st.params.flatMap((v, i) => typeof v === "string" && v.includes(token) ? [i] : []),
+  }));
+}
+
+/**
+ * The runtime's statements without the runtime: a recorded run's statements
+ * (texts and parameters as its store built them, timestamps as recorded)
+ * sent by hand, one run after another in each lane, on the raw row's driver.
+ * Its ratio to raw is what the runtime's SQL costs (the fence, the per-run
+ * statements); the runtime row's ratio to it is what the runtime's own code
+ * costs. Every write must write its row, or the replay is not the runtime's.
+ */
+async function replayRow(
+  label: string,
+  recorded: Recorded[],
+  token: string,
+  send: (st: Recorded, params: unknown[]) => Promise<number | undefined>,
+  runs: number,
+  concurrency: number,
+  server = false,
+): Promise<Row> {
+  const prefix = `rp-${crypto.randomUUID().slice(0, 8)}`;
+  let statements = 0;
+  const oneRun = async (i: number) => {
+    const runId = `${prefix}-${i}`;
+    for (const st of recorded) {
+      const params = st.params.slice();
+      for (const k of st.withRunId) params[k] = (params[k] as string).replaceAll(token, runId);
+      statements++;
+      const written = await send(st, params);
+      if (!st.rows && written !== 1) throw new Error(`replay: ${written} rows written by ${st.text}`);
+    }
+  };
+  const warm = warmRuns(concurrency);
+  await fanOut(warm, concurrency, (i) => oneRun(runs + i));
+  statements = 0;
+  collectGarbage();
+  const t = await timed(() => fanOut(runs, concurrency, oneRun), server);
+  if (statements !== runs * recorded.length) throw new Error(`replay: ${statements} statements`);
+  return { label, runs, concurrency, ...t, statements };
+}
+
 /** The runtime's single-run path (`runWorker`, as `deno task run` drives it), `concurrency` runs at once. */
 async function runtimeRow(
   label: string,
@@ -519,9 +616,25 @@ async function round(opts: {
     const rawClient = new PgliteClient(db, { describe: "pglite:raw", owned: false });
     const rawQuery = (text: string, params: unknown[]) => rawClient.run(text, params);
     const p = "pglite 1";
+    const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
+    const recorded = want(`${p} runtime SQL, replayed`) ? await recordRun(client, token) : [];
     await group(
       want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, 1) : undefined,
       [
+        ...(want(`${p} runtime SQL, replayed`)
+          ? [(k: number) =>
+            replayRow(
+              `${p} runtime SQL, replayed`,
+              recorded,
+              token,
+              (st, params) =>
+                st.rows
+                  ? rawClient.query(st.text, params).then(() => undefined)
+                  : rawClient.run(st.text, params),
+              k,
+              1,
+            )]
+          : []),
         ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
           .filter(([label]) => want(label))
           .map(([label, agent]) => (k: number) => runtimeRow(label, client, agent, k, 1)),
@@ -553,9 +666,28 @@ async function round(opts: {
           // deno-lint-ignore no-explicit-any
           sql.unsafe(text, params as any[], { prepare: true });
         const p = `postgres ${c}`;
-        const rows = ([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
-          .filter(([label]) => want(label))
-          .map(([label, agent]) => (k: number) => runtimeRow(label, client, agent, k, c, true));
+        const rows: ((runs: number) => Promise<Row>)[] = [];
+        if (want(`${p} runtime SQL, replayed`)) {
+          const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
+          const recorded = await recordRun(client, token);
+          rows.push((k) =>
+            replayRow(
+              `${p} runtime SQL, replayed`,
+              recorded,
+              token,
+              // deno-lint-ignore no-explicit-any
+              async (_st, params) => (await sql.unsafe(_st.text, params as any[], { prepare: true })).count,
+              k,
+              c,
+              true,
+            )
+          );
+        }
+        rows.push(
+          ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
+            .filter(([label]) => want(label))
+            .map(([label, agent]) => (k: number) => runtimeRow(label, client, agent, k, c, true)),
+        );
         if (want(`${p} worker host, no wire`)) {
           rows.push((k) => hostRow(`${p} worker host, no wire`, client, k, c, true));
         }
