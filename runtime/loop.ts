@@ -12,6 +12,7 @@ import {
   telemetryOf,
   type WorkerDeps,
 } from "./context.ts";
+import { SystemClock } from "./clock.ts";
 import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
@@ -363,8 +364,62 @@ function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number
  */
 function startHeartbeat(deps: WorkerDeps, fence: Fence, stop: AbortController): { stop(): void } {
   const { clock, store, log } = deps;
-  const done = new AbortController();
+  let ended = false;
   let lastOkMs = clock.now().getTime();
+  // One beat; false once the worker must stop (its lease refused or lost) or has ended.
+  const beat = async (): Promise<boolean> => {
+    // A frozen (stalled) worker does not heartbeat either; that is what makes it stealable.
+    if (deps.crash.stalling) return true;
+    try {
+      const ok = await store.heartbeat(fence, clock.now());
+      if (ended) return false;
+      if (!ok) {
+        const err = await store.refusal(fence, "heartbeat");
+        log.warn("heartbeat-refused", {
+          run: fence.runId,
+          epoch: fence.epoch,
+          reason: err.message,
+        });
+        stop.abort(err);
+        return false;
+      }
+      lastOkMs = clock.now().getTime();
+    } catch (err) {
+      if (ended) return false;
+      const sinceMs = clock.now().getTime() - lastOkMs;
+      log.warn("heartbeat-failed", {
+        run: fence.runId,
+        error: describeError(err),
+        since_ms: sinceMs,
+      });
+      if (sinceMs > deps.leaseMs) {
+        log.error("lease-lost", { run: fence.runId, since_ms: sinceMs });
+        stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
+        return false;
+      }
+    }
+    return true;
+  };
+  if (clock instanceof SystemClock) {
+    // One timer at a time, cleared when the worker is done (#11: a sleep on an
+    // abort signal cost a controller, a listener and a rejected promise a run).
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const arm = () => {
+      timer = setTimeout(async () => {
+        timer = undefined;
+        if ((await beat()) && !ended) arm();
+      }, deps.heartbeatMs);
+    };
+    arm();
+    return {
+      stop: () => {
+        ended = true;
+        if (timer !== undefined) clearTimeout(timer);
+      },
+    };
+  }
+  // Any other clock (a manual one in tests) drives the beats through its sleep.
+  const done = new AbortController();
   (async () => {
     // Bounded by the worker's life: `done` aborts the sleep.
     while (!done.signal.aborted) {
@@ -373,38 +428,14 @@ function startHeartbeat(deps: WorkerDeps, fence: Fence, stop: AbortController): 
       } catch {
         return;
       }
-      // A frozen (stalled) worker does not heartbeat either; that is what makes it stealable.
-      if (deps.crash.stalling) continue;
-      try {
-        const ok = await store.heartbeat(fence, clock.now());
-        if (done.signal.aborted) return;
-        if (!ok) {
-          const err = await store.refusal(fence, "heartbeat");
-          log.warn("heartbeat-refused", {
-            run: fence.runId,
-            epoch: fence.epoch,
-            reason: err.message,
-          });
-          stop.abort(err);
-          return;
-        }
-        lastOkMs = clock.now().getTime();
-      } catch (err) {
-        if (done.signal.aborted) return;
-        const sinceMs = clock.now().getTime() - lastOkMs;
-        log.warn("heartbeat-failed", {
-          run: fence.runId,
-          error: describeError(err),
-          since_ms: sinceMs,
-        });
-        if (sinceMs > deps.leaseMs) {
-          log.error("lease-lost", { run: fence.runId, since_ms: sinceMs });
-          stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
-          return;
-        }
-      }
+      if (!(await beat())) return;
     }
   })();
   // A reason of our own: abort() without one builds a DOMException (and its stack) per run.
-  return { stop: () => done.abort("worker-done") };
+  return {
+    stop: () => {
+      ended = true;
+      done.abort("worker-done");
+    },
+  };
 }

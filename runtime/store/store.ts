@@ -308,6 +308,50 @@ const CLAIMABLE_AT = (epoch: string) => `(epoch = ${epoch} and status in ('pendi
 // claim's new epoch), instead of both reading one snapshot.
 const FENCE = `exists (select 1 from runs where run_id = $1 and ${RUNNING_AT("$2")} for share)`;
 
+// The texts of the statements a step and a run send, built once: a text built
+// per call is a new string each time, which a driver's cache of prepared
+// statements (and the bench's counter) must flatten and hash again before it
+// finds its entry (#11).
+const CLAIM_FIRST = `update runs set epoch = 1, owner = $2, status = 'running',
+                heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
+                stuck_claims = 1, progress_mark = 0
+          where run_id = $1 and ${CLAIMABLE_AT("0")}`;
+const HEARTBEAT = (ignoreFence: boolean) =>
+  `update runs set heartbeat_at = $3::timestamptz
+        where run_id = $1 and ${
+    ignoreFence ? "$2::int is not null and (status = 'running') is true" : RUNNING_AT("$2")
+  }`;
+const HEARTBEAT_FENCED = HEARTBEAT(false);
+const JOURNAL_INTENT =
+  `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
+       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}`;
+const JOURNAL_INTENT_UPSERT = `${JOURNAL_INTENT}
+       on conflict (run_id, seq) do update
+          set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at,
+              reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
+        where journal.status = 'intent'
+       returning *`;
+const JOURNAL_CONFIRM =
+  `update journal set status = 'confirmed', decision = $4::text::jsonb, usage = $5::text::jsonb,
+              confirmed_at = $6::timestamptz, reserved_tokens = greatest(0, reserved_tokens - $7)
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`;
+const EFFECT_INTENT =
+  `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+       select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}`;
+const EFFECT_INTENT_UPSERT = `${EFFECT_INTENT}
+       on conflict (idempotency_key) do update
+          set attempts = side_effects.attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
+        where side_effects.status = 'intent'
+       returning *`;
+const EFFECT_CONFIRM = (skipFence: boolean) =>
+  `update side_effects set status = 'confirmed', result = $4::text::jsonb, remote = $5,
+              confirmed_at = $6::timestamptz, error = null
+        where idempotency_key = $3 and run_id = $1 and status = 'intent'
+          and ${skipFence ? "$2::int is not null" : FENCE}`;
+const EFFECT_CONFIRM_FENCED = EFFECT_CONFIRM(false);
+const FINISH_RUN = `update runs set status = $3, error = $4, updated_at = $5::timestamptz, output = $6
+        where run_id = $1 and ${RUNNING_AT("$2")}`;
+
 // Every column a statement here reads or writes, by table: checked at start-up
 // so an older database is refused before a tool acts, not at its confirm.
 const REQUIRED_COLUMNS: Record<string, string[]> = {
@@ -393,6 +437,11 @@ const INSERT_RUN =
   `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
   values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
   on conflict (run_id) do nothing`;
+
+/** {@link INSERT_RUN}, saying whether it wrote the row and, if not, the epoch its snapshot saw. */
+const CREATE_OR_READ = `with created as (${INSERT_RUN} returning 1)
+       select exists (select 1 from created) as created,
+              (select epoch from runs where run_id = $1 and not exists (select 1 from created)) as epoch`;
 
 /** The parameters of {@link INSERT_RUN}. */
 function newRunParams(run: NewRun, now: Date): unknown[] {
@@ -577,9 +626,7 @@ export class Store {
    */
   async createOrGetRun(run: NewRun, now: Date): Promise<RunRow> {
     const [seen] = await this.client.query<{ created: boolean; epoch: number | null }>(
-      `with created as (${INSERT_RUN} returning 1)
-       select exists (select 1 from created) as created,
-              (select epoch from runs where run_id = $1 and not exists (select 1 from created)) as epoch`,
+      CREATE_OR_READ,
       newRunParams(run, now),
     );
     if (seen?.created) return newRunRow(run, now);
@@ -619,13 +666,7 @@ export class Store {
       // without progress, as the general statement below would count (#11:
       // without its two counts). What it writes is known, so nothing is sent
       // back (#11: on PGlite, decoding a returned row is JavaScript work).
-      const written = await this.client.run(
-        `update runs set epoch = 1, owner = $2, status = 'running',
-                heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
-                stuck_claims = 1, progress_mark = 0
-          where run_id = $1 and ${CLAIMABLE_AT("0")}`,
-        [runId, owner, ts(now)],
-      );
+      const written = await this.client.run(CLAIM_FIRST, [runId, owner, ts(now)]);
       return written === 1 ? { epoch: 1, stuck_claims: 1 } : undefined;
     }
     // The run's progress is counted once, in `p` (#11: set as two columns, it
@@ -710,12 +751,7 @@ export class Store {
   /** Refreshes the lease. False: the fence refused it. */
   async heartbeat(f: Fence, now: Date): Promise<boolean> {
     const written = await this.client.run(
-      `update runs set heartbeat_at = $3::timestamptz
-        where run_id = $1 and ${
-        this.defects.heartbeatIgnoresFence
-          ? "$2::int is not null and (status = 'running') is true"
-          : RUNNING_AT("$2")
-      }`,
+      this.defects.heartbeatIgnoresFence ? HEARTBEAT(true) : HEARTBEAT_FENCED,
       [f.runId, f.epoch, ts(now)],
     );
     return written === 1;
@@ -744,24 +780,13 @@ export class Store {
     fresh = false,
   ): Promise<JournalRow> {
     const params = [f.runId, f.epoch, seq, ts(now), reserveTokens];
-    const insert = `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
-       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}`;
     const row = await this.#freshOr(
       fresh,
       async () =>
-        (await this.client.run(insert, params)) === 1
+        (await this.client.run(JOURNAL_INTENT, params)) === 1
           ? freshJournalRow(f, seq, now, reserveTokens)
           : undefined,
-      async () =>
-        (await this.client.query<JournalRow>(
-          `${insert}
-       on conflict (run_id, seq) do update
-          set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at,
-              reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
-        where journal.status = 'intent'
-       returning *`,
-          params,
-        ))[0],
+      async () => (await this.client.query<JournalRow>(JOURNAL_INTENT_UPSERT, params))[0],
     );
     if (row === undefined) throw await this.refusal(f, `journal intent seq=${seq}`);
     return row;
@@ -820,9 +845,7 @@ export class Store {
     releaseTokens = 0,
   ): Promise<void> {
     const written = await this.client.run(
-      `update journal set status = 'confirmed', decision = $4::text::jsonb, usage = $5::text::jsonb,
-              confirmed_at = $6::timestamptz, reserved_tokens = greatest(0, reserved_tokens - $7)
-        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`,
+      JOURNAL_CONFIRM,
       [f.runId, f.epoch, seq, jsonParam(decision), jsonParam(usage ?? null), ts(now), releaseTokens],
     );
     if (written === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
@@ -853,21 +876,11 @@ export class Store {
     fresh = false,
   ): Promise<SideEffectRow> {
     const params = [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now)];
-    const insert =
-      `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
-       select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}`;
     const row = await this.#freshOr(
       fresh,
-      async () => (await this.client.run(insert, params)) === 1 ? freshEffectRow(f, e, now) : undefined,
       async () =>
-        (await this.client.query<SideEffectRow>(
-          `${insert}
-       on conflict (idempotency_key) do update
-          set attempts = side_effects.attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
-        where side_effects.status = 'intent'
-       returning *`,
-          params,
-        ))[0],
+        (await this.client.run(EFFECT_INTENT, params)) === 1 ? freshEffectRow(f, e, now) : undefined,
+      async () => (await this.client.query<SideEffectRow>(EFFECT_INTENT_UPSERT, params))[0],
     );
     if (row === undefined) throw await this.refusal(f, `tool intent key=${e.key}`);
     return row;
@@ -882,10 +895,7 @@ export class Store {
     now: Date,
   ): Promise<void> {
     const written = await this.client.run(
-      `update side_effects set status = 'confirmed', result = $4::text::jsonb, remote = $5,
-              confirmed_at = $6::timestamptz, error = null
-        where idempotency_key = $3 and run_id = $1 and status = 'intent'
-          and ${this.defects.confirmSkipsFence ? "$2::int is not null" : FENCE}`,
+      this.defects.confirmSkipsFence ? EFFECT_CONFIRM(true) : EFFECT_CONFIRM_FENCED,
       [f.runId, f.epoch, key, jsonParam(result), remote, ts(now)],
     );
     if (written === 0) throw await this.refusal(f, `tool confirm key=${key}`);
@@ -919,8 +929,7 @@ export class Store {
     output: string | null = null,
   ): Promise<void> {
     const written = await this.client.run(
-      `update runs set status = $3, error = $4, updated_at = $5::timestamptz, output = $6
-        where run_id = $1 and ${RUNNING_AT("$2")}`,
+      FINISH_RUN,
       [f.runId, f.epoch, status, textParam(error), ts(now), textParam(output)],
     );
     if (written === 0) throw await this.refusal(f, `finish ${status}`);
