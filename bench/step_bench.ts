@@ -60,11 +60,11 @@ import { discardSink, Logger } from "../runtime/log.ts";
 import { runWorker } from "../runtime/loop.ts";
 import { WorkerHost } from "../runtime/host.ts";
 import { type DecideRequest, type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
-import { CountingClient } from "../runtime/store/counting.ts";
+import { CountingClient, TapClient } from "../runtime/store/counting.ts";
 import { PgliteClient } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
-import { type QueryOptions, SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
+import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { flagProblem } from "../runtime/config.ts";
 import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
@@ -304,50 +304,24 @@ interface Recorded {
   withRunId: number[];
 }
 
-/** Passes statements on to `inner` and keeps each text and its parameters. */
-class RecordingClient implements SqlClient {
-  readonly statements: { rows: boolean; text: string; params: unknown[] }[] = [];
-  constructor(readonly inner: SqlClient) {}
-  get describe(): string {
-    return this.inner.describe;
-  }
-  query<T = Record<string, unknown>>(
-    text: string,
-    params: unknown[] = [],
-    opts?: QueryOptions,
-  ): Promise<T[]> {
-    this.statements.push({ rows: true, text, params });
-    return this.inner.query<T>(text, params, opts);
-  }
-  run(text: string, params: unknown[] = []): Promise<number> {
-    this.statements.push({ rows: false, text, params });
-    return this.inner.run(text, params);
-  }
-  exec(text: string): Promise<void> {
-    return this.inner.exec(text);
-  }
-  close(): Promise<void> {
-    return Promise.resolve();
-  }
-}
-
 /**
  * The statements one fresh run of the scripted agent sends, recorded as its
  * store built them, with `token` as its run id (the replayed row puts each
  * run's own id in its place).
  */
 async function recordRun(client: SqlClient, token: string): Promise<Recorded[]> {
-  const recorder = new RecordingClient(client);
+  const recorded: Recorded[] = [];
+  const recorder = new TapClient(client, ({ rows, text, params }) => {
+    const withRunId = params.flatMap((v, i) => typeof v === "string" && v.includes(token) ? [i] : []);
+    recorded.push({ rows, text, params, withRunId });
+  });
   const outcome = await runWorker(
     workerDeps(new Store(recorder), new ScriptedPlanner(), scriptedTools(), "record"),
     token,
     "bench",
   );
   if (outcome.status !== "done") throw new Error(`recording: the run ended ${outcome.status}`);
-  return recorder.statements.map((st) => ({
-    ...st,
-    withRunId: st.params.flatMap((v, i) => typeof v === "string" && v.includes(token) ? [i] : []),
-  }));
+  return recorded;
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
- * A driver wrapper that counts statements, for the benchmark and for tests
- * that pin the protocol's cost (four commits a step, no reads on the happy
- * path).
+ * Driver wrappers that count or show statements, for the benchmark and for
+ * tests that pin the protocol's cost (four commits a step, no reads on the
+ * happy path) or check its plans.
  *
  * @module
  */
@@ -67,6 +67,54 @@ export class CountingClient implements SqlClient {
     const kind = text.trimStart().split(/\s+/, 1)[0].toLowerCase();
     if (this.#byText.size < 1_000) this.#byText.set(text, { kind, n: 1 });
     else this.#overflow.set(kind, (this.#overflow.get(kind) ?? 0) + 1);
+  }
+
+  exec(text: string): Promise<void> {
+    return this.#inner.exec(text);
+  }
+
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+}
+
+/** One statement as a {@link TapClient} saw it, before it was sent. */
+export interface TappedStatement {
+  /** Sent with `query` (rows wanted) rather than `run`. */
+  rows: boolean;
+  text: string;
+  params: unknown[];
+  opts?: QueryOptions;
+}
+
+/** Shows every statement to `tap`, then passes it on to `inner` unchanged. */
+export class TapClient implements SqlClient {
+  readonly #inner: SqlClient;
+  readonly #tap: (statement: TappedStatement) => void;
+
+  /** Wraps `inner`; `tap` sees each statement before it is sent. */
+  constructor(inner: SqlClient, tap: (statement: TappedStatement) => void) {
+    this.#inner = inner;
+    this.#tap = tap;
+  }
+
+  /** The wrapped driver's description. */
+  get describe(): string {
+    return this.#inner.describe;
+  }
+
+  query<T = Record<string, unknown>>(
+    text: string,
+    params: unknown[] = [],
+    opts?: QueryOptions,
+  ): Promise<T[]> {
+    this.#tap({ rows: true, text, params, opts });
+    return this.#inner.query<T>(text, params, opts);
+  }
+
+  run(text: string, params: unknown[] = []): Promise<number> {
+    this.#tap({ rows: false, text, params });
+    return this.#inner.run(text, params);
   }
 
   exec(text: string): Promise<void> {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { CountingClient } from "./counting.ts";
+import { CountingClient, TapClient, type TappedStatement } from "./counting.ts";
 import { openPglite } from "./pglite.ts";
 
 Deno.test("CountingClient counts statements by their first word, and forgets them on reset", async () => {
@@ -21,5 +21,36 @@ Deno.test("CountingClient counts statements by their first word, and forgets the
     assert.deepEqual(Object.fromEntries(counting.counts), { insert: 1 });
   } finally {
     await counting.close();
+  }
+});
+
+Deno.test("TapClient shows each statement before it is sent, and passes its answer back unchanged", async () => {
+  const pglite = await openPglite();
+  const seen: TappedStatement[] = [];
+  const tapped = new TapClient(pglite, (s) => seen.push(s));
+  try {
+    await tapped.exec("create table pg_temp.t (k int primary key)");
+    assert.equal(await tapped.run("insert into pg_temp.t values ($1), ($2)", [1, 2]), 2);
+    assert.deepEqual(
+      await tapped.query<{ k: number }>("select k from pg_temp.t where k > $1 order by k", [0], {
+        planEachTime: true,
+      }),
+      [{ k: 1 }, { k: 2 }],
+    );
+    // A statement the database refuses was still shown first.
+    await assert.rejects(tapped.run("insert into pg_temp.t values ($1)", [1]));
+    assert.deepEqual(seen, [
+      { rows: false, text: "insert into pg_temp.t values ($1), ($2)", params: [1, 2] },
+      {
+        rows: true,
+        text: "select k from pg_temp.t where k > $1 order by k",
+        params: [0],
+        opts: { planEachTime: true },
+      },
+      { rows: false, text: "insert into pg_temp.t values ($1)", params: [1] },
+    ]);
+    assert.equal(tapped.describe, pglite.describe);
+  } finally {
+    await tapped.close();
   }
 });

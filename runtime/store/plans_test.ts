@@ -30,35 +30,18 @@ import postgres from "npm:postgres@3.4.9";
 import { pgTest } from "../../tests/_pg.ts";
 import { openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
-import { type QueryOptions, type SqlClient, Store } from "./store.ts";
+import { TapClient } from "./counting.ts";
+import { type SqlClient, Store } from "./store.ts";
 
 /** Passes statements through, keeping the first parameters seen for each text, and which are planned each time. */
-class Recording implements SqlClient {
-  readonly seen = new Map<string, unknown[]>();
-  readonly plannedEachTime = new Set<string>();
-  constructor(readonly inner: SqlClient) {}
-  get describe(): string {
-    return this.inner.describe;
-  }
-  query<T = Record<string, unknown>>(
-    text: string,
-    params: unknown[] = [],
-    opts?: QueryOptions,
-  ): Promise<T[]> {
-    if (!this.seen.has(text)) this.seen.set(text, params);
-    if (opts?.planEachTime) this.plannedEachTime.add(text);
-    return this.inner.query<T>(text, params, opts);
-  }
-  run(text: string, params: unknown[] = []): Promise<number> {
-    if (!this.seen.has(text)) this.seen.set(text, params);
-    return this.inner.run(text, params);
-  }
-  exec(text: string): Promise<void> {
-    return this.inner.exec(text);
-  }
-  close(): Promise<void> {
-    return this.inner.close();
-  }
+function recording(inner: SqlClient) {
+  const seen = new Map<string, unknown[]>();
+  const plannedEachTime = new Set<string>();
+  const client = new TapClient(inner, ({ text, params, opts }) => {
+    if (!seen.has(text)) seen.set(text, params);
+    if (opts?.planEachTime) plannedEachTime.add(text);
+  });
+  return { client, seen, plannedEachTime };
 }
 
 interface PlanNode {
@@ -126,8 +109,8 @@ async function widePlans(
   client: SqlClient,
   session: Session,
 ): Promise<{ withoutStatistics: string[]; withStatistics: string[] }> {
-  const rec = new Recording(client);
-  const store = new Store(rec);
+  const rec = recording(client);
+  const store = new Store(rec.client);
   await store.applySchema();
   rec.seen.clear();
 
