@@ -302,7 +302,11 @@ interface Recorded {
   text: string;
   params: unknown[];
   withRunId: number[];
+  /** Parameters holding a timestamp (the time of the write): the replay sends its own time there. */
+  withTime: number[];
 }
+
+const TIMESTAMP = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 /**
  * The statements one fresh run of the scripted agent sends, recorded as its
@@ -313,7 +317,8 @@ async function recordRun(client: SqlClient, token: string): Promise<Recorded[]> 
   const recorded: Recorded[] = [];
   const recorder = new TapClient(client, ({ rows, text, params }) => {
     const withRunId = params.flatMap((v, i) => typeof v === "string" && v.includes(token) ? [i] : []);
-    recorded.push({ rows, text, params, withRunId });
+    const withTime = params.flatMap((v, i) => typeof v === "string" && TIMESTAMP.test(v) ? [i] : []);
+    recorded.push({ rows, text, params, withRunId, withTime });
   });
   const outcome = await runWorker(
     workerDeps(new Store(recorder), new ScriptedPlanner(), scriptedTools(), "record"),
@@ -326,7 +331,8 @@ async function recordRun(client: SqlClient, token: string): Promise<Recorded[]> 
 
 /**
  * The runtime's statements without the runtime: a recorded run's statements
- * (texts and parameters as its store built them, timestamps as recorded)
+ * (texts and parameters as its store built them, each timestamp the time of
+ * sending, as the raw row's are)
  * sent by hand, one run after another in each lane, on the raw row's driver.
  * Its ratio to raw is what the runtime's SQL costs (the fence, the per-run
  * statements); the runtime row's ratio to it is what the runtime's own code
@@ -348,6 +354,10 @@ async function replayRow(
     for (const st of recorded) {
       const params = st.params.slice();
       for (const k of st.withRunId) params[k] = (params[k] as string).replaceAll(token, runId);
+      if (st.withTime.length > 0) {
+        const now = new Date().toISOString();
+        for (const k of st.withTime) params[k] = now;
+      }
       statements++;
       const written = await send(st, params);
       if (!st.rows && written !== 1) throw new Error(`replay: ${written} rows written by ${st.text}`);
