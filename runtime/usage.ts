@@ -35,7 +35,13 @@ export function addUsage(a: unknown, b: unknown): Json {
   // Every key of the left side, then those only the right side has (#11: without a Set of both).
   if (left !== undefined) {
     for (const key of Object.keys(left)) {
-      addField(sum, key, left[key], right?.[key]);
+      // Own keys only: a plain object answers `toString` or `constructor` from its prototype.
+      addField(
+        sum,
+        key,
+        left[key],
+        right !== undefined && Object.hasOwn(right, key) ? right[key] : undefined,
+      );
     }
   }
   if (right !== undefined) {

@@ -31,4 +31,11 @@ Deno.test("addUsage() keeps the left side's key order, then the right side's own
   const sum = addUsage({ b: 1, a: 2 }, { c: 3, a: 1, toString: 4, constructor: 5 });
   assert.deepEqual(Object.keys(sum as object), ["b", "a", "c", "toString", "constructor"]);
   assert.deepEqual(sum, { b: 1, a: 3, c: 3, toString: 4, constructor: 5 });
+  // The same names on the left side only, where the right side's prototype has them.
+  assert.deepEqual(addUsage({ toString: 4, constructor: 5, b: 1 }, { a: 1 }), {
+    toString: 4,
+    constructor: 5,
+    b: 1,
+    a: 1,
+  });
 });
