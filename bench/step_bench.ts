@@ -332,8 +332,8 @@ async function recordRun(client: SqlClient, token: string): Promise<Recorded[]> 
 /**
  * The runtime's statements without the runtime: a recorded run's statements
  * (texts and parameters as its store built them, each timestamp the time of
- * sending, as the raw row's are)
- * sent by hand, one run after another in each lane, on the raw row's driver.
+ * sending, as the raw row's are) sent by hand, one run after another in each
+ * lane, on the raw row's driver.
  * Its ratio to raw is what the runtime's SQL costs (the fence, the per-run
  * statements); the runtime row's ratio to it is what the runtime's own code
  * costs. Every write must write its row, or the replay is not the runtime's.
@@ -660,7 +660,7 @@ async function round(opts: {
               recorded,
               token,
               // deno-lint-ignore no-explicit-any
-              async (_st, params) => (await sql.unsafe(_st.text, params as any[], { prepare: true })).count,
+              async (st, params) => (await sql.unsafe(st.text, params as any[], { prepare: true })).count,
               k,
               c,
               true,

@@ -160,6 +160,26 @@ export async function settle(turns = 3): Promise<void> {
   for (let i = 0; i < turns; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
+// Given to abort() so no DOMException (with its stack) is built per cancel.
+const CANCELLED = Symbol("cancelled");
+
+/**
+ * Calls `fire` after `ms` of `clock` time, unless the returned function is
+ * called first. On the {@link SystemClock} it is one `setTimeout` (#11: a sleep
+ * on an abort signal costs a controller, a listener and a rejected promise
+ * when cancelled); any other clock (a manual one in tests, a simulated
+ * process's, whose sleeps end with it) drives it through `sleep`.
+ */
+export function startTimer(clock: Clock, ms: number, fire: () => void): () => void {
+  if (clock instanceof SystemClock) {
+    const timer = setTimeout(fire, Math.max(0, ms));
+    return () => clearTimeout(timer);
+  }
+  const stop = new AbortController();
+  clock.sleep(ms, stop.signal).then(fire, () => {/* cancelled, or the clock's process ended */});
+  return () => stop.abort(CANCELLED);
+}
+
 /** A request's signal: aborts when its worker stops or its time is up. See {@link deadline}. */
 export interface Deadline {
   /**
@@ -173,9 +193,6 @@ export interface Deadline {
   /** Ends the guard: no timer left, no listener left on `parent`. */
   cancel(): void;
 }
-
-// Given to abort() so no DOMException (with its stack) is built per cancel.
-const CANCELLED = Symbol("cancelled");
 
 /**
  * One signal for a model or tool request: it aborts when `parent` (the
@@ -222,15 +239,7 @@ export function deadline(clock: Clock, parent: AbortSignal, ms: number, reason: 
     }
     const onStop = () => c.abort(parent.reason);
     parent.addEventListener("abort", onStop, { once: true });
-    let cancelTimer: () => void;
-    if (system) {
-      const timer = setTimeout(expire, left);
-      cancelTimer = () => clearTimeout(timer);
-    } else {
-      const stop = new AbortController();
-      clock.sleep(left, stop.signal).then(expire, () => {/* cancelled: the request finished first */});
-      cancelTimer = () => stop.abort(CANCELLED);
-    }
+    const cancelTimer = startTimer(clock, left, expire);
     disarm = () => {
       cancelTimer();
       parent.removeEventListener("abort", onStop);

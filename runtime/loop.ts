@@ -12,7 +12,7 @@ import {
   telemetryOf,
   type WorkerDeps,
 } from "./context.ts";
-import { SystemClock } from "./clock.ts";
+import { startTimer } from "./clock.ts";
 import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
@@ -400,42 +400,18 @@ function startHeartbeat(deps: WorkerDeps, fence: Fence, stop: AbortController): 
     }
     return true;
   };
-  if (clock instanceof SystemClock) {
-    // One timer at a time, cleared when the worker is done (#11: a sleep on an
-    // abort signal cost a controller, a listener and a rejected promise a run).
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const arm = () => {
-      timer = setTimeout(async () => {
-        timer = undefined;
-        if ((await beat()) && !ended) arm();
-      }, deps.heartbeatMs);
-    };
-    arm();
-    return {
-      stop: () => {
-        ended = true;
-        if (timer !== undefined) clearTimeout(timer);
-      },
-    };
-  }
-  // Any other clock (a manual one in tests) drives the beats through its sleep.
-  const done = new AbortController();
-  (async () => {
-    // Bounded by the worker's life: `done` aborts the sleep.
-    while (!done.signal.aborted) {
-      try {
-        await clock.sleep(deps.heartbeatMs, done.signal);
-      } catch {
-        return;
-      }
-      if (!(await beat())) return;
-    }
-  })();
-  // A reason of our own: abort() without one builds a DOMException (and its stack) per run.
+  // One timer at a time, re-armed after each beat, cleared when the worker is done.
+  let cancel = () => {};
+  const arm = () => {
+    cancel = startTimer(clock, deps.heartbeatMs, async () => {
+      if ((await beat()) && !ended) arm();
+    });
+  };
+  arm();
   return {
     stop: () => {
       ended = true;
-      done.abort("worker-done");
+      cancel();
     },
   };
 }

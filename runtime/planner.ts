@@ -162,13 +162,13 @@ export class OpenAIPlanner implements Planner {
     return `${this.#mask(shownUrl(this.#url))} model=${this.#opts.model}`;
   }
 
-  /** Replaces the API key, as written and JSON-escaped, with `***`. */
   /** `tools` as JSON, kept for the array it was made from (a registry hands out one array). */
   #toolsJson(tools: OpenAITool[]): string {
     if (this.#tools?.array !== tools) this.#tools = { array: tools, json: JSON.stringify(tools) };
     return this.#tools.json;
   }
 
+  /** Replaces the API key, as written and JSON-escaped, with `***`. */
   #mask(text: string): string {
     const key = this.#opts.apiKey;
     if (!key) return text;

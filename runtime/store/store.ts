@@ -423,6 +423,12 @@ const progressOf = (runId: string) =>
   `((select count(*) from journal j where j.run_id = ${runId} and j.status = 'confirmed')
   + (select count(*) from side_effects e where e.run_id = ${runId} and e.status <> 'intent'))::int`;
 
+// A claim's marks, from the progress `source.progress` counted: one more claim
+// without progress if it matches the mark the claim before left, else the first.
+const claimMarks = (source: string) =>
+  `stuck_claims = case when ${source}.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
+       progress_mark = ${source}.progress`;
+
 // PostgreSQL cannot store a NUL character in text or jsonb. A JSON text's
 // `\u0000` escapes (not preceded by an escaped backslash) become the literal
 // six characters, so the value is stored instead of failing its statement.
@@ -674,8 +680,7 @@ export class Store {
     const rows = await this.client.query<{ epoch: number; stuck_claims: number }>(
       `update runs set epoch = epoch + 1, owner = $3, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
-              stuck_claims = case when p.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
-              progress_mark = p.progress
+              ${claimMarks("p")}
          from (select ${progressOf("$1")} as progress) p
         where run_id = $1 and ${CLAIMABLE_AT("$2")}
         returning epoch, stuck_claims`,
@@ -991,8 +996,7 @@ export class Store {
            from picked)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
-              stuck_claims = case when counted.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
-              progress_mark = counted.progress
+              ${claimMarks("counted")}
          from counted
         where runs.run_id = counted.run_id
         returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`,
