@@ -31,13 +31,16 @@
  * concurrency (steps/s: higher is better; CPU/step: lower is better). The rows
  * of one store and concurrency are measured in `--segments` turns, interleaved
  * (raw, each runtime row, raw again), and each row's turns printed pooled, so
- * this machine's drifting speed weighs on every row alike. Last,
+ * this machine's drifting speed weighs on every row alike. The PGlite rows
+ * share one driver session with its analyses of the tables turned off (one
+ * fell on whichever row crossed a size); one analysis is timed after them. Last,
  * the bytes of V8 heap each in-flight run holds while its model is slow:
  * `--idle-runs` runs on one worker host whose planner never answers until
  * told to.
  *
  * Flags: `--runs N` (default 200), `--concurrency N` (default 16), `--rounds N`
- * (default 1), `--segments N` (default 5), `--idle-runs N` (default 1000, 0 to skip), `--only TEXT` (rows
+ * (default 1), `--segments N` (default 5), `--turns` (each turn's steps/s too), `--idle-runs N` (default
+ * 1000, 0 to skip), `--only TEXT` (rows
  * whose label contains TEXT, e.g. `--only "postgres 16 runtime, no wire"` to
  * profile one row with `deno run -A --cpu-prof bench/step_bench.ts ...`; see
  * bench/profile_summary.ts).
@@ -61,7 +64,7 @@ import { runWorker } from "../runtime/loop.ts";
 import { WorkerHost } from "../runtime/host.ts";
 import { type DecideRequest, type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { CountingClient, TapClient } from "../runtime/store/counting.ts";
-import { PgliteClient } from "../runtime/store/pglite.ts";
+import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
@@ -541,6 +544,7 @@ async function group(
   rows: ((runs: number) => Promise<Row>)[],
   runs: number,
   segments: number,
+  showTurns = false,
 ): Promise<void> {
   const turns = Math.max(1, Math.min(segments, runs));
   const share = (turn: number) => Math.floor(runs / turns) + (turn < runs % turns ? 1 : 0);
@@ -552,6 +556,13 @@ async function group(
     if (raw) rawTurns.push(await raw(Math.ceil(half)));
     for (let i = 0; i < rows.length; i++) rowTurns[i].push(await rows[i](share(turn)));
     if (raw) rawTurns.push(await raw(Math.max(1, Math.floor(half))));
+    if (showTurns) {
+      const last = rowTurns.map((t) => t[t.length - 1]);
+      const these = raw ? [rawTurns[rawTurns.length - 2], ...last, rawTurns[rawTurns.length - 1]] : last;
+      console.log(
+        `  turn ${turn + 1}: ${these.map((r) => `${stepsPerS(r).toFixed(0)}`).join(" / ")} steps/s`,
+      );
+    }
   }
   const pooled = rawTurns.length > 0 ? pool(rawTurns) : undefined;
   if (pooled) print(pooled);
@@ -580,9 +591,10 @@ async function round(opts: {
   url?: string;
   only?: string;
   segments: number;
+  showTurns: boolean;
   mocks: { planner: Planner; tools: Tool[] };
 }): Promise<void> {
-  const { runs, concurrency, url, only, mocks, segments } = opts;
+  const { runs, concurrency, url, only, mocks, segments, showTurns } = opts;
   const want = (label: string) => !only || label.includes(only);
   const scripted = { planner: new ScriptedPlanner(), tools: scriptedTools() };
   header();
@@ -591,13 +603,20 @@ async function round(opts: {
   if (!only || only.startsWith("pglite")) {
     const db = await PGlite.create();
     await db.exec(SCHEMA_SQL);
-    const client = new PgliteClient(db, { describe: "pglite:memory", owned: true });
+    // One session for every row, its schedule of analyses off. The driver
+    // analyses the tables each time they double past 1 MiB; in the rows, each
+    // analysis fell on whichever row sent the statement that found the size
+    // (measured: 40-160 ms, one turn of a row at a quarter of its speed), and
+    // which row that was varied from run to run. It costs the same whoever
+    // sends the statements, and it is timed on its own after the rows.
+    const session = new PgliteSession({ checkEvery: Number.POSITIVE_INFINITY });
+    const client = new PgliteClient(db, { describe: "pglite:memory", owned: true, session });
     const n = runs;
     // The raw row sends its statements as the runtime's driver does (SQL
     // `prepare` once, then `execute` through the simple protocol, as `run()`
     // does for a statement whose rows are not wanted): the floor is the best a
     // hand-written loop can do.
-    const rawClient = new PgliteClient(db, { describe: "pglite:raw", owned: false });
+    const rawClient = new PgliteClient(db, { describe: "pglite:raw", owned: false, session });
     const rawQuery = (text: string, params: unknown[]) => rawClient.run(text, params);
     const p = "pglite 1";
     const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
@@ -628,6 +647,17 @@ async function round(opts: {
       ],
       n,
       segments,
+      showTurns,
+    );
+    const [{ bytes }] = await client.query<{ bytes: number }>(
+      `select (pg_total_relation_size('runs') + pg_total_relation_size('journal')
+               + pg_total_relation_size('side_effects'))::float8 as bytes`,
+    );
+    const t0 = performance.now();
+    await client.analyze();
+    console.log(
+      `${p}: the driver's analysis of the tables, left out of the rows (each time they double past 1 MiB): ` +
+        `${(performance.now() - t0).toFixed(0)} ms at ${(bytes / 2 ** 20).toFixed(1)} MiB`,
     );
     await client.close();
   }
@@ -680,6 +710,7 @@ async function round(opts: {
           rows,
           n,
           segments,
+          showTurns,
         );
       } finally {
         await sql.end({ timeout: 5 });
@@ -696,7 +727,7 @@ export const BENCH_USAGE =
   `agent-runtime bench: what a durable step costs, beside raw SQL measured in the same run.
 
 usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] [--idle-runs N] [--only TEXT]
-                       [--no-telemetry]
+                       [--no-telemetry] [--turns]
 
   --runs N                   runs per row (default 200; twice that in the many-runs PostgreSQL rows)
   --concurrency N            runs at once in the many-runs PostgreSQL rows (default 16)
@@ -705,6 +736,8 @@ usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] 
   --idle-runs N              runs held idle on one worker host to measure heap per run (default 1000, 0 skips)
   --only TEXT                only the rows whose label contains TEXT (for profiling one row)
   --no-telemetry             skip the rows with OpenTelemetry off and on
+  --turns                    also print each turn's steps/s, row by row in the order measured (raw first
+                             and last), to spot a turn that fell into a slow spell
 
 PostgreSQL rows need DATABASE_URL or TEST_DATABASE_URL (env); without either they are skipped.
 
@@ -725,6 +758,7 @@ export async function main(args: string[], env: Record<string, string | undefine
         "idle-runs": { type: "string", default: "1000" },
         only: { type: "string" },
         "no-telemetry": { type: "boolean" },
+        turns: { type: "boolean" },
         "telemetry-child": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
@@ -786,7 +820,7 @@ export async function main(args: string[], env: Record<string, string | undefine
   );
   for (let r = 1; r <= rounds; r++) {
     console.log(`\nround ${r} of ${rounds}`);
-    await round({ runs, concurrency, url, only: values.only, mocks, segments });
+    await round({ runs, concurrency, url, only: values.only, mocks, segments, showTurns: !!values.turns });
   }
   if (!values.only && !values["no-telemetry"]) {
     console.log(

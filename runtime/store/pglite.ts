@@ -54,7 +54,10 @@ export class PgliteSession {
   readonly #checkEvery: number;
   readonly #fromBytes: number;
 
-  /** The schedule's knobs are for tests; the defaults are {@link CHECK_EVERY} and {@link ANALYZE_FROM_BYTES}. */
+  /**
+   * The schedule's knobs are for tests and the benchmark; the defaults are {@link CHECK_EVERY} and
+   * {@link ANALYZE_FROM_BYTES}. `checkEvery: Infinity` turns the schedule off.
+   */
   constructor(opts: { checkEvery?: number; analyzeFromBytes?: number } = {}) {
     this.#checkEvery = opts.checkEvery ?? CHECK_EVERY;
     this.#fromBytes = opts.analyzeFromBytes ?? ANALYZE_FROM_BYTES;
