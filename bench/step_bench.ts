@@ -237,6 +237,86 @@ function workerDeps(
 }
 
 // ---------------------------------------------------------------------------
+// Time per statement (`--statements`).
+
+/** A statement's name in the breakdown: what it does and to which table. */
+export function statementName(text: string): string {
+  const t = text.trimStart().replace(/\s+/g, " ").toLowerCase();
+  if (t.startsWith("with created as (insert into runs")) return "create-or-read runs";
+  if (t.startsWith("update runs set epoch")) return "claim runs";
+  if (t.startsWith("update runs set status")) return "close runs";
+  if (t.startsWith("update runs set heartbeat_at")) return "heartbeat runs";
+  const m = /^(insert into|update|select|with|delete from) ([a-z_]+)/.exec(t);
+  return m ? `${m[1].split(" ")[0]} ${m[2]}` : t.slice(0, 24);
+}
+
+/**
+ * Latency per statement, by {@link statementName}, over the measured runs of
+ * the rows that report to it (warm-up runs are left out).
+ */
+class StatementTimes {
+  readonly #byName = new Map<string, { n: number; ms: number }>();
+  #on = false;
+  runs = 0;
+
+  /** Times `send`, counting it while a row is being measured. */
+  wrap<S, R>(name: (statement: S) => string, send: (statement: S, params: unknown[]) => Promise<R>) {
+    return async (statement: S, params: unknown[]): Promise<R> => {
+      if (!this.#on) return await send(statement, params);
+      const t0 = performance.now();
+      const out = await send(statement, params);
+      const ms = performance.now() - t0;
+      const key = name(statement);
+      const e = this.#byName.get(key);
+      if (e) {
+        e.n++;
+        e.ms += ms;
+      } else this.#byName.set(key, { n: 1, ms });
+      return out;
+    };
+  }
+
+  /** Counts from now on (the row's clock starts). */
+  start(): void {
+    this.#on = true;
+  }
+
+  /** Stops counting: `runs` more runs were measured. */
+  stop(runs: number): void {
+    this.#on = false;
+    this.runs += runs;
+  }
+
+  /** Per statement: sent per run and mean latency in µs. */
+  entries(): { name: string; perRun: number; us: number }[] {
+    return [...this.#byName].map(([name, { n, ms }]) => ({
+      name,
+      perRun: n / this.runs,
+      us: (ms / n) * 1000,
+    }));
+  }
+}
+
+/** Prints the replayed row's statements beside the raw row's: sent per run, mean latency, µs per run. */
+function printStatementTimes(prefix: string, replayed: StatementTimes, raw: StatementTimes): void {
+  const a = new Map(replayed.entries().map((e) => [e.name, e]));
+  const b = new Map(raw.entries().map((e) => [e.name, e]));
+  const names = [...new Set([...a.keys(), ...b.keys()])];
+  const cell = (e: { perRun: number; us: number } | undefined) =>
+    e ? `${e.perRun.toFixed(0).padStart(3)} x ${e.us.toFixed(0).padStart(5)} µs` : " ".repeat(14);
+  console.log(`${prefix}: time per statement (--statements), mean latency over the measured runs`);
+  console.log(`  ${"statement".padEnd(22)} ${"replayed".padStart(14)} ${"raw".padStart(14)}`);
+  for (const name of names) console.log(`  ${name.padEnd(22)} ${cell(a.get(name))} ${cell(b.get(name))}`);
+  const perRun = (m: Map<string, { perRun: number; us: number }>) =>
+    [...m.values()].reduce((n, e) => n + e.perRun * e.us, 0);
+  console.log(
+    `  ${"a run, in statements".padEnd(22)} ${`${perRun(a).toFixed(0)} µs`.padStart(14)} ${
+      `${perRun(b).toFixed(0)} µs`.padStart(14)
+    }`,
+  );
+}
+
+// ---------------------------------------------------------------------------
 // The rows.
 
 /** The floor: the four writes of each step, by hand, nothing else. */
@@ -246,6 +326,7 @@ async function rawRow(
   runs: number,
   concurrency: number,
   server = false,
+  times?: StatementTimes,
 ): Promise<Row> {
   const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
   const warm = warmRuns(concurrency);
@@ -256,9 +337,10 @@ async function rawRow(
     [prefix, runs + warm],
   );
   let statements = 0;
+  const send = times ? times.wrap(statementName, query) : query;
   const q = (text: string, params: unknown[]) => {
     statements++;
-    return query(text, params);
+    return send(text, params);
   };
   const decision = JSON.stringify({ tool: "create_server", args: ARGS[0].args });
   const usage = JSON.stringify(USAGE);
@@ -294,7 +376,9 @@ async function rawRow(
   await fanOut(warm, concurrency, (i) => oneRun(runs + i));
   statements = 0;
   collectGarbage();
+  times?.start();
   const t = await timed(() => fanOut(runs, concurrency, oneRun), server);
+  times?.stop(runs);
   if (statements !== runs * STEPS_PER_RUN * RAW_PER_STEP) throw new Error(`raw: ${statements} statements`);
   return { label, runs, concurrency, ...t, statements };
 }
@@ -349,8 +433,10 @@ async function replayRow(
   runs: number,
   concurrency: number,
   server = false,
+  times?: StatementTimes,
 ): Promise<Row> {
   const prefix = `rp-${crypto.randomUUID().slice(0, 8)}`;
+  const sendTimed = times ? times.wrap((st: Recorded) => statementName(st.text), send) : send;
   let statements = 0;
   const oneRun = async (i: number) => {
     const runId = `${prefix}-${i}`;
@@ -362,7 +448,7 @@ async function replayRow(
         for (const k of st.withTime) params[k] = now;
       }
       statements++;
-      const written = await send(st, params);
+      const written = await sendTimed(st, params);
       if (!st.rows && written !== 1) throw new Error(`replay: ${written} rows written by ${st.text}`);
     }
   };
@@ -370,7 +456,9 @@ async function replayRow(
   await fanOut(warm, concurrency, (i) => oneRun(runs + i));
   statements = 0;
   collectGarbage();
+  times?.start();
   const t = await timed(() => fanOut(runs, concurrency, oneRun), server);
+  times?.stop(runs);
   if (statements !== runs * recorded.length) throw new Error(`replay: ${statements} statements`);
   return { label, runs, concurrency, ...t, statements };
 }
@@ -592,9 +680,18 @@ async function round(opts: {
   only?: string;
   segments: number;
   showTurns: boolean;
+  byStatement: boolean;
   mocks: { planner: Planner; tools: Tool[] };
 }): Promise<void> {
-  const { runs, concurrency, url, only, mocks, segments, showTurns } = opts;
+  const { runs, concurrency, url, only, mocks, segments, showTurns, byStatement } = opts;
+  // Per group, when asked: the replayed row's and the raw row's latency per statement.
+  const timesFor = () =>
+    byStatement ? { replayed: new StatementTimes(), raw: new StatementTimes() } : undefined;
+  const printTimes = (p: string, times: ReturnType<typeof timesFor>) => {
+    if (times && times.replayed.runs > 0 && times.raw.runs > 0) {
+      printStatementTimes(p, times.replayed, times.raw);
+    }
+  };
   const want = (label: string) => !only || label.includes(only);
   const scripted = { planner: new ScriptedPlanner(), tools: scriptedTools() };
   header();
@@ -621,8 +718,9 @@ async function round(opts: {
     const p = "pglite 1";
     const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
     const recorded = want(`${p} runtime SQL, replayed`) ? await recordRun(client, token) : [];
+    const times = timesFor();
     await group(
-      want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, 1) : undefined,
+      want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, 1, false, times?.raw) : undefined,
       [
         ...(want(`${p} runtime SQL, replayed`)
           ? [(k: number) =>
@@ -636,6 +734,8 @@ async function round(opts: {
                   : rawClient.run(st.text, params),
               k,
               1,
+              false,
+              times?.replayed,
             )]
           : []),
         ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
@@ -649,6 +749,7 @@ async function round(opts: {
       segments,
       showTurns,
     );
+    printTimes(p, times);
     const [{ bytes }] = await client.query<{ bytes: number }>(
       `select (pg_total_relation_size('runs') + pg_total_relation_size('journal')
                + pg_total_relation_size('side_effects'))::float8 as bytes`,
@@ -681,6 +782,7 @@ async function round(opts: {
           sql.unsafe(text, params as any[], { prepare: true });
         const p = `postgres ${c}`;
         const rows: ((runs: number) => Promise<Row>)[] = [];
+        const times = timesFor();
         if (want(`${p} runtime SQL, replayed`)) {
           const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
           const recorded = await recordRun(client, token);
@@ -694,6 +796,7 @@ async function round(opts: {
               k,
               c,
               true,
+              times?.replayed,
             )
           );
         }
@@ -706,12 +809,13 @@ async function round(opts: {
           rows.push((k) => hostRow(`${p} worker host, no wire`, client, k, c, true));
         }
         await group(
-          want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, c, true) : undefined,
+          want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, c, true, times?.raw) : undefined,
           rows,
           n,
           segments,
           showTurns,
         );
+        printTimes(p, times);
       } finally {
         await sql.end({ timeout: 5 });
         await client.close();
@@ -727,7 +831,7 @@ export const BENCH_USAGE =
   `agent-runtime bench: what a durable step costs, beside raw SQL measured in the same run.
 
 usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] [--idle-runs N] [--only TEXT]
-                       [--no-telemetry] [--turns]
+                       [--no-telemetry] [--turns] [--statements]
 
   --runs N                   runs per row (default 200; twice that in the many-runs PostgreSQL rows)
   --concurrency N            runs at once in the many-runs PostgreSQL rows (default 16)
@@ -738,6 +842,8 @@ usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] 
   --no-telemetry             skip the rows with OpenTelemetry off and on
   --turns                    also print each turn's steps/s, row by row in the order measured (raw first
                              and last), to spot a turn that fell into a slow spell
+  --statements               also print the replayed and raw rows' mean latency per statement and per run:
+                             where the runtime's SQL costs more than the floor's
 
 PostgreSQL rows need DATABASE_URL or TEST_DATABASE_URL (env); without either they are skipped.
 
@@ -759,6 +865,7 @@ export async function main(args: string[], env: Record<string, string | undefine
         only: { type: "string" },
         "no-telemetry": { type: "boolean" },
         turns: { type: "boolean" },
+        statements: { type: "boolean" },
         "telemetry-child": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
@@ -820,7 +927,16 @@ export async function main(args: string[], env: Record<string, string | undefine
   );
   for (let r = 1; r <= rounds; r++) {
     console.log(`\nround ${r} of ${rounds}`);
-    await round({ runs, concurrency, url, only: values.only, mocks, segments, showTurns: !!values.turns });
+    await round({
+      runs,
+      concurrency,
+      url,
+      only: values.only,
+      mocks,
+      segments,
+      showTurns: !!values.turns,
+      byStatement: !!values.statements,
+    });
   }
   if (!values.only && !values["no-telemetry"]) {
     console.log(
