@@ -673,6 +673,23 @@ function pool(turns: Row[]): Row {
   };
 }
 
+/** The rows of one store and concurrency, as `round` labels them. */
+const ROWS = [
+  "raw SQL",
+  "runtime SQL, replayed",
+  "runtime, no wire",
+  "runtime, mocks",
+  "worker host, no wire",
+] as const;
+
+/** Every row's label a round can print, by group (the prefix names store and concurrency). */
+export function rowLabels(concurrency: number): { prefix: string; labels: string[] }[] {
+  return [...new Set(["pglite 1", "postgres 1", `postgres ${concurrency}`])].map((prefix) => ({
+    prefix,
+    labels: ROWS.map((row) => `${prefix} ${row}`),
+  }));
+}
+
 async function round(opts: {
   runs: number;
   concurrency: number;
@@ -693,11 +710,13 @@ async function round(opts: {
     }
   };
   const want = (label: string) => !only || label.includes(only);
+  // A group runs when any of its rows is wanted (`--only` matches anywhere in a label).
+  const wanted = (prefix: string) => ROWS.some((row) => want(`${prefix} ${row}`));
   const scripted = { planner: new ScriptedPlanner(), tools: scriptedTools() };
   header();
 
   // PGlite: in process, one connection, runs one after another (as `deno task run` drives it).
-  if (!only || only.startsWith("pglite")) {
+  if (wanted("pglite 1")) {
     const db = await PGlite.create();
     await db.exec(SCHEMA_SQL);
     // One session for every row, its schedule of analyses off. The driver
@@ -763,15 +782,15 @@ async function round(opts: {
     await client.close();
   }
 
-  if (only?.startsWith("pglite")) return;
+  if (![1, concurrency].some((c) => wanted(`postgres ${c}`))) return;
   if (!url) {
     console.log("postgres: skipped (set DATABASE_URL or TEST_DATABASE_URL)");
     return;
   }
   const sandbox = await createSandbox(url, { prefix: "bench", max: 1 });
   try {
-    for (const c of [1, concurrency]) {
-      if (only && !only.startsWith(`postgres ${c} `)) continue;
+    for (const c of new Set([1, concurrency])) {
+      if (!wanted(`postgres ${c}`)) continue;
       const n = c === 1 ? runs : runs * 2;
       // The same pool size for the raw row and the runtime rows.
       const sql = postgres(sandbox.url, { max: c, onnotice: () => {} });
@@ -838,7 +857,8 @@ usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] 
   --rounds N                 rounds of every row (default 1)
   --segments N               turns each row is measured in, interleaved with the others (default 5)
   --idle-runs N              runs held idle on one worker host to measure heap per run (default 1000, 0 skips)
-  --only TEXT                only the rows whose label contains TEXT (for profiling one row)
+  --only TEXT                only the rows whose label contains TEXT (for profiling one row); one that
+                             matches no row exits 2 and lists them
   --no-telemetry             skip the rows with OpenTelemetry off and on
   --turns                    also print each turn's steps/s, row by row in the order measured (raw first
                              and last), to spot a turn that fell into a slow spell
@@ -894,6 +914,14 @@ export async function main(args: string[], env: Record<string, string | undefine
       `bench: --runs, --concurrency, --rounds and --segments must be positive integers, --idle-runs 0 or ` +
         `more: got ${values.runs}, ${values.concurrency}, ${values.rounds}, ${values.segments}, ` +
         `${values["idle-runs"]}`,
+    );
+    return 2;
+  }
+  const only = values.only;
+  if (only !== undefined && !rowLabels(concurrency).some((g) => g.labels.some((l) => l.includes(only)))) {
+    console.error(
+      `bench: --only ${JSON.stringify(only)} matches no row; the rows are:\n` +
+        rowLabels(concurrency).flatMap((g) => g.labels.map((l) => `  ${l}`)).join("\n"),
     );
     return 2;
   }

@@ -50,3 +50,37 @@ Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 s
   assert.deepEqual(perRun("close runs"), [1]);
   assert.match(lines.find((l) => l.includes("a run, in statements")) ?? "", /\d+ µs +\d+ µs/);
 });
+
+/** Runs the bench's `main` with `args`, no database URL, and returns its exit code and what it printed. */
+async function bench(args: string[]): Promise<{ code: number; out: string[] }> {
+  const out: string[] = [];
+  const [log, error] = [console.log, console.error];
+  console.log = console.error = (...a: unknown[]) => out.push(a.join(" "));
+  try {
+    return { code: await main(args, {}), out };
+  } finally {
+    [console.log, console.error] = [log, error];
+  }
+}
+
+Deno.test("bench: --only matches anywhere in a label, and one that matches no row exits 2 listing them", async () => {
+  // Not a prefix: the PGlite group runs for a row named in the middle of its label.
+  const some = await bench([
+    "--runs",
+    "2",
+    "--segments",
+    "1",
+    "--idle-runs",
+    "0",
+    "--only",
+    "runtime, no wire",
+  ]);
+  assert.equal(some.code, 0, some.out.join("\n"));
+  assert.ok(some.out.some((l) => l.startsWith("pglite 1 runtime, no wire")), some.out.join("\n"));
+  assert.ok(!some.out.some((l) => l.startsWith("pglite 1 raw SQL")), some.out.join("\n"));
+
+  const none = await bench(["--only", "postgres 17"]);
+  assert.equal(none.code, 2);
+  assert.match(none.out.join("\n"), /--only "postgres 17" matches no row/);
+  assert.match(none.out.join("\n"), /postgres 16 runtime, no wire/);
+});
