@@ -39,7 +39,7 @@
  * told to.
  *
  * Flags: `--runs N` (default 200), `--concurrency N` (default 16), `--rounds N`
- * (default 1), `--segments N` (default 5), `--turns` (each turn's steps/s too), `--idle-runs N` (default
+ * (default 1), `--segments N` (default 5), `--turns` (each turn's figures and ratios too), `--idle-runs N` (default
  * 1000, 0 to skip), `--only TEXT` (rows
  * whose label contains TEXT, e.g. `--only "postgres 16 runtime, no wire"` to
  * profile one row with `deno run -A --cpu-prof bench/step_bench.ts ...`; see
@@ -646,16 +646,37 @@ async function group(
     if (raw) rawTurns.push(await raw(Math.max(1, Math.floor(half))));
     if (showTurns) {
       const last = rowTurns.map((t) => t[t.length - 1]);
+      const bracket = raw ? pool(rawTurns.slice(-2)) : undefined;
       const these = raw ? [rawTurns[rawTurns.length - 2], ...last, rawTurns[rawTurns.length - 1]] : last;
       console.log(
-        `  turn ${turn + 1}: ${these.map((r) => `${stepsPerS(r).toFixed(0)}`).join(" / ")} steps/s`,
+        `  turn ${turn + 1}: ${these.map((r) => `${stepsPerS(r).toFixed(0)}`).join(" / ")} steps/s` +
+          (bracket ? `; x raw ${last.map((r) => turnRatio(r, bracket).toFixed(2)).join(" / ")}` : ""),
       );
     }
   }
   const pooled = rawTurns.length > 0 ? pool(rawTurns) : undefined;
   if (pooled) print(pooled);
   for (const turns of rowTurns) print(pool(turns), pooled);
+  if (showTurns && raw && turns > 1) {
+    // Each turn against the raw halves around it, which ran in the same seconds.
+    for (const t of rowTurns) {
+      const ratios = t.map((r, k) => turnRatio(r, pool(rawTurns.slice(2 * k, 2 * k + 2)))).sort((a, b) =>
+        a - b
+      );
+      const median = ratios.length % 2
+        ? ratios[(ratios.length - 1) / 2]
+        : (ratios[ratios.length / 2 - 1] + ratios[ratios.length / 2]) / 2;
+      console.log(
+        `  ${t[0].label}: x raw turn by turn, median ${median.toFixed(2)} (${ratios[0].toFixed(2)}-${
+          ratios[ratios.length - 1].toFixed(2)
+        })`,
+      );
+    }
+  }
 }
+
+/** A turn's steps/s over the steps/s of the raw halves around it. */
+const turnRatio = (row: Row, raw: Row) => stepsPerS(row) / stepsPerS(raw);
 
 /** One row from several measurements of it: their runs, time, CPU and statements added up. */
 function pool(turns: Row[]): Row {
@@ -861,7 +882,8 @@ usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] 
                              matches no row exits 2 and lists them
   --no-telemetry             skip the rows with OpenTelemetry off and on
   --turns                    also print each turn's steps/s, row by row in the order measured (raw first
-                             and last), to spot a turn that fell into a slow spell
+                             and last), and each row's ratio to the raw halves around it; then per row,
+                             the median of those ratios (a slow spell moves it less than the pooled one)
   --statements               also print the replayed and raw rows' mean latency per statement and per run:
                              where the runtime's SQL costs more than the floor's
 

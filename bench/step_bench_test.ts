@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { main } from "./step_bench.ts";
 
-Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 statements a run, each named", async () => {
+Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 statements a run, each named, turn by turn", async () => {
   const lines: string[] = [];
   const log = console.log;
   console.log = (...args: unknown[]) => lines.push(args.join(" "));
@@ -9,16 +9,8 @@ Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 s
   try {
     code = await main(
       [
-        "--runs",
-        "3",
-        "--segments",
-        "1",
-        "--idle-runs",
-        "0",
-        "--no-telemetry",
-        "--statements",
-        "--only",
-        "pglite 1",
+        ...["--runs", "3", "--segments", "2", "--idle-runs", "0", "--no-telemetry"],
+        ...["--statements", "--turns", "--only", "pglite 1"],
       ],
       {},
     );
@@ -49,6 +41,12 @@ Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 s
   assert.deepEqual(perRun("update side_effects"), [3, 4]);
   assert.deepEqual(perRun("close runs"), [1]);
   assert.match(lines.find((l) => l.includes("a run, in statements")) ?? "", /\d+ µs +\d+ µs/);
+  // --turns: each turn's ratios, then per row the median of them.
+  assert.equal(lines.filter((l) => /^  turn \d+: .* steps\/s; x raw [\d.]+ \/ /.test(l)).length, 2);
+  assert.match(
+    lines.find((l) => l.includes("pglite 1 runtime, no wire: x raw turn by turn")) ?? "",
+    /median \d\.\d\d \(\d\.\d\d-\d\.\d\d\)/,
+  );
 });
 
 /** Runs the bench's `main` with `args`, no database URL, and returns its exit code and what it printed. */
