@@ -42,7 +42,7 @@ Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 s
   assert.deepEqual(perRun("close runs"), [1]);
   assert.match(lines.find((l) => l.includes("a run, in statements")) ?? "", /\d+ µs +\d+ µs/);
   // --turns: each turn's ratios, then per row the median of them.
-  assert.equal(lines.filter((l) => /^  turn \d+: .* steps\/s; x raw [\d.]+ \/ /.test(l)).length, 2);
+  assert.equal(lines.filter((l) => /^ {2}turn \d+: .* steps\/s; x raw [\d.]+ \/ /.test(l)).length, 2);
   assert.match(
     lines.find((l) => l.includes("pglite 1 runtime, no wire: x raw turn by turn")) ?? "",
     /median \d\.\d\d \(\d\.\d\d-\d\.\d\d\)/,
