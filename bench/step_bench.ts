@@ -39,8 +39,9 @@
  * told to.
  *
  * Flags: `--runs N` (default 200), `--concurrency N` (default 16), `--rounds N`
- * (default 1), `--segments N` (default 5), `--turns` (each turn's figures and ratios too), `--idle-runs N` (default
- * 1000, 0 to skip), `--only TEXT` (rows
+ * (default 1), `--segments N` (default 5), `--turns` (each turn's figures and
+ * ratios too), `--statements` (the replayed and raw rows' latency per
+ * statement), `--idle-runs N` (default 1000, 0 to skip), `--only TEXT` (rows
  * whose label contains TEXT, e.g. `--only "postgres 16 runtime, no wire"` to
  * profile one row with `deno run -A --cpu-prof bench/step_bench.ts ...`; see
  * bench/profile_summary.ts).
