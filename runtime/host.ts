@@ -14,7 +14,7 @@
  */
 
 import type { PreparedAgent } from "./agent.ts";
-import type { Clock } from "./clock.ts";
+import { type Clock, startTimer } from "./clock.ts";
 import { type WorkerDeps, workerDeps, type WorkerDepsOptions } from "./context.ts";
 import { describeError, FencedError, RuntimeError, SimulatedKill } from "./errors.ts";
 import type { Logger } from "./log.ts";
@@ -63,7 +63,12 @@ export class WorkerHost {
   readonly #onOutcome?: (outcome: RunOutcome) => void;
   readonly #held = new Map<string, Held>();
   readonly #stop = new AbortController();
-  #wake = new AbortController();
+  // The take loop's doorbell: `#ring` ends its nap between polls; `#rung`
+  // remembers a wake that came while it was polling, so the next nap ends at
+  // once (#11: it was an abort controller, a combined signal, a sleep and an
+  // AbortError per wake, that is per run taken: 14-23 µs against 2-3.5 µs).
+  #rung = false;
+  #ring?: () => void;
   #loops: Promise<void>[] = [];
   #killed?: unknown;
   #stopped?: Promise<void>;
@@ -96,6 +101,8 @@ export class WorkerHost {
     this.#pollMs = pollMs ?? 3_000;
     this.#startedAt = this.#clock.now();
     this.#onOutcome = onOutcome;
+    // Stopping (or a simulated kill) ends the take loop's nap too.
+    this.#stop.signal.addEventListener("abort", () => this.wake(), { once: true });
   }
 
   /** This host's name, written to `runs.owner`. */
@@ -135,7 +142,28 @@ export class WorkerHost {
 
   /** Looks for runs now instead of at the next poll (a run was just submitted, say). */
   wake(): void {
-    this.#wake.abort();
+    this.#rung = true;
+    this.#ring?.();
+  }
+
+  /** Waits `pollMs`, or until {@link WorkerHost.wake}: at once if a wake came since the last nap. */
+  #nap(): Promise<void> {
+    if (this.#rung) {
+      this.#rung = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const end = () => {
+        this.#ring = undefined;
+        this.#rung = false;
+        resolve();
+      };
+      const cancel = startTimer(this.#clock, this.#pollMs, end);
+      this.#ring = () => {
+        cancel();
+        end();
+      };
+    });
   }
 
   /**
@@ -205,9 +233,7 @@ export class WorkerHost {
         this.#log.warn("poll-failed", { owner: this.#owner, error: describeError(err) });
       }
       if (full) continue; // there may be more waiting: look again as soon as a slot frees
-      const wake = this.#wake.signal;
-      await this.#clock.sleep(this.#pollMs, AbortSignal.any([wake, this.#stop.signal])).catch(() => {});
-      if (wake.aborted) this.#wake = new AbortController();
+      await this.#nap();
     }
   }
 

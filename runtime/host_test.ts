@@ -36,12 +36,12 @@ const db = new RecordingClient(await openPglite());
 const store = new Store(db);
 await store.applySchema();
 
-/** An agent whose model thinks for `thinkMs` of clock time, then calls `note` once, then is done. */
+/** An agent whose model thinks for `thinkMs` of clock time (0: answers at once), then calls `note` once, then is done. */
 function slowAgent(name: string, clock: ManualClock, thinkMs: number, effects: string[]): Agent {
   const model: Planner = {
     describe: "slow script",
     decide: async (req) => {
-      await clock.sleep(thinkMs, req.signal);
+      if (thinkMs > 0) await clock.sleep(thinkMs, req.signal);
       return req.seq === 0
         ? { kind: "tool", tool: "note", args: { text: req.runId } }
         : { kind: "done", message: `noted ${req.runId}` };
@@ -149,6 +149,66 @@ Deno.test("a refused renewal stops only that run; a stopped host frees its runs 
   }
   const taken = await store.takeRuns("host-3", ["canceller"], clock.now(), clock.now(), 10);
   assert.deepEqual(taken.map((r) => [r.run_id, r.epoch]).sort(), [["keep-1", 2], ["keep-2", 2]]);
+});
+
+/** Holds each take's answer until `release()`, once the statement itself has run. */
+class GatedTakes extends RecordingClient {
+  #gate: Promise<void> | undefined;
+  #open = () => {};
+  /** Takes from now on wait, after running, until {@link release}. */
+  hold(): void {
+    this.#gate = new Promise((r) => this.#open = r);
+  }
+  release(): void {
+    this.#open();
+    this.#gate = undefined;
+  }
+  override async query<T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
+    const rows = await super.query<T>(text, params, opts);
+    if (text.includes("for update skip locked")) await this.#gate;
+    return rows;
+  }
+}
+
+Deno.test("a host takes the next run as soon as it is woken, even by a wake that came while it was polling", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const effects: string[] = [];
+  const gated = new GatedTakes(db);
+  const agent = slowAgent("doorbell", clock, 0, effects);
+  gated.hold();
+  const h = new WorkerHost({
+    store: new Store(gated),
+    clock,
+    log: new Logger({ clock, sink: arraySink(lines) }),
+    owner: "host-doorbell",
+    agents: [{ agent, planner: agent.model as Planner, tools: new ToolRegistry(agent.tools as Tool[]) }],
+    runsPerWorker: 2,
+    pollMs: 60_000, // the clock never gets there: every take below comes from a wake
+    heartbeatMs: 3_000,
+    leaseMs: 12_000,
+  }).start();
+  const done = async (n: number) =>
+    (await store.listRuns({ agent: "doorbell", status: "done", limit: 100 })).total === n;
+  const eventually = async (check: () => Promise<boolean>) => {
+    // Bounded: real turns of the event loop, the clock standing still.
+    for (let i = 0; i < 200 && !(await check()); i++) await settle(1);
+    return await check();
+  };
+  // The first poll's take has run (nothing to take) and waits at the gate: the host is polling.
+  assert.ok(await eventually(async () => gated.texts.some((t) => t.includes("for update skip locked"))));
+  await store.createRun({ runId: "bell-1", agent: "doorbell", goal: "note it" }, clock.now());
+  h.wake(); // while polling: the nap after this poll must end at once
+  gated.release();
+  assert.ok(await eventually(() => done(1)), lines.join("\n"));
+  // Napping now: a wake ends the nap.
+  await store.createRun({ runId: "bell-2", agent: "doorbell", goal: "note it" }, clock.now());
+  h.wake();
+  assert.ok(await eventually(() => done(2)), lines.join("\n"));
+  assert.equal(clock.now().getTime(), new ManualClock().now().getTime(), "the clock never moved");
+  // Stopping ends the nap too.
+  await h.stop();
+  assert.deepEqual(effects.sort(), ["bell-1:0", "bell-2:0"]);
 });
 
 Deno.test.afterAll(async () => {
