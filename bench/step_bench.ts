@@ -40,8 +40,8 @@
  *
  * Flags: `--runs N` (default 200), `--concurrency N` (default 16), `--rounds N`
  * (default 1), `--segments N` (default 5), `--turns` (each turn's figures and
- * ratios too), `--statements` (the replayed and raw rows' latency per
- * statement), `--idle-runs N` (default 1000, 0 to skip), `--only TEXT` (rows
+ * ratios too), `--statements` (latency per statement, row by row),
+ * `--idle-runs N` (default 1000, 0 to skip), `--only TEXT` (rows
  * whose label contains TEXT, e.g. `--only "postgres 16 runtime, no wire"` to
  * profile one row with `deno run -A --cpu-prof bench/step_bench.ts ...`; see
  * bench/profile_summary.ts).
@@ -68,7 +68,7 @@ import { CountingClient, TapClient } from "../runtime/store/counting.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
-import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
+import { type QueryOptions, SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { flagProblem } from "../runtime/config.ts";
 import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
@@ -244,6 +244,8 @@ function workerDeps(
 export function statementName(text: string): string {
   const t = text.trimStart().replace(/\s+/g, " ").toLowerCase();
   if (t.startsWith("with created as (insert into runs")) return "create-or-read runs";
+  if (t.startsWith("with picked as")) return "take runs";
+  if (/^with w as \( ?insert into workers/.test(t)) return "heartbeat (host)";
   if (t.startsWith("update runs set epoch")) return "claim runs";
   if (t.startsWith("update runs set status")) return "close runs";
   if (t.startsWith("update runs set heartbeat_at")) return "heartbeat runs";
@@ -260,21 +262,19 @@ class StatementTimes {
   #on = false;
   runs = 0;
 
-  /** Times `send`, counting it while a row is being measured. */
-  wrap<S, R>(name: (statement: S) => string, send: (statement: S, params: unknown[]) => Promise<R>) {
-    return async (statement: S, params: unknown[]): Promise<R> => {
-      if (!this.#on) return await send(statement, params);
-      const t0 = performance.now();
-      const out = await send(statement, params);
-      const ms = performance.now() - t0;
-      const key = name(statement);
-      const e = this.#byName.get(key);
-      if (e) {
-        e.n++;
-        e.ms += ms;
-      } else this.#byName.set(key, { n: 1, ms });
-      return out;
-    };
+  /** Sends `text` with `send`, timing it under its {@link statementName} while a row is being measured. */
+  async time<R>(text: string, send: () => Promise<R>): Promise<R> {
+    if (!this.#on) return await send();
+    const t0 = performance.now();
+    const out = await send();
+    const ms = performance.now() - t0;
+    const key = statementName(text);
+    const e = this.#byName.get(key);
+    if (e) {
+      e.n++;
+      e.ms += ms;
+    } else this.#byName.set(key, { n: 1, ms });
+    return out;
   }
 
   /** Counts from now on (the row's clock starts). */
@@ -298,21 +298,59 @@ class StatementTimes {
   }
 }
 
-/** Prints the replayed row's statements beside the raw row's: sent per run, mean latency, µs per run. */
-function printStatementTimes(prefix: string, replayed: StatementTimes, raw: StatementTimes): void {
-  const a = new Map(replayed.entries().map((e) => [e.name, e]));
-  const b = new Map(raw.entries().map((e) => [e.name, e]));
-  const names = [...new Set([...a.keys(), ...b.keys()])];
+/** A driver that reports each statement it sends to `times` (the runtime rows' store, with `--statements`). */
+class TimedClient implements SqlClient {
+  constructor(readonly inner: SqlClient, readonly times: StatementTimes) {}
+
+  get describe(): string {
+    return this.inner.describe;
+  }
+
+  query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
+    return this.times.time(text, () => this.inner.query<T>(text, params, opts));
+  }
+
+  run(text: string, params?: unknown[]): Promise<number> {
+    return this.times.time(text, () => this.inner.run(text, params));
+  }
+
+  exec(text: string): Promise<void> {
+    return this.inner.exec(text);
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+/** The rows `--statements` times, in the order of its columns. */
+const TIMED = ["replayed", "no wire", "worker host", "raw"] as const;
+type Timed = Record<(typeof TIMED)[number], StatementTimes>;
+
+/** Prints each timed row's statements side by side: sent per run and mean latency, then µs per run. */
+function printStatementTimes(prefix: string, times: Timed): void {
+  const columns = TIMED.filter((c) => times[c].runs > 0);
+  const byColumn = columns.map((c) => new Map(times[c].entries().map((e) => [e.name, e])));
+  const names = [...new Set(byColumn.flatMap((m) => [...m.keys()]))];
+  const width = 16;
   const cell = (e: { perRun: number; us: number } | undefined) =>
-    e ? `${e.perRun.toFixed(0).padStart(3)} x ${e.us.toFixed(0).padStart(5)} µs` : " ".repeat(14);
-  console.log(`${prefix}: time per statement (--statements), mean latency over the measured runs`);
-  console.log(`  ${"statement".padEnd(22)} ${"replayed".padStart(14)} ${"raw".padStart(14)}`);
-  for (const name of names) console.log(`  ${name.padEnd(22)} ${cell(a.get(name))} ${cell(b.get(name))}`);
+    e
+      ? `${(Number.isInteger(e.perRun) ? e.perRun.toFixed(0) : e.perRun.toFixed(2)).padStart(4)} x ${
+        e.us.toFixed(0).padStart(5)
+      } µs`.padStart(width)
+      : " ".repeat(width);
+  console.log(
+    `${prefix}: time per statement (--statements): sent per run x mean latency, measured runs only`,
+  );
+  console.log(`  ${"statement".padEnd(22)}${columns.map((c) => c.padStart(width + 1)).join("")}`);
+  for (const name of names) {
+    console.log(`  ${name.padEnd(22)}${byColumn.map((m) => ` ${cell(m.get(name))}`).join("")}`);
+  }
   const perRun = (m: Map<string, { perRun: number; us: number }>) =>
     [...m.values()].reduce((n, e) => n + e.perRun * e.us, 0);
   console.log(
-    `  ${"a run, in statements".padEnd(22)} ${`${perRun(a).toFixed(0)} µs`.padStart(14)} ${
-      `${perRun(b).toFixed(0)} µs`.padStart(14)
+    `  ${"a run, in statements".padEnd(22)}${
+      byColumn.map((m) => ` ${`${perRun(m).toFixed(0)} µs`.padStart(width)}`).join("")
     }`,
   );
 }
@@ -338,7 +376,9 @@ async function rawRow(
     [prefix, runs + warm],
   );
   let statements = 0;
-  const send = times ? times.wrap(statementName, query) : query;
+  const send = times
+    ? (text: string, params: unknown[]) => times.time(text, () => query(text, params))
+    : query;
   const q = (text: string, params: unknown[]) => {
     statements++;
     return send(text, params);
@@ -437,7 +477,9 @@ async function replayRow(
   times?: StatementTimes,
 ): Promise<Row> {
   const prefix = `rp-${crypto.randomUUID().slice(0, 8)}`;
-  const sendTimed = times ? times.wrap((st: Recorded) => statementName(st.text), send) : send;
+  const sendTimed = times
+    ? (st: Recorded, params: unknown[]) => times.time(st.text, () => send(st, params))
+    : send;
   let statements = 0;
   const oneRun = async (i: number) => {
     const runId = `${prefix}-${i}`;
@@ -473,8 +515,9 @@ async function runtimeRow(
   concurrency: number,
   server = false,
   telemetry: Telemetry = NO_TELEMETRY,
+  times?: StatementTimes,
 ): Promise<Row> {
-  const counting = new CountingClient(client);
+  const counting = new CountingClient(times ? new TimedClient(client, times) : client);
   const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label, telemetry);
   // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
   const warm = crypto.randomUUID().slice(0, 8);
@@ -484,11 +527,13 @@ async function runtimeRow(
   counting.reset();
   collectGarbage();
   const prefix = crypto.randomUUID().slice(0, 8);
+  times?.start();
   const t = await timed(() =>
     fanOut(runs, concurrency, async (i) => {
       const outcome = await runWorker(deps, `b-${prefix}-${i}`, "bench");
       if (outcome.status !== "done") throw new Error(`run ${i} ended ${outcome.status}: ${outcome.error}`);
     }), server);
+  times?.stop(runs);
   return { label, runs, concurrency, ...t, statements: counting.total };
 }
 
@@ -499,8 +544,9 @@ async function hostRow(
   runs: number,
   concurrency: number,
   server = false,
+  times?: StatementTimes,
 ): Promise<Row> {
-  const counting = new CountingClient(client);
+  const counting = new CountingClient(times ? new TimedClient(client, times) : client);
   const store = new Store(counting);
   const clock = new SystemClock();
   const prefix = `h-${crypto.randomUUID().slice(0, 8)}`;
@@ -531,10 +577,12 @@ async function hostRow(
   });
   counting.reset();
   collectGarbage();
+  times?.start();
   const t = await timed(async () => {
     host.start();
     await finished;
   }, server);
+  times?.stop(runs);
   const statements = counting.total;
   await host.stop();
   if (failed) throw new Error(failed);
@@ -723,13 +771,11 @@ async function round(opts: {
   mocks: { planner: Planner; tools: Tool[] };
 }): Promise<void> {
   const { runs, concurrency, url, only, mocks, segments, showTurns, byStatement } = opts;
-  // Per group, when asked: the replayed row's and the raw row's latency per statement.
-  const timesFor = () =>
-    byStatement ? { replayed: new StatementTimes(), raw: new StatementTimes() } : undefined;
-  const printTimes = (p: string, times: ReturnType<typeof timesFor>) => {
-    if (times && times.replayed.runs > 0 && times.raw.runs > 0) {
-      printStatementTimes(p, times.replayed, times.raw);
-    }
+  // Per group, when asked: each timed row's latency per statement.
+  const timesFor = (): Timed | undefined =>
+    byStatement ? Object.fromEntries(TIMED.map((c) => [c, new StatementTimes()])) as Timed : undefined;
+  const printTimes = (p: string, times: Timed | undefined) => {
+    if (times && TIMED.some((c) => times[c].runs > 0)) printStatementTimes(p, times);
   };
   const want = (label: string) => !only || label.includes(only);
   // A group runs when any of its rows is wanted (`--only` matches anywhere in a label).
@@ -781,9 +827,20 @@ async function round(opts: {
           : []),
         ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
           .filter(([label]) => want(label))
-          .map(([label, agent]) => (k: number) => runtimeRow(label, client, agent, k, 1)),
+          .map(([label, agent]) => (k: number) =>
+            runtimeRow(
+              label,
+              client,
+              agent,
+              k,
+              1,
+              false,
+              NO_TELEMETRY,
+              agent === scripted ? times?.["no wire"] : undefined,
+            )
+          ),
         ...(want(`${p} worker host, no wire`)
-          ? [(k: number) => hostRow(`${p} worker host, no wire`, client, k, 1)]
+          ? [(k: number) => hostRow(`${p} worker host, no wire`, client, k, 1, false, times?.["worker host"])]
           : []),
       ],
       n,
@@ -844,10 +901,21 @@ async function round(opts: {
         rows.push(
           ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
             .filter(([label]) => want(label))
-            .map(([label, agent]) => (k: number) => runtimeRow(label, client, agent, k, c, true)),
+            .map(([label, agent]) => (k: number) =>
+              runtimeRow(
+                label,
+                client,
+                agent,
+                k,
+                c,
+                true,
+                NO_TELEMETRY,
+                agent === scripted ? times?.["no wire"] : undefined,
+              )
+            ),
         );
         if (want(`${p} worker host, no wire`)) {
-          rows.push((k) => hostRow(`${p} worker host, no wire`, client, k, c, true));
+          rows.push((k) => hostRow(`${p} worker host, no wire`, client, k, c, true, times?.["worker host"]));
         }
         await group(
           want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, c, true, times?.raw) : undefined,
@@ -885,8 +953,9 @@ usage: deno task bench [--runs N] [--concurrency N] [--rounds N] [--segments N] 
   --turns                    also print each turn's steps/s, row by row in the order measured (raw first
                              and last), and each row's ratio to the raw halves around it; then per row,
                              the median of those ratios (a slow spell moves it less than the pooled one)
-  --statements               also print the replayed and raw rows' mean latency per statement and per run:
-                             where the runtime's SQL costs more than the floor's
+  --statements               also print the mean latency per statement and per run of the replayed, no-wire,
+                             worker-host and raw rows: where the runtime's SQL costs more than the floor's
+                             (the timed rows then carry a clock read around each statement)
 
 PostgreSQL rows need DATABASE_URL or TEST_DATABASE_URL (env); without either they are skipped.
 
