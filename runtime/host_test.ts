@@ -196,7 +196,9 @@ Deno.test("a host takes the next run as soon as it is woken, even by a wake that
     return await check();
   };
   // The first poll's take has run (nothing to take) and waits at the gate: the host is polling.
-  assert.ok(await eventually(async () => gated.texts.some((t) => t.includes("for update skip locked"))));
+  assert.ok(
+    await eventually(() => Promise.resolve(gated.texts.some((t) => t.includes("for update skip locked")))),
+  );
   await store.createRun({ runId: "bell-1", agent: "doorbell", goal: "note it" }, clock.now());
   h.wake(); // while polling: the nap after this poll must end at once
   gated.release();
