@@ -55,3 +55,38 @@ Deno.test("a PGlite store analyses its tables once they are large, and again whe
     await client.close();
   }
 });
+
+Deno.test("a PGlite store vacuums its runs table at every look, and never inside an open transaction", async () => {
+  const db = await PGlite.create();
+  await db.exec(`set search_path to ${DEFAULT_SCHEMA}`);
+  const client = new PgliteClient(db, {
+    describe: "pglite:test",
+    owned: true,
+    session: new PgliteSession({ checkEvery: 10 }),
+  });
+  try {
+    const store = new Store(client);
+    await store.applySchema();
+    const vacuums = async () =>
+      (await db.query<{ n: number }>(
+        `select coalesce(vacuum_count, 0)::int as n from pg_stat_user_tables where relname = 'runs'`,
+      )).rows[0]?.n ?? 0;
+    await store.createOrGetRun({ runId: "long", agent: "a", goal: "g" }, new Date());
+    await store.claimRun("long", 0, "w", new Date());
+    const before = await vacuums();
+    // A long run's heartbeats: each rewrites its row.
+    for (let i = 0; i < 25; i++) assert.ok(await store.heartbeat({ runId: "long", epoch: 1 }, new Date()));
+    assert.ok((await vacuums()) >= before + 2, "a vacuum at each look (every 10 statements)");
+    // Inside a transaction a handle holds open, the look skips the vacuum: it would fail, and every
+    // statement after it in the transaction would fail too.
+    await db.exec("begin");
+    const inside = await vacuums();
+    for (let i = 0; i < 12; i++) {
+      assert.equal((await client.query<{ n: number }>(`select $1::int as n`, [i]))[0].n, i);
+    }
+    await db.exec("commit");
+    assert.equal(await vacuums(), inside);
+  } finally {
+    await client.close();
+  }
+});
