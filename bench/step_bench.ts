@@ -68,7 +68,7 @@ import { CountingClient, TapClient } from "../runtime/store/counting.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
-import { type QueryOptions, SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
+import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
 import { flagProblem } from "../runtime/config.ts";
 import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
@@ -262,19 +262,33 @@ class StatementTimes {
   #on = false;
   runs = 0;
 
-  /** Sends `text` with `send`, timing it under its {@link statementName} while a row is being measured. */
-  async time<R>(text: string, send: () => Promise<R>): Promise<R> {
-    if (!this.#on) return await send();
+  /**
+   * Starts timing `text` while a row is being measured: the returned function
+   * records it under its {@link statementName} when the statement has settled.
+   */
+  timer(text: string): (() => void) | undefined {
+    if (!this.#on) return undefined;
     const t0 = performance.now();
-    const out = await send();
-    const ms = performance.now() - t0;
-    const key = statementName(text);
-    const e = this.#byName.get(key);
-    if (e) {
-      e.n++;
-      e.ms += ms;
-    } else this.#byName.set(key, { n: 1, ms });
-    return out;
+    return () => {
+      const ms = performance.now() - t0;
+      const key = statementName(text);
+      const e = this.#byName.get(key);
+      if (e) {
+        e.n++;
+        e.ms += ms;
+      } else this.#byName.set(key, { n: 1, ms });
+    };
+  }
+
+  /** Sends `text` with `send`, timed by {@link timer}. */
+  time<R>(text: string, send: () => Promise<R>): Promise<R> {
+    const settled = this.timer(text);
+    return settled ? send().finally(settled) : send();
+  }
+
+  /** `client`, each statement timed (the runtime rows' store). */
+  tap(client: SqlClient): SqlClient {
+    return new TapClient(client, ({ text }) => this.timer(text));
   }
 
   /** Counts from now on (the row's clock starts). */
@@ -295,31 +309,6 @@ class StatementTimes {
       perRun: n / this.runs,
       us: (ms / n) * 1000,
     }));
-  }
-}
-
-/** A driver that reports each statement it sends to `times` (the runtime rows' store, with `--statements`). */
-class TimedClient implements SqlClient {
-  constructor(readonly inner: SqlClient, readonly times: StatementTimes) {}
-
-  get describe(): string {
-    return this.inner.describe;
-  }
-
-  query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
-    return this.times.time(text, () => this.inner.query<T>(text, params, opts));
-  }
-
-  run(text: string, params?: unknown[]): Promise<number> {
-    return this.times.time(text, () => this.inner.run(text, params));
-  }
-
-  exec(text: string): Promise<void> {
-    return this.inner.exec(text);
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
   }
 }
 
@@ -517,7 +506,7 @@ async function runtimeRow(
   telemetry: Telemetry = NO_TELEMETRY,
   times?: StatementTimes,
 ): Promise<Row> {
-  const counting = new CountingClient(times ? new TimedClient(client, times) : client);
+  const counting = new CountingClient(times ? times.tap(client) : client);
   const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label, telemetry);
   // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
   const warm = crypto.randomUUID().slice(0, 8);
@@ -546,7 +535,7 @@ async function hostRow(
   server = false,
   times?: StatementTimes,
 ): Promise<Row> {
-  const counting = new CountingClient(times ? new TimedClient(client, times) : client);
+  const counting = new CountingClient(times ? times.tap(client) : client);
   const store = new Store(counting);
   const clock = new SystemClock();
   const prefix = `h-${crypto.randomUUID().slice(0, 8)}`;
@@ -752,12 +741,11 @@ const ROWS = [
   "worker host, no wire",
 ] as const;
 
-/** Every row's label a round can print, by group (the prefix names store and concurrency). */
-export function rowLabels(concurrency: number): { prefix: string; labels: string[] }[] {
-  return [...new Set(["pglite 1", "postgres 1", `postgres ${concurrency}`])].map((prefix) => ({
-    prefix,
-    labels: ROWS.map((row) => `${prefix} ${row}`),
-  }));
+/** Every row's label a round can print. */
+function rowLabels(concurrency: number): string[] {
+  return [...new Set(["pglite 1", "postgres 1", `postgres ${concurrency}`])].flatMap((prefix) =>
+    ROWS.map((row) => `${prefix} ${row}`)
+  );
 }
 
 async function round(opts: {
@@ -783,6 +771,61 @@ async function round(opts: {
   const scripted = { planner: new ScriptedPlanner(), tools: scriptedTools() };
   header();
 
+  /** One store and concurrency (`p`): its raw row and the runtime's rows in turns, then `--statements`. */
+  const measure = async (g: {
+    p: string;
+    concurrency: number;
+    runs: number;
+    server: boolean;
+    client: SqlClient;
+    rawQuery: (text: string, params: unknown[]) => Promise<unknown>;
+    replaySend: (st: Recorded, params: unknown[]) => Promise<number | undefined>;
+  }) => {
+    const { p, concurrency: c, server, client } = g;
+    const label = (row: (typeof ROWS)[number]) => `${p} ${row}`;
+    const times = timesFor();
+    const rows: ((runs: number) => Promise<Row>)[] = [];
+    if (want(label("runtime SQL, replayed"))) {
+      const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
+      const recorded = await recordRun(client, token);
+      rows.push((k) =>
+        replayRow(
+          label("runtime SQL, replayed"),
+          recorded,
+          token,
+          g.replaySend,
+          k,
+          c,
+          server,
+          times?.replayed,
+        )
+      );
+    }
+    for (
+      const [row, agent, timed] of [
+        ["runtime, no wire", scripted, times?.["no wire"]],
+        ["runtime, mocks", mocks, undefined],
+      ] as const
+    ) {
+      if (want(label(row))) {
+        rows.push((k) => runtimeRow(label(row), client, agent, k, c, server, NO_TELEMETRY, timed));
+      }
+    }
+    if (want(label("worker host, no wire"))) {
+      rows.push((k) => hostRow(label("worker host, no wire"), client, k, c, server, times?.["worker host"]));
+    }
+    await group(
+      want(label("raw SQL"))
+        ? (k) => rawRow(label("raw SQL"), g.rawQuery, k, c, server, times?.raw)
+        : undefined,
+      rows,
+      g.runs,
+      segments,
+      showTurns,
+    );
+    printTimes(p, times);
+  };
+
   // PGlite: in process, one connection, runs one after another (as `deno task run` drives it).
   if (wanted("pglite 1")) {
     const db = await PGlite.create();
@@ -795,59 +838,22 @@ async function round(opts: {
     // sends the statements, and it is timed on its own after the rows.
     const session = new PgliteSession({ checkEvery: Number.POSITIVE_INFINITY });
     const client = new PgliteClient(db, { describe: "pglite:memory", owned: true, session });
-    const n = runs;
     // The raw row sends its statements as the runtime's driver does (SQL
     // `prepare` once, then `execute` through the simple protocol, as `run()`
     // does for a statement whose rows are not wanted): the floor is the best a
     // hand-written loop can do.
     const rawClient = new PgliteClient(db, { describe: "pglite:raw", owned: false, session });
-    const rawQuery = (text: string, params: unknown[]) => rawClient.run(text, params);
     const p = "pglite 1";
-    const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
-    const recorded = want(`${p} runtime SQL, replayed`) ? await recordRun(client, token) : [];
-    const times = timesFor();
-    await group(
-      want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, 1, false, times?.raw) : undefined,
-      [
-        ...(want(`${p} runtime SQL, replayed`)
-          ? [(k: number) =>
-            replayRow(
-              `${p} runtime SQL, replayed`,
-              recorded,
-              token,
-              (st, params) =>
-                st.rows
-                  ? rawClient.query(st.text, params).then(() => undefined)
-                  : rawClient.run(st.text, params),
-              k,
-              1,
-              false,
-              times?.replayed,
-            )]
-          : []),
-        ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
-          .filter(([label]) => want(label))
-          .map(([label, agent]) => (k: number) =>
-            runtimeRow(
-              label,
-              client,
-              agent,
-              k,
-              1,
-              false,
-              NO_TELEMETRY,
-              agent === scripted ? times?.["no wire"] : undefined,
-            )
-          ),
-        ...(want(`${p} worker host, no wire`)
-          ? [(k: number) => hostRow(`${p} worker host, no wire`, client, k, 1, false, times?.["worker host"])]
-          : []),
-      ],
-      n,
-      segments,
-      showTurns,
-    );
-    printTimes(p, times);
+    await measure({
+      p,
+      concurrency: 1,
+      runs,
+      server: false,
+      client,
+      rawQuery: (text, params) => rawClient.run(text, params),
+      replaySend: (st, params) =>
+        st.rows ? rawClient.query(st.text, params).then(() => undefined) : rawClient.run(st.text, params),
+    });
     const [{ bytes }] = await client.query<{ bytes: number }>(
       `select (pg_total_relation_size('runs') + pg_total_relation_size('journal')
                + pg_total_relation_size('side_effects'))::float8 as bytes`,
@@ -870,61 +876,22 @@ async function round(opts: {
   try {
     for (const c of new Set([1, concurrency])) {
       if (!wanted(`postgres ${c}`)) continue;
-      const n = c === 1 ? runs : runs * 2;
       // The same pool size for the raw row and the runtime rows.
       const sql = postgres(sandbox.url, { max: c, onnotice: () => {} });
       const client = await openPostgres(sandbox.url, { max: c });
       try {
-        const rawQuery = (text: string, params: unknown[]) =>
+        await measure({
+          p: `postgres ${c}`,
+          concurrency: c,
+          runs: c === 1 ? runs : runs * 2,
+          server: true,
+          client,
           // deno-lint-ignore no-explicit-any
-          sql.unsafe(text, params as any[], { prepare: true });
-        const p = `postgres ${c}`;
-        const rows: ((runs: number) => Promise<Row>)[] = [];
-        const times = timesFor();
-        if (want(`${p} runtime SQL, replayed`)) {
-          const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
-          const recorded = await recordRun(client, token);
-          rows.push((k) =>
-            replayRow(
-              `${p} runtime SQL, replayed`,
-              recorded,
-              token,
-              // deno-lint-ignore no-explicit-any
-              async (st, params) => (await sql.unsafe(st.text, params as any[], { prepare: true })).count,
-              k,
-              c,
-              true,
-              times?.replayed,
-            )
-          );
-        }
-        rows.push(
-          ...([[`${p} runtime, no wire`, scripted], [`${p} runtime, mocks`, mocks]] as const)
-            .filter(([label]) => want(label))
-            .map(([label, agent]) => (k: number) =>
-              runtimeRow(
-                label,
-                client,
-                agent,
-                k,
-                c,
-                true,
-                NO_TELEMETRY,
-                agent === scripted ? times?.["no wire"] : undefined,
-              )
-            ),
-        );
-        if (want(`${p} worker host, no wire`)) {
-          rows.push((k) => hostRow(`${p} worker host, no wire`, client, k, c, true, times?.["worker host"]));
-        }
-        await group(
-          want(`${p} raw SQL`) ? (k) => rawRow(`${p} raw SQL`, rawQuery, k, c, true, times?.raw) : undefined,
-          rows,
-          n,
-          segments,
-          showTurns,
-        );
-        printTimes(p, times);
+          rawQuery: (text, params) => sql.unsafe(text, params as any[], { prepare: true }),
+          replaySend: async (st, params) =>
+            // deno-lint-ignore no-explicit-any
+            (await sql.unsafe(st.text, params as any[], { prepare: true })).count,
+        });
       } finally {
         await sql.end({ timeout: 5 });
         await client.close();
@@ -1010,10 +977,10 @@ export async function main(args: string[], env: Record<string, string | undefine
     return 2;
   }
   const only = values.only;
-  if (only !== undefined && !rowLabels(concurrency).some((g) => g.labels.some((l) => l.includes(only)))) {
+  if (only !== undefined && !rowLabels(concurrency).some((l) => l.includes(only))) {
     console.error(
       `bench: --only ${JSON.stringify(only)} matches no row; the rows are:\n` +
-        rowLabels(concurrency).flatMap((g) => g.labels.map((l) => `  ${l}`)).join("\n"),
+        rowLabels(concurrency).map((l) => `  ${l}`).join("\n"),
     );
     return 2;
   }

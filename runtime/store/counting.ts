@@ -87,13 +87,20 @@ export interface TappedStatement {
   opts?: QueryOptions;
 }
 
+/**
+ * What a {@link TapClient} calls with each statement. It may return a function,
+ * called once the statement has settled (answered or refused): the benchmark
+ * times statements that way.
+ */
+export type Tap = (statement: TappedStatement) => void | (() => void);
+
 /** Shows every statement to `tap`, then passes it on to `inner` unchanged. */
 export class TapClient implements SqlClient {
   readonly #inner: SqlClient;
-  readonly #tap: (statement: TappedStatement) => void;
+  readonly #tap: Tap;
 
   /** Wraps `inner`; `tap` sees each statement before it is sent. */
-  constructor(inner: SqlClient, tap: (statement: TappedStatement) => void) {
+  constructor(inner: SqlClient, tap: Tap) {
     this.#inner = inner;
     this.#tap = tap;
   }
@@ -108,13 +115,15 @@ export class TapClient implements SqlClient {
     params: unknown[] = [],
     opts?: QueryOptions,
   ): Promise<T[]> {
-    this.#tap({ rows: true, text, params, opts });
-    return this.#inner.query<T>(text, params, opts);
+    const settled = this.#tap({ rows: true, text, params, opts });
+    const answer = this.#inner.query<T>(text, params, opts);
+    return settled ? answer.finally(settled) : answer;
   }
 
   run(text: string, params: unknown[] = []): Promise<number> {
-    this.#tap({ rows: false, text, params });
-    return this.#inner.run(text, params);
+    const settled = this.#tap({ rows: false, text, params });
+    const answer = this.#inner.run(text, params);
+    return settled ? answer.finally(settled) : answer;
   }
 
   exec(text: string): Promise<void> {

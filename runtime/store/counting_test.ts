@@ -27,7 +27,12 @@ Deno.test("CountingClient counts statements by their first word, and forgets the
 Deno.test("TapClient shows each statement before it is sent, and passes its answer back unchanged", async () => {
   const pglite = await openPglite();
   const seen: TappedStatement[] = [];
-  const tapped = new TapClient(pglite, (s) => seen.push(s));
+  const settled: string[] = [];
+  const tapped = new TapClient(pglite, (s) => {
+    seen.push(s);
+    // Called once the statement has settled, refused ones included.
+    return () => settled.push(s.text);
+  });
   try {
     await tapped.exec("create table pg_temp.t (k int primary key)");
     assert.equal(await tapped.run("insert into pg_temp.t values ($1), ($2)", [1, 2]), 2);
@@ -49,6 +54,11 @@ Deno.test("TapClient shows each statement before it is sent, and passes its answ
       },
       { rows: false, text: "insert into pg_temp.t values ($1)", params: [1] },
     ]);
+    assert.deepEqual(
+      settled,
+      seen.map((s) => s.text),
+      "each statement settled, in order, the refused one too",
+    );
     assert.equal(tapped.describe, pglite.describe);
   } finally {
     await tapped.close();

@@ -12,15 +12,21 @@ Deno.test("the embedded session looks at its tables' size every CHECK_EVERY stat
   assert.ok(ANALYZE_FROM_BYTES >= 1 << 20, "small tables are never analysed");
 });
 
-Deno.test("a PGlite store analyses its tables once they are large, and again when they have doubled", async () => {
+/** An in-memory PGlite in the runtime's schema, behind a handle whose session has `schedule`. */
+async function scheduled(schedule: ConstructorParameters<typeof PgliteSession>[0]) {
   const db = await PGlite.create();
   await db.exec(`set search_path to ${DEFAULT_SCHEMA}`);
-  // The schedule's knobs, scaled down: a look every 10 statements, analyses from 256 KiB.
   const client = new PgliteClient(db, {
     describe: "pglite:test",
     owned: true,
-    session: new PgliteSession({ checkEvery: 10, analyzeFromBytes: 256 * 1024 }),
+    session: new PgliteSession(schedule),
   });
+  return { db, client };
+}
+
+Deno.test("a PGlite store analyses its tables once they are large, and again when they have doubled", async () => {
+  // The schedule's knobs, scaled down: a look every 10 statements, analyses from 256 KiB.
+  const { db, client } = await scheduled({ checkEvery: 10, analyzeFromBytes: 256 * 1024 });
   try {
     await new Store(client).applySchema();
     const analyses = async () =>
@@ -57,13 +63,7 @@ Deno.test("a PGlite store analyses its tables once they are large, and again whe
 });
 
 Deno.test("a PGlite store vacuums its runs table at every look, and never inside an open transaction", async () => {
-  const db = await PGlite.create();
-  await db.exec(`set search_path to ${DEFAULT_SCHEMA}`);
-  const client = new PgliteClient(db, {
-    describe: "pglite:test",
-    owned: true,
-    session: new PgliteSession({ checkEvery: 10 }),
-  });
+  const { db, client } = await scheduled({ checkEvery: 10 });
   try {
     const store = new Store(client);
     await store.applySchema();
