@@ -19,9 +19,13 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
     // Each with the problem its finding must name: a stale worker's write is caught by the fuzzer's own
     // epoch bookkeeping (from the claims it sees), not only by the invariants afterwards.
     const planted: [string, PlantedDefects, RegExp][] = [
-      ["a tool confirm that skips the fence", { confirmSkipsFence: true }, /./],
-      ["a key built from the attempt number", { keyFromAttempt: true }, /./],
-      ["a replay that asks the model again", { replayAsksModel: true }, /./],
+      [
+        "a tool confirm that skips the fence",
+        { confirmSkipsFence: true },
+        /stale worker \S+ \(epoch \d+\) wrote after epoch \d+ was claimed: tool-confirm/,
+      ],
+      ["a key built from the attempt number", { keyFromAttempt: true }, /under \S+, which no tool call owns/],
+      ["a replay that asks the model again", { replayAsksModel: true }, /with no journal intent counting/],
       [
         "a heartbeat that renews after fencing",
         { heartbeatIgnoresFence: true },
