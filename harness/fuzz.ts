@@ -31,6 +31,7 @@ import { parseArgs } from "node:util";
 import { DEMO_GOAL } from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { type Agent, defineAgent } from "../runtime/agent.ts";
+import { flagProblem } from "../runtime/config.ts";
 import { DEFAULT_RETRY } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
 import { RuntimeError, SimulatedKill } from "../runtime/errors.ts";
@@ -1013,21 +1014,61 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
   }
 }
 
+/** The usage text of `deno task fuzz`. */
+export const FUZZ_USAGE =
+  `agent-runtime fuzz: crash-fuzz the demo agent and check every schedule against the invariants.
+
+usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
+                      [--defect name] [--transcript FILE] [--keep-going]
+
+  --schedules N      schedules to run (default 500)
+  --seed S           the first schedule's seed (default: random, printed)
+  --replay X         replay one printed schedule, with its transcript
+  --faults LIST      only these fault families, comma-separated
+  --max-faults N     faults a schedule may hold (default 4)
+  --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
+  --transcript FILE  write every schedule's transcript to FILE
+  --keep-going       keep going after the first violation
+
+exit codes: 0 no violation, 1 a violation found, 2 bad arguments`;
+
 /** The command line: `deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--defect name]`. */
 async function main(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      schedules: { type: "string", default: "500" },
-      seed: { type: "string" },
-      replay: { type: "string" },
-      faults: { type: "string" },
-      "max-faults": { type: "string", default: "4" },
-      defect: { type: "string", multiple: true },
-      transcript: { type: "string" },
-      "keep-going": { type: "boolean", default: false },
-    },
-  });
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: {
+        schedules: { type: "string", default: "500" },
+        seed: { type: "string" },
+        replay: { type: "string" },
+        faults: { type: "string" },
+        "max-faults": { type: "string", default: "4" },
+        defect: { type: "string", multiple: true },
+        transcript: { type: "string" },
+        "keep-going": { type: "boolean", default: false },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    console.error(`fuzz: ${flagProblem(err)}. 'deno task fuzz --help' lists the flags`);
+    return 2;
+  }
+  if (values.help) {
+    console.log(FUZZ_USAGE);
+    return 0;
+  }
+  const counts = {
+    "--schedules": values.schedules,
+    "--max-faults": values["max-faults"],
+    "--seed": values.seed,
+  };
+  for (const [flag, value] of Object.entries(counts)) {
+    if (value !== undefined && !/^\d+$/.test(value)) {
+      console.error(`fuzz: ${flag} must be a whole number 0 or more: current value is ${value}`);
+      return 2;
+    }
+  }
   const seed = values.replay !== undefined
     ? decodeSchedule(values.replay).seed
     : values.seed !== undefined

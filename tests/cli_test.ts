@@ -137,3 +137,16 @@ Deno.test("the binary's usage names every command", async () => {
     assert.match(r.stdout, new RegExp(`^  ${command} `, "m"), command);
   }
 });
+
+Deno.test("the fuzzer answers an unknown flag with one line, exit 2, and --help with each of its flags", async () => {
+  const [unknown, help, notANumber] = await Promise.all([
+    cli("harness/fuzz.ts", ["--no-such-flag", "1"]),
+    cli("harness/fuzz.ts", ["--help"]),
+    cli("harness/fuzz.ts", ["--schedules", "many"]),
+  ]);
+  assertOneLine("fuzz", unknown, "--no-such-flag");
+  assertOneLine("fuzz --schedules many", notANumber, "--schedules");
+  assert.equal(help.code, 0, help.stderr);
+  const flags = ["--schedules", "--seed", "--replay", "--faults", "--max-faults", "--defect", "--transcript"];
+  for (const flag of [...flags, "--keep-going"]) assert.ok(help.stdout.includes(flag), `names ${flag}`);
+});
