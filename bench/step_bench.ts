@@ -12,6 +12,13 @@
  *   the same driver with a pool of the same size: insert the decision's intent,
  *   update it to confirmed, insert the tool call's intent, update it to
  *   confirmed (4 statements a step, 16 a run), no fence, no reads, nothing else.
+ * - `raw SQL, whole run`: the writes a run of the runtime makes, by hand and
+ *   plain: its runs row inserted, claimed and closed, a decision's pair each
+ *   step, a tool call's pair each tool step (17 statements a run), with no
+ *   fence, no condition and no read. The runtime's rows are printed against it
+ *   too: what the fence, the conditions and the code cost beyond the writes
+ *   any durable loop makes (the issue's floor pre-creates the runs rows and
+ *   writes a tool call at the done step as well).
  * - `runtime SQL, replayed`: the statements of one runtime run (recorded once,
  *   texts and parameters as its store built them) sent by hand, run after run,
  *   on the raw row's driver: the runtime's SQL (fence, per-run statements)
@@ -313,7 +320,7 @@ class StatementTimes {
 }
 
 /** The rows `--statements` times, in the order of its columns. */
-const TIMED = ["replayed", "no wire", "worker host", "raw"] as const;
+const TIMED = ["replayed", "no wire", "worker host", "raw", "whole run"] as const;
 type Timed = Record<(typeof TIMED)[number], StatementTimes>;
 
 /** Prints each timed row's statements side by side: sent per run and mean latency, then µs per run. */
@@ -347,7 +354,16 @@ function printStatementTimes(prefix: string, times: Timed): void {
 // ---------------------------------------------------------------------------
 // The rows.
 
-/** The floor: the four writes of each step, by hand, nothing else. */
+/** Statements a run of the whole-run floor sends: create, claim, 4 decisions, 3 tool calls, close. */
+const WHOLE_RUN_STATEMENTS = 3 + 2 * STEPS_PER_RUN + 2 * (STEPS_PER_RUN - 1);
+
+/**
+ * The floor: the four writes of each step, by hand, nothing else. With
+ * `wholeRun`, the writes a run of the runtime makes, by hand and plain: the
+ * run's own row inserted, claimed and closed, a decision's pair each step and
+ * a tool call's pair each tool step ({@link WHOLE_RUN_STATEMENTS}), with no
+ * fence, no condition and no read (`raw SQL, whole run`).
+ */
 async function rawRow(
   label: string,
   query: (text: string, params: unknown[]) => Promise<unknown>,
@@ -355,15 +371,19 @@ async function rawRow(
   concurrency: number,
   server = false,
   times?: StatementTimes,
+  wholeRun = false,
 ): Promise<Row> {
   const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
   const warm = warmRuns(concurrency);
-  // The runs rows exist before the clock starts (the journal references them).
-  await query(
-    `insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
-     select $1 || '-' || i, 'provision', 'bench', 'done', 1, now(), now() from generate_series(0, $2::int - 1) i`,
-    [prefix, runs + warm],
-  );
+  // The runs rows exist before the clock starts (the journal references them),
+  // unless the row writes them itself.
+  if (!wholeRun) {
+    await query(
+      `insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
+       select $1 || '-' || i, 'provision', 'bench', 'done', 1, now(), now() from generate_series(0, $2::int - 1) i`,
+      [prefix, runs + warm],
+    );
+  }
   let statements = 0;
   const send = times
     ? (text: string, params: unknown[]) => times.time(text, () => query(text, params))
@@ -373,13 +393,30 @@ async function rawRow(
     return send(text, params);
   };
   const decision = JSON.stringify({ tool: "create_server", args: ARGS[0].args });
+  const done = JSON.stringify({ done: true, message: "provisioned" });
   const usage = JSON.stringify(USAGE);
   const args = JSON.stringify(ARGS[0].args);
   const result = JSON.stringify(RESULT);
+  const input = JSON.stringify("bench");
   const oneRun = async (i: number) => {
     const runId = `${prefix}-${i}`;
+    if (wholeRun) {
+      const now = new Date().toISOString();
+      await q(
+        `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
+           values ($1, 'provision', 'bench', $2::text::jsonb, 'pending', 0, $3::timestamptz, $3::timestamptz)`,
+        [runId, input, now],
+      );
+      await q(
+        `update runs set epoch = 1, owner = $2, status = 'running', heartbeat_at = $3::timestamptz,
+                  updated_at = $3::timestamptz where run_id = $1`,
+        [runId, "bench-raw", now],
+      );
+    }
     for (let seq = 0; seq < STEPS_PER_RUN; seq++) {
       const now = new Date().toISOString();
+      // The whole-run floor's last step is the done decision, with no tool call (as the runtime's).
+      const last = wholeRun && seq === STEPS_PER_RUN - 1;
       await q(
         `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
            values ($1, $2, 'intent', 1, 1, $3::timestamptz)`,
@@ -388,8 +425,9 @@ async function rawRow(
       await q(
         `update journal set status = 'confirmed', decision = $3::text::jsonb, usage = $4::text::jsonb,
                   confirmed_at = $5::timestamptz where run_id = $1 and seq = $2`,
-        [runId, seq, decision, usage, now],
+        [runId, seq, last ? done : decision, usage, now],
       );
+      if (last) continue;
       await q(
         `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
            values ($1, $2, $3, 'create_server', $4::text::jsonb, 'intent', 1, 1, $5::timestamptz)`,
@@ -401,6 +439,12 @@ async function rawRow(
         [`${runId}:${seq}`, result, now],
       );
     }
+    if (wholeRun) {
+      await q(
+        `update runs set status = 'done', output = $2, updated_at = $3::timestamptz where run_id = $1`,
+        [runId, "provisioned", new Date().toISOString()],
+      );
+    }
   };
   // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
   await fanOut(warm, concurrency, (i) => oneRun(runs + i));
@@ -409,7 +453,8 @@ async function rawRow(
   times?.start();
   const t = await timed(() => fanOut(runs, concurrency, oneRun), server);
   times?.stop(runs);
-  if (statements !== runs * STEPS_PER_RUN * RAW_PER_STEP) throw new Error(`raw: ${statements} statements`);
+  const expected = runs * (wholeRun ? WHOLE_RUN_STATEMENTS : STEPS_PER_RUN * RAW_PER_STEP);
+  if (statements !== expected) throw new Error(`${label}: ${statements} statements, expected ${expected}`);
   return { label, runs, concurrency, ...t, statements };
 }
 
@@ -671,7 +716,7 @@ async function group(
   runs: number,
   segments: number,
   showTurns = false,
-): Promise<void> {
+): Promise<Row[]> {
   const turns = Math.max(1, Math.min(segments, runs));
   const share = (turn: number) => Math.floor(runs / turns) + (turn < runs % turns ? 1 : 0);
   const rawTurns: Row[] = [];
@@ -694,7 +739,8 @@ async function group(
   }
   const pooled = rawTurns.length > 0 ? pool(rawTurns) : undefined;
   if (pooled) print(pooled);
-  for (const turns of rowTurns) print(pool(turns), pooled);
+  const pooledRows = rowTurns.map(pool);
+  for (const row of pooledRows) print(row, pooled);
   if (showTurns && raw && turns > 1) {
     // Each turn against the raw halves around it, which ran in the same seconds.
     for (const t of rowTurns) {
@@ -711,6 +757,26 @@ async function group(
       );
     }
   }
+  return pooledRows;
+}
+
+/**
+ * The runtime's rows against the whole-run floor (`raw SQL, whole run`), when
+ * it was measured: what the fence, the statements' conditions and the
+ * runtime's code cost beyond the writes a run must make.
+ */
+function printAgainstWholeRun(rows: Row[]): void {
+  const floor = rows.find((r) => r.label.endsWith(" raw SQL, whole run"));
+  const others = rows.filter((r) => r !== floor);
+  if (!floor || others.length === 0) return;
+  console.log(
+    `  against ${floor.label} (steps/s ratio, CPU/step ratio): ` +
+      others.map((r) =>
+        `${r.label.slice(floor.label.length - "raw SQL, whole run".length)} ${
+          (stepsPerS(r) / stepsPerS(floor)).toFixed(2)
+        } (${(cpuPerStep(r) / cpuPerStep(floor)).toFixed(2)})`
+      ).join(", "),
+  );
 }
 
 /** A turn's steps/s over the steps/s of the raw halves around it. */
@@ -735,6 +801,7 @@ function pool(turns: Row[]): Row {
 /** The rows of one store and concurrency, as `round` labels them. */
 const ROWS = [
   "raw SQL",
+  "raw SQL, whole run",
   "runtime SQL, replayed",
   "runtime, no wire",
   "runtime, mocks",
@@ -785,6 +852,11 @@ async function round(opts: {
     const label = (row: (typeof ROWS)[number]) => `${p} ${row}`;
     const times = timesFor();
     const rows: ((runs: number) => Promise<Row>)[] = [];
+    if (want(label("raw SQL, whole run"))) {
+      rows.push((k) =>
+        rawRow(label("raw SQL, whole run"), g.rawQuery, k, c, server, times?.["whole run"], true)
+      );
+    }
     if (want(label("runtime SQL, replayed"))) {
       const token = `rec-${crypto.randomUUID().slice(0, 8)}`;
       const recorded = await recordRun(client, token);
@@ -814,7 +886,7 @@ async function round(opts: {
     if (want(label("worker host, no wire"))) {
       rows.push((k) => hostRow(label("worker host, no wire"), client, k, c, server, times?.["worker host"]));
     }
-    await group(
+    const pooled = await group(
       want(label("raw SQL"))
         ? (k) => rawRow(label("raw SQL"), g.rawQuery, k, c, server, times?.raw)
         : undefined,
@@ -823,6 +895,7 @@ async function round(opts: {
       segments,
       showTurns,
     );
+    printAgainstWholeRun(pooled);
     printTimes(p, times);
   };
 
