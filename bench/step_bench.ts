@@ -572,6 +572,18 @@ async function runtimeRow(
   return { label, runs, concurrency, ...t, statements: counting.total };
 }
 
+/** Submits `n` pending runs of the demo agent in one statement; returns their ids' prefix (`<prefix>-<i>`). */
+async function submitPending(client: SqlClient, tag: string, n: number): Promise<string> {
+  const prefix = `${tag}-${crypto.randomUUID().slice(0, 8)}`;
+  await client.query(
+    `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
+     select $1 || '-' || i, 'provision', 'bench', '"bench"', 'pending', 0, now(), now()
+       from generate_series(0, $2::int - 1) i`,
+    [prefix, n],
+  );
+  return prefix;
+}
+
 /** Production's shape: one worker host holding `concurrency` runs, taking more as slots free. */
 async function hostRow(
   label: string,
@@ -587,13 +599,7 @@ async function hostRow(
   const agent = defineAgent({ name: "provision", tools: scriptedTools(), model: new ScriptedPlanner() });
   /** Submits `n` runs (before any clock: submitting is the client's cost, not the worker's) and a host to drive them. */
   const prepare = async (n: number) => {
-    const prefix = `h-${crypto.randomUUID().slice(0, 8)}`;
-    await client.query(
-      `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
-       select $1 || '-' || i, 'provision', 'bench', '"bench"', 'pending', 0, now(), now()
-         from generate_series(0, $2::int - 1) i`,
-      [prefix, n],
-    );
+    const prefix = await submitPending(client, "h", n);
     let ended = 0;
     let failed = "";
     let allDone!: () => void;
@@ -650,13 +656,7 @@ async function idleBytesPerRun(client: SqlClient, idleRuns: number): Promise<num
   };
   const clock = new SystemClock();
   const store = new Store(client);
-  const prefix = `idle-${crypto.randomUUID().slice(0, 8)}`;
-  await client.query(
-    `insert into runs (run_id, agent, goal, input, status, epoch, created_at, updated_at)
-     select $1 || '-' || i, 'provision', 'bench', '"bench"', 'pending', 0, now(), now()
-       from generate_series(0, $2::int - 1) i`,
-    [prefix, idleRuns],
-  );
+  const prefix = await submitPending(client, "idle", idleRuns);
   const tools = scriptedTools();
   const agent = defineAgent({ name: "provision", tools, model: slow });
   let ended = 0;
