@@ -57,7 +57,6 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import process from "node:process";
 import { PGlite } from "@electric-sql/pglite";
 import postgres from "postgres";
@@ -77,7 +76,7 @@ import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { SCHEMA_SQL, type SqlClient, Store } from "../runtime/store/store.ts";
-import { flagProblem } from "../runtime/config.ts";
+import { commandFlags } from "../runtime/config.ts";
 import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
 import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
@@ -1017,33 +1016,21 @@ exit codes: 0 measured, 2 bad arguments`;
 
 /** The command: measures and prints the rows; returns the exit code. */
 export async function main(args: string[], env: Record<string, string | undefined>): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      strict: true,
-      options: {
-        runs: { type: "string", default: "200" },
-        concurrency: { type: "string", default: "16" },
-        rounds: { type: "string", default: "1" },
-        segments: { type: "string", default: "5" },
-        "idle-runs": { type: "string", default: "1000" },
-        only: { type: "string" },
-        "no-telemetry": { type: "boolean" },
-        turns: { type: "boolean" },
-        statements: { type: "boolean" },
-        "telemetry-child": { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-      },
-    }));
-  } catch (err) {
-    console.error(`bench: ${flagProblem(err)}. 'deno task bench --help' lists the flags`);
-    return 2;
-  }
-  if (values.help) {
-    console.log(BENCH_USAGE);
-    return 0;
-  }
+  const flags = commandFlags("bench", BENCH_USAGE, args, {
+    runs: { type: "string", default: "200" },
+    concurrency: { type: "string", default: "16" },
+    rounds: { type: "string", default: "1" },
+    segments: { type: "string", default: "5" },
+    "idle-runs": { type: "string", default: "1000" },
+    only: { type: "string" },
+    "no-telemetry": { type: "boolean" },
+    turns: { type: "boolean" },
+    statements: { type: "boolean" },
+    "telemetry-child": { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  });
+  if ("exit" in flags) return flags.exit;
+  const { values } = flags;
   const [runs, concurrency, rounds, segments, idleRuns] = [
     values.runs,
     values.concurrency,

@@ -10,9 +10,8 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { SystemClock } from "../runtime/clock.ts";
-import { flagProblem } from "../runtime/config.ts";
+import { commandFlags } from "../runtime/config.ts";
 import { StoreError } from "../runtime/errors.ts";
 import { SCHEMA_VERSION } from "../runtime/store/migrate.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
@@ -37,26 +36,14 @@ exit codes: 0 migrated or already current, 2 bad arguments, no database, or a ne
 
 /** Migrates; returns the exit code. */
 export async function main(args: string[], env: Record<string, string | undefined>): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      strict: true,
-      options: {
-        "database-url": { type: "string" },
-        "data-dir": { type: "string" },
-        "log-format": { type: "string" },
-        help: { type: "boolean", short: "h" },
-      },
-    }));
-  } catch (err) {
-    console.error(`migrate: ${flagProblem(err)}. 'deno task migrate --help' lists the flags`);
-    return 2;
-  }
-  if (values.help) {
-    console.log(MIGRATE_USAGE);
-    return 0;
-  }
+  const flags = commandFlags("migrate", MIGRATE_USAGE, args, {
+    "database-url": { type: "string" },
+    "data-dir": { type: "string" },
+    "log-format": { type: "string" },
+    help: { type: "boolean", short: "h" },
+  });
+  if ("exit" in flags) return flags.exit;
+  const { values } = flags;
   const databaseUrl = values["database-url"] ?? (env.DATABASE_URL || undefined);
   const dataDir = values["data-dir"] ?? (env.DATA_DIR || ".data");
   const logFormat = values["log-format"] ?? (env.LOG_FORMAT || "text");

@@ -19,9 +19,8 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { serveMocks } from "../mock/server.ts";
-import { flagProblem } from "../runtime/config.ts";
+import { commandFlags } from "../runtime/config.ts";
 import { CRASH_POINTS, type CrashPoint, isCrashPoint } from "../runtime/crashpoints.ts";
 import { type Baseline, baselineOf, checkInvariants, checkPointOutcome, sumAttempts } from "./invariants.ts";
 import { freshPgSchema, mapLimit, spawnWorker } from "./pg.ts";
@@ -294,29 +293,16 @@ exit codes: 0 every case passed, 1 a case failed, 2 bad arguments`;
 
 /** The command: prints one row per case and the summary; returns the exit code. */
 export async function main(args: string[]): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        postgres: { type: "boolean", default: false },
-        transcript: { type: "string" },
-        "database-url": { type: "string" },
-        concurrency: { type: "string", default: "4" },
-        points: { type: "string" },
-        help: { type: "boolean", short: "h" },
-      },
-      strict: true,
-      allowPositionals: false,
-    }));
-  } catch (err) {
-    console.error(`crash-matrix: ${flagProblem(err)}. 'deno task crash-matrix --help' lists the flags`);
-    return 2;
-  }
-  if (values.help) {
-    console.log(CRASH_MATRIX_USAGE);
-    return 0;
-  }
+  const flags = commandFlags("crash-matrix", CRASH_MATRIX_USAGE, args, {
+    postgres: { type: "boolean", default: false },
+    transcript: { type: "string" },
+    "database-url": { type: "string" },
+    concurrency: { type: "string", default: "4" },
+    points: { type: "string" },
+    help: { type: "boolean", short: "h" },
+  });
+  if ("exit" in flags) return flags.exit;
+  const { values } = flags;
   const points = values.points?.split(",").map((p) => p.trim());
   const bad = points?.find((p) => !isCrashPoint(p));
   if (bad !== undefined) {

@@ -27,11 +27,10 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { DEMO_GOAL } from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { type Agent, defineAgent } from "../runtime/agent.ts";
-import { flagProblem } from "../runtime/config.ts";
+import { commandFlags } from "../runtime/config.ts";
 import { DEFAULT_RETRY } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
 import { RuntimeError, SimulatedKill } from "../runtime/errors.ts";
@@ -1034,30 +1033,19 @@ exit codes: 0 no violation, 1 a violation found, 2 bad arguments`;
 
 /** The command line: `deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--defect name]`. */
 async function main(args: string[]): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        schedules: { type: "string", default: "500" },
-        seed: { type: "string" },
-        replay: { type: "string" },
-        faults: { type: "string" },
-        "max-faults": { type: "string", default: "4" },
-        defect: { type: "string", multiple: true },
-        transcript: { type: "string" },
-        "keep-going": { type: "boolean", default: false },
-        help: { type: "boolean", short: "h" },
-      },
-    }));
-  } catch (err) {
-    console.error(`fuzz: ${flagProblem(err)}. 'deno task fuzz --help' lists the flags`);
-    return 2;
-  }
-  if (values.help) {
-    console.log(FUZZ_USAGE);
-    return 0;
-  }
+  const flags = commandFlags("fuzz", FUZZ_USAGE, args, {
+    schedules: { type: "string", default: "500" },
+    seed: { type: "string" },
+    replay: { type: "string" },
+    faults: { type: "string" },
+    "max-faults": { type: "string", default: "4" },
+    defect: { type: "string", multiple: true },
+    transcript: { type: "string" },
+    "keep-going": { type: "boolean", default: false },
+    help: { type: "boolean", short: "h" },
+  });
+  if ("exit" in flags) return flags.exit;
+  const { values } = flags;
   const counts = {
     "--schedules": values.schedules,
     "--max-faults": values["max-faults"],

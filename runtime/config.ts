@@ -23,7 +23,7 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
+import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { CRASH_POINTS, type CrashPlan, isCrashPoint } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
@@ -143,6 +143,34 @@ export function flagProblem(err: unknown): string {
   const first = message.split("\n")[0];
   const sentence = /^(.*?[^.])\.(\s|$)/.exec(first);
   return (sentence ? sentence[1] : first).replace(/^Option /, "flag ");
+}
+
+/**
+ * Parses a tool command's flags (`strict`, no positionals) with `node:util`
+ * `parseArgs`. A flag it does not know, or a malformed one, prints one line
+ * naming it and `--help` to stderr, and `--help` (`-h`) prints `usage`: both
+ * come back as `{ exit }`, the code the command returns (2 and 0).
+ */
+export function commandFlags<const O extends ParseArgsOptionsConfig>(
+  command: string,
+  usage: string,
+  args: string[],
+  options: O,
+): { values: ReturnType<typeof parseArgs<{ args: string[]; options: O; strict: true }>>["values"] } | {
+  exit: number;
+} {
+  let values;
+  try {
+    ({ values } = parseArgs({ args, options, strict: true }));
+  } catch (err) {
+    console.error(`${command}: ${flagProblem(err)}. 'deno task ${command} --help' lists the flags`);
+    return { exit: 2 };
+  }
+  if ((values as Record<string, unknown>).help) {
+    console.log(usage);
+    return { exit: 0 };
+  }
+  return { values };
 }
 
 /** Reads raw values: flags first, then the environment. Unknown flags are errors. */

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { loadSettings, redactUrl, urlPassword, urlPasswordForms } from "./config.ts";
+import { commandFlags, loadSettings, redactUrl, urlPassword, urlPasswordForms } from "./config.ts";
 import { CRASH_POINTS } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
 
@@ -127,4 +127,36 @@ Deno.test("urlPasswordForms() gives the password as written and decoded, for mas
   assert.deepEqual(urlPasswordForms("postgres://u@h/db"), []);
   assert.deepEqual(urlPasswordForms(undefined), []);
   assert.equal(urlPassword("postgres://u:p%40ss@h/db"), "p@ss");
+});
+
+Deno.test("commandFlags: values, one line and exit 2 for a bad flag, the usage and exit 0 for --help", () => {
+  const printed: string[] = [];
+  const [log, error] = [console.log, console.error];
+  console.log = (...a: unknown[]) => printed.push(`out: ${a.join(" ")}`);
+  console.error = (...a: unknown[]) => printed.push(`err: ${a.join(" ")}`);
+  const options = {
+    runs: { type: "string", default: "2" },
+    verbose: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  } as const;
+  try {
+    const ok = commandFlags("tool", "usage text", ["--verbose"], options);
+    assert.ok(!("exit" in ok));
+    assert.equal(ok.values.runs, "2");
+    assert.equal(ok.values.verbose, true);
+    assert.deepEqual(printed, []);
+
+    assert.deepEqual(commandFlags("tool", "usage text", ["--nope"], options), { exit: 2 });
+    assert.deepEqual(commandFlags("tool", "usage text", ["--runs"], options), { exit: 2 });
+    assert.deepEqual(commandFlags("tool", "usage text", ["extra"], options), { exit: 2 });
+    assert.deepEqual(commandFlags("tool", "usage text", ["-h"], options), { exit: 0 });
+  } finally {
+    [console.log, console.error] = [log, error];
+  }
+  assert.deepEqual(printed.slice(0, 1), [
+    "err: tool: unknown flag '--nope'. 'deno task tool --help' lists the flags",
+  ]);
+  assert.match(printed[1], /^err: tool: .*--runs.*'deno task tool --help' lists the flags$/);
+  assert.match(printed[2], /^err: tool: .*extra.*'deno task tool --help' lists the flags$/);
+  assert.deepEqual(printed.slice(3), ["out: usage text"]);
 });
