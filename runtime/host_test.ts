@@ -213,6 +213,88 @@ Deno.test("a host takes the next run as soon as it is woken, even by a wake that
   assert.deepEqual(effects.sort(), ["bell-1:0", "bell-2:0"]);
 });
 
+/**
+ * An agent whose model decides (after `thinkMs` of clock time) to call `work`
+ * once, then is done. A call for a run whose id starts with `poison` has an
+ * approval rule that throws: an error the runtime does not classify.
+ */
+function poisonedAgent(name: string, clock: ManualClock, effects: string[], ruleCalls: string[]): Agent {
+  const model: Planner = {
+    describe: "poison script",
+    decide: async (req) => {
+      await clock.sleep(5_000, req.signal);
+      return req.seq === 0
+        ? { kind: "tool", tool: "work", args: { poison: req.runId.startsWith("poison") } }
+        : { kind: "done", message: `worked ${req.runId}` };
+    },
+  };
+  return defineAgent({
+    name,
+    tools: [defineTool({
+      name: "work",
+      description: "Works.",
+      args: z.strictObject({ poison: z.boolean() }),
+      approval: (args) => {
+        if (!args.poison) return false;
+        ruleCalls.push("called");
+        throw new TypeError("the approval rule broke");
+      },
+      run: (_args, ctx) => {
+        effects.push(ctx.idempotencyKey);
+        return Promise.resolve({ result: "worked" });
+      },
+    })],
+    model,
+  });
+}
+
+/** The logfmt fields of each line with event `event` about run `run`. */
+function eventsOf(lines: string[], event: string, run: string): string[] {
+  return lines.filter((l) => l.includes(` event=${event} `) && l.includes(` run=${run} `));
+}
+
+Deno.test("a run that throws an unclassified error is let go and retried up to the bound, naming the error, while its host's other runs go on", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const effects: string[] = [];
+  const ruleCalls: string[] = [];
+  const agent = poisonedAgent("poisoned", clock, effects, ruleCalls);
+  const fine = ["fine-1", "fine-2", "fine-3", "fine-4"];
+  for (const id of ["poison-1", ...fine]) {
+    await store.createRun({ runId: id, agent: "poisoned", goal: "work" }, clock.now());
+  }
+  const startMs = clock.now().getTime();
+  const h = host(agent, clock, lines, 10, "host-poison").start();
+  await until(async () => (await store.getRun("poison-1"))?.status === "failed", clock);
+  const failedAfterMs = clock.now().getTime() - startMs;
+  await until(async () => (await store.listRuns({ agent: "poisoned", status: "done" })).total === 4, clock);
+  await h.stop();
+
+  // The healthy runs: each claimed once by the one host, its call sent once.
+  assert.deepEqual(effects.sort(), fine.map((id) => `${id}:0`));
+  for (const id of fine) assert.equal(eventsOf(lines, "claimed", id).length, 1, id);
+  // The poison run: one claim that decided, then five without progress, each
+  // stopping at the rule; the seventh finds the bound and fails the run.
+  assert.equal(ruleCalls.length, 6, lines.join("\n"));
+  const claims = eventsOf(lines, "claimed", "poison-1");
+  assert.equal(claims.length, 7);
+  assert.ok(claims.every((l) => l.includes("owner=host-poison")));
+  // Every retry came from a released lease, not a lapsed one: no lease age, and long before 6 leases passed.
+  assert.deepEqual(claims.slice(1).filter((l) => l.includes("lease_age_ms=")), []);
+  assert.ok(failedAfterMs < 2 * 12_000, `the poison run failed after ${failedAfterMs} ms of clock time`);
+  const errors = eventsOf(lines, "worker-error", "poison-1");
+  assert.equal(errors.length, 6);
+  assert.ok(
+    errors.every((l) => /error="TypeError: the approval rule broke" lease=released$/.test(l)),
+    errors[0],
+  );
+  const run = await store.getRun("poison-1");
+  assert.match(
+    run?.error ?? "",
+    /^stuck: 5 workers in a row took this run and made no progress .*the limit is 5\. The last of them stopped at: TypeError: the approval rule broke\./,
+  );
+});
+
 Deno.test.afterAll(async () => {
   await store.client.close();
 });
