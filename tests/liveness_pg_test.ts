@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { freshSchema, pgIgnore, type PgSchema } from "./_pg.ts";
-import { parseLine, type Proc, runCliIsolated, startSupervisor, until } from "./_procs.ts";
+import { alive, parseLine, Proc, runCliIsolated, startSupervisor, until } from "./_procs.ts";
 
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;
 
@@ -49,12 +49,21 @@ export default defineAgent({
 });
 `;
 
-/** The remote `work` calls: answers after `delayMs`, counting the requests under each key. */
+/**
+ * The remote `work` calls: answers after `delayMs` (or when the caller gives
+ * up, so no request outlives the test), counting the requests under each key.
+ */
 function workServer(delayMs: number) {
   const requests: string[] = [];
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
     requests.push(req.headers.get("idempotency-key") ?? "");
-    await new Promise((r) => setTimeout(r, delayMs));
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, delayMs);
+      req.signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        resolve();
+      }, { once: true });
+    });
     return new Response("worked");
   });
   const sends = (key: string) => requests.filter((k) => k === key).length;
@@ -158,5 +167,98 @@ Deno.test({
       assert.equal(run?.heartbeat_at, null, "takeable at once");
       assert.equal(run?.error, "TypeError: the approval rule broke");
       assert.equal(work.requests.length, 0);
+    }),
+});
+
+Deno.test({
+  name:
+    "a worker process's heartbeat never renews a lease it lost: after a steal the thief's lease is untouched",
+  ignore: pgIgnore("heartbeat after a steal"),
+  fn: () =>
+    withWorld(120_000, async ({ pg, agentPath, work }) => {
+      const worker = new Proc("cli/main.ts", {
+        DATABASE_URL: pg.url,
+        AGENT: agentPath,
+        WORK_URL: work.url,
+        WORKER: "robbed",
+        HEARTBEAT_S: "0.2",
+        LEASE_S: "30",
+        POLL_S: "0.2",
+      }, { args: ["worker"] });
+      try {
+        assert.ok(await pg.store.createRun({ runId: "steal-1", agent: "mixed", goal: "work" }, new Date()));
+        assert.ok(await pg.store.createRun({ runId: "keep-1", agent: "mixed", goal: "work" }, new Date()));
+        // Both runs are held at epoch 1, their calls in flight.
+        await until(() => Promise.resolve(work.requests.length === 2), "both calls to go out");
+        const thiefLease = new Date(Date.now() + 3_600_000);
+        assert.equal(await pg.store.claim("steal-1", 1, "thief", thiefLease), 2);
+        const stolenAt = new Date();
+        // The worker's own row is renewed by the same statement as its leases: once it is newer than
+        // the steal, a heartbeat made after the steal has run (twice, to be sure).
+        const beatAfter = async (after: Date) => {
+          const [row] = await pg.store.frozenWorkers(["robbed"], new Date(Date.now() + 86_400_000));
+          return row !== undefined && row.heartbeat_at.getTime() > after.getTime();
+        };
+        await until(() => beatAfter(stolenAt), "a heartbeat after the steal");
+        const firstBeat = new Date();
+        await until(() => beatAfter(firstBeat), "a second heartbeat after the steal");
+        const stolen = await pg.store.getRun("steal-1");
+        assert.equal(stolen?.owner, "thief");
+        assert.equal(stolen?.epoch, 2);
+        assert.equal(
+          stolen?.heartbeat_at?.getTime(),
+          thiefLease.getTime(),
+          "the stale worker renewed a lease it lost",
+        );
+        const kept = await pg.store.getRun("keep-1");
+        assert.ok(kept!.heartbeat_at!.getTime() > stolenAt.getTime(), "the run it still holds was renewed");
+        assert.ok(
+          worker.events("heartbeat-refused").some((e) => e.run === "steal-1" && e.epoch === "1"),
+          worker.lines.join("\n"),
+        );
+      } finally {
+        worker.kill("SIGTERM");
+        await worker.status;
+        await worker.close();
+      }
+    }),
+});
+
+Deno.test({
+  name: "the workers of a supervisor killed by SIGKILL exit on their own when their stdin closes",
+  ignore: pgIgnore("orphaned workers"),
+  fn: () =>
+    withWorld(0, async ({ pg, agentPath, work }) => {
+      const sup = startSupervisor({
+        DATABASE_URL: pg.url,
+        AGENT: agentPath,
+        WORK_URL: work.url,
+        WORKERS: "2",
+      });
+      let pids: number[] = [];
+      try {
+        await until(() => Promise.resolve(sup.events("worker").length === 2), "both workers to start");
+        pids = sup.events("worker-started").map((e) => Number(e.pid));
+        assert.equal(pids.length, 2);
+        assert.ok(pids.every(alive));
+        sup.kill("SIGKILL");
+        // A worker sees its stdin close a few milliseconds after the supervisor dies: a bound
+        // far above that, so a slow machine passes, and a worker that never exits fails here
+        // instead of leaving the test waiting on its output.
+        const boundMs = 30_000;
+        const killedAt = Date.now();
+        await until(
+          () => Promise.resolve(!pids.some(alive)),
+          `the orphaned workers to exit within ${boundMs} ms`,
+          boundMs,
+        );
+        const tookMs = Date.now() - killedAt;
+        const gone = sup.events("supervisor-gone");
+        assert.equal(gone.length, 2, `${tookMs} ms\n${sup.lines.join("\n")}`);
+        assert.ok(gone.every((e) => e.reason === "stdin closed"));
+      } finally {
+        for (const pid of pids.filter(alive)) Deno.kill(pid, "SIGKILL");
+        await sup.close();
+      }
     }),
 });
