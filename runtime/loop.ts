@@ -324,6 +324,7 @@ async function driveClaimed(
     llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
     budget: run.budget ?? undefined,
+    lastWorkerError: run.error ?? undefined,
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
     runId,

@@ -208,6 +208,29 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         assert.equal(model.calls("rule"), 1, "the decision was made once and replayed");
       },
     );
+
+    await t.step(
+      "a model that keeps throwing an unclassified error is bounded by its attempts, the limit naming the error",
+      async () => {
+        const throwing = {
+          ...deps,
+          planner: {
+            describe: "a planner with a bug",
+            decide: () => Promise.reject(new TypeError("the planner broke")),
+          },
+        };
+        // Each claim pays one request (counted before it is sent), which throws: the run is let go.
+        for (let i = 0; i < DEFAULT_RETRY.maxModelAttempts; i++) {
+          await assert.rejects(runWorker(throwing, "planner", "goal"), WorkerError);
+        }
+        const outcome = await runWorker(throwing, "planner", "goal");
+        assert.equal(outcome.status, "failed");
+        assert.match(
+          outcome.error ?? "",
+          /^MODEL_GAVE_UP: The model was asked 4 times .*; its last worker stopped at: TypeError: the planner broke$/,
+        );
+      },
+    );
   } finally {
     await store.client.close();
   }
