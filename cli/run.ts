@@ -15,10 +15,10 @@
 
 import { checkInput } from "../runtime/agent.ts";
 import type { Settings } from "../runtime/config.ts";
-import { workerDeps } from "../runtime/context.ts";
+import { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, workerDeps } from "../runtime/context.ts";
 import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError, describeError, RuntimeError } from "../runtime/errors.ts";
-import { exitCodeOf, runWorker } from "../runtime/loop.ts";
+import { exitCodeOf, runWorker, WorkerError } from "../runtime/loop.ts";
 import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
 
@@ -48,7 +48,8 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --runs-per-worker N, --poll-s S   worker host settings ('worker --help'); accepted and unused here
 
 exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone,
-7 the database failed mid-run (the run is intact)`;
+7 the database failed mid-run (the run is intact), 8 an error the runtime does not classify (the run is intact
+and released)`;
 
 /** Reads the input for a run of `agent` from the settings: JSON for a schema, else text. */
 export function inputFrom(settings: Settings, hasSchema: boolean): unknown {
@@ -143,6 +144,21 @@ export async function main(
     if (err instanceof RuntimeError && err.code === "AGENT_MISMATCH") {
       log.error("wrong-agent", { run: request.runId, error: err.message });
       return 2;
+    }
+    if (err instanceof WorkerError) {
+      // Not the database (it took the release): the agent's code threw, or a
+      // statement was refused. Saying "once the database is back" would be false.
+      log.error("worker-error", {
+        run: request.runId,
+        error: describeError(err.cause),
+        lease: err.lease,
+        note: err.lease === "released"
+          ? `the run is intact and released: fix the cause, then start it again with --run-id ${request.runId} ` +
+            `(a worker takes it too); after ${DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS} tries in a row without ` +
+            `progress it fails, naming this error`
+          : "another worker holds the run now, or it was closed",
+      });
+      return 8;
     }
     // Anything else escaping the loop is the infrastructure (the database went
     // away mid-run): nothing was lost, and the run is still open for a worker.

@@ -138,6 +138,8 @@ export interface SimWorldOptions {
 export interface ProcessHooks {
   /** Wraps the process's store client (closed by a kill like the handle it wraps). */
   wrapStore?: (client: SqlClient, proc: SimProcess) => SqlClient;
+  /** Wraps the process's store itself: a layer around its calls (the fence proof freezes one, say). */
+  layerStore?: (store: Store, proc: SimProcess) => Store;
   /** Wraps the process's fetch to the model or the cloud (outside the process's own counting). */
   wrapFetch?: (remote: "model" | "cloud", fetch: FetchLike, proc: SimProcess) => FetchLike;
   /** Bugs planted in the process's store and worker (tests of the fuzzer only). */
@@ -382,7 +384,7 @@ export class SimProcess {
     const cloudFetch = wrapFetch("cloud", this.#fetch("cloud", world.remote));
     const agent: Agent = opts.agent ?? demoAgent;
     const deps = workerDeps({
-      store: this.#store,
+      store: hooks.layerStore ? hooks.layerStore(this.#store, this) : this.#store,
       agent: {
         agent,
         planner: new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),

@@ -111,6 +111,12 @@ export interface RunState {
   /** The run's ceilings, if any. */
   budget?: Budget;
   /**
+   * The error the run's last worker let it go with (`runs.error` of a run
+   * still running: kept while claims find no progress), if any: a limit
+   * reached since names it as the likely cause.
+   */
+  lastWorkerError?: string;
+  /**
    * The decision this worker has just committed, with its tool and arguments
    * as the schema parsed them, so `act` does not parse them a second time
    * (#11). A replayed decision has none here and is checked by `act`.

@@ -18,7 +18,7 @@ import { type Clock, startTimer } from "./clock.ts";
 import { type WorkerDeps, workerDeps, type WorkerDepsOptions } from "./context.ts";
 import { describeError, FencedError, RuntimeError, SimulatedKill } from "./errors.ts";
 import type { Logger } from "./log.ts";
-import { driveRun, type RunOutcome } from "./loop.ts";
+import { driveRun, releaseAfterError, type RunOutcome } from "./loop.ts";
 import type { Fence, Store, TakenRun } from "./store/store.ts";
 
 /** Options of a {@link WorkerHost}. */
@@ -72,6 +72,8 @@ export class WorkerHost {
   #loops: Promise<void>[] = [];
   #killed?: unknown;
   #stopped?: Promise<void>;
+  // True once this host's row in `workers` was written (see #takeLoop).
+  #registered = false;
 
   /** Validates the options and builds each agent's dependencies. */
   constructor(opts: WorkerHostOptions) {
@@ -219,18 +221,24 @@ export class WorkerHost {
   }
 
   async #takeLoop(): Promise<void> {
-    // Say at once which agents this process hosts (`runs` reads it).
-    await this.#store.heartbeatMany(this.#worker(), [], this.#clock.now()).catch((err) =>
-      this.#log.warn("heartbeat-failed", { owner: this.#owner, error: describeError(err) })
-    );
     // Bounded by stop(): each pass sleeps pollMs unless it filled every slot.
     while (!this.stopping && this.#killed === undefined) {
       let full = false;
       try {
+        // This host's row comes before its first run: it says which agents the
+        // process hosts (`runs` reads it), and the supervisor judges a worker
+        // frozen by that row's heartbeat, so a host holding runs must have one.
+        if (!this.#registered) {
+          await this.#store.heartbeatMany(this.#worker(), [], this.#clock.now());
+          this.#registered = true;
+        }
         const free = this.#capacity - this.#held.size;
         full = free > 0 && (await this.poll()) === free;
       } catch (err) {
-        this.#log.warn("poll-failed", { owner: this.#owner, error: describeError(err) });
+        this.#log.warn(this.#registered ? "poll-failed" : "heartbeat-failed", {
+          owner: this.#owner,
+          error: describeError(err),
+        });
       }
       if (full) continue; // there may be more waiting: look again as soon as a slot frees
       await this.#nap();
@@ -263,15 +271,33 @@ export class WorkerHost {
           for (const h of this.#held.values()) h.stop.abort(err);
           return;
         }
-        // The database went away mid-run: the run is intact, and its lease
-        // lapses so another worker takes it.
-        this.#log.error("worker-error", { run: run.run_id, error: describeError(err) });
+        // An error the loop does not classify (an agent's code threw, the
+        // database refused a statement or went away) ends this run's turn,
+        // and only this run's: the run is intact. It leaves the held set
+        // first, so no heartbeat renews what the release clears; then its
+        // lease is released (fenced on its epoch) with the error kept on it,
+        // so the next take retries it at once and the bound on claims
+        // without progress stops one that keeps failing, naming the error.
+        // The other runs, and this host's own heartbeat, go on.
+        this.#forget(run.run_id, held);
+        const lease = await releaseAfterError(deps, fence, err);
+        this.#log.error("worker-error", {
+          run: run.run_id,
+          epoch: run.epoch,
+          error: describeError(err),
+          lease,
+        });
       } finally {
-        this.#held.delete(run.run_id);
+        this.#forget(run.run_id, held);
         // A slot is free: look for more work now rather than at the next tick.
         this.wake();
       }
     })();
+  }
+
+  /** Drops `held` from the held set, unless the run was taken again since (by this host, after its release). */
+  #forget(runId: string, held: Held): void {
+    if (this.#held.get(runId) === held) this.#held.delete(runId);
   }
 
   async #heartbeatLoop(): Promise<void> {
@@ -296,6 +322,7 @@ export class WorkerHost {
           ),
         );
         lastOkMs = this.#clock.now().getTime();
+        this.#registered = true;
         for (const f of fences) {
           const held = this.#held.get(f.runId);
           if (renewed.has(f.runId) || !held || held.fence.epoch !== f.epoch) continue;

@@ -6,7 +6,7 @@ import { WorkerHost } from "./host.ts";
 import { arraySink, Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import { openPglite } from "./store/pglite.ts";
-import { type QueryOptions, type SqlClient, Store } from "./store/store.ts";
+import { type Fence, type QueryOptions, type SqlClient, Store } from "./store/store.ts";
 import { defineTool, type Tool, ToolRegistry } from "./tools.ts";
 
 /** Records every statement's text, so a test can count one kind. */
@@ -211,6 +211,217 @@ Deno.test("a host takes the next run as soon as it is woken, even by a wake that
   // Stopping ends the nap too.
   await h.stop();
   assert.deepEqual(effects.sort(), ["bell-1:0", "bell-2:0"]);
+});
+
+/**
+ * An agent whose model decides (after `thinkMs` of clock time) to call `work`
+ * once, then is done. A call for a run whose id starts with `poison` has an
+ * approval rule that throws: an error the runtime does not classify.
+ */
+function poisonedAgent(name: string, clock: ManualClock, effects: string[], ruleCalls: string[]): Agent {
+  const model: Planner = {
+    describe: "poison script",
+    decide: async (req) => {
+      await clock.sleep(5_000, req.signal);
+      return req.seq === 0
+        ? { kind: "tool", tool: "work", args: { poison: req.runId.startsWith("poison") } }
+        : { kind: "done", message: `worked ${req.runId}` };
+    },
+  };
+  return defineAgent({
+    name,
+    tools: [defineTool({
+      name: "work",
+      description: "Works.",
+      args: z.strictObject({ poison: z.boolean() }),
+      approval: (args) => {
+        if (!args.poison) return false;
+        ruleCalls.push("called");
+        throw new TypeError("the approval rule broke");
+      },
+      run: (_args, ctx) => {
+        effects.push(ctx.idempotencyKey);
+        return Promise.resolve({ result: "worked" });
+      },
+    })],
+    model,
+  });
+}
+
+/** The logfmt fields of each line with event `event` about run `run`. */
+function eventsOf(lines: string[], event: string, run: string): string[] {
+  return lines.filter((l) => l.includes(` event=${event} `) && l.includes(` run=${run} `));
+}
+
+Deno.test("a run that throws an unclassified error is let go and retried up to the bound, naming the error, while its host's other runs go on", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const effects: string[] = [];
+  const ruleCalls: string[] = [];
+  const agent = poisonedAgent("poisoned", clock, effects, ruleCalls);
+  const fine = ["fine-1", "fine-2", "fine-3", "fine-4"];
+  for (const id of ["poison-1", ...fine]) {
+    await store.createRun({ runId: id, agent: "poisoned", goal: "work" }, clock.now());
+  }
+  const startMs = clock.now().getTime();
+  const h = host(agent, clock, lines, 10, "host-poison").start();
+  await until(async () => (await store.getRun("poison-1"))?.status === "failed", clock);
+  const failedAfterMs = clock.now().getTime() - startMs;
+  await until(async () => (await store.listRuns({ agent: "poisoned", status: "done" })).total === 4, clock);
+  await h.stop();
+
+  // The healthy runs: each claimed once by the one host, its call sent once.
+  assert.deepEqual(effects.sort(), fine.map((id) => `${id}:0`));
+  for (const id of fine) assert.equal(eventsOf(lines, "claimed", id).length, 1, id);
+  // The poison run: one claim that decided, then five without progress, each
+  // stopping at the rule; the seventh finds the bound and fails the run.
+  assert.equal(ruleCalls.length, 6, lines.join("\n"));
+  const claims = eventsOf(lines, "claimed", "poison-1");
+  assert.equal(claims.length, 7);
+  assert.ok(claims.every((l) => l.includes("owner=host-poison")));
+  // Every retry came from a released lease, not a lapsed one: no lease age, and long before 6 leases passed.
+  assert.deepEqual(claims.slice(1).filter((l) => l.includes("lease_age_ms=")), []);
+  assert.ok(failedAfterMs < 2 * 12_000, `the poison run failed after ${failedAfterMs} ms of clock time`);
+  const errors = eventsOf(lines, "worker-error", "poison-1");
+  assert.equal(errors.length, 6);
+  assert.ok(
+    errors.every((l) => /error="TypeError: the approval rule broke" lease=released$/.test(l)),
+    errors[0],
+  );
+  const run = await store.getRun("poison-1");
+  assert.match(
+    run?.error ?? "",
+    /^stuck: 5 workers in a row took this run and made no progress .*the limit is 5\. The last of them stopped at: TypeError: the approval rule broke\./,
+  );
+});
+
+Deno.test("a host's heartbeat never renews a lease it no longer holds: after a steal the thief's lease is untouched", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const effects: string[] = [];
+  const agent = slowAgent("stolen", clock, 60_000, effects);
+  await store.createRun({ runId: "steal-me", agent: "stolen", goal: "note it" }, clock.now());
+  await store.createRun({ runId: "keep-me", agent: "stolen", goal: "note it" }, clock.now());
+  const h = host(agent, clock, lines, 10, "host-robbed").start();
+  await settle();
+  assert.equal(h.active, 2);
+  // Another worker takes the run over (a new epoch) with a lease of its own, far from any time this host writes.
+  const thiefLease = new Date(clock.now().getTime() + 3_600_000);
+  assert.equal(await store.claim("steal-me", 1, "thief", thiefLease), 2);
+  await clock.advance(3_000); // the host's next heartbeat: one statement for both runs it held
+  await settle();
+  const stolen = await store.getRun("steal-me");
+  assert.equal(stolen?.owner, "thief");
+  assert.equal(stolen?.epoch, 2);
+  assert.equal(
+    stolen?.heartbeat_at?.getTime(),
+    thiefLease.getTime(),
+    "the stale host renewed a lease it lost",
+  );
+  assert.equal((await store.getRun("keep-me"))?.heartbeat_at?.getTime(), clock.now().getTime(), "renewed");
+  assert.ok(
+    lines.some((l) =>
+      /event=heartbeat-refused run=steal-me epoch=1 reason="Write refused \(heartbeat\)/.test(l)
+    ),
+    lines.join("\n"),
+  );
+  assert.equal(h.active, 1, "the stolen run's model request was cut off");
+  await h.stop();
+  assert.equal(
+    (await store.getRun("steal-me"))?.heartbeat_at?.getTime(),
+    thiefLease.getTime(),
+    "nor at stop",
+  );
+  assert.deepEqual(effects, []);
+});
+
+Deno.test("the bound on claims without progress holds on a host's take: a run fails at exactly the bound, and progress resets the count", async (t) => {
+  const limit = 3;
+  const clock = new ManualClock();
+  /** `n` takes by workers that die before any progress (the supervisor releases what they held). */
+  const ghostTakes = async (
+    runId: string,
+    agent: string,
+    n: number,
+    progress?: (f: Fence) => Promise<void>,
+  ) => {
+    for (let i = 0; i < n; i++) {
+      await clock.advance(61_000); // past the take's growing wait for a run without progress (at most 60 s)
+      const taken = await store.takeRuns(
+        "ghost",
+        [agent],
+        new Date(clock.now().getTime() - 12_000),
+        clock.now(),
+        10,
+      );
+      assert.deepEqual(taken.map((r) => r.run_id), [runId]);
+      if (progress && i === n - 1) await progress({ runId, epoch: taken[0].epoch });
+      await store.releaseRuns("ghost", clock.now());
+    }
+  };
+  /** Starts a host on `agent`, runs it until `runId` is closed, and returns the run. */
+  const hostTakes = async (agent: Agent, runId: string) => {
+    const lines: string[] = [];
+    const h = new WorkerHost({
+      store,
+      clock,
+      log: new Logger({ clock, sink: arraySink(lines) }),
+      owner: `host-${agent.name}`,
+      agents: [{ agent, planner: agent.model as Planner, tools: new ToolRegistry(agent.tools as Tool[]) }],
+      pollMs: 1_000,
+      heartbeatMs: 3_000,
+      leaseMs: 12_000,
+      maxClaimsWithoutProgress: limit,
+    }).start();
+    await until(async () => !["pending", "running"].includes((await store.getRun(runId))!.status), clock);
+    await h.stop();
+    return { run: (await store.getRun(runId))!, lines };
+  };
+
+  await t.step(
+    `${limit} takes without progress, then the host's: it fails the run, sending nothing`,
+    async () => {
+      const effects: string[] = [];
+      await store.createRun({ runId: "bound-at", agent: "bound-at", goal: "note it" }, clock.now());
+      await ghostTakes("bound-at", "bound-at", limit);
+      const { run, lines } = await hostTakes(slowAgent("bound-at", clock, 0, effects), "bound-at");
+      assert.equal(run.status, "failed");
+      assert.equal(run.stuck_claims, limit + 1);
+      assert.match(
+        run.error ?? "",
+        new RegExp(`^stuck: ${limit} workers in a row .* the limit is ${limit}\\. See`),
+      );
+      assert.ok(
+        lines.some((l) => /level=error event=stuck run=bound-at claims=4 limit=3/.test(l)),
+        lines.join("\n"),
+      );
+      assert.deepEqual(effects, []);
+    },
+  );
+
+  await t.step(`${limit - 1} takes without progress, then the host's: at the bound, it goes on`, async () => {
+    const effects: string[] = [];
+    await store.createRun({ runId: "bound-below", agent: "bound-below", goal: "note it" }, clock.now());
+    await ghostTakes("bound-below", "bound-below", limit - 1);
+    const { run } = await hostTakes(slowAgent("bound-below", clock, 0, effects), "bound-below");
+    assert.equal(run.status, "done", run.error ?? "");
+    assert.deepEqual(effects, ["bound-below:0"]);
+  });
+
+  await t.step("progress in between starts the count again", async () => {
+    const effects: string[] = [];
+    await store.createRun({ runId: "bound-reset", agent: "bound-reset", goal: "note it" }, clock.now());
+    // The last of these takes commits a decision before its worker dies: progress.
+    await ghostTakes("bound-reset", "bound-reset", limit, async (f) => {
+      await store.journalIntentRow(f, 0, clock.now());
+      await store.journalConfirm(f, 0, { tool: "note", args: { text: "bound-reset" } }, null, clock.now());
+    });
+    await ghostTakes("bound-reset", "bound-reset", limit - 1);
+    // 2 * limit takes so far, none since the progress would pass the bound; counted from it, this is the 3rd.
+    const { run } = await hostTakes(slowAgent("bound-reset", clock, 0, effects), "bound-reset");
+    assert.equal(run.status, "done", run.error ?? "");
+    assert.deepEqual(effects, ["bound-reset:0"]);
+  });
 });
 
 Deno.test.afterAll(async () => {

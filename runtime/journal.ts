@@ -45,7 +45,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         `The model was asked ${paid} times for step ${seq} (the limit is ${deps.retry.maxModelAttempts}, counted ` +
           `across restarts) without a usable answer${
             last ? `; last refused: ${last.code}: ${last.message}` : ""
-          }`,
+          }${state.lastWorkerError ? `; its last worker stopped at: ${state.lastWorkerError}` : ""}`,
       );
     }
     const messages = buildMessages(state, seq, deps.instructions);

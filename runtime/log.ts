@@ -80,6 +80,30 @@ export function formatValue(value: unknown): string {
   return BARE.test(json) ? json : JSON.stringify(json);
 }
 
+/**
+ * Every form in which `secret` can be printed in a line, longest first: as
+ * written, and JSON-escaped once, twice and three times. A line escapes a
+ * value up to twice (a string quoted in logfmt or in a JSON line; an object
+ * written as JSON, then quoted in logfmt), and the value may hold the secret
+ * escaped already (a server's JSON error body echoing a key that holds a quote
+ * or a backslash, or such a body inside another). A secret with nothing to
+ * escape has one form.
+ *
+ * @example
+ * ```ts
+ * import { secretForms } from "./log.ts";
+ * console.log(secretForms('k"1').join(" "));
+ * // k\\\\\\\"1 k\\\"1 k\"1 k"1
+ * console.log(secretForms("sk-plain"));
+ * // [ "sk-plain" ]
+ * ```
+ */
+export function secretForms(secret: string): string[] {
+  const forms = [secret];
+  for (let i = 0; i < 3; i++) forms.push(JSON.stringify(forms[i]).slice(1, -1));
+  return [...new Set(forms)].sort((a, b) => b.length - a.length);
+}
+
 /** Writes events as lines. Immutable: {@link Logger.child} returns a new logger. */
 export class Logger {
   readonly #clock: Clock;
@@ -97,13 +121,8 @@ export class Logger {
     this.#sink = opts.sink ?? stdoutSink;
     this.#format = opts.format ?? "text";
     this.#min = this.#sink === discardSink ? Infinity : SEVERITY[opts.level ?? "DEBUG"];
-    // A secret shows up as written, and JSON-escaped (a key holding a newline
-    // or a quote, echoed inside a JSON error body): mask every form.
-    this.#secrets = [
-      ...new Set(
-        (opts.secrets ?? []).filter((s) => s.length > 0).flatMap((s) => [s, JSON.stringify(s).slice(1, -1)]),
-      ),
-    ].sort((a, b) => b.length - a.length);
+    this.#secrets = [...new Set((opts.secrets ?? []).filter((s) => s.length > 0).flatMap(secretForms))]
+      .sort((a, b) => b.length - a.length);
   }
 
   /** True when events at `level` are written (false for every level on {@link discardSink}). */

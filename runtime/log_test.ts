@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ManualClock } from "./clock.ts";
-import { arraySink, formatValue, Logger } from "./log.ts";
+import { arraySink, formatValue, Logger, secretForms } from "./log.ts";
 
 const T0 = Date.UTC(2026, 10, 29, 12, 0, 0);
 
@@ -70,4 +70,45 @@ Deno.test("Logger.raw() keeps every line parseable in json format", () => {
     event: "notice",
     message: "!!! CRASH_AT=after_call seq=0 -- kill -9",
   });
+});
+
+Deno.test("Logger masks a secret holding a quote or a backslash in every form it can be printed in, text and json", async (t) => {
+  for (const secret of ['sk-quo"te', "sk-back\\slash", 'sk-all"\\\n\t']) {
+    const escaped = JSON.stringify(secret).slice(1, -1);
+    for (const format of ["text", "json"] as const) {
+      await t.step(`${JSON.stringify(secret)} in ${format} lines`, () => {
+        const lines: string[] = [];
+        const log = new Logger({
+          clock: new ManualClock(T0),
+          sink: arraySink(lines),
+          format,
+          secrets: [secret],
+        });
+        log.info("as-is", { key: secret });
+        // A server's JSON error body echoing the key, as a message, inside an object, and inside a body in a body.
+        log.warn("echoed", { error: `HTTP 401: {"error":"bad key ${escaped}"}` });
+        log.warn("in-object", { args: { key: secret, said: `bad key ${escaped}` } });
+        log.warn("nested", {
+          body: JSON.stringify({ error: JSON.stringify({ error: `bad key ${secret}` }) }),
+        });
+        log.info("in-array", { keys: [secret, { k: [secret] }] });
+        log.info("as-name", { [secret]: 1 });
+        log.raw(`notice ${secret} and ${escaped}`);
+        assert.equal(lines.length, 7);
+        for (const line of lines) {
+          assert.ok(!line.includes("sk-"), `a form of the secret is printed: ${line}`);
+          assert.match(line, /\*\*\*/);
+          if (format === "json") JSON.parse(line);
+        }
+      });
+    }
+  }
+});
+
+Deno.test("secretForms() gives the secret as written and escaped up to three times, one form when nothing escapes", () => {
+  assert.deepEqual(secretForms("sk-plain"), ["sk-plain"]);
+  const forms = secretForms('a"b');
+  assert.deepEqual(forms, [String.raw`a\\\\\\\"b`, String.raw`a\\\"b`, String.raw`a\"b`, 'a"b']);
+  // Each is the one before it inside a JSON string.
+  for (let i = forms.length - 1; i > 0; i--) assert.equal(JSON.stringify(forms[i]), `"${forms[i - 1]}"`);
 });

@@ -55,8 +55,9 @@ export interface RunOutcome {
 
 /**
  * The process exit code for an outcome: 0 done, 1 failed, 3 fenced or lost,
- * 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is bad settings, 6 the supervisor gone and 7 the
- * database failing mid-run: those never reach an outcome.)
+ * 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is bad settings, 6 the supervisor gone, 7 the
+ * database failing mid-run and 8 an error the loop does not classify ({@link WorkerError}): those never reach an
+ * outcome.)
  */
 export function exitCodeOf(outcome: RunOutcome): number {
   switch (outcome.status) {
@@ -107,9 +108,11 @@ export interface RunRequest {
  * Drives one run to its end (or until this worker loses it), creating it when
  * it does not exist, and claiming it whatever its lease says: whoever starts
  * a worker on a run by hand takes it over, and fencing makes any older worker
- * harmless. Throws only on infrastructure errors (the database went away),
- * leaving the run for another worker, and with `AGENT_MISMATCH` when the run
- * belongs to another agent.
+ * harmless. Throws with `AGENT_MISMATCH` when the run belongs to another
+ * agent, and on an error the loop does not classify (an agent's code threw,
+ * the database refused a statement or went away), leaving the run intact for
+ * another worker: a {@link WorkerError} once its lease is released, the error
+ * itself when the database could not take the release.
  */
 export async function runWorker(
   deps: WorkerDeps,
@@ -172,8 +175,68 @@ export async function runWorker(
   const heartbeat = startHeartbeat(deps, { runId, epoch }, stop);
   try {
     return await driveRun(deps, claimed, stop);
+  } catch (err) {
+    if (err instanceof SimulatedKill) throw err;
+    // The heartbeat must not renew the lease this release clears.
+    heartbeat.stop();
+    const lease = await releaseAfterError(deps, { runId, epoch }, err);
+    // With the database gone, the lease lapses instead: the run is intact all the same.
+    if (lease === "kept") throw err;
+    throw new WorkerError(runId, err, lease);
   } finally {
     heartbeat.stop();
+  }
+}
+
+/**
+ * What became of a run's lease after an error the loop could not classify:
+ * `released` (cleared, so the next take retries the run at once), `not-held`
+ * (another worker took the run, or it was closed, meanwhile), or `kept` (the
+ * database did not take the release either: the lease lapses after `leaseMs`).
+ */
+export type LeaseAfterError = "released" | "not-held" | "kept";
+
+/**
+ * Lets go of a run after an error the loop could not classify (an agent's
+ * code threw, the database refused a statement or went away): the run is
+ * intact, so its lease is released, fenced on this worker's epoch, with the
+ * error kept on the run. A run that keeps failing this way is stopped by the
+ * bound on claims without progress, with this error in its message.
+ */
+export async function releaseAfterError(
+  deps: Pick<WorkerDeps, "store" | "clock" | "log">,
+  fence: Fence,
+  err: unknown,
+): Promise<LeaseAfterError> {
+  try {
+    return await deps.store.releaseRun(fence, describeError(err), deps.clock.now()) ? "released" : "not-held";
+  } catch (e) {
+    deps.log.warn("release-failed", { run: fence.runId, epoch: fence.epoch, error: describeError(e) });
+    return "kept";
+  }
+}
+
+/**
+ * A worker's turn on a run ended with an error the loop could not classify,
+ * while the database was there to take the release: the run is intact, and
+ * {@link WorkerError.lease} says what became of its lease. The error is the
+ * {@link Error.cause}.
+ */
+export class WorkerError extends RuntimeError {
+  /** The run. */
+  readonly runId: string;
+  /** Released for the next take, or already taken or closed by someone else. */
+  readonly lease: Exclude<LeaseAfterError, "kept">;
+  /** Wraps what `runId`'s worker threw. */
+  constructor(runId: string, cause: unknown, lease: Exclude<LeaseAfterError, "kept">) {
+    super(
+      "WORKER_ERROR",
+      `The worker on run ${runId} stopped at an error the runtime does not classify: ${describeError(cause)}`,
+      { cause },
+    );
+    this.name = "WorkerError";
+    this.runId = runId;
+    this.lease = lease;
   }
 }
 
@@ -222,9 +285,11 @@ async function driveClaimed(
   if (stuckClaims(claimed) > limit) {
     // Its workers keep dying (or being stopped) before they get anywhere: a
     // poison run. Stop it, with the reason, instead of restarting it forever.
+    // The error its last worker let it go with (releaseAfterError), when one did: the real cause.
+    const last = run.error ? ` The last of them stopped at: ${run.error}.` : "";
     const error = `stuck: ${stuckClaims(claimed) - 1} workers in a row took this run and made no progress ` +
-      `(no decision or tool call settled); the limit is ${limit}. See the log of its last workers, then ` +
-      `'deno task reopen ${runId}' to try again`;
+      `(no decision or tool call settled); the limit is ${limit}.${last} See the log of its last workers, ` +
+      `then 'deno task reopen ${runId}' to try again`;
     try {
       await store.finishRun({ runId, epoch }, "failed", error, clock.now());
     } catch (e) {
@@ -259,6 +324,7 @@ async function driveClaimed(
     llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
     budget: run.budget ?? undefined,
+    lastWorkerError: run.error ?? undefined,
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
     runId,

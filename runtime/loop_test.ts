@@ -7,7 +7,7 @@ import { ManualClock } from "./clock.ts";
 import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
 import { CrashPoints } from "./crashpoints.ts";
 import { arraySink, Logger } from "./log.ts";
-import { runWorker } from "./loop.ts";
+import { runWorker, WorkerError } from "./loop.ts";
 import { OpenAIPlanner } from "./planner.ts";
 import { CountingClient } from "./store/counting.ts";
 import { openPglite } from "./store/pglite.ts";
@@ -162,6 +162,73 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         assert.equal(effects[0].attempts, 2);
         assert.equal(effects[0].remote, "already_done");
         assert.equal(cloud.created("flaky:0").length, 1);
+      },
+    );
+
+    await t.step(
+      "an unclassified error lets the run go (lease released, error kept); the bound stops it, naming the error",
+      async () => {
+        // The approval rule of create_server throws: an error the runtime does not classify.
+        const [server, ...rest] = demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler });
+        const broken = defineTool({
+          name: server.name,
+          description: server.description,
+          args: server.args,
+          approval: () => {
+            throw new TypeError("the approval rule broke");
+          },
+          run: (args, ctx) => server.run(args, ctx),
+        });
+        const poisoned = { ...deps, tools: new ToolRegistry([broken, ...rest]) };
+        const err = await runWorker(poisoned, "rule", "goal").then(
+          () => assert.fail("the run went on past a throwing rule"),
+          (e) => e as WorkerError,
+        );
+        assert.ok(err instanceof WorkerError, String(err));
+        assert.equal(err.lease, "released");
+        assert.match(
+          err.message,
+          /^The worker on run rule stopped at .*: TypeError: the approval rule broke$/,
+        );
+        const run = await store.getRun("rule");
+        assert.equal(run?.status, "running");
+        assert.equal(run?.heartbeat_at, null, "takeable at once");
+        assert.equal(run?.error, "TypeError: the approval rule broke");
+        // Each start again is one more claim: the first decided (progress), five more find none.
+        for (let i = 0; i < 5; i++) {
+          await assert.rejects(runWorker(poisoned, "rule", "goal"), WorkerError);
+        }
+        const stuck = await runWorker(poisoned, "rule", "goal");
+        assert.equal(stuck.status, "failed");
+        assert.match(
+          stuck.error ?? "",
+          /^stuck: 5 workers .*The last of them stopped at: TypeError: the approval rule/,
+        );
+        assert.equal(cloud.created("rule:").length, 0, "the call never went out");
+        assert.equal(model.calls("rule"), 1, "the decision was made once and replayed");
+      },
+    );
+
+    await t.step(
+      "a model that keeps throwing an unclassified error is bounded by its attempts, the limit naming the error",
+      async () => {
+        const throwing = {
+          ...deps,
+          planner: {
+            describe: "a planner with a bug",
+            decide: () => Promise.reject(new TypeError("the planner broke")),
+          },
+        };
+        // Each claim pays one request (counted before it is sent), which throws: the run is let go.
+        for (let i = 0; i < DEFAULT_RETRY.maxModelAttempts; i++) {
+          await assert.rejects(runWorker(throwing, "planner", "goal"), WorkerError);
+        }
+        const outcome = await runWorker(throwing, "planner", "goal");
+        assert.equal(outcome.status, "failed");
+        assert.match(
+          outcome.error ?? "",
+          /^MODEL_GAVE_UP: The model was asked 4 times .*; its last worker stopped at: TypeError: the planner broke$/,
+        );
       },
     );
   } finally {

@@ -13,6 +13,7 @@
 import { ModelError } from "./errors.ts";
 import { traceHeaders } from "./telemetry.ts";
 import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "./http.ts";
+import { secretForms } from "./log.ts";
 import type { OpenAITool } from "./tools.ts";
 
 /** A chat message in the chat-completions format. */
@@ -168,11 +169,11 @@ export class OpenAIPlanner implements Planner {
     return this.#tools.json;
   }
 
-  /** Replaces the API key, as written and JSON-escaped, with `***`. */
+  /** Replaces the API key, in every form it can be printed in ({@link secretForms}), with `***`. */
   #mask(text: string): string {
     const key = this.#opts.apiKey;
     if (!key) return text;
-    for (const form of [key, JSON.stringify(key).slice(1, -1)]) text = text.replaceAll(form, "***");
+    for (const form of secretForms(key)) text = text.replaceAll(form, "***");
     return text;
   }
 

@@ -372,6 +372,24 @@ Deno.test("OpenAIPlanner masks a key's JSON-escaped form too (a key holding a qu
   assert.match(err.message, /got \*\*\*/);
 });
 
+Deno.test("OpenAIPlanner masks a key holding a quote and a backslash however deep the provider's body echoes it", async () => {
+  const key = 'sk-q"uote\\slash';
+  // A gateway's error wrapping its upstream's JSON error, which quotes the key: escaped twice in the body.
+  const body = JSON.stringify({ error: JSON.stringify({ error: `bad key ${key}` }), key });
+  const planner = new OpenAIPlanner({
+    url: "http://model.test/v1",
+    model: "m",
+    apiKey: key,
+    fetch: () => Promise.resolve(new Response(body, { status: 401 })),
+  });
+  const err = await planner.decide({ runId: "r", seq: 0, messages: [], tools: [] }).then(
+    () => assert.fail("a 401 was accepted"),
+    (e) => e as ModelError,
+  );
+  assert.ok(!err.message.includes("sk-q"), err.message);
+  assert.match(err.message, /HTTP 401: .*bad key \*\*\*/);
+});
+
 Deno.test("a 200 carrying an error object in place of choices is refused with the server's message", () => {
   const err = refusal(JSON.stringify({ error: { message: "upstream timed out", code: 504 } }));
   assert.equal(err.code, "MODEL_NO_CHOICES");

@@ -8,8 +8,10 @@
  *   process cannot write again), so they can be taken at once instead of after
  *   the lease, and starts a replacement, which takes them at its first poll.
  * - A worker that stops heartbeating but lives on (frozen) is found at a poll
- *   by its stale leases and killed; its replacement takes its runs, and the
- *   epoch fences it should it wake.
+ *   by its own heartbeat (its row in `workers`, renewed with its leases) and
+ *   killed; its replacement takes its runs, and the epoch fences it should it
+ *   wake. One run's stale lease is no sign of a frozen worker: a worker lets
+ *   go of a run that failed and goes on driving the others.
  * - A worker that exits with code 2 (bad settings, no database) is not
  *   restarted: the same settings would fail again. A worker that keeps dying
  *   right after it starts is restarted with a growing delay.
@@ -48,7 +50,7 @@ export interface SupervisorOptions {
   name: string;
   /** Worker processes kept alive. */
   workers: number;
-  /** A run with no heartbeat for this long is abandoned. */
+  /** A run with no heartbeat for this long is abandoned, and a worker with none for this long is frozen. */
   leaseMs: number;
   /** How often to look for frozen workers. */
   pollMs: number;
@@ -161,14 +163,18 @@ export class Supervisor {
     await this.#drain();
   }
 
-  /** One pass: kills workers that hold a run whose lease went stale (frozen). */
+  /**
+   * One pass: kills workers whose own heartbeat (their row in `workers`) is
+   * older than the lease: frozen processes. A run's stale lease is not a
+   * reason: a worker lets go of a run that failed and goes on with the others.
+   */
   async poll(): Promise<void> {
     const live = this.#slots.filter((s) => s.handle && !s.replaced);
     if (live.length === 0) return;
     const now = this.#o.clock.now();
-    let frozen: string[];
+    let frozen: { name: string; heartbeat_at: Date }[];
     try {
-      frozen = await this.#o.store.staleOwners(
+      frozen = await this.#o.store.frozenWorkers(
         live.map((s) => s.workerName),
         new Date(now.getTime() - this.#o.leaseMs),
       );
@@ -176,12 +182,14 @@ export class Supervisor {
       this.#o.log.warn("poll-failed", { error: describeError(err) });
       return;
     }
-    for (const slot of live.filter((s) => frozen.includes(s.workerName))) {
+    for (const worker of frozen) {
+      const slot = live.find((s) => s.workerName === worker.name)!;
       slot.replaced = true;
       this.#o.log.warn("replacing", {
         worker: slot.workerName,
         pid: slot.handle!.pid,
-        reason: "lease expired",
+        reason: "its heartbeat stopped",
+        heartbeat_age_ms: now.getTime() - new Date(worker.heartbeat_at).getTime(),
       });
       slot.handle!.kill("SIGKILL");
     }

@@ -147,19 +147,65 @@ Deno.test("a worker that keeps dying as it starts is restarted with a growing de
   await running;
 });
 
-Deno.test("a frozen worker (its leases went stale) is killed and replaced; its runs are released", async () => {
+/** What a worker host's heartbeat writes: its own row in `workers`, and the leases in `fences`. */
+async function heartbeat(workerName: string, at: Date, fences: { runId: string; epoch: number }[] = []) {
+  const worker = { name: workerName, agents: ["provision"], capacity: 10, startedAt: at };
+  return await store.heartbeatMany(worker, fences, at);
+}
+
+Deno.test("a frozen worker (its own heartbeat stopped) is killed and replaced; its runs are released", async () => {
   const { clock, lines, fake, sup, running } = setup(1, "sup-d");
   await settle();
   const frozen = fake.workers[0];
-  await held("frozen-1", frozen.workerName, clock.now());
+  const epoch = await held("frozen-1", frozen.workerName, clock.now());
+  assert.deepEqual(await heartbeat(frozen.workerName, clock.now(), [{ runId: "frozen-1", epoch }]), [
+    "frozen-1",
+  ]);
   await clock.advance(15_000); // no heartbeat for longer than the lease by the poll at 15 s
   await settle();
   await settle();
   await sup.settled();
   assert.deepEqual(frozen.signals, ["SIGKILL"]);
-  assert.ok(lines.some((l) => /event=replacing worker=sup-d\/w0\.1/.test(l)));
+  assert.ok(
+    lines.some((l) =>
+      /event=replacing worker=sup-d\/w0\.1 pid=\d+ reason="its heartbeat stopped" heartbeat_age_ms=15000/
+        .test(l)
+    ),
+    lines.join("\n"),
+  );
   assert.equal(fake.workers.length, 2);
   assert.equal((await store.getRun("frozen-1"))?.heartbeat_at, null);
+  await sup.stop();
+  await running;
+});
+
+Deno.test("a worker that heartbeats is not killed because one of its runs' leases went stale", async () => {
+  const { clock, lines, fake, sup, running } = setup(1, "sup-e");
+  await settle();
+  const worker = fake.workers[0];
+  // The worker let go of this run (it failed in the worker) and goes on with its others.
+  await held("dropped-1", worker.workerName, clock.now());
+  await heartbeat(worker.workerName, clock.now());
+  for (let i = 0; i < 10; i++) {
+    await clock.advance(3_000);
+    await heartbeat(worker.workerName, clock.now());
+    await settle();
+  }
+  await sup.settled();
+  const run = await store.getRun("dropped-1");
+  assert.ok(
+    clock.now().getTime() - new Date(run!.heartbeat_at!).getTime() >= 30_000,
+    "the run's lease is stale",
+  );
+  assert.deepEqual(worker.signals, [], lines.join("\n"));
+  assert.equal(lines.filter((l) => l.includes(" event=replacing ")).length, 0);
+  assert.equal(fake.workers.length, 1);
+  // Its heartbeat stops: now it is frozen.
+  await clock.advance(15_000);
+  await settle();
+  await settle();
+  await sup.settled();
+  assert.deepEqual(worker.signals, ["SIGKILL"]);
   await sup.stop();
   await running;
 });

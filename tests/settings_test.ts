@@ -192,3 +192,41 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "a model API key holding a quote and a backslash is masked in every form it is printed in, text and json",
+  ignore: pgIgnore("secrets with quotes"),
+  async fn(t) {
+    const apiKey = 'sk-quo"te\\slash-7c1e';
+    // A model whose final answer quotes the key, as written and inside a JSON body it read somewhere.
+    const answer = `I saw ${apiKey} and {"error":"bad key ${JSON.stringify(apiKey).slice(1, -1)}"}`;
+    const model = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+      await req.body?.cancel();
+      const message = { role: "assistant", content: answer };
+      return Response.json({ choices: [{ index: 0, message, finish_reason: "stop" }] });
+    });
+    const db = await freshSchema();
+    try {
+      for (const format of ["text", "json"]) {
+        await t.step(`LOG_FORMAT=${format}`, async () => {
+          const { code, out } = await runMain({
+            DATABASE_URL: db.url,
+            MODEL_URL: `http://127.0.0.1:${model.addr.port}/v1`,
+            MODEL: "m",
+            MODEL_API_KEY: apiKey,
+            RUN_ID: `quoted-${format}`,
+            LOG_FORMAT: format,
+          });
+          assert.equal(code, 0, out);
+          const done = out.split("\n").find((l) => /event=done |"event":"done"/.test(l));
+          assert.match(done ?? "", /I saw \*\*\* and .*bad key \*\*\*/, out);
+          assert.ok(!out.includes("sk-quo"), `a form of the key is printed:\n${out}`);
+        });
+      }
+    } finally {
+      await db.drop();
+      await model.shutdown();
+    }
+  },
+});

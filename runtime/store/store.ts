@@ -425,8 +425,11 @@ const progressOf = (runId: string) =>
 
 // A claim's marks, from the progress `source.progress` counted: one more claim
 // without progress if it matches the mark the claim before left, else the first.
+// The error a worker left on the running run (releaseRun) is kept while claims
+// find no progress, so the bound on them can name it, and cleared by progress.
 const claimMarks = (source: string) =>
   `stuck_claims = case when ${source}.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
+       error = case when ${source}.progress = runs.progress_mark then runs.error end,
        progress_mark = ${source}.progress`;
 
 // PostgreSQL cannot store a NUL character in text or jsonb. A JSON text's
@@ -1041,6 +1044,22 @@ export class Store {
     return rows.map((r) => r.run_id);
   }
 
+  /**
+   * Lets go of a run this worker holds after an error the loop could not
+   * classify: its lease cleared, so the next take retries it at once (the
+   * bound on claims without progress stops one that keeps failing), and the
+   * error kept on it, so that bound can name the cause. Fenced on the epoch:
+   * false when the run is no longer this worker's to release.
+   */
+  async releaseRun(f: Fence, error: string, now: Date): Promise<boolean> {
+    const written = await this.client.run(
+      `update runs set heartbeat_at = null, updated_at = $3::timestamptz, error = $4
+        where run_id = $1 and ${RUNNING_AT("$2")}`,
+      [f.runId, f.epoch, ts(now), textParam(error)],
+    );
+    return written === 1;
+  }
+
   /** Worker host: removes its row from `workers` as it stops. */
   async removeWorker(name: string): Promise<void> {
     await this.client.query(`delete from workers where name = $1`, [name]);
@@ -1062,14 +1081,23 @@ export class Store {
     return rows.map((r) => r.run_id).sort();
   }
 
-  /** Supervisor: the owners among `owners` holding a run whose lease went stale (a frozen worker). */
-  async staleOwners(owners: readonly string[], staleBefore: Date): Promise<string[]> {
-    const rows = await this.client.query<{ owner: string }>(
-      `select distinct owner from runs
-        where status = 'running' and owner = any($1::text[]) and heartbeat_at < $2::timestamptz`,
-      [owners, ts(staleBefore)],
+  /**
+   * Supervisor: the workers among `names` whose own heartbeat (their row in
+   * `workers`, renewed by every {@link Store.heartbeatMany}) is older than
+   * `staleBefore`, with when it was last renewed: frozen processes. A run's
+   * stale lease says nothing about its worker (a run that failed is let go
+   * while its worker goes on), and a worker that has not written its row yet
+   * holds no run.
+   */
+  async frozenWorkers(
+    names: readonly string[],
+    staleBefore: Date,
+  ): Promise<{ name: string; heartbeat_at: Date }[]> {
+    return await this.client.query<{ name: string; heartbeat_at: Date }>(
+      `select name, heartbeat_at from workers where name = any($1::text[]) and heartbeat_at < $2::timestamptz
+        order by name`,
+      [names, ts(staleBefore)],
     );
-    return rows.map((r) => r.owner);
   }
 
   /** The agents hosted by a worker whose heartbeat is newer than `staleBefore`. */
