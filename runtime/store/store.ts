@@ -155,8 +155,11 @@ export interface SideEffectRow {
   status: EffectStatus;
   /** What the remote answered. */
   result: Json | null;
-  /** `created`, `already_done`, or `resolved` by a human. */
-  remote: "created" | "already_done" | "resolved" | null;
+  /**
+   * `created`, `already_done`, `reconciled` (the tool's `reconcile` found
+   * that it had happened), or `resolved` by a human.
+   */
+  remote: "created" | "already_done" | "reconciled" | "resolved" | null;
   /** Why it failed, was flagged or was blocked. */
   error: string | null;
   /** Requests sent (or about to be) under the key. */
@@ -171,6 +174,12 @@ export interface SideEffectRow {
   resolved_by: string | null;
   /** When a flagged call was resolved. */
   resolved_at: Date | null;
+  /**
+   * `attempts` when a person last reopened the run with this call at
+   * `intent`: while `attempts` still equals it, one request more than the
+   * tool's `maxAttempts` is allowed. Null: never reopened so.
+   */
+  attempts_at_reopen: number | null;
 }
 
 /** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */
@@ -268,6 +277,7 @@ interface HistoryRow {
   attempts: number | null;
   resolved_by: string | null;
   resolved_at: Date | null;
+  attempts_at_reopen: number | null;
 }
 
 /** A run with its step counts, for listings. */
@@ -401,6 +411,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "confirmed_at",
     "resolved_by",
     "resolved_at",
+    "attempts_at_reopen",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
   approvals: [
@@ -532,6 +543,7 @@ function freshEffectRow(
     confirmed_at: null,
     resolved_by: null,
     resolved_at: null,
+    attempts_at_reopen: null,
   };
 }
 
@@ -702,12 +714,13 @@ export class Store {
               decision, llm_attempts, usage, rejections, reserved_tokens,
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
               null::text as remote, null::text as error, null::int as attempts,
-              null::text as resolved_by, null::timestamptz as resolved_at
+              null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen
          from journal where run_id = $1
        union all
        select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
               null, null, null, null, null,
-              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at
+              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at,
+              attempts_at_reopen
          from side_effects where run_id = $1
        order by tbl desc, seq`,
       [runId],
@@ -747,6 +760,7 @@ export class Store {
           confirmed_at,
           resolved_by: r.resolved_by,
           resolved_at: r.resolved_at,
+          attempts_at_reopen: r.attempts_at_reopen,
         });
       }
     }
@@ -896,7 +910,7 @@ export class Store {
     f: Fence,
     key: string,
     result: Json,
-    remote: "created" | "already_done",
+    remote: "created" | "already_done" | "reconciled",
     now: Date,
   ): Promise<void> {
     const written = await this.client.run(
@@ -1340,14 +1354,25 @@ export class Store {
    * Reopens a `failed` or `cancelled` run as `pending` (error and lease
    * cleared) so a worker resumes it where it stopped: its history is kept,
    * a call left at `intent` is re-sent under its key, an undecided step is
-   * decided. Returns the run as it is now, or undefined when it was not
-   * failed or cancelled.
+   * decided. A person's go-ahead: the count of claims without progress
+   * starts again, and in the same statement each call left at `intent`
+   * records its `attempts` (`attempts_at_reopen`), allowing one request past
+   * the tool's `maxAttempts`. Returns the run as it is now, or undefined when
+   * it was not failed or cancelled.
    */
   async reopenRun(runId: string, now: Date): Promise<RunRow | undefined> {
     const rows = await this.client.query<RunRow>(
-      `update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $2::timestamptz
-        where run_id = $1 and status in ('failed', 'cancelled')
-        returning *`,
+      `with r as (
+         update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $2::timestamptz,
+                stuck_claims = 0
+          where run_id = $1 and status in ('failed', 'cancelled')
+          returning *
+       ), e as (
+         update side_effects set attempts_at_reopen = attempts
+          where run_id = (select run_id from r) and status = 'intent'
+          returning 1
+       )
+       select * from r`,
       [runId, ts(now)],
     );
     return rows[0];
