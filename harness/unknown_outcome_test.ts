@@ -6,9 +6,26 @@
  */
 
 import assert from "node:assert/strict";
-import { SimDb, SimWorld } from "./sim.ts";
+import { chargeCard } from "../examples/payments/agent.ts";
+import { demoTools } from "../examples/provision/tools.ts";
+import { settle } from "../runtime/clock.ts";
+import type { Tool } from "../runtime/tools.ts";
+import { SIM_CLOUD_URL, SimDb, type SimExit, type SimProcess, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();
+
+const ended = (exit: SimExit) => exit.kind === "exited" ? exit.outcome.status : exit.kind;
+
+/** Advances the world's clock a second at a time until `proc` ends (bounded), and says how it ended. */
+async function finish(world: SimWorld, proc: SimProcess): Promise<string> {
+  // Bounded: 600 simulated seconds.
+  for (let i = 0; i < 600 && !proc.dead; i++) {
+    await world.advance(1_000);
+    await settle();
+  }
+  assert.ok(proc.dead, `${proc.name} never ended`);
+  return ended(await proc.exit);
+}
 
 Deno.test("maxAttempts holds across restarts: seven kills after the call send it four times, then the run fails", async () => {
   await db.freshSchema();
@@ -60,6 +77,89 @@ Deno.test("a reopen allows exactly one request past maxAttempts: a kill during i
   assert.equal(snap.effects[0].status, "confirmed");
   assert.equal(snap.effects[0].remote, "already_done", "the remote had acted on the first request");
   assert.equal(snap.created.filter((c) => c.key === "ma2:0").length, 1);
+});
+
+Deno.test("a reconcile that never answers is given up on at its own timeout, and the call is flagged", async () => {
+  await db.freshSchema();
+  const world = await SimWorld.open(db, {
+    tools: (fetch): Tool[] => [{
+      ...chargeCard({ cloudUrl: SIM_CLOUD_URL, fetch }),
+      // Ignores its signal too: the runtime stops waiting anyway.
+      reconcile: () => new Promise(() => {}),
+      reconcileTimeoutMs: 5_000,
+    }],
+  });
+  const killed = await world.spawn({ runId: "rc-slow", plan: { crashAt: "after_call", crashSeq: 0 } }).exit;
+  assert.equal(ended(killed), "killed");
+  assert.equal(await finish(world, world.spawn({ runId: "rc-slow" })), "blocked");
+  const snap = await world.snapshot("rc-slow");
+  assert.equal(snap.effects[0].status, "flagged");
+  assert.match(
+    snap.effects[0].error ?? "",
+    /its reconcile could not tell \(its reconcile did not answer within 5000ms\)/,
+  );
+  assert.equal(world.cloud.charges("rc-slow:0").length, 1, "charged once: the restart sent nothing");
+  assert.ok(world.transcript.some((l) => /event=reconcile-answered run=rc-slow .*answer=unknown/.test(l)));
+});
+
+Deno.test("a tool that takes a key asks its reconcile before giving up at maxAttempts: found, the run goes on", async () => {
+  await db.freshSchema();
+  // The tools are built when a worker starts, after `world` exists: they look up in its cloud.
+  const lookup = (key: string) => world.cloud.created(key).filter((r) => r.key === key);
+  const world: SimWorld = await SimWorld.open(db, {
+    tools: (fetch) =>
+      demoTools({ cloudUrl: SIM_CLOUD_URL, fetch }).map((tool) => ({
+        ...tool,
+        reconcile: (_args, ctx) => {
+          const found = lookup(ctx.idempotencyKey);
+          return Promise.resolve(
+            found.length === 1 ? { status: "happened", result: found[0].id } : { status: "not_happened" },
+          );
+        },
+      })),
+  });
+  for (let i = 0; i < 4; i++) {
+    assert.equal(
+      ended(await world.spawn({ runId: "rc-limit", plan: { crashAt: "after_call" } }).exit),
+      "killed",
+    );
+    await world.advance(1_000);
+  }
+  assert.equal(await finish(world, world.spawn({ runId: "rc-limit" })), "done");
+  const snap = await world.snapshot("rc-limit");
+  assert.equal(snap.requestsByKey["rc-limit:0"], 4, "no fifth request");
+  assert.equal(snap.effects[0].remote, "reconciled");
+  assert.equal(snap.effects[0].result, lookup("rc-limit:0")[0].id);
+  assert.equal(snap.effects.length, 3);
+});
+
+Deno.test("a keyless call its reconcile never finds stops at maxAttempts as failed, not flagged; a reopen sends it once", async () => {
+  await db.freshSchema();
+  const world = await SimWorld.open(db, {
+    tools: (fetch) => [chargeCard({ cloudUrl: SIM_CLOUD_URL, fetch })],
+  });
+  // Each worker dies after writing the intent, before the request leaves: the remote never sees one.
+  for (let i = 0; i < 4; i++) {
+    assert.equal(
+      ended(await world.spawn({ runId: "rc-never", plan: { crashAt: "after_intent" } }).exit),
+      "killed",
+    );
+    await world.advance(1_000);
+  }
+  assert.equal(await finish(world, world.spawn({ runId: "rc-never" })), "failed");
+  let snap = await world.snapshot("rc-never");
+  assert.equal(snap.effects[0].attempts, 4);
+  assert.match(
+    snap.run?.error ?? "",
+    /^TOOL_GAVE_UP: Tool call rc-never:0 \(charge_card\) was sent 4 times .*; its reconcile says it did not happen/,
+  );
+  assert.equal(world.cloud.charges("rc-never:0").length, 0);
+
+  assert.ok(await world.observer.reopenRun("rc-never", world.clock.now()));
+  assert.equal(await finish(world, world.spawn({ runId: "rc-never" })), "done");
+  snap = await world.snapshot("rc-never");
+  assert.deepEqual([snap.effects[0].remote, snap.effects[0].attempts], ["created", 5]);
+  assert.equal(world.cloud.charges("rc-never:0").length, 1);
 });
 
 Deno.test.afterAll(async () => {
