@@ -8,8 +8,11 @@
 import assert from "node:assert/strict";
 import { chargeCard } from "../examples/payments/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
+import { defineAgent } from "../runtime/agent.ts";
 import { settle } from "../runtime/clock.ts";
+import type { FetchLike } from "../runtime/planner.ts";
 import type { Tool } from "../runtime/tools.ts";
+import { fuzz } from "./fuzz.ts";
 import { SIM_CLOUD_URL, SimDb, type SimExit, type SimProcess, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();
@@ -160,6 +163,26 @@ Deno.test("a keyless call its reconcile never finds stops at maxAttempts as fail
   snap = await world.snapshot("rc-never");
   assert.deepEqual([snap.effects[0].remote, snap.effects[0].attempts], ["created", 5]);
   assert.equal(world.cloud.charges("rc-never:0").length, 1);
+});
+
+Deno.test("the fuzzer passes a keyless tool that reconciles, and finds the same tool without it blocking", async () => {
+  const payments = (strip: boolean) => (fetch: FetchLike) =>
+    defineAgent({
+      name: "payments",
+      instructions: "Charge the card.",
+      defaultInput: "Charge 12.99.",
+      tools: [
+        strip ? { ...chargeCard({ cloudUrl: SIM_CLOUD_URL, fetch }), reconcile: undefined } : chargeCard({
+          cloudUrl: SIM_CLOUD_URL,
+          fetch,
+        }),
+      ],
+    });
+  const checked = await fuzz(payments(false), { db, seed: 3, schedules: 150, remote: "mock-cloud" });
+  assert.equal(checked.failures.length, 0, checked.failures[0]?.text);
+  const unchecked = await fuzz(payments(true), { db, seed: 3, schedules: 150, remote: "mock-cloud" });
+  assert.equal(unchecked.failures.length, 1);
+  assert.ok(unchecked.failures[0].shrunk.problems.some((p) => /is blocked, expected done/.test(p)));
 });
 
 Deno.test.afterAll(async () => {
