@@ -30,16 +30,33 @@ async function finish(world: SimWorld, proc: SimProcess): Promise<string> {
   return ended(await proc.exit);
 }
 
+/** Starts `times` incarnations on `runId` one after the other, each to die at `point`; says how each ended. */
+async function crashEach(
+  world: SimWorld,
+  runId: string,
+  point: "after_intent" | "after_call",
+  times: number,
+): Promise<string[]> {
+  const kinds: string[] = [];
+  for (let i = 0; i < times; i++) {
+    kinds.push(ended(await world.spawn({ runId, plan: { crashAt: point, crashSeq: 0 } }).exit));
+    await world.advance(1_000);
+  }
+  return kinds;
+}
+
 Deno.test("maxAttempts holds across restarts: seven kills after the call send it four times, then the run fails", async () => {
   await db.freshSchema();
   const world = await SimWorld.open(db);
-  const kinds: string[] = [];
-  for (let i = 0; i < 7; i++) {
-    const exit = await world.spawn({ runId: "ma1", plan: { crashAt: "after_call", crashSeq: 0 } }).exit;
-    kinds.push(exit.kind === "exited" ? exit.outcome.status : exit.kind);
-    await world.advance(1_000);
-  }
-  assert.deepEqual(kinds, ["killed", "killed", "killed", "killed", "failed", "failed", "failed"]);
+  assert.deepEqual(await crashEach(world, "ma1", "after_call", 7), [
+    "killed",
+    "killed",
+    "killed",
+    "killed",
+    "failed",
+    "failed",
+    "failed",
+  ]);
   const snap = await world.snapshot("ma1");
   assert.equal(snap.requestsByKey["ma1:0"], 4, "four requests under the key, the tool's limit");
   assert.equal(snap.effects[0].attempts, 4);
@@ -56,25 +73,27 @@ Deno.test("maxAttempts holds across restarts: seven kills after the call send it
 Deno.test("a reopen allows exactly one request past maxAttempts: a kill during it gives up again", async () => {
   await db.freshSchema();
   const world = await SimWorld.open(db);
-  const spawn = async (crash: boolean) => {
-    const exit = await world.spawn({
-      runId: "ma2",
-      plan: crash ? { crashAt: "after_call", crashSeq: 0 } : {},
-    }).exit;
-    await world.advance(1_000);
-    return exit.kind === "exited" ? exit.outcome.status : exit.kind;
-  };
-  for (let i = 0; i < 4; i++) assert.equal(await spawn(true), "killed");
-  assert.equal(await spawn(true), "failed");
+  const clean = () => finish(world, world.spawn({ runId: "ma2" }));
+  assert.deepEqual(await crashEach(world, "ma2", "after_call", 5), [
+    "killed",
+    "killed",
+    "killed",
+    "killed",
+    "failed",
+  ]);
   assert.ok(await world.observer.reopenRun("ma2", world.clock.now()));
-  assert.equal(await spawn(true), "killed", "the reopen's one request went out, and its worker died");
-  assert.equal(await spawn(false), "failed", "no second request past the limit without another reopen");
+  assert.deepEqual(
+    await crashEach(world, "ma2", "after_call", 1),
+    ["killed"],
+    "the reopen's one request went out, and its worker died",
+  );
+  assert.equal(await clean(), "failed", "no second request past the limit without another reopen");
   let snap = await world.snapshot("ma2");
   assert.equal(snap.requestsByKey["ma2:0"], 5);
   assert.match(snap.run?.error ?? "", /was sent 5 times \(maxAttempts is 4\)/);
 
   assert.ok(await world.observer.reopenRun("ma2", world.clock.now()));
-  assert.equal(await spawn(false), "done");
+  assert.equal(await clean(), "done");
   snap = await world.snapshot("ma2");
   assert.equal(snap.requestsByKey["ma2:0"], 6);
   assert.equal(snap.effects[0].status, "confirmed");
@@ -92,8 +111,7 @@ Deno.test("a reconcile that never answers is given up on at its own timeout, and
       reconcileTimeoutMs: 5_000,
     }],
   });
-  const killed = await world.spawn({ runId: "rc-slow", plan: { crashAt: "after_call", crashSeq: 0 } }).exit;
-  assert.equal(ended(killed), "killed");
+  assert.deepEqual(await crashEach(world, "rc-slow", "after_call", 1), ["killed"]);
   assert.equal(await finish(world, world.spawn({ runId: "rc-slow" })), "blocked");
   const snap = await world.snapshot("rc-slow");
   assert.equal(snap.effects[0].status, "flagged");
@@ -121,13 +139,7 @@ Deno.test("a tool that takes a key asks its reconcile before giving up at maxAtt
         },
       })),
   });
-  for (let i = 0; i < 4; i++) {
-    assert.equal(
-      ended(await world.spawn({ runId: "rc-limit", plan: { crashAt: "after_call" } }).exit),
-      "killed",
-    );
-    await world.advance(1_000);
-  }
+  assert.deepEqual(await crashEach(world, "rc-limit", "after_call", 4), Array(4).fill("killed"));
   assert.equal(await finish(world, world.spawn({ runId: "rc-limit" })), "done");
   const snap = await world.snapshot("rc-limit");
   assert.equal(snap.requestsByKey["rc-limit:0"], 4, "no fifth request");
@@ -142,13 +154,7 @@ Deno.test("a keyless call its reconcile never finds stops at maxAttempts as fail
     tools: (fetch) => [chargeCard({ cloudUrl: SIM_CLOUD_URL, fetch })],
   });
   // Each worker dies after writing the intent, before the request leaves: the remote never sees one.
-  for (let i = 0; i < 4; i++) {
-    assert.equal(
-      ended(await world.spawn({ runId: "rc-never", plan: { crashAt: "after_intent" } }).exit),
-      "killed",
-    );
-    await world.advance(1_000);
-  }
+  assert.deepEqual(await crashEach(world, "rc-never", "after_intent", 4), Array(4).fill("killed"));
   assert.equal(await finish(world, world.spawn({ runId: "rc-never" })), "failed");
   let snap = await world.snapshot("rc-never");
   assert.equal(snap.effects[0].attempts, 4);
