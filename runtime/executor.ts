@@ -275,10 +275,11 @@ async function unknownOutcome(
     error: seen.error?.message,
     reconcile: answer?.status,
   });
+  const maybe = answer?.status === "not_happened" ? "" : ", so the remote may have acted";
   const what = seen.error
     ? `failed ${seen.attempts} times; last error: ${seen.error.message}${lookup}`
-    : `was sent ${seen.attempts} times (maxAttempts is ${tool.maxAttempts}) and no outcome was recorded: each worker stopped ` +
-      `before it could write one, so the remote may have acted${lookup}. Check the remote, then ` +
+    : `was sent ${seen.attempts} times (maxAttempts is ${tool.maxAttempts}) and no outcome was recorded: ` +
+      `each worker stopped before it could write one${maybe}${lookup}. Check the remote, then ` +
       `'deno task reopen ${state.fence.runId}' sends it once more under its key`;
   throw new ToolError("TOOL_GAVE_UP", `Tool call ${key} (${tool.name}) ${what}`, {
     transient: false,
