@@ -72,7 +72,9 @@ export {
   ClientError,
   connect,
   type ConnectOptions,
+  type FlaggedFilter,
   type Resolution,
+  RESOLVE_BATCH_MAX,
   type RunInfo,
   type RunRecord,
 } from "./runtime/client.ts";
@@ -115,6 +117,7 @@ export type { RunTokens } from "./runtime/store/overview.ts";
 export type {
   ApprovalRow,
   Decision,
+  EffectResolution,
   EffectStatus,
   Fence,
   JournalRow,
@@ -136,6 +139,8 @@ export {
   defineTool,
   type Json,
   type OpenAITool,
+  type ReconcileContext,
+  type Reconciliation,
   type Tool,
   type ToolContext,
   type ToolOutcome,

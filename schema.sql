@@ -173,3 +173,14 @@ create table if not exists approvals (
 -- the runs it takes and the few it skips.
 create index if not exists runs_take_order on runs ((coalesce(heartbeat_at, created_at)), run_id)
   where status in ('pending', 'running');
+
+-- migration 4: reconciled calls and reopened calls
+-- A tool that can look a call up by its key (its reconcile) confirms a call
+-- whose outcome was unknown as 'reconciled'. A reopen records on each call
+-- left at intent how many requests it had sent: while attempts still equals
+-- it, the call may be sent once more past its tool's maxAttempts (the
+-- person's go-ahead is used up by that request's intent).
+alter table side_effects drop constraint if exists side_effects_remote_check;
+alter table side_effects add constraint side_effects_remote_check
+  check (remote in ('created', 'already_done', 'reconciled', 'resolved'));
+alter table side_effects add column if not exists attempts_at_reopen integer;

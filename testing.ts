@@ -1,7 +1,8 @@
 /**
  * The kit users test their agents with: the mock model (scripted, or driving
  * any agent's tools from their JSON Schemas), the mock cloud that honours
- * idempotency keys, the deterministic simulator (simulated processes on one
+ * idempotency keys (and a keyless charges endpoint to look calls up in, for a
+ * tool's `reconcile`), the deterministic simulator (simulated processes on one
  * PGlite with a manual clock), the crash fuzzer with its fake remote, and a
  * PostgreSQL schema sandbox. Import it in
  * tests, not in production code: `mod.ts` is the runtime.
@@ -12,6 +13,7 @@
 export { ManualClock } from "./runtime/clock.ts";
 export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
 export {
+  type Charge,
   type CloudFaultSpec,
   type CloudRequestCounts,
   type CreatedResource,

@@ -7,6 +7,7 @@
  * deno task runs     [--status S] [--agent-name A] [--search TEXT] [--limit N] [--page N]
  * deno task inspect  RUN                            # one run's timeline, step by step
  * deno task resolve  KEY (--result JSON | --retry | --fail [--reason TEXT])   # settle a flagged tool call
+ * deno task resolve  --tool T | --run R (...) --dry-run | --expect N             # settle many at once
  * deno task cancel   RUN                            # stop a run; its worker stops at its next write
  * deno task reopen   RUN                            # a failed or cancelled run back to pending
  * ```
@@ -25,7 +26,14 @@ import { userInfo } from "node:os";
 import { parseArgs } from "node:util";
 import type { Agent } from "../runtime/agent.ts";
 import type { Budget } from "../runtime/budget.ts";
-import { Client, ClientError, type Resolution, type RunInfo } from "../runtime/client.ts";
+import {
+  Client,
+  ClientError,
+  type FlaggedFilter,
+  type Resolution,
+  RESOLVE_BATCH_MAX,
+  type RunInfo,
+} from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { flagProblem } from "../runtime/config.ts";
 import { ConfigError, RuntimeError, StoreError } from "../runtime/errors.ts";
@@ -243,6 +251,50 @@ export async function resolve(
   return out.effect;
 }
 
+/**
+ * Settles every flagged call of a blocked run that `filter` names the same
+ * way, after a person checked the remote: `dryRun` lists them and their
+ * count; with `expect` (that count) they are settled in one statement, or
+ * none when another number matches by then.
+ */
+export async function resolveMany(
+  ctx: CommandContext,
+  filter: FlaggedFilter,
+  resolution: Resolution,
+  opts: { dryRun: true } | { expect: number },
+): Promise<SideEffectRow[]> {
+  const p = ctx.print;
+  const what = `${filter.tool === undefined ? "" : `  tool=${filter.tool}`}${
+    filter.runId === undefined ? "" : `  run=${filter.runId}`
+  }  action=${resolution.action}`;
+  if ("dryRun" in opts) {
+    const { calls, total } = await asCommand(() => ctx.client.flagged(filter, { limit: RESOLVE_BATCH_MAX }));
+    p(`dry-run  would resolve ${total} flagged call(s) of blocked runs${what}`);
+    for (const e of calls) {
+      p(`  ${e.idempotency_key}  tool=${e.tool}  run=${e.run_id}  attempts=${e.attempts}  args=${
+        formatValue(e.args)
+      }  error=${formatValue(e.error ?? "")}`);
+    }
+    if (total > calls.length) {
+      p(`  ... and ${total - calls.length} more: at most ${RESOLVE_BATCH_MAX} at once, narrow it with --run`);
+    } else if (total > 0) {
+      p(`check the remote for these, then run the same command with --expect ${total} instead of --dry-run`);
+    }
+    return calls;
+  }
+  const out = await asCommand(() =>
+    ctx.client.resolveMany(filter, resolution, { expect: opts.expect, by: ctx.actor })
+  );
+  const released = new Set(out.unblocked);
+  for (const e of out.effects) {
+    p(`resolved  key=${e.idempotency_key}  status=${e.status}  remote=${e.remote ?? "-"}  by=${
+      formatValue(ctx.actor)
+    }  run=${e.run_id}  run_status=${released.has(e.run_id) ? "pending" : "blocked"}`);
+  }
+  p(`resolved ${out.effects.length} flagged call(s)${what}  runs_unblocked=${out.unblocked.length}`);
+  return out.effects;
+}
+
 /** Cancels a run; a worker holding it stops at its next write. */
 export async function cancel(ctx: CommandContext, runId: string): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.cancel(runId, { by: ctx.actor }));
@@ -298,10 +350,16 @@ export const COMMAND_USAGE: Record<string, string> = {
   inspect: `usage: deno task inspect RUN
   Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
   resolve: `usage: deno task resolve KEY (--result JSON | --retry | --fail [--reason TEXT]) [--by NAME]
+       deno task resolve (--tool NAME | --run RUN | both) (--result JSON | --retry | --fail [--reason TEXT])
+                         (--dry-run | --expect N) [--by NAME]
   Settles a flagged tool call of a blocked run; the run goes back to pending once none is left.
   --result JSON       it happened, and this is what the remote answered
   --retry             send it once more under the same key
-  --fail              it did not happen and must not (--reason says why)`,
+  --fail              it did not happen and must not (--reason says why)
+  Many at once: every flagged call of a blocked run of tool NAME and/or run RUN, settled the same way.
+  --dry-run           list them and their count; nothing changes
+  --expect N          settle them, in one statement, only if N match (the count the dry run listed,
+                      after checking the remote): a call flagged since is not settled unchecked`,
   cancel: `usage: deno task cancel RUN [--by NAME]
   Cancels a run that is not closed; a worker holding it stops at its next write.`,
   approve: `usage: deno task approve KEY [--by NAME]
@@ -347,6 +405,9 @@ const OPTIONS = {
   "finished-before": { type: "string" },
   "dry-run": { type: "boolean" },
   batch: { type: "string" },
+  tool: { type: "string" },
+  run: { type: "string" },
+  expect: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -394,7 +455,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   ],
   runs: ["status", "agent-name", "search", "limit", "page"],
   inspect: [],
-  resolve: ["result", "retry", "fail", "reason"],
+  resolve: ["result", "retry", "fail", "reason", "tool", "run", "dry-run", "expect"],
   cancel: [],
   reopen: [],
   prune: ["finished-before", "dry-run", "batch"],
@@ -440,7 +501,11 @@ export async function main(
     return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
   }
   if (command === "deny" && !v.reason) return usage("deny needs --reason TEXT: the model is shown it");
-  if (["inspect", "cancel", "resolve", "reopen", "approve", "deny"].includes(command) && !target) {
+  const bulk: FlaggedFilter | undefined =
+    command === "resolve" && (v.tool !== undefined || v.run !== undefined)
+      ? { tool: v.tool, runId: v.run }
+      : undefined;
+  if (["inspect", "cancel", "resolve", "reopen", "approve", "deny"].includes(command) && !target && !bulk) {
     return usage(
       `${command} needs a ${
         ["resolve", "approve", "deny"].includes(command) ? "tool call key, e.g. demo:0" : "run id"
@@ -460,6 +525,35 @@ export async function main(
         );
       }
     } else resolution = v.retry ? { action: "retry" } : { action: "fail", reason: v.reason };
+  }
+  let bulkOpts: { dryRun: true } | { expect: number } | undefined;
+  if (command === "resolve") {
+    if (bulk && target !== undefined) {
+      return usage(
+        `give a tool call key or --tool/--run, not both: current key is ${JSON.stringify(target)}`,
+      );
+    }
+    if (!bulk && (v["dry-run"] || v.expect !== undefined)) {
+      return usage("--dry-run and --expect go with --tool NAME or --run RUN");
+    }
+    if (bulk) {
+      if ((v["dry-run"] === true) === (v.expect !== undefined)) {
+        return usage(
+          "resolve --tool/--run needs --dry-run (list what it would settle) or --expect N (the count listed)",
+        );
+      }
+      if (v.expect !== undefined) {
+        const n = Number(v.expect);
+        if (!/^\d+$/.test(v.expect) || n < 1 || n > RESOLVE_BATCH_MAX) {
+          return usage(
+            `--expect must be an integer from 1 to ${RESOLVE_BATCH_MAX}: current value is ${
+              JSON.stringify(v.expect)
+            }`,
+          );
+        }
+        bulkOpts = { expect: n };
+      } else bulkOpts = { dryRun: true };
+    }
   }
   const count = (name: "limit" | "page", raw: string | undefined): number | string | undefined => {
     if (raw === undefined) return undefined;
@@ -576,7 +670,8 @@ export async function main(
         await inspect(ctx, target);
         break;
       case "resolve":
-        await resolve(ctx, target, resolution!);
+        if (bulk) await resolveMany(ctx, bulk, resolution!, bulkOpts!);
+        else await resolve(ctx, target, resolution!);
         break;
       case "cancel":
         await cancel(ctx, target);

@@ -14,6 +14,7 @@ import {
   prune,
   reopen,
   resolve,
+  resolveMany,
   runs,
   submit,
 } from "./commands.ts";
@@ -33,8 +34,8 @@ async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<voi
   }
 }
 
-/** A run blocked on a flagged call at seq 1, after a confirmed call at seq 0. */
-async function blockedRun(store: Store, runId: string): Promise<void> {
+/** A run blocked on a flagged call at seq 1 (of `tool`), after a confirmed call at seq 0. */
+async function blockedRun(store: Store, runId: string, tool = "create_server"): Promise<void> {
   await store.createRun({ runId: runId, agent: "provision", goal: "goal" }, clock.now());
   const epoch = (await store.claim(runId, 0, "w1", clock.now()))!;
   const f = { runId, epoch };
@@ -46,7 +47,7 @@ async function blockedRun(store: Store, runId: string): Promise<void> {
     }, clock.now());
     await store.effectIntent(
       f,
-      { key: `${runId}:${seq}`, seq, tool: "create_server", args: {} },
+      { key: `${runId}:${seq}`, seq, tool: seq === 1 ? tool : "create_server", args: {} },
       clock.now(),
     );
   }
@@ -178,6 +179,82 @@ Deno.test("resolve --retry puts the call back at intent and --fail marks it fail
       (e: CommandError) => e.code === "CALL_NOT_FOUND",
     );
   });
+});
+
+Deno.test("resolve --tool lists with --dry-run, then settles them all at the confirmed count, each recorded", async () => {
+  await withStore(async (ctx, out) => {
+    for (const id of ["bulk-1", "bulk-2", "bulk-3"]) await blockedRun(ctx.client.store, id, "charge_card");
+    const listed = await resolveMany(ctx, { tool: "charge_card" }, { action: "retry" }, { dryRun: true });
+    assert.equal(listed.length, 3);
+    assert.match(
+      out[0],
+      /^dry-run {2}would resolve 3 flagged call\(s\) of blocked runs {2}tool=charge_card {2}action=retry$/,
+    );
+    assert.match(
+      out[1],
+      /^ {2}bulk-1:1 {2}tool=charge_card {2}run=bulk-1 {2}attempts=1 {2}args=\{\} {2}error="outcome unknown"$/,
+    );
+    assert.match(out.at(-1)!, /--expect 3 instead of --dry-run$/);
+    assert.equal(
+      (await ctx.client.store.getEffect("bulk-1:1"))?.status,
+      "flagged",
+      "a dry run changes nothing",
+    );
+
+    await assert.rejects(
+      resolveMany(ctx, { tool: "charge_card" }, { action: "retry" }, { expect: 2 }),
+      (e: CommandError) => e.code === "COUNT_CHANGED" && e.exitCode === 1,
+    );
+    out.length = 0;
+    const settled = await resolveMany(ctx, { tool: "charge_card" }, { action: "retry" }, { expect: 3 });
+    assert.deepEqual(
+      settled.map((e) => [e.idempotency_key, e.status, e.resolved_by, e.resolved_at?.getTime()]),
+      [
+        ["bulk-1:1", "intent", "alice", clock.now().getTime()],
+        ["bulk-2:1", "intent", "alice", clock.now().getTime()],
+        ["bulk-3:1", "intent", "alice", clock.now().getTime()],
+      ],
+    );
+    assert.match(
+      out[0],
+      /^resolved {2}key=bulk-1:1 {2}status=intent {2}remote=- {2}by=alice {2}run=bulk-1 {2}run_status=pending$/,
+    );
+    assert.equal(
+      out.at(-1),
+      "resolved 3 flagged call(s)  tool=charge_card  action=retry  runs_unblocked=3",
+    );
+    for (const id of ["bulk-1", "bulk-2", "bulk-3"]) {
+      assert.equal((await ctx.client.store.getRun(id))?.status, "pending");
+    }
+  });
+});
+
+Deno.test("resolve refuses a bulk filter used wrongly, in one line with exit 2", async () => {
+  const errors: string[] = [];
+  const original = console.error;
+  console.error = (msg: string) => errors.push(msg);
+  try {
+    const cases: [string[], RegExp][] = [
+      [["--tool", "t", "--retry"], /needs --dry-run \(list what it would settle\) or --expect N/],
+      [["--tool", "t", "--retry", "--dry-run", "--expect", "2"], /needs --dry-run .* or --expect N/],
+      [["k:0", "--tool", "t", "--retry", "--dry-run"], /a tool call key or --tool\/--run, not both/],
+      [["k:0", "--retry", "--dry-run"], /--dry-run and --expect go with --tool NAME or --run RUN/],
+      [
+        ["--run", "r", "--fail", "--expect", "0"],
+        /--expect must be an integer from 1 to 1000: current value is "0"/,
+      ],
+      [["--run", "r", "--dry-run"], /exactly one of --result JSON, --retry, --fail/],
+      [["--run", "bad id", "--retry", "--dry-run"], /BAD_RUN_ID/],
+    ];
+    for (const [args, problem] of cases) {
+      errors.length = 0;
+      assert.equal(await main(["resolve", ...args], { DATA_DIR: dir }, () => {}), 2, args.join(" "));
+      assert.equal(errors.length, 1, args.join(" "));
+      assert.match(errors[0], problem);
+    }
+  } finally {
+    console.error = original;
+  }
 });
 
 Deno.test("cancel closes a run; its worker's next fenced write is refused as closed", async () => {

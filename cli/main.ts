@@ -34,7 +34,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in t
   submit        create a pending run
   runs          list runs, newest first
   inspect       one run's timeline, step by step
-  resolve       settle a flagged tool call
+  resolve       settle a flagged tool call, or all of one tool or run (--tool, --run)
   cancel        stop a run
   reopen        resume a failed or cancelled run
   approve       approve a tool call that waits for a person

@@ -103,12 +103,14 @@ Deno.test("a tool result holding a NUL character is stored (written out as \\u00
 
 Deno.test("a run whose workers keep dying without progress is stopped as failed after a bounded number of claims", async () => {
   await db.freshSchema();
-  // A tool whose call never returns: each incarnation dies while the call is in flight.
+  // A tool whose call never returns: each incarnation dies while the call is in flight. Its request
+  // limit is set past the claims bound, which is what this test is about.
   let calls = 0;
   const stuck = defineTool({
     name: "create_server",
     description: "Hangs.",
     args: z.object({}).passthrough(),
+    maxAttempts: 20,
     run: () => {
       calls++;
       return new Promise(() => {});

@@ -8,7 +8,10 @@
  * header. The first request under a key performs the effect and gets `201`
  * with `{ "id": "fx-0000001", ...body }`; a later one with the same key and
  * body gets the stored answer again (`200`, header `Idempotent-Replayed:
- * true`), and with another body `422`. `GET` answers `{ "effects": n }`.
+ * true`), and with another body `422`. `GET` answers `{ "effects": n }`;
+ * `GET <any path>?idempotency_key=K` looks one up without performing it: the
+ * stored answer (`200`), or `404` when nothing was done under `K`, for a
+ * tool's `reconcile` to ask.
  *
  * @example
  * ```ts
@@ -78,7 +81,14 @@ export class FakeRemote {
   /** Answers one request; pass it wherever a tool takes a `fetch`. */
   readonly fetch: FetchLike = async (req: Request): Promise<Response> => {
     const url = new URL(req.url);
-    if (req.method === "GET") return jsonResponse(200, { effects: this.#order.length });
+    if (req.method === "GET") {
+      const lookup = url.searchParams.get("idempotency_key");
+      if (lookup === null) return jsonResponse(200, { effects: this.#order.length });
+      const found = this.#byKey.get(lookup);
+      return found
+        ? jsonResponse(200, found.answer)
+        : errorResponse(404, "not_found", `nothing was done under key ${lookup}`);
+    }
     const key = req.headers.get("idempotency-key");
     if (key) this.#requests.set(key, (this.#requests.get(key) ?? 0) + 1);
     const f = this.#faults;
@@ -127,6 +137,12 @@ export class FakeRemote {
   /** The effects performed, in order (one per key, unless something sent two keys for one action). */
   effects(): FakeEffect[] {
     return this.#order.map((e) => ({ ...e }));
+  }
+
+  /** The effect performed under `key`, if any (what a lookup by key finds). */
+  lookup(key: string): FakeEffect | undefined {
+    const found = this.#byKey.get(key);
+    return found && { ...found.effect };
   }
 
   /** Requests received per idempotency key, replays and failures included. */

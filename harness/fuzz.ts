@@ -645,6 +645,8 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
         timeoutMs: Math.min(t.timeoutMs, FUZZ_TIMEOUT_MS),
         maxAttempts: FUZZ_ATTEMPTS,
         run: (args, ctx) => t.run(args, ctx),
+        reconcile: t.reconcile,
+        reconcileTimeoutMs: Math.min(t.reconcileTimeoutMs, FUZZ_TIMEOUT_MS),
       })
     );
   const goal = opts.goal ??

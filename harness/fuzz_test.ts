@@ -159,3 +159,25 @@ Deno.test("FakeRemote performs one effect per key and replays the stored answer"
   assert.deepEqual(remote.requestsByKey(), { "r:0": 3, "r:1": 1 });
   assert.throws(() => remote.setFaults({ fail_next: -1 }), TypeError);
 });
+
+Deno.test("FakeRemote looks an effect up by its key without performing it", async () => {
+  const remote = new FakeRemote();
+  const lookup = (key: string) => remote.fetch(new Request(`http://fake/v1/things?idempotency_key=${key}`));
+  const missing = await lookup("r:0");
+  assert.equal(missing.status, 404);
+  await missing.body?.cancel();
+  await (await remote.fetch(
+    new Request("http://fake/v1/things", {
+      method: "POST",
+      headers: { "idempotency-key": "r:0" },
+      body: "{}",
+    }),
+  )).body?.cancel();
+  const found = await lookup("r:0");
+  assert.equal(found.status, 200);
+  assert.deepEqual(await found.json(), { id: "fx-0000001" });
+  assert.equal(remote.lookup("r:0")?.id, "fx-0000001");
+  assert.equal(remote.lookup("r:1"), undefined);
+  assert.equal(remote.effects().length, 1, "a lookup performs nothing");
+  assert.deepEqual(remote.requestsByKey(), { "r:0": 1 });
+});

@@ -4,7 +4,10 @@
  * while a request with the key is in progress, 422 for the key reused with
  * another body, errors as `application/problem+json`) and can be told to
  * misbehave, so the runtime's retry and crash-recovery paths can be exercised
- * deterministically.
+ * deterministically. One endpoint takes no key, as many payment APIs do:
+ * `POST /v1/charges` charges again on every request, and
+ * `GET /v1/charges?reference=R` finds the charges made with a reference, so
+ * a tool can look a call up by its key (its `reconcile`).
  *
  * @module
  */
@@ -16,7 +19,7 @@ import { droppedResponse, garbageResponse, jsonResponse, problemResponse } from 
 import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
 
 /** The kinds of resource the cloud can create. */
-export type ResourceKind = "server" | "database" | "dns_record";
+export type ResourceKind = "server" | "database" | "dns_record" | "charge";
 
 /** Options of {@linkcode MockCloud.open}. */
 export interface MockCloudOptions {
@@ -28,7 +31,7 @@ export interface MockCloudOptions {
 
 /** One resource created under an idempotency key, as listed by `created()`. */
 export interface CreatedResource {
-  /** The `Idempotency-Key` it was created under. */
+  /** The `Idempotency-Key` it was created under; for a charge, which takes none, its `reference` (or ""). */
   key: string;
   /** What was created. */
   kind: ResourceKind;
@@ -54,7 +57,8 @@ export interface CloudRequestCounts {
  * Misbehaviour for the next requests to one endpoint (or to every `/v1/*`
  * endpoint when `path` is omitted). Per request, the first applicable knob
  * wins, in this order: `delay_ms`, `fail_next`, `hang_next`, `garbage_next`,
- * `drop_after_act_next`. Each `*_next` counter is decremented when it fires.
+ * `drop_after_act_next`, `hang_after_act_next`. Each `*_next` counter is
+ * decremented when it fires. Lookups (`GET`) are never affected.
  */
 export interface CloudFaultSpec {
   /** Endpoint such as `/v1/servers`; omitted = every `/v1/*` endpoint. */
@@ -76,6 +80,23 @@ export interface CloudFaultSpec {
    * the response body errors, so a client only sees success by reading it.
    */
   drop_after_act_next?: number;
+  /**
+   * The next N requests do the work (and persist it), then never answer
+   * until the client aborts: a caller that dies now never learns it happened.
+   */
+  hang_after_act_next?: number;
+}
+
+/** One charge, as `GET /v1/charges?reference=R` lists it. */
+export interface Charge {
+  /** Provider id, e.g. `ch-0000004`. */
+  id: string;
+  /** What was charged. */
+  amount_cents: number;
+  /** The caller's reference (a tool sends its idempotency key), or null. */
+  reference: string | null;
+  /** When it was made (ISO 8601). */
+  created_at: string;
 }
 
 interface StoredResource extends CreatedResource {
@@ -98,7 +119,10 @@ const KIND_BY_PATH: Record<string, { kind: ResourceKind; prefix: string }> = {
 /** Key of the fault spec that applies to every endpoint. */
 const ALL_PATHS = "*";
 
-type CountField = "fail_next" | "hang_next" | "garbage_next" | "drop_after_act_next";
+type CountField = "fail_next" | "hang_next" | "garbage_next" | "drop_after_act_next" | "hang_after_act_next";
+
+/** Where charges are made and looked up; it takes no `Idempotency-Key`. */
+const CHARGES = "/v1/charges";
 
 /**
  * A fake cloud provider. Use {@linkcode MockCloud.open} to create one, then
@@ -150,8 +174,16 @@ export class MockCloud {
   handler = async (req: Request): Promise<Response> => {
     const url = new URL(req.url);
     const path = url.pathname;
+    if (path === CHARGES && req.method === "POST") return await this.#handleCharge(req);
     if (path.startsWith("/v1/") && req.method === "POST") return await this.#handleCreate(req, path);
     switch (`${req.method} ${path}`) {
+      case `GET ${CHARGES}`: {
+        const reference = url.searchParams.get("reference");
+        if (reference === null) {
+          return problem(400, "missing_reference", "GET /v1/charges needs ?reference=R");
+        }
+        return jsonResponse(200, { data: this.charges(reference) });
+      }
       case "GET /created":
         return jsonResponse(200, this.created(url.searchParams.get("prefix") ?? undefined));
       case "GET /requests":
@@ -171,6 +203,18 @@ export class MockCloud {
     return this.#state.resources
       .filter((resource) => prefix === undefined || resource.key.startsWith(prefix))
       .map(({ key, kind, id, payload, created_at }) => ({ key, kind, id, payload, created_at }));
+  }
+
+  /** The charges made with `reference`, in creation order (one, unless a caller charged twice). */
+  charges(reference: string): Charge[] {
+    return this.#state.resources
+      .filter((resource) => resource.kind === "charge" && resource.payload.reference === reference)
+      .map(({ id, payload, created_at }) => ({
+        id,
+        amount_cents: payload.amount_cents as number,
+        reference: typeof payload.reference === "string" ? payload.reference : null,
+        created_at,
+      }));
   }
 
   /** Counts of `POST /v1/*` requests received (a copy). */
@@ -231,18 +275,48 @@ export class MockCloud {
     }
     this.#in_progress.add(parsed);
     try {
-      const injected = await this.#applyFaults(path, req);
-      if (injected instanceof Response) return injected;
-      const response = await this.#createOrReplay(req, parsed, route.kind, route.prefix);
-      if (injected === "drop") {
-        await response.body?.cancel();
-        return droppedResponse(response.status);
-      }
-      return response;
+      return await this.#faulty(path, req, () => this.#createOrReplay(req, parsed, route.kind, route.prefix));
     } finally {
       // Released even when a hung or delayed request is aborted, or the next one would wait forever.
       this.#in_progress.delete(parsed);
     }
+  }
+
+  /** A charge: made again on every request (no key), found later by its `reference`. */
+  async #handleCharge(req: Request): Promise<Response> {
+    this.#countRequest(CHARGES, null);
+    return await this.#faulty(CHARGES, req, async () => {
+      const payload = await readJsonObject(req);
+      const amount = payload?.amount_cents;
+      if (payload === undefined || !Number.isInteger(amount) || (amount as number) < 1) {
+        return problem(
+          400,
+          "bad_json",
+          "the body must be a JSON object with a positive integer amount_cents",
+        );
+      }
+      if (payload.reference !== undefined && typeof payload.reference !== "string") {
+        return problem(400, "bad_json", "reference must be a string");
+      }
+      const reference = typeof payload.reference === "string" ? payload.reference : "";
+      return jsonResponse(201, this.#store(reference, "charge", "ch-", payload).body);
+    });
+  }
+
+  /** Answers `handle()` with the faults in force for `path` applied around it. */
+  async #faulty(path: string, req: Request, handle: () => Promise<Response>): Promise<Response> {
+    const injected = await this.#applyFaults(path, req);
+    if (injected instanceof Response) return injected;
+    const response = await handle();
+    if (injected === "drop") {
+      await response.body?.cancel();
+      return droppedResponse(response.status);
+    }
+    if (injected === "hang") {
+      await response.body?.cancel();
+      await waitForAbort(AbortSignal.any([req.signal, this.#release.signal]));
+    }
+    return response;
   }
 
   async #createOrReplay(
@@ -270,6 +344,13 @@ export class MockCloud {
       return jsonResponse(200, existing.body, { "Idempotent-Replayed": "true" });
     }
 
+    const resource = this.#store(key, kind, prefix, payload);
+    this.#by_key.set(key, resource);
+    return jsonResponse(201, resource.body, { "Idempotent-Replayed": "false" });
+  }
+
+  /** Creates a resource with the next id and persists it. */
+  #store(key: string, kind: ResourceKind, prefix: string, payload: Record<string, unknown>): StoredResource {
     const id = `${prefix}${String(this.#state.next_id++).padStart(7, "0")}`;
     const body: Record<string, unknown> = { id, kind, ...payload };
     // Reassigning keeps the keys first but stops a payload field from overriding them.
@@ -284,9 +365,8 @@ export class MockCloud {
       body: JSON.stringify(body),
     };
     this.#state.resources.push(resource);
-    this.#by_key.set(key, resource);
     this.#persist();
-    return jsonResponse(201, resource.body, { "Idempotent-Replayed": "false" });
+    return resource;
   }
 
   #countRequest(path: string, key: string | null): void {
@@ -297,8 +377,11 @@ export class MockCloud {
     this.#persist();
   }
 
-  /** Returns an injected answer, `"drop"` to lose the real answer, or `undefined` to behave. */
-  async #applyFaults(path: string, req: Request): Promise<Response | "drop" | undefined> {
+  /**
+   * Returns an injected answer, `"drop"` to lose the real answer, `"hang"` to
+   * hold it until the client aborts, or `undefined` to behave.
+   */
+  async #applyFaults(path: string, req: Request): Promise<Response | "drop" | "hang" | undefined> {
     const specs = [this.#faults.get(path), this.#faults.get(ALL_PATHS)]
       .filter((spec): spec is CloudFaultSpec => spec !== undefined);
     const delay_ms = specs.find((spec) => spec.delay_ms)?.delay_ms;
@@ -323,6 +406,7 @@ export class MockCloud {
     if (take(specs, "hang_next")) await waitForAbort(AbortSignal.any([req.signal, this.#release.signal]));
     if (take(specs, "garbage_next")) return garbageResponse();
     if (take(specs, "drop_after_act_next")) return "drop";
+    if (take(specs, "hang_after_act_next")) return "hang";
     return undefined;
   }
 
@@ -391,6 +475,7 @@ function parseFaultSpec(value: unknown): CloudFaultSpec {
     "hang_next",
     "garbage_next",
     "drop_after_act_next",
+    "hang_after_act_next",
   ]);
   const unknown = Object.keys(value).filter((field) => !known.has(field));
   if (unknown.length > 0) throw new TypeError(`unknown fault field(s): ${unknown.join(", ")}`);
@@ -411,6 +496,7 @@ function parseFaultSpec(value: unknown): CloudFaultSpec {
     hang_next: optionalCount(value, "hang_next"),
     garbage_next: optionalCount(value, "garbage_next"),
     drop_after_act_next: optionalCount(value, "drop_after_act_next"),
+    hang_after_act_next: optionalCount(value, "hang_after_act_next"),
   };
   // Drop the undefined fields so `faults()` and `GET /_faults` show only what was set.
   return Object.fromEntries(Object.entries(spec).filter(([, v]) => v !== undefined)) as CloudFaultSpec;

@@ -381,3 +381,57 @@ Deno.test("removing the state directory under a running cloud does not break it:
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("charges take no key: each request charges again, and a lookup by reference finds them", async () => {
+  const cloud = await MockCloud.open({ now: FIXED_NOW });
+  const first = await cloud.handler(post("/v1/charges", { amount_cents: 1299, reference: "run1:0" }));
+  assert.equal(first.status, 201);
+  assert.deepEqual(await first.json(), {
+    id: "ch-0000001",
+    kind: "charge",
+    amount_cents: 1299,
+    reference: "run1:0",
+  });
+  const found = await cloud.handler(get("/v1/charges?reference=run1%3A0"));
+  assert.deepEqual(await found.json(), {
+    data: [{
+      id: "ch-0000001",
+      amount_cents: 1299,
+      reference: "run1:0",
+      created_at: FIXED_NOW().toISOString(),
+    }],
+  });
+  // A re-send is a second charge: nothing here recognises it.
+  const again = await cloud.handler(
+    post("/v1/charges", { amount_cents: 1299, reference: "run1:0" }, "run1:0"),
+  );
+  assert.equal(again.status, 201);
+  await again.body?.cancel();
+  assert.deepEqual(cloud.charges("run1:0").map((c) => c.id), ["ch-0000001", "ch-0000002"]);
+  assert.deepEqual(cloud.charges("other"), []);
+  assert.deepEqual(await (await cloud.handler(get("/v1/charges?reference=other"))).json(), { data: [] });
+  assert.equal(cloud.requests().by_path["/v1/charges"], 2);
+  await assertProblem(await cloud.handler(get("/v1/charges")), 400);
+  await assertProblem(await cloud.handler(post("/v1/charges", { amount_cents: 0 })), 400);
+  await assertProblem(await cloud.handler(post("/v1/charges", { amount_cents: 5, reference: 7 })), 400);
+  assert.equal(cloud.charges("run1:0").length, 2, "refused requests charge nothing");
+});
+
+Deno.test("hang_after_act_next does the work, then never answers until the caller aborts", async () => {
+  const cloud = await MockCloud.open();
+  cloud.setFaults({ path: "/v1/charges", hang_after_act_next: 1 });
+  await assert.rejects(
+    cloud.handler(
+      post("/v1/charges", { amount_cents: 5, reference: "k" }, undefined, AbortSignal.timeout(30)),
+    ),
+    (err: unknown) => err instanceof DOMException && err.name === "TimeoutError",
+  );
+  assert.equal(cloud.charges("k").length, 1, "charged, though the caller never heard");
+  cloud.setFaults({ hang_after_act_next: 1 });
+  const pending = cloud.handler(post("/v1/servers", { name: "a" }, "s"));
+  // Let the request reach its hang (the resource exists) before releasing it.
+  for (let i = 0; i < 100 && cloud.created("s").length === 0; i++) await new Promise((r) => setTimeout(r, 1));
+  cloud.releaseHung();
+  await assert.rejects(pending, (err: unknown) => err instanceof DOMException && err.name === "AbortError");
+  assert.equal(cloud.created("s").length, 1);
+});

@@ -26,15 +26,18 @@ import { OpenAIPlanner, type Planner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
 import { agentsWithRuns, countByStatus, type RunTokens, tokensByRun } from "./store/overview.ts";
 import { openPglite } from "./store/pglite.ts";
-import type {
-  ApprovalRow,
-  JournalRow,
-  RunFilter,
-  RunRow,
-  RunStatus,
-  RunSummary,
-  SideEffectRow,
-  Store,
+import {
+  type ApprovalRow,
+  type EffectResolution,
+  type FlaggedFilter,
+  type JournalRow,
+  RESOLVE_BATCH_MAX,
+  type RunFilter,
+  type RunRow,
+  type RunStatus,
+  type RunSummary,
+  type SideEffectRow,
+  type Store,
 } from "./store/store.ts";
 import { Store as StoreClass } from "./store/store.ts";
 import type { Json } from "./tools.ts";
@@ -90,6 +93,8 @@ export interface RunRecord {
   /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
   spend: { tokens: number; modelCalls: number; toolCalls: number };
 }
+
+export { type FlaggedFilter, RESOLVE_BATCH_MAX };
 
 /** How a human settles a flagged tool call. */
 export type Resolution =
@@ -263,13 +268,7 @@ export class Client {
     opts: { by?: string } = {},
   ): Promise<{ effect: SideEffectRow; unblocked: boolean }> {
     const by = opts.by ?? "client";
-    const r = resolution.action === "fail"
-      ? {
-        action: "fail" as const,
-        error: `marked failed by ${by}${resolution.reason ? `: ${resolution.reason}` : ""}`,
-      }
-      : resolution;
-    const out = await this.store.resolveEffect(key, r, by, this.clock.now());
+    const out = await this.store.resolveEffect(key, storedResolution(resolution, by), by, this.clock.now());
     if (out) return out;
     const e = await this.store.getEffect(key);
     if (!e) {
@@ -290,6 +289,68 @@ export class Client {
       `Tool call ${key} is flagged but run ${e.run_id} is ${run?.status}, not blocked: ` +
         `wait until a worker has blocked it ('deno task runs'), then resolve`,
     );
+  }
+
+  /**
+   * The flagged calls of blocked runs that match `filter` (a tool, a run, or
+   * both), by key, at most `limit` (default 100), with how many match in all:
+   * what {@link Client.resolveMany} with the same filter would settle.
+   */
+  async flagged(
+    filter: FlaggedFilter,
+    opts: { limit?: number } = {},
+  ): Promise<{ calls: SideEffectRow[]; total: number }> {
+    checkFilter(filter);
+    const limit = opts.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > RESOLVE_BATCH_MAX) {
+      throw new ClientError(
+        "LIMIT_INVALID",
+        `'limit' must be an integer from 1 to ${RESOLVE_BATCH_MAX}: current value is ${limit}`,
+      );
+    }
+    return await this.store.flaggedCalls(filter, limit);
+  }
+
+  /**
+   * Settles every flagged call of a blocked run that matches `filter` the
+   * same way, in one statement, as {@link Client.resolve} settles one (each
+   * recorded with who and when; each run left with none flagged back to
+   * pending). `expect` is the count a person confirmed after checking the
+   * remote (from {@link Client.flagged}): when another number matches as the
+   * statement runs, nothing is settled and `COUNT_CHANGED` says how many do.
+   * At most {@link RESOLVE_BATCH_MAX} at once.
+   */
+  async resolveMany(
+    filter: FlaggedFilter,
+    resolution: Resolution,
+    opts: { expect: number; by?: string },
+  ): Promise<{ effects: SideEffectRow[]; unblocked: string[] }> {
+    checkFilter(filter);
+    const { expect } = opts;
+    if (!Number.isInteger(expect) || expect < 1 || expect > RESOLVE_BATCH_MAX) {
+      throw new ClientError(
+        "COUNT_INVALID",
+        `'expect' (the number of flagged calls to resolve) must be an integer from 1 to ${RESOLVE_BATCH_MAX}: ` +
+          `current value is ${expect}`,
+      );
+    }
+    const by = opts.by ?? "client";
+    const out = await this.store.resolveEffects(filter, storedResolution(resolution, by), {
+      by,
+      now: this.clock.now(),
+      expect,
+    });
+    if (out.matched !== expect) {
+      throw new ClientError(
+        "COUNT_CHANGED",
+        `${out.matched > RESOLVE_BATCH_MAX ? `More than ${RESOLVE_BATCH_MAX}` : out.matched} flagged ` +
+          `call(s) of blocked runs match ${
+            describeFilter(filter)
+          } now, not the ${expect} confirmed: nothing ` +
+          `was resolved. List them again (--dry-run), check the remote, and confirm that count`,
+      );
+    }
+    return { effects: out.effects, unblocked: out.unblocked };
   }
 
   /**
@@ -469,6 +530,31 @@ function readEnv(): Record<string, string | undefined> {
   } catch {
     return {}; // no env permission: the agent's own settings must do
   }
+}
+
+/** A resolution as the store writes it: a failure carries who marked it failed, and why. */
+function storedResolution(resolution: Resolution, by: string): EffectResolution {
+  return resolution.action === "fail"
+    ? { action: "fail", error: `marked failed by ${by}${resolution.reason ? `: ${resolution.reason}` : ""}` }
+    : resolution;
+}
+
+/** Refuses a bulk filter that names nothing (every flagged call at once is never what is meant). */
+function checkFilter(filter: FlaggedFilter): void {
+  if (filter.tool === undefined && filter.runId === undefined) {
+    throw new ClientError(
+      "FILTER_REQUIRED",
+      "Name the flagged calls to take: a tool ('tool'), a run ('runId'), or both",
+    );
+  }
+  if (filter.runId !== undefined) checkRunId(filter.runId);
+}
+
+function describeFilter(filter: FlaggedFilter): string {
+  return [
+    filter.tool === undefined ? "" : `tool ${JSON.stringify(filter.tool)}`,
+    filter.runId === undefined ? "" : `run ${filter.runId}`,
+  ].filter(Boolean).join(" and ");
 }
 
 function checkRunId(runId: string): void {

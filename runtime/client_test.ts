@@ -90,6 +90,93 @@ Deno.test("list() pages newest first and filters; cancel() and reopen() report w
   );
 });
 
+/** A run of `tools.length` steps, each a call of that tool left flagged; blocked unless `block` is false. */
+async function flaggedRun(runId: string, tools: string[], block = true): Promise<void> {
+  const { store } = client;
+  const now = client.clock.now();
+  await store.createRun({ runId, agent: "shop", goal: "g" }, now);
+  const f = { runId, epoch: (await store.claim(runId, 0, "w", now))! };
+  for (const [seq, tool] of tools.entries()) {
+    await store.journalIntent(f, seq, now);
+    await store.journalConfirm(f, seq, { tool, args: {} }, null, now);
+    await store.effectIntent(f, { key: `${runId}:${seq}`, seq, tool, args: {} }, now);
+    await store.effectSettle(f, `${runId}:${seq}`, "flagged", "its outcome is unknown", now);
+  }
+  if (block) await store.finishRun(f, "blocked", "needs a human", now);
+}
+
+Deno.test("resolveMany() settles the flagged calls a filter names, only at the count confirmed, as resolve() would", async () => {
+  for (const id of ["bulk-a", "bulk-b", "bulk-c"]) await flaggedRun(id, ["charge"]);
+  await flaggedRun("bulk-mixed", ["charge", "refund"]);
+  await flaggedRun("bulk-open", ["charge"], false); // flagged, its worker not done blocking it yet
+
+  const listed = await client.flagged({ tool: "charge" });
+  assert.equal(listed.total, 4);
+  assert.deepEqual(listed.calls.map((c) => c.idempotency_key), [
+    "bulk-a:0",
+    "bulk-b:0",
+    "bulk-c:0",
+    "bulk-mixed:0",
+  ]);
+  assert.equal((await client.flagged({ tool: "charge" }, { limit: 1 })).calls.length, 1);
+  assert.equal((await client.flagged({ tool: "charge" }, { limit: 1 })).total, 4);
+  await assert.rejects(client.flagged({}), (e: ClientError) => e.code === "FILTER_REQUIRED");
+  await assert.rejects(client.flagged({ runId: "no spaces" }), (e: ClientError) => e.code === "BAD_RUN_ID");
+
+  // A count other than the one matching settles nothing.
+  await assert.rejects(
+    client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 3, by: "ops" }),
+    (e: ClientError) =>
+      e.code === "COUNT_CHANGED" &&
+      /^4 flagged call\(s\) of blocked runs match tool "charge"/.test(e.message),
+  );
+  assert.equal((await client.flagged({ tool: "charge" })).total, 4, "nothing was resolved");
+  await assert.rejects(
+    client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 0 }),
+    (e: ClientError) => e.code === "COUNT_INVALID" && /current value is 0/.test(e.message),
+  );
+
+  const out = await client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 4, by: "ops" });
+  assert.deepEqual(out.effects.map((e) => [e.idempotency_key, e.status, e.resolved_by]), [
+    ["bulk-a:0", "intent", "ops"],
+    ["bulk-b:0", "intent", "ops"],
+    ["bulk-c:0", "intent", "ops"],
+    ["bulk-mixed:0", "intent", "ops"],
+  ]);
+  for (const e of out.effects) assert.ok(e.resolved_at instanceof Date, "when, as resolve() records it");
+  assert.deepEqual(
+    out.unblocked,
+    ["bulk-a", "bulk-b", "bulk-c"],
+    "a run with another flagged call stays blocked",
+  );
+  for (const id of out.unblocked) assert.equal((await client.get(id))?.status, "pending");
+  assert.equal((await client.get("bulk-mixed"))?.status, "blocked");
+  assert.equal((await client.get("bulk-open"))?.status, "running");
+  assert.equal(
+    (await client.store.getEffect("bulk-open:0"))?.status,
+    "flagged",
+    "not a blocked run's: left alone",
+  );
+
+  const failed = await client.resolveMany({ runId: "bulk-mixed" }, {
+    action: "fail",
+    reason: "refund never sent",
+  }, {
+    expect: 1,
+    by: "ops",
+  });
+  assert.equal(
+    failed.effects[0].error,
+    "marked failed by ops: refund never sent",
+    "the same words as resolve()",
+  );
+  assert.deepEqual(failed.unblocked, ["bulk-mixed"]);
+  await assert.rejects(
+    client.resolveMany({ tool: "refund" }, { action: "result", result: "r-1" }, { expect: 1 }),
+    (e: ClientError) => e.code === "COUNT_CHANGED" && /^0 flagged/.test(e.message),
+  );
+});
+
 Deno.test("defineAgent() refuses a bad name, bad limits and duplicate tool names up front", () => {
   assert.throws(() => defineAgent({ name: "has space", tools: [] }), /a name is 1-64 letters/);
   assert.throws(() => defineAgent({ name: "a", tools: [], maxSteps: 0 }), /'maxSteps' must be an integer/);

@@ -3,8 +3,10 @@
  * send the request under the idempotency key `<run_id>:<seq>`, commit the
  * confirm with the result and whether the remote created something or
  * recognised the key. Transient failures are re-sent under the same key with
- * backoff, each attempt counted before it goes out; a tool that cannot take a
- * key is never re-sent after an unknown outcome: it is flagged for a human.
+ * backoff, each attempt counted before it goes out, at most the tool's
+ * `maxAttempts` across restarts; a tool that cannot take a key is never
+ * re-sent after an unknown outcome unless its `reconcile` says the call did
+ * not happen: it is flagged for a human.
  *
  * @module
  */
@@ -13,6 +15,7 @@ import { checkToolRequest } from "./budget.ts";
 import { deadline } from "./clock.ts";
 import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
+import { askRemote } from "./reconcile.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
 
@@ -68,6 +71,31 @@ export interface PreparedCall {
   rawArgs: Json;
   /** As parsed by the tool's schema (what `run` receives). */
   args: unknown;
+  /**
+   * Set for a call an earlier worker left at `intent` (recovery): what a
+   * person said about it since its last request.
+   */
+  resumed?: Resumed;
+}
+
+/** What a person said about a call left at `intent` since its last request. */
+export interface Resumed {
+  /** `resolve --retry`: the person checked the remote and approved one more request. */
+  approved: boolean;
+  /** `reopen`: one more request than the tool's `maxAttempts` is allowed. */
+  reopened: boolean;
+}
+
+/** What the worker knows of a call whose last request's outcome is unknown. */
+interface Unknown {
+  /** Requests sent under the key so far. */
+  attempts: number;
+  /** The last request's error; none when a worker stopped before writing its outcome. */
+  error?: ToolError;
+  /** See {@link Resumed}. */
+  approved: boolean;
+  /** See {@link Resumed}. */
+  reopened: boolean;
 }
 
 /** Carries out the decided tool call of step `seq`, unless it already happened. */
@@ -126,7 +154,13 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
   const { log, store, clock, crash } = deps;
   const runId = state.fence.runId;
   const { key, seq, tool } = call;
-  // Bounded by the tool's maxAttempts (counted across restarts by the row).
+  // A call an earlier worker left at intent: may it be sent again, and is it known by now?
+  const left = state.effects.get(seq);
+  if (call.resumed && left) {
+    const unknown = { attempts: left.attempts, ...call.resumed };
+    if ((await unknownOutcome(deps, state, call, unknown)) === "settled") return;
+  }
+  // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
   for (;;) {
     checkToolRequest(state);
     const row = await store.effectIntentRow(
@@ -155,30 +189,8 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
         ? err
         : new ToolError("TOOL_THREW", describeError(err), { transient: true, cause: err });
       if (e.transient) {
-        if (!tool.idempotent) {
-          await flag(
-            deps,
-            state,
-            { key, seq, toolName: tool.name },
-            `it failed with an unknown outcome (${e.message}) and ${tool.name} takes no idempotency key`,
-          );
-        }
-        if (attempt >= tool.maxAttempts) {
-          log.error("gave-up", {
-            run: runId,
-            seq,
-            key,
-            tool: tool.name,
-            attempts: attempt,
-            code: e.code,
-            error: e.message,
-          });
-          throw new ToolError(
-            "TOOL_GAVE_UP",
-            `Tool call ${key} (${tool.name}) failed ${attempt} times; last error: ${e.message}`,
-            { transient: false, cause: e },
-          );
-        }
+        const unknown = { attempts: attempt, error: e, approved: false, reopened: false };
+        if ((await unknownOutcome(deps, state, call, unknown)) === "settled") return;
         // A remote that says when to come back (409 in progress, 429, 503) knows better than our backoff.
         const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
         log.warn("retrying", {
@@ -201,13 +213,92 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
       return;
     }
     await crash.hit("after_call", seq);
-    const remote = outcome.remote ?? "created";
-    await store.effectConfirm(state.fence, key, outcome.result, remote, clock.now());
-    settle(state, seq, { status: "confirmed", result: outcome.result, remote });
-    log.info("confirmed", { run: runId, seq, key, result: outcome.result, remote });
-    await crash.hit("after_confirm", seq);
+    await confirm(deps, state, call, outcome.result, outcome.remote ?? "created");
     return;
   }
+}
+
+/**
+ * Decides what becomes of a call whose last request's outcome is unknown (an
+ * unknown-outcome error, or a worker that stopped before writing it):
+ * "send" when one more request may go out, "settled" when the tool's
+ * `reconcile` found that it happened (confirmed as `reconciled`). Otherwise
+ * it throws: {@link BlockedError} once the call is flagged, or `TOOL_GAVE_UP`.
+ *
+ * - A person's `resolve --retry` since the last request approves one more.
+ * - At the tool's `maxAttempts` (one more after a `reopen`) nothing is sent:
+ *   the run fails `TOOL_GAVE_UP` with the row at `intent`, as the outcome is
+ *   still unknown, unless `reconcile` says it happened. A tool that takes no
+ *   key is flagged instead when `reconcile` cannot say it did not happen.
+ * - Below it a tool that takes a key is sent again under it; one that takes
+ *   none only when `reconcile` says it did not happen, and flagged otherwise.
+ */
+async function unknownOutcome(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  seen: Unknown,
+): Promise<"send" | "settled"> {
+  const { key, seq, tool } = call;
+  if (seen.approved) return "send";
+  const atLimit = seen.attempts >= tool.maxAttempts && !seen.reopened;
+  if (tool.idempotent && !atLimit) return "send";
+  const answer = await askRemote(deps, state, { key, seq, tool, args: call.args, attempts: seen.attempts });
+  if (answer?.status === "happened") {
+    await confirm(deps, state, call, answer.result, "reconciled");
+    return "settled";
+  }
+  if (answer?.status === "not_happened" && !atLimit) return "send";
+  const lookup = answer === undefined
+    ? ""
+    : answer.status === "not_happened"
+    ? "; its reconcile says it did not happen"
+    : `; its reconcile could not tell${answer.reason ? ` (${answer.reason})` : ""}`;
+  if (!tool.idempotent && answer?.status !== "not_happened") {
+    const unknown = seen.error
+      ? `it failed with an unknown outcome (${seen.error.message})`
+      : "its outcome is unknown";
+    await flag(
+      deps,
+      state,
+      { key, seq, toolName: tool.name },
+      `${unknown} and ${tool.name} takes no idempotency key${lookup}`,
+    );
+  }
+  deps.log.error("gave-up", {
+    run: state.fence.runId,
+    seq,
+    key,
+    tool: tool.name,
+    attempts: seen.attempts,
+    code: seen.error?.code,
+    error: seen.error?.message,
+    reconcile: answer?.status,
+  });
+  const maybe = answer?.status === "not_happened" ? "" : ", so the remote may have acted";
+  const what = seen.error
+    ? `failed ${seen.attempts} times; last error: ${seen.error.message}${lookup}`
+    : `was sent ${seen.attempts} times (maxAttempts is ${tool.maxAttempts}) and no outcome was recorded: ` +
+      `each worker stopped before it could write one${maybe}${lookup}. Check the remote, then ` +
+      `'deno task reopen ${state.fence.runId}' sends it once more under its key`;
+  throw new ToolError("TOOL_GAVE_UP", `Tool call ${key} (${tool.name}) ${what}`, {
+    transient: false,
+    cause: seen.error,
+  });
+}
+
+/** Commits a call's outcome and records it in the run's state. */
+async function confirm(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  result: Json,
+  remote: "created" | "already_done" | "reconciled",
+): Promise<void> {
+  await deps.store.effectConfirm(state.fence, call.key, result, remote, deps.clock.now());
+  settle(state, call.seq, { status: "confirmed", result, remote });
+  deps.log.info("confirmed", { run: state.fence.runId, seq: call.seq, key: call.key, result, remote });
+  await deps.crash.hit("after_confirm", call.seq);
 }
 
 /**

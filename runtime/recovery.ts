@@ -2,9 +2,12 @@
  * Recovery: the first thing a worker does after claiming a run. A tool row
  * left at `intent` is a call whose outcome nobody recorded; it is re-sent
  * under its original idempotency key (the remote answers `already_done` if
- * the first request reached it), or flagged for a human when the tool takes
- * no key. Journal rows left at `intent` need nothing here: the loop decides
- * those steps again, which is the one model call a lost answer costs.
+ * the first request reached it) unless it has used up its tool's
+ * `maxAttempts` (the run fails `TOOL_GAVE_UP`). A tool that takes no key is
+ * asked first (its `reconcile`) whether the call happened, and the call is
+ * flagged for a human when it cannot tell. Journal rows left at `intent`
+ * need nothing here: the loop decides those steps again, which is the one
+ * model call a lost answer costs.
  *
  * @module
  */
@@ -44,19 +47,22 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
       // flag() never returns: it records the flag and throws BlockedError.
       return await flag(deps, state, where, `it cannot be re-sent safely: ${checked.message}`);
     }
-    // A human who resolved the flag with --retry approved exactly one re-send:
+    // A person who resolved the flag with --retry approved exactly one re-send:
     // the approval is newer than the last intent. Once that re-send's intent
     // is written (intent_at moves past resolved_at), a crash flags it again.
-    const approved = row.resolved_at !== null && new Date(row.resolved_at) > new Date(row.intent_at);
-    if (!checked.tool.idempotent && !approved) {
-      await flag(deps, state, where, `its outcome is unknown and ${row.tool} takes no idempotency key`);
-    }
+    // A reopen allows one request past maxAttempts, until the next intent
+    // moves attempts past the count it recorded.
+    const resumed = {
+      approved: row.resolved_at !== null && new Date(row.resolved_at) > new Date(row.intent_at),
+      reopened: row.attempts_at_reopen === row.attempts,
+    };
     const call = {
       key: row.idempotency_key,
       seq: row.seq,
       tool: checked.tool,
       rawArgs: row.args,
       args: checked.args,
+      resumed,
     };
     log.info("reconciling", {
       run: runId,

@@ -51,6 +51,42 @@ export interface ToolOutcome {
   remote?: "created" | "already_done";
 }
 
+/** What a tool's `reconcile` receives besides the call's arguments. */
+export interface ReconcileContext {
+  /** The call's key, `<run_id>:<seq>`: look the call up by it (sent as the remote's reference). */
+  idempotencyKey: string;
+  /** The run the call belongs to. */
+  runId: string;
+  /** The step the call belongs to. */
+  seq: number;
+  /** Requests sent under the key so far, the last one's outcome unknown. */
+  attempts: number;
+  /** Aborts when the check times out (`reconcileTimeoutMs`) or the worker stops. */
+  signal: AbortSignal;
+  /** The trace context of the check as HTTP headers (`traceparent`), empty with telemetry off. */
+  traceHeaders(): Record<string, string>;
+}
+
+/**
+ * What a tool's `reconcile` found out about a call whose outcome was unknown:
+ *
+ * - `happened`: the remote did it, and `result` is what it returned. The
+ *   call is confirmed with `remote = "reconciled"` and never sent again.
+ * - `not_happened`: the remote has no trace of it, so sending it now cannot
+ *   do the work twice. The runtime sends it (within `maxAttempts`).
+ * - `unknown`: the remote cannot say (the lookup failed, the job is still
+ *   running, two records match): the runtime does what it would have done
+ *   without a check, flags the call for a person (or, for a tool that takes
+ *   a key, stops at `maxAttempts`). `reason` is shown to that person.
+ *
+ * A `reconcile` that throws, answers anything else or outlasts
+ * `reconcileTimeoutMs` counts as `unknown`.
+ */
+export type Reconciliation =
+  | { status: "happened"; result: Json }
+  | { status: "not_happened" }
+  | { status: "unknown"; reason?: string };
+
 /**
  * What the runtime needs of an argument schema: a zod schema (zod 4), seen
  * structurally so the public API does not expose zod's own types.
@@ -86,6 +122,17 @@ export interface ToolSpec<A> {
   approval?: boolean | ((args: A) => boolean);
   /** Performs the call. Throw a {@link ToolError} to say whether a re-send may help. */
   run(args: A, ctx: ToolContext): Promise<ToolOutcome>;
+  /**
+   * Asks the remote whether a call whose outcome is unknown happened, by its
+   * key (a lookup by the reference `run` sent): see {@link Reconciliation}.
+   * The runtime asks before it would flag a call of a tool that takes no key
+   * (after a crash or an unknown-outcome error), and before it gives up at
+   * `maxAttempts`; it asks once each time, and never sends while it asks.
+   * Read-only: it must not perform the call itself.
+   */
+  reconcile?(args: A, ctx: ReconcileContext): Promise<Reconciliation>;
+  /** Timeout of one `reconcile`, through `ctx.signal` (then it counts as `unknown`). Default `timeoutMs`. */
+  reconcileTimeoutMs?: number;
 }
 
 /** A tool as the runtime holds it. */
@@ -108,6 +155,10 @@ export interface Tool {
   needsApproval(args: unknown): boolean;
   /** Performs the call with arguments already checked against `args`. */
   run(args: unknown, ctx: ToolContext): Promise<ToolOutcome>;
+  /** Looks a call up on the remote by its key, when the tool can ({@link ToolSpec.reconcile}). */
+  readonly reconcile?: (args: unknown, ctx: ReconcileContext) => Promise<Reconciliation>;
+  /** Timeout of one `reconcile`. */
+  readonly reconcileTimeoutMs: number;
 }
 
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -136,16 +187,21 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
   }
   const timeoutMs = spec.timeoutMs ?? 30_000;
   const maxAttempts = spec.maxAttempts ?? 4;
-  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) {
-    throw new RuntimeError(
-      "TOOL_INVALID",
-      `Cannot define tool ${spec.name} as 'timeoutMs' must be a positive integer: current value is ${timeoutMs}`,
-    );
+  const reconcileTimeoutMs = spec.reconcileTimeoutMs ?? timeoutMs;
+  const positive = { timeoutMs, maxAttempts, reconcileTimeoutMs };
+  for (const [option, value] of Object.entries(positive)) {
+    if (!Number.isInteger(value) || value < 1) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${spec.name} as '${option}' must be a positive integer: current value is ${value}`,
+      );
+    }
   }
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
+  const reconcile = spec.reconcile;
+  if (reconcile !== undefined && typeof reconcile !== "function") {
     throw new RuntimeError(
       "TOOL_INVALID",
-      `Cannot define tool ${spec.name} as 'maxAttempts' must be a positive integer: current value is ${maxAttempts}`,
+      `Cannot define tool ${spec.name} as 'reconcile' must be a function: current value is ${typeof reconcile}`,
     );
   }
   let parameters: Record<string, unknown>;
@@ -175,6 +231,8 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     needsApproval: (args) =>
       typeof spec.approval === "function" ? spec.approval(args as A) === true : spec.approval === true,
     run: (args, ctx) => spec.run(args as A, ctx),
+    reconcile: reconcile && ((args, ctx) => reconcile.call(spec, args as A, ctx)),
+    reconcileTimeoutMs,
   };
 }
 

@@ -57,3 +57,34 @@ Deno.test("defineTool() refuses bad names and limits with the value seen", () =>
   );
   assert.throws(() => new ToolRegistry([echo, echo]), /Two tools are named echo/);
 });
+
+Deno.test("defineTool() keeps a reconcile and its timeout (default: the tool's), and refuses a bad timeout", async () => {
+  const base = { description: "", args: z.strictObject({}), run: () => Promise.resolve({ result: null }) };
+  const seen: string[] = [];
+  const tool = defineTool({
+    ...base,
+    name: "lookup",
+    timeoutMs: 1_500,
+    reconcile: (_args, ctx) => {
+      seen.push(ctx.idempotencyKey);
+      return Promise.resolve({ status: "not_happened" });
+    },
+  });
+  assert.equal(tool.reconcileTimeoutMs, 1_500);
+  const ctx = {
+    idempotencyKey: "r:0",
+    runId: "r",
+    seq: 0,
+    attempts: 1,
+    signal: new AbortController().signal,
+  };
+  assert.deepEqual(await tool.reconcile?.({}, { ...ctx, traceHeaders: () => ({}) }), {
+    status: "not_happened",
+  });
+  assert.deepEqual(seen, ["r:0"]);
+  assert.equal(defineTool({ ...base, name: "plain" }).reconcile, undefined);
+  assert.throws(
+    () => defineTool({ ...base, name: "t", reconcileTimeoutMs: 2.5 }),
+    /'reconcileTimeoutMs' must be a positive integer: current value is 2.5/,
+  );
+});

@@ -29,6 +29,8 @@ export interface TestWorkerOptions {
   toolMaxAttempts?: number;
   /** Tools to register as not idempotent (no safe re-send). */
   nonIdempotent?: string[];
+  /** The tools, given the cloud's URL and the tool timeout; default the demo's three. */
+  tools?: (opts: { cloudUrl: string; timeoutMs: number }) => Tool[];
   /** Overrides of the fast retry policy. */
   retry?: Partial<RetryPolicy>;
   /** Sent as the model's bearer token. */
@@ -62,7 +64,8 @@ export function testWorker(store: Store, opts: TestWorkerOptions): TestWorker {
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines), format: "json", secrets: opts.secrets });
   const nonIdempotent = new Set(opts.nonIdempotent ?? []);
-  const tools: Tool[] = demoTools({ cloudUrl: opts.cloudUrl, timeoutMs: opts.toolTimeoutMs ?? 2_000 }).map(
+  const build = opts.tools ?? demoTools;
+  const tools: Tool[] = build({ cloudUrl: opts.cloudUrl, timeoutMs: opts.toolTimeoutMs ?? 2_000 }).map(
     (tool) => ({
       ...tool,
       idempotent: nonIdempotent.has(tool.name) ? false : tool.idempotent,

@@ -21,7 +21,11 @@ import { demoTools } from "./tools.ts";
 export const DEMO_GOAL =
   "Provision a web server, a Postgres database, and a DNS record pointing at the server.";
 
-async function cloud(ctx: AgentContext): Promise<{ url: string; fetch?: FetchLike }> {
+/**
+ * The cloud the demo's tools talk to: `CLOUD_URL`, or on the embedded default
+ * an in-process mock cloud whose state lives under `DATA_DIR`.
+ */
+export async function demoCloud(ctx: AgentContext): Promise<{ url: string; fetch?: FetchLike }> {
   const url = ctx.env.CLOUD_URL;
   if (url) return { url };
   if (!ctx.embedded) {
@@ -41,7 +45,7 @@ export default defineAgent({
   instructions: "You are an agent that completes the user's goal by calling tools, one call per answer. " +
     "When the goal is complete, answer with a short summary and no tool call.",
   tools: async (ctx: AgentContext) => {
-    const { url, fetch } = await cloud(ctx);
+    const { url, fetch } = await demoCloud(ctx);
     return demoTools({ cloudUrl: url, fetch });
   },
   maxSteps: 12,

@@ -42,28 +42,68 @@ export async function cloudCreate(
   args: unknown,
   ctx: ToolContext,
 ): Promise<ToolOutcome> {
-  const doFetch = opts.fetch ?? ((req: Request) => fetch(req));
-  const url = opts.cloudUrl.replace(/\/+$/, "") + path;
+  const { res, body } = await cloudJson(opts, {
+    method: "POST",
+    path,
+    headers: { "idempotency-key": idempotencyKeyHeader(ctx.idempotencyKey) },
+    body: args,
+    ctx,
+  });
+  const id = (body as { id?: unknown } | null)?.id;
+  if (typeof id !== "string") {
+    throw new ToolError("TOOL_GARBAGE", `POST ${path} answered without a resource id`, { transient: true });
+  }
+  const replayed = res.headers.get("idempotent-replayed") === "true";
+  return { result: id, remote: replayed ? "already_done" : "created" };
+}
+
+/** One request to the cloud, as {@link cloudJson} takes it. */
+export interface CloudRequest {
+  /** `POST` or `GET`. */
+  method: string;
+  /** The path, with any query, e.g. `/v1/charges?reference=r`. */
+  path: string;
+  /** Extra headers. */
+  headers?: Record<string, string>;
+  /** The JSON body, if any. */
+  body?: unknown;
+  /** The signal and trace context of the call (a tool's or a reconcile's context). */
+  ctx: Pick<ToolContext, "signal" | "traceHeaders">;
+}
+
+/**
+ * Sends one request to the cloud and returns its 2xx answer parsed as JSON;
+ * throws a {@link ToolError} saying whether a re-send may help: no answer, a
+ * body that is not JSON, a 408, 409, 429 or 5xx are transient, any other
+ * status is not.
+ */
+export async function cloudJson(
+  opts: DemoToolsOptions,
+  req: CloudRequest,
+): Promise<{ res: Response; body: Json }> {
+  const doFetch = opts.fetch ?? ((r: Request) => fetch(r));
+  const url = opts.cloudUrl.replace(/\/+$/, "") + req.path;
+  const what = `${req.method} ${req.path.replace(/\?.*$/, "")}`;
   let res: Response;
   let text: string;
   try {
     res = await doFetch(
       new Request(url, {
-        method: "POST",
+        method: req.method,
         headers: {
-          "content-type": "application/json",
-          "idempotency-key": idempotencyKeyHeader(ctx.idempotencyKey),
+          ...(req.body === undefined ? {} : { "content-type": "application/json" }),
+          ...req.headers,
           // Deno's fetch sends the trace context itself (OTEL_DENO); an in-process handler needs it here.
-          ...(opts.fetch ? ctx.traceHeaders() : {}),
+          ...(opts.fetch ? req.ctx.traceHeaders() : {}),
         },
-        body: JSON.stringify(args),
-        signal: ctx.signal,
+        body: req.body === undefined ? undefined : JSON.stringify(req.body),
+        signal: req.ctx.signal,
       }),
     );
     // Success is only known once the whole body has arrived.
     text = await res.text();
   } catch (err) {
-    throw new ToolError("TOOL_NETWORK", `POST ${path} got no answer: ${(err as Error).message}`, {
+    throw new ToolError("TOOL_NETWORK", `${what} got no answer: ${(err as Error).message}`, {
       transient: true,
       cause: err,
     });
@@ -72,29 +112,21 @@ export async function cloudCreate(
     // 409 is the Idempotency-Key draft's "still in progress": transient, like 5xx.
     const transient = isTransientStatus(res.status);
     const said = serverErrorMessage(text) ?? text.slice(0, 200);
-    throw new ToolError("TOOL_HTTP", `POST ${path} answered HTTP ${res.status}: ${said}`, {
+    throw new ToolError("TOOL_HTTP", `${what} answered HTTP ${res.status}: ${said}`, {
       transient,
       retryAfterMs: transient ? parseRetryAfter(res.headers.get("retry-after")) : undefined,
     });
   }
-  let body: { id?: unknown };
   try {
-    body = JSON.parse(text);
+    return { res, body: JSON.parse(text) };
   } catch {
     // The remote may have acted; asking again under the same key is safe.
     throw new ToolError(
       "TOOL_GARBAGE",
-      `POST ${path} answered something that is not JSON: ${JSON.stringify(text.slice(0, 80))}`,
-      {
-        transient: true,
-      },
+      `${what} answered something that is not JSON: ${JSON.stringify(text.slice(0, 80))}`,
+      { transient: true },
     );
   }
-  if (typeof body?.id !== "string") {
-    throw new ToolError("TOOL_GARBAGE", `POST ${path} answered without a resource id`, { transient: true });
-  }
-  const replayed = res.headers.get("idempotent-replayed") === "true";
-  return { result: body.id as Json, remote: replayed ? "already_done" : "created" };
 }
 
 /** `create_server`, `create_database` and `create_dns_record` against `opts.cloudUrl`. */

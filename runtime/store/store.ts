@@ -155,8 +155,11 @@ export interface SideEffectRow {
   status: EffectStatus;
   /** What the remote answered. */
   result: Json | null;
-  /** `created`, `already_done`, or `resolved` by a human. */
-  remote: "created" | "already_done" | "resolved" | null;
+  /**
+   * `created`, `already_done`, `reconciled` (the tool's `reconcile` found
+   * that it had happened), or `resolved` by a human.
+   */
+  remote: "created" | "already_done" | "reconciled" | "resolved" | null;
   /** Why it failed, was flagged or was blocked. */
   error: string | null;
   /** Requests sent (or about to be) under the key. */
@@ -171,6 +174,12 @@ export interface SideEffectRow {
   resolved_by: string | null;
   /** When a flagged call was resolved. */
   resolved_at: Date | null;
+  /**
+   * `attempts` when a person last reopened the run with this call at
+   * `intent`: while `attempts` still equals it, one request more than the
+   * tool's `maxAttempts` is allowed. Null: never reopened so.
+   */
+  attempts_at_reopen: number | null;
 }
 
 /** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */
@@ -268,6 +277,7 @@ interface HistoryRow {
   attempts: number | null;
   resolved_by: string | null;
   resolved_at: Date | null;
+  attempts_at_reopen: number | null;
 }
 
 /** A run with its step counts, for listings. */
@@ -352,6 +362,96 @@ const EFFECT_CONFIRM_FENCED = EFFECT_CONFIRM(false);
 const FINISH_RUN = `update runs set status = $3, error = $4, updated_at = $5::timestamptz, output = $6
         where run_id = $1 and ${RUNNING_AT("$2")}`;
 
+// How a person's resolution rewrites a flagged call, for one call or many:
+// $2 the action, $3 the result (JSON text), $4 the error, $5 who, $6 when.
+const RESOLVE_SET =
+  `set status = case $2 when 'result' then 'confirmed' when 'retry' then 'intent' else 'failed' end,
+                result = case when $2 = 'result' then $3::text::jsonb else s.result end,
+                remote = case when $2 = 'result' then 'resolved' else s.remote end,
+                error = case $2 when 'fail' then $4 when 'retry' then null else s.error end,
+                confirmed_at = case when $2 = 'retry' then null else $6::timestamptz end,
+                resolved_by = $5, resolved_at = $6::timestamptz`;
+// A blocked run released to the next worker once none of its calls is flagged ($6 when).
+const UNBLOCK =
+  `update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $6::timestamptz`;
+// A flagged call `s` of a blocked run, of the tool and the run in the parameters named, when they
+// are given. The run row is locked: a cancel waits for the resolve (or the resolve sees the run
+// cancelled and leaves its call alone).
+const flaggedMatch = (tool: string, run: string) =>
+  `s.status = 'flagged' and (${tool}::text is null or s.tool = ${tool})
+            and (${run}::text is null or s.run_id = ${run})
+            and exists (select 1 from runs r where r.run_id = s.run_id and r.status = 'blocked' for update)`;
+const FLAGGED_CALLS = `select s.*, (count(*) over ())::int as total from side_effects s
+        where ${flaggedMatch("$1", "$2")} order by s.idempotency_key limit $3`;
+
+// $1 the call's key; the resolution in $2 to $6.
+const RESOLVE_ONE = `with e as (
+         update side_effects s ${RESOLVE_SET}
+          where s.idempotency_key = $1 and s.status = 'flagged'
+            and exists (select 1 from runs r where r.run_id = s.run_id and r.status = 'blocked' for update)
+          returning s.*
+       ), u as (
+         ${UNBLOCK}
+          where run_id = (select run_id from e) and status = 'blocked'
+            and not exists (select 1 from side_effects x
+                             where x.run_id = runs.run_id and x.status = 'flagged' and x.idempotency_key <> $1)
+          returning 1
+       )
+       select e.*, (select count(*) from u)::int as unblocked from e`;
+/** The most flagged calls one {@link Store.resolveEffects} settles. */
+export const RESOLVE_BATCH_MAX = 1000;
+
+// $1 the count confirmed; the resolution in $2 to $6; the filter in $7 (tool) and $8 (run).
+const RESOLVE_MANY = `with picked as (
+         select s.idempotency_key, s.run_id from side_effects s
+          where ${flaggedMatch("$7", "$8")}
+          order by s.idempotency_key
+          limit ${RESOLVE_BATCH_MAX + 1}
+          for update of s
+       ), n as (
+         select count(*)::int as matched from picked
+       ), e as (
+         update side_effects s ${RESOLVE_SET}
+          where s.idempotency_key in (select idempotency_key from picked)
+            and (select matched from n) = $1
+          returning s.*
+       ), u as (
+         ${UNBLOCK}
+          where run_id in (select run_id from e) and status = 'blocked'
+            and not exists (select 1 from side_effects x
+                             where x.run_id = runs.run_id and x.status = 'flagged'
+                               and x.idempotency_key not in (select idempotency_key from e))
+          returning run_id
+       )
+       select n.matched, e.*, e.run_id in (select run_id from u) as released
+         from n left join e on true
+        order by e.idempotency_key`;
+
+/** Which flagged calls a bulk resolve takes: those matching every field given. */
+export interface FlaggedFilter {
+  /** Calls of this tool. */
+  tool?: string;
+  /** Calls of this run. */
+  runId?: string;
+}
+
+/** How a person settles a flagged call, as the store writes it. */
+export type EffectResolution =
+  | { action: "result"; result: Json }
+  | { action: "retry" }
+  | { action: "fail"; error: string };
+
+/** The parameters $2 to $6 of {@link RESOLVE_SET}. */
+function resolutionParams(r: EffectResolution, by: string, now: Date): unknown[] {
+  return [
+    r.action,
+    jsonParam(r.action === "result" ? r.result : null),
+    r.action === "fail" ? textParam(r.error) : null,
+    by,
+    ts(now),
+  ];
+}
+
 // Every column a statement here reads or writes, by table: checked at start-up
 // so an older database is refused before a tool acts, not at its confirm.
 const REQUIRED_COLUMNS: Record<string, string[]> = {
@@ -401,6 +501,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "confirmed_at",
     "resolved_by",
     "resolved_at",
+    "attempts_at_reopen",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
   approvals: [
@@ -535,6 +636,7 @@ function freshEffectRow(
     confirmed_at: null,
     resolved_by: null,
     resolved_at: null,
+    attempts_at_reopen: null,
   };
 }
 
@@ -705,12 +807,13 @@ export class Store {
               decision, llm_attempts, usage, rejections, reserved_tokens,
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
               null::text as remote, null::text as error, null::int as attempts,
-              null::text as resolved_by, null::timestamptz as resolved_at
+              null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen
          from journal where run_id = $1
        union all
        select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
               null, null, null, null, null,
-              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at
+              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at,
+              attempts_at_reopen
          from side_effects where run_id = $1
        order by tbl desc, seq`,
       [runId],
@@ -750,6 +853,7 @@ export class Store {
           confirmed_at,
           resolved_by: r.resolved_by,
           resolved_at: r.resolved_at,
+          attempts_at_reopen: r.attempts_at_reopen,
         });
       }
     }
@@ -899,7 +1003,7 @@ export class Store {
     f: Fence,
     key: string,
     result: Json,
-    remote: "created" | "already_done",
+    remote: "created" | "already_done" | "reconciled",
     now: Date,
   ): Promise<void> {
     const written = await this.client.run(
@@ -1315,38 +1419,70 @@ export class Store {
    */
   async resolveEffect(
     key: string,
-    resolution: { action: "result"; result: Json } | { action: "retry" } | { action: "fail"; error: string },
+    resolution: EffectResolution,
     by: string,
     now: Date,
   ): Promise<{ effect: SideEffectRow; unblocked: boolean } | undefined> {
-    const result = resolution.action === "result" ? resolution.result : null;
-    const error = resolution.action === "fail" ? resolution.error : null;
     const rows = await this.client.query<SideEffectRow & { unblocked: number }>(
-      `with e as (
-         update side_effects s
-            set status = case $2 when 'result' then 'confirmed' when 'retry' then 'intent' else 'failed' end,
-                result = case when $2 = 'result' then $3::text::jsonb else s.result end,
-                remote = case when $2 = 'result' then 'resolved' else s.remote end,
-                error = case $2 when 'fail' then $4 when 'retry' then null else s.error end,
-                confirmed_at = case when $2 = 'retry' then null else $6::timestamptz end,
-                resolved_by = $5, resolved_at = $6::timestamptz
-          where s.idempotency_key = $1 and s.status = 'flagged'
-            and exists (select 1 from runs r where r.run_id = s.run_id and r.status = 'blocked' for update)
-          returning s.*
-       ), u as (
-         update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $6::timestamptz
-          where run_id = (select run_id from e) and status = 'blocked'
-            and not exists (select 1 from side_effects x
-                             where x.run_id = runs.run_id and x.status = 'flagged' and x.idempotency_key <> $1)
-          returning 1
-       )
-       select e.*, (select count(*) from u)::int as unblocked from e`,
-      [key, resolution.action, jsonParam(result), error, by, ts(now)],
+      RESOLVE_ONE,
+      [key, ...resolutionParams(resolution, by, now)],
     );
     const row = rows[0];
     if (!row) return undefined;
     const { unblocked, ...effect } = row;
     return { effect: effect as SideEffectRow, unblocked: unblocked > 0 };
+  }
+
+  /**
+   * The flagged calls of blocked runs matching `filter` (every field given),
+   * by key, at most `limit`, with how many match in all: what
+   * {@link Store.resolveEffects} would settle.
+   */
+  async flaggedCalls(
+    filter: FlaggedFilter,
+    limit: number,
+  ): Promise<{ calls: SideEffectRow[]; total: number }> {
+    const rows = await this.client.query<SideEffectRow & { total: number }>(
+      FLAGGED_CALLS,
+      [filter.tool ?? null, filter.runId ?? null, limit],
+      { planEachTime: true },
+    );
+    return { calls: rows.map(({ total: _, ...call }) => call as SideEffectRow), total: rows[0]?.total ?? 0 };
+  }
+
+  /**
+   * {@link Store.resolveEffect} for every flagged call of a blocked run that
+   * matches `filter`, in one statement, only when exactly `expect` of them
+   * match as it runs (at most {@link RESOLVE_BATCH_MAX}): the count a person
+   * confirmed after checking the remote, so a call flagged since is not
+   * settled unchecked. Each is recorded with who and when, and each run left
+   * with no flagged call goes back to `pending`. Returns how many matched
+   * and, when that was `expect`, the calls as settled and the runs released.
+   */
+  async resolveEffects(
+    filter: FlaggedFilter,
+    resolution: EffectResolution,
+    opts: { by: string; now: Date; expect: number },
+  ): Promise<{ matched: number; effects: SideEffectRow[]; unblocked: string[] }> {
+    const rows = await this.client.query<
+      Partial<SideEffectRow> & { matched: number; released: boolean | null }
+    >(
+      RESOLVE_MANY,
+      [
+        opts.expect,
+        ...resolutionParams(resolution, opts.by, opts.now),
+        filter.tool ?? null,
+        filter.runId ?? null,
+      ],
+      { planEachTime: true },
+    );
+    const matched = rows[0]?.matched ?? 0;
+    const settled = rows.filter((r) => r.idempotency_key !== null && r.idempotency_key !== undefined);
+    return {
+      matched,
+      effects: settled.map(({ matched: _, released: __, ...effect }) => effect as SideEffectRow),
+      unblocked: [...new Set(settled.filter((r) => r.released).map((r) => r.run_id!))],
+    };
   }
 
   /**
@@ -1368,14 +1504,25 @@ export class Store {
    * Reopens a `failed` or `cancelled` run as `pending` (error and lease
    * cleared) so a worker resumes it where it stopped: its history is kept,
    * a call left at `intent` is re-sent under its key, an undecided step is
-   * decided. Returns the run as it is now, or undefined when it was not
-   * failed or cancelled.
+   * decided. A person's go-ahead: the count of claims without progress
+   * starts again, and in the same statement each call left at `intent`
+   * records its `attempts` (`attempts_at_reopen`), allowing one request past
+   * the tool's `maxAttempts`. Returns the run as it is now, or undefined when
+   * it was not failed or cancelled.
    */
   async reopenRun(runId: string, now: Date): Promise<RunRow | undefined> {
     const rows = await this.client.query<RunRow>(
-      `update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $2::timestamptz
-        where run_id = $1 and status in ('failed', 'cancelled')
-        returning *`,
+      `with r as (
+         update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $2::timestamptz,
+                stuck_claims = 0
+          where run_id = $1 and status in ('failed', 'cancelled')
+          returning *
+       ), e as (
+         update side_effects set attempts_at_reopen = attempts
+          where run_id = (select run_id from r) and status = 'intent'
+          returning 1
+       )
+       select * from r`,
       [runId, ts(now)],
     );
     return rows[0];
