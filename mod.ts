@@ -79,6 +79,15 @@ export {
 export { type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
 export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
+export {
+  displayJson,
+  type DisplayOptions,
+  displayParts,
+  displayScript,
+  displayText,
+  escapeCodePoint,
+  hiddenIn,
+} from "./runtime/display.ts";
 export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";
 export {
   ConfigError,
