@@ -79,7 +79,7 @@ export interface RunInfo {
   budget: Budget | null;
 }
 
-/** One run's whole record: the run, its decisions and its tool calls, by step. */
+/** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
 export interface RunRecord {
   /** The run row. */
   run: RunRow;
@@ -87,6 +87,8 @@ export interface RunRecord {
   journal: JournalRow[];
   /** Its tool calls. */
   effects: SideEffectRow[];
+  /** Its approval requests: who approved or denied what, when, and why. */
+  approvals: ApprovalRow[];
   /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
   spend: { tokens: number; modelCalls: number; toolCalls: number };
 }
@@ -212,12 +214,16 @@ export class Client {
     return await this.store.hostedAgents(new Date(this.clock.now().getTime() - leaseMs));
   }
 
-  /** A run with its decisions, tool calls, and spend (against its budget, if any). Throws `RUN_NOT_FOUND`. */
+  /**
+   * A run with its decisions, tool calls, approval requests, and spend
+   * (against its budget, if any). Throws `RUN_NOT_FOUND`.
+   */
   async inspect(runId: string): Promise<RunRecord> {
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     const { journal, effects } = await this.store.loadHistory(runId);
-    return { run, journal, effects, spend: spendOf(journal, effects) };
+    const approvals = await this.store.listApprovals(runId);
+    return { run, journal, effects, approvals, spend: spendOf(journal, effects) };
   }
 
   /** Cancels a run that is not closed; a worker holding it stops at its next write. */
