@@ -81,6 +81,7 @@ export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
 export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
 export {
   displayJson,
+  displayJsonParts,
   type DisplayOptions,
   displayParts,
   displayScript,

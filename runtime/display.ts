@@ -51,6 +51,11 @@ const SUSPECT = new RegExp(String.raw`[\p{M}${HIDDEN_CLASS}]`, "u");
 const HIDDEN_ONE = new RegExp(String.raw`^[${HIDDEN_CLASS}]$`, "u");
 // A code point a combining mark may sit on: a letter or a digit that is shown.
 const BASE = new RegExp(String.raw`^(?![${HIDDEN_CLASS}])[\p{L}\p{N}]$`, "u");
+// An escape in JSON text. JSON.stringify writes `\uXXXX` only for a control
+// character or a lone surrogate, and its short escapes other than `\\` and
+// `\"` stand for controls: each is something hidden. Matched left to right, an
+// escaped backslash is consumed whole, so it never starts a false match.
+const JSON_ESCAPE = /\\(?:[\\"/]|[bfnrt]|u[0-9a-fA-F]{4})/g;
 // JSON's short escapes.
 const SHORT: Readonly<Record<string, string>> = {
   "\b": "\\b",
@@ -138,6 +143,34 @@ export function displayJson(value: unknown): string {
 }
 
 /**
+ * A JSON value as one line of JSON text, cut like {@link displayParts}: the
+ * escaped parts hold both what the rule escapes and what JSON escaped itself
+ * (controls, lone surrogates), so a page can mark every one. Joined, it is
+ * {@link displayJson}.
+ */
+export function displayJsonParts(value: unknown): string[] {
+  const parts = displayParts(JSON.stringify(value) ?? "null");
+  const out = [""];
+  const add = (s: string, hidden: boolean) => {
+    if (s === "") return;
+    if ((out.length % 2 === 0) !== hidden) out.push("");
+    out[out.length - 1] += s;
+  };
+  parts.forEach((part, i) => {
+    if (i % 2 === 1) return add(part, true);
+    let at = 0;
+    for (const m of part.matchAll(JSON_ESCAPE)) {
+      add(part.slice(at, m.index), false);
+      add(m[0], m[0] !== "\\\\" && m[0] !== '\\"' && m[0] !== "\\/");
+      at = m.index + m[0].length;
+    }
+    add(part.slice(at), false);
+  });
+  if (out.length % 2 === 0) out.push("");
+  return out;
+}
+
+/**
  * How many hidden code points (controls, newlines included) the strings and
  * keys of a JSON value hold: what an approval box warns about.
  */
@@ -165,12 +198,21 @@ export function hiddenIn(value: unknown): number {
 /**
  * The rule as a classic script for a web page: it defines
  * `globalThis.agentDisplay` with {@link displayParts}, {@link displayText},
- * {@link displayJson} and {@link hiddenIn}, built from this module's own
+ * {@link displayJson}, {@link displayJsonParts} and {@link hiddenIn}, built from this module's own
  * functions, so the page and the CLI cannot disagree.
  */
 export function displayScript(): string {
-  const regexes = { SCAN, SUSPECT, HIDDEN_ONE, BASE };
-  const fns = [escapeCodePoint, charBefore, scan, displayParts, displayText, displayJson, hiddenIn];
+  const regexes = { SCAN, SUSPECT, HIDDEN_ONE, BASE, JSON_ESCAPE };
+  const fns = [
+    escapeCodePoint,
+    charBefore,
+    scan,
+    displayParts,
+    displayText,
+    displayJson,
+    displayJsonParts,
+    hiddenIn,
+  ];
   return [
     "// Served from runtime/display.ts: the rule the CLI and the logs use.",
     '"use strict";',
@@ -180,7 +222,7 @@ export function displayScript(): string {
     ),
     `const SHORT = ${JSON.stringify(SHORT)};`,
     ...fns.map((f) => f.toString()),
-    "return Object.freeze({ displayParts, displayText, displayJson, hiddenIn });",
+    "return Object.freeze({ displayParts, displayText, displayJson, displayJsonParts, hiddenIn });",
     "})();",
     "",
   ].join("\n");

@@ -1,5 +1,12 @@
 import assert from "node:assert/strict";
-import { displayJson, displayParts, displayScript, displayText, hiddenIn } from "./display.ts";
+import {
+  displayJson,
+  displayJsonParts,
+  displayParts,
+  displayScript,
+  displayText,
+  hiddenIn,
+} from "./display.ts";
 
 const FORBIDDEN =
   // deno-lint-ignore no-control-regex
@@ -100,6 +107,9 @@ Deno.test("the page's script is the same rule: it gives the same output on every
     assert.equal(page.hiddenIn({ [input]: input }), hiddenIn({ [input]: input }));
   }
   assert.equal(page.displayJson({ to: "ACCT-\u202E9876" }), displayJson({ to: "ACCT-\u202E9876" }));
+  for (const [, input] of CASES) {
+    assert.deepEqual(page.displayJsonParts({ [input]: input }), displayJsonParts({ [input]: input }));
+  }
 });
 
 Deno.test("random mixes of hostile code points never leave one unescaped, and JSON stays the same value", () => {
@@ -137,4 +147,16 @@ Deno.test("random mixes of hostile code points never leave one unescaped, and JS
     assert.ok(!/^\p{M}/u.test(shown), `a mark cannot start the output: ${JSON.stringify(s)}`);
     assert.deepEqual(JSON.parse(displayJson(s)), s);
   }
+});
+
+Deno.test("displayJsonParts() marks JSON's own escapes of controls as hidden too, and joins to displayJson()", () => {
+  const v = { a: "x\u001by\n\u202e", ["b\\u001b"]: 'q"\\' };
+  const parts = displayJsonParts(v);
+  assert.equal(parts.join(""), displayJson(v));
+  assert.deepEqual(parts.filter((_, i) => i % 2 === 1), ["\\u001b", "\\n\\u202e"]);
+  assert.ok(
+    parts.filter((_, i) => i % 2 === 0).join("").includes('"b\\\\u001b"'),
+    "a literal backslash-u is plain",
+  );
+  assert.deepEqual(displayJsonParts("\ud800"), ['"', "\\ud800", '"']);
 });

@@ -101,6 +101,7 @@ export async function writeHostileRuns(client: Client): Promise<void> {
     for (let i = 0; i < 1_500 && (await client.get("hostile-3"))?.status === "waiting"; i++) {
       await new Promise((r) => setTimeout(r, 20));
     }
+    await client.wait("hostile-3", { timeoutMs: 30_000 });
   } finally {
     await worker.stop();
   }

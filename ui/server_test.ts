@@ -97,7 +97,7 @@ Deno.test("the page's API lists runs with counts, and refuses what it must", asy
       assert.ok(!isLoopback("0.0.0.0") && !isLoopback("10.0.0.1"));
     });
     await t.step("a run's timeline has one lane per epoch", async () => {
-      const timeline = buildTimeline(await client.inspect("a-1"));
+      const timeline = buildTimeline(await client.timeline("a-1", { steps: { last: 50 }, maxChars: 100 }));
       assert.deepEqual(timeline.epochs, []);
       assert.equal(timeline.run.status, "pending");
     });
@@ -137,7 +137,12 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
       assert.equal((await client.wait("pay-2", { timeoutMs: 10_000, pollMs: 20 })).status, "waiting");
       const app = await createUiApp({ client });
       const page = await (await app.request("/api/runs/pay-1", local)).json();
-      assert.deepEqual(page.approvals, [{ key: "pay-1:0", seq: 0, tool: "pay", args: { cents: 500 } }]);
+      assert.deepEqual(page.approvals, [{
+        key: "pay-1:0",
+        seq: 0,
+        tool: "pay",
+        args: { value: { cents: 500 } },
+      }]);
       const ro = await createUiApp({ client, readOnly: true });
       assert.equal((await ro.request("/api/calls/pay-1:0/approve", post({}))).status, 403);
       const approved = await app.request("/api/calls/pay-1:0/approve", post({}));
