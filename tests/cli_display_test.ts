@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { main } from "../cli/commands.ts";
 import { Client, connect } from "../runtime/client.ts";
 import { pgTest } from "./_pg.ts";
-import { RAW_HIDDEN, writeHostileRuns } from "./_hostile.ts";
+import { RAW_HIDDEN, writeHostileRuns } from "./_display_runs.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);

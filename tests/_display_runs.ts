@@ -1,8 +1,8 @@
 /**
- * Runs whose every model-, tool- and user-controlled field carries terminal
- * escape sequences, bidi controls and invisible characters, written by a real
- * worker through the real store: for the tests of what the CLI and the page
- * show of them.
+ * Runs for the tests of what the CLI and the page show people: runs whose
+ * every model-, tool- and user-controlled field carries terminal escape
+ * sequences, bidi controls and invisible characters, written by a real worker
+ * through the real store; and a long run with large values.
  *
  * @module
  */
@@ -11,8 +11,10 @@ import { z } from "zod";
 import { defineAgent } from "../runtime/agent.ts";
 import type { Client } from "../runtime/client.ts";
 import { ToolError } from "../runtime/errors.ts";
+import type { ManualClock } from "../runtime/clock.ts";
 import { discardSink, Logger } from "../runtime/log.ts";
 import type { ModelAnswer, Planner } from "../runtime/planner.ts";
+import type { Store } from "../runtime/store/store.ts";
 import { defineTool } from "../runtime/tools.ts";
 
 /**
@@ -105,4 +107,40 @@ export async function writeHostileRuns(client: Client): Promise<void> {
   } finally {
     await worker.stop();
   }
+}
+
+/** A long answer (22 KB, a bidi control near its end). */
+export const BIG = "big answer ".repeat(2_000) + "\u202e end";
+
+/**
+ * A done run of `steps` tool steps and a final answer `BIG` (also its
+ * output), written through the store: step 3's arguments are 1,500
+ * characters long, step 4's result holds `BIG`.
+ */
+export async function writeLongRun(
+  store: Store,
+  clock: ManualClock | { now(): Date },
+  opts: { runId: string; steps: number },
+): Promise<void> {
+  const { runId, steps } = opts;
+  await store.createRun({ runId, agent: "long", goal: "go" }, clock.now());
+  const epoch = (await store.claim(runId, 0, "w1", clock.now()))!;
+  const f = { runId, epoch };
+  const usage = { prompt_tokens: 2, completion_tokens: 1 };
+  for (let seq = 0; seq < steps; seq++) {
+    const args = { n: seq, pad: seq === 3 ? "x".repeat(1_500) : "" };
+    await store.journalIntent(f, seq, clock.now());
+    await store.journalConfirm(f, seq, { tool: "tick", args }, usage, clock.now());
+    await store.effectIntent(f, { key: `${runId}:${seq}`, seq, tool: "tick", args }, clock.now());
+    await store.effectConfirm(
+      f,
+      `${runId}:${seq}`,
+      seq === 4 ? { text: BIG } : { ok: seq },
+      "created",
+      clock.now(),
+    );
+  }
+  await store.journalIntent(f, steps, clock.now());
+  await store.journalConfirm(f, steps, { done: true, message: BIG }, usage, clock.now());
+  await store.finishRun(f, "done", null, clock.now(), BIG);
 }
