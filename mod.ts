@@ -75,6 +75,8 @@ export {
   type Resolution,
   type RunInfo,
   type RunRecord,
+  type RunTimeline,
+  type StepRange,
 } from "./runtime/client.ts";
 export { type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
@@ -121,7 +123,16 @@ export {
   type Planner,
   type Usage,
 } from "./runtime/planner.ts";
-export type { RunTokens } from "./runtime/store/overview.ts";
+export type {
+  ApprovalView,
+  Clipped,
+  EffectView,
+  JournalView,
+  RunTokens,
+  RunView,
+  StepsView,
+  WholeValueField,
+} from "./runtime/store/overview.ts";
 export type {
   ApprovalRow,
   Decision,

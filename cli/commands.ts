@@ -363,7 +363,7 @@ export const COMMAND_USAGE: Record<string, string> = {
                       ceilings for this run, over the agent's budget`,
   runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
   Lists runs, newest first, a page at a time, with how many match.
-  --status S          pending, running, blocked, done, failed or cancelled
+  --status S          pending, running, waiting, blocked, done, failed or cancelled
   --agent-name NAME   only runs of this agent
   --search TEXT       only run ids containing TEXT
   --limit N           runs per page (default 50)

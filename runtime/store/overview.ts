@@ -64,86 +64,137 @@ export type Clipped<T> = { value: T } | { head: string; chars: number };
 
 /** One run's row for its page, long values clipped, with totals over its whole history. */
 export interface RunView {
+  /** The run. */
   run_id: string;
+  /** The agent that drives it. */
   agent: string;
+  /** Where it stands. */
   status: RunStatus;
+  /** The fencing epoch of its latest claim. */
   epoch: number;
+  /** The worker that holds (or last held) it. */
   owner: string | null;
+  /** Its lease's last renewal. */
   heartbeat_at: Date | null;
+  /** When it was created. */
   created_at: Date;
+  /** When its status last changed. */
   updated_at: Date;
+  /** Its input (its JSON text, when clipped). */
   input: Clipped<Json | null>;
+  /** The final answer, once done. */
   output: Clipped<string | null>;
+  /** Why it failed, was blocked or cancelled. */
   error: Clipped<string | null>;
   /** Confirmed tool decisions (what the runs list counts as steps). */
   tool_steps: number;
   /** Model requests paid for, over every step. */
   llm_calls: number;
-  /** Prompt and answer tokens reported, over every step. */
+  /** Prompt tokens reported, over every step. */
   input_tokens: number;
+  /** Answer tokens reported, over every step. */
   output_tokens: number;
   /** Tool calls waiting for a person to resolve them. */
   flagged: number;
-  /** The first and last step with a row, or null before the first. */
+  /** The first step with a row, or null before the first. */
   min_seq: number | null;
+  /** The last step with a row, or null before the first. */
   max_seq: number | null;
 }
 
 /** A decision row for a page. */
 export interface JournalView {
+  /** The step. */
   seq: number;
+  /** `intent` while the model is (or was) asked, `confirmed` once decided. */
   status: "intent" | "confirmed";
+  /** The epoch of the claim that last wrote it. */
   epoch: number;
+  /** Model requests paid for this step. */
   llm_attempts: number;
+  /** When the (last) intent was written. */
   intent_at: Date;
+  /** When the decision was written. */
   confirmed_at: Date | null;
+  /** `usage.prompt_tokens`, when a number. */
   prompt_tokens: number | null;
+  /** `usage.completion_tokens`, when a number. */
   completion_tokens: number | null;
   /** The tool decided, if the decision is a tool call. */
   tool: string | null;
   /** True when the decision is the final answer. */
   done: boolean;
+  /** The tool's arguments as decided (null for an answer). */
   args: Clipped<Json | null>;
+  /** The final answer (null for a tool call). */
   message: Clipped<string | null>;
+  /** Answers refused for this step. */
   rejections: Clipped<Rejection[]>;
 }
 
 /** A tool call row for a page. */
 export interface EffectView {
+  /** `<run_id>:<seq>`. */
   idempotency_key: string;
+  /** The step. */
   seq: number;
+  /** The tool called. */
   tool: string;
+  /** Where the call stands. */
   status: EffectStatus;
+  /** Requests sent (or about to be) under the key. */
   attempts: number;
+  /** The epoch of the claim that last wrote it. */
   epoch: number;
+  /** `created`, `already_done`, or `resolved` by a person. */
   remote: SideEffectRow["remote"];
+  /** When the (last) intent was written. */
   intent_at: Date;
+  /** When the outcome was written. */
   confirmed_at: Date | null;
+  /** Who resolved a flagged call. */
   resolved_by: string | null;
+  /** When. */
   resolved_at: Date | null;
+  /** The arguments sent. */
   args: Clipped<Json>;
+  /** What the remote answered. */
   result: Clipped<Json | null>;
+  /** Why it failed, was flagged or denied. */
   error: Clipped<string | null>;
 }
 
 /** An approval request for a page. */
 export interface ApprovalView {
+  /** The call's idempotency key. */
   idempotency_key: string;
+  /** The step. */
   seq: number;
+  /** The tool. */
   tool: string;
+  /** `pending`, `approved` or `denied`. */
   status: ApprovalRow["status"];
+  /** The epoch of the worker that asked. */
   epoch: number;
+  /** When it was asked. */
   requested_at: Date;
+  /** Who answered. */
   decided_by: string | null;
+  /** When. */
   decided_at: Date | null;
+  /** The exact arguments asked about. */
   args: Clipped<Json>;
+  /** Why it was denied. */
   reason: Clipped<string | null>;
 }
 
 /** The rows of steps `from` to `to` of a run, and every approval request still pending. */
 export interface StepsView {
+  /** Decisions, by step. */
   journal: JournalView[];
+  /** Tool calls, by step. */
   effects: EffectView[];
+  /** Approval requests of the steps read, and every pending one, by step. */
   approvals: ApprovalView[];
 }
 
@@ -325,23 +376,19 @@ export async function stepsView(
   };
 }
 
-/** The fields whose whole value a page can ask for (what {@link runView} and {@link stepsView} clip). */
-export const WHOLE_VALUE_FIELDS = [
-  "input",
-  "output",
-  "error",
-  "decision.args",
-  "decision.message",
-  "decision.rejections",
-  "call.args",
-  "call.result",
-  "call.error",
-  "approval.args",
-  "approval.reason",
-] as const;
-
-/** One of {@link WHOLE_VALUE_FIELDS}. */
-export type WholeValueField = typeof WHOLE_VALUE_FIELDS[number];
+/** A field whose whole value a page can ask for (what {@link runView} and {@link stepsView} clip). */
+export type WholeValueField =
+  | "input"
+  | "output"
+  | "error"
+  | "decision.args"
+  | "decision.message"
+  | "decision.rejections"
+  | "call.args"
+  | "call.result"
+  | "call.error"
+  | "approval.args"
+  | "approval.reason";
 
 // The statement for each field: $1 the run, $2 the step (unused by the run's own fields).
 const WHOLE_VALUE_SQL: Record<WholeValueField, string> = {
@@ -357,6 +404,11 @@ const WHOLE_VALUE_SQL: Record<WholeValueField, string> = {
   "approval.args": `select args as v from approvals where run_id = $1 and seq = $2`,
   "approval.reason": `select to_jsonb(reason) as v from approvals where run_id = $1 and seq = $2`,
 };
+
+/** Every {@link WholeValueField}. */
+export const WHOLE_VALUE_FIELDS: readonly WholeValueField[] = Object.keys(
+  WHOLE_VALUE_SQL,
+) as WholeValueField[];
 
 /**
  * The whole value of one field that {@link runView} or {@link stepsView}
