@@ -33,7 +33,7 @@ import { userInfo } from "node:os";
 import { parseArgs } from "node:util";
 import type { Agent } from "../runtime/agent.ts";
 import type { Budget } from "../runtime/budget.ts";
-import { Client, ClientError, type Resolution, type RunInfo } from "../runtime/client.ts";
+import { Client, ClientError, type Resolution, RUN_STATUSES, type RunInfo } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { flagProblem } from "../runtime/config.ts";
 import { displayText, hiddenIn } from "../runtime/display.ts";
@@ -95,15 +95,7 @@ export async function submit(
   return run;
 }
 
-const STATUSES: readonly RunStatus[] = [
-  "pending",
-  "running",
-  "waiting",
-  "blocked",
-  "done",
-  "failed",
-  "cancelled",
-];
+const STATUSES = RUN_STATUSES;
 
 /** Prints one page of runs, newest first, with how many match and how many pages there are. */
 export async function runs(

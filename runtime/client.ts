@@ -142,6 +142,20 @@ export class ClientError extends RuntimeError {
   }
 }
 
+// Every status once, checked complete by the type: a new status cannot be missed here.
+const EVERY_STATUS: Record<RunStatus, true> = {
+  pending: true,
+  running: true,
+  waiting: true,
+  blocked: true,
+  done: true,
+  failed: true,
+  cancelled: true,
+};
+
+/** Every run status, in the order a run moves through them. */
+export const RUN_STATUSES: readonly RunStatus[] = Object.keys(EVERY_STATUS) as RunStatus[];
+
 /** Statuses in which a run will not move again without a person (`blocked`) or at all. */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
 

@@ -10,10 +10,9 @@ import assert from "node:assert/strict";
 import { main } from "../cli/commands.ts";
 import { Client, connect } from "../runtime/client.ts";
 import { pgTest } from "./_pg.ts";
+import { runCliIsolated } from "./_procs.ts";
 import { RAW_HIDDEN, writeHostileRuns } from "./_display_runs.ts";
 
-const ROOT = new URL("../", import.meta.url);
-const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);
 const BY = "eve\u001b]0;t\u0007\u202e";
 
 /** The report's own lines: what each line of a hostile value must not be mistaken for. */
@@ -110,24 +109,8 @@ pgTest(
     const client = new Client(pg.store);
     await writeHostileRuns(client);
     const cli = async (...args: string[]) => {
-      const out = await new Deno.Command(Deno.execPath(), {
-        args: [
-          "run",
-          "-A",
-          "--unstable-no-legacy-abort",
-          "--config",
-          path("deno.json"),
-          path("cli/main.ts"),
-          ...args,
-        ],
-        cwd: path("."),
-        env: { DATABASE_URL: pg.url, DATA_DIR: "", AGENT: "" },
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-      return { code: out.code, text };
+      const { code, out } = await runCliIsolated(args, { DATABASE_URL: pg.url });
+      return { code, text: out };
     };
     const ok = async (...args: string[]) => {
       const r = await cli(...args);

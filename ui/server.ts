@@ -22,7 +22,7 @@
 
 import { Hono } from "hono";
 import type { Context, Next } from "hono";
-import { type Client, ClientError, type Resolution } from "../runtime/client.ts";
+import { type Client, ClientError, type Resolution, RUN_STATUSES } from "../runtime/client.ts";
 import { RuntimeError } from "../runtime/errors.ts";
 import { displayScript } from "../runtime/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
@@ -56,15 +56,7 @@ export interface UiOptions {
   allowedHosts?: string[];
 }
 
-const STATUSES: readonly RunStatus[] = [
-  "pending",
-  "running",
-  "waiting",
-  "blocked",
-  "done",
-  "failed",
-  "cancelled",
-];
+const STATUSES = RUN_STATUSES;
 const STATIC: Record<string, string> = {
   "app.js": "text/javascript; charset=utf-8",
   "display.js": "text/javascript; charset=utf-8",
