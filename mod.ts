@@ -89,6 +89,7 @@ export {
   displayScript,
   displayText,
   escapeCodePoint,
+  type Hidden,
   hiddenIn,
 } from "./runtime/display.ts";
 export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";

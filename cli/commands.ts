@@ -251,11 +251,11 @@ function approvalGaps(a: ApprovalRow | undefined): string[] {
     `waiting for a person: 'deno task approve ${a.idempotency_key}' or 'deno task deny ${a.idempotency_key} --reason TEXT'`,
   ];
   const hidden = hiddenIn(a.args);
-  if (hidden > 0) {
+  if (hidden.count > 0) {
     out.push(
-      `the arguments hold ${hidden} control, bidi or invisible character${
-        hidden === 1 ? "" : "s"
-      }, shown as \\u escapes: read them before approving`,
+      `the arguments hold ${hidden.count} control, bidi or invisible character${
+        hidden.count === 1 ? "" : "s"
+      } (${hidden.escapes.join(" ")}), shown as escapes: read them before approving`,
     );
   }
   return out;

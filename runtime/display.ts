@@ -28,7 +28,7 @@
  *
  * const args = { to: "ACCT-\u202E9876\u202C" };
  * if (displayJson(args) !== String.raw`{"to":"ACCT-\u202e9876\u202c"}`) throw new Error("not escaped");
- * if (hiddenIn(args) !== 2) throw new Error("two hidden code points");
+ * if (hiddenIn(args).count !== 2) throw new Error("two hidden code points");
  * if (displayText("title\u001b]0;owned\u0007") !== String.raw`title\u001b]0;owned\u0007`) throw new Error("!");
  * ```
  *
@@ -170,29 +170,41 @@ export function displayJsonParts(value: unknown): string[] {
   return out;
 }
 
+/** What a value hides, from {@link hiddenIn}. */
+export interface Hidden {
+  /** How many code points of its strings and keys the rule escapes (controls, newlines included). */
+  count: number;
+  /** Their escapes, each once, in the order they first appear (`\\u202e`, `\\n`). */
+  escapes: string[];
+}
+
 /**
- * How many hidden code points (controls, newlines included) the strings and
- * keys of a JSON value hold: what an approval box warns about.
+ * What the strings and keys of a JSON value hide: what an approval box warns
+ * about, naming each kind.
  */
-export function hiddenIn(value: unknown): number {
-  let n = 0;
-  const count = (s: string) => {
-    if (SUSPECT.test(s)) scan(s, {}, () => {}, () => n++);
+export function hiddenIn(value: unknown): Hidden {
+  let count = 0;
+  const escapes = new Set<string>();
+  const look = (s: string) => {
+    if (!SUSPECT.test(s)) return;
+    scan(s, {}, () => {}, (c) => {
+      count++;
+      escapes.add(escapeCodePoint(c));
+    });
   };
-  // Iterative, so a deeply nested value cannot exhaust the stack.
+  // Iterative, so a deeply nested value cannot exhaust the stack; children are
+  // pushed last first, so they are looked at in order.
   const todo: unknown[] = [value];
   while (todo.length > 0) {
     const v = todo.pop();
-    if (typeof v === "string") count(v);
-    else if (Array.isArray(v)) { for (const x of v) todo.push(x); }
+    if (typeof v === "string") look(v);
+    else if (Array.isArray(v)) { for (let i = v.length - 1; i >= 0; i--) todo.push(v[i]); }
     else if (v !== null && typeof v === "object") {
-      for (const [k, x] of Object.entries(v)) {
-        count(k);
-        todo.push(x);
-      }
+      const entries = Object.entries(v);
+      for (let i = entries.length - 1; i >= 0; i--) todo.push(entries[i][1], entries[i][0]);
     }
   }
-  return n;
+  return { count, escapes: [...escapes] };
 }
 
 /**

@@ -87,14 +87,17 @@ Deno.test("displayJson() is valid JSON for the same value, with nothing hidden",
   assert.equal(displayJson(undefined), "null");
 });
 
-Deno.test("hiddenIn() counts the hidden code points in a value's strings and keys, controls included", () => {
-  assert.equal(hiddenIn({ to: "ACCT-6789", cents: 100 }), 0);
-  assert.equal(hiddenIn({ to: "ACCT-\u202E9876\u202C" }), 2);
-  assert.equal(hiddenIn({ ["a\u200b"]: ["\u001b", { b: "x\ny" }] }), 3);
-  assert.equal(hiddenIn("\u{e0041}\u{e0042}"), 2, "one per code point, not per UTF-16 unit");
+Deno.test("hiddenIn() counts the hidden code points in a value's strings and keys, and names each kind once", () => {
+  assert.deepEqual(hiddenIn({ to: "ACCT-6789", cents: 100 }), { count: 0, escapes: [] });
+  assert.deepEqual(hiddenIn({ to: "ACCT-\u202E9876\u202C" }), { count: 2, escapes: ["\\u202e", "\\u202c"] });
+  assert.deepEqual(hiddenIn({ ["a\u200b"]: ["\u001b", { b: "x\ny\nz" }] }), {
+    count: 4,
+    escapes: ["\\u200b", "\\u001b", "\\n"],
+  });
+  assert.deepEqual(hiddenIn("\u{e0041}\u{e0042}").count, 2, "one per code point, not per UTF-16 unit");
   let deep: unknown = "\u202e";
   for (let i = 0; i < 100_000; i++) deep = [deep];
-  assert.equal(hiddenIn(deep), 1, "a deeply nested value does not exhaust the stack");
+  assert.equal(hiddenIn(deep).count, 1, "a deeply nested value does not exhaust the stack");
 });
 
 Deno.test("the page's script is the same rule: it gives the same output on every case", () => {
@@ -104,7 +107,7 @@ Deno.test("the page's script is the same rule: it gives the same output on every
   for (const [, input] of CASES) {
     assert.deepEqual(page.displayParts(input), displayParts(input));
     assert.equal(page.displayText(input, { newlines: true }), displayText(input, { newlines: true }));
-    assert.equal(page.hiddenIn({ [input]: input }), hiddenIn({ [input]: input }));
+    assert.deepEqual(page.hiddenIn({ [input]: input }), hiddenIn({ [input]: input }));
   }
   assert.equal(page.displayJson({ to: "ACCT-\u202E9876" }), displayJson({ to: "ACCT-\u202E9876" }));
   for (const [, input] of CASES) {

@@ -51,7 +51,10 @@ function assertInspectShowsEverything(one: string, three: string, two: string): 
     /approval {2}pending {2}transfer \{"to":"ACCT-\\u202e9876\\u202c","cents":100\} {2}asked=/,
   );
   assert.match(two, /!! waiting for a person: 'deno task approve hostile-2:0'/);
-  assert.match(two, /!! the arguments hold 2 control, bidi or invisible characters, shown as \\u escapes/);
+  assert.match(
+    two,
+    /!! the arguments hold 2 control, bidi or invisible characters \(\\u202e \\u202c\), shown as escapes/,
+  );
 }
 
 Deno.test("inspect, runs, approve and cancel print hostile values escaped, in-process on the embedded database", async () => {

@@ -260,7 +260,7 @@ Deno.test({
           assert.deepEqual(marks, ["\\u202e", "\\u202c"]);
           assert.match(
             await text(page, `${box} [data-warning="hidden"]`),
-            /These arguments hold 2 control, bidi or invisible characters/,
+            /These arguments hold 2 control, bidi or invisible characters \(\\u202e \\u202c\)/,
           );
           await page.click(`${box} [data-action="approve"]`);
           await page.waitForSelector('[data-approval-step="hostile-2:0"] [data-status="approved"]');

@@ -302,12 +302,17 @@ function approvalWarning(args, clipped) {
     );
   }
   const hidden = display.hiddenIn(args);
-  if (hidden === 0) return "";
+  if (hidden.count === 0) return "";
   return h(
     "div",
     { class: "warn", "data-warning": "hidden" },
-    `⚠ These arguments hold ${hidden} control, bidi or invisible character${hidden === 1 ? "" : "s"}, ` +
-      "shown marked as \\u escapes. What you approve is exactly what is shown here, not what it may look like elsewhere.",
+    `⚠ These arguments hold ${hidden.count} control, bidi or invisible character${
+      hidden.count === 1 ? "" : "s"
+    } `,
+    `(${
+      hidden.escapes.join(" ")
+    }), shown marked, as escapes. What you approve is exactly what is shown here, `,
+    "not what it may look like elsewhere.",
   );
 }
 
