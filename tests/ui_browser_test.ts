@@ -270,6 +270,35 @@ Deno.test({
         },
       );
 
+      await t.step("arguments too long to show cannot be approved until they are shown whole", async () => {
+        const store = client.store;
+        const now = () => client.clock.now();
+        const args = { to: "ACCT-1", memo: `${"m".repeat(3_000)}\u202e` };
+        await store.createRun({ runId: "long-approval", agent: "payer", goal: "pay" }, now());
+        const f = { runId: "long-approval", epoch: (await store.claim("long-approval", 0, "w", now()))! };
+        await store.journalIntent(f, 0, now());
+        await store.journalConfirm(f, 0, { tool: "transfer", args }, undefined, now());
+        await store.requestApproval(
+          f,
+          { key: "long-approval:0", seq: 0, tool: "transfer", args, hash: "h" },
+          now(),
+        );
+        await page.goto(`${ui.url}/runs/long-approval`, { waitUntil: "domcontentloaded" });
+        const box = '[data-approval="long-approval:0"]';
+        await page.waitForSelector(`${box} [data-warning="clipped"]`);
+        assert.equal(
+          await page.$eval(`${box} [data-action="approve"]`, (b) => b.hasAttribute("disabled")),
+          true,
+        );
+        await page.click(`${box} [data-action="show-all"]`);
+        await page.waitForSelector(`${box} [data-warning="hidden"]`);
+        assert.equal(
+          await page.$eval(`${box} [data-action="approve"]`, (b) => b.hasAttribute("disabled")),
+          false,
+        );
+        assert.match(await text(page, box), /m{3000}\\u202e"\}/);
+      });
+
       await t.step("no hostile value reaches the page raw: each shows as its escape", async () => {
         for (const id of ["hostile-1", "hostile-3"]) {
           await page.goto(`${ui.url}/runs/${id}`, { waitUntil: "domcontentloaded" });
