@@ -77,10 +77,23 @@ export {
   RESOLVE_BATCH_MAX,
   type RunInfo,
   type RunRecord,
+  type RunTimeline,
+  type StepRange,
 } from "./runtime/client.ts";
 export { type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
 export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
+export {
+  displayJson,
+  displayJsonParts,
+  type DisplayOptions,
+  displayParts,
+  displayScript,
+  displayText,
+  escapeCodePoint,
+  type Hidden,
+  hiddenIn,
+} from "./runtime/display.ts";
 export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";
 export {
   ConfigError,
@@ -113,7 +126,16 @@ export {
   type Planner,
   type Usage,
 } from "./runtime/planner.ts";
-export type { RunTokens } from "./runtime/store/overview.ts";
+export type {
+  ApprovalView,
+  Clipped,
+  EffectView,
+  JournalView,
+  RunTokens,
+  RunView,
+  StepsView,
+  WholeValueField,
+} from "./runtime/store/overview.ts";
 export type {
   ApprovalRow,
   Decision,

@@ -16,6 +16,14 @@
  * `DATA_DIR` (default `.data`); the embedded one allows one process at a time,
  * so a command refuses, naming the holder, while a worker has it open.
  *
+ * Everything they print goes through the display rule (runtime/display.ts):
+ * a control, bidi or other invisible character in a model's answer, a tool's
+ * result or a user's input is shown as its escape (`\u001b`, `\u202e`), so no
+ * value can drive the terminal or read as something else. A field that may
+ * hold several lines (an input, an output, an error, a reason) shows its
+ * first line after its label and the others indented behind `| `, so no line
+ * of a value can pass for a line of the report.
+ *
  * Exit codes: 0 done, 1 refused (no such run, not flagged, ...), 2 bad
  * arguments or no database.
  *
@@ -32,14 +40,16 @@ import {
   type FlaggedFilter,
   type Resolution,
   RESOLVE_BATCH_MAX,
+  RUN_STATUSES,
   type RunInfo,
 } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { flagProblem } from "../runtime/config.ts";
+import { displayText, hiddenIn } from "../runtime/display.ts";
 import { ConfigError, RuntimeError, StoreError } from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
-import type { JournalRow, RunStatus, SideEffectRow } from "../runtime/store/store.ts";
+import type { ApprovalRow, JournalRow, RunStatus, SideEffectRow } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
 
@@ -60,9 +70,25 @@ export class CommandError extends RuntimeError {
 /** What a command needs: a client, where to print, and who is acting. */
 export interface CommandContext {
   client: Client;
+  /** Receives each line, already escaped by the display rule. */
   print: (line: string) => void;
   /** Recorded as `resolved_by` and in a cancelled run's error. */
   actor: string;
+}
+
+/** Where a command's lines go: each through the display rule, so nothing hidden reaches the terminal. */
+function printer(ctx: CommandContext): (line: string) => void {
+  return (line) => ctx.print(displayText(line));
+}
+
+/**
+ * A field that may hold several lines: the first after `label`, each other
+ * one under it, indented behind `| ` (see the module's comment).
+ */
+export function fieldLines(label: string, text: string): string[] {
+  const [first, ...rest] = text.split("\n");
+  const indent = " ".repeat(label.length - label.trimStart().length);
+  return [`${label}${first}`, ...rest.map((line) => `${indent}  | ${line}`)];
 }
 
 /** Creates a pending run of `agent`. */
@@ -72,13 +98,13 @@ export async function submit(
   opts: { runId?: string; input?: unknown; budget?: Budget },
 ): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.start(agent, opts));
-  ctx.print(
+  printer(ctx)(
     `submitted  run=${run.runId}  agent=${run.agent}  status=pending  input=${formatValue(run.input)}`,
   );
   return run;
 }
 
-const STATUSES: readonly RunStatus[] = ["pending", "running", "blocked", "done", "failed", "cancelled"];
+const STATUSES = RUN_STATUSES;
 
 /** Prints one page of runs, newest first, with how many match and how many pages there are. */
 export async function runs(
@@ -122,17 +148,20 @@ export async function runs(
       r.budget?.tokens ? `${r.tokens}/${r.budget.tokens}` : String(r.tokens),
     ]);
   }
-  const widths = table[0].map((_, i) => Math.max(...table.map((row) => row[i].length)));
-  for (const row of table) ctx.print(row.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd());
-  if (rows.length === 0) ctx.print("(no runs)");
+  // Each cell on one line, escaped before the widths are measured, so the columns line up as shown.
+  const cells = table.map((row) => row.map((c) => displayText(c)));
+  const widths = cells[0].map((_, i) => Math.max(...cells.map((row) => row[i].length)));
+  const p = printer(ctx);
+  for (const row of cells) p(row.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd());
+  if (rows.length === 0) p("(no runs)");
   const pages = Math.max(1, Math.ceil(total / limit));
-  ctx.print(
+  p(
     `${rows.length} of ${total} runs, newest first; page ${page} of ${pages}${
       page < pages ? ` (--page ${page + 1} for more)` : ""
     }`,
   );
   for (const agent of [...waiting].sort()) {
-    ctx.print(`waiting: no live worker hosts agent ${agent}; its pending runs wait until one does (--agent)`);
+    p(`waiting: no live worker hosts agent ${agent}; its pending runs wait until one does (--agent)`);
   }
 }
 
@@ -144,16 +173,21 @@ function tokens(usage: Json | null): string | undefined {
   return `${u.prompt_tokens ?? "?"}+${u.completion_tokens ?? "?"}`;
 }
 
-/** Prints one run's timeline: each step's decision and tool call, and any gap a crash left. */
+/**
+ * Prints one run's timeline: each step's decision, approval request and tool
+ * call, and any gap a crash (or a wait for a person) left.
+ */
 export async function inspect(ctx: CommandContext, runId: string): Promise<void> {
-  const { run, journal, effects, spend } = await asCommand(() => ctx.client.inspect(runId));
+  const { run, journal, effects, approvals, spend } = await asCommand(() => ctx.client.inspect(runId));
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
-  const p = ctx.print;
+  const approvalBySeq = new Map(approvals.map((a) => [a.seq, a]));
+  const say = printer(ctx);
+  const p = (...lines: string[]) => lines.forEach((line) => say(line));
   p(`run ${run.run_id}  agent=${run.agent}  status=${run.status}  epoch=${run.epoch}  owner=${
     run.owner ?? "-"
   }`);
-  p(`  input: ${typeof run.input === "string" ? run.input : JSON.stringify(run.input)}`);
-  if (run.output !== null) p(`  output: ${run.output}`);
+  p(...fieldLines("  input: ", typeof run.input === "string" ? run.input : JSON.stringify(run.input)));
+  if (run.output !== null) p(...fieldLines("  output: ", run.output));
   if (run.budget) {
     const of = (n: number, ceiling?: number) => ceiling === undefined ? `${n}` : `${n} of ${ceiling}`;
     p(
@@ -163,16 +197,17 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     );
   }
   p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);
-  if (run.error) p(`  error: ${run.error}`);
+  if (run.error) p(...fieldLines("  error: ", run.error));
   let prompt = 0;
   let completion = 0;
-  const seqs = [...new Set([...journal.map((j) => j.seq), ...effects.map((e) => e.seq)])].sort((a, b) =>
-    a - b
-  );
+  const seqs = [
+    ...new Set([...journal.map((j) => j.seq), ...effects.map((e) => e.seq), ...approvals.map((a) => a.seq)]),
+  ].sort((a, b) => a - b);
   let lastEpoch: number | undefined;
   for (const seq of seqs) {
     const j = journal.find((x) => x.seq === seq);
     const e = bySeq.get(seq);
+    const a = approvalBySeq.get(seq);
     const epoch = Math.max(j?.epoch ?? 0, e?.epoch ?? 0);
     if (lastEpoch !== undefined && epoch > lastEpoch) {
       p(`  -- epoch ${lastEpoch} -> ${epoch}: another worker took the run over`);
@@ -187,8 +222,9 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
         completion += Number(u.completion_tokens ?? 0);
       }
     }
+    if (a) { for (const line of approvalLines(a)) p(`  ${line}`); }
     if (e) { for (const line of effectLines(e)) p(`  ${line}`); }
-    for (const gap of gaps(j, e)) p(`  !! ${gap}`);
+    for (const gap of [...gaps(j, e), ...approvalGaps(a)]) p(`  !! ${gap}`);
   }
   const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
   p(`total  steps=${seqs.length}  llm_calls=${llmCalls}  tokens=${prompt}+${completion}`);
@@ -202,8 +238,36 @@ function decisionLines(j: JournalRow): string[] {
       iso(j.intent_at)
     }  confirmed=${iso(j.confirmed_at)}${tokens(j.usage) ? `  tokens=${tokens(j.usage)}` : ""}`,
   ];
-  for (const r of j.rejections ?? []) lines.push(`  rejected ${r.code}: ${r.message}`);
+  for (const r of j.rejections ?? []) lines.push(...fieldLines(`  rejected ${r.code}: `, r.message));
   return lines;
+}
+
+function approvalLines(a: ApprovalRow): string[] {
+  const decided = a.decided_by !== null ? `  by=${a.decided_by}  at=${iso(a.decided_at)}` : "";
+  const lines = [
+    `approval  ${a.status}  ${a.tool} ${JSON.stringify(a.args)}  asked=${
+      iso(a.requested_at)
+    }  epoch=${a.epoch}${decided}`,
+  ];
+  if (a.reason) lines.push(...fieldLines("  reason: ", a.reason));
+  return lines;
+}
+
+/** What an approval request still waits for, and what its arguments hide. */
+function approvalGaps(a: ApprovalRow | undefined): string[] {
+  if (!a || a.status !== "pending") return [];
+  const out = [
+    `waiting for a person: 'deno task approve ${a.idempotency_key}' or 'deno task deny ${a.idempotency_key} --reason TEXT'`,
+  ];
+  const hidden = hiddenIn(a.args);
+  if (hidden.count > 0) {
+    out.push(
+      `the arguments hold ${hidden.count} control, bidi or invisible character${
+        hidden.count === 1 ? "" : "s"
+      } (${hidden.escapes.join(" ")}), shown as escapes: read them before approving`,
+    );
+  }
+  return out;
 }
 
 function effectLines(e: SideEffectRow): string[] {
@@ -214,7 +278,7 @@ function effectLines(e: SideEffectRow): string[] {
       e.result !== null ? `  result=${JSON.stringify(e.result)}` : ""
     }`,
   ];
-  if (e.error) lines.push(`  error: ${e.error}`);
+  if (e.error) lines.push(...fieldLines("  error: ", e.error));
   if (e.resolved_by) lines.push(`  resolved by ${e.resolved_by} at ${iso(e.resolved_at)}`);
   return lines;
 }
@@ -243,7 +307,7 @@ export async function resolve(
   resolution: Resolution,
 ): Promise<SideEffectRow> {
   const out = await asCommand(() => ctx.client.resolve(key, resolution, { by: ctx.actor }));
-  ctx.print(
+  printer(ctx)(
     `resolved  key=${key}  status=${out.effect.status}  remote=${out.effect.remote ?? "-"}  by=${
       formatValue(ctx.actor)
     }  run=${out.effect.run_id}  run_status=${out.unblocked ? "pending" : "blocked"}`,
@@ -298,7 +362,7 @@ export async function resolveMany(
 /** Cancels a run; a worker holding it stops at its next write. */
 export async function cancel(ctx: CommandContext, runId: string): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.cancel(runId, { by: ctx.actor }));
-  ctx.print(`cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}`);
+  printer(ctx)(`cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}`);
   return run;
 }
 
@@ -309,7 +373,9 @@ export async function cancel(ctx: CommandContext, runId: string): Promise<RunInf
  */
 export async function reopen(ctx: CommandContext, runId: string): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.reopen(runId));
-  ctx.print(`reopened  run=${runId}  status=${run.status}  epoch=${run.epoch}  by=${formatValue(ctx.actor)}`);
+  printer(ctx)(
+    `reopened  run=${runId}  status=${run.status}  epoch=${run.epoch}  by=${formatValue(ctx.actor)}`,
+  );
   return run;
 }
 
@@ -342,7 +408,7 @@ export const COMMAND_USAGE: Record<string, string> = {
                       ceilings for this run, over the agent's budget`,
   runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
   Lists runs, newest first, a page at a time, with how many match.
-  --status S          pending, running, blocked, done, failed or cancelled
+  --status S          pending, running, waiting, blocked, done, failed or cancelled
   --agent-name NAME   only runs of this agent
   --search TEXT       only run ids containing TEXT
   --limit N           runs per page (default 50)
@@ -431,14 +497,15 @@ export async function prune(
 ): Promise<void> {
   const out = await ctx.client.prune(before, opts);
   const verb = opts.dryRun ? "would delete" : "deleted";
-  ctx.print(
+  const p = printer(ctx);
+  p(
     `${
       opts.dryRun ? "dry-run" : "pruned"
     }  finished_before=${before.toISOString()}  ${verb}: runs=${out.runs.length}  ` +
       `journal_rows=${out.journal}  tool_rows=${out.effects}${opts.dryRun ? "" : `  batches=${out.batches}`}`,
   );
-  for (const id of out.runs.slice(0, 20)) ctx.print(`  ${id}`);
-  if (out.runs.length > 20) ctx.print(`  ... and ${out.runs.length - 20} more`);
+  for (const id of out.runs.slice(0, 20)) p(`  ${id}`);
+  if (out.runs.length > 20) p(`  ... and ${out.runs.length - 20} more`);
 }
 
 /** The flags each command takes, besides `--database-url`, `--data-dir`, `--by` and `--help`. */
@@ -473,12 +540,14 @@ export async function main(
   const command = args[0];
   if (!command || !(command in COMMAND_USAGE)) {
     console.error(
-      `Unknown command ${JSON.stringify(command ?? "")}: one of ${Object.keys(COMMAND_USAGE).join(", ")}`,
+      displayText(
+        `Unknown command ${JSON.stringify(command ?? "")}: one of ${Object.keys(COMMAND_USAGE).join(", ")}`,
+      ),
     );
     return 2;
   }
   const usage = (problem: string) => {
-    console.error(`${command}: ${problem}. 'deno task ${command} --help' lists the flags`);
+    console.error(displayText(`${command}: ${problem}. 'deno task ${command} --help' lists the flags`));
     return 2;
   };
   let parsed;
@@ -686,7 +755,7 @@ export async function main(
             ? ctx.client.approve(target, { by: ctx.actor })
             : ctx.client.deny(target, { by: ctx.actor, reason: v.reason })
         );
-        ctx.print(
+        printer(ctx)(
           `${row.status}  key=${row.idempotency_key}  tool=${row.tool}  args=${formatValue(row.args)}  by=${
             formatValue(ctx.actor)
           }  run=${row.run_id}  run_status=pending`,
@@ -700,7 +769,7 @@ export async function main(
     return 0;
   } catch (err) {
     if (err instanceof CommandError) {
-      console.error(`${err.code}: ${err.message}`);
+      console.error(displayText(`${err.code}: ${err.message}`));
       return err.exitCode;
     }
     throw err;

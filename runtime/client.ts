@@ -24,7 +24,18 @@ import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
 import { OpenAIPlanner, type Planner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
-import { agentsWithRuns, countByStatus, type RunTokens, tokensByRun } from "./store/overview.ts";
+import {
+  agentsWithRuns,
+  countByStatus,
+  type RunTokens,
+  type RunView,
+  runView,
+  type StepsView,
+  stepsView,
+  tokensByRun,
+  wholeValue,
+  type WholeValueField,
+} from "./store/overview.ts";
 import { openPglite } from "./store/pglite.ts";
 import {
   type ApprovalRow,
@@ -82,7 +93,7 @@ export interface RunInfo {
   budget: Budget | null;
 }
 
-/** One run's whole record: the run, its decisions and its tool calls, by step. */
+/** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
 export interface RunRecord {
   /** The run row. */
   run: RunRow;
@@ -90,11 +101,36 @@ export interface RunRecord {
   journal: JournalRow[];
   /** Its tool calls. */
   effects: SideEffectRow[];
+  /** Its approval requests: who approved or denied what, when, and why. */
+  approvals: ApprovalRow[];
   /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
   spend: { tokens: number; modelCalls: number; toolCalls: number };
 }
 
 export { type FlaggedFilter, RESOLVE_BATCH_MAX };
+
+/**
+ * Which steps of a run a page reads: the last `last`; those from step `from`
+ * on (when more than `limit` were written since, the last `limit`: a page
+ * that fell behind starts over from the newest); or the `limit` steps before
+ * step `before`.
+ */
+export type StepRange =
+  | { last: number }
+  | { from: number; limit: number }
+  | { before: number; limit: number };
+
+/** A run's page: the run with its totals, and the steps of a {@link StepRange}. */
+export interface RunTimeline {
+  /** The run, long values clipped, with totals over every step. */
+  run: RunView;
+  /** The steps read, first to last (inclusive; `to < from` when none). */
+  from: number;
+  /** The last step read. */
+  to: number;
+  /** Their rows, and every approval request of the run still pending. */
+  steps: StepsView;
+}
 
 /** How a human settles a flagged tool call. */
 export type Resolution =
@@ -110,6 +146,20 @@ export class ClientError extends RuntimeError {
     this.name = "ClientError";
   }
 }
+
+// Every status once, checked complete by the type: a new status cannot be missed here.
+const EVERY_STATUS: Record<RunStatus, true> = {
+  pending: true,
+  running: true,
+  waiting: true,
+  blocked: true,
+  done: true,
+  failed: true,
+  cancelled: true,
+};
+
+/** Every run status, in the order a run moves through them. */
+export const RUN_STATUSES: readonly RunStatus[] = Object.keys(EVERY_STATUS) as RunStatus[];
 
 /** Statuses in which a run will not move again without a person (`blocked`) or at all. */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
@@ -217,12 +267,56 @@ export class Client {
     return await this.store.hostedAgents(new Date(this.clock.now().getTime() - leaseMs));
   }
 
-  /** A run with its decisions, tool calls, and spend (against its budget, if any). Throws `RUN_NOT_FOUND`. */
+  /**
+   * A run with its decisions, tool calls, approval requests, and spend
+   * (against its budget, if any). Throws `RUN_NOT_FOUND`.
+   */
   async inspect(runId: string): Promise<RunRecord> {
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     const { journal, effects } = await this.store.loadHistory(runId);
-    return { run, journal, effects, spend: spendOf(journal, effects) };
+    const approvals = await this.store.listApprovals(runId);
+    return { run, journal, effects, approvals, spend: spendOf(journal, effects) };
+  }
+
+  /**
+   * What a page shows of a run: the run with totals, and the steps of
+   * `range`, with every value longer than `maxChars` characters clipped (see
+   * {@link Client.wholeValue}). Throws `RUN_NOT_FOUND`.
+   */
+  async timeline(runId: string, opts: { steps: StepRange; maxChars: number }): Promise<RunTimeline> {
+    // The run first, then its steps: a run seen closed here has written every row the steps read returns.
+    const run = await runView(this.store.client, runId, { maxChars: opts.maxChars });
+    if (!run) throw notFound(runId);
+    const r = opts.steps;
+    let from = 0;
+    let to = -1;
+    if (run.min_seq !== null && run.max_seq !== null) {
+      const last = (n: number) => [Math.max(run.min_seq!, run.max_seq! - n + 1), run.max_seq!];
+      if ("last" in r) [from, to] = last(r.last);
+      else if ("from" in r) {
+        [from, to] = run.max_seq - r.from + 1 > r.limit ? last(r.limit) : [r.from, run.max_seq];
+      } else [from, to] = [Math.max(run.min_seq, r.before - r.limit), r.before - 1];
+    }
+    // An empty range (to < from) still reads the pending approval requests.
+    const steps = await stepsView(this.store.client, runId, { from, to, maxChars: opts.maxChars });
+    return { run, from, to, steps };
+  }
+
+  /**
+   * The whole value of a field {@link Client.timeline} clipped: the run's
+   * `input`, `output` or `error`, or a step's decision, call or approval
+   * field. Throws `RUN_NOT_FOUND` when there is no such run or step.
+   */
+  async wholeValue(runId: string, field: WholeValueField, seq?: number): Promise<Json> {
+    const found = await wholeValue(this.store.client, { runId, field, seq });
+    if (!found) {
+      throw new ClientError(
+        "RUN_NOT_FOUND",
+        `No ${field} for run ${JSON.stringify(runId)}${seq === undefined ? "" : ` step ${seq}`}`,
+      );
+    }
+    return found.value;
   }
 
   /** Cancels a run that is not closed; a worker holding it stops at its next write. */

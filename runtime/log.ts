@@ -6,9 +6,12 @@
  * ts=2026-01-01T00:00:00.000Z level=info event=decided run=demo seq=0 tool=create_server llm_calls=1
  * ```
  *
- * (a value with a space, a quote, `=` or a backslash is double-quoted with
- * JSON escapes; an object or array is compact JSON, quoted), or, with
- * `LOG_FORMAT=json`, one JSON object per line with the same names.
+ * (a value with a space, a quote, `=`, a backslash or anything
+ * {@link displayText} escapes is double-quoted with JSON escapes; an object or
+ * array is compact JSON, quoted), or, with `LOG_FORMAT=json`, one JSON object
+ * per line with the same names. Either way a line holds no control, bidi or
+ * other invisible character: the rule of `display.ts` escapes them, so a value
+ * cannot move the terminal's cursor, set its title or reorder the line.
  * Timestamps come from the {@link Clock}, so a simulated run's transcript is
  * deterministic. Known secrets (a database password, a model API key) are
  * masked in every line.
@@ -17,6 +20,7 @@
  */
 
 import { type Clock, isoTimestamp } from "./clock.ts";
+import { displayText } from "./display.ts";
 
 /** Severity of an event. */
 export type LogLevel = "DEBUG" | "INFO" | "WARN" | "ERROR";
@@ -61,23 +65,25 @@ export function arraySink(lines: string[]): LogSink {
   return (line) => lines.push(line);
 }
 
-// A value written bare: no space or control character, quote, `=` or backslash.
+// A value written bare: no space or control character, quote, `=` or backslash,
+// and nothing the display rule escapes.
 // deno-lint-ignore no-control-regex
 const BARE = /^[^\s"=\\\x00-\x1f\x7f]+$/;
+const bare = (text: string) => BARE.test(text) && displayText(text) === text;
 
 /**
  * Formats one field value as a logfmt value: bare when it can be, otherwise
  * double-quoted with JSON escapes; objects and arrays as compact JSON, quoted.
  */
 export function formatValue(value: unknown): string {
-  if (typeof value === "string") return BARE.test(value) ? value : JSON.stringify(value);
+  if (typeof value === "string") return bare(value) ? value : displayText(JSON.stringify(value));
   if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") {
     return String(value);
   }
   if (value === null) return "null";
   if (value instanceof Date) return value.toISOString();
-  const json = JSON.stringify(value) ?? String(value);
-  return BARE.test(json) ? json : JSON.stringify(json);
+  const json = displayText(JSON.stringify(value) ?? String(value));
+  return bare(json) ? json : JSON.stringify(json);
 }
 
 /**
@@ -121,8 +127,16 @@ export class Logger {
     this.#sink = opts.sink ?? stdoutSink;
     this.#format = opts.format ?? "text";
     this.#min = this.#sink === discardSink ? Infinity : SEVERITY[opts.level ?? "DEBUG"];
-    this.#secrets = [...new Set((opts.secrets ?? []).filter((s) => s.length > 0).flatMap(secretForms))]
-      .sort((a, b) => b.length - a.length);
+    // A secret shows up as written, JSON-escaped up to three times (secretForms),
+    // and with the display rule's escapes on top (a key holding a bidi or format
+    // character): mask every form.
+    this.#secrets = [
+      ...new Set(
+        (opts.secrets ?? []).filter((s) => s.length > 0).flatMap(secretForms).flatMap((
+          f,
+        ) => [f, displayText(f)]),
+      ),
+    ].sort((a, b) => b.length - a.length);
   }
 
   /** True when events at `level` are written (false for every level on {@link discardSink}). */
@@ -165,7 +179,8 @@ export class Logger {
     const entries = Object.entries(fields).filter(([, v]) => v !== undefined);
     let line: string;
     if (this.#format === "json") {
-      line = JSON.stringify({ ts, level, event, ...Object.fromEntries(entries) });
+      // Escaped JSON text is still JSON, for the same values.
+      line = displayText(JSON.stringify({ ts, level, event, ...Object.fromEntries(entries) }));
     } else {
       line = `ts=${ts} level=${level.toLowerCase()} event=${formatValue(event)}` +
         entries.map(([k, v]) => ` ${k}=${formatValue(v)}`).join("");

@@ -36,6 +36,26 @@ Deno.test("formatValue() leaves plain tokens bare and quotes everything else, ob
   }
 });
 
+Deno.test("a log line holds no DEL, C1, bidi or invisible character, in text and in json format", () => {
+  const hostile = "ok\u007f\u009b2J\u202e1234\u200b\u{e0041}";
+  assert.equal(formatValue(hostile), String.raw`"ok\u007f\u009b2J\u202e1234\u200b\udb40\udc41"`);
+  assert.equal(formatValue("\u202e"), String.raw`"\u202e"`, "never bare");
+  assert.equal(formatValue({ to: "\u202e" }), String.raw`"{\"to\":\"\\u202e\"}"`);
+  for (const format of ["text", "json"] as const) {
+    const lines: string[] = [];
+    const log = new Logger({
+      clock: new ManualClock(T0),
+      sink: arraySink(lines),
+      format,
+      secrets: ["k\u202ey"],
+    });
+    log.info("decided", { args: { to: hostile }, key: "k\u202ey" });
+    assert.doesNotMatch(lines[0], /[\u007f-\u009f\u202e\u200b\u{e0041}]/u, format);
+    assert.doesNotMatch(lines[0], /k\\u202ey/, `the secret's escaped form is masked too (${format})`);
+    if (format === "json") assert.deepEqual(JSON.parse(lines[0]).args, { to: hostile });
+  }
+});
+
 Deno.test("Logger in json format writes one parseable object per line", () => {
   const lines: string[] = [];
   const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines), format: "json" });

@@ -2,7 +2,11 @@
  * The web page in a real browser: headless Chromium (Debian's `chromium`)
  * driven by puppeteer-core. A run crashed at `after_call` by a real SIGKILL
  * and resumed; a run blocked on a flagged call, resolved from the page; a run
- * in progress, watched without a reload; and the token beyond loopback.
+ * in progress, watched without a reload (asking only for what changed); a
+ * spoofed approval shown escaped with a warning, and approved from the page;
+ * a finished run that stops asking; a long timeline paged with a long value
+ * clipped; the waiting badge; a phone's narrow screen; and the token beyond
+ * loopback.
  * Takes the README's screenshots (`UPDATE_SCREENSHOTS=1` writes docs/ui-runs.png, docs/ui-run.png).
  *
  * Skipped, saying so, when no Chromium is installed (`apt-get install -y chromium`).
@@ -16,6 +20,7 @@ import { ToolError } from "../runtime/errors.ts";
 import type { Planner } from "../runtime/planner.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { serveUi } from "../ui/server.ts";
+import { BIG, RAW_HIDDEN, writeHostileRuns, writeLongRun } from "./_display_runs.ts";
 import { runWorkerToEnd } from "./_procs.ts";
 
 const CHROMIUM = [Deno.env.get("CHROMIUM_PATH"), "/usr/bin/chromium", "/usr/bin/chromium-browser"]
@@ -205,7 +210,12 @@ Deno.test({
         assert.equal(run.effects[0].resolved_by, "ui");
       });
 
-      await t.step("a run in progress updates without a reload", async () => {
+      await t.step("a run in progress updates without a reload, asking only for what changed", async () => {
+        const asked: string[] = [];
+        const onRequest = (r: { url(): string }) => {
+          if (r.url().includes("/api/runs/report-nov")) asked.push(new URL(r.url()).search);
+        };
+        page.on("request", onRequest);
         await page.goto(`${ui.url}/runs/report-nov`, { waitUntil: "domcontentloaded" });
         await page.waitForFunction(`document.querySelector("#run-status")?.textContent === "running"`);
         await page.evaluate(() => ((globalThis as unknown as { stayed: boolean }).stayed = true));
@@ -216,6 +226,165 @@ Deno.test({
         );
         assert.equal(await page.evaluate(() => (globalThis as unknown as { stayed?: boolean }).stayed), true);
         assert.match(await text(page, "#run-output"), /The report is ready/);
+        page.off("request", onRequest);
+        // The whole run once, then the steps from the last one held on.
+        assert.equal(asked[0], "?limit=50");
+        assert.ok(asked.length >= 2 && asked.slice(1).every((q) => /^\?from=\d+$/.test(q)), asked.join(" "));
+      });
+
+      // Runs for what follows: values from a hostile model and tool, and a long run.
+      await writeHostileRuns(client);
+      await writeLongRun(client.store, client.clock, { runId: "long-1", steps: 120 });
+
+      await t.step("a waiting run has a status badge of its own colour", async () => {
+        await page.goto(`${ui.url}/?status=waiting`, { waitUntil: "domcontentloaded" });
+        await page.waitForSelector('tr[data-run="hostile-2"] [data-status="waiting"]');
+        const colour = await page.evaluate(
+          `getComputedStyle(document.querySelector('tr[data-run="hostile-2"] [data-status="waiting"]')).backgroundColor`,
+        );
+        assert.notEqual(colour, "rgba(0, 0, 0, 0)", "a background, so its white text shows");
+        const pending = await page.$eval('[data-count="pending"]', (b) => b.textContent);
+        assert.match(pending ?? "", /pending \d+/);
+      });
+
+      await t.step(
+        "a spoofed argument shows escaped and marked, with a warning, and is approved as shown",
+        async () => {
+          await page.goto(`${ui.url}/runs/hostile-2`, { waitUntil: "domcontentloaded" });
+          const box = '[data-approval="hostile-2:0"]';
+          await page.waitForSelector(box);
+          const shown = await text(page, box);
+          assert.match(shown, /transfer \{"to":"ACCT-\\u202e9876\\u202c","cents":100\}/);
+          assert.ok(!shown.includes("\u202e") && !shown.includes("6789"), "the override is not applied");
+          const marks = await page.$$eval(`${box} .esc`, (els) => els.map((e) => e.textContent));
+          assert.deepEqual(marks, ["\\u202e", "\\u202c"]);
+          assert.match(
+            await text(page, `${box} [data-warning="hidden"]`),
+            /These arguments hold 2 control, bidi or invisible characters \(\\u202e \\u202c\)/,
+          );
+          await page.click(`${box} [data-action="approve"]`);
+          await page.waitForSelector('[data-approval-step="hostile-2:0"] [data-status="approved"]');
+          assert.match(await text(page, '[data-approval-step="hostile-2:0"]'), /approved by ui at \d{4}-/);
+          assert.match(await text(page, ".cell"), /approval.*approved by ui/);
+          assert.equal((await client.store.getApproval("hostile-2:0"))?.decided_by, "ui");
+        },
+      );
+
+      await t.step("arguments too long to show cannot be approved until they are shown whole", async () => {
+        const store = client.store;
+        const now = () => client.clock.now();
+        const args = { to: "ACCT-1", memo: `${"m".repeat(3_000)}\u202e` };
+        await store.createRun({ runId: "long-approval", agent: "payer", goal: "pay" }, now());
+        const f = { runId: "long-approval", epoch: (await store.claim("long-approval", 0, "w", now()))! };
+        await store.journalIntent(f, 0, now());
+        await store.journalConfirm(f, 0, { tool: "transfer", args }, undefined, now());
+        await store.requestApproval(
+          f,
+          { key: "long-approval:0", seq: 0, tool: "transfer", args, hash: "h" },
+          now(),
+        );
+        await page.goto(`${ui.url}/runs/long-approval`, { waitUntil: "domcontentloaded" });
+        const box = '[data-approval="long-approval:0"]';
+        await page.waitForSelector(`${box} [data-warning="clipped"]`);
+        assert.equal(
+          await page.$eval(`${box} [data-action="approve"]`, (b) => b.hasAttribute("disabled")),
+          true,
+        );
+        await page.click(`${box} [data-action="show-all"]`);
+        await page.waitForSelector(`${box} [data-warning="hidden"]`);
+        assert.equal(
+          await page.$eval(`${box} [data-action="approve"]`, (b) => b.hasAttribute("disabled")),
+          false,
+        );
+        assert.match(await text(page, box), /m{3000}\\u202e"\}/);
+      });
+
+      await t.step("no hostile value reaches the page raw: each shows as its escape", async () => {
+        for (const id of ["hostile-1", "hostile-3"]) {
+          await page.goto(`${ui.url}/runs/${id}`, { waitUntil: "domcontentloaded" });
+          await page.waitForSelector("[data-step]");
+          const body = String(await page.evaluate("document.body.innerText"));
+          assert.equal(RAW_HIDDEN.exec(body), null, `${id}: ${JSON.stringify(RAW_HIDDEN.exec(body)?.[0])}`);
+          assert.match(body, /\\u001b\]52;c;ZWNobyBwd25lZAo=\\u0007/);
+          assert.equal(await page.title(), "agent-runtime");
+        }
+        // hostile-3 was denied: who, when and why, in the timeline.
+        assert.match(
+          await text(page, '[data-approval-step="hostile-3:0"]'),
+          /denied by bob\\u001b.*reason: no \\u001b/s,
+        );
+      });
+
+      await t.step("a finished run's page stops asking once it has it all", async () => {
+        let asked = 0;
+        const onRequest = (r: { url(): string }) => {
+          if (r.url().includes("/api/runs/crashed")) asked++;
+        };
+        page.on("request", onRequest);
+        await page.goto(`${ui.url}/runs/crashed`, { waitUntil: "domcontentloaded" });
+        await page.waitForFunction("Number(document.body.dataset.loaded ?? 0) >= 1");
+        // Three polling periods (1.5 s each) later, still the one request.
+        await new Promise((r) => setTimeout(r, 4_500));
+        page.off("request", onRequest);
+        assert.equal(asked, 1);
+        assert.match(await text(page, "#live"), /finished · not updating/);
+      });
+
+      await t.step(
+        "a long timeline shows its last 50 steps, loads earlier ones, and clips a long value",
+        async () => {
+          const sizes: number[] = [];
+          const onResponse = async (r: { url(): string; text(): Promise<string> }) => {
+            if (r.url().includes("/api/runs/long-1?")) sizes.push((await r.text()).length);
+          };
+          page.on("response", onResponse);
+          await page.goto(`${ui.url}/runs/long-1`, { waitUntil: "domcontentloaded" });
+          await page.waitForSelector("[data-step]");
+          const seqs = () =>
+            page.$$eval(
+              "#timeline > [data-step]",
+              (els) => els.map((e) => Number(e.getAttribute("data-step"))),
+            );
+          assert.deepEqual(
+            await seqs(),
+            Array.from({ length: 50 }, (_, i) => 71 + i),
+          );
+          assert.match(await text(page, "#earlier"), /show 50 earlier steps 71 earlier steps not shown/);
+          // The 22 KB answer arrives clipped, and whole on request.
+          assert.ok(await page.$(`#run-output [data-clipped="${BIG.length}"]`));
+          await page.click('#run-output [data-action="show-all"]');
+          await page.waitForFunction(
+            `document.querySelector("#run-output").textContent.length >= ${BIG.length}`,
+          );
+          assert.match(await text(page, "#run-output"), /big answer \\u202e end$/);
+          await page.click('[data-action="earlier"]');
+          await page.waitForFunction('document.querySelectorAll("#timeline > [data-step]").length === 100');
+          await page.click('[data-action="earlier"]');
+          await page.waitForFunction('document.querySelectorAll("#timeline > [data-step]").length === 121');
+          assert.deepEqual(await seqs(), Array.from({ length: 121 }, (_, i) => i));
+          assert.equal(await page.$('[data-action="earlier"]'), null);
+          page.off("response", onResponse);
+          assert.ok(
+            sizes.length === 3 && sizes.every((n) => n < 60_000),
+            `answers of ${sizes.join(", ")} bytes`,
+          );
+        },
+      );
+
+      await t.step("on a phone's narrow screen nothing runs off the right edge of the page", async () => {
+        await page.setViewport({ width: 375, height: 800 });
+        for (const path of ["/", "/runs/hostile-1", "/runs/long-1", "/runs/crashed", "/runs/hostile-3"]) {
+          await page.goto(`${ui.url}${path}`, { waitUntil: "domcontentloaded" });
+          await page.waitForFunction("Number(document.body.dataset.loaded ?? 0) >= 1");
+          const [scroll, width] = await page.evaluate(
+            "[document.documentElement.scrollWidth, innerWidth]",
+          ) as [
+            number,
+            number,
+          ];
+          assert.ok(scroll <= width, `${path}: the page is ${scroll}px wide on a ${width}px screen`);
+        }
+        await page.setViewport({ width: 1280, height: 760 });
       });
 
       await t.step("bound beyond loopback, a request without the token is refused", async () => {

@@ -8,7 +8,11 @@
  * ```text
  * GET  /                          the runs list      GET /runs/:id     a run's timeline
  * GET  /api/runs?status=&agent=&search=&page=&limit=
- * GET  /api/runs/:id              the timeline as JSON
+ * GET  /api/runs/:id?limit=N      the run, its totals and its last N steps (default 50), long values clipped
+ * GET  /api/runs/:id?from=S       the steps from S on (what changed since a page last looked)
+ * GET  /api/runs/:id?before=S     the N steps before S (a page loading earlier steps)
+ * GET  /api/runs/:id/value?field=F&seq=S   one clipped value whole
+ * GET  /static/display.js         the display rule of runtime/display.ts, for the page
  * POST /api/runs/:id/cancel       POST /api/runs/:id/reopen
  * POST /api/calls/:key/resolve    {"action":"result","result":...} | {"action":"retry"} | {"action":"fail","reason":"..."}
  * ```
@@ -18,8 +22,10 @@
 
 import { Hono } from "hono";
 import type { Context, Next } from "hono";
-import { type Client, ClientError, type Resolution } from "../runtime/client.ts";
+import { type Client, ClientError, type Resolution, RUN_STATUSES } from "../runtime/client.ts";
 import { RuntimeError } from "../runtime/errors.ts";
+import { displayScript } from "../runtime/display.ts";
+import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
 import type { RunStatus } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { buildTimeline } from "./timeline.ts";
@@ -50,21 +56,18 @@ export interface UiOptions {
   allowedHosts?: string[];
 }
 
-const STATUSES: readonly RunStatus[] = [
-  "pending",
-  "running",
-  "waiting",
-  "blocked",
-  "done",
-  "failed",
-  "cancelled",
-];
+const STATUSES = RUN_STATUSES;
 const STATIC: Record<string, string> = {
   "app.js": "text/javascript; charset=utf-8",
+  "display.js": "text/javascript; charset=utf-8",
   "style.css": "text/css; charset=utf-8",
   "index.html": "text/html; charset=utf-8",
 };
 const COOKIE = "agent_runtime_token";
+/** Values longer than this many characters reach the page clipped, with a way to see them whole. */
+export const CLIP_CHARS = 2_000;
+/** Steps a run's page gets at first, and per "earlier steps". */
+export const STEPS_PER_PAGE = 50;
 
 /** True for loopback host names and addresses. */
 export function isLoopback(host: string): boolean {
@@ -84,8 +87,11 @@ function sameSecret(a: string, b: string): boolean {
 async function loadStatic(): Promise<Map<string, string>> {
   const files = new Map<string, string>();
   for (const name of Object.keys(STATIC)) {
+    if (name === "display.js") continue;
     files.set(name, await Deno.readTextFile(new URL(`./static/${name}`, import.meta.url)));
   }
+  // The CLI's own rule, so the page shows hidden characters exactly as `inspect` does.
+  files.set("display.js", displayScript());
   return files;
 }
 
@@ -227,17 +233,49 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
     });
   });
 
+  // A run's page: the run and a range of its steps. A page asks for its last
+  // steps first, then polls for those from the last step it holds on (a step
+  // before the run's last never changes: the executor finishes a step before it
+  // writes the next), and loads earlier ones when asked.
   app.get("/api/runs/:id", async (c) => {
-    const timeline = buildTimeline(await client.inspect(c.req.param("id")));
+    const q = c.req.query();
+    if (q.from !== undefined && q.before !== undefined) {
+      throw new UiError("UI_BAD_REQUEST", "Give from or before, not both");
+    }
+    const limit = boundedInt(q.limit, "limit", STEPS_PER_PAGE, 500);
+    const steps = q.from !== undefined
+      ? { from: boundedInt(q.from, "from", 0, 1_000_000_000, 0), limit }
+      : q.before !== undefined
+      ? { before: boundedInt(q.before, "before", 0, 1_000_000_000, 0), limit }
+      : { last: limit };
+    const t = await client.timeline(c.req.param("id"), { steps, maxChars: CLIP_CHARS });
     // Calls waiting for a person's yes or no (approvals bound to their exact arguments).
-    const approvals = (await client.approvals(c.req.param("id"))).filter((a) => a.status === "pending")
+    const approvals = t.steps.approvals.filter((a) => a.status === "pending")
       .map((a) => ({ key: a.idempotency_key, seq: a.seq, tool: a.tool, args: a.args }));
     return c.json({
       readOnly: opts.readOnly === true,
       now: client.clock.now().toISOString(),
-      ...timeline,
+      ...buildTimeline(t),
       approvals,
     });
+  });
+
+  // One value the timeline clipped, whole, for a person who asked to see it.
+  app.get("/api/runs/:id/value", async (c) => {
+    const field = c.req.query("field") ?? "";
+    if (!(WHOLE_VALUE_FIELDS as readonly string[]).includes(field)) {
+      throw new UiError(
+        "UI_BAD_REQUEST",
+        `field must be one of ${WHOLE_VALUE_FIELDS.join(", ")}: current value is ${JSON.stringify(field)}`,
+      );
+    }
+    const seq = c.req.query("seq");
+    const value = await client.wholeValue(
+      c.req.param("id"),
+      field as WholeValueField,
+      seq === undefined ? undefined : boundedInt(seq, "seq", 0, 1_000_000_000, 0),
+    );
+    return c.json({ value });
   });
 
   app.post("/api/runs/:id/cancel", async (c) => {
@@ -286,13 +324,13 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
   return app;
 }
 
-function boundedInt(raw: string | undefined, name: string, fallback: number, max: number): number {
+function boundedInt(raw: string | undefined, name: string, fallback: number, max: number, min = 1): number {
   if (raw === undefined || raw === "") return fallback;
   const n = Number(raw);
-  if (!/^\d+$/.test(raw) || n < 1 || n > max) {
+  if (!/^\d+$/.test(raw) || n < min || n > max) {
     throw new UiError(
       "UI_BAD_REQUEST",
-      `${name} must be an integer from 1 to ${max}: current value is ${raw}`,
+      `${name} must be an integer from ${min} to ${max}: current value is ${JSON.stringify(raw)}`,
     );
   }
   return n;

@@ -96,8 +96,30 @@ Deno.test("the page's API lists runs with counts, and refuses what it must", asy
       assert.ok(isLoopback("127.0.0.2") && isLoopback("localhost") && isLoopback("[::1]"));
       assert.ok(!isLoopback("0.0.0.0") && !isLoopback("10.0.0.1"));
     });
+    await t.step(
+      "a run's page takes a range of steps and gives a clipped value whole; it refuses bad ones",
+      async () => {
+        const body = await (await app.request("/api/runs/a-1?limit=5", local)).json();
+        assert.deepEqual(body.range, { minSeq: null, maxSeq: null, from: 0, to: -1 });
+        assert.deepEqual(body.run.input, { value: "x" });
+        const both = await (await app.request("/api/runs/a-1?from=1&before=3", local)).json();
+        assert.equal(both.code, "UI_BAD_REQUEST");
+        const neg = await (await app.request("/api/runs/a-1?from=-1", local)).json();
+        assert.match(neg.message, /^from must be an integer from 0 to 1000000000: current value is "-1"/);
+        assert.deepEqual(await (await app.request("/api/runs/a-1/value?field=input", local)).json(), {
+          value: "x",
+        });
+        const field = await (await app.request("/api/runs/a-1/value?field=runs.secret", local)).json();
+        assert.match(field.message, /^field must be one of input, output, error, decision.args/);
+        const none = await app.request("/api/runs/a-1/value?field=call.args&seq=0", local);
+        assert.equal(none.status, 404);
+        const script = await app.request("/static/display.js", local);
+        assert.match(script.headers.get("content-type") ?? "", /^text\/javascript/);
+        assert.match(await script.text(), /globalThis\.agentDisplay = /);
+      },
+    );
     await t.step("a run's timeline has one lane per epoch", async () => {
-      const timeline = buildTimeline(await client.inspect("a-1"));
+      const timeline = buildTimeline(await client.timeline("a-1", { steps: { last: 50 }, maxChars: 100 }));
       assert.deepEqual(timeline.epochs, []);
       assert.equal(timeline.run.status, "pending");
     });
@@ -137,7 +159,12 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
       assert.equal((await client.wait("pay-2", { timeoutMs: 10_000, pollMs: 20 })).status, "waiting");
       const app = await createUiApp({ client });
       const page = await (await app.request("/api/runs/pay-1", local)).json();
-      assert.deepEqual(page.approvals, [{ key: "pay-1:0", seq: 0, tool: "pay", args: { cents: 500 } }]);
+      assert.deepEqual(page.approvals, [{
+        key: "pay-1:0",
+        seq: 0,
+        tool: "pay",
+        args: { value: { cents: 500 } },
+      }]);
       const ro = await createUiApp({ client, readOnly: true });
       assert.equal((await ro.request("/api/calls/pay-1:0/approve", post({}))).status, 403);
       const approved = await app.request("/api/calls/pay-1:0/approve", post({}));

@@ -1,22 +1,28 @@
 /**
- * A run's record shaped for the page: one row per step, one lane per worker
- * epoch, so a crash (a new epoch) and what the next worker did after it sit
- * side by side. Pure: the server builds it from {@link Client.inspect}.
+ * A run's page data, shaped from {@link Client.timeline}: the run, its
+ * totals, and a range of its steps, one row per step, each event tagged with
+ * the worker epoch that wrote it, so a crash (a new epoch) and what the next
+ * worker did after it sit side by side in their lanes. Long values arrive
+ * clipped (`{ head, chars }`); the page asks for one whole when a person
+ * wants it. Pure.
  *
  * @module
  */
 
-import type { RunRecord } from "../runtime/client.ts";
-import type { JournalRow, RunStatus, SideEffectRow } from "../runtime/store/store.ts";
+import type { RunTimeline } from "../runtime/client.ts";
+import type { ApprovalView, Clipped, EffectView, JournalView } from "../runtime/store/overview.ts";
+import type { Rejection, RunStatus } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 
-/** What happened in one step, in one epoch's lane. */
+/** What happened in one step, in the lane of the epoch that wrote it. */
 export interface LaneEvent {
-  /** `decision` (the model half) or `tool` (the action half). */
-  kind: "decision" | "tool";
-  /** The row's status (`intent`, `confirmed`, `flagged`, `failed`). */
+  /** The worker epoch that wrote it. */
+  epoch: number;
+  /** `decision` (the model half), `approval` (a person's half) or `tool` (the action half). */
+  kind: "decision" | "approval" | "tool";
+  /** The row's status (`intent`, `confirmed`, `pending`, `approved`, `denied`, `flagged`, `failed`). */
   status: string;
-  /** One line: the decision, or the tool and its outcome. */
+  /** One line: the decision, the approval, or the tool and its outcome. */
   summary: string;
 }
 
@@ -24,64 +30,87 @@ export interface LaneEvent {
 export interface TimelineStep {
   /** The step. */
   seq: number;
-  /** The decision row, as stored. */
+  /** The decision row. */
   decision: {
     status: string;
     tool?: string;
-    args?: Json;
+    args?: Clipped<Json | null>;
     done?: boolean;
-    message?: string;
+    message?: Clipped<string | null>;
     llmAttempts: number;
     epoch: number;
     intentAt: string | null;
     confirmedAt: string | null;
     inputTokens?: number;
     outputTokens?: number;
-    rejections: { code: string; message: string }[];
+    rejections: Clipped<Rejection[]>;
   } | null;
-  /** The tool call row, as stored. */
+  /** The approval request, when the call needed a person's yes or no. */
+  approval: {
+    key: string;
+    tool: string;
+    args: Clipped<Json>;
+    status: string;
+    epoch: number;
+    requestedAt: string | null;
+    decidedBy: string | null;
+    decidedAt: string | null;
+    reason: Clipped<string | null>;
+  } | null;
+  /** The tool call row. */
   call: {
     key: string;
     tool: string;
-    args: Json;
+    args: Clipped<Json>;
     status: string;
     attempts: number;
     epoch: number;
     remote: string | null;
-    result: Json | null;
-    error: string | null;
+    result: Clipped<Json | null>;
+    error: Clipped<string | null>;
     intentAt: string | null;
     confirmedAt: string | null;
     resolvedBy: string | null;
+    resolvedAt: string | null;
   } | null;
-  /** Events by epoch: which worker incarnation wrote what. */
-  lanes: Record<number, LaneEvent[]>;
-  /** What a crash or a wait for a human left unfinished. */
+  /** Its events, each with the epoch that wrote it. */
+  events: LaneEvent[];
+  /** What a crash or a wait for a person left unfinished. */
   gaps: string[];
 }
 
-/** The whole page's data. */
+/** A call waiting for a person's yes or no, bound to its exact arguments. */
+export interface PendingApproval {
+  key: string;
+  seq: number;
+  tool: string;
+  args: Clipped<Json>;
+}
+
+/** The page's data for one request. */
 export interface Timeline {
-  /** The run, with its dates as ISO strings. */
+  /** The run, with its dates as ISO strings and long values clipped. */
   run: {
     runId: string;
     agent: string;
     status: RunStatus;
     epoch: number;
     owner: string | null;
-    input: Json | null;
-    output: string | null;
-    error: string | null;
+    input: Clipped<Json | null>;
+    output: Clipped<string | null>;
+    error: Clipped<string | null>;
     createdAt: string;
     updatedAt: string;
     heartbeatAt: string | null;
   };
-  /** Epochs 1..run.epoch (the last ones when there are many), one lane each. */
+  /** The lanes: epochs 1..run.epoch, the last {@link MAX_LANES} when there are more (older ones fold into the first). */
   epochs: number[];
-  /** Steps in order. */
-  steps: TimelineStep[];
-  /** Totals. */
+  /** Totals over every step, not only those sent. */
   totals: { steps: number; llmCalls: number; inputTokens: number; outputTokens: number; flagged: number };
+  /** The run's first and last step, and the steps sent (`to < from` when none). */
+  range: { minSeq: number | null; maxSeq: number | null; from: number; to: number };
+  /** The steps sent, in order. */
+  steps: TimelineStep[];
 }
 
 /** The most lanes drawn; older epochs beyond this are folded into the first lane shown. */
@@ -89,31 +118,36 @@ export const MAX_LANES = 8;
 
 const iso = (d: Date | string | null | undefined): string | null => d ? new Date(d).toISOString() : null;
 
-function tokens(usage: Json | null): { inputTokens?: number; outputTokens?: number } {
-  if (!usage || typeof usage !== "object" || Array.isArray(usage)) return {};
-  const u = usage as Record<string, Json>;
-  return {
-    inputTokens: typeof u.prompt_tokens === "number" ? u.prompt_tokens : undefined,
-    outputTokens: typeof u.completion_tokens === "number" ? u.completion_tokens : undefined,
-  };
-}
-
-function decisionOf(j: JournalRow): NonNullable<TimelineStep["decision"]> {
-  const d = j.decision;
+function decisionOf(j: JournalView): NonNullable<TimelineStep["decision"]> {
   return {
     status: j.status,
-    ...(d && "tool" in d ? { tool: d.tool, args: d.args } : {}),
-    ...(d && "done" in d ? { done: true, message: d.message } : {}),
+    ...(j.tool !== null ? { tool: j.tool, args: j.args } : {}),
+    ...(j.done ? { done: true, message: j.message } : {}),
     llmAttempts: j.llm_attempts,
     epoch: j.epoch,
     intentAt: iso(j.intent_at),
     confirmedAt: iso(j.confirmed_at),
-    ...tokens(j.usage),
-    rejections: (j.rejections ?? []).map((r) => ({ code: r.code, message: r.message })),
+    ...(j.prompt_tokens !== null ? { inputTokens: j.prompt_tokens } : {}),
+    ...(j.completion_tokens !== null ? { outputTokens: j.completion_tokens } : {}),
+    rejections: j.rejections,
   };
 }
 
-function callOf(e: SideEffectRow): NonNullable<TimelineStep["call"]> {
+function approvalOf(a: ApprovalView): NonNullable<TimelineStep["approval"]> {
+  return {
+    key: a.idempotency_key,
+    tool: a.tool,
+    args: a.args,
+    status: a.status,
+    epoch: a.epoch,
+    requestedAt: iso(a.requested_at),
+    decidedBy: a.decided_by,
+    decidedAt: iso(a.decided_at),
+    reason: a.reason,
+  };
+}
+
+function callOf(e: EffectView): NonNullable<TimelineStep["call"]> {
   return {
     key: e.idempotency_key,
     tool: e.tool,
@@ -127,13 +161,19 @@ function callOf(e: SideEffectRow): NonNullable<TimelineStep["call"]> {
     intentAt: iso(e.intent_at),
     confirmedAt: iso(e.confirmed_at),
     resolvedBy: e.resolved_by,
+    resolvedAt: iso(e.resolved_at),
   };
 }
 
-function gapsOf(j: JournalRow | undefined, e: SideEffectRow | undefined): string[] {
+function gapsOf(
+  j: JournalView | undefined,
+  a: ApprovalView | undefined,
+  e: EffectView | undefined,
+): string[] {
   const out: string[] = [];
   if (j?.status === "intent") out.push("the model was asked and no answer was recorded");
-  if (j?.status === "confirmed" && j.decision && "tool" in j.decision && !e) {
+  if (a?.status === "pending") out.push("waiting for a person to approve or deny the call");
+  else if (j?.status === "confirmed" && j.tool !== null && !e) {
     out.push("decided; the call is made when a worker resumes");
   }
   if (e?.status === "intent") out.push("outcome unknown: re-sent under its key when a worker resumes");
@@ -141,48 +181,68 @@ function gapsOf(j: JournalRow | undefined, e: SideEffectRow | undefined): string
   return out;
 }
 
-/** Builds the page's timeline from a run's record. */
-export function buildTimeline(record: RunRecord): Timeline {
-  const { run, journal, effects } = record;
+function eventsOf(step: TimelineStep): LaneEvent[] {
+  const out: LaneEvent[] = [];
+  const { decision: d, approval: a, call: c } = step;
+  if (d) {
+    out.push({
+      epoch: d.epoch,
+      kind: "decision",
+      status: d.status,
+      summary: d.done
+        ? "done"
+        : d.tool
+        ? `decided ${d.tool}`
+        : `asked the model (${d.llmAttempts}x), no answer recorded`,
+    });
+  }
+  if (a) {
+    out.push({
+      epoch: a.epoch,
+      kind: "approval",
+      status: a.status,
+      summary: a.status === "pending"
+        ? `${a.tool} waits for a person`
+        : `${a.status} by ${a.decidedBy ?? "?"}`,
+    });
+  }
+  if (c) {
+    out.push({
+      epoch: c.epoch,
+      kind: "tool",
+      status: c.status,
+      summary: `${c.tool} ${c.status}${c.remote ? ` (${c.remote})` : ""}${
+        c.attempts > 1 ? `, attempt ${c.attempts}` : ""
+      }`,
+    });
+  }
+  return out;
+}
+
+/** Shapes a run's {@link RunTimeline} for the page. */
+export function buildTimeline(t: RunTimeline): Timeline {
+  const { run } = t;
   const first = Math.max(1, run.epoch - MAX_LANES + 1);
-  const lane = (epoch: number) => Math.max(first, epoch);
   const epochs = run.epoch > 0 ? Array.from({ length: run.epoch - first + 1 }, (_, i) => first + i) : [];
-  const bySeq = new Map(effects.map((e) => [e.seq, e]));
-  const seqs = [...new Set([...journal.map((j) => j.seq), ...effects.map((e) => e.seq)])].sort((a, b) =>
+  const bySeq = <R extends { seq: number }>(rows: R[]) => new Map(rows.map((r) => [r.seq, r]));
+  const journal = bySeq(t.steps.journal);
+  const effects = bySeq(t.steps.effects);
+  const approvals = bySeq(t.steps.approvals.filter((a) => a.seq >= t.from && a.seq <= t.to));
+  const seqs = [...new Set([...journal.keys(), ...effects.keys(), ...approvals.keys()])].sort((a, b) =>
     a - b
   );
-  let inputTokens = 0;
-  let outputTokens = 0;
   const steps = seqs.map((seq): TimelineStep => {
-    const j = journal.find((x) => x.seq === seq);
-    const e = bySeq.get(seq);
-    const lanes: Record<number, LaneEvent[]> = {};
-    const add = (epoch: number, ev: LaneEvent) => (lanes[lane(epoch)] ??= []).push(ev);
-    const decision = j ? decisionOf(j) : null;
-    if (decision) {
-      inputTokens += decision.inputTokens ?? 0;
-      outputTokens += decision.outputTokens ?? 0;
-      add(decision.epoch, {
-        kind: "decision",
-        status: decision.status,
-        summary: decision.done
-          ? "done"
-          : decision.tool
-          ? `decided ${decision.tool}`
-          : `asked the model (${decision.llmAttempts}x), no answer recorded`,
-      });
-    }
-    const call = e ? callOf(e) : null;
-    if (call) {
-      add(call.epoch, {
-        kind: "tool",
-        status: call.status,
-        summary: `${call.tool} ${call.status}${call.remote ? ` (${call.remote})` : ""}${
-          call.attempts > 1 ? `, attempt ${call.attempts}` : ""
-        }`,
-      });
-    }
-    return { seq, decision, call, lanes, gaps: gapsOf(j, e) };
+    const [j, a, e] = [journal.get(seq), approvals.get(seq), effects.get(seq)];
+    const step: TimelineStep = {
+      seq,
+      decision: j ? decisionOf(j) : null,
+      approval: a ? approvalOf(a) : null,
+      call: e ? callOf(e) : null,
+      events: [],
+      gaps: gapsOf(j, a, e),
+    };
+    step.events = eventsOf(step);
+    return step;
   });
   return {
     run: {
@@ -199,13 +259,14 @@ export function buildTimeline(record: RunRecord): Timeline {
       heartbeatAt: iso(run.heartbeat_at),
     },
     epochs,
-    steps,
     totals: {
-      steps: steps.filter((s) => s.decision?.tool).length,
-      llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
-      inputTokens,
-      outputTokens,
-      flagged: effects.filter((e) => e.status === "flagged").length,
+      steps: run.tool_steps,
+      llmCalls: run.llm_calls,
+      inputTokens: run.input_tokens,
+      outputTokens: run.output_tokens,
+      flagged: run.flagged,
     },
+    range: { minSeq: run.min_seq, maxSeq: run.max_seq, from: t.from, to: t.to },
+    steps,
   };
 }

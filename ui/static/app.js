@@ -1,12 +1,36 @@
 // The page: plain JavaScript, no build step. Everything is drawn from the
-// JSON API with textContent (never innerHTML), and redrawn every POLL_MS.
+// JSON API with textContent (never innerHTML), every string through the
+// display rule the CLI uses (served as /static/display.js from
+// runtime/display.ts): a control, bidi or invisible character shows as its
+// escape, marked. The runs list is redrawn every POLL_MS; a run's page asks
+// for what changed since it last looked, and stops once the run is finished.
 "use strict";
 
 const POLL_MS = 1500;
+const CLOSED = ["done", "failed", "cancelled"];
+const display = globalThis.agentDisplay;
 const main = document.getElementById("main");
 const live = document.getElementById("live");
 let timer = 0;
-let busy = false; // a person is typing in a resolve box: do not redraw under them
+let busy = false; // a person is typing in a box: do not redraw under them
+
+/** Text as nodes: what is shown as it is, and each escape marked. */
+function shown(text, opts) {
+  return marked(display.displayParts(String(text), opts));
+}
+
+/** Parts of the display rule (plain, escaped, plain, ...) as nodes, each escape marked. */
+function marked(parts) {
+  if (parts.length === 1) return [document.createTextNode(parts[0])];
+  return parts.map((p, i) => {
+    if (i % 2 === 0) return document.createTextNode(p);
+    const esc = document.createElement("span");
+    esc.className = "esc";
+    esc.title = "a control, bidi or invisible character, shown as its escape";
+    esc.textContent = p;
+    return esc;
+  });
+}
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -19,7 +43,8 @@ function h(tag, attrs, ...children) {
   }
   for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    if (c instanceof Node) el.append(c);
+    else el.append(...shown(c));
   }
   return el;
 }
@@ -33,7 +58,6 @@ function ago(ms) {
   return `${Math.floor(s / 86400)}d`;
 }
 const time = (iso) => iso ? new Date(iso).toISOString().replace("T", " ").slice(0, 23) : "-";
-const json = (v) => JSON.stringify(v);
 const badge = (s) => h("span", { class: `badge ${s}`, "data-status": s }, s);
 
 function toast(text, error) {
@@ -140,30 +164,22 @@ async function drawList() {
       h("td", {}, r.heartbeatAgeMs === null ? "-" : `${ago(r.heartbeatAgeMs)} ago`),
     )
   );
+  const heads = [
+    "run",
+    "status",
+    "agent",
+    "steps",
+    "model calls",
+    "tokens in+out",
+    "epoch",
+    "age",
+    "owner",
+    "heartbeat",
+  ];
   const table = h(
     "table",
     { id: "runs" },
-    h(
-      "thead",
-      {},
-      h(
-        "tr",
-        {},
-        [
-          "run",
-          "status",
-          "agent",
-          "steps",
-          "model calls",
-          "tokens in+out",
-          "epoch",
-          "age",
-          "owner",
-          "heartbeat",
-        ]
-          .map((t, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : "" }, t)),
-      ),
-    ),
+    h("thead", {}, h("tr", {}, heads.map((t, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : "" }, t)))),
     h(
       "tbody",
       {},
@@ -186,13 +202,82 @@ async function drawList() {
     h("h2", {}, "Runs"),
     chips,
     h("div", { class: "filters" }, search, agent),
-    table,
+    h("div", { class: "scroll" }, table),
     pager,
   );
   if (focused === "search") search.focus();
+  return true;
 }
 
 // ---- one run -------------------------------------------------------------
+
+// What the page holds of the run it shows: the steps it has (a window from
+// lo to hi), the lanes they are drawn in, and the values asked for whole.
+const view = {
+  runId: null,
+  last: null, // the latest answer (run, totals, range, approvals)
+  steps: new Map(),
+  lo: null,
+  hi: null,
+  lanesKey: "",
+  whole: new Map(), // `${field}@${seq}` -> the whole value, once asked for
+};
+
+function resetView(runId) {
+  Object.assign(view, {
+    runId,
+    last: null,
+    steps: new Map(),
+    lo: null,
+    hi: null,
+    lanesKey: "",
+    whole: new Map(),
+  });
+}
+
+/**
+ * A value that may have arrived clipped ({ value } or { head, chars }): JSON
+ * as one line, text with its lines kept; a clipped one shows its start and a
+ * button that fetches it whole.
+ */
+function valueView(clip, field, seq, asJson) {
+  const key = `${field}@${seq ?? ""}`;
+  const whole = view.whole.has(key) ? { value: view.whole.get(key) } : clip;
+  const cls = asJson ? "value mono" : "value text";
+  if ("value" in whole) {
+    const v = whole.value;
+    const nodes = asJson ? marked(display.displayJsonParts(v)) : shown(v ?? "", { newlines: true });
+    const lines = !asJson && String(v ?? "").includes("\n") ? " lines" : "";
+    return h("span", { class: cls + lines, "data-field": key }, nodes);
+  }
+  const box = h(
+    "span",
+    { class: cls, "data-field": key, "data-clipped": whole.chars },
+    shown(whole.head, { newlines: !asJson }),
+    h("span", { class: "muted" }, " …"),
+  );
+  box.append(
+    " ",
+    h("button", {
+      class: "link",
+      "data-action": "show-all",
+      onclick: async () => {
+        try {
+          const q = new URLSearchParams({ field });
+          if (seq !== undefined && seq !== null) q.set("seq", String(seq));
+          const { value } = await api(`/api/runs/${encodeURIComponent(view.runId)}/value?${q}`);
+          // A text field comes back as a JSON string: shown as text.
+          view.whole.set(key, value);
+          box.replaceWith(valueView({ value }, field, seq, asJson));
+          if (field === "approval.args") drawCard();
+        } catch (err) {
+          toast(err.message, true);
+        }
+      },
+    }, `show all ${whole.chars.toLocaleString("en")} characters`),
+  );
+  return box;
+}
 
 function eventView(ev) {
   return h(
@@ -205,20 +290,55 @@ function eventView(ev) {
   );
 }
 
-function approvalBox(a, readOnly) {
-  const what = `${a.tool} ${json(a.args)}`;
-  if (readOnly) {
-    return h("div", { class: "flagbox" }, `Waiting for approval: ${what}. This page is read-only.`);
+/** The warning an approval box gives about what its arguments hide, or why they cannot be judged yet. */
+function approvalWarning(args, clipped) {
+  if (clipped) {
+    return h(
+      "div",
+      { class: "warn", "data-warning": "clipped" },
+      `The arguments are ${
+        clipped.toLocaleString("en")
+      } characters long and only their start is shown: show them all before you approve.`,
+    );
   }
-  const key = encodeURIComponent(a.key);
+  const hidden = display.hiddenIn(args);
+  if (hidden.count === 0) return "";
+  return h(
+    "div",
+    { class: "warn", "data-warning": "hidden" },
+    `⚠ These arguments hold ${hidden.count} control, bidi or invisible character${
+      hidden.count === 1 ? "" : "s"
+    } `,
+    `(${
+      hidden.escapes.join(" ")
+    }), shown marked, as escapes. What you approve is exactly what is shown here, `,
+    "not what it may look like elsewhere.",
+  );
+}
+
+function approvalBox(a, readOnly) {
+  const key = `approval.args@${a.seq}`;
+  const args = view.whole.has(key) ? { value: view.whole.get(key) } : a.args;
+  const clipped = "value" in args ? 0 : args.chars;
+  const what = [h("code", {}, a.tool), " ", valueView(args, "approval.args", a.seq, true)];
+  if (readOnly) {
+    return h(
+      "div",
+      { class: "flagbox", "data-approval": a.key },
+      h("div", {}, "Waiting for approval: ", what, ". This page is read-only."),
+      approvalWarning(args.value, clipped),
+    );
+  }
   const reason = h("textarea", {
     placeholder: "why not (shown to the model if you deny)",
     onfocus: () => (busy = true),
   });
+  const url = `/api/calls/${encodeURIComponent(a.key)}`;
   return h(
     "div",
     { class: "flagbox", "data-approval": a.key },
-    h("div", {}, h("strong", {}, "Waiting for approval: "), h("span", { class: "mono" }, what)),
+    h("div", {}, h("strong", {}, "Waiting for approval: "), what),
+    approvalWarning(args.value, clipped),
     reason,
     h(
       "div",
@@ -226,37 +346,38 @@ function approvalBox(a, readOnly) {
       h("button", {
         class: "primary",
         "data-action": "approve",
-        onclick: () => act(`/api/calls/${key}/approve`, {}, `${a.key} approved`),
+        disabled: clipped > 0,
+        onclick: () => act(`${url}/approve`, {}, `${a.key} approved`),
       }, "approve these arguments"),
       h("button", {
         class: "danger",
         "data-action": "deny",
-        onclick: () => act(`/api/calls/${key}/deny`, { reason: reason.value }, `${a.key} denied`),
+        onclick: () => act(`${url}/deny`, { reason: reason.value }, `${a.key} denied`),
       }, "deny"),
     ),
   );
 }
 
 function flagBox(call, readOnly) {
-  if (readOnly) {
-    return h("div", { class: "flagbox" }, "Flagged: its outcome is unknown. This page is read-only.");
-  }
+  const known = !("value" in call.error) || call.error.value !== null;
+  const intro = [
+    h("strong", {}, "Flagged: "),
+    h("code", {}, call.tool),
+    " ",
+    valueView(call.args, "call.args", call.seq, true),
+    h("div", {}, known ? valueView(call.error, "call.error", call.seq, false) : "its outcome is unknown"),
+  ];
+  if (readOnly) return h("div", { class: "flagbox" }, intro, h("div", {}, "This page is read-only."));
   const result = h("textarea", {
     placeholder: 'the remote\'s answer as JSON, e.g. "i-0000001"',
     "data-resolve-input": call.key,
     onfocus: () => (busy = true),
   });
-  const key = encodeURIComponent(call.key);
+  const url = `/api/calls/${encodeURIComponent(call.key)}/resolve`;
   return h(
     "div",
     { class: "flagbox", "data-flagged": call.key },
-    h(
-      "div",
-      {},
-      h("strong", {}, "Flagged: "),
-      call.error ?? "its outcome is unknown",
-      ". Check the remote, then:",
-    ),
+    h("div", {}, intro, "Check the remote for this call, then:"),
     result,
     h(
       "div",
@@ -271,31 +392,45 @@ function flagBox(call, readOnly) {
           } catch {
             return toast("The result must be JSON", true);
           }
-          act(`/api/calls/${key}/resolve`, { action: "result", result: value }, `${call.key} resolved`);
+          act(url, { action: "result", result: value }, `${call.key} resolved`);
         },
       }, "it happened: record this result"),
       h("button", {
         "data-action": "retry",
-        onclick: () =>
-          act(`/api/calls/${key}/resolve`, { action: "retry" }, `${call.key} will be sent again`),
+        onclick: () => act(url, { action: "retry" }, `${call.key} will be sent again`),
       }, "send it again"),
       h("button", {
         class: "danger",
         "data-action": "fail",
         onclick: () =>
-          act(
-            `/api/calls/${key}/resolve`,
-            { action: "fail", reason: "marked failed in the web page" },
-            `${call.key} marked failed`,
-          ),
+          act(url, { action: "fail", reason: "marked failed in the web page" }, `${call.key} marked failed`),
       }, "it did not happen: fail it"),
     ),
   );
 }
 
+function rejectionsView(seq, clip) {
+  if (!("value" in clip) && !view.whole.has(`decision.rejections@${seq}`)) {
+    return h(
+      "div",
+      { class: "rejected" },
+      "refused answers ",
+      valueView(clip, "decision.rejections", seq, true),
+    );
+  }
+  const list = view.whole.get(`decision.rejections@${seq}`) ?? clip.value ?? [];
+  return list.map((r) =>
+    h(
+      "div",
+      { class: "rejected" },
+      `refused answer ${r.code}: `,
+      h("span", { class: "value text" }, shown(r.message, { newlines: true })),
+    )
+  );
+}
+
 function stepDetail(step, readOnly) {
-  const d = step.decision;
-  const c = step.call;
+  const { seq, decision: d, approval: a, call: c } = step;
   const parts = [];
   if (d) {
     parts.push(
@@ -306,9 +441,9 @@ function stepDetail(step, readOnly) {
         badge(d.status),
         " ",
         d.done
-          ? `done: ${d.message ?? ""}`
+          ? ["done: ", valueView(d.message, "decision.message", seq, false)]
           : d.tool
-          ? h("span", {}, h("code", {}, d.tool), " ", h("code", {}, json(d.args)))
+          ? h("span", {}, h("code", {}, d.tool), " ", valueView(d.args, "decision.args", seq, true))
           : "no answer recorded",
         h(
           "span",
@@ -321,12 +456,36 @@ function stepDetail(step, readOnly) {
           ? h("span", { class: "muted" }, ` · tokens ${d.inputTokens}+${d.outputTokens ?? 0}`)
           : "",
       ),
+      rejectionsView(seq, d.rejections),
     );
-    for (const r of d.rejections) {
-      parts.push(h("div", { class: "rejected" }, `refused answer ${r.code}: ${r.message}`));
-    }
+  }
+  if (a) {
+    parts.push(
+      h(
+        "div",
+        { "data-approval-step": a.key },
+        h("strong", {}, "approval "),
+        badge(a.status),
+        " ",
+        h("code", {}, a.tool),
+        " ",
+        valueView(a.args, "approval.args", seq, true),
+        h(
+          "span",
+          { class: "muted" },
+          `  asked ${time(a.requestedAt)} · epoch ${a.epoch}`,
+          a.decidedBy !== null
+            ? [" · ", `${a.status} by `, h("strong", {}, a.decidedBy), ` at ${time(a.decidedAt)}`]
+            : "",
+        ),
+        "value" in a.reason && a.reason.value === null
+          ? ""
+          : h("div", { class: "muted" }, "reason: ", valueView(a.reason, "approval.reason", seq, false)),
+      ),
+    );
   }
   if (c) {
+    const error = "value" in c.error && c.error.value === null ? null : c.error;
     parts.push(
       h(
         "div",
@@ -345,22 +504,46 @@ function stepDetail(step, readOnly) {
             time(c.confirmedAt)
           }`,
         ),
-        c.result !== null ? h("div", {}, "result ", h("code", {}, json(c.result))) : "",
-        c.error && c.status !== "flagged" ? h("div", { class: "rejected" }, c.error) : "",
-        c.resolvedBy ? h("div", { class: "muted" }, `resolved by ${c.resolvedBy}`) : "",
+        "value" in c.result && c.result.value === null
+          ? ""
+          : h("div", {}, "result ", valueView(c.result, "call.result", seq, true)),
+        error && c.status !== "flagged"
+          ? h("div", { class: "rejected" }, valueView(error, "call.error", seq, false))
+          : "",
+        c.resolvedBy
+          ? h("div", { class: "muted" }, `resolved by ${c.resolvedBy} at ${time(c.resolvedAt)}`)
+          : "",
       ),
     );
-    if (c.status === "flagged") parts.push(flagBox(c, readOnly));
+    if (c.status === "flagged") parts.push(flagBox({ ...c, seq }, readOnly));
   }
   for (const g of step.gaps) parts.push(h("div", { class: "gap" }, `!! ${g}`));
   return h("div", { class: "detail" }, parts);
 }
 
-async function drawRun(runId) {
-  if (busy) return;
-  const t = await api(`/api/runs/${encodeURIComponent(runId)}`);
+/** One step's row of the grid: its number, a cell per lane, and its detail (one node, `display: contents`). */
+function stepView(step, t) {
+  const lanes = t.epochs.length ? t.epochs : [0];
+  const lane = (epoch) => Math.max(lanes[0], epoch);
+  return h(
+    "div",
+    { class: "step", "data-step": step.seq },
+    h("div", { class: "seq", "data-seq": step.seq }, step.seq),
+    lanes.map((e) =>
+      h(
+        "div",
+        { class: "cell", "data-lane": e },
+        step.events.filter((ev) => lane(ev.epoch) === e).map(eventView),
+      )
+    ),
+    stepDetail(step, t.readOnly),
+  );
+}
+
+function drawCard() {
+  const t = view.last;
   const r = t.run;
-  const closed = ["done", "failed", "cancelled"].includes(r.status);
+  const closed = CLOSED.includes(r.status);
   const buttons = t.readOnly ? h("div", { class: "actions muted" }, "read-only") : h(
     "div",
     { class: "actions" },
@@ -369,7 +552,7 @@ async function drawRun(runId) {
       "data-action": "cancel",
       disabled: closed,
       onclick: () =>
-        confirm(`Cancel run ${r.runId}?`) &&
+        confirm(`Cancel run ${display.displayText(r.runId)}?`) &&
         act(`/api/runs/${encodeURIComponent(r.runId)}/cancel`, {}, `${r.runId} cancelled`),
     }, "cancel run"),
     h("button", {
@@ -378,9 +561,14 @@ async function drawRun(runId) {
       onclick: () => act(`/api/runs/${encodeURIComponent(r.runId)}/reopen`, {}, `${r.runId} reopened`),
     }, "reopen run"),
   );
-  const info = h(
+  const input = "value" in r.input && typeof r.input.value === "string"
+    ? valueView(r.input, "input", null, false)
+    : valueView(r.input, "input", null, true);
+  const hasOutput = !("value" in r.output) || r.output.value !== null;
+  const hasError = !("value" in r.error) || r.error.value !== null;
+  const card = h(
     "div",
-    { class: "card" },
+    { class: "card", id: "run-card" },
     h("h2", { style: "margin-top:0" }, r.runId, " ", h("span", { id: "run-status" }, badge(r.status))),
     h(
       "dl",
@@ -388,9 +576,13 @@ async function drawRun(runId) {
       h("dt", {}, "agent"),
       h("dd", {}, r.agent),
       h("dt", {}, "input"),
-      h("dd", { class: "mono" }, typeof r.input === "string" ? r.input : json(r.input)),
-      r.output !== null ? [h("dt", {}, "output"), h("dd", { id: "run-output" }, r.output)] : "",
-      r.error ? [h("dt", {}, "error"), h("dd", { class: "rejected" }, r.error)] : "",
+      h("dd", {}, input),
+      hasOutput
+        ? [h("dt", {}, "output"), h("dd", { id: "run-output" }, valueView(r.output, "output", null, false))]
+        : "",
+      hasError
+        ? [h("dt", {}, "error"), h("dd", { class: "rejected" }, valueView(r.error, "error", null, false))]
+        : "",
       h("dt", {}, "epoch · owner"),
       h("dd", {}, `${r.epoch} · ${r.owner ?? "-"}`),
       h("dt", {}, "created · updated"),
@@ -405,45 +597,140 @@ async function drawRun(runId) {
     buttons,
     ...(t.approvals ?? []).map((a) => approvalBox(a, t.readOnly)),
   );
-  const cols = `48px repeat(${Math.max(1, t.epochs.length)}, minmax(220px, 1fr))`;
-  const grid = h(
-    "div",
-    { class: "timeline", id: "timeline", style: `grid-template-columns:${cols}` },
-    h("div", { class: "head" }, "step"),
-    t.epochs.map((e) =>
+  document.getElementById("run-card").replaceWith(card);
+}
+
+/** Draws the steps in `seqs` (all held when omitted), in order; a new set of lanes redraws every step. */
+function drawSteps(seqs) {
+  const t = view.last;
+  const lanesKey = t.epochs.join(",");
+  let grid = document.getElementById("timeline");
+  if (lanesKey !== view.lanesKey || !grid.classList.contains("timeline")) {
+    view.lanesKey = lanesKey;
+    const cols = `48px repeat(${Math.max(1, t.epochs.length)}, minmax(200px, 1fr))`;
+    grid = h(
+      "div",
+      { class: "timeline", id: "timeline", style: `grid-template-columns:${cols}` },
       h(
         "div",
-        { class: `head lane-head${e === r.epoch ? " current" : ""}`, "data-epoch": e },
-        `epoch ${e}${e === r.epoch ? ` · ${r.owner ?? "-"}` : e < r.epoch ? " · taken over" : ""}`,
-      )
-    ),
-    t.epochs.length === 0 ? h("div", { class: "head" }, "not claimed yet") : "",
-    t.steps.map((s) => [
-      h("div", { class: "seq", "data-seq": s.seq }, s.seq),
-      (t.epochs.length ? t.epochs : [0]).map((e) =>
-        h("div", { class: "cell", "data-lane": e }, (s.lanes[e] ?? []).map(eventView))
+        { class: "step heads" },
+        h("div", { class: "head" }, "step"),
+        t.epochs.map((e) =>
+          h(
+            "div",
+            { class: `head lane-head${e === t.run.epoch ? " current" : ""}`, "data-epoch": e },
+            `epoch ${e}${
+              e === t.run.epoch ? ` · ${t.run.owner ?? "-"}` : e < t.run.epoch ? " · taken over" : ""
+            }`,
+          )
+        ),
+        t.epochs.length === 0 ? h("div", { class: "head" }, "not claimed yet") : "",
       ),
-      stepDetail(s, t.readOnly),
-    ]),
+    );
+    document.getElementById("timeline").replaceWith(grid);
+    seqs = undefined;
+  }
+  const order = [...view.steps.keys()].sort((a, b) => a - b);
+  for (const seq of seqs ?? order) {
+    const node = stepView(view.steps.get(seq), t);
+    const old = grid.querySelector(`:scope > [data-step="${seq}"]`);
+    if (old) {
+      old.replaceWith(node);
+      continue;
+    }
+    // Before the first step drawn with a higher number, else at the end.
+    const after = [...grid.querySelectorAll(":scope > [data-step]")].find((el) =>
+      Number(el.dataset.step) > seq
+    );
+    grid.insertBefore(node, after ?? null);
+  }
+  const empty = document.getElementById("no-steps");
+  empty.hidden = view.steps.size > 0;
+  grid.hidden = view.steps.size === 0;
+  drawEarlier();
+}
+
+function drawEarlier() {
+  const t = view.last;
+  const min = t.range.minSeq;
+  const missing = view.lo === null || min === null ? 0 : view.lo - min;
+  const box = document.getElementById("earlier");
+  box.replaceChildren(
+    missing > 0
+      ? h("button", {
+        "data-action": "earlier",
+        onclick: () => loadEarlier(),
+      }, `show ${Math.min(missing, 50)} earlier steps`)
+      : "",
+    missing > 0 ? h("span", { class: "muted" }, ` ${missing} earlier steps not shown`) : "",
   );
-  main.replaceChildren(
-    h("p", {}, h("a", { href: "/" }, "← all runs")),
-    info,
-    h("h3", {}, "Timeline ", h("span", { class: "muted" }, "(one lane per worker epoch)")),
-    t.steps.length ? grid : h("p", { class: "muted" }, "No steps yet."),
-  );
+}
+
+/** Takes a timeline answer's steps into the view; returns their numbers. */
+function take(t) {
+  for (const s of t.steps) view.steps.set(s.seq, s);
+  const seqs = t.steps.map((s) => s.seq);
+  if (seqs.length) {
+    view.lo = view.lo === null ? seqs[0] : Math.min(view.lo, seqs[0]);
+    view.hi = view.hi === null ? seqs.at(-1) : Math.max(view.hi, seqs.at(-1));
+  }
+  return seqs;
+}
+
+async function loadEarlier() {
+  const q = new URLSearchParams({ before: String(view.lo), limit: "50" });
+  const t = await api(`/api/runs/${encodeURIComponent(view.runId)}?${q}`);
+  view.last = { ...view.last, range: t.range };
+  drawSteps(take(t));
+}
+
+/** Draws a run's page, or what changed on it since the last call; true while the run can still change. */
+async function drawRun(runId) {
+  if (busy) return true;
+  const first = view.runId !== runId || view.last === null;
+  if (first) resetView(runId);
+  // The last step held may still change (its call settle, its approval be decided): ask from it on.
+  const q = first || view.hi === null ? `limit=50` : `from=${view.hi}`;
+  const t = await api(`/api/runs/${encodeURIComponent(runId)}?${q}`);
+  const shrunk = view.hi !== null && (t.range.maxSeq === null || t.range.maxSeq < view.hi);
+  const jumped = !first && t.steps.length > 0 && view.hi !== null && t.steps[0].seq > view.hi;
+  if (shrunk || jumped) {
+    // The run was pruned and made again, or more steps were written than one answer holds: start over.
+    resetView(runId);
+    take(t);
+  }
+  view.last = t;
+  if (first || shrunk || jumped) {
+    main.replaceChildren(
+      h("p", {}, h("a", { href: "/" }, "← all runs")),
+      h("div", { id: "run-card" }),
+      h("h3", {}, "Timeline ", h("span", { class: "muted" }, "(one lane per worker epoch)")),
+      h("div", { id: "earlier", class: "earlier" }),
+      h("p", { class: "muted", id: "no-steps" }, "No steps yet."),
+      h("div", { class: "scroll" }, h("div", { id: "timeline" })),
+    );
+    if (first) take(t);
+    drawCard();
+    drawSteps();
+  } else {
+    drawCard();
+    drawSteps(take(t));
+  }
+  return !CLOSED.includes(t.run.status);
 }
 
 // ---- routing and polling -------------------------------------------------
 
 async function refresh() {
   clearTimeout(timer);
+  let again = true;
   try {
     const m = /^\/runs\/(.+)$/.exec(location.pathname);
-    if (m) await drawRun(decodeURIComponent(m[1]));
-    else await drawList();
+    again = m ? await drawRun(decodeURIComponent(m[1])) : await drawList();
     live.classList.remove("stale");
-    live.textContent = `live · ${new Date().toLocaleTimeString()}`;
+    live.textContent = again
+      ? `live · ${new Date().toLocaleTimeString()}`
+      : "finished · not updating (reload to check again)";
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded ?? 0) + 1);
   } catch (err) {
     live.classList.add("stale");
@@ -451,7 +738,8 @@ async function refresh() {
     if (!main.dataset.shown) main.replaceChildren(h("p", { class: "rejected" }, err.message));
   }
   main.dataset.shown = "1";
-  timer = setTimeout(refresh, POLL_MS);
+  // A finished run writes nothing more: stop asking (an action on the page starts again).
+  if (again) timer = setTimeout(refresh, POLL_MS);
 }
 
 refresh();
