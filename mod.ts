@@ -72,6 +72,7 @@ export {
   ClientError,
   connect,
   type ConnectOptions,
+  type PruneResult,
   type Resolution,
   type RunInfo,
   type RunRecord,
@@ -119,6 +120,7 @@ export type {
   Fence,
   JournalRow,
   NewRun,
+  PrunedRows,
   QueryOptions,
   Rejection,
   RunFilter,
@@ -130,6 +132,7 @@ export type {
   Store,
   TakenRun,
 } from "./runtime/store/store.ts";
+export { RUN_ROW_TABLES } from "./runtime/store/store.ts";
 export {
   type ArgsSchema,
   type CheckedCall,

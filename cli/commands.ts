@@ -15,8 +15,9 @@
  * `DATA_DIR` (default `.data`); the embedded one allows one process at a time,
  * so a command refuses, naming the holder, while a worker has it open.
  *
- * Exit codes: 0 done, 1 refused (no such run, not flagged, ...), 2 bad
- * arguments or no database.
+ * Exit codes: 0 done, 1 refused (no such run, not flagged, ...) or failed
+ * (a prune batch the database refused, the database lost mid-command: one
+ * line, never a stack trace), 2 bad arguments or no database.
  *
  * @module
  */
@@ -28,7 +29,7 @@ import type { Budget } from "../runtime/budget.ts";
 import { Client, ClientError, type Resolution, type RunInfo } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { flagProblem } from "../runtime/config.ts";
-import { ConfigError, RuntimeError, StoreError } from "../runtime/errors.ts";
+import { ConfigError, describeError, RuntimeError, StoreError } from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import type { JournalRow, RunStatus, SideEffectRow } from "../runtime/store/store.ts";
@@ -314,7 +315,8 @@ export const COMMAND_USAGE: Record<string, string> = {
   in batches; never an open run.
   --finished-before AGE|DATE   30d, 12h, 90m, 45s, or a date such as 2026-11-01
   --dry-run                    say what would be deleted, delete nothing
-  --batch N                    runs per statement (default 500)`,
+  --batch N                    runs per statement (default 500)
+A batch that fails is rolled back whole; prune then stops with one line saying what was deleted before it.`,
   reopen: `usage: deno task reopen RUN
   Puts a failed or cancelled run back to pending, history kept: it resumes under its original keys.`,
 };
@@ -322,7 +324,7 @@ export const COMMAND_USAGE: Record<string, string> = {
 const COMMON =
   `settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
 default .data); --by NAME (who acts; default $USER)
-exit codes: 0 done, 1 refused, 2 bad arguments or no database`;
+exit codes: 0 done, 1 refused or failed (one line says why), 2 bad arguments or no database`;
 
 const OPTIONS = {
   agent: { type: "string" },
@@ -368,13 +370,15 @@ export async function prune(
   before: Date,
   opts: { dryRun?: boolean; batchSize?: number },
 ): Promise<void> {
-  const out = await ctx.client.prune(before, opts);
+  const out = await asCommand(() => ctx.client.prune(before, opts));
   const verb = opts.dryRun ? "would delete" : "deleted";
   ctx.print(
     `${
       opts.dryRun ? "dry-run" : "pruned"
     }  finished_before=${before.toISOString()}  ${verb}: runs=${out.runs.length}  ` +
-      `journal_rows=${out.journal}  tool_rows=${out.effects}${opts.dryRun ? "" : `  batches=${out.batches}`}`,
+      `journal_rows=${out.journal}  tool_rows=${out.effects}  approval_rows=${out.approvals}${
+        opts.dryRun ? "" : `  batches=${out.batches}`
+      }`,
   );
   for (const id of out.runs.slice(0, 20)) ctx.print(`  ${id}`);
   if (out.runs.length > 20) ctx.print(`  ... and ${out.runs.length - 20} more`);
@@ -608,9 +612,11 @@ export async function main(
       console.error(`${err.code}: ${err.message}`);
       return err.exitCode;
     }
-    throw err;
+    // Anything else (the database gone mid-command, a statement refused): one line, never a stack trace.
+    console.error(`${command} failed: ${describeError(err).split("\n")[0]}`);
+    return 1;
   } finally {
-    await client.close();
+    await client.close().catch(() => {}); // a connection already lost: the line above said why
   }
 }
 

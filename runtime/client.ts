@@ -19,7 +19,7 @@ import {
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
-import { RuntimeError } from "./errors.ts";
+import { describeError, RuntimeError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
 import { OpenAIPlanner, type Planner } from "./planner.ts";
@@ -29,6 +29,7 @@ import { openPglite } from "./store/pglite.ts";
 import type {
   ApprovalRow,
   JournalRow,
+  PrunedRows,
   RunFilter,
   RunRow,
   RunStatus,
@@ -100,10 +101,18 @@ export type Resolution =
 /** A client call was refused: the run does not exist, is in the wrong state, ... `code` says which. */
 export class ClientError extends RuntimeError {
   /** Creates a client error. */
-  constructor(code: string, message: string) {
-    super(code, message);
+  constructor(code: string, message: string, options?: ErrorOptions) {
+    super(code, message, options);
     this.name = "ClientError";
   }
+}
+
+/** What {@link Client.prune} removed (or, with `dryRun`, would remove). */
+export interface PruneResult extends PrunedRows {
+  /** The runs, by id. */
+  runs: string[];
+  /** Statements it took (0 for a dry run). */
+  batches: number;
 }
 
 /** Statuses in which a run will not move again without a person (`blocked`) or at all. */
@@ -346,21 +355,34 @@ export class Client {
   async prune(
     before: Date,
     opts: { batchSize?: number; dryRun?: boolean; maxRuns?: number } = {},
-  ): Promise<{ runs: string[]; journal: number; effects: number; batches: number }> {
+  ): Promise<PruneResult> {
     const batchSize = opts.batchSize ?? 500;
     const maxRuns = opts.maxRuns ?? 1_000_000;
-    const out = { runs: [] as string[], journal: 0, effects: 0, batches: 0 };
+    const out: PruneResult = { runs: [], journal: 0, effects: 0, approvals: 0, batches: 0 };
     if (opts.dryRun) {
       const seen = await this.store.pruneRuns(before, maxRuns, true);
       return { ...seen, batches: 0 };
     }
     // Bounded by maxRuns: each batch deletes at least one run or ends the loop.
     while (out.runs.length < maxRuns) {
-      const batch = await this.store.pruneRuns(before, Math.min(batchSize, maxRuns - out.runs.length));
+      let batch;
+      try {
+        batch = await this.store.pruneRuns(before, Math.min(batchSize, maxRuns - out.runs.length));
+      } catch (err) {
+        // The failed batch's statement rolled back whole; the batches before it stay deleted.
+        throw new ClientError(
+          "PRUNE_FAILED",
+          `Prune stopped at batch ${out.batches + 1}, which was rolled back and deleted nothing: ${
+            describeError(err).split("\n")[0]
+          }. Deleted before it: ${out.runs.length} runs in ${out.batches} batches`,
+          { cause: err },
+        );
+      }
       if (batch.runs.length === 0) break;
       out.runs.push(...batch.runs);
       out.journal += batch.journal;
       out.effects += batch.effects;
+      out.approvals += batch.approvals;
       out.batches++;
       if (batch.runs.length < batchSize) break;
     }
