@@ -72,6 +72,7 @@ export {
   ClientError,
   connect,
   type ConnectOptions,
+  LIST_LIMIT_MAX,
   type PruneResult,
   type Resolution,
   type RunInfo,
@@ -132,7 +133,7 @@ export type {
   Store,
   TakenRun,
 } from "./runtime/store/store.ts";
-export { RUN_ROW_TABLES } from "./runtime/store/store.ts";
+export { isRunStatus, RUN_ROW_TABLES, RUN_STATUSES } from "./runtime/store/store.ts";
 export {
   type ArgsSchema,
   type CheckedCall,

@@ -26,13 +26,19 @@ import { userInfo } from "node:os";
 import { parseArgs } from "node:util";
 import type { Agent } from "../runtime/agent.ts";
 import type { Budget } from "../runtime/budget.ts";
-import { Client, ClientError, type Resolution, type RunInfo } from "../runtime/client.ts";
+import { Client, ClientError, LIST_LIMIT_MAX, type Resolution, type RunInfo } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { flagProblem } from "../runtime/config.ts";
+import { flagProblem, integerIn } from "../runtime/config.ts";
 import { ConfigError, describeError, RuntimeError, StoreError } from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
-import type { JournalRow, RunStatus, SideEffectRow } from "../runtime/store/store.ts";
+import {
+  isRunStatus,
+  type JournalRow,
+  RUN_STATUSES,
+  type RunStatus,
+  type SideEffectRow,
+} from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
 
@@ -70,8 +76,6 @@ export async function submit(
   );
   return run;
 }
-
-const STATUSES: readonly RunStatus[] = ["pending", "running", "blocked", "done", "failed", "cancelled"];
 
 /** Prints one page of runs, newest first, with how many match and how many pages there are. */
 export async function runs(
@@ -262,20 +266,28 @@ export async function reopen(ctx: CommandContext, runId: string): Promise<RunInf
   return run;
 }
 
-/** Turns a client's refusal into a command error (exit 1; a malformed run id exits 2). */
+/** Refusals of what was given (a run id, an input, a budget, a filter): exit 2, as a bad flag is. */
+const BAD_INPUT_CODES: ReadonlySet<string> = new Set([
+  "BAD_RUN_ID",
+  "INPUT_INVALID",
+  "BUDGET_INVALID",
+  "FILTER_INVALID",
+]);
+
+/** Turns a client's refusal into a command error (exit 1; a refusal of what was given exits 2). */
 async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof ClientError) {
-      throw new CommandError(err.code, err.message, err.code === "BAD_RUN_ID" ? 2 : 1);
-    }
-    if (err instanceof RuntimeError && err.code === "INPUT_INVALID") {
-      throw new CommandError(err.code, err.message, 2);
+    if (err instanceof ClientError || (err instanceof RuntimeError && BAD_INPUT_CODES.has(err.code))) {
+      throw new CommandError(err.code, err.message, BAD_INPUT_CODES.has(err.code) ? 2 : 1);
     }
     throw err;
   }
 }
+
+/** The last page `runs --page` goes to. */
+const PAGE_MAX = 10_000;
 
 /** Usage of each command. */
 export const COMMAND_USAGE: Record<string, string> = {
@@ -288,14 +300,14 @@ export const COMMAND_USAGE: Record<string, string> = {
   --goal TEXT         text input (env GOAL; default: the agent's default input)
   --input JSON        JSON input, for an agent with an input schema (env INPUT)
   --budget-tokens N, --budget-model-calls N, --budget-tool-calls N
-                      ceilings for this run, over the agent's budget`,
+                      ceilings for this run (integers 1 or more), over the agent's budget`,
   runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
   Lists runs, newest first, a page at a time, with how many match.
-  --status S          pending, running, blocked, done, failed or cancelled
+  --status S          ${RUN_STATUSES.slice(0, -1).join(", ")} or ${RUN_STATUSES.at(-1)}
   --agent-name NAME   only runs of this agent
   --search TEXT       only run ids containing TEXT
-  --limit N           runs per page (default 50)
-  --page N            which page (default 1)`,
+  --limit N           runs per page, 1 to ${LIST_LIMIT_MAX} (default 50)
+  --page N            which page, 1 to ${PAGE_MAX} (default 1)`,
   inspect: `usage: deno task inspect RUN
   Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
   resolve: `usage: deno task resolve KEY (--result JSON | --retry | --fail [--reason TEXT]) [--by NAME]
@@ -315,7 +327,7 @@ export const COMMAND_USAGE: Record<string, string> = {
   in batches; never an open run.
   --finished-before AGE|DATE   30d, 12h, 90m, 45s, or a date such as 2026-11-01
   --dry-run                    say what would be deleted, delete nothing
-  --batch N                    runs per statement (default 500)
+  --batch N                    runs per statement, 1 to ${LIST_LIMIT_MAX} (default 500)
 A batch that fails is rolled back whole; prune then stops with one line saying what was deleted before it.`,
   reopen: `usage: deno task reopen RUN
   Puts a failed or cancelled run back to pending, history kept: it resumes under its original keys.`,
@@ -465,20 +477,17 @@ export async function main(
       }
     } else resolution = v.retry ? { action: "retry" } : { action: "fail", reason: v.reason };
   }
-  const count = (name: "limit" | "page", raw: string | undefined): number | string | undefined => {
-    if (raw === undefined) return undefined;
-    const n = Number(raw);
-    return /^\d+$/.test(raw) && n >= 1 && n <= 10_000
-      ? n
-      : `--${name} must be an integer from 1 to 10000: current value is ${JSON.stringify(raw)}`;
-  };
-  const limit = count("limit", v.limit);
-  const page = count("page", v.page);
-  if (typeof limit === "string") return usage(limit);
-  if (typeof page === "string") return usage(page);
-  if (v.status !== undefined && !STATUSES.includes(v.status as RunStatus)) {
+  // Every numeric flag: an exact integer in its range, or one line naming it (never a number the
+  // client refuses later, or one rounded on the way, as 99999999999999999999 would be).
+  const count = (name: "limit" | "page" | "batch", max: number): number | string | undefined =>
+    v[name] === undefined ? undefined : integerIn(`--${name}`, v[name], 1, max);
+  const limit = count("limit", LIST_LIMIT_MAX);
+  const page = count("page", PAGE_MAX);
+  const batch = count("batch", LIST_LIMIT_MAX);
+  for (const n of [limit, page, batch]) if (typeof n === "string") return usage(n);
+  if (v.status !== undefined && !isRunStatus(v.status)) {
     return usage(
-      `--status must be one of ${STATUSES.join(", ")}: current value is ${JSON.stringify(v.status)}`,
+      `--status must be one of ${RUN_STATUSES.join(", ")}: current value is ${JSON.stringify(v.status)}`,
     );
   }
   let cutoff: Date | undefined;
@@ -493,9 +502,7 @@ export async function main(
         }`,
       );
     }
-    const b = count("limit", v.batch);
-    if (typeof b === "string") return usage(b.replace("--limit", "--batch"));
-    batchSize = b;
+    batchSize = batch as number | undefined;
   }
   const budget: Budget = {};
   for (
@@ -507,10 +514,9 @@ export async function main(
   ) {
     const raw = v[flag];
     if (raw === undefined) continue;
-    if (!/^\d+$/.test(raw) || Number(raw) < 1) {
-      return usage(`--${flag} must be a positive integer: current value is ${JSON.stringify(raw)}`);
-    }
-    budget[key] = Number(raw);
+    const n = integerIn(`--${flag}`, raw, 1, Number.MAX_SAFE_INTEGER);
+    if (typeof n === "string") return usage(n);
+    budget[key] = n;
   }
   let agent: Agent | undefined;
   let input: unknown;

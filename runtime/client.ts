@@ -19,7 +19,7 @@ import {
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
-import { describeError, RuntimeError } from "./errors.ts";
+import { describeError, describeValue, RuntimeError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
 import { OpenAIPlanner, type Planner } from "./planner.ts";
@@ -37,7 +37,7 @@ import type {
   SideEffectRow,
   Store,
 } from "./store/store.ts";
-import { Store as StoreClass } from "./store/store.ts";
+import { isRunStatus, RUN_STATUSES, Store as StoreClass } from "./store/store.ts";
 import type { Json } from "./tools.ts";
 
 /** Where the runs live. */
@@ -114,6 +114,9 @@ export interface PruneResult extends PrunedRows {
   /** Statements it took (0 for a dry run). */
   batches: number;
 }
+
+/** The largest page {@link Client.list} returns. */
+export const LIST_LIMIT_MAX = 10_000;
 
 /** Statuses in which a run will not move again without a person (`blocked`) or at all. */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
@@ -192,9 +195,14 @@ export class Client {
     }
   }
 
-  /** Runs, newest first, one page at a time, with the number matching the filter. */
+  /**
+   * Runs, newest first, one page at a time, with the number matching the
+   * filter. Throws `FILTER_INVALID` for a `limit` that is not an integer from
+   * 1 to {@link LIST_LIMIT_MAX}, an `offset` that is not an integer 0 or more,
+   * or an unknown `status`.
+   */
   async list(filter: RunFilter = {}): Promise<{ runs: RunSummary[]; total: number }> {
-    return await this.store.listRuns(filter);
+    return await this.store.listRuns(checkFilter(filter));
   }
 
   /**
@@ -491,6 +499,28 @@ function readEnv(): Record<string, string | undefined> {
   } catch {
     return {}; // no env permission: the agent's own settings must do
   }
+}
+
+/** The filter of {@link Client.list}, checked; throws `FILTER_INVALID` naming the field and the value seen. */
+function checkFilter(filter: RunFilter): RunFilter {
+  const problem = (what: string, value: unknown) =>
+    new ClientError("FILTER_INVALID", `A run list's ${what}: current value is ${describeValue(value)}`);
+  const { limit, offset, status } = filter;
+  if (limit !== undefined && !(Number.isSafeInteger(limit) && limit >= 1 && limit <= LIST_LIMIT_MAX)) {
+    throw problem(`'limit' (runs per page) must be an integer from 1 to ${LIST_LIMIT_MAX}`, limit);
+  }
+  if (offset !== undefined && !(Number.isSafeInteger(offset) && offset >= 0)) {
+    throw problem("'offset' (runs to skip) must be an integer 0 or more", offset);
+  }
+  if (status !== undefined && !isRunStatus(status)) {
+    throw problem(`'status' must be one of ${RUN_STATUSES.join(", ")}`, status);
+  }
+  for (const key of ["agent", "search"] as const) {
+    if (filter[key] !== undefined && typeof filter[key] !== "string") {
+      throw problem(`'${key}' must be a string`, filter[key]);
+    }
+  }
+  return filter;
 }
 
 function checkRunId(runId: string): void {

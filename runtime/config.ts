@@ -198,6 +198,18 @@ export function readRaw(
   return { values, positionals: parsed.positionals };
 }
 
+/**
+ * An integer given as text (a setting or a flag), within [min, max] and
+ * exact (a safe integer): the number, or the problem as one sentence naming
+ * `name` and the value seen.
+ */
+export function integerIn(name: string, raw: string, min: number, max: number): number | string {
+  const n = Number(raw);
+  return /^-?\d+$/.test(raw.trim()) && Number.isSafeInteger(n) && n >= min && n <= max
+    ? n
+    : `${name} must be an integer from ${min} to ${max}: current value is ${JSON.stringify(raw)}`;
+}
+
 /** Collects problems while reading typed values. */
 export class SettingsReader {
   readonly problems: string[] = [];
@@ -214,11 +226,9 @@ export class SettingsReader {
   int(name: string, fallback: number, min: number, max: number): number {
     const raw = this.values[name];
     if (raw === undefined) return fallback;
-    const n = Number(raw);
-    if (!/^-?\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
-      this.problems.push(
-        `${name} must be an integer from ${min} to ${max}: current value is ${JSON.stringify(raw)}`,
-      );
+    const n = integerIn(name, raw, min, max);
+    if (typeof n === "string") {
+      this.problems.push(n);
       return fallback;
     }
     return n;

@@ -14,6 +14,7 @@
 import { parseArgs } from "node:util";
 import { Client } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
+import { integerIn } from "../runtime/config.ts";
 import { StoreError } from "../runtime/errors.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { serveUi, UiError } from "./server.ts";
@@ -61,12 +62,9 @@ export async function main(
     console.log(UI_USAGE);
     return 0;
   }
-  const rawPort = v.port ?? (env.UI_PORT || "8787");
-  const port = Number(rawPort);
-  if (!/^\d+$/.test(rawPort) || port > 65535) {
-    console.error(
-      `ui: --port must be an integer from 0 to 65535: current value is ${JSON.stringify(rawPort)}`,
-    );
+  const port = integerIn("--port", v.port ?? (env.UI_PORT || "8787"), 0, 65535);
+  if (typeof port === "string") {
+    console.error(`ui: ${port}`);
     return 2;
   }
   const host = v.host ?? (env.UI_HOST || "127.0.0.1");

@@ -60,8 +60,24 @@ export interface QueryOptions {
   planEachTime?: boolean;
 }
 
+/** Every status a run can be in (the `runs_status_check` constraint of schema.sql). */
+export const RUN_STATUSES = [
+  "pending",
+  "running",
+  "waiting",
+  "blocked",
+  "done",
+  "failed",
+  "cancelled",
+] as const;
+
 /** Status of a run. */
-export type RunStatus = "pending" | "running" | "waiting" | "blocked" | "done" | "failed" | "cancelled";
+export type RunStatus = typeof RUN_STATUSES[number];
+
+/** True when `value` is one of {@link RUN_STATUSES}. */
+export function isRunStatus(value: unknown): value is RunStatus {
+  return (RUN_STATUSES as readonly unknown[]).includes(value);
+}
 
 /**
  * The tables whose rows belong to a run (each has a foreign key to `runs`),

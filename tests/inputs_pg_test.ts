@@ -1,0 +1,104 @@
+/**
+ * Inputs the runtime must answer with a clear refusal, on both stores and
+ * with real processes: a run list's paging and the numeric flags of the
+ * commands.
+ */
+
+import assert from "node:assert/strict";
+import { Client, ClientError } from "../runtime/client.ts";
+import type { RunFilter } from "../runtime/store/store.ts";
+import { bothStoresTest } from "./_pg.ts";
+import { Proc } from "./_procs.ts";
+
+bothStoresTest(
+  "list() refuses a page it cannot serve with FILTER_INVALID, naming the field and the value",
+  async (
+    store,
+    t,
+  ) => {
+    const client = new Client(store);
+    await store.createRun({ runId: "l-1", agent: "a", goal: "g" }, new Date());
+    const refused: [RunFilter, RegExp][] = [
+      [{ limit: -1 }, /'limit' .* from 1 to 10000: current value is -1$/],
+      [{ limit: 0 }, /'limit' .*: current value is 0$/],
+      [{ limit: 1.5 }, /'limit' .*: current value is 1\.5$/],
+      [{ limit: NaN }, /'limit' .*: current value is NaN$/],
+      [{ limit: 10_001 }, /'limit' .*: current value is 10001$/],
+      [{ limit: "5" as unknown as number }, /'limit' .*: current value is "5"$/],
+      [{ offset: -5 }, /'offset' .* 0 or more: current value is -5$/],
+      [{ offset: 2.5 }, /'offset' .*: current value is 2\.5$/],
+      [{ offset: Infinity }, /'offset' .*: current value is Infinity$/],
+      [
+        { status: "bogus" as unknown as "done" },
+        /'status' must be one of pending, .*: current value is "bogus"$/,
+      ],
+      [{ search: 5 as unknown as string }, /'search' must be a string: current value is 5$/],
+    ];
+    for (const [filter, message] of refused) {
+      await t.step(JSON.stringify(filter, (_k, v) => Number.isNaN(v) ? "NaN" : v), async () => {
+        await assert.rejects(client.list(filter), (err: ClientError) => {
+          assert.ok(err instanceof ClientError, String(err));
+          assert.equal(err.code, "FILTER_INVALID");
+          assert.match(err.message, message);
+          return true;
+        });
+      });
+    }
+    const page = await client.list({ limit: 10_000, offset: 0, status: "pending" });
+    assert.deepEqual(page.runs.map((r) => r.run_id), ["l-1"]);
+    assert.equal((await client.list({ status: "waiting" })).total, 0);
+  },
+);
+
+/** Runs `cli/main.ts args` to its end, bounded: a process still running after `boundMs` fails the test. */
+async function runBounded(
+  args: string[],
+  env: Record<string, string>,
+  boundMs = 90_000,
+): Promise<{ code: number; lines: string[] }> {
+  const proc = new Proc("cli/main.ts", env, { args });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const hung = new Promise<"hung">((r) => timer = setTimeout(() => r("hung"), boundMs));
+  try {
+    const code = await Promise.race([proc.status, hung]);
+    if (code === "hung") {
+      const left = await proc.close();
+      assert.fail(
+        `${args.join(" ")} still ran after ${boundMs / 1000} s (killed, code ${left}):\n${proc.lines}`,
+      );
+    }
+    return { code, lines: proc.lines.filter((l) => !l.startsWith("Blocking waiting for file lock")) };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+Deno.test("every numeric flag of the commands refuses a value out of range in one line, exit 2", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "numeric_flags_" });
+  try {
+    const cases: [string[], string][] = [
+      [["submit", "--budget-tokens", "99999999999999999999"], "--budget-tokens"],
+      [["submit", "--budget-model-calls", "1.5"], "--budget-model-calls"],
+      [["submit", "--budget-tool-calls", "0"], "--budget-tool-calls"],
+      [["runs", "--limit", "99999999999999999999"], "--limit"],
+      [["runs", "--page=-1"], "--page"],
+      [["prune", "--finished-before", "30d", "--batch", "1e3"], "--batch"],
+    ];
+    // Each on a directory of its own: a process that did open its database holds it.
+    const results = await Promise.all(
+      cases.map(([args], i) => runBounded(args, { DATA_DIR: `${dir}/${i}` })),
+    );
+    for (const [i, [args, flag]] of cases.entries()) {
+      await t.step(args.join(" "), () => {
+        const { code, lines } = results[i];
+        assert.equal(code, 2, lines.join("\n"));
+        assert.equal(lines.length, 1, `one line:\n${lines.join("\n")}`);
+        assert.match(lines[0], new RegExp(`${flag} must be an integer from \\d+ to \\d+: current value is`));
+      });
+    }
+    const waiting = await runBounded(["runs", "--status", "waiting"], { DATA_DIR: `${dir}/w` });
+    assert.equal(waiting.code, 0, `a status a run can have is a filter:\n${waiting.lines.join("\n")}`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
