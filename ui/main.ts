@@ -23,7 +23,8 @@ import { serveUi, UiError } from "./server.ts";
 export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKEN] [--read-only] [--by NAME]
   Serves a page with every run: a list, and each run's timeline with one lane per worker epoch;
   cancel, reopen and resolve flagged calls from it. It updates while runs progress.
-  --host H            interface to bind (env UI_HOST; default 127.0.0.1); beyond loopback a token is required
+  --host H            interface to bind (env UI_HOST; default 127.0.0.1; IPv6 as ::1 or [::1]); beyond loopback
+                      a token is required
   --port N            port (env UI_PORT; default 8787; 0 picks a free one)
   --token TOKEN       required on every request (env UI_TOKEN); open the page with ?token=TOKEN
   --read-only         show runs, refuse every action
