@@ -1,14 +1,17 @@
 /**
- * Inputs the runtime must answer with a clear refusal, on both stores and
- * with real processes: a run list's paging and the numeric flags of the
- * commands.
+ * Inputs the runtime must answer with a clear refusal or the right record,
+ * on both stores and with real processes: a run list's paging, the numeric
+ * flags of the commands, and a worker restarted under its old name with
+ * other agents.
  */
 
 import assert from "node:assert/strict";
 import { Client, ClientError } from "../runtime/client.ts";
 import type { RunFilter } from "../runtime/store/store.ts";
-import { bothStoresTest } from "./_pg.ts";
-import { Proc } from "./_procs.ts";
+import { bothStoresTest, pgTest } from "./_pg.ts";
+import { Proc, until } from "./_procs.ts";
+
+const MOD_TS = new URL("../mod.ts", import.meta.url).href;
 
 bothStoresTest(
   "list() refuses a page it cannot serve with FILTER_INVALID, naming the field and the value",
@@ -47,6 +50,89 @@ bothStoresTest(
     const page = await client.list({ limit: 10_000, offset: 0, status: "pending" });
     assert.deepEqual(page.runs.map((r) => r.run_id), ["l-1"]);
     assert.equal((await client.list({ status: "waiting" })).total, 0);
+  },
+);
+
+bothStoresTest(
+  "a worker restarted under the same name with other agents is listed with its new agents",
+  async (
+    store,
+  ) => {
+    const first = new Date(Date.UTC(2026, 0, 1));
+    const later = new Date(first.getTime() + 60_000);
+    await store.heartbeatMany({ name: "w", agents: ["alpha"], capacity: 10, startedAt: first }, [], first);
+    assert.deepEqual(await store.hostedAgents(first), ["alpha"]);
+    // The process died without removing its row; a new one starts under the same name.
+    await store.heartbeatMany({ name: "w", agents: ["beta"], capacity: 5, startedAt: later }, [], later);
+    assert.deepEqual(await store.hostedAgents(first), ["beta"]);
+    const rows = await store.client.query<{ agents: string[]; capacity: number; started_at: Date }>(
+      `select agents, capacity, started_at from workers where name = 'w'`,
+    );
+    assert.deepEqual(rows.map((r) => [r.agents, r.capacity, new Date(r.started_at).getTime()]), [
+      [["beta"], 5, later.getTime()],
+    ]);
+  },
+);
+
+/** An agent module in `dir` named `name`, with a model that answers at once (no MODEL_URL needed). */
+async function agentModule(dir: string, name: string): Promise<string> {
+  const file = `${dir}/${name}.ts`;
+  await Deno.writeTextFile(
+    file,
+    `import { defineAgent } from "${MOD_TS}";
+export default defineAgent({
+  name: "${name}",
+  tools: [],
+  model: { describe: "none", decide: () => Promise.resolve({ kind: "done", message: "ok" }) },
+});
+`,
+  );
+  return file;
+}
+
+pgTest(
+  "a worker killed and restarted under its --worker name with another module hosts the new agent",
+  async (
+    pg,
+  ) => {
+    const dir = await Deno.makeTempDir({ prefix: "restart_worker_" });
+    const agentsOf = async () =>
+      (await pg.store.client.query<{ agents: string[] }>(`select agents from workers where name = 'w-fixed'`))
+        .map((r) => r.agents);
+    try {
+      const env = {
+        DATABASE_URL: pg.url,
+        WORKER: "w-fixed",
+        HEARTBEAT_S: "0.2",
+        LEASE_S: "2",
+        POLL_S: "0.2",
+      };
+      const first = new Proc("cli/main.ts", { ...env, AGENT: await agentModule(dir, "alpha") }, {
+        args: ["worker"],
+      });
+      try {
+        await until(async () => JSON.stringify(await agentsOf()) === '[["alpha"]]', "the first worker's row");
+      } finally {
+        await first.close(); // SIGKILL: its row stays, as after a crash
+      }
+      const second = new Proc("cli/main.ts", { ...env, AGENT: await agentModule(dir, "beta") }, {
+        args: ["worker"],
+      });
+      try {
+        await second.waitFor((l) => l.includes("event=backends"), "the second worker to start");
+        await until(
+          async () => JSON.stringify(await agentsOf()) === '[["beta"]]',
+          "the row to name the second worker's agent",
+          30_000,
+        );
+        assert.deepEqual(await new Client(pg.store).hostedAgents(), ["beta"], "what `runs` reads");
+      } finally {
+        second.kill("SIGTERM");
+        assert.equal(await second.status, 0, second.lines.join("\n"));
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
   },
 );
 

@@ -1078,7 +1078,10 @@ export class Store {
       `with w as (
          insert into workers (name, agents, capacity, started_at, heartbeat_at)
          values ($1, $2::text[], $3, $4::timestamptz, $5::timestamptz)
-         on conflict (name) do update set heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity
+         -- A name is reused by a worker restarted under it (--worker NAME): the row then
+         -- describes the process that heartbeats now, its agents included.
+         on conflict (name) do update set agents = excluded.agents, capacity = excluded.capacity,
+                                          started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at
          returning 1)
        update runs set heartbeat_at = $5::timestamptz
         where run_id = any($6::text[])
