@@ -28,7 +28,7 @@ import type { Agent } from "../runtime/agent.ts";
 import type { Budget } from "../runtime/budget.ts";
 import { Client, ClientError, LIST_LIMIT_MAX, type Resolution, type RunInfo } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { flagProblem, integerIn } from "../runtime/config.ts";
+import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
 import { ConfigError, describeError, RuntimeError, StoreError } from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
@@ -300,7 +300,8 @@ export const COMMAND_USAGE: Record<string, string> = {
   --goal TEXT         text input (env GOAL; default: the agent's default input)
   --input JSON        JSON input, for an agent with an input schema (env INPUT)
   --budget-tokens N, --budget-model-calls N, --budget-tool-calls N
-                      ceilings for this run (integers 1 or more), over the agent's budget`,
+                      ceilings for this run (integers 1 or more), over the agent's budget
+  (env AGENT_LOAD_S: how long the agent module may take to import, default 30 s)`,
   runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
   Lists runs, newest first, a page at a time, with how many match.
   --status S          ${RUN_STATUSES.slice(0, -1).join(", ")} or ${RUN_STATUSES.at(-1)}
@@ -522,7 +523,10 @@ export async function main(
   let input: unknown;
   if (command === "submit") {
     try {
-      const { agents } = await loadAgents(v.agent ?? (env.AGENT || undefined), preloaded);
+      const load = new SettingsReader({ AGENT_LOAD_S: env.AGENT_LOAD_S || undefined });
+      const timeoutMs = load.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S);
+      if (load.problems.length > 0) return usage(load.problems[0]);
+      const { agents } = await loadAgents(v.agent ?? (env.AGENT || undefined), { preloaded, timeoutMs });
       const name = v["agent-name"];
       agent = name === undefined ? agents[0] : agents.find((a) => a.name === name);
       if (!agent) {

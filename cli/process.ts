@@ -12,6 +12,7 @@ import { FlagError, loadSettings, type Settings, urlPasswordForms } from "../run
 import { ConfigError, StoreError } from "../runtime/errors.ts";
 import { Logger } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
+import { AgentModuleError } from "./agents.ts";
 import type { Store } from "../runtime/store/store.ts";
 
 /**
@@ -58,10 +59,11 @@ export function loggerFor(
 
 /**
  * Prints a settings error the way every entry point does, and returns exit
- * code 2. A command line that does not parse is one line naming the flag.
+ * code 2. A command line that does not parse is one line naming the flag,
+ * and an agent module that cannot be used one line naming the module.
  */
 export function reportConfigError(err: ConfigError, program: string): number {
-  if (err instanceof FlagError) {
+  if (err instanceof FlagError || err instanceof AgentModuleError) {
     console.error(`${program}: ${err.problems[0]}`);
     return 2;
   }

@@ -19,6 +19,7 @@
  * | `CRASH_AT`, `CRASH_SEQ`, `STALL_AT`, `STALL_MS` | `--crash-at`, ... | none, 0, none, 5000 |
  * | `HEARTBEAT_S`, `LEASE_S` | `--heartbeat-s`, `--lease-s` | 3, 12 |
  * | `LOG_FORMAT` | `--log-format` | `text` |
+ * | `AGENT_LOAD_S` | `--agent-load-s` | 30: how long the agent module may take to import |
  *
  * @module
  */
@@ -80,7 +81,12 @@ export interface Settings {
   logFormat: LogFormat;
   /** Exit when stdin reaches EOF (set by the supervisor for its workers). */
   exitOnStdinEof: boolean;
+  /** How long the agent module may take to import before the process refuses it (`AGENT_LOAD_S`). */
+  agentLoadMs: number;
 }
+
+/** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
+export const AGENT_LOAD_DEFAULT_S = 30;
 
 /** Every setting, as its environment variable name, with its flag spelled in kebab case. */
 export const SETTING_NAMES: readonly string[] = [
@@ -108,6 +114,7 @@ export const SETTING_NAMES: readonly string[] = [
   "LEASE_S",
   "LOG_FORMAT",
   "EXIT_ON_STDIN_EOF",
+  "AGENT_LOAD_S",
 ];
 const NAMES = SETTING_NAMES;
 
@@ -459,6 +466,7 @@ export function loadSettings(
     ...r.lease(),
     logFormat: r.logFormat(),
     exitOnStdinEof: stdinEof === "1" || stdinEof === "true",
+    agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
   };
   r.done();
   return settings;

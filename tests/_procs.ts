@@ -32,6 +32,7 @@ const SCRUBBED = [
   "STALL_MS",
   "DATA_DIR",
   "LOG_FORMAT",
+  "AGENT_LOAD_S",
 ];
 
 /** A running child process whose stdout and stderr lines are collected. */

@@ -1,8 +1,8 @@
 /**
  * Inputs the runtime must answer with a clear refusal or the right record,
  * on both stores and with real processes: a run list's paging, the numeric
- * flags of the commands, and a worker restarted under its old name with
- * other agents.
+ * flags of the commands, a worker restarted under its old name with other
+ * agents, and an agent module that never finishes importing.
  */
 
 import assert from "node:assert/strict";
@@ -184,6 +184,39 @@ Deno.test("every numeric flag of the commands refuses a value out of range in on
     }
     const waiting = await runBounded(["runs", "--status", "waiting"], { DATA_DIR: `${dir}/w` });
     assert.equal(waiting.code, 0, `a status a run can have is a filter:\n${waiting.lines.join("\n")}`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("an agent module that hangs at import makes run, worker, supervise and submit refuse it in one line", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "hanging_agent_" });
+  try {
+    // A top-level await on a timer of 11 days: the import never finishes by itself.
+    await Deno.writeTextFile(
+      `${dir}/hangs.ts`,
+      `await new Promise((r) => setTimeout(r, 1e9));\nexport default 1;\n`,
+    );
+    const env = { AGENT: `${dir}/hangs.ts`, AGENT_LOAD_S: "1" };
+    const commands: [string, string[], Record<string, string>][] = [
+      ["run", ["run"], { DATA_DIR: `${dir}/run` }],
+      ["worker", ["worker"], { DATA_DIR: `${dir}/worker` }],
+      // Loading comes before connecting: no server is needed at this address.
+      ["supervise", ["supervise"], { DATABASE_URL: "postgres://nobody@127.0.0.1:1/none" }],
+      ["submit", ["submit"], { DATA_DIR: `${dir}/submit` }],
+    ];
+    const results = await Promise.all(
+      commands.map(([, args, more]) => runBounded(args, { ...env, ...more })),
+    );
+    for (const [i, [name]] of commands.entries()) {
+      await t.step(name, () => {
+        const { code, lines } = results[i];
+        assert.equal(code, 2, lines.join("\n"));
+        assert.equal(lines.length, 1, `one line:\n${lines.join("\n")}`);
+        assert.match(lines[0], /AGENT ".*hangs\.ts" did not finish loading within 1 s/);
+        assert.doesNotMatch(lines[0], /^\s+at /);
+      });
+    }
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
