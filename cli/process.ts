@@ -73,11 +73,14 @@ export function reportConfigError(err: ConfigError, program: string): number {
 
 /**
  * Opens the store for `settings`, saying so first when the embedded database
- * is about to be created (initdb takes seconds). A {@link StoreError} is
- * logged as `store-unavailable` and returned as exit code 2.
+ * is about to be created (initdb takes seconds). While another process holds
+ * the embedded database it waits up to `dataDirWaitMs`, logging
+ * `waiting-for-data-dir` once with the holder's pid (and `data-dir-free` when
+ * the wait ends). A {@link StoreError} is logged as `store-unavailable` and
+ * returned as exit code 2.
  */
 export async function openStoreLogged(
-  settings: Pick<Settings, "databaseUrl" | "dataDir">,
+  settings: Pick<Settings, "databaseUrl" | "dataDir"> & { dataDirWaitMs?: number },
   log: Logger,
   opts: { max?: number } = {},
 ): Promise<Store | number> {
@@ -87,8 +90,26 @@ export async function openStoreLogged(
       note: "first start, a few seconds",
     });
   }
+  let waited = false;
   try {
-    return await openStore(settings, opts);
+    const store = await openStore(settings, {
+      ...opts,
+      lockWait: {
+        waitMs: settings.dataDirWaitMs ?? 0,
+        onWait: ({ holder, waitMs }) => {
+          waited = true;
+          log.warn("waiting-for-data-dir", {
+            store: `pglite:${settings.dataDir}/pglite`,
+            holder_pid: holder,
+            wait_s: waitMs / 1000,
+            note: "another process (the page, or a worker) has the embedded database open; " +
+              "this one goes on as soon as it exits (DATA_DIR_WAIT_S bounds the wait)",
+          });
+        },
+      },
+    });
+    if (waited) log.info("data-dir-free", { store: `pglite:${settings.dataDir}/pglite` });
+    return store;
   } catch (err) {
     if (err instanceof StoreError) {
       log.error("store-unavailable", { code: err.code, error: err.message });

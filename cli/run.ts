@@ -34,6 +34,8 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --input JSON               JSON input, for an agent with an input schema
   --database-url URL         PostgreSQL; unset: embedded PGlite under --data-dir
   --data-dir DIR             embedded database and in-process mocks' state (default .data)
+  --data-dir-wait-s S        while another process (the page, a worker) has the embedded database open, wait
+                             for it up to S seconds, then refuse (default 60; 0: refuse at once)
   --model-url URL            OpenAI-compatible endpoint; unset: the agent's model, or the in-process mock model
   --model NAME               the model name; required with --model-url or an agent's endpoint URL
   --model-api-key KEY        sent as a bearer token, never logged

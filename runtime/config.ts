@@ -20,6 +20,7 @@
  * | `HEARTBEAT_S`, `LEASE_S` | `--heartbeat-s`, `--lease-s` | 3, 12 |
  * | `LOG_FORMAT` | `--log-format` | `text` |
  * | `AGENT_LOAD_S` | `--agent-load-s` | 30: how long the agent module may take to import |
+ * | `DATA_DIR_WAIT_S` | `--data-dir-wait-s` | 60: how long to wait for an embedded database another process holds |
  *
  * @module
  */
@@ -83,10 +84,18 @@ export interface Settings {
   exitOnStdinEof: boolean;
   /** How long the agent module may take to import before the process refuses it (`AGENT_LOAD_S`). */
   agentLoadMs: number;
+  /**
+   * How long to wait for the embedded database while another process (the
+   * page, another worker) holds it, before refusing (`DATA_DIR_WAIT_S`; 0
+   * refuses at once).
+   */
+  dataDirWaitMs: number;
 }
 
 /** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
 export const AGENT_LOAD_DEFAULT_S = 30;
+/** Default of `DATA_DIR_WAIT_S`. */
+export const DATA_DIR_WAIT_DEFAULT_S = 60;
 
 /** Every setting, as its environment variable name, with its flag spelled in kebab case. */
 export const SETTING_NAMES: readonly string[] = [
@@ -115,6 +124,7 @@ export const SETTING_NAMES: readonly string[] = [
   "LOG_FORMAT",
   "EXIT_ON_STDIN_EOF",
   "AGENT_LOAD_S",
+  "DATA_DIR_WAIT_S",
 ];
 const NAMES = SETTING_NAMES;
 
@@ -241,14 +251,14 @@ export class SettingsReader {
     return n;
   }
 
-  /** A positive number of seconds, returned in milliseconds. */
-  seconds(name: string, fallback_s: number): number {
+  /** A number of seconds from `min_s` (default 0.01) to 86400, returned in milliseconds. */
+  seconds(name: string, fallback_s: number, min_s = 0.01): number {
     const raw = this.values[name];
     if (raw === undefined) return fallback_s * 1000;
     const n = Number(raw);
-    if (raw.trim() === "" || !Number.isFinite(n) || n < 0.01 || n > 86_400) {
+    if (raw.trim() === "" || !Number.isFinite(n) || n < min_s || n > 86_400) {
       this.problems.push(
-        `${name} must be a number of seconds from 0.01 to 86400: current value is ${JSON.stringify(raw)}`,
+        `${name} must be a number of seconds from ${min_s} to 86400: current value is ${JSON.stringify(raw)}`,
       );
       return fallback_s * 1000;
     }
@@ -467,6 +477,7 @@ export function loadSettings(
     logFormat: r.logFormat(),
     exitOnStdinEof: stdinEof === "1" || stdinEof === "true",
     agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
+    dataDirWaitMs: r.seconds("DATA_DIR_WAIT_S", DATA_DIR_WAIT_DEFAULT_S, 0),
   };
   r.done();
   return settings;

@@ -33,6 +33,7 @@ const SCRUBBED = [
   "DATA_DIR",
   "LOG_FORMAT",
   "AGENT_LOAD_S",
+  "DATA_DIR_WAIT_S",
 ];
 
 /** A running child process whose stdout and stderr lines are collected. */

@@ -2,7 +2,8 @@
  * Inputs the runtime must answer with a clear refusal or the right record,
  * on both stores and with real processes: a run list's paging, the numeric
  * flags of the commands, a worker restarted under its old name with other
- * agents, and an agent module that never finishes importing.
+ * agents, an agent module that never finishes importing, and processes that
+ * wait for the embedded database another one holds.
  */
 
 import assert from "node:assert/strict";
@@ -218,6 +219,67 @@ Deno.test("an agent module that hangs at import makes run, worker, supervise and
       });
     }
   } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("while one process holds the embedded database, run, worker and the page wait for it, say so, and go on", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "data_dir_wait_" });
+  const env = { DATA_DIR: dir };
+  const procs: Proc[] = [];
+  const start = (args: string[], more: Record<string, string> = {}) => {
+    const p = new Proc("cli/main.ts", { ...env, ...more }, { args });
+    procs.push(p);
+    return p;
+  };
+  const stop = async (p: Proc) => {
+    p.kill("SIGTERM");
+    assert.equal(await p.status, 0, p.lines.join("\n"));
+  };
+  const waitingLine = (p: Proc) =>
+    p.waitFor((l) => l.includes("event=waiting-for-data-dir"), "the wait line");
+  try {
+    // The page, bound to IPv6 loopback given as in a URL: its address has the brackets once.
+    const ui = start(["ui", "--host", "[::1]", "--port", "0"]);
+    const url = (await ui.waitFor((l) => l.startsWith("ui  url="), "the page to start")).split(/\s+/)[1];
+    assert.match(url, /^url=http:\/\/\[::1\]:\d+\/$/);
+    const res = await fetch(`${url.slice(4)}api/runs`);
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+
+    // A run started meanwhile waits (one line naming the holder), and runs once the page exits.
+    const run = start(["run", "--run-id", "wait-1"]);
+    const line = await waitingLine(run);
+    assert.match(line, new RegExp(`holder_pid=${ui.pid} wait_s=60 `));
+    await stop(ui);
+    assert.equal(await run.status, 0, run.lines.join("\n"));
+    assert.equal(run.events("data-dir-free").length, 1);
+    assert.equal(run.events("done").length, 1, run.lines.join("\n"));
+
+    // The page waits for a worker in turn, and starts once the worker stops.
+    const worker = start(["worker"]);
+    await worker.waitFor((l) => l.includes("event=backends"), "the worker to start");
+    const ui2 = start(["ui", "--port", "0"]);
+    await ui2.waitFor((l) => l.startsWith("ui  waiting for the embedded database"), "the page's wait line");
+    // One that may not wait long gives up with one line naming the holder.
+    const impatient = start(["run", "--run-id", "wait-2"], { DATA_DIR_WAIT_S: "1" });
+    assert.equal(await impatient.status, 2, impatient.lines.join("\n"));
+    assert.match(
+      impatient.lines.join("\n"),
+      new RegExp(`event=store-unavailable code=DATA_DIR_LOCKED .*in use by pid ${worker.pid} \\(waited 1 s`),
+    );
+    await stop(worker);
+    await ui2.waitFor((l) => l.startsWith("ui  url="), "the page to start after the worker");
+
+    // And a worker waits for the page.
+    const worker2 = start(["worker"]);
+    await waitingLine(worker2);
+    await stop(ui2);
+    await worker2.waitFor((l) => l.includes("event=backends"), "the second worker to start");
+    assert.equal(worker2.events("data-dir-free").length, 1);
+    await stop(worker2);
+  } finally {
+    for (const p of procs) await p.close();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -14,7 +14,7 @@
 import { parseArgs } from "node:util";
 import { Client } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { integerIn } from "../runtime/config.ts";
+import { DATA_DIR_WAIT_DEFAULT_S, integerIn, SettingsReader } from "../runtime/config.ts";
 import { StoreError } from "../runtime/errors.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { serveUi, UiError } from "./server.ts";
@@ -30,8 +30,9 @@ export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKE
   --read-only         show runs, refuse every action
   --by NAME           recorded as who resolved or cancelled (default ui)
 settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
-default .data). The embedded database allows one process at a time: while the page has it open, workers
-on the same directory wait; use PostgreSQL to watch runs live from another process.`;
+default .data). The embedded database allows one process at a time: while the page has it open, 'run' and
+'worker' on the same directory wait for it (and the page for them), up to DATA_DIR_WAIT_S (default 60 s;
+0: refuse at once); use PostgreSQL to watch runs live from another process.`;
 
 /** Runs the page until SIGINT or SIGTERM; returns the exit code. */
 export async function main(
@@ -70,12 +71,25 @@ export async function main(
   }
   const host = v.host ?? (env.UI_HOST || "127.0.0.1");
   const token = v.token ?? (env.UI_TOKEN || undefined);
+  const wait = new SettingsReader({ DATA_DIR_WAIT_S: env.DATA_DIR_WAIT_S || undefined });
+  const waitMs = wait.seconds("DATA_DIR_WAIT_S", DATA_DIR_WAIT_DEFAULT_S, 0);
+  if (wait.problems.length > 0) {
+    console.error(`ui: ${wait.problems[0]}`);
+    return 2;
+  }
+  const dataDir = v["data-dir"] ?? (env.DATA_DIR || ".data");
   let client: Client;
   try {
     client = new Client(
-      await openStore({
-        databaseUrl: v["database-url"] ?? (env.DATABASE_URL || undefined),
-        dataDir: v["data-dir"] ?? (env.DATA_DIR || ".data"),
+      await openStore({ databaseUrl: v["database-url"] ?? (env.DATABASE_URL || undefined), dataDir }, {
+        lockWait: {
+          waitMs,
+          onWait: ({ holder }) =>
+            console.log(
+              `ui  waiting for the embedded database ${dataDir}: pid ${holder} has it open (a worker?); ` +
+                `the page starts as soon as it exits, or gives up after ${waitMs / 1000} s (DATA_DIR_WAIT_S)`,
+            ),
+        },
       }),
       new SystemClock(),
     );
