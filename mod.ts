@@ -73,6 +73,8 @@ export {
   connect,
   type ConnectOptions,
   type FlaggedFilter,
+  LIST_LIMIT_MAX,
+  type PruneResult,
   type Resolution,
   RESOLVE_BATCH_MAX,
   type RunInfo,
@@ -144,6 +146,7 @@ export type {
   Fence,
   JournalRow,
   NewRun,
+  PrunedRows,
   QueryOptions,
   Rejection,
   RunFilter,
@@ -155,6 +158,7 @@ export type {
   Store,
   TakenRun,
 } from "./runtime/store/store.ts";
+export { isRunStatus, RUN_ROW_TABLES, RUN_STATUSES } from "./runtime/store/store.ts";
 export {
   type ArgsSchema,
   type CheckedCall,

@@ -16,6 +16,8 @@ import {
   type PreparedAgent,
 } from "../runtime/agent.ts";
 import { endpointPlanner } from "../runtime/client.ts";
+import { type Clock, SystemClock } from "../runtime/clock.ts";
+import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
 import { ConfigError, describeError, RuntimeError } from "../runtime/errors.ts";
 import { OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { MockModel } from "../mock/model.ts";
@@ -35,30 +37,68 @@ export function agentSpecifier(path: string): string {
 }
 
 /**
+ * The agent module cannot be used: it did not import (or not within the
+ * bound), or exports no agents. One problem, printed as one line.
+ */
+export class AgentModuleError extends ConfigError {
+  /** Creates the error with its one sentence. */
+  constructor(problem: string) {
+    super([problem]);
+    this.name = "AgentModuleError";
+  }
+}
+
+/** Options of {@link loadAgents}. */
+export interface LoadAgentsOptions {
+  /** The agents a compiled binary was built with, used when no path is given. */
+  preloaded?: LoadedAgents;
+  /** How long the module may take to import (its top-level code included). Default 30 s (`AGENT_LOAD_S`). */
+  timeoutMs?: number;
+  /** The time the bound is kept by. Default: the system clock. */
+  clock?: Clock;
+}
+
+/**
  * Imports the agent module at `path`; when `path` is unset, the agents a
  * compiled binary was built with (`preloaded`), or the demo agent.
- * Throws a {@link ConfigError} with one line saying what is wrong.
+ * Throws an {@link AgentModuleError} saying what is wrong, also when
+ * the import has not finished within `timeoutMs` (a top-level `await` that
+ * never settles would otherwise hang the process without a word).
  */
-export async function loadAgents(path: string | undefined, preloaded?: LoadedAgents): Promise<LoadedAgents> {
+export async function loadAgents(
+  path: string | undefined,
+  opts: LoadAgentsOptions = {},
+): Promise<LoadedAgents> {
   // A compiled binary carries its agent module and passes it in.
-  if (path === undefined && preloaded) return preloaded;
+  if (path === undefined && opts.preloaded) return opts.preloaded;
   if (path === undefined) {
     // A literal import, so a compiled binary carries the demo.
     const mod = await import("../examples/provision/agent.ts");
     return { agents: agentsOf(mod, "examples/provision/agent.ts"), where: "demo" };
   }
+  const timeoutMs = opts.timeoutMs ?? AGENT_LOAD_DEFAULT_S * 1000;
+  const stop = new AbortController();
+  const timedOut = (opts.clock ?? new SystemClock()).sleep(timeoutMs, stop.signal).then((): never => {
+    throw new AgentModuleError(
+      `AGENT ${JSON.stringify(path)} did not finish loading within ${timeoutMs / 1000} s: its top-level ` +
+        "code is still running (an await that never settles?). Fix the module, or allow it longer with AGENT_LOAD_S",
+    );
+  });
   let mod: Record<string, unknown>;
   try {
-    mod = await import(agentSpecifier(path));
+    mod = await Promise.race([import(agentSpecifier(path)), timedOut]);
   } catch (err) {
-    throw new ConfigError([
+    if (err instanceof AgentModuleError) throw err;
+    throw new AgentModuleError(
       `AGENT ${JSON.stringify(path)} could not be loaded: ${describeError(err).split("\n")[0]}`,
-    ]);
+    );
+  } finally {
+    stop.abort(); // the timer, once the import has settled (its rejection is the race's, handled)
   }
   try {
     return { agents: agentsOf(mod, path), where: path };
   } catch (err) {
-    throw new ConfigError([(err as Error).message]);
+    throw new AgentModuleError((err as Error).message);
   }
 }
 

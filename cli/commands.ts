@@ -24,8 +24,9 @@
  * first line after its label and the others indented behind `| `, so no line
  * of a value can pass for a line of the report.
  *
- * Exit codes: 0 done, 1 refused (no such run, not flagged, ...), 2 bad
- * arguments or no database.
+ * Exit codes: 0 done, 1 refused (no such run, not flagged, ...) or failed
+ * (a prune batch the database refused, the database lost mid-command: one
+ * line, never a stack trace), 2 bad arguments or no database.
  *
  * @module
  */
@@ -38,18 +39,25 @@ import {
   Client,
   ClientError,
   type FlaggedFilter,
+  LIST_LIMIT_MAX,
   type Resolution,
   RESOLVE_BATCH_MAX,
-  RUN_STATUSES,
   type RunInfo,
 } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { flagProblem } from "../runtime/config.ts";
+import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
 import { displayText, hiddenIn } from "../runtime/display.ts";
-import { ConfigError, RuntimeError, StoreError } from "../runtime/errors.ts";
+import { ConfigError, describeError, RuntimeError, StoreError } from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
-import type { ApprovalRow, JournalRow, RunStatus, SideEffectRow } from "../runtime/store/store.ts";
+import {
+  type ApprovalRow,
+  isRunStatus,
+  type JournalRow,
+  RUN_STATUSES,
+  type RunStatus,
+  type SideEffectRow,
+} from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
 
@@ -103,8 +111,6 @@ export async function submit(
   );
   return run;
 }
-
-const STATUSES = RUN_STATUSES;
 
 /** Prints one page of runs, newest first, with how many match and how many pages there are. */
 export async function runs(
@@ -379,20 +385,28 @@ export async function reopen(ctx: CommandContext, runId: string): Promise<RunInf
   return run;
 }
 
-/** Turns a client's refusal into a command error (exit 1; a malformed run id exits 2). */
+/** Refusals of what was given (a run id, an input, a budget, a filter): exit 2, as a bad flag is. */
+const BAD_INPUT_CODES: ReadonlySet<string> = new Set([
+  "BAD_RUN_ID",
+  "INPUT_INVALID",
+  "BUDGET_INVALID",
+  "FILTER_INVALID",
+]);
+
+/** Turns a client's refusal into a command error (exit 1; a refusal of what was given exits 2). */
 async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof ClientError) {
-      throw new CommandError(err.code, err.message, err.code === "BAD_RUN_ID" ? 2 : 1);
-    }
-    if (err instanceof RuntimeError && err.code === "INPUT_INVALID") {
-      throw new CommandError(err.code, err.message, 2);
+    if (err instanceof ClientError || (err instanceof RuntimeError && BAD_INPUT_CODES.has(err.code))) {
+      throw new CommandError(err.code, err.message, BAD_INPUT_CODES.has(err.code) ? 2 : 1);
     }
     throw err;
   }
 }
+
+/** The last page `runs --page` goes to. */
+const PAGE_MAX = 10_000;
 
 /** Usage of each command. */
 export const COMMAND_USAGE: Record<string, string> = {
@@ -405,14 +419,15 @@ export const COMMAND_USAGE: Record<string, string> = {
   --goal TEXT         text input (env GOAL; default: the agent's default input)
   --input JSON        JSON input, for an agent with an input schema (env INPUT)
   --budget-tokens N, --budget-model-calls N, --budget-tool-calls N
-                      ceilings for this run, over the agent's budget`,
+                      ceilings for this run (integers 1 or more), over the agent's budget
+  (env AGENT_LOAD_S: how long the agent module may take to import, default 30 s)`,
   runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
   Lists runs, newest first, a page at a time, with how many match.
-  --status S          pending, running, waiting, blocked, done, failed or cancelled
+  --status S          ${RUN_STATUSES.slice(0, -1).join(", ")} or ${RUN_STATUSES.at(-1)}
   --agent-name NAME   only runs of this agent
   --search TEXT       only run ids containing TEXT
-  --limit N           runs per page (default 50)
-  --page N            which page (default 1)`,
+  --limit N           runs per page, 1 to ${LIST_LIMIT_MAX} (default 50)
+  --page N            which page, 1 to ${PAGE_MAX} (default 1)`,
   inspect: `usage: deno task inspect RUN
   Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
   resolve: `usage: deno task resolve KEY (--result JSON | --retry | --fail [--reason TEXT]) [--by NAME]
@@ -438,7 +453,8 @@ export const COMMAND_USAGE: Record<string, string> = {
   in batches; never an open run.
   --finished-before AGE|DATE   30d, 12h, 90m, 45s, or a date such as 2026-11-01
   --dry-run                    say what would be deleted, delete nothing
-  --batch N                    runs per statement (default 500)`,
+  --batch N                    runs per statement, 1 to ${LIST_LIMIT_MAX} (default 500)
+A batch that fails is rolled back whole; prune then stops with one line saying what was deleted before it.`,
   reopen: `usage: deno task reopen RUN
   Puts a failed or cancelled run back to pending, history kept: it resumes under its original keys.`,
 };
@@ -446,7 +462,7 @@ export const COMMAND_USAGE: Record<string, string> = {
 const COMMON =
   `settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
 default .data); --by NAME (who acts; default $USER)
-exit codes: 0 done, 1 refused, 2 bad arguments or no database`;
+exit codes: 0 done, 1 refused or failed (one line says why), 2 bad arguments or no database`;
 
 const OPTIONS = {
   agent: { type: "string" },
@@ -495,14 +511,16 @@ export async function prune(
   before: Date,
   opts: { dryRun?: boolean; batchSize?: number },
 ): Promise<void> {
-  const out = await ctx.client.prune(before, opts);
+  const out = await asCommand(() => ctx.client.prune(before, opts));
   const verb = opts.dryRun ? "would delete" : "deleted";
   const p = printer(ctx);
   p(
     `${
       opts.dryRun ? "dry-run" : "pruned"
     }  finished_before=${before.toISOString()}  ${verb}: runs=${out.runs.length}  ` +
-      `journal_rows=${out.journal}  tool_rows=${out.effects}${opts.dryRun ? "" : `  batches=${out.batches}`}`,
+      `journal_rows=${out.journal}  tool_rows=${out.effects}  approval_rows=${out.approvals}${
+        opts.dryRun ? "" : `  batches=${out.batches}`
+      }`,
   );
   for (const id of out.runs.slice(0, 20)) p(`  ${id}`);
   if (out.runs.length > 20) p(`  ... and ${out.runs.length - 20} more`);
@@ -624,20 +642,17 @@ export async function main(
       } else bulkOpts = { dryRun: true };
     }
   }
-  const count = (name: "limit" | "page", raw: string | undefined): number | string | undefined => {
-    if (raw === undefined) return undefined;
-    const n = Number(raw);
-    return /^\d+$/.test(raw) && n >= 1 && n <= 10_000
-      ? n
-      : `--${name} must be an integer from 1 to 10000: current value is ${JSON.stringify(raw)}`;
-  };
-  const limit = count("limit", v.limit);
-  const page = count("page", v.page);
-  if (typeof limit === "string") return usage(limit);
-  if (typeof page === "string") return usage(page);
-  if (v.status !== undefined && !STATUSES.includes(v.status as RunStatus)) {
+  // Every numeric flag: an exact integer in its range, or one line naming it (never a number the
+  // client refuses later, or one rounded on the way, as 99999999999999999999 would be).
+  const count = (name: "limit" | "page" | "batch", max: number): number | string | undefined =>
+    v[name] === undefined ? undefined : integerIn(`--${name}`, v[name], 1, max);
+  const limit = count("limit", LIST_LIMIT_MAX);
+  const page = count("page", PAGE_MAX);
+  const batch = count("batch", LIST_LIMIT_MAX);
+  for (const n of [limit, page, batch]) if (typeof n === "string") return usage(n);
+  if (v.status !== undefined && !isRunStatus(v.status)) {
     return usage(
-      `--status must be one of ${STATUSES.join(", ")}: current value is ${JSON.stringify(v.status)}`,
+      `--status must be one of ${RUN_STATUSES.join(", ")}: current value is ${JSON.stringify(v.status)}`,
     );
   }
   let cutoff: Date | undefined;
@@ -652,9 +667,7 @@ export async function main(
         }`,
       );
     }
-    const b = count("limit", v.batch);
-    if (typeof b === "string") return usage(b.replace("--limit", "--batch"));
-    batchSize = b;
+    batchSize = batch as number | undefined;
   }
   const budget: Budget = {};
   for (
@@ -666,16 +679,18 @@ export async function main(
   ) {
     const raw = v[flag];
     if (raw === undefined) continue;
-    if (!/^\d+$/.test(raw) || Number(raw) < 1) {
-      return usage(`--${flag} must be a positive integer: current value is ${JSON.stringify(raw)}`);
-    }
-    budget[key] = Number(raw);
+    const n = integerIn(`--${flag}`, raw, 1, Number.MAX_SAFE_INTEGER);
+    if (typeof n === "string") return usage(n);
+    budget[key] = n;
   }
   let agent: Agent | undefined;
   let input: unknown;
   if (command === "submit") {
     try {
-      const { agents } = await loadAgents(v.agent ?? (env.AGENT || undefined), preloaded);
+      const load = new SettingsReader({ AGENT_LOAD_S: env.AGENT_LOAD_S || undefined });
+      const timeoutMs = load.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S);
+      if (load.problems.length > 0) return usage(load.problems[0]);
+      const { agents } = await loadAgents(v.agent ?? (env.AGENT || undefined), { preloaded, timeoutMs });
       const name = v["agent-name"];
       agent = name === undefined ? agents[0] : agents.find((a) => a.name === name);
       if (!agent) {
@@ -772,9 +787,11 @@ export async function main(
       console.error(displayText(`${err.code}: ${err.message}`));
       return err.exitCode;
     }
-    throw err;
+    // Anything else (the database gone mid-command, a statement refused): one line, never a stack trace.
+    console.error(displayText(`${command} failed: ${describeError(err).split("\n")[0]}`));
+    return 1;
   } finally {
-    await client.close();
+    await client.close().catch(() => {}); // a connection already lost: the line above said why
   }
 }
 

@@ -350,7 +350,10 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
     await prune(ctx, cutoff, { batchSize: 2 });
     assert.match(out.at(-1)!.trim(), /^pr-/);
     const line = out.find((l) => l.startsWith("pruned"))!;
-    assert.match(line, /deleted: runs=\d+ {2}journal_rows=\d+ {2}tool_rows=\d+ {2}batches=\d+/);
+    assert.match(
+      line,
+      /deleted: runs=\d+ {2}journal_rows=\d+ {2}tool_rows=\d+ {2}approval_rows=\d+ {2}batches=\d+/,
+    );
     for (const id of ["pr-done", "pr-failed", "pr-cancel"]) {
       assert.equal(await store.getRun(id), undefined, id);
     }

@@ -12,6 +12,7 @@ import { FlagError, loadSettings, type Settings, urlPasswordForms } from "../run
 import { ConfigError, StoreError } from "../runtime/errors.ts";
 import { Logger } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
+import { AgentModuleError } from "./agents.ts";
 import type { Store } from "../runtime/store/store.ts";
 
 /**
@@ -58,10 +59,11 @@ export function loggerFor(
 
 /**
  * Prints a settings error the way every entry point does, and returns exit
- * code 2. A command line that does not parse is one line naming the flag.
+ * code 2. A command line that does not parse is one line naming the flag,
+ * and an agent module that cannot be used one line naming the module.
  */
 export function reportConfigError(err: ConfigError, program: string): number {
-  if (err instanceof FlagError) {
+  if (err instanceof FlagError || err instanceof AgentModuleError) {
     console.error(`${program}: ${err.problems[0]}`);
     return 2;
   }
@@ -71,11 +73,14 @@ export function reportConfigError(err: ConfigError, program: string): number {
 
 /**
  * Opens the store for `settings`, saying so first when the embedded database
- * is about to be created (initdb takes seconds). A {@link StoreError} is
- * logged as `store-unavailable` and returned as exit code 2.
+ * is about to be created (initdb takes seconds). While another process holds
+ * the embedded database it waits up to `dataDirWaitMs`, logging
+ * `waiting-for-data-dir` once with the holder's pid (and `data-dir-free` when
+ * the wait ends). A {@link StoreError} is logged as `store-unavailable` and
+ * returned as exit code 2.
  */
 export async function openStoreLogged(
-  settings: Pick<Settings, "databaseUrl" | "dataDir">,
+  settings: Pick<Settings, "databaseUrl" | "dataDir"> & { dataDirWaitMs?: number },
   log: Logger,
   opts: { max?: number } = {},
 ): Promise<Store | number> {
@@ -85,8 +90,26 @@ export async function openStoreLogged(
       note: "first start, a few seconds",
     });
   }
+  let waited = false;
   try {
-    return await openStore(settings, opts);
+    const store = await openStore(settings, {
+      ...opts,
+      lockWait: {
+        waitMs: settings.dataDirWaitMs ?? 0,
+        onWait: ({ holder, waitMs }) => {
+          waited = true;
+          log.warn("waiting-for-data-dir", {
+            store: `pglite:${settings.dataDir}/pglite`,
+            holder_pid: holder,
+            wait_s: waitMs / 1000,
+            note: "another process (the page, or a worker) has the embedded database open; " +
+              "this one goes on as soon as it exits (DATA_DIR_WAIT_S bounds the wait)",
+          });
+        },
+      },
+    });
+    if (waited) log.info("data-dir-free", { store: `pglite:${settings.dataDir}/pglite` });
+    return store;
   } catch (err) {
     if (err instanceof StoreError) {
       log.error("store-unavailable", { code: err.code, error: err.message });

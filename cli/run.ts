@@ -28,11 +28,14 @@ export const RUN_USAGE = `agent-runtime run: drives one run of an agent to its e
 usage: deno task run [--flag value ...]     (every flag is also an environment variable: --run-id is RUN_ID)
 
   --agent PATH               the agent module (default: the demo, examples/provision/agent.ts)
+  --agent-load-s S           how long the module may take to import before it is refused (default 30)
   --run-id RUN_ID            the run to work (default: a new run, <agent>-<8 hex>)
   --goal GOAL                text input, when the run is created (default: the agent's default input)
   --input JSON               JSON input, for an agent with an input schema
   --database-url URL         PostgreSQL; unset: embedded PGlite under --data-dir
   --data-dir DIR             embedded database and in-process mocks' state (default .data)
+  --data-dir-wait-s S        while another process (the page, a worker) has the embedded database open, wait
+                             for it up to S seconds, then refuse (default 60; 0: refuse at once)
   --model-url URL            OpenAI-compatible endpoint; unset: the agent's model, or the in-process mock model
   --model NAME               the model name; required with --model-url or an agent's endpoint URL
   --model-api-key KEY        sent as a bearer token, never logged
@@ -95,7 +98,7 @@ export async function main(
   let modelDescribe = "";
   let request;
   try {
-    const { agents } = await loadAgents(settings.agentModule, preloaded);
+    const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
     if (agents.length > 1) {
       throw new ConfigError([
         `The agent module exports ${agents.length} agents (${agents.map((a) => a.name).join(", ")}); ` +

@@ -43,7 +43,7 @@ export async function main(
   const embedded = !settings.databaseUrl;
   let prepared;
   try {
-    const { agents } = await loadAgents(settings.agentModule, preloaded);
+    const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
     ({ prepared } = await prepareAgents(agents, {
       env: processEnv(env, settings),
       dataDir: settings.dataDir,

@@ -13,7 +13,7 @@
  */
 
 import { type Budget, checkBudget } from "./budget.ts";
-import { RuntimeError } from "./errors.ts";
+import { describeValue, RuntimeError } from "./errors.ts";
 import type { Planner } from "./planner.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
@@ -192,10 +192,24 @@ export function checkInput(agent: Agent, input: unknown): { input: Json; goal: s
   if (typeof given !== "string" || given.trim() === "") {
     throw new RuntimeError(
       "INPUT_INVALID",
-      `Agent ${agent.name} takes text input and none was given: pass a goal (GOAL, --goal or { input })`,
+      `Agent ${agent.name} takes text input (a non-empty string) and ${givenInput(given)} was given: ` +
+        `pass a goal (GOAL, --goal or { input: "..." }), or give the agent an input schema for other values`,
     );
   }
   return { input: given, goal: given };
+}
+
+/** What a text agent was given instead of text, for its refusal: the kind of value and (a start of) it. */
+function givenInput(value: unknown): string {
+  if (value === undefined) return "no input";
+  if (typeof value === "string") return value === "" ? "an empty string" : "only whitespace";
+  if (value === null) return "null";
+  const kind = Array.isArray(value)
+    ? "an array"
+    : typeof value === "object"
+    ? "an object"
+    : `a ${typeof value}`;
+  return `${kind} (${describeValue(value, 80)})`;
 }
 
 /** An agent with its tools built and its model chosen, ready to drive runs in this process. */

@@ -19,7 +19,7 @@ import {
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
-import { RuntimeError } from "./errors.ts";
+import { describeError, describeValue, RuntimeError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
 import { OpenAIPlanner, type Planner } from "./planner.ts";
@@ -42,6 +42,7 @@ import {
   type EffectResolution,
   type FlaggedFilter,
   type JournalRow,
+  type PrunedRows,
   RESOLVE_BATCH_MAX,
   type RunFilter,
   type RunRow,
@@ -50,7 +51,7 @@ import {
   type SideEffectRow,
   type Store,
 } from "./store/store.ts";
-import { Store as StoreClass } from "./store/store.ts";
+import { isRunStatus, RUN_STATUSES, Store as StoreClass } from "./store/store.ts";
 import type { Json } from "./tools.ts";
 
 /** Where the runs live. */
@@ -141,25 +142,25 @@ export type Resolution =
 /** A client call was refused: the run does not exist, is in the wrong state, ... `code` says which. */
 export class ClientError extends RuntimeError {
   /** Creates a client error. */
-  constructor(code: string, message: string) {
-    super(code, message);
+  constructor(code: string, message: string, options?: ErrorOptions) {
+    super(code, message, options);
     this.name = "ClientError";
   }
 }
 
-// Every status once, checked complete by the type: a new status cannot be missed here.
-const EVERY_STATUS: Record<RunStatus, true> = {
-  pending: true,
-  running: true,
-  waiting: true,
-  blocked: true,
-  done: true,
-  failed: true,
-  cancelled: true,
-};
+/** Every run status, in the order a run moves through them (declared once, in the store). */
+export { RUN_STATUSES };
 
-/** Every run status, in the order a run moves through them. */
-export const RUN_STATUSES: readonly RunStatus[] = Object.keys(EVERY_STATUS) as RunStatus[];
+/** What {@link Client.prune} removed (or, with `dryRun`, would remove). */
+export interface PruneResult extends PrunedRows {
+  /** The runs, by id. */
+  runs: string[];
+  /** Statements it took (0 for a dry run). */
+  batches: number;
+}
+
+/** The largest page {@link Client.list} returns. */
+export const LIST_LIMIT_MAX = 10_000;
 
 /** Statuses in which a run will not move again without a person (`blocked`) or at all. */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
@@ -238,9 +239,14 @@ export class Client {
     }
   }
 
-  /** Runs, newest first, one page at a time, with the number matching the filter. */
+  /**
+   * Runs, newest first, one page at a time, with the number matching the
+   * filter. Throws `FILTER_INVALID` for a `limit` that is not an integer from
+   * 1 to {@link LIST_LIMIT_MAX}, an `offset` that is not an integer 0 or more,
+   * or an unknown `status`.
+   */
   async list(filter: RunFilter = {}): Promise<{ runs: RunSummary[]; total: number }> {
-    return await this.store.listRuns(filter);
+    return await this.store.listRuns(checkListFilter(filter));
   }
 
   /**
@@ -394,7 +400,7 @@ export class Client {
     filter: FlaggedFilter,
     opts: { limit?: number } = {},
   ): Promise<{ calls: SideEffectRow[]; total: number }> {
-    checkFilter(filter);
+    checkFlaggedFilter(filter);
     const limit = opts.limit ?? 100;
     if (!Number.isInteger(limit) || limit < 1 || limit > RESOLVE_BATCH_MAX) {
       throw new ClientError(
@@ -419,7 +425,7 @@ export class Client {
     resolution: Resolution,
     opts: { expect: number; by?: string },
   ): Promise<{ effects: SideEffectRow[]; unblocked: string[] }> {
-    checkFilter(filter);
+    checkFlaggedFilter(filter);
     const { expect } = opts;
     if (!Number.isInteger(expect) || expect < 1 || expect > RESOLVE_BATCH_MAX) {
       throw new ClientError(
@@ -501,21 +507,34 @@ export class Client {
   async prune(
     before: Date,
     opts: { batchSize?: number; dryRun?: boolean; maxRuns?: number } = {},
-  ): Promise<{ runs: string[]; journal: number; effects: number; batches: number }> {
+  ): Promise<PruneResult> {
     const batchSize = opts.batchSize ?? 500;
     const maxRuns = opts.maxRuns ?? 1_000_000;
-    const out = { runs: [] as string[], journal: 0, effects: 0, batches: 0 };
+    const out: PruneResult = { runs: [], journal: 0, effects: 0, approvals: 0, batches: 0 };
     if (opts.dryRun) {
       const seen = await this.store.pruneRuns(before, maxRuns, true);
       return { ...seen, batches: 0 };
     }
     // Bounded by maxRuns: each batch deletes at least one run or ends the loop.
     while (out.runs.length < maxRuns) {
-      const batch = await this.store.pruneRuns(before, Math.min(batchSize, maxRuns - out.runs.length));
+      let batch;
+      try {
+        batch = await this.store.pruneRuns(before, Math.min(batchSize, maxRuns - out.runs.length));
+      } catch (err) {
+        // The failed batch's statement rolled back whole; the batches before it stay deleted.
+        throw new ClientError(
+          "PRUNE_FAILED",
+          `Prune stopped at batch ${out.batches + 1}, which was rolled back and deleted nothing: ${
+            describeError(err).split("\n")[0]
+          }. Deleted before it: ${out.runs.length} runs in ${out.batches} batches`,
+          { cause: err },
+        );
+      }
       if (batch.runs.length === 0) break;
       out.runs.push(...batch.runs);
       out.journal += batch.journal;
       out.effects += batch.effects;
+      out.approvals += batch.approvals;
       out.batches++;
       if (batch.runs.length < batchSize) break;
     }
@@ -634,7 +653,7 @@ function storedResolution(resolution: Resolution, by: string): EffectResolution 
 }
 
 /** Refuses a bulk filter that names nothing (every flagged call at once is never what is meant). */
-function checkFilter(filter: FlaggedFilter): void {
+function checkFlaggedFilter(filter: FlaggedFilter): void {
   if (filter.tool === undefined && filter.runId === undefined) {
     throw new ClientError(
       "FILTER_REQUIRED",
@@ -649,6 +668,28 @@ function describeFilter(filter: FlaggedFilter): string {
     filter.tool === undefined ? "" : `tool ${JSON.stringify(filter.tool)}`,
     filter.runId === undefined ? "" : `run ${filter.runId}`,
   ].filter(Boolean).join(" and ");
+}
+
+/** The filter of {@link Client.list}, checked; throws `FILTER_INVALID` naming the field and the value seen. */
+function checkListFilter(filter: RunFilter): RunFilter {
+  const problem = (what: string, value: unknown) =>
+    new ClientError("FILTER_INVALID", `A run list's ${what}: current value is ${describeValue(value)}`);
+  const { limit, offset, status } = filter;
+  if (limit !== undefined && !(Number.isSafeInteger(limit) && limit >= 1 && limit <= LIST_LIMIT_MAX)) {
+    throw problem(`'limit' (runs per page) must be an integer from 1 to ${LIST_LIMIT_MAX}`, limit);
+  }
+  if (offset !== undefined && !(Number.isSafeInteger(offset) && offset >= 0)) {
+    throw problem("'offset' (runs to skip) must be an integer 0 or more", offset);
+  }
+  if (status !== undefined && !isRunStatus(status)) {
+    throw problem(`'status' must be one of ${RUN_STATUSES.join(", ")}`, status);
+  }
+  for (const key of ["agent", "search"] as const) {
+    if (filter[key] !== undefined && typeof filter[key] !== "string") {
+      throw problem(`'${key}' must be a string`, filter[key]);
+    }
+  }
+  return filter;
 }
 
 function checkRunId(runId: string): void {

@@ -177,6 +177,32 @@ Deno.test("resolveMany() settles the flagged calls a filter names, only at the c
   );
 });
 
+Deno.test("a text agent given something other than text says what it was given and what it takes", async (t) => {
+  const notes = defineAgent({ name: "notes", tools: [], model });
+  const cases: [unknown, RegExp][] = [
+    [42, /and a number \(42\) was given/],
+    [{}, /and an object \(\{\}\) was given/],
+    [[1, 2], /and an array \(\[1,2\]\) was given/],
+    [true, /and a boolean \(true\) was given/],
+    [null, /and null was given/],
+    ["", /and an empty string was given/],
+    [" \n", /and only whitespace was given/],
+    [undefined, /and no input was given/],
+    [{ long: "x".repeat(200) }, /\(\{"long":"x{71}\.\.\.\) was given/],
+  ];
+  for (const [input, given] of cases) {
+    await t.step((JSON.stringify(input) ?? "undefined").slice(0, 40), async () => {
+      await assert.rejects(client.start(notes, { runId: "text-in", input }), (e: RuntimeError) => {
+        assert.equal(e.code, "INPUT_INVALID");
+        assert.match(e.message, /^Agent notes takes text input \(a non-empty string\) and /);
+        assert.match(e.message, given);
+        return true;
+      });
+    });
+  }
+  assert.equal(await client.get("text-in"), undefined, "nothing is stored for refused input");
+});
+
 Deno.test("defineAgent() refuses a bad name, bad limits and duplicate tool names up front", () => {
   assert.throws(() => defineAgent({ name: "has space", tools: [] }), /a name is 1-64 letters/);
   assert.throws(() => defineAgent({ name: "a", tools: [], maxSteps: 0 }), /'maxSteps' must be an integer/);

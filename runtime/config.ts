@@ -19,6 +19,8 @@
  * | `CRASH_AT`, `CRASH_SEQ`, `STALL_AT`, `STALL_MS` | `--crash-at`, ... | none, 0, none, 5000 |
  * | `HEARTBEAT_S`, `LEASE_S` | `--heartbeat-s`, `--lease-s` | 3, 12 |
  * | `LOG_FORMAT` | `--log-format` | `text` |
+ * | `AGENT_LOAD_S` | `--agent-load-s` | 30: how long the agent module may take to import |
+ * | `DATA_DIR_WAIT_S` | `--data-dir-wait-s` | 60: how long to wait for an embedded database another process holds |
  *
  * @module
  */
@@ -80,7 +82,20 @@ export interface Settings {
   logFormat: LogFormat;
   /** Exit when stdin reaches EOF (set by the supervisor for its workers). */
   exitOnStdinEof: boolean;
+  /** How long the agent module may take to import before the process refuses it (`AGENT_LOAD_S`). */
+  agentLoadMs: number;
+  /**
+   * How long to wait for the embedded database while another process (the
+   * page, another worker) holds it, before refusing (`DATA_DIR_WAIT_S`; 0
+   * refuses at once).
+   */
+  dataDirWaitMs: number;
 }
+
+/** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
+export const AGENT_LOAD_DEFAULT_S = 30;
+/** Default of `DATA_DIR_WAIT_S`. */
+export const DATA_DIR_WAIT_DEFAULT_S = 60;
 
 /** Every setting, as its environment variable name, with its flag spelled in kebab case. */
 export const SETTING_NAMES: readonly string[] = [
@@ -108,6 +123,8 @@ export const SETTING_NAMES: readonly string[] = [
   "LEASE_S",
   "LOG_FORMAT",
   "EXIT_ON_STDIN_EOF",
+  "AGENT_LOAD_S",
+  "DATA_DIR_WAIT_S",
 ];
 const NAMES = SETTING_NAMES;
 
@@ -198,6 +215,18 @@ export function readRaw(
   return { values, positionals: parsed.positionals };
 }
 
+/**
+ * An integer given as text (a setting or a flag), within [min, max] and
+ * exact (a safe integer): the number, or the problem as one sentence naming
+ * `name` and the value seen.
+ */
+export function integerIn(name: string, raw: string, min: number, max: number): number | string {
+  const n = Number(raw);
+  return /^-?\d+$/.test(raw.trim()) && Number.isSafeInteger(n) && n >= min && n <= max
+    ? n
+    : `${name} must be an integer from ${min} to ${max}: current value is ${JSON.stringify(raw)}`;
+}
+
 /** Collects problems while reading typed values. */
 export class SettingsReader {
   readonly problems: string[] = [];
@@ -214,24 +243,22 @@ export class SettingsReader {
   int(name: string, fallback: number, min: number, max: number): number {
     const raw = this.values[name];
     if (raw === undefined) return fallback;
-    const n = Number(raw);
-    if (!/^-?\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
-      this.problems.push(
-        `${name} must be an integer from ${min} to ${max}: current value is ${JSON.stringify(raw)}`,
-      );
+    const n = integerIn(name, raw, min, max);
+    if (typeof n === "string") {
+      this.problems.push(n);
       return fallback;
     }
     return n;
   }
 
-  /** A positive number of seconds, returned in milliseconds. */
-  seconds(name: string, fallback_s: number): number {
+  /** A number of seconds from `min_s` (default 0.01) to 86400, returned in milliseconds. */
+  seconds(name: string, fallback_s: number, min_s = 0.01): number {
     const raw = this.values[name];
     if (raw === undefined) return fallback_s * 1000;
     const n = Number(raw);
-    if (raw.trim() === "" || !Number.isFinite(n) || n < 0.01 || n > 86_400) {
+    if (raw.trim() === "" || !Number.isFinite(n) || n < min_s || n > 86_400) {
       this.problems.push(
-        `${name} must be a number of seconds from 0.01 to 86400: current value is ${JSON.stringify(raw)}`,
+        `${name} must be a number of seconds from ${min_s} to 86400: current value is ${JSON.stringify(raw)}`,
       );
       return fallback_s * 1000;
     }
@@ -449,6 +476,8 @@ export function loadSettings(
     ...r.lease(),
     logFormat: r.logFormat(),
     exitOnStdinEof: stdinEof === "1" || stdinEof === "true",
+    agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
+    dataDirWaitMs: r.seconds("DATA_DIR_WAIT_S", DATA_DIR_WAIT_DEFAULT_S, 0),
   };
   r.done();
   return settings;

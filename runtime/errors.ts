@@ -140,6 +140,25 @@ export class SimulatedKill extends RuntimeError {
   }
 }
 
+/**
+ * A value as an error message shows it: JSON where JSON says it exactly,
+ * otherwise its JavaScript form (`NaN`, `Infinity`, `5n`), cut at `max`
+ * characters.
+ */
+export function describeValue(value: unknown, max = 200): string {
+  let shown: string;
+  if (typeof value === "number" && !Number.isFinite(value)) shown = String(value);
+  else if (typeof value === "bigint") shown = `${value}n`;
+  else {
+    try {
+      shown = JSON.stringify(value) ?? String(value);
+    } catch {
+      shown = Object.prototype.toString.call(value); // a cycle
+    }
+  }
+  return shown.length > max ? `${shown.slice(0, max)}...` : shown;
+}
+
 /** A short description of any thrown value, for logs and stored errors. */
 export function describeError(err: unknown): string {
   if (err instanceof RuntimeError) return `${err.code}: ${err.message}`;

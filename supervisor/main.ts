@@ -31,7 +31,7 @@ import { availableParallelism, hostname } from "node:os";
 import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "../cli/agents.ts";
 import { loggerFor, openStoreLogged, reportConfigError } from "../cli/process.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { readRaw, SettingsReader } from "../runtime/config.ts";
+import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
 import { ConfigError } from "../runtime/errors.ts";
 import type { LogFormat } from "../runtime/log.ts";
 import { processSpawner } from "./spawn.ts";
@@ -48,6 +48,8 @@ export interface SupervisorSettings {
   heartbeatMs: number;
   name: string;
   logFormat: LogFormat;
+  /** How long the agent module may take to import, here and in every worker (`AGENT_LOAD_S`). */
+  agentLoadMs: number;
 }
 
 /** The supervisor's settings, as environment variable names (flags in kebab case). */
@@ -61,6 +63,7 @@ export const SUPERVISOR_SETTING_NAMES: readonly string[] = [
   "HEARTBEAT_S",
   "SUPERVISOR",
   "LOG_FORMAT",
+  "AGENT_LOAD_S",
 ];
 
 /** The usage text of `supervise`. */
@@ -76,6 +79,7 @@ usage: deno task supervise [--flag value ...]   (every flag is also an environme
   --lease-s S, --heartbeat-s S   lease timing (default 12, 3)
   --supervisor NAME          this supervisor's name (default supervisor@host:pid)
   --log-format text|json
+  --agent-load-s S           how long the agent module may take to import, here and in each worker (default 30)
 
 The rest of the environment (MODEL_URL, MODEL, MODEL_API_KEY, CLOUD_URL, an agent's own
 settings) passes to the workers.
@@ -122,6 +126,7 @@ export function loadSupervisorSettings(
     ...r.lease(),
     name: r.str("SUPERVISOR", `supervisor@${defaults.hostname}:${defaults.pid}`),
     logFormat: r.logFormat(),
+    agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
   };
   r.done();
   return settings;
@@ -146,7 +151,7 @@ export async function main(
     });
     // Build the agents as a worker under this supervisor would, so a missing
     // setting is said once here rather than by every worker it starts.
-    const { agents } = await loadAgents(settings.agentModule, preloaded);
+    const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
     await prepareAgents(agents, { env, dataDir: ".data", embedded: false });
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "supervisor");

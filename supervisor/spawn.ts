@@ -26,6 +26,8 @@ export interface WorkerEnv {
   heartbeatMs: number;
   leaseMs: number;
   logFormat: "text" | "json";
+  /** How long a worker may take to import the agent module. */
+  agentLoadMs: number;
 }
 
 /**
@@ -77,6 +79,7 @@ export function processSpawner(env: WorkerEnv, command: string[] = workerCommand
       HEARTBEAT_S: String(env.heartbeatMs / 1000),
       LEASE_S: String(env.leaseMs / 1000),
       LOG_FORMAT: env.logFormat,
+      AGENT_LOAD_S: String(env.agentLoadMs / 1000),
       EXIT_ON_STDIN_EOF: "1",
     });
     const child = new Deno.Command(command[0], {

@@ -9,7 +9,9 @@
  * @module
  */
 
+import { openPglite } from "../runtime/store/pglite.ts";
 import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
+import { Store } from "../runtime/store/store.ts";
 
 /** The test server's URL, or undefined (tests that need it are then skipped). */
 export const TEST_DATABASE_URL: string | undefined = Deno.env.get("TEST_DATABASE_URL") || undefined;
@@ -47,4 +49,22 @@ export function pgTest(name: string, fn: (pg: PgSchema, t: Deno.TestContext) => 
       }
     },
   });
+}
+
+/**
+ * The same test on both stores: `<name> (PGlite)` on an in-memory PGlite,
+ * and `<name> (PostgreSQL)` on a fresh schema (skipped without
+ * `TEST_DATABASE_URL`).
+ */
+export function bothStoresTest(name: string, fn: (store: Store, t: Deno.TestContext) => Promise<void>): void {
+  Deno.test(`${name} (PGlite)`, async (t) => {
+    const store = new Store(await openPglite());
+    try {
+      await store.applySchema();
+      await fn(store, t);
+    } finally {
+      await store.client.close();
+    }
+  });
+  pgTest(`${name} (PostgreSQL)`, (pg, t) => fn(pg.store, t));
 }

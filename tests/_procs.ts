@@ -32,6 +32,8 @@ const SCRUBBED = [
   "STALL_MS",
   "DATA_DIR",
   "LOG_FORMAT",
+  "AGENT_LOAD_S",
+  "DATA_DIR_WAIT_S",
 ];
 
 /** A running child process whose stdout and stderr lines are collected. */

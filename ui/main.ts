@@ -14,6 +14,7 @@
 import { parseArgs } from "node:util";
 import { Client } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
+import { DATA_DIR_WAIT_DEFAULT_S, integerIn, SettingsReader } from "../runtime/config.ts";
 import { StoreError } from "../runtime/errors.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { serveUi, UiError } from "./server.ts";
@@ -22,14 +23,16 @@ import { serveUi, UiError } from "./server.ts";
 export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKEN] [--read-only] [--by NAME]
   Serves a page with every run: a list, and each run's timeline with one lane per worker epoch;
   cancel, reopen and resolve flagged calls from it. It updates while runs progress.
-  --host H            interface to bind (env UI_HOST; default 127.0.0.1); beyond loopback a token is required
+  --host H            interface to bind (env UI_HOST; default 127.0.0.1; IPv6 as ::1 or [::1]); beyond loopback
+                      a token is required
   --port N            port (env UI_PORT; default 8787; 0 picks a free one)
   --token TOKEN       required on every request (env UI_TOKEN); open the page with ?token=TOKEN
   --read-only         show runs, refuse every action
   --by NAME           recorded as who resolved or cancelled (default ui)
 settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
-default .data). The embedded database allows one process at a time: while the page has it open, workers
-on the same directory wait; use PostgreSQL to watch runs live from another process.`;
+default .data). The embedded database allows one process at a time: while the page has it open, 'run' and
+'worker' on the same directory wait for it (and the page for them), up to DATA_DIR_WAIT_S (default 60 s;
+0: refuse at once); use PostgreSQL to watch runs live from another process.`;
 
 /** Runs the page until SIGINT or SIGTERM; returns the exit code. */
 export async function main(
@@ -61,22 +64,32 @@ export async function main(
     console.log(UI_USAGE);
     return 0;
   }
-  const rawPort = v.port ?? (env.UI_PORT || "8787");
-  const port = Number(rawPort);
-  if (!/^\d+$/.test(rawPort) || port > 65535) {
-    console.error(
-      `ui: --port must be an integer from 0 to 65535: current value is ${JSON.stringify(rawPort)}`,
-    );
+  const port = integerIn("--port", v.port ?? (env.UI_PORT || "8787"), 0, 65535);
+  if (typeof port === "string") {
+    console.error(`ui: ${port}`);
     return 2;
   }
   const host = v.host ?? (env.UI_HOST || "127.0.0.1");
   const token = v.token ?? (env.UI_TOKEN || undefined);
+  const wait = new SettingsReader({ DATA_DIR_WAIT_S: env.DATA_DIR_WAIT_S || undefined });
+  const waitMs = wait.seconds("DATA_DIR_WAIT_S", DATA_DIR_WAIT_DEFAULT_S, 0);
+  if (wait.problems.length > 0) {
+    console.error(`ui: ${wait.problems[0]}`);
+    return 2;
+  }
+  const dataDir = v["data-dir"] ?? (env.DATA_DIR || ".data");
   let client: Client;
   try {
     client = new Client(
-      await openStore({
-        databaseUrl: v["database-url"] ?? (env.DATABASE_URL || undefined),
-        dataDir: v["data-dir"] ?? (env.DATA_DIR || ".data"),
+      await openStore({ databaseUrl: v["database-url"] ?? (env.DATABASE_URL || undefined), dataDir }, {
+        lockWait: {
+          waitMs,
+          onWait: ({ holder }) =>
+            console.log(
+              `ui  waiting for the embedded database ${dataDir}: pid ${holder} has it open (a worker?); ` +
+                `the page starts as soon as it exits, or gives up after ${waitMs / 1000} s (DATA_DIR_WAIT_S)`,
+            ),
+        },
       }),
       new SystemClock(),
     );

@@ -26,7 +26,7 @@ import { type Client, ClientError, type Resolution, RUN_STATUSES } from "../runt
 import { RuntimeError } from "../runtime/errors.ts";
 import { displayScript } from "../runtime/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
-import type { RunStatus } from "../runtime/store/store.ts";
+import { isRunStatus } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { buildTimeline } from "./timeline.ts";
 
@@ -56,22 +56,27 @@ export interface UiOptions {
   allowedHosts?: string[];
 }
 
-const STATUSES = RUN_STATUSES;
-const STATIC: Record<string, string> = {
-  "app.js": "text/javascript; charset=utf-8",
-  "display.js": "text/javascript; charset=utf-8",
-  "style.css": "text/css; charset=utf-8",
-  "index.html": "text/html; charset=utf-8",
-};
+// A Map, not an object literal: a name such as `constructor` or `toString` is then no file.
+const STATIC: ReadonlyMap<string, string> = new Map([
+  ["app.js", "text/javascript; charset=utf-8"],
+  ["display.js", "text/javascript; charset=utf-8"],
+  ["style.css", "text/css; charset=utf-8"],
+  ["index.html", "text/html; charset=utf-8"],
+]);
 const COOKIE = "agent_runtime_token";
 /** Values longer than this many characters reach the page clipped, with a way to see them whole. */
 export const CLIP_CHARS = 2_000;
 /** Steps a run's page gets at first, and per "earlier steps". */
 export const STEPS_PER_PAGE = 50;
 
+/** A host without the brackets an IPv6 address has in a URL (`[::1]` is `::1`). */
+function bareHost(host: string): string {
+  return host.replace(/^\[(.*)\]$/, "$1");
+}
+
 /** True for loopback host names and addresses. */
 export function isLoopback(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  const h = bareHost(host).toLowerCase();
   return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h);
 }
 
@@ -86,7 +91,7 @@ function sameSecret(a: string, b: string): boolean {
 
 async function loadStatic(): Promise<Map<string, string>> {
   const files = new Map<string, string>();
-  for (const name of Object.keys(STATIC)) {
+  for (const name of STATIC.keys()) {
     if (name === "display.js") continue;
     files.set(name, await Deno.readTextFile(new URL(`./static/${name}`, import.meta.url)));
   }
@@ -175,7 +180,7 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
   app.get("/runs/:id", page);
   app.get("/static/:file", (c) => {
     const name = c.req.param("file");
-    const type = STATIC[name];
+    const type = STATIC.get(name);
     if (!type || name === "index.html") return c.text("not found", 404);
     c.header("content-type", type);
     c.header("cache-control", "no-cache");
@@ -185,16 +190,16 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
   app.get("/api/runs", async (c) => {
     const q = c.req.query();
     const status = q.status || undefined;
-    if (status !== undefined && !STATUSES.includes(status as RunStatus)) {
+    if (status !== undefined && !isRunStatus(status)) {
       throw new UiError(
         "UI_BAD_REQUEST",
-        `status must be one of ${STATUSES.join(", ")}: current value is ${status}`,
+        `status must be one of ${RUN_STATUSES.join(", ")}: current value is ${status}`,
       );
     }
     const limit = boundedInt(q.limit, "limit", 25, 200);
     const page = boundedInt(q.page, "page", 1, 100_000);
     const filter = {
-      status: status as RunStatus | undefined,
+      status,
       agent: q.agent || undefined,
       search: q.search || undefined,
     };
@@ -371,9 +376,20 @@ export interface RunningUi {
   close(): Promise<void>;
 }
 
+/**
+ * The host part of the page's address for a bound interface: loopback for a
+ * wildcard, an IPv6 address in brackets (once, however it was given).
+ */
+function urlHost(host: string): string {
+  const bare = bareHost(host);
+  if (bare === "0.0.0.0" || bare === "::") return "127.0.0.1";
+  return bare.includes(":") ? `[${bare}]` : bare;
+}
+
 /** Serves the page; refuses (`UI_TOKEN_REQUIRED`) to bind beyond loopback without a token. */
 export async function serveUi(opts: ServeUiOptions): Promise<RunningUi> {
-  const host = opts.host ?? "127.0.0.1";
+  // `[::1]` as in a URL, or `::1`: the interface is the address without brackets.
+  const host = bareHost(opts.host ?? "127.0.0.1");
   if (!isLoopback(host) && !opts.token) {
     throw new UiError(
       "UI_TOKEN_REQUIRED",
@@ -385,9 +401,8 @@ export async function serveUi(opts: ServeUiOptions): Promise<RunningUi> {
     { hostname: host, port: opts.port ?? 8787, signal: opts.signal, onListen() {} },
     app.fetch,
   );
-  const urlHost = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host;
   return {
-    url: `http://${urlHost}:${server.addr.port}`,
+    url: `http://${urlHost(host)}:${server.addr.port}`,
     port: server.addr.port,
     close: () => server.shutdown(),
   };

@@ -184,3 +184,42 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
     await client.close();
   }
 });
+
+Deno.test("the static route serves its own files only: a name an object inherits answers 404", async (t) => {
+  const client = await connect({ memory: true });
+  try {
+    const app = await createUiApp({ client });
+    const own = await app.request("/static/app.js", local);
+    assert.equal(own.status, 200);
+    assert.equal(own.headers.get("content-type"), "text/javascript; charset=utf-8");
+    await own.body?.cancel();
+    for (const name of ["constructor", "toString", "valueOf", "hasOwnProperty", "__proto__", "index.html"]) {
+      await t.step(name, async () => {
+        const res = await app.request(`/static/${name}`, local);
+        assert.equal(res.status, 404, `${name}: ${res.headers.get("content-type")}`);
+        await res.body?.cancel();
+      });
+    }
+  } finally {
+    await client.close();
+  }
+});
+
+Deno.test("an IPv6 host is bracketed once in the page's address, given with brackets or without", async () => {
+  const client = await connect({ memory: true });
+  try {
+    for (const host of ["[::1]", "::1"]) {
+      const ui = await serveUi({ client, host, port: 0 });
+      try {
+        assert.equal(ui.url, `http://[::1]:${ui.port}`, host);
+        const res = await fetch(`${ui.url}/api/runs`);
+        assert.equal(res.status, 200, `${host}: the address printed is the one bound`);
+        await res.body?.cancel();
+      } finally {
+        await ui.close();
+      }
+    }
+  } finally {
+    await client.close();
+  }
+});

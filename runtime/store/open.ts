@@ -7,14 +7,18 @@
  */
 
 import type { Settings } from "../config.ts";
-import { openPglite } from "./pglite.ts";
+import { type LockWait, openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
 
-/** Opens the store for `settings` and migrates it (or refuses a database newer than the program). */
+/**
+ * Opens the store for `settings` and migrates it (or refuses a database newer
+ * than the program). `lockWait` says how long to wait for an embedded
+ * directory another process holds (by default it refuses at once).
+ */
 export async function openStore(
   settings: Pick<Settings, "databaseUrl" | "dataDir">,
-  opts: { max?: number } = {},
+  opts: { max?: number; lockWait?: LockWait } = {},
 ): Promise<Store> {
   if (settings.databaseUrl) {
     const store = new Store(await openPostgres(settings.databaseUrl, { max: opts.max }));
@@ -29,7 +33,7 @@ export async function openStore(
     }
     return store;
   }
-  const store = new Store(await openPglite(`${settings.dataDir}/pglite`));
+  const store = new Store(await openPglite(`${settings.dataDir}/pglite`, opts.lockWait));
   try {
     await store.migrate();
   } catch (err) {

@@ -9,6 +9,7 @@
  */
 
 import { PGlite, type Results } from "npm:@electric-sql/pglite@0.5.16";
+import { type Clock, SystemClock } from "../clock.ts";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { QueryOptions, SqlClient } from "./store.ts";
@@ -250,11 +251,29 @@ export class PgliteClient implements SqlClient {
   }
 }
 
+/** How {@link openPglite} waits for a directory another process holds. */
+export interface LockWait {
+  /** How long to wait for the lock before refusing with `DATA_DIR_LOCKED`; 0 (the default) refuses at once. */
+  waitMs?: number;
+  /** How often to try again meanwhile. Default {@link LOCK_RETRY_MS}. */
+  retryMs?: number;
+  /** The time to wait by. Default: the system clock. */
+  clock?: Clock;
+  /** Told once, when the lock is found held and the wait begins: the holder's pid and the bound. */
+  onWait?: (wait: { holder: string; lockPath: string; waitMs: number }) => void;
+}
+
+/** How often a waiting {@link openPglite} tries the lock again. */
+export const LOCK_RETRY_MS = 250;
+
 /**
  * Opens (creating if needed) a PGlite database in `dir`, or in memory when
- * `dir` is undefined, with an exclusive lock on `<dir>.lock`.
+ * `dir` is undefined, with an exclusive lock on `<dir>.lock`. While another
+ * process holds the lock it waits up to `wait.waitMs` for it (trying again
+ * every `wait.retryMs`), then refuses with `DATA_DIR_LOCKED` naming the
+ * holder's pid.
  */
-export async function openPglite(dir?: string): Promise<PgliteClient> {
+export async function openPglite(dir?: string, wait: LockWait = {}): Promise<PgliteClient> {
   if (dir === undefined) {
     const db = await PGlite.create();
     await db.exec(SET_SCHEMA);
@@ -274,23 +293,36 @@ export async function openPglite(dir?: string): Promise<PgliteClient> {
       { cause: err },
     );
   }
-  let locked = false;
-  try {
-    locked = await lock.tryLock(true);
-  } catch (err) {
-    lock.close();
-    throw new StoreError("DATA_DIR_LOCKED", `Cannot lock ${lockPath}: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
-  if (!locked) {
-    lock.close();
-    const holder = (await Deno.readTextFile(lockPath).catch(() => "")).trim() || "unknown";
-    throw new StoreError(
-      "DATA_DIR_LOCKED",
-      `The embedded database ${dir} is in use by pid ${holder}. PGlite allows one process per directory: ` +
-        `wait for it to exit, or set DATABASE_URL to share a PostgreSQL server between processes`,
-    );
+  const waitMs = wait.waitMs ?? 0;
+  const clock = wait.clock ?? new SystemClock();
+  const deadline = clock.now().getTime() + waitMs;
+  let holder: string | undefined;
+  // Bounded by the deadline: each pass tries the lock once, then sleeps or ends.
+  for (;;) {
+    let locked = false;
+    try {
+      locked = await lock.tryLock(true);
+    } catch (err) {
+      lock.close();
+      throw new StoreError("DATA_DIR_LOCKED", `Cannot lock ${lockPath}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    if (locked) break;
+    const seen = (await Deno.readTextFile(lockPath).catch(() => "")).trim() || "unknown";
+    if (clock.now().getTime() >= deadline) {
+      lock.close();
+      throw new StoreError(
+        "DATA_DIR_LOCKED",
+        `The embedded database ${dir} is in use by pid ${seen}${
+          waitMs > 0 ? ` (waited ${waitMs / 1000} s for it)` : ""
+        }. PGlite allows one process per directory: ` +
+          `wait for it to exit, or set DATABASE_URL to share a PostgreSQL server between processes`,
+      );
+    }
+    if (holder === undefined) wait.onWait?.({ holder: seen, lockPath, waitMs });
+    holder = seen;
+    await clock.sleep(Math.min(wait.retryMs ?? LOCK_RETRY_MS, Math.max(1, deadline - clock.now().getTime())));
   }
   await lock.truncate(0);
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));

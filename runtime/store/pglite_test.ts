@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
-import { ANALYZE_FROM_BYTES, CHECK_EVERY, PgliteClient, PgliteSession } from "./pglite.ts";
+import { ManualClock } from "../clock.ts";
+import { ANALYZE_FROM_BYTES, CHECK_EVERY, openPglite, PgliteClient, PgliteSession } from "./pglite.ts";
 import { Store } from "./store.ts";
 
 Deno.test("the embedded session looks at its tables' size every CHECK_EVERY statements", () => {
@@ -88,5 +89,81 @@ Deno.test("a PGlite store vacuums its runs table at every look, and never inside
     assert.equal(await vacuums(), inside);
   } finally {
     await client.close();
+  }
+});
+
+/** Lets real I/O run until `clock` has a sleeper (the waiting open between two tries), or `done` is true. */
+async function untilAsleep(clock: ManualClock, done: () => boolean = () => false): Promise<void> {
+  // Bounded: 10,000 turns of 1 ms each at most, then the test fails on what it sees.
+  for (let i = 0; i < 10_000 && clock.pending === 0 && !done(); i++) {
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+Deno.test("openPglite() waits for a directory another handle holds, saying so once, and opens it when freed", async () => {
+  const dir = await Deno.makeTempDir();
+  const holder = await openPglite(`${dir}/db`);
+  const clock = new ManualClock();
+  const waits: { holder: string; waitMs: number }[] = [];
+  let opened: PgliteClient | undefined;
+  let failed: unknown;
+  const opening = openPglite(`${dir}/db`, {
+    waitMs: 60_000,
+    retryMs: 500,
+    clock,
+    onWait: (w) => waits.push(w),
+  })
+    .then((c) => opened = c, (err) => failed = err);
+  const settled = () => opened !== undefined || failed !== undefined;
+  try {
+    for (let tries = 0; tries < 10 && !settled(); tries++) {
+      await untilAsleep(clock, settled);
+      await clock.advance(500);
+    }
+    await untilAsleep(clock, settled);
+    assert.equal(failed, undefined, `still waiting while the directory is held: ${failed}`);
+    assert.equal(opened, undefined, "still waiting while the directory is held");
+    assert.deepEqual(waits, [{ holder: String(Deno.pid), lockPath: `${dir}/db.lock`, waitMs: 60_000 }]);
+    await holder.close();
+    // Bounded: the next try after the holder let go takes the lock.
+    for (let tries = 0; tries < 5 && !settled(); tries++) {
+      await clock.advance(500);
+      await untilAsleep(clock, settled);
+    }
+    await opening;
+    assert.equal(failed, undefined, String(failed));
+    assert.ok(opened, "opened once the holder closed");
+    const store = new Store(opened);
+    await store.applySchema();
+    assert.deepEqual((await store.listRuns()).runs, []);
+    assert.equal(waits.length, 1, "the wait is said once, not at every try");
+  } finally {
+    await opened?.close();
+    await holder.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("openPglite() gives up waiting at the bound with DATA_DIR_LOCKED, naming the holder and the wait", async () => {
+  const dir = await Deno.makeTempDir();
+  const holder = await openPglite(`${dir}/db`);
+  const clock = new ManualClock();
+  let failed: (Error & { code?: string }) | undefined;
+  const opening = openPglite(`${dir}/db`, { waitMs: 2_000, retryMs: 500, clock }).then(
+    (c) => c.close().then(() => assert.fail("opened a held directory")),
+    (err) => failed = err,
+  );
+  try {
+    for (let tries = 0; tries < 10 && !failed; tries++) {
+      await untilAsleep(clock, () => failed !== undefined);
+      await clock.advance(500);
+    }
+    await opening;
+    assert.equal(failed?.code, "DATA_DIR_LOCKED");
+    assert.match(failed!.message, new RegExp(`in use by pid ${Deno.pid} \\(waited 2 s for it\\)`));
+    assert.ok(clock.now().getTime() - Date.UTC(2026, 0, 1) >= 2_000, "not before the bound");
+  } finally {
+    await holder.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });

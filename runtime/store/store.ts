@@ -60,8 +60,40 @@ export interface QueryOptions {
   planEachTime?: boolean;
 }
 
+/** Every status a run can be in (the `runs_status_check` constraint of schema.sql). */
+export const RUN_STATUSES = [
+  "pending",
+  "running",
+  "waiting",
+  "blocked",
+  "done",
+  "failed",
+  "cancelled",
+] as const;
+
 /** Status of a run. */
-export type RunStatus = "pending" | "running" | "waiting" | "blocked" | "done" | "failed" | "cancelled";
+export type RunStatus = typeof RUN_STATUSES[number];
+
+/** True when `value` is one of {@link RUN_STATUSES}. */
+export function isRunStatus(value: unknown): value is RunStatus {
+  return (RUN_STATUSES as readonly unknown[]).includes(value);
+}
+
+/**
+ * The tables whose rows belong to a run (each has a foreign key to `runs`),
+ * with the name under which {@link Store.pruneRuns} counts what it deleted
+ * from each. A table added to schema.sql with a key to runs belongs here, or
+ * prune could delete no run that has such a row (tests/prune_pg_test.ts compares
+ * this list with the foreign keys in the catalog).
+ */
+export const RUN_ROW_TABLES = {
+  journal: "journal",
+  side_effects: "effects",
+  approvals: "approvals",
+} as const;
+
+/** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
+export type PrunedRows = { -readonly [T in keyof typeof RUN_ROW_TABLES as typeof RUN_ROW_TABLES[T]]: number };
 
 /** A row of `runs`. */
 export interface RunRow {
@@ -640,6 +672,34 @@ function freshEffectRow(
   };
 }
 
+const PRUNED_FROM = Object.entries(RUN_ROW_TABLES) as [keyof typeof RUN_ROW_TABLES, keyof PrunedRows][];
+const PRUNE_PICK = `select run_id from runs
+                     where status in ('done', 'failed', 'cancelled') and updated_at < $1::timestamptz
+                     order by updated_at, run_id limit $2`;
+/** What {@link Store.pruneRuns} would delete: the runs it picks, and their rows in each table. */
+const PRUNE_DRY_RUN = `select p.run_id, ${
+  PRUNED_FROM.map(([t, as]) => `(select count(*) from ${t} x where x.run_id = p.run_id)::int as ${as}`).join(
+    ", ",
+  )
+} from (${PRUNE_PICK}) p order by p.run_id`;
+/**
+ * The delete of {@link Store.pruneRuns}. The run is re-checked as it is
+ * deleted (`for update`): one reopened in the meantime is no longer finished
+ * and stays. Its rows in every table that references runs go in the same
+ * statement, so no foreign key refuses the batch.
+ */
+const PRUNE = `with picked as materialized (${PRUNE_PICK} for update skip locked),
+  ${
+  PRUNED_FROM.map(([t, as]) =>
+    `d_${as} as (delete from ${t} where run_id in (select run_id from picked) returning run_id)`
+  ).join(",\n  ")
+},
+  r as (delete from runs where run_id in (select run_id from picked) returning run_id)
+select r.run_id, ${
+  PRUNED_FROM.map(([, as]) => `(select count(*) from d_${as} d where d.run_id = r.run_id)::int as ${as}`)
+    .join(", ")
+} from r order by r.run_id`;
+
 /** Every statement the runtime runs. */
 export class Store {
   /** The driver underneath. */
@@ -1125,7 +1185,10 @@ export class Store {
       `with w as (
          insert into workers (name, agents, capacity, started_at, heartbeat_at)
          values ($1, $2::text[], $3, $4::timestamptz, $5::timestamptz)
-         on conflict (name) do update set heartbeat_at = excluded.heartbeat_at, capacity = excluded.capacity
+         -- A name is reused by a worker restarted under it (--worker NAME): the row then
+         -- describes the process that heartbeats now, its agents included.
+         on conflict (name) do update set agents = excluded.agents, capacity = excluded.capacity,
+                                          started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at
          returning 1)
        update runs set heartbeat_at = $5::timestamptz
         where run_id = any($6::text[])
@@ -1255,51 +1318,23 @@ export class Store {
 
   /**
    * Retention: deletes up to `limit` finished runs (done, failed, cancelled)
-   * last changed before `before`, with their journal and tool-call rows, in
-   * one statement; never an open run. Returns the runs deleted and the rows
-   * removed with them. With `dryRun` it deletes nothing and reports what it
-   * would delete.
+   * last changed before `before`, with every row of theirs (each table of
+   * {@link RUN_ROW_TABLES}), in one statement; never an open run. Returns the
+   * runs deleted and the rows removed with them. With `dryRun` it deletes
+   * nothing and reports what it would delete.
    */
   async pruneRuns(
     before: Date,
     limit: number,
     dryRun = false,
-  ): Promise<{ runs: string[]; journal: number; effects: number }> {
-    const pick = `select run_id from runs
-                   where status in ('done', 'failed', 'cancelled') and updated_at < $1::timestamptz
-                   order by updated_at, run_id limit $2`;
-    if (dryRun) {
-      const rows = await this.client.query<{ run_id: string; journal: number; effects: number }>(
-        `select p.run_id,
-                (select count(*) from journal j where j.run_id = p.run_id)::int as journal,
-                (select count(*) from side_effects e where e.run_id = p.run_id)::int as effects
-           from (${pick}) p order by p.run_id`,
-        [ts(before), limit],
-      );
-      return {
-        runs: rows.map((r) => r.run_id),
-        journal: rows.reduce((n, r) => n + r.journal, 0),
-        effects: rows.reduce((n, r) => n + r.effects, 0),
-      };
-    }
-    // The run is re-checked as it is deleted (`for update`): one reopened in the
-    // meantime is no longer finished and stays.
-    const rows = await this.client.query<{ run_id: string; journal: number; effects: number }>(
-      `with picked as materialized (${pick} for update skip locked),
-            j as (delete from journal where run_id in (select run_id from picked) returning run_id),
-            e as (delete from side_effects where run_id in (select run_id from picked) returning run_id),
-            r as (delete from runs where run_id in (select run_id from picked) returning run_id)
-       select r.run_id,
-              (select count(*) from j where j.run_id = r.run_id)::int as journal,
-              (select count(*) from e where e.run_id = r.run_id)::int as effects
-         from r order by r.run_id`,
-      [ts(before), limit],
-    );
-    return {
-      runs: rows.map((r) => r.run_id),
-      journal: rows.reduce((n, r) => n + r.journal, 0),
-      effects: rows.reduce((n, r) => n + r.effects, 0),
-    };
+  ): Promise<{ runs: string[] } & PrunedRows> {
+    const rows = await this.client.query<{ run_id: string } & PrunedRows>(dryRun ? PRUNE_DRY_RUN : PRUNE, [
+      ts(before),
+      limit,
+    ]);
+    const out = { runs: rows.map((r) => r.run_id) } as { runs: string[] } & PrunedRows;
+    for (const [, as] of PRUNED_FROM) out[as] = rows.reduce((n, r) => n + r[as], 0);
+    return out;
   }
 
   /** The approval request of a tool call, if one was made. */
