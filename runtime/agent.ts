@@ -14,6 +14,7 @@
 
 import { type Budget, checkBudget } from "./budget.ts";
 import { RuntimeError } from "./errors.ts";
+import { toStorable } from "./store/storable.ts";
 import type { Planner } from "./planner.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
@@ -48,6 +49,12 @@ export interface ModelEndpoint {
   headers?: Record<string, string>;
   /** Extra query parameters on every request (Azure's `api-version`). */
   query?: Record<string, string>;
+  /**
+   * The field that caps a budgeted request's answer: `max_tokens` (default)
+   * or `max_completion_tokens` (OpenAI's reasoning models);
+   * `MODEL_MAX_TOKENS_FIELD` overrides it.
+   */
+  maxTokensField?: "max_tokens" | "max_completion_tokens";
 }
 
 /** How an agent's model is given: an endpoint, any {@link Planner}, or a function building one. */
@@ -176,6 +183,19 @@ export function isPlanner(value: unknown): value is Planner {
  * what the model is told: text as it is, JSON validated by the agent's schema.
  */
 export function checkInput(agent: Agent, input: unknown): { input: Json; goal: string } {
+  const checked = checkedInput(agent, input);
+  // What the database would refuse or change (a NUL, a lone surrogate, NaN, ...) is refused here.
+  const stored = toStorable(checked.input);
+  if (!stored.ok) {
+    throw new RuntimeError(
+      "INPUT_INVALID",
+      `The input of agent ${agent.name} cannot be stored: it holds ${stored.reason}. Give text or JSON without it`,
+    );
+  }
+  return checked;
+}
+
+function checkedInput(agent: Agent, input: unknown): { input: Json; goal: string } {
   const given = input === undefined ? agent.defaultInput : input;
   if (agent.input) {
     const parsed = agent.input.safeParse(given);

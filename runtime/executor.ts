@@ -13,6 +13,7 @@ import { checkToolRequest } from "./budget.ts";
 import { deadline } from "./clock.ts";
 import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
+import { toStorable } from "./store/storable.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
 
@@ -144,7 +145,7 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
 
     let outcome: ToolOutcome;
     try {
-      outcome = await callTool(deps, state, call, attempt);
+      outcome = storedOutcome(await callTool(deps, state, call, attempt), call);
     } catch (err) {
       if (err instanceof SimulatedKill) throw err; // the (simulated) process is gone
       if (state.signal.aborted) throw state.signal.reason ?? err;
@@ -324,6 +325,25 @@ async function callTool(
   } finally {
     timeout.cancel();
   }
+}
+
+/**
+ * A tool's outcome with its result as the database will give it back (what
+ * the model sees, live and on replay). A result that cannot be stored (a
+ * cycle, a BigInt, NaN, nesting too deep: storable.ts) fails the call for
+ * good with `TOOL_RESULT_UNSTORABLE`, rather than failing every write of it;
+ * NUL characters and lone surrogates are written out as their escapes.
+ */
+function storedOutcome(outcome: ToolOutcome, call: PreparedCall): ToolOutcome {
+  const stored = toStorable(outcome.result, { writeOut: true });
+  if (stored.ok) return { ...outcome, result: stored.value };
+  throw new ToolError(
+    "TOOL_RESULT_UNSTORABLE",
+    `${call.tool.name} answered, but its result cannot be stored: it holds ${stored.reason}. ` +
+      `The call is failed for good, though the remote may have acted (key ${call.key}); ` +
+      `the tool must return JSON`,
+    { transient: false },
+  );
 }
 
 function settle(state: RunState, seq: number, change: Partial<SideEffectRow>): void {
