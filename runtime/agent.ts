@@ -14,7 +14,7 @@
 
 import { type Budget, checkBudget } from "./budget.ts";
 import { RuntimeError } from "./errors.ts";
-import { toStorable } from "./store/storable.ts";
+import { type StorableValue, toStorable } from "./store/storable.ts";
 import type { Planner } from "./planner.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
@@ -180,22 +180,11 @@ export function isPlanner(value: unknown): value is Planner {
 
 /**
  * Checks a run's input against the agent and returns what is stored and
- * what the model is told: text as it is, JSON validated by the agent's schema.
+ * what the model is told: text as it is, JSON validated by the agent's schema
+ * (as it is stored: a Date as its text). What the database cannot store (a
+ * NUL, a lone surrogate, NaN, a cycle, ...: storable.ts) is `INPUT_INVALID`.
  */
 export function checkInput(agent: Agent, input: unknown): { input: Json; goal: string } {
-  const checked = checkedInput(agent, input);
-  // What the database would refuse or change (a NUL, a lone surrogate, NaN, ...) is refused here.
-  const stored = toStorable(checked.input);
-  if (!stored.ok) {
-    throw new RuntimeError(
-      "INPUT_INVALID",
-      `The input of agent ${agent.name} cannot be stored: it holds ${stored.reason}. Give text or JSON without it`,
-    );
-  }
-  return checked;
-}
-
-function checkedInput(agent: Agent, input: unknown): { input: Json; goal: string } {
   const given = input === undefined ? agent.defaultInput : input;
   if (agent.input) {
     const parsed = agent.input.safeParse(given);
@@ -206,8 +195,8 @@ function checkedInput(agent: Agent, input: unknown): { input: Json; goal: string
         `The input of agent ${agent.name} does not fit its schema: ${detail.slice(0, 500)}`,
       );
     }
-    const value = parsed.data as Json;
-    return { input: value, goal: typeof value === "string" ? value : JSON.stringify(value) };
+    const stored = storableInput(agent, parsed.data);
+    return { input: stored.value, goal: typeof stored.value === "string" ? stored.value : stored.json };
   }
   if (typeof given !== "string" || given.trim() === "") {
     throw new RuntimeError(
@@ -215,7 +204,20 @@ function checkedInput(agent: Agent, input: unknown): { input: Json; goal: string
       `Agent ${agent.name} takes text input and none was given: pass a goal (GOAL, --goal or { input })`,
     );
   }
+  storableInput(agent, given);
   return { input: given, goal: given };
+}
+
+/** The input as it is stored, or `INPUT_INVALID` saying what the database cannot hold. */
+function storableInput(agent: Agent, value: unknown): StorableValue {
+  const stored = toStorable(value);
+  if (!stored.ok) {
+    throw new RuntimeError(
+      "INPUT_INVALID",
+      `The input of agent ${agent.name} cannot be stored: it holds ${stored.reason}. Give text or JSON without it`,
+    );
+  }
+  return stored;
 }
 
 /** An agent with its tools built and its model chosen, ready to drive runs in this process. */

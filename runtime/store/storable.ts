@@ -15,11 +15,10 @@
  *   character (`\u0000`, 22P05): `lone_surrogate`, `nul`. With
  *   `writeOut: true` both are written out instead, as the six characters of
  *   their escape (`\ud800`), a change anyone reading the value can see;
- * - `jsonb` refuses nesting deeper than its stack allows (PostgreSQL 15 with
- *   the default `max_stack_depth` of 2 MB: about 13,000 levels of objects,
- *   14,500 of arrays), and a value that does not fit in 256 MiB: `too_deep`
- *   (more than {@link MAX_JSON_DEPTH}), `too_large` (more than
- *   {@link MAX_JSON_BYTES} of JSON).
+ * - `jsonb` refuses nesting deeper than its stack allows, and a value larger
+ *   than it (or PGlite's memory) can hold: `too_deep` (more than
+ *   {@link MAX_JSON_DEPTH} levels), `too_large` (more than
+ *   {@link MAX_JSON_BYTES} bytes of JSON).
  *
  * What JSON writes by the value's own rules is kept as written, the same
  * value live and on replay: a Date (or anything with `toJSON`) as what
@@ -34,15 +33,21 @@ import { RuntimeError } from "../errors.ts";
 import type { Json } from "../tools.ts";
 
 /**
- * The deepest nesting stored: below PostgreSQL's own limit with the default
- * `max_stack_depth` (13,092 levels of objects measured on PostgreSQL 15, and
- * less again once a statement wraps the value, as a refusal's is), and above
- * the 5,000 levels values have been stored at.
+ * The deepest nesting stored. PostgreSQL 15 with the default
+ * `max_stack_depth` (2 MB) refuses beyond 13,092 levels of objects (54001),
+ * fewer once a statement wraps the value, and fewer again with a smaller
+ * `max_stack_depth`; the runtime's own recursive code (the approval hash of
+ * a call's arguments) manages about 2,500. A thousand levels leave room for
+ * all of them, and no real answer or result comes near it.
  */
-export const MAX_JSON_DEPTH = 10_000;
+export const MAX_JSON_DEPTH = 1_000;
 
-/** The largest JSON text stored, in UTF-8 bytes: `jsonb` holds at most 2^28 - 1 bytes. */
-export const MAX_JSON_BYTES = 256 * 1024 * 1024 - 1;
+/**
+ * The largest JSON text stored, in UTF-8 bytes (64 MiB). PostgreSQL refuses a
+ * `jsonb` string of 256 MiB or more (54000); PGlite 0.5 in memory fails
+ * writing one of about 150 MB ("Program terminated with exit(100)").
+ */
+export const MAX_JSON_BYTES = 64 * 1024 * 1024;
 
 /** Why a value cannot be stored as it is. */
 export type UnstorableKind = "not_json" | "changed" | "lone_surrogate" | "nul" | "too_deep" | "too_large";
