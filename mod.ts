@@ -76,7 +76,7 @@ export {
   type RunInfo,
   type RunRecord,
 } from "./runtime/client.ts";
-export { type Budget, BudgetError } from "./runtime/budget.ts";
+export { answerTokens, type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
 export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
 export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";
@@ -105,6 +105,8 @@ export {
   type ChatToolCall,
   type DecideRequest,
   type FetchLike,
+  MAX_TOKENS_FIELDS,
+  type MaxTokensField,
   type ModelAnswer,
   OpenAIPlanner,
   type OpenAIPlannerOptions,
@@ -112,6 +114,17 @@ export {
   type Usage,
 } from "./runtime/planner.ts";
 export type { RunTokens } from "./runtime/store/overview.ts";
+export {
+  MAX_JSON_BYTES,
+  MAX_JSON_DEPTH,
+  type StorableOptions,
+  storableOrThrow,
+  type StorableValue,
+  toStorable,
+  type UnstorableKind,
+  type UnstorableValue,
+  ValueUnstorableError,
+} from "./runtime/store/storable.ts";
 export type {
   ApprovalRow,
   Decision,
@@ -129,6 +142,7 @@ export type {
   SqlClient,
   Store,
   TakenRun,
+  TokenSettlement,
 } from "./runtime/store/store.ts";
 export {
   type ArgsSchema,

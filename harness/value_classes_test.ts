@@ -39,7 +39,9 @@ async function everyRow(t: Deno.TestContext, client: Client): Promise<Observed[]
 /** The table rows of docs/values.md, as cells. */
 async function docsRows(): Promise<string[][]> {
   const text = await Deno.readTextFile(DOCS);
-  return text.split("\n").filter((l) => l.startsWith("|") && !/^\|\s*(Value\s*\||-+\s*\|)/.test(l)).map(splitRow);
+  return text.split("\n").filter((l) => l.startsWith("|") && !/^\|\s*(Value\s*\||-+\s*\|)/.test(l)).map(
+    splitRow,
+  );
 }
 
 /** A Markdown table row's cells, trimmed (`deno fmt` pads them). */

@@ -54,6 +54,7 @@ export type UnstorableKind = "not_json" | "changed" | "lone_surrogate" | "nul" |
 
 /** A value as it is stored: its JSON text, and the value that text reads back as. */
 export interface StorableValue {
+  /** It can be stored. */
   ok: true;
   /** The text written (a `jsonb` parameter). */
   json: string;
@@ -63,6 +64,7 @@ export interface StorableValue {
 
 /** A value that cannot be stored, and why. */
 export interface UnstorableValue {
+  /** It cannot be stored. */
   ok: false;
   /** Which rule it breaks. */
   kind: UnstorableKind;
