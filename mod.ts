@@ -117,8 +117,8 @@ export type { RunTokens } from "./runtime/store/overview.ts";
 export {
   MAX_JSON_BYTES,
   MAX_JSON_DEPTH,
+  storableJson,
   type StorableOptions,
-  storableOrThrow,
   type StorableValue,
   toStorable,
   type UnstorableKind,

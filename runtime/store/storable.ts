@@ -111,6 +111,23 @@ export class ValueUnstorableError extends RuntimeError {
  * ```
  */
 export function toStorable(value: unknown, opts: StorableOptions = {}): StorableValue | UnstorableValue {
+  const checked = storableText(value, opts);
+  return checked.ok ? { ok: true, json: checked.json, value: JSON.parse(checked.json) } : checked;
+}
+
+/**
+ * The JSON text a value is stored as (see {@link toStorable}), or throws
+ * {@link ValueUnstorableError} naming it `what`: what the store sends, with
+ * no value read back (#11: one parse less a write).
+ */
+export function storableJson(value: unknown, what: string, opts: StorableOptions = {}): string {
+  const checked = storableText(value, opts);
+  if (!checked.ok) throw new ValueUnstorableError(what, checked);
+  return checked.json;
+}
+
+/** {@link toStorable} without the value read back. */
+function storableText(value: unknown, opts: StorableOptions): { ok: true; json: string } | UnstorableValue {
   let json: string | undefined;
   try {
     json = JSON.stringify(value === undefined ? null : value);
@@ -174,14 +191,7 @@ export function toStorable(value: unknown, opts: StorableOptions = {}): Storable
       };
     }
   }
-  return { ok: true, json, value: JSON.parse(json) };
-}
-
-/** The value as stored (see {@link toStorable}), or throws {@link ValueUnstorableError} naming it `what`. */
-export function storableOrThrow(value: unknown, what: string, opts: StorableOptions = {}): StorableValue {
-  const stored = toStorable(value, opts);
-  if (!stored.ok) throw new ValueUnstorableError(what, stored);
-  return stored;
+  return { ok: true, json };
 }
 
 /** Where in a JSON text `needle` first appears, for a message: ` near ...` with a little context. */

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import {
   MAX_JSON_BYTES,
   MAX_JSON_DEPTH,
-  storableOrThrow,
+  storableJson,
   toStorable,
   ValueUnstorableError,
 } from "./storable.ts";
@@ -66,9 +66,9 @@ Deno.test("toStorable() counts nesting outside strings only", () => {
   assert.ok(toStorable({ s: brackets, q: 'a "quoted" \\ end' }).ok);
 });
 
-Deno.test("storableOrThrow() names the value and what it holds", () => {
+Deno.test("storableJson() names the value and what it holds", () => {
   assert.throws(
-    () => storableOrThrow({ n: NaN }, "tool result"),
+    () => storableJson({ n: NaN }, "tool result"),
     (e: ValueUnstorableError) =>
       e.code === "VALUE_UNSTORABLE" && e.kind === "changed" &&
       /^The tool result cannot be stored: it holds the number NaN/.test(e.message),

@@ -24,7 +24,7 @@ import {
   targetSchema,
 } from "./migrate.ts";
 import type { Json } from "../tools.ts";
-import { storableOrThrow } from "./storable.ts";
+import { storableJson } from "./storable.ts";
 
 export { SCHEMA_SQL };
 
@@ -456,8 +456,7 @@ const claimMarks = (source: string) =>
 // before any statement is sent, and NUL characters and lone surrogates are
 // written out as the text of their escapes. Callers that must refuse those
 // instead (a model's answer, a run's input) check first, with the same function.
-const jsonParam = (value: unknown, what: string): string =>
-  storableOrThrow(value, what, { writeOut: true }).json;
+const jsonParam = (value: unknown, what: string): string => storableJson(value, what, { writeOut: true });
 // A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget):
 // the one insert that createRun and createOrGetRun share.
 const INSERT_RUN =
