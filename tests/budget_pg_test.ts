@@ -13,7 +13,7 @@ import { type Client, connect } from "../runtime/client.ts";
 import { arraySink, Logger } from "../runtime/log.ts";
 import { type MaxTokensField, OpenAIPlanner } from "../runtime/planner.ts";
 import { defineTool } from "../runtime/tools.ts";
-import { pgTest } from "./_pg.ts";
+import { type PgSchema, pgTest } from "./_pg.ts";
 
 const CEILING = 20_000;
 const CAP = 300;
@@ -102,6 +102,22 @@ async function runOne(client: Client, agent: ReturnType<typeof noteAgent>, runId
   }
 }
 
+/** Runs `fn` with a fake server in `mode` and a client on the test's schema, closing both after. */
+async function withFake(
+  pg: PgSchema,
+  mode: Mode,
+  fn: (fake: ReturnType<typeof fakeModel>, client: Client) => Promise<void>,
+): Promise<void> {
+  const fake = fakeModel(mode);
+  const client = await connect({ databaseUrl: pg.url });
+  try {
+    await fn(fake, client);
+  } finally {
+    await client.close();
+    await fake.close();
+  }
+}
+
 const SAID: Record<"no_usage" | "negative_total" | "writes_until_stopped", string> = {
   no_usage: "reports no usage",
   negative_total: "reports a negative total_tokens",
@@ -111,10 +127,8 @@ const SAID: Record<"no_usage" | "negative_total" | "writes_until_stopped", strin
 for (const mode of ["no_usage", "negative_total", "writes_until_stopped"] as const) {
   pgTest(
     `on PostgreSQL over HTTP, a ${CEILING}-token ceiling holds when the server ${SAID[mode]}`,
-    async (pg) => {
-      const fake = fakeModel(mode);
-      const client = await connect({ databaseUrl: pg.url });
-      try {
+    (pg) =>
+      withFake(pg, mode, async (fake, client) => {
         const { run, record, listed } = await runOne(client, noteAgent(fake.url), `budget-${mode}`);
         assert.equal(run.status, "failed", "sixty steps cost more than the ceiling");
         assert.match(run.error ?? "", /^BUDGET_EXCEEDED: budget: \d+ tokens spent or reserved/);
@@ -129,20 +143,14 @@ for (const mode of ["no_usage", "negative_total", "writes_until_stopped"] as con
           "every request asked for at most the cap, in max_tokens alone",
         );
         assert.equal(listed.tokens, record.spend.tokens, "the runs list counts what the budget counts");
-      } finally {
-        await client.close();
-        await fake.close();
-      }
-    },
+      }),
   );
 }
 
 pgTest(
   "on PostgreSQL over HTTP, an answer past its reservation counts in full and no request follows it",
-  async (pg) => {
-    const fake = fakeModel("ignores_cap");
-    const client = await connect({ databaseUrl: pg.url });
-    try {
+  (pg) =>
+    withFake(pg, "ignores_cap", async (fake, client) => {
       const { run, record, listed } = await runOne(client, noteAgent(fake.url), "budget-ignores-cap");
       assert.equal(fake.seen.requests, 1);
       assert.equal(record.spend.tokens, fake.seen.billed, "counted as reported");
@@ -150,19 +158,13 @@ pgTest(
       assert.equal(run.status, "failed");
       assert.match(run.error ?? "", /BUDGET_EXCEEDED/);
       assert.equal(listed.tokens, record.spend.tokens);
-    } finally {
-      await client.close();
-      await fake.close();
-    }
-  },
+    }),
 );
 
 pgTest(
   "a server that refuses max_tokens says so with what to set, and max_completion_tokens carries the cap",
-  async (pg) => {
-    const fake = fakeModel("reasoning");
-    const client = await connect({ databaseUrl: pg.url });
-    try {
+  (pg) =>
+    withFake(pg, "reasoning", async (fake, client) => {
       const refused = await runOne(client, noteAgent(fake.url), "budget-reasoning-1");
       assert.equal(refused.run.status, "failed");
       assert.match(refused.run.error ?? "", /^MODEL_HTTP: .*HTTP 400: Unsupported parameter: 'max_tokens'/);
@@ -172,9 +174,5 @@ pgTest(
       assert.match(capped.run.error ?? "", /BUDGET_EXCEEDED/);
       const bodies = fake.seen.bodies.slice(before);
       assert.ok(bodies.every((b) => b.max_completion_tokens === CAP && !("max_tokens" in b)));
-    } finally {
-      await client.close();
-      await fake.close();
-    }
-  },
+    }),
 );
