@@ -82,7 +82,7 @@ export {
   type RunTimeline,
   type StepRange,
 } from "./runtime/client.ts";
-export { type Budget, BudgetError } from "./runtime/budget.ts";
+export { answerTokens, type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
 export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
 export {
@@ -122,6 +122,8 @@ export {
   type ChatToolCall,
   type DecideRequest,
   type FetchLike,
+  MAX_TOKENS_FIELDS,
+  type MaxTokensField,
   type ModelAnswer,
   OpenAIPlanner,
   type OpenAIPlannerOptions,
@@ -138,6 +140,17 @@ export type {
   StepsView,
   WholeValueField,
 } from "./runtime/store/overview.ts";
+export {
+  MAX_JSON_BYTES,
+  MAX_JSON_DEPTH,
+  storableJson,
+  type StorableOptions,
+  type StorableValue,
+  toStorable,
+  type UnstorableKind,
+  type UnstorableValue,
+  ValueUnstorableError,
+} from "./runtime/store/storable.ts";
 export type {
   ApprovalRow,
   Decision,
@@ -157,6 +170,7 @@ export type {
   SqlClient,
   Store,
   TakenRun,
+  TokenSettlement,
 } from "./runtime/store/store.ts";
 export { isRunStatus, RUN_ROW_TABLES, RUN_STATUSES } from "./runtime/store/store.ts";
 export {

@@ -184,3 +184,20 @@ alter table side_effects drop constraint if exists side_effects_remote_check;
 alter table side_effects add constraint side_effects_remote_check
   check (remote in ('created', 'already_done', 'reconciled', 'resolved'));
 alter table side_effects add column if not exists attempts_at_reopen integer;
+
+-- migration 5: tokens spent per step
+-- What a step's settled answers count against the token budget, by one rule
+-- (runtime/budget.ts answerTokens): the usage each answer reported (fields
+-- below zero count as zero; the larger of total_tokens and prompt_tokens plus
+-- completion_tokens), or, when it reported none, the tokens its request
+-- reserved. A step's count is spent_tokens + reserved_tokens. Rows from
+-- before this step are counted from the usage they hold, by the same rule.
+alter table journal add column if not exists spent_tokens integer not null default 0;
+update journal j set spent_tokens = least(2147483647, ceil(greatest(
+         case when jsonb_typeof(j.usage->'total_tokens') = 'number'
+              then greatest(0, (j.usage->>'total_tokens')::numeric) else 0 end,
+         case when jsonb_typeof(j.usage->'prompt_tokens') = 'number'
+              then greatest(0, (j.usage->>'prompt_tokens')::numeric) else 0 end
+       + case when jsonb_typeof(j.usage->'completion_tokens') = 'number'
+              then greatest(0, (j.usage->>'completion_tokens')::numeric) else 0 end)))::int
+ where j.usage is not null and jsonb_typeof(j.usage) = 'object' and j.spent_tokens = 0;

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import demoAgent from "../examples/provision/agent.ts";
 import { Client } from "../runtime/client.ts";
+import { answerTokens } from "../runtime/budget.ts";
 import { ManualClock } from "../runtime/clock.ts";
 import { FencedError } from "../runtime/errors.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
@@ -41,10 +42,18 @@ async function blockedRun(store: Store, runId: string, tool = "create_server"): 
   const f = { runId, epoch };
   for (const seq of [0, 1]) {
     await store.journalIntent(f, seq, clock.now());
-    await store.journalConfirm(f, seq, { tool: "create_server", args: { name: `s${seq}` } }, {
-      prompt_tokens: 10,
-      completion_tokens: 5,
-    }, clock.now());
+    const usage = { prompt_tokens: 10, completion_tokens: 5 };
+    await store.journalConfirm(
+      f,
+      seq,
+      { tool: "create_server", args: { name: `s${seq}` } },
+      usage,
+      clock.now(),
+      {
+        released: 0,
+        spent: answerTokens(usage, 0),
+      },
+    );
     await store.effectIntent(
       f,
       { key: `${runId}:${seq}`, seq, tool: seq === 1 ? tool : "create_server", args: {} },

@@ -40,6 +40,8 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --model NAME               the model name; required with --model-url or an agent's endpoint URL
   --model-api-key KEY        sent as a bearer token, never logged
   --model-headers H, --model-query Q   extra headers / query parameters: JSON object or k=v,k2=v2
+  --model-max-tokens-field F   the field capping a budgeted request's answer: max_tokens (default) or
+                             max_completion_tokens (OpenAI's reasoning models)
   --cloud-url URL            the demo tools' cloud; unset: in-process mock cloud
   --max-steps N              decisions before guard stops the run (default: the agent's, 12)
   --worker NAME              written to runs.owner (default host:pid)
@@ -80,6 +82,7 @@ export function processEnv(
     MODEL_API_KEY: settings.modelApiKey,
     MODEL_HEADERS: settings.modelHeaders,
     MODEL_QUERY: settings.modelQuery,
+    MODEL_MAX_TOKENS_FIELD: settings.modelMaxTokensField,
     CLOUD_URL: settings.cloudUrl,
   };
 }

@@ -14,7 +14,13 @@
  * - `cloud#2:5xx|timeout|drop|garbage`: the 2nd tool request fails, hangs
  *   until the tool times out, acts but loses its answer, or answers garbage;
  * - `model#3:5xx|timeout|garbage|no_choices|unknown_tool|bad_args|...`: the
- *   3rd model answer is broken that way.
+ *   3rd model answer is broken that way;
+ * - `budget=1800:6` (first in the list): the run has a ceiling of 1,800
+ *   tokens (and 6 model requests), each answer capped at 200 tokens; and
+ *   `usage#2:none|negative|oversized`: the 2nd answer reports no usage, a
+ *   negative total, or far more than its request's cap (a server that
+ *   ignores it). Every budgeted schedule is checked against the budget's
+ *   promise (see {@link checkBudget}).
  *
  * A failing schedule is shrunk to the fewest faults that still fail and
  * printed with its seed, its faults and the command that replays it:
@@ -39,6 +45,7 @@ import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
 import { defineTool, type Tool } from "../runtime/tools.ts";
 import type { ModelFaultMode } from "../mock/model.ts";
 import { FakeRemote } from "./fake_remote.ts";
+import { spendOf } from "../runtime/budget.ts";
 import { checkModelSpend, checkShape, type ModelSpend } from "./invariants.ts";
 import {
   type ProcessHooks,
@@ -70,22 +77,36 @@ export const MODEL_FAULTS: readonly ModelFault[] = [
   "multi_tool",
 ];
 
+/** How an answer's usage report is wrong: missing, a negative total, or far past the request's cap. */
+export type UsageFault = "none" | "negative" | "oversized";
+/** Every {@link UsageFault}. */
+export const USAGE_FAULTS: readonly UsageFault[] = ["none", "negative", "oversized"];
+
 /** One fault of a schedule, aimed at a position counted across all its processes (from 1). */
 export type Fault =
   | { kind: "kill"; at: "stmt" | "model" | "cloud"; n: number; when: "before" | "after" }
   | { kind: "stall"; n: number; wake: number }
   | { kind: "cloud"; n: number; fault: CloudFault }
-  | { kind: "model"; n: number; fault: ModelFault };
+  | { kind: "model"; n: number; fault: ModelFault }
+  | { kind: "usage"; n: number; fault: UsageFault };
 
-/** The families of faults a fuzz may draw from. */
-export type FaultFamily = "kill" | "stall" | "cloud" | "model";
+/** The families of faults a fuzz may draw from (`budget`: a ceiling on the run, and usage faults). */
+export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget";
 /** Every {@link FaultFamily}. */
-export const FAULT_FAMILIES: readonly FaultFamily[] = ["kill", "stall", "cloud", "model"];
+export const FAULT_FAMILIES: readonly FaultFamily[] = ["kill", "stall", "cloud", "model", "budget"];
 
-/** A schedule: a seed (the processes' jitter) and the faults. */
+/** A schedule's budget: a token ceiling with each answer's cap, and maybe a ceiling on model requests. */
+export interface ScheduleBudget {
+  tokens: number;
+  maxOutputTokens: number;
+  modelCalls?: number;
+}
+
+/** A schedule: a seed (the processes' jitter), the faults, and a budget on the run. */
 export interface Schedule {
   seed: number;
   faults: Fault[];
+  budget?: ScheduleBudget;
 }
 
 /** A fuzzer input was wrong (`FUZZ_OPTION_INVALID`, `FUZZ_REPLAY_INVALID`, `FUZZ_TARGET_INVALID`). */
@@ -109,9 +130,9 @@ export function encodeFault(f: Fault): string {
   }
 }
 
-/** A schedule in the compact form `<seed>/<fault>,<fault>` that `--replay` reads. */
+/** A schedule in the compact form `<seed>/<fault>,<fault>` that `--replay` reads (a budget first). */
 export function encodeSchedule(s: Schedule): string {
-  return `${s.seed}/${s.faults.map(encodeFault).join(",")}`;
+  return `${s.seed}/${[...encodeBudget(s.budget), ...s.faults.map(encodeFault)].join(",")}`;
 }
 
 /** Reads {@link encodeSchedule}'s form (or the JSON of a {@link Schedule}). Throws `FUZZ_REPLAY_INVALID`. */
@@ -131,6 +152,7 @@ export function decodeSchedule(text: string): Schedule {
     }
     return decodeSchedule(encodeSchedule(parsed));
   }
+  let budget: ScheduleBudget | undefined;
   const slash = trimmed.indexOf("/");
   if (slash < 0) throw bad("there is no '/' after the seed");
   const seed = Number(trimmed.slice(0, slash));
@@ -154,11 +176,15 @@ export function decodeSchedule(text: string): Schedule {
       faults.push({ kind: "cloud", n: Number(m[1]), fault: m[2] as CloudFault });
     } else if ((m = part.match(/^model#(\d+):(\w+)$/)) && MODEL_FAULTS.includes(m[2] as ModelFault)) {
       faults.push({ kind: "model", n: Number(m[1]), fault: m[2] as ModelFault });
+    } else if ((m = part.match(/^usage#(\d+):(\w+)$/)) && USAGE_FAULTS.includes(m[2] as UsageFault)) {
+      faults.push({ kind: "usage", n: Number(m[1]), fault: m[2] as UsageFault });
+    } else if (budget === undefined && faults.length === 0 && (budget = decodeBudget(part)) !== undefined) {
+      // The budget, first in the list.
     } else {
       throw bad(`the fault ${JSON.stringify(part)} is not one the fuzzer knows`);
     }
   }
-  return { seed, faults };
+  return budget === undefined ? { seed, faults } : { seed, faults, budget };
 }
 
 /** Builds the agent under test for one process, its tools sending through `fetch` (the fake remote). */
@@ -277,8 +303,8 @@ interface Target {
   remote: "fake" | "mock-cloud";
   goal: string;
   defects?: PlantedDefects;
-  /** The clean run: the tools in order, and how many statements and requests it makes. */
-  clean?: { tools: string[]; steps: number; stmts: number; model: number; cloud: number };
+  /** The clean run: the tools in order, how many statements and requests it makes, the tokens it costs. */
+  clean?: { tools: string[]; steps: number; stmts: number; model: number; cloud: number; tokens: number };
 }
 
 /** A process as the fuzzer follows it. */
@@ -350,8 +376,11 @@ class ScheduleRun {
   maxEpoch = 0;
   activity = 0;
   frozen?: { proc: Proc; release: () => void; wake: number; thief?: Proc; thiefStart: number };
+  /** Every model answer of a budgeted schedule, as the budget check needs it. */
+  readonly answers: BudgetAnswer[] = [];
   readonly #world: SimWorld;
   readonly #faults: Fault[];
+  readonly #budget?: ScheduleBudget;
   readonly #target: Target;
   readonly #setRemoteFaults: (spec: Record<string, number>) => void;
 
@@ -363,6 +392,7 @@ class ScheduleRun {
   ) {
     this.#world = world;
     this.#faults = schedule.faults;
+    this.#budget = schedule.budget;
     this.#target = target;
     this.fired = schedule.faults.map(() => undefined);
     this.#setRemoteFaults = setRemoteFaults;
@@ -400,6 +430,11 @@ class ScheduleRun {
     if (p.done) return;
     p.done = true;
     this.activity++;
+    if (p.open && stoppedByBudget(p)) {
+      // A request that failed (a 5xx, a timeout) and whose retry the budget refused: retried, not lost.
+      this.spend.retried++;
+      p.open = undefined;
+    }
     if (p.open) {
       this.spend.lost++;
       if (!p.open.sent) this.spend.unsent++;
@@ -578,7 +613,9 @@ class ScheduleRun {
           else model.setFaults({ mode: f.fault, mode_next: 1 });
         }
       }
-      const res = await fetch(req);
+      const sent = remote === "model" && this.#budget ? await req.clone().text() : undefined;
+      let res = await fetch(req);
+      if (sent !== undefined) res = await this.#budgetAnswer(n, sent, res, where);
       const after = this.#find((f) =>
         f.kind === "kill" && f.at === remote && f.n === n && f.when === "after"
       );
@@ -588,6 +625,50 @@ class ScheduleRun {
       }
       return res;
     };
+  }
+
+  /**
+   * A budgeted schedule's model answer: its usage report rewritten when a
+   * usage fault is aimed at it, and logged with what its request reserved
+   * (the prompt at four characters a token plus the cap asked for, as the
+   * README states it), what the server billed and what it reported.
+   */
+  async #budgetAnswer(n: number, sent: string, res: Response, where: string): Promise<Response> {
+    const text = await res.text();
+    let answer: { usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number } };
+    try {
+      answer = JSON.parse(text);
+    } catch {
+      return new Response(text, { status: res.status, headers: res.headers });
+    }
+    const real = answer.usage;
+    if (!res.ok || real === undefined) {
+      return new Response(text, { status: res.status, headers: res.headers });
+    }
+    const body = JSON.parse(sent) as { messages: unknown[]; tools?: unknown[]; max_tokens?: number };
+    const reserved =
+      Math.ceil((JSON.stringify(body.messages).length + JSON.stringify(body.tools ?? []).length) / 4) +
+      (body.max_tokens ?? 0);
+    let billed = real.total_tokens;
+    const fault = this.#find((f) => f.kind === "usage" && f.n === n);
+    if (fault >= 0) {
+      this.#fire(fault, where);
+      const kind = (this.#faults[fault] as Extract<Fault, { kind: "usage" }>).fault;
+      if (kind === "none") delete answer.usage;
+      else if (kind === "negative") answer.usage = { ...real, total_tokens: -real.total_tokens };
+      else {
+        // A server that ignores the cap: it wrote (and billed) four times what it was allowed.
+        const completion = 4 * (body.max_tokens ?? 200);
+        answer.usage = {
+          ...real,
+          completion_tokens: completion,
+          total_tokens: real.prompt_tokens + completion,
+        };
+        billed = real.prompt_tokens + completion;
+      }
+    }
+    this.answers.push({ reserved, billed, reported: answer.usage });
+    return Response.json(answer, { status: res.status });
   }
 
   /** Starts the next incarnation. */
@@ -675,7 +756,7 @@ async function runSchedule(
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
   const world = await SimWorld.open(db, {
     seed: schedule.seed,
-    agent: target.agent,
+    agent: budgeted(target.agent, schedule.budget),
     tools: target.tools,
     remote: fake?.fetch,
     heartbeatMs: HEARTBEAT_MS,
@@ -745,8 +826,10 @@ async function runSchedule(
       earlier,
       resultIsId: target.remote === "mock-cloud",
       tools: clean?.tools,
+      budgetStop: schedule.budget !== undefined,
     }),
     ...checkModelSpend(final, run.spend),
+    ...checkBudget(final, schedule.budget, run.answers),
   );
   for (const p of run.procs.filter((p) => !p.done)) p.sim?.kill();
   world.model.releaseHung();
@@ -765,6 +848,7 @@ async function runSchedule(
       stmts: run.stmt,
       model: run.model,
       cloud: run.cloud,
+      tokens: world.model.tokens(runId),
     };
   }
   return {
@@ -830,6 +914,119 @@ export function drawSchedule(
     faults.push(f);
   }
   return { seed, faults };
+}
+
+// --- Budgets: a ceiling on the run, usage faults, and what the budget promises ---
+
+/** A budgeted schedule's model answer, as the fuzzer saw it at the process's boundary. */
+interface BudgetAnswer {
+  /** What its request reserved: the prompt at four characters a token, plus the cap it asked for. */
+  reserved: number;
+  /** What the server billed for it. */
+  billed: number;
+  /** The usage it reported (after any usage fault). */
+  reported: unknown;
+}
+
+/** The budget's part of the compact form: `budget=<tokens>` or `budget=<tokens>:<model calls>`. */
+function encodeBudget(b: ScheduleBudget | undefined): string[] {
+  if (!b) return [];
+  return [`budget=${b.tokens}${b.modelCalls === undefined ? "" : `:${b.modelCalls}`}`];
+}
+
+/** Reads {@link encodeBudget}'s form, or undefined when `part` is not one. */
+function decodeBudget(part: string): ScheduleBudget | undefined {
+  const m = part.match(/^budget=(\d+)(?::(\d+))?$/);
+  if (!m) return undefined;
+  const budget: ScheduleBudget = { tokens: Number(m[1]), maxOutputTokens: BUDGET_ANSWER_CAP };
+  return m[2] === undefined ? budget : { ...budget, modelCalls: Number(m[2]) };
+}
+
+/** The cap on each answer of a budgeted schedule: above what the mock model writes (about 40 tokens). */
+const BUDGET_ANSWER_CAP = 200;
+
+/**
+ * Gives about half the schedules a budget drawn from their seed (from a
+ * stream of its own, so the other faults are drawn as before): a token
+ * ceiling between half and three times the clean run's bill, sometimes a
+ * ceiling on model requests near the clean run's count, and up to two usage
+ * faults on the run's answers.
+ */
+export function drawBudget(schedule: Schedule, clean: { model: number; tokens: number }): Schedule {
+  const random = seededRandom(schedule.seed ^ 0x5bd1e995);
+  if (random() < 0.5) return schedule;
+  const tokens = Math.max(1, Math.round(clean.tokens * (0.5 + random() * 2.5)));
+  const modelCalls = random() < 0.3 ? clean.model + Math.floor(random() * 3) : undefined;
+  const budget: ScheduleBudget = {
+    tokens,
+    maxOutputTokens: BUDGET_ANSWER_CAP,
+    ...(modelCalls ? { modelCalls } : {}),
+  };
+  const faults = [...schedule.faults];
+  const usage = Math.floor(random() * 3);
+  for (let i = 0; i < usage; i++) {
+    const n = 1 + Math.floor(random() * Math.max(1, Math.ceil(clean.model * 1.5)));
+    if (faults.some((f) => f.kind === "usage" && f.n === n)) continue;
+    faults.push({ kind: "usage", n, fault: USAGE_FAULTS[Math.floor(random() * USAGE_FAULTS.length)] });
+  }
+  return { seed: schedule.seed, faults, budget };
+}
+
+/** True when the process ended by its run's budget (`BUDGET_EXCEEDED`), not by a kill or a fence. */
+function stoppedByBudget(p: Proc): boolean {
+  return p.exit?.kind === "exited" && p.exit.outcome.status === "failed" &&
+    /^BUDGET_EXCEEDED: /.test(p.exit.outcome.error ?? "");
+}
+
+/** The fuzz target's agent with the schedule's budget, if it has one. */
+function budgeted(agent: Agent, budget: ScheduleBudget | undefined): Agent {
+  return budget ? { ...agent, budget } : agent;
+}
+
+/**
+ * What the README promises of a budget, checked on a budgeted schedule's
+ * end: the run either finished or stopped with `BUDGET_EXCEEDED`; the model
+ * requests stay within their ceiling; and the tokens, counted by the runtime
+ * and billed by the server, pass the token ceiling only by what answers
+ * billed beyond their requests' reservations (a server ignoring the cap).
+ * No answer counts less than it cost, lost ones included, but for what a lost
+ * answer billed beyond its reservation.
+ */
+export function checkBudget(
+  final: RunSnapshot,
+  budget: ScheduleBudget | undefined,
+  answers: readonly BudgetAnswer[],
+): string[] {
+  if (!budget) return [];
+  const problems: string[] = [];
+  const run = final.run;
+  if (run?.status === "failed" && !/^BUDGET_EXCEEDED: /.test(run.error ?? "")) {
+    problems.push(`a budgeted run failed for another reason: ${run.error}`);
+  }
+  if (budget.modelCalls !== undefined && final.modelCalls > budget.modelCalls) {
+    problems.push(`the model was asked ${final.modelCalls} times, the ceiling is ${budget.modelCalls}`);
+  }
+  const counted = spendOf(final.journal, final.effects).tokens;
+  const billed = answers.reduce((n, a) => n + a.billed, 0);
+  const beyond = answers.reduce((n, a) => n + Math.max(0, a.billed - a.reserved), 0);
+  if (billed > budget.tokens + beyond) {
+    problems.push(
+      `the model billed ${billed} tokens against a ceiling of ${budget.tokens}, past it by more than the ` +
+        `${beyond} its answers billed beyond their reservations`,
+    );
+  }
+  if (counted > budget.tokens + beyond) {
+    problems.push(
+      `the run counts ${counted} tokens against a ceiling of ${budget.tokens} (+${beyond} beyond)`,
+    );
+  }
+  // An answer lost counts its reservation: less than it billed only by what it billed beyond it.
+  if (counted < billed - beyond) {
+    problems.push(
+      `the run counts ${counted} tokens, the model billed ${billed} (${beyond} beyond reservations)`,
+    );
+  }
+  return problems;
 }
 
 /** Each schedule's seed, from the master seed and its index. */
@@ -976,7 +1173,10 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       ? [typeof opts.replay === "string" ? decodeSchedule(opts.replay) : opts.replay]
       : Array.from(
         { length: schedules },
-        (_, i) => drawSchedule(scheduleSeed(seed, i), target.clean!, families, maxFaults),
+        (_, i) => {
+          const drawn = drawSchedule(scheduleSeed(seed, i), target.clean!, families, maxFaults);
+          return families.includes("budget") ? drawBudget(drawn, target.clean!) : drawn;
+        },
       );
     for (let i = 0; i < plan.length; i++) {
       const result = await runOne(plan[i]);
@@ -1025,7 +1225,8 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
   --schedules N      schedules to run (default 500)
   --seed S           the first schedule's seed (default: random, printed)
   --replay X         replay one printed schedule, with its transcript
-  --faults LIST      only these fault families, comma-separated
+  --faults LIST      only these fault families, comma-separated: kill, stall, cloud, model,
+                     budget (a token ceiling on about half the schedules, with usage faults)
   --max-faults N     faults a schedule may hold (default 4)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE

@@ -137,6 +137,45 @@ Deno.test("a schedule round-trips through its compact form, and a bad one is ref
   assert.throws(() => decodeSchedule("seven"), FuzzError);
 });
 
+Deno.test("a budgeted schedule round-trips through its compact form, the budget first", () => {
+  const s = {
+    seed: 9,
+    faults: [{ kind: "usage", n: 2, fault: "none" }, { kind: "kill", at: "model", n: 3, when: "after" }],
+    budget: { tokens: 1800, maxOutputTokens: 200, modelCalls: 6 },
+  } as const;
+  const text = encodeSchedule({ ...s, faults: [...s.faults] });
+  assert.equal(text, "9/budget=1800:6,usage#2:none,kill@model#3:after");
+  assert.deepEqual(decodeSchedule(text), s);
+  assert.deepEqual(decodeSchedule("9/budget=500,usage#1:oversized").budget, {
+    tokens: 500,
+    maxOutputTokens: 200,
+  });
+  assert.throws(() => decodeSchedule("9/usage#1:none,budget=500"), FuzzError, "the budget comes first");
+  assert.throws(() => decodeSchedule("9/usage#1:lies"), FuzzError);
+});
+
+Deno.test("schedules with budgets and lying usage reports hold the budget's promise, and some stop at their ceiling", async () => {
+  const db = await SimDb.open();
+  try {
+    const report = await fuzz(demoAgent, {
+      db,
+      seed: 11,
+      schedules: 300,
+      remote: "mock-cloud",
+      faults: ["budget", "kill", "model"],
+      transcript: true,
+    });
+    assert.deepEqual(report.failures.map((f) => f.text), []);
+    for (const kind of ["usage:none", "usage:negative", "usage:oversized"]) {
+      assert.ok((report.kinds[kind] ?? 0) > 10, `${kind} fired: ${JSON.stringify(report.kinds)}`);
+    }
+    const stops = report.transcript!.filter((l) => /event=failed .*BUDGET_EXCEEDED/.test(l)).length;
+    assert.ok(stops > 10, `${stops} runs stopped at their ceiling`);
+  } finally {
+    await db.close();
+  }
+});
+
 Deno.test("FakeRemote performs one effect per key and replays the stored answer", async () => {
   const remote = new FakeRemote();
   const send = (key: string, body: unknown) =>

@@ -69,36 +69,49 @@ export function checkInvariants(
  * run); one confirmed tool call per tool step under `<run_id>:<seq>`, matching
  * its decision; one remote effect per key and none under a key no row owns
  * (and, when `resultIsId`, each stored result is the id the remote gave);
- * every row confirmed in an `earlier` snapshot unchanged.
+ * every row confirmed in an `earlier` snapshot unchanged. With `budgetStop`, a
+ * run its budget stopped (`failed` with `BUDGET_EXCEEDED`) passes as a clean
+ * run's beginning: fewer steps, the last maybe still at intent, no done-step.
  */
 export function checkShape(
   final: RunSnapshot,
-  opts: { runId: string; steps: number; earlier?: RunSnapshot[]; resultIsId?: boolean; tools?: string[] },
+  opts: {
+    runId: string;
+    steps: number;
+    earlier?: RunSnapshot[];
+    resultIsId?: boolean;
+    tools?: string[];
+    budgetStop?: boolean;
+  },
 ): string[] {
   const problems: string[] = [];
   const { runId } = opts;
   const baseline = { steps: opts.steps };
   const resultIsId = opts.resultIsId ?? true;
-  if (final.run?.status !== "done") {
+  const stopped = opts.budgetStop === true && final.run?.status === "failed" &&
+    /^BUDGET_EXCEEDED: /.test(final.run.error ?? "");
+  if (final.run?.status !== "done" && !stopped) {
     problems.push(`run ${runId} is ${final.run?.status ?? "missing"}, expected done`);
   }
   const seqs = final.journal.map((j) => j.seq);
   if (seqs.some((s, i) => s !== i)) problems.push(`journal seq is ${seqs.join(",")}: a gap or duplicate`);
-  if (final.journal.length !== baseline.steps) {
+  if (stopped ? final.journal.length > baseline.steps : final.journal.length !== baseline.steps) {
     problems.push(`journal has ${final.journal.length} steps, a clean run has ${baseline.steps}`);
   }
   for (const j of final.journal) {
-    if (j.status !== "confirmed") problems.push(`journal seq=${j.seq} is ${j.status}, expected confirmed`);
+    if (j.status === "confirmed" || (stopped && j === final.journal.at(-1))) continue;
+    problems.push(`journal seq=${j.seq} is ${j.status}, expected confirmed`);
   }
   const last = final.journal.at(-1);
-  if (!last?.decision || !("done" in last.decision)) {
+  if (!stopped && (!last?.decision || !("done" in last.decision))) {
     problems.push(`the last journal row is not the done-step`);
   }
 
   const toolSteps = final.journal.filter((j) => j.decision && "tool" in j.decision);
   if (opts.tools) {
     const called = toolSteps.map((j) => j.decision && "tool" in j.decision ? j.decision.tool : "?");
-    if (called.join(",") !== opts.tools.join(",")) {
+    const expected = stopped ? opts.tools.slice(0, called.length) : opts.tools;
+    if (called.join(",") !== expected.join(",")) {
       problems.push(`the run called ${called.join(",")}, a clean run calls ${opts.tools.join(",")}`);
     }
   }

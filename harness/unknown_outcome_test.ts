@@ -194,3 +194,22 @@ Deno.test("the fuzzer passes a keyless tool that reconciles, and finds the same 
 Deno.test.afterAll(async () => {
   await db.close();
 });
+
+Deno.test("a reconcile that finds a result the database cannot store could not tell: the call is flagged, nothing confirmed", async () => {
+  await db.freshSchema();
+  const world = await SimWorld.open(db, {
+    tools: (fetch): Tool[] => [{
+      ...chargeCard({ cloudUrl: SIM_CLOUD_URL, fetch }),
+      reconcile: () => Promise.resolve({ status: "happened", result: { amount: Number.NaN } }),
+    }],
+  });
+  assert.deepEqual(await crashEach(world, "rc-nan", "after_call", 1), ["killed"]);
+  assert.equal(await finish(world, world.spawn({ runId: "rc-nan" })), "blocked");
+  const snap = await world.snapshot("rc-nan");
+  assert.equal(snap.effects[0].status, "flagged");
+  assert.equal(snap.effects[0].result, null, "nothing was confirmed from the lookup");
+  assert.match(
+    snap.effects[0].error ?? "",
+    /its reconcile could not tell \(the result it found cannot be stored: it holds the number NaN/,
+  );
+});

@@ -14,6 +14,7 @@
 
 import { type Budget, checkBudget } from "./budget.ts";
 import { describeValue, RuntimeError } from "./errors.ts";
+import { type StorableValue, toStorable } from "./store/storable.ts";
 import type { Planner } from "./planner.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
@@ -48,6 +49,12 @@ export interface ModelEndpoint {
   headers?: Record<string, string>;
   /** Extra query parameters on every request (Azure's `api-version`). */
   query?: Record<string, string>;
+  /**
+   * The field that caps a budgeted request's answer: `max_tokens` (default)
+   * or `max_completion_tokens` (OpenAI's reasoning models);
+   * `MODEL_MAX_TOKENS_FIELD` overrides it.
+   */
+  maxTokensField?: "max_tokens" | "max_completion_tokens";
 }
 
 /** How an agent's model is given: an endpoint, any {@link Planner}, or a function building one. */
@@ -173,7 +180,9 @@ export function isPlanner(value: unknown): value is Planner {
 
 /**
  * Checks a run's input against the agent and returns what is stored and
- * what the model is told: text as it is, JSON validated by the agent's schema.
+ * what the model is told: text as it is, JSON validated by the agent's schema
+ * (as it is stored: a Date as its text). What the database cannot store (a
+ * NUL, a lone surrogate, NaN, a cycle, ...: storable.ts) is `INPUT_INVALID`.
  */
 export function checkInput(agent: Agent, input: unknown): { input: Json; goal: string } {
   const given = input === undefined ? agent.defaultInput : input;
@@ -186,8 +195,8 @@ export function checkInput(agent: Agent, input: unknown): { input: Json; goal: s
         `The input of agent ${agent.name} does not fit its schema: ${detail.slice(0, 500)}`,
       );
     }
-    const value = parsed.data as Json;
-    return { input: value, goal: typeof value === "string" ? value : JSON.stringify(value) };
+    const stored = storableInput(agent, parsed.data);
+    return { input: stored.value, goal: typeof stored.value === "string" ? stored.value : stored.json };
   }
   if (typeof given !== "string" || given.trim() === "") {
     throw new RuntimeError(
@@ -196,6 +205,7 @@ export function checkInput(agent: Agent, input: unknown): { input: Json; goal: s
         `pass a goal (GOAL, --goal or { input: "..." }), or give the agent an input schema for other values`,
     );
   }
+  storableInput(agent, given);
   return { input: given, goal: given };
 }
 
@@ -210,6 +220,18 @@ function givenInput(value: unknown): string {
     ? "an object"
     : `a ${typeof value}`;
   return `${kind} (${describeValue(value, 80)})`;
+}
+
+/** The input as it is stored, or `INPUT_INVALID` saying what the database cannot hold. */
+function storableInput(agent: Agent, value: unknown): StorableValue {
+  const stored = toStorable(value);
+  if (!stored.ok) {
+    throw new RuntimeError(
+      "INPUT_INVALID",
+      `The input of agent ${agent.name} cannot be stored: it holds ${stored.reason}. Give text or JSON without it`,
+    );
+  }
+  return stored;
 }
 
 /** An agent with its tools built and its model chosen, ready to drive runs in this process. */

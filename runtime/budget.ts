@@ -2,14 +2,17 @@
  * Budgets: ceilings on what a run may spend, per agent and overridable per
  * run: model tokens, model requests and tool requests. Each model request
  * reserves its worst case (the prompt's estimated tokens plus the largest
- * answer allowed) in the same write as its intent, and the confirm (or the
- * refusal of the answer) settles the reservation against the usage the model
- * reported. A crash that loses an answer leaves its reservation standing:
- * what that request cost is unknown, so it is counted at its worst case. The
- * check before each request reads only what the database holds (the run's
- * rows as read at claim time plus this worker's own writes), so no sequence of
- * crashes and retries can spend past the ceiling by more than one request's
- * misestimate.
+ * answer allowed) in the same write as its intent, and asks the model for no
+ * longer an answer than that (the planner's `maxOutputTokens`). The confirm
+ * (or the refusal of the answer) settles the reservation: the answer counts
+ * what {@link answerTokens} says, whatever the server reported. A crash that
+ * loses an answer leaves its reservation standing: what that request cost is
+ * unknown, so it is counted at its worst case. The check before each request
+ * reads only what the database holds (the run's rows as read at claim time
+ * plus this worker's own writes), so no sequence of crashes and retries can
+ * spend past the ceiling, unless an answer reports more than its request
+ * reserved (a server that ignores the cap, or a prompt denser than four
+ * characters a token): that answer counts in full, and no request follows it.
  *
  * @module
  */
@@ -63,20 +66,41 @@ export function mergeBudget(agent: Budget | undefined, run: Budget | undefined):
   return Object.keys(merged).length > 0 ? merged : undefined;
 }
 
-/** Tokens a journal row holds against the budget: the usage reported so far plus outstanding reservations. */
-export function rowTokens(row: Pick<JournalRow, "usage" | "reserved_tokens">): number {
-  const u = row.usage as Record<string, unknown> | null;
-  let used = 0;
-  if (u && typeof u === "object") {
-    if (typeof u.total_tokens === "number") used = u.total_tokens;
-    else used = Number(u.prompt_tokens ?? 0) + Number(u.completion_tokens ?? 0);
-  }
-  return (Number.isFinite(used) ? used : 0) + (row.reserved_tokens ?? 0);
+/** The most a journal row's token columns hold (PostgreSQL `integer`): larger counts stop there. */
+export const MAX_ROW_TOKENS = 2_147_483_647;
+
+/**
+ * What one answer counts against the token budget: the usage it reported,
+ * read so that no report can lower the count (a field that is not a finite
+ * number above zero counts as zero; the larger of `total_tokens` and
+ * `prompt_tokens + completion_tokens`), counted in full even past what its
+ * request reserved. An answer that reports no tokens at all counts what its
+ * request reserved (`reserved`): its cost is unknown, so it is counted at the
+ * worst case the request was allowed.
+ *
+ * @example
+ * ```ts
+ * import { answerTokens } from "./budget.ts";
+ * answerTokens({ prompt_tokens: 1000, completion_tokens: 100, total_tokens: -1 }, 4596); // 1100
+ * answerTokens(undefined, 4596); // 4596
+ * answerTokens({ prompt_tokens: 10, completion_tokens: 100_000 }, 4596); // 100010
+ * ```
+ */
+export function answerTokens(usage: unknown, reserved: number): number {
+  const u = usage !== null && typeof usage === "object" ? usage as Record<string, unknown> : {};
+  const count = (v: unknown): number => typeof v === "number" && Number.isFinite(v) && v > 0 ? v : 0;
+  const reported = Math.max(count(u.total_tokens), count(u.prompt_tokens) + count(u.completion_tokens));
+  return Math.min(MAX_ROW_TOKENS, Math.ceil(reported > 0 ? reported : Math.max(0, reserved)));
+}
+
+/** Tokens a journal row holds against the budget: what its settled answers count, plus outstanding reservations. */
+export function rowTokens(row: Pick<JournalRow, "spent_tokens" | "reserved_tokens">): number {
+  return (row.spent_tokens ?? 0) + (row.reserved_tokens ?? 0);
 }
 
 /** What a run has spent (or holds reserved) so far. */
 export function spendOf(
-  journal: Iterable<Pick<JournalRow, "usage" | "reserved_tokens" | "llm_attempts">>,
+  journal: Iterable<Pick<JournalRow, "spent_tokens" | "reserved_tokens" | "llm_attempts">>,
   effects: Iterable<Pick<SideEffectRow, "attempts">>,
 ): { tokens: number; modelCalls: number; toolCalls: number } {
   let tokens = 0;
@@ -90,9 +114,20 @@ export function spendOf(
   return { tokens, modelCalls, toolCalls };
 }
 
+/**
+ * The longest answer a request of a run with `budget` may ask for, in tokens
+ * (sent to the model as its cap, and reserved): `maxOutputTokens`, default
+ * 4096, when the budget sets a token ceiling or `maxOutputTokens`; otherwise
+ * undefined (no cap is asked for).
+ */
+export function answerCap(budget: Budget | undefined): number | undefined {
+  if (budget?.tokens === undefined && budget?.maxOutputTokens === undefined) return undefined;
+  return budget.maxOutputTokens ?? 4096;
+}
+
 /** A request's worst case in tokens: the prompt estimated at 4 characters a token, plus the largest answer. */
 export function worstCaseTokens(budget: Budget, promptChars: number): number {
-  return Math.ceil(promptChars / 4) + (budget.maxOutputTokens ?? 4096);
+  return Math.min(MAX_ROW_TOKENS, Math.ceil(promptChars / 4) + (budget.maxOutputTokens ?? 4096));
 }
 
 /** Throws {@link BudgetError} when one more model request, reserving `reserve` tokens, would pass a ceiling. */

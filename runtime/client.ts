@@ -22,7 +22,7 @@ import { redactUrl } from "./config.ts";
 import { describeError, describeValue, RuntimeError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
-import { OpenAIPlanner, type Planner } from "./planner.ts";
+import { MAX_TOKENS_FIELDS, type MaxTokensField, OpenAIPlanner, type Planner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
 import {
   agentsWithRuns,
@@ -593,7 +593,8 @@ export async function connect(opts: ConnectOptions = {}): Promise<Client> {
  * An OpenAI-compatible client from an agent's endpoint and the `MODEL_*`
  * settings. Throws `MODEL_MISSING` when there is no URL or no model name
  * (a real endpoint always needs `MODEL`), `MODEL_SETTINGS_INVALID` for
- * malformed `MODEL_HEADERS` or `MODEL_QUERY`.
+ * malformed `MODEL_HEADERS` or `MODEL_QUERY`, or a `MODEL_MAX_TOKENS_FIELD`
+ * other than `max_tokens` or `max_completion_tokens`.
  */
 export function endpointPlanner(agent: Agent, endpoint: ModelEndpoint, ctx: AgentContext): Planner {
   const url = ctx.env.MODEL_URL || endpoint.url;
@@ -628,9 +629,20 @@ export function endpointPlanner(agent: Agent, endpoint: ModelEndpoint, ctx: Agen
       );
     }
   };
+  const maxTokensField = ctx.env.MODEL_MAX_TOKENS_FIELD || endpoint.maxTokensField;
+  if (maxTokensField !== undefined && !MAX_TOKENS_FIELDS.includes(maxTokensField as MaxTokensField)) {
+    throw new RuntimeError(
+      "MODEL_SETTINGS_INVALID",
+      `MODEL_MAX_TOKENS_FIELD (or the agent's maxTokensField) must be one of ${
+        MAX_TOKENS_FIELDS.join(", ")
+      }: ` +
+        `current value is ${JSON.stringify(maxTokensField)}`,
+    );
+  }
   return new OpenAIPlanner({
     url,
     model,
+    maxTokensField: maxTokensField as MaxTokensField | undefined,
     apiKey: ctx.env[endpoint.apiKeyEnv ?? "MODEL_API_KEY"] || undefined,
     headers: { ...endpoint.headers, ...extra("MODEL_HEADERS", "headers") },
     query: { ...endpoint.query, ...extra("MODEL_QUERY", "query") },

@@ -13,6 +13,7 @@
  * | `DATA_DIR` | `--data-dir` | `.data` |
  * | `MODEL_URL`, `MODEL`, `MODEL_API_KEY` | `--model-url`, `--model`, `--model-api-key` | unset: in-process mock model (`MODEL` is required with a URL) |
  * | `MODEL_HEADERS`, `MODEL_QUERY` | `--model-headers`, `--model-query` | none: JSON object or `k=v,k2=v2` |
+ * | `MODEL_MAX_TOKENS_FIELD` | `--model-max-tokens-field` | `max_tokens` (or `max_completion_tokens`): caps a budgeted request's answer |
  * | `CLOUD_URL` | `--cloud-url` | unset: in-process mock cloud |
  * | `MAX_STEPS` | `--max-steps` | 12 |
  * | `WORKER` | `--worker` | `<hostname>:<pid>` |
@@ -66,6 +67,8 @@ export interface Settings {
   modelHeaders?: string;
   /** Extra query parameters on every model request (`MODEL_QUERY`, e.g. Azure's `api-version=2024-10-21`). */
   modelQuery?: string;
+  /** The request field capping a budgeted request's answer (`MODEL_MAX_TOKENS_FIELD`); unset: `max_tokens`. */
+  modelMaxTokensField?: "max_tokens" | "max_completion_tokens";
   /** Unset: the in-process mock cloud. */
   cloudUrl?: string;
   /** Decisions before `guard` stops the run (`MAX_STEPS`); unset: the agent's `maxSteps`. */
@@ -112,6 +115,7 @@ export const SETTING_NAMES: readonly string[] = [
   "MODEL_API_KEY",
   "MODEL_HEADERS",
   "MODEL_QUERY",
+  "MODEL_MAX_TOKENS_FIELD",
   "CLOUD_URL",
   "MAX_STEPS",
   "WORKER",
@@ -327,6 +331,18 @@ export class SettingsReader {
     return raw;
   }
 
+  /** `MODEL_MAX_TOKENS_FIELD`: unset, `max_tokens` or `max_completion_tokens`. */
+  maxTokensField(): Settings["modelMaxTokensField"] {
+    const raw = this.str("MODEL_MAX_TOKENS_FIELD");
+    if (raw === undefined || raw === "max_tokens" || raw === "max_completion_tokens") return raw;
+    this.problems.push(
+      `MODEL_MAX_TOKENS_FIELD must be "max_tokens" or "max_completion_tokens": current value is ${
+        JSON.stringify(raw)
+      }`,
+    );
+    return undefined;
+  }
+
   /** `LOG_FORMAT`: `text` (the default) or `json`. */
   logFormat(): LogFormat {
     const raw = this.str("LOG_FORMAT", "text");
@@ -464,6 +480,7 @@ export function loadSettings(
     modelApiKey: apiKey,
     modelHeaders: r.keyValues("MODEL_HEADERS", "headers"),
     modelQuery: r.keyValues("MODEL_QUERY", "query"),
+    modelMaxTokensField: r.maxTokensField(),
     cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
     maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", 12, 1, 10_000),
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),

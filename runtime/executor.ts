@@ -16,6 +16,7 @@ import { deadline } from "./clock.ts";
 import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, describeError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
 import { askRemote } from "./reconcile.ts";
+import { toStorable } from "./store/storable.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
 
@@ -178,7 +179,7 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
 
     let outcome: ToolOutcome;
     try {
-      outcome = await callTool(deps, state, call, attempt);
+      outcome = storedOutcome(await callTool(deps, state, call, attempt), call);
     } catch (err) {
       if (err instanceof SimulatedKill) throw err; // the (simulated) process is gone
       if (state.signal.aborted) throw state.signal.reason ?? err;
@@ -243,10 +244,16 @@ async function unknownOutcome(
   if (seen.approved) return "send";
   const atLimit = seen.attempts >= tool.maxAttempts && !seen.reopened;
   if (tool.idempotent && !atLimit) return "send";
-  const answer = await askRemote(deps, state, { key, seq, tool, args: call.args, attempts: seen.attempts });
+  let answer = await askRemote(deps, state, { key, seq, tool, args: call.args, attempts: seen.attempts });
   if (answer?.status === "happened") {
-    await confirm(deps, state, call, answer.result, "reconciled");
-    return "settled";
+    // What the remote says it returned is stored like any result: one the
+    // database cannot hold confirms nothing, and the lookup could not tell.
+    const stored = toStorable(answer.result, { writeOut: true });
+    if (stored.ok) {
+      await confirm(deps, state, call, stored.value, "reconciled");
+      return "settled";
+    }
+    answer = { status: "unknown", reason: `the result it found cannot be stored: it holds ${stored.reason}` };
   }
   if (answer?.status === "not_happened" && !atLimit) return "send";
   const lookup = answer === undefined
@@ -415,6 +422,25 @@ async function callTool(
   } finally {
     timeout.cancel();
   }
+}
+
+/**
+ * A tool's outcome with its result as the database will give it back (what
+ * the model sees, live and on replay). A result that cannot be stored (a
+ * cycle, a BigInt, NaN, nesting too deep: storable.ts) fails the call for
+ * good with `TOOL_RESULT_UNSTORABLE`, rather than failing every write of it;
+ * NUL characters and lone surrogates are written out as their escapes.
+ */
+function storedOutcome(outcome: ToolOutcome, call: PreparedCall): ToolOutcome {
+  const stored = toStorable(outcome.result, { writeOut: true });
+  if (stored.ok) return { ...outcome, result: stored.value };
+  throw new ToolError(
+    "TOOL_RESULT_UNSTORABLE",
+    `${call.tool.name} answered, but its result cannot be stored: it holds ${stored.reason}. ` +
+      `The call is failed for good, though the remote may have acted (key ${call.key}); ` +
+      `the tool must return JSON`,
+    { transient: false },
+  );
 }
 
 function settle(state: RunState, seq: number, change: Partial<SideEffectRow>): void {

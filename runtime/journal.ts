@@ -12,10 +12,10 @@ import { retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./con
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildMessages } from "./history.ts";
 import type { ModelAnswer } from "./planner.ts";
-import type { Decision, JournalRow, Rejection } from "./store/store.ts";
-import type { Json } from "./tools.ts";
+import type { Decision, JournalRow, Rejection, TokenSettlement } from "./store/store.ts";
 import { addUsage } from "./usage.ts";
-import { checkModelRequest, worstCaseTokens } from "./budget.ts";
+import { answerCap, answerTokens, checkModelRequest, MAX_ROW_TOKENS, worstCaseTokens } from "./budget.ts";
+import { toStorable } from "./store/storable.ts";
 import type { OpenAITool } from "./tools.ts";
 
 /** The characters a request's prompt carries (messages and tool schemas): the basis of its token estimate. */
@@ -50,8 +50,10 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     }
     const messages = buildMessages(state, seq, deps.instructions);
     const tools = deps.tools.toOpenAI();
-    // With a budget, the request's worst case is reserved in the intent's own write.
+    // With a budget, the request's worst case is reserved in the intent's own write,
+    // and the answer is asked to stay within it.
     const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(messages, tools)) : 0;
+    const maxOutputTokens = answerCap(state.budget);
     checkModelRequest(state, reserve);
     // The row as the write left it is what this worker now knows of the step.
     const current = await store.journalIntentRow(
@@ -85,6 +87,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           messages,
           agent: deps.agent,
           tools,
+          maxOutputTokens,
           // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
           get signal() {
             return timeout.signal;
@@ -93,7 +96,12 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     } catch (err) {
       const e = asModelError(err, timeout.expired(), state.signal);
       if (e.badAnswer) {
-        await reject(deps, state, current, { code: e.code, message: e.message }, attempt, e.usage, reserve);
+        await reject(deps, state, current, {
+          rejection: { code: e.code, message: e.message },
+          attempt,
+          usage: e.usage,
+          reserve,
+        });
         continue;
       }
       if (!e.transient) throw e;
@@ -123,62 +131,58 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     }
     await crash.hit("after_decide_before_journal", seq);
 
-    let decision: Decision;
-    if (answer.kind === "done") {
-      decision = { done: true, message: answer.message };
-    } else {
-      const checked = deps.tools.check(answer.tool, answer.args);
-      if (!checked.ok) {
-        await reject(
-          deps,
-          state,
-          current,
-          { code: checked.code, message: checked.message },
-          attempt,
-          answer.usage,
-          reserve,
-        );
-        continue;
-      }
-      decision = { tool: answer.tool, args: answer.args as Json };
-      state.checked = { decision, tool: checked.tool, args: checked.args };
-    }
-    // PostgreSQL cannot store a NUL character in text or jsonb: such an answer
-    // could never be confirmed, so it is refused (and re-asked) like any other.
-    if (hasNul(decision)) {
-      await reject(
-        deps,
-        state,
-        current,
-        {
+    // What cannot be stored as it is (a lone surrogate, a NUL, a number JSON
+    // cannot hold, nesting too deep: storable.ts) could never be confirmed, or
+    // would reach the tool as something other than what is stored: refused
+    // (and re-asked) like any other bad answer, before the tool's schema sees it.
+    const stored = toStorable(
+      answer.kind === "done"
+        ? { done: true, message: answer.message }
+        : { tool: answer.tool, args: answer.args },
+    );
+    if (!stored.ok) {
+      await reject(deps, state, current, {
+        rejection: {
           code: "MODEL_UNSTORABLE",
-          message: "The answer contains a NUL character (\\u0000), which cannot be stored; answer without it",
+          message: `The answer cannot be stored: it holds ${stored.reason}; answer again without it`,
         },
         attempt,
-        answer.usage,
-      );
+        usage: answer.usage,
+        reserve,
+      });
       continue;
+    }
+    // The answer as the database will give it back: what the tool receives, live and on replay.
+    const decision = stored.value as Decision;
+    if ("tool" in decision) {
+      const checked = deps.tools.check(decision.tool, decision.args);
+      if (!checked.ok) {
+        await reject(deps, state, current, {
+          rejection: { code: checked.code, message: checked.message },
+          attempt,
+          usage: answer.usage,
+          reserve,
+        });
+        continue;
+      }
+      state.checked = { decision, tool: checked.tool, args: checked.args };
     }
     // Every answer this step paid for counts, refused ones included.
     const usage = addUsage(current.usage, answer.usage);
-    await store.journalConfirm(state.fence, seq, decision, usage, clock.now(), reserve);
+    const tokens = { released: reserve, spent: answerTokens(answer.usage, reserve) };
+    await store.journalConfirm(state.fence, seq, decision, usage, clock.now(), tokens);
     state.journal.set(seq, {
       ...current,
       status: "confirmed",
       decision,
       usage,
       confirmed_at: clock.now(),
-      reserved_tokens: Math.max(0, current.reserved_tokens - reserve),
+      ...settledTokens(current, tokens),
     });
     log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
     await crash.hit("after_decide", seq);
     return decision;
   }
-}
-
-/** True when `value` holds a NUL character anywhere (PostgreSQL text and jsonb refuse it). */
-export function hasNul(value: unknown): boolean {
-  return (JSON.stringify(value) ?? "").includes("\\u0000");
 }
 
 /** The planted bug (a test seam, off in production): a replay pays the model again, uncounted. */
@@ -203,19 +207,30 @@ export function describeDecision(decision: Decision): Record<string, unknown> {
   return "tool" in decision ? { tool: decision.tool, args: decision.args } : { done: true };
 }
 
+/** A row's token columns after a write settled one answer (as the statement computes them). */
+function settledTokens(
+  row: JournalRow,
+  tokens: TokenSettlement,
+): Pick<JournalRow, "reserved_tokens" | "spent_tokens"> {
+  return {
+    reserved_tokens: Math.max(0, row.reserved_tokens - tokens.released),
+    spent_tokens: Math.min(MAX_ROW_TOKENS, row.spent_tokens + tokens.spent),
+  };
+}
+
+/** Records a refused answer (it was paid for: its usage and tokens count) and throws at the attempt limit. */
 async function reject(
   deps: WorkerDeps,
   state: RunState,
   row: JournalRow,
-  rejection: Rejection,
-  attempt: number,
-  answerUsage: unknown,
-  reserve = 0,
+  refused: { rejection: Rejection; attempt: number; usage: unknown; reserve: number },
 ): Promise<void> {
-  const usage = answerUsage === undefined ? undefined : addUsage(row.usage, answerUsage);
-  await deps.store.journalReject(state.fence, row.seq, rejection, usage, reserve);
+  const { rejection, attempt, reserve } = refused;
+  const usage = refused.usage === undefined ? undefined : addUsage(row.usage, refused.usage);
+  const tokens = { released: reserve, spent: answerTokens(refused.usage, reserve) };
+  await deps.store.journalReject(state.fence, row.seq, rejection, usage, tokens);
   row.rejections = [...row.rejections, rejection];
-  row.reserved_tokens = Math.max(0, (row.reserved_tokens ?? 0) - reserve);
+  Object.assign(row, settledTokens(row, tokens));
   if (usage !== undefined) row.usage = usage;
   deps.log.warn("rejected", {
     run: state.fence.runId,

@@ -18,6 +18,7 @@ import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
 import { decide } from "./journal.ts";
 import { recover } from "./recovery.ts";
+import { ValueUnstorableError } from "./store/storable.ts";
 import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./store/store.ts";
 import type { Json } from "./tools.ts";
 import type { Budget } from "./budget.ts";
@@ -401,7 +402,10 @@ const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffect
 });
 
 function isRunFailure(err: unknown): boolean {
-  return err instanceof RuntimeError && err.code === "DECISION_INVALID";
+  // A value the store refused to write (storable.ts) fails the run where it is, with
+  // what was wrong: it is no outage, and another worker would meet the same value.
+  return err instanceof ValueUnstorableError ||
+    (err instanceof RuntimeError && err.code === "DECISION_INVALID");
 }
 
 function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {

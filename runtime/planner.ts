@@ -59,6 +59,14 @@ export interface DecideRequest {
   messages: ChatMessage[];
   /** The tools the model may call. */
   tools: OpenAITool[];
+  /**
+   * The most tokens the answer may take (reasoning included), set when the
+   * run has a token budget: the request's reservation holds no more. A
+   * planner passes it to its server as the answer's cap; an answer that
+   * takes more all the same is counted in full, and the run stops at its
+   * next request.
+   */
+  maxOutputTokens?: number;
   /** Aborts the request. */
   signal?: AbortSignal;
 }
@@ -102,7 +110,23 @@ export interface OpenAIPlannerOptions {
   fetch?: FetchLike;
   /** The wall clock, for a `Retry-After` given as an HTTP date. Defaults to `Date.now`. */
   now?: () => number;
+  /**
+   * The request field that caps the answer when a request carries
+   * {@link DecideRequest.maxOutputTokens}. Default `max_tokens`, which every
+   * compatible server knows (Ollama, llama.cpp's server and llamafile ignore
+   * `max_completion_tokens`, so the cap would be silently lost). OpenAI's
+   * reasoning models (o-series, GPT-5) refuse `max_tokens` with a 400: set
+   * `max_completion_tokens` for them. Never both: OpenAI refuses a request
+   * that sets the two.
+   */
+  maxTokensField?: MaxTokensField;
 }
+
+/** The request field that caps an answer's tokens: see {@link OpenAIPlannerOptions.maxTokensField}. */
+export type MaxTokensField = "max_tokens" | "max_completion_tokens";
+
+/** Every {@link MaxTokensField}. */
+export const MAX_TOKENS_FIELDS: readonly MaxTokensField[] = ["max_tokens", "max_completion_tokens"];
 
 export { isTransientStatus } from "./http.ts";
 
@@ -150,8 +174,18 @@ export class OpenAIPlanner implements Planner {
   readonly #now: () => number;
   #tools?: { array: OpenAITool[]; json: string };
 
-  /** Creates a client for one endpoint and model. Throws a `TypeError` when `url` is not a URL. */
+  /**
+   * Creates a client for one endpoint and model. Throws a `TypeError` when
+   * `url` is not a URL, a `RangeError` when `maxTokensField` is not one of
+   * {@link MAX_TOKENS_FIELDS}.
+   */
   constructor(opts: OpenAIPlannerOptions) {
+    if (opts.maxTokensField !== undefined && !MAX_TOKENS_FIELDS.includes(opts.maxTokensField)) {
+      throw new RangeError(
+        `Cannot create the planner as 'maxTokensField' must be one of ${MAX_TOKENS_FIELDS.join(", ")}: ` +
+          `current value is ${JSON.stringify(opts.maxTokensField)}`,
+      );
+    }
     this.#opts = opts;
     this.#fetch = opts.fetch ?? ((req) => fetch(req));
     this.#url = chatCompletionsUrl(opts.url, opts.query);
@@ -199,9 +233,15 @@ export class OpenAIPlanner implements Planner {
     // default with tools, and vLLM refuses it unless started with a flag), and
     // no empty `tools` list (OpenAI refuses `[]`).
     // The tools' schemas are the same on every request of a registry: serialised once (#11).
+    // A budgeted request carries its answer's cap, in the one field chosen (never both).
+    const cap = req.maxOutputTokens === undefined
+      ? ""
+      : `,${JSON.stringify(this.#opts.maxTokensField ?? "max_tokens")}:${
+        Math.max(1, Math.floor(req.maxOutputTokens))
+      }`;
     const body = `{"model":${JSON.stringify(this.#opts.model)},"messages":${JSON.stringify(req.messages)}${
       req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""
-    }}`;
+    }${cap}}`;
     const url = this.#url;
     const where = () => this.#mask(shownUrl(url));
     let res: Response;
@@ -223,6 +263,13 @@ export class OpenAIPlanner implements Planner {
       if (res.status === 404 && !/(^|\/)v1(\/|$)/.test(new URL(this.#opts.url).pathname)) {
         message += `. The base URL's path has no /v1 segment: most servers serve the API under /v1 ` +
           `(try MODEL_URL=${this.#mask(shownUrl(withV1(this.#opts.url)))})`;
+      }
+      const field = this.#opts.maxTokensField ?? "max_tokens";
+      if (res.status === 400 && cap !== "" && /max_(completion_)?tokens/.test(said ?? "")) {
+        const other = field === "max_tokens" ? "max_completion_tokens" : "max_tokens";
+        message +=
+          `. The request capped its answer with ${field} (the run has a token budget); if the server ` +
+          `wants ${other}, set MODEL_MAX_TOKENS_FIELD=${other} (or maxTokensField in the agent's model)`;
       }
       throw new ModelError("MODEL_HTTP", message, {
         transient,

@@ -395,3 +395,38 @@ Deno.test("a 200 carrying an error object in place of choices is refused with th
   assert.equal(err.code, "MODEL_NO_CHOICES");
   assert.match(err.message, /upstream timed out/);
 });
+
+Deno.test("a budgeted request carries its answer's cap in the one field chosen; an unbudgeted one carries none", async () => {
+  const bodies: Record<string, unknown>[] = [];
+  const fetch = async (req: Request) => {
+    bodies.push(await req.json());
+    return Response.json({
+      choices: [{ message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
+    });
+  };
+  const ask = (planner: OpenAIPlanner, maxOutputTokens?: number) =>
+    planner.decide({
+      runId: "r",
+      seq: 0,
+      messages: [{ role: "user", content: "go" }],
+      tools: [],
+      maxOutputTokens,
+    });
+  await ask(new OpenAIPlanner({ url: "http://m/v1", model: "m", fetch }), 300);
+  await ask(
+    new OpenAIPlanner({ url: "http://m/v1", model: "m", fetch, maxTokensField: "max_completion_tokens" }),
+    300,
+  );
+  await ask(new OpenAIPlanner({ url: "http://m/v1", model: "m", fetch }));
+  assert.deepEqual(bodies.map((b) => [b.max_tokens, b.max_completion_tokens]), [
+    [300, undefined],
+    [undefined, 300],
+    [undefined, undefined],
+  ]);
+  assert.throws(
+    () => new OpenAIPlanner({ url: "http://m/v1", model: "m", maxTokensField: "max_output_tokens" as never }),
+    (e: Error) =>
+      e instanceof RangeError &&
+      /'maxTokensField' must be one of max_tokens, max_completion_tokens/.test(e.message),
+  );
+});

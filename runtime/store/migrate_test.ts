@@ -5,6 +5,7 @@ import { MIGRATIONS, migrationScript, parseMigrations, SCHEMA_VERSION } from "./
 import { openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
+import { answerTokens } from "../budget.ts";
 
 // schema.sql as it stood before versions (tables in public, no schema_version),
 // with its own in-place upgrade lines: what a database created before this
@@ -174,4 +175,44 @@ Deno.test({
         await Promise.all(stores.map((s) => s.client.close()));
       }
     }),
+});
+
+Deno.test("migration 5 counts a step of an older database by the budget's rule, from the usage it holds", async () => {
+  const store = new Store(await openPglite());
+  try {
+    const upTo4 = MIGRATIONS.filter((m) => m.version <= 4);
+    await store.client.exec(
+      `create schema if not exists agent_runtime; set search_path to agent_runtime;
+       ${upTo4.map((m) => m.sql).join("\n")}
+       create table schema_version (version integer primary key, name text not null,
+                                    applied_at timestamptz not null default now());
+       insert into schema_version (version, name) values ${
+        upTo4.map((m) => `(${m.version}, 'v')`).join(", ")
+      };
+       ${OLD_RUN}`,
+    );
+    const usages = [
+      { prompt_tokens: 1000, completion_tokens: 100, total_tokens: -1 },
+      { prompt_tokens: 10, completion_tokens: 5 },
+      { total_tokens: 7.5, prompt_tokens: -3 },
+      { total_tokens: "many" },
+      null,
+    ];
+    for (const [i, usage] of usages.entries()) {
+      await store.client.run(
+        `insert into journal (run_id, seq, status, llm_attempts, usage, epoch, intent_at)
+         values ('old-run', $1, 'intent', 1, $2::text::jsonb, 3, '2026-01-01')`,
+        [i + 1, JSON.stringify(usage)],
+      );
+    }
+    assert.deepEqual(await store.migrate(), { schema: "agent_runtime", from: 4, to: SCHEMA_VERSION });
+    const { journal } = await store.loadHistory("old-run");
+    assert.deepEqual(
+      journal.slice(1).map((j) => j.spent_tokens),
+      usages.map((u) => answerTokens(u, 0)),
+    );
+    assert.deepEqual(journal.slice(1).map((j) => j.spent_tokens), [1100, 15, 8, 0, 0]);
+  } finally {
+    await store.client.close();
+  }
 });

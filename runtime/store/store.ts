@@ -14,7 +14,7 @@ import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import { isoTimestamp } from "../clock.ts";
 import type { PlantedDefects } from "../defects.ts";
 import { FencedError, StoreError } from "../errors.ts";
-import type { Budget } from "../budget.ts";
+import { type Budget, MAX_ROW_TOKENS } from "../budget.ts";
 import {
   assertNotNewer,
   migrate,
@@ -24,6 +24,7 @@ import {
   targetSchema,
 } from "./migrate.ts";
 import type { Json } from "../tools.ts";
+import { storableJson } from "./storable.ts";
 
 export { SCHEMA_SQL };
 
@@ -166,6 +167,8 @@ export interface JournalRow {
   confirmed_at: Date | null;
   /** Tokens reserved by requests of this step whose answers are not settled. */
   reserved_tokens: number;
+  /** Tokens this step's settled answers count against the budget (budget.ts `answerTokens`). */
+  spent_tokens: number;
 }
 
 /** Status of a tool call. */
@@ -256,6 +259,19 @@ export interface NewRun {
   budget?: Budget;
 }
 
+/**
+ * How a journal write settles an answer's tokens: the reservation it releases
+ * and what the answer counts (budget.ts `answerTokens`).
+ */
+export interface TokenSettlement {
+  /** Tokens of the step's reservation this answer releases. */
+  released: number;
+  /** Tokens the answer counts against the budget. */
+  spent: number;
+}
+
+const NO_TOKENS: TokenSettlement = Object.freeze({ released: 0, spent: 0 });
+
 /** A run a worker host has just taken: the row after its claim, and who held it before. */
 export interface TakenRun extends RunRow {
   /** The owner before this take. */
@@ -300,6 +316,7 @@ interface HistoryRow {
   usage: Json | null;
   rejections: Rejection[] | null;
   reserved_tokens: number | null;
+  spent_tokens: number | null;
   idempotency_key: string | null;
   tool: string | null;
   args: Json | null;
@@ -373,9 +390,13 @@ const JOURNAL_INTENT_UPSERT = `${JOURNAL_INTENT}
               reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
         where journal.status = 'intent'
        returning *`;
+// An answer settled: its reservation ($n) released, what it counts ($n + 1) added.
+const SETTLE_TOKENS = (n: number) =>
+  `reserved_tokens = greatest(0, reserved_tokens - $${n}),
+              spent_tokens = least(${MAX_ROW_TOKENS}, spent_tokens::bigint + $${n + 1})::int`;
 const JOURNAL_CONFIRM =
   `update journal set status = 'confirmed', decision = $4::text::jsonb, usage = $5::text::jsonb,
-              confirmed_at = $6::timestamptz, reserved_tokens = greatest(0, reserved_tokens - $7)
+              confirmed_at = $6::timestamptz, ${SETTLE_TOKENS(7)}
         where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`;
 const EFFECT_INTENT =
   `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
@@ -477,7 +498,7 @@ export type EffectResolution =
 function resolutionParams(r: EffectResolution, by: string, now: Date): unknown[] {
   return [
     r.action,
-    jsonParam(r.action === "result" ? r.result : null),
+    jsonParam(r.action === "result" ? r.result : null, "resolved result"),
     r.action === "fail" ? textParam(r.error) : null,
     by,
     ts(now),
@@ -516,6 +537,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "intent_at",
     "confirmed_at",
     "reserved_tokens",
+    "spent_tokens",
   ],
   side_effects: [
     "idempotency_key",
@@ -565,14 +587,12 @@ const claimMarks = (source: string) =>
        error = case when ${source}.progress = runs.progress_mark then runs.error end,
        progress_mark = ${source}.progress`;
 
-// PostgreSQL cannot store a NUL character in text or jsonb. A JSON text's
-// `\u0000` escapes (not preceded by an escaped backslash) become the literal
-// six characters, so the value is stored instead of failing its statement.
-const jsonParam = (value: unknown): string => {
-  const text = JSON.stringify(value ?? null);
-  // Most values hold no NUL: a plain search is much cheaper than the regex (#11).
-  return text.includes("\\u0000") ? text.replace(/(?<!\\)((?:\\\\)*)\\u0000/g, "$1\\\\u0000") : text;
-};
+// Every JSON value is written through storable.ts's one check: what jsonb
+// would refuse or change throws a ValueUnstorableError naming the value
+// before any statement is sent, and NUL characters and lone surrogates are
+// written out as the text of their escapes. Callers that must refuse those
+// instead (a model's answer, a run's input) check first, with the same function.
+const jsonParam = (value: unknown, what: string): string => storableJson(value, what, { writeOut: true });
 // A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget):
 // the one insert that createRun and createOrGetRun share.
 const INSERT_RUN =
@@ -590,23 +610,23 @@ function newRunParams(run: NewRun, now: Date): unknown[] {
   return [
     run.runId,
     run.agent,
-    run.goal,
-    jsonParam(run.input ?? run.goal),
+    textParam(run.goal),
+    jsonParam(run.input ?? run.goal, "run input"),
     ts(now),
-    jsonParam(run.budget ?? null),
+    jsonParam(run.budget ?? null, "run budget"),
   ];
 }
 
 /**
  * The row {@link INSERT_RUN} writes, from the values it was given: the JSON
- * columns as stored (NUL escapes written out), the rest the schema's defaults.
+ * columns and the goal as stored (NUL escapes written out), the rest the schema's defaults.
  */
 function newRunRow(run: NewRun, now: Date): RunRow {
   return {
     run_id: run.runId,
     agent: run.agent,
-    goal: run.goal,
-    input: JSON.parse(jsonParam(run.input ?? run.goal)),
+    goal: textParam(run.goal)!,
+    input: JSON.parse(jsonParam(run.input ?? run.goal, "run input")),
     output: null,
     status: "pending",
     epoch: 0,
@@ -617,7 +637,7 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     updated_at: now,
     stuck_claims: 0,
     progress_mark: 0,
-    budget: JSON.parse(jsonParam(run.budget ?? null)),
+    budget: JSON.parse(jsonParam(run.budget ?? null, "run budget")),
   };
 }
 
@@ -644,6 +664,7 @@ function freshJournalRow(f: Fence, seq: number, now: Date, reserveTokens: number
     intent_at: now,
     confirmed_at: null,
     reserved_tokens: reserveTokens,
+    spent_tokens: 0,
   };
 }
 
@@ -864,14 +885,14 @@ export class Store {
   async loadHistory(runId: string): Promise<{ journal: JournalRow[]; effects: SideEffectRow[] }> {
     const rows = await this.client.query<HistoryRow>(
       `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at,
-              decision, llm_attempts, usage, rejections, reserved_tokens,
+              decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens,
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
               null::text as remote, null::text as error, null::int as attempts,
               null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen
          from journal where run_id = $1
        union all
        select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
-              null, null, null, null, null,
+              null, null, null, null, null, null,
               idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at,
               attempts_at_reopen
          from side_effects where run_id = $1
@@ -895,6 +916,7 @@ export class Store {
           intent_at,
           confirmed_at,
           reserved_tokens: r.reserved_tokens ?? 0,
+          spent_tokens: r.spent_tokens ?? 0,
         });
       } else {
         effects.push({
@@ -981,44 +1003,58 @@ export class Store {
   /**
    * Records an answer the runtime refused for step `seq`, so a re-ask can say
    * why. `usage`, when given, replaces the step's usage (the refused answer
-   * was paid for too: the caller passes the step's running total).
+   * was paid for too: the caller passes the step's running total); `tokens`
+   * settles the answer's reservation against what it counts.
    */
   async journalReject(
     f: Fence,
     seq: number,
     rejection: Rejection,
     usage?: Json,
-    releaseTokens = 0,
+    tokens: TokenSettlement = NO_TOKENS,
   ): Promise<void> {
     const written = await this.client.run(
       `update journal set rejections = rejections || jsonb_build_array($4::text::jsonb),
               usage = case when $5::text is null then usage else $5::text::jsonb end,
-              reserved_tokens = greatest(0, reserved_tokens - $6)
+              ${SETTLE_TOKENS(6)}
         where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`,
       [
         f.runId,
         f.epoch,
         seq,
-        jsonParam(rejection),
-        usage === undefined ? null : jsonParam(usage),
-        releaseTokens,
+        jsonParam(rejection, "refusal"),
+        usage === undefined ? null : jsonParam(usage, "token usage"),
+        tokens.released,
+        tokens.spent,
       ],
     );
     if (written === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
   }
 
-  /** Commits the decision of step `seq`. Throws {@link FencedError} when refused. */
+  /**
+   * Commits the decision of step `seq`, settling its answer's reservation
+   * against what the answer counts. Throws {@link FencedError} when refused.
+   */
   async journalConfirm(
     f: Fence,
     seq: number,
     decision: Decision,
     usage: Json | undefined,
     now: Date,
-    releaseTokens = 0,
+    tokens: TokenSettlement = NO_TOKENS,
   ): Promise<void> {
     const written = await this.client.run(
       JOURNAL_CONFIRM,
-      [f.runId, f.epoch, seq, jsonParam(decision), jsonParam(usage ?? null), ts(now), releaseTokens],
+      [
+        f.runId,
+        f.epoch,
+        seq,
+        jsonParam(decision, "decision"),
+        jsonParam(usage ?? null, "token usage"),
+        ts(now),
+        tokens.released,
+        tokens.spent,
+      ],
     );
     if (written === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
   }
@@ -1047,7 +1083,7 @@ export class Store {
     now: Date,
     fresh = false,
   ): Promise<SideEffectRow> {
-    const params = [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now)];
+    const params = [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args, "tool arguments"), ts(now)];
     const row = await this.#freshOr(
       fresh,
       async () =>
@@ -1068,7 +1104,7 @@ export class Store {
   ): Promise<void> {
     const written = await this.client.run(
       this.defects.confirmSkipsFence ? EFFECT_CONFIRM(true) : EFFECT_CONFIRM_FENCED,
-      [f.runId, f.epoch, key, jsonParam(result), remote, ts(now)],
+      [f.runId, f.epoch, key, jsonParam(result, "tool result"), remote, ts(now)],
     );
     if (written === 0) throw await this.refusal(f, `tool confirm key=${key}`);
   }
@@ -1291,16 +1327,14 @@ export class Store {
       `with page as (select * from runs r where ${where}
                        order by r.created_at desc, r.run_id desc limit $4 offset $5)
        select r.*, coalesce(j.steps, 0)::int as steps, coalesce(j.llm_calls, 0)::int as llm_calls,
-              coalesce(j.tokens, 0)::int as tokens, coalesce(e.tool_calls, 0)::int as tool_calls,
+              coalesce(j.tokens, 0)::float8 as tokens, coalesce(e.tool_calls, 0)::int as tool_calls,
               coalesce(e.flagged, 0)::int as flagged
          from page r
          left join (select run_id,
                            (count(*) filter (where status = 'confirmed' and decision ? 'tool'))::int as steps,
                            sum(llm_attempts)::int as llm_calls,
-                           sum(coalesce((usage->>'total_tokens')::int,
-                                        coalesce((usage->>'prompt_tokens')::int, 0)
-                                          + coalesce((usage->>'completion_tokens')::int, 0))
-                               + reserved_tokens)::int as tokens
+                           -- What the budget counts (budget.ts rowTokens): the columns, not usage.
+                           sum(spent_tokens + reserved_tokens)::float8 as tokens
                       from journal where run_id in (select run_id from page) group by run_id) j on j.run_id = r.run_id
          left join (select run_id, (count(*) filter (where status = 'flagged'))::int as flagged,
                            sum(attempts)::int as tool_calls
@@ -1380,7 +1414,16 @@ export class Store {
           where approvals.args_hash <> excluded.args_hash
          returning 1)
        select (select count(*) from r)::int as waiting`,
-      [f.runId, f.epoch, call.key, call.seq, call.tool, jsonParam(call.args), call.hash, ts(now)],
+      [
+        f.runId,
+        f.epoch,
+        call.key,
+        call.seq,
+        call.tool,
+        jsonParam(call.args, "tool arguments"),
+        call.hash,
+        ts(now),
+      ],
     );
     if ((rows[0]?.waiting ?? 0) === 0) throw await this.refusal(f, `approval request key=${call.key}`);
   }
@@ -1429,7 +1472,16 @@ export class Store {
                                  confirmed_at, error)
        select $3, $1, $4, $5, $6::text::jsonb, 'failed', 0, $2, $7::timestamptz, $7::timestamptz, $8 where ${FENCE}
        returning *`,
-      [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args), ts(now), textParam(error)],
+      [
+        f.runId,
+        f.epoch,
+        e.key,
+        e.seq,
+        e.tool,
+        jsonParam(e.args, "tool arguments"),
+        ts(now),
+        textParam(error),
+      ],
     );
     if (rows.length === 0) throw await this.refusal(f, `tool denied key=${e.key}`);
     return rows[0];
