@@ -113,6 +113,8 @@ export {
 } from "./runtime/planner.ts";
 export type { RunTokens } from "./runtime/store/overview.ts";
 export type {
+  AnsweredApproval,
+  ApprovalAnswer,
   ApprovalRow,
   Decision,
   EffectStatus,

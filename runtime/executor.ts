@@ -215,6 +215,13 @@ async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): 
  * is asked about with its exact arguments, and the run waits (holding no
  * worker) until then. True: approved, go on. False: denied, recorded as the
  * tool's result. Throws {@link WaitingError} while it waits.
+ *
+ * The read is only a shortcut: an answer for these arguments is final (see
+ * the comment at REQUEST_APPROVAL in the store), so it is used at once.
+ * Anything else (no request, one for other arguments, one still pending when
+ * read) goes through `requestApproval`, whose one statement decides from the
+ * request as it stands then: a person may have answered since the read, and
+ * the worker goes on with that answer instead of waiting on it.
  */
 async function approved(
   deps: WorkerDeps,
@@ -224,19 +231,31 @@ async function approved(
   decision: { tool: string; args: Json },
 ): Promise<boolean> {
   const hash = await argsHash(decision.args);
-  const approval = await deps.store.getApproval(key);
+  let approval = await deps.store.getApproval(key);
   if (!approval || approval.args_hash !== hash || approval.status === "pending") {
     const call = { key, seq, tool: decision.tool, args: decision.args, hash };
-    await deps.store.requestApproval(state.fence, call, deps.clock.now());
-    deps.log.warn("waiting-for-approval", {
-      run: state.fence.runId,
-      seq,
-      key,
-      tool: decision.tool,
-      args: decision.args,
-      asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
-    });
-    throw new WaitingError(key, decision.tool);
+    const asked = await deps.store.requestApproval(state.fence, call, deps.clock.now());
+    if (asked.waiting) {
+      deps.log.warn("waiting-for-approval", {
+        run: state.fence.runId,
+        seq,
+        key,
+        tool: decision.tool,
+        args: decision.args,
+        asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
+      });
+      throw new WaitingError(key, decision.tool);
+    }
+    approval = asked.approval;
+    // The statement replaces a request for other arguments and waits on a pending one: what is left is an
+    // answer for these arguments. Checked, since a call must never run on an answer given for others.
+    if (approval.args_hash !== hash || approval.status === "pending") {
+      throw new RuntimeError(
+        "APPROVAL_INCONSISTENT",
+        `The approval request for ${key} came back ${approval.status} for arguments ${approval.args_hash}, ` +
+          `asked for ${hash}, without the run waiting: a bug in the store's approval statement`,
+      );
+    }
   }
   if (approval.status === "denied") {
     const error = `denied by ${approval.decided_by ?? "a person"}${

@@ -20,7 +20,7 @@ import { Hono } from "hono";
 import type { Context, Next } from "hono";
 import { type Client, ClientError, type Resolution } from "../runtime/client.ts";
 import { RuntimeError } from "../runtime/errors.ts";
-import type { RunStatus } from "../runtime/store/store.ts";
+import { OPEN_RUN_STATUSES, type RunStatus } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { buildTimeline } from "./timeline.ts";
 
@@ -228,9 +228,14 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
   });
 
   app.get("/api/runs/:id", async (c) => {
-    const timeline = buildTimeline(await client.inspect(c.req.param("id")));
-    // Calls waiting for a person's yes or no (approvals bound to their exact arguments).
-    const approvals = (await client.approvals(c.req.param("id"))).filter((a) => a.status === "pending")
+    const record = await client.inspect(c.req.param("id"));
+    const timeline = buildTimeline(record);
+    // Calls waiting for a person's yes or no (approvals bound to their exact arguments), offered only
+    // while the run is open: a closed run's calls are not answered (RUN_CLOSED) until it is reopened.
+    const open = OPEN_RUN_STATUSES.includes(record.run.status);
+    const approvals = (open ? await client.approvals(c.req.param("id")) : []).filter((a) =>
+      a.status === "pending"
+    )
       .map((a) => ({ key: a.idempotency_key, seq: a.seq, tool: a.tool, args: a.args }));
     return c.json({
       readOnly: opts.readOnly === true,
