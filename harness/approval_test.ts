@@ -13,6 +13,7 @@ import type { Tool } from "../runtime/tools.ts";
 import { argsHash } from "../runtime/executor.ts";
 import { Client, ClientError } from "../runtime/client.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
+import { DEMO_APPROVAL_TOOL, demoAgent, drawApprovalRace, fuzz } from "./fuzz.ts";
 import { SimDb, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();
@@ -276,6 +277,29 @@ Deno.test("a closed run's call cannot be answered: RUN_CLOSED, the request stays
   assert.equal(answered.run_status, "pending", "the run's real status after the answer");
   assert.equal(await exitStatus(w, "ap-4"), "done");
   assert.deepEqual((await w.snapshot("ap-4")).created.map((c) => c.key), ["ap-4:0", "ap-4:1", "ap-4:2"]);
+});
+
+Deno.test("the approval race, 200 schedules of random interleavings: no run waits on an answered request", async () => {
+  // A new master seed each time (APPROVAL_RACE_SEED replays one); a failure prints it with its replay.
+  const seed = Number(Deno.env.get("APPROVAL_RACE_SEED") ?? Math.floor(Math.random() * 2 ** 31));
+  await db.freshSchema();
+  const report = await fuzz(demoAgent, {
+    db,
+    seed,
+    schedules: 200,
+    remote: "mock-cloud",
+    approvalTool: DEMO_APPROVAL_TOOL,
+    draw: drawApprovalRace,
+  });
+  assert.deepEqual(report.failures.map((f) => f.text), [], `seed=${seed}`);
+  assert.equal(report.schedules, 200);
+  // The acts landed: answers, cancels and reopens between the worker's statements, and cancels at a wait.
+  for (const kind of ["approve@stmt", "deny@stmt", "cancel@stmt", "reopen@stmt", "cancel@wait"]) {
+    assert.ok(
+      (report.kinds[kind] ?? 0) > 0,
+      `seed=${seed}: no ${kind} fired (${JSON.stringify(report.kinds)})`,
+    );
+  }
 });
 
 Deno.test.afterAll(async () => {

@@ -69,11 +69,20 @@ export function checkInvariants(
  * run); one confirmed tool call per tool step under `<run_id>:<seq>`, matching
  * its decision; one remote effect per key and none under a key no row owns
  * (and, when `resultIsId`, each stored result is the id the remote gave);
- * every row confirmed in an `earlier` snapshot unchanged.
+ * every row confirmed in an `earlier` snapshot unchanged. A call whose key is
+ * in `denied` (a person said no) must instead be `failed`, never sent, with
+ * no effect at the remote.
  */
 export function checkShape(
   final: RunSnapshot,
-  opts: { runId: string; steps: number; earlier?: RunSnapshot[]; resultIsId?: boolean; tools?: string[] },
+  opts: {
+    runId: string;
+    steps: number;
+    earlier?: RunSnapshot[];
+    resultIsId?: boolean;
+    tools?: string[];
+    denied?: ReadonlySet<string>;
+  },
 ): string[] {
   const problems: string[] = [];
   const { runId } = opts;
@@ -116,13 +125,22 @@ export function checkShape(
     if (e.idempotency_key !== key) {
       problems.push(`seq=${e.seq} has key ${e.idempotency_key}, expected ${key}`);
     }
-    if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
     const decision = final.journal[e.seq]?.decision;
     if (
       !decision || !("tool" in decision) || decision.tool !== e.tool || canon(decision.args) !== canon(e.args)
     ) {
       problems.push(`tool call ${key} (${e.tool} ${canon(e.args)}) is not what step ${e.seq} decided`);
     }
+    if (opts.denied?.has(key)) {
+      if (e.status !== "failed" || e.attempts !== 0) {
+        problems.push(`tool call ${key} was denied, yet is ${e.status} after ${e.attempts} request(s)`);
+      }
+      if (final.created.some((r) => r.key === key) || (final.requestsByKey[key] ?? 0) > 0) {
+        problems.push(`tool call ${key} was denied, yet the remote got it`);
+      }
+      continue;
+    }
+    if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
     const resource = final.created.find((r) => r.key === key);
     if (!resource) problems.push(`the cloud holds no resource under ${key}`);
     else if (resultIsId && canon(e.result) !== canon(resource.id)) {

@@ -9,6 +9,7 @@
  * @module
  */
 
+import { createHash } from "node:crypto";
 import { checkToolRequest } from "./budget.ts";
 import { deadline } from "./clock.ts";
 import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
@@ -47,16 +48,20 @@ export class WaitingError extends RuntimeError {
   }
 }
 
-/** sha-256 of the canonical JSON (keys sorted at every level) of `value`, in hex. */
-export async function argsHash(value: Json): Promise<string> {
+/**
+ * sha-256 of the canonical JSON (keys sorted at every level) of `value`, in
+ * hex. Computed in this thread (node:crypto): `crypto.subtle.digest` answers
+ * from a worker thread a macrotask later, which the simulator's schedules
+ * (microtasks only) could not order.
+ */
+export function argsHash(value: Json): Promise<string> {
   const canonical = (v: Json): string =>
     v === null || typeof v !== "object"
       ? JSON.stringify(v)
       : Array.isArray(v)
       ? `[${v.map(canonical).join(",")}]`
       : `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(",")}}`;
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(canonical(value)));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return Promise.resolve(createHash("sha256").update(canonical(value)).digest("hex"));
 }
 
 /** A call ready to send: its row's identity and its parsed arguments. */
