@@ -1294,9 +1294,9 @@ export class Store {
    * the request is pending after the write. Returns the request as it stands:
    * `approved` or `denied` means a person answered before this statement,
    * and the run is still `running` under this worker, which goes on with the
-   * answer. Throws {@link FencedError} when refused. See {@link APPROVAL_ORDER}
-   * for why no interleaving with {@link Store.decideApproval} leaves the run
-   * waiting on a request already answered.
+   * answer. Throws {@link FencedError} when refused. The comment at
+   * REQUEST_APPROVAL in this file says why no interleaving with
+   * {@link Store.decideApproval} leaves the run waiting on an answered request.
    */
   async requestApproval(
     f: Fence,
@@ -1322,7 +1322,8 @@ export class Store {
    * for a run that is not going on, so a reopen never sends a call that was
    * approved while its run was closed. Returns the request as it stands after
    * the statement (undefined when there is none), whether this statement
-   * answered it, and the run's status after it. See {@link APPROVAL_ORDER}.
+   * answered it, and the run's status after it. See the comment at
+   * REQUEST_APPROVAL in this file.
    */
   async decideApproval(
     key: string,
