@@ -152,6 +152,8 @@ export {
   ValueUnstorableError,
 } from "./runtime/store/storable.ts";
 export type {
+  AnsweredApproval,
+  ApprovalAnswer,
   ApprovalRow,
   Decision,
   EffectResolution,

@@ -44,8 +44,10 @@ export {
 export { type FakeEffect, FakeRemote, type FakeRemoteFaults } from "./harness/fake_remote.ts";
 export {
   type AgentFactory,
+  type CleanRun,
   decodeSchedule,
   demoAgent as demoFuzzAgent,
+  drawApprovalRace,
   encodeSchedule,
   type Fault,
   type FaultFamily,
@@ -54,6 +56,7 @@ export {
   type FuzzFailure,
   type FuzzOptions,
   type FuzzReport,
+  type PersonAct,
   type Schedule,
   type ScheduleResult,
 } from "./harness/fuzz.ts";

@@ -445,9 +445,11 @@ export const COMMAND_USAGE: Record<string, string> = {
   Cancels a run that is not closed; a worker holding it stops at its next write.`,
   approve: `usage: deno task approve KEY [--by NAME]
   Approves a tool call that waits for a person, for the exact arguments it was asked about;
-  the run is taken up again at once.`,
+  the run is taken up again at once. Refused (RUN_CLOSED) while the run is cancelled, done or
+  failed: reopen it first.`,
   deny: `usage: deno task deny KEY --reason TEXT [--by NAME]
-  Denies a tool call that waits for a person: it is never sent, and the model sees the refusal.`,
+  Denies a tool call that waits for a person: it is never sent, and the model sees the refusal.
+  Refused (RUN_CLOSED) while the run is cancelled, done or failed.`,
   prune: `usage: deno task prune --finished-before AGE|DATE [--dry-run] [--batch N]
   Deletes finished runs (done, failed, cancelled) last changed before the cutoff, with their rows,
   in batches; never an open run.
@@ -773,7 +775,7 @@ export async function main(
         printer(ctx)(
           `${row.status}  key=${row.idempotency_key}  tool=${row.tool}  args=${formatValue(row.args)}  by=${
             formatValue(ctx.actor)
-          }  run=${row.run_id}  run_status=pending`,
+          }  run=${row.run_id}  run_status=${row.run_status}`,
         );
         break;
       }

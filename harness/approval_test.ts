@@ -11,6 +11,9 @@ import { demoTools } from "../examples/provision/tools.ts";
 import { buildMessages } from "../runtime/history.ts";
 import type { Tool } from "../runtime/tools.ts";
 import { argsHash } from "../runtime/executor.ts";
+import { Client, ClientError } from "../runtime/client.ts";
+import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
+import { DEMO_APPROVAL_TOOL, demoAgent, drawApprovalRace, fuzz } from "./fuzz.ts";
 import { SimDb, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();
@@ -52,13 +55,17 @@ Deno.test("a call that needs approval waits, holding no worker; approve lets it 
   );
 
   const approved = await w.observer.decideApproval("ap-1:0", "approved", "alice", null, w.clock.now());
-  assert.equal(approved?.decided_by, "alice");
+  assert.equal(approved.decided, true);
+  assert.equal(approved.approval?.decided_by, "alice");
+  assert.equal(approved.runStatus, "pending");
   assert.equal((await w.observer.getRun("ap-1"))?.status, "pending", "taken up again at once");
   assert.equal(await exitStatus(w, "ap-1"), "done");
   const done = await w.snapshot("ap-1");
   assert.deepEqual(done.created.map((c) => c.key), ["ap-1:0", "ap-1:1", "ap-1:2"], "one effect per key");
   assert.equal(w.model.calls("ap-1"), 4, "the decision was not bought again");
-  assert.equal(await w.observer.decideApproval("ap-1:0", "denied", "bob", "late", w.clock.now()), undefined);
+  const late = await w.observer.decideApproval("ap-1:0", "denied", "bob", "late", w.clock.now());
+  assert.equal(late.decided, false);
+  assert.equal(late.approval?.status, "approved", "the first answer stands");
 });
 
 Deno.test("deny: the call is never sent, and the model is shown the refusal as the tool's result", async () => {
@@ -133,19 +140,166 @@ Deno.test("an approval given for other arguments is not used: the call is asked 
   assert.equal((await w.snapshot("ap-3")).created.length, 0);
 });
 
-Deno.test("cancelling a run that waits for approval works", async () => {
+/**
+ * A store client that calls `before(n)` ahead of its n-th statement (from 1):
+ * a person acting between two statements of a worker, planted from outside.
+ */
+function landBefore(client: SqlClient, before: (n: number) => Promise<void>): SqlClient {
+  let n = 0;
+  return {
+    describe: client.describe,
+    exec: (text) => client.exec(text),
+    close: () => client.close(),
+    query: async <T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> => {
+      await before(++n);
+      return await client.query<T>(text, params, opts);
+    },
+    run: async (text: string, params?: unknown[]): Promise<number> => {
+      await before(++n);
+      return await client.run(text, params);
+    },
+  };
+}
+
+/**
+ * Drives `runId` to its end as a patient person would: a waiting run's
+ * pending request is approved, a cancelled run reopened, a pending one given
+ * a worker. Fails as soon as the run waits with no pending request: nothing
+ * would ever wake it.
+ */
+async function untilDone(w: SimWorld, client: Client, runId: string): Promise<void> {
+  // Bounded: a person's answer or a worker's turn each round.
+  for (let round = 0; round < 12; round++) {
+    const run = await w.observer.getRun(runId);
+    if (run?.status === "done") return;
+    if (run?.status === "waiting") {
+      const requests = await w.observer.listApprovals(runId);
+      const pending = requests.find((r) => r.status === "pending");
+      assert.ok(
+        pending,
+        `run ${runId} waits, yet its requests are all answered (${
+          requests.map((r) => `${r.idempotency_key} ${r.status}`).join(", ")
+        }): nothing will ever wake it`,
+      );
+      await client.approve(pending.idempotency_key, { by: "person" });
+    } else if (run?.status === "cancelled") await client.reopen(runId);
+    else if (run?.status === "pending") await w.spawn({ runId }).exit;
+    else assert.fail(`run ${runId} is ${run?.status}`);
+  }
+  assert.fail(`run ${runId} did not finish in 12 rounds`);
+}
+
+/** A run waiting for approval, cancelled and reopened: its request is pending while a worker replays it. */
+async function reopenedWhileWaiting(w: SimWorld, client: Client, runId: string): Promise<void> {
+  assert.equal(await exitStatus(w, runId), "waiting");
+  await client.cancel(runId, { by: "bob" });
+  await client.reopen(runId);
+}
+
+Deno.test("an answer given between any two statements of a worker's turn is never lost", async (t) => {
+  // How many statements the reopened run's worker sends on its own (until it waits again).
+  const probe = await world();
+  const probeClient = new Client(probe.observer, probe.clock);
+  await reopenedWhileWaiting(probe, probeClient, "ap-probe");
+  let statements = 0;
+  const counted = await probe.spawn({
+    runId: "ap-probe",
+    hooks: { wrapStore: (client) => landBefore(client, (n) => Promise.resolve(void (statements = n))) },
+  }).exit;
+  assert.equal(counted.kind === "exited" && counted.outcome.status, "waiting");
+  assert.ok(statements >= 3, `${statements} statements`);
+
+  for (const action of ["approve", "deny", "cancel"] as const) {
+    // One past the last statement too: the answer lands after the worker let the run go.
+    for (let k = 1; k <= statements + 1; k++) {
+      await t.step(`${action} before statement ${k} of ${statements}`, async () => {
+        const w = await world();
+        const client = new Client(w.observer, w.clock);
+        const runId = `ap-${action}-${k}`;
+        await reopenedWhileWaiting(w, client, runId);
+        const act = async (n: number) => {
+          if (n !== k) return;
+          if (action === "approve") await client.approve(`${runId}:0`, { by: "alice" });
+          else if (action === "deny") await client.deny(`${runId}:0`, { by: "alice", reason: "no" });
+          else await client.cancel(runId, { by: "carol" });
+        };
+        await w.spawn({ runId, hooks: { wrapStore: (client) => landBefore(client, act) } }).exit;
+        // The answer may also land after the worker's last statement.
+        if (k > statements) await act(k);
+        await untilDone(w, client, runId);
+        const done = await w.snapshot(runId);
+        const request = await w.observer.getApproval(`${runId}:0`);
+        const sent = done.created.map((c) => c.key);
+        if (action === "deny") {
+          assert.deepEqual(sent, [`${runId}:1`, `${runId}:2`], "the denied call was never sent");
+          assert.equal(done.effects[0].status, "failed");
+          assert.equal(done.effects[0].attempts, 0);
+        } else {
+          assert.deepEqual(sent, [`${runId}:0`, `${runId}:1`, `${runId}:2`], "one effect per key");
+          // Sent only on an approval for its exact arguments.
+          assert.equal(request?.status, "approved");
+          assert.equal(request?.args_hash, await argsHash(done.effects[0].args));
+        }
+      });
+    }
+  }
+});
+
+Deno.test("a closed run's call cannot be answered: RUN_CLOSED, the request stays pending, and a reopen asks again", async () => {
   const w = await world();
+  const client = new Client(w.observer, w.clock);
   assert.equal(await exitStatus(w, "ap-4"), "waiting");
-  assert.equal((await w.observer.cancelRun("ap-4", "cancelled by test", w.clock.now()))?.status, "cancelled");
+  await client.cancel("ap-4", { by: "bob" });
+  for (
+    const answer of [() => client.approve("ap-4:0", { by: "a" }), () => client.deny("ap-4:0", { by: "a" })]
+  ) {
+    await assert.rejects(answer(), (e) => {
+      assert.ok(e instanceof ClientError);
+      assert.equal(e.code, "RUN_CLOSED");
+      assert.match(e.message, /^Run ap-4 is cancelled, so tool call ap-4:0 was not (approved|denied)/);
+      assert.match(e.message, /deno task reopen ap-4/);
+      return true;
+    });
+  }
   assert.equal(
-    await w.observer.decideApproval("ap-4:0", "approved", "a", null, w.clock.now()) !== undefined,
-    true,
+    (await w.observer.getApproval("ap-4:0"))?.status,
+    "pending",
+    "the request is kept, unanswered",
   );
-  assert.equal(
-    (await w.observer.getRun("ap-4"))?.status,
-    "cancelled",
-    "an approval does not revive a cancelled run",
-  );
+  assert.equal((await w.observer.getRun("ap-4"))?.status, "cancelled");
+
+  // Reopened, the run asks again and sends nothing until a person answers for the open run.
+  await client.reopen("ap-4");
+  assert.equal(await exitStatus(w, "ap-4"), "waiting");
+  assert.equal((await w.snapshot("ap-4")).created.length, 0, "nothing was sent on the refused approval");
+  const answered = await client.approve("ap-4:0", { by: "alice" });
+  assert.equal(answered.status, "approved");
+  assert.equal(answered.run_status, "pending", "the run's real status after the answer");
+  assert.equal(await exitStatus(w, "ap-4"), "done");
+  assert.deepEqual((await w.snapshot("ap-4")).created.map((c) => c.key), ["ap-4:0", "ap-4:1", "ap-4:2"]);
+});
+
+Deno.test("the approval race, 200 schedules of random interleavings: no run waits on an answered request", async () => {
+  // A new master seed each time (APPROVAL_RACE_SEED replays one); a failure prints it with its replay.
+  const seed = Number(Deno.env.get("APPROVAL_RACE_SEED") ?? Math.floor(Math.random() * 2 ** 31));
+  await db.freshSchema();
+  const report = await fuzz(demoAgent, {
+    db,
+    seed,
+    schedules: 200,
+    remote: "mock-cloud",
+    approvalTool: DEMO_APPROVAL_TOOL,
+    draw: drawApprovalRace,
+  });
+  assert.deepEqual(report.failures.map((f) => f.text), [], `seed=${seed}`);
+  assert.equal(report.schedules, 200);
+  // The acts landed: answers, cancels and reopens between the worker's statements, and cancels at a wait.
+  for (const kind of ["approve@stmt", "deny@stmt", "cancel@stmt", "reopen@stmt", "cancel@wait"]) {
+    assert.ok(
+      (report.kinds[kind] ?? 0) > 0,
+      `seed=${seed}: no ${kind} fired (${JSON.stringify(report.kinds)})`,
+    );
+  }
 });
 
 Deno.test.afterAll(async () => {

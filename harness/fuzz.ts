@@ -21,6 +21,11 @@
  *   negative total, or far more than its request's cap (a server that
  *   ignores it). Every budgeted schedule is checked against the budget's
  *   promise (see {@link checkBudget}).
+ * - `approve@stmt#9`, `deny@stmt#9`, `cancel@stmt#9`, `reopen@stmt#9`: a
+ *   person answers the run's approval request, cancels or reopens the run
+ *   just before the 9th statement; `deny@wait#1`, `cancel@wait#1`: the first
+ *   time the run waits for approval, the person denies or cancels instead of
+ *   approving (for an agent with a tool that needs approval).
  *
  * A failing schedule is shrunk to the fewest faults that still fail and
  * printed with its seed, its faults and the command that replays it:
@@ -39,10 +44,18 @@ import { type Agent, defineAgent } from "../runtime/agent.ts";
 import { commandFlags } from "../runtime/config.ts";
 import { DEFAULT_RETRY } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
+import { Client, ClientError } from "../runtime/client.ts";
 import { RuntimeError, SimulatedKill } from "../runtime/errors.ts";
+import { argsHash } from "../runtime/executor.ts";
 import type { FetchLike } from "../runtime/planner.ts";
-import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
-import { defineTool, type Tool } from "../runtime/tools.ts";
+import type {
+  ApprovalRow,
+  QueryOptions,
+  RunStatus,
+  SideEffectRow,
+  SqlClient,
+} from "../runtime/store/store.ts";
+import { defineTool, type Json, type Tool, ToolRegistry } from "../runtime/tools.ts";
 import type { ModelFaultMode } from "../mock/model.ts";
 import { FakeRemote } from "./fake_remote.ts";
 import { spendOf } from "../runtime/budget.ts";
@@ -81,6 +94,10 @@ export const MODEL_FAULTS: readonly ModelFault[] = [
 export type UsageFault = "none" | "negative" | "oversized";
 /** Every {@link UsageFault}. */
 export const USAGE_FAULTS: readonly UsageFault[] = ["none", "negative", "oversized"];
+/** What a person does to a run: answers its approval request, cancels it, or reopens it. */
+export type PersonAct = "approve" | "deny" | "cancel" | "reopen";
+/** Every {@link PersonAct}. */
+export const PERSON_ACTS: readonly PersonAct[] = ["approve", "deny", "cancel", "reopen"];
 
 /** One fault of a schedule, aimed at a position counted across all its processes (from 1). */
 export type Fault =
@@ -88,12 +105,25 @@ export type Fault =
   | { kind: "stall"; n: number; wake: number }
   | { kind: "cloud"; n: number; fault: CloudFault }
   | { kind: "model"; n: number; fault: ModelFault }
-  | { kind: "usage"; n: number; fault: UsageFault };
+  | { kind: "usage"; n: number; fault: UsageFault }
+  /** Before the n-th statement, or (`wait`) instead of approving at the n-th time the run waits. */
+  | { kind: "person"; act: PersonAct; at: "stmt" | "wait"; n: number };
 
-/** The families of faults a fuzz may draw from (`budget`: a ceiling on the run, and usage faults). */
-export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget";
+/**
+ * The families of faults a fuzz may draw from (`budget`: a ceiling on the run,
+ * and usage faults; `approval`: a person's acts, for an agent with a tool that
+ * needs approval).
+ */
+export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget" | "approval";
 /** Every {@link FaultFamily}. */
-export const FAULT_FAMILIES: readonly FaultFamily[] = ["kill", "stall", "cloud", "model", "budget"];
+export const FAULT_FAMILIES: readonly FaultFamily[] = [
+  "kill",
+  "stall",
+  "cloud",
+  "model",
+  "budget",
+  "approval",
+];
 
 /** A schedule's budget: a token ceiling with each answer's cap, and maybe a ceiling on model requests. */
 export interface ScheduleBudget {
@@ -125,6 +155,8 @@ export function encodeFault(f: Fault): string {
       return `kill@${f.at}#${f.n}:${f.when}`;
     case "stall":
       return `stall@stmt#${f.n}+${f.wake}`;
+    case "person":
+      return `${f.act}@${f.at}#${f.n}`;
     default:
       return `${f.kind}#${f.n}:${f.fault}`;
   }
@@ -180,6 +212,8 @@ export function decodeSchedule(text: string): Schedule {
       faults.push({ kind: "usage", n: Number(m[1]), fault: m[2] as UsageFault });
     } else if (budget === undefined && faults.length === 0 && (budget = decodeBudget(part)) !== undefined) {
       // The budget, first in the list.
+    } else if ((m = part.match(/^(approve|deny|cancel|reopen)@(stmt|wait)#(\d+)$/))) {
+      faults.push({ kind: "person", act: m[1] as PersonAct, at: m[2] as "stmt" | "wait", n: Number(m[3]) });
     } else {
       throw bad(`the fault ${JSON.stringify(part)} is not one the fuzzer knows`);
     }
@@ -200,8 +234,21 @@ export interface FuzzOptions {
   faults?: readonly FaultFamily[];
   /** Most faults in one schedule (at least one is drawn). Default 4. */
   maxFaults?: number;
+  /**
+   * Draws each schedule from its seed and the clean run instead of the
+   * default draw (which uses `faults` and `maxFaults`): {@link drawApprovalRace}
+   * aims every schedule at the approval race.
+   */
+  draw?: (seed: number, clean: CleanRun) => Schedule;
   /** Runs exactly this schedule (the `--replay` form, or a {@link Schedule}) instead of drawing any. */
   replay?: string | Schedule;
+  /**
+   * A tool of the agent whose every call needs a person's approval (the
+   * fuzzer makes it so), to put approvals in the schedules. An agent whose
+   * own tools need approval has them there anyway: a clean run that waits
+   * for a person adds the `approval` family to the default draw.
+   */
+  approvalTool?: string;
   /** What answers the tools: a fresh {@link FakeRemote} per schedule (default) or the demo's mock cloud. */
   remote?: "fake" | "mock-cloud";
   /** Goal of each run. Default: the agent's default input, else a generic goal. */
@@ -303,8 +350,28 @@ interface Target {
   remote: "fake" | "mock-cloud";
   goal: string;
   defects?: PlantedDefects;
-  /** The clean run: the tools in order, how many statements and requests it makes, the tokens it costs. */
-  clean?: { tools: string[]; steps: number; stmts: number; model: number; cloud: number; tokens: number };
+  /** The clean run: the tools in order, its statements and requests, the tokens it costs, how often it waits. */
+  clean?: CleanRun & { tools: string[]; steps: number };
+  /** The tool the fuzzer made need approval, if any. */
+  approvalTool?: string;
+  /** The tools as the fuzzer runs them, to check calls against (their schemas, whether they need approval). */
+  registry: ToolRegistry;
+}
+
+/** What a clean run (no faults) of the target does: where a schedule's faults can land. */
+export interface CleanRun {
+  /** Store statements, across its processes. */
+  stmts: number;
+  /** Model requests. */
+  model: number;
+  /** Tool requests. */
+  cloud: number;
+  /** Tokens the model billed. */
+  tokens: number;
+  /** Times the run waited for a person (0 unless a tool needs approval). */
+  waits?: number;
+  /** The statement count when it first waited: the next worker's turn starts after it. */
+  firstWaitStmt?: number;
 }
 
 /** A process as the fuzzer follows it. */
@@ -342,6 +409,8 @@ function statementLabel(text: string): string {
   if (t.startsWith("select 'j' as tbl")) return "read-history";
   if (t.startsWith("select * from side_effects")) return "read-tool";
   if (t.startsWith("select * from runs")) return "read-run";
+  if (t.startsWith("with run as (")) return "approval-request";
+  if (t.startsWith("select * from approvals")) return "approval-read";
   return "other";
 }
 
@@ -354,6 +423,7 @@ const WRITES = new Set([
   "tool-settle",
   "heartbeat",
   "finish",
+  "approval-request",
 ]);
 
 /** One schedule being run. */
@@ -378,6 +448,8 @@ class ScheduleRun {
   frozen?: { proc: Proc; release: () => void; wake: number; thief?: Proc; thiefStart: number };
   /** Every model answer of a budgeted schedule, as the budget check needs it. */
   readonly answers: BudgetAnswer[] = [];
+  /** The person at the run: answers its approval requests, and acts where the schedule says. */
+  person?: Person;
   readonly #world: SimWorld;
   readonly #faults: Fault[];
   readonly #budget?: ScheduleBudget;
@@ -403,11 +475,22 @@ class ScheduleRun {
     return this.#faults.findIndex((f, i) => this.fired[i] === undefined && pick(f));
   }
 
+  /** Fires the not-yet-fired fault matching `pick` at `where`, and returns it. */
+  take(pick: (f: Fault) => boolean, where: string): Fault | undefined {
+    const i = this.#find(pick);
+    if (i < 0) return undefined;
+    this.#fire(i, where);
+    return this.#faults[i];
+  }
+
   #fire(i: number, where: string): void {
     this.fired[i] = where;
     const f = this.#faults[i];
     this.#world.note(`~~~ fault ${encodeFault(f)} fired at ${where}`);
-    if (f.kind === "kill" || f.kind === "stall") this.spend.interruptions++;
+    // A cancel stops the worker as a kill does: an answer it was waiting to write down is lost.
+    if (f.kind === "kill" || f.kind === "stall" || (f.kind === "person" && f.act === "cancel")) {
+      this.spend.interruptions++;
+    }
     if (f.kind === "model") {
       if (f.fault === "5xx" || f.fault === "timeout") this.spend.transientFaults++;
       else this.spend.badAnswerFaults++;
@@ -503,6 +586,7 @@ class ScheduleRun {
         await this.#freeze(p, f.wake);
         if (p.done) return await send();
       }
+      await this.person?.beforeStatement(n, `stmt#${n} ${label} (${p.name})`);
       const before = this.#find((f) =>
         f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "before"
       );
@@ -577,6 +661,7 @@ class ScheduleRun {
       // Bounded: a frozen process waits for one release per freeze.
       while (p.frozen) await p.frozen;
       if (p.done || p.sim?.dead) return await fetch(req);
+      if (remote === "cloud") await this.person?.checkSend(req, p.name);
       const n = remote === "model" ? ++this.model : ++this.cloud;
       const where = `${remote}#${n} ${remote === "cloud" ? new URL(req.url).pathname : "chat"} (${p.name})`;
       const before = this.#find((f) =>
@@ -686,6 +771,150 @@ class ScheduleRun {
   }
 }
 
+// --- The person at the run: approvals, cancels and reopens (the `approval` family) ---
+
+/**
+ * The person at a run that asks for approvals. With no process alive it
+ * answers a waiting run's request (approve, unless the schedule aims a
+ * `deny@wait` or `cancel@wait` at this wait) and reopens a cancelled run;
+ * between statements it acts where the schedule aims an act. It checks the two
+ * invariants of approvals as the run goes: no run waits on a request already
+ * answered (nothing would ever wake it), and a call of a tool that needs
+ * approval goes out only with an approval for its exact arguments.
+ */
+class Person {
+  /** Times the run was found waiting for a person. */
+  waits = 0;
+  /** The statement count when the run first waited (where the next worker's turn begins). */
+  firstWaitStmt?: number;
+  readonly #run: ScheduleRun;
+  readonly #world: SimWorld;
+  readonly #client: Client;
+  readonly #runId: string;
+  readonly #tools: ToolRegistry;
+  readonly #checkSends: boolean;
+
+  constructor(
+    opts: { run: ScheduleRun; world: SimWorld; runId: string; tools: ToolRegistry; checkSends: boolean },
+  ) {
+    this.#run = opts.run;
+    this.#world = opts.world;
+    this.#client = new Client(opts.world.observer, opts.world.clock);
+    this.#runId = opts.runId;
+    this.#tools = opts.tools;
+    this.#checkSends = opts.checkSends;
+  }
+
+  /** Before statement `n`: the act the schedule aims there, if any. */
+  async beforeStatement(n: number, where: string): Promise<void> {
+    const f = this.#run.take((f) => f.kind === "person" && f.at === "stmt" && f.n === n, where);
+    if (f?.kind === "person") this.#world.note(`~~~ person: ${await this.#act(f.act)}`);
+  }
+
+  /**
+   * With no process alive: reopens a cancelled run, answers a waiting one.
+   * Returns whether it acted (a worker may take the run up again).
+   */
+  async atRest(status: RunStatus | undefined): Promise<boolean> {
+    if (status === "cancelled") {
+      this.#world.note(`~~~ person: ${await this.#act("reopen")}`);
+      return true;
+    }
+    if (status !== "waiting") return false;
+    const requests = await this.#world.observer.listApprovals(this.#runId);
+    if (!requests.some((r) => r.status === "pending")) {
+      this.#run.problems.push(
+        `run ${this.#runId} waits, yet its approval requests are all answered (${
+          requests.map((r) => `${r.idempotency_key} ${r.status}`).join(", ")
+        }): nothing will ever wake it`,
+      );
+      return false;
+    }
+    const n = ++this.waits;
+    this.firstWaitStmt ??= this.#run.stmt;
+    const aimed = this.#run.take((f) => f.kind === "person" && f.at === "wait" && f.n === n, `wait#${n}`);
+    this.#world.note(`~~~ person: ${await this.#act(aimed?.kind === "person" ? aimed.act : "approve")}`);
+    return true;
+  }
+
+  /** Does `act` through the client, as a person would, and says what came of it. */
+  async #act(act: PersonAct): Promise<string> {
+    const runId = this.#runId;
+    try {
+      if (act === "cancel") {
+        return `cancel: run ${(await this.#client.cancel(runId, { by: "person" })).status}`;
+      }
+      if (act === "reopen") return `reopen: run ${(await this.#client.reopen(runId)).status}`;
+      const requests = await this.#world.observer.listApprovals(runId);
+      const request = requests.find((r) => r.status === "pending") ?? requests.at(-1);
+      if (!request) return `${act}: no request yet`;
+      const key = request.idempotency_key;
+      const answered = act === "approve"
+        ? await this.#client.approve(key, { by: "person" })
+        : await this.#client.deny(key, { by: "person", reason: "the schedule says no" });
+      return `${act} ${key}: ${answered.status}, run ${answered.run_status}`;
+    } catch (err) {
+      if (err instanceof ClientError) return `${act}: ${err.code}`;
+      throw err;
+    }
+  }
+
+  #needsApproval(e: { tool: string; args: Json }): boolean {
+    const checked = this.#tools.check(e.tool, e.args);
+    return checked.ok && checked.tool.needsApproval(checked.args);
+  }
+
+  /** What the run's requests say of a call: `approved`, `denied`, `pending`, or that none is for its arguments. */
+  async #answerFor(e: SideEffectRow, requests?: ApprovalRow[]): Promise<string> {
+    const request = requests
+      ? requests.find((r) => r.idempotency_key === e.idempotency_key)
+      : await this.#world.observer.getApproval(e.idempotency_key);
+    if (!request) return "no request";
+    return request.args_hash === await argsHash(e.args) ? request.status : "a request for other arguments";
+  }
+
+  /** As a tool request goes out: if its call needs approval, it must hold one for its exact arguments. */
+  async checkSend(req: Request, proc: string): Promise<void> {
+    if (!this.#checkSends) return;
+    const key = req.headers.get("idempotency-key");
+    const effect = key === null ? undefined : await this.#world.observer.getEffect(key);
+    if (!effect || !this.#needsApproval(effect)) return;
+    const answer = await this.#answerFor(effect);
+    if (answer !== "approved") {
+      this.#run.problems.push(
+        `${proc} sent ${key} (${effect.tool}) with ${answer}, not an approval of its arguments`,
+      );
+    }
+  }
+
+  /**
+   * After the run: every call that needs approval was sent only if approved
+   * for its exact arguments, and refused unsent only if denied. Returns the
+   * keys a person denied (their calls end `failed`, never sent).
+   */
+  async afterRun(final: RunSnapshot): Promise<Set<string>> {
+    const requests = await this.#world.observer.listApprovals(this.#runId);
+    const denied = new Set<string>();
+    for (const e of final.effects.filter((e) => this.#needsApproval(e))) {
+      const answer = await this.#answerFor(e, requests);
+      if (e.attempts > 0 && answer !== "approved") {
+        this.#run.problems.push(
+          `tool call ${e.idempotency_key} (${e.tool}) was sent ${e.attempts} time(s) with ${answer}, ` +
+            `not an approval of its arguments`,
+        );
+      }
+      if (e.attempts === 0 && e.status === "failed") {
+        if (answer === "denied") denied.add(e.idempotency_key);
+        else this.#run.problems.push(`tool call ${e.idempotency_key} was refused unsent with ${answer}`);
+      }
+    }
+    return denied;
+  }
+}
+
+/** The demo's tool that `deno task fuzz` makes need a person's approval. */
+export const DEMO_APPROVAL_TOOL = "create_database";
+
 /** The demo agent as a fuzz target: its three cloud tools against the given fetch. */
 export const demoAgent: AgentFactory = (fetch) =>
   defineAgent({
@@ -725,16 +954,33 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
         idempotent: t.idempotent,
         timeoutMs: Math.min(t.timeoutMs, FUZZ_TIMEOUT_MS),
         maxAttempts: FUZZ_ATTEMPTS,
+        approval: (args) => t.name === opts.approvalTool || t.needsApproval(args),
         run: (args, ctx) => t.run(args, ctx),
         reconcile: t.reconcile,
         reconcileTimeoutMs: Math.min(t.reconcileTimeoutMs, FUZZ_TIMEOUT_MS),
       })
     );
+  const names = toolsOf(probe).map((t) => t.name);
+  if (opts.approvalTool !== undefined && !names.includes(opts.approvalTool)) {
+    throw new FuzzError(
+      "FUZZ_OPTION_INVALID",
+      `Cannot fuzz as 'approvalTool' must name a tool of agent ${probe.name} (${names.join(", ")}): ` +
+        `current value is ${opts.approvalTool}`,
+    );
+  }
   const goal = opts.goal ??
     (typeof probe.defaultInput === "string"
       ? probe.defaultInput
       : "Use each of your tools once, then finish.");
-  return { agent: probe, tools, remote: opts.remote ?? "fake", goal, defects: opts.defects };
+  return {
+    agent: probe,
+    tools,
+    remote: opts.remote ?? "fake",
+    goal,
+    defects: opts.defects,
+    approvalTool: opts.approvalTool,
+    registry: new ToolRegistry(tools(() => Promise.reject(new Error("probe")))),
+  };
 }
 
 /** Runs one schedule in a fresh world on `db` and checks it. */
@@ -768,6 +1014,14 @@ async function runSchedule(
     target,
     (spec) => fake ? fake.setFaults(spec) : world.cloud.setFaults(spec),
   );
+  run.person = new Person({
+    run,
+    world,
+    runId,
+    tools: target.registry,
+    // Tool requests are checked as they go out once the run is known to ask for approval.
+    checkSends: target.approvalTool !== undefined || (target.clean?.waits ?? 0) > 0,
+  });
   world.note(`=== schedule ${encodeSchedule(schedule)} run=${runId}`);
   const settle = () => turns.next();
   const earlier: RunSnapshot[] = [];
@@ -787,6 +1041,7 @@ async function runSchedule(
     if (live.length === 0) {
       earlier.push(await snapshot(world, runId, fake));
       const status = earlier.at(-1)!.run?.status;
+      if (await run.person.atRest(status)) continue;
       if (status !== "running" && status !== "pending" && status !== undefined) {
         closed = true;
         break;
@@ -819,6 +1074,7 @@ async function runSchedule(
   }
   const final = earlier.at(-1) ?? await snapshot(world, runId, fake);
   const clean = target.clean;
+  const denied = await run.person.afterRun(final);
   run.problems.push(
     ...checkShape(final, {
       runId,
@@ -827,6 +1083,7 @@ async function runSchedule(
       resultIsId: target.remote === "mock-cloud",
       tools: clean?.tools,
       budgetStop: schedule.budget !== undefined,
+      denied,
     }),
     ...checkModelSpend(final, run.spend),
     ...checkBudget(final, schedule.budget, run.answers),
@@ -849,6 +1106,8 @@ async function runSchedule(
       model: run.model,
       cloud: run.cloud,
       tokens: world.model.tokens(runId),
+      waits: run.person.waits,
+      firstWaitStmt: run.person.firstWaitStmt,
     };
   }
   return {
@@ -882,7 +1141,7 @@ async function snapshot(world: SimWorld, runId: string, fake: FakeRemote | undef
 /** Draws one schedule from `seed`, aimed within a clean run's statements and requests (and a little past). */
 export function drawSchedule(
   seed: number,
-  clean: { stmts: number; model: number; cloud: number },
+  clean: CleanRun,
   families: readonly FaultFamily[],
   maxFaults: number,
 ): Schedule {
@@ -891,9 +1150,12 @@ export function drawSchedule(
   const upTo = (n: number) => 1 + Math.floor(random() * Math.max(1, n));
   const count = 1 + Math.floor(random() * random() * maxFaults);
   const faults: Fault[] = [];
+  // A budget is drawn on its own (drawBudget), not as one of these faults.
+  const drawn = families.filter((f) => f !== "budget");
+  if (drawn.length === 0) return { seed, faults };
   // Bounded: each pass adds a fault or skips a duplicate position.
   for (let i = 0; i < count * 4 && faults.length < count; i++) {
-    const family = pick(families);
+    const family = pick(drawn);
     let f: Fault;
     if (family === "kill") {
       const at = pick(["stmt", "stmt", "stmt", "model", "cloud"] as const);
@@ -905,11 +1167,20 @@ export function drawSchedule(
       f = { kind: "stall", n: upTo(Math.ceil(clean.stmts * 1.2)), wake: Math.floor(random() * 8) };
     } else if (family === "cloud") {
       f = { kind: "cloud", n: upTo(Math.ceil(clean.cloud * 1.5)), fault: pick(CLOUD_FAULTS) };
+    } else if (family === "approval") {
+      f = drawPersonAct(random, clean);
     } else {
       f = { kind: "model", n: upTo(Math.ceil(clean.model * 1.5)), fault: pick(MODEL_FAULTS) };
     }
+    // A person acts at most once per position (and not where a process is killed or frozen).
     const at = (x: Fault) =>
-      x.kind === "kill" ? `${x.at}#${x.n}` : x.kind === "stall" ? `stmt#${x.n}` : `${x.kind}#${x.n}`;
+      x.kind === "kill"
+        ? `${x.at}#${x.n}`
+        : x.kind === "stall"
+        ? `stmt#${x.n}`
+        : x.kind === "person"
+        ? `${x.at}#${x.n}`
+        : `${x.kind}#${x.n}`;
     if (faults.some((x) => at(x) === at(f))) continue;
     faults.push(f);
   }
@@ -1029,6 +1300,78 @@ export function checkBudget(
   return problems;
 }
 
+/** Statements after the run's first wait in which a person's act lands in the next worker's turn. */
+const NEXT_TURN_STMTS = 10;
+
+/**
+ * One act of a person (the `approval` family), within a clean run's
+ * statements and waits: a denial or a cancel instead of an approval at a wait,
+ * or an act between two statements, half of them in the turn of the worker
+ * that takes the run up after its first wait, where the worker checks the
+ * request the person is answering.
+ */
+function drawPersonAct(random: () => number, clean: CleanRun): Fault {
+  const upTo = (n: number) => 1 + Math.floor(random() * Math.max(1, n));
+  if (random() < 0.3) {
+    return {
+      kind: "person",
+      act: random() < 0.5 ? "deny" : "cancel",
+      at: "wait",
+      n: upTo((clean.waits ?? 0) + 1),
+    };
+  }
+  const act = PERSON_ACTS[Math.floor(random() * PERSON_ACTS.length)];
+  const next = clean.firstWaitStmt;
+  const n = next !== undefined && random() < 0.5
+    ? next + upTo(NEXT_TURN_STMTS)
+    : upTo(Math.ceil(clean.stmts * 1.5));
+  return { kind: "person", act, at: "stmt", n };
+}
+
+/**
+ * The approval race as a schedule: the run waits for approval, a person
+ * cancels it there (and reopens it) in most schedules, and one or two acts
+ * (approve, deny, cancel, reopen) land between statements of the worker that
+ * takes it up next, while that worker checks its request. For
+ * {@link FuzzOptions.draw}; needs an agent with a tool that needs approval.
+ */
+export function drawApprovalRace(seed: number, clean: CleanRun): Schedule {
+  const random = seededRandom(seed);
+  const start = clean.firstWaitStmt ?? 0;
+  const faults: Fault[] = random() < 0.8 ? [{ kind: "person", act: "cancel", at: "wait", n: 1 }] : [];
+  const acts = 1 + Math.floor(random() * 2);
+  // Bounded: one pass per act (a repeated position is skipped).
+  for (let i = 0; i < acts; i++) {
+    const n = start + 1 + Math.floor(random() * NEXT_TURN_STMTS);
+    const act = PERSON_ACTS[Math.floor(random() * PERSON_ACTS.length)];
+    if (!faults.some((f) => f.kind === "person" && f.at === "stmt" && f.n === n)) {
+      faults.push({ kind: "person", act, at: "stmt", n });
+    }
+  }
+  return { seed, faults };
+}
+
+/**
+ * The families to draw from: those asked for, else all of them, the
+ * `approval` family only when the run asks for approval (a tool made to need
+ * it, or a clean run that waited). Throws `FUZZ_OPTION_INVALID` when asked
+ * for it on a run that never asks.
+ */
+function approvalFamilies(
+  target: Target,
+  requested: readonly FaultFamily[] | undefined,
+): readonly FaultFamily[] {
+  const asks = target.approvalTool !== undefined || (target.clean?.waits ?? 0) > 0;
+  if (requested?.includes("approval") && !asks) {
+    throw new FuzzError(
+      "FUZZ_OPTION_INVALID",
+      `Cannot fuzz with the 'approval' family as agent ${target.agent.name} never asks for approval: ` +
+        `give a tool 'approval', or name one in 'approvalTool'`,
+    );
+  }
+  return requested ?? FAULT_FAMILIES.filter((f) => f !== "approval" || asks);
+}
+
 /** Each schedule's seed, from the master seed and its index. */
 export function scheduleSeed(master: number, index: number): number {
   return (Math.imul(master ^ 0x9e3779b9, 0x85ebca6b) + Math.imul(index + 1, 0xc2b2ae35)) >>> 0;
@@ -1091,7 +1434,13 @@ function describeFailure(
 }
 
 function kindOf(f: Fault): string {
-  return f.kind === "kill" ? `kill@${f.at}:${f.when}` : f.kind === "stall" ? "stall" : `${f.kind}:${f.fault}`;
+  return f.kind === "kill"
+    ? `kill@${f.at}:${f.when}`
+    : f.kind === "stall"
+    ? "stall"
+    : f.kind === "person"
+    ? `${f.act}@${f.at}`
+    : `${f.kind}:${f.fault}`;
 }
 
 /**
@@ -1113,7 +1462,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
   const schedules = opts.schedules ?? 100;
   const seed = opts.seed ?? 1;
   const maxFaults = opts.maxFaults ?? 4;
-  const families = opts.faults ?? FAULT_FAMILIES;
+  const requested = opts.faults;
   if (!Number.isInteger(schedules) || schedules < 0) {
     throw new FuzzError(
       "FUZZ_OPTION_INVALID",
@@ -1132,11 +1481,11 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       `Cannot fuzz as 'maxFaults' must be a positive integer: current value is ${maxFaults}`,
     );
   }
-  if (families.length === 0 || families.some((f) => !FAULT_FAMILIES.includes(f))) {
+  if (requested && (requested.length === 0 || requested.some((f) => !FAULT_FAMILIES.includes(f)))) {
     throw new FuzzError(
       "FUZZ_OPTION_INVALID",
       `Cannot fuzz as 'faults' must name some of ${FAULT_FAMILIES.join(", ")}: current value is ${
-        families.join(",")
+        requested.join(",")
       }`,
     );
   }
@@ -1157,6 +1506,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
         }`,
       );
     }
+    const families = approvalFamilies(target, requested);
     const started = performance.now();
     const report: FuzzReport = {
       seed,
@@ -1174,6 +1524,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       : Array.from(
         { length: schedules },
         (_, i) => {
+          if (opts.draw) return opts.draw(scheduleSeed(seed, i), target.clean!);
           const drawn = drawSchedule(scheduleSeed(seed, i), target.clean!, families, maxFaults);
           return families.includes("budget") ? drawBudget(drawn, target.clean!) : drawn;
         },
@@ -1218,6 +1569,8 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
 /** The usage text of `deno task fuzz`. */
 export const FUZZ_USAGE =
   `agent-runtime fuzz: crash-fuzz the demo agent and check every schedule against the invariants.
+Its create_database needs a person's approval, so a person answers (or denies, cancels, reopens) in the
+schedules too.
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
                       [--defect name] [--transcript FILE] [--keep-going]
@@ -1226,7 +1579,8 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
   --seed S           the first schedule's seed (default: random, printed)
   --replay X         replay one printed schedule, with its transcript
   --faults LIST      only these fault families, comma-separated: kill, stall, cloud, model,
-                     budget (a token ceiling on about half the schedules, with usage faults)
+                     budget (a token ceiling on about half the schedules, with usage faults),
+                     approval (a person's acts; the demo's create_database needs approval)
   --max-faults N     faults a schedule may hold (default 4)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
@@ -1283,6 +1637,7 @@ async function main(args: string[]): Promise<number> {
     seed,
     replay,
     remote: "mock-cloud",
+    approvalTool: DEMO_APPROVAL_TOOL,
     maxFaults: Number(values["max-faults"]),
     faults: values.faults?.split(",") as FaultFamily[] | undefined,
     defects,

@@ -6,7 +6,7 @@ import type { FetchLike } from "../runtime/planner.ts";
 import { ToolError } from "../runtime/errors.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { FakeRemote } from "./fake_remote.ts";
-import { decodeSchedule, demoAgent, encodeSchedule, fuzz, FuzzError } from "./fuzz.ts";
+import { decodeSchedule, DEMO_APPROVAL_TOOL, demoAgent, encodeSchedule, fuzz, FuzzError } from "./fuzz.ts";
 import { SimDb } from "./sim.ts";
 
 // Every planted bug must be found within this many schedules of seed 1, and shrunk to at most three faults.
@@ -80,6 +80,37 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       assert.ok(report.positions >= 40, `${report.positions} positions`);
     });
 
+    await t.step(
+      "with a tool that needs approval, a person's acts join the schedules: 400 find no violation, and one seed gives one transcript",
+      async () => {
+        const approvals = { db, remote: "mock-cloud", approvalTool: DEMO_APPROVAL_TOOL } as const;
+        const report = await fuzz(demoAgent, { ...approvals, seed: 2027, schedules: 400 });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        for (
+          const kind of [
+            "approve@stmt",
+            "deny@stmt",
+            "cancel@stmt",
+            "reopen@stmt",
+            "deny@wait",
+            "cancel@wait",
+          ]
+        ) {
+          assert.ok((report.kinds[kind] ?? 0) > 0, `no ${kind} fired: ${JSON.stringify(report.kinds)}`);
+        }
+        const run = () => fuzz(demoAgent, { ...approvals, seed: 7, schedules: 40, transcript: true });
+        const [a, b] = [await run(), await run()];
+        assert.ok(a.transcript!.some((l) => l.startsWith("~~~ person: ")));
+        assert.equal(b.transcript!.join("\n"), a.transcript!.join("\n"));
+        await assert.rejects(
+          fuzz(demoAgent, { db, remote: "mock-cloud", schedules: 1, faults: ["approval"] }),
+          (e) =>
+            e instanceof FuzzError && e.code === "FUZZ_OPTION_INVALID" &&
+            /never asks for approval/.test(e.message),
+        );
+      },
+    );
+
     await t.step("a user's agent whose tools call a FakeRemote is fuzzed the same way", async () => {
       const ticketing = (fetch: FetchLike) =>
         defineAgent({
@@ -124,10 +155,15 @@ Deno.test("a schedule round-trips through its compact form, and a bad one is ref
       { kind: "stall", n: 12, wake: 3 },
       { kind: "cloud", n: 2, fault: "drop" },
       { kind: "model", n: 3, fault: "bad_args" },
+      { kind: "person", act: "approve", at: "stmt", n: 9 },
+      { kind: "person", act: "cancel", at: "wait", n: 1 },
     ],
   } as const;
   const text = encodeSchedule({ seed: s.seed, faults: [...s.faults] });
-  assert.equal(text, "7/kill@stmt#17:after,stall@stmt#12+3,cloud#2:drop,model#3:bad_args");
+  assert.equal(
+    text,
+    "7/kill@stmt#17:after,stall@stmt#12+3,cloud#2:drop,model#3:bad_args,approve@stmt#9,cancel@wait#1",
+  );
   assert.deepEqual(decodeSchedule(text), s);
   assert.deepEqual(decodeSchedule(JSON.stringify(s)), s);
   assert.throws(

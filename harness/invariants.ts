@@ -72,6 +72,8 @@ export function checkInvariants(
  * every row confirmed in an `earlier` snapshot unchanged. With `budgetStop`, a
  * run its budget stopped (`failed` with `BUDGET_EXCEEDED`) passes as a clean
  * run's beginning: fewer steps, the last maybe still at intent, no done-step.
+ * A call whose key is in `denied` (a person said no) must instead be `failed`,
+ * never sent, with no effect at the remote.
  */
 export function checkShape(
   final: RunSnapshot,
@@ -82,6 +84,7 @@ export function checkShape(
     resultIsId?: boolean;
     tools?: string[];
     budgetStop?: boolean;
+    denied?: ReadonlySet<string>;
   },
 ): string[] {
   const problems: string[] = [];
@@ -129,13 +132,22 @@ export function checkShape(
     if (e.idempotency_key !== key) {
       problems.push(`seq=${e.seq} has key ${e.idempotency_key}, expected ${key}`);
     }
-    if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
     const decision = final.journal[e.seq]?.decision;
     if (
       !decision || !("tool" in decision) || decision.tool !== e.tool || canon(decision.args) !== canon(e.args)
     ) {
       problems.push(`tool call ${key} (${e.tool} ${canon(e.args)}) is not what step ${e.seq} decided`);
     }
+    if (opts.denied?.has(key)) {
+      if (e.status !== "failed" || e.attempts !== 0) {
+        problems.push(`tool call ${key} was denied, yet is ${e.status} after ${e.attempts} request(s)`);
+      }
+      if (final.created.some((r) => r.key === key) || (final.requestsByKey[key] ?? 0) > 0) {
+        problems.push(`tool call ${key} was denied, yet the remote got it`);
+      }
+      continue;
+    }
+    if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
     const resource = final.created.find((r) => r.key === key);
     if (!resource) problems.push(`the cloud holds no resource under ${key}`);
     else if (resultIsId && canon(e.result) !== canon(resource.id)) {

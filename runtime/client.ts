@@ -38,6 +38,7 @@ import {
 } from "./store/overview.ts";
 import { openPglite } from "./store/pglite.ts";
 import {
+  type AnsweredApproval,
   type ApprovalRow,
   type EffectResolution,
   type FlaggedFilter,
@@ -455,18 +456,22 @@ export class Client {
 
   /**
    * Approves a tool call that waits for a person, for the exact arguments it
-   * was asked about; the run is taken up again at once. Throws
-   * `APPROVAL_NOT_FOUND` or `NOT_PENDING`.
+   * was asked about; a waiting run is taken up again at once. Returns the
+   * request as answered, with its run's status after the answer. Throws
+   * `APPROVAL_NOT_FOUND`, `NOT_PENDING` (answered already), or `RUN_CLOSED`
+   * when the run is cancelled, done or failed: the request then stays pending,
+   * and is asked again if the run is reopened.
    */
-  async approve(key: string, opts: { by?: string } = {}): Promise<ApprovalRow> {
+  async approve(key: string, opts: { by?: string } = {}): Promise<AnsweredApproval> {
     return await this.#decide(key, "approved", opts.by ?? "client", null);
   }
 
   /**
    * Denies a tool call that waits for a person: it is never sent, and the
-   * model sees the refusal (with `reason`) as that tool's result.
+   * model sees the refusal (with `reason`) as that tool's result. Refused as
+   * {@link Client.approve} is.
    */
-  async deny(key: string, opts: { by?: string; reason?: string } = {}): Promise<ApprovalRow> {
+  async deny(key: string, opts: { by?: string; reason?: string } = {}): Promise<AnsweredApproval> {
     return await this.#decide(key, "denied", opts.by ?? "client", opts.reason ?? null);
   }
 
@@ -480,11 +485,15 @@ export class Client {
     decision: "approved" | "denied",
     by: string,
     reason: string | null,
-  ): Promise<ApprovalRow> {
-    const row = await this.store.decideApproval(key, decision, by, reason, this.clock.now());
-    if (row) return row;
-    const existing = await this.store.getApproval(key);
-    if (!existing) {
+  ): Promise<AnsweredApproval> {
+    const { approval, decided, runStatus } = await this.store.decideApproval(
+      key,
+      decision,
+      by,
+      reason,
+      this.clock.now(),
+    );
+    if (!approval || !runStatus) {
       throw new ClientError(
         "APPROVAL_NOT_FOUND",
         `No approval request for ${
@@ -492,9 +501,18 @@ export class Client {
         }; 'deno task runs --status waiting' lists the runs that wait`,
       );
     }
+    if (decided) return { ...approval, run_status: runStatus };
+    if (approval.status === "pending") {
+      throw new ClientError(
+        "RUN_CLOSED",
+        `Run ${approval.run_id} is ${runStatus}, so tool call ${key} was not ${decision}: a closed run's ` +
+          `calls are not answered. Reopen it first ('deno task reopen ${approval.run_id}'); the call is then asked ` +
+          `about again`,
+      );
+    }
     throw new ClientError(
       "NOT_PENDING",
-      `The approval request for ${key} was ${existing.status} already by ${existing.decided_by ?? "someone"}`,
+      `The approval request for ${key} was ${approval.status} already by ${approval.decided_by ?? "someone"}`,
     );
   }
 

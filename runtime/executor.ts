@@ -11,6 +11,7 @@
  * @module
  */
 
+import { createHash } from "node:crypto";
 import { checkToolRequest } from "./budget.ts";
 import { deadline } from "./clock.ts";
 import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
@@ -51,16 +52,20 @@ export class WaitingError extends RuntimeError {
   }
 }
 
-/** sha-256 of the canonical JSON (keys sorted at every level) of `value`, in hex. */
-export async function argsHash(value: Json): Promise<string> {
+/**
+ * sha-256 of the canonical JSON (keys sorted at every level) of `value`, in
+ * hex. Computed in this thread (node:crypto): `crypto.subtle.digest` answers
+ * from a worker thread a macrotask later, which the simulator's schedules
+ * (microtasks only) could not order.
+ */
+export function argsHash(value: Json): Promise<string> {
   const canonical = (v: Json): string =>
     v === null || typeof v !== "object"
       ? JSON.stringify(v)
       : Array.isArray(v)
       ? `[${v.map(canonical).join(",")}]`
       : `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(",")}}`;
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(canonical(value)));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return Promise.resolve(createHash("sha256").update(canonical(value)).digest("hex"));
 }
 
 /** A call ready to send: its row's identity and its parsed arguments. */
@@ -313,6 +318,13 @@ async function confirm(
  * is asked about with its exact arguments, and the run waits (holding no
  * worker) until then. True: approved, go on. False: denied, recorded as the
  * tool's result. Throws {@link WaitingError} while it waits.
+ *
+ * The read is only a shortcut: an answer for these arguments is final (see
+ * the comment at REQUEST_APPROVAL in the store), so it is used at once.
+ * Anything else (no request, one for other arguments, one still pending when
+ * read) goes through `requestApproval`, whose one statement decides from the
+ * request as it stands then: a person may have answered since the read, and
+ * the worker goes on with that answer instead of waiting on it.
  */
 async function approved(
   deps: WorkerDeps,
@@ -322,19 +334,31 @@ async function approved(
   decision: { tool: string; args: Json },
 ): Promise<boolean> {
   const hash = await argsHash(decision.args);
-  const approval = await deps.store.getApproval(key);
+  let approval = await deps.store.getApproval(key);
   if (!approval || approval.args_hash !== hash || approval.status === "pending") {
     const call = { key, seq, tool: decision.tool, args: decision.args, hash };
-    await deps.store.requestApproval(state.fence, call, deps.clock.now());
-    deps.log.warn("waiting-for-approval", {
-      run: state.fence.runId,
-      seq,
-      key,
-      tool: decision.tool,
-      args: decision.args,
-      asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
-    });
-    throw new WaitingError(key, decision.tool);
+    const asked = await deps.store.requestApproval(state.fence, call, deps.clock.now());
+    if (asked.waiting) {
+      deps.log.warn("waiting-for-approval", {
+        run: state.fence.runId,
+        seq,
+        key,
+        tool: decision.tool,
+        args: decision.args,
+        asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
+      });
+      throw new WaitingError(key, decision.tool);
+    }
+    approval = asked.approval;
+    // The statement replaces a request for other arguments and waits on a pending one: what is left is an
+    // answer for these arguments. Checked, since a call must never run on an answer given for others.
+    if (approval.args_hash !== hash || approval.status === "pending") {
+      throw new RuntimeError(
+        "APPROVAL_INCONSISTENT",
+        `The approval request for ${key} came back ${approval.status} for arguments ${approval.args_hash}, ` +
+          `asked for ${hash}, without the run waiting: a bug in the store's approval statement`,
+      );
+    }
   }
   if (approval.status === "denied") {
     const error = `denied by ${approval.decided_by ?? "a person"}${

@@ -6,7 +6,17 @@
  */
 
 import assert from "node:assert/strict";
+import postgres from "postgres";
+import { z } from "zod";
+import { seededRandom } from "../harness/sim.ts";
 import { serveMocks } from "../mock/server.ts";
+import { type Agent, defineAgent } from "../runtime/agent.ts";
+import { Client } from "../runtime/client.ts";
+import { SystemClock } from "../runtime/clock.ts";
+import { discardSink, Logger } from "../runtime/log.ts";
+import { openPostgres } from "../runtime/store/postgres.ts";
+import { type AnsweredApproval, type ApprovalRow, Store } from "../runtime/store/store.ts";
+import { defineTool } from "../runtime/tools.ts";
 import { pgTest } from "./_pg.ts";
 import { Proc, startSupervisor, until } from "./_procs.ts";
 
@@ -142,4 +152,257 @@ pgTest(
       assert.notEqual(request?.args_hash, "not-these");
       assert.equal(mocks.cloud.created().length, 0, "nothing was sent on the strength of the other approval");
     }),
+);
+
+pgTest(
+  "with real processes, a cancelled run's call is refused with RUN_CLOSED and kept, and approve prints the run's real status",
+  (pg) =>
+    withGuarded(pg, async (env, mocks) => {
+      const asked = await command(["run"], { ...env, RUN_ID: "closed-1" });
+      assert.equal(asked.code, 4, asked.out);
+      assert.equal((await command(["cancel", "closed-1"], env)).code, 0);
+      for (const args of [["approve", "closed-1:0"], ["deny", "closed-1:0", "--reason", "no"]]) {
+        const refused = await command(args, env);
+        assert.equal(refused.code, 1, refused.out);
+        assert.match(
+          refused.out,
+          /^RUN_CLOSED: Run closed-1 is cancelled, so tool call closed-1:0 was not (approved|denied): .*'deno task reopen closed-1'/,
+        );
+        assert.equal(refused.out.trim().split("\n").length, 1, `one line, no stack trace: ${refused.out}`);
+      }
+      assert.equal((await pg.store.getApproval("closed-1:0"))?.status, "pending", "the request is kept");
+
+      // Reopened, the run asks again instead of sending the call nobody approved while it was open.
+      assert.equal((await command(["reopen", "closed-1"], env)).code, 0);
+      const again = await command(["run"], { ...env, RUN_ID: "closed-1" });
+      assert.equal(again.code, 4, again.out);
+      assert.equal(mocks.cloud.created().length, 0, "nothing was sent");
+      const approve = await command(["approve", "closed-1:0", "--by", "alice"], env);
+      assert.equal(approve.code, 0, approve.out);
+      assert.match(
+        approve.out,
+        /^approved {2}key=closed-1:0 {2}tool=create_server .* {2}run=closed-1 {2}run_status=pending$/m,
+      );
+      assert.equal((await command(["run"], { ...env, RUN_ID: "closed-1" })).code, 0);
+      assert.deepEqual(mocks.cloud.created().map((c) => c.key).sort(), [
+        "closed-1:0",
+        "closed-1:1",
+        "closed-1:2",
+      ]);
+    }),
+);
+
+/** An agent whose one call (`pay`) needs a person's approval, then done; `sent` records each send's key. */
+function payAgent(sent: string[]): Agent {
+  return defineAgent({
+    name: "payer",
+    tools: [defineTool({
+      name: "pay",
+      description: "Pays.",
+      args: z.strictObject({ cents: z.number().int() }),
+      approval: true,
+      run: (_args, ctx) => {
+        sent.push(ctx.idempotencyKey);
+        return Promise.resolve({ result: "paid" });
+      },
+    })],
+    model: {
+      describe: "script",
+      decide: (req) =>
+        Promise.resolve(
+          req.seq === 0
+            ? { kind: "tool", tool: "pay", args: { cents: 5 } }
+            : { kind: "done", message: "paid" },
+        ),
+    },
+  });
+}
+
+/** A store whose reads of an approval request call `afterRead` (once armed) before the worker sees the row. */
+class SlowReader extends Store {
+  afterRead?: () => Promise<void>;
+  override async getApproval(key: string): Promise<ApprovalRow | undefined> {
+    const row = await super.getApproval(key);
+    const hook = this.afterRead;
+    this.afterRead = undefined;
+    await hook?.();
+    return row;
+  }
+}
+
+/** The database URL with a connection name, so a test can find its own sessions in pg_stat_activity. */
+function named(url: string, name: string): string {
+  const u = new URL(url);
+  u.searchParams.set("application_name", name);
+  return u.toString();
+}
+
+/** A run of `agent` left waiting for approval, then cancelled and reopened: pending, with a pending request. */
+async function reopenedWhileWaiting(client: Client, agent: Agent, runId: string): Promise<void> {
+  await client.start(agent, { runId, input: "pay" });
+  assert.equal((await client.wait(runId, { timeoutMs: 30_000, pollMs: 20 })).status, "waiting");
+  await client.cancel(runId, { by: "bob" });
+  await client.reopen(runId);
+}
+
+const quiet = new Logger({ clock: new SystemClock(), sink: discardSink });
+
+pgTest(
+  "an approval given between the worker's read of its request and its wait is used, on PostgreSQL",
+  async (pg) => {
+    const sent: string[] = [];
+    const agent = payAgent(sent);
+    const workerStore = new SlowReader(await openPostgres(pg.url));
+    const person = new Client(pg.store);
+    const worker = await new Client(workerStore).startWorker([agent], { pollMs: 20, log: quiet });
+    try {
+      await reopenedWhileWaiting(person, agent, "slow-1");
+      // The worker has read the request (pending); the person approves on another connection before it acts.
+      let answered: AnsweredApproval | undefined;
+      workerStore.afterRead = async () => {
+        answered = await person.approve("slow-1:0", { by: "alice" });
+      };
+      const end = await person.wait("slow-1", { timeoutMs: 30_000, pollMs: 20 });
+      assert.equal(answered?.status, "approved");
+      assert.equal(answered?.run_status, "running", "the run's real status: its worker holds it at the gate");
+      assert.equal(end.status, "done", "the worker went on with the answer instead of waiting on it");
+      assert.deepEqual(sent, ["slow-1:0"]);
+    } finally {
+      await worker.stop();
+      await workerStore.client.close();
+    }
+  },
+);
+
+pgTest(
+  "a request and an answer queued on the run's lock, in either order, never leave the run waiting on the answer",
+  async (pg, t) => {
+    const sent: string[] = [];
+    const agent = payAgent(sent);
+    const tag = `apr-${crypto.randomUUID().slice(0, 8)}`;
+    const workerStore = new SlowReader(await openPostgres(named(pg.url, tag)));
+    const person = new Client(new Store(await openPostgres(named(pg.url, tag))));
+    const holder = postgres(pg.url, { max: 1, onnotice: () => {} });
+    // No heartbeat while the lock is held: only the two statements under test queue on it.
+    const worker = await new Client(workerStore).startWorker([agent], {
+      pollMs: 20,
+      log: quiet,
+      heartbeatMs: 600_000,
+      leaseMs: 1_200_000,
+    });
+    // Sessions of this test waiting for a lock.
+    const waiters = async () =>
+      (await pg.store.client.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity where application_name = $1 and wait_event_type = 'Lock'`,
+        [tag],
+      ))[0].n;
+    try {
+      for (const first of ["request", "answer"] as const) {
+        await t.step(`the ${first} first`, async () => {
+          const runId = `lock-${first}`;
+          await reopenedWhileWaiting(person, agent, runId);
+          // Once the worker has read its request, a third session takes the run's row, so both statements
+          // start (and take their snapshots) before either can lock it: the second one's snapshot predates
+          // the first one's commit.
+          let release!: () => void;
+          let holding: Promise<unknown> | undefined;
+          let answer: Promise<AnsweredApproval> | undefined;
+          workerStore.afterRead = async () => {
+            await new Promise<void>((locked) => {
+              holding = holder.begin(async (tx) => {
+                await tx`select 1 from runs where run_id = ${runId} for update`;
+                locked();
+                await new Promise<void>((r) => release = r);
+              });
+            });
+            if (first === "answer") {
+              answer = person.approve(`${runId}:0`, { by: "alice" });
+              await until(
+                async () => (await waiters()) === 1,
+                "the answer to queue on the run's lock",
+                20_000,
+              );
+            }
+          };
+          // Then the worker sends its request, which queues on the lock too.
+          if (first === "request") {
+            await until(
+              async () => (await waiters()) === 1,
+              "the request to queue on the run's lock",
+              20_000,
+            );
+            answer = person.approve(`${runId}:0`, { by: "alice" });
+          }
+          await until(
+            async () => (await waiters()) === 2,
+            "both statements to queue on the run's lock",
+            20_000,
+          );
+          release();
+          await holding;
+          const answered = await answer!;
+          assert.equal(answered.status, "approved");
+          const end = await person.wait(runId, { timeoutMs: 30_000, pollMs: 20 });
+          assert.equal(end.status, "done", `the run ended ${end.status}`);
+          assert.ok(sent.includes(`${runId}:0`));
+        });
+      }
+      assert.deepEqual(sent.sort(), ["lock-answer:0", "lock-request:0"], "each approved call sent once");
+    } finally {
+      await worker.stop();
+      await workerStore.client.close();
+      await person.close();
+      await holder.end();
+    }
+  },
+);
+
+pgTest(
+  "the approval race with real concurrency: 200 runs cancelled, reopened and answered at random moments, none left waiting on an answer",
+  async (pg) => {
+    const seed = Number(Deno.env.get("APPROVAL_RACE_SEED") ?? Math.floor(Math.random() * 2 ** 31));
+    const random = seededRandom(seed);
+    const sent: string[] = [];
+    const agent = payAgent(sent);
+    const workerClient = new Client(new Store(await openPostgres(pg.url, { max: 4 })));
+    const people = [new Client(new Store(await openPostgres(pg.url, { max: 4 }))), new Client(pg.store)];
+    const worker = await workerClient.startWorker([agent], { pollMs: 10, log: quiet });
+    const ids = Array.from({ length: 200 }, (_, i) => `race-${i}`);
+    try {
+      for (const id of ids) await people[0].start(agent, { runId: id, input: "pay" });
+      for (const id of ids) {
+        assert.equal((await people[0].wait(id, { timeoutMs: 60_000, pollMs: 20 })).status, "waiting");
+      }
+      // Each run: cancel and reopen on one connection, the answer on another after a random pause, so it
+      // lands anywhere in the worker's replay of the run; a fifth of the answers are denials.
+      const plans = ids.map((id) => ({ id, pauseMs: Math.floor(random() * 30), deny: random() < 0.2 }));
+      const outcomes = await Promise.all(plans.map(async ({ id, pauseMs, deny }) => {
+        await people[0].cancel(id, { by: "bob" });
+        await people[0].reopen(id);
+        await new Promise((r) => setTimeout(r, pauseMs));
+        const key = `${id}:0`;
+        return deny
+          ? await people[1].deny(key, { by: "alice", reason: "no" }).then(() => "denied")
+          : await people[1].approve(key, { by: "alice" }).then(() => "approved");
+      }));
+      const ended: string[] = [];
+      for (const id of ids) {
+        const end = await people[0].wait(id, { timeoutMs: 60_000, pollMs: 20 });
+        if (end.status !== "done") {
+          ended.push(`${id} ${end.status} (${(await pg.store.getApproval(`${id}:0`))?.status})`);
+        }
+      }
+      assert.deepEqual(
+        ended,
+        [],
+        `seed=${seed}: ${ended.length} of ${ids.length} runs did not finish (replay: APPROVAL_RACE_SEED=${seed})`,
+      );
+      const approved = plans.filter((_, i) => outcomes[i] === "approved").map((p) => `${p.id}:0`).sort();
+      assert.deepEqual(sent.sort(), approved, `seed=${seed}: each approved call sent once, no other`);
+    } finally {
+      await worker.stop();
+      await workerClient.close();
+      await people[0].close();
+    }
+  },
 );

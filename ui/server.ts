@@ -26,7 +26,7 @@ import { type Client, ClientError, type Resolution, RUN_STATUSES } from "../runt
 import { RuntimeError } from "../runtime/errors.ts";
 import { displayScript } from "../runtime/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
-import { isRunStatus } from "../runtime/store/store.ts";
+import { isRunStatus, OPEN_RUN_STATUSES } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { buildTimeline } from "./timeline.ts";
 
@@ -254,8 +254,10 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
       ? { before: boundedInt(q.before, "before", 0, 1_000_000_000, 0), limit }
       : { last: limit };
     const t = await client.timeline(c.req.param("id"), { steps, maxChars: CLIP_CHARS });
-    // Calls waiting for a person's yes or no (approvals bound to their exact arguments).
-    const approvals = t.steps.approvals.filter((a) => a.status === "pending")
+    // Calls waiting for a person's yes or no, offered only while the run is open: a closed run's
+    // calls are not answered (RUN_CLOSED) until it is reopened.
+    const open = OPEN_RUN_STATUSES.includes(t.run.status);
+    const approvals = (open ? t.steps.approvals : []).filter((a) => a.status === "pending")
       .map((a) => ({ key: a.idempotency_key, seq: a.seq, tool: a.tool, args: a.args }));
     return c.json({
       readOnly: opts.readOnly === true,

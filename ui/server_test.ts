@@ -177,6 +177,18 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
       assert.match(record.effects[0].error ?? "", /^denied by .*: too much$/);
       const twice = await app.request("/api/calls/pay-1:0/approve", post({}));
       assert.equal((await twice.json()).code, "NOT_PENDING");
+
+      // A cancelled run's call is offered to nobody, and answering it anyway is refused.
+      await client.start(guarded, { runId: "pay-3", input: "pay" });
+      assert.equal((await client.wait("pay-3", { timeoutMs: 10_000, pollMs: 20 })).status, "waiting");
+      await client.cancel("pay-3");
+      const closed = await (await app.request("/api/runs/pay-3", local)).json();
+      assert.equal(closed.run.status, "cancelled");
+      assert.deepEqual(closed.approvals, [], "no approve or deny on a closed run");
+      const refused = await app.request("/api/calls/pay-3:0/approve", post({}));
+      assert.equal(refused.status, 409);
+      assert.equal((await refused.json()).code, "RUN_CLOSED");
+      assert.equal((await client.approvals("pay-3"))[0].status, "pending", "the request is kept");
     } finally {
       await worker.stop();
     }

@@ -96,6 +96,9 @@ export const RUN_ROW_TABLES = {
 /** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
 export type PrunedRows = { -readonly [T in keyof typeof RUN_ROW_TABLES as typeof RUN_ROW_TABLES[T]]: number };
 
+/** The statuses of a run still going on: it can be cancelled, and its waiting calls answered. */
+export const OPEN_RUN_STATUSES: readonly RunStatus[] = ["pending", "running", "waiting", "blocked"];
+
 /** A row of `runs`. */
 export interface RunRow {
   /** The run. */
@@ -243,6 +246,22 @@ export interface ApprovalRow {
   decided_at: Date | null;
   /** The epoch of the worker that asked. */
   epoch: number;
+}
+
+/** An approval request just answered, with its run's status after the answer. */
+export interface AnsweredApproval extends ApprovalRow {
+  /** The run's status after the answer: `pending` when it released a waiting run. */
+  run_status: RunStatus;
+}
+
+/** What {@link Store.decideApproval} found and did. */
+export interface ApprovalAnswer {
+  /** The request as it stands after the statement; undefined when there is none for the key. */
+  approval: ApprovalRow | undefined;
+  /** True when this statement answered it (it was pending and its run open). */
+  decided: boolean;
+  /** The run's status after the statement (`pending` when the answer released a waiting run). */
+  runStatus: RunStatus | undefined;
 }
 
 /** A run to create. */
@@ -504,6 +523,88 @@ function resolutionParams(r: EffectResolution, by: string, now: Date): unknown[]
     ts(now),
   ];
 }
+
+// OPEN_RUN_STATUSES as an SQL list.
+const OPEN_STATUSES = `(${OPEN_RUN_STATUSES.map((s) => `'${s}'`).join(", ")})`;
+
+// Approvals and liveness. A run may be `waiting` only on a request that is
+// still `pending`: nothing else wakes it. Two statements change what that
+// depends on: REQUEST_APPROVAL (a worker; the only statement that sets
+// `waiting`) and DECIDE_APPROVAL (a person; the only one that answers a
+// request). Both lock the run's row first (`for no key update`, the lock an
+// update takes), then the request's, as prune does (runs first), so on
+// PostgreSQL the two run one after the other for a run, and cannot deadlock.
+// Under READ COMMITTED a statement's snapshot may predate the other's commit
+// (taken before it waited for the lock), so neither judges by its snapshot:
+// the locking read gives the run's latest row; the request's latest row comes
+// from `on conflict do update` (which acts on the latest version) or from a
+// locking read; and each update finds its row by key alone, its conditions the
+// values those reads returned (an update whose snapshot row is out of date
+// re-reads the latest, which this statement holds). Each later step of a
+// statement refers to the earlier one's result, which fixes their order: a
+// lock taken after this statement updated the row would skip it. On PGlite
+// every statement runs alone: the serial case.
+//
+// So, for one run, in either order:
+// - request, then decide: the request left the run waiting on a pending
+//   request; the decision sees `waiting` and puts the run back to `pending`.
+// - decide, then request: the decision saw the run running (or pending) and
+//   left it; the request finds the answer, does not wait, and the worker goes
+//   on with it (its run still `running` under its epoch).
+// Nothing else sets `waiting` or answers a request. A cancel closes the run (a
+// waiting run's request stays pending, and a decision for a closed run is
+// refused), reopen and claim make it pending and running, and a stale worker's
+// request is refused (its epoch is in the lock's condition). A request for
+// other arguments than the stored one replaces it (pending again) instead of
+// using an answer given for those. An answer is final for its arguments: the
+// request of a step's key always carries the arguments of the step's confirmed
+// decision, which never changes, so a worker that reads an answer for its
+// arguments may use it without this statement (executor.ts).
+const APPROVAL_COLUMNS_RENEWED = [
+  "tool",
+  "args",
+  "args_hash",
+  "status",
+  "reason",
+  "decided_by",
+  "decided_at",
+  "requested_at",
+  "epoch",
+];
+const REQUEST_APPROVAL = `with run as (
+         select 1 from runs where run_id = $1 and ${RUNNING_AT("$2")} for no key update),
+       a as (
+         insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, epoch)
+         select $3, $1, $4, $5, $6::text::jsonb, $7, 'pending', $8::timestamptz, $2 where exists (select 1 from run)
+         on conflict (idempotency_key) do update set ${
+  APPROVAL_COLUMNS_RENEWED.map((c) =>
+    `${c} = case when approvals.args_hash = excluded.args_hash then approvals.${c} else excluded.${c} end`
+  ).join(",\n             ")
+}
+         returning *),
+       w as (
+         update runs set status = 'waiting', heartbeat_at = null, updated_at = $8::timestamptz
+          where run_id = $1 and ${RUNNING_AT("$2")} and exists (select 1 from a where a.status = 'pending')
+         returning 1)
+       select a.*, exists (select 1 from w) as waiting from a`;
+const DECIDE_APPROVAL = `with target as (
+         select run_id from approvals where idempotency_key = $1),
+       run as (
+         select status from runs where run_id = (select run_id from target) for no key update),
+       cur as (
+         select * from approvals where idempotency_key = $1 and exists (select 1 from run) for no key update),
+       a as (
+         update approvals set status = $2, decided_by = $3, reason = $4, decided_at = $5::timestamptz
+          where idempotency_key = $1 and (select status from cur) = 'pending'
+            and (select status from run) in ${OPEN_STATUSES}
+         returning *),
+       r as (
+         update runs set status = 'pending', heartbeat_at = null, updated_at = $5::timestamptz
+          where run_id = (select run_id from a) and (select status from run) = 'waiting'
+         returning 1)
+       select x.*, exists (select 1 from a) as decided,
+              case when exists (select 1 from r) then 'pending' else (select status from run) end as run_status
+         from (select * from a union all select * from cur where not exists (select 1 from a)) x`;
 
 // Every column a statement here reads or writes, by table: checked at start-up
 // so an older database is refused before a tool acts, not at its confirm.
@@ -1387,33 +1488,24 @@ export class Store {
   }
 
   /**
-   * Asks a person to approve a call, and releases the run while it waits, in
-   * one fenced statement: the request is (re)written as `pending` unless one
-   * for these exact arguments exists already, and the run goes to `waiting`
-   * with its lease cleared, so it holds no worker. Throws
-   * {@link FencedError} when refused.
+   * Asks a person to approve a call, or finds their answer, in one fenced
+   * statement: the request for these exact arguments is written as `pending`
+   * unless it exists already (one for other arguments is replaced), and the
+   * run goes to `waiting` with its lease cleared (holding no worker) only if
+   * the request is pending after the write. Returns the request as it stands:
+   * `approved` or `denied` means a person answered before this statement,
+   * and the run is still `running` under this worker, which goes on with the
+   * answer. Throws {@link FencedError} when refused. The comment at
+   * REQUEST_APPROVAL in this file says why no interleaving with
+   * {@link Store.decideApproval} leaves the run waiting on an answered request.
    */
   async requestApproval(
     f: Fence,
     call: { key: string; seq: number; tool: string; args: Json; hash: string },
     now: Date,
-  ): Promise<void> {
-    const rows = await this.client.query<{ waiting: number }>(
-      // The run's own update is the fence here: the request is written only if it
-      // matched (a row-locking fence on a row this statement updates would skip it).
-      `with r as (
-         update runs set status = 'waiting', heartbeat_at = null, updated_at = $8::timestamptz
-          where run_id = $1 and ${RUNNING_AT("$2")}
-         returning 1),
-       a as (
-         insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, epoch)
-         select $3, $1, $4, $5, $6::text::jsonb, $7, 'pending', $8::timestamptz, $2 where exists (select 1 from r)
-         on conflict (idempotency_key) do update
-            set args = excluded.args, args_hash = excluded.args_hash, status = 'pending', reason = null,
-                decided_by = null, decided_at = null, requested_at = excluded.requested_at, epoch = excluded.epoch
-          where approvals.args_hash <> excluded.args_hash
-         returning 1)
-       select (select count(*) from r)::int as waiting`,
+  ): Promise<{ approval: ApprovalRow; waiting: boolean }> {
+    const rows = await this.client.query<ApprovalRow & { waiting: boolean }>(
+      REQUEST_APPROVAL,
       [
         f.runId,
         f.epoch,
@@ -1425,14 +1517,23 @@ export class Store {
         ts(now),
       ],
     );
-    if ((rows[0]?.waiting ?? 0) === 0) throw await this.refusal(f, `approval request key=${call.key}`);
+    const row = rows[0];
+    if (!row) throw await this.refusal(f, `approval request key=${call.key}`);
+    const { waiting, ...approval } = row;
+    return { approval, waiting };
   }
 
   /**
    * A person answers a pending approval request: approved or denied (with a
-   * reason), recording who and when; in the same statement the waiting run
-   * goes back to `pending`, so a worker takes it up at once. Returns the
-   * request as it is now, or undefined when it is not pending.
+   * reason), recording who and when, while its run is open (pending,
+   * running, waiting or blocked); in the same statement a waiting run goes
+   * back to `pending`, so a worker takes it up at once. A request of a closed
+   * run (cancelled, done, failed) is left pending: nobody may approve a call
+   * for a run that is not going on, so a reopen never sends a call that was
+   * approved while its run was closed. Returns the request as it stands after
+   * the statement (undefined when there is none), whether this statement
+   * answered it, and the run's status after it. See the comment at
+   * REQUEST_APPROVAL in this file.
    */
   async decideApproval(
     key: string,
@@ -1440,20 +1541,15 @@ export class Store {
     by: string,
     reason: string | null,
     now: Date,
-  ): Promise<ApprovalRow | undefined> {
-    const rows = await this.client.query<ApprovalRow>(
-      `with a as (
-         update approvals set status = $2, decided_by = $3, reason = $4, decided_at = $5::timestamptz
-          where idempotency_key = $1 and status = 'pending'
-         returning *),
-       r as (
-         update runs set status = 'pending', heartbeat_at = null, updated_at = $5::timestamptz
-          where run_id = (select run_id from a) and status = 'waiting'
-         returning 1)
-       select a.* from a`,
+  ): Promise<ApprovalAnswer> {
+    const rows = await this.client.query<ApprovalRow & { decided: boolean; run_status: RunStatus }>(
+      DECIDE_APPROVAL,
       [key, decision, by, textParam(reason), ts(now)],
     );
-    return rows[0];
+    const row = rows[0];
+    if (!row) return { approval: undefined, decided: false, runStatus: undefined };
+    const { decided, run_status, ...approval } = row;
+    return { approval, decided, runStatus: run_status };
   }
 
   /**
@@ -1580,7 +1676,7 @@ export class Store {
   async cancelRun(runId: string, reason: string, now: Date): Promise<RunRow | undefined> {
     const rows = await this.client.query<RunRow>(
       `update runs set status = 'cancelled', error = $2, updated_at = $3::timestamptz
-        where run_id = $1 and status in ('pending', 'running', 'waiting', 'blocked')
+        where run_id = $1 and status in ${OPEN_STATUSES}
         returning *`,
       [runId, reason, ts(now)],
     );
