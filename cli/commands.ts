@@ -299,7 +299,12 @@ export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined): s
   if (j?.status === "confirmed" && j.decision && "tool" in j.decision && !e) {
     out.push("decided, no tool call recorded: the call is made on resume");
   }
-  if (e?.status === "intent") out.push("tool call outcome unknown: re-sent under its key on resume");
+  if (e?.status === "intent") {
+    out.push(
+      "tool call outcome unknown: on resume it is re-sent under its key within the tool's maxAttempts, " +
+        "or looked up by its reconcile, or else flagged for a person (a tool that takes no key) or given up",
+    );
+  }
   if (e?.status === "flagged") {
     out.push(`flagged: 'deno task resolve ${e.idempotency_key} --result JSON | --retry | --fail'`);
   }

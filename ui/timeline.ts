@@ -176,7 +176,12 @@ function gapsOf(
   else if (j?.status === "confirmed" && j.tool !== null && !e) {
     out.push("decided; the call is made when a worker resumes");
   }
-  if (e?.status === "intent") out.push("outcome unknown: re-sent under its key when a worker resumes");
+  if (e?.status === "intent") {
+    out.push(
+      "outcome unknown: when a worker resumes, re-sent under its key within the tool's maxAttempts, " +
+        "or looked up by its reconcile, or else flagged for a person (a tool that takes no key) or given up",
+    );
+  }
   if (e?.status === "flagged") out.push("flagged: a person must resolve it");
   return out;
 }
