@@ -1,20 +1,29 @@
 /**
- * The model, behind the {@link Planner} interface, and its real
- * implementation: a client of the OpenAI-compatible chat-completions API with
- * tool calling, as OpenAI, Azure OpenAI, OpenRouter, vLLM, Ollama, llama.cpp's
- * server and LiteLLM serve it. The client makes exactly one request per call
- * to `decide`; it never retries on its own, because every model request must
- * be counted in the journal before it is sent. It says when to ask again: a
- * transient error carries the server's `Retry-After`.
+ * The OpenAI-compatible chat-completions planner, as OpenAI, Azure OpenAI,
+ * OpenRouter, vLLM, Ollama, llama.cpp's server and LiteLLM serve it, with
+ * tool calling: the neutral transcript and tools mapped to the wire
+ * ({@link chatMessages}, {@link openAITools}), the answer mapped back
+ * ({@link parseCompletion}), and the HTTP errors classified. The client makes
+ * exactly one request per call to `decide`; it never retries on its own,
+ * because every model request must be counted in the journal before it is
+ * sent. It says when to ask again: a transient error carries the server's
+ * `Retry-After`.
  *
  * @module
  */
 
-import { ModelError } from "./errors.ts";
-import { traceHeaders } from "./telemetry.ts";
-import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "./http.ts";
-import { secretForms } from "./log.ts";
-import type { OpenAITool } from "./tools.ts";
+import { ModelError } from "../errors.ts";
+import { traceHeaders } from "../telemetry.ts";
+import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "../http.ts";
+import { secretForms } from "../log.ts";
+import type {
+  AnswerCall,
+  DecideRequest,
+  PlannerDecision,
+  ToolDescription,
+  TranscriptMessage,
+  Usage,
+} from "../transcript.ts";
 
 /** A chat message in the chat-completions format. */
 export type ChatMessage =
@@ -32,56 +41,54 @@ export interface ChatToolCall {
   function: { name: string; arguments: string };
 }
 
-/** Token counts reported by the model. */
-export interface Usage {
-  /** Tokens in the request. */
-  prompt_tokens?: number;
-  /** Tokens in the answer. */
-  completion_tokens?: number;
-  /** Both together. */
-  total_tokens?: number;
+/** A function tool in the chat-completions `tools` list. */
+export interface OpenAITool {
+  /** Always `function`. */
+  type: "function";
+  /** The name, description and JSON Schema of the arguments. */
+  function: { name: string; description: string; parameters: Record<string, unknown> };
 }
 
-/** What the model decided for one step. */
-export type ModelAnswer =
-  | { kind: "tool"; tool: string; args: unknown; usage?: Usage }
-  | { kind: "done"; message: string; usage?: Usage };
-
-/** One question to the model. */
-export interface DecideRequest {
-  /** The run asking (sent as the `x-agent-run` header). */
-  runId: string;
-  /** The step being decided. */
-  seq: number;
-  /** The agent asking (sent as the `x-agent-name` header, so a mock can follow a per-agent script). */
-  agent?: string;
-  /** The conversation so far. */
-  messages: ChatMessage[];
-  /** The tools the model may call. */
-  tools: OpenAITool[];
-  /**
-   * The most tokens the answer may take (reasoning included), set when the
-   * run has a token budget: the request's reservation holds no more. A
-   * planner passes it to its server as the answer's cap; an answer that
-   * takes more all the same is counted in full, and the run stops at its
-   * next request.
-   */
-  maxOutputTokens?: number;
-  /** Aborts the request. */
-  signal?: AbortSignal;
+/**
+ * The chat-completions `messages` of a transcript: instructions as the
+ * `system` message, a call's arguments as JSON text, a result as its JSON
+ * text and a failure as `{"error": ...}`, each paired with its call by id.
+ */
+export function chatMessages(transcript: readonly TranscriptMessage[]): ChatMessage[] {
+  return transcript.map((m): ChatMessage => {
+    switch (m.role) {
+      case "system":
+      case "user":
+        return { role: m.role, content: m.text };
+      case "assistant": {
+        const content = m.text ?? null;
+        if (m.calls.length === 0) return { role: "assistant", content };
+        return {
+          role: "assistant",
+          content,
+          tool_calls: m.calls.map((c) => ({
+            id: c.id,
+            type: "function",
+            function: { name: c.name, arguments: JSON.stringify(c.args) },
+          })),
+        };
+      }
+      case "tool":
+        return {
+          role: "tool",
+          tool_call_id: m.callId,
+          content: m.failed ? JSON.stringify({ error: m.error }) : JSON.stringify(m.result),
+        };
+    }
+  });
 }
 
-/** Asks a model what to do next. One call is one (billable) request. */
-export interface Planner {
-  /** A short description for the start-up log, e.g. the endpoint. */
-  readonly describe: string;
-  /** The model's name, for telemetry (`gen_ai.request.model`), when known. */
-  readonly model?: string;
-  /**
-   * Asks once. Throws a {@link ModelError}: `transient` when asking again may
-   * help, `badAnswer` when an answer arrived but cannot be used.
-   */
-  decide(req: DecideRequest): Promise<ModelAnswer>;
+/** The chat-completions `tools` parameter of the neutral tool descriptions. */
+export function openAITools(tools: readonly ToolDescription[]): OpenAITool[] {
+  return tools.map((t) => ({
+    type: "function",
+    function: { name: t.name, description: t.description, parameters: t.parameters },
+  }));
 }
 
 /** A fetch-compatible function (a real `fetch`, or a mock's in-process handler). */
@@ -128,8 +135,6 @@ export type MaxTokensField = "max_tokens" | "max_completion_tokens";
 /** Every {@link MaxTokensField}. */
 export const MAX_TOKENS_FIELDS: readonly MaxTokensField[] = ["max_tokens", "max_completion_tokens"];
 
-export { isTransientStatus } from "./http.ts";
-
 /**
  * The chat-completions URL of a base URL: `/v1` added when the base has no
  * path, a pasted `/chat/completions` not doubled, the base's own query kept
@@ -137,7 +142,7 @@ export { isTransientStatus } from "./http.ts";
  *
  * @example
  * ```ts
- * import { chatCompletionsUrl } from "./planner.ts";
+ * import { chatCompletionsUrl } from "./openai.ts";
  * console.log(chatCompletionsUrl("http://127.0.0.1:11434").href);
  * // http://127.0.0.1:11434/v1/chat/completions
  * console.log(chatCompletionsUrl("https://r.openai.azure.com/openai/deployments/d", { "api-version": "2024-10-21" }).href);
@@ -166,13 +171,16 @@ function shownUrl(url: URL): string {
   return shown.href;
 }
 
-/** A chat-completions client. */
-export class OpenAIPlanner implements Planner {
+/**
+ * A chat-completions client: a `Planner` (the interface is structural; it is
+ * declared in `planner.ts`, which re-exports this file).
+ */
+export class OpenAIPlanner {
   readonly #opts: OpenAIPlannerOptions;
   readonly #fetch: FetchLike;
   readonly #url: URL;
   readonly #now: () => number;
-  #tools?: { array: OpenAITool[]; json: string };
+  #tools?: { array: readonly ToolDescription[]; json: string };
 
   /**
    * Creates a client for one endpoint and model. Throws a `TypeError` when
@@ -197,9 +205,11 @@ export class OpenAIPlanner implements Planner {
     return `${this.#mask(shownUrl(this.#url))} model=${this.#opts.model}`;
   }
 
-  /** `tools` as JSON, kept for the array it was made from (a registry hands out one array). */
-  #toolsJson(tools: OpenAITool[]): string {
-    if (this.#tools?.array !== tools) this.#tools = { array: tools, json: JSON.stringify(tools) };
+  /** `tools` as the `tools` parameter's JSON, kept for the array it was made from (a registry hands out one array). */
+  #toolsJson(tools: readonly ToolDescription[]): string {
+    if (this.#tools?.array !== tools) {
+      this.#tools = { array: tools, json: JSON.stringify(openAITools(tools)) };
+    }
     return this.#tools.json;
   }
 
@@ -216,8 +226,16 @@ export class OpenAIPlanner implements Planner {
     return this.#opts.model;
   }
 
+  /**
+   * The characters of the request's prompt as this planner sends it (its
+   * `messages` and `tools`), the basis of a budgeted request's reservation.
+   */
+  promptChars(req: Pick<DecideRequest, "transcript" | "tools">): number {
+    return JSON.stringify(chatMessages(req.transcript)).length + this.#toolsJson(req.tools).length;
+  }
+
   /** Sends one chat-completions request and parses the answer. */
-  async decide(req: DecideRequest): Promise<ModelAnswer> {
+  async decide(req: DecideRequest): Promise<PlannerDecision> {
     const headers = new Headers(this.#opts.headers);
     headers.set("content-type", "application/json");
     // Deno's fetch sends the trace context itself (OTEL_DENO); a handler called in-process needs it here.
@@ -239,9 +257,9 @@ export class OpenAIPlanner implements Planner {
       : `,${JSON.stringify(this.#opts.maxTokensField ?? "max_tokens")}:${
         Math.max(1, Math.floor(req.maxOutputTokens))
       }`;
-    const body = `{"model":${JSON.stringify(this.#opts.model)},"messages":${JSON.stringify(req.messages)}${
-      req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""
-    }${cap}}`;
+    const body = `{"model":${JSON.stringify(this.#opts.model)},"messages":${
+      JSON.stringify(chatMessages(req.transcript))
+    }${req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""}${cap}}`;
     const url = this.#url;
     const where = () => this.#mask(shownUrl(url));
     let res: Response;
@@ -293,8 +311,13 @@ function badAnswer(code: string, message: string, usage?: Usage): ModelError {
   });
 }
 
-/** Parses a chat-completions response body into a {@link ModelAnswer}. */
-export function parseCompletion(text: string): ModelAnswer {
+/**
+ * Parses a chat-completions response body into a {@link PlannerDecision}:
+ * every tool call of the first choice, or its text as the final answer.
+ * Throws a `badAnswer` {@link ModelError} (carrying the usage reported) for
+ * an answer that cannot be used.
+ */
+export function parseCompletion(text: string): PlannerDecision {
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -317,37 +340,15 @@ export function parseCompletion(text: string): ModelAnswer {
     throw badAnswer("MODEL_NO_MESSAGE", "The model's first choice has no message", usage);
   }
   const calls = message.tool_calls;
-  if (Array.isArray(calls) && calls.length > 1) {
-    throw badAnswer(
-      "MODEL_MULTIPLE_TOOLS",
-      `The model asked for ${calls.length} tool calls at once; exactly one per step is allowed`,
+  // Every call is parsed: how many a step may hold is the runtime's rule (journal.ts), not the wire's.
+  if (Array.isArray(calls) && calls.length > 0) {
+    const text = contentText(message.content);
+    return {
+      kind: "tool_calls",
+      calls: calls.map((call) => answerCall(call, usage)),
+      ...(text.trim() !== "" ? { text } : {}),
       usage,
-    );
-  }
-  if (Array.isArray(calls) && calls.length === 1) {
-    const call = calls[0] as { function?: { name?: unknown; arguments?: unknown } } | null;
-    const fn = call && typeof call === "object" ? call.function : undefined;
-    if (!fn || typeof fn.name !== "string") {
-      throw badAnswer("MODEL_BAD_TOOL_CALL", "The model's tool call has no function name", usage);
-    }
-    let args: unknown = {};
-    if (typeof fn.arguments === "string" && fn.arguments.trim() !== "") {
-      try {
-        args = JSON.parse(fn.arguments);
-      } catch {
-        throw badAnswer(
-          "MODEL_ARGS_NOT_JSON",
-          `The arguments of the model's call to ${fn.name} are not JSON: ${
-            JSON.stringify(fn.arguments.slice(0, 120))
-          }`,
-          usage,
-        );
-      }
-    } else if (fn.arguments !== null && typeof fn.arguments === "object") {
-      // Ollama's native API (and some of its compatible answers) sends the arguments as an object.
-      args = fn.arguments;
-    }
-    return { kind: "tool", tool: fn.name, args, usage };
+    };
   }
   // No tool call: a final answer, unless the answer is unusable. A refusal, an
   // answer cut off by the token limit, or an empty one is not "done": it is
@@ -378,7 +379,34 @@ export function parseCompletion(text: string): ModelAnswer {
       usage,
     );
   }
-  return { kind: "done", message: content, usage };
+  return { kind: "done", text: content, usage };
+}
+
+/** One entry of `tool_calls` as a neutral call, or the refusal of a malformed one. */
+function answerCall(call: unknown, usage: Usage | undefined): AnswerCall {
+  const c = call as { id?: unknown; function?: { name?: unknown; arguments?: unknown } } | null;
+  const fn = c && typeof c === "object" ? c.function : undefined;
+  if (!fn || typeof fn.name !== "string") {
+    throw badAnswer("MODEL_BAD_TOOL_CALL", "The model's tool call has no function name", usage);
+  }
+  let args: unknown = {};
+  if (typeof fn.arguments === "string" && fn.arguments.trim() !== "") {
+    try {
+      args = JSON.parse(fn.arguments);
+    } catch {
+      throw badAnswer(
+        "MODEL_ARGS_NOT_JSON",
+        `The arguments of the model's call to ${fn.name} are not JSON: ${
+          JSON.stringify(fn.arguments.slice(0, 120))
+        }`,
+        usage,
+      );
+    }
+  } else if (fn.arguments !== null && typeof fn.arguments === "object") {
+    // Ollama's native API (and some of its compatible answers) sends the arguments as an object.
+    args = fn.arguments;
+  }
+  return { ...(typeof c!.id === "string" ? { id: c!.id } : {}), name: fn.name, args };
 }
 
 /** The text of a message's content: a string, or an array of parts whose text parts are joined. */
