@@ -122,34 +122,32 @@ export {
   parseRetryAfter,
   serverErrorMessage,
 } from "./runtime/http.ts";
-export type { Planner } from "./runtime/planner.ts";
-export type {
-  AnswerCall,
-  AssistantMessage,
-  DecideRequest,
-  LegacyModelAnswer,
-  ModelAnswer,
-  PlannerDecision,
-  SystemMessage,
-  ToolCall,
-  ToolResultMessage,
-  TranscriptMessage,
-  Usage,
-  UserMessage,
-} from "./runtime/transcript.ts";
 export {
+  type AnswerCall,
+  type AssistantMessage,
   chatCompletionsUrl,
   type ChatMessage,
   chatMessages,
   type ChatToolCall,
+  type DecideRequest,
   type FetchLike,
+  type LegacyModelAnswer,
   MAX_TOKENS_FIELDS,
   type MaxTokensField,
+  type ModelAnswer,
   OpenAIPlanner,
   type OpenAIPlannerOptions,
   type OpenAITool,
   openAITools,
-} from "./runtime/planners/openai.ts";
+  type Planner,
+  type PlannerDecision,
+  type SystemMessage,
+  type ToolCall,
+  type ToolResultMessage,
+  type TranscriptMessage,
+  type Usage,
+  type UserMessage,
+} from "./runtime/planner.ts";
 export type {
   ApprovalView,
   Clipped,

@@ -406,7 +406,8 @@ function answerCall(call: unknown, usage: Usage | undefined): AnswerCall {
     // Ollama's native API (and some of its compatible answers) sends the arguments as an object.
     args = fn.arguments;
   }
-  return { ...(typeof c!.id === "string" ? { id: c!.id } : {}), name: fn.name, args };
+  const id = (c as { id?: unknown }).id;
+  return { ...(typeof id === "string" ? { id } : {}), name: fn.name, args };
 }
 
 /** The text of a message's content: a string, or an array of parts whose text parts are joined. */
