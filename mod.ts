@@ -11,9 +11,11 @@
  * The surface: {@link defineTool} and {@link defineAgent} describe an agent;
  * {@link connect} gives a {@link Client} that starts runs, waits for them and
  * steers them, and hosts a worker in the process ({@link Client.startWorker}).
- * A model is any {@link Planner}; {@link OpenAIPlanner} speaks the
- * OpenAI-compatible chat-completions protocol. What users test their agents
- * with (mock model, mock cloud, simulator) is in `testing.ts`.
+ * A model is any {@link Planner}: asked with a neutral transcript
+ * ({@link DecideRequest}), it answers with a {@link PlannerDecision};
+ * {@link OpenAIPlanner} speaks the OpenAI-compatible chat-completions
+ * protocol. What users test their agents with (mock model, mock cloud,
+ * simulator) is in `testing.ts`.
  *
  * @example An agent with one tool, run durably on an in-memory database
  * ```ts
@@ -32,14 +34,18 @@
  *   },
  * });
  *
- * // Any Planner can decide; a real agent names an OpenAI-compatible endpoint instead.
+ * // Any Planner can decide: it reads req.transcript (neutral messages) and req.tools.
+ * // A real agent names an OpenAI-compatible endpoint instead.
  * const model: Planner = {
  *   describe: "two-step script",
  *   decide: (req) =>
  *     Promise.resolve(
- *       req.seq === 0
- *         ? { kind: "tool", tool: "send_email", args: { to: "ada@example.test", body: "Hello" } }
- *         : { kind: "done", message: "Sent one email." },
+ *       req.transcript.some((m) => m.role === "tool")
+ *         ? { kind: "done", text: "Sent one email." }
+ *         : {
+ *           kind: "tool_calls",
+ *           calls: [{ name: "send_email", args: { to: "ada@example.test", body: "Hello" } }],
+ *         },
  *     ),
  * };
  *
@@ -117,18 +123,30 @@ export {
   serverErrorMessage,
 } from "./runtime/http.ts";
 export {
+  type AnswerCall,
+  type AssistantMessage,
   chatCompletionsUrl,
   type ChatMessage,
+  chatMessages,
   type ChatToolCall,
   type DecideRequest,
   type FetchLike,
+  type LegacyModelAnswer,
   MAX_TOKENS_FIELDS,
   type MaxTokensField,
   type ModelAnswer,
   OpenAIPlanner,
   type OpenAIPlannerOptions,
+  type OpenAITool,
+  openAITools,
   type Planner,
+  type PlannerDecision,
+  type SystemMessage,
+  type ToolCall,
+  type ToolResultMessage,
+  type TranscriptMessage,
   type Usage,
+  type UserMessage,
 } from "./runtime/planner.ts";
 export type {
   ApprovalView,
@@ -180,11 +198,11 @@ export {
   type CheckedCall,
   defineTool,
   type Json,
-  type OpenAITool,
   type ReconcileContext,
   type Reconciliation,
   type Tool,
   type ToolContext,
+  type ToolDescription,
   type ToolOutcome,
   type ToolRegistry,
   type ToolSpec,

@@ -8,7 +8,8 @@
 
 import assert from "node:assert/strict";
 import { demoTools } from "../examples/provision/tools.ts";
-import { buildMessages } from "../runtime/history.ts";
+import { buildTranscript } from "../runtime/history.ts";
+import { chatMessages } from "../runtime/planners/openai.ts";
 import type { Tool } from "../runtime/tools.ts";
 import { argsHash } from "../runtime/executor.ts";
 import { Client, ClientError } from "../runtime/client.ts";
@@ -88,8 +89,15 @@ Deno.test("deny: the call is never sent, and the model is shown the refusal as t
     llmCalls: 0,
     signal: new AbortController().signal,
   };
-  const toolMessage = buildMessages(state, 1, "i").find((m) => m.role === "tool");
-  assert.deepEqual(toolMessage, {
+  const transcript = buildTranscript(state, 1, "i");
+  assert.deepEqual(transcript.find((m) => m.role === "tool"), {
+    role: "tool",
+    callId: "call_0",
+    name: "create_server",
+    failed: true,
+    error: "denied by alice: too expensive",
+  });
+  assert.deepEqual(chatMessages(transcript).find((m) => m.role === "tool"), {
     role: "tool",
     tool_call_id: "call_0",
     content: JSON.stringify({ error: "denied by alice: too expensive" }),

@@ -1,46 +1,56 @@
 /**
  * The conversation sent to the model, rebuilt from the run's rows: the goal,
  * then for each decided step an assistant tool call and the tool's result,
- * then, for the step being decided, why earlier answers were refused.
+ * then, for the step being decided, why earlier answers were refused. Neutral
+ * ({@link TranscriptMessage}): each planner maps it to its own wire format.
  *
  * @module
  */
 
 import type { RunState } from "./context.ts";
-import type { ChatMessage } from "./planner.ts";
+import type { TranscriptMessage } from "./transcript.ts";
 
-/** The chat messages for deciding step `seq`, under the agent's `instructions`. */
-export function buildMessages(state: RunState, seq: number, instructions: string): ChatMessage[] {
-  const messages: ChatMessage[] = [
-    { role: "system", content: instructions },
-    { role: "user", content: state.goal },
+/** What a tool result says of a call whose outcome no row records (at intent, flagged, or never sent). */
+export const UNKNOWN_OUTCOME = "The outcome of this call is unknown";
+
+/** The id of step `seq`'s call: derived from the journal, so every request (and restart) names it alike. */
+export function callId(seq: number): string {
+  return `call_${seq}`;
+}
+
+/** The transcript for deciding step `seq`, under the agent's `instructions`. */
+export function buildTranscript(
+  state: Pick<RunState, "goal" | "journal" | "effects">,
+  seq: number,
+  instructions: string,
+): TranscriptMessage[] {
+  const transcript: TranscriptMessage[] = [
+    { role: "system", text: instructions },
+    { role: "user", text: state.goal },
   ];
   for (let s = 0; s < seq; s++) {
     const decision = state.journal.get(s)?.decision;
     if (!decision || !("tool" in decision)) continue;
-    const id = `call_${s}`;
-    messages.push({
-      role: "assistant",
-      content: null,
-      tool_calls: [{
-        id,
-        type: "function",
-        function: { name: decision.tool, arguments: JSON.stringify(decision.args) },
-      }],
-    });
+    const id = callId(s);
+    const name = decision.tool;
+    transcript.push({ role: "assistant", calls: [{ id, name, args: decision.args }] });
     const effect = state.effects.get(s);
-    let content: string;
-    if (effect?.status === "confirmed") content = JSON.stringify(effect.result);
-    else if (effect?.status === "failed") content = JSON.stringify({ error: effect.error });
-    else content = JSON.stringify({ error: "The outcome of this call is unknown" });
-    messages.push({ role: "tool", tool_call_id: id, content });
+    // A confirmed call (sent, reconciled or resolved by a person) has its result; a failed one
+    // (the tool's error, or a person's denial) its reason; anything else is not known.
+    if (effect?.status === "confirmed") {
+      transcript.push({ role: "tool", callId: id, name, failed: false, result: effect.result });
+    } else {
+      // Every write of a failed row gives its reason; the column alone allows none.
+      const error = effect?.status === "failed" ? effect.error ?? "The call failed" : UNKNOWN_OUTCOME;
+      transcript.push({ role: "tool", callId: id, name, failed: true, error });
+    }
   }
   for (const rejection of state.journal.get(seq)?.rejections ?? []) {
-    messages.push({
+    transcript.push({
       role: "user",
-      content: `Your previous answer was refused (${rejection.code}): ${rejection.message}. ` +
+      text: `Your previous answer was refused (${rejection.code}): ${rejection.message}. ` +
         "Answer again with exactly one call to a listed tool, or with no tool call when the goal is complete.",
     });
   }
-  return messages;
+  return transcript;
 }

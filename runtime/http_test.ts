@@ -130,7 +130,7 @@ Deno.test("a 409 from the model is asked again after its Retry-After, like a 429
         }),
       ),
   });
-  const err = await planner.decide({ runId: "r", seq: 0, messages: [], tools: [] }).then(
+  const err = await planner.decide({ runId: "r", seq: 0, transcript: [], tools: [] }).then(
     () => assert.fail("a 409 was taken for an answer"),
     (e) => e as ModelError,
   );

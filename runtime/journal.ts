@@ -10,17 +10,43 @@
 import { deadline } from "./clock.ts";
 import { retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { AbortedError, ModelError } from "./errors.ts";
-import { buildMessages } from "./history.ts";
-import type { ModelAnswer } from "./planner.ts";
+import { buildTranscript } from "./history.ts";
+import type { Planner } from "./planner.ts";
+import { type DecideRequest, type PlannerDecision, plannerDecision } from "./transcript.ts";
 import type { Decision, JournalRow, Rejection, TokenSettlement } from "./store/store.ts";
 import { addUsage } from "./usage.ts";
 import { answerCap, answerTokens, checkModelRequest, MAX_ROW_TOKENS, worstCaseTokens } from "./budget.ts";
 import { toStorable } from "./store/storable.ts";
-import type { OpenAITool } from "./tools.ts";
 
-/** The characters a request's prompt carries (messages and tool schemas): the basis of its token estimate. */
-function promptChars(messages: unknown[], tools: OpenAITool[]): number {
-  return JSON.stringify(messages).length + JSON.stringify(tools).length;
+/**
+ * The characters a request's prompt carries (messages and tool schemas), as its planner sends them:
+ * the basis of its token estimate.
+ */
+function promptChars(planner: Planner, question: Pick<DecideRequest, "transcript" | "tools">): number {
+  return planner.promptChars?.(question) ??
+    JSON.stringify(question.transcript).length + JSON.stringify(question.tools).length;
+}
+
+/**
+ * The answer as the loop takes it: one tool call per step, or done. Every planner's answer passes here,
+ * inside the model call, so a refused one is counted and re-asked like any unusable answer.
+ */
+function oneCall(answer: PlannerDecision): PlannerDecision {
+  if (answer.kind === "tool_calls" && answer.calls.length !== 1) {
+    const usage = answer.usage as Record<string, unknown> | undefined;
+    throw answer.calls.length === 0
+      ? new ModelError(
+        "MODEL_EMPTY",
+        "The model's answer lists no tool calls: call one tool, or say what was done",
+        { badAnswer: true, usage },
+      )
+      : new ModelError(
+        "MODEL_MULTIPLE_TOOLS",
+        `The model asked for ${answer.calls.length} tool calls at once; exactly one per step is allowed`,
+        { badAnswer: true, usage },
+      );
+  }
+  return answer;
 }
 
 /** Returns the decision for step `seq`: replayed if confirmed, otherwise asked for and committed. */
@@ -48,12 +74,18 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           }${state.lastWorkerError ? `; its last worker stopped at: ${state.lastWorkerError}` : ""}`,
       );
     }
-    const messages = buildMessages(state, seq, deps.instructions);
-    const tools = deps.tools.toOpenAI();
+    const maxOutputTokens = answerCap(state.budget);
+    const question: DecideRequest = {
+      runId,
+      seq,
+      agent: deps.agent,
+      transcript: buildTranscript(state, seq, deps.instructions),
+      tools: deps.tools.descriptions(),
+      maxOutputTokens,
+    };
     // With a budget, the request's worst case is reserved in the intent's own write,
     // and the answer is asked to stay within it.
-    const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(messages, tools)) : 0;
-    const maxOutputTokens = answerCap(state.budget);
+    const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(deps.planner, question)) : 0;
     checkModelRequest(state, reserve);
     // The row as the write left it is what this worker now knows of the step.
     const current = await store.journalIntentRow(
@@ -69,7 +101,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     state.llmCalls += 1;
     log.info("deciding", { run: runId, seq, attempt: llmAttempts, llm_calls: state.llmCalls });
 
-    let answer: ModelAnswer;
+    let answer: PlannerDecision;
     const timeout = deadline(
       clock,
       state.signal,
@@ -80,19 +112,16 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         }),
     );
     try {
-      answer = await telemetryOf(deps).modelCall(deps.planner.model, () =>
-        deps.planner.decide({
-          runId,
-          seq,
-          messages,
-          agent: deps.agent,
-          tools,
-          maxOutputTokens,
-          // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
-          get signal() {
-            return timeout.signal;
-          },
-        }));
+      answer = await telemetryOf(deps).modelCall(deps.planner.model, async () =>
+        oneCall(plannerDecision(
+          await deps.planner.decide({
+            ...question,
+            // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
+            get signal() {
+              return timeout.signal;
+            },
+          }),
+        )));
     } catch (err) {
       const e = asModelError(err, timeout.expired(), state.signal);
       if (e.badAnswer) {
@@ -137,8 +166,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     // (and re-asked) like any other bad answer, before the tool's schema sees it.
     const stored = toStorable(
       answer.kind === "done"
-        ? { done: true, message: answer.message }
-        : { tool: answer.tool, args: answer.args },
+        ? { done: true, message: answer.text }
+        : { tool: answer.calls[0].name, args: answer.calls[0].args },
     );
     if (!stored.ok) {
       await reject(deps, state, current, {
@@ -191,9 +220,9 @@ async function askUncounted(deps: WorkerDeps, state: RunState, seq: number): Pro
     await deps.planner.decide({
       runId: state.fence.runId,
       seq,
-      messages: buildMessages(state, seq, deps.instructions),
+      transcript: buildTranscript(state, seq, deps.instructions),
       agent: deps.agent,
-      tools: deps.tools.toOpenAI(),
+      tools: deps.tools.descriptions(),
       signal: state.signal,
     });
   } catch (err) {

@@ -236,6 +236,16 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
   };
 }
 
+/** A tool as a model is shown it, in no protocol's shape: each planner maps it to its own. */
+export interface ToolDescription {
+  /** The tool's unique name. */
+  name: string;
+  /** What the tool does. */
+  description: string;
+  /** The JSON Schema of its arguments (derived from the tool's zod schema). */
+  parameters: Record<string, unknown>;
+}
+
 /** The result of checking a model's tool call against the registry. */
 export type CheckedCall =
   | { ok: true; tool: Tool; args: unknown }
@@ -244,7 +254,7 @@ export type CheckedCall =
 /** The set of tools a run may use, by name. */
 export class ToolRegistry {
   readonly #tools: Map<string, Tool>;
-  #openAI?: OpenAITool[];
+  #descriptions?: ToolDescription[];
 
   /** Registers `tools`; two tools with one name are an error. */
   constructor(tools: Tool[]) {
@@ -267,14 +277,16 @@ export class ToolRegistry {
     return this.#tools.get(name);
   }
 
-  /** The `tools` parameter of a chat-completions request (built once: the registry never changes). */
-  toOpenAI(): OpenAITool[] {
-    // #11: asked for on every decision; one array serves them all. Callers only read it.
-    this.#openAI ??= [...this.#tools.values()].map((t) => ({
-      type: "function",
-      function: { name: t.name, description: t.description, parameters: t.parameters },
+  /** The tools as a model is shown them, in registration order (built once: the registry never changes). */
+  descriptions(): ToolDescription[] {
+    // #11: asked for on every decision; one array serves them all, so a planner
+    // may key its serialised form on it. Callers only read it.
+    this.#descriptions ??= [...this.#tools.values()].map((t) => ({
+      name: t.name,
+      description: t.description,
+      parameters: t.parameters,
     }));
-    return this.#openAI;
+    return this.#descriptions;
   }
 
   /** Checks that `name` is registered and `args` fit its schema; returns the parsed arguments. */
@@ -297,14 +309,6 @@ export class ToolRegistry {
     }
     return { ok: true, tool, args: parsed.data };
   }
-}
-
-/** A function tool in the chat-completions `tools` list. */
-export interface OpenAITool {
-  /** Always `function`. */
-  type: "function";
-  /** The name, description and JSON Schema of the arguments. */
-  function: { name: string; description: string; parameters: Record<string, unknown> };
 }
 
 function describeIssues(error: unknown): string {

@@ -37,7 +37,7 @@ function script(answers: ((toolResults: number) => ModelAnswer)[]): Planner {
   return {
     describe: "script",
     decide: (req) => {
-      const results = req.messages.filter((m) => m.role === "tool").length;
+      const results = req.transcript.filter((m) => m.role === "tool").length;
       return Promise.resolve(answers[Math.min(results, answers.length - 1)](results));
     },
   };

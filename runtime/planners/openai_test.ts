@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { ModelError } from "./errors.ts";
-import { MockModel } from "../mock/model.ts";
-import { chatCompletionsUrl, OpenAIPlanner, parseCompletion } from "./planner.ts";
+import { ModelError } from "../errors.ts";
+import { MockModel } from "../../mock/model.ts";
+import { chatCompletionsUrl, OpenAIPlanner, parseCompletion } from "./openai.ts";
 
 function refusal(text: string): ModelError {
   try {
@@ -22,10 +22,12 @@ Deno.test("parseCompletion() refuses each kind of unusable answer with its own c
     [JSON.stringify({ choices: [{}], usage }), "MODEL_NO_MESSAGE", usage],
     [
       JSON.stringify({
-        choices: [{ message: { tool_calls: [{ function: { name: "a" } }, { function: { name: "b" } }] } }],
+        choices: [{
+          message: { tool_calls: [{ function: { name: "a" } }, { function: { name: "b", arguments: "{" } }] },
+        }],
         usage,
       }),
-      "MODEL_MULTIPLE_TOOLS",
+      "MODEL_ARGS_NOT_JSON",
       usage,
     ],
     [
@@ -62,7 +64,7 @@ Deno.test("OpenAIPlanner masks its API key in whatever the provider sends back",
   const echo = (req: Request) =>
     Promise.resolve(new Response(`unauthorized: ${req.headers.get("authorization")}`, { status: 401 }));
   const planner = new OpenAIPlanner({ url: "http://model.test/v1", model: "m", apiKey: key, fetch: echo });
-  const err = await planner.decide({ runId: "r", seq: 0, messages: [], tools: [] }).then(
+  const err = await planner.decide({ runId: "r", seq: 0, transcript: [], tools: [] }).then(
     () => assert.fail("a 401 was accepted"),
     (e) => e as ModelError,
   );
@@ -86,7 +88,7 @@ Deno.test("parseCompletion() refuses truncated, empty and refused answers instea
   assert.equal(refusal(answer({ content: "" }, "content_filter")).code, "MODEL_FILTERED");
   assert.deepEqual(parseCompletion(answer({ content: "All done." })), {
     kind: "done",
-    message: "All done.",
+    text: "All done.",
     usage: undefined,
   });
 });
@@ -104,7 +106,7 @@ function fakeServer(status: number, body: unknown, headers: Record<string, strin
 }
 
 const FINAL = { choices: [{ message: { role: "assistant", content: "ok" } }] };
-const ASK = { runId: "r1", seq: 0, messages: [{ role: "user" as const, content: "go" }], tools: [] };
+const ASK = { runId: "r1", seq: 0, transcript: [{ role: "user" as const, text: "go" }], tools: [] };
 
 async function failure(planner: OpenAIPlanner): Promise<ModelError> {
   return await planner.decide(ASK).then(
@@ -140,7 +142,7 @@ Deno.test("OpenAIPlanner reaches the mock model with a base URL with and without
     await t.step(url, async () => {
       const planner = new OpenAIPlanner({ url, model: "m", fetch: model.handler });
       const answer = await planner.decide({ ...ASK, runId: url });
-      assert.deepEqual(answer.kind === "tool" && answer.tool, "create_server"); // the demo script's first step
+      assert.deepEqual(answer.kind === "tool_calls" && answer.calls[0].name, "create_server"); // the demo script's first step
       assert.equal(model.calls(url), 1, "counted for the run named in x-agent-run");
     });
   }
@@ -239,10 +241,14 @@ Deno.test("extra headers and query parameters go on the wire; the body has only 
     "no tools offered: no tools list",
   );
 
-  const tools = [{ type: "function" as const, function: { name: "t", description: "d", parameters: {} } }];
+  const tools = [{ name: "t", description: "d", parameters: {} }];
   await planner.decide({ ...ASK, tools });
   const body = server.bodies[1];
   assert.deepEqual(Object.keys(body).sort(), ["messages", "model", "tools"]);
+  assert.deepEqual(body.tools, [{
+    type: "function",
+    function: { name: "t", description: "d", parameters: {} },
+  }]);
   for (const refused of ["parallel_tool_calls", "user", "tool_choice"]) {
     assert.ok(!(refused in body), refused);
   }
@@ -301,10 +307,7 @@ Deno.test("each server family's recorded answers and errors are understood", asy
             query: fx.query,
             fetch: server.fetch,
           });
-          const tools = [{
-            type: "function" as const,
-            function: { name: "create_server", description: "d", parameters: {} },
-          }];
+          const tools = [{ name: "create_server", description: "d", parameters: {} }];
           await planner.decide({ ...ASK, tools });
           const url = new URL(server.seen[0].url);
           assert.match(url.pathname, /\/chat\/completions$/);
@@ -344,12 +347,11 @@ Deno.test("parseCompletion() reads the text parts of array content and treats nu
   const parts = {
     choices: [{ message: { content: [{ type: "text", text: "a" }, { type: "image" }, { text: "b" }] } }],
   };
-  assert.deepEqual(parseCompletion(JSON.stringify(parts)), { kind: "done", message: "ab", usage: undefined });
+  assert.deepEqual(parseCompletion(JSON.stringify(parts)), { kind: "done", text: "ab", usage: undefined });
   const nullArgs = { choices: [{ message: { tool_calls: [{ function: { name: "t", arguments: null } }] } }] };
   assert.deepEqual(parseCompletion(JSON.stringify(nullArgs)), {
-    kind: "tool",
-    tool: "t",
-    args: {},
+    kind: "tool_calls",
+    calls: [{ name: "t", args: {} }],
     usage: undefined,
   });
 });
@@ -364,7 +366,7 @@ Deno.test("OpenAIPlanner masks a key's JSON-escaped form too (a key holding a qu
     apiKey: key,
     fetch: (req) => echo(new Request(req, { headers: { "x-echo": `got ${key}` } })),
   });
-  const err = await planner.decide({ runId: "r", seq: 0, messages: [], tools: [] }).then(
+  const err = await planner.decide({ runId: "r", seq: 0, transcript: [], tools: [] }).then(
     () => assert.fail("a 400 was accepted"),
     (e) => e as ModelError,
   );
@@ -382,7 +384,7 @@ Deno.test("OpenAIPlanner masks a key holding a quote and a backslash however dee
     apiKey: key,
     fetch: () => Promise.resolve(new Response(body, { status: 401 })),
   });
-  const err = await planner.decide({ runId: "r", seq: 0, messages: [], tools: [] }).then(
+  const err = await planner.decide({ runId: "r", seq: 0, transcript: [], tools: [] }).then(
     () => assert.fail("a 401 was accepted"),
     (e) => e as ModelError,
   );
@@ -408,7 +410,7 @@ Deno.test("a budgeted request carries its answer's cap in the one field chosen; 
     planner.decide({
       runId: "r",
       seq: 0,
-      messages: [{ role: "user", content: "go" }],
+      transcript: [{ role: "user", text: "go" }],
       tools: [],
       maxOutputTokens,
     });

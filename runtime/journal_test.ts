@@ -1,0 +1,122 @@
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { defineAgent } from "./agent.ts";
+import { type Client, connect } from "./client.ts";
+import type { Planner } from "./planner.ts";
+import { defineTool } from "./tools.ts";
+import type { DecideRequest, ModelAnswer } from "./transcript.ts";
+
+const note = defineTool({
+  name: "note",
+  description: "Writes a note.",
+  args: z.strictObject({ text: z.string() }),
+  run: (args) => Promise.resolve({ result: { noted: args.text } }),
+});
+
+const client: Client = await connect({ memory: true });
+
+/** A planner answering `answers` in turn (the last one again when they run out), recording each request. */
+function scripted(answers: ModelAnswer[]): { model: Planner; asked: DecideRequest[] } {
+  const asked: DecideRequest[] = [];
+  const model: Planner = {
+    describe: "script",
+    decide: (req) => {
+      asked.push(req);
+      return Promise.resolve(answers[Math.min(asked.length - 1, answers.length - 1)]);
+    },
+  };
+  return { model, asked };
+}
+
+/** Runs one run of an agent with `model` to its end; returns what the journal holds. */
+async function runWith(name: string, model: Planner) {
+  const agent = defineAgent({ name, instructions: `Be ${name}.`, tools: [note], model });
+  const worker = await client.startWorker([agent], { pollMs: 10 });
+  try {
+    await client.start(agent, { runId: `${name}-1`, input: "Take a note." });
+    const finished = await client.wait(`${name}-1`, { timeoutMs: 30_000, pollMs: 10 });
+    return { finished, record: await client.inspect(`${name}-1`) };
+  } finally {
+    await worker.stop();
+  }
+}
+
+const usage = { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 };
+const call = { name: "note", args: { text: "hi" } };
+
+Deno.test("an answer with two tool calls is refused as MODEL_MULTIPLE_TOOLS from any planner, counted, and asked again", async () => {
+  const { model, asked } = scripted([
+    { kind: "tool_calls", calls: [call, { ...call, id: "second" }], usage },
+    { kind: "tool_calls", calls: [call], usage },
+    { kind: "done", text: "Noted.", usage },
+  ]);
+  const { finished, record } = await runWith("two-calls", model);
+  assert.equal(finished.status, "done");
+  assert.equal(finished.output, "Noted.");
+  const step = record.journal[0];
+  const refusal = "The model asked for 2 tool calls at once; exactly one per step is allowed";
+  assert.deepEqual(step.rejections, [{ code: "MODEL_MULTIPLE_TOOLS", message: refusal }]);
+  assert.equal(step.llm_attempts, 2, "the refused answer was paid for");
+  assert.deepEqual(step.usage, { prompt_tokens: 10, completion_tokens: 4, total_tokens: 14 }, "and counted");
+  assert.deepEqual(step.decision, { tool: "note", args: { text: "hi" } });
+  assert.deepEqual(record.effects.map((e) => e.idempotency_key), ["two-calls-1:0"], "one call was made");
+  assert.deepEqual(asked[1].transcript.at(-1), {
+    role: "user",
+    text: `Your previous answer was refused (MODEL_MULTIPLE_TOOLS): ${refusal}. ` +
+      "Answer again with exactly one call to a listed tool, or with no tool call when the goal is complete.",
+  });
+});
+
+Deno.test("an answer listing no tool calls is refused as MODEL_EMPTY and asked again", async () => {
+  const { model } = scripted([
+    { kind: "tool_calls", calls: [], text: "Thinking." },
+    { kind: "done", text: "Nothing to do." },
+  ]);
+  const { finished, record } = await runWith("no-calls", model);
+  assert.equal(finished.output, "Nothing to do.");
+  assert.deepEqual(record.journal[0].rejections.map((r) => r.code), ["MODEL_EMPTY"]);
+  assert.equal(record.effects.length, 0);
+});
+
+Deno.test("a planner is asked with the neutral transcript and tools, the call id derived from the step", async () => {
+  const { model, asked } = scripted([
+    { kind: "tool_calls", calls: [{ ...call, id: "the-models-own-id" }] },
+    { kind: "done", text: "Noted." },
+  ]);
+  await runWith("neutral", model);
+  assert.deepEqual(asked[0].tools, [{
+    name: "note",
+    description: "Writes a note.",
+    parameters: {
+      type: "object",
+      properties: { text: { type: "string" } },
+      required: ["text"],
+      additionalProperties: false,
+    },
+  }]);
+  assert.deepEqual(asked[1].transcript, [
+    { role: "system", text: "Be neutral." },
+    { role: "user", text: "Take a note." },
+    { role: "assistant", calls: [{ id: "call_0", name: "note", args: { text: "hi" } }] },
+    { role: "tool", callId: "call_0", name: "note", failed: false, result: { noted: "hi" } },
+  ]);
+  assert.equal(asked[1].tools, asked[0].tools, "one array per registry");
+});
+
+Deno.test("a planner answering in the shape before #23 ({ kind: 'tool' }, { kind: 'done', message }) still drives a run", async () => {
+  const { model } = scripted([
+    { kind: "tool", tool: "note", args: { text: "old" }, usage },
+    { kind: "done", message: "Noted the old way." },
+  ]);
+  const { finished, record } = await runWith("legacy", model);
+  assert.equal(finished.output, "Noted the old way.");
+  assert.deepEqual(record.journal.map((j) => j.decision), [
+    { tool: "note", args: { text: "old" } },
+    { done: true, message: "Noted the old way." },
+  ]);
+  assert.deepEqual(record.journal[0].usage, usage);
+});
+
+Deno.test.afterAll(async () => {
+  await client.close();
+});

@@ -1,0 +1,181 @@
+/**
+ * The conversation a planner is shown, and what it answers, in no model
+ * protocol's shape: a {@link DecideRequest} carries a transcript of neutral
+ * messages (system instructions, user text, assistant turns with text and
+ * tool calls, tool results matched by call id) and the tools the model may
+ * call; a planner answers with a {@link PlannerDecision}. Each planner maps
+ * both to and from its own wire format in its own file (chat completions:
+ * `planners/openai.ts`).
+ *
+ * @module
+ */
+
+import type { Json, ToolDescription } from "./tools.ts";
+
+export type { ToolDescription } from "./tools.ts";
+
+/** The agent's instructions. */
+export interface SystemMessage {
+  /** Always `system`. */
+  role: "system";
+  /** The instructions. */
+  text: string;
+}
+
+/** Text from the user's side: the run's goal, or why an earlier answer was refused. */
+export interface UserMessage {
+  /** Always `user`. */
+  role: "user";
+  /** The text. */
+  text: string;
+}
+
+/** One tool call in the transcript, as the journal holds it. */
+export interface ToolCall {
+  /**
+   * Pairs the call with its {@link ToolResultMessage}. Derived from what the
+   * journal holds (`call_<seq>`), never from what a model named it, so it is
+   * the same in every request and after every restart.
+   */
+  id: string;
+  /** The tool's name. */
+  name: string;
+  /** The arguments as decided (a JSON value; a wire format may send them as text). */
+  args: Json;
+}
+
+/** A turn of the model: its text, its tool calls, or both. */
+export interface AssistantMessage {
+  /** Always `assistant`. */
+  role: "assistant";
+  /** What the model said, if anything. */
+  text?: string;
+  /** The tools it called, in order; empty when it only spoke. */
+  calls: ToolCall[];
+}
+
+/**
+ * The outcome of one tool call, matched to it by {@link ToolCall.id}: the
+ * tool's result, or (`failed`) why there is none: the tool's error, a
+ * person's denial, or that the outcome is unknown.
+ */
+export type ToolResultMessage =
+  | {
+    /** Always `tool`. */
+    role: "tool";
+    /** The {@link ToolCall.id} answered. */
+    callId: string;
+    /** The tool called (some protocols name it beside the id). */
+    name: string;
+    /** The call succeeded. */
+    failed: false;
+    /** What the tool returned. */
+    result: Json;
+  }
+  | {
+    /** Always `tool`. */
+    role: "tool";
+    /** The {@link ToolCall.id} answered. */
+    callId: string;
+    /** The tool called (some protocols name it beside the id). */
+    name: string;
+    /** The call failed, was refused, or its outcome is unknown. */
+    failed: true;
+    /** Why, in words the model can act on. */
+    error: string;
+  };
+
+/** One message of a transcript. */
+export type TranscriptMessage = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage;
+
+/** Token counts reported by the model (the chat-completions names, as the journal stores them). */
+export interface Usage {
+  /** Tokens in the request. */
+  prompt_tokens?: number;
+  /** Tokens in the answer. */
+  completion_tokens?: number;
+  /** Both together. */
+  total_tokens?: number;
+}
+
+/** One question to the model. */
+export interface DecideRequest {
+  /** The run asking (a planner may send it, e.g. as the `x-agent-run` header). */
+  runId: string;
+  /** The step being decided. */
+  seq: number;
+  /** The agent asking (sent as the `x-agent-name` header, so a mock can follow a per-agent script). */
+  agent?: string;
+  /** The conversation so far: the instructions and the goal first. */
+  transcript: TranscriptMessage[];
+  /** The tools the model may call (one array per registry: a planner may key a cache on it). */
+  tools: ToolDescription[];
+  /**
+   * The most tokens the answer may take (reasoning included), set when the
+   * run has a token budget: the request's reservation holds no more. A
+   * planner passes it to its server as the answer's cap; an answer that
+   * takes more all the same is counted in full, and the run stops at its
+   * next request.
+   */
+  maxOutputTokens?: number;
+  /** Aborts the request. */
+  signal?: AbortSignal;
+}
+
+/** A tool call as a model asked for it. */
+export interface AnswerCall {
+  /** The model's own id for the call, when it gave one (the journal names calls itself). */
+  id?: string;
+  /** The tool's name. */
+  name: string;
+  /** The arguments, parsed from whatever the wire carried. */
+  args: unknown;
+}
+
+/**
+ * What a planner decided for one step: tool calls (the type holds any number;
+ * the loop runs one per step and refuses more, `MODEL_MULTIPLE_TOOLS`), or
+ * done with a final text.
+ */
+export type PlannerDecision =
+  | {
+    /** Call tools. */
+    kind: "tool_calls";
+    /** The calls, in the model's order. */
+    calls: AnswerCall[];
+    /** What the model said beside them, if anything. */
+    text?: string;
+    /** What the answer cost. */
+    usage?: Usage;
+  }
+  | {
+    /** The goal is complete. */
+    kind: "done";
+    /** The final answer. */
+    text: string;
+    /** What the answer cost. */
+    usage?: Usage;
+  };
+
+/**
+ * The one-call answer of planners written before {@link PlannerDecision}:
+ * still taken as `{ kind: "tool_calls", calls: [{ name: tool, args }] }` and
+ * `{ kind: "done", text: message }`.
+ *
+ * @deprecated Answer with a {@link PlannerDecision}.
+ */
+export type LegacyModelAnswer =
+  | { kind: "tool"; tool: string; args: unknown; usage?: Usage }
+  | { kind: "done"; message: string; usage?: Usage };
+
+/** What a planner's `decide` returns: a {@link PlannerDecision} (or, deprecated, a {@link LegacyModelAnswer}). */
+export type ModelAnswer = PlannerDecision | LegacyModelAnswer;
+
+/** The {@link PlannerDecision} an answer stands for (a legacy answer rewritten; a neutral one as it is). */
+export function plannerDecision(answer: ModelAnswer): PlannerDecision {
+  if (answer.kind === "tool_calls") return answer;
+  if (answer.kind === "done") {
+    return "text" in answer ? answer : { kind: "done", text: answer.message, usage: answer.usage };
+  }
+  return { kind: "tool_calls", calls: [{ name: answer.tool, args: answer.args }], usage: answer.usage };
+}
