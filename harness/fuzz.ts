@@ -45,7 +45,8 @@ import { commandFlags } from "../runtime/config.ts";
 import { DEFAULT_RETRY } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
 import { Client, ClientError } from "../runtime/client.ts";
-import { RuntimeError, SimulatedKill } from "../runtime/errors.ts";
+import { RuntimeError } from "../runtime/errors.ts";
+import { SimulatedKill } from "../runtime/crashpoints.ts";
 import { argsHash } from "../runtime/executor.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import type {

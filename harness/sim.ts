@@ -24,8 +24,14 @@ import { type Clock, ManualClock } from "../runtime/clock.ts";
 import type { Agent } from "../runtime/agent.ts";
 import { type RetryPolicy, workerDeps } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
-import { type CrashPlan, type CrashPoint, CrashPoints } from "../runtime/crashpoints.ts";
-import { describeError, type KillPoint, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
+import { describeError, RuntimeError } from "../runtime/errors.ts";
+import {
+  type CrashPlan,
+  type CrashPoint,
+  CrashPoints,
+  type KillPoint,
+  SimulatedKill,
+} from "../runtime/crashpoints.ts";
 import { Logger } from "../runtime/log.ts";
 import { type RunOutcome, runWorker } from "../runtime/loop.ts";
 import { type FetchLike, OpenAIPlanner } from "../runtime/planner.ts";

@@ -5,8 +5,6 @@
  * @module
  */
 
-import type { CrashPoint } from "./crashpoints.ts";
-
 /** Base class of every error the runtime raises on purpose. */
 export class RuntimeError extends Error {
   /** A stable, machine-readable code such as `CONFIG_INVALID`. */
@@ -113,30 +111,6 @@ export class AbortedError extends RuntimeError {
   constructor(message: string, code = "ABORTED") {
     super(code, message);
     this.name = "AbortedError";
-  }
-}
-
-/**
- * Where a simulated kill may land: a named crash point, or (the fuzzer) a
- * boundary of the n-th store statement or remote request, e.g. `stmt:17:before`.
- */
-export type KillPoint = CrashPoint | `${"stmt" | "model" | "cloud"}:${number}:${"before" | "after"}`;
-
-/**
- * Thrown by a simulated `kill -9` in the harness. Nothing may catch it except
- * the harness: it stands for a process that no longer exists.
- */
-export class SimulatedKill extends RuntimeError {
-  /** The crash point (or fuzzer boundary) it fired at. */
-  readonly point: KillPoint;
-  /** The step it fired on. */
-  readonly seq: number;
-  /** Creates the marker for a simulated kill at `point`. */
-  constructor(point: KillPoint, seq: number) {
-    super("SIMULATED_KILL", `Simulated kill -9 at ${point} seq=${seq}`);
-    this.name = "SimulatedKill";
-    this.point = point;
-    this.seq = seq;
   }
 }
 

@@ -13,7 +13,8 @@ import {
   type WorkerDeps,
 } from "./context.ts";
 import { startTimer } from "./clock.ts";
-import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
+import { describeError, FencedError, ModelError, RuntimeError, ToolError } from "./errors.ts";
+import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
 import { decide } from "./journal.ts";

@@ -14,7 +14,7 @@ import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import { isoTimestamp } from "../clock.ts";
 import type { PlantedDefects } from "../defects.ts";
 import { FencedError, StoreError } from "../errors.ts";
-import { type Budget, MAX_ROW_TOKENS } from "../budget.ts";
+import { type Budget, MAX_ROW_TOKENS } from "../budget_types.ts";
 import {
   assertNotNewer,
   migrate,
@@ -25,41 +25,10 @@ import {
 } from "./migrate.ts";
 import type { Json } from "../tools.ts";
 import { storableJson } from "./storable.ts";
+import type { QueryOptions, SqlClient } from "./sql_client.ts";
 
 export { SCHEMA_SQL };
-
-/** The minimal driver interface: parameterised queries and a script runner. */
-export interface SqlClient {
-  /** A short description for logs, e.g. `pglite:.data/pglite` (never a password). */
-  readonly describe: string;
-  /**
-   * Runs one statement with `$1`-style parameters and returns its rows. A
-   * driver may prepare it once and reuse its plan; `planEachTime` asks for a
-   * plan made for these parameters on every execution instead.
-   */
-  query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]>;
-  /**
-   * Runs one insert, update or delete with `$1`-style parameters and returns
-   * how many rows it wrote, with no rows sent back: a fenced write that only
-   * needs to know whether it happened costs less this way than with
-   * `returning` (#11: on PGlite each returned column is decoded in JavaScript).
-   */
-  run(text: string, params?: unknown[]): Promise<number>;
-  /** Runs a script of several statements without parameters. */
-  exec(text: string): Promise<void>;
-  /** Releases the connection (and any lock). */
-  close(): Promise<void>;
-}
-
-/** Options of {@link SqlClient.query}. */
-export interface QueryOptions {
-  /**
-   * Plan the statement for its parameters on every execution rather than
-   * once: for a statement whose best plan depends on them (how many ids an
-   * array holds) and that runs rarely enough for planning not to matter.
-   */
-  planEachTime?: boolean;
-}
+export type { QueryOptions, SqlClient };
 
 /** Every status a run can be in (the `runs_status_check` constraint of schema.sql). */
 export const RUN_STATUSES = [
