@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { COMMAND_FLAGS } from "../cli/commands.ts";
 import { flagOf, SETTING_NAMES } from "../runtime/config.ts";
-import { SUPERVISOR_SETTING_NAMES } from "../supervisor/main.ts";
+import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);

@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { type ImportGraph, layeringProblems, readImportGraph, RUNTIME_RULES } from "./_layering.ts";
+import {
+  type ImportGraph,
+  layeringProblems,
+  readImportGraph,
+  RUNTIME_RULES,
+  SUPERVISOR_RULES,
+} from "./_layering.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const FIXTURE = fileURLToPath(new URL("./testdata/layering/", import.meta.url));
@@ -15,6 +21,21 @@ Deno.test("runtime/ has no import cycle and imports nothing outside it", async (
   assert.ok(graph.get("runtime/budget.ts")?.includes("runtime/store/store.ts"));
   assert.ok(graph.get("runtime/store/store.ts")?.includes("schema.sql"));
   assert.ok(![...graph.keys()].some((p) => p.endsWith("_test.ts")), "tests are no part of the library");
+});
+
+Deno.test("supervisor/ imports the runtime and nothing else: its command lives in cli/", async () => {
+  const graph = await readImportGraph({ root: ROOT, dir: "supervisor" });
+  assert.deepEqual(layeringProblems(graph, SUPERVISOR_RULES), []);
+  assert.deepEqual(
+    layeringProblems(
+      new Map([...graph, ["supervisor/spawn.ts", [...graph.get("supervisor/spawn.ts")!, "cli/agents.ts"]]]),
+      SUPERVISOR_RULES,
+    ),
+    [
+      "supervisor/spawn.ts imports cli/agents.ts, a module outside supervisor/: the library imports nothing " +
+      "outside supervisor/ (but runtime/, schema.sql)",
+    ],
+  );
 });
 
 Deno.test("the layering check fails on a planted cycle and planted backward imports (testdata/layering)", async () => {
@@ -50,7 +71,7 @@ Deno.test("the layering check fails when an edge planted in the real graph close
   });
 
   for (
-    const target of ["cli/main.ts", "supervisor/supervisor.ts", "tests/_procs.ts", "mock/model.ts", "mod.ts"]
+    const target of ["cli/main.ts", "supervisor/supervisor.ts", "tests/_pg.ts", "mock/model.ts", "mod.ts"]
   ) {
     await t.step(`store.ts importing ${target} is a backward import`, () => {
       assert.deepEqual(layeringProblems(plant("runtime/store/store.ts", target), RUNTIME_RULES), [
