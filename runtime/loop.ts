@@ -24,16 +24,20 @@ import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./stor
 import type { Json } from "./tools.ts";
 import type { Budget } from "./budget.ts";
 
+/** Every way a worker's turn on a run can end. */
+export const WORKER_STATUSES = [
+  "done",
+  "failed",
+  "waiting",
+  "blocked",
+  "cancelled",
+  "fenced",
+  "stalled",
+  "lost_claim",
+] as const;
+
 /** How a worker's turn on a run ended. */
-export type WorkerStatus =
-  | "done"
-  | "failed"
-  | "waiting"
-  | "blocked"
-  | "cancelled"
-  | "fenced"
-  | "stalled"
-  | "lost_claim";
+export type WorkerStatus = typeof WORKER_STATUSES[number];
 
 /** The end of a worker's turn on a run. */
 export interface RunOutcome {

@@ -216,6 +216,8 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
       total,
       page,
       pages: Math.max(1, Math.ceil(total / limit)),
+      // The filter's choices, from the one list (the page spells none of its own).
+      statuses: RUN_STATUSES,
       counts,
       agents,
       runs: runs.map((r) => ({

@@ -26,28 +26,19 @@ import {
 import type { Json } from "../tools.ts";
 import { storableJson } from "./storable.ts";
 import type { QueryOptions, SqlClient } from "./sql_client.ts";
+import {
+  type ApprovalStatus,
+  type EffectStatus,
+  type JournalStatus,
+  OPEN_RUN_STATUSES,
+  type RemoteOutcome,
+  type RunStatus,
+} from "./statuses.ts";
 
 export { SCHEMA_SQL };
 export type { QueryOptions, SqlClient };
-
-/** Every status a run can be in (the `runs_status_check` constraint of schema.sql). */
-export const RUN_STATUSES = [
-  "pending",
-  "running",
-  "waiting",
-  "blocked",
-  "done",
-  "failed",
-  "cancelled",
-] as const;
-
-/** Status of a run. */
-export type RunStatus = typeof RUN_STATUSES[number];
-
-/** True when `value` is one of {@link RUN_STATUSES}. */
-export function isRunStatus(value: unknown): value is RunStatus {
-  return (RUN_STATUSES as readonly unknown[]).includes(value);
-}
+// The statuses are declared in statuses.ts; every import of them from here keeps working.
+export * from "./statuses.ts";
 
 /**
  * The tables whose rows belong to a run (each has a foreign key to `runs`),
@@ -64,9 +55,6 @@ export const RUN_ROW_TABLES = {
 
 /** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
 export type PrunedRows = { -readonly [T in keyof typeof RUN_ROW_TABLES as typeof RUN_ROW_TABLES[T]]: number };
-
-/** The statuses of a run still going on: it can be cancelled, and its waiting calls answered. */
-export const OPEN_RUN_STATUSES: readonly RunStatus[] = ["pending", "running", "waiting", "blocked"];
 
 /** A row of `runs`. */
 export interface RunRow {
@@ -122,7 +110,7 @@ export interface JournalRow {
   /** The step number, from 0. */
   seq: number;
   /** Where the row stands. */
-  status: "intent" | "confirmed";
+  status: JournalStatus;
   /** The committed decision, once confirmed. */
   decision: Decision | null;
   /** Model requests paid for this step. */
@@ -142,9 +130,6 @@ export interface JournalRow {
   /** Tokens this step's settled answers count against the budget (budget.ts `answerTokens`). */
   spent_tokens: number;
 }
-
-/** Status of a tool call. */
-export type EffectStatus = "intent" | "confirmed" | "flagged" | "failed";
 
 /** A row of `side_effects`. */
 export interface SideEffectRow {
@@ -166,7 +151,7 @@ export interface SideEffectRow {
    * `created`, `already_done`, `reconciled` (the tool's `reconcile` found
    * that it had happened), or `resolved` by a human.
    */
-  remote: "created" | "already_done" | "reconciled" | "resolved" | null;
+  remote: RemoteOutcome | null;
   /** Why it failed, was flagged or was blocked. */
   error: string | null;
   /** Requests sent (or about to be) under the key. */
@@ -204,7 +189,7 @@ export interface ApprovalRow {
   /** sha-256 of their canonical JSON. */
   args_hash: string;
   /** Where the request stands. */
-  status: "pending" | "approved" | "denied";
+  status: ApprovalStatus;
   /** Why it was denied. */
   reason: string | null;
   /** When it was asked. */
