@@ -98,9 +98,14 @@ export {
 } from "./runtime/display.ts";
 export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";
 export {
+  type CodeOf,
   ConfigError,
+  ERROR_CODES,
+  type ErrorCode,
   FencedError,
   ModelError,
+  type OwnCode,
+  ownCode,
   RuntimeError,
   StoreError,
   ToolError,

@@ -13,7 +13,7 @@ import {
   type WorkerDeps,
 } from "./context.ts";
 import { startTimer } from "./clock.ts";
-import { describeError, FencedError, ModelError, RuntimeError, ToolError } from "./errors.ts";
+import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
@@ -410,7 +410,7 @@ function isRunFailure(err: unknown): boolean {
   // A value the store refused to write (storable.ts) fails the run where it is, with
   // what was wrong: it is no outage, and another worker would meet the same value.
   return err instanceof ValueUnstorableError ||
-    (err instanceof RuntimeError && err.code === "DECISION_INVALID");
+    hasCode(err, "DECISION_INVALID");
 }
 
 function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {
