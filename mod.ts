@@ -104,16 +104,21 @@ export {
 } from "./runtime/display.ts";
 export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";
 export {
+  type CodeOf,
   ConfigError,
+  ERROR_CODES,
+  type ErrorCode,
   FencedError,
   ModelError,
+  type OwnCode,
+  ownCode,
   RuntimeError,
   StoreError,
   ToolError,
 } from "./runtime/errors.ts";
 export { DEFAULT_RUNS_PER_WORKER, WorkerHost, type WorkerHostOptions } from "./runtime/host.ts";
 export { type LogFields, type LogFormat, Logger, type LogLevel, type LogSink } from "./runtime/log.ts";
-export type { RunOutcome, WorkerStatus } from "./runtime/loop.ts";
+export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/loop.ts";
 export type { PlantedDefects } from "./runtime/defects.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export {
@@ -192,7 +197,18 @@ export type {
   TakenRun,
   TokenSettlement,
 } from "./runtime/store/store.ts";
-export { isRunStatus, RUN_ROW_TABLES, RUN_STATUSES } from "./runtime/store/store.ts";
+export {
+  APPROVAL_STATUSES,
+  type ApprovalStatus,
+  EFFECT_STATUSES,
+  isRunStatus,
+  JOURNAL_STATUSES,
+  type JournalStatus,
+  REMOTE_OUTCOMES,
+  type RemoteOutcome,
+  RUN_ROW_TABLES,
+  RUN_STATUSES,
+} from "./runtime/store/store.ts";
 export {
   type ArgsSchema,
   type CheckedCall,

@@ -47,7 +47,15 @@ import {
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
 import { displayText, hiddenIn } from "../runtime/display.ts";
-import { ConfigError, describeError, RuntimeError, StoreError } from "../runtime/errors.ts";
+import {
+  ConfigError,
+  describeError,
+  type ErrorCode,
+  hasCode,
+  ownCode,
+  RuntimeError,
+  StoreError,
+} from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import {
@@ -69,7 +77,8 @@ export class CommandError extends RuntimeError {
   readonly exitCode: number;
   /** Creates a command error. */
   constructor(code: string, message: string, exitCode = 1) {
-    super(code, message);
+    // The code of the refusal it reports (the client's, or a setting's), passed on as it came.
+    super(ownCode(code), message);
     this.name = "CommandError";
     this.exitCode = exitCode;
   }
@@ -391,20 +400,20 @@ export async function reopen(ctx: CommandContext, runId: string): Promise<RunInf
 }
 
 /** Refusals of what was given (a run id, an input, a budget, a filter): exit 2, as a bad flag is. */
-const BAD_INPUT_CODES: ReadonlySet<string> = new Set([
+const BAD_INPUT_CODES: readonly ErrorCode[] = [
   "BAD_RUN_ID",
   "INPUT_INVALID",
   "BUDGET_INVALID",
   "FILTER_INVALID",
-]);
+];
 
 /** Turns a client's refusal into a command error (exit 1; a refusal of what was given exits 2). */
 async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof ClientError || (err instanceof RuntimeError && BAD_INPUT_CODES.has(err.code))) {
-      throw new CommandError(err.code, err.message, BAD_INPUT_CODES.has(err.code) ? 2 : 1);
+    if (err instanceof ClientError || hasCode(err, BAD_INPUT_CODES)) {
+      throw new CommandError(err.code, err.message, hasCode(err, BAD_INPUT_CODES) ? 2 : 1);
     }
     throw err;
   }

@@ -20,7 +20,7 @@ import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
 import { main as runMain } from "./run.ts";
 import { main as migrateMain } from "./migrate.ts";
 import { main as workerMain } from "./worker.ts";
-import { main as superviseMain } from "../supervisor/main.ts";
+import { main as superviseMain } from "./supervise.ts";
 import { main as uiMain } from "../ui/main.ts";
 
 /** The usage text of the binary. */

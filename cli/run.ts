@@ -17,7 +17,7 @@ import { checkInput } from "../runtime/agent.ts";
 import type { Settings } from "../runtime/config.ts";
 import { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, workerDeps } from "../runtime/context.ts";
 import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
-import { ConfigError, describeError, RuntimeError } from "../runtime/errors.ts";
+import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
 import { exitCodeOf, runWorker, WorkerError } from "../runtime/loop.ts";
 import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
@@ -147,7 +147,7 @@ export async function main(
     const outcome = await runWorker(deps, request);
     return exitCodeOf(outcome);
   } catch (err) {
-    if (err instanceof RuntimeError && err.code === "AGENT_MISMATCH") {
+    if (hasCode(err, "AGENT_MISMATCH")) {
       log.error("wrong-agent", { run: request.runId, error: err.message });
       return 2;
     }

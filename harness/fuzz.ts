@@ -45,7 +45,8 @@ import { commandFlags } from "../runtime/config.ts";
 import { DEFAULT_RETRY } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
 import { Client, ClientError } from "../runtime/client.ts";
-import { RuntimeError, SimulatedKill } from "../runtime/errors.ts";
+import { ownCode, RuntimeError } from "../runtime/errors.ts";
+import { SimulatedKill } from "../runtime/crashpoints.ts";
 import { argsHash } from "../runtime/executor.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import type {
@@ -142,8 +143,8 @@ export interface Schedule {
 /** A fuzzer input was wrong (`FUZZ_OPTION_INVALID`, `FUZZ_REPLAY_INVALID`, `FUZZ_TARGET_INVALID`). */
 export class FuzzError extends RuntimeError {
   /** Creates a fuzzer error. */
-  constructor(code: string, message: string) {
-    super(code, message);
+  constructor(code: "FUZZ_OPTION_INVALID" | "FUZZ_REPLAY_INVALID" | "FUZZ_TARGET_INVALID", message: string) {
+    super(ownCode(code), message);
     this.name = "FuzzError";
   }
 }

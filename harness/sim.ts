@@ -24,8 +24,14 @@ import { type Clock, ManualClock } from "../runtime/clock.ts";
 import type { Agent } from "../runtime/agent.ts";
 import { type RetryPolicy, workerDeps } from "../runtime/context.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
-import { type CrashPlan, type CrashPoint, CrashPoints } from "../runtime/crashpoints.ts";
-import { describeError, type KillPoint, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
+import { describeError, ownCode, RuntimeError } from "../runtime/errors.ts";
+import {
+  type CrashPlan,
+  type CrashPoint,
+  CrashPoints,
+  type KillPoint,
+  SimulatedKill,
+} from "../runtime/crashpoints.ts";
 import { Logger } from "../runtime/log.ts";
 import { type RunOutcome, runWorker } from "../runtime/loop.ts";
 import { type FetchLike, OpenAIPlanner } from "../runtime/planner.ts";
@@ -415,7 +421,7 @@ export class SimProcess {
         return { kind: "error", error: describeError(err) };
       } finally {
         // The process is gone either way: its handle, timers and fetches with it.
-        await this.kill(new RuntimeError("EXITED", `${opts.name} exited`));
+        await this.kill(new RuntimeError(ownCode("EXITED"), `${opts.name} exited`));
       }
     })();
   }
@@ -430,7 +436,7 @@ export class SimProcess {
    * statement throws), its clock's sleeps are cancelled, its fetches refuse
    * and its log goes quiet.
    */
-  async kill(reason: Error = new RuntimeError("KILLED", `${this.name} was killed`)): Promise<void> {
+  async kill(reason: Error = new RuntimeError(ownCode("KILLED"), `${this.name} was killed`)): Promise<void> {
     if (this.dead) return;
     this.#death.abort(reason);
     await this.#store.client.close();

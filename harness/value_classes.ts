@@ -21,7 +21,7 @@ import { z } from "npm:zod@4.6.7";
 import { type Agent, defineAgent } from "../runtime/agent.ts";
 import { Client, connect } from "../runtime/client.ts";
 import { commandFlags } from "../runtime/config.ts";
-import { RuntimeError } from "../runtime/errors.ts";
+import { type CodeOf, hasCode } from "../runtime/errors.ts";
 import { arraySink, Logger } from "../runtime/log.ts";
 import { type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
@@ -371,7 +371,7 @@ export async function tryCase(client: Client, c: ValueCase, runId: string): Prom
     try {
       await client.start(agent, { runId, input });
     } catch (err) {
-      if (!(err instanceof RuntimeError) || err.code !== "INPUT_INVALID") throw err;
+      if (!hasCode(err, "INPUT_INVALID")) throw err;
       if (await client.get(runId)) problems.push("a refused input left a run behind");
       return { outcome: "refused (INPUT_INVALID)", requests: seen.requests, problems };
     }
@@ -384,7 +384,7 @@ export async function tryCase(client: Client, c: ValueCase, runId: string): Prom
     const planted = c.wire !== undefined ? JSON.parse(c.wire) : c.value?.();
     let stored: unknown;
     let outcome: Observed["outcome"];
-    if (step?.rejections.some((r) => r.code === "MODEL_UNSTORABLE")) {
+    if (step?.rejections.some((r) => r.code === ("MODEL_UNSTORABLE" satisfies CodeOf<"Rejection">))) {
       outcome = refused();
       if (effects.length > 0) problems.push("the refused answer reached the tool");
     } else if (c.where === "tool result") {

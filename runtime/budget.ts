@@ -17,20 +17,23 @@
  * @module
  */
 
-import type { RunState } from "./context.ts";
+import { type Budget, MAX_ROW_TOKENS } from "./budget_types.ts";
 import { RuntimeError } from "./errors.ts";
 import type { JournalRow, SideEffectRow } from "./store/store.ts";
 
-/** Ceilings on a run's spend. Every field is optional; a missing one is no ceiling. */
-export interface Budget {
-  /** Model tokens (prompt plus completion), reserved before each request and settled after. */
-  tokens?: number;
-  /** Model requests, refused answers and retries included. */
-  modelCalls?: number;
-  /** Tool requests, re-sends included. */
-  toolCalls?: number;
-  /** The largest answer a request may produce, in tokens (the reservation's second half). Default 4096. */
-  maxOutputTokens?: number;
+export { type Budget, MAX_ROW_TOKENS };
+
+/**
+ * What a budget check reads: the run's ceilings and the rows it has
+ * written (a worker's `RunState` is one), and nothing else of the run.
+ */
+export interface RunSpend {
+  /** The run's ceilings, if any. */
+  budget?: Budget;
+  /** The run's journal rows. */
+  journal: { values(): Iterable<Pick<JournalRow, "spent_tokens" | "reserved_tokens" | "llm_attempts">> };
+  /** The run's tool calls. */
+  effects: { values(): Iterable<Pick<SideEffectRow, "attempts">> };
 }
 
 /** A run stopped because its next request would pass a ceiling. */
@@ -65,9 +68,6 @@ export function mergeBudget(agent: Budget | undefined, run: Budget | undefined):
   const merged = { ...agent, ...run };
   return Object.keys(merged).length > 0 ? merged : undefined;
 }
-
-/** The most a journal row's token columns hold (PostgreSQL `integer`): larger counts stop there. */
-export const MAX_ROW_TOKENS = 2_147_483_647;
 
 /**
  * What one answer counts against the token budget: the usage it reported,
@@ -131,7 +131,7 @@ export function worstCaseTokens(budget: Budget, promptChars: number): number {
 }
 
 /** Throws {@link BudgetError} when one more model request, reserving `reserve` tokens, would pass a ceiling. */
-export function checkModelRequest(state: RunState, reserve: number): void {
+export function checkModelRequest(state: RunSpend, reserve: number): void {
   const budget = state.budget;
   if (!budget) return;
   const spent = spendOf(state.journal.values(), state.effects.values());
@@ -149,7 +149,7 @@ export function checkModelRequest(state: RunState, reserve: number): void {
 }
 
 /** Throws {@link BudgetError} when one more tool request would pass the ceiling. */
-export function checkToolRequest(state: RunState): void {
+export function checkToolRequest(state: Pick<RunSpend, "budget" | "effects">): void {
   const ceiling = state.budget?.toolCalls;
   if (ceiling === undefined) return;
   const spent = spendOf([], state.effects.values()).toolCalls;

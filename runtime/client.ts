@@ -19,7 +19,7 @@ import {
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
-import { describeError, describeValue, RuntimeError } from "./errors.ts";
+import { type CodeOf, describeError, describeValue, RuntimeError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerHostOptions } from "./host.ts";
 import { MAX_TOKENS_FIELDS, type MaxTokensField, OpenAIPlanner, type Planner } from "./planner.ts";
@@ -142,8 +142,10 @@ export type Resolution =
 
 /** A client call was refused: the run does not exist, is in the wrong state, ... `code` says which. */
 export class ClientError extends RuntimeError {
+  /** Which refusal: `RUN_NOT_FOUND`, `RUN_CLOSED`, ... */
+  declare readonly code: CodeOf<"ClientError">;
   /** Creates a client error. */
-  constructor(code: string, message: string, options?: ErrorOptions) {
+  constructor(code: CodeOf<"ClientError">, message: string, options?: ErrorOptions) {
     super(code, message, options);
     this.name = "ClientError";
   }

@@ -8,6 +8,7 @@
  */
 
 import type { Clock } from "./clock.ts";
+import { RuntimeError } from "./errors.ts";
 import type { Logger } from "./log.ts";
 
 /** Every crash point, in the order a step passes them. */
@@ -41,6 +42,30 @@ export interface CrashPlan {
   stallSeq?: number;
   /** For this long. */
   stallMs: number;
+}
+
+/**
+ * Where a simulated kill may land: a named crash point, or (the fuzzer) a
+ * boundary of the n-th store statement or remote request, e.g. `stmt:17:before`.
+ */
+export type KillPoint = CrashPoint | `${"stmt" | "model" | "cloud"}:${number}:${"before" | "after"}`;
+
+/**
+ * Thrown by a simulated `kill -9` in the harness. Nothing may catch it except
+ * the harness: it stands for a process that no longer exists.
+ */
+export class SimulatedKill extends RuntimeError {
+  /** The crash point (or fuzzer boundary) it fired at. */
+  readonly point: KillPoint;
+  /** The step it fired on. */
+  readonly seq: number;
+  /** Creates the marker for a simulated kill at `point`. */
+  constructor(point: KillPoint, seq: number) {
+    super("SIMULATED_KILL", `Simulated kill -9 at ${point} seq=${seq}`);
+    this.name = "SimulatedKill";
+    this.point = point;
+    this.seq = seq;
+  }
 }
 
 /** How a crash happens: a real process kills itself, the harness throws. */

@@ -1,18 +1,133 @@
 /**
- * Error classes. Each kind has a stable string `code` that callers and tests
- * can branch on; messages say what was wrong, the value seen, and what to do.
+ * Error classes, and every code they carry ({@link ERROR_CODES}). Each kind
+ * has a stable string `code` that callers and tests can branch on; messages
+ * say what was wrong, the value seen, and what to do. A leaf: it imports
+ * nothing, so every module may import it.
  *
  * @module
  */
 
-import type { CrashPoint } from "./crashpoints.ts";
+/**
+ * Every code the runtime's own errors carry, by the class that carries it,
+ * declared once: the `code` types derive from it, so a code misspelt where
+ * an error is thrown, or where a branch tests one, does not compile. A
+ * {@link ToolError} or {@link ModelError} may also carry a code of the tool's
+ * or planner's own (an agent's tools name their failures: `TICKETS_HTTP`);
+ * the lists hold the runtime's.
+ */
+export const ERROR_CODES = {
+  /** Thrown as `RuntimeError` itself: a definition, an input or a state the runtime refuses. */
+  RuntimeError: [
+    "AGENT_INVALID",
+    "AGENT_MISMATCH",
+    "AGENT_MODULE_INVALID",
+    "APPROVAL_INCONSISTENT",
+    "BUDGET_INVALID",
+    "DECISION_INVALID",
+    "HOST_INVALID",
+    "INPUT_INVALID",
+    "MODEL_MISSING",
+    "MODEL_SETTINGS_INVALID",
+    "TOOL_INVALID",
+  ],
+  ConfigError: ["CONFIG_INVALID"],
+  StoreError: [
+    "DATA_DIR_INVALID",
+    "DATA_DIR_LOCKED",
+    "DB_UNREACHABLE",
+    "DB_URL_INVALID",
+    "MIGRATION_FAILED",
+    "RUN_MISSING",
+    "SCHEMA_MISSING",
+    "SCHEMA_NEWER",
+    "SCHEMA_OUTDATED",
+    "SCHEMA_UNSET",
+    "STORE_CLOSED",
+  ],
+  FencedError: ["FENCED", "STALLED", "RUN_CLOSED"],
+  /** The planner's and the journal's; a refused answer's code is kept as its rejection's. */
+  ModelError: [
+    "MODEL_ARGS_NOT_JSON",
+    "MODEL_BAD_TOOL_CALL",
+    "MODEL_EMPTY",
+    "MODEL_FILTERED",
+    "MODEL_GAVE_UP",
+    "MODEL_HTTP",
+    "MODEL_MULTIPLE_TOOLS",
+    "MODEL_NOT_JSON",
+    "MODEL_NO_CHOICES",
+    "MODEL_NO_MESSAGE",
+    "MODEL_REFUSED",
+    "MODEL_TIMEOUT",
+    "MODEL_TRUNCATED",
+    "MODEL_UNREACHABLE",
+  ],
+  ToolError: ["TOOL_GAVE_UP", "TOOL_RESULT_UNSTORABLE", "TOOL_THREW", "TOOL_TIMEOUT"],
+  AbortedError: ["ABORTED"],
+  SimulatedKill: ["SIMULATED_KILL"],
+  BudgetError: ["BUDGET_EXCEEDED"],
+  BlockedError: ["BLOCKED"],
+  WaitingError: ["WAITING_FOR_APPROVAL"],
+  WorkerError: ["WORKER_ERROR"],
+  ValueUnstorableError: ["VALUE_UNSTORABLE"],
+  ClientError: [
+    "APPROVAL_NOT_FOUND",
+    "BAD_RUN_ID",
+    "CALL_NOT_FOUND",
+    "COUNT_CHANGED",
+    "COUNT_INVALID",
+    "FILTER_INVALID",
+    "FILTER_REQUIRED",
+    "LIMIT_INVALID",
+    "NOT_FLAGGED",
+    "NOT_PENDING",
+    "NOT_REOPENABLE",
+    "PRUNE_FAILED",
+    "RUN_CLOSED",
+    "RUN_EXISTS",
+    "RUN_NOT_BLOCKED",
+    "RUN_NOT_FOUND",
+    "WAIT_TIMEOUT",
+  ],
+  /** Why an answer was refused without a thrown error (a step's `rejections`), beside the ModelError codes. */
+  Rejection: ["BAD_ARGS", "MODEL_UNSTORABLE", "UNKNOWN_TOOL"],
+} as const;
+
+/** The codes listed for one class of {@link ERROR_CODES}. */
+export type CodeOf<K extends keyof typeof ERROR_CODES> = typeof ERROR_CODES[K][number];
+
+/** Every code of {@link ERROR_CODES}. */
+export type ErrorCode = CodeOf<keyof typeof ERROR_CODES>;
+
+/**
+ * A code outside {@link ERROR_CODES}: one a program built on the runtime
+ * (the commands, the web page, the harness, an agent's own error classes)
+ * names its own failures with. Made with {@link ownCode}, so that a code is
+ * outside the list on purpose, never by a typo.
+ */
+export type OwnCode = string & { readonly __ownCode: true };
+
+/** Marks `code` as the caller's own, outside {@link ERROR_CODES}. */
+export function ownCode(code: string): OwnCode {
+  return code as OwnCode;
+}
+
+/** True when `err` is a {@link RuntimeError} whose code is `code` (or one of `code`); the codes are checked. */
+export function hasCode(err: unknown, code: ErrorCode | readonly ErrorCode[]): err is RuntimeError {
+  if (!(err instanceof RuntimeError)) return false;
+  return typeof code === "string" ? err.code === code : (code as readonly string[]).includes(err.code);
+}
 
 /** Base class of every error the runtime raises on purpose. */
 export class RuntimeError extends Error {
-  /** A stable, machine-readable code such as `CONFIG_INVALID`. */
+  /**
+   * A stable, machine-readable code such as `CONFIG_INVALID`: one of
+   * {@link ERROR_CODES}, or the own code of a tool's or planner's error (so a
+   * string here; each class with a closed list narrows it).
+   */
   readonly code: string;
   /** Creates an error with a stable `code`. */
-  constructor(code: string, message: string, options?: ErrorOptions) {
+  constructor(code: ErrorCode | OwnCode, message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "RuntimeError";
     this.code = code;
@@ -21,6 +136,8 @@ export class RuntimeError extends Error {
 
 /** A setting is missing, malformed or out of range. Exit code 2. */
 export class ConfigError extends RuntimeError {
+  /** Always `CONFIG_INVALID`. */
+  declare readonly code: CodeOf<"ConfigError">;
   /** Every problem found, one sentence each. */
   readonly problems: string[];
   /** Creates a settings error listing every problem found. */
@@ -33,8 +150,10 @@ export class ConfigError extends RuntimeError {
 
 /** The database cannot be reached, or is not set up. */
 export class StoreError extends RuntimeError {
+  /** Which: `DB_UNREACHABLE`, `SCHEMA_MISSING`, `DATA_DIR_LOCKED`, ... */
+  declare readonly code: CodeOf<"StoreError">;
   /** Creates a store error (`DB_UNREACHABLE`, `SCHEMA_MISSING`, `DATA_DIR_LOCKED`, ...). */
-  constructor(code: string, message: string, options?: ErrorOptions) {
+  constructor(code: CodeOf<"StoreError">, message: string, options?: ErrorOptions) {
     super(code, message, options);
     this.name = "StoreError";
   }
@@ -47,8 +166,10 @@ export class StoreError extends RuntimeError {
  * stop acting on the run.
  */
 export class FencedError extends RuntimeError {
+  /** `FENCED`, `STALLED` or `RUN_CLOSED`. */
+  declare readonly code: CodeOf<"FencedError">;
   /** Creates a fencing refusal. */
-  constructor(code: "FENCED" | "STALLED" | "RUN_CLOSED", message: string) {
+  constructor(code: CodeOf<"FencedError">, message: string) {
     super(code, message);
     this.name = "FencedError";
   }
@@ -64,9 +185,9 @@ export class ModelError extends RuntimeError {
   readonly usage?: Record<string, unknown>;
   /** How long the server asked to wait before asking again (its `Retry-After`), when it said. */
   readonly retryAfterMs?: number;
-  /** Creates a model error. */
+  /** Creates a model error: with one of the runtime's codes, or a planner's own. */
   constructor(
-    code: string,
+    code: CodeOf<"ModelError"> | (string & NonNullable<unknown>),
     message: string,
     opts: {
       transient?: boolean;
@@ -76,7 +197,8 @@ export class ModelError extends RuntimeError {
       retryAfterMs?: number;
     } = {},
   ) {
-    super(code, message, { cause: opts.cause });
+    // Open to a planner's own codes: a model error is also what an agent's planner throws.
+    super(ownCode(code), message, { cause: opts.cause });
     this.name = "ModelError";
     this.transient = opts.transient ?? false;
     this.badAnswer = opts.badAnswer ?? false;
@@ -94,13 +216,14 @@ export class ToolError extends RuntimeError {
    * used instead of the backoff, within the retry policy's cap.
    */
   readonly retryAfterMs?: number;
-  /** Creates a tool error. */
+  /** Creates a tool error: with one of the runtime's codes, or the tool's own (`TICKETS_HTTP`). */
   constructor(
-    code: string,
+    code: CodeOf<"ToolError"> | (string & NonNullable<unknown>),
     message: string,
     opts: { transient: boolean; cause?: unknown; retryAfterMs?: number },
   ) {
-    super(code, message, { cause: opts.cause });
+    // Open to a tool's own codes: an agent's tools name their own failures.
+    super(ownCode(code), message, { cause: opts.cause });
     this.name = "ToolError";
     this.transient = opts.transient;
     this.retryAfterMs = opts.retryAfterMs;
@@ -109,34 +232,12 @@ export class ToolError extends RuntimeError {
 
 /** A wait or a call was aborted (the worker is stopping, or a timeout fired). */
 export class AbortedError extends RuntimeError {
+  /** Always `ABORTED`. */
+  declare readonly code: CodeOf<"AbortedError">;
   /** Creates an abort error. */
-  constructor(message: string, code = "ABORTED") {
+  constructor(message: string, code: CodeOf<"AbortedError"> = "ABORTED") {
     super(code, message);
     this.name = "AbortedError";
-  }
-}
-
-/**
- * Where a simulated kill may land: a named crash point, or (the fuzzer) a
- * boundary of the n-th store statement or remote request, e.g. `stmt:17:before`.
- */
-export type KillPoint = CrashPoint | `${"stmt" | "model" | "cloud"}:${number}:${"before" | "after"}`;
-
-/**
- * Thrown by a simulated `kill -9` in the harness. Nothing may catch it except
- * the harness: it stands for a process that no longer exists.
- */
-export class SimulatedKill extends RuntimeError {
-  /** The crash point (or fuzzer boundary) it fired at. */
-  readonly point: KillPoint;
-  /** The step it fired on. */
-  readonly seq: number;
-  /** Creates the marker for a simulated kill at `point`. */
-  constructor(point: KillPoint, seq: number) {
-    super("SIMULATED_KILL", `Simulated kill -9 at ${point} seq=${seq}`);
-    this.name = "SimulatedKill";
-    this.point = point;
-    this.seq = seq;
   }
 }
 

@@ -16,7 +16,8 @@
 import type { PreparedAgent } from "./agent.ts";
 import { type Clock, startTimer } from "./clock.ts";
 import { type WorkerDeps, workerDeps, type WorkerDepsOptions } from "./context.ts";
-import { describeError, FencedError, RuntimeError, SimulatedKill } from "./errors.ts";
+import { describeError, FencedError, RuntimeError } from "./errors.ts";
+import { SimulatedKill } from "./crashpoints.ts";
 import type { Logger } from "./log.ts";
 import { driveRun, releaseAfterError, type RunOutcome } from "./loop.ts";
 import type { Fence, Store, TakenRun } from "./store/store.ts";

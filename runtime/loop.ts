@@ -13,7 +13,8 @@ import {
   type WorkerDeps,
 } from "./context.ts";
 import { startTimer } from "./clock.ts";
-import { describeError, FencedError, ModelError, RuntimeError, SimulatedKill, ToolError } from "./errors.ts";
+import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "./errors.ts";
+import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
 import { decide } from "./journal.ts";
@@ -23,16 +24,20 @@ import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./stor
 import type { Json } from "./tools.ts";
 import type { Budget } from "./budget.ts";
 
+/** Every way a worker's turn on a run can end. */
+export const WORKER_STATUSES = [
+  "done",
+  "failed",
+  "waiting",
+  "blocked",
+  "cancelled",
+  "fenced",
+  "stalled",
+  "lost_claim",
+] as const;
+
 /** How a worker's turn on a run ended. */
-export type WorkerStatus =
-  | "done"
-  | "failed"
-  | "waiting"
-  | "blocked"
-  | "cancelled"
-  | "fenced"
-  | "stalled"
-  | "lost_claim";
+export type WorkerStatus = typeof WORKER_STATUSES[number];
 
 /** The end of a worker's turn on a run. */
 export interface RunOutcome {
@@ -405,7 +410,7 @@ function isRunFailure(err: unknown): boolean {
   // A value the store refused to write (storable.ts) fails the run where it is, with
   // what was wrong: it is no outage, and another worker would meet the same value.
   return err instanceof ValueUnstorableError ||
-    (err instanceof RuntimeError && err.code === "DECISION_INVALID");
+    hasCode(err, "DECISION_INVALID");
 }
 
 function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {

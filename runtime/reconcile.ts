@@ -10,7 +10,8 @@
 
 import { deadline } from "./clock.ts";
 import { type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
-import { describeError, SimulatedKill } from "./errors.ts";
+import { describeError } from "./errors.ts";
+import { SimulatedKill } from "./crashpoints.ts";
 import type { Json, Reconciliation, Tool } from "./tools.ts";
 
 /** The call to ask about. */

@@ -8,7 +8,7 @@
  */
 
 import { z } from "npm:zod@4.6.7";
-import { RuntimeError } from "./errors.ts";
+import { type CodeOf, RuntimeError } from "./errors.ts";
 
 export { idempotencyKeyHeader } from "./http.ts";
 
@@ -249,7 +249,7 @@ export interface ToolDescription {
 /** The result of checking a model's tool call against the registry. */
 export type CheckedCall =
   | { ok: true; tool: Tool; args: unknown }
-  | { ok: false; code: "UNKNOWN_TOOL" | "BAD_ARGS"; message: string };
+  | { ok: false; code: Exclude<CodeOf<"Rejection">, "MODEL_UNSTORABLE">; message: string };
 
 /** The set of tools a run may use, by name. */
 export class ToolRegistry {

@@ -1,8 +1,7 @@
 /**
- * Starting worker processes. Under `deno run` a worker is `Deno.execPath()`
- * running `cli/main.ts worker` with this project's `deno.json`; in a binary
- * built by `deno task compile` there is no `deno` to run, so the binary runs
- * itself with the argument `worker`.
+ * Starting worker processes, with the command line the entry point gives
+ * (`cli/supervise.ts`: `deno run cli/main.ts worker`, or a compiled binary
+ * running itself with `worker`).
  *
  * Each worker gets a piped stdin that the supervisor never writes to or
  * closes, and `EXIT_ON_STDIN_EOF=1`: if the supervisor dies, even by
@@ -12,8 +11,6 @@
  * @module
  */
 
-import { basename } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { SpawnWorker, WorkerHandle } from "./supervisor.ts";
 
 /** Settings passed to every worker. */
@@ -30,40 +27,16 @@ export interface WorkerEnv {
   agentLoadMs: number;
 }
 
-/**
- * True when this program is a binary built by `deno compile` rather than
- * `deno` running a script: `Deno.execPath()` is then the program itself.
- */
-export function isCompiled(execPath: string = Deno.execPath()): boolean {
-  return !/^deno(\.exe)?$/i.test(basename(execPath));
-}
-
-/** The command line that starts one worker process. */
-export function workerCommand(compiled: boolean = isCompiled()): string[] {
-  if (compiled) return [Deno.execPath(), "worker"];
-  return [
-    Deno.execPath(),
-    "run",
-    "-A",
-    "--no-prompt",
-    "--unstable-no-legacy-abort",
-    "--config",
-    fileURLToPath(new URL("../deno.json", import.meta.url)),
-    fileURLToPath(new URL("../cli/main.ts", import.meta.url)),
-    "worker",
-  ];
-}
-
 // Settings a worker must not inherit from the supervisor's environment: runs
 // are chosen by the workers, and crash injection is for single workers.
 const CLEARED = ["RUN_ID", "GOAL", "INPUT", "CRASH_AT", "CRASH_SEQ", "STALL_AT", "STALL_MS", "DATA_DIR"];
 
 /**
- * A {@link SpawnWorker} that starts real processes. A worker inherits the
+ * A {@link SpawnWorker} that starts real processes running `command`. A worker inherits the
  * supervisor's environment (the agent's own settings, `MODEL_URL`, API keys),
  * with the supervisor's choices on top.
  */
-export function processSpawner(env: WorkerEnv, command: string[] = workerCommand()): SpawnWorker {
+export function processSpawner(env: WorkerEnv, command: readonly string[]): SpawnWorker {
   return (workerName: string): WorkerHandle => {
     // The supervisor's environment minus what a worker must not inherit (removed,
     // not emptied: an empty RUN_ID is a settings error).

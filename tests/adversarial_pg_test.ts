@@ -16,7 +16,7 @@ import { Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/tools.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { pgIgnore, pgTest, TEST_DATABASE_URL } from "./_pg.ts";
-import { parseLine, runCliIsolated, runWorkerToEnd, startSupervisor, until } from "./_procs.ts";
+import { parseLine, runCliIsolated, runWorkerToEnd, startSupervisor, until } from "../harness/procs.ts";
 
 const runCli = runCliIsolated;
 

@@ -18,7 +18,7 @@ import { openPostgres } from "../runtime/store/postgres.ts";
 import { type AnsweredApproval, type ApprovalRow, Store } from "../runtime/store/store.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { pgTest } from "./_pg.ts";
-import { Proc, startSupervisor, until } from "./_procs.ts";
+import { Proc, startSupervisor, until } from "../harness/procs.ts";
 
 const TOOLS_TS = new URL("../examples/provision/tools.ts", import.meta.url).href;
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { main } from "../cli/commands.ts";
 import { Client, connect } from "../runtime/client.ts";
 import { pgTest } from "./_pg.ts";
-import { runCliIsolated } from "./_procs.ts";
+import { runCliIsolated } from "../harness/procs.ts";
 import { RAW_HIDDEN, writeHostileRuns } from "./_display_runs.ts";
 
 const BY = "eve\u001b]0;t\u0007\u202e";

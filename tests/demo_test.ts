@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
 import { serveMocks } from "../mock/server.ts";
 import { freshSchema, pgIgnore } from "./_pg.ts";
-import { parseLine, runWorkerToEnd } from "./_procs.ts";
+import { parseLine, runWorkerToEnd } from "../harness/procs.ts";
 
 type Ended = { code: number; lines: string[] };
 

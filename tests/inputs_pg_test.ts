@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { Client, ClientError } from "../runtime/client.ts";
 import type { RunFilter } from "../runtime/store/store.ts";
 import { bothStoresTest, pgTest } from "./_pg.ts";
-import { Proc, until } from "./_procs.ts";
+import { Proc, until } from "../harness/procs.ts";
 
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;
 

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { freshSchema, pgIgnore, type PgSchema } from "./_pg.ts";
-import { alive, parseLine, Proc, runCliIsolated, startSupervisor, until } from "./_procs.ts";
+import { alive, parseLine, Proc, runCliIsolated, startSupervisor, until } from "../harness/procs.ts";
 
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;
 

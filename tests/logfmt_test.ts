@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { parseLogfmt, runWorkerToEnd } from "./_procs.ts";
+import { parseLogfmt, runWorkerToEnd } from "../harness/procs.ts";
 
 Deno.test("parseLogfmt() is strict: single spaces, quoted values with JSON escapes, no stray text", () => {
   assert.deepEqual(parseLogfmt('ts=1 level=info event=x msg="a \\"b\\" c=d"'), {

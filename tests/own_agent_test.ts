@@ -13,7 +13,7 @@ import type { Agent } from "../runtime/agent.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { Store } from "../runtime/store/store.ts";
 import { freshSchema, pgIgnore } from "./_pg.ts";
-import { alive, parseLine, type Proc, startSupervisor, until } from "./_procs.ts";
+import { alive, parseLine, type Proc, startSupervisor, until } from "../harness/procs.ts";
 
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;
 

@@ -10,7 +10,7 @@ import { Client } from "../runtime/client.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { RUN_ROW_TABLES, Store } from "../runtime/store/store.ts";
 import { bothStoresTest, pgTest } from "./_pg.ts";
-import { Proc } from "./_procs.ts";
+import { Proc } from "../harness/procs.ts";
 
 const DAY_MS = 86_400_000;
 

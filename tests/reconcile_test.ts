@@ -9,8 +9,7 @@
 import assert from "node:assert/strict";
 import { chargeCard } from "../examples/payments/agent.ts";
 import { serveMocks } from "../mock/server.ts";
-import { CrashPoints } from "../runtime/crashpoints.ts";
-import { SimulatedKill } from "../runtime/errors.ts";
+import { CrashPoints, SimulatedKill } from "../runtime/crashpoints.ts";
 import { runWorker } from "../runtime/loop.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";

@@ -11,7 +11,7 @@ import { CRASH_POINTS } from "../runtime/crashpoints.ts";
 import { SCHEMA_VERSION } from "../runtime/store/migrate.ts";
 import { freshSchema, pgIgnore, TEST_DATABASE_URL } from "./_pg.ts";
 import { closedPort } from "./_worker.ts";
-import { runCliIsolated } from "./_procs.ts";
+import { runCliIsolated } from "../harness/procs.ts";
 
 /** Runs the worker with only `env` (plus what Deno needs) and returns its exit code and output. */
 const runMain = (env: Record<string, string>) => runCliIsolated(["run"], env);

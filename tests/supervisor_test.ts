@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { type RunningMocks, serveMocks } from "../mock/server.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { freshSchema, pgIgnore, type PgSchema } from "./_pg.ts";
-import { alive, parseLine, type Proc, startSupervisor, startWorker, until } from "./_procs.ts";
+import { alive, parseLine, type Proc, startSupervisor, startWorker, until } from "../harness/procs.ts";
 
 /** The pids of the worker processes a supervisor started, from its `worker-started` lines. */
 function workerPids(sup: Proc): number[] {

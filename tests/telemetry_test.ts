@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { runTraceId } from "../runtime/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
-import { runWorkerToEnd, until } from "./_procs.ts";
+import { runWorkerToEnd, until } from "../harness/procs.ts";
 
 Deno.test("a crash at after_call and its resume are one trace with both worker attempts", async () => {
   const receiver = startOtlpReceiver();

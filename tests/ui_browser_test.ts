@@ -21,7 +21,7 @@ import type { Planner } from "../runtime/planner.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { serveUi } from "../ui/server.ts";
 import { BIG, RAW_HIDDEN, writeHostileRuns, writeLongRun } from "./_display_runs.ts";
-import { runWorkerToEnd } from "./_procs.ts";
+import { runWorkerToEnd } from "../harness/procs.ts";
 
 const CHROMIUM = [Deno.env.get("CHROMIUM_PATH"), "/usr/bin/chromium", "/usr/bin/chromium-browser"]
   .find((p) => {

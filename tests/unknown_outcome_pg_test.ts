@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import type { PgSchema } from "./_pg.ts";
 import { pgTest } from "./_pg.ts";
-import { Proc, until } from "./_procs.ts";
+import { Proc, until } from "../harness/procs.ts";
 
 const PAYMENTS_TS = new URL("../examples/payments/agent.ts", import.meta.url);
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;

@@ -23,20 +23,32 @@
 import { Hono } from "hono";
 import type { Context, Next } from "hono";
 import { type Client, ClientError, type Resolution, RUN_STATUSES } from "../runtime/client.ts";
-import { RuntimeError } from "../runtime/errors.ts";
+import { type CodeOf, ownCode, RuntimeError } from "../runtime/errors.ts";
 import { displayScript } from "../runtime/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
 import { isRunStatus, OPEN_RUN_STATUSES } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { buildTimeline } from "./timeline.ts";
 
+/** The page's own refusals (a refusal of the client it passes on keeps the client's code). */
+export const UI_ERROR_CODES = [
+  "UI_BAD_REQUEST",
+  "UI_HOST_REFUSED",
+  "UI_INTERNAL",
+  "UI_NOT_FOUND",
+  "UI_READ_ONLY",
+  "UI_TOKEN_REQUIRED",
+] as const;
+
 /** The page refused a request or a setting; `code` says which. */
 export class UiError extends RuntimeError {
+  /** One of {@link UI_ERROR_CODES}, or the client's refusal it passes on. */
+  declare readonly code: typeof UI_ERROR_CODES[number] | CodeOf<"ClientError">;
   /** The HTTP status it answers with. */
   readonly status: number;
   /** Creates a refusal. */
-  constructor(code: string, message: string, status = 400) {
-    super(code, message);
+  constructor(code: typeof UI_ERROR_CODES[number] | CodeOf<"ClientError">, message: string, status = 400) {
+    super(ownCode(code), message);
     this.name = "UiError";
     this.status = status;
   }
@@ -118,7 +130,7 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
       return refuse(c, new UiError(err.code, err.message, status));
     }
     console.error("ui: request failed:", err);
-    return c.json({ code: "UI_INTERNAL", message: (err as Error).message }, 500);
+    return c.json({ code: "UI_INTERNAL" satisfies UiError["code"], message: (err as Error).message }, 500);
   });
 
   // Who may ask: the token when one is set; otherwise only a loopback Host,
@@ -216,6 +228,8 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
       total,
       page,
       pages: Math.max(1, Math.ceil(total / limit)),
+      // The filter's choices, from the one list (the page spells none of its own).
+      statuses: RUN_STATUSES,
       counts,
       agents,
       runs: runs.map((r) => ({
@@ -327,7 +341,9 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
     return c.json({ key: out.effect.idempotency_key, status: out.effect.status, unblocked: out.unblocked });
   });
 
-  app.notFound((c) => c.json({ code: "UI_NOT_FOUND", message: `No page ${c.req.path}` }, 404));
+  app.notFound((c) =>
+    c.json({ code: "UI_NOT_FOUND" satisfies UiError["code"], message: `No page ${c.req.path}` }, 404)
+  );
   return app;
 }
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent.ts";
-import { connect } from "../runtime/client.ts";
+import { connect, RUN_STATUSES } from "../runtime/client.ts";
 import { createUiApp, isLoopback, serveUi } from "./server.ts";
 import { buildTimeline } from "./timeline.ts";
 
@@ -32,6 +32,8 @@ Deno.test("the page's API lists runs with counts, and refuses what it must", asy
       assert.deepEqual(body.runs.map((r: { runId: string }) => r.runId), ["a-2", "a-1"]);
       assert.deepEqual(body.counts, { pending: 1, cancelled: 1 });
       assert.deepEqual(body.agents, ["idle"]);
+      // The status filter's choices come from the one list, waiting among them.
+      assert.deepEqual(body.statuses, [...RUN_STATUSES]);
       const filtered = await (await app.request("/api/runs?status=pending&search=a-", local)).json();
       assert.deepEqual(filtered.runs.map((r: { runId: string }) => r.runId), ["a-1"]);
     });

@@ -12,7 +12,7 @@
  * @module
  */
 
-import { ModelError } from "../errors.ts";
+import { type CodeOf, ModelError } from "../errors.ts";
 import { traceHeaders } from "../telemetry.ts";
 import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "../http.ts";
 import { secretForms } from "../log.ts";
@@ -304,7 +304,7 @@ function withV1(base: string): URL {
   return url;
 }
 
-function badAnswer(code: string, message: string, usage?: Usage): ModelError {
+function badAnswer(code: CodeOf<"ModelError">, message: string, usage?: Usage): ModelError {
   return new ModelError(code, message, {
     badAnswer: true,
     usage: usage as Record<string, unknown> | undefined,

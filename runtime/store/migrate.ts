@@ -15,7 +15,7 @@
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import { StoreError } from "../errors.ts";
-import type { SqlClient } from "./store.ts";
+import type { SqlClient } from "./sql_client.ts";
 
 /** Where the tables live unless the database URL's `search_path` says otherwise. */
 export const DEFAULT_SCHEMA = "agent_runtime";

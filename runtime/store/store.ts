@@ -14,7 +14,7 @@ import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import { isoTimestamp } from "../clock.ts";
 import type { PlantedDefects } from "../defects.ts";
 import { FencedError, StoreError } from "../errors.ts";
-import { type Budget, MAX_ROW_TOKENS } from "../budget.ts";
+import { type Budget, MAX_ROW_TOKENS } from "../budget_types.ts";
 import {
   assertNotNewer,
   migrate,
@@ -25,60 +25,20 @@ import {
 } from "./migrate.ts";
 import type { Json } from "../tools.ts";
 import { storableJson } from "./storable.ts";
+import type { QueryOptions, SqlClient } from "./sql_client.ts";
+import {
+  type ApprovalStatus,
+  type EffectStatus,
+  type JournalStatus,
+  OPEN_RUN_STATUSES,
+  type RemoteOutcome,
+  type RunStatus,
+} from "./statuses.ts";
 
 export { SCHEMA_SQL };
-
-/** The minimal driver interface: parameterised queries and a script runner. */
-export interface SqlClient {
-  /** A short description for logs, e.g. `pglite:.data/pglite` (never a password). */
-  readonly describe: string;
-  /**
-   * Runs one statement with `$1`-style parameters and returns its rows. A
-   * driver may prepare it once and reuse its plan; `planEachTime` asks for a
-   * plan made for these parameters on every execution instead.
-   */
-  query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]>;
-  /**
-   * Runs one insert, update or delete with `$1`-style parameters and returns
-   * how many rows it wrote, with no rows sent back: a fenced write that only
-   * needs to know whether it happened costs less this way than with
-   * `returning` (#11: on PGlite each returned column is decoded in JavaScript).
-   */
-  run(text: string, params?: unknown[]): Promise<number>;
-  /** Runs a script of several statements without parameters. */
-  exec(text: string): Promise<void>;
-  /** Releases the connection (and any lock). */
-  close(): Promise<void>;
-}
-
-/** Options of {@link SqlClient.query}. */
-export interface QueryOptions {
-  /**
-   * Plan the statement for its parameters on every execution rather than
-   * once: for a statement whose best plan depends on them (how many ids an
-   * array holds) and that runs rarely enough for planning not to matter.
-   */
-  planEachTime?: boolean;
-}
-
-/** Every status a run can be in (the `runs_status_check` constraint of schema.sql). */
-export const RUN_STATUSES = [
-  "pending",
-  "running",
-  "waiting",
-  "blocked",
-  "done",
-  "failed",
-  "cancelled",
-] as const;
-
-/** Status of a run. */
-export type RunStatus = typeof RUN_STATUSES[number];
-
-/** True when `value` is one of {@link RUN_STATUSES}. */
-export function isRunStatus(value: unknown): value is RunStatus {
-  return (RUN_STATUSES as readonly unknown[]).includes(value);
-}
+export type { QueryOptions, SqlClient };
+// The statuses are declared in statuses.ts; every import of them from here keeps working.
+export * from "./statuses.ts";
 
 /**
  * The tables whose rows belong to a run (each has a foreign key to `runs`),
@@ -95,9 +55,6 @@ export const RUN_ROW_TABLES = {
 
 /** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
 export type PrunedRows = { -readonly [T in keyof typeof RUN_ROW_TABLES as typeof RUN_ROW_TABLES[T]]: number };
-
-/** The statuses of a run still going on: it can be cancelled, and its waiting calls answered. */
-export const OPEN_RUN_STATUSES: readonly RunStatus[] = ["pending", "running", "waiting", "blocked"];
 
 /** A row of `runs`. */
 export interface RunRow {
@@ -153,7 +110,7 @@ export interface JournalRow {
   /** The step number, from 0. */
   seq: number;
   /** Where the row stands. */
-  status: "intent" | "confirmed";
+  status: JournalStatus;
   /** The committed decision, once confirmed. */
   decision: Decision | null;
   /** Model requests paid for this step. */
@@ -173,9 +130,6 @@ export interface JournalRow {
   /** Tokens this step's settled answers count against the budget (budget.ts `answerTokens`). */
   spent_tokens: number;
 }
-
-/** Status of a tool call. */
-export type EffectStatus = "intent" | "confirmed" | "flagged" | "failed";
 
 /** A row of `side_effects`. */
 export interface SideEffectRow {
@@ -197,7 +151,7 @@ export interface SideEffectRow {
    * `created`, `already_done`, `reconciled` (the tool's `reconcile` found
    * that it had happened), or `resolved` by a human.
    */
-  remote: "created" | "already_done" | "reconciled" | "resolved" | null;
+  remote: RemoteOutcome | null;
   /** Why it failed, was flagged or was blocked. */
   error: string | null;
   /** Requests sent (or about to be) under the key. */
@@ -235,7 +189,7 @@ export interface ApprovalRow {
   /** sha-256 of their canonical JSON. */
   args_hash: string;
   /** Where the request stands. */
-  status: "pending" | "approved" | "denied";
+  status: ApprovalStatus;
   /** Why it was denied. */
   reason: string | null;
   /** When it was asked. */

@@ -127,7 +127,7 @@ async function drawList() {
       { class: `chip${s.status ? "" : " on"}`, onclick: () => goList({ status: "" }) },
       `all ${all}`,
     ),
-    ["pending", "running", "waiting", "blocked", "done", "failed", "cancelled"].map((st) =>
+    data.statuses.map((st) =>
       h("button", {
         class: `chip${s.status === st ? " on" : ""}`,
         "data-count": st,

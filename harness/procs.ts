@@ -1,40 +1,41 @@
 /**
- * Test helpers for real processes: start a supervisor or a worker with
- * `Deno.execPath()`, collect its output lines as they arrive, wait for a line,
- * and parse the log's logfmt fields.
+ * Real processes for the tests and the benchmarks: start a supervisor or a
+ * worker with `Deno.execPath()`, collect its output lines as they arrive,
+ * wait for a line, and parse the log's logfmt fields.
  *
  * @module
  */
 
+import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
+import { SETTING_NAMES } from "../runtime/config.ts";
+
 const ROOT = new URL("../", import.meta.url);
 const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);
 
-// The runtime's settings are never inherited from the shell that runs the
-// tests: a developer's DATABASE_URL must not turn an embedded test into a
-// PostgreSQL one. An empty value counts as unset.
-const SCRUBBED = [
-  "AGENT",
-  "INPUT",
-  "WORKERS",
-  "RUNS_PER_WORKER",
-  "DATABASE_URL",
-  "MODEL_URL",
-  "MODEL",
-  "MODEL_API_KEY",
-  "MODEL_HEADERS",
-  "MODEL_QUERY",
-  "CLOUD_URL",
-  "RUN_ID",
-  "GOAL",
-  "CRASH_AT",
-  "CRASH_SEQ",
-  "STALL_AT",
-  "STALL_MS",
-  "DATA_DIR",
-  "LOG_FORMAT",
-  "AGENT_LOAD_S",
-  "DATA_DIR_WAIT_S",
-];
+/**
+ * Every setting a process of ours reads (the run command's and the worker's,
+ * the supervisor's), as its environment variable name: none is inherited
+ * from the shell that runs the tests, so a developer's `DATABASE_URL` cannot
+ * turn an embedded test into a PostgreSQL one, nor their `LEASE_S` change a
+ * test's timing. Derived from the settings' own lists, so a new setting is
+ * cleared the day it is added.
+ */
+export const CLEARED_SETTINGS: ReadonlySet<string> = new Set([...SETTING_NAMES, ...SUPERVISOR_SETTING_NAMES]);
+
+/**
+ * The environment a child starts with: `parent` (this process's) without
+ * any of {@link CLEARED_SETTINGS}, then `env` on top (where an empty value
+ * counts as unset).
+ */
+export function childEnv(
+  parent: Record<string, string>,
+  env: Record<string, string>,
+): Record<string, string> {
+  return {
+    ...Object.fromEntries(Object.entries(parent).filter(([k]) => !CLEARED_SETTINGS.has(k))),
+    ...env,
+  };
+}
 
 /** A running child process whose stdout and stderr lines are collected. */
 export class Proc {
@@ -63,10 +64,7 @@ export class Proc {
       ],
       cwd: opts.cwd,
       clearEnv: true,
-      env: {
-        ...Object.fromEntries(Object.entries(Deno.env.toObject()).filter(([k]) => !SCRUBBED.includes(k))),
-        ...env,
-      },
+      env: childEnv(Deno.env.toObject(), env),
       stdin: opts.stdin ?? "null",
       stdout: "piped",
       stderr: "piped",

@@ -1,5 +1,6 @@
 /**
- * `deno task supervise`: the supervisor's entry point.
+ * `deno task supervise`: the supervisor's entry point (its settings, and the
+ * command that starts a worker); the supervisor itself is `supervisor/`.
  *
  * | env | flag | default |
  * | --- | --- | --- |
@@ -28,14 +29,46 @@
  */
 
 import { availableParallelism, hostname } from "node:os";
-import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "../cli/agents.ts";
-import { loggerFor, openStoreLogged, reportConfigError } from "../cli/process.ts";
+import { basename } from "node:path";
+import { fileURLToPath } from "node:url";
+import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
+import { loggerFor, openStoreLogged, reportConfigError } from "./process.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
 import { ConfigError } from "../runtime/errors.ts";
 import type { LogFormat } from "../runtime/log.ts";
-import { processSpawner } from "./spawn.ts";
-import { Supervisor } from "./supervisor.ts";
+import { processSpawner } from "../supervisor/spawn.ts";
+import { Supervisor } from "../supervisor/supervisor.ts";
+
+/**
+ * True when this program is a binary built by `deno compile` rather than
+ * `deno` running a script: `Deno.execPath()` is then the program itself.
+ */
+export function isCompiled(execPath: string = Deno.execPath()): boolean {
+  return !/^deno(\.exe)?$/i.test(basename(execPath));
+}
+
+/**
+ * The command line that starts one worker process. Under `deno run` a worker
+ * is `Deno.execPath()` running `cli/main.ts worker` with this project's
+ * `deno.json`; in a binary built by `deno task compile` there is no `deno` to
+ * run, so the binary runs itself with the argument `worker`.
+ */
+export function workerCommand(compiled: boolean = isCompiled()): string[] {
+  if (compiled) return [Deno.execPath(), "worker"];
+  return [
+    Deno.execPath(),
+    "run",
+    "-A",
+    "--no-prompt",
+    "--unstable-no-legacy-abort",
+    "--config",
+    fileURLToPath(new URL("../deno.json", import.meta.url)),
+    // This program's entry point, whose `worker` command hosts the runs.
+    fileURLToPath(new URL("./main.ts", import.meta.url)),
+    "worker",
+  ];
+}
 
 /** Validated settings of a supervisor. */
 export interface SupervisorSettings {
@@ -173,7 +206,7 @@ export async function main(
     spawn: processSpawner({
       ...settings,
       agentModule: settings.agentModule === undefined ? undefined : agentSpecifier(settings.agentModule),
-    }),
+    }, workerCommand()),
   });
   const onSignal = () => void supervisor.stop();
   Deno.addSignalListener("SIGINT", onSignal);

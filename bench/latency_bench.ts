@@ -20,9 +20,11 @@
  * @module
  */
 
+import { parseLine, type Proc, startSupervisor, startWorker } from "../harness/procs.ts";
 import { serveMocks } from "../mock/server.ts";
-import { freshSchema, TEST_DATABASE_URL } from "../tests/_pg.ts";
-import { parseLine, type Proc, startSupervisor, startWorker } from "../tests/_procs.ts";
+import { createSandbox } from "../runtime/store/sandbox.ts";
+
+const TEST_DATABASE_URL = Deno.env.get("TEST_DATABASE_URL") || undefined;
 
 const trials = Number(Deno.env.get("TRIALS") ?? 5);
 const timing = {
@@ -65,7 +67,7 @@ async function main(): Promise<void> {
     );
     Deno.exit(2);
   }
-  const pg = await freshSchema();
+  const pg = await createSandbox(TEST_DATABASE_URL, { prefix: "t", max: 4 });
   const mocks = await serveMocks();
   // A slow server request: the worker is killed while it waits for the cloud.
   mocks.cloud.setFaults({ path: "/v1/servers", delay_ms: 2000 });

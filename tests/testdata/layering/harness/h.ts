@@ -1,0 +1,2 @@
+/** A harness module. */
+export const h = 1;

@@ -1,0 +1,2 @@
+/** A mock. */
+export const mock = 1;
