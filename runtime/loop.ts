@@ -109,7 +109,9 @@ export interface RunRequest {
  * agent, and on an error the loop does not classify (an agent's code threw,
  * the database refused a statement or went away), leaving the run intact for
  * another worker: a {@link WorkerError} once its lease is released, the error
- * itself when the database could not take the release.
+ * itself when the database could not take the release. `deps` are the
+ * process's and the agent's side by side (`workerFor` in context.ts); the
+ * run's lease is kept with the one-run heartbeat (lease.ts).
  */
 export async function runWorker(
   deps: WorkerDeps,
