@@ -62,8 +62,8 @@ interface Hold {
 
 /**
  * The leases of the runs one process holds. One timer at a time, re-armed
- * after each beat ends (a slow database never has two beats in flight), none
- * while there is nothing to renew.
+ * after each beat ends (a slow database never has two beats in flight), and
+ * none while no run is held unless the keeper beats when idle.
  */
 export class LeaseKeeper {
   readonly #opts: LeaseKeeperOptions;
