@@ -91,6 +91,7 @@ export {
 export { answerTokens, type Budget, BudgetError } from "./runtime/budget.ts";
 export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
 export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
+export type { AgentDeps, AgentOptions, ProcessDeps, ProcessDepsOptions } from "./runtime/deps.ts";
 export {
   displayJson,
   displayJsonParts,

@@ -60,13 +60,13 @@
 import process from "node:process";
 import { PGlite } from "@electric-sql/pglite";
 import postgres from "postgres";
-import { DEFAULT_INSTRUCTIONS, defineAgent } from "../runtime/agent.ts";
+import { defineAgent } from "../runtime/agent.ts";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { DEFAULT_RETRY, type WorkerDeps } from "../runtime/context.ts";
-import { CrashPoints } from "../runtime/crashpoints.ts";
+import { type WorkerDeps, workerFor } from "../runtime/context.ts";
+import { agentDeps, processDeps } from "../runtime/deps.ts";
 import { discardSink, Logger } from "../runtime/log.ts";
 import { runWorker } from "../runtime/loop.ts";
 import { WorkerHost } from "../runtime/host.ts";
@@ -216,32 +216,30 @@ async function mockAgent(): Promise<{ planner: Planner; tools: Tool[] }> {
   };
 }
 
-function workerDeps(
-  store: Store,
-  planner: Planner,
-  tools: Tool[],
-  tag: string,
-  telemetry: Telemetry = NO_TELEMETRY,
-): WorkerDeps {
+/** A single-run worker on the given store, silent, as the demo agent with the given model and tools. */
+function benchWorker(opts: {
+  store: Store;
+  agent: { planner: Planner; tools: Tool[] };
+  tag: string;
+  telemetry?: Telemetry;
+}): WorkerDeps {
   const clock = new SystemClock();
   const log = new Logger({ clock, sink: discardSink });
-  return {
-    agent: "provision",
-    instructions: DEFAULT_INSTRUCTIONS,
-    store,
-    planner,
-    tools: new ToolRegistry(tools),
-    clock,
-    log,
-    crash: CrashPoints.none({ log, clock }),
-    owner: `bench-${tag}`,
-    maxSteps: 12,
-    heartbeatMs: 3_000,
-    leaseMs: 12_000,
-    retry: DEFAULT_RETRY,
-    random: Math.random,
-    telemetry,
-  };
+  const { planner, tools } = opts.agent;
+  return workerFor(
+    processDeps({
+      store: opts.store,
+      clock,
+      log,
+      owner: `bench-${opts.tag}`,
+      telemetry: opts.telemetry ?? NO_TELEMETRY,
+    }),
+    agentDeps({
+      agent: defineAgent({ name: "provision", tools, model: planner }),
+      planner,
+      tools: new ToolRegistry(tools),
+    }),
+  );
 }
 
 // ---------------------------------------------------------------------------
@@ -483,7 +481,11 @@ async function recordRun(client: SqlClient, token: string): Promise<Recorded[]> 
     recorded.push({ rows, text, params, withRunId, withTime });
   });
   const outcome = await runWorker(
-    workerDeps(new Store(recorder), new ScriptedPlanner(), scriptedTools(), "record"),
+    benchWorker({
+      store: new Store(recorder),
+      agent: { planner: new ScriptedPlanner(), tools: scriptedTools() },
+      tag: "record",
+    }),
     token,
     "bench",
   );
@@ -552,7 +554,7 @@ async function runtimeRow(
   times?: StatementTimes,
 ): Promise<Row> {
   const counting = new CountingClient(times ? times.tap(client) : client);
-  const deps = workerDeps(new Store(counting), agent.planner, agent.tools, label, telemetry);
+  const deps = benchWorker({ store: new Store(counting), agent, tag: label, telemetry });
   // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
   const warm = crypto.randomUUID().slice(0, 8);
   await fanOut(warmRuns(concurrency), concurrency, async (i) => {

@@ -15,7 +15,8 @@
 
 import { checkInput } from "../runtime/agent.ts";
 import type { Settings } from "../runtime/config.ts";
-import { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, workerDeps } from "../runtime/context.ts";
+import { workerFor } from "../runtime/context.ts";
+import { agentDeps, DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, processDeps } from "../runtime/deps.ts";
 import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
 import { exitCodeOf, runWorker, WorkerError } from "../runtime/loop.ts";
@@ -133,18 +134,20 @@ export async function main(
       agent: agent.agent.name,
     });
     log.info("registry", { tools: agent.tools.names.join(",") });
-    const deps = workerDeps({
+    const proc = processDeps({
       store,
-      agent,
       clock,
       log,
       crash: new CrashPoints(settings.crash, { log, clock }),
       owner: settings.worker,
       heartbeatMs: settings.heartbeatMs,
       leaseMs: settings.leaseMs,
-      ...(settings.maxSteps === undefined ? {} : { maxSteps: settings.maxSteps }),
     });
-    const outcome = await runWorker(deps, request);
+    // MAX_STEPS, when set, replaces the agent's own maxSteps.
+    const outcome = await runWorker(
+      workerFor(proc, agentDeps(agent, { maxSteps: settings.maxSteps })),
+      request,
+    );
     return exitCodeOf(outcome);
   } catch (err) {
     if (hasCode(err, "AGENT_MISMATCH")) {

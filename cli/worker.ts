@@ -70,7 +70,8 @@ export async function main(
     leaseMs: settings.leaseMs,
     runsPerWorker: settings.runsPerWorker,
     pollMs: settings.pollMs,
-    ...(settings.maxSteps === undefined ? {} : { maxSteps: settings.maxSteps }),
+    // MAX_STEPS, when set, replaces each agent's own maxSteps.
+    maxSteps: settings.maxSteps,
   });
   const onSignal = () => void host.stop("signal");
   Deno.addSignalListener("SIGINT", onSignal);

@@ -22,7 +22,8 @@ import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { type Clock, ManualClock } from "../runtime/clock.ts";
 import type { Agent } from "../runtime/agent.ts";
-import { type RetryPolicy, workerDeps } from "../runtime/context.ts";
+import { type WorkerDeps, workerFor } from "../runtime/context.ts";
+import { agentDeps, processDeps, type RetryPolicy } from "../runtime/deps.ts";
 import type { PlantedDefects } from "../runtime/defects.ts";
 import { describeError, ownCode, RuntimeError } from "../runtime/errors.ts";
 import {
@@ -389,25 +390,28 @@ export class SimProcess {
     const modelFetch = wrapFetch("model", this.#fetch("model", world.model.handler));
     const cloudFetch = wrapFetch("cloud", this.#fetch("cloud", world.remote));
     const agent: Agent = opts.agent ?? demoAgent;
-    const deps = workerDeps({
+    // One process (this incarnation) driving one agent's run.
+    const proc = processDeps({
       store: hooks.layerStore ? hooks.layerStore(this.#store, this) : this.#store,
-      agent: {
-        agent,
-        planner: new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
-        tools: new ToolRegistry(
-          opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
-        ),
-      },
       clock,
       log,
       crash,
       owner: opts.name,
-      heartbeatMs: opts.heartbeatMs ?? 3_000,
-      leaseMs: opts.leaseMs ?? 12_000,
+      heartbeatMs: opts.heartbeatMs,
+      leaseMs: opts.leaseMs,
       random: seededRandom(opts.seed),
-      ...(hooks.retry ? { retry: hooks.retry } : {}),
-      ...(hooks.defects ? { defects: hooks.defects } : {}),
     });
+    const prepared = {
+      agent,
+      planner: new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
+      tools: new ToolRegistry(
+        opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
+      ),
+    };
+    const deps: WorkerDeps = {
+      ...workerFor(proc, agentDeps(prepared, { retry: hooks.retry })),
+      ...(hooks.defects ? { defects: hooks.defects } : {}),
+    };
     this.exit = (async (): Promise<SimExit> => {
       try {
         const outcome = await runWorker(deps, {

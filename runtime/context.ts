@@ -1,98 +1,51 @@
 /**
- * What one worker incarnation holds while it drives one run: its
- * dependencies, and the run's state as read back from the database at claim
- * time and extended only by rows this worker has committed since.
+ * What one worker incarnation holds while it drives one run: its process's
+ * and its agent's dependencies side by side (each built in deps.ts), and the
+ * run's state as read back from the database at claim time and extended only
+ * by rows this worker has committed since.
  *
  * @module
  */
 
 import type { PreparedAgent } from "./agent.ts";
 import type { Budget } from "./budget.ts";
-import { type Clock, SystemClock } from "./clock.ts";
-import { CrashPoints } from "./crashpoints.ts";
+import {
+  type AgentDeps,
+  agentDeps,
+  type AgentOptions,
+  type ProcessDeps,
+  processDeps,
+  type ProcessDepsOptions,
+  type RetryPolicy,
+} from "./deps.ts";
 import type { PlantedDefects } from "./defects.ts";
-import { Logger } from "./log.ts";
-import type { Planner } from "./planner.ts";
-import type { Decision, Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
-import { NO_TELEMETRY, type Telemetry, telemetryFromEnv } from "./telemetry.ts";
-import type { Tool, ToolRegistry } from "./tools.ts";
+import type { Decision, Fence, JournalRow, SideEffectRow } from "./store/store.ts";
+import type { Telemetry } from "./telemetry.ts";
+import type { Tool } from "./tools.ts";
 
-/** Limits on retries and re-asks. */
-export interface RetryPolicy {
-  /** Model requests per step for transient errors and rejected answers together. Default 4. */
-  maxModelAttempts: number;
-  /** First backoff delay; doubled per attempt, with jitter. Default 200. */
-  backoffBaseMs: number;
-  /** Cap on one backoff delay. Default 5 000. */
-  backoffMaxMs: number;
-  /** Model request timeout. Default 60 000. */
-  modelTimeoutMs: number;
-  /**
-   * Cap on a wait a server asks for with `Retry-After` (which replaces the
-   * backoff when given). Default 60 000; unset: `backoffMaxMs`.
-   */
-  retryAfterMaxMs?: number;
-}
+// Where they were declared before process and agent came apart (deps.ts): importers keep working.
+export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } from "./deps.ts";
 
-/** Default {@link RetryPolicy}. */
-export const DEFAULT_RETRY: RetryPolicy = {
-  maxModelAttempts: 4,
-  backoffBaseMs: 200,
-  backoffMaxMs: 5_000,
-  modelTimeoutMs: 60_000,
-  retryAfterMaxMs: 60_000,
-};
-
-/** Everything a worker needs, passed in (no module-level state). */
-export interface WorkerDeps {
-  /** The agent's name, recorded with runs it creates; a run of another agent is refused. */
-  agent: string;
-  /** The system prompt. */
-  instructions: string;
-  /** Every statement the worker runs. */
-  store: Store;
-  /** The model. */
-  planner: Planner;
-  /** The tools this run may use. */
-  tools: ToolRegistry;
-  /** Time, for timestamps, sleeps and timeouts. */
-  clock: Clock;
-  /** Where events go. */
-  log: Logger;
-  /** The crash points, armed or not. */
-  crash: CrashPoints;
-  /** Written to `runs.owner`. */
-  owner: string;
-  /** The most steps (decisions) a run may take before `guard` fails it. */
-  maxSteps: number;
-  /** How often the lease is refreshed. */
-  heartbeatMs: number;
-  /** How old a heartbeat may be before the run counts as abandoned. */
-  leaseMs: number;
-  /** Limits on re-asks, retries and waits. */
-  retry: RetryPolicy;
-  /** Jitter source in [0, 1): `Math.random` in production, seeded in the harness. */
-  random: () => number;
-  /**
-   * Claims in a row that may find no progress (no new confirmed decision or
-   * settled tool call since the claim before) before the run is failed: a run
-   * whose workers keep dying is stopped instead of restarted forever. Default
-   * {@link DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS}.
-   */
-  maxClaimsWithoutProgress?: number;
-  /** Spans and counters; {@link workerDeps} turns them on with `OTEL_DENO`. Default: none. */
-  telemetry?: Telemetry;
+/**
+ * What the loop's functions read while a worker drives a run: its process's
+ * {@link ProcessDeps} and its agent's {@link AgentDeps} side by side, built
+ * once per agent with {@link workerFor} (`extends` checks that no name
+ * belongs to both).
+ */
+export interface WorkerDeps extends ProcessDeps, AgentDeps {
   /** Test seams only: bugs the fuzzer's tests plant on purpose. Omitted in production. */
   defects?: PlantedDefects;
 }
 
-/** The worker's telemetry, or the no-op. */
-export function telemetryOf(deps: WorkerDeps): Telemetry {
-  return deps.telemetry ?? NO_TELEMETRY;
+/** The deps of a worker in the process `proc` driving runs of `agent`. */
+export function workerFor(proc: ProcessDeps, agent: AgentDeps): WorkerDeps {
+  return { ...proc, ...agent };
 }
 
-/** Default of {@link WorkerDeps.maxClaimsWithoutProgress}. */
-export const DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS = 5;
+/** The worker's telemetry. */
+export function telemetryOf(deps: WorkerDeps): Telemetry {
+  return deps.telemetry;
+}
 
 /** The run as this worker knows it. */
 export interface RunState {
@@ -125,41 +78,28 @@ export interface RunState {
 }
 
 /** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */
-export interface WorkerDepsOptions
-  extends Partial<Omit<WorkerDeps, "store" | "planner" | "tools" | "agent">> {
-  /** Every statement the worker runs. */
-  store: Store;
+export interface WorkerDepsOptions extends ProcessDepsOptions, AgentOptions {
   /** The agent, with its tools and model built. */
   agent: PreparedAgent;
+  /** Replaces the agent's instructions. */
+  instructions?: string;
+  /** Test seams only: bugs the fuzzer's tests plant on purpose. */
+  defects?: PlantedDefects;
 }
 
 /**
- * Builds a worker's dependencies with defaults: the system clock, a logger
- * on stdout, no crash points, owner `worker:<pid>`, the agent's `maxSteps`,
- * a 3 s heartbeat and a 12 s lease, {@link DEFAULT_RETRY}, `Math.random`,
- * and telemetry when `OTEL_DENO` is on.
+ * Builds a worker's dependencies from one bag of options: {@link processDeps}
+ * and {@link agentDeps} with their defaults, side by side.
+ *
+ * @deprecated Kept for callers written before process and agent came apart:
+ * build the two with {@link processDeps} and {@link agentDeps} and join them
+ * with {@link workerFor}.
  */
 export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
-  const { agent: prepared, ...rest } = opts;
-  const clock = rest.clock ?? new SystemClock();
-  const log = rest.log ?? new Logger({ clock });
-  return {
-    instructions: prepared.agent.instructions,
-    maxSteps: prepared.agent.maxSteps,
-    owner: `worker:${Deno.pid}`,
-    heartbeatMs: 3_000,
-    leaseMs: 12_000,
-    retry: DEFAULT_RETRY,
-    random: Math.random,
-    crash: rest.crash ?? CrashPoints.none({ log, clock }),
-    ...rest,
-    telemetry: rest.telemetry ?? telemetryFromEnv(),
-    agent: prepared.agent.name,
-    planner: prepared.planner,
-    tools: prepared.tools,
-    clock,
-    log,
-  };
+  const deps = workerFor(processDeps(opts), agentDeps(opts.agent, opts));
+  if (opts.instructions !== undefined) deps.instructions = opts.instructions;
+  if (opts.defects !== undefined) deps.defects = opts.defects;
+  return deps;
 }
 
 /** The idempotency key of step `seq` of run `runId`. */

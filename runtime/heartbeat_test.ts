@@ -1,12 +1,12 @@
-import { DEFAULT_INSTRUCTIONS } from "./agent.ts";
 import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
+import demoAgent from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { pgTest } from "../tests/_pg.ts";
 import { SystemClock } from "./clock.ts";
-import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
-import { CrashPoints } from "./crashpoints.ts";
+import { type WorkerDeps, workerFor } from "./context.ts";
+import { agentDeps, processDeps } from "./deps.ts";
 import { StoreError } from "./errors.ts";
 import { arraySink, Logger } from "./log.ts";
 import { runWorker } from "./loop.ts";
@@ -34,22 +34,14 @@ async function deps(store: Store, lines: string[]): Promise<{ deps: WorkerDeps; 
   cloud.setFaults({ path: "/v1/servers", delay_ms: 60_000 });
   return {
     cloud,
-    deps: {
-      agent: "provision",
-      instructions: DEFAULT_INSTRUCTIONS,
-      store,
-      planner: new OpenAIPlanner({ url: "http://mock.in-process/v1", model: "m", fetch: model.handler }),
-      tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud.in-process", fetch: cloud.handler })),
-      clock,
-      log,
-      crash: CrashPoints.none({ log, clock }),
-      owner: "w1",
-      maxSteps: 12,
-      heartbeatMs: 20,
-      leaseMs: 200,
-      retry: DEFAULT_RETRY,
-      random: () => 0.5,
-    },
+    deps: workerFor(
+      processDeps({ store, clock, log, owner: "w1", heartbeatMs: 20, leaseMs: 200, random: () => 0.5 }),
+      agentDeps({
+        agent: demoAgent,
+        planner: new OpenAIPlanner({ url: "http://mock.in-process/v1", model: "m", fetch: model.handler }),
+        tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud.in-process", fetch: cloud.handler })),
+      }),
+    ),
   };
 }
 

@@ -2,7 +2,8 @@
  * The worker host: one process driving many runs at once. It takes runs
  * itself (one statement takes and claims up to its free slots, of the agents
  * it hosts only), drives each with the same fenced loop as a single worker,
- * and renews the leases of all of them with one statement per heartbeat.
+ * and renews the leases of all of them with one statement per heartbeat
+ * (lease.ts, which the single-run path uses too).
  *
  * A refused renewal (the run was taken over, closed or cancelled) aborts that
  * run's signal, which cuts off its model or tool request in flight; a
@@ -14,16 +15,27 @@
  */
 
 import type { PreparedAgent } from "./agent.ts";
-import { type Clock, startTimer } from "./clock.ts";
-import { type WorkerDeps, workerDeps, type WorkerDepsOptions } from "./context.ts";
+import { startTimer } from "./clock.ts";
+import { type WorkerDeps, workerFor } from "./context.ts";
+import {
+  agentDeps,
+  type AgentOptions,
+  type ProcessDeps,
+  processDeps,
+  type ProcessDepsOptions,
+} from "./deps.ts";
 import { describeError, FencedError, RuntimeError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
-import type { Logger } from "./log.ts";
+import { LeaseKeeper } from "./lease.ts";
 import { driveRun, releaseAfterError, type RunOutcome } from "./loop.ts";
-import type { Fence, Store, TakenRun } from "./store/store.ts";
+import type { Fence, TakenRun } from "./store/store.ts";
 
-/** Options of a {@link WorkerHost}. */
-export interface WorkerHostOptions extends Omit<WorkerDepsOptions, "agent"> {
+/**
+ * Options of a {@link WorkerHost}: the process's dependencies (a store, the
+ * rest defaulted as {@link processDeps} does), limits applied to every agent
+ * it hosts (as {@link agentDeps} takes them), and its own.
+ */
+export interface WorkerHostOptions extends ProcessDepsOptions, AgentOptions {
   /** The agents this host runs; it takes runs of these only. */
   agents: PreparedAgent[];
   /** The most runs held at once. Default {@link DEFAULT_RUNS_PER_WORKER}. */
@@ -47,19 +59,19 @@ interface Held {
   fence: Fence;
   stop: AbortController;
   done: Promise<void>;
+  /** Ends the renewal of its lease. */
+  release: () => void;
 }
 
 /** Takes runs of its agents and drives up to `runsPerWorker` of them at once. */
 export class WorkerHost {
+  /** What this process has: one store, clock, log, name, crash plan and lease timings for every agent. */
+  readonly #process: ProcessDeps;
+  /** Each hosted agent's worker deps, by agent name: the process's, beside that agent's. */
   readonly #deps: Map<string, WorkerDeps>;
-  readonly #store: Store;
-  readonly #clock: Clock;
-  readonly #log: Logger;
-  readonly #owner: string;
+  readonly #leases: LeaseKeeper;
   readonly #capacity: number;
   readonly #pollMs: number;
-  readonly #heartbeatMs: number;
-  readonly #leaseMs: number;
   readonly #startedAt: Date;
   readonly #onOutcome?: (outcome: RunOutcome) => void;
   readonly #held = new Map<string, Held>();
@@ -76,9 +88,9 @@ export class WorkerHost {
   // True once this host's row in `workers` was written (see #takeLoop).
   #registered = false;
 
-  /** Validates the options and builds each agent's dependencies. */
+  /** Validates the options and builds the process's dependencies and each agent's. */
   constructor(opts: WorkerHostOptions) {
-    const { agents, runsPerWorker, pollMs, onOutcome, ...shared } = opts;
+    const { agents, runsPerWorker, pollMs, onOutcome } = opts;
     if (agents.length === 0) {
       throw new RuntimeError(
         "HOST_INVALID",
@@ -92,25 +104,34 @@ export class WorkerHost {
         `Cannot host workers as 'runsPerWorker' must be a positive integer: current value is ${capacity}`,
       );
     }
-    this.#deps = new Map(agents.map((a) => [a.agent.name, workerDeps({ ...shared, agent: a })]));
-    const any = this.#deps.values().next().value!;
-    this.#store = any.store;
-    this.#clock = any.clock;
-    this.#log = any.log;
-    this.#owner = any.owner;
-    this.#heartbeatMs = any.heartbeatMs;
-    this.#leaseMs = any.leaseMs;
+    const proc = processDeps(opts);
+    this.#process = proc;
+    this.#deps = new Map(agents.map((a) => [a.agent.name, workerFor(proc, agentDeps(a, opts))]));
     this.#capacity = capacity;
     this.#pollMs = pollMs ?? 3_000;
-    this.#startedAt = this.#clock.now();
+    this.#startedAt = proc.clock.now();
     this.#onOutcome = onOutcome;
+    // One statement per beat renews every run held and this host's row in
+    // `workers`, which the beat renews even while no run is held.
+    this.#leases = new LeaseKeeper({
+      clock: proc.clock,
+      log: proc.log,
+      crash: proc.crash,
+      heartbeatMs: proc.heartbeatMs,
+      leaseMs: proc.leaseMs,
+      renew: (fences, now) => proc.store.heartbeatMany(this.#worker(), fences, now),
+      refusal: (f) => proc.store.refusal(f, "heartbeat"),
+      onRenewed: () => this.#registered = true,
+      subject: { owner: proc.owner },
+      beatWhenIdle: true,
+    });
     // Stopping (or a simulated kill) ends the take loop's nap too.
     this.#stop.signal.addEventListener("abort", () => this.wake(), { once: true });
   }
 
   /** This host's name, written to `runs.owner`. */
   get owner(): string {
-    return this.#owner;
+    return this.#process.owner;
   }
 
   /** Runs held now. */
@@ -132,14 +153,14 @@ export class WorkerHost {
 
   /** Starts taking runs and heartbeating. */
   start(): this {
-    this.#log.info("worker", {
-      owner: this.#owner,
+    this.#process.log.info("worker", {
+      owner: this.#process.owner,
       agents: [...this.#deps.keys()].join(","),
       runs_per_worker: this.#capacity,
       poll_ms: this.#pollMs,
-      heartbeat_ms: this.#heartbeatMs,
+      heartbeat_ms: this.#process.heartbeatMs,
     });
-    this.#loops = [this.#takeLoop(), this.#heartbeatLoop()];
+    this.#loops = [this.#takeLoop(), this.#heartbeats()];
     return this;
   }
 
@@ -161,7 +182,7 @@ export class WorkerHost {
         this.#rung = false;
         resolve();
       };
-      const cancel = startTimer(this.#clock, this.#pollMs, end);
+      const cancel = startTimer(this.#process.clock, this.#pollMs, end);
       this.#ring = () => {
         cancel();
         end();
@@ -179,20 +200,21 @@ export class WorkerHost {
   }
 
   async #shutdown(reason: string): Promise<void> {
+    const { store, clock, log, owner } = this.#process;
     {
-      this.#log.info("worker-stopping", { owner: this.#owner, runs: this.#held.size, reason });
+      log.info("worker-stopping", { owner, runs: this.#held.size, reason });
       this.#stop.abort();
       for (const h of this.#held.values()) {
-        h.stop.abort(new FencedError("RUN_CLOSED", `The worker ${this.#owner} is stopping`));
+        h.stop.abort(new FencedError("RUN_CLOSED", `The worker ${owner} is stopping`));
       }
     }
     await Promise.all([...this.#held.values()].map((h) => h.done));
     await Promise.all(this.#loops);
     try {
-      await this.#store.releaseRuns(this.#owner, this.#clock.now());
-      await this.#store.removeWorker(this.#owner);
+      await store.releaseRuns(owner, clock.now());
+      await store.removeWorker(owner);
     } catch (err) {
-      this.#log.warn("release-failed", { owner: this.#owner, error: describeError(err) });
+      log.warn("release-failed", { owner, error: describeError(err) });
     }
   }
 
@@ -200,11 +222,12 @@ export class WorkerHost {
   async poll(): Promise<number> {
     const free = this.#capacity - this.#held.size;
     if (this.stopping || free <= 0) return 0;
-    const now = this.#clock.now();
-    const taken = await this.#store.takeRuns(
-      this.#owner,
+    const { store, clock, owner, leaseMs } = this.#process;
+    const now = clock.now();
+    const taken = await store.takeRuns(
+      owner,
       [...this.#deps.keys()],
-      new Date(now.getTime() - this.#leaseMs),
+      new Date(now.getTime() - leaseMs),
       now,
       free,
     );
@@ -214,7 +237,7 @@ export class WorkerHost {
 
   #worker() {
     return {
-      name: this.#owner,
+      name: this.#process.owner,
       agents: [...this.#deps.keys()],
       capacity: this.#capacity,
       startedAt: this.#startedAt,
@@ -230,14 +253,14 @@ export class WorkerHost {
         // process hosts (`runs` reads it), and the supervisor judges a worker
         // frozen by that row's heartbeat, so a host holding runs must have one.
         if (!this.#registered) {
-          await this.#store.heartbeatMany(this.#worker(), [], this.#clock.now());
+          await this.#process.store.heartbeatMany(this.#worker(), [], this.#process.clock.now());
           this.#registered = true;
         }
         const free = this.#capacity - this.#held.size;
         full = free > 0 && (await this.poll()) === free;
       } catch (err) {
-        this.#log.warn(this.#registered ? "poll-failed" : "heartbeat-failed", {
-          owner: this.#owner,
+        this.#process.log.warn(this.#registered ? "poll-failed" : "heartbeat-failed", {
+          owner: this.#process.owner,
           error: describeError(err),
         });
       }
@@ -250,8 +273,8 @@ export class WorkerHost {
     const deps = this.#deps.get(run.agent)!;
     const stop = new AbortController();
     const fence = { runId: run.run_id, epoch: run.epoch };
-    const now = this.#clock.now().getTime();
-    const held: Held = { fence, stop, done: Promise.resolve() };
+    const now = this.#process.clock.now().getTime();
+    const held: Held = { fence, stop, done: Promise.resolve(), release: this.#leases.hold(fence, stop) };
     this.#held.set(run.run_id, held);
     held.done = (async () => {
       try {
@@ -282,7 +305,7 @@ export class WorkerHost {
         // The other runs, and this host's own heartbeat, go on.
         this.#forget(run.run_id, held);
         const lease = await releaseAfterError(deps, fence, err);
-        this.#log.error("worker-error", {
+        this.#process.log.error("worker-error", {
           run: run.run_id,
           epoch: run.epoch,
           error: describeError(err),
@@ -296,59 +319,23 @@ export class WorkerHost {
     })();
   }
 
-  /** Drops `held` from the held set, unless the run was taken again since (by this host, after its release). */
+  /**
+   * Drops `held` from the held set, unless the run was taken again since (by
+   * this host, after its release), and ends the renewal of its lease.
+   */
   #forget(runId: string, held: Held): void {
     if (this.#held.get(runId) === held) this.#held.delete(runId);
+    held.release();
   }
 
-  async #heartbeatLoop(): Promise<void> {
-    let lastOkMs = this.#clock.now().getTime();
-    // Bounded by stop(): each pass sleeps heartbeatMs.
-    while (!this.stopping) {
-      try {
-        await this.#clock.sleep(this.#heartbeatMs, this.#stop.signal);
-      } catch {
-        return;
-      }
-      const crash = this.#deps.values().next().value!.crash;
-      // A frozen (stalled) process does not heartbeat either; that is what makes its runs stealable.
-      if (crash.stalling) continue;
-      const fences = [...this.#held.values()].map((h) => h.fence);
-      try {
-        const renewed = new Set(
-          await this.#store.heartbeatMany(
-            this.#worker(),
-            fences,
-            this.#clock.now(),
-          ),
-        );
-        lastOkMs = this.#clock.now().getTime();
-        this.#registered = true;
-        for (const f of fences) {
-          const held = this.#held.get(f.runId);
-          if (renewed.has(f.runId) || !held || held.fence.epoch !== f.epoch) continue;
-          const err = await this.#store.refusal(f, "heartbeat");
-          // A run that ended while the heartbeat was on its way is not a refusal
-          // worth a warning: by now it has left the held set.
-          if (this.#held.get(f.runId) !== held) continue;
-          this.#log.warn("heartbeat-refused", { run: f.runId, epoch: f.epoch, reason: err.message });
-          held.stop.abort(err);
-        }
-      } catch (err) {
-        if (this.stopping) return;
-        const sinceMs = this.#clock.now().getTime() - lastOkMs;
-        this.#log.warn("heartbeat-failed", {
-          owner: this.#owner,
-          error: describeError(err),
-          since_ms: sinceMs,
-        });
-        if (sinceMs > this.#leaseMs) {
-          for (const h of this.#held.values()) {
-            this.#log.error("lease-lost", { run: h.fence.runId, since_ms: sinceMs });
-            h.stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
-          }
-        }
-      }
-    }
+  /** Beats until the host stops; resolves once the beat on its way, if any, has ended. */
+  #heartbeats(): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    this.#leases.start();
+    return new Promise((resolve) => {
+      this.#stop.signal.addEventListener("abort", () => void this.#leases.stop().then(resolve), {
+        once: true,
+      });
+    });
   }
 }

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { DEFAULT_INSTRUCTIONS } from "./agent.ts";
+import { defineAgent } from "./agent.ts";
 import { ManualClock } from "./clock.ts";
-import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
-import { CrashPoints } from "./crashpoints.ts";
+import { workerFor } from "./context.ts";
+import { agentDeps, processDeps } from "./deps.ts";
 import { ModelError, ToolError } from "./errors.ts";
 import { idempotencyKeyHeader, isTransientStatus, parseRetryAfter } from "./http.ts";
 import { arraySink, Logger } from "./log.ts";
@@ -78,22 +78,12 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
           : { kind: "done", message: "ok" },
       ),
   };
-  const deps: WorkerDeps = {
-    agent: "reserver",
-    instructions: DEFAULT_INSTRUCTIONS,
-    store,
-    planner,
-    tools: new ToolRegistry([userTool(`http://127.0.0.1:${server.addr.port}/reserve`)]),
-    clock,
-    log,
-    crash: CrashPoints.none({ log, clock }),
-    owner: "w1",
-    maxSteps: 4,
-    heartbeatMs: 3_000,
-    leaseMs: 12_000,
-    retry: DEFAULT_RETRY,
-    random: () => 0.5,
-  };
+  const tools = [userTool(`http://127.0.0.1:${server.addr.port}/reserve`)];
+  const agent = defineAgent({ name: "reserver", tools, model: planner, maxSteps: 4 });
+  const deps = workerFor(
+    processDeps({ store, clock, log, owner: "w1", random: () => 0.5 }),
+    agentDeps({ agent, planner, tools: new ToolRegistry(tools) }),
+  );
   try {
     const running = runWorker(deps, "r409", "reserve a slot");
     let ended = false;

@@ -6,18 +6,14 @@
  * @module
  */
 
-import {
-  DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
-  type RunState,
-  telemetryOf,
-  type WorkerDeps,
-} from "./context.ts";
-import { startTimer } from "./clock.ts";
+import { type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import type { ProcessDeps } from "./deps.ts";
 import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
 import { decide } from "./journal.ts";
+import { keepLease } from "./lease.ts";
 import { recover } from "./recovery.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
 import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./store/store.ts";
@@ -118,7 +114,9 @@ export interface RunRequest {
  * agent, and on an error the loop does not classify (an agent's code threw,
  * the database refused a statement or went away), leaving the run intact for
  * another worker: a {@link WorkerError} once its lease is released, the error
- * itself when the database could not take the release.
+ * itself when the database could not take the release. `deps` are the
+ * process's and the agent's side by side (`workerFor` in context.ts); the
+ * run's lease is kept with the one-run heartbeat (lease.ts).
  */
 export async function runWorker(
   deps: WorkerDeps,
@@ -178,7 +176,7 @@ export async function runWorker(
     previousOwner: run.owner,
     leaseAgeMs: run.heartbeat_at ? clock.now().getTime() - new Date(run.heartbeat_at).getTime() : undefined,
   };
-  const heartbeat = startHeartbeat(deps, { runId, epoch }, stop);
+  const heartbeat = keepLease(deps, { runId, epoch }, stop);
   try {
     return await driveRun(deps, claimed, stop);
   } catch (err) {
@@ -210,7 +208,7 @@ export type LeaseAfterError = "released" | "not-held" | "kept";
  * bound on claims without progress, with this error in its message.
  */
 export async function releaseAfterError(
-  deps: Pick<WorkerDeps, "store" | "clock" | "log">,
+  deps: Pick<ProcessDeps, "store" | "clock" | "log">,
   fence: Fence,
   err: unknown,
 ): Promise<LeaseAfterError> {
@@ -287,7 +285,7 @@ async function driveClaimed(
     lease_age_ms: claimed.leaseAgeMs,
   });
 
-  const limit = deps.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS;
+  const limit = deps.maxClaimsWithoutProgress;
   if (stuckClaims(claimed) > limit) {
     // Its workers keep dying (or being stopped) before they get anywhere: a
     // poison run. Stop it, with the reason, instead of restarting it forever.
@@ -428,65 +426,5 @@ function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number
     steps: seq,
     llmCalls: state.llmCalls,
     error: err.message,
-  };
-}
-
-/**
- * Refreshes the lease every `heartbeatMs` while the worker runs. A refused
- * heartbeat (fenced, cancelled), or a database unreachable for longer than
- * the lease, aborts the worker's signal: whoever takes the run next must not
- * meet this worker still acting on it.
- */
-function startHeartbeat(deps: WorkerDeps, fence: Fence, stop: AbortController): { stop(): void } {
-  const { clock, store, log } = deps;
-  let ended = false;
-  let lastOkMs = clock.now().getTime();
-  // One beat; false once the worker must stop (its lease refused or lost) or has ended.
-  const beat = async (): Promise<boolean> => {
-    // A frozen (stalled) worker does not heartbeat either; that is what makes it stealable.
-    if (deps.crash.stalling) return true;
-    try {
-      const ok = await store.heartbeat(fence, clock.now());
-      if (ended) return false;
-      if (!ok) {
-        const err = await store.refusal(fence, "heartbeat");
-        log.warn("heartbeat-refused", {
-          run: fence.runId,
-          epoch: fence.epoch,
-          reason: err.message,
-        });
-        stop.abort(err);
-        return false;
-      }
-      lastOkMs = clock.now().getTime();
-    } catch (err) {
-      if (ended) return false;
-      const sinceMs = clock.now().getTime() - lastOkMs;
-      log.warn("heartbeat-failed", {
-        run: fence.runId,
-        error: describeError(err),
-        since_ms: sinceMs,
-      });
-      if (sinceMs > deps.leaseMs) {
-        log.error("lease-lost", { run: fence.runId, since_ms: sinceMs });
-        stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
-        return false;
-      }
-    }
-    return true;
-  };
-  // One timer at a time, re-armed after each beat, cleared when the worker is done.
-  let cancel = () => {};
-  const arm = () => {
-    cancel = startTimer(clock, deps.heartbeatMs, async () => {
-      if ((await beat()) && !ended) arm();
-    });
-  };
-  arm();
-  return {
-    stop: () => {
-      ended = true;
-      cancel();
-    },
   };
 }

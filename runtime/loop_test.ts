@@ -1,11 +1,11 @@
-import { DEFAULT_INSTRUCTIONS } from "./agent.ts";
 import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
+import demoAgent from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { ManualClock } from "./clock.ts";
-import { DEFAULT_RETRY, type WorkerDeps } from "./context.ts";
-import { CrashPoints } from "./crashpoints.ts";
+import { workerFor } from "./context.ts";
+import { agentDeps, DEFAULT_RETRY, processDeps } from "./deps.ts";
 import { arraySink, Logger } from "./log.ts";
 import { runWorker, WorkerError } from "./loop.ts";
 import { OpenAIPlanner } from "./planner.ts";
@@ -24,22 +24,14 @@ async function setup() {
   const cloud = await MockCloud.open({ now: () => clock.now() });
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });
-  const deps: WorkerDeps = {
-    agent: "provision",
-    instructions: DEFAULT_INSTRUCTIONS,
-    store,
-    planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
-    tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),
-    clock,
-    log,
-    crash: CrashPoints.none({ log, clock }),
-    owner: "w1",
-    maxSteps: 12,
-    heartbeatMs: 3000,
-    leaseMs: 12000,
-    retry: DEFAULT_RETRY,
-    random: () => 0.5,
-  };
+  const deps = workerFor(
+    processDeps({ store, clock, log, owner: "w1", random: () => 0.5 }),
+    agentDeps({
+      agent: demoAgent,
+      planner: new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler }),
+      tools: new ToolRegistry(demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler })),
+    }),
+  );
   return { deps, counting, store, model, cloud, lines };
 }
 

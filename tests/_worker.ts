@@ -7,14 +7,14 @@
  * @module
  */
 
-import { DEFAULT_INSTRUCTIONS } from "../runtime/agent.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { DEFAULT_RETRY, type RetryPolicy, type WorkerDeps } from "../runtime/context.ts";
-import { CrashPoints } from "../runtime/crashpoints.ts";
+import { type WorkerDeps, workerFor } from "../runtime/context.ts";
+import { agentDeps, DEFAULT_RETRY, processDeps, type RetryPolicy } from "../runtime/deps.ts";
 import { arraySink, Logger } from "../runtime/log.ts";
 import { OpenAIPlanner } from "../runtime/planner.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { type Tool, ToolRegistry } from "../runtime/tools.ts";
+import demoAgent from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 
 /** Options of {@link testWorker}. */
@@ -72,22 +72,16 @@ export function testWorker(store: Store, opts: TestWorkerOptions): TestWorker {
       maxAttempts: opts.toolMaxAttempts ?? tool.maxAttempts,
     }),
   );
-  const deps: WorkerDeps = {
-    agent: "provision",
-    instructions: DEFAULT_INSTRUCTIONS,
-    store,
-    planner: new OpenAIPlanner({ url: opts.modelUrl, model: "mock-planner", apiKey: opts.apiKey }),
-    tools: new ToolRegistry(tools),
-    clock,
-    log,
-    crash: CrashPoints.none({ log, clock }),
-    owner: "test-worker",
-    maxSteps: 12,
-    heartbeatMs: 60_000,
-    leaseMs: 120_000,
-    retry: { ...DEFAULT_RETRY, backoffBaseMs: 2, backoffMaxMs: 10, modelTimeoutMs: 2_000, ...opts.retry },
-    random: Math.random,
-  };
+  const deps = workerFor(
+    processDeps({ store, clock, log, owner: "test-worker", heartbeatMs: 60_000, leaseMs: 120_000 }),
+    agentDeps({
+      agent: demoAgent,
+      planner: new OpenAIPlanner({ url: opts.modelUrl, model: "mock-planner", apiKey: opts.apiKey }),
+      tools: new ToolRegistry(tools),
+    }, {
+      retry: { ...DEFAULT_RETRY, backoffBaseMs: 2, backoffMaxMs: 10, modelTimeoutMs: 2_000, ...opts.retry },
+    }),
+  );
   const events = (name?: string) =>
     lines.map((l) => JSON.parse(l) as LogEvent).filter((e) => name === undefined || e.event === name);
   return { deps, lines, events };

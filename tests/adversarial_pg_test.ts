@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import demoAgent from "../examples/provision/agent.ts";
 import { serveMocks } from "../mock/server.ts";
-import { workerDeps } from "../runtime/context.ts";
+import { workerFor } from "../runtime/context.ts";
+import { agentDeps, processDeps } from "../runtime/deps.ts";
 import { arraySink, Logger } from "../runtime/log.ts";
 import { runWorker } from "../runtime/loop.ts";
 import { OpenAIPlanner } from "../runtime/planner.ts";
@@ -29,20 +30,20 @@ pgTest(
       for (let i = 0; i < 15; i++) {
         const runId = `both-${i}`;
         const outcomes = await Promise.all(stores.map((store, w) => {
-          const deps = workerDeps({
+          const proc = processDeps({
             store,
-            agent: {
-              agent: demoAgent,
-              planner: new OpenAIPlanner({ url: mocks.modelUrl, model: "m" }),
-              tools: new ToolRegistry(demoTools({ cloudUrl: mocks.cloudUrl })),
-            },
             owner: `w${w}`,
             log: new Logger({
               clock: { now: () => new Date(), sleep: () => Promise.resolve() },
               sink: arraySink([]),
             }),
           });
-          return runWorker(deps, { runId, goal: "race" });
+          const agent = agentDeps({
+            agent: demoAgent,
+            planner: new OpenAIPlanner({ url: mocks.modelUrl, model: "m" }),
+            tools: new ToolRegistry(demoTools({ cloudUrl: mocks.cloudUrl })),
+          });
+          return runWorker(workerFor(proc, agent), { runId, goal: "race" });
         }));
         const statuses = outcomes.map((o) => o.status).sort();
         // Usually one wins the claim and the other loses it. One that reads the run after the

@@ -21,7 +21,8 @@ import { MockCloud } from "../../mock/cloud.ts";
 import { MockModel } from "../../mock/model.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
 import { ManualClock } from "../clock.ts";
-import { workerDeps } from "../context.ts";
+import { workerFor } from "../context.ts";
+import { agentDeps, processDeps } from "../deps.ts";
 import { discardSink, Logger } from "../log.ts";
 import { runWorker } from "../loop.ts";
 import { OpenAIPlanner } from "../planner.ts";
@@ -119,18 +120,20 @@ async function widePlans(
   const cloud = await MockCloud.open({ now: () => clock.now() });
   const tools = demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler });
   const planner = new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler });
-  const deps = workerDeps({
-    store,
-    agent: {
+  const deps = workerFor(
+    processDeps({
+      store,
+      clock,
+      log: new Logger({ clock, sink: discardSink }),
+      owner: "w-plans",
+      random: () => 0.5,
+    }),
+    agentDeps({
       agent: defineAgent({ name: "provision", tools, model: planner }),
       tools: new ToolRegistry(tools),
       planner,
-    },
-    clock,
-    log: new Logger({ clock, sink: discardSink }),
-    owner: "w-plans",
-    random: () => 0.5,
-  });
+    }),
+  );
   // Every statement of one run, and what a resumed run and a worker host add
   // (the history read, both heartbeats), on a database as fresh as a
   // laptop's first `deno task run`.

@@ -1,0 +1,160 @@
+/**
+ * What a process has and what an agent has: two values, each with one
+ * builder that fills in the defaults, so a caller (a test above all) names
+ * only what it changes.
+ *
+ * The line between them: whatever must be judged the same by every process
+ * that drives a run of the agent belongs to the agent, because every process
+ * hosting it builds the same {@link AgentDeps} from the same module. That is
+ * what the agent is (its name, instructions, tools, model) and every limit
+ * counted in the database across workers (steps, model requests per step,
+ * claims without progress): were such a limit the process's, a run's fate
+ * would depend on which worker happened to take it. What processes may differ
+ * in without changing what becomes of a run belongs to the process: its
+ * connection, clock, log, name, lease timings (one heartbeat renews every run
+ * it holds), crash plan, jitter and telemetry.
+ *
+ * A run's budget is neither: it is the run's own (an agent's is its default,
+ * and a run may override it), read from the run's row.
+ *
+ * @module
+ */
+
+import type { PreparedAgent } from "./agent.ts";
+import { type Clock, SystemClock } from "./clock.ts";
+import { CrashPoints } from "./crashpoints.ts";
+import { Logger } from "./log.ts";
+import type { Planner } from "./planner.ts";
+import type { Store } from "./store/store.ts";
+import { type Telemetry, telemetryFromEnv } from "./telemetry.ts";
+import type { ToolRegistry } from "./tools.ts";
+
+/** Limits on retries and re-asks. */
+export interface RetryPolicy {
+  /** Model requests per step for transient errors and rejected answers together. Default 4. */
+  maxModelAttempts: number;
+  /** First backoff delay; doubled per attempt, with jitter. Default 200. */
+  backoffBaseMs: number;
+  /** Cap on one backoff delay. Default 5 000. */
+  backoffMaxMs: number;
+  /** Model request timeout. Default 60 000. */
+  modelTimeoutMs: number;
+  /**
+   * Cap on a wait a server asks for with `Retry-After` (which replaces the
+   * backoff when given). Default 60 000; unset: `backoffMaxMs`.
+   */
+  retryAfterMaxMs?: number;
+}
+
+/** Default {@link RetryPolicy}. */
+export const DEFAULT_RETRY: RetryPolicy = {
+  maxModelAttempts: 4,
+  backoffBaseMs: 200,
+  backoffMaxMs: 5_000,
+  modelTimeoutMs: 60_000,
+  retryAfterMaxMs: 60_000,
+};
+
+/** Default of {@link AgentDeps.maxClaimsWithoutProgress}. */
+export const DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS = 5;
+
+/** What one process has, shared by every agent and every run it drives (no module-level state). */
+export interface ProcessDeps {
+  /** Every statement the process runs. */
+  store: Store;
+  /** Time, for timestamps, sleeps and timeouts. */
+  clock: Clock;
+  /** Where events go. */
+  log: Logger;
+  /** The crash points, armed or not: a crash kills the whole process, every run in it. */
+  crash: CrashPoints;
+  /** Written to `runs.owner`. */
+  owner: string;
+  /** How often the leases are refreshed: one heartbeat renews every run the process holds. */
+  heartbeatMs: number;
+  /** How old a heartbeat may be before a run counts as abandoned. */
+  leaseMs: number;
+  /** Jitter source in [0, 1): `Math.random` in production, seeded per simulated process in the harness. */
+  random: () => number;
+  /** Spans and counters. */
+  telemetry: Telemetry;
+}
+
+/** What {@link processDeps} takes: a store; everything else has a default. */
+export interface ProcessDepsOptions extends Partial<ProcessDeps> {
+  /** Every statement the process runs. */
+  store: Store;
+}
+
+/**
+ * Builds a process's dependencies with defaults: the system clock, a logger
+ * on stdout, no crash points, owner `worker:<pid>`, a 3 s heartbeat and a
+ * 12 s lease, `Math.random`, and telemetry when `OTEL_DENO` is on. Only the
+ * fields of {@link ProcessDeps} are read, so a caller may pass a larger
+ * options object (a host's) as it is.
+ */
+export function processDeps(opts: ProcessDepsOptions): ProcessDeps {
+  const clock = opts.clock ?? new SystemClock();
+  const log = opts.log ?? new Logger({ clock });
+  return {
+    store: opts.store,
+    clock,
+    log,
+    crash: opts.crash ?? CrashPoints.none({ log, clock }),
+    owner: opts.owner ?? `worker:${Deno.pid}`,
+    heartbeatMs: opts.heartbeatMs ?? 3_000,
+    leaseMs: opts.leaseMs ?? 12_000,
+    random: opts.random ?? Math.random,
+    telemetry: opts.telemetry ?? telemetryFromEnv(),
+  };
+}
+
+/** What one agent has in this process: itself, its prepared tools and model, and the limits on its runs. */
+export interface AgentDeps {
+  /** The agent's name, recorded with runs it creates; a run of another agent is refused. */
+  agent: string;
+  /** The system prompt. */
+  instructions: string;
+  /** The model. */
+  planner: Planner;
+  /** The tools its runs may use. */
+  tools: ToolRegistry;
+  /** The most steps (decisions) a run may take before `guard` fails it. */
+  maxSteps: number;
+  /** Limits on re-asks, retries and waits; `maxModelAttempts` is counted across restarts. */
+  retry: RetryPolicy;
+  /**
+   * Claims in a row that may find no progress (no new confirmed decision or
+   * settled tool call since the claim before) before the run is failed: a run
+   * whose workers keep dying is stopped instead of restarted forever. Counted
+   * on the run's row, so every process must judge it alike.
+   */
+  maxClaimsWithoutProgress: number;
+}
+
+/** What {@link agentDeps} may change of an agent's own limits (a process's `MAX_STEPS`, a test's fast retry). */
+export interface AgentOptions {
+  /** Replaces the agent's `maxSteps`. */
+  maxSteps?: number;
+  /** Default {@link DEFAULT_RETRY}. */
+  retry?: RetryPolicy;
+  /** Default {@link DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS}. */
+  maxClaimsWithoutProgress?: number;
+}
+
+/**
+ * Builds an agent's dependencies from the agent as prepared for this process:
+ * its name, instructions and `maxSteps`, its tools and model, and the limits
+ * in `opts` (only those fields are read) or their defaults.
+ */
+export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): AgentDeps {
+  return {
+    agent: prepared.agent.name,
+    instructions: prepared.agent.instructions,
+    planner: prepared.planner,
+    tools: prepared.tools,
+    maxSteps: opts.maxSteps ?? prepared.agent.maxSteps,
+    retry: opts.retry ?? DEFAULT_RETRY,
+    maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
+  };
+}
