@@ -23,7 +23,6 @@ import { MockModel } from "../mock/model.ts";
 import { type Clock, ManualClock } from "../runtime/clock.ts";
 import type { Agent } from "../runtime/agent.ts";
 import { type RetryPolicy, workerDeps } from "../runtime/context.ts";
-import type { PlantedDefects } from "../runtime/defects.ts";
 import { type CrashPlan, type CrashPoint, CrashPoints } from "../runtime/crashpoints.ts";
 import { describeError, type KillPoint, RuntimeError, SimulatedKill } from "../runtime/errors.ts";
 import { Logger } from "../runtime/log.ts";
@@ -97,15 +96,12 @@ export class SimDb {
 
   /**
    * A new store handle on the shared instance; closing it cuts off only this
-   * handle. `wrap` puts a layer (the fuzzer's statement counter) between the
-   * store and the handle; `defects` plants bugs in the store (tests only).
+   * handle. `wrap` puts a layer (the fuzzer's statement counter, a planted
+   * bug) between the store and the handle.
    */
-  handle(
-    describe: string,
-    opts: { wrap?: (client: SqlClient) => SqlClient; defects?: PlantedDefects } = {},
-  ): Store {
+  handle(describe: string, opts: { wrap?: (client: SqlClient) => SqlClient } = {}): Store {
     const client = new PgliteClient(this.db, { describe, owned: false, session: this.#session });
-    return new Store(opts.wrap ? opts.wrap(client) : client, { defects: opts.defects });
+    return new Store(opts.wrap ? opts.wrap(client) : client);
   }
 
   /** Closes the instance. */
@@ -132,8 +128,8 @@ export interface SimWorldOptions {
 
 /**
  * What the fuzzer puts into one incarnation: layers around its store handle
- * and its fetches (to count, kill and freeze at every boundary), planted
- * bugs, and a retry policy. Each hook gets the process it is built for.
+ * and its fetches (to count, kill and freeze at every boundary, or to plant
+ * a bug), and a retry policy. Each hook gets the process it is built for.
  */
 export interface ProcessHooks {
   /** Wraps the process's store client (closed by a kill like the handle it wraps). */
@@ -142,8 +138,6 @@ export interface ProcessHooks {
   layerStore?: (store: Store, proc: SimProcess) => Store;
   /** Wraps the process's fetch to the model or the cloud (outside the process's own counting). */
   wrapFetch?: (remote: "model" | "cloud", fetch: FetchLike, proc: SimProcess) => FetchLike;
-  /** Bugs planted in the process's store and worker (tests of the fuzzer only). */
-  defects?: PlantedDefects;
   /** Replaces the default retry policy. */
   retry?: RetryPolicy;
 }
@@ -353,7 +347,6 @@ export class SimProcess {
     const wrapStore = hooks.wrapStore;
     this.#store = world.db.handle(`pglite:sim:${opts.name}`, {
       wrap: wrapStore ? (client) => wrapStore(client, this) : undefined,
-      defects: hooks.defects,
     });
     const clock = new ProcessClock(world.clock, this.#death.signal);
     const log = new Logger({
@@ -400,7 +393,6 @@ export class SimProcess {
       leaseMs: opts.leaseMs ?? 12_000,
       random: seededRandom(opts.seed),
       ...(hooks.retry ? { retry: hooks.retry } : {}),
-      ...(hooks.defects ? { defects: hooks.defects } : {}),
     });
     this.exit = (async (): Promise<SimExit> => {
       try {

@@ -10,7 +10,6 @@ import type { PreparedAgent } from "./agent.ts";
 import type { Budget } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { CrashPoints } from "./crashpoints.ts";
-import type { PlantedDefects } from "./defects.ts";
 import { Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import type { Decision, Fence, JournalRow, SideEffectRow, Store } from "./store/store.ts";
@@ -82,8 +81,6 @@ export interface WorkerDeps {
   maxClaimsWithoutProgress?: number;
   /** Spans and counters; {@link workerDeps} turns them on with `OTEL_DENO`. Default: none. */
   telemetry?: Telemetry;
-  /** Test seams only: bugs the fuzzer's tests plant on purpose. Omitted in production. */
-  defects?: PlantedDefects;
 }
 
 /** The worker's telemetry, or the no-op. */
