@@ -120,7 +120,6 @@ export {
 export { DEFAULT_RUNS_PER_WORKER, WorkerHost, type WorkerHostOptions } from "./runtime/host.ts";
 export { type LogFields, type LogFormat, Logger, type LogLevel, type LogSink } from "./runtime/log.ts";
 export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/loop.ts";
-export type { PlantedDefects } from "./runtime/defects.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export {
   idempotencyKeyHeader,
@@ -184,14 +183,18 @@ export type {
   EffectStatus,
   Fence,
   JournalRow,
+  Leases,
   NewRun,
+  Operators,
   PrunedRows,
   QueryOptions,
   Rejection,
   RunFilter,
+  RunReads,
   RunRow,
   RunStatus,
   RunSummary,
+  RunWrites,
   SideEffectRow,
   SqlClient,
   Store,

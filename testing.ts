@@ -60,4 +60,4 @@ export {
   type Schedule,
   type ScheduleResult,
 } from "./harness/fuzz.ts";
-export type { PlantedDefects } from "./runtime/defects.ts";
+export { PLANTED_DEFECTS, type PlantedDefects } from "./harness/defects.ts";

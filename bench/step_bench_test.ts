@@ -28,24 +28,24 @@ Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 s
   assert.equal(row("pglite 1 raw SQL, whole run").at(-1), "17.0");
   assert.equal(row("pglite 1 runtime SQL, replayed").at(-1), "17.0");
   assert.equal(row("pglite 1 runtime, no wire").at(-1), "17.0");
-  // --statements: each statement named by what it does, sent per run as the rows count them, in the
-  // columns replayed, no wire, worker host, raw, whole run (a row without the statement leaves its
-  // column blank).
+  // --statements: each statement by the name it is declared under (the raw rows' by the name of the
+  // runtime's statement each stands for), sent per run as the rows count them, in the columns
+  // replayed, no wire, worker host, raw, whole run (a row without the statement leaves its column blank).
   const perRun = (name: string) => {
     const line = lines.find((l) => l.trimStart().startsWith(`${name} `));
     assert.ok(line, `no statement ${name} in:\n${lines.join("\n")}`);
     return [...line.matchAll(/([\d.]+) x +\d+ µs/g)].map((m) => Number(m[1]));
   };
-  assert.deepEqual(perRun("create-or-read runs"), [1, 1]);
-  assert.deepEqual(perRun("claim runs"), [1, 1, 1]);
-  assert.deepEqual(perRun("insert journal"), [4, 4, 4, 4, 4]);
-  assert.deepEqual(perRun("update journal"), [4, 4, 4, 4, 4]);
-  assert.deepEqual(perRun("insert side_effects"), [3, 3, 3, 4, 3]);
-  assert.deepEqual(perRun("update side_effects"), [3, 3, 3, 4, 3]);
-  assert.deepEqual(perRun("close runs"), [1, 1, 1, 1]);
+  assert.deepEqual(perRun("create-or-read"), [1, 1]);
+  assert.deepEqual(perRun("first-claim"), [1, 1, 1]);
+  assert.deepEqual(perRun("journal-intent"), [4, 4, 4, 4, 4]);
+  assert.deepEqual(perRun("journal-confirm"), [4, 4, 4, 4, 4]);
+  assert.deepEqual(perRun("effect-intent"), [3, 3, 3, 4, 3]);
+  assert.deepEqual(perRun("effect-confirm"), [3, 3, 3, 4, 3]);
+  assert.deepEqual(perRun("finish-run"), [1, 1, 1, 1]);
   // The whole-run floor inserts its run with a plain insert (the runtime's create-or-read reads too).
-  assert.deepEqual(perRun("insert runs"), [1]);
-  const takes = perRun("take runs");
+  assert.deepEqual(perRun("insert-run"), [1]);
+  const takes = perRun("take-runs");
   // At least one take a run (an empty one may follow the last): the take replaces create-or-read and claim.
   assert.ok(takes.length === 1 && takes[0] >= 1, `the host takes its runs: ${takes}`);
   assert.match(lines.find((l) => l.includes("a run, in statements")) ?? "", /\d+ µs +\d+ µs/);

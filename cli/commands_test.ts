@@ -19,6 +19,7 @@ import {
   runs,
   submit,
 } from "./commands.ts";
+import { claim, effectIntent, journalIntent } from "../harness/direct_writes.ts";
 
 // One embedded database for the whole file (a cold start costs seconds); distinct run ids per test.
 const dir = await Deno.makeTempDir({ prefix: "commands_test_" });
@@ -38,10 +39,10 @@ async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<voi
 /** A run blocked on a flagged call at seq 1 (of `tool`), after a confirmed call at seq 0. */
 async function blockedRun(store: Store, runId: string, tool = "create_server"): Promise<void> {
   await store.createRun({ runId: runId, agent: "provision", goal: "goal" }, clock.now());
-  const epoch = (await store.claim(runId, 0, "w1", clock.now()))!;
+  const epoch = (await claim(store, runId, 0, "w1", clock.now()))!;
   const f = { runId, epoch };
   for (const seq of [0, 1]) {
-    await store.journalIntent(f, seq, clock.now());
+    await journalIntent(store, f, seq, clock.now());
     const usage = { prompt_tokens: 10, completion_tokens: 5 };
     await store.journalConfirm(
       f,
@@ -54,11 +55,12 @@ async function blockedRun(store: Store, runId: string, tool = "create_server"): 
         spent: answerTokens(usage, 0),
       },
     );
-    await store.effectIntent(
-      f,
-      { key: `${runId}:${seq}`, seq, tool: seq === 1 ? tool : "create_server", args: {} },
-      clock.now(),
-    );
+    await effectIntent(store, f, {
+      key: `${runId}:${seq}`,
+      seq,
+      tool: seq === 1 ? tool : "create_server",
+      args: {},
+    }, clock.now());
   }
   await store.effectConfirm(f, `${runId}:0`, "i-1", "created", clock.now());
   await store.effectSettle(f, `${runId}:1`, "flagged", "outcome unknown", clock.now());
@@ -89,7 +91,7 @@ Deno.test("runs prints a table with steps, model calls and flagged calls", async
   await withStore(async (ctx, out) => {
     await blockedRun(ctx.client.store, "tab-1");
     await ctx.client.store.createRun({ runId: "tab-2", agent: "provision", goal: "goal" }, clock.now());
-    await ctx.client.store.claim("tab-2", 0, "w2", clock.now());
+    await claim(ctx.client.store, "tab-2", 0, "w2", clock.now());
     await clock.advance(2_500);
     await runs(ctx, { search: "tab-" });
     assert.match(
@@ -269,14 +271,14 @@ Deno.test("resolve refuses a bulk filter used wrongly, in one line with exit 2",
 Deno.test("cancel closes a run; its worker's next fenced write is refused as closed", async () => {
   await withStore(async (ctx, out) => {
     await ctx.client.store.createRun({ runId: "can-1", agent: "provision", goal: "goal" }, clock.now());
-    const epoch = (await ctx.client.store.claim("can-1", 0, "w1", clock.now()))!;
+    const epoch = (await claim(ctx.client.store, "can-1", 0, "w1", clock.now()))!;
     await cancel(ctx, "can-1");
     assert.match(out[0], /^cancelled {2}run=can-1/);
     const run = await ctx.client.store.getRun("can-1");
     assert.equal(run?.status, "cancelled");
     assert.equal(run?.error, "cancelled by alice");
     await assert.rejects(
-      ctx.client.store.journalIntent({ runId: "can-1", epoch }, 0, clock.now()),
+      journalIntent(ctx.client.store, { runId: "can-1", epoch }, 0, clock.now()),
       (e: FencedError) => e.code === "RUN_CLOSED",
     );
     assert.equal(await ctx.client.store.heartbeat({ runId: "can-1", epoch }, clock.now()), false);
@@ -287,7 +289,7 @@ Deno.test("cancel closes a run; its worker's next fenced write is refused as clo
 Deno.test("reopen puts a cancelled or failed run back to pending with a fresh epoch to claim, and nothing else", async () => {
   await withStore(async (ctx, out) => {
     await ctx.client.store.createRun({ runId: "reo-1", agent: "provision", goal: "goal" }, clock.now());
-    const epoch = (await ctx.client.store.claim("reo-1", 0, "w1", clock.now()))!;
+    const epoch = (await claim(ctx.client.store, "reo-1", 0, "w1", clock.now()))!;
     await cancel(ctx, "reo-1");
     await reopen(ctx, "reo-1");
     assert.match(out.at(-1)!, /^reopened {2}run=reo-1 {2}status=pending {2}epoch=1 {2}by=alice$/);
@@ -297,7 +299,7 @@ Deno.test("reopen puts a cancelled or failed run back to pending with a fresh ep
     assert.equal(run?.heartbeat_at, null);
     // The old worker stays fenced out: its epoch is claimable only through a new claim.
     assert.equal(await ctx.client.store.heartbeat({ runId: "reo-1", epoch }, clock.now()), false);
-    assert.equal(await ctx.client.store.claim("reo-1", epoch, "w2", clock.now()), epoch + 1);
+    assert.equal(await claim(ctx.client.store, "reo-1", epoch, "w2", clock.now()), epoch + 1);
     await assert.rejects(reopen(ctx, "reo-1"), (e: CommandError) => e.code === "NOT_REOPENABLE");
     await assert.rejects(reopen(ctx, "nope"), (e: CommandError) => e.code === "RUN_NOT_FOUND");
   });
@@ -338,14 +340,14 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
     for (const id of ["pr-done", "pr-failed", "pr-cancel", "pr-pending", "pr-running"]) {
       await store.createRun({ runId: id, agent: "provision", goal: "g" }, old);
     }
-    const e = (await store.claim("pr-done", 0, "w", old))!;
-    await store.journalIntent({ runId: "pr-done", epoch: e }, 0, old);
+    const e = (await claim(store, "pr-done", 0, "w", old))!;
+    await journalIntent(store, { runId: "pr-done", epoch: e }, 0, old);
     await store.journalConfirm({ runId: "pr-done", epoch: e }, 0, { done: true, message: "ok" }, null, old);
     await store.finishRun({ runId: "pr-done", epoch: e }, "done", null, old, "ok");
-    const f = (await store.claim("pr-failed", 0, "w", old))!;
+    const f = (await claim(store, "pr-failed", 0, "w", old))!;
     await store.finishRun({ runId: "pr-failed", epoch: f }, "failed", "boom", old);
     await store.cancelRun("pr-cancel", "cancelled", old);
-    await store.claim("pr-running", 0, "w", old);
+    await claim(store, "pr-running", 0, "w", old);
     await clock.advance(40 * 86_400_000);
     // One finished only recently: younger than the cutoff, it stays.
     await store.createRun({ runId: "pr-recent", agent: "provision", goal: "g" }, clock.now());

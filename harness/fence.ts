@@ -536,7 +536,7 @@ export function dropEpochFromFence(
     },
     query: <T>(text: string, params?: unknown[], opts?: QueryOptions) =>
       client.query<T>(rewrite(text), params, opts),
-    run: (text: string, params?: unknown[]) => client.run(rewrite(text), params),
+    run: (text: string, params?: unknown[], opts?: QueryOptions) => client.run(rewrite(text), params, opts),
     exec: (text: string) => client.exec(text),
     close: () => client.close(),
   };

@@ -1,13 +1,15 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent.ts";
-import type { PlantedDefects } from "../runtime/defects.ts";
+import type { PlantedDefects } from "./defects.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import { ToolError } from "../runtime/errors.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { FakeRemote } from "./fake_remote.ts";
 import { decodeSchedule, DEMO_APPROVAL_TOOL, demoAgent, encodeSchedule, fuzz, FuzzError } from "./fuzz.ts";
 import { SimDb } from "./sim.ts";
+import { type Position, POSITIONS } from "./fuzz/positions.ts";
+import { ALL_STATEMENTS } from "../runtime/store/statements.ts";
 
 // Every planted bug must be found within this many schedules of seed 1, and shrunk to at most three faults.
 const FIND_WITHIN = 300;
@@ -72,9 +74,35 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       assert.equal(b.transcript!.join("\n"), a.transcript!.join("\n"));
     });
 
+    await t.step(
+      "the fuzzer's positions are the statements' names: every one placed, every one hit named",
+      async () => {
+        for (const s of ALL_STATEMENTS) assert.ok(POSITIONS[s.name], `${s.name} has no position`);
+        const report = await fuzz(demoAgent, {
+          db,
+          seed: 5,
+          schedules: 60,
+          remote: "mock-cloud",
+          approvalTool: DEMO_APPROVAL_TOOL,
+          transcript: true,
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        const hit = new Set(
+          report.transcript!.flatMap((l) => [...l.matchAll(/ fired at stmt#\d+ (\S+) \(/g)].map((m) => m[1])),
+        );
+        assert.ok(hit.size >= 8, [...hit].join(", "));
+        for (const position of hit) {
+          assert.ok(Object.values(POSITIONS).includes(position as Position), position);
+        }
+      },
+    );
+
     await t.step("400 schedules of the demo find no violation and hit every fault kind", async () => {
       const report = await fuzz(demoAgent, { db, seed: 2026, schedules: 400, remote: "mock-cloud" });
-      assert.deepEqual(report.failures.map((f) => f.text), []);
+      assert.deepEqual(
+        report.failures.map((f) => f.text),
+        [],
+      );
       assert.equal(report.schedules, 400);
       assert.ok(Object.keys(report.kinds).length >= 16, JSON.stringify(report.kinds));
       assert.ok(report.positions >= 40, `${report.positions} positions`);

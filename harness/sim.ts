@@ -24,7 +24,6 @@ import { type Clock, ManualClock } from "../runtime/clock.ts";
 import type { Agent } from "../runtime/agent.ts";
 import { type WorkerDeps, workerFor } from "../runtime/context.ts";
 import { agentDeps, processDeps, type RetryPolicy } from "../runtime/deps.ts";
-import type { PlantedDefects } from "../runtime/defects.ts";
 import { describeError, ownCode, RuntimeError } from "../runtime/errors.ts";
 import {
   type CrashPlan,
@@ -104,15 +103,12 @@ export class SimDb {
 
   /**
    * A new store handle on the shared instance; closing it cuts off only this
-   * handle. `wrap` puts a layer (the fuzzer's statement counter) between the
-   * store and the handle; `defects` plants bugs in the store (tests only).
+   * handle. `wrap` puts a layer (the fuzzer's statement counter, a planted
+   * bug) between the store and the handle.
    */
-  handle(
-    describe: string,
-    opts: { wrap?: (client: SqlClient) => SqlClient; defects?: PlantedDefects } = {},
-  ): Store {
+  handle(describe: string, opts: { wrap?: (client: SqlClient) => SqlClient } = {}): Store {
     const client = new PgliteClient(this.db, { describe, owned: false, session: this.#session });
-    return new Store(opts.wrap ? opts.wrap(client) : client, { defects: opts.defects });
+    return new Store(opts.wrap ? opts.wrap(client) : client);
   }
 
   /** Closes the instance. */
@@ -139,8 +135,8 @@ export interface SimWorldOptions {
 
 /**
  * What the fuzzer puts into one incarnation: layers around its store handle
- * and its fetches (to count, kill and freeze at every boundary), planted
- * bugs, and a retry policy. Each hook gets the process it is built for.
+ * and its fetches (to count, kill and freeze at every boundary, or to plant
+ * a bug), and a retry policy. Each hook gets the process it is built for.
  */
 export interface ProcessHooks {
   /** Wraps the process's store client (closed by a kill like the handle it wraps). */
@@ -149,8 +145,6 @@ export interface ProcessHooks {
   layerStore?: (store: Store, proc: SimProcess) => Store;
   /** Wraps the process's fetch to the model or the cloud (outside the process's own counting). */
   wrapFetch?: (remote: "model" | "cloud", fetch: FetchLike, proc: SimProcess) => FetchLike;
-  /** Bugs planted in the process's store and worker (tests of the fuzzer only). */
-  defects?: PlantedDefects;
   /** Replaces the default retry policy. */
   retry?: RetryPolicy;
 }
@@ -360,7 +354,6 @@ export class SimProcess {
     const wrapStore = hooks.wrapStore;
     this.#store = world.db.handle(`pglite:sim:${opts.name}`, {
       wrap: wrapStore ? (client) => wrapStore(client, this) : undefined,
-      defects: hooks.defects,
     });
     const clock = new ProcessClock(world.clock, this.#death.signal);
     const log = new Logger({
@@ -408,10 +401,7 @@ export class SimProcess {
         opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
       ),
     };
-    const deps: WorkerDeps = {
-      ...workerFor(proc, agentDeps(prepared, { retry: hooks.retry })),
-      ...(hooks.defects ? { defects: hooks.defects } : {}),
-    };
+    const deps: WorkerDeps = workerFor(proc, agentDeps(prepared, { retry: hooks.retry }));
     this.exit = (async (): Promise<SimExit> => {
       try {
         const outcome = await runWorker(deps, {

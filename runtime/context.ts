@@ -18,7 +18,6 @@ import {
   type ProcessDepsOptions,
   type RetryPolicy,
 } from "./deps.ts";
-import type { PlantedDefects } from "./defects.ts";
 import type { Decision, Fence, JournalRow, SideEffectRow } from "./store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
 import type { Tool } from "./tools.ts";
@@ -33,8 +32,6 @@ export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } 
  * belongs to both).
  */
 export interface WorkerDeps extends ProcessDeps, AgentDeps {
-  /** Test seams only: bugs the fuzzer's tests plant on purpose. Omitted in production. */
-  defects?: PlantedDefects;
 }
 
 /** The deps of a worker in the process `proc` driving runs of `agent`. */
@@ -83,8 +80,6 @@ export interface WorkerDepsOptions extends ProcessDepsOptions, AgentOptions {
   agent: PreparedAgent;
   /** Replaces the agent's instructions. */
   instructions?: string;
-  /** Test seams only: bugs the fuzzer's tests plant on purpose. */
-  defects?: PlantedDefects;
 }
 
 /**
@@ -98,7 +93,6 @@ export interface WorkerDepsOptions extends ProcessDepsOptions, AgentOptions {
 export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
   const deps = workerFor(processDeps(opts), agentDeps(opts.agent, opts));
   if (opts.instructions !== undefined) deps.instructions = opts.instructions;
-  if (opts.defects !== undefined) deps.defects = opts.defects;
   return deps;
 }
 

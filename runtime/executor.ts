@@ -428,8 +428,7 @@ async function callTool(
   );
   try {
     return await call.tool.run(call.args, {
-      // The planted bug (a test seam, off in production) keys re-sends by their attempt.
-      idempotencyKey: deps.defects?.keyFromAttempt && attempt > 1 ? `${call.key}:${attempt}` : call.key,
+      idempotencyKey: call.key,
       runId: state.fence.runId,
       seq: call.seq,
       attempt,

@@ -8,21 +8,22 @@ import type { Planner } from "./planner.ts";
 import { openPglite } from "./store/pglite.ts";
 import { type Fence, type QueryOptions, type SqlClient, Store } from "./store/store.ts";
 import { defineTool, type Tool, ToolRegistry } from "./tools.ts";
+import { claim } from "../harness/direct_writes.ts";
 
-/** Records every statement's text, so a test can count one kind. */
+/** Records the name of every statement, so a test can count one kind. */
 class RecordingClient implements SqlClient {
-  readonly texts: string[] = [];
+  readonly names: (string | undefined)[] = [];
   constructor(readonly inner: SqlClient) {}
   get describe(): string {
     return this.inner.describe;
   }
   query<T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
-    this.texts.push(text);
+    this.names.push(opts?.name);
     return this.inner.query<T>(text, params, opts);
   }
-  run(text: string, params?: unknown[]): Promise<number> {
-    this.texts.push(text);
-    return this.inner.run(text, params);
+  run(text: string, params?: unknown[], opts?: QueryOptions): Promise<number> {
+    this.names.push(opts?.name);
+    return this.inner.run(text, params, opts);
   }
   exec(text: string): Promise<void> {
     return this.inner.exec(text);
@@ -98,10 +99,10 @@ Deno.test("a worker host drives many runs at once and renews all their leases wi
   const h = host(agent, clock, lines, 8).start();
   await settle();
   assert.equal(h.active, 8, "it takes as many runs as it has slots");
-  db.texts.length = 0;
+  db.names.length = 0;
   await clock.advance(3_000); // one heartbeat while all eight wait on the model
   await settle();
-  const heartbeats = db.texts.filter((t) => t.includes("insert into workers"));
+  const heartbeats = db.names.filter((n) => n === "heartbeat-many");
   assert.equal(heartbeats.length, 1, "one statement renews eight leases");
   const renewed = (await store.listRuns({ agent: "noter", limit: 100 })).runs.filter((r) =>
     r.heartbeat_at && new Date(r.heartbeat_at).getTime() === clock.now().getTime()
@@ -165,7 +166,7 @@ class GatedTakes extends RecordingClient {
   }
   override async query<T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
     const rows = await super.query<T>(text, params, opts);
-    if (text.includes("for update skip locked")) await this.#gate;
+    if (opts?.name === "take-runs") await this.#gate;
     return rows;
   }
 }
@@ -197,7 +198,7 @@ Deno.test("a host takes the next run as soon as it is woken, even by a wake that
   };
   // The first poll's take has run (nothing to take) and waits at the gate: the host is polling.
   assert.ok(
-    await eventually(() => Promise.resolve(gated.texts.some((t) => t.includes("for update skip locked")))),
+    await eventually(() => Promise.resolve(gated.names.includes("take-runs"))),
   );
   await store.createRun({ runId: "bell-1", agent: "doorbell", goal: "note it" }, clock.now());
   h.wake(); // while polling: the nap after this poll must end at once
@@ -307,7 +308,7 @@ Deno.test("a host's heartbeat never renews a lease it no longer holds: after a s
   assert.equal(h.active, 2);
   // Another worker takes the run over (a new epoch) with a lease of its own, far from any time this host writes.
   const thiefLease = new Date(clock.now().getTime() + 3_600_000);
-  assert.equal(await store.claim("steal-me", 1, "thief", thiefLease), 2);
+  assert.equal(await claim(store, "steal-me", 1, "thief", thiefLease), 2);
   await clock.advance(3_000); // the host's next heartbeat: one statement for both runs it held
   await settle();
   const stolen = await store.getRun("steal-me");

@@ -56,7 +56,6 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
   const row = state.journal.get(seq);
   if (row?.status === "confirmed" && row.decision) {
     log.info("replayed", { run: runId, seq, ...describeDecision(row.decision), llm_calls: state.llmCalls });
-    if (deps.defects?.replayAsksModel) await askUncounted(deps, state, seq);
     return row.decision;
   }
   await crash.hit("before_decide", seq);
@@ -211,23 +210,6 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
     log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
     await crash.hit("after_decide", seq);
     return decision;
-  }
-}
-
-/** The planted bug (a test seam, off in production): a replay pays the model again, uncounted. */
-async function askUncounted(deps: WorkerDeps, state: RunState, seq: number): Promise<void> {
-  try {
-    await deps.planner.decide({
-      runId: state.fence.runId,
-      seq,
-      transcript: buildTranscript(state, seq, deps.instructions),
-      agent: deps.agent,
-      tools: deps.tools.descriptions(),
-      signal: state.signal,
-    });
-  } catch (err) {
-    if (state.signal.aborted) throw err;
-    // The answer is thrown away either way; only the payment matters to the bug.
   }
 }
 

@@ -4,6 +4,7 @@ import { arraySink, Logger } from "../runtime/log.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { type SpawnWorker, Supervisor, type WorkerHandle } from "./supervisor.ts";
+import { claim } from "../harness/direct_writes.ts";
 
 /** A stand-in worker process: exits when told to, or on any signal. */
 interface FakeWorker extends WorkerHandle {
@@ -61,7 +62,7 @@ function setup(workers = 2, name = "sup") {
 /** A run claimed by `owner` at epoch 1, with a heartbeat at `at`. */
 async function held(runId: string, owner: string, at: Date): Promise<number> {
   await store.createRun({ runId, agent: "provision", goal: "g" }, at);
-  const epoch = await store.claim(runId, 0, owner, at);
+  const epoch = await claim(store, runId, 0, owner, at);
   assert.equal(epoch, 1);
   return epoch;
 }

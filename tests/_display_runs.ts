@@ -16,6 +16,7 @@ import { discardSink, Logger } from "../runtime/log.ts";
 import type { ModelAnswer, Planner } from "../runtime/planner.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { defineTool } from "../runtime/tools.ts";
+import { claim, effectIntent, journalIntent } from "../harness/direct_writes.ts";
 
 /**
  * A title, a clipboard write (OSC 52), an erase of the line, hidden text,
@@ -124,14 +125,14 @@ export async function writeLongRun(
 ): Promise<void> {
   const { runId, steps } = opts;
   await store.createRun({ runId, agent: "long", goal: "go" }, clock.now());
-  const epoch = (await store.claim(runId, 0, "w1", clock.now()))!;
+  const epoch = (await claim(store, runId, 0, "w1", clock.now()))!;
   const f = { runId, epoch };
   const usage = { prompt_tokens: 2, completion_tokens: 1 };
   for (let seq = 0; seq < steps; seq++) {
     const args = { n: seq, pad: seq === 3 ? "x".repeat(1_500) : "" };
-    await store.journalIntent(f, seq, clock.now());
+    await journalIntent(store, f, seq, clock.now());
     await store.journalConfirm(f, seq, { tool: "tick", args }, usage, clock.now());
-    await store.effectIntent(f, { key: `${runId}:${seq}`, seq, tool: "tick", args }, clock.now());
+    await effectIntent(store, f, { key: `${runId}:${seq}`, seq, tool: "tick", args }, clock.now());
     await store.effectConfirm(
       f,
       `${runId}:${seq}`,
@@ -140,7 +141,7 @@ export async function writeLongRun(
       clock.now(),
     );
   }
-  await store.journalIntent(f, steps, clock.now());
+  await journalIntent(store, f, steps, clock.now());
   await store.journalConfirm(f, steps, { done: true, message: BIG }, usage, clock.now());
   await store.finishRun(f, "done", null, clock.now(), BIG);
 }

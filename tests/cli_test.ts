@@ -141,9 +141,9 @@ Deno.test("the binary's usage names every command", async () => {
 
 Deno.test("the fuzzer answers an unknown flag with one line, exit 2, and --help with each of its flags", async () => {
   const [unknown, help, notANumber] = await Promise.all([
-    cli("harness/fuzz.ts", ["--no-such-flag", "1"]),
-    cli("harness/fuzz.ts", ["--help"]),
-    cli("harness/fuzz.ts", ["--schedules", "many"]),
+    cli("cli/fuzz.ts", ["--no-such-flag", "1"]),
+    cli("cli/fuzz.ts", ["--help"]),
+    cli("cli/fuzz.ts", ["--schedules", "many"]),
   ]);
   assertOneLine("fuzz", unknown, "--no-such-flag");
   assertOneLine("fuzz --schedules many", notANumber, "--schedules");

@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import { claim } from "../harness/direct_writes.ts";
 import { freshSchema, pgIgnore, type PgSchema } from "./_pg.ts";
 import { alive, parseLine, Proc, runCliIsolated, startSupervisor, until } from "../harness/procs.ts";
 
@@ -191,7 +192,7 @@ Deno.test({
         // Both runs are held at epoch 1, their calls in flight.
         await until(() => Promise.resolve(work.requests.length === 2), "both calls to go out");
         const thiefLease = new Date(Date.now() + 3_600_000);
-        assert.equal(await pg.store.claim("steal-1", 1, "thief", thiefLease), 2);
+        assert.equal(await claim(pg.store, "steal-1", 1, "thief", thiefLease), 2);
         const stolenAt = new Date();
         // The worker's own row is renewed by the same statement as its leases: once it is newer than
         // the steal, a heartbeat made after the steal has run (twice, to be sure).

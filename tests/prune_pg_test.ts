@@ -11,14 +11,15 @@ import { openPglite } from "../runtime/store/pglite.ts";
 import { RUN_ROW_TABLES, Store } from "../runtime/store/store.ts";
 import { bothStoresTest, pgTest } from "./_pg.ts";
 import { Proc } from "../harness/procs.ts";
+import { claim, journalIntent } from "../harness/direct_writes.ts";
 
 const DAY_MS = 86_400_000;
 
 /** A run that asked for approval of a call and was then cancelled while it waited, at `at`. */
 async function cancelledWhileWaiting(store: Store, runId: string, at: Date): Promise<void> {
   await store.createRun({ runId, agent: "guarded", goal: "pay" }, at);
-  const f = { runId, epoch: (await store.claim(runId, 0, "w1", at))! };
-  await store.journalIntent(f, 0, at);
+  const f = { runId, epoch: (await claim(store, runId, 0, "w1", at))! };
+  await journalIntent(store, f, 0, at);
   await store.journalConfirm(f, 0, { tool: "pay", args: { cents: 5 } }, null, at);
   await store.requestApproval(
     f,
@@ -31,8 +32,8 @@ async function cancelledWhileWaiting(store: Store, runId: string, at: Date): Pro
 /** A run that finished plainly at `at`: one confirmed decision, no tool call. */
 async function plainDone(store: Store, runId: string, at: Date): Promise<void> {
   await store.createRun({ runId, agent: "plain", goal: "g" }, at);
-  const f = { runId, epoch: (await store.claim(runId, 0, "w1", at))! };
-  await store.journalIntent(f, 0, at);
+  const f = { runId, epoch: (await claim(store, runId, 0, "w1", at))! };
+  await journalIntent(store, f, 0, at);
   await store.journalConfirm(f, 0, { done: true, message: "ok" }, null, at);
   await store.finishRun(f, "done", null, at, "ok");
 }

@@ -11,6 +11,7 @@ import { Client, connect } from "../runtime/client.ts";
 import { ManualClock } from "../runtime/clock.ts";
 import { BIG, writeLongRun } from "./_display_runs.ts";
 import { pgTest } from "./_pg.ts";
+import { claim, journalIntent } from "../harness/direct_writes.ts";
 
 const STEPS = 120;
 const MAX = 500;
@@ -81,10 +82,10 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
 
   // An approval: pending wherever it is, then who decided it, when.
   await client.store.createRun({ runId: "appr-1", agent: "long", goal: "go" }, clock.now());
-  const epoch = (await client.store.claim("appr-1", 0, "w1", clock.now()))!;
+  const epoch = (await claim(client.store, "appr-1", 0, "w1", clock.now()))!;
   const f = { runId: "appr-1", epoch };
   const args = { to: "ACCT-\u202E9876\u202C", cents: 100 };
-  await client.store.journalIntent(f, 0, clock.now());
+  await journalIntent(client.store, f, 0, clock.now());
   await client.store.journalConfirm(f, 0, { tool: "transfer", args }, undefined, clock.now());
   await client.store.requestApproval(
     f,

@@ -22,6 +22,7 @@ import { defineTool } from "../runtime/tools.ts";
 import { serveUi } from "../ui/server.ts";
 import { BIG, RAW_HIDDEN, writeHostileRuns, writeLongRun } from "./_display_runs.ts";
 import { runWorkerToEnd } from "../harness/procs.ts";
+import { claim, journalIntent } from "../harness/direct_writes.ts";
 
 const CHROMIUM = [Deno.env.get("CHROMIUM_PATH"), "/usr/bin/chromium", "/usr/bin/chromium-browser"]
   .find((p) => {
@@ -275,8 +276,8 @@ Deno.test({
         const now = () => client.clock.now();
         const args = { to: "ACCT-1", memo: `${"m".repeat(3_000)}\u202e` };
         await store.createRun({ runId: "long-approval", agent: "payer", goal: "pay" }, now());
-        const f = { runId: "long-approval", epoch: (await store.claim("long-approval", 0, "w", now()))! };
-        await store.journalIntent(f, 0, now());
+        const f = { runId: "long-approval", epoch: (await claim(store, "long-approval", 0, "w", now()))! };
+        await journalIntent(store, f, 0, now());
         await store.journalConfirm(f, 0, { tool: "transfer", args }, undefined, now());
         await store.requestApproval(
           f,

@@ -1,22 +1,24 @@
 /**
  * Driver wrappers that count or show statements, for the benchmark and for
  * tests that pin the protocol's cost (four commits a step, no reads on the
- * happy path) or check its plans.
+ * happy path) or check its plans. Statements are counted by the name they
+ * are declared under (`statements.ts`), never by their text.
  *
  * @module
  */
 
-import type { QueryOptions, SqlClient } from "./store.ts";
+import type { QueryOptions, SqlClient } from "./driver.ts";
 
-/** Counts every statement sent through it, by its first word. */
+/** The name {@link CountingClient} counts a statement sent without one under. */
+export const UNNAMED = "(unnamed)";
+
+/** Counts every statement sent through it, by the name it was sent under ({@link QueryOptions.name}). */
 export class CountingClient implements SqlClient {
   readonly #inner: SqlClient;
-  // Statement texts are few and fixed: each has its counter, found with one
-  // lookup, and its first word is worked out once (#11: counting is the
-  // benchmark's own apparatus, charged to the runtime rows' CPU, so it costs
-  // one map lookup a statement). Past a thousand texts, by kind.
-  readonly #byText = new Map<string, { kind: string; n: number }>();
-  readonly #overflow = new Map<string, number>();
+  // Names are few and fixed (each declared beside its statement): one counter
+  // each, found with one lookup (#11: counting is the benchmark's own
+  // apparatus, charged to the runtime rows' CPU). Past a thousand, unnamed.
+  readonly #byName = new Map<string, number>();
 
   /** Wraps `inner`. */
   constructor(inner: SqlClient) {
@@ -28,45 +30,37 @@ export class CountingClient implements SqlClient {
     return this.#inner.describe;
   }
 
-  /** Statements by kind (`insert`, `update`, `select`, ...) since the last reset. */
+  /** Statements by name (`journal-intent`, `finish-run`, ..., or {@link UNNAMED}) since the last reset. */
   get counts(): Map<string, number> {
-    const out = new Map(this.#overflow);
-    for (const { kind, n } of this.#byText.values()) if (n > 0) out.set(kind, (out.get(kind) ?? 0) + n);
-    return out;
+    return new Map([...this.#byName].filter(([, n]) => n > 0));
   }
 
   /** Every statement counted so far. */
   get total(): number {
     let n = 0;
-    for (const c of this.counts.values()) n += c;
+    for (const c of this.#byName.values()) n += c;
     return n;
   }
 
   /** Forgets the counts. */
   reset(): void {
-    for (const c of this.#byText.values()) c.n = 0;
-    this.#overflow.clear();
+    this.#byName.clear();
   }
 
   query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> {
-    this.#count(text);
+    this.#count(opts);
     return this.#inner.query<T>(text, params, opts);
   }
 
-  run(text: string, params?: unknown[]): Promise<number> {
-    this.#count(text);
-    return this.#inner.run(text, params);
+  run(text: string, params?: unknown[], opts?: QueryOptions): Promise<number> {
+    this.#count(opts);
+    return this.#inner.run(text, params, opts);
   }
 
-  #count(text: string): void {
-    const counter = this.#byText.get(text);
-    if (counter !== undefined) {
-      counter.n++;
-      return;
-    }
-    const kind = text.trimStart().split(/\s+/, 1)[0].toLowerCase();
-    if (this.#byText.size < 1_000) this.#byText.set(text, { kind, n: 1 });
-    else this.#overflow.set(kind, (this.#overflow.get(kind) ?? 0) + 1);
+  #count(opts: QueryOptions | undefined): void {
+    let name = opts?.name ?? UNNAMED;
+    if (!this.#byName.has(name) && this.#byName.size >= 1_000) name = UNNAMED;
+    this.#byName.set(name, (this.#byName.get(name) ?? 0) + 1);
   }
 
   exec(text: string): Promise<void> {
@@ -120,9 +114,9 @@ export class TapClient implements SqlClient {
     return settled ? answer.finally(settled) : answer;
   }
 
-  run(text: string, params: unknown[] = []): Promise<number> {
-    const settled = this.#tap({ rows: false, text, params });
-    const answer = this.#inner.run(text, params);
+  run(text: string, params: unknown[] = [], opts?: QueryOptions): Promise<number> {
+    const settled = this.#tap(opts ? { rows: false, text, params, opts } : { rows: false, text, params });
+    const answer = this.#inner.run(text, params, opts);
     return settled ? answer.finally(settled) : answer;
   }
 

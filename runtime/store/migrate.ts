@@ -15,7 +15,8 @@
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import { StoreError } from "../errors.ts";
-import type { SqlClient } from "./sql_client.ts";
+import type { SqlClient } from "./driver.ts";
+import { queryRows, statement } from "./sql.ts";
 
 /** Where the tables live unless the database URL's `search_path` says otherwise. */
 export const DEFAULT_SCHEMA = "agent_runtime";
@@ -69,9 +70,24 @@ export interface MigrationResult {
 const quoteIdent = (name: string): string => `"${name.replaceAll('"', '""')}"`;
 const quoteLiteral = (text: string): string => `'${text.replaceAll("'", "''")}'`;
 
+const SEARCH_PATH = statement("search-path", `select current_setting('search_path') as path`);
+const VERSION_TABLE = statement(
+  "schema-version-table",
+  `select to_regclass(format('%I.schema_version', $1::text)) is not null as present`,
+);
+// Sent with `{schema}` replaced by the quoted schema: an identifier cannot be a parameter, and
+// the name travels with the statement, not in its text.
+const SCHEMA_VERSION_READ = statement(
+  "schema-version",
+  `select coalesce(max(version), 0)::int as version from {schema}.schema_version`,
+);
+
+/** Every statement of this file, for the catalogue in `statements.ts`. */
+export const MIGRATE_STATEMENTS = [SEARCH_PATH, VERSION_TABLE, SCHEMA_VERSION_READ] as const;
+
 /** The schema unqualified names resolve to: the first entry of `search_path` other than `$user`. */
 export async function targetSchema(client: SqlClient): Promise<string> {
-  const [row] = await client.query<{ path: string }>(`select current_setting('search_path') as path`);
+  const [row] = await queryRows<{ path: string }>(client, SEARCH_PATH, []);
   const entries = (row?.path ?? "").split(",").map((e) =>
     e.trim().replace(/^"(.*)"$/, "$1").replaceAll('""', '"')
   )
@@ -90,13 +106,12 @@ export async function targetSchema(client: SqlClient): Promise<string> {
 
 /** The database's schema version in `schema` (0 when it has no `schema_version` table). */
 export async function readVersion(client: SqlClient, schema: string): Promise<number> {
-  const [reg] = await client.query<{ present: boolean }>(
-    `select to_regclass(format('%I.schema_version', $1::text)) is not null as present`,
-    [schema],
-  );
+  const [reg] = await queryRows<{ present: boolean }>(client, VERSION_TABLE, [schema]);
   if (!reg?.present) return 0;
   const [row] = await client.query<{ version: number }>(
-    `select coalesce(max(version), 0)::int as version from ${quoteIdent(schema)}.schema_version`,
+    SCHEMA_VERSION_READ.text.replace("{schema}", quoteIdent(schema)),
+    [],
+    SCHEMA_VERSION_READ.options,
   );
   return row?.version ?? 0;
 }

@@ -9,7 +9,9 @@
  */
 
 import type { Json } from "../tools.ts";
-import type { ApprovalRow, EffectStatus, Rejection, RunStatus, SideEffectRow, SqlClient } from "./store.ts";
+import type { SqlClient } from "./driver.ts";
+import type { ApprovalRow, EffectStatus, Rejection, RunStatus, SideEffectRow } from "./rows.ts";
+import { queryRows, type Statement, statement } from "./sql.ts";
 
 /** Token totals of one run, summed over its journal rows' `usage`. */
 export interface RunTokens {
@@ -19,39 +21,48 @@ export interface RunTokens {
   output: number;
 }
 
-/** Runs per status among those matching `agent` and `search` (the status filter itself is left out). */
-export async function countByStatus(
-  client: SqlClient,
-  filter: { agent?: string; search?: string } = {},
-): Promise<Partial<Record<RunStatus, number>>> {
-  const rows = await client.query<{ status: RunStatus; n: number }>(
-    `select status, count(*)::int as n from runs
+const COUNT_BY_STATUS = statement(
+  "count-by-status",
+  `select status, count(*)::int as n from runs
       where ($1::text is null or agent = $1) and ($2::text is null or strpos(run_id, $2) > 0)
       group by status`,
-    [filter.agent ?? null, filter.search ?? null],
-  );
-  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
-}
-
-/** The agents that have runs, by name. */
-export async function agentsWithRuns(client: SqlClient): Promise<string[]> {
-  const rows = await client.query<{ agent: string }>(`select distinct agent from runs order by agent`);
-  return rows.map((r) => r.agent);
-}
-
-/** Tokens spent per run, for the given runs (a run with no recorded usage is absent). */
-export async function tokensByRun(client: SqlClient, runIds: string[]): Promise<Map<string, RunTokens>> {
-  if (runIds.length === 0) return new Map();
-  const rows = await client.query<{ run_id: string; input: number; output: number }>(
-    `select run_id,
+);
+const AGENTS_WITH_RUNS = statement("agents-with-runs", `select distinct agent from runs order by agent`);
+const TOKENS_BY_RUN = statement(
+  "tokens-by-run",
+  `select run_id,
             coalesce(sum(case when jsonb_typeof(usage->'prompt_tokens') = 'number'
                               then (usage->>'prompt_tokens')::numeric end), 0)::bigint::int as input,
             coalesce(sum(case when jsonb_typeof(usage->'completion_tokens') = 'number'
                               then (usage->>'completion_tokens')::numeric end), 0)::bigint::int as output
        from journal where run_id = any($1::text[]) and usage is not null
       group by run_id`,
-    [runIds],
-  );
+);
+
+/** Runs per status among those matching `agent` and `search` (the status filter itself is left out). */
+export async function countByStatus(
+  client: SqlClient,
+  filter: { agent?: string; search?: string } = {},
+): Promise<Partial<Record<RunStatus, number>>> {
+  const rows = await queryRows<{ status: RunStatus; n: number }>(client, COUNT_BY_STATUS, [
+    filter.agent ?? null,
+    filter.search ?? null,
+  ]);
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+/** The agents that have runs, by name. */
+export async function agentsWithRuns(client: SqlClient): Promise<string[]> {
+  const rows = await queryRows<{ agent: string }>(client, AGENTS_WITH_RUNS, []);
+  return rows.map((r) => r.agent);
+}
+
+/** Tokens spent per run, for the given runs (a run with no recorded usage is absent). */
+export async function tokensByRun(client: SqlClient, runIds: string[]): Promise<Map<string, RunTokens>> {
+  if (runIds.length === 0) return new Map();
+  const rows = await queryRows<{ run_id: string; input: number; output: number }>(client, TOKENS_BY_RUN, [
+    runIds,
+  ]);
   return new Map(rows.map((r) => [r.run_id, { input: Number(r.input), output: Number(r.output) }]));
 }
 
@@ -222,17 +233,9 @@ function unclip<T>(row: Record<string, unknown>, name: string): Clipped<T> {
 const usageField = (field: string) =>
   `case when jsonb_typeof(j.usage->'${field}') = 'number' then (j.usage->>'${field}')::numeric end`;
 
-/**
- * One run for its page: the row with `input`, `output` and `error` clipped
- * at `maxChars`, and totals over every step. Undefined for an unknown run.
- */
-export async function runView(
-  client: SqlClient,
-  runId: string,
-  opts: { maxChars: number },
-): Promise<RunView | undefined> {
-  const rows = await client.query<Record<string, unknown>>(
-    `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.created_at, r.updated_at,
+const RUN_VIEW = statement(
+  "run-view",
+  `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.created_at, r.updated_at,
             ${clipped("input", "r.input")}, ${clipped("output")}, ${clipped("error")},
             js.tool_steps, js.llm_calls, js.input_tokens, js.output_tokens, es.flagged,
             least(js.min_seq, es.min_seq) as min_seq, greatest(js.max_seq, es.max_seq) as max_seq
@@ -252,8 +255,59 @@ export async function runView(
                 min(e.seq) as min_seq, max(e.seq) as max_seq
            from side_effects e where e.run_id = r.run_id) es
       where r.run_id = $1`,
-    [runId, opts.maxChars],
-  );
+);
+
+const STEPS_JOURNAL = statement(
+  "steps-journal",
+  `select j.seq, j.status, j.epoch, j.llm_attempts, j.intent_at, j.confirmed_at,
+            ${usageField("prompt_tokens")} as prompt_tokens, ${
+    usageField("completion_tokens")
+  } as completion_tokens,
+            j.decision->>'tool' as tool, coalesce(j.decision ? 'done', false) as done,
+            ${clipped("args", "j.decision->'args'")}, ${clipped("message")},
+            ${clipped("rejections", "j.rejections")}
+       from journal j
+       ${clipFrom("args", "(j.decision->'args')::text")}
+       ${clipFrom("message", "j.decision->>'message'")}
+       ${clipFrom("rejections", "j.rejections::text")}
+      where j.run_id = $1 and j.seq between $3 and $4
+      order by j.seq`,
+);
+
+const STEPS_EFFECTS = statement(
+  "steps-effects",
+  `select e.idempotency_key, e.seq, e.tool, e.status, e.attempts, e.epoch, e.remote, e.intent_at,
+            e.confirmed_at, e.resolved_by, e.resolved_at,
+            ${clipped("args", "e.args")}, ${clipped("result", "e.result")}, ${clipped("error")}
+       from side_effects e
+       ${clipFrom("args", "e.args::text")}
+       ${clipFrom("result", "e.result::text")}
+       ${clipFrom("error", "e.error")}
+      where e.run_id = $1 and e.seq between $3 and $4
+      order by e.seq`,
+);
+
+const STEPS_APPROVALS = statement(
+  "steps-approvals",
+  `select a.idempotency_key, a.seq, a.tool, a.status, a.epoch, a.requested_at, a.decided_by, a.decided_at,
+            ${clipped("args", "a.args")}, ${clipped("reason")}
+       from approvals a
+       ${clipFrom("args", "a.args::text")}
+       ${clipFrom("reason", "a.reason")}
+      where a.run_id = $1 and (a.seq between $3 and $4 or a.status = 'pending')
+      order by a.seq`,
+);
+
+/**
+ * One run for its page: the row with `input`, `output` and `error` clipped
+ * at `maxChars`, and totals over every step. Undefined for an unknown run.
+ */
+export async function runView(
+  client: SqlClient,
+  runId: string,
+  opts: { maxChars: number },
+): Promise<RunView | undefined> {
+  const rows = await queryRows<Record<string, unknown>>(client, RUN_VIEW, [runId, opts.maxChars]);
   const r = rows[0];
   if (!r) return undefined;
   const seq = (v: unknown) => (v === null || v === undefined ? null : Number(v));
@@ -290,44 +344,9 @@ export async function stepsView(
   opts: { from: number; to: number; maxChars: number },
 ): Promise<StepsView> {
   const params = [runId, opts.maxChars, opts.from, opts.to];
-  const journal = await client.query<Record<string, unknown>>(
-    `select j.seq, j.status, j.epoch, j.llm_attempts, j.intent_at, j.confirmed_at,
-            ${usageField("prompt_tokens")} as prompt_tokens, ${
-      usageField("completion_tokens")
-    } as completion_tokens,
-            j.decision->>'tool' as tool, coalesce(j.decision ? 'done', false) as done,
-            ${clipped("args", "j.decision->'args'")}, ${clipped("message")},
-            ${clipped("rejections", "j.rejections")}
-       from journal j
-       ${clipFrom("args", "(j.decision->'args')::text")}
-       ${clipFrom("message", "j.decision->>'message'")}
-       ${clipFrom("rejections", "j.rejections::text")}
-      where j.run_id = $1 and j.seq between $3 and $4
-      order by j.seq`,
-    params,
-  );
-  const effects = await client.query<Record<string, unknown>>(
-    `select e.idempotency_key, e.seq, e.tool, e.status, e.attempts, e.epoch, e.remote, e.intent_at,
-            e.confirmed_at, e.resolved_by, e.resolved_at,
-            ${clipped("args", "e.args")}, ${clipped("result", "e.result")}, ${clipped("error")}
-       from side_effects e
-       ${clipFrom("args", "e.args::text")}
-       ${clipFrom("result", "e.result::text")}
-       ${clipFrom("error", "e.error")}
-      where e.run_id = $1 and e.seq between $3 and $4
-      order by e.seq`,
-    params,
-  );
-  const approvals = await client.query<Record<string, unknown>>(
-    `select a.idempotency_key, a.seq, a.tool, a.status, a.epoch, a.requested_at, a.decided_by, a.decided_at,
-            ${clipped("args", "a.args")}, ${clipped("reason")}
-       from approvals a
-       ${clipFrom("args", "a.args::text")}
-       ${clipFrom("reason", "a.reason")}
-      where a.run_id = $1 and (a.seq between $3 and $4 or a.status = 'pending')
-      order by a.seq`,
-    params,
-  );
+  const journal = await queryRows<Record<string, unknown>>(client, STEPS_JOURNAL, params);
+  const effects = await queryRows<Record<string, unknown>>(client, STEPS_EFFECTS, params);
+  const approvals = await queryRows<Record<string, unknown>>(client, STEPS_APPROVALS, params);
   const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
   return {
     journal: journal.map((j) => ({
@@ -391,19 +410,64 @@ export type WholeValueField =
   | "approval.reason";
 
 // The statement for each field: $1 the run, $2 the step (unused by the run's own fields).
-const WHOLE_VALUE_SQL: Record<WholeValueField, string> = {
-  "input": `select input as v from runs where run_id = $1 and $2::int is not null`,
-  "output": `select to_jsonb(output) as v from runs where run_id = $1 and $2::int is not null`,
-  "error": `select to_jsonb(error) as v from runs where run_id = $1 and $2::int is not null`,
-  "decision.args": `select decision->'args' as v from journal where run_id = $1 and seq = $2`,
-  "decision.message": `select decision->'message' as v from journal where run_id = $1 and seq = $2`,
-  "decision.rejections": `select rejections as v from journal where run_id = $1 and seq = $2`,
-  "call.args": `select args as v from side_effects where run_id = $1 and seq = $2`,
-  "call.result": `select result as v from side_effects where run_id = $1 and seq = $2`,
-  "call.error": `select to_jsonb(error) as v from side_effects where run_id = $1 and seq = $2`,
-  "approval.args": `select args as v from approvals where run_id = $1 and seq = $2`,
-  "approval.reason": `select to_jsonb(reason) as v from approvals where run_id = $1 and seq = $2`,
-};
+const WHOLE_VALUE_SQL = {
+  "input": statement(
+    "whole-value-input",
+    `select input as v from runs where run_id = $1 and $2::int is not null`,
+  ),
+  "output": statement(
+    "whole-value-output",
+    `select to_jsonb(output) as v from runs where run_id = $1 and $2::int is not null`,
+  ),
+  "error": statement(
+    "whole-value-error",
+    `select to_jsonb(error) as v from runs where run_id = $1 and $2::int is not null`,
+  ),
+  "decision.args": statement(
+    "whole-value-decision-args",
+    `select decision->'args' as v from journal where run_id = $1 and seq = $2`,
+  ),
+  "decision.message": statement(
+    "whole-value-decision-message",
+    `select decision->'message' as v from journal where run_id = $1 and seq = $2`,
+  ),
+  "decision.rejections": statement(
+    "whole-value-decision-rejections",
+    `select rejections as v from journal where run_id = $1 and seq = $2`,
+  ),
+  "call.args": statement(
+    "whole-value-call-args",
+    `select args as v from side_effects where run_id = $1 and seq = $2`,
+  ),
+  "call.result": statement(
+    "whole-value-call-result",
+    `select result as v from side_effects where run_id = $1 and seq = $2`,
+  ),
+  "call.error": statement(
+    "whole-value-call-error",
+    `select to_jsonb(error) as v from side_effects where run_id = $1 and seq = $2`,
+  ),
+  "approval.args": statement(
+    "whole-value-approval-args",
+    `select args as v from approvals where run_id = $1 and seq = $2`,
+  ),
+  "approval.reason": statement(
+    "whole-value-approval-reason",
+    `select to_jsonb(reason) as v from approvals where run_id = $1 and seq = $2`,
+  ),
+} as const satisfies Record<WholeValueField, Statement>;
+
+/** Every statement of this file, for the catalogue in `statements.ts`. */
+export const OVERVIEW_STATEMENTS = [
+  COUNT_BY_STATUS,
+  AGENTS_WITH_RUNS,
+  TOKENS_BY_RUN,
+  RUN_VIEW,
+  STEPS_JOURNAL,
+  STEPS_EFFECTS,
+  STEPS_APPROVALS,
+  ...Object.values(WHOLE_VALUE_SQL),
+] as const;
 
 /** Every {@link WholeValueField}. */
 export const WHOLE_VALUE_FIELDS: readonly WholeValueField[] = Object.keys(
@@ -419,6 +483,6 @@ export async function wholeValue(
   client: SqlClient,
   ref: { runId: string; field: WholeValueField; seq?: number },
 ): Promise<{ value: Json } | undefined> {
-  const rows = await client.query<{ v: Json }>(WHOLE_VALUE_SQL[ref.field], [ref.runId, ref.seq ?? 0]);
+  const rows = await queryRows<{ v: Json }>(client, WHOLE_VALUE_SQL[ref.field], [ref.runId, ref.seq ?? 0]);
   return rows[0] ? { value: rows[0].v ?? null } : undefined;
 }

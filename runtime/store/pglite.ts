@@ -12,7 +12,7 @@ import { PGlite, type Results } from "npm:@electric-sql/pglite@0.5.16";
 import { type Clock, SystemClock } from "../clock.ts";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
-import type { QueryOptions, SqlClient } from "./store.ts";
+import type { QueryOptions, SqlClient } from "./driver.ts";
 
 // PGlite has one session: setting search_path once puts every unqualified
 // name in the runtime's own schema, as the PostgreSQL driver's connection

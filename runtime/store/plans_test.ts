@@ -33,6 +33,7 @@ import { openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { TapClient } from "./counting.ts";
 import { type SqlClient, Store } from "./store.ts";
+import { claim } from "../../harness/direct_writes.ts";
 
 /** Passes statements through, keeping the first parameters seen for each text, and which are planned each time. */
 function recording(inner: SqlClient) {
@@ -139,7 +140,7 @@ async function widePlans(
   // laptop's first `deno task run`.
   assert.equal((await runWorker(deps, "planned", "goal")).status, "done");
   await store.createRun({ runId: "resumed", agent: "provision", goal: "g" }, clock.now());
-  const epoch = (await store.claim("resumed", 0, "w-plans", clock.now()))!;
+  const epoch = (await claim(store, "resumed", 0, "w-plans", clock.now()))!;
   await store.loadHistory("resumed");
   await store.heartbeat({ runId: "resumed", epoch }, clock.now());
   await store.heartbeatMany(
@@ -148,7 +149,7 @@ async function widePlans(
     clock.now(),
   );
   // A takeover: a claim from an epoch past 0 (it counts the run's progress).
-  assert.equal(await store.claim("resumed", epoch, "w-plans-2", clock.now()), epoch + 1);
+  assert.equal(await claim(store, "resumed", epoch, "w-plans-2", clock.now()), epoch + 1);
   // A worker host's take, of a run submitted before.
   await store.createRun({ runId: "queued", agent: "provision", goal: "g" }, clock.now());
   const staleBefore = new Date(clock.now().getTime() - 12_000);

@@ -8,7 +8,7 @@ import postgres from "npm:postgres@3.4.9";
 import { redactUrl } from "../config.ts";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
-import type { QueryOptions, SqlClient } from "./store.ts";
+import type { QueryOptions, SqlClient } from "./driver.ts";
 
 /** Options of {@link openPostgres}. */
 export interface PostgresOptions {

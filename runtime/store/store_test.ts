@@ -3,6 +3,7 @@ import { pgTest } from "../../tests/_pg.ts";
 import { FencedError } from "../errors.ts";
 import { openPglite } from "./pglite.ts";
 import { type Fence, Store } from "./store.ts";
+import { claim, effectIntent, journalIntent } from "../../harness/direct_writes.ts";
 
 const T0 = new Date(Date.UTC(2026, 0, 1));
 const at = (s: number) => new Date(T0.getTime() + s * 1000);
@@ -43,7 +44,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       [claimed?.status, claimed?.owner, claimed?.stuck_claims, claimed?.progress_mark, claimed?.heartbeat_at],
       ["running", "w", 1, 0, at(1)],
     );
-    await store.claim("r-cog", 0, "w", at(1));
+    await claim(store, "r-cog", 0, "w", at(1));
     const existing = await store.createOrGetRun(
       { runId: "r-cog", agent: "provision", goal: "another goal" },
       at(2),
@@ -54,21 +55,21 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   await t.step("claim() is a compare-and-swap: exactly one of two claimers on one epoch wins", async () => {
     await store.createRun({ runId: "r-claim", agent: "provision", goal: "goal" }, T0);
     const [a, b] = await Promise.all([
-      store.claim("r-claim", 0, "a", T0),
-      store.claim("r-claim", 0, "b", T0),
+      claim(store, "r-claim", 0, "a", T0),
+      claim(store, "r-claim", 0, "b", T0),
     ]);
     assert.deepEqual([a, b].filter((e) => e !== undefined), [1]);
-    assert.equal(await store.claim("r-claim", 1, "c", T0), 2);
+    assert.equal(await claim(store, "r-claim", 1, "c", T0), 2);
   });
 
   await t.step("one step is four commits and reads back exactly as written", async () => {
     await store.createRun({ runId: "r-step", agent: "provision", goal: "goal" }, T0);
-    const epoch = (await store.claim("r-step", 0, "w", T0))!;
+    const epoch = (await claim(store, "r-step", 0, "w", T0))!;
     const f: Fence = { runId: "r-step", epoch };
-    assert.equal(await store.journalIntent(f, 0, at(1)), 1);
+    assert.equal(await journalIntent(store, f, 0, at(1)), 1);
     await store.journalConfirm(f, 0, { tool: "t", args: { a: 1 } }, { total_tokens: 9 }, at(2));
     assert.equal(
-      await store.effectIntent(f, { key: "r-step:0", seq: 0, tool: "t", args: { a: 1 } }, at(3)),
+      await effectIntent(store, f, { key: "r-step:0", seq: 0, tool: "t", args: { a: 1 } }, at(3)),
       1,
     );
     await store.effectConfirm(f, "r-step:0", "id-1", "created", at(4));
@@ -89,16 +90,16 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
     "an intent written again counts one more attempt; a confirmed row is never reopened",
     async () => {
       await store.createRun({ runId: "r-again", agent: "provision", goal: "goal" }, T0);
-      const f: Fence = { runId: "r-again", epoch: (await store.claim("r-again", 0, "w", T0))! };
-      assert.equal(await store.journalIntent(f, 0, T0), 1);
-      assert.equal(await store.journalIntent(f, 0, T0), 2);
+      const f: Fence = { runId: "r-again", epoch: (await claim(store, "r-again", 0, "w", T0))! };
+      assert.equal(await journalIntent(store, f, 0, T0), 1);
+      assert.equal(await journalIntent(store, f, 0, T0), 2);
       await store.journalConfirm(f, 0, { done: true, message: "ok" }, undefined, T0);
-      await assert.rejects(store.journalIntent(f, 0, T0), (e: FencedError) => e.code === "STALLED");
+      await assert.rejects(journalIntent(store, f, 0, T0), (e: FencedError) => e.code === "STALLED");
       const e = { key: "r-again:1", seq: 1, tool: "t", args: {} };
-      assert.equal(await store.effectIntent(f, e, T0), 1);
-      assert.equal(await store.effectIntent(f, e, T0), 2);
+      assert.equal(await effectIntent(store, f, e, T0), 1);
+      assert.equal(await effectIntent(store, f, e, T0), 2);
       await store.effectConfirm(f, e.key, "x", "already_done", T0);
-      await assert.rejects(store.effectIntent(f, e, T0), (err: FencedError) => err.code === "STALLED");
+      await assert.rejects(effectIntent(store, f, e, T0), (err: FencedError) => err.code === "STALLED");
       await assert.rejects(
         store.effectConfirm(f, e.key, "y", "created", T0),
         (err: FencedError) => err.code === "STALLED",
@@ -110,18 +111,18 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
 
   await t.step("every guarded write from a stale epoch is refused as FENCED and writes nothing", async () => {
     await store.createRun({ runId: "r-fence", agent: "provision", goal: "goal" }, T0);
-    const old: Fence = { runId: "r-fence", epoch: (await store.claim("r-fence", 0, "old", T0))! };
-    await store.journalIntent(old, 0, T0);
-    await store.effectIntent(old, { key: "r-fence:0", seq: 0, tool: "t", args: {} }, T0);
-    const fresh = (await store.claim("r-fence", old.epoch, "new", T0))!;
+    const old: Fence = { runId: "r-fence", epoch: (await claim(store, "r-fence", 0, "old", T0))! };
+    await journalIntent(store, old, 0, T0);
+    await effectIntent(store, old, { key: "r-fence:0", seq: 0, tool: "t", args: {} }, T0);
+    const fresh = (await claim(store, "r-fence", old.epoch, "new", T0))!;
     assert.equal(fresh, old.epoch + 1);
     const fenced = (e: unknown) => e instanceof FencedError && e.code === "FENCED";
-    await assert.rejects(store.journalIntent(old, 1, T0), fenced);
-    await assert.rejects(store.journalIntent(old, 0, T0), fenced);
+    await assert.rejects(journalIntent(store, old, 1, T0), fenced);
+    await assert.rejects(journalIntent(store, old, 0, T0), fenced);
     await assert.rejects(store.journalReject(old, 0, { code: "X", message: "m" }), fenced);
     await assert.rejects(store.journalConfirm(old, 0, { done: true, message: "" }, undefined, T0), fenced);
     await assert.rejects(
-      store.effectIntent(old, { key: "r-fence:1", seq: 1, tool: "t", args: {} }, T0),
+      effectIntent(store, old, { key: "r-fence:1", seq: 1, tool: "t", args: {} }, T0),
       fenced,
     );
     await assert.rejects(store.effectConfirm(old, "r-fence:0", 1, "created", T0), fenced);
@@ -138,7 +139,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
     "a fresh intent is a plain insert, and counts an attempt when its row exists after all",
     async () => {
       await store.createRun({ runId: "r-fresh", agent: "provision", goal: "goal" }, T0);
-      const f: Fence = { runId: "r-fresh", epoch: (await store.claim("r-fresh", 0, "w", T0))! };
+      const f: Fence = { runId: "r-fresh", epoch: (await claim(store, "r-fresh", 0, "w", T0))! };
       const call = { key: "r-fresh:0", seq: 0, tool: "t", args: { a: 1 } };
       // What the worker keeps is the row as written: equal to what a restart reads back.
       const journalRow = await store.journalIntentRow(f, 0, T0, 7, true);
@@ -152,7 +153,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       assert.equal((await store.journalIntentRow(f, 0, at(1), 0, true)).llm_attempts, 2);
       assert.equal((await store.effectIntentRow(f, call, at(1), true)).attempts, 2);
       // Fenced either way: a stale epoch writes nothing, fresh or not.
-      const next = (await store.claim("r-fresh", f.epoch, "w2", T0))!;
+      const next = (await claim(store, "r-fresh", f.epoch, "w2", T0))!;
       const fenced = (e: unknown) => e instanceof FencedError && e.code === "FENCED";
       await assert.rejects(store.journalIntentRow(f, 1, at(2), 0, true), fenced);
       await assert.rejects(
@@ -168,16 +169,16 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
 
   await t.step("a closed run refuses writes as RUN_CLOSED", async () => {
     await store.createRun({ runId: "r-closed", agent: "provision", goal: "goal" }, T0);
-    const f: Fence = { runId: "r-closed", epoch: (await store.claim("r-closed", 0, "w", T0))! };
+    const f: Fence = { runId: "r-closed", epoch: (await claim(store, "r-closed", 0, "w", T0))! };
     await store.finishRun(f, "done", null, T0);
-    await assert.rejects(store.journalIntent(f, 0, T0), (e: FencedError) => e.code === "RUN_CLOSED");
-    assert.equal(await store.claim("r-closed", f.epoch, "x", T0), undefined);
+    await assert.rejects(journalIntent(store, f, 0, T0), (e: FencedError) => e.code === "RUN_CLOSED");
+    assert.equal(await claim(store, "r-closed", f.epoch, "x", T0), undefined);
   });
 
   await t.step("rejections accumulate on an intent row", async () => {
     await store.createRun({ runId: "r-reject", agent: "provision", goal: "goal" }, T0);
-    const f: Fence = { runId: "r-reject", epoch: (await store.claim("r-reject", 0, "w", T0))! };
-    await store.journalIntent(f, 0, T0);
+    const f: Fence = { runId: "r-reject", epoch: (await claim(store, "r-reject", 0, "w", T0))! };
+    await journalIntent(store, f, 0, T0);
     await store.journalReject(f, 0, { code: "A", message: "first" });
     await store.journalReject(f, 0, { code: "B", message: "second" });
     const { journal } = await store.loadHistory("r-reject");
@@ -189,7 +190,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
 
   await t.step("heartbeat() refreshes the lease under the current epoch", async () => {
     await store.createRun({ runId: "r-hb", agent: "provision", goal: "goal" }, T0);
-    const f: Fence = { runId: "r-hb", epoch: (await store.claim("r-hb", 0, "w", T0))! };
+    const f: Fence = { runId: "r-hb", epoch: (await claim(store, "r-hb", 0, "w", T0))! };
     assert.equal(await store.heartbeat(f, at(7)), true);
     const run = await store.getRun("r-hb");
     assert.equal(new Date(run!.heartbeat_at!).getTime(), at(7).getTime());

@@ -1,8 +1,9 @@
 /**
- * The driver interface every store speaks through: parameterised queries, a
- * write that counts rows, a script runner. A leaf, so the schema check
- * (`migrate.ts`), the drivers and the store all import it without importing
- * each other.
+ * The driver interface the store speaks through: parameterised statements,
+ * each sent with the name it is declared under, and scripts. PGlite
+ * (`pglite.ts`) and postgres.js (`postgres.ts`) implement it; wrappers
+ * (`counting.ts`, the harness's fault and defect layers) sit between the
+ * store and a driver.
  *
  * @module
  */
@@ -23,15 +24,22 @@ export interface SqlClient {
    * needs to know whether it happened costs less this way than with
    * `returning` (#11: on PGlite each returned column is decoded in JavaScript).
    */
-  run(text: string, params?: unknown[]): Promise<number>;
+  run(text: string, params?: unknown[], opts?: QueryOptions): Promise<number>;
   /** Runs a script of several statements without parameters. */
   exec(text: string): Promise<void>;
   /** Releases the connection (and any lock). */
   close(): Promise<void>;
 }
 
-/** Options of {@link SqlClient.query}. */
+/** Options of {@link SqlClient.query} and {@link SqlClient.run}. */
 export interface QueryOptions {
+  /**
+   * The statement's name, declared once beside its text (a `StatementName`
+   * of `statements.ts` for the store's own): what a wrapper counts, times or
+   * aims a fault at, so reformatting a statement cannot relabel it. A driver
+   * ignores it.
+   */
+  name?: string;
   /**
    * Plan the statement for its parameters on every execution rather than
    * once: for a statement whose best plan depends on them (how many ids an

@@ -1,0 +1,130 @@
+/**
+ * `deno task fuzz`: crash-fuzz the demo agent from the command line and
+ * print what the fuzzer found (the library is `harness/fuzz.ts`).
+ *
+ * @module
+ */
+
+import { PLANTED_DEFECTS, type PlantedDefects } from "../harness/defects.ts";
+import {
+  decodeSchedule,
+  DEMO_APPROVAL_TOOL,
+  demoAgent,
+  type FaultFamily,
+  fuzz,
+  FuzzError,
+} from "../harness/fuzz.ts";
+import { commandFlags } from "../runtime/config.ts";
+
+/** The usage text of `deno task fuzz`. */
+export const FUZZ_USAGE =
+  `agent-runtime fuzz: crash-fuzz the demo agent and check every schedule against the invariants.
+Its create_database needs a person's approval, so a person answers (or denies, cancels, reopens) in the
+schedules too.
+
+usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
+                      [--defect name] [--transcript FILE] [--keep-going]
+
+  --schedules N      schedules to run (default 500)
+  --seed S           the first schedule's seed (default: random, printed)
+  --replay X         replay one printed schedule, with its transcript
+  --faults LIST      only these fault families, comma-separated: kill, stall, cloud, model,
+                     budget (a token ceiling on about half the schedules, with usage faults),
+                     approval (a person's acts; the demo's create_database needs approval)
+  --max-faults N     faults a schedule may hold (default 4)
+  --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
+  --transcript FILE  write every schedule's transcript to FILE
+  --keep-going       keep going after the first violation
+
+exit codes: 0 no violation, 1 a violation found, 2 bad arguments`;
+
+/** The command line: `deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--defect name]`. */
+export async function main(args: string[]): Promise<number> {
+  const flags = commandFlags("fuzz", FUZZ_USAGE, args, {
+    schedules: { type: "string", default: "500" },
+    seed: { type: "string" },
+    replay: { type: "string" },
+    faults: { type: "string" },
+    "max-faults": { type: "string", default: "4" },
+    defect: { type: "string", multiple: true },
+    transcript: { type: "string" },
+    "keep-going": { type: "boolean", default: false },
+    help: { type: "boolean", short: "h" },
+  });
+  if ("exit" in flags) return flags.exit;
+  const { values } = flags;
+  const counts = {
+    "--schedules": values.schedules,
+    "--max-faults": values["max-faults"],
+    "--seed": values.seed,
+  };
+  for (const [flag, value] of Object.entries(counts)) {
+    if (value !== undefined && !/^\d+$/.test(value)) {
+      console.error(`fuzz: ${flag} must be a whole number 0 or more: current value is ${value}`);
+      return 2;
+    }
+  }
+  const seed = values.replay !== undefined
+    ? decodeSchedule(values.replay).seed
+    : values.seed !== undefined
+    ? Number(values.seed)
+    : Math.floor(Math.random() * 2 ** 31);
+  const defects: PlantedDefects = {};
+  for (const d of values.defect ?? []) {
+    if (!(PLANTED_DEFECTS as readonly string[]).includes(d)) {
+      console.error(`fuzz: --defect must be one of ${PLANTED_DEFECTS.join(", ")}: current value is ${d}`);
+      return 2;
+    }
+    defects[d as keyof PlantedDefects] = true;
+  }
+  const replay = values.replay;
+  const schedules = Number(values.schedules);
+  console.log(replay ? `fuzz replay ${replay}` : `fuzz seed=${seed} schedules=${schedules}`);
+  let last = performance.now();
+  const report = await fuzz(demoAgent, {
+    schedules,
+    seed,
+    replay,
+    remote: "mock-cloud",
+    approvalTool: DEMO_APPROVAL_TOOL,
+    maxFaults: Number(values["max-faults"]),
+    faults: values.faults?.split(",") as FaultFamily[] | undefined,
+    defects,
+    keepGoing: values["keep-going"],
+    transcript: values.transcript !== undefined || replay !== undefined,
+    replayCommand: `deno task fuzz${(values.defect ?? []).map((d) => ` --defect ${d}`).join("")} --replay`,
+    onSchedule: (_r, i) => {
+      if (performance.now() - last > 5_000) {
+        last = performance.now();
+        console.log(`  ... ${i + 1} schedules`);
+      }
+    },
+  });
+  if (replay) console.log(report.transcript!.join("\n"));
+  else if (values.transcript) {
+    await Deno.writeTextFile(values.transcript, report.transcript!.join("\n") + "\n");
+  }
+  for (const f of report.failures) console.log(`\n${f.text}`);
+  const seconds = report.elapsedMs / 1000;
+  const kinds = Object.entries(report.kinds).sort(([a], [b]) => a.localeCompare(b));
+  console.log(
+    `\nseed=${seed} schedules=${report.schedules} violations=${report.failures.length} ` +
+      `time=${seconds.toFixed(1)}s rate=${(report.schedules / Math.max(seconds, 1e-9)).toFixed(1)}/s`,
+  );
+  console.log(
+    `fault kinds hit: ${kinds.length} (${kinds.map(([k, n]) => `${k}=${n}`).join(" ")}); ` +
+      `distinct positions hit: ${report.positions}; faults aimed past the run's end: ${report.notReached}`,
+  );
+  return report.failures.length > 0 ? 1 : 0;
+}
+
+if (import.meta.main) {
+  try {
+    Deno.exitCode = await main(Deno.args);
+  } catch (err) {
+    if (err instanceof FuzzError) {
+      console.error(`fuzz: ${err.code}: ${err.message}`);
+      Deno.exitCode = 2;
+    } else throw err;
+  }
+}

@@ -1,0 +1,156 @@
+/**
+ * Planted defects: bugs that break one promise of the runtime on purpose, so
+ * a test can prove the fuzzer (`harness/fuzz.ts`) finds them. Each is planted
+ * from outside the runtime, in the layers the fuzzer already puts around a
+ * simulated process: its store connection (a statement rewritten, or followed
+ * by a model request nobody counts) and its tools' requests (a key built
+ * wrongly). The runtime carries no trace of them.
+ *
+ * @module
+ */
+
+import { SimulatedKill } from "../runtime/crashpoints.ts";
+import type { FetchLike } from "../runtime/planner.ts";
+import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";
+import { FENCE, RUNNING_AT } from "../runtime/store/sql.ts";
+import type { StatementName } from "../runtime/store/statements.ts";
+import type { ToolContext } from "../runtime/tools.ts";
+
+/** Bugs a test may plant in every process of a fuzz. Every field defaults to off. */
+export interface PlantedDefects {
+  /** The tool confirm is written without the fence: a stale worker can confirm a call. */
+  confirmSkipsFence?: boolean;
+  /** The heartbeat renews the lease whatever the epoch: a fenced worker keeps its lease alive. */
+  heartbeatIgnoresFence?: boolean;
+  /** Re-sends (attempt 2 and later) carry a key built from the attempt number, not `<run_id>:<seq>`. */
+  keyFromAttempt?: boolean;
+  /** Replaying a confirmed decision asks the model again, a request no journal row counts. */
+  replayAsksModel?: boolean;
+}
+
+/** Every defect that can be planted, by name (the fuzzer's `--defect`). */
+export const PLANTED_DEFECTS: readonly (keyof PlantedDefects)[] = [
+  "confirmSkipsFence",
+  "heartbeatIgnoresFence",
+  "keyFromAttempt",
+  "replayAsksModel",
+];
+
+/** A statement rewritten by a defect: which one, what of its text, and what in its place. */
+interface Rewrite {
+  statement: StatementName;
+  from: string;
+  to: string;
+}
+
+const REWRITES: Record<"confirmSkipsFence" | "heartbeatIgnoresFence", Rewrite> = {
+  // The fence dropped: only a placeholder that keeps $2 typed is left of it.
+  confirmSkipsFence: { statement: "effect-confirm", from: FENCE, to: "$2::int is not null" },
+  // The epoch dropped from the lease's condition: any worker renews it while the run is running.
+  heartbeatIgnoresFence: {
+    statement: "heartbeat",
+    from: RUNNING_AT("$2"),
+    to: "$2::int is not null and (status = 'running') is true",
+  },
+};
+
+/** Options of {@link plantInClient}. */
+export interface ClientPlantOptions {
+  /**
+   * Sends one model request for a run, counted by nobody (for
+   * `replayAsksModel`): the process's own fetch to the model, so whatever
+   * watches its requests sees it go out.
+   */
+  askModel?: (runId: string, seq: number) => Promise<void>;
+}
+
+/**
+ * A layer on a process's store connection that plants the defects of the
+ * store: a statement rewritten where `confirmSkipsFence` or
+ * `heartbeatIgnoresFence` says, and with `replayAsksModel`, once a worker
+ * reads a run's history back, one model request for each confirmed decision
+ * it will replay. Statements are recognised by their names. Throws when a
+ * rewrite no longer finds its text (the statement changed: the defect would
+ * silently not be planted).
+ */
+export function plantInClient(
+  client: SqlClient,
+  defects: PlantedDefects,
+  opts: ClientPlantOptions = {},
+): SqlClient {
+  const rewrites = (["confirmSkipsFence", "heartbeatIgnoresFence"] as const).filter((d) => defects[d]).map((
+    d,
+  ) => REWRITES[d]);
+  const askModel = defects.replayAsksModel ? opts.askModel : undefined;
+  if (rewrites.length === 0 && !askModel) return client;
+  const rewrite = (text: string, o: QueryOptions | undefined): string => {
+    const r = rewrites.find((r) => r.statement === o?.name);
+    if (!r) return text;
+    if (!text.includes(r.from)) {
+      throw new Error(
+        `Cannot plant a defect in ${r.statement}: its text no longer holds ${JSON.stringify(r.from)}`,
+      );
+    }
+    return text.replace(r.from, r.to);
+  };
+  return {
+    get describe() {
+      return client.describe;
+    },
+    query: async <T>(text: string, params?: unknown[], o?: QueryOptions): Promise<T[]> => {
+      const rows = await client.query<T>(rewrite(text, o), params, o);
+      if (askModel && o?.name === ("read-history" satisfies StatementName)) {
+        const runId = String(params?.[0]);
+        for (const row of rows as { tbl?: string; status?: string; seq?: number }[]) {
+          if (row.tbl === "j" && row.status === "confirmed") await askModel(runId, row.seq!);
+        }
+      }
+      return rows;
+    },
+    run: (text: string, params?: unknown[], o?: QueryOptions) => client.run(rewrite(text, o), params, o),
+    exec: (text: string) => client.exec(text),
+    close: () => client.close(),
+  };
+}
+
+/**
+ * Asks the model at `url` (a chat-completions base URL) through `fetch`, as a
+ * replay must never do: one request for `runId`, its answer thrown away. A
+ * failed request is ignored (only its payment matters to the defect); a kill
+ * of the process is not.
+ */
+export async function askModelUncounted(
+  fetch: FetchLike,
+  url: string,
+  runId: string,
+  seq: number,
+): Promise<void> {
+  try {
+    const res = await fetch(
+      new Request(`${url}/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-agent-run": runId },
+        body: JSON.stringify({
+          model: "mock-planner",
+          messages: [{ role: "user", content: `the decision of step ${seq} again` }],
+        }),
+      }),
+    );
+    await res.body?.cancel();
+  } catch (err) {
+    if (err instanceof SimulatedKill) throw err;
+  }
+}
+
+/**
+ * The context a tool's request goes out with, with the defects of a tool
+ * planted: with `keyFromAttempt`, every re-send (attempt 2 and later) carries
+ * `<key>:<attempt>` instead of the call's key. Its other fields read through
+ * to `ctx` (the signal stays lazy: reading it arms the call's timer).
+ */
+export function plantInToolContext(ctx: ToolContext, defects: PlantedDefects): ToolContext {
+  if (!defects.keyFromAttempt || ctx.attempt <= 1) return ctx;
+  return Object.create(ctx, {
+    idempotencyKey: { value: `${ctx.idempotencyKey}:${ctx.attempt}`, enumerable: true },
+  });
+}

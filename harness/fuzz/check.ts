@@ -1,0 +1,67 @@
+/**
+ * The checks particular to the fuzzer, beside the invariants every run is
+ * held to (`invariants.ts`): what a budget promises, from the answers the
+ * fuzzer saw go by at a process's boundary.
+ *
+ * @module
+ */
+
+import { spendOf } from "../../runtime/budget.ts";
+import type { RunSnapshot } from "../sim.ts";
+import type { ScheduleBudget } from "./schedule.ts";
+
+/** A budgeted schedule's model answer, as the fuzzer saw it at the process's boundary. */
+export interface BudgetAnswer {
+  /** What its request reserved: the prompt at four characters a token, plus the cap it asked for. */
+  reserved: number;
+  /** What the server billed for it. */
+  billed: number;
+  /** The usage it reported (after any usage fault). */
+  reported: unknown;
+}
+
+/**
+ * What the README promises of a budget, checked on a budgeted schedule's
+ * end: the run either finished or stopped with `BUDGET_EXCEEDED`; the model
+ * requests stay within their ceiling; and the tokens, counted by the runtime
+ * and billed by the server, pass the token ceiling only by what answers
+ * billed beyond their requests' reservations (a server ignoring the cap).
+ * No answer counts less than it cost, lost ones included, but for what a lost
+ * answer billed beyond its reservation.
+ */
+export function checkBudget(
+  final: RunSnapshot,
+  budget: ScheduleBudget | undefined,
+  answers: readonly BudgetAnswer[],
+): string[] {
+  if (!budget) return [];
+  const problems: string[] = [];
+  const run = final.run;
+  if (run?.status === "failed" && !/^BUDGET_EXCEEDED: /.test(run.error ?? "")) {
+    problems.push(`a budgeted run failed for another reason: ${run.error}`);
+  }
+  if (budget.modelCalls !== undefined && final.modelCalls > budget.modelCalls) {
+    problems.push(`the model was asked ${final.modelCalls} times, the ceiling is ${budget.modelCalls}`);
+  }
+  const counted = spendOf(final.journal, final.effects).tokens;
+  const billed = answers.reduce((n, a) => n + a.billed, 0);
+  const beyond = answers.reduce((n, a) => n + Math.max(0, a.billed - a.reserved), 0);
+  if (billed > budget.tokens + beyond) {
+    problems.push(
+      `the model billed ${billed} tokens against a ceiling of ${budget.tokens}, past it by more than the ` +
+        `${beyond} its answers billed beyond their reservations`,
+    );
+  }
+  if (counted > budget.tokens + beyond) {
+    problems.push(
+      `the run counts ${counted} tokens against a ceiling of ${budget.tokens} (+${beyond} beyond)`,
+    );
+  }
+  // An answer lost counts its reservation: less than it billed only by what it billed beyond it.
+  if (counted < billed - beyond) {
+    problems.push(
+      `the run counts ${counted} tokens, the model billed ${billed} (${beyond} beyond reservations)`,
+    );
+  }
+  return problems;
+}

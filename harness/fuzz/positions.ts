@@ -1,0 +1,126 @@
+/**
+ * What a fault aimed at a store statement hits, by the name the statement is
+ * declared under (`runtime/store/statements.ts`), never by its text: the
+ * fuzzer's transcripts (`stmt#17 journal-confirm (w1)`), its count of
+ * distinct positions, and its check that no fenced worker writes all go by
+ * it. Variants of one write (a fresh insert and its upsert) are one position.
+ *
+ * @module
+ */
+
+import type { QueryOptions } from "../../runtime/store/driver.ts";
+import { type StatementName, statementName } from "../../runtime/store/statements.ts";
+
+/** A position a statement fault can hit. */
+export type Position =
+  | "journal-intent"
+  | "journal-reject"
+  | "journal-confirm"
+  | "tool-intent"
+  | "tool-confirm"
+  | "tool-settle"
+  | "claim"
+  | "first-claim"
+  | "heartbeat"
+  | "finish"
+  | "create-or-get"
+  | "read-history"
+  | "read-tool"
+  | "read-run"
+  | "approval-request"
+  | "approval-read"
+  | "other"
+  /** A statement sent without one of the store's names: nothing the runtime sends is. */
+  | "unnamed";
+
+/**
+ * The position of every statement of the store. A statement added to the
+ * store must be placed here (the record is checked to be complete), so a new
+ * write cannot slip past {@link isWrite}.
+ */
+export const POSITIONS: Readonly<Record<StatementName, Position>> = {
+  "journal-intent": "journal-intent",
+  "journal-intent-upsert": "journal-intent",
+  "journal-reject": "journal-reject",
+  "journal-confirm": "journal-confirm",
+  "effect-intent": "tool-intent",
+  "effect-intent-upsert": "tool-intent",
+  "effect-denied": "tool-intent",
+  "effect-confirm": "tool-confirm",
+  "effect-settle": "tool-settle",
+  "claim": "claim",
+  "first-claim": "first-claim",
+  "heartbeat": "heartbeat",
+  // They write the lease's column, as the heartbeat does: one position with it.
+  "release-run": "heartbeat",
+  "release-owner-runs": "heartbeat",
+  "finish-run": "finish",
+  "create-or-read": "create-or-get",
+  "read-history": "read-history",
+  "read-effect": "read-tool",
+  "read-run": "read-run",
+  "approval-request": "approval-request",
+  "read-approval": "approval-read",
+  "list-approvals": "approval-read",
+  "insert-run": "other",
+  "take-runs": "other",
+  "heartbeat-many": "other",
+  "remove-worker": "other",
+  "frozen-workers": "other",
+  "hosted-agents": "other",
+  "list-runs": "other",
+  "count-runs": "other",
+  "approval-decide": "other",
+  "flagged-calls": "other",
+  "resolve-one": "other",
+  "resolve-many": "other",
+  "cancel-run": "other",
+  "reopen-run": "other",
+  "prune-dry-run": "other",
+  "prune": "other",
+  "count-by-status": "other",
+  "agents-with-runs": "other",
+  "tokens-by-run": "other",
+  "run-view": "other",
+  "steps-journal": "other",
+  "steps-effects": "other",
+  "steps-approvals": "other",
+  "whole-value-input": "other",
+  "whole-value-output": "other",
+  "whole-value-error": "other",
+  "whole-value-decision-args": "other",
+  "whole-value-decision-message": "other",
+  "whole-value-decision-rejections": "other",
+  "whole-value-call-args": "other",
+  "whole-value-call-result": "other",
+  "whole-value-call-error": "other",
+  "whole-value-approval-args": "other",
+  "whole-value-approval-reason": "other",
+  "search-path": "other",
+  "schema-version-table": "other",
+  "schema-version": "other",
+  "schema-columns": "other",
+};
+
+/** The position of a statement sent with `opts`. */
+export function positionOf(opts: QueryOptions | undefined): Position {
+  const name = statementName(opts);
+  return name === undefined ? "unnamed" : POSITIONS[name];
+}
+
+const WRITES: ReadonlySet<Position> = new Set<Position>([
+  "journal-intent",
+  "journal-reject",
+  "journal-confirm",
+  "tool-intent",
+  "tool-confirm",
+  "tool-settle",
+  "heartbeat",
+  "finish",
+  "approval-request",
+]);
+
+/** True for a position where a worker writes its run under its epoch: a fenced worker must write none. */
+export function isWrite(position: Position): boolean {
+  return WRITES.has(position);
+}

@@ -1,0 +1,336 @@
+/**
+ * Leases: how runs come to be held. A run is created (or found), claimed
+ * (a compare-and-swap on its epoch, which fences whoever held it before),
+ * taken in batches by a worker host, kept by one heartbeat for all of a
+ * host's runs, and let go; the `workers` rows say which processes are alive,
+ * and which agents they host, for the supervisor and the commands.
+ *
+ * @module
+ */
+
+import { StoreError } from "../errors.ts";
+import type { SqlClient } from "./driver.ts";
+import { readRun } from "./reads.ts";
+import type { Fence, NewRun, RunRow, TakenRun } from "./rows.ts";
+import { CLAIMABLE_AT, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
+
+// A run's progress: confirmed decisions plus settled tool calls. Every claim
+// compares it with the mark the claim before left, to count claims that found
+// no progress (a run whose workers keep dying is stopped at a bound).
+const progressOf = (runId: string) =>
+  `((select count(*) from journal j where j.run_id = ${runId} and j.status = 'confirmed')
+  + (select count(*) from side_effects e where e.run_id = ${runId} and e.status <> 'intent'))::int`;
+
+// A claim's marks, from the progress `source.progress` counted: one more claim
+// without progress if it matches the mark the claim before left, else the first.
+// The error a worker left on the running run (releaseRun) is kept while claims
+// find no progress, so the bound on them can name it, and cleared by progress.
+const claimMarks = (source: string) =>
+  `stuck_claims = case when ${source}.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
+       error = case when ${source}.progress = runs.progress_mark then runs.error end,
+       progress_mark = ${source}.progress`;
+
+// A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget):
+// the one insert that createRun and createOrGetRun share.
+const INSERT_RUN_TEXT =
+  `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
+  values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
+  on conflict (run_id) do nothing`;
+const INSERT_RUN = statement("insert-run", INSERT_RUN_TEXT);
+
+/** {@link INSERT_RUN}, saying whether it wrote the row and, if not, the epoch its snapshot saw. */
+const CREATE_OR_READ = statement(
+  "create-or-read",
+  `with created as (${INSERT_RUN_TEXT} returning 1)
+       select exists (select 1 from created) as created,
+              (select epoch from runs where run_id = $1 and not exists (select 1 from created)) as epoch`,
+);
+
+// A claim from epoch 0: the run was never claimed, so its progress and marks are 0 (see claimRun).
+const FIRST_CLAIM = statement(
+  "first-claim",
+  `update runs set epoch = 1, owner = $2, status = 'running',
+                heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
+                stuck_claims = 1, progress_mark = 0
+          where run_id = $1 and ${CLAIMABLE_AT("0")}`,
+);
+// The run's progress is counted once, in `p` (#11: set as two columns, it was
+// counted twice); same snapshot, same values.
+const CLAIM = statement(
+  "claim",
+  `update runs set epoch = epoch + 1, owner = $3, status = 'running',
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
+              ${claimMarks("p")}
+         from (select ${progressOf("$1")} as progress) p
+        where run_id = $1 and ${CLAIMABLE_AT("$2")}
+        returning epoch, stuck_claims`,
+);
+// The pick is a materialized CTE: as an `in (subquery)` the planner may run
+// the limited subquery more than once and take more than `limit` runs.
+// Each taken run's progress is counted once (#11: it was counted twice, once per column
+// set), and not at all for a run at epoch 0: never claimed, it has none (see claimRun).
+const TAKE_RUNS = statement(
+  "take-runs",
+  `with picked as materialized (
+         select run_id, epoch as picked_epoch, owner as previous_owner, heartbeat_at as previous_heartbeat_at
+           from runs
+          where status in ('pending', 'running') and agent = any($2::text[])
+            and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
+            -- A run whose claims keep finding no progress waits longer each time.
+            and (stuck_claims < 2
+                 or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
+          order by coalesce(heartbeat_at, created_at), run_id
+          limit $5
+            for update skip locked),
+       counted as (
+         select picked.*, case when picked_epoch = 0 then 0 else ${
+    progressOf("picked.run_id")
+  } end as progress
+           from picked)
+       update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
+              ${claimMarks("counted")}
+         from counted
+        where runs.run_id = counted.run_id
+        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`,
+);
+const HEARTBEAT_MANY = statement(
+  "heartbeat-many",
+  `with w as (
+         insert into workers (name, agents, capacity, started_at, heartbeat_at)
+         values ($1, $2::text[], $3, $4::timestamptz, $5::timestamptz)
+         -- A name is reused by a worker restarted under it (--worker NAME): the row then
+         -- describes the process that heartbeats now, its agents included.
+         on conflict (name) do update set agents = excluded.agents, capacity = excluded.capacity,
+                                          started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at
+         returning 1)
+       update runs set heartbeat_at = $5::timestamptz
+        where run_id = any($6::text[])
+          and ${RUNNING_AT("($7::int[])[array_position($6::text[], runs.run_id)]")}
+          and exists (select 1 from w)
+        returning runs.run_id`,
+  // Once per heartbeat for up to a host's worth of runs: planned for the ids it holds each
+  // time, since a generic plan made on a small table scans all of it (plans_test.ts, PostgreSQL).
+  { planEachTime: true },
+);
+const REMOVE_WORKER = statement("remove-worker", `delete from workers where name = $1`);
+const RELEASE_OWNER_RUNS = statement(
+  "release-owner-runs",
+  `update runs set heartbeat_at = null, updated_at = $2::timestamptz
+        where owner = $1 and status = 'running'
+        returning run_id`,
+);
+const FROZEN_WORKERS = statement(
+  "frozen-workers",
+  `select name, heartbeat_at from workers where name = any($1::text[]) and heartbeat_at < $2::timestamptz
+        order by name`,
+);
+const HOSTED_AGENTS = statement(
+  "hosted-agents",
+  `select distinct unnest(agents) as agent from workers where heartbeat_at >= $1::timestamptz`,
+);
+
+/** Every statement of this file, for the catalogue in `statements.ts`. */
+export const LEASE_STATEMENTS = [
+  INSERT_RUN,
+  CREATE_OR_READ,
+  FIRST_CLAIM,
+  CLAIM,
+  TAKE_RUNS,
+  HEARTBEAT_MANY,
+  REMOVE_WORKER,
+  RELEASE_OWNER_RUNS,
+  FROZEN_WORKERS,
+  HOSTED_AGENTS,
+] as const;
+
+/** The parameters of {@link INSERT_RUN}. */
+function newRunParams(run: NewRun, now: Date): unknown[] {
+  return [
+    run.runId,
+    run.agent,
+    textParam(run.goal),
+    jsonParam(run.input ?? run.goal, "run input"),
+    ts(now),
+    jsonParam(run.budget ?? null, "run budget"),
+  ];
+}
+
+/**
+ * The row {@link INSERT_RUN} writes, from the values it was given: the JSON
+ * columns and the goal as stored (NUL escapes written out), the rest the schema's defaults.
+ */
+function newRunRow(run: NewRun, now: Date): RunRow {
+  return {
+    run_id: run.runId,
+    agent: run.agent,
+    goal: textParam(run.goal)!,
+    input: JSON.parse(jsonParam(run.input ?? run.goal, "run input")),
+    output: null,
+    status: "pending",
+    epoch: 0,
+    owner: null,
+    heartbeat_at: null,
+    error: null,
+    created_at: now,
+    updated_at: now,
+    stuck_claims: 0,
+    progress_mark: 0,
+    budget: JSON.parse(jsonParam(run.budget ?? null, "run budget")),
+  };
+}
+
+/** How runs are created, claimed, taken, kept and let go, and which workers are alive. */
+export class Leases {
+  readonly #client: SqlClient;
+
+  /** Sends its statements through `client`. */
+  constructor(client: SqlClient) {
+    this.#client = client;
+  }
+
+  /** Creates a pending run; false when a run with that id exists already. */
+  async createRun(run: NewRun, now: Date): Promise<boolean> {
+    return (await runWrite(this.#client, INSERT_RUN, newRunParams(run, now))) === 1;
+  }
+
+  /**
+   * Creates the run as `pending` unless it exists, and returns it as it is
+   * now, with the epoch the claim must start from. A new run costs one
+   * statement, and its row is the one the insert wrote ({@link newRunRow}):
+   * the statement sends back two values, not the row (#11: on PGlite each
+   * returned column is decoded in JavaScript). An existing run costs one read
+   * more; its epoch is the one the insert's own statement saw, so two
+   * starters of one new run both claim from epoch 0 and exactly one wins (a
+   * read after the insert could already see the winner's claim, and take the
+   * run over). When another process inserts the same run at the same moment,
+   * the statement's snapshot sees neither row, and the read gives the epoch.
+   */
+  async createOrGetRun(run: NewRun, now: Date): Promise<RunRow> {
+    const [seen] = await queryRows<{ created: boolean; epoch: number | null }>(
+      this.#client,
+      CREATE_OR_READ,
+      newRunParams(run, now),
+    );
+    if (seen?.created) return newRunRow(run, now);
+    const row = await readRun(this.#client, run.runId);
+    if (!row) throw new StoreError("RUN_MISSING", `Run ${run.runId} could be neither created nor read`);
+    return seen?.epoch === null || seen?.epoch === undefined ? row : { ...row, epoch: seen.epoch };
+  }
+
+  /**
+   * Claims a run: a compare-and-swap on the epoch read before. Returns the new
+   * epoch and how many claims in a row (this one included) found no progress
+   * since the claim before, or undefined when someone else claimed it first
+   * or it is closed.
+   */
+  async claimRun(
+    runId: string,
+    seenEpoch: number,
+    owner: string,
+    now: Date,
+  ): Promise<{ epoch: number; stuck_claims: number } | undefined> {
+    if (seenEpoch === 0) {
+      // A run at epoch 0 was never claimed: every journal, tool-call and
+      // approval row is written under a claimed epoch, and only a claim moves
+      // the marks, so its progress and marks are 0 and this claim is its first
+      // without progress, as the general statement would count (#11: without
+      // its two counts). What it writes is known, so nothing is sent back
+      // (#11: on PGlite, decoding a returned row is JavaScript work).
+      const written = await runWrite(this.#client, FIRST_CLAIM, [runId, owner, ts(now)]);
+      return written === 1 ? { epoch: 1, stuck_claims: 1 } : undefined;
+    }
+    const rows = await queryRows<{ epoch: number; stuck_claims: number }>(this.#client, CLAIM, [
+      runId,
+      seenEpoch,
+      owner,
+      ts(now),
+    ]);
+    return rows[0];
+  }
+
+  /**
+   * Worker host: takes and claims, in one statement, up to `limit` runs of
+   * the given agents that are `pending` or whose lease expired (no heartbeat
+   * since `staleBefore`): each gets a new epoch, `owner`, status `running`
+   * and a fresh heartbeat. `skip locked` lets racing hosts pass each other
+   * instead of queueing, and the epoch bump fences whoever held a run before.
+   */
+  async takeRuns(
+    owner: string,
+    agents: readonly string[],
+    staleBefore: Date,
+    now: Date,
+    limit: number,
+  ): Promise<TakenRun[]> {
+    return await queryRows<TakenRun>(this.#client, TAKE_RUNS, [
+      owner,
+      agents,
+      ts(staleBefore),
+      ts(now),
+      limit,
+    ]);
+  }
+
+  /**
+   * Worker host: renews, in one statement, the lease of every run it holds
+   * (each fenced on its own epoch) and its own row in `workers`. Returns the
+   * runs whose lease was renewed; any other was taken over, closed or cancelled.
+   */
+  async heartbeatMany(
+    worker: { name: string; agents: readonly string[]; capacity: number; startedAt: Date },
+    fences: readonly Fence[],
+    now: Date,
+  ): Promise<string[]> {
+    const rows = await queryRows<{ run_id: string }>(this.#client, HEARTBEAT_MANY, [
+      worker.name,
+      worker.agents,
+      worker.capacity,
+      ts(worker.startedAt),
+      ts(now),
+      fences.map((f) => f.runId),
+      fences.map((f) => f.epoch),
+    ]);
+    return rows.map((r) => r.run_id);
+  }
+
+  /** Worker host: removes its row from `workers` as it stops. */
+  async removeWorker(name: string): Promise<void> {
+    await queryRows(this.#client, REMOVE_WORKER, [name]);
+  }
+
+  /**
+   * Supervisor: makes the open runs held by a worker it saw die takeable at
+   * once (their lease cleared), without waiting out the lease: a reaped
+   * process cannot write again. The epoch is left alone; the next taker bumps
+   * it. Returns the runs released.
+   */
+  async releaseRuns(owner: string, now: Date): Promise<string[]> {
+    const rows = await queryRows<{ run_id: string }>(this.#client, RELEASE_OWNER_RUNS, [owner, ts(now)]);
+    return rows.map((r) => r.run_id).sort();
+  }
+
+  /**
+   * Supervisor: the workers among `names` whose own heartbeat (their row in
+   * `workers`, renewed by every {@link Leases.heartbeatMany}) is older than
+   * `staleBefore`, with when it was last renewed: frozen processes. A run's
+   * stale lease says nothing about its worker (a run that failed is let go
+   * while its worker goes on), and a worker that has not written its row yet
+   * holds no run.
+   */
+  async frozenWorkers(
+    names: readonly string[],
+    staleBefore: Date,
+  ): Promise<{ name: string; heartbeat_at: Date }[]> {
+    return await queryRows<{ name: string; heartbeat_at: Date }>(this.#client, FROZEN_WORKERS, [
+      names,
+      ts(staleBefore),
+    ]);
+  }
+
+  /** The agents hosted by a worker whose heartbeat is newer than `staleBefore`. */
+  async hostedAgents(staleBefore: Date): Promise<string[]> {
+    const rows = await queryRows<{ agent: string }>(this.#client, HOSTED_AGENTS, [ts(staleBefore)]);
+    return rows.map((r) => r.agent).sort();
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * Reads of one run's rows, shared by every audience: its `runs` row (a
+ * refused write explains itself with it), its history (a worker resumes from
+ * it, an operator inspects it), one tool call, and its approval requests.
+ *
+ * @module
+ */
+
+import type { SqlClient } from "./driver.ts";
+import type {
+  ApprovalRow,
+  Decision,
+  EffectStatus,
+  JournalRow,
+  Rejection,
+  RunRow,
+  SideEffectRow,
+} from "./rows.ts";
+import { queryRows, statement } from "./sql.ts";
+import type { Json } from "../tools.ts";
+
+const READ_RUN = statement("read-run", `select * from runs where run_id = $1`);
+
+// Both tables in one `union all` (#11: it was two statements), each row tagged
+// with its table, the other table's columns null. Columns stay typed (no
+// `to_jsonb`), so timestamps come back as `Date` on both drivers.
+const READ_HISTORY = statement(
+  "read-history",
+  `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at,
+              decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens,
+              null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
+              null::text as remote, null::text as error, null::int as attempts,
+              null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen
+         from journal where run_id = $1
+       union all
+       select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
+              null, null, null, null, null, null,
+              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at,
+              attempts_at_reopen
+         from side_effects where run_id = $1
+       order by tbl desc, seq`,
+);
+
+const READ_EFFECT = statement("read-effect", `select * from side_effects where idempotency_key = $1`);
+const READ_APPROVAL = statement("read-approval", `select * from approvals where idempotency_key = $1`);
+const LIST_APPROVALS = statement("list-approvals", `select * from approvals where run_id = $1 order by seq`);
+
+/** Every statement of this file, for the catalogue in `statements.ts`. */
+export const READ_STATEMENTS = [READ_RUN, READ_HISTORY, READ_EFFECT, READ_APPROVAL, LIST_APPROVALS] as const;
+
+/** A row of {@link RunReads.loadHistory}'s one statement: either table's columns, tagged with its table. */
+interface HistoryRow {
+  tbl: "j" | "e";
+  run_id: string;
+  seq: number;
+  status: string;
+  epoch: number;
+  intent_at: Date;
+  confirmed_at: Date | null;
+  decision: Json | null;
+  llm_attempts: number | null;
+  usage: Json | null;
+  rejections: Rejection[] | null;
+  reserved_tokens: number | null;
+  spent_tokens: number | null;
+  idempotency_key: string | null;
+  tool: string | null;
+  args: Json | null;
+  result: Json | null;
+  remote: SideEffectRow["remote"];
+  error: string | null;
+  attempts: number | null;
+  resolved_by: string | null;
+  resolved_at: Date | null;
+  attempts_at_reopen: number | null;
+}
+
+/** One run, if it exists: the read a refused write explains itself with, and create-or-read falls back on. */
+export async function readRun(client: SqlClient, runId: string): Promise<RunRow | undefined> {
+  return (await queryRows<RunRow>(client, READ_RUN, [runId]))[0];
+}
+
+/** The reads of one run's rows. */
+export class RunReads {
+  readonly #client: SqlClient;
+
+  /** Reads through `client`. */
+  constructor(client: SqlClient) {
+    this.#client = client;
+  }
+
+  /** One run, if it exists. */
+  async getRun(runId: string): Promise<RunRow | undefined> {
+    return await readRun(this.#client, runId);
+  }
+
+  /**
+   * Everything needed to resume: the journal and the tool calls of a run, by
+   * `seq`, in one statement (one snapshot for both is also the more honest read).
+   */
+  async loadHistory(runId: string): Promise<{ journal: JournalRow[]; effects: SideEffectRow[] }> {
+    const rows = await queryRows<HistoryRow>(this.#client, READ_HISTORY, [runId]);
+    const journal: JournalRow[] = [];
+    const effects: SideEffectRow[] = [];
+    for (const r of rows) {
+      const { run_id, seq, status, epoch, intent_at, confirmed_at } = r;
+      if (r.tbl === "j") {
+        journal.push({
+          run_id,
+          seq,
+          status: status as JournalRow["status"],
+          decision: r.decision as Decision | null,
+          llm_attempts: r.llm_attempts!,
+          usage: r.usage,
+          rejections: r.rejections!,
+          epoch,
+          intent_at,
+          confirmed_at,
+          reserved_tokens: r.reserved_tokens ?? 0,
+          spent_tokens: r.spent_tokens ?? 0,
+        });
+      } else {
+        effects.push({
+          idempotency_key: r.idempotency_key!,
+          run_id,
+          seq,
+          tool: r.tool!,
+          args: r.args as Json,
+          status: status as EffectStatus,
+          result: r.result,
+          remote: r.remote,
+          error: r.error,
+          attempts: r.attempts!,
+          epoch,
+          intent_at,
+          confirmed_at,
+          resolved_by: r.resolved_by,
+          resolved_at: r.resolved_at,
+          attempts_at_reopen: r.attempts_at_reopen,
+        });
+      }
+    }
+    return { journal, effects };
+  }
+
+  /** One tool call by its idempotency key, if it exists. */
+  async getEffect(key: string): Promise<SideEffectRow | undefined> {
+    return (await queryRows<SideEffectRow>(this.#client, READ_EFFECT, [key]))[0];
+  }
+
+  /** The approval request of a tool call, if one was made. */
+  async getApproval(key: string): Promise<ApprovalRow | undefined> {
+    return (await queryRows<ApprovalRow>(this.#client, READ_APPROVAL, [key]))[0];
+  }
+
+  /** Every approval request of a run, by step. */
+  async listApprovals(runId: string): Promise<ApprovalRow[]> {
+    return await queryRows<ApprovalRow>(this.#client, LIST_APPROVALS, [runId]);
+  }
+}

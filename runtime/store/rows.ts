@@ -1,0 +1,275 @@
+/**
+ * The store's rows and statuses, as its statements read and write them: a
+ * run, a step's decision (its journal row), a tool call, an approval request,
+ * and the values the store's methods take and return. No SQL here.
+ *
+ * @module
+ */
+
+import type { Budget } from "../budget_types.ts";
+import type { Json } from "../tools.ts";
+import type { ApprovalStatus, EffectStatus, JournalStatus, RemoteOutcome, RunStatus } from "./statuses.ts";
+
+// The statuses are declared once, in statuses.ts; every import of them from the rows keeps working.
+export * from "./statuses.ts";
+
+/**
+ * The tables whose rows belong to a run (each has a foreign key to `runs`),
+ * with the name under which `Store.pruneRuns` counts what it deleted
+ * from each. A table added to schema.sql with a key to runs belongs here, or
+ * prune could delete no run that has such a row (tests/prune_pg_test.ts compares
+ * this list with the foreign keys in the catalog).
+ */
+export const RUN_ROW_TABLES = {
+  journal: "journal",
+  side_effects: "effects",
+  approvals: "approvals",
+} as const;
+
+/** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
+export type PrunedRows = { -readonly [T in keyof typeof RUN_ROW_TABLES as typeof RUN_ROW_TABLES[T]]: number };
+
+/** A row of `runs`. */
+export interface RunRow {
+  /** The run. */
+  run_id: string;
+  /** The agent whose tools and model drive it. */
+  agent: string;
+  /** What the model is told to do: the input text, or the input as JSON text. */
+  goal: string;
+  /** The input as given. */
+  input: Json | null;
+  /** The model's final answer, once the run is done. */
+  output: string | null;
+  /** Where the row stands. */
+  status: RunStatus;
+  /** The fencing epoch of the claim that last wrote it. */
+  epoch: number;
+  /** The worker that claimed it last. */
+  owner: string | null;
+  /** The lease: when the owner last proved it is alive. */
+  heartbeat_at: Date | null;
+  /** Why it failed, was flagged or was blocked. */
+  error: string | null;
+  /** When it was created. */
+  created_at: Date;
+  /** When its status last changed. */
+  updated_at: Date;
+  /** Claims in a row (this one included) that found no progress since the claim before. */
+  stuck_claims: number;
+  /** Confirmed decisions plus settled tool calls at the last claim. */
+  progress_mark: number;
+  /** The run's ceilings, if any. */
+  budget: Budget | null;
+}
+
+/** A decision: a tool call, or done. */
+export type Decision =
+  | { tool: string; args: Json }
+  | { done: true; message: string };
+
+/** An answer the runtime refused, kept so a re-ask (and a restart) can tell the model why. */
+export interface Rejection {
+  /** Why, as a stable code such as `UNKNOWN_TOOL`. */
+  code: string;
+  /** Why, in words the model can act on. */
+  message: string;
+}
+
+/** A row of `journal`. */
+export interface JournalRow {
+  /** The run. */
+  run_id: string;
+  /** The step number, from 0. */
+  seq: number;
+  /** Where the row stands. */
+  status: JournalStatus;
+  /** The committed decision, once confirmed. */
+  decision: Decision | null;
+  /** Model requests paid for this step. */
+  llm_attempts: number;
+  /** Token usage the model reported for the deciding answer. */
+  usage: Json | null;
+  /** Answers refused for this step. */
+  rejections: Rejection[];
+  /** The fencing epoch of the claim that last wrote it. */
+  epoch: number;
+  /** When the (last) intent was written. */
+  intent_at: Date;
+  /** When the outcome was written. */
+  confirmed_at: Date | null;
+  /** Tokens reserved by requests of this step whose answers are not settled. */
+  reserved_tokens: number;
+  /** Tokens this step's settled answers count against the budget (budget.ts `answerTokens`). */
+  spent_tokens: number;
+}
+
+/** A row of `side_effects`. */
+export interface SideEffectRow {
+  /** `<run_id>:<seq>`. */
+  idempotency_key: string;
+  /** The run. */
+  run_id: string;
+  /** The step number, from 0. */
+  seq: number;
+  /** The tool called. */
+  tool: string;
+  /** The arguments as decided. */
+  args: Json;
+  /** Where the row stands. */
+  status: EffectStatus;
+  /** What the remote answered. */
+  result: Json | null;
+  /**
+   * `created`, `already_done`, `reconciled` (the tool's `reconcile` found
+   * that it had happened), or `resolved` by a human.
+   */
+  remote: RemoteOutcome | null;
+  /** Why it failed, was flagged or was blocked. */
+  error: string | null;
+  /** Requests sent (or about to be) under the key. */
+  attempts: number;
+  /** The fencing epoch of the claim that last wrote it. */
+  epoch: number;
+  /** When the (last) intent was written. */
+  intent_at: Date;
+  /** When the outcome was written. */
+  confirmed_at: Date | null;
+  /** Who resolved a flagged call. */
+  resolved_by: string | null;
+  /** When a flagged call was resolved. */
+  resolved_at: Date | null;
+  /**
+   * `attempts` when a person last reopened the run with this call at
+   * `intent`: while `attempts` still equals it, one request more than the
+   * tool's `maxAttempts` is allowed. Null: never reopened so.
+   */
+  attempts_at_reopen: number | null;
+}
+
+/** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */
+export interface ApprovalRow {
+  /** The call's idempotency key. */
+  idempotency_key: string;
+  /** The run. */
+  run_id: string;
+  /** The step. */
+  seq: number;
+  /** The tool. */
+  tool: string;
+  /** The arguments asked about. */
+  args: Json;
+  /** sha-256 of their canonical JSON. */
+  args_hash: string;
+  /** Where the request stands. */
+  status: ApprovalStatus;
+  /** Why it was denied. */
+  reason: string | null;
+  /** When it was asked. */
+  requested_at: Date;
+  /** Who answered. */
+  decided_by: string | null;
+  /** When. */
+  decided_at: Date | null;
+  /** The epoch of the worker that asked. */
+  epoch: number;
+}
+
+/** An approval request just answered, with its run's status after the answer. */
+export interface AnsweredApproval extends ApprovalRow {
+  /** The run's status after the answer: `pending` when it released a waiting run. */
+  run_status: RunStatus;
+}
+
+/** What `Store.decideApproval` found and did. */
+export interface ApprovalAnswer {
+  /** The request as it stands after the statement; undefined when there is none for the key. */
+  approval: ApprovalRow | undefined;
+  /** True when this statement answered it (it was pending and its run open). */
+  decided: boolean;
+  /** The run's status after the statement (`pending` when the answer released a waiting run). */
+  runStatus: RunStatus | undefined;
+}
+
+/** A run to create. */
+export interface NewRun {
+  /** Its id. */
+  runId: string;
+  /** The agent that drives it. */
+  agent: string;
+  /** The text the model is given. */
+  goal: string;
+  /** The input as given; defaults to `goal`. */
+  input?: Json;
+  /** Ceilings on its spend. */
+  budget?: Budget;
+}
+
+/**
+ * How a journal write settles an answer's tokens: the reservation it releases
+ * and what the answer counts (budget.ts `answerTokens`).
+ */
+export interface TokenSettlement {
+  /** Tokens of the step's reservation this answer releases. */
+  released: number;
+  /** Tokens the answer counts against the budget. */
+  spent: number;
+}
+
+/** A run a worker host has just taken: the row after its claim, and who held it before. */
+export interface TakenRun extends RunRow {
+  /** The owner before this take. */
+  previous_owner: string | null;
+  /** The heartbeat before this take. */
+  previous_heartbeat_at: Date | null;
+}
+
+/** Filters and paging of `Store.listRuns`. */
+export interface RunFilter {
+  /** Only runs in this status. */
+  status?: RunStatus;
+  /** Only runs of this agent. */
+  agent?: string;
+  /** Only run ids containing this text. */
+  search?: string;
+  /** Page size. Default 50. */
+  limit?: number;
+  /** Rows to skip (newest first). Default 0. */
+  offset?: number;
+}
+
+/** Who may write: a run and the epoch its claim produced. */
+export interface Fence {
+  /** The run. */
+  runId: string;
+  /** The fencing epoch of the claim that last wrote it. */
+  epoch: number;
+}
+
+/** A run with its step counts, for listings. */
+export interface RunSummary extends RunRow {
+  /** Journal rows (decided or being decided). */
+  steps: number;
+  /** Model requests paid for across the run. */
+  llm_calls: number;
+  /** Tool calls waiting for a human. */
+  flagged: number;
+  /** Model tokens spent or reserved (what the token budget counts). */
+  tokens: number;
+  /** Tool requests sent, re-sends included. */
+  tool_calls: number;
+}
+
+/** Which flagged calls a bulk resolve takes: those matching every field given. */
+export interface FlaggedFilter {
+  /** Calls of this tool. */
+  tool?: string;
+  /** Calls of this run. */
+  runId?: string;
+}
+
+/** How a person settles a flagged call, as the store writes it. */
+export type EffectResolution =
+  | { action: "result"; result: Json }
+  | { action: "retry" }
+  | { action: "fail"; error: string };

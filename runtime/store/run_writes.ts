@@ -1,0 +1,519 @@
+/**
+ * One run's fenced writes: what a worker holding a run's epoch writes as it
+ * decides and acts (journal intent, refusal and confirm; tool-call intent,
+ * confirm, settle and denial; an approval request; the run's end), its lease
+ * (heartbeat, release), and why a write was refused. Each write is one
+ * statement with the fence inside its own `where` clause: the row is written
+ * only while the run is still `running` under the writer's epoch. The fence
+ * takes a `for share` lock on the run row, so a concurrent claim (which
+ * updates that row) and a fenced write are serialised: a write either commits
+ * before the claim or sees the new epoch and writes nothing.
+ *
+ * @module
+ */
+
+import { MAX_ROW_TOKENS } from "../budget_types.ts";
+import { FencedError } from "../errors.ts";
+import type { Json } from "../tools.ts";
+import type { SqlClient } from "./driver.ts";
+import { readRun } from "./reads.ts";
+import type {
+  ApprovalRow,
+  Decision,
+  Fence,
+  JournalRow,
+  Rejection,
+  SideEffectRow,
+  TokenSettlement,
+} from "./rows.ts";
+import { FENCE, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
+
+const NO_TOKENS: TokenSettlement = Object.freeze({ released: 0, spent: 0 });
+
+// The texts of the statements a step and a run send, built once: a text built
+// per call is a new string each time, which a driver's cache of prepared
+// statements must flatten and hash again before it finds its entry (#11).
+const HEARTBEAT = statement(
+  "heartbeat",
+  `update runs set heartbeat_at = $3::timestamptz
+        where run_id = $1 and ${RUNNING_AT("$2")}`,
+);
+const JOURNAL_INTENT_TEXT =
+  `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
+       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}`;
+const JOURNAL_INTENT = statement("journal-intent", JOURNAL_INTENT_TEXT);
+const JOURNAL_INTENT_UPSERT = statement(
+  "journal-intent-upsert",
+  `${JOURNAL_INTENT_TEXT}
+       on conflict (run_id, seq) do update
+          set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at,
+              reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
+        where journal.status = 'intent'
+       returning *`,
+);
+// An answer settled: its reservation ($n) released, what it counts ($n + 1) added.
+const SETTLE_TOKENS = (n: number) =>
+  `reserved_tokens = greatest(0, reserved_tokens - $${n}),
+              spent_tokens = least(${MAX_ROW_TOKENS}, spent_tokens::bigint + $${n + 1})::int`;
+const JOURNAL_REJECT = statement(
+  "journal-reject",
+  `update journal set rejections = rejections || jsonb_build_array($4::text::jsonb),
+              usage = case when $5::text is null then usage else $5::text::jsonb end,
+              ${SETTLE_TOKENS(6)}
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`,
+);
+const JOURNAL_CONFIRM = statement(
+  "journal-confirm",
+  `update journal set status = 'confirmed', decision = $4::text::jsonb, usage = $5::text::jsonb,
+              confirmed_at = $6::timestamptz, ${SETTLE_TOKENS(7)}
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`,
+);
+const EFFECT_INTENT_TEXT =
+  `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+       select $3, $1, $4, $5, $6::text::jsonb, 'intent', 1, $2, $7::timestamptz where ${FENCE}`;
+const EFFECT_INTENT = statement("effect-intent", EFFECT_INTENT_TEXT);
+const EFFECT_INTENT_UPSERT = statement(
+  "effect-intent-upsert",
+  `${EFFECT_INTENT_TEXT}
+       on conflict (idempotency_key) do update
+          set attempts = side_effects.attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
+        where side_effects.status = 'intent'
+       returning *`,
+);
+const EFFECT_CONFIRM = statement(
+  "effect-confirm",
+  `update side_effects set status = 'confirmed', result = $4::text::jsonb, remote = $5,
+              confirmed_at = $6::timestamptz, error = null
+        where idempotency_key = $3 and run_id = $1 and status = 'intent'
+          and ${FENCE}`,
+);
+const EFFECT_SETTLE = statement(
+  "effect-settle",
+  `update side_effects set status = $4, error = $5, confirmed_at = $6::timestamptz
+        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
+);
+const EFFECT_DENIED = statement(
+  "effect-denied",
+  `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at,
+                                 confirmed_at, error)
+       select $3, $1, $4, $5, $6::text::jsonb, 'failed', 0, $2, $7::timestamptz, $7::timestamptz, $8 where ${FENCE}
+       returning *`,
+);
+const FINISH_RUN = statement(
+  "finish-run",
+  `update runs set status = $3, error = $4, updated_at = $5::timestamptz, output = $6
+        where run_id = $1 and ${RUNNING_AT("$2")}`,
+);
+const RELEASE_RUN = statement(
+  "release-run",
+  `update runs set heartbeat_at = null, updated_at = $3::timestamptz, error = $4
+        where run_id = $1 and ${RUNNING_AT("$2")}`,
+);
+
+// Approvals and liveness. A run may be `waiting` only on a request that is
+// still `pending`: nothing else wakes it. Two statements change what that
+// depends on: REQUEST_APPROVAL (a worker; the only statement that sets
+// `waiting`) and DECIDE_APPROVAL (a person, operators.ts; the only one that answers a
+// request). Both lock the run's row first (`for no key update`, the lock an
+// update takes), then the request's, as prune does (runs first), so on
+// PostgreSQL the two run one after the other for a run, and cannot deadlock.
+// Under READ COMMITTED a statement's snapshot may predate the other's commit
+// (taken before it waited for the lock), so neither judges by its snapshot:
+// the locking read gives the run's latest row; the request's latest row comes
+// from `on conflict do update` (which acts on the latest version) or from a
+// locking read; and each update finds its row by key alone, its conditions the
+// values those reads returned (an update whose snapshot row is out of date
+// re-reads the latest, which this statement holds). Each later step of a
+// statement refers to the earlier one's result, which fixes their order: a
+// lock taken after this statement updated the row would skip it. On PGlite
+// every statement runs alone: the serial case.
+//
+// So, for one run, in either order:
+// - request, then decide: the request left the run waiting on a pending
+//   request; the decision sees `waiting` and puts the run back to `pending`.
+// - decide, then request: the decision saw the run running (or pending) and
+//   left it; the request finds the answer, does not wait, and the worker goes
+//   on with it (its run still `running` under its epoch).
+// Nothing else sets `waiting` or answers a request. A cancel closes the run (a
+// waiting run's request stays pending, and a decision for a closed run is
+// refused), reopen and claim make it pending and running, and a stale worker's
+// request is refused (its epoch is in the lock's condition). A request for
+// other arguments than the stored one replaces it (pending again) instead of
+// using an answer given for those. An answer is final for its arguments: the
+// request of a step's key always carries the arguments of the step's confirmed
+// decision, which never changes, so a worker that reads an answer for its
+// arguments may use it without this statement (executor.ts).
+const APPROVAL_COLUMNS_RENEWED = [
+  "tool",
+  "args",
+  "args_hash",
+  "status",
+  "reason",
+  "decided_by",
+  "decided_at",
+  "requested_at",
+  "epoch",
+];
+const REQUEST_APPROVAL = statement(
+  "approval-request",
+  `with run as (
+         select 1 from runs where run_id = $1 and ${RUNNING_AT("$2")} for no key update),
+       a as (
+         insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, epoch)
+         select $3, $1, $4, $5, $6::text::jsonb, $7, 'pending', $8::timestamptz, $2 where exists (select 1 from run)
+         on conflict (idempotency_key) do update set ${
+    APPROVAL_COLUMNS_RENEWED.map((c) =>
+      `${c} = case when approvals.args_hash = excluded.args_hash then approvals.${c} else excluded.${c} end`
+    ).join(",\n             ")
+  }
+         returning *),
+       w as (
+         update runs set status = 'waiting', heartbeat_at = null, updated_at = $8::timestamptz
+          where run_id = $1 and ${RUNNING_AT("$2")} and exists (select 1 from a where a.status = 'pending')
+         returning 1)
+       select a.*, exists (select 1 from w) as waiting from a`,
+);
+
+/** Every statement of this file, for the catalogue in `statements.ts`. */
+export const RUN_WRITE_STATEMENTS = [
+  HEARTBEAT,
+  JOURNAL_INTENT,
+  JOURNAL_INTENT_UPSERT,
+  JOURNAL_REJECT,
+  JOURNAL_CONFIRM,
+  EFFECT_INTENT,
+  EFFECT_INTENT_UPSERT,
+  EFFECT_CONFIRM,
+  EFFECT_SETTLE,
+  EFFECT_DENIED,
+  FINISH_RUN,
+  RELEASE_RUN,
+  REQUEST_APPROVAL,
+] as const;
+
+// The rows a fresh intent's plain insert writes, from the very values the
+// statement was given (no placeholder: `now` is the `intent_at` written, the
+// defaults are the schema's). Sent back instead of read back (#11: on PGlite,
+// `returning *` cost 40 to 60 µs a statement, a fifth of it); store_test.ts
+// checks each against the row as loadHistory reads it.
+function freshJournalRow(f: Fence, seq: number, now: Date, reserveTokens: number): JournalRow {
+  return {
+    run_id: f.runId,
+    seq,
+    status: "intent",
+    decision: null,
+    llm_attempts: 1,
+    usage: null,
+    rejections: [],
+    epoch: f.epoch,
+    intent_at: now,
+    confirmed_at: null,
+    reserved_tokens: reserveTokens,
+    spent_tokens: 0,
+  };
+}
+
+function freshEffectRow(
+  f: Fence,
+  e: { key: string; seq: number; tool: string; args: Json },
+  now: Date,
+): SideEffectRow {
+  return {
+    idempotency_key: e.key,
+    run_id: f.runId,
+    seq: e.seq,
+    tool: e.tool,
+    args: e.args,
+    status: "intent",
+    result: null,
+    remote: null,
+    error: null,
+    attempts: 1,
+    epoch: f.epoch,
+    intent_at: now,
+    confirmed_at: null,
+    resolved_by: null,
+    resolved_at: null,
+    attempts_at_reopen: null,
+  };
+}
+
+/** The fenced writes of the runs a worker holds, each refused unless the run is `running` under its epoch. */
+export class RunWrites {
+  readonly #client: SqlClient;
+
+  /** Sends its statements through `client`. */
+  constructor(client: SqlClient) {
+    this.#client = client;
+  }
+
+  /** Refreshes the lease. False: the fence refused it. */
+  async heartbeat(f: Fence, now: Date): Promise<boolean> {
+    return (await runWrite(this.#client, HEARTBEAT, [f.runId, f.epoch, ts(now)])) === 1;
+  }
+
+  /**
+   * Records that a model request for step `seq` is about to be sent: inserts
+   * the journal row at `intent`, or counts one more attempt on it, and
+   * returns the row as the write left it (the worker keeps it in memory), or
+   * throws {@link FencedError}. `fresh`: the worker holds no row for `seq`, so
+   * a plain insert does (no `on conflict` arbitration, #11); should the row
+   * exist after all, the insert fails on the key and the upsert runs instead.
+   */
+  async journalIntentRow(
+    f: Fence,
+    seq: number,
+    now: Date,
+    reserveTokens = 0,
+    fresh = false,
+  ): Promise<JournalRow> {
+    const params = [f.runId, f.epoch, seq, ts(now), reserveTokens];
+    const row = await freshOr(
+      fresh,
+      async () =>
+        (await runWrite(this.#client, JOURNAL_INTENT, params)) === 1
+          ? freshJournalRow(f, seq, now, reserveTokens)
+          : undefined,
+      async () => (await queryRows<JournalRow>(this.#client, JOURNAL_INTENT_UPSERT, params))[0],
+    );
+    if (row === undefined) throw await this.refusal(f, `journal intent seq=${seq}`);
+    return row;
+  }
+
+  /**
+   * Records an answer the runtime refused for step `seq`, so a re-ask can say
+   * why. `usage`, when given, replaces the step's usage (the refused answer
+   * was paid for too: the caller passes the step's running total); `tokens`
+   * settles the answer's reservation against what it counts.
+   */
+  async journalReject(
+    f: Fence,
+    seq: number,
+    rejection: Rejection,
+    usage?: Json,
+    tokens: TokenSettlement = NO_TOKENS,
+  ): Promise<void> {
+    const written = await runWrite(this.#client, JOURNAL_REJECT, [
+      f.runId,
+      f.epoch,
+      seq,
+      jsonParam(rejection, "refusal"),
+      usage === undefined ? null : jsonParam(usage, "token usage"),
+      tokens.released,
+      tokens.spent,
+    ]);
+    if (written === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
+  }
+
+  /**
+   * Commits the decision of step `seq`, settling its answer's reservation
+   * against what the answer counts. Throws {@link FencedError} when refused.
+   */
+  async journalConfirm(
+    f: Fence,
+    seq: number,
+    decision: Decision,
+    usage: Json | undefined,
+    now: Date,
+    tokens: TokenSettlement = NO_TOKENS,
+  ): Promise<void> {
+    const written = await runWrite(this.#client, JOURNAL_CONFIRM, [
+      f.runId,
+      f.epoch,
+      seq,
+      jsonParam(decision, "decision"),
+      jsonParam(usage ?? null, "token usage"),
+      ts(now),
+      tokens.released,
+      tokens.spent,
+    ]);
+    if (written === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
+  }
+
+  /**
+   * Records that a tool request under `key` is about to be sent: inserts the
+   * row at `intent`, or counts one more attempt on an `intent` row, and
+   * returns the row as the write left it (the worker keeps it in memory), or
+   * throws {@link FencedError}. `fresh`: the worker holds no row for the
+   * call, so a plain insert does, as for {@link RunWrites.journalIntentRow}.
+   */
+  async effectIntentRow(
+    f: Fence,
+    e: { key: string; seq: number; tool: string; args: Json },
+    now: Date,
+    fresh = false,
+  ): Promise<SideEffectRow> {
+    const params = [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args, "tool arguments"), ts(now)];
+    const row = await freshOr(
+      fresh,
+      async () =>
+        (await runWrite(this.#client, EFFECT_INTENT, params)) === 1 ? freshEffectRow(f, e, now) : undefined,
+      async () => (await queryRows<SideEffectRow>(this.#client, EFFECT_INTENT_UPSERT, params))[0],
+    );
+    if (row === undefined) throw await this.refusal(f, `tool intent key=${e.key}`);
+    return row;
+  }
+
+  /** Commits a tool call's outcome. Throws {@link FencedError} when refused. */
+  async effectConfirm(
+    f: Fence,
+    key: string,
+    result: Json,
+    remote: "created" | "already_done" | "reconciled",
+    now: Date,
+  ): Promise<void> {
+    const written = await runWrite(this.#client, EFFECT_CONFIRM, [
+      f.runId,
+      f.epoch,
+      key,
+      jsonParam(result, "tool result"),
+      remote,
+      ts(now),
+    ]);
+    if (written === 0) throw await this.refusal(f, `tool confirm key=${key}`);
+  }
+
+  /** Marks a call `failed` (a permanent error) or `flagged` (unknown, needs a human). */
+  async effectSettle(
+    f: Fence,
+    key: string,
+    status: "failed" | "flagged",
+    error: string,
+    now: Date,
+  ): Promise<void> {
+    const written = await runWrite(this.#client, EFFECT_SETTLE, [
+      f.runId,
+      f.epoch,
+      key,
+      status,
+      textParam(error),
+      ts(now),
+    ]);
+    if (written === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
+  }
+
+  /**
+   * Records a denied call as that tool's result: a `failed` row that was never
+   * sent (attempts 0), so the model sees the refusal. Throws {@link FencedError}
+   * when refused.
+   */
+  async effectDenied(
+    f: Fence,
+    e: { key: string; seq: number; tool: string; args: Json },
+    error: string,
+    now: Date,
+  ): Promise<SideEffectRow> {
+    const rows = await queryRows<SideEffectRow>(this.#client, EFFECT_DENIED, [
+      f.runId,
+      f.epoch,
+      e.key,
+      e.seq,
+      e.tool,
+      jsonParam(e.args, "tool arguments"),
+      ts(now),
+      textParam(error),
+    ]);
+    if (rows.length === 0) throw await this.refusal(f, `tool denied key=${e.key}`);
+    return rows[0];
+  }
+
+  /**
+   * Asks a person to approve a call, or finds their answer, in one fenced
+   * statement: the request for these exact arguments is written as `pending`
+   * unless it exists already (one for other arguments is replaced), and the
+   * run goes to `waiting` with its lease cleared (holding no worker) only if
+   * the request is pending after the write. Returns the request as it stands:
+   * `approved` or `denied` means a person answered before this statement,
+   * and the run is still `running` under this worker, which goes on with the
+   * answer. Throws {@link FencedError} when refused. The comment at
+   * REQUEST_APPROVAL in this file says why no interleaving with
+   * `Operators.decideApproval` leaves the run waiting on an answered request.
+   */
+  async requestApproval(
+    f: Fence,
+    call: { key: string; seq: number; tool: string; args: Json; hash: string },
+    now: Date,
+  ): Promise<{ approval: ApprovalRow; waiting: boolean }> {
+    const rows = await queryRows<ApprovalRow & { waiting: boolean }>(this.#client, REQUEST_APPROVAL, [
+      f.runId,
+      f.epoch,
+      call.key,
+      call.seq,
+      call.tool,
+      jsonParam(call.args, "tool arguments"),
+      call.hash,
+      ts(now),
+    ]);
+    const row = rows[0];
+    if (!row) throw await this.refusal(f, `approval request key=${call.key}`);
+    const { waiting, ...approval } = row;
+    return { approval, waiting };
+  }
+
+  /**
+   * Closes (or blocks) the run this worker holds, with the final answer when
+   * it is done. Throws {@link FencedError} when refused.
+   */
+  async finishRun(
+    f: Fence,
+    status: "done" | "failed" | "blocked",
+    error: string | null,
+    now: Date,
+    output: string | null = null,
+  ): Promise<void> {
+    const written = await runWrite(this.#client, FINISH_RUN, [
+      f.runId,
+      f.epoch,
+      status,
+      textParam(error),
+      ts(now),
+      textParam(output),
+    ]);
+    if (written === 0) throw await this.refusal(f, `finish ${status}`);
+  }
+
+  /**
+   * Lets go of a run this worker holds after an error the loop could not
+   * classify: its lease cleared, so the next take retries it at once (the
+   * bound on claims without progress stops one that keeps failing), and the
+   * error kept on it, so that bound can name the cause. Fenced on the epoch:
+   * false when the run is no longer this worker's to release.
+   */
+  async releaseRun(f: Fence, error: string, now: Date): Promise<boolean> {
+    return (await runWrite(this.#client, RELEASE_RUN, [f.runId, f.epoch, ts(now), textParam(error)])) === 1;
+  }
+
+  /** Explains a refused write: the epoch moved (fenced), the run was closed, or the row was not as expected. */
+  async refusal(f: Fence, what: string): Promise<FencedError> {
+    const run = await readRun(this.#client, f.runId);
+    if (!run || run.epoch !== f.epoch) {
+      return new FencedError(
+        "FENCED",
+        `Write refused (${what}): run ${f.runId} is at epoch ${
+          run?.epoch ?? "none"
+        }, this worker holds ${f.epoch}`,
+      );
+    }
+    if (run.status !== "running") {
+      return new FencedError("RUN_CLOSED", `Write refused (${what}): run ${f.runId} is ${run.status}`);
+    }
+    return new FencedError(
+      "STALLED",
+      `Write refused (${what}): the row is not in the state this worker left it in (epoch ${f.epoch} unchanged)`,
+    );
+  }
+}
+
+/**
+ * Runs `plain` when `fresh`, else `upsert`; and `upsert` too when the plain
+ * insert finds the row there after all (a unique violation, 23505).
+ */
+async function freshOr<T>(fresh: boolean, plain: () => Promise<T>, upsert: () => Promise<T>): Promise<T> {
+  if (!fresh) return await upsert();
+  try {
+    return await plain();
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== "23505") throw err;
+    return await upsert();
+  }
+}
