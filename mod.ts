@@ -8,14 +8,22 @@
  * re-sends stranded tool calls under the same idempotency key
  * (`<run_id>:<seq>`), so the remote answers with what it did the first time.
  *
- * The surface: {@link defineTool} and {@link defineAgent} describe an agent;
- * {@link connect} gives a {@link Client} that starts runs, waits for them and
- * steers them, and hosts a worker in the process ({@link Client.startWorker}).
- * A model is any {@link Planner}: asked with a neutral transcript
- * ({@link DecideRequest}), it answers with a {@link PlannerDecision};
- * {@link OpenAIPlanner} speaks the OpenAI-compatible chat-completions
- * protocol. What users test their agents with (mock model, mock cloud,
- * simulator) is in `testing.ts`.
+ * The surface: {@link defineTool} and {@link defineAgent} describe an agent
+ * (a tool's HTTP helpers and {@link ToolError} beside them); {@link connect}
+ * gives a {@link Client} that starts runs, waits for them and steers them,
+ * and hosts a worker in the process ({@link Client.startWorker}). A model is
+ * any {@link Planner}: asked with a neutral transcript ({@link DecideRequest}),
+ * it answers with a {@link PlannerDecision}; {@link OpenAIPlanner} speaks the
+ * OpenAI-compatible chat-completions protocol. Then the clocks, the error
+ * classes with their codes, and the crash points `CRASH_AT` names.
+ *
+ * The package's other paths serve other audiences: `./testing` is the kit
+ * users test their agents with (mock model, mock cloud, simulator, fuzzer);
+ * `./store` is for a store driver's author and whoever reads below the
+ * client (the store, its rows and named statements, counting wrappers);
+ * `./display` is for a page or a terminal that shows runs (the display rule
+ * and the client's page reads); `./planners/openai` is the chat-completions
+ * mapping, for a planner of one's own on that wire.
  *
  * @example An agent with one tool, run durably on an in-memory database
  * ```ts
@@ -64,6 +72,7 @@
  * @module
  */
 
+// Defining agents and tools.
 export {
   type Agent,
   type AgentContext,
@@ -71,151 +80,9 @@ export {
   type AgentSpec,
   defineAgent,
   type ModelEndpoint,
-  type PreparedAgent,
 } from "./runtime/agent.ts";
 export {
-  Client,
-  ClientError,
-  connect,
-  type ConnectOptions,
-  type FlaggedFilter,
-  LIST_LIMIT_MAX,
-  type PruneResult,
-  type Resolution,
-  RESOLVE_BATCH_MAX,
-  type RunInfo,
-  type RunRecord,
-  type RunTimeline,
-  type StepRange,
-} from "./runtime/client.ts";
-export { answerTokens, type Budget, BudgetError } from "./runtime/budget.ts";
-export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
-export type { RetryPolicy, WorkerDeps, WorkerDepsOptions } from "./runtime/context.ts";
-export type { AgentDeps, AgentOptions, ProcessDeps, ProcessDepsOptions } from "./runtime/deps.ts";
-export {
-  displayJson,
-  displayJsonParts,
-  type DisplayOptions,
-  displayParts,
-  displayScript,
-  displayText,
-  escapeCodePoint,
-  type Hidden,
-  hiddenIn,
-} from "./runtime/display.ts";
-export { CRASH_POINTS, type CrashPlan, type CrashPoint, type CrashPoints } from "./runtime/crashpoints.ts";
-export {
-  type CodeOf,
-  ConfigError,
-  ERROR_CODES,
-  type ErrorCode,
-  FencedError,
-  ModelError,
-  type OwnCode,
-  ownCode,
-  RuntimeError,
-  StoreError,
-  ToolError,
-} from "./runtime/errors.ts";
-export { DEFAULT_RUNS_PER_WORKER, WorkerHost, type WorkerHostOptions } from "./runtime/host.ts";
-export { type LogFields, type LogFormat, Logger, type LogLevel, type LogSink } from "./runtime/log.ts";
-export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/loop.ts";
-export type { MigrationResult } from "./runtime/store/migrate.ts";
-export {
-  idempotencyKeyHeader,
-  isTransientStatus,
-  parseRetryAfter,
-  serverErrorMessage,
-} from "./runtime/http.ts";
-export {
-  type AnswerCall,
-  type AssistantMessage,
-  chatCompletionsUrl,
-  type ChatMessage,
-  chatMessages,
-  type ChatToolCall,
-  type DecideRequest,
-  type FetchLike,
-  type LegacyModelAnswer,
-  MAX_TOKENS_FIELDS,
-  type MaxTokensField,
-  type ModelAnswer,
-  OpenAIPlanner,
-  type OpenAIPlannerOptions,
-  type OpenAITool,
-  openAITools,
-  type Planner,
-  type PlannerDecision,
-  type SystemMessage,
-  type ToolCall,
-  type ToolResultMessage,
-  type TranscriptMessage,
-  type Usage,
-  type UserMessage,
-} from "./runtime/planner.ts";
-export type {
-  ApprovalView,
-  Clipped,
-  EffectView,
-  JournalView,
-  RunTokens,
-  RunView,
-  StepsView,
-  WholeValueField,
-} from "./runtime/store/overview.ts";
-export {
-  MAX_JSON_BYTES,
-  MAX_JSON_DEPTH,
-  storableJson,
-  type StorableOptions,
-  type StorableValue,
-  toStorable,
-  type UnstorableKind,
-  type UnstorableValue,
-  ValueUnstorableError,
-} from "./runtime/store/storable.ts";
-export type {
-  AnsweredApproval,
-  ApprovalAnswer,
-  ApprovalRow,
-  Decision,
-  EffectResolution,
-  EffectStatus,
-  Fence,
-  JournalRow,
-  Leases,
-  NewRun,
-  Operators,
-  PrunedRows,
-  QueryOptions,
-  Rejection,
-  RunFilter,
-  RunReads,
-  RunRow,
-  RunStatus,
-  RunSummary,
-  RunWrites,
-  SideEffectRow,
-  SqlClient,
-  Store,
-  TakenRun,
-  TokenSettlement,
-} from "./runtime/store/store.ts";
-export {
-  APPROVAL_STATUSES,
-  type ApprovalStatus,
-  EFFECT_STATUSES,
-  isRunStatus,
-  JOURNAL_STATUSES,
-  type JournalStatus,
-  REMOTE_OUTCOMES,
-  type RemoteOutcome,
-  RUN_ROW_TABLES,
-  RUN_STATUSES,
-} from "./runtime/store/store.ts";
-export {
   type ArgsSchema,
-  type CheckedCall,
   defineTool,
   type Json,
   type ReconcileContext,
@@ -224,16 +91,81 @@ export {
   type ToolContext,
   type ToolDescription,
   type ToolOutcome,
-  type ToolRegistry,
   type ToolSpec,
 } from "./runtime/tools.ts";
 export {
-  NO_TELEMETRY,
-  OtelTelemetry,
-  runTraceId,
-  type Telemetry,
-  telemetryFromEnv,
-  type TracedAttempt,
-  type TracedState,
-  traceHeaders,
-} from "./runtime/telemetry.ts";
+  idempotencyKeyHeader,
+  isTransientStatus,
+  parseRetryAfter,
+  serverErrorMessage,
+} from "./runtime/http.ts";
+export { traceHeaders } from "./runtime/telemetry.ts";
+export type { Budget } from "./runtime/budget.ts";
+
+// The client, and the worker it hosts.
+export {
+  Client,
+  ClientError,
+  connect,
+  type ConnectOptions,
+  type PruneResult,
+  type Resolution,
+  type RunInfo,
+  type RunRecord,
+} from "./runtime/client.ts";
+export {
+  type AnsweredApproval,
+  type ApprovalRow,
+  type FlaggedFilter,
+  type JournalRow,
+  RUN_STATUSES,
+  type RunFilter,
+  type RunRow,
+  type RunStatus,
+  type RunSummary,
+  type SideEffectRow,
+} from "./runtime/store/rows.ts";
+export { WorkerHost, type WorkerOptions } from "./runtime/host.ts";
+export type { AgentOptions, ProcessSettings, RetryPolicy } from "./runtime/deps.ts";
+export {
+  type LogFields,
+  type LogFormat,
+  Logger,
+  type LoggerOptions,
+  type LogLevel,
+  type LogSink,
+} from "./runtime/log.ts";
+
+// Planners: the interface, the neutral conversation it is asked with, and the one that ships.
+export type { Planner } from "./runtime/planner.ts";
+export type {
+  AnswerCall,
+  AssistantMessage,
+  DecideRequest,
+  LegacyModelAnswer,
+  ModelAnswer,
+  PlannerDecision,
+  SystemMessage,
+  ToolCall,
+  ToolResultMessage,
+  TranscriptMessage,
+  Usage,
+  UserMessage,
+} from "./runtime/transcript.ts";
+export { type FetchLike, OpenAIPlanner, type OpenAIPlannerOptions } from "./runtime/planners/openai.ts";
+
+// Clocks, errors and their codes, crash points.
+export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
+export {
+  type CodeOf,
+  ConfigError,
+  ERROR_CODES,
+  type ErrorCode,
+  ModelError,
+  type OwnCode,
+  ownCode,
+  RuntimeError,
+  StoreError,
+  ToolError,
+} from "./runtime/errors.ts";
+export { CRASH_POINTS, type CrashPoint } from "./runtime/crashpoints.ts";

@@ -11,6 +11,8 @@
  */
 
 export { ManualClock } from "./runtime/clock.ts";
+export type { CrashPlan, KillPoint } from "./runtime/crashpoints.ts";
+export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/loop.ts";
 export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
 export {
   type Charge,
@@ -28,12 +30,15 @@ export {
   type ModelCallCounts,
   type ModelFaultMode,
   type ModelFaultSpec,
+  type ScriptAnswerStep,
   type ScriptSpec,
   type ScriptStep,
+  type ScriptToolStep,
 } from "./mock/model.ts";
-export { argsFromSchema } from "./mock/schema_args.ts";
-export { serveMocks } from "./mock/server.ts";
+export { argsFromSchema, type ArgsFromSchemaOptions } from "./mock/schema_args.ts";
+export { type RunningMocks, serveMocks, type ServeMocksOptions } from "./mock/server.ts";
 export {
+  type ProcessHooks,
   type RunSnapshot,
   SimDb,
   type SimExit,
@@ -45,6 +50,7 @@ export { type FakeEffect, FakeRemote, type FakeRemoteFaults } from "./harness/fa
 export {
   type AgentFactory,
   type CleanRun,
+  type CloudFault,
   decodeSchedule,
   demoAgent as demoFuzzAgent,
   drawApprovalRace,
@@ -56,8 +62,11 @@ export {
   type FuzzFailure,
   type FuzzOptions,
   type FuzzReport,
+  type ModelFault,
   type PersonAct,
   type Schedule,
+  type ScheduleBudget,
   type ScheduleResult,
+  type UsageFault,
 } from "./harness/fuzz.ts";
 export { PLANTED_DEFECTS, type PlantedDefects } from "./harness/defects.ts";

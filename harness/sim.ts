@@ -75,14 +75,14 @@ export function seededRandom(seed: number): () => number {
  * schema, so two matrix runs in one instance see the same (empty) database.
  */
 export class SimDb {
-  /** The shared instance. */
-  readonly db: PGlite;
+  // The shared instance: private, so its type (PGlite's own) stays out of the testing kit's surface.
+  readonly #db: PGlite;
   #schemas = 0;
   /** The session's prepared statements and analysis schedule, shared by every handle (they live in the one session). */
   readonly #session = new PgliteSession();
 
   private constructor(db: PGlite) {
-    this.db = db;
+    this.#db = db;
   }
 
   /** Starts an in-memory PGlite (a cold start of a few seconds) with the tables loaded. */
@@ -98,7 +98,7 @@ export class SimDb {
    */
   async freshSchema(): Promise<void> {
     const name = `sim_${++this.#schemas}`;
-    await this.db.exec(`create schema ${name}; set search_path to ${name};\n${SCHEMA_SQL}`);
+    await this.#db.exec(`create schema ${name}; set search_path to ${name};\n${SCHEMA_SQL}`);
   }
 
   /**
@@ -107,13 +107,18 @@ export class SimDb {
    * bug) between the store and the handle.
    */
   handle(describe: string, opts: { wrap?: (client: SqlClient) => SqlClient } = {}): Store {
-    const client = new PgliteClient(this.db, { describe, owned: false, session: this.#session });
+    const client = new PgliteClient(this.#db, { describe, owned: false, session: this.#session });
     return new Store(opts.wrap ? opts.wrap(client) : client);
+  }
+
+  /** Runs a script on the shared instance, in the current schema (the fuzzer empties the tables this way). */
+  async exec(script: string): Promise<void> {
+    await this.#db.exec(script);
   }
 
   /** Closes the instance. */
   async close(): Promise<void> {
-    await this.db.close();
+    await this.#db.close();
   }
 }
 
@@ -235,8 +240,11 @@ export class SimWorld {
 
 /** A run's rows and what the remotes saw of it, at one moment. */
 export interface RunSnapshot {
+  /** The run's row, unless it does not exist. */
   run?: RunRow;
+  /** Its decisions, by step. */
   journal: JournalRow[];
+  /** Its tool calls, by step. */
   effects: SideEffectRow[];
   /** Chat-completions requests the mock model received for the run. */
   modelCalls: number;

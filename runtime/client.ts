@@ -21,7 +21,7 @@ import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
 import { type CodeOf, describeError, describeValue, RuntimeError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
-import { WorkerHost, type WorkerHostOptions } from "./host.ts";
+import { WorkerHost, type WorkerOptions } from "./host.ts";
 import { MAX_TOKENS_FIELDS, type MaxTokensField, OpenAIPlanner, type Planner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
 import {
@@ -569,7 +569,10 @@ export class Client {
    */
   async startWorker(
     agents: Agent[],
-    opts: Partial<Omit<WorkerHostOptions, "agents" | "store">> & { context?: Partial<AgentContext> } = {},
+    opts: WorkerOptions & {
+      /** What the agents' tools and models are built with. Default: this process's environment, `.data`, embedded. */
+      context?: Partial<AgentContext>;
+    } = {},
   ): Promise<WorkerHost> {
     const { context, ...hostOpts } = opts;
     const ctx: AgentContext = { env: readEnv(), dataDir: ".data", embedded: true, ...context };

@@ -58,22 +58,29 @@ export const DEFAULT_RETRY: RetryPolicy = {
 /** Default of {@link AgentDeps.maxClaimsWithoutProgress}. */
 export const DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS = 5;
 
-/** What one process has, shared by every agent and every run it drives (no module-level state). */
-export interface ProcessDeps {
-  /** Every statement the process runs. */
-  store: Store;
-  /** Time, for timestamps, sleeps and timeouts. */
-  clock: Clock;
+/**
+ * The part of a process's dependencies a user chooses for a worker it hosts
+ * in its own process (`client.startWorker`); {@link processDeps} defaults each.
+ */
+export interface ProcessSettings {
   /** Where events go. */
   log: Logger;
-  /** The crash points, armed or not: a crash kills the whole process, every run in it. */
-  crash: CrashPoints;
   /** Written to `runs.owner`. */
   owner: string;
   /** How often the leases are refreshed: one heartbeat renews every run the process holds. */
   heartbeatMs: number;
   /** How old a heartbeat may be before a run counts as abandoned. */
   leaseMs: number;
+}
+
+/** What one process has, shared by every agent and every run it drives (no module-level state). */
+export interface ProcessDeps extends ProcessSettings {
+  /** Every statement the process runs. */
+  store: Store;
+  /** Time, for timestamps, sleeps and timeouts. */
+  clock: Clock;
+  /** The crash points, armed or not: a crash kills the whole process, every run in it. */
+  crash: CrashPoints;
   /** Jitter source in [0, 1): `Math.random` in production, seeded per simulated process in the harness. */
   random: () => number;
   /** Spans and counters. */

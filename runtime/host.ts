@@ -23,6 +23,7 @@ import {
   type ProcessDeps,
   processDeps,
   type ProcessDepsOptions,
+  type ProcessSettings,
 } from "./deps.ts";
 import { describeError, FencedError, RuntimeError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
@@ -31,17 +32,25 @@ import { driveRun, releaseAfterError, type RunOutcome } from "./loop.ts";
 import type { Fence, TakenRun } from "./store/store.ts";
 
 /**
- * Options of a {@link WorkerHost}: the process's dependencies (a store, the
- * rest defaulted as {@link processDeps} does), limits applied to every agent
- * it hosts (as {@link agentDeps} takes them), and its own.
+ * How a worker host runs, every field with a default: its process's settings,
+ * the limits applied to every agent it hosts (as {@link agentDeps} takes
+ * them), and its own. What `client.startWorker` takes.
  */
-export interface WorkerHostOptions extends ProcessDepsOptions, AgentOptions {
-  /** The agents this host runs; it takes runs of these only. */
-  agents: PreparedAgent[];
+export interface WorkerOptions extends Partial<ProcessSettings>, AgentOptions {
   /** The most runs held at once. Default {@link DEFAULT_RUNS_PER_WORKER}. */
   runsPerWorker?: number;
   /** How often to look for runs when idle. Default 3 000. */
   pollMs?: number;
+}
+
+/**
+ * Options of a {@link WorkerHost}: the agents, a store (the rest of the
+ * process's dependencies defaulted as {@link processDeps} does), and
+ * {@link WorkerOptions}.
+ */
+export interface WorkerHostOptions extends ProcessDepsOptions, WorkerOptions {
+  /** The agents this host runs; it takes runs of these only. */
+  agents: PreparedAgent[];
   /** Called with each run's outcome as it ends. */
   onOutcome?: (outcome: RunOutcome) => void;
 }

@@ -8,7 +8,7 @@
 
 import { DEMO_GOAL } from "../../examples/provision/agent.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
-import { defineAgent } from "../../runtime/agent.ts";
+import { type Agent, defineAgent } from "../../runtime/agent.ts";
 import type { AgentFactory } from "./run.ts";
 import { SIM_CLOUD_URL } from "../sim.ts";
 
@@ -16,7 +16,7 @@ import { SIM_CLOUD_URL } from "../sim.ts";
 export const DEMO_APPROVAL_TOOL = "create_database";
 
 /** The demo agent as a fuzz target: its three cloud tools against the given fetch. */
-export const demoAgent: AgentFactory = (fetch) =>
+export const demoAgent: AgentFactory = (fetch): Agent =>
   defineAgent({
     name: "provision",
     instructions: "You are an agent that completes the user's goal by calling tools, one call per answer. " +

@@ -71,15 +71,21 @@ export const FAULT_FAMILIES: readonly FaultFamily[] = [
 
 /** A schedule's budget: a token ceiling with each answer's cap, and maybe a ceiling on model requests. */
 export interface ScheduleBudget {
+  /** The run's token ceiling. */
   tokens: number;
+  /** The cap on each answer, which each request reserves against the ceiling. */
   maxOutputTokens: number;
+  /** A ceiling on model requests, when drawn. */
   modelCalls?: number;
 }
 
 /** A schedule: a seed (the processes' jitter), the faults, and a budget on the run. */
 export interface Schedule {
+  /** Seeds the processes' jitter. */
   seed: number;
+  /** The faults, each at its position. */
   faults: Fault[];
+  /** A budget on the run, when the `budget` family is drawn. */
   budget?: ScheduleBudget;
 }
 

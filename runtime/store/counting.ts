@@ -76,8 +76,11 @@ export class CountingClient implements SqlClient {
 export interface TappedStatement {
   /** Sent with `query` (rows wanted) rather than `run`. */
   rows: boolean;
+  /** The statement's text. */
   text: string;
+  /** Its parameters. */
   params: unknown[];
+  /** What it was sent with: its name, above all. */
   opts?: QueryOptions;
 }
 

@@ -18,24 +18,118 @@ import { RUN_WRITE_STATEMENTS } from "./run_writes.ts";
 import { SCHEMA_CHECK_STATEMENTS } from "./schema_check.ts";
 import type { Statement } from "./sql.ts";
 
-/** Every statement of the store, by audience. */
-export const STATEMENTS = {
-  /** One run's fenced writes (`run_writes.ts`). */
-  runWrites: RUN_WRITE_STATEMENTS,
-  /** Reads of one run's rows (`reads.ts`). */
-  reads: READ_STATEMENTS,
-  /** Creating, claiming, taking, keeping and letting go of runs; the workers' rows (`leases.ts`). */
-  leases: LEASE_STATEMENTS,
-  /** The operators' reads and commands (`operators.ts`). */
-  operators: OPERATOR_STATEMENTS,
-  /** The web page's reads (`overview.ts`). */
-  overview: OVERVIEW_STATEMENTS,
-  /** The schema's version and columns (`migrate.ts`, `schema_check.ts`). */
-  schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
-} as const;
+/**
+ * The name of one of the store's statements. Spelt out here as well as
+ * beside each statement because a published type must be written out (JSR
+ * refuses types inferred from calls); the module does not compile while the
+ * two lists differ, so a statement added, renamed or dropped is changed in
+ * both.
+ */
+export type StatementName =
+  // runWrites
+  | "heartbeat"
+  | "journal-intent"
+  | "journal-intent-upsert"
+  | "journal-reject"
+  | "journal-confirm"
+  | "effect-intent"
+  | "effect-intent-upsert"
+  | "effect-confirm"
+  | "effect-settle"
+  | "effect-denied"
+  | "finish-run"
+  | "release-run"
+  | "approval-request"
+  // reads
+  | "read-run"
+  | "read-history"
+  | "read-effect"
+  | "read-approval"
+  | "list-approvals"
+  // leases
+  | "insert-run"
+  | "create-or-read"
+  | "first-claim"
+  | "claim"
+  | "take-runs"
+  | "heartbeat-many"
+  | "remove-worker"
+  | "release-owner-runs"
+  | "frozen-workers"
+  | "hosted-agents"
+  // operators
+  | "list-runs"
+  | "count-runs"
+  | "approval-decide"
+  | "flagged-calls"
+  | "resolve-one"
+  | "resolve-many"
+  | "cancel-run"
+  | "reopen-run"
+  | "prune-dry-run"
+  | "prune"
+  // overview
+  | "count-by-status"
+  | "agents-with-runs"
+  | "tokens-by-run"
+  | "run-view"
+  | "steps-journal"
+  | "steps-effects"
+  | "steps-approvals"
+  | "whole-value-input"
+  | "whole-value-output"
+  | "whole-value-error"
+  | "whole-value-decision-args"
+  | "whole-value-decision-message"
+  | "whole-value-decision-rejections"
+  | "whole-value-call-args"
+  | "whole-value-call-result"
+  | "whole-value-call-error"
+  | "whole-value-approval-args"
+  | "whole-value-approval-reason"
+  // schema
+  | "search-path"
+  | "schema-version-table"
+  | "schema-version"
+  | "schema-columns";
 
-/** The name of one of the store's statements. */
-export type StatementName = (typeof STATEMENTS)[keyof typeof STATEMENTS][number]["name"];
+/** The names the statements are declared under, as the compiler reads them beside their texts. */
+type DeclaredName =
+  | (typeof RUN_WRITE_STATEMENTS)[number]["name"]
+  | (typeof READ_STATEMENTS)[number]["name"]
+  | (typeof LEASE_STATEMENTS)[number]["name"]
+  | (typeof OPERATOR_STATEMENTS)[number]["name"]
+  | (typeof OVERVIEW_STATEMENTS)[number]["name"]
+  | (typeof MIGRATE_STATEMENTS)[number]["name"]
+  | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"];
+
+// A statement whose name is not listed in StatementName does not fit in STATEMENTS below; a listed name no
+// statement is declared under makes this line fail to compile.
+const everyNameDeclared: [StatementName] extends [DeclaredName] ? true : never = true;
+void everyNameDeclared;
+
+/** Every statement of the store, by audience. */
+export const STATEMENTS: {
+  /** One run's fenced writes (`run_writes.ts`). */
+  readonly runWrites: readonly Statement<StatementName>[];
+  /** Reads of one run's rows (`reads.ts`). */
+  readonly reads: readonly Statement<StatementName>[];
+  /** Creating, claiming, taking, keeping and letting go of runs; the workers' rows (`leases.ts`). */
+  readonly leases: readonly Statement<StatementName>[];
+  /** The operators' reads and commands (`operators.ts`). */
+  readonly operators: readonly Statement<StatementName>[];
+  /** The web page's reads (`overview.ts`). */
+  readonly overview: readonly Statement<StatementName>[];
+  /** The schema's version and columns (`migrate.ts`, `schema_check.ts`). */
+  readonly schema: readonly Statement<StatementName>[];
+} = {
+  runWrites: RUN_WRITE_STATEMENTS,
+  reads: READ_STATEMENTS,
+  leases: LEASE_STATEMENTS,
+  operators: OPERATOR_STATEMENTS,
+  overview: OVERVIEW_STATEMENTS,
+  schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
+};
 
 /** Every statement of the store, in one list. */
 export const ALL_STATEMENTS: readonly Statement<StatementName>[] = Object.values(STATEMENTS).flat();

@@ -1,0 +1,110 @@
+/**
+ * Below the client: the store every statement goes through, for a store
+ * driver's author and whoever reads or measures the runtime's database.
+ *
+ * A driver implements {@link SqlClient} (parameterised statements, each sent
+ * with the name it is declared under, and scripts); {@link Store} runs every
+ * statement of the runtime through one, and `new Client(new Store(driver))`
+ * (`Client` from the package's root) puts the whole client on it. Every
+ * statement has a name ({@link STATEMENTS}, {@link StatementName}), so
+ * {@link CountingClient} and {@link TapClient} count and time them by name.
+ * Here too: the rows and statuses the store reads and writes, the check every
+ * stored JSON value passes ({@link toStorable}), and a PostgreSQL schema of
+ * one's own to test against ({@link createSandbox}).
+ *
+ * @example Count the statements the client sends, by name
+ * ```ts
+ * import { Client, connect } from "./mod.ts";
+ * import { CountingClient, isStatementName, Store } from "./store.ts";
+ *
+ * const embedded = await connect({ memory: true });
+ * const counting = new CountingClient(embedded.store.client);
+ * const client = new Client(new Store(counting));
+ * await client.list();
+ * if (counting.total === 0) throw new Error("nothing counted");
+ * for (const name of counting.counts.keys()) {
+ *   if (!isStatementName(name)) throw new Error(`a statement without a name: ${name}`);
+ * }
+ * await client.close();
+ * ```
+ *
+ * @module
+ */
+
+// The store and the driver interface it speaks through.
+export {
+  type Leases,
+  type Operators,
+  RESOLVE_BATCH_MAX,
+  type RunReads,
+  type RunWrites,
+  Store,
+} from "./runtime/store/store.ts";
+export type { MigrationResult } from "./runtime/store/migrate.ts";
+export type { QueryOptions, SqlClient } from "./runtime/store/driver.ts";
+
+// Its rows and statuses.
+export {
+  type AnsweredApproval,
+  type ApprovalAnswer,
+  type ApprovalRow,
+  type Decision,
+  type EffectResolution,
+  type Fence,
+  type FlaggedFilter,
+  type JournalRow,
+  type NewRun,
+  type PrunedRows,
+  type Rejection,
+  RUN_ROW_TABLES,
+  type RunFilter,
+  type RunRow,
+  type RunSummary,
+  type SideEffectRow,
+  type TakenRun,
+  type TokenSettlement,
+} from "./runtime/store/rows.ts";
+export {
+  APPROVAL_STATUSES,
+  type ApprovalStatus,
+  EFFECT_STATUSES,
+  type EffectStatus,
+  isRunStatus,
+  JOURNAL_STATUSES,
+  type JournalStatus,
+  REMOTE_OUTCOMES,
+  type RemoteOutcome,
+  RUN_STATUSES,
+  type RunStatus,
+} from "./runtime/store/statuses.ts";
+
+// Its statements, by name, and the wrappers that count and show them.
+export {
+  isStatementName,
+  type StatementName,
+  statementName,
+  STATEMENTS,
+} from "./runtime/store/statements.ts";
+export type { Statement } from "./runtime/store/sql.ts";
+export {
+  CountingClient,
+  type Tap,
+  TapClient,
+  type TappedStatement,
+  UNNAMED,
+} from "./runtime/store/counting.ts";
+
+// The refusal of a fenced write, what it can store, and a schema of one's own to test against.
+export { FencedError } from "./runtime/errors.ts";
+export {
+  MAX_JSON_BYTES,
+  MAX_JSON_DEPTH,
+  storableJson,
+  type StorableOptions,
+  type StorableValue,
+  toStorable,
+  type UnstorableKind,
+  type UnstorableValue,
+  ValueUnstorableError,
+} from "./runtime/store/storable.ts";
+export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
