@@ -237,3 +237,13 @@ export {
   type TracedState,
   traceHeaders,
 } from "./runtime/telemetry.ts";
+export type {
+  Ended,
+  Failed,
+  Finished,
+  StepRows,
+  TracedCall,
+  TracedDecision,
+  TracedRecovery,
+  TracedStep,
+} from "./runtime/telemetry.ts";

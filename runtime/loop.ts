@@ -8,6 +8,7 @@
 
 import { type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import type { ProcessDeps } from "./deps.ts";
+import { type Ended, failed, finished, valueOf } from "./ended.ts";
 import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
@@ -349,8 +350,10 @@ async function driveClaimed(
       throw e;
     }
   };
+  const stranded = effects.filter((e) => e.status === "intent").length;
+  const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
-    await tel.recover(state, () => recover(deps, state));
+    await tel.recover(recovery, () => recover(deps, state));
     // Bounded by maxSteps: the guard closes the run.
     for (;; seq++) {
       // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
@@ -362,15 +365,29 @@ async function driveClaimed(
         await store.finishRun(state.fence, "failed", error, clock.now());
         return { ...outcome("failed", seq, error), runStatus: "failed" };
       }
-      const ended = await tel.step(state, seq, async (): Promise<RunOutcome | undefined> => {
-        const decision = await tel.decide(state, seq, () => decide(deps, state, seq));
+      const at = { fence: state.fence, seq };
+      const stepped = await tel.step(at, async (): Promise<Ended<RunOutcome | undefined>> => {
+        const before = state.journal.get(seq);
+        const decided = await tel.decide({ ...at, before }, () => decide(deps, state, seq));
+        if (!decided.ok) return decided;
+        const { decision, checked } = decided.value;
+        const journal = decided.rows.journal;
         if ("done" in decision) {
-          await store.finishRun(state.fence, "done", null, clock.now(), decision.message);
-          log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls, output: decision.message });
-          return { ...outcome("done", seq), runStatus: "done", output: decision.message };
+          try {
+            const end = await store.finishRun(state.fence, "done", null, clock.now(), decision.message);
+            log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls, output: decision.message });
+            return finished({ ...outcome("done", seq), runStatus: end.status, output: decision.message }, {
+              journal,
+            });
+          } catch (error) {
+            return failed(error, { journal });
+          }
         }
-        await tel.act(state, seq, () => act(deps, state, seq, decision));
+        const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
+        const rows = { journal, effect: acted.rows.effect };
+        return acted.ok ? finished(undefined, rows) : failed(acted.error, rows);
       });
+      const ended = valueOf(stepped);
       if (ended) return ended;
     }
   } catch (err) {
