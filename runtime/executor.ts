@@ -124,7 +124,7 @@ export async function act(
   state: RunState,
   seq: number,
   decided: Decided<ToolDecision>,
-): Promise<Ended<SideEffectRow | undefined>> {
+): Promise<Ended<SideEffectRow>> {
   const { decision } = decided;
   const runId = state.fence.runId;
   const key = idempotencyKey(runId, seq);
@@ -196,7 +196,7 @@ async function sendCall(
   const { key, seq, tool } = call;
   let row = state.effects.get(seq);
   // A call not sent again: confirmed with what its remote says it returned, or flagged (and the run blocked).
-  const settle = async (at: SideEffectRow, verdict: Verdict): Promise<Ended<SideEffectRow>> => {
+  const carryOut = async (at: SideEffectRow, verdict: Verdict): Promise<Ended<SideEffectRow>> => {
     if ("reconciled" in verdict) {
       row = await confirm(deps, state, at, verdict.reconciled, "reconciled");
       await crash.hit("after_confirm", seq);
@@ -210,7 +210,7 @@ async function sendCall(
     if (call.resumed && row) {
       const unknown = { attempts: row.attempts, ...call.resumed };
       const verdict = await unknownOutcome(deps, state, call, unknown);
-      if (verdict !== "send") return await settle(row, verdict);
+      if (verdict !== "send") return await carryOut(row, verdict);
     }
     // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
     for (;;) {
@@ -243,7 +243,7 @@ async function sendCall(
         if (e.transient) {
           const unknown = { attempts: attempt, error: e, approved: false, reopened: false };
           const verdict = await unknownOutcome(deps, state, call, unknown);
-          if (verdict !== "send") return await settle(intent, verdict);
+          if (verdict !== "send") return await carryOut(intent, verdict);
           // A remote that says when to come back (409 in progress, 429, 503) knows better than our backoff.
           const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
           log.warn("retrying", {
