@@ -108,6 +108,33 @@ export function idempotencyKey(runId: string, seq: number): string {
 }
 
 /**
+ * Waits out the backoff after a transient failure of request `attempt` of
+ * step `seq` (a model request, or the tool call `key`), logging `event` with
+ * the wait and why: the server's `Retry-After` when it sent one
+ * ({@link retryDelayMs}). Aborts with the worker.
+ */
+export async function waitToRetry(
+  deps: Pick<WorkerDeps, "retry" | "random" | "log" | "clock">,
+  state: Pick<RunState, "fence" | "signal">,
+  event: "model-retry" | "retrying",
+  at: { seq: number; key?: string; attempt: number },
+  err: { code: string; message: string; retryAfterMs?: number },
+): Promise<void> {
+  const delay = retryDelayMs(deps.retry, at.attempt, deps.random, err.retryAfterMs);
+  deps.log.warn(event, {
+    run: state.fence.runId,
+    seq: at.seq,
+    key: at.key,
+    attempt: at.attempt,
+    code: err.code,
+    error: err.message,
+    delay_ms: delay,
+    retry_after_ms: err.retryAfterMs,
+  });
+  await deps.clock.sleep(delay, state.signal);
+}
+
+/**
  * The wait before attempt `attempt + 1`: what the server asked for with
  * `Retry-After` (capped by `retryAfterMaxMs`, else `backoffMaxMs`), or else
  * {@link backoffMs}.

@@ -17,9 +17,9 @@ import { deadline } from "./clock.ts";
 import {
   applyRow,
   idempotencyKey,
-  retryDelayMs,
   type RunState,
   telemetryOf,
+  waitToRetry,
   type WorkerDeps,
 } from "./context.ts";
 import { type Ended, failed, finished } from "./ended.ts";
@@ -245,18 +245,7 @@ async function sendCall(
           const verdict = await unknownOutcome(deps, state, call, unknown);
           if (verdict !== "send") return await carryOut(intent, verdict);
           // A remote that says when to come back (409 in progress, 429, 503) knows better than our backoff.
-          const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
-          log.warn("retrying", {
-            run: runId,
-            seq,
-            key,
-            attempt,
-            code: e.code,
-            error: e.message,
-            delay_ms: delay,
-            retry_after_ms: e.retryAfterMs,
-          });
-          await clock.sleep(delay, state.signal);
+          await waitToRetry(deps, state, "retrying", { seq, key, attempt }, e);
           continue;
         }
         // A permanent failure is an answer too: record it and let the model see it.

@@ -8,7 +8,7 @@
  */
 
 import { deadline } from "./clock.ts";
-import { applyRow, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import { applyRow, type RunState, telemetryOf, waitToRetry, type WorkerDeps } from "./context.ts";
 import { type Ended, failed, finished } from "./ended.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildTranscript } from "./history.ts";
@@ -162,17 +162,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           );
         }
         // A server that says when to come back (429, 503) knows better than our backoff.
-        const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
-        log.warn("model-retry", {
-          run: runId,
-          seq,
-          attempt,
-          code: e.code,
-          error: e.message,
-          delay_ms: delay,
-          retry_after_ms: e.retryAfterMs,
-        });
-        await clock.sleep(delay, state.signal);
+        await waitToRetry(deps, state, "model-retry", { seq, attempt }, e);
         continue;
       } finally {
         timeout.cancel();
