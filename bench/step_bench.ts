@@ -64,6 +64,7 @@
 import { PGlite } from "@electric-sql/pglite";
 import postgres from "postgres";
 import { commandFlags } from "../runtime/config.ts";
+import { finished } from "../runtime/ended.ts";
 import type { Planner } from "../runtime/planner.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
@@ -501,20 +502,20 @@ async function telemetryRow(runs: number): Promise<void> {
     await receiver.close();
   }
   // The wrappers a step goes through with telemetry off (step, decide, model call, act, tool call).
-  const state = { fence: { runId: "bench", epoch: 1 }, journal: new Map(), effects: new Map() };
+  const fence = { runId: "bench", epoch: 1 };
   const t = NO_TELEMETRY;
   const n = 200_000;
-  const body = () => Promise.resolve(1);
+  const body = () => Promise.resolve(finished(1, {}));
   const time = async (wrapped: boolean) => {
     const t0 = performance.now();
     for (let i = 0; i < n; i++) {
       if (wrapped) {
+        const at = { fence, seq: i };
         await t.step(
-          state,
-          i,
+          at,
           () =>
-            t.decide(state, i, () => t.modelCall("m", () => Promise.resolve({ usage: 1 })))
-              .then(() => t.act(state, i, () => t.toolCall(state, { key: "k", seq: i, tool: "x" }, body))),
+            t.decide(at, () => t.modelCall("m", () => Promise.resolve({ usage: 1 })).then(body))
+              .then(() => t.act(at, () => t.toolCall({ ...at, key: "k", tool: "x" }, body))),
         );
       } else {
         await Promise.resolve({ usage: 1 }).then(body);

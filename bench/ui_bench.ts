@@ -43,7 +43,7 @@ import { commandFlags } from "../runtime/config.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { serveUi } from "../ui/server.ts";
-import { claim, effectIntent, journalIntent } from "../harness/direct_writes.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 const USAGE = `usage: deno task bench:ui [--steps N] [--answer-mb N] [--seconds N] [--database-url URL]
   Opens three runs' pages in headless Chromium and measures what each costs while it stays open:
@@ -80,15 +80,24 @@ async function writeRun(
   for (let seq = 0; seq < opts.steps; seq++) {
     const args = { name: `server-${seq}`, size: "small" };
     const key = `${opts.runId}:${seq}`;
-    await journalIntent(store, f, seq, clock.now());
-    await store.journalConfirm(f, seq, { tool: "create_server", args }, usage, clock.now());
-    await effectIntent(store, f, { key, seq, tool: "create_server", args }, clock.now());
+    await writeDecision(store, f, seq, { decision: { tool: "create_server", args }, usage }, clock.now());
+    const call = await store.effectIntentRow(f, { key, seq, tool: "create_server", args }, clock.now());
     if (opts.open && seq === opts.steps - 1) return; // the last call's outcome is not known yet
-    await store.effectConfirm(f, key, { id: `i-${seq}`, ip: "10.0.0.1" }, "created", clock.now());
+    await store.effectConfirm(
+      f,
+      call,
+      { result: { id: `i-${seq}`, ip: "10.0.0.1" }, remote: "created" },
+      clock.now(),
+    );
   }
   const answer = opts.answer ?? "All servers are up.";
-  await journalIntent(store, f, opts.steps, clock.now());
-  await store.journalConfirm(f, opts.steps, { done: true, message: answer }, usage, clock.now());
+  await writeDecision(
+    store,
+    f,
+    opts.steps,
+    { decision: { done: true, message: answer }, usage },
+    clock.now(),
+  );
   await store.finishRun(f, "done", null, clock.now(), answer);
 }
 

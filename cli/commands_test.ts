@@ -5,7 +5,7 @@ import { answerTokens } from "../runtime/budget.ts";
 import { ManualClock } from "../runtime/clock.ts";
 import { FencedError } from "../runtime/errors.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
-import { Store } from "../runtime/store/store.ts";
+import { type SideEffectRow, Store } from "../runtime/store/store.ts";
 import {
   cancel,
   type CommandContext,
@@ -19,7 +19,7 @@ import {
   runs,
   submit,
 } from "./commands.ts";
-import { claim, effectIntent, journalIntent } from "../harness/direct_writes.ts";
+import { claim, journalIntent, writeDecision } from "../harness/direct_writes.ts";
 
 // One embedded database for the whole file (a cold start costs seconds); distinct run ids per test.
 const dir = await Deno.makeTempDir({ prefix: "commands_test_" });
@@ -41,29 +41,25 @@ async function blockedRun(store: Store, runId: string, tool = "create_server"): 
   await store.createRun({ runId: runId, agent: "provision", goal: "goal" }, clock.now());
   const epoch = (await claim(store, runId, 0, "w1", clock.now()))!;
   const f = { runId, epoch };
+  const calls: SideEffectRow[] = [];
   for (const seq of [0, 1]) {
-    await journalIntent(store, f, seq, clock.now());
     const usage = { prompt_tokens: 10, completion_tokens: 5 };
-    await store.journalConfirm(
-      f,
-      seq,
-      { tool: "create_server", args: { name: `s${seq}` } },
+    await writeDecision(store, f, seq, {
+      decision: { tool: "create_server", args: { name: `s${seq}` } },
       usage,
-      clock.now(),
-      {
-        released: 0,
-        spent: answerTokens(usage, 0),
-      },
-    );
-    await effectIntent(store, f, {
-      key: `${runId}:${seq}`,
-      seq,
-      tool: seq === 1 ? tool : "create_server",
-      args: {},
+      tokens: { released: 0, spent: answerTokens(usage, 0) },
     }, clock.now());
+    calls.push(
+      await store.effectIntentRow(f, {
+        key: `${runId}:${seq}`,
+        seq,
+        tool: seq === 1 ? tool : "create_server",
+        args: {},
+      }, clock.now()),
+    );
   }
-  await store.effectConfirm(f, `${runId}:0`, "i-1", "created", clock.now());
-  await store.effectSettle(f, `${runId}:1`, "flagged", "outcome unknown", clock.now());
+  await store.effectConfirm(f, calls[0], { result: "i-1", remote: "created" }, clock.now());
+  await store.effectSettle(f, calls[1], { status: "flagged", error: "outcome unknown" }, clock.now());
   await store.finishRun(f, "blocked", "needs a human", clock.now());
 }
 
@@ -341,8 +337,13 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
       await store.createRun({ runId: id, agent: "provision", goal: "g" }, old);
     }
     const e = (await claim(store, "pr-done", 0, "w", old))!;
-    await journalIntent(store, { runId: "pr-done", epoch: e }, 0, old);
-    await store.journalConfirm({ runId: "pr-done", epoch: e }, 0, { done: true, message: "ok" }, null, old);
+    await writeDecision(
+      store,
+      { runId: "pr-done", epoch: e },
+      0,
+      { decision: { done: true, message: "ok" } },
+      old,
+    );
     await store.finishRun({ runId: "pr-done", epoch: e }, "done", null, old, "ok");
     const f = (await claim(store, "pr-failed", 0, "w", old))!;
     await store.finishRun({ runId: "pr-failed", epoch: f }, "failed", "boom", old);

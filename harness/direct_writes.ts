@@ -1,15 +1,16 @@
 /**
  * Shortcuts for tests and benchmarks that put a run in a given state through
  * the store directly, as a worker would write it, without driving a worker:
- * a claim that returns only the epoch, and intents that return only their
- * attempt count. The runtime itself uses the store's own methods, which
- * return the whole row ({@link Store.claimRun}, {@link Store.journalIntentRow},
- * {@link Store.effectIntentRow}).
+ * a claim that returns only the epoch, intents that return only their
+ * attempt count, and a step's decision (intent and confirm) in one call. The
+ * runtime itself uses the store's own methods, which return the whole row
+ * ({@link Store.claimRun}, {@link Store.journalIntentRow},
+ * {@link Store.journalConfirm}, {@link Store.effectIntentRow}).
  *
  * @module
  */
 
-import type { Fence, Store } from "../runtime/store/store.ts";
+import type { Decision, Fence, JournalRow, Store, TokenSettlement } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 
 /**
@@ -46,4 +47,20 @@ export async function effectIntent(
   now: Date,
 ): Promise<number> {
   return (await store.effectIntentRow(f, e, now)).attempts;
+}
+
+/**
+ * Writes step `seq`'s decision as a worker would, under the fence: its
+ * journal intent (or one more attempt on it), then its confirm. Returns the
+ * confirmed row, or throws a `FencedError`.
+ */
+export async function writeDecision(
+  store: Store,
+  f: Fence,
+  seq: number,
+  decided: { decision: Decision; usage?: Json; tokens?: TokenSettlement },
+  now: Date,
+): Promise<JournalRow> {
+  const intent = await store.journalIntentRow(f, seq, now);
+  return await store.journalConfirm(f, intent, { usage: undefined, ...decided }, now);
 }

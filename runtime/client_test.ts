@@ -5,7 +5,7 @@ import { type Client, ClientError, connect } from "./client.ts";
 import { RuntimeError } from "./errors.ts";
 import type { Planner } from "./planner.ts";
 import { defineTool } from "./tools.ts";
-import { claim, effectIntent, journalIntent } from "../harness/direct_writes.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 const effects: string[] = [];
 const model: Planner = {
@@ -98,10 +98,9 @@ async function flaggedRun(runId: string, tools: string[], block = true): Promise
   await store.createRun({ runId, agent: "shop", goal: "g" }, now);
   const f = { runId, epoch: (await claim(store, runId, 0, "w", now))! };
   for (const [seq, tool] of tools.entries()) {
-    await journalIntent(store, f, seq, now);
-    await store.journalConfirm(f, seq, { tool, args: {} }, null, now);
-    await effectIntent(store, f, { key: `${runId}:${seq}`, seq, tool, args: {} }, now);
-    await store.effectSettle(f, `${runId}:${seq}`, "flagged", "its outcome is unknown", now);
+    await writeDecision(store, f, seq, { decision: { tool, args: {} } }, now);
+    const call = await store.effectIntentRow(f, { key: `${runId}:${seq}`, seq, tool, args: {} }, now);
+    await store.effectSettle(f, call, { status: "flagged", error: "its outcome is unknown" }, now);
   }
   if (block) await store.finishRun(f, "blocked", "needs a human", now);
 }

@@ -18,9 +18,8 @@ import {
   type ProcessDepsOptions,
   type RetryPolicy,
 } from "./deps.ts";
-import type { Decision, Fence, JournalRow, SideEffectRow } from "./store/store.ts";
+import type { Fence, JournalRow, SideEffectRow } from "./store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
-import type { Tool } from "./tools.ts";
 
 // Where they were declared before process and agent came apart (deps.ts): importers keep working.
 export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } from "./deps.ts";
@@ -66,12 +65,19 @@ export interface RunState {
    * reached since names it as the likely cause.
    */
   lastWorkerError?: string;
-  /**
-   * The decision this worker has just committed, with its tool and arguments
-   * as the schema parsed them, so `act` does not parse them a second time
-   * (#11). A replayed decision has none here and is checked by `act`.
-   */
-  checked?: { decision: Decision; tool: Tool; args: unknown };
+}
+
+/**
+ * Applies a row a write returned to the run's state: the one way a worker's
+ * knowledge of a step changes after the claim. The row replaces the step's
+ * journal row, or its tool call (one with an idempotency key).
+ */
+export function applyRow(
+  state: Pick<RunState, "journal" | "effects">,
+  row: JournalRow | SideEffectRow,
+): void {
+  if ("idempotency_key" in row) state.effects.set(row.seq, row);
+  else state.journal.set(row.seq, row);
 }
 
 /** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */
@@ -99,6 +105,33 @@ export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
 /** The idempotency key of step `seq` of run `runId`. */
 export function idempotencyKey(runId: string, seq: number): string {
   return `${runId}:${seq}`;
+}
+
+/**
+ * Waits out the backoff after a transient failure of request `attempt` of
+ * step `seq` (a model request, or the tool call `key`), logging `event` with
+ * the wait and why: the server's `Retry-After` when it sent one
+ * ({@link retryDelayMs}). Aborts with the worker.
+ */
+export async function waitToRetry(
+  deps: Pick<WorkerDeps, "retry" | "random" | "log" | "clock">,
+  state: Pick<RunState, "fence" | "signal">,
+  event: "model-retry" | "retrying",
+  at: { seq: number; key?: string; attempt: number },
+  err: { code: string; message: string; retryAfterMs?: number },
+): Promise<void> {
+  const delay = retryDelayMs(deps.retry, at.attempt, deps.random, err.retryAfterMs);
+  deps.log.warn(event, {
+    run: state.fence.runId,
+    seq: at.seq,
+    key: at.key,
+    attempt: at.attempt,
+    code: err.code,
+    error: err.message,
+    delay_ms: delay,
+    retry_after_ms: err.retryAfterMs,
+  });
+  await deps.clock.sleep(delay, state.signal);
 }
 
 /**

@@ -14,11 +14,20 @@
 import { createHash } from "node:crypto";
 import { checkToolRequest } from "./budget.ts";
 import { deadline } from "./clock.ts";
-import { idempotencyKey, retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import {
+  applyRow,
+  idempotencyKey,
+  type RunState,
+  telemetryOf,
+  waitToRetry,
+  type WorkerDeps,
+} from "./context.ts";
+import { type Ended, failed, finished } from "./ended.ts";
 import { AbortedError, describeError, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { askRemote } from "./reconcile.ts";
 import { toStorable } from "./store/storable.ts";
+import type { Decided, ToolDecision } from "./journal.ts";
 import type { SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
 
@@ -105,132 +114,174 @@ interface Unknown {
   reopened: boolean;
 }
 
-/** Carries out the decided tool call of step `seq`, unless it already happened. */
+/**
+ * Carries out the decided tool call of step `seq`, unless it already happened;
+ * with the call's row as its last write left it (or as it was), whether it
+ * ended with the row settled or with an error.
+ */
 export async function act(
   deps: WorkerDeps,
   state: RunState,
   seq: number,
-  decision: { tool: string; args: Json },
-): Promise<void> {
+  decided: Decided<ToolDecision>,
+): Promise<Ended<SideEffectRow>> {
+  const { decision } = decided;
   const runId = state.fence.runId;
   const key = idempotencyKey(runId, seq);
   const existing = state.effects.get(seq);
-  if (existing?.status === "confirmed" || existing?.status === "failed") {
-    deps.log.info("skipped", {
-      run: runId,
-      seq,
-      key,
-      status: existing.status,
-      remote: existing.remote ?? undefined,
-    });
-    return;
+  let call: PreparedCall;
+  try {
+    if (existing?.status === "confirmed" || existing?.status === "failed") {
+      deps.log.info("skipped", {
+        run: runId,
+        seq,
+        key,
+        status: existing.status,
+        remote: existing.remote ?? undefined,
+      });
+      return finished(existing, { effect: existing });
+    }
+    if (existing?.status === "flagged") {
+      throw new BlockedError(key, existing.error ?? "its outcome is unknown");
+    }
+    // Arguments are checked before any intent row exists: bad arguments never reach a remote.
+    // A decision this worker has just made was checked by decide() (#11: not parsed twice).
+    const checked = decided.checked
+      ? { ok: true as const, ...decided.checked }
+      : deps.tools.check(decision.tool, decision.args);
+    if (!checked.ok) {
+      throw new RuntimeError(
+        "DECISION_INVALID",
+        `The decision of step ${seq} cannot be carried out: ${checked.message}`,
+      );
+    }
+    if (checked.tool.needsApproval(checked.args)) {
+      const denied = await approval(deps, state, key, seq, decision);
+      if (denied) return finished(denied, { effect: denied });
+    }
+    await deps.crash.hit("before_intent", seq);
+    call = { key, seq, tool: checked.tool, rawArgs: decision.args, args: checked.args };
+  } catch (error) {
+    return failed(error, { effect: existing });
   }
-  if (existing?.status === "flagged") throw new BlockedError(key, existing.error ?? "its outcome is unknown");
-  // Arguments are checked before any intent row exists: bad arguments never reach a remote.
-  // A decision this worker has just made was checked by decide() (#11: not parsed twice).
-  const fresh = state.checked?.decision === decision ? state.checked : undefined;
-  state.checked = undefined;
-  const checked = fresh
-    ? { ok: true as const, tool: fresh.tool, args: fresh.args }
-    : deps.tools.check(decision.tool, decision.args);
-  if (!checked.ok) {
-    throw new RuntimeError(
-      "DECISION_INVALID",
-      `The decision of step ${seq} cannot be carried out: ${checked.message}`,
-    );
-  }
-  if (checked.tool.needsApproval(checked.args) && !(await approved(deps, state, key, seq, decision))) return;
-  await deps.crash.hit("before_intent", seq);
-  await send(deps, state, { key, seq, tool: checked.tool, rawArgs: decision.args, args: checked.args });
+  return await send(deps, state, call);
 }
 
 /**
  * Sends a call (first attempt, re-send after a crash, or retry) until it is
  * confirmed, failed or flagged. Each attempt is counted in its intent row
- * before the request goes out.
+ * before the request goes out. Ends with the call's row as its last write
+ * left it: settled, or with the error that stopped it.
  */
-export function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
+export function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<Ended<SideEffectRow>> {
   return telemetryOf(deps).toolCall(
-    state,
-    { ...call, tool: call.tool.name },
+    {
+      fence: state.fence,
+      key: call.key,
+      seq: call.seq,
+      tool: call.tool.name,
+      before: state.effects.get(call.seq),
+    },
     () => sendCall(deps, state, call),
   );
 }
 
-async function sendCall(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<void> {
+async function sendCall(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+): Promise<Ended<SideEffectRow>> {
   const { log, store, clock, crash } = deps;
   const runId = state.fence.runId;
   const { key, seq, tool } = call;
-  // A call an earlier worker left at intent: may it be sent again, and is it known by now?
-  const left = state.effects.get(seq);
-  if (call.resumed && left) {
-    const unknown = { attempts: left.attempts, ...call.resumed };
-    if ((await unknownOutcome(deps, state, call, unknown)) === "settled") return;
-  }
-  // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
-  for (;;) {
-    checkToolRequest(state);
-    const row = await store.effectIntentRow(
-      state.fence,
-      { key, seq, tool: tool.name, args: call.rawArgs },
-      clock.now(),
-      !state.effects.has(seq),
-    );
-    // The row as the write left it is what this worker now knows of the call.
-    state.effects.set(seq, row);
-    const attempt = row.attempts;
-    log.info("intent", { run: runId, seq, key, tool: tool.name, attempt });
-    await crash.hit("after_intent", seq);
-    log.info("calling", { run: runId, seq, key, tool: tool.name, attempt });
-
-    let outcome: ToolOutcome;
-    try {
-      outcome = storedOutcome(await callTool(deps, state, call, attempt), call);
-    } catch (err) {
-      if (err instanceof SimulatedKill) throw err; // the (simulated) process is gone
-      if (state.signal.aborted) throw state.signal.reason ?? err;
-      // An error the tool did not classify says nothing about whether the remote
-      // acted, so it is treated as an unknown outcome: re-sent under the same key
-      // (or flagged), never recorded as a failure that might hide a resource.
-      const e = err instanceof ToolError
-        ? err
-        : new ToolError("TOOL_THREW", describeError(err), { transient: true, cause: err });
-      if (e.transient) {
-        const unknown = { attempts: attempt, error: e, approved: false, reopened: false };
-        if ((await unknownOutcome(deps, state, call, unknown)) === "settled") return;
-        // A remote that says when to come back (409 in progress, 429, 503) knows better than our backoff.
-        const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
-        log.warn("retrying", {
-          run: runId,
-          seq,
-          key,
-          attempt,
-          code: e.code,
-          error: e.message,
-          delay_ms: delay,
-          retry_after_ms: e.retryAfterMs,
-        });
-        await clock.sleep(delay, state.signal);
-        continue;
-      }
-      // A permanent failure is an answer too: record it and let the model see it.
-      await store.effectSettle(state.fence, key, "failed", e.message, clock.now());
-      settle(state, seq, { status: "failed", error: e.message });
-      log.warn("tool-failed", { run: runId, seq, key, tool: tool.name, code: e.code, error: e.message });
-      return;
+  let row = state.effects.get(seq);
+  // A call not sent again: confirmed with what its remote says it returned, or flagged (and the run blocked).
+  const carryOut = async (at: SideEffectRow, verdict: Verdict): Promise<Ended<SideEffectRow>> => {
+    if ("reconciled" in verdict) {
+      row = await confirm(deps, state, at, verdict.reconciled, "reconciled");
+      await crash.hit("after_confirm", seq);
+      return finished(row, { effect: row });
     }
-    await crash.hit("after_call", seq);
-    await confirm(deps, state, call, outcome.result, outcome.remote ?? "created");
-    return;
+    row = await flag(deps, state, at, verdict.flag);
+    throw new BlockedError(key, verdict.flag);
+  };
+  try {
+    // A call an earlier worker left at intent: may it be sent again, and is it known by now?
+    if (call.resumed && row) {
+      const unknown = { attempts: row.attempts, ...call.resumed };
+      const verdict = await unknownOutcome(deps, state, call, unknown);
+      if (verdict !== "send") return await carryOut(row, verdict);
+    }
+    // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
+    for (;;) {
+      checkToolRequest(state);
+      const intent = await store.effectIntentRow(
+        state.fence,
+        { key, seq, tool: tool.name, args: call.rawArgs },
+        clock.now(),
+        row === undefined,
+      );
+      row = intent;
+      applyRow(state, intent);
+      const attempt = intent.attempts;
+      log.info("intent", { run: runId, seq, key, tool: tool.name, attempt });
+      await crash.hit("after_intent", seq);
+      log.info("calling", { run: runId, seq, key, tool: tool.name, attempt });
+
+      let outcome: ToolOutcome;
+      try {
+        outcome = storedOutcome(await callTool(deps, state, call, attempt), call);
+      } catch (err) {
+        if (err instanceof SimulatedKill) throw err; // the (simulated) process is gone
+        if (state.signal.aborted) throw state.signal.reason ?? err;
+        // An error the tool did not classify says nothing about whether the remote
+        // acted, so it is treated as an unknown outcome: re-sent under the same key
+        // (or flagged), never recorded as a failure that might hide a resource.
+        const e = err instanceof ToolError
+          ? err
+          : new ToolError("TOOL_THREW", describeError(err), { transient: true, cause: err });
+        if (e.transient) {
+          const unknown = { attempts: attempt, error: e, approved: false, reopened: false };
+          const verdict = await unknownOutcome(deps, state, call, unknown);
+          if (verdict !== "send") return await carryOut(intent, verdict);
+          // A remote that says when to come back (409 in progress, 429, 503) knows better than our backoff.
+          await waitToRetry(deps, state, "retrying", { seq, key, attempt }, e);
+          continue;
+        }
+        // A permanent failure is an answer too: record it and let the model see it.
+        row = await store.effectSettle(
+          state.fence,
+          intent,
+          { status: "failed", error: e.message },
+          clock.now(),
+        );
+        applyRow(state, row);
+        log.warn("tool-failed", { run: runId, seq, key, tool: tool.name, code: e.code, error: e.message });
+        return finished(row, { effect: row });
+      }
+      await crash.hit("after_call", seq);
+      row = await confirm(deps, state, intent, outcome.result, outcome.remote ?? "created");
+      await crash.hit("after_confirm", seq);
+      return finished(row, { effect: row });
+    }
+  } catch (error) {
+    return failed(error, { effect: row });
   }
 }
 
 /**
+ * What becomes of a call whose last request's outcome is unknown, when it is
+ * not sent again: confirmed as `reconciled` with what the remote says it
+ * returned, or flagged for a human, for the reason given.
+ */
+type Verdict = { reconciled: Json } | { flag: string };
+
+/**
  * Decides what becomes of a call whose last request's outcome is unknown (an
- * unknown-outcome error, or a worker that stopped before writing it):
- * "send" when one more request may go out, "settled" when the tool's
- * `reconcile` found that it happened (confirmed as `reconciled`). Otherwise
- * it throws: {@link BlockedError} once the call is flagged, or `TOOL_GAVE_UP`.
+ * unknown-outcome error, or a worker that stopped before writing it), and
+ * writes nothing: "send" when one more request may go out, `reconciled` when
+ * the tool's `reconcile` found that it happened, `flag` when a human must
+ * look. Otherwise it throws `TOOL_GAVE_UP`.
  *
  * - A person's `resolve --retry` since the last request approves one more.
  * - At the tool's `maxAttempts` (one more after a `reopen`) nothing is sent:
@@ -245,7 +296,7 @@ async function unknownOutcome(
   state: RunState,
   call: PreparedCall,
   seen: Unknown,
-): Promise<"send" | "settled"> {
+): Promise<"send" | Verdict> {
   const { key, seq, tool } = call;
   if (seen.approved) return "send";
   const atLimit = seen.attempts >= tool.maxAttempts && !seen.reopened;
@@ -255,10 +306,7 @@ async function unknownOutcome(
     // What the remote says it returned is stored like any result: one the
     // database cannot hold confirms nothing, and the lookup could not tell.
     const stored = toStorable(answer.result, { writeOut: true });
-    if (stored.ok) {
-      await confirm(deps, state, call, stored.value, "reconciled");
-      return "settled";
-    }
+    if (stored.ok) return { reconciled: stored.value };
     answer = { status: "unknown", reason: `the result it found cannot be stored: it holds ${stored.reason}` };
   }
   if (answer?.status === "not_happened" && !atLimit) return "send";
@@ -271,12 +319,7 @@ async function unknownOutcome(
     const unknown = seen.error
       ? `it failed with an unknown outcome (${seen.error.message})`
       : "its outcome is unknown";
-    await flag(
-      deps,
-      state,
-      { key, seq, toolName: tool.name },
-      `${unknown} and ${tool.name} takes no idempotency key${lookup}`,
-    );
+    return { flag: `${unknown} and ${tool.name} takes no idempotency key${lookup}` };
   }
   deps.log.error("gave-up", {
     run: state.fence.runId,
@@ -300,25 +343,32 @@ async function unknownOutcome(
   });
 }
 
-/** Commits a call's outcome and records it in the run's state. */
+/** Commits the outcome of the call `row` and returns the row as the write left it, applied to the run's state. */
 async function confirm(
   deps: WorkerDeps,
   state: RunState,
-  call: PreparedCall,
+  row: SideEffectRow,
   result: Json,
   remote: "created" | "already_done" | "reconciled",
-): Promise<void> {
-  await deps.store.effectConfirm(state.fence, call.key, result, remote, deps.clock.now());
-  settle(state, call.seq, { status: "confirmed", result, remote });
-  deps.log.info("confirmed", { run: state.fence.runId, seq: call.seq, key: call.key, result, remote });
-  await deps.crash.hit("after_confirm", call.seq);
+): Promise<SideEffectRow> {
+  const confirmed = await deps.store.effectConfirm(state.fence, row, { result, remote }, deps.clock.now());
+  applyRow(state, confirmed);
+  deps.log.info("confirmed", {
+    run: state.fence.runId,
+    seq: row.seq,
+    key: row.idempotency_key,
+    result,
+    remote,
+  });
+  return confirmed;
 }
 
 /**
  * The approval gate, before any intent row: a call that needs a person's yes
  * is asked about with its exact arguments, and the run waits (holding no
- * worker) until then. True: approved, go on. False: denied, recorded as the
- * tool's result. Throws {@link WaitingError} while it waits.
+ * worker) until then. Undefined: approved, go on. A row: denied, recorded as
+ * the tool's result (the row written). Throws {@link WaitingError} while it
+ * waits.
  *
  * The read is only a shortcut: an answer for these arguments is final (see
  * the comment at REQUEST_APPROVAL in the store), so it is used at once.
@@ -327,13 +377,13 @@ async function confirm(
  * request as it stands then: a person may have answered since the read, and
  * the worker goes on with that answer instead of waiting on it.
  */
-async function approved(
+async function approval(
   deps: WorkerDeps,
   state: RunState,
   key: string,
   seq: number,
-  decision: { tool: string; args: Json },
-): Promise<boolean> {
+  decision: ToolDecision,
+): Promise<SideEffectRow | undefined> {
   const hash = await argsHash(decision.args);
   let approval = await deps.store.getApproval(key);
   if (!approval || approval.args_hash !== hash || approval.status === "pending") {
@@ -371,7 +421,7 @@ async function approved(
       error,
       deps.clock.now(),
     );
-    state.effects.set(seq, denied);
+    applyRow(state, denied);
     deps.log.warn("denied", {
       run: state.fence.runId,
       seq,
@@ -380,7 +430,7 @@ async function approved(
       by: approval.decided_by ?? undefined,
       reason: approval.reason ?? undefined,
     });
-    return false;
+    return denied;
   }
   deps.log.info("approved", {
     run: state.fence.runId,
@@ -389,26 +439,35 @@ async function approved(
     tool: decision.tool,
     by: approval.decided_by ?? undefined,
   });
-  return true;
+  return undefined;
 }
 
-/** Marks a call whose outcome cannot be known safely as `flagged`, and blocks the run. */
+/**
+ * Marks the call `row`, whose outcome cannot be known safely, as `flagged`,
+ * and returns the row as the write left it. The caller then blocks the run
+ * ({@link BlockedError}).
+ */
 export async function flag(
   deps: WorkerDeps,
   state: RunState,
-  call: { key: string; seq: number; toolName: string },
+  row: SideEffectRow,
   reason: string,
-): Promise<never> {
-  await deps.store.effectSettle(state.fence, call.key, "flagged", reason, deps.clock.now());
-  settle(state, call.seq, { status: "flagged", error: reason });
+): Promise<SideEffectRow> {
+  const flagged = await deps.store.effectSettle(
+    state.fence,
+    row,
+    { status: "flagged", error: reason },
+    deps.clock.now(),
+  );
+  applyRow(state, flagged);
   deps.log.warn("flagged", {
     run: state.fence.runId,
-    seq: call.seq,
-    key: call.key,
-    tool: call.toolName,
+    seq: row.seq,
+    key: row.idempotency_key,
+    tool: row.tool,
     reason,
   });
-  throw new BlockedError(call.key, reason);
+  return flagged;
 }
 
 async function callTool(
@@ -465,9 +524,4 @@ function storedOutcome(outcome: ToolOutcome, call: PreparedCall): ToolOutcome {
       `the tool must return JSON`,
     { transient: false },
   );
-}
-
-function settle(state: RunState, seq: number, change: Partial<SideEffectRow>): void {
-  const row = state.effects.get(seq);
-  if (row) state.effects.set(seq, { ...row, ...change });
 }

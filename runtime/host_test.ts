@@ -8,7 +8,7 @@ import type { Planner } from "./planner.ts";
 import { openPglite } from "./store/pglite.ts";
 import { type Fence, type QueryOptions, type SqlClient, Store } from "./store/store.ts";
 import { defineTool, type Tool, ToolRegistry } from "./tools.ts";
-import { claim } from "../harness/direct_writes.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 /** Records the name of every statement, so a test can count one kind. */
 class RecordingClient implements SqlClient {
@@ -414,8 +414,13 @@ Deno.test("the bound on claims without progress holds on a host's take: a run fa
     await store.createRun({ runId: "bound-reset", agent: "bound-reset", goal: "note it" }, clock.now());
     // The last of these takes commits a decision before its worker dies: progress.
     await ghostTakes("bound-reset", "bound-reset", limit, async (f) => {
-      await store.journalIntentRow(f, 0, clock.now());
-      await store.journalConfirm(f, 0, { tool: "note", args: { text: "bound-reset" } }, null, clock.now());
+      await writeDecision(
+        store,
+        f,
+        0,
+        { decision: { tool: "note", args: { text: "bound-reset" } } },
+        clock.now(),
+      );
     });
     await ghostTakes("bound-reset", "bound-reset", limit - 1);
     // 2 * limit takes so far, none since the progress would pass the bound; counted from it, this is the 3rd.

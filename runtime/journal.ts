@@ -8,14 +8,16 @@
  */
 
 import { deadline } from "./clock.ts";
-import { retryDelayMs, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import { applyRow, type RunState, telemetryOf, waitToRetry, type WorkerDeps } from "./context.ts";
+import { type Ended, failed, finished } from "./ended.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildTranscript } from "./history.ts";
 import type { Planner } from "./planner.ts";
 import { type DecideRequest, type PlannerDecision, plannerDecision } from "./transcript.ts";
-import type { Decision, JournalRow, Rejection, TokenSettlement } from "./store/store.ts";
+import type { Decision, JournalRow, Rejection } from "./store/store.ts";
+import type { Tool } from "./tools.ts";
 import { addUsage } from "./usage.ts";
-import { answerCap, answerTokens, checkModelRequest, MAX_ROW_TOKENS, worstCaseTokens } from "./budget.ts";
+import { answerCap, answerTokens, checkModelRequest, worstCaseTokens } from "./budget.ts";
 import { toStorable } from "./store/storable.ts";
 
 /**
@@ -49,167 +51,168 @@ function oneCall(answer: PlannerDecision): PlannerDecision {
   return answer;
 }
 
-/** Returns the decision for step `seq`: replayed if confirmed, otherwise asked for and committed. */
-export async function decide(deps: WorkerDeps, state: RunState, seq: number): Promise<Decision> {
+/** A tool call as a decision names it. */
+export type ToolDecision = Extract<Decision, { tool: string }>;
+
+/** What `act` needs of a step's decision. */
+export interface Decided<D extends Decision = Decision> {
+  /** The decision, as stored (what the tool receives, live and on replay). */
+  decision: D;
+  /**
+   * For a tool call this worker has just decided: its tool and arguments as
+   * the schema parsed them, so `act` does not parse them a second time (#11).
+   * A replayed decision has none, and `act` checks it.
+   */
+  checked?: { tool: Tool; args: unknown };
+}
+
+/**
+ * Returns the decision for step `seq`: replayed if confirmed, otherwise asked
+ * for and committed; with the step's journal row as its last write left it
+ * (or as it was), whether it ended with a decision or an error.
+ */
+export async function decide(deps: WorkerDeps, state: RunState, seq: number): Promise<Ended<Decided>> {
   const { log, store, clock, crash } = deps;
   const runId = state.fence.runId;
-  const row = state.journal.get(seq);
-  if (row?.status === "confirmed" && row.decision) {
-    log.info("replayed", { run: runId, seq, ...describeDecision(row.decision), llm_calls: state.llmCalls });
-    return row.decision;
-  }
-  await crash.hit("before_decide", seq);
-  // Bounded: each pass is one paid request, and the limit counts the durable
-  // total (across restarts), not this process's share of it.
-  for (;;) {
-    const paid = state.journal.get(seq)?.llm_attempts ?? 0;
-    if (paid >= deps.retry.maxModelAttempts) {
-      const last = state.journal.get(seq)?.rejections.at(-1);
-      throw new ModelError(
-        "MODEL_GAVE_UP",
-        `The model was asked ${paid} times for step ${seq} (the limit is ${deps.retry.maxModelAttempts}, counted ` +
-          `across restarts) without a usable answer${
-            last ? `; last refused: ${last.code}: ${last.message}` : ""
-          }${state.lastWorkerError ? `; its last worker stopped at: ${state.lastWorkerError}` : ""}`,
-      );
+  let row = state.journal.get(seq);
+  try {
+    if (row?.status === "confirmed" && row.decision) {
+      log.info("replayed", { run: runId, seq, ...describeDecision(row.decision), llm_calls: state.llmCalls });
+      return finished({ decision: row.decision }, { journal: row });
     }
-    const maxOutputTokens = answerCap(state.budget);
-    const question: DecideRequest = {
-      runId,
-      seq,
-      agent: deps.agent,
-      transcript: buildTranscript(state, seq, deps.instructions),
-      tools: deps.tools.descriptions(),
-      maxOutputTokens,
-    };
-    // With a budget, the request's worst case is reserved in the intent's own write,
-    // and the answer is asked to stay within it.
-    const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(deps.planner, question)) : 0;
-    checkModelRequest(state, reserve);
-    // The row as the write left it is what this worker now knows of the step.
-    const current = await store.journalIntentRow(
-      state.fence,
-      seq,
-      clock.now(),
-      reserve,
-      !state.journal.has(seq),
-    );
-    state.journal.set(seq, current);
-    const llmAttempts = current.llm_attempts;
-    const attempt = llmAttempts;
-    state.llmCalls += 1;
-    log.info("deciding", { run: runId, seq, attempt: llmAttempts, llm_calls: state.llmCalls });
-
-    let answer: PlannerDecision;
-    const timeout = deadline(
-      clock,
-      state.signal,
-      deps.retry.modelTimeoutMs,
-      () =>
-        new ModelError("MODEL_TIMEOUT", `The model did not answer within ${deps.retry.modelTimeoutMs}ms`, {
-          transient: true,
-        }),
-    );
-    try {
-      answer = await telemetryOf(deps).modelCall(deps.planner.model, async () =>
-        oneCall(plannerDecision(
-          await deps.planner.decide({
-            ...question,
-            // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
-            get signal() {
-              return timeout.signal;
-            },
-          }),
-        )));
-    } catch (err) {
-      const e = asModelError(err, timeout.expired(), state.signal);
-      if (e.badAnswer) {
-        await reject(deps, state, current, {
-          rejection: { code: e.code, message: e.message },
-          attempt,
-          usage: e.usage,
-          reserve,
-        });
-        continue;
-      }
-      if (!e.transient) throw e;
-      if (attempt >= deps.retry.maxModelAttempts) {
+    await crash.hit("before_decide", seq);
+    // Bounded: each pass is one paid request, and the limit counts the durable
+    // total (across restarts), not this process's share of it.
+    for (;;) {
+      const paid = row?.llm_attempts ?? 0;
+      if (paid >= deps.retry.maxModelAttempts) {
+        const last = row?.rejections.at(-1);
         throw new ModelError(
           "MODEL_GAVE_UP",
-          `The model failed ${attempt} requests for step ${seq} (the limit, counted across restarts); ` +
-            `last error: ${e.code}: ${e.message}`,
-          { cause: e },
+          `The model was asked ${paid} times for step ${seq} (the limit is ${deps.retry.maxModelAttempts}, counted ` +
+            `across restarts) without a usable answer${
+              last ? `; last refused: ${last.code}: ${last.message}` : ""
+            }${state.lastWorkerError ? `; its last worker stopped at: ${state.lastWorkerError}` : ""}`,
         );
       }
-      // A server that says when to come back (429, 503) knows better than our backoff.
-      const delay = retryDelayMs(deps.retry, attempt, deps.random, e.retryAfterMs);
-      log.warn("model-retry", {
-        run: runId,
+      const maxOutputTokens = answerCap(state.budget);
+      const question: DecideRequest = {
+        runId,
         seq,
-        attempt: llmAttempts,
-        code: e.code,
-        error: e.message,
-        delay_ms: delay,
-        retry_after_ms: e.retryAfterMs,
-      });
-      await clock.sleep(delay, state.signal);
-      continue;
-    } finally {
-      timeout.cancel();
-    }
-    await crash.hit("after_decide_before_journal", seq);
+        agent: deps.agent,
+        transcript: buildTranscript(state, seq, deps.instructions),
+        tools: deps.tools.descriptions(),
+        maxOutputTokens,
+      };
+      // With a budget, the request's worst case is reserved in the intent's own write,
+      // and the answer is asked to stay within it.
+      const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(deps.planner, question)) : 0;
+      checkModelRequest(state, reserve);
+      const current = await store.journalIntentRow(state.fence, seq, clock.now(), reserve, row === undefined);
+      row = current;
+      applyRow(state, current);
+      const attempt = current.llm_attempts;
+      state.llmCalls += 1;
+      log.info("deciding", { run: runId, seq, attempt, llm_calls: state.llmCalls });
+      // A refused answer is recorded (it was paid for: its usage and tokens count), and re-asked below the limit.
+      const refuse = async (rejection: Rejection, usage: unknown): Promise<void> => {
+        row = await reject(deps, state, current, { rejection, attempt, usage, reserve });
+        if (attempt >= deps.retry.maxModelAttempts) {
+          throw new ModelError(
+            "MODEL_GAVE_UP",
+            `The model gave no usable answer for step ${seq} in ${attempt} requests; last: ${rejection.code}: ${rejection.message}`,
+          );
+        }
+      };
 
-    // What cannot be stored as it is (a lone surrogate, a NUL, a number JSON
-    // cannot hold, nesting too deep: storable.ts) could never be confirmed, or
-    // would reach the tool as something other than what is stored: refused
-    // (and re-asked) like any other bad answer, before the tool's schema sees it.
-    const stored = toStorable(
-      answer.kind === "done"
-        ? { done: true, message: answer.text }
-        : { tool: answer.calls[0].name, args: answer.calls[0].args },
-    );
-    if (!stored.ok) {
-      await reject(deps, state, current, {
-        rejection: {
+      let answer: PlannerDecision;
+      const timeout = deadline(
+        clock,
+        state.signal,
+        deps.retry.modelTimeoutMs,
+        () =>
+          new ModelError("MODEL_TIMEOUT", `The model did not answer within ${deps.retry.modelTimeoutMs}ms`, {
+            transient: true,
+          }),
+      );
+      try {
+        answer = await telemetryOf(deps).modelCall(deps.planner.model, async () =>
+          oneCall(plannerDecision(
+            await deps.planner.decide({
+              ...question,
+              // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
+              get signal() {
+                return timeout.signal;
+              },
+            }),
+          )));
+      } catch (err) {
+        const e = asModelError(err, timeout.expired(), state.signal);
+        if (e.badAnswer) {
+          await refuse({ code: e.code, message: e.message }, e.usage);
+          continue;
+        }
+        if (!e.transient) throw e;
+        if (attempt >= deps.retry.maxModelAttempts) {
+          throw new ModelError(
+            "MODEL_GAVE_UP",
+            `The model failed ${attempt} requests for step ${seq} (the limit, counted across restarts); ` +
+              `last error: ${e.code}: ${e.message}`,
+            { cause: e },
+          );
+        }
+        // A server that says when to come back (429, 503) knows better than our backoff.
+        await waitToRetry(deps, state, "model-retry", { seq, attempt }, e);
+        continue;
+      } finally {
+        timeout.cancel();
+      }
+      await crash.hit("after_decide_before_journal", seq);
+
+      // What cannot be stored as it is (a lone surrogate, a NUL, a number JSON
+      // cannot hold, nesting too deep: storable.ts) could never be confirmed, or
+      // would reach the tool as something other than what is stored: refused
+      // (and re-asked) like any other bad answer, before the tool's schema sees it.
+      const stored = toStorable(
+        answer.kind === "done"
+          ? { done: true, message: answer.text }
+          : { tool: answer.calls[0].name, args: answer.calls[0].args },
+      );
+      if (!stored.ok) {
+        await refuse({
           code: "MODEL_UNSTORABLE",
           message: `The answer cannot be stored: it holds ${stored.reason}; answer again without it`,
-        },
-        attempt,
-        usage: answer.usage,
-        reserve,
-      });
-      continue;
-    }
-    // The answer as the database will give it back: what the tool receives, live and on replay.
-    const decision = stored.value as Decision;
-    if ("tool" in decision) {
-      const checked = deps.tools.check(decision.tool, decision.args);
-      if (!checked.ok) {
-        await reject(deps, state, current, {
-          rejection: { code: checked.code, message: checked.message },
-          attempt,
-          usage: answer.usage,
-          reserve,
-        });
+        }, answer.usage);
         continue;
       }
-      state.checked = { decision, tool: checked.tool, args: checked.args };
+      // The answer as the database will give it back: what the tool receives, live and on replay.
+      const decision = stored.value as Decision;
+      let checked: Decided["checked"];
+      if ("tool" in decision) {
+        const check = deps.tools.check(decision.tool, decision.args);
+        if (!check.ok) {
+          await refuse({ code: check.code, message: check.message }, answer.usage);
+          continue;
+        }
+        checked = { tool: check.tool, args: check.args };
+      }
+      // Every answer this step paid for counts, refused ones included.
+      const usage = addUsage(current.usage, answer.usage);
+      const tokens = { released: reserve, spent: answerTokens(answer.usage, reserve) };
+      const confirmed = await store.journalConfirm(
+        state.fence,
+        current,
+        { decision, usage, tokens },
+        clock.now(),
+      );
+      row = confirmed;
+      applyRow(state, confirmed);
+      log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
+      await crash.hit("after_decide", seq);
+      return finished({ decision, checked }, { journal: confirmed });
     }
-    // Every answer this step paid for counts, refused ones included.
-    const usage = addUsage(current.usage, answer.usage);
-    const tokens = { released: reserve, spent: answerTokens(answer.usage, reserve) };
-    await store.journalConfirm(state.fence, seq, decision, usage, clock.now(), tokens);
-    state.journal.set(seq, {
-      ...current,
-      status: "confirmed",
-      decision,
-      usage,
-      confirmed_at: clock.now(),
-      ...settledTokens(current, tokens),
-    });
-    log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
-    await crash.hit("after_decide", seq);
-    return decision;
+  } catch (error) {
+    return failed(error, { journal: row });
   }
 }
 
@@ -218,31 +221,21 @@ export function describeDecision(decision: Decision): Record<string, unknown> {
   return "tool" in decision ? { tool: decision.tool, args: decision.args } : { done: true };
 }
 
-/** A row's token columns after a write settled one answer (as the statement computes them). */
-function settledTokens(
-  row: JournalRow,
-  tokens: TokenSettlement,
-): Pick<JournalRow, "reserved_tokens" | "spent_tokens"> {
-  return {
-    reserved_tokens: Math.max(0, row.reserved_tokens - tokens.released),
-    spent_tokens: Math.min(MAX_ROW_TOKENS, row.spent_tokens + tokens.spent),
-  };
-}
-
-/** Records a refused answer (it was paid for: its usage and tokens count) and throws at the attempt limit. */
+/**
+ * Records a refused answer to the intent row `row` (it was paid for: its
+ * usage and tokens count) and returns the row as the write left it.
+ */
 async function reject(
   deps: WorkerDeps,
   state: RunState,
   row: JournalRow,
   refused: { rejection: Rejection; attempt: number; usage: unknown; reserve: number },
-): Promise<void> {
+): Promise<JournalRow> {
   const { rejection, attempt, reserve } = refused;
   const usage = refused.usage === undefined ? undefined : addUsage(row.usage, refused.usage);
   const tokens = { released: reserve, spent: answerTokens(refused.usage, reserve) };
-  await deps.store.journalReject(state.fence, row.seq, rejection, usage, tokens);
-  row.rejections = [...row.rejections, rejection];
-  Object.assign(row, settledTokens(row, tokens));
-  if (usage !== undefined) row.usage = usage;
+  const rejected = await deps.store.journalReject(state.fence, row, { rejection, usage, tokens });
+  applyRow(state, rejected);
   deps.log.warn("rejected", {
     run: state.fence.runId,
     seq: row.seq,
@@ -251,12 +244,7 @@ async function reject(
     attempt,
     llm_calls: state.llmCalls,
   });
-  if (attempt >= deps.retry.maxModelAttempts) {
-    throw new ModelError(
-      "MODEL_GAVE_UP",
-      `The model gave no usable answer for step ${row.seq} in ${attempt} requests; last: ${rejection.code}: ${rejection.message}`,
-    );
-  }
+  return rejected;
 }
 
 function asModelError(err: unknown, timedOut: Error | undefined, stop: AbortSignal): ModelError {

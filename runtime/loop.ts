@@ -8,6 +8,7 @@
 
 import { type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import type { ProcessDeps } from "./deps.ts";
+import { type Ended, failed, finished, valueOf } from "./ended.ts";
 import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
@@ -17,6 +18,7 @@ import { keepLease } from "./lease.ts";
 import { recover } from "./recovery.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
 import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./store/store.ts";
+import type { TracedStep } from "./telemetry.ts";
 import type { Json } from "./tools.ts";
 import type { Budget } from "./budget.ts";
 
@@ -349,8 +351,10 @@ async function driveClaimed(
       throw e;
     }
   };
+  const stranded = effects.filter((e) => e.status === "intent").length;
+  const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
-    await tel.recover(state, () => recover(deps, state));
+    await tel.recover(recovery, () => recover(deps, state));
     // Bounded by maxSteps: the guard closes the run.
     for (;; seq++) {
       // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
@@ -362,15 +366,9 @@ async function driveClaimed(
         await store.finishRun(state.fence, "failed", error, clock.now());
         return { ...outcome("failed", seq, error), runStatus: "failed" };
       }
-      const ended = await tel.step(state, seq, async (): Promise<RunOutcome | undefined> => {
-        const decision = await tel.decide(state, seq, () => decide(deps, state, seq));
-        if ("done" in decision) {
-          await store.finishRun(state.fence, "done", null, clock.now(), decision.message);
-          log.info("done", { run: runId, steps: seq, llm_calls: state.llmCalls, output: decision.message });
-          return { ...outcome("done", seq), runStatus: "done", output: decision.message };
-        }
-        await tel.act(state, seq, () => act(deps, state, seq, decision));
-      });
+      const at = { fence: state.fence, seq };
+      const stepped = await tel.step(at, () => step(deps, state, at, () => outcome("done", seq)));
+      const ended = valueOf(stepped);
       if (ended) return ended;
     }
   } catch (err) {
@@ -397,6 +395,42 @@ async function driveClaimed(
     }
     throw err;
   }
+}
+
+/**
+ * One step: its decision, then its tool call, or the run's close when the
+ * model says done (`done` gives the outcome then). Ends with the
+ * run's outcome when the run is done, with the step's rows either way.
+ */
+async function step(
+  deps: WorkerDeps,
+  state: RunState,
+  at: TracedStep,
+  done: () => RunOutcome,
+): Promise<Ended<RunOutcome | undefined>> {
+  const tel = telemetryOf(deps);
+  const { seq } = at;
+  const decided = await tel.decide({ ...at, before: state.journal.get(seq) }, () => decide(deps, state, seq));
+  if (!decided.ok) return decided;
+  const { decision, checked } = decided.value;
+  const journal = decided.rows.journal;
+  if ("done" in decision) {
+    try {
+      const end = await deps.store.finishRun(state.fence, "done", null, deps.clock.now(), decision.message);
+      deps.log.info("done", {
+        run: state.fence.runId,
+        steps: seq,
+        llm_calls: state.llmCalls,
+        output: decision.message,
+      });
+      return finished({ ...done(), runStatus: end.status, output: decision.message }, { journal });
+    } catch (error) {
+      return failed(error, { journal });
+    }
+  }
+  const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
+  const rows = { journal, effect: acted.rows.effect };
+  return acted.ok ? finished(undefined, rows) : failed(acted.error, rows);
 }
 
 const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({

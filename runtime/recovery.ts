@@ -13,6 +13,7 @@
  */
 
 import type { RunState, WorkerDeps } from "./context.ts";
+import { valueOf } from "./ended.ts";
 import { BlockedError, flag, send } from "./executor.ts";
 
 /** Settles every tool call a crash left at `intent`; prints the recovery block when there is history. */
@@ -41,11 +42,11 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
       throw new BlockedError(row.idempotency_key, row.error ?? "its outcome is unknown");
     }
     if (row.status !== "intent") continue;
-    const where = { key: row.idempotency_key, seq: row.seq, toolName: row.tool };
     const checked = deps.tools.check(row.tool, row.args);
     if (!checked.ok) {
-      // flag() never returns: it records the flag and throws BlockedError.
-      return await flag(deps, state, where, `it cannot be re-sent safely: ${checked.message}`);
+      const reason = `it cannot be re-sent safely: ${checked.message}`;
+      await flag(deps, state, row, reason);
+      throw new BlockedError(row.idempotency_key, reason);
     }
     // A person who resolved the flag with --retry approved exactly one re-send:
     // the approval is newer than the last intent. Once that re-send's intent
@@ -71,12 +72,11 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
       tool: row.tool,
       attempts: row.attempts,
     });
-    await send(deps, state, call);
-    const settled = state.effects.get(row.seq);
+    const settled = valueOf(await send(deps, state, call));
     log.info("reconciled", {
       run: runId,
       key: row.idempotency_key,
-      outcome: settled?.status === "confirmed" ? settled.remote : settled?.status,
+      outcome: settled.status === "confirmed" ? settled.remote : settled.status,
     });
   }
   log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: state.llmCalls });

@@ -42,12 +42,20 @@ import {
   TraceFlags,
   type Tracer,
 } from "npm:@opentelemetry/api@1.10.0";
+import type { Ended, StepRows } from "./ended.ts";
 import type { Fence, JournalRow, SideEffectRow } from "./store/store.ts";
+
+export type { Ended, Failed, Finished, StepRows } from "./ended.ts";
 
 /** The instrumentation scope's name. */
 export const SCOPE = "agent-runtime";
 
-/** What a span wrapper needs of the run: the fence, and the rows this worker knows. */
+/**
+ * What the span wrappers took of the run before they learned outcomes from
+ * what the work returned: the fence, and the rows this worker knows.
+ *
+ * @deprecated No wrapper takes it now: see {@link TracedStep}.
+ */
 export interface TracedState {
   /** The run and the epoch this worker holds. */
   fence: Fence;
@@ -55,6 +63,40 @@ export interface TracedState {
   journal: Map<number, JournalRow>;
   /** Tool calls by seq. */
   effects: Map<number, SideEffectRow>;
+}
+
+/** A step, as its spans name it. */
+export interface TracedStep {
+  /** The run and the epoch this worker holds. */
+  fence: Fence;
+  /** The step. */
+  seq: number;
+}
+
+/** The decision half of a step, as its span opens. */
+export interface TracedDecision extends TracedStep {
+  /** The step's journal row before it: a confirmed one is replayed. */
+  before?: JournalRow;
+}
+
+/** One tool call, as its span opens. */
+export interface TracedCall extends TracedStep {
+  /** Its idempotency key. */
+  key: string;
+  /** The tool. */
+  tool: string;
+  /** Its row before the span (a call an earlier worker left at intent): the attempts it had. */
+  before?: SideEffectRow;
+}
+
+/** Settling a crash's leftovers, as its span opens. */
+export interface TracedRecovery {
+  /** The run and the epoch this worker holds. */
+  fence: Fence;
+  /** Journal and tool-call rows read back at the claim: none, and there is nothing to recover (no span). */
+  rows: number;
+  /** Tool calls left at `intent`. */
+  strandedCalls: number;
 }
 
 /** A worker attempt, as the telemetry sees it at claim time. */
@@ -94,21 +136,17 @@ export interface Telemetry {
    */
   lostAttempt(a: TracedAttempt, journal: readonly JournalRow[], effects: readonly SideEffectRow[]): void;
   /** Settling a crash's leftovers. */
-  recover<T>(state: TracedState, fn: () => Promise<T>): Promise<T>;
-  /** One step. */
-  step<T>(state: TracedState, seq: number, fn: () => Promise<T>): Promise<T>;
-  /** The decision half of a step. */
-  decide<T>(state: TracedState, seq: number, fn: () => Promise<T>): Promise<T>;
+  recover<T>(at: TracedRecovery, fn: () => Promise<T>): Promise<T>;
+  /** One step; its outcome is read from how `fn` ended (the step's rows), which it returns. */
+  step<T>(at: TracedStep, fn: () => Promise<Ended<T>>): Promise<Ended<T>>;
+  /** The decision half of a step; its outcome is read from the journal row `fn` ended with. */
+  decide<T>(at: TracedDecision, fn: () => Promise<Ended<T>>): Promise<Ended<T>>;
   /** One paid model request. */
   modelCall<T extends { usage?: unknown }>(model: string | undefined, fn: () => Promise<T>): Promise<T>;
-  /** The action half of a step. */
-  act<T>(state: TracedState, seq: number, fn: () => Promise<T>): Promise<T>;
-  /** Sending one tool call until it is confirmed, failed or flagged. */
-  toolCall<T>(
-    state: TracedState,
-    call: { key: string; seq: number; tool: string },
-    fn: () => Promise<T>,
-  ): Promise<T>;
+  /** The action half of a step; its outcome is read from the tool call `fn` ended with. */
+  act<T>(at: TracedStep, fn: () => Promise<Ended<T>>): Promise<Ended<T>>;
+  /** Sending one tool call until it is confirmed, failed or flagged; read from the row `fn` ended with. */
+  toolCall<T>(call: TracedCall, fn: () => Promise<Ended<T>>): Promise<Ended<T>>;
   /** A worker lost the claim on a run of `agent` to another worker. */
   lostClaim(agent: string): void;
   /** The W3C trace context of the active span, as HTTP headers (`traceparent`), or none. */
@@ -120,12 +158,12 @@ export const NO_TELEMETRY: Telemetry = Object.freeze({
   enabled: false,
   attempt: (_a: TracedAttempt, fn: () => Promise<never>) => fn(),
   lostAttempt: () => {},
-  recover: (_s: TracedState, fn: () => Promise<never>) => fn(),
-  step: (_s: TracedState, _q: number, fn: () => Promise<never>) => fn(),
-  decide: (_s: TracedState, _q: number, fn: () => Promise<never>) => fn(),
+  recover: (_at: TracedRecovery, fn: () => Promise<never>) => fn(),
+  step: (_at: TracedStep, fn: () => Promise<never>) => fn(),
+  decide: (_at: TracedDecision, fn: () => Promise<never>) => fn(),
   modelCall: (_m: string | undefined, fn: () => Promise<never>) => fn(),
-  act: (_s: TracedState, _q: number, fn: () => Promise<never>) => fn(),
-  toolCall: (_s: TracedState, _c: unknown, fn: () => Promise<never>) => fn(),
+  act: (_at: TracedStep, fn: () => Promise<never>) => fn(),
+  toolCall: (_c: TracedCall, fn: () => Promise<never>) => fn(),
   lostClaim: () => {},
   traceHeaders: () => ({}),
 }) as Telemetry;
@@ -181,6 +219,23 @@ function runContext(runId: string): Context {
     traceFlags: TraceFlags.SAMPLED,
     isRemote: true,
   });
+}
+
+/** Marks `span` as ended by `err`. */
+function failSpan(span: Span, err: unknown): void {
+  span.recordException(err instanceof Error ? err : String(err));
+  span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+}
+
+/**
+ * Describes on `span` how its work ended: `describe` reads the rows it left,
+ * and an error it ended with is recorded as a thrown one would be. Returns
+ * `ended` as it came.
+ */
+function endedOn<T>(span: Span, ended: Ended<T>, describe: (rows: StepRows) => void): Ended<T> {
+  describe(ended.rows);
+  if (!ended.ok) failSpan(span, ended.error);
+  return ended;
 }
 
 function usageAttrs(usage: unknown): Attributes {
@@ -242,8 +297,7 @@ export class OtelTelemetry implements Telemetry {
         try {
           return await fn(span);
         } catch (err) {
-          span.recordException(err instanceof Error ? err : String(err));
-          span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+          failSpan(span, err);
           throw err;
         } finally {
           span.end();
@@ -312,71 +366,64 @@ export class OtelTelemetry implements Telemetry {
   }
 
   /** {@inheritDoc Telemetry.recover} */
-  recover<T>(state: TracedState, fn: () => Promise<T>): Promise<T> {
-    if (state.journal.size === 0 && state.effects.size === 0) return fn();
-    const pending = [...state.effects.values()].filter((e) => e.status === "intent").length;
+  recover<T>(at: TracedRecovery, fn: () => Promise<T>): Promise<T> {
+    if (at.rows === 0) return fn();
     return this.#span("agent.recover", {
-      "agent.run.id": state.fence.runId,
-      "agent.run.epoch": state.fence.epoch,
-      "agent.recover.stranded_calls": pending,
+      "agent.run.id": at.fence.runId,
+      "agent.run.epoch": at.fence.epoch,
+      "agent.recover.stranded_calls": at.strandedCalls,
     }, () => fn());
   }
 
   /** {@inheritDoc Telemetry.step} */
-  step<T>(state: TracedState, seq: number, fn: () => Promise<T>): Promise<T> {
+  step<T>(at: TracedStep, fn: () => Promise<Ended<T>>): Promise<Ended<T>> {
     return this.#span("agent.step", {
-      "agent.run.id": state.fence.runId,
-      "agent.run.epoch": state.fence.epoch,
-      "agent.step.seq": seq,
+      "agent.run.id": at.fence.runId,
+      "agent.run.epoch": at.fence.epoch,
+      "agent.step.seq": at.seq,
     }, async (span) => {
       try {
-        return await fn();
+        return endedOn(span, await fn(), ({ effect: e, journal }) => {
+          if (e) {
+            span.setAttributes({
+              "agent.idempotency_key": e.idempotency_key,
+              "agent.tool.name": e.tool,
+              "agent.tool.status": e.status,
+              "agent.tool.attempts": e.attempts,
+            });
+            if (e.remote) span.setAttribute("agent.tool.remote", e.remote);
+          }
+          const d = journal?.decision;
+          if (d && "done" in d) span.setAttribute("agent.step.done", true);
+        });
       } finally {
         this.#steps.add(1);
-        const e = state.effects.get(seq);
-        if (e) {
-          span.setAttributes({
-            "agent.idempotency_key": e.idempotency_key,
-            "agent.tool.name": e.tool,
-            "agent.tool.status": e.status,
-            "agent.tool.attempts": e.attempts,
-          });
-          if (e.remote) span.setAttribute("agent.tool.remote", e.remote);
-        }
-        const d = state.journal.get(seq)?.decision;
-        if (d && "done" in d) span.setAttribute("agent.step.done", true);
       }
     });
   }
 
   /** {@inheritDoc Telemetry.decide} */
-  decide<T>(state: TracedState, seq: number, fn: () => Promise<T>): Promise<T> {
-    const before = state.journal.get(seq);
-    const replayed = before?.status === "confirmed";
-    const attemptsBefore = before?.llm_attempts ?? 0;
+  decide<T>(at: TracedDecision, fn: () => Promise<Ended<T>>): Promise<Ended<T>> {
+    const replayed = at.before?.status === "confirmed";
+    const attemptsBefore = at.before?.llm_attempts ?? 0;
     return this.#span("agent.decide", {
-      "agent.run.id": state.fence.runId,
-      "agent.step.seq": seq,
+      "agent.run.id": at.fence.runId,
+      "agent.step.seq": at.seq,
       "agent.decision.replayed": replayed,
-    }, async (span) => {
-      try {
-        return await fn();
-      } finally {
-        const row = state.journal.get(seq);
-        if (row) {
-          const paid = row.llm_attempts - attemptsBefore;
-          if (paid > 1) this.#retries.add(paid - 1, { "agent.retry.kind": "model" });
-          span.setAttributes({
-            "agent.decision.llm_attempts": row.llm_attempts,
-            "agent.decision.rejections": row.rejections.length,
-            ...usageAttrs(row.usage),
-          });
-          const d = row.decision;
-          if (d && "tool" in d) span.setAttribute("gen_ai.tool.name", d.tool);
-          if (d && "done" in d) span.setAttribute("agent.decision.done", true);
-        }
-      }
-    });
+    }, async (span) =>
+      endedOn(span, await fn(), ({ journal: row }) => {
+        if (!row) return;
+        const paid = row.llm_attempts - attemptsBefore;
+        if (paid > 1) this.#retries.add(paid - 1, { "agent.retry.kind": "model" });
+        span.setAttributes({
+          "agent.decision.llm_attempts": row.llm_attempts,
+          "agent.decision.rejections": row.rejections.length,
+          ...usageAttrs(row.usage),
+        });
+        const d = row.decision;
+        if (d && "tool" in d) span.setAttribute("gen_ai.tool.name", d.tool);
+        if (d && "done" in d) span.setAttribute("agent.decision.done", true);
+      }));
   }
 
   /** {@inheritDoc Telemetry.modelCall} */
@@ -409,46 +456,34 @@ export class OtelTelemetry implements Telemetry {
   }
 
   /** {@inheritDoc Telemetry.act} */
-  act<T>(state: TracedState, seq: number, fn: () => Promise<T>): Promise<T> {
+  act<T>(at: TracedStep, fn: () => Promise<Ended<T>>): Promise<Ended<T>> {
     return this.#span("agent.act", {
-      "agent.run.id": state.fence.runId,
-      "agent.step.seq": seq,
-    }, async (span) => {
-      try {
-        return await fn();
-      } finally {
-        const e = state.effects.get(seq);
-        if (e) {
-          span.setAttributes({
-            "agent.idempotency_key": e.idempotency_key,
-            "gen_ai.tool.name": e.tool,
-            "agent.tool.status": e.status,
-            "agent.tool.attempts": e.attempts,
-          });
-          if (e.remote) span.setAttribute("agent.tool.remote", e.remote);
-        }
-      }
-    });
+      "agent.run.id": at.fence.runId,
+      "agent.step.seq": at.seq,
+    }, async (span) =>
+      endedOn(span, await fn(), ({ effect: e }) => {
+        if (!e) return;
+        span.setAttributes({
+          "agent.idempotency_key": e.idempotency_key,
+          "gen_ai.tool.name": e.tool,
+          "agent.tool.status": e.status,
+          "agent.tool.attempts": e.attempts,
+        });
+        if (e.remote) span.setAttribute("agent.tool.remote", e.remote);
+      }));
   }
 
   /** {@inheritDoc Telemetry.toolCall} */
-  toolCall<T>(
-    state: TracedState,
-    call: { key: string; seq: number; tool: string },
-    fn: () => Promise<T>,
-  ): Promise<T> {
-    const attemptsBefore = state.effects.get(call.seq)?.attempts ?? 0;
+  toolCall<T>(call: TracedCall, fn: () => Promise<Ended<T>>): Promise<Ended<T>> {
+    const attemptsBefore = call.before?.attempts ?? 0;
     return this.#span(`execute_tool ${call.tool}`, {
       "gen_ai.operation.name": "execute_tool",
       "gen_ai.tool.name": call.tool,
-      "agent.run.id": state.fence.runId,
+      "agent.run.id": call.fence.runId,
       "agent.step.seq": call.seq,
       "agent.idempotency_key": call.key,
-    }, async (span) => {
-      try {
-        return await fn();
-      } finally {
-        const e = state.effects.get(call.seq);
+    }, async (span) =>
+      endedOn(span, await fn(), ({ effect: e }) => {
         const attempts = e?.attempts ?? attemptsBefore;
         if (attempts - attemptsBefore > 1) {
           this.#retries.add(attempts - attemptsBefore - 1, { "agent.retry.kind": "tool" });
@@ -457,8 +492,7 @@ export class OtelTelemetry implements Telemetry {
         this.#toolCalls.add(1, { "gen_ai.tool.name": call.tool, "agent.tool.outcome": outcome });
         span.setAttributes({ "agent.tool.attempts": attempts, "agent.tool.outcome": outcome });
         if (e?.remote) span.setAttribute("agent.tool.remote", e.remote);
-      }
-    });
+      }));
   }
 
   /** {@inheritDoc Telemetry.lostClaim} */

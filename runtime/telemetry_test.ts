@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { failed, finished } from "./ended.ts";
 import { NO_TELEMETRY, runTraceId, telemetryEnabled, telemetryFromEnv, traceHeaders } from "./telemetry.ts";
 
 Deno.test("telemetry is off unless OTEL_DENO is true or 1", () => {
@@ -10,13 +11,19 @@ Deno.test("telemetry is off unless OTEL_DENO is true or 1", () => {
 });
 
 Deno.test("the no-op telemetry calls through, returns what the function returns, and rethrows", async () => {
-  const state = { fence: { runId: "r", epoch: 1 }, journal: new Map(), effects: new Map() };
-  assert.equal(await NO_TELEMETRY.step(state, 0, () => Promise.resolve(7)), 7);
+  const at = { fence: { runId: "r", epoch: 1 }, seq: 0 };
+  const seven = finished(7, {});
+  assert.equal(await NO_TELEMETRY.step(at, () => Promise.resolve(seven)), seven);
+  const boom = failed(new Error("boom"), {});
+  assert.equal(await NO_TELEMETRY.act(at, () => Promise.resolve(boom)), boom);
   assert.equal(
     await NO_TELEMETRY.modelCall("m", () => Promise.resolve({ usage: 1 })).then((a) => a.usage),
     1,
   );
-  await assert.rejects(NO_TELEMETRY.act(state, 0, () => Promise.reject(new Error("boom"))), /boom/);
+  await assert.rejects(
+    NO_TELEMETRY.recover({ ...at, rows: 1, strandedCalls: 0 }, () => Promise.reject(new Error("boom"))),
+    /boom/,
+  );
   assert.deepEqual(NO_TELEMETRY.traceHeaders(), {});
   assert.deepEqual(traceHeaders(), {}, "no global propagator without OTEL_DENO");
 });

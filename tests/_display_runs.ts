@@ -16,7 +16,7 @@ import { discardSink, Logger } from "../runtime/log.ts";
 import type { ModelAnswer, Planner } from "../runtime/planner.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { defineTool } from "../runtime/tools.ts";
-import { claim, effectIntent, journalIntent } from "../harness/direct_writes.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 /**
  * A title, a clipboard write (OSC 52), an erase of the line, hidden text,
@@ -130,18 +130,19 @@ export async function writeLongRun(
   const usage = { prompt_tokens: 2, completion_tokens: 1 };
   for (let seq = 0; seq < steps; seq++) {
     const args = { n: seq, pad: seq === 3 ? "x".repeat(1_500) : "" };
-    await journalIntent(store, f, seq, clock.now());
-    await store.journalConfirm(f, seq, { tool: "tick", args }, usage, clock.now());
-    await effectIntent(store, f, { key: `${runId}:${seq}`, seq, tool: "tick", args }, clock.now());
+    await writeDecision(store, f, seq, { decision: { tool: "tick", args }, usage }, clock.now());
+    const call = await store.effectIntentRow(
+      f,
+      { key: `${runId}:${seq}`, seq, tool: "tick", args },
+      clock.now(),
+    );
     await store.effectConfirm(
       f,
-      `${runId}:${seq}`,
-      seq === 4 ? { text: BIG } : { ok: seq },
-      "created",
+      call,
+      { result: seq === 4 ? { text: BIG } : { ok: seq }, remote: "created" },
       clock.now(),
     );
   }
-  await journalIntent(store, f, steps, clock.now());
-  await store.journalConfirm(f, steps, { done: true, message: BIG }, usage, clock.now());
+  await writeDecision(store, f, steps, { decision: { done: true, message: BIG }, usage }, clock.now());
   await store.finishRun(f, "done", null, clock.now(), BIG);
 }

@@ -11,7 +11,7 @@ import { openPglite } from "../runtime/store/pglite.ts";
 import { RUN_ROW_TABLES, Store } from "../runtime/store/store.ts";
 import { bothStoresTest, pgTest } from "./_pg.ts";
 import { Proc } from "../harness/procs.ts";
-import { claim, journalIntent } from "../harness/direct_writes.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 const DAY_MS = 86_400_000;
 
@@ -19,8 +19,7 @@ const DAY_MS = 86_400_000;
 async function cancelledWhileWaiting(store: Store, runId: string, at: Date): Promise<void> {
   await store.createRun({ runId, agent: "guarded", goal: "pay" }, at);
   const f = { runId, epoch: (await claim(store, runId, 0, "w1", at))! };
-  await journalIntent(store, f, 0, at);
-  await store.journalConfirm(f, 0, { tool: "pay", args: { cents: 5 } }, null, at);
+  await writeDecision(store, f, 0, { decision: { tool: "pay", args: { cents: 5 } } }, at);
   await store.requestApproval(
     f,
     { key: `${runId}:0`, seq: 0, tool: "pay", args: { cents: 5 }, hash: "h" },
@@ -33,8 +32,7 @@ async function cancelledWhileWaiting(store: Store, runId: string, at: Date): Pro
 async function plainDone(store: Store, runId: string, at: Date): Promise<void> {
   await store.createRun({ runId, agent: "plain", goal: "g" }, at);
   const f = { runId, epoch: (await claim(store, runId, 0, "w1", at))! };
-  await journalIntent(store, f, 0, at);
-  await store.journalConfirm(f, 0, { done: true, message: "ok" }, null, at);
+  await writeDecision(store, f, 0, { decision: { done: true, message: "ok" } }, at);
   await store.finishRun(f, "done", null, at, "ok");
 }
 

@@ -11,7 +11,7 @@ import { Client, connect } from "../runtime/client.ts";
 import { ManualClock } from "../runtime/clock.ts";
 import { BIG, writeLongRun } from "./_display_runs.ts";
 import { pgTest } from "./_pg.ts";
-import { claim, journalIntent } from "../harness/direct_writes.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 const STEPS = 120;
 const MAX = 500;
@@ -85,8 +85,7 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
   const epoch = (await claim(client.store, "appr-1", 0, "w1", clock.now()))!;
   const f = { runId: "appr-1", epoch };
   const args = { to: "ACCT-\u202E9876\u202C", cents: 100 };
-  await journalIntent(client.store, f, 0, clock.now());
-  await client.store.journalConfirm(f, 0, { tool: "transfer", args }, undefined, clock.now());
+  await writeDecision(client.store, f, 0, { decision: { tool: "transfer", args } }, clock.now());
   await client.store.requestApproval(
     f,
     { key: "appr-1:0", seq: 0, tool: "transfer", args, hash: "h" },

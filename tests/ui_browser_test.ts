@@ -22,7 +22,7 @@ import { defineTool } from "../runtime/tools.ts";
 import { serveUi } from "../ui/server.ts";
 import { BIG, RAW_HIDDEN, writeHostileRuns, writeLongRun } from "./_display_runs.ts";
 import { runWorkerToEnd } from "../harness/procs.ts";
-import { claim, journalIntent } from "../harness/direct_writes.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 const CHROMIUM = [Deno.env.get("CHROMIUM_PATH"), "/usr/bin/chromium", "/usr/bin/chromium-browser"]
   .find((p) => {
@@ -277,8 +277,7 @@ Deno.test({
         const args = { to: "ACCT-1", memo: `${"m".repeat(3_000)}\u202e` };
         await store.createRun({ runId: "long-approval", agent: "payer", goal: "pay" }, now());
         const f = { runId: "long-approval", epoch: (await claim(store, "long-approval", 0, "w", now()))! };
-        await journalIntent(store, f, 0, now());
-        await store.journalConfirm(f, 0, { tool: "transfer", args }, undefined, now());
+        await writeDecision(store, f, 0, { decision: { tool: "transfer", args } }, now());
         await store.requestApproval(
           f,
           { key: "long-approval:0", seq: 0, tool: "transfer", args, hash: "h" },

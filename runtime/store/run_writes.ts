@@ -9,6 +9,13 @@
  * updates that row) and a fenced write are serialised: a write either commits
  * before the claim or sees the new epoch and writes nothing.
  *
+ * Every write returns the row it wrote, which is what the worker then knows
+ * of it. Where the statement sends no rows back, the row is built here from
+ * the row the worker held and the very values the statement was given (its
+ * one `now` included), as the statement computes them: #11 measured
+ * `returning *` at 40 to 60 µs a statement on PGlite. store_test.ts checks
+ * each built row against the row as `loadHistory` reads it back.
+ *
  * @module
  */
 
@@ -23,6 +30,7 @@ import type {
   Fence,
   JournalRow,
   Rejection,
+  RunRow,
   SideEffectRow,
   TokenSettlement,
 } from "./rows.ts";
@@ -193,9 +201,7 @@ export const RUN_WRITE_STATEMENTS = [
 
 // The rows a fresh intent's plain insert writes, from the very values the
 // statement was given (no placeholder: `now` is the `intent_at` written, the
-// defaults are the schema's). Sent back instead of read back (#11: on PGlite,
-// `returning *` cost 40 to 60 µs a statement, a fifth of it); store_test.ts
-// checks each against the row as loadHistory reads it.
+// defaults are the schema's).
 function freshJournalRow(f: Fence, seq: number, now: Date, reserveTokens: number): JournalRow {
   return {
     run_id: f.runId,
@@ -236,6 +242,40 @@ function freshEffectRow(
     resolved_at: null,
     attempts_at_reopen: null,
   };
+}
+
+/**
+ * A JSON parameter and the value its text reads back as: what a row built
+ * from the write holds (NUL characters and lone surrogates written out, as
+ * the database has them). For the small values a step writes (usage, a
+ * refusal); a decision or a result is kept as given (see the writes).
+ */
+function writtenJson(value: unknown, what: string): { text: string; value: Json } {
+  const text = jsonParam(value, what);
+  return { text, value: JSON.parse(text) };
+}
+
+/** A row's token columns after a write settled one answer, as SETTLE_TOKENS computes them. */
+function settledTokens(
+  row: JournalRow,
+  tokens: TokenSettlement,
+): Pick<JournalRow, "reserved_tokens" | "spent_tokens"> {
+  return {
+    reserved_tokens: Math.max(0, row.reserved_tokens - tokens.released),
+    spent_tokens: Math.min(MAX_ROW_TOKENS, row.spent_tokens + tokens.spent),
+  };
+}
+
+/**
+ * `row`, checked to be of the fenced run: a write finds its row by the
+ * fence's run and the row's seq or key, and builds the row it returns from
+ * `row`, so the two must agree.
+ */
+function ofRun<R extends { run_id: string }>(f: Fence, row: R): R {
+  if (row.run_id !== f.runId) {
+    throw new RangeError(`A write for run ${f.runId} was given a row of run ${row.run_id}`);
+  }
+  return row;
 }
 
 /** The fenced writes of the runs a worker holds, each refused unless the run is `running` under its epoch. */
@@ -281,53 +321,72 @@ export class RunWrites {
   }
 
   /**
-   * Records an answer the runtime refused for step `seq`, so a re-ask can say
-   * why. `usage`, when given, replaces the step's usage (the refused answer
-   * was paid for too: the caller passes the step's running total); `tokens`
-   * settles the answer's reservation against what it counts.
+   * Records an answer the runtime refused for step `row.seq`, so a re-ask can
+   * say why, and returns the row as the write left it. `usage`, when given,
+   * replaces the step's usage (the refused answer was paid for too: the
+   * caller passes the step's running total); `tokens` settles the answer's
+   * reservation against what it counts. `row` is the step's row as the
+   * worker holds it (its last write's). Throws {@link FencedError} when refused.
    */
   async journalReject(
     f: Fence,
-    seq: number,
-    rejection: Rejection,
-    usage?: Json,
-    tokens: TokenSettlement = NO_TOKENS,
-  ): Promise<void> {
+    row: JournalRow,
+    refused: { rejection: Rejection; usage?: Json; tokens?: TokenSettlement },
+  ): Promise<JournalRow> {
+    const { usage, tokens = NO_TOKENS } = refused;
+    const rejection = writtenJson(refused.rejection, "refusal");
+    const usageWritten = usage === undefined ? undefined : writtenJson(usage, "token usage");
     const written = await runWrite(this.#client, JOURNAL_REJECT, [
       f.runId,
       f.epoch,
-      seq,
-      jsonParam(rejection, "refusal"),
-      usage === undefined ? null : jsonParam(usage, "token usage"),
+      ofRun(f, row).seq,
+      rejection.text,
+      usageWritten?.text ?? null,
       tokens.released,
       tokens.spent,
     ]);
-    if (written === 0) throw await this.refusal(f, `journal reject seq=${seq}`);
+    if (written === 0) throw await this.refusal(f, `journal reject seq=${row.seq}`);
+    return {
+      ...row,
+      rejections: [...row.rejections, rejection.value as unknown as Rejection],
+      usage: usageWritten === undefined ? row.usage : usageWritten.value,
+      ...settledTokens(row, tokens),
+    };
   }
 
   /**
-   * Commits the decision of step `seq`, settling its answer's reservation
-   * against what the answer counts. Throws {@link FencedError} when refused.
+   * Commits the decision of step `row.seq`, settling its answer's reservation
+   * against what the answer counts, and returns the row as the write left it.
+   * `decision` is stored as given: the runtime passes it as it reads back
+   * (`toStorable`'s value). Throws {@link FencedError} when refused.
    */
   async journalConfirm(
     f: Fence,
-    seq: number,
-    decision: Decision,
-    usage: Json | undefined,
+    row: JournalRow,
+    confirmed: { decision: Decision; usage: Json | undefined; tokens?: TokenSettlement },
     now: Date,
-    tokens: TokenSettlement = NO_TOKENS,
-  ): Promise<void> {
+  ): Promise<JournalRow> {
+    const { decision, tokens = NO_TOKENS } = confirmed;
+    const usage = writtenJson(confirmed.usage ?? null, "token usage");
     const written = await runWrite(this.#client, JOURNAL_CONFIRM, [
       f.runId,
       f.epoch,
-      seq,
+      ofRun(f, row).seq,
       jsonParam(decision, "decision"),
-      jsonParam(usage ?? null, "token usage"),
+      usage.text,
       ts(now),
       tokens.released,
       tokens.spent,
     ]);
-    if (written === 0) throw await this.refusal(f, `journal confirm seq=${seq}`);
+    if (written === 0) throw await this.refusal(f, `journal confirm seq=${row.seq}`);
+    return {
+      ...row,
+      status: "confirmed",
+      decision,
+      usage: usage.value,
+      confirmed_at: now,
+      ...settledTokens(row, tokens),
+    };
   }
 
   /**
@@ -354,14 +413,20 @@ export class RunWrites {
     return row;
   }
 
-  /** Commits a tool call's outcome. Throws {@link FencedError} when refused. */
+  /**
+   * Commits the outcome of the tool call `row` (as the worker holds it) and
+   * returns the row as the write left it. `result` is stored as given: the
+   * runtime passes it as it reads back (`toStorable`'s value). Throws
+   * {@link FencedError} when refused.
+   */
   async effectConfirm(
     f: Fence,
-    key: string,
-    result: Json,
-    remote: "created" | "already_done" | "reconciled",
+    row: SideEffectRow,
+    outcome: { result: Json; remote: "created" | "already_done" | "reconciled" },
     now: Date,
-  ): Promise<void> {
+  ): Promise<SideEffectRow> {
+    const { result, remote } = outcome;
+    const key = ofRun(f, row).idempotency_key;
     const written = await runWrite(this.#client, EFFECT_CONFIRM, [
       f.runId,
       f.epoch,
@@ -371,25 +436,33 @@ export class RunWrites {
       ts(now),
     ]);
     if (written === 0) throw await this.refusal(f, `tool confirm key=${key}`);
+    return { ...row, status: "confirmed", result, remote, confirmed_at: now, error: null };
   }
 
-  /** Marks a call `failed` (a permanent error) or `flagged` (unknown, needs a human). */
+  /**
+   * Marks the tool call `row` (as the worker holds it) `failed` (a permanent
+   * error) or `flagged` (unknown, needs a human), and returns the row as the
+   * write left it. Throws {@link FencedError} when refused.
+   */
   async effectSettle(
     f: Fence,
-    key: string,
-    status: "failed" | "flagged",
-    error: string,
+    row: SideEffectRow,
+    settled: { status: "failed" | "flagged"; error: string },
     now: Date,
-  ): Promise<void> {
+  ): Promise<SideEffectRow> {
+    const { status } = settled;
+    const key = ofRun(f, row).idempotency_key;
+    const error = textParam(settled.error);
     const written = await runWrite(this.#client, EFFECT_SETTLE, [
       f.runId,
       f.epoch,
       key,
       status,
-      textParam(error),
+      error,
       ts(now),
     ]);
     if (written === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
+    return { ...row, status, error, confirmed_at: now };
   }
 
   /**
@@ -452,7 +525,8 @@ export class RunWrites {
 
   /**
    * Closes (or blocks) the run this worker holds, with the final answer when
-   * it is done. Throws {@link FencedError} when refused.
+   * it is done, and returns the run's columns as the write left them. Throws
+   * {@link FencedError} when refused.
    */
   async finishRun(
     f: Fence,
@@ -460,16 +534,18 @@ export class RunWrites {
     error: string | null,
     now: Date,
     output: string | null = null,
-  ): Promise<void> {
-    const written = await runWrite(this.#client, FINISH_RUN, [
+  ): Promise<Pick<RunRow, "run_id" | "epoch" | "status" | "error" | "updated_at" | "output">> {
+    const written = { error: textParam(error), output: textParam(output) };
+    const n = await runWrite(this.#client, FINISH_RUN, [
       f.runId,
       f.epoch,
       status,
-      textParam(error),
+      written.error,
       ts(now),
-      textParam(output),
+      written.output,
     ]);
-    if (written === 0) throw await this.refusal(f, `finish ${status}`);
+    if (n === 0) throw await this.refusal(f, `finish ${status}`);
+    return { run_id: f.runId, epoch: f.epoch, status, ...written, updated_at: now };
   }
 
   /**

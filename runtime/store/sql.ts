@@ -83,9 +83,14 @@ export const OPEN_STATUSES = `(${OPEN_RUN_STATUSES.map((s) => `'${s}'`).join(", 
 export const jsonParam = (value: unknown, what: string): string =>
   storableJson(value, what, { writeOut: true });
 
-/** A text parameter with any NUL character written out as `\u0000`. */
+/**
+ * A text parameter as the database stores it: any NUL character written out
+ * as `\u0000`, and a lone surrogate as U+FFFD, which is what encoding the
+ * text as UTF-8 sends for it anyway. So the value sent is the value a read
+ * gives back: what a write's returned row holds (run_writes.ts).
+ */
 export const textParam = (value: string | null): string | null =>
-  value === null ? null : value.replaceAll("\0", "\\u0000");
+  value === null ? null : value.replaceAll("\0", "\\u0000").toWellFormed();
 
 /** A timestamp parameter (sent as text, cast with `::timestamptz`). */
 export const ts: (d: Date) => string = isoTimestamp;

@@ -6,7 +6,7 @@ import { settle } from "../clock.ts";
 import { discardSink, Logger } from "../log.ts";
 import type { Planner } from "../planner.ts";
 import { defineTool } from "../tools.ts";
-import { claim, effectIntent, journalIntent } from "../../harness/direct_writes.ts";
+import { claim, writeDecision } from "../../harness/direct_writes.ts";
 import { SimDb, SimWorld } from "../../harness/sim.ts";
 import { TapClient } from "./counting.ts";
 import type { SqlClient } from "./driver.ts";
@@ -159,10 +159,13 @@ Deno.test("every statement the runtime sends has a name: a demo run, a resumed o
           await store.createRun({ runId, agent: "ops", goal: "g" }, now());
           const f = { runId, epoch: (await claim(store, runId, 0, "w", now()))! };
           for (let seq = 0; seq < calls; seq++) {
-            await journalIntent(store, f, seq, now());
-            await store.journalConfirm(f, seq, { tool: "t", args: {} }, undefined, now());
-            await effectIntent(store, f, { key: `${runId}:${seq}`, seq, tool: "t", args: {} }, now());
-            await store.effectSettle(f, `${runId}:${seq}`, "flagged", "unknown outcome", now());
+            await writeDecision(store, f, seq, { decision: { tool: "t", args: {} } }, now());
+            const call = await store.effectIntentRow(
+              f,
+              { key: `${runId}:${seq}`, seq, tool: "t", args: {} },
+              now(),
+            );
+            await store.effectSettle(f, call, { status: "flagged", error: "unknown outcome" }, now());
           }
           await store.finishRun(f, "blocked", "flagged", now());
           return f;
@@ -171,8 +174,7 @@ Deno.test("every statement the runtime sends has a name: a demo run, a resumed o
         await blocked("ops-many", 2);
         await store.createRun({ runId: "ops-wait", agent: "ops", goal: "g" }, now());
         const w = { runId: "ops-wait", epoch: (await claim(store, "ops-wait", 0, "w", now()))! };
-        await journalIntent(store, w, 0, now());
-        await store.journalConfirm(w, 0, { tool: "t", args: { a: 1 } }, undefined, now());
+        await writeDecision(store, w, 0, { decision: { tool: "t", args: { a: 1 } } }, now());
         await store.requestApproval(
           w,
           { key: "ops-wait:0", seq: 0, tool: "t", args: { a: 1 }, hash: "h" },

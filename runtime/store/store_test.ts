@@ -66,13 +66,19 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
     await store.createRun({ runId: "r-step", agent: "provision", goal: "goal" }, T0);
     const epoch = (await claim(store, "r-step", 0, "w", T0))!;
     const f: Fence = { runId: "r-step", epoch };
-    assert.equal(await journalIntent(store, f, 0, at(1)), 1);
-    await store.journalConfirm(f, 0, { tool: "t", args: { a: 1 } }, { total_tokens: 9 }, at(2));
-    assert.equal(
-      await effectIntent(store, f, { key: "r-step:0", seq: 0, tool: "t", args: { a: 1 } }, at(3)),
-      1,
+    const intent = await store.journalIntentRow(f, 0, at(1));
+    assert.equal(intent.llm_attempts, 1);
+    await store.journalConfirm(f, intent, {
+      decision: { tool: "t", args: { a: 1 } },
+      usage: { total_tokens: 9 },
+    }, at(2));
+    const call = await store.effectIntentRow(
+      f,
+      { key: "r-step:0", seq: 0, tool: "t", args: { a: 1 } },
+      at(3),
     );
-    await store.effectConfirm(f, "r-step:0", "id-1", "created", at(4));
+    assert.equal(call.attempts, 1);
+    await store.effectConfirm(f, call, { result: "id-1", remote: "created" }, at(4));
     const { journal, effects } = await store.loadHistory("r-step");
     assert.equal(journal.length, 1);
     assert.equal(journal[0].status, "confirmed");
@@ -92,16 +98,18 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       await store.createRun({ runId: "r-again", agent: "provision", goal: "goal" }, T0);
       const f: Fence = { runId: "r-again", epoch: (await claim(store, "r-again", 0, "w", T0))! };
       assert.equal(await journalIntent(store, f, 0, T0), 1);
-      assert.equal(await journalIntent(store, f, 0, T0), 2);
-      await store.journalConfirm(f, 0, { done: true, message: "ok" }, undefined, T0);
+      const again = await store.journalIntentRow(f, 0, T0);
+      assert.equal(again.llm_attempts, 2);
+      await store.journalConfirm(f, again, { decision: { done: true, message: "ok" }, usage: undefined }, T0);
       await assert.rejects(journalIntent(store, f, 0, T0), (e: FencedError) => e.code === "STALLED");
       const e = { key: "r-again:1", seq: 1, tool: "t", args: {} };
       assert.equal(await effectIntent(store, f, e, T0), 1);
-      assert.equal(await effectIntent(store, f, e, T0), 2);
-      await store.effectConfirm(f, e.key, "x", "already_done", T0);
+      const call = await store.effectIntentRow(f, e, T0);
+      assert.equal(call.attempts, 2);
+      await store.effectConfirm(f, call, { result: "x", remote: "already_done" }, T0);
       await assert.rejects(effectIntent(store, f, e, T0), (err: FencedError) => err.code === "STALLED");
       await assert.rejects(
-        store.effectConfirm(f, e.key, "y", "created", T0),
+        store.effectConfirm(f, call, { result: "y", remote: "created" }, T0),
         (err: FencedError) => err.code === "STALLED",
       );
       const { effects } = await store.loadHistory("r-again");
@@ -112,21 +120,24 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   await t.step("every guarded write from a stale epoch is refused as FENCED and writes nothing", async () => {
     await store.createRun({ runId: "r-fence", agent: "provision", goal: "goal" }, T0);
     const old: Fence = { runId: "r-fence", epoch: (await claim(store, "r-fence", 0, "old", T0))! };
-    await journalIntent(store, old, 0, T0);
-    await effectIntent(store, old, { key: "r-fence:0", seq: 0, tool: "t", args: {} }, T0);
+    const step = await store.journalIntentRow(old, 0, T0);
+    const call = await store.effectIntentRow(old, { key: "r-fence:0", seq: 0, tool: "t", args: {} }, T0);
     const fresh = (await claim(store, "r-fence", old.epoch, "new", T0))!;
     assert.equal(fresh, old.epoch + 1);
     const fenced = (e: unknown) => e instanceof FencedError && e.code === "FENCED";
     await assert.rejects(journalIntent(store, old, 1, T0), fenced);
     await assert.rejects(journalIntent(store, old, 0, T0), fenced);
-    await assert.rejects(store.journalReject(old, 0, { code: "X", message: "m" }), fenced);
-    await assert.rejects(store.journalConfirm(old, 0, { done: true, message: "" }, undefined, T0), fenced);
+    await assert.rejects(store.journalReject(old, step, { rejection: { code: "X", message: "m" } }), fenced);
+    await assert.rejects(
+      store.journalConfirm(old, step, { decision: { done: true, message: "" }, usage: undefined }, T0),
+      fenced,
+    );
     await assert.rejects(
       effectIntent(store, old, { key: "r-fence:1", seq: 1, tool: "t", args: {} }, T0),
       fenced,
     );
-    await assert.rejects(store.effectConfirm(old, "r-fence:0", 1, "created", T0), fenced);
-    await assert.rejects(store.effectSettle(old, "r-fence:0", "failed", "e", T0), fenced);
+    await assert.rejects(store.effectConfirm(old, call, { result: 1, remote: "created" }, T0), fenced);
+    await assert.rejects(store.effectSettle(old, call, { status: "failed", error: "e" }, T0), fenced);
     await assert.rejects(store.finishRun(old, "done", null, T0), fenced);
     assert.equal(await store.heartbeat(old, at(5)), false);
     const { journal, effects } = await store.loadHistory("r-fence");
@@ -167,6 +178,124 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
     },
   );
 
+  await t.step(
+    "every fenced write returns the row it wrote: the row as loadHistory reads it back",
+    async () => {
+      await store.createRun({ runId: "r-rows", agent: "provision", goal: "goal" }, T0);
+      const f: Fence = { runId: "r-rows", epoch: (await claim(store, "r-rows", 0, "w", T0))! };
+      // Each returned row against a read of the same row, after each write: what a restart would know.
+      const journalAt = async (seq: number) =>
+        (await store.loadHistory(f.runId)).journal.find((j) => j.seq === seq);
+      const effectAt = async (seq: number) =>
+        (await store.loadHistory(f.runId)).effects.find((e) => e.seq === seq);
+      // A refused answer's text, and an error, with the characters a write writes out (NUL, a lone surrogate).
+      const odd = "a\u0000b\ud800c";
+
+      // Step 0: two refused answers (the second beyond the row's token ceiling), then a confirm.
+      let step = await store.journalIntentRow(f, 0, at(1), 500, true);
+      assert.deepStrictEqual(step, await journalAt(0));
+      step = await store.journalReject(f, step, {
+        rejection: { code: "A", message: odd },
+        usage: { prompt_tokens: 3, nested: { n: 1 } },
+        tokens: { released: 200, spent: 7 },
+      });
+      assert.deepStrictEqual(step, await journalAt(0));
+      step = await store.journalIntentRow(f, 0, at(2), 300);
+      assert.deepStrictEqual(step, await journalAt(0));
+      step = await store.journalReject(f, step, {
+        rejection: { code: "B", message: "no usage" },
+        tokens: { released: 10_000, spent: 2 ** 40 },
+      });
+      assert.deepStrictEqual(step, await journalAt(0));
+      assert.deepEqual([step.reserved_tokens, step.spent_tokens, step.usage], [0, 2_147_483_647, {
+        prompt_tokens: 3,
+        nested: { n: 1 },
+      }]);
+      step = await store.journalIntentRow(f, 0, at(3), 40);
+      step = await store.journalConfirm(f, step, {
+        decision: { tool: "t", args: { a: [1, "two", null], b: { c: true } } },
+        usage: { prompt_tokens: 9, completion_tokens: 1 },
+        tokens: { released: 40, spent: 5 },
+      }, at(4));
+      assert.deepStrictEqual(step, await journalAt(0));
+      assert.equal(step.confirmed_at?.getTime(), at(4).getTime());
+
+      // Its call: sent twice, then confirmed.
+      const call = { key: "r-rows:0", seq: 0, tool: "t", args: { a: [1, "two", null], b: { c: true } } };
+      let effect = await store.effectIntentRow(f, call, at(5), true);
+      assert.deepStrictEqual(effect, await effectAt(0));
+      effect = await store.effectIntentRow(f, call, at(6));
+      assert.deepStrictEqual(effect, await effectAt(0));
+      effect = await store.effectConfirm(f, effect, {
+        result: { id: "i-1", ip: ["10.0.0.1"] },
+        remote: "created",
+      }, at(7));
+      assert.deepStrictEqual(effect, await effectAt(0));
+
+      // Steps 1 and 2: a call failed for good, and one flagged; a decision without usage.
+      for (const [seq, status] of [[1, "failed"], [2, "flagged"]] as const) {
+        const decided = await store.journalConfirm(
+          f,
+          await store.journalIntentRow(f, seq, at(8), 0, true),
+          { decision: { tool: "t", args: {} }, usage: undefined },
+          at(9),
+        );
+        assert.deepStrictEqual(decided, await journalAt(seq));
+        const sent = await store.effectIntentRow(
+          f,
+          { key: `r-rows:${seq}`, seq, tool: "t", args: {} },
+          at(10),
+          true,
+        );
+        const settled = await store.effectSettle(f, sent, { status, error: odd }, at(11));
+        assert.deepStrictEqual(settled, await effectAt(seq));
+      }
+
+      // Step 3: a call a person denied, recorded as its result; step 4: one waiting for a person.
+      const denied = await store.effectDenied(
+        f,
+        { key: "r-rows:3", seq: 3, tool: "t", args: {} },
+        "denied by bob",
+        at(12),
+      );
+      assert.deepStrictEqual(denied, await effectAt(3));
+      const asked = await store.requestApproval(
+        f,
+        { key: "r-rows:4", seq: 4, tool: "t", args: { x: 1 }, hash: "h" },
+        at(13),
+      );
+      assert.equal(asked.waiting, true);
+      assert.deepStrictEqual(asked.approval, await store.getApproval("r-rows:4"));
+
+      // The run's end, on a run of its own (the one above now waits): the columns it wrote, as read back.
+      await store.createRun({ runId: "r-rows-end", agent: "provision", goal: "goal" }, T0);
+      const g: Fence = { runId: "r-rows-end", epoch: (await claim(store, "r-rows-end", 0, "w", T0))! };
+      const end = await store.finishRun(g, "done", null, at(14), odd);
+      const run = (await store.getRun(g.runId))!;
+      assert.deepStrictEqual(end, {
+        run_id: run.run_id,
+        epoch: run.epoch,
+        status: run.status,
+        error: run.error,
+        updated_at: run.updated_at,
+        output: run.output,
+      });
+    },
+  );
+
+  await t.step("a write refuses a row of another run", async () => {
+    await store.createRun({ runId: "r-other", agent: "provision", goal: "goal" }, T0);
+    const f: Fence = { runId: "r-other", epoch: (await claim(store, "r-other", 0, "w", T0))! };
+    const row = await store.journalIntentRow(f, 0, T0);
+    await assert.rejects(
+      store.journalConfirm({ ...f, runId: "r-else" }, row, {
+        decision: { done: true, message: "" },
+        usage: undefined,
+      }, T0),
+      /given a row of run r-other/,
+    );
+  });
+
   await t.step("a closed run refuses writes as RUN_CLOSED", async () => {
     await store.createRun({ runId: "r-closed", agent: "provision", goal: "goal" }, T0);
     const f: Fence = { runId: "r-closed", epoch: (await claim(store, "r-closed", 0, "w", T0))! };
@@ -178,9 +307,9 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
   await t.step("rejections accumulate on an intent row", async () => {
     await store.createRun({ runId: "r-reject", agent: "provision", goal: "goal" }, T0);
     const f: Fence = { runId: "r-reject", epoch: (await claim(store, "r-reject", 0, "w", T0))! };
-    await journalIntent(store, f, 0, T0);
-    await store.journalReject(f, 0, { code: "A", message: "first" });
-    await store.journalReject(f, 0, { code: "B", message: "second" });
+    const intent = await store.journalIntentRow(f, 0, T0);
+    const first = await store.journalReject(f, intent, { rejection: { code: "A", message: "first" } });
+    await store.journalReject(f, first, { rejection: { code: "B", message: "second" } });
     const { journal } = await store.loadHistory("r-reject");
     assert.deepEqual(journal[0].rejections, [{ code: "A", message: "first" }, {
       code: "B",
