@@ -11,7 +11,7 @@
  * @module
  */
 
-import type { ModelFaultMode } from "../../mock/model.ts";
+import { MODEL_FAULT_MODES, type ModelFaultMode } from "../../mock/model.ts";
 import { ownCode, RuntimeError } from "../../runtime/errors.ts";
 import { seededRandom } from "../sim.ts";
 
@@ -23,16 +23,7 @@ export type ModelFault = "5xx" | "timeout" | ModelFaultMode;
 /** Every {@link CloudFault}. */
 export const CLOUD_FAULTS: readonly CloudFault[] = ["5xx", "timeout", "drop", "garbage"];
 /** Every {@link ModelFault}. */
-export const MODEL_FAULTS: readonly ModelFault[] = [
-  "5xx",
-  "timeout",
-  "garbage",
-  "no_choices",
-  "unknown_tool",
-  "bad_args",
-  "bad_json_args",
-  "multi_tool",
-];
+export const MODEL_FAULTS: readonly ModelFault[] = ["5xx", "timeout", ...MODEL_FAULT_MODES];
 
 /** How an answer's usage report is wrong: missing, a negative total, or far past the request's cap. */
 export type UsageFault = "none" | "negative" | "oversized";
