@@ -47,7 +47,9 @@ export type { QueryOptions, SqlClient } from "./runtime/store/driver.ts";
 export {
   type AnsweredApproval,
   type ApprovalAnswer,
+  type ApprovalAsk,
   type ApprovalRow,
+  type DecidedCall,
   type Decision,
   type EffectResolution,
   type Fence,

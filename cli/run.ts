@@ -45,6 +45,7 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
                              max_completion_tokens (OpenAI's reasoning models)
   --cloud-url URL            the demo tools' cloud; unset: in-process mock cloud
   --max-steps N              decisions before guard stops the run (default: the agent's, 12)
+  --tool-concurrency N       calls of one step in flight at once (default: the agent's, 4)
   --worker NAME              written to runs.owner (default host:pid)
   --crash-at POINT, --crash-seq N, --stall-at POINT, --stall-ms MS
                              crash points: ${CRASH_POINTS.join(", ")}
@@ -145,7 +146,10 @@ export async function main(
     });
     // MAX_STEPS, when set, replaces the agent's own maxSteps.
     const outcome = await runWorker(
-      workerFor(proc, agentDeps(agent, { maxSteps: settings.maxSteps })),
+      workerFor(
+        proc,
+        agentDeps(agent, { maxSteps: settings.maxSteps, toolConcurrency: settings.toolConcurrency }),
+      ),
       request,
     );
     return exitCodeOf(outcome);

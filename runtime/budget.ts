@@ -148,12 +148,47 @@ export function checkModelRequest(state: RunSpend, reserve: number): void {
   }
 }
 
-/** Throws {@link BudgetError} when one more tool request would pass the ceiling. */
-export function checkToolRequest(state: Pick<RunSpend, "budget" | "effects">): void {
+/** What the tool-call checks read and keep: the run's ceilings and calls, and the step's calls not yet sent. */
+export interface ToolSpend extends Pick<RunSpend, "budget" | "effects"> {
+  /** Calls of the step being carried out that have no intent row yet: reserved against the ceiling. */
+  reservedCalls: number;
+}
+
+/**
+ * Reserves the requests of a step's `calls` calls not yet sent, before any
+ * of them goes out: throws {@link BudgetError} when they would pass the
+ * tool-call ceiling together, so a step is never left half sent by its own
+ * budget. The reservation is used up call by call ({@link checkToolRequest}).
+ */
+export function reserveToolCalls(state: ToolSpend, calls: number): void {
+  state.reservedCalls = 0;
+  const ceiling = state.budget?.toolCalls;
+  if (ceiling !== undefined) {
+    const spent = spendOf([], state.effects.values()).toolCalls;
+    if (spent + calls > ceiling) {
+      throw new BudgetError(
+        `budget: ${spent} tool requests made, the step asks for ${calls} calls at once, and the ceiling is ${ceiling}`,
+      );
+    }
+  }
+  state.reservedCalls = calls;
+}
+
+/**
+ * Throws {@link BudgetError} when one more tool request would pass the
+ * ceiling, counting the requests reserved for the step's calls not yet sent
+ * (a retry may not take theirs). `first`: the call's first request, which
+ * uses its own reservation.
+ */
+export function checkToolRequest(state: ToolSpend, first: boolean): void {
+  if (first && state.reservedCalls > 0) state.reservedCalls -= 1;
   const ceiling = state.budget?.toolCalls;
   if (ceiling === undefined) return;
   const spent = spendOf([], state.effects.values()).toolCalls;
-  if (spent + 1 > ceiling) {
-    throw new BudgetError(`budget: ${spent} tool requests made, and the ceiling is ${ceiling}`);
+  if (spent + 1 + state.reservedCalls > ceiling) {
+    const held = state.reservedCalls > 0
+      ? `, ${state.reservedCalls} more are reserved for this step's other calls`
+      : "";
+    throw new BudgetError(`budget: ${spent} tool requests made${held}, and the ceiling is ${ceiling}`);
   }
 }

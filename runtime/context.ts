@@ -59,6 +59,8 @@ export interface RunState {
   signal: AbortSignal;
   /** The run's ceilings, if any. */
   budget?: Budget;
+  /** Calls of the step being carried out not yet sent, reserved against the tool-call ceiling (budget.ts). */
+  reservedCalls: number;
   /**
    * The error the run's last worker let it go with (`runs.error` of a run
    * still running: kept while claims find no progress), if any: a limit
@@ -102,7 +104,7 @@ export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
   return deps;
 }
 
-/** The idempotency key of step `seq` of run `runId`. */
+/** The idempotency key of the call at `seq` of run `runId` (calls.ts: the calls of a step own consecutive seqs). */
 export function idempotencyKey(runId: string, seq: number): string {
   return `${runId}:${seq}`;
 }

@@ -27,7 +27,7 @@ Deno.test("each error class carries a code its list in ERROR_CODES holds, and it
     [new SimulatedKill("after_call", 1), "SimulatedKill"],
     [new BudgetError("x"), "BudgetError"],
     [new BlockedError("r:1", "x"), "BlockedError"],
-    [new WaitingError("r:1", "t"), "WaitingError"],
+    [new WaitingError([{ key: "r:1", tool: "t" }]), "WaitingError"],
     [new WorkerError("r", new Error("x"), "released"), "WorkerError"],
     [new ClientError("RUN_NOT_FOUND", "x"), "ClientError"],
     [

@@ -12,7 +12,8 @@
  */
 
 import { createHash } from "node:crypto";
-import { checkToolRequest } from "./budget.ts";
+import { BudgetError, checkToolRequest, reserveToolCalls } from "./budget.ts";
+import { callsOf, type StepCall } from "./calls.ts";
 import { deadline } from "./clock.ts";
 import {
   applyRow,
@@ -22,13 +23,13 @@ import {
   waitToRetry,
   type WorkerDeps,
 } from "./context.ts";
-import { type Ended, failed, finished } from "./ended.ts";
-import { AbortedError, describeError, RuntimeError, ToolError } from "./errors.ts";
+import { type Ended, failed, finished, type StepRows } from "./ended.ts";
+import { AbortedError, describeError, FencedError, hasCode, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { askRemote } from "./reconcile.ts";
 import { toStorable } from "./store/storable.ts";
-import type { Decided, ToolDecision } from "./journal.ts";
-import type { SideEffectRow } from "./store/store.ts";
+import type { Decided } from "./journal.ts";
+import type { ApprovalRow, SideEffectRow } from "./store/store.ts";
 import type { Json, Tool, ToolOutcome } from "./tools.ts";
 
 /** The run cannot go on until a human resolves a flagged tool call. */
@@ -43,21 +44,6 @@ export class BlockedError extends RuntimeError {
         `'deno task resolve ${key} --result <json>' if it happened, '--retry' to send it again, or '--fail'`,
     );
     this.name = "BlockedError";
-    this.key = key;
-  }
-}
-
-/** The run waits for a person to approve a tool call; the worker lets it go. */
-export class WaitingError extends RuntimeError {
-  /** The call's idempotency key. */
-  readonly key: string;
-  /** Creates the marker for a call waiting on `key`. */
-  constructor(key: string, tool: string) {
-    super(
-      "WAITING_FOR_APPROVAL",
-      `Tool call ${key} (${tool}) waits for a person: 'deno task approve ${key}' or 'deno task deny ${key} --reason TEXT'`,
-    );
-    this.name = "WaitingError";
     this.key = key;
   }
 }
@@ -114,57 +100,310 @@ interface Unknown {
   reopened: boolean;
 }
 
+/** The run waits for people to approve tool calls; the worker lets it go. */
+export class WaitingError extends RuntimeError {
+  /** The first waiting call's idempotency key. */
+  readonly key: string;
+  /** Every waiting call's key, in seq order. */
+  readonly keys: readonly string[];
+  /** Creates the marker for calls waiting on `calls` (one or more). */
+  constructor(calls: readonly { key: string; tool: string }[]) {
+    const what = calls.map((c) => `${c.key} (${c.tool})`).join(", ");
+    const first = calls[0].key;
+    super(
+      "WAITING_FOR_APPROVAL",
+      `Tool call${calls.length > 1 ? "s" : ""} ${what} wait${calls.length > 1 ? "" : "s"} for a person: ` +
+        `'deno task approve ${first}' or 'deno task deny ${first} --reason TEXT'`,
+    );
+    this.name = "WaitingError";
+    this.key = first;
+    this.keys = calls.map((c) => c.key);
+  }
+}
+
+/** Where one call of a step stands before anything of the step is sent. */
+type Gate =
+  | { kind: "settled"; row: SideEffectRow }
+  | { kind: "send"; call: PreparedCall }
+  | { kind: "ask"; call: PreparedCall; hash: string; before?: ApprovalRow }
+  | { kind: "denied"; call: PreparedCall; approval: ApprovalRow };
+
 /**
- * Carries out the decided tool call of step `seq`, unless it already happened;
- * with the call's row as its last write left it (or as it was), whether it
- * ended with the row settled or with an error.
+ * Carries out the calls of the decided step at `seq` (one, or several: the
+ * calls of a decision at seq s own seqs s, s+1, ...; see calls.ts), each
+ * unless it already happened. Every call is checked, and the step's
+ * tool-call budget reserved, before any is sent; then the calls are sent
+ * concurrently, at most `toolConcurrency` at once, each through the one path
+ * a call takes ({@link send}). A call that needs a person's yes is asked
+ * about once every other call of the step has settled, and the run waits
+ * then; a flagged call blocks the run, and a failure fails it, once the
+ * others have settled. Ends with the step's rows as its last writes left
+ * them.
  */
 export async function act(
   deps: WorkerDeps,
   state: RunState,
   seq: number,
-  decided: Decided<ToolDecision>,
-): Promise<Ended<SideEffectRow>> {
-  const { decision } = decided;
-  const runId = state.fence.runId;
-  const key = idempotencyKey(runId, seq);
-  const existing = state.effects.get(seq);
-  let call: PreparedCall;
+  decided: Decided,
+): Promise<Ended<SideEffectRow[]>> {
+  const calls = callsOf(decided.decision, seq);
+  const rows = () => stepRows(state, calls);
+  const gates: Gate[] = [];
+  const errors: unknown[] = [];
   try {
-    if (existing?.status === "confirmed" || existing?.status === "failed") {
-      deps.log.info("skipped", {
-        run: runId,
-        seq,
-        key,
-        status: existing.status,
-        remote: existing.remote ?? undefined,
-      });
-      return finished(existing, { effect: existing });
+    for (const c of calls) {
+      try {
+        gates.push(await gateOf(deps, state, c, decided.checked?.[c.index]));
+      } catch (err) {
+        if (err instanceof BlockedError) errors.push(err);
+        else throw err;
+      }
     }
-    if (existing?.status === "flagged") {
-      throw new BlockedError(key, existing.error ?? "its outcome is unknown");
-    }
-    // Arguments are checked before any intent row exists: bad arguments never reach a remote.
-    // A decision this worker has just made was checked by decide() (#11: not parsed twice).
-    const checked = decided.checked
-      ? { ok: true as const, ...decided.checked }
-      : deps.tools.check(decision.tool, decision.args);
-    if (!checked.ok) {
-      throw new RuntimeError(
-        "DECISION_INVALID",
-        `The decision of step ${seq} cannot be carried out: ${checked.message}`,
-      );
-    }
-    if (checked.tool.needsApproval(checked.args)) {
-      const denied = await approval(deps, state, key, seq, decision);
-      if (denied) return finished(denied, { effect: denied });
-    }
-    await deps.crash.hit("before_intent", seq);
-    call = { key, seq, tool: checked.tool, rawArgs: decision.args, args: checked.args };
+    // Every call of the step not yet sent is counted against the tool-call ceiling before any goes out.
+    const unsent = gates.filter((g) => g.kind !== "settled" && !state.effects.has(g.call.seq)).length;
+    reserveToolCalls(state, unsent);
   } catch (error) {
-    return failed(error, { effect: existing });
+    return failed(error, rows());
+  }
+  const carry = (gate: Gate): Promise<Ended<SideEffectRow>> => {
+    if (gate.kind === "settled") return Promise.resolve(finished(gate.row, { effect: gate.row }));
+    if (gate.kind === "denied") return denied(deps, state, gate.call, gate.approval);
+    return intendAndSend(deps, state, gate.call);
+  };
+  const round = async (todo: Gate[]) => {
+    for (const end of await inPool(todo, deps.toolConcurrency, carry)) if (!end.ok) errors.push(end.error);
+  };
+  try {
+    await round(gates.filter((g) => g.kind !== "ask"));
+    const asks = gates.flatMap((g) => g.kind === "ask" ? [g] : []);
+    if (errors.length === 0 && asks.length > 0) {
+      const answered = await askApprovals(deps, state, asks);
+      await round(answered);
+    }
+  } catch (error) {
+    errors.push(error);
+  }
+  state.reservedCalls = 0;
+  const worst = worstOf(errors);
+  return worst === undefined
+    ? finished(calls.map((c) => state.effects.get(c.seq)!), rows())
+    : failed(worst, rows());
+}
+
+/** The rows of a step's calls as this worker knows them: `effect` for a one-call step, `effects` for any. */
+function stepRows(state: RunState, calls: readonly StepCall[]): StepRows {
+  const effects = calls.flatMap((c) => state.effects.get(c.seq) ?? []);
+  return calls.length === 1 ? { effect: effects[0], effects } : { effects };
+}
+
+/**
+ * Of the errors a step's calls ended with, the one that decides the run:
+ * a kill first (the process is gone), then a lost run (fenced, stopping),
+ * then an error the loop does not classify, then what fails the run, then a
+ * flag (blocked); a wait for approval is never among them.
+ */
+function worstOf(errors: readonly unknown[]): unknown {
+  const rank = (e: unknown): number =>
+    e instanceof SimulatedKill
+      ? 0
+      : e instanceof FencedError || e instanceof AbortedError
+      ? 1
+      : e instanceof BlockedError
+      ? 4
+      : e instanceof WaitingError
+      ? 5
+      : e instanceof ToolError || e instanceof BudgetError || hasCode(e, "DECISION_INVALID")
+      ? 3
+      : 2;
+  return [...errors].sort((a, b) => rank(a) - rank(b))[0];
+}
+
+/**
+ * Runs `fn` over `items`, at most `limit` at once, and returns what each
+ * ended with, in the items' order. `fn` ends with an {@link Ended} and never
+ * throws (one that does is ended as failed).
+ */
+async function inPool<T, R>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<Ended<R>>,
+): Promise<Ended<R>[]> {
+  const out: Ended<R>[] = new Array(items.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) {
+      const i = next++;
+      try {
+        out[i] = await fn(items[i]);
+      } catch (error) {
+        out[i] = failed(error, {});
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return out;
+}
+
+/**
+ * Where one call of a step stands before anything is sent: already settled
+ * (skipped), ready to send, waiting on a person's answer, or denied. Checks
+ * its arguments first: bad arguments never reach a remote. Throws
+ * {@link BlockedError} for a flagged call.
+ */
+async function gateOf(
+  deps: WorkerDeps,
+  state: RunState,
+  c: StepCall,
+  checkedNow: { tool: Tool; args: unknown } | undefined,
+): Promise<Gate> {
+  const runId = state.fence.runId;
+  const key = idempotencyKey(runId, c.seq);
+  const existing = state.effects.get(c.seq);
+  if (existing?.status === "confirmed" || existing?.status === "failed") {
+    deps.log.info("skipped", {
+      run: runId,
+      seq: c.seq,
+      key,
+      status: existing.status,
+      remote: existing.remote ?? undefined,
+    });
+    return { kind: "settled", row: existing };
+  }
+  if (existing?.status === "flagged") throw new BlockedError(key, existing.error ?? "its outcome is unknown");
+  // A decision this worker has just made was checked by decide() (#11: not parsed twice).
+  const checked = checkedNow ? { ok: true as const, ...checkedNow } : deps.tools.check(c.tool, c.args);
+  if (!checked.ok) {
+    throw new RuntimeError(
+      "DECISION_INVALID",
+      `The decision of step ${c.seq} cannot be carried out: ${checked.message}`,
+    );
+  }
+  const call: PreparedCall = { key, seq: c.seq, tool: checked.tool, rawArgs: c.args, args: checked.args };
+  // A call with a row was past its approval when the row was written.
+  if (existing || !checked.tool.needsApproval(checked.args)) return { kind: "send", call };
+  // The read is only a shortcut: an answer for these arguments is final (see the comment at
+  // REQUEST_APPROVAL in the store), so it is used at once; anything else is asked (askApprovals).
+  const hash = await argsHash(c.args);
+  const approval = await deps.store.getApproval(key);
+  if (approval && approval.args_hash === hash && approval.status !== "pending") {
+    if (approval.status === "denied") return { kind: "denied", call, approval };
+    logApproved(deps, state, call, approval);
+    return { kind: "send", call };
+  }
+  return { kind: "ask", call, hash, before: approval ?? undefined };
+}
+
+/** Sends a call that has passed its gate: the `before_intent` point, then {@link send}. */
+async function intendAndSend(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+): Promise<Ended<SideEffectRow>> {
+  try {
+    await deps.crash.hit("before_intent", call.seq);
+  } catch (error) {
+    return failed(error, { effect: state.effects.get(call.seq) });
   }
   return await send(deps, state, call);
+}
+
+/**
+ * Asks a person about every call of the step still without an answer, in
+ * one statement that decides from the requests as they stand then: a person
+ * may have answered since the read, and the worker goes on with that answer
+ * instead of waiting on it. Returns the calls answered meanwhile (to send,
+ * or denied); throws {@link WaitingError} when any request is still pending
+ * (the statement set the run to waiting and released it).
+ */
+async function askApprovals(
+  deps: WorkerDeps,
+  state: RunState,
+  asks: readonly Extract<Gate, { kind: "ask" }>[],
+): Promise<Gate[]> {
+  const asked = await deps.store.requestApprovals(
+    state.fence,
+    asks.map((g) => ({
+      key: g.call.key,
+      seq: g.call.seq,
+      tool: g.call.tool.name,
+      args: g.call.rawArgs,
+      hash: g.hash,
+    })),
+    deps.clock.now(),
+  );
+  if (asked.waiting) {
+    const pending = asks.filter((g) =>
+      asked.approvals.find((a) => a.idempotency_key === g.call.key)?.status === "pending"
+    );
+    for (const g of pending) {
+      deps.log.warn("waiting-for-approval", {
+        run: state.fence.runId,
+        seq: g.call.seq,
+        key: g.call.key,
+        tool: g.call.tool.name,
+        args: g.call.rawArgs,
+        asked_before: g.before && g.before.args_hash !== g.hash ? "for other arguments" : undefined,
+      });
+    }
+    throw new WaitingError(pending.map((g) => ({ key: g.call.key, tool: g.call.tool.name })));
+  }
+  return asks.map((g): Gate => {
+    const approval = asked.approvals.find((a) => a.idempotency_key === g.call.key);
+    // The statement replaces a request for other arguments and waits on a pending one: what is left is an
+    // answer for these arguments. Checked, since a call must never run on an answer given for others.
+    if (!approval || approval.args_hash !== g.hash || approval.status === "pending") {
+      throw new RuntimeError(
+        "APPROVAL_INCONSISTENT",
+        `The approval request for ${g.call.key} came back ${approval?.status ?? "missing"} for arguments ` +
+          `${approval?.args_hash}, asked for ${g.hash}, without the run waiting: a bug in the store's approval statement`,
+      );
+    }
+    if (approval.status === "denied") return { kind: "denied", call: g.call, approval };
+    logApproved(deps, state, g.call, approval);
+    return { kind: "send", call: g.call };
+  });
+}
+
+function logApproved(deps: WorkerDeps, state: RunState, call: PreparedCall, approval: ApprovalRow): void {
+  deps.log.info("approved", {
+    run: state.fence.runId,
+    seq: call.seq,
+    key: call.key,
+    tool: call.tool.name,
+    by: approval.decided_by ?? undefined,
+  });
+}
+
+/** Records a person's denial as the call's result (a failed row the model sees). */
+async function denied(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  approval: ApprovalRow,
+): Promise<Ended<SideEffectRow>> {
+  try {
+    const error = `denied by ${approval.decided_by ?? "a person"}${
+      approval.reason ? `: ${approval.reason}` : ""
+    }`;
+    const row = await deps.store.effectDenied(
+      state.fence,
+      { key: call.key, seq: call.seq, tool: call.tool.name, args: call.rawArgs },
+      error,
+      deps.clock.now(),
+    );
+    applyRow(state, row);
+    deps.log.warn("denied", {
+      run: state.fence.runId,
+      seq: call.seq,
+      key: call.key,
+      tool: call.tool.name,
+      by: approval.decided_by ?? undefined,
+      reason: approval.reason ?? undefined,
+    });
+    return finished(row, { effect: row });
+  } catch (error) {
+    return failed(error, { effect: state.effects.get(call.seq) });
+  }
 }
 
 /**
@@ -214,7 +453,7 @@ async function sendCall(
     }
     // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
     for (;;) {
-      checkToolRequest(state);
+      checkToolRequest(state, row === undefined);
       const intent = await store.effectIntentRow(
         state.fence,
         { key, seq, tool: tool.name, args: call.rawArgs },
@@ -361,85 +600,6 @@ async function confirm(
     remote,
   });
   return confirmed;
-}
-
-/**
- * The approval gate, before any intent row: a call that needs a person's yes
- * is asked about with its exact arguments, and the run waits (holding no
- * worker) until then. Undefined: approved, go on. A row: denied, recorded as
- * the tool's result (the row written). Throws {@link WaitingError} while it
- * waits.
- *
- * The read is only a shortcut: an answer for these arguments is final (see
- * the comment at REQUEST_APPROVAL in the store), so it is used at once.
- * Anything else (no request, one for other arguments, one still pending when
- * read) goes through `requestApproval`, whose one statement decides from the
- * request as it stands then: a person may have answered since the read, and
- * the worker goes on with that answer instead of waiting on it.
- */
-async function approval(
-  deps: WorkerDeps,
-  state: RunState,
-  key: string,
-  seq: number,
-  decision: ToolDecision,
-): Promise<SideEffectRow | undefined> {
-  const hash = await argsHash(decision.args);
-  let approval = await deps.store.getApproval(key);
-  if (!approval || approval.args_hash !== hash || approval.status === "pending") {
-    const call = { key, seq, tool: decision.tool, args: decision.args, hash };
-    const asked = await deps.store.requestApproval(state.fence, call, deps.clock.now());
-    if (asked.waiting) {
-      deps.log.warn("waiting-for-approval", {
-        run: state.fence.runId,
-        seq,
-        key,
-        tool: decision.tool,
-        args: decision.args,
-        asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
-      });
-      throw new WaitingError(key, decision.tool);
-    }
-    approval = asked.approval;
-    // The statement replaces a request for other arguments and waits on a pending one: what is left is an
-    // answer for these arguments. Checked, since a call must never run on an answer given for others.
-    if (approval.args_hash !== hash || approval.status === "pending") {
-      throw new RuntimeError(
-        "APPROVAL_INCONSISTENT",
-        `The approval request for ${key} came back ${approval.status} for arguments ${approval.args_hash}, ` +
-          `asked for ${hash}, without the run waiting: a bug in the store's approval statement`,
-      );
-    }
-  }
-  if (approval.status === "denied") {
-    const error = `denied by ${approval.decided_by ?? "a person"}${
-      approval.reason ? `: ${approval.reason}` : ""
-    }`;
-    const denied = await deps.store.effectDenied(
-      state.fence,
-      { key, seq, tool: decision.tool, args: decision.args },
-      error,
-      deps.clock.now(),
-    );
-    applyRow(state, denied);
-    deps.log.warn("denied", {
-      run: state.fence.runId,
-      seq,
-      key,
-      tool: decision.tool,
-      by: approval.decided_by ?? undefined,
-      reason: approval.reason ?? undefined,
-    });
-    return denied;
-  }
-  deps.log.info("approved", {
-    run: state.fence.runId,
-    seq,
-    key,
-    tool: decision.tool,
-    by: approval.decided_by ?? undefined,
-  });
-  return undefined;
 }
 
 /**

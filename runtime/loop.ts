@@ -13,6 +13,7 @@ import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolErro
 import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, WaitingError } from "./executor.ts";
+import { callsOf, stepWidth } from "./calls.ts";
 import { decide } from "./journal.ts";
 import { keepLease } from "./lease.ts";
 import { recover } from "./recovery.ts";
@@ -47,7 +48,7 @@ export interface RunOutcome {
   runStatus?: RunStatus;
   /** True when the run was already closed before this worker started. */
   alreadyClosed: boolean;
-  /** Steps taken (tool steps, for a done run). */
+  /** Tool calls decided so far (each owns a seq: a step with three calls counts three). */
   steps: number;
   /** Model requests paid for across the whole run. */
   llmCalls: number;
@@ -145,7 +146,8 @@ export async function runWorker(
   ) {
     const { journal } = await store.loadHistory(runId);
     const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
-    const steps = Math.max(0, journal.length - (run.status === "done" ? 1 : 0));
+    // Tool calls decided (each owns a seq), as a worker that drove the run to its end counts them.
+    const steps = journal.reduce((n, j) => n + (j.decision ? callsOf(j.decision, j.seq).length : 0), 0);
     log.info(`already-${run.status}`, {
       run: runId,
       steps,
@@ -330,6 +332,7 @@ async function driveClaimed(
     llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
     budget: run.budget ?? undefined,
+    reservedCalls: 0,
     lastWorkerError: run.error ?? undefined,
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
@@ -355,12 +358,13 @@ async function driveClaimed(
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
     await tel.recover(recovery, () => recover(deps, state));
-    // Bounded by maxSteps: the guard closes the run.
-    for (;; seq++) {
+    // Bounded by maxSteps: the guard closes the run. A step's decision is at `seq`; its calls own
+    // seqs seq .. seq + n - 1 (calls.ts), and the next decision is at seq + n.
+    for (let decisions = 0;; decisions++) {
       // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
       // before its next step: it must not even count another model request.
       if (stop.signal.aborted) throw stop.signal.reason;
-      if (seq >= deps.maxSteps) {
+      if (decisions >= deps.maxSteps) {
         const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
         log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: state.llmCalls });
         await store.finishRun(state.fence, "failed", error, clock.now());
@@ -370,6 +374,8 @@ async function driveClaimed(
       const stepped = await tel.step(at, () => step(deps, state, at, () => outcome("done", seq)));
       const ended = valueOf(stepped);
       if (ended) return ended;
+      const decision = state.journal.get(seq)?.decision;
+      seq += decision ? stepWidth(decision) : 1;
     }
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;
@@ -398,7 +404,7 @@ async function driveClaimed(
 }
 
 /**
- * One step: its decision, then its tool call, or the run's close when the
+ * One step: its decision, then its tool calls, or the run's close when the
  * model says done (`done` gives the outcome then). Ends with the
  * run's outcome when the run is done, with the step's rows either way.
  */
@@ -429,7 +435,7 @@ async function step(
     }
   }
   const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
-  const rows = { journal, effect: acted.rows.effect };
+  const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
   return acted.ok ? finished(undefined, rows) : failed(acted.error, rows);
 }
 

@@ -63,10 +63,37 @@ export interface RunRow {
   budget: Budget | null;
 }
 
-/** A decision: a tool call, or done. */
+/**
+ * A decision: one tool call (the shape every one-call step keeps), two or
+ * more tool calls at once (`calls`, in the model's order: the calls of the
+ * decision at seq s take seqs s, s+1, ..., each its own row and key), or done.
+ */
 export type Decision =
   | { tool: string; args: Json }
+  | { calls: DecidedCall[] }
   | { done: true; message: string };
+
+/** A call that needs a person's yes, as a worker asks for it: its key, seq, tool, exact arguments and their hash. */
+export interface ApprovalAsk {
+  /** The call's idempotency key. */
+  key: string;
+  /** The call's seq. */
+  seq: number;
+  /** The tool. */
+  tool: string;
+  /** The arguments as decided. */
+  args: Json;
+  /** sha-256 of their canonical JSON. */
+  hash: string;
+}
+
+/** One call of a decision with several (`{ calls }`). */
+export interface DecidedCall {
+  /** The tool's name. */
+  tool: string;
+  /** Its arguments as decided. */
+  args: Json;
+}
 
 /** An answer the runtime refused, kept so a re-ask (and a restart) can tell the model why. */
 export interface Rejection {

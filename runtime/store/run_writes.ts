@@ -25,6 +25,7 @@ import type { Json } from "../tools.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type {
+  ApprovalAsk,
   ApprovalRow,
   Decision,
   Fence,
@@ -168,7 +169,9 @@ const REQUEST_APPROVAL = statement(
          select 1 from runs where run_id = $1 and ${RUNNING_AT("$2")} for no key update),
        a as (
          insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, epoch)
-         select $3, $1, $4, $5, $6::text::jsonb, $7, 'pending', $8::timestamptz, $2 where exists (select 1 from run)
+         select c.k, $1, c.s, c.t, c.a::jsonb, c.h, 'pending', $8::timestamptz, $2
+           from unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::text[]) as c(k, s, t, a, h)
+          where exists (select 1 from run)
          on conflict (idempotency_key) do update set ${
     APPROVAL_COLUMNS_RENEWED.map((c) =>
       `${c} = case when approvals.args_hash = excluded.args_hash then approvals.${c} else excluded.${c} end`
@@ -179,7 +182,7 @@ const REQUEST_APPROVAL = statement(
          update runs set status = 'waiting', heartbeat_at = null, updated_at = $8::timestamptz
           where run_id = $1 and ${RUNNING_AT("$2")} and exists (select 1 from a where a.status = 'pending')
          returning 1)
-       select a.*, exists (select 1 from w) as waiting from a`,
+       select a.*, exists (select 1 from w) as waiting from a order by a.seq`,
 );
 
 /** Every statement of this file, for the catalogue in `statements.ts`. */
@@ -504,23 +507,41 @@ export class RunWrites {
    */
   async requestApproval(
     f: Fence,
-    call: { key: string; seq: number; tool: string; args: Json; hash: string },
+    call: ApprovalAsk,
     now: Date,
   ): Promise<{ approval: ApprovalRow; waiting: boolean }> {
+    const { approvals, waiting } = await this.requestApprovals(f, [call], now);
+    return { approval: approvals[0], waiting };
+  }
+
+  /**
+   * Asks for the approval of every call in `calls` (the calls of one step
+   * that need a person's yes), in one statement: each request is recorded
+   * (or, for the same arguments, left as it stands), and the run is set to
+   * `waiting` and released when any of them is still pending. Returns the
+   * requests as they stand, in seq order, and whether the run now waits.
+   * Throws {@link FencedError} when this worker no longer holds the run.
+   */
+  async requestApprovals(
+    f: Fence,
+    calls: readonly ApprovalAsk[],
+    now: Date,
+  ): Promise<{ approvals: ApprovalRow[]; waiting: boolean }> {
     const rows = await queryRows<ApprovalRow & { waiting: boolean }>(this.#client, REQUEST_APPROVAL, [
       f.runId,
       f.epoch,
-      call.key,
-      call.seq,
-      call.tool,
-      jsonParam(call.args, "tool arguments"),
-      call.hash,
+      calls.map((c) => c.key),
+      calls.map((c) => c.seq),
+      calls.map((c) => c.tool),
+      calls.map((c) => jsonParam(c.args, "tool arguments")),
+      calls.map((c) => c.hash),
       ts(now),
     ]);
-    const row = rows[0];
-    if (!row) throw await this.refusal(f, `approval request key=${call.key}`);
-    const { waiting, ...approval } = row;
-    return { approval, waiting };
+    if (rows.length !== calls.length) {
+      throw await this.refusal(f, `approval request key=${calls.map((c) => c.key).join(",")}`);
+    }
+    const waiting = rows[0].waiting;
+    return { approvals: rows.map(({ waiting: _, ...approval }) => approval), waiting };
   }
 
   /**

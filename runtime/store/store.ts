@@ -188,6 +188,13 @@ export class Store {
     return this.writes.requestApproval(...args);
   }
 
+  /** {@link RunWrites.requestApprovals}. */
+  requestApprovals(
+    ...args: Parameters<RunWrites["requestApprovals"]>
+  ): ReturnType<RunWrites["requestApprovals"]> {
+    return this.writes.requestApprovals(...args);
+  }
+
   /**
    * Closes (or blocks) the run this worker holds, with the final answer when it is done. See
    * {@link RunWrites.finishRun}.
