@@ -44,6 +44,7 @@ import {
   RESOLVE_BATCH_MAX,
   type RunInfo,
 } from "../runtime/client.ts";
+import { callsOf } from "../runtime/calls.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
 import { displayText, hiddenIn } from "../runtime/display.ts";
@@ -215,8 +216,17 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
   if (run.error) p(...fieldLines("  error: ", run.error));
   let prompt = 0;
   let completion = 0;
+  // Every decided call owns a seq (calls.ts): a call not sent yet is shown at its seq too.
+  const decided = new Map(
+    journal.flatMap((j) => j.decision ? callsOf(j.decision, j.seq) : []).map((c) => [c.seq, c]),
+  );
   const seqs = [
-    ...new Set([...journal.map((j) => j.seq), ...effects.map((e) => e.seq), ...approvals.map((a) => a.seq)]),
+    ...new Set([
+      ...journal.map((j) => j.seq),
+      ...decided.keys(),
+      ...effects.map((e) => e.seq),
+      ...approvals.map((a) => a.seq),
+    ]),
   ].sort((a, b) => a - b);
   let lastEpoch: number | undefined;
   for (const seq of seqs) {
@@ -239,7 +249,9 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     }
     if (a) { for (const line of approvalLines(a)) p(`  ${line}`); }
     if (e) { for (const line of effectLines(e)) p(`  ${line}`); }
-    for (const gap of [...gaps(j, e), ...approvalGaps(a)]) p(`  !! ${gap}`);
+    const call = decided.get(seq);
+    if (call && !j) p(`  call ${call.index + 1} of the decision at step ${seq - call.index}: ${call.tool}`);
+    for (const gap of [...gaps(j, e, call !== undefined), ...approvalGaps(a)]) p(`  !! ${gap}`);
   }
   const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
   p(`total  steps=${seqs.length}  llm_calls=${llmCalls}  tokens=${prompt}+${completion}`);
@@ -247,7 +259,13 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
 
 function decisionLines(j: JournalRow): string[] {
   const d = j.decision;
-  const what = !d ? "(no answer recorded)" : "tool" in d ? `${d.tool} ${JSON.stringify(d.args)}` : "done";
+  const what = !d
+    ? "(no answer recorded)"
+    : "tool" in d
+    ? `${d.tool} ${JSON.stringify(d.args)}`
+    : "calls" in d
+    ? `${d.calls.length} calls: ${d.calls.map((c) => `${c.tool} ${JSON.stringify(c.args)}`).join(", ")}`
+    : "done";
   const lines = [
     `decision  ${j.status}  ${what}  attempts=${j.llm_attempts}  epoch=${j.epoch}  intent=${
       iso(j.intent_at)
@@ -298,14 +316,18 @@ function effectLines(e: SideEffectRow): string[] {
   return lines;
 }
 
-/** What a crash (or a wait for a human) left unfinished in one step. */
-export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined): string[] {
+/**
+ * What a crash (or a wait for a human) left unfinished at one seq: its
+ * journal row, its tool call, and whether a confirmed decision owns a call
+ * at this seq (`decided`).
+ */
+export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined, decided: boolean): string[] {
   const out: string[] = [];
-  if (!j && e) out.push("a tool call without a recorded decision");
+  if (!decided && e) out.push("a tool call without a recorded decision");
   if (j?.status === "intent") {
     out.push("the model was asked and no answer was recorded: the step is decided again on resume");
   }
-  if (j?.status === "confirmed" && j.decision && "tool" in j.decision && !e) {
+  if (decided && !e) {
     out.push("decided, no tool call recorded: the call is made on resume");
   }
   if (e?.status === "intent") {

@@ -53,7 +53,11 @@ Deno.test("an answer with two tool calls is one step: both calls run under keys 
   assert.equal(finished.status, "done");
   assert.equal(finished.output, "Noted.");
   assert.equal(asked.length, 2, "one request for the two calls, one for the answer");
-  assert.deepEqual(record.journal.map((j) => j.seq), [0, 2], "the next decision is at seq 2: the calls own 0 and 1");
+  assert.deepEqual(
+    record.journal.map((j) => j.seq),
+    [0, 2],
+    "the next decision is at seq 2: the calls own 0 and 1",
+  );
   assert.deepEqual(record.journal[0].decision, {
     calls: [{ tool: "note", args: { text: "hi" } }, { tool: "note", args: { text: "there" } }],
   });

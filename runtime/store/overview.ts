@@ -244,7 +244,9 @@ const RUN_VIEW = statement(
        ${clipFrom("output", "r.output")}
        ${clipFrom("error", "r.error")}
        cross join lateral (
-         select (count(*) filter (where j.status = 'confirmed' and j.decision ? 'tool'))::int as tool_steps,
+         select coalesce(sum(case when j.status <> 'confirmed' then 0 when j.decision ? 'tool' then 1
+                                  when j.decision ? 'calls' then jsonb_array_length(j.decision->'calls')
+                                  else 0 end), 0)::int as tool_steps,
                 coalesce(sum(j.llm_attempts), 0)::int as llm_calls,
                 coalesce(sum(${usageField("prompt_tokens")}), 0)::bigint::int as input_tokens,
                 coalesce(sum(${usageField("completion_tokens")}), 0)::bigint::int as output_tokens,
@@ -263,11 +265,14 @@ const STEPS_JOURNAL = statement(
             ${usageField("prompt_tokens")} as prompt_tokens, ${
     usageField("completion_tokens")
   } as completion_tokens,
-            j.decision->>'tool' as tool, coalesce(j.decision ? 'done', false) as done,
-            ${clipped("args", "j.decision->'args'")}, ${clipped("message")},
+            coalesce(j.decision->>'tool',
+                     (select string_agg(c->>'tool', ', ' order by o) from jsonb_array_elements(j.decision->'calls')
+                        with ordinality as x(c, o))) as tool,
+            coalesce(j.decision ? 'done', false) as done,
+            ${clipped("args", "coalesce(j.decision->'args', j.decision->'calls')")}, ${clipped("message")},
             ${clipped("rejections", "j.rejections")}
        from journal j
-       ${clipFrom("args", "(j.decision->'args')::text")}
+       ${clipFrom("args", "coalesce(j.decision->'args', j.decision->'calls')::text")}
        ${clipFrom("message", "j.decision->>'message'")}
        ${clipFrom("rejections", "j.rejections::text")}
       where j.run_id = $1 and j.seq between $3 and $4
