@@ -63,24 +63,32 @@ export interface MockScripts {
   byAgent?: Record<string, ScriptStep[]>;
 }
 
-/** Ways an answer can be broken on purpose. */
+/**
+ * Ways an answer can be broken on purpose, and `multi_tool`: two calls at
+ * once (the step's and the next one), an answer the runtime takes since
+ * steps may hold several calls (#24), kept to show it.
+ */
 export type ModelFaultMode =
   | "garbage"
   | "no_choices"
   | "unknown_tool"
   | "bad_args"
   | "bad_json_args"
+  | "too_many_calls"
   | "multi_tool";
 
-/** Every {@linkcode ModelFaultMode}, for validation and docs. */
+/** Every {@linkcode ModelFaultMode} that breaks an answer (the fuzzer draws from these), for validation and docs. */
 export const MODEL_FAULT_MODES: readonly ModelFaultMode[] = [
   "garbage",
   "no_choices",
   "unknown_tool",
   "bad_args",
   "bad_json_args",
-  "multi_tool",
+  "too_many_calls",
 ];
+
+/** The calls a `too_many_calls` answer holds: more than any agent allows in one answer (maxCallsPerStep is at most 64). */
+export const TOO_MANY_CALLS = 65;
 
 /**
  * Misbehaviour for the next calls. Per call the first applicable knob wins,
@@ -502,6 +510,14 @@ function planned(plan: Plan, step: number, n: number, mode: ModelFaultMode | und
     if (mode === "unknown_tool") return { tool_calls: [toolCall(n, "launch_rocket", {})] };
     if (mode === "bad_args") return { tool_calls: [toolCall(n, current.tool, breakArgs(current.args))] };
     if (mode === "bad_json_args") return { tool_calls: [toolCall(n, current.tool, "{not json")] };
+    if (mode === "too_many_calls") {
+      return {
+        tool_calls: Array.from(
+          { length: TOO_MANY_CALLS },
+          (_, i) => toolCall(n, current.tool, current.args, `_${i + 1}`),
+        ),
+      };
+    }
     const next = tool_steps.find((s) => s.i > current.i) ?? current;
     return {
       tool_calls: [toolCall(n, current.tool, current.args), toolCall(n, next.tool, next.args, "_2")],
@@ -536,6 +552,11 @@ function scriptedToolCalls(
       return [call(SCRIPT_TOOLS[tool_step], tool_step === 2 ? { hostname: 42 } : { name: 42 })];
     case "bad_json_args":
       return [call(SCRIPT_TOOLS[tool_step], "{not json")];
+    case "too_many_calls":
+      return Array.from(
+        { length: TOO_MANY_CALLS },
+        (_, i) => call(SCRIPT_TOOLS[tool_step], scriptArgs(tool_step, n, messages), `_${i + 1}`),
+      );
     case "multi_tool": {
       const next_step = Math.min(tool_step + 1, SCRIPT_TOOLS.length - 1);
       return [
@@ -600,8 +621,9 @@ function parseFaultSpec(value: unknown): ModelFaultSpec {
   const unknown = Object.keys(value).filter((field) => !known.has(field));
   if (unknown.length > 0) throw new TypeError(`unknown fault field(s): ${unknown.join(", ")}`);
   const mode = value.mode;
-  if (mode !== undefined && !MODEL_FAULT_MODES.includes(mode as ModelFaultMode)) {
-    throw new TypeError(`mode must be one of ${MODEL_FAULT_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
+  const modes = [...MODEL_FAULT_MODES, "multi_tool"];
+  if (mode !== undefined && !modes.includes(mode as ModelFaultMode)) {
+    throw new TypeError(`mode must be one of ${modes.join(", ")}, got ${JSON.stringify(mode)}`);
   }
   const fail_status = optionalCount(value, "fail_status");
   if (fail_status !== undefined && (fail_status < 100 || fail_status > 599)) {
