@@ -3,8 +3,10 @@
  * with tool calling. Offered the demo's tools, it provisions a server, then a
  * database, then a DNS record, then says it is done. Any other agent gets the
  * script set for its run or its name, or else calls each offered tool once
- * with arguments made up from the tool's JSON Schema. It can be told to
- * misbehave.
+ * with arguments made up from the tool's JSON Schema. A script step may hold
+ * several calls, and the demo and the generic plan can answer several calls
+ * at once (`parallel`), as models do with independent calls. It can be told
+ * to misbehave.
  *
  * @module
  */
