@@ -103,6 +103,22 @@ export async function loadAgents(
 }
 
 /**
+ * The embedded mock model's calls per answer (`MOCK_MODEL_PARALLEL`, as the
+ * mock server's setting): 1 when unset; `deno task run:parallel` sets 2, so
+ * the demo asks for the server and the database at once.
+ */
+function mockParallel(raw: string | undefined): number {
+  if (raw === undefined || raw === "") return 1;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 16) {
+    throw new ConfigError([
+      `MOCK_MODEL_PARALLEL must be an integer from 1 to 16: current value is ${JSON.stringify(raw)}`,
+    ]);
+  }
+  return n;
+}
+
+/**
  * Builds every agent's tools and model for this process. An agent naming an
  * endpoint (or nothing) gets an OpenAI-compatible client from it and the
  * `MODEL_*` settings; when neither gives a URL, the embedded default uses an
@@ -136,7 +152,10 @@ export async function prepareAgents(
           }
           if (!mock) {
             await Deno.mkdir(ctx.dataDir, { recursive: true });
-            mock = await MockModel.open({ statePath: `${ctx.dataDir}/mock-model.json` });
+            mock = await MockModel.open({
+              statePath: `${ctx.dataDir}/mock-model.json`,
+              parallel: mockParallel(ctx.env.MOCK_MODEL_PARALLEL),
+            });
           }
           modelDescribe = "in-process-mock";
           return new OpenAIPlanner({

@@ -49,7 +49,11 @@ function remote() {
 
 const call = (name: string, text: string) => ({ name, args: { text } });
 
-async function runToEnd(agent: ReturnType<typeof defineAgent>, runId: string, budget?: Record<string, number>) {
+async function runToEnd(
+  agent: ReturnType<typeof defineAgent>,
+  runId: string,
+  budget?: Record<string, number>,
+) {
   const worker = await client.startWorker([agent], { pollMs: 10 });
   try {
     await client.start(agent, { runId, input: "Write the notes.", budget });
@@ -116,7 +120,10 @@ Deno.test("a call that needs approval waits while the others of its step run; ap
     assert.equal(waiting.status, "waiting");
     assert.deepEqual(r.requests.map((q) => q.key).sort(), ["par-approve-1:0", "par-approve-1:2"]);
     const mid = await client.inspect("par-approve-1");
-    assert.deepEqual(mid.approvals.map((a) => [a.idempotency_key, a.status]), [["par-approve-1:1", "pending"]]);
+    assert.deepEqual(mid.approvals.map((a) => [a.idempotency_key, a.status]), [[
+      "par-approve-1:1",
+      "pending",
+    ]]);
     assert.deepEqual(mid.effects.map((e) => e.seq), [0, 2], "the guarded call has no row before its yes");
     await client.approve("par-approve-1:1", { by: "alice" });
     const end = await client.wait("par-approve-1", { timeoutMs: 30_000, pollMs: 10 });
@@ -155,9 +162,17 @@ Deno.test("two calls that need approval are asked about together, and a denial i
   } finally {
     await worker.stop();
   }
-  assert.deepEqual(r.requests.map((q) => q.key), ["par-two-asks-1:1"], "the denied call never reached the remote");
+  assert.deepEqual(
+    r.requests.map((q) => q.key),
+    ["par-two-asks-1:1"],
+    "the denied call never reached the remote",
+  );
   const record = await client.inspect("par-two-asks-1");
-  assert.deepEqual(record.effects.map((e) => [e.seq, e.status, e.attempts]), [[0, "failed", 0], [1, "confirmed", 1]]);
+  assert.deepEqual(record.effects.map((e) => [e.seq, e.status, e.attempts]), [[0, "failed", 0], [
+    1,
+    "confirmed",
+    1,
+  ]]);
   const results = asked.at(-1)!.transcript.filter((m) => m.role === "tool");
   assert.deepEqual(results[0], {
     role: "tool",
@@ -199,7 +214,10 @@ Deno.test("the tool-call budget covers every call of a step before any is sent",
   const agent = defineAgent({ name: "par-budget", tools: [r.tool("note")], model });
   const { end, record } = await runToEnd(agent, "par-budget-1", { toolCalls: 2 });
   assert.equal(end.status, "failed");
-  assert.match(end.error ?? "", /BUDGET_EXCEEDED: budget: 0 tool requests made, the step asks for 3 calls at once/);
+  assert.match(
+    end.error ?? "",
+    /BUDGET_EXCEEDED: budget: 0 tool requests made, the step asks for 3 calls at once/,
+  );
   assert.deepEqual(record.effects, [], "no call of the step was sent");
   assert.deepEqual(r.requests, []);
 });
@@ -220,10 +238,19 @@ Deno.test("a retry may not take the requests reserved for the step's other calls
     { kind: "tool_calls", calls: [call("flaky", "1"), call("note", "2")] },
     { kind: "done", text: "Done." },
   ]);
-  const agent = defineAgent({ name: "par-reserve", tools: [flaky, r.tool("note")], model, toolConcurrency: 1 });
+  const agent = defineAgent({
+    name: "par-reserve",
+    tools: [flaky, r.tool("note")],
+    model,
+    toolConcurrency: 1,
+  });
   const { end, record } = await runToEnd(agent, "par-reserve-1", { toolCalls: 2 });
   assert.equal(end.status, "failed");
   assert.match(end.error ?? "", /1 more are reserved for this step's other calls, and the ceiling is 2/);
-  assert.deepEqual(r.requests.map((q) => q.key), ["par-reserve-1:1"], "the other call got its reserved request");
+  assert.deepEqual(
+    r.requests.map((q) => q.key),
+    ["par-reserve-1:1"],
+    "the other call got its reserved request",
+  );
   assert.deepEqual(record.effects.map((e) => [e.seq, e.attempts]), [[0, 1], [1, 1]]);
 });

@@ -95,7 +95,11 @@ Deno.test({
         await sup.close();
       }
       const { journal, effects } = await pg.store.loadHistory("par1");
-      assert.deepEqual(journal.map((j) => [j.seq, j.status, j.llm_attempts]), [[0, "confirmed", 1], [2, "confirmed", 1]]);
+      assert.deepEqual(journal.map((j) => [j.seq, j.status, j.llm_attempts]), [[0, "confirmed", 1], [
+        2,
+        "confirmed",
+        1,
+      ]]);
       assert.deepEqual(effects.map((e) => [e.idempotency_key, e.status, e.attempts, e.remote]), [
         ["par1:0", "confirmed", 1, "created"],
         ["par1:1", "confirmed", 1, "created"],
