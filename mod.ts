@@ -88,8 +88,10 @@ export {
   type ReconcileContext,
   type Reconciliation,
   type Tool,
+  type ToolAccepted,
   type ToolContext,
   type ToolDescription,
+  type ToolDone,
   type ToolOutcome,
   type ToolSpec,
 } from "./runtime/tools.ts";
