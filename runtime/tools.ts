@@ -80,18 +80,26 @@ export interface ToolDone {
  * @example
  * ```ts
  * import { z } from "zod";
- * import { defineTool } from "./tools.ts";
+ * import { ToolError } from "./errors.ts";
+ * import { defineTool, idempotencyKeyHeader } from "./tools.ts";
  * const build = defineTool({
  *   name: "build",
  *   description: "Build a release; takes minutes.",
  *   args: z.strictObject({ version: z.string() }),
  *   waitDeadlineMs: 30 * 60_000,
- *   run: (args, ctx) =>
- *     Promise.resolve(
- *       ctx.polls === 3
- *         ? { result: { version: args.version, url: "https://example.com/r.tgz" } }
- *         : { result: { job: ctx.idempotencyKey }, accepted: { checkAfterMs: 10_000 } },
- *     ),
+ *   // The same request each time: the remote knows the job by its key and answers how it stands.
+ *   run: async (args, ctx) => {
+ *     const res = await fetch("https://builds.example.com/releases", {
+ *       method: "POST",
+ *       headers: { "Idempotency-Key": idempotencyKeyHeader(ctx.idempotencyKey) },
+ *       body: JSON.stringify(args),
+ *       signal: ctx.signal,
+ *     });
+ *     if (!res.ok) throw new ToolError("BUILD_HTTP", `HTTP ${res.status}`, { transient: res.status >= 500 });
+ *     const body = await res.json();
+ *     if (res.status === 202) return { result: { job: body.id }, accepted: { checkAfterMs: 10_000 } };
+ *     return { result: body };
+ *   },
  * });
  * ```
  */
