@@ -114,6 +114,7 @@ export {
   type Resolution,
   type RunInfo,
   type RunRecord,
+  type Settlement,
 } from "./runtime/client.ts";
 export {
   type AnsweredApproval,

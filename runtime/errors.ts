@@ -89,11 +89,13 @@ export const ERROR_CODES = {
     "NOT_FLAGGED",
     "NOT_PENDING",
     "NOT_REOPENABLE",
+    "NOT_WAITING",
     "PRUNE_FAILED",
     "RUN_CLOSED",
     "RUN_EXISTS",
     "RUN_NOT_BLOCKED",
     "RUN_NOT_FOUND",
+    "SETTLEMENT_INVALID",
     "WAIT_TIMEOUT",
   ],
   /** Why an answer was refused without a thrown error (a step's `rejections`), beside the ModelError codes. */

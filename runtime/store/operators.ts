@@ -131,7 +131,7 @@ const DECIDE_APPROVAL = statement(
             and (select status from run) in ${OPEN_STATUSES}
          returning *),
        r as (
-         update runs set status = 'pending', heartbeat_at = null, updated_at = $5::timestamptz
+         update runs set status = 'pending', heartbeat_at = null, updated_at = $5::timestamptz, wake_at = null
           where run_id = (select run_id from a) and (select status from run) = 'waiting'
          returning 1)
        select x.*, exists (select 1 from a) as decided,
