@@ -88,8 +88,10 @@ export {
   type ReconcileContext,
   type Reconciliation,
   type Tool,
+  type ToolAccepted,
   type ToolContext,
   type ToolDescription,
+  type ToolDone,
   type ToolOutcome,
   type ToolSpec,
 } from "./runtime/tools.ts";
@@ -112,6 +114,7 @@ export {
   type Resolution,
   type RunInfo,
   type RunRecord,
+  type Settlement,
 } from "./runtime/client.ts";
 export {
   type AnsweredApproval,

@@ -66,6 +66,8 @@ export {
   type TakenRun,
   type TokenSettlement,
 } from "./runtime/store/rows.ts";
+// A call waiting on its remote, settled from outside.
+export type { CallSettlement, SettledCall } from "./runtime/store/rows.ts";
 export {
   APPROVAL_STATUSES,
   type ApprovalStatus,

@@ -8,6 +8,7 @@
  * deno task inspect  RUN                            # one run's timeline, step by step
  * deno task resolve  KEY (--result JSON | --retry | --fail [--reason TEXT])   # settle a flagged tool call
  * deno task resolve  --tool T | --run R (...) --dry-run | --expect N             # settle many at once
+ * deno task settle   KEY (--result JSON | --error TEXT)   # settle a call that waits on its remote
  * deno task cancel   RUN                            # stop a run; its worker stops at its next write
  * deno task reopen   RUN                            # a failed or cancelled run back to pending
  * ```
@@ -43,6 +44,7 @@ import {
   type Resolution,
   RESOLVE_BATCH_MAX,
   type RunInfo,
+  type Settlement,
 } from "../runtime/client.ts";
 import { callsOf } from "../runtime/calls.ts";
 import { SystemClock } from "../runtime/clock.ts";
@@ -64,6 +66,7 @@ import {
   isRunStatus,
   type JournalRow,
   RUN_STATUSES,
+  type RunRow,
   type RunStatus,
   type SideEffectRow,
 } from "../runtime/store/store.ts";
@@ -150,7 +153,7 @@ export async function runs(
     table.push([
       r.run_id,
       r.agent,
-      r.status,
+      statusText(r),
       String(r.epoch),
       r.owner ?? "-",
       // A lease only means something while the run is open.
@@ -183,6 +186,15 @@ export async function runs(
 
 const iso = (d: Date | null | undefined): string => d ? new Date(d).toISOString() : "-";
 
+/**
+ * A run's status as a person reads it: a waiting run says what it waits for,
+ * its calls' remotes (until its wake time) or a person.
+ */
+export function statusText(run: Pick<RunRow, "status" | "wake_at">): string {
+  if (run.status !== "waiting") return run.status;
+  return run.wake_at ? `waiting until ${iso(run.wake_at)}` : "waiting for a person";
+}
+
 function tokens(usage: Json | null): string | undefined {
   if (!usage || typeof usage !== "object" || Array.isArray(usage)) return undefined;
   const u = usage as Record<string, Json>;
@@ -199,7 +211,7 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
   const approvalBySeq = new Map(approvals.map((a) => [a.seq, a]));
   const say = printer(ctx);
   const p = (...lines: string[]) => lines.forEach((line) => say(line));
-  p(`run ${run.run_id}  agent=${run.agent}  status=${run.status}  epoch=${run.epoch}  owner=${
+  p(`run ${run.run_id}  agent=${run.agent}  status=${statusText(run)}  epoch=${run.epoch}  owner=${
     run.owner ?? "-"
   }`);
   p(...fieldLines("  input: ", typeof run.input === "string" ? run.input : JSON.stringify(run.input)));
@@ -307,13 +319,20 @@ function effectLines(e: SideEffectRow): string[] {
   const lines = [
     `tool      ${e.status}  ${e.tool}  key=${e.idempotency_key}  attempts=${e.attempts}  epoch=${e.epoch}  intent=${
       iso(e.intent_at)
-    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${
+    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${waitFields(e)}${
       e.result !== null ? `  result=${JSON.stringify(e.result)}` : ""
     }`,
   ];
   if (e.error) lines.push(...fieldLines("  error: ", e.error));
   if (e.resolved_by) lines.push(`  resolved by ${e.resolved_by} at ${iso(e.resolved_at)}`);
   return lines;
+}
+
+/** A call's wait on its remote: when it is asked again, how often it was, and until when. */
+function waitFields(e: SideEffectRow): string {
+  return `${e.status === "waiting" ? `  check_at=${iso(e.check_at)}` : ""}${
+    e.polls > 0 ? `  polls=${e.polls}` : ""
+  }${e.wait_deadline_at ? `  deadline=${iso(e.wait_deadline_at)}` : ""}`;
 }
 
 /**
@@ -334,6 +353,13 @@ export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined, de
     out.push(
       "tool call outcome unknown: on resume it is re-sent under its key within the tool's maxAttempts, " +
         "or looked up by its reconcile, or else flagged for a person (a tool that takes no key) or given up",
+    );
+  }
+  if (e?.status === "waiting") {
+    out.push(
+      `waiting on its remote: re-sent under its key at ${iso(e.check_at)} to ask how the job stands, until ${
+        iso(e.wait_deadline_at)
+      }; 'deno task settle ${e.idempotency_key} --result JSON | --error TEXT' settles it from outside`,
     );
   }
   if (e?.status === "flagged") {
@@ -401,6 +427,25 @@ export async function resolveMany(
   return out.effects;
 }
 
+/**
+ * Settles from outside a tool call that waits on its remote (a webhook or a
+ * person reports how the job ended); a run waiting on a timer is woken, so a
+ * worker takes it up at once.
+ */
+export async function settle(
+  ctx: CommandContext,
+  key: string,
+  settlement: Settlement,
+): Promise<SideEffectRow> {
+  const out = await asCommand(() => ctx.client.settleCall(key, settlement, { by: ctx.actor }));
+  printer(ctx)(
+    `settled  key=${key}  status=${out.effect.status}  remote=${out.effect.remote ?? "-"}  by=${
+      formatValue(ctx.actor)
+    }  run=${out.effect.run_id}  run_status=${out.runStatus}${out.woken ? "  woken=now" : ""}`,
+  );
+  return out.effect;
+}
+
 /** Cancels a run; a worker holding it stops at its next write. */
 export async function cancel(ctx: CommandContext, runId: string): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.cancel(runId, { by: ctx.actor }));
@@ -427,6 +472,7 @@ const BAD_INPUT_CODES: readonly ErrorCode[] = [
   "INPUT_INVALID",
   "BUDGET_INVALID",
   "FILTER_INVALID",
+  "SETTLEMENT_INVALID",
 ];
 
 /** Turns a client's refusal into a command error (exit 1; a refusal of what was given exits 2). */
@@ -477,6 +523,14 @@ export const COMMAND_USAGE: Record<string, string> = {
   --dry-run           list them and their count; nothing changes
   --expect N          settle them, in one statement, only if N match (the count the dry run listed,
                       after checking the remote): a call flagged since is not settled unchecked`,
+  settle: `usage: deno task settle KEY (--result JSON | --error TEXT) [--by NAME]
+  Settles a tool call that waits on its remote (the remote accepted the work and has not finished
+  it), as a webhook or a person who saw the job end reports it; a run waiting on a timer is taken
+  up again at once.
+  --result JSON       the job is done, and this is what the remote answered
+  --error TEXT        the job failed: the call fails, and the model sees why
+  Refused (NOT_WAITING) for a call that is not waiting, (RUN_CLOSED) while its run is cancelled,
+  done or failed: reopen it first.`,
   cancel: `usage: deno task cancel RUN [--by NAME]
   Cancels a run that is not closed; a worker holding it stops at its next write.`,
   approve: `usage: deno task approve KEY [--by NAME]
@@ -513,6 +567,7 @@ const OPTIONS = {
   limit: { type: "string" },
   page: { type: "string" },
   result: { type: "string" },
+  error: { type: "string" },
   retry: { type: "boolean" },
   fail: { type: "boolean" },
   reason: { type: "string" },
@@ -584,6 +639,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   prune: ["finished-before", "dry-run", "batch"],
   approve: [],
   deny: ["reason"],
+  settle: ["result", "error"],
 };
 
 /** Runs one command (`args[0]`); returns the exit code. */
@@ -630,12 +686,27 @@ export async function main(
     command === "resolve" && (v.tool !== undefined || v.run !== undefined)
       ? { tool: v.tool, runId: v.run }
       : undefined;
-  if (["inspect", "cancel", "resolve", "reopen", "approve", "deny"].includes(command) && !target && !bulk) {
-    return usage(
-      `${command} needs a ${
-        ["resolve", "approve", "deny"].includes(command) ? "tool call key, e.g. demo:0" : "run id"
-      }`,
-    );
+  const byKey = ["resolve", "approve", "deny", "settle"].includes(command);
+  if ((["inspect", "cancel", "reopen"].includes(command) || byKey) && !target && !bulk) {
+    return usage(`${command} needs a ${byKey ? "tool call key, e.g. demo:0" : "run id"}`);
+  }
+  let settlement: Settlement | undefined;
+  if (command === "settle") {
+    if ((v.result === undefined) === (v.error === undefined)) {
+      return usage("settle needs exactly one of --result JSON, --error TEXT");
+    }
+    if (v.error !== undefined) {
+      if (v.error.trim() === "") return usage("--error must say why the job failed: current value is empty");
+      settlement = { error: v.error };
+    } else {
+      try {
+        settlement = { result: JSON.parse(v.result!) as Json };
+      } catch {
+        return usage(
+          `--result must be JSON, e.g. '"i-0000001"' or '{"id":"i-1"}': current value is ${v.result}`,
+        );
+      }
+    }
   }
   let resolution: Resolution | undefined;
   if (command === "resolve") {
@@ -794,6 +865,9 @@ export async function main(
       case "resolve":
         if (bulk) await resolveMany(ctx, bulk, resolution!, bulkOpts!);
         else await resolve(ctx, target, resolution!);
+        break;
+      case "settle":
+        await settle(ctx, target, settlement!);
         break;
       case "cancel":
         await cancel(ctx, target);

@@ -40,6 +40,7 @@ import { openPglite } from "./store/pglite.ts";
 import {
   type AnsweredApproval,
   type ApprovalRow,
+  type CallSettlement,
   type EffectResolution,
   type FlaggedFilter,
   type JournalRow,
@@ -93,6 +94,8 @@ export interface RunInfo {
   updatedAt: Date;
   /** Its ceilings, if any. */
   budget: Budget | null;
+  /** When a run waiting on its calls' remotes is taken again; null for any other (and one waiting for a person). */
+  wakeAt: Date | null;
 }
 
 /** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
@@ -140,6 +143,12 @@ export type Resolution =
   | { action: "retry" }
   | { action: "fail"; reason?: string };
 
+/**
+ * How a call waiting on its remote is settled from outside ({@link Client.settleCall}):
+ * what the remote answered when the job ended, or why the job failed.
+ */
+export type Settlement = { result: Json } | { error: string };
+
 /** A client call was refused: the run does not exist, is in the wrong state, ... `code` says which. */
 export class ClientError extends RuntimeError {
   /** Which refusal: `RUN_NOT_FOUND`, `RUN_CLOSED`, ... */
@@ -165,7 +174,12 @@ export interface PruneResult extends PrunedRows {
 /** The largest page {@link Client.list} returns. */
 export const LIST_LIMIT_MAX = 10_000;
 
-/** Statuses in which a run will not move again without a person (`blocked`) or at all. */
+/**
+ * Statuses in which a run will not move again without a person (`blocked`,
+ * `waiting` for an approval) or at all. A run `waiting` with a wake time
+ * waits on its calls' remotes and moves on by itself: {@link Client.wait}
+ * goes on waiting for it.
+ */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
 
 /** The client over one database. Use {@link connect}. */
@@ -217,8 +231,9 @@ export class Client {
   }
 
   /**
-   * Waits until the run is settled (done, failed, cancelled, or blocked on a
-   * person) and returns it with its output. Throws `WAIT_TIMEOUT` after
+   * Waits until the run is settled (done, failed, cancelled, or blocked or
+   * waiting on a person; not while it waits on its calls' remotes) and
+   * returns it with its output. Throws `WAIT_TIMEOUT` after
    * `timeoutMs` (default 60 000) and `RUN_NOT_FOUND` for an unknown run.
    */
   async wait(
@@ -231,7 +246,7 @@ export class Client {
     for (;;) {
       const run = await this.get(runId);
       if (!run) throw notFound(runId);
-      if (SETTLED_STATUSES.includes(run.status)) return run;
+      if (SETTLED_STATUSES.includes(run.status) && run.wakeAt === null) return run;
       if (this.clock.now().getTime() >= deadline) {
         throw new ClientError(
           "WAIT_TIMEOUT",
@@ -391,6 +406,54 @@ export class Client {
       "RUN_NOT_BLOCKED",
       `Tool call ${key} is flagged but run ${e.run_id} is ${run?.status}, not blocked: ` +
         `wait until a worker has blocked it ('deno task runs'), then resolve`,
+    );
+  }
+
+  /**
+   * Settles from outside a tool call that waits on its remote (its remote
+   * accepted the work and has not finished it): a webhook, or a person who
+   * saw the job end, reports `{ result }` (the call is confirmed with that
+   * result, remote `resolved`) or `{ error }` (it fails, and the model sees
+   * why). Records who (`by`) and when. A run waiting on a timer is woken, so
+   * a worker takes it up at once. Throws `CALL_NOT_FOUND`, `NOT_WAITING` (the
+   * call is not waiting: settled already, or being asked about right now),
+   * `RUN_CLOSED` (its run is cancelled, done or failed: reopen it first), and
+   * `SETTLEMENT_INVALID` for a settlement with neither or both fields, or an
+   * empty error.
+   */
+  async settleCall(
+    key: string,
+    settlement: Settlement,
+    opts: { by?: string } = {},
+  ): Promise<{ effect: SideEffectRow; runStatus: RunStatus; woken: boolean }> {
+    const by = opts.by ?? "client";
+    const stored = checkSettlement(settlement, by);
+    const out = await this.store.settleCall(key, stored, by, this.clock.now());
+    if (!out.effect || !out.runStatus) {
+      throw new ClientError(
+        "CALL_NOT_FOUND",
+        `No tool call with key ${JSON.stringify(key)}; 'deno task inspect RUN' shows a run's keys`,
+      );
+    }
+    const e = out.effect;
+    if (out.settled) return { effect: e, runStatus: out.runStatus, woken: out.woken };
+    if (e.status === "waiting") {
+      throw new ClientError(
+        "RUN_CLOSED",
+        `Run ${e.run_id} is ${out.runStatus}, so tool call ${key} was not settled: a closed run's calls are ` +
+          `not answered. Reopen it first ('deno task reopen ${e.run_id}'); its worker then asks the remote again`,
+      );
+    }
+    const why = e.status === "intent"
+      ? "a worker is asking its remote how the job stands right now: try again in a moment"
+      : e.status === "flagged"
+      ? `its outcome is unknown: settle it with 'deno task resolve ${key}'`
+      : `it is settled already${
+        e.resolved_by ? ` (by ${e.resolved_by} at ${e.resolved_at?.toISOString()})` : ""
+      }`;
+    throw new ClientError(
+      "NOT_WAITING",
+      `Tool call ${key} is ${e.status}, not waiting on its remote: ${why}`,
     );
   }
 
@@ -680,6 +743,30 @@ function readEnv(): Record<string, string | undefined> {
   }
 }
 
+/** A settlement checked, as the store writes it: a failure carries who reported it. */
+function checkSettlement(settlement: Settlement, by: string): CallSettlement {
+  const s = settlement as { result?: unknown; error?: unknown };
+  const hasResult = s !== null && typeof s === "object" && "result" in s && s.result !== undefined;
+  const hasError = s !== null && typeof s === "object" && "error" in s && s.error !== undefined;
+  if (hasResult === hasError) {
+    throw new ClientError(
+      "SETTLEMENT_INVALID",
+      `A settlement is { result } (what the remote answered) or { error } (why the job failed), exactly one: ` +
+        `current value is ${describeValue(settlement)}`,
+    );
+  }
+  if (hasResult) return { result: s.result as Json };
+  if (typeof s.error !== "string" || s.error.trim() === "") {
+    throw new ClientError(
+      "SETTLEMENT_INVALID",
+      `A settlement's 'error' must be a non-empty text saying why the job failed: current value is ${
+        describeValue(s.error)
+      }`,
+    );
+  }
+  return { error: `reported failed by ${by}: ${s.error}` };
+}
+
 /** A resolution as the store writes it: a failure carries who marked it failed, and why. */
 function storedResolution(resolution: Resolution, by: string): EffectResolution {
   return resolution.action === "fail"
@@ -754,5 +841,6 @@ function info(run: RunRow): RunInfo {
     createdAt: new Date(run.created_at),
     updatedAt: new Date(run.updated_at),
     budget: run.budget ?? null,
+    wakeAt: run.wake_at ? new Date(run.wake_at) : null,
   };
 }

@@ -19,6 +19,8 @@ export type Position =
   | "tool-intent"
   | "tool-confirm"
   | "tool-settle"
+  | "tool-waiting"
+  | "wait"
   | "claim"
   | "first-claim"
   | "heartbeat"
@@ -48,6 +50,9 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "effect-denied": "tool-intent",
   "effect-confirm": "tool-confirm",
   "effect-settle": "tool-settle",
+  "effect-waiting": "tool-waiting",
+  // It lets the run go, as an approval request may: its own position, a fenced write.
+  "wait-run": "wait",
   "claim": "claim",
   "first-claim": "first-claim",
   "heartbeat": "heartbeat",
@@ -78,6 +83,7 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "reopen-run": "other",
   "prune-dry-run": "other",
   "prune": "other",
+  "settle-call": "other",
   "count-by-status": "other",
   "agents-with-runs": "other",
   "tokens-by-run": "other",
@@ -115,6 +121,8 @@ const WRITES: ReadonlySet<Position> = new Set<Position>([
   "tool-intent",
   "tool-confirm",
   "tool-settle",
+  "tool-waiting",
+  "wait",
   "heartbeat",
   "finish",
   "approval-request",

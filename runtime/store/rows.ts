@@ -61,6 +61,12 @@ export interface RunRow {
   progress_mark: number;
   /** The run's ceilings, if any. */
   budget: Budget | null;
+  /**
+   * When a run `waiting` on its calls' remotes may be taken again (a take or
+   * a claim clears it); null for any other run, and for one waiting only for
+   * a person.
+   */
+  wake_at: Date | null;
 }
 
 /**
@@ -172,6 +178,12 @@ export interface SideEffectRow {
    * tool's `maxAttempts` is allowed. Null: never reopened so.
    */
   attempts_at_reopen: number | null;
+  /** When a `waiting` call is re-sent under its key to ask how the job stands; null otherwise. */
+  check_at: Date | null;
+  /** When a call its remote accepted and has not finished fails: fixed by its first accepted answer. */
+  wait_deadline_at: Date | null;
+  /** Re-sends of an accepted call to ask how its job stands, counted at each one's intent (0 before any). */
+  polls: number;
 }
 
 /** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */
@@ -300,3 +312,21 @@ export type EffectResolution =
   | { action: "result"; result: Json }
   | { action: "retry" }
   | { action: "fail"; error: string };
+
+/**
+ * How a call waiting on its remote is settled from outside (a webhook, a
+ * person who saw the job end): what the remote answered, or why it failed.
+ */
+export type CallSettlement = { result: Json } | { error: string };
+
+/** What `Store.settleCall` found and did. */
+export interface SettledCall {
+  /** The call as it stands after the statement; undefined when there is none for the key. */
+  effect: SideEffectRow | undefined;
+  /** True when this statement settled it (it was `waiting` and its run open). */
+  settled: boolean;
+  /** Its run's status (undefined when there is no call for the key). */
+  runStatus: RunStatus | undefined;
+  /** True when the statement woke the run: it waited on a timer, and a worker may take it at once. */
+  woken: boolean;
+}

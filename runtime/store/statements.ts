@@ -40,6 +40,8 @@ export type StatementName =
   | "finish-run"
   | "release-run"
   | "approval-request"
+  | "effect-waiting"
+  | "wait-run"
   // reads
   | "read-run"
   | "read-history"
@@ -68,6 +70,7 @@ export type StatementName =
   | "reopen-run"
   | "prune-dry-run"
   | "prune"
+  | "settle-call"
   // overview
   | "count-by-status"
   | "agents-with-runs"

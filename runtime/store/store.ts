@@ -212,6 +212,22 @@ export class Store {
   }
 
   /**
+   * Records that a call's remote accepted the work and will finish it later: the call goes to `waiting`.
+   * See {@link RunWrites.effectWaiting}.
+   */
+  effectWaiting(...args: Parameters<RunWrites["effectWaiting"]>): ReturnType<RunWrites["effectWaiting"]> {
+    return this.writes.effectWaiting(...args);
+  }
+
+  /**
+   * Lets go of the run until its calls are due again (`waiting` with a wake time). See
+   * {@link RunWrites.waitRun}.
+   */
+  waitRun(...args: Parameters<RunWrites["waitRun"]>): ReturnType<RunWrites["waitRun"]> {
+    return this.writes.waitRun(...args);
+  }
+
+  /**
    * Explains a refused write: the epoch moved (fenced), the run was closed, or the row was not as expected.
    * See {@link RunWrites.refusal}.
    */
@@ -337,5 +353,12 @@ export class Store {
    */
   reopenRun(...args: Parameters<Operators["reopenRun"]>): ReturnType<Operators["reopenRun"]> {
     return this.operators.reopenRun(...args);
+  }
+
+  /**
+   * Settles from outside a call waiting on its remote, and wakes its run. See {@link Operators.settleCall}.
+   */
+  settleCall(...args: Parameters<Operators["settleCall"]>): ReturnType<Operators["settleCall"]> {
+    return this.operators.settleCall(...args);
   }
 }
