@@ -131,6 +131,15 @@ Deno.test("a run command refuses a flag that belongs to another command", async 
   );
 });
 
+Deno.test("settle refuses both --result and --error (or neither) in one line naming them, exit 2", async () => {
+  const [both, neither] = await Promise.all([
+    cli("cli/main.ts", ["settle", "r1:0", "--result", "1", "--error", "failed"]),
+    cli("cli/main.ts", ["settle", "r1:0"]),
+  ]);
+  assertOneLine("settle --result --error", both, "--error TEXT");
+  assertOneLine("settle", neither, "--result JSON");
+});
+
 Deno.test("the binary's usage names every command", async () => {
   const r = await cli("cli/main.ts", ["--help"]);
   assert.equal(r.code, 0);
