@@ -95,7 +95,7 @@ export interface ToolDone {
  *       body: JSON.stringify(args),
  *       signal: ctx.signal,
  *     });
- *     if (!res.ok) throw new ToolError("TOOL_HTTP", `HTTP ${res.status}`, { transient: res.status >= 500 });
+ *     if (!res.ok) throw new ToolError("BUILD_HTTP", `HTTP ${res.status}`, { transient: res.status >= 500 });
  *     const body = await res.json();
  *     if (res.status === 202) return { result: { job: body.id }, accepted: { checkAfterMs: 10_000 } };
  *     return { result: body };
