@@ -151,6 +151,8 @@ class ScheduleRun {
   readonly answers: BudgetAnswer[] = [];
   /** The person at the run: answers its approval requests, and acts where the schedule says. */
   person?: Person;
+  /** Times the run was found asleep on its remotes with no process alive (a worker was started at its wake). */
+  sleeps = 0;
   readonly #world: SimWorld;
   readonly #faults: Fault[];
   readonly #budget?: ScheduleBudget;
@@ -547,7 +549,23 @@ export async function runSchedule(
     const live = run.procs.filter((p) => !p.done);
     if (live.length === 0) {
       earlier.push(await snapshot(world, runId, fake));
-      const status = earlier.at(-1)!.run?.status;
+      const row = earlier.at(-1)!.run;
+      const status = row?.status;
+      // A run asleep on its remotes (a call waiting on a job) is not at rest: the clock moves to when its
+      // first call is due, and a new worker takes it up, as a worker host's take would. A person's
+      // request pending beside it is answered first.
+      if (status === "waiting" && row?.wake_at && !(await run.person.asks())) {
+        const dueInMs = new Date(row.wake_at).getTime() - world.clock.now().getTime();
+        if (run.procs.length >= MAX_INCARNATIONS) {
+          run.problems.push(`the run was still asleep on its remotes after ${MAX_INCARNATIONS} incarnations`);
+          break;
+        }
+        world.note(`~~~ the run sleeps until ${new Date(row.wake_at).toISOString()}: a worker takes it then`);
+        run.sleeps++;
+        await world.advance(Math.max(0, dueInMs) + 1_000, { settle });
+        run.spawn(runId);
+        continue;
+      }
       if (await run.person.atRest(status)) continue;
       if (status !== "running" && status !== "pending" && status !== undefined) {
         closed = true;
