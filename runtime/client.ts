@@ -16,6 +16,7 @@ import {
   NAME_PATTERN,
   prepareAgent,
 } from "./agent.ts";
+import { withChildAgents } from "./agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
@@ -628,7 +629,8 @@ export class Client {
    * Hosts a worker in this process for `agents`: it takes their runs from this
    * client's database and drives them until {@link WorkerHost.stop}. An agent
    * that names an endpoint (or nothing) is given an OpenAI-compatible client
-   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`.
+   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`. The agents
+   * their tools start runs of (`agentTool`) are hosted with them.
    */
   async startWorker(
     agents: Agent[],
@@ -639,9 +641,9 @@ export class Client {
   ): Promise<WorkerHost> {
     const { context, ...hostOpts } = opts;
     const ctx: AgentContext = { env: readEnv(), dataDir: ".data", embedded: true, ...context };
-    const prepared = await Promise.all(
-      agents.map((a) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx))),
-    );
+    const prepare = (a: Agent) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx));
+    // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
+    const prepared = await withChildAgents(await Promise.all(agents.map(prepare)), prepare);
     return new WorkerHost({
       clock: this.clock,
       pollMs: 200,

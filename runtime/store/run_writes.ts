@@ -609,7 +609,7 @@ export class RunWrites {
    */
   async finishRun(
     f: Fence,
-    status: "done" | "failed" | "blocked",
+    status: "done" | "failed" | "blocked" | "cancelled",
     error: string | null,
     now: Date,
     output: string | null = null,
