@@ -145,14 +145,20 @@ export async function main(
       leaseMs: settings.leaseMs,
     });
     // MAX_STEPS, when set, replaces the agent's own maxSteps.
-    const outcome = await runWorker(
-      workerFor(
-        proc,
-        agentDeps(agent, { maxSteps: settings.maxSteps, toolConcurrency: settings.toolConcurrency }),
-      ),
-      request,
+    const deps = workerFor(
+      proc,
+      agentDeps(agent, { maxSteps: settings.maxSteps, toolConcurrency: settings.toolConcurrency }),
     );
-    return exitCodeOf(outcome);
+    // A run asleep on its remotes (a job that finishes later) is taken again when its calls are due: this
+    // process waits for it, as a worker host would, instead of exiting. Bounded by the calls' deadlines.
+    for (;;) {
+      const outcome = await runWorker(deps, request);
+      const wakeAt = outcome.status === "waiting" ? (await store.getRun(request.runId))?.wake_at : undefined;
+      if (!wakeAt) return exitCodeOf(outcome);
+      const ms = Math.max(0, new Date(wakeAt).getTime() - clock.now().getTime());
+      log.info("waiting-on-remote", { run: request.runId, until: new Date(wakeAt), wait_ms: ms });
+      await clock.sleep(ms);
+    }
   } catch (err) {
     if (hasCode(err, "AGENT_MISMATCH")) {
       log.error("wrong-agent", { run: request.runId, error: err.message });

@@ -80,6 +80,7 @@ export const ERROR_CODES = {
   BudgetError: ["BUDGET_EXCEEDED"],
   BlockedError: ["BLOCKED"],
   WaitingError: ["WAITING_FOR_APPROVAL"],
+  SleepingError: ["WAITING_ON_REMOTE"],
   WorkerError: ["WORKER_ERROR"],
   ValueUnstorableError: ["VALUE_UNSTORABLE"],
   ParentClosedError: ["PARENT_CLOSED"],

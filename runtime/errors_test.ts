@@ -14,7 +14,7 @@ import {
   StoreError,
   ToolError,
 } from "./errors.ts";
-import { BlockedError, WaitingError } from "./executor.ts";
+import { BlockedError, SleepingError, WaitingError } from "./executor.ts";
 import { WorkerError } from "./loop.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
 
@@ -28,6 +28,7 @@ Deno.test("each error class carries a code its list in ERROR_CODES holds, and it
     [new BudgetError("x"), "BudgetError"],
     [new BlockedError("r:1", "x"), "BlockedError"],
     [new WaitingError([{ key: "r:1", tool: "t" }]), "WaitingError"],
+    [new SleepingError(["r:1"], new Date(0)), "SleepingError"],
     [new WorkerError("r", new Error("x"), "released"), "WorkerError"],
     [new ClientError("RUN_NOT_FOUND", "x"), "ClientError"],
     [

@@ -31,7 +31,15 @@ import { askRemote } from "./reconcile.ts";
 import { toStorable } from "./store/storable.ts";
 import type { Decided } from "./journal.ts";
 import type { ApprovalRow, SideEffectRow } from "./store/store.ts";
-import type { Json, Tool, ToolOutcome } from "./tools.ts";
+import {
+  checkAtOf,
+  isAccepted,
+  type Json,
+  type Tool,
+  type ToolAccepted,
+  type ToolOutcome,
+  waitExpired,
+} from "./tools.ts";
 
 /** The run cannot go on until a human resolves a flagged tool call. */
 export class BlockedError extends RuntimeError {
@@ -120,11 +128,21 @@ export class WaitingError extends RuntimeError {
     this.key = first;
     this.keys = calls.map((c) => c.key);
   }
+
+  /** Set when other calls of the step wait on their remotes: the run is also taken again then. */
+  wakeAt?: Date;
+
+  /** This marker, with the time the step's calls waiting on their remotes are due. */
+  until(wakeAt: Date): WaitingError {
+    this.wakeAt = wakeAt;
+    return this;
+  }
 }
 
 /** Where one call of a step stands before anything of the step is sent. */
 type Gate =
   | { kind: "settled"; row: SideEffectRow }
+  | { kind: "asleep"; row: SideEffectRow }
   | { kind: "send"; call: PreparedCall }
   | { kind: "ask"; call: PreparedCall; hash: string; before?: ApprovalRow }
   | { kind: "denied"; call: PreparedCall; approval: ApprovalRow };
@@ -161,13 +179,15 @@ export async function act(
       }
     }
     // Every call of the step not yet sent is counted against the tool-call ceiling before any goes out.
-    const unsent = gates.filter((g) => g.kind !== "settled" && !state.effects.has(g.call.seq)).length;
+    const unsent = gates.filter((g) => "call" in g && !state.effects.has(g.call.seq)).length;
     reserveToolCalls(state, unsent, unsent > 0 ? await familyCeilings(deps, state) : NO_FAMILY);
   } catch (error) {
     return failed(error, rows());
   }
   const carry = (gate: Gate): Promise<Ended<SideEffectRow>> => {
-    if (gate.kind === "settled") return Promise.resolve(finished(gate.row, { effect: gate.row }));
+    if (gate.kind === "settled" || gate.kind === "asleep") {
+      return Promise.resolve(finished(gate.row, { effect: gate.row }));
+    }
     if (gate.kind === "denied") return denied(deps, state, gate.call, gate.approval);
     return intendAndSend(deps, state, gate.call);
   };
@@ -185,10 +205,47 @@ export async function act(
     errors.push(error);
   }
   state.reservedCalls = 0;
+  // Calls whose remote accepted them and has not finished: the step is not settled, and the run sleeps
+  // until the first of them is due (without a worker), unless something worse ended the step.
+  const asleep = calls.flatMap((c) => {
+    const row = state.effects.get(c.seq);
+    return row?.status === "waiting" && row.check_at ? [row] : [];
+  });
+  const wakeAt = asleep.length === 0
+    ? undefined
+    : new Date(Math.min(...asleep.map((r) => new Date(r.check_at!).getTime())));
   const worst = worstOf(errors);
-  return worst === undefined
-    ? finished(calls.map((c) => state.effects.get(c.seq)!), rows())
-    : failed(worst, rows());
+  if (worst instanceof WaitingError && wakeAt) return failed(worst.until(wakeAt), rows());
+  if (worst !== undefined) return failed(worst, rows());
+  if (wakeAt) return failed(new SleepingError(asleep.map((r) => r.idempotency_key), wakeAt), rows());
+  return finished(calls.map((c) => state.effects.get(c.seq)!), rows());
+}
+
+/**
+ * The step's calls are settled but for some whose remotes accepted them and
+ * will finish later: the run sleeps until `wakeAt`, the first of them due,
+ * holding no worker, and is taken again then (the loop's `waitRun`).
+ */
+export class SleepingError extends RuntimeError {
+  /** The calls still waiting on their remotes. */
+  readonly keys: readonly string[];
+  /** When the first of them is asked again. */
+  readonly wakeAt: Date;
+  /** Creates the marker for `keys`, the first due at `wakeAt`. */
+  constructor(keys: readonly string[], wakeAt: Date) {
+    const many = keys.length > 1;
+    super(
+      "WAITING_ON_REMOTE",
+      `Tool call${many ? "s" : ""} ${keys.join(", ")} wait${many ? "" : "s"} on ${
+        many ? "their remotes" : "its remote"
+      }: ` +
+        `asked again at ${wakeAt.toISOString()} under the same key (or settled from outside: ` +
+        `'deno task settle ${keys[0]} --result JSON')`,
+    );
+    this.name = "SleepingError";
+    this.keys = keys;
+    this.wakeAt = wakeAt;
+  }
 }
 
 /** The rows of a step's calls as this worker knows them: `effect` for a one-call step, `effects` for any. */
@@ -213,6 +270,8 @@ function worstOf(errors: readonly unknown[]): unknown {
       ? 4
       : e instanceof WaitingError
       ? 5
+      : e instanceof SleepingError
+      ? 6
       : e instanceof ToolError || e instanceof BudgetError || e instanceof ParentClosedError ||
           hasCode(e, "DECISION_INVALID")
       ? 3
@@ -272,6 +331,10 @@ async function gateOf(
     return { kind: "settled", row: existing };
   }
   if (existing?.status === "flagged") throw new BlockedError(key, existing.error ?? "its outcome is unknown");
+  // A call its remote accepted is asked again once its time has come, and left asleep until then.
+  if (existing?.status === "waiting" && existing.check_at && new Date(existing.check_at) > deps.clock.now()) {
+    return { kind: "asleep", row: existing };
+  }
   // A decision this worker has just made was checked by decide() (#11: not parsed twice).
   const checked = checkedNow ? { ok: true as const, ...checkedNow } : deps.tools.check(c.tool, c.args);
   if (!checked.ok) {
@@ -453,7 +516,12 @@ async function sendCall(
       const verdict = await unknownOutcome(deps, state, call, unknown);
       if (verdict !== "send") return await carryOut(row, verdict);
     }
+    // A call its remote accepted is asked again under its key, until its deadline: past it, no request goes out.
+    if (row?.status === "waiting" && row.wait_deadline_at && clock.now() >= new Date(row.wait_deadline_at)) {
+      return await failCall(deps, state, row, waitExpired(tool, key, new Date(row.wait_deadline_at)));
+    }
     // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
+    // A call its remote accepted is bounded by its deadline instead (a poll counts no attempt).
     for (;;) {
       checkToolRequest(state, row === undefined, await familyCeilings(deps, state));
       const intent = await store.effectIntentRow(
@@ -465,13 +533,14 @@ async function sendCall(
       row = intent;
       applyRow(state, intent);
       const attempt = intent.attempts;
-      log.info("intent", { run: runId, seq, key, tool: tool.name, attempt });
+      const poll = intent.polls > 0 ? intent.polls : undefined;
+      log.info("intent", { run: runId, seq, key, tool: tool.name, attempt, poll });
       await crash.hit("after_intent", seq);
-      log.info("calling", { run: runId, seq, key, tool: tool.name, attempt });
+      log.info("calling", { run: runId, seq, key, tool: tool.name, attempt, poll });
 
       let outcome: ToolOutcome;
       try {
-        outcome = storedOutcome(await callTool(deps, state, call, attempt), call);
+        outcome = storedOutcome(await callTool(deps, state, call, intent), call);
       } catch (err) {
         if (err instanceof SimulatedKill) throw err; // the (simulated) process is gone
         if (state.signal.aborted) throw state.signal.reason ?? err;
@@ -490,17 +559,10 @@ async function sendCall(
           continue;
         }
         // A permanent failure is an answer too: record it and let the model see it.
-        row = await store.effectSettle(
-          state.fence,
-          intent,
-          { status: "failed", error: e.message },
-          clock.now(),
-        );
-        applyRow(state, row);
-        log.warn("tool-failed", { run: runId, seq, key, tool: tool.name, code: e.code, error: e.message });
-        return finished(row, { effect: row });
+        return await failCall(deps, state, intent, e);
       }
       await crash.hit("after_call", seq);
+      if (isAccepted(outcome)) return await accepted(deps, state, call, intent, outcome);
       row = await confirm(deps, state, intent, outcome.result, outcome.remote ?? "created");
       await crash.hit("after_confirm", seq);
       return finished(row, { effect: row });
@@ -508,6 +570,93 @@ async function sendCall(
   } catch (error) {
     return failed(error, { effect: row });
   }
+}
+
+/** Records a permanent failure of the call `row` (the model sees it) and returns the row as the write left it. */
+async function failCall(
+  deps: WorkerDeps,
+  state: RunState,
+  row: SideEffectRow,
+  e: ToolError,
+): Promise<Ended<SideEffectRow>> {
+  const settled = await deps.store.effectSettle(
+    state.fence,
+    row,
+    { status: "failed", error: e.message },
+    deps.clock.now(),
+  );
+  applyRow(state, settled);
+  deps.log.warn("tool-failed", {
+    run: state.fence.runId,
+    seq: row.seq,
+    key: row.idempotency_key,
+    tool: row.tool,
+    code: e.code,
+    error: e.message,
+  });
+  return finished(settled, { effect: settled });
+}
+
+/**
+ * The remote accepted the call and will finish it later: the row goes to
+ * `waiting` with the accepted answer (a job id) and when to ask again (at the
+ * latest the call's deadline, fixed by the first accepted answer at
+ * `waitDeadlineMs`). An answer past the deadline fails the call
+ * `TOOL_WAIT_EXPIRED`; an answer that is not a valid wait fails it
+ * `TOOL_ACCEPTED_INVALID`.
+ */
+async function accepted(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  intent: SideEffectRow,
+  outcome: ToolAccepted,
+): Promise<Ended<SideEffectRow>> {
+  const now = deps.clock.now();
+  const deadlineAt = intent.wait_deadline_at
+    ? new Date(intent.wait_deadline_at)
+    : new Date(now.getTime() + call.tool.waitDeadlineMs);
+  let checkAt: Date;
+  try {
+    checkAt = checkAtOf(call.tool, outcome, now);
+  } catch (err) {
+    return await failCall(deps, state, intent, err as ToolError);
+  }
+  if (now >= deadlineAt) {
+    return await failCall(deps, state, intent, waitExpired(call.tool, call.key, deadlineAt));
+  }
+  if (checkAt > deadlineAt) checkAt = deadlineAt;
+  const stored = toStorable(outcome.result, { writeOut: true });
+  if (!stored.ok) {
+    return await failCall(
+      deps,
+      state,
+      intent,
+      new ToolError(
+        "TOOL_RESULT_UNSTORABLE",
+        `${call.tool.name} answered that its remote accepted the call, but what it returned cannot be stored: ` +
+          `it holds ${stored.reason}. The call is failed for good, though the remote may be doing it (key ${call.key})`,
+        { transient: false },
+      ),
+    );
+  }
+  const row = await deps.store.effectWaiting(state.fence, intent, {
+    result: stored.value,
+    checkAt,
+    deadlineAt,
+  });
+  applyRow(state, row);
+  deps.log.info("accepted", {
+    run: state.fence.runId,
+    seq: call.seq,
+    key: call.key,
+    tool: call.tool.name,
+    polls: intent.polls,
+    check_at: checkAt.toISOString(),
+    deadline: deadlineAt.toISOString(),
+  });
+  await deps.crash.hit("after_confirm", call.seq);
+  return finished(row, { effect: row });
 }
 
 /**
@@ -636,7 +785,7 @@ async function callTool(
   deps: WorkerDeps,
   state: RunState,
   call: PreparedCall,
-  attempt: number,
+  intent: SideEffectRow,
 ): Promise<ToolOutcome> {
   const timeout = deadline(
     deps.clock,
@@ -652,7 +801,8 @@ async function callTool(
       idempotencyKey: call.key,
       runId: state.fence.runId,
       seq: call.seq,
-      attempt,
+      attempt: intent.attempts,
+      polls: intent.polls ?? 0,
       // Read only by a tool that uses it: the deadline arms its timer then (see deadline()).
       get signal() {
         return timeout.signal;
@@ -681,6 +831,7 @@ async function callTool(
  * NUL characters and lone surrogates are written out as their escapes.
  */
 function storedOutcome(outcome: ToolOutcome, call: PreparedCall): ToolOutcome {
+  if (isAccepted(outcome)) return outcome;
   const stored = toStorable(outcome.result, { writeOut: true });
   if (stored.ok) return { ...outcome, result: stored.value };
   throw new ToolError(

@@ -6,13 +6,13 @@
  * @module
  */
 
-import { type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import type { ProcessDeps } from "./deps.ts";
 import { type Ended, failed, finished, valueOf } from "./ended.ts";
 import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
-import { act, BlockedError, WaitingError } from "./executor.ts";
+import { act, BlockedError, SleepingError, WaitingError } from "./executor.ts";
 import { callsOf, stepWidth } from "./calls.ts";
 import { decide } from "./journal.ts";
 import { closeRun, familyOf, ParentClosedError } from "./family.ts";
@@ -141,9 +141,12 @@ export async function runWorker(
     );
   }
   const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
+  // A run asleep on its remotes is claimed once its calls are due; one waiting for a person is not.
+  const asleepUntil = run.status === "waiting" && run.wake_at ? new Date(run.wake_at) : undefined;
+  const due = asleepUntil !== undefined && asleepUntil <= clock.now();
   if (
     run.status === "done" || run.status === "failed" || run.status === "cancelled" ||
-    run.status === "blocked" || run.status === "waiting"
+    run.status === "blocked" || (run.status === "waiting" && !due)
   ) {
     const { journal } = await store.loadHistory(runId);
     const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
@@ -385,8 +388,8 @@ async function driveClaimed(
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;
     if (err instanceof FencedError) return fenced(deps, state, err, seq);
-    if (err instanceof WaitingError) {
-      // requestApproval already set the run to waiting and released it.
+    if (err instanceof WaitingError || err instanceof SleepingError) {
+      // requestApprovals (or waitRun) already set the run to waiting and released it.
       return { ...outcome("waiting", seq, err.message), runStatus: "waiting" };
     }
     if (err instanceof ParentClosedError) {
@@ -445,9 +448,43 @@ async function step(
       return failed(error, { journal });
     }
   }
-  const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
-  const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
-  return acted.ok ? finished(undefined, rows) : failed(acted.error, rows);
+  // Bounded: each pass after the first follows a call settled from outside while the run was let go.
+  for (;;) {
+    const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
+    const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
+    if (acted.ok) return finished(undefined, rows);
+    const err = acted.error;
+    try {
+      if (err instanceof SleepingError) {
+        // The run sleeps until its first waiting call is due, holding no worker; unless one of them was
+        // settled from outside meanwhile: then the step goes on with the rows as they are now.
+        if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now())) {
+          deps.log.info("sleeping", {
+            run: state.fence.runId,
+            seq,
+            keys: err.keys.join(","),
+            until: err.wakeAt,
+          });
+          return failed(err, rows);
+        }
+        await reloadEffects(deps, state);
+        continue;
+      }
+      // Waiting for a person and, in the same step, on a remote: taken again at the remote's time too.
+      if (err instanceof WaitingError && err.wakeAt) {
+        await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now());
+      }
+    } catch (e) {
+      return failed(e, rows);
+    }
+    return failed(err, rows);
+  }
+}
+
+/** Reads the run's tool calls again (one was settled from outside since the worker last read it). */
+async function reloadEffects(deps: WorkerDeps, state: RunState): Promise<void> {
+  const { effects } = await deps.store.loadHistory(state.fence.runId);
+  for (const e of effects) applyRow(state, e);
 }
 
 const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({

@@ -157,7 +157,7 @@ export interface ToolAccepted {
   result: Json;
   /** When to ask again. */
   accepted: {
-    /** Milliseconds until the call is re-sent to ask how the job stands: an integer from 1 to `waitDeadlineMs`. */
+    /** Milliseconds until the call is re-sent to ask how the job stands: a positive integer (asked no later than the deadline). */
     checkAfterMs: number;
   };
   /** Not said of an accepted call: the remote says it once it is done. */
@@ -171,19 +171,18 @@ export function isAccepted(outcome: ToolOutcome): outcome is ToolAccepted {
 
 /**
  * When, after `now`, to re-send a call its remote accepted: `now` plus its
- * `checkAfterMs`, which must be an integer from 1 to the tool's
- * `waitDeadlineMs`; a tool that answers anything else has a bug, and the call
- * fails for good with `TOOL_ACCEPTED_INVALID`.
+ * `checkAfterMs`, which must be a positive integer (the executor asks no
+ * later than the call's deadline, whatever the remote said); a tool that
+ * answers anything else has a bug, and the call fails for good with
+ * `TOOL_ACCEPTED_INVALID`.
  */
 export function checkAtOf(tool: Tool, outcome: ToolAccepted, now: Date): Date {
   const ms = (outcome.accepted as { checkAfterMs?: unknown } | null)?.checkAfterMs;
-  if (typeof ms !== "number" || !Number.isInteger(ms) || ms < 1 || ms > tool.waitDeadlineMs) {
+  if (typeof ms !== "number" || !Number.isSafeInteger(ms) || ms < 1) {
     throw new ToolError(
       "TOOL_ACCEPTED_INVALID",
-      `${tool.name} answered that its remote accepted the call, but 'accepted.checkAfterMs' must be an ` +
-        `integer from 1 to ${tool.waitDeadlineMs} (the tool's waitDeadlineMs): current value is ${
-          describeValue(ms)
-        }`,
+      `${tool.name} answered that its remote accepted the call, but 'accepted.checkAfterMs' must be a ` +
+        `positive integer of milliseconds: current value is ${describeValue(ms)}`,
       { transient: false },
     );
   }

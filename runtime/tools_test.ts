@@ -119,14 +119,19 @@ Deno.test("a tool's remote may accept a call: when to ask again is checked again
   assert.deepEqual(checkAtOf(job, first, now), new Date(now.getTime() + 5_000));
   assert.equal(isAccepted(await job.run({}, { ...ctx, polls: 2 })), false);
 
-  for (const checkAfterMs of [0, -1, 1.5, 60_001, Number.NaN, "5" as unknown as number]) {
+  // Longer than the deadline is taken: the executor asks no later than the deadline.
+  assert.deepEqual(
+    checkAtOf(job, { result: null, accepted: { checkAfterMs: 60_001 } }, now),
+    new Date(now.getTime() + 60_001),
+  );
+  for (const checkAfterMs of [0, -1, 1.5, Number.NaN, "5" as unknown as number]) {
     const outcome: ToolOutcome = { result: null, accepted: { checkAfterMs } };
     assert.throws(() => checkAtOf(job, outcome as never, now), (e: ToolError) => {
       assert.equal(e.code, "TOOL_ACCEPTED_INVALID");
       assert.equal(e.transient, false);
       assert.match(
         e.message,
-        /'accepted\.checkAfterMs' must be an integer from 1 to 60000 .*: current value is/,
+        /'accepted\.checkAfterMs' must be a positive integer of milliseconds: current value is/,
       );
       return true;
     });
