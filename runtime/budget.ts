@@ -182,8 +182,8 @@ export function reservationBudget(
 /** How a family ceiling is named in a refusal. */
 function ceilingOf(c: FamilyCeiling): string {
   return c.of === "own"
-    ? "this run's budget, with its child runs"
-    : `the budget of its ancestor run ${c.runId}`;
+    ? "this run's ceiling (which counts its child runs)"
+    : `the ceiling of its ancestor run ${c.runId}`;
 }
 
 /**
@@ -202,7 +202,7 @@ export function checkModelRequest(
     const calls = spent.modelCalls + c.others.modelCalls;
     if (c.budget.modelCalls !== undefined && calls + 1 > c.budget.modelCalls) {
       throw new BudgetError(
-        `budget: ${calls} model requests made by run ${c.runId} and its descendants, and the ceiling of ` +
+        `budget: ${calls} model requests made by run ${c.runId} and its descendants, and ` +
           `${ceilingOf(c)} is ${c.budget.modelCalls}`,
       );
     }
@@ -210,7 +210,7 @@ export function checkModelRequest(
     if (c.budget.tokens !== undefined && tokens + reserve > c.budget.tokens) {
       throw new BudgetError(
         `budget: ${tokens} tokens spent or reserved by run ${c.runId} and its descendants, and the next ` +
-          `request reserves ${reserve}; the ceiling of ${ceilingOf(c)} is ${c.budget.tokens}`,
+          `request reserves ${reserve}; ${ceilingOf(c)} is ${c.budget.tokens}`,
       );
     }
   }
@@ -293,7 +293,7 @@ function checkFamilyToolCalls(state: ToolSpend, calls: number, family: readonly 
     if (c.budget.toolCalls !== undefined && made + calls > c.budget.toolCalls) {
       throw new BudgetError(
         `budget: ${made} tool requests made by run ${c.runId} and its descendants, ${calls} more asked for, ` +
-          `and the ceiling of ${ceilingOf(c)} is ${c.budget.toolCalls}`,
+          `and ${ceilingOf(c)} is ${c.budget.toolCalls}`,
       );
     }
   }

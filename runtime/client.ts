@@ -344,17 +344,25 @@ export class Client {
     return found.value;
   }
 
-  /** Cancels a run that is not closed; a worker holding it stops at its next write. */
-  async cancel(runId: string, opts: { by?: string; reason?: string } = {}): Promise<RunInfo> {
+  /**
+   * Cancels a run that is not closed, with its open descendants (the child
+   * runs its calls started, theirs in turn), in the same operation; a worker
+   * holding any of them stops at its next write. Returns the run, with the
+   * descendants it cancelled.
+   */
+  async cancel(
+    runId: string,
+    opts: { by?: string; reason?: string } = {},
+  ): Promise<RunInfo & { descendants: string[] }> {
     const why = `cancelled by ${opts.by ?? "client"}${opts.reason ? `: ${opts.reason}` : ""}`;
-    const run = await this.store.cancelRun(runId, why, this.clock.now());
-    if (!run) {
+    const out = await this.store.families.cancel(runId, why, this.clock.now());
+    if (!out) {
       const existing = await this.store.getRun(runId);
       throw existing
         ? new ClientError("RUN_CLOSED", `Run ${runId} is ${existing.status} already; nothing to cancel`)
         : notFound(runId);
     }
-    return info(run);
+    return { ...info(out.run), descendants: out.cancelled };
   }
 
   /**
