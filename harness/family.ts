@@ -5,8 +5,9 @@
  * of the family has ended. One incarnation runs at a time, as the one worker
  * host of a small deployment would take them: the oldest takeable run first
  * (pending, abandoned, or woken), and the clock moves to the next wake time
- * when none is takeable. A kill can be aimed at any run's crash point; the
- * run is then taken again by the next incarnation.
+ * when none is takeable. A kill can be aimed at any run's crash point: the
+ * first incarnation of that run to reach it is killed there, and the run is
+ * taken again by the next.
  *
  * The models are scripted planners that answer from the transcript alone
  * (so a restarted run asks the same), and record every transcript they are
@@ -181,14 +182,15 @@ export async function driveFamily(
 ): Promise<FamilyDrive> {
   const exits: FamilyDrive["exits"] = [];
   let killed = false;
-  let aimed = opts.kill;
+  const aimed = opts.kill;
   const spawnFor = async (runId: string, agentName: string) => {
     const a = agents.byName.get(agentName);
     if (!a) throw new RangeError(`No agent ${agentName} in the family`);
-    const plan: Partial<CrashPlan> | undefined = aimed?.runId === runId
+    // Every incarnation of the aimed run carries the plan until it fires (a parent's later steps are
+    // taken by a later incarnation, after it slept on its children).
+    const plan: Partial<CrashPlan> | undefined = aimed?.runId === runId && !killed
       ? { crashAt: aimed.point, crashSeq: aimed.seq }
       : undefined;
-    if (plan) aimed = undefined;
     const proc = world.spawn({
       runId,
       goal: "sum up alpha and beta",
