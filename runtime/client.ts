@@ -97,6 +97,24 @@ export interface RunInfo {
   budget: Budget | null;
   /** When a run waiting on its calls' remotes is taken again; null for any other (and one waiting for a person). */
   wakeAt: Date | null;
+  /** The run whose tool call started this one (`agentTool`); null for a run started otherwise. */
+  parentRunId: string | null;
+  /** The key of that call. */
+  parentKey: string | null;
+}
+
+/** A run's child, as the client reports it: the run a tool call of it started (`agentTool`). */
+export interface ChildInfo {
+  /** The child run. */
+  runId: string;
+  /** Its agent. */
+  agent: string;
+  /** Where it stands. */
+  status: RunStatus;
+  /** The key of the call that started it. */
+  parentKey: string | null;
+  /** Why it failed or was cancelled. */
+  error: string | null;
 }
 
 /** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
@@ -111,6 +129,8 @@ export interface RunRecord {
   approvals: ApprovalRow[];
   /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
   spend: { tokens: number; modelCalls: number; toolCalls: number };
+  /** The runs its tool calls started (`agentTool`), in the order they were started. */
+  children: ChildInfo[];
 }
 
 export { type FlaggedFilter, RESOLVE_BATCH_MAX };
@@ -293,15 +313,27 @@ export class Client {
   }
 
   /**
-   * A run with its decisions, tool calls, approval requests, and spend
-   * (against its budget, if any). Throws `RUN_NOT_FOUND`.
+   * A run with its decisions, tool calls, approval requests, spend
+   * (against its budget, if any) and child runs. Throws `RUN_NOT_FOUND`.
    */
   async inspect(runId: string): Promise<RunRecord> {
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     const { journal, effects } = await this.store.loadHistory(runId);
     const approvals = await this.store.listApprovals(runId);
-    return { run, journal, effects, approvals, spend: spendOf(journal, effects) };
+    const children = await this.children(runId);
+    return { run, journal, effects, approvals, spend: spendOf(journal, effects), children };
+  }
+
+  /** The runs the tool calls of `runId` started (`agentTool`), in the order they were started. */
+  async children(runId: string): Promise<ChildInfo[]> {
+    return (await this.store.families.children(runId)).map((c) => ({
+      runId: c.run_id,
+      agent: c.agent,
+      status: c.status,
+      parentKey: c.parent_key,
+      error: c.error,
+    }));
   }
 
   /**
@@ -852,5 +884,7 @@ function info(run: RunRow): RunInfo {
     updatedAt: new Date(run.updated_at),
     budget: run.budget ?? null,
     wakeAt: run.wake_at ? new Date(run.wake_at) : null,
+    parentRunId: run.parent_run_id ?? null,
+    parentKey: run.parent_key ?? null,
   };
 }

@@ -102,6 +102,9 @@ export interface Timeline {
     createdAt: string;
     updatedAt: string;
     heartbeatAt: string | null;
+    /** The run whose call started this one (agentTool), and that call's key; null for a run without a parent. */
+    parentRunId: string | null;
+    parentKey: string | null;
   };
   /** The lanes: epochs 1..run.epoch, the last {@link MAX_LANES} when there are more (older ones fold into the first). */
   epochs: number[];
@@ -262,6 +265,8 @@ export function buildTimeline(t: RunTimeline): Timeline {
       createdAt: iso(run.created_at)!,
       updatedAt: iso(run.updated_at)!,
       heartbeatAt: iso(run.heartbeat_at),
+      parentRunId: run.parent_run_id,
+      parentKey: run.parent_key,
     },
     epochs,
     totals: {
