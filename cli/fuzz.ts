@@ -20,10 +20,11 @@ import { commandFlags } from "../runtime/config.ts";
 export const FUZZ_USAGE =
   `agent-runtime fuzz: crash-fuzz the demo agent and check every schedule against the invariants.
 Its create_database needs a person's approval, so a person answers (or denies, cancels, reopens) in the
-schedules too.
+schedules too. Each schedule draws how many calls the mock model answers at once (1, 2 or 3), so faults
+land inside steps whose calls are in flight together.
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
-                      [--defect name] [--transcript FILE] [--keep-going]
+                      [--parallel 1,2,3] [--defect name] [--transcript FILE] [--keep-going]
 
   --schedules N      schedules to run (default 500)
   --seed S           the first schedule's seed (default: random, printed)
@@ -32,6 +33,8 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
                      budget (a token ceiling on about half the schedules, with usage faults),
                      approval (a person's acts; the demo's create_database needs approval)
   --max-faults N     faults a schedule may hold (default 4)
+  --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
+                     3: the demo is one step of three calls)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
   --keep-going       keep going after the first violation
@@ -46,6 +49,7 @@ export async function main(args: string[]): Promise<number> {
     replay: { type: "string" },
     faults: { type: "string" },
     "max-faults": { type: "string", default: "4" },
+    parallel: { type: "string", default: "1,2,3" },
     defect: { type: "string", multiple: true },
     transcript: { type: "string" },
     "keep-going": { type: "boolean", default: false },
@@ -69,6 +73,13 @@ export async function main(args: string[]): Promise<number> {
     : values.seed !== undefined
     ? Number(values.seed)
     : Math.floor(Math.random() * 2 ** 31);
+  const parallel = values.parallel.split(",").map((p) => p.trim());
+  if (parallel.some((p) => !/^[1-9]\d*$/.test(p))) {
+    console.error(
+      `fuzz: --parallel must list whole numbers from 1 to 3: current value is ${values.parallel}`,
+    );
+    return 2;
+  }
   const defects: PlantedDefects = {};
   for (const d of values.defect ?? []) {
     if (!(PLANTED_DEFECTS as readonly string[]).includes(d)) {
@@ -88,6 +99,7 @@ export async function main(args: string[]): Promise<number> {
     remote: "mock-cloud",
     approvalTool: DEMO_APPROVAL_TOOL,
     maxFaults: Number(values["max-faults"]),
+    parallel: parallel.map(Number),
     faults: values.faults?.split(",") as FaultFamily[] | undefined,
     defects,
     keepGoing: values["keep-going"],
@@ -114,6 +126,11 @@ export async function main(args: string[]): Promise<number> {
   console.log(
     `fault kinds hit: ${kinds.length} (${kinds.map(([k, n]) => `${k}=${n}`).join(" ")}); ` +
       `distinct positions hit: ${report.positions}; faults aimed past the run's end: ${report.notReached}`,
+  );
+  console.log(
+    `calls per answer: ${
+      Object.entries(report.parallel).map(([p, n]) => `${p}=${n}`).join(" ")
+    } schedules (parallel=N in a schedule)`,
   );
   return report.failures.length > 0 ? 1 : 0;
 }

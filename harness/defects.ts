@@ -9,6 +9,7 @@
  * @module
  */
 
+import { idempotencyKey } from "../runtime/context.ts";
 import { SimulatedKill } from "../runtime/crashpoints.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";
@@ -24,6 +25,13 @@ export interface PlantedDefects {
   heartbeatIgnoresFence?: boolean;
   /** Re-sends (attempt 2 and later) carry a key built from the attempt number, not `<run_id>:<seq>`. */
   keyFromAttempt?: boolean;
+  /**
+   * Re-sends (attempt 2 and later) of a call of a step with several carry the
+   * key of the step's first call, `<run_id>:<step seq>`, not the call's own:
+   * two calls of one step given the same key, as a recovery that keys a call
+   * by its decision's seq would.
+   */
+  keyFromStep?: boolean;
   /** Replaying a confirmed decision asks the model again, a request no journal row counts. */
   replayAsksModel?: boolean;
 }
@@ -33,6 +41,7 @@ export const PLANTED_DEFECTS: readonly (keyof PlantedDefects)[] = [
   "confirmSkipsFence",
   "heartbeatIgnoresFence",
   "keyFromAttempt",
+  "keyFromStep",
   "replayAsksModel",
 ];
 
@@ -142,15 +151,43 @@ export async function askModelUncounted(
   }
 }
 
+/** Options of {@link plantInToolContext}. */
+export interface ToolPlantOptions {
+  /**
+   * The seq of the first call of the step the call at `seq` belongs to (for
+   * `keyFromStep`): the seq of the journal's decision that owns it.
+   */
+  firstCallOf?: (runId: string, seq: number) => Promise<number>;
+}
+
 /**
  * The context a tool's request goes out with, with the defects of a tool
  * planted: with `keyFromAttempt`, every re-send (attempt 2 and later) carries
- * `<key>:<attempt>` instead of the call's key. Its other fields read through
- * to `ctx` (the signal stays lazy: reading it arms the call's timer).
+ * `<key>:<attempt>` instead of the call's key; with `keyFromStep`, every
+ * re-send carries the key of its step's first call (read through
+ * `opts.firstCallOf`, so then the context comes as a promise). Its other
+ * fields read through to `ctx` (the signal stays lazy: reading it arms the
+ * call's timer). A context no defect applies to is `ctx` itself, at once.
  */
-export function plantInToolContext(ctx: ToolContext, defects: PlantedDefects): ToolContext {
-  if (!defects.keyFromAttempt || ctx.attempt <= 1) return ctx;
-  return Object.create(ctx, {
-    idempotencyKey: { value: `${ctx.idempotencyKey}:${ctx.attempt}`, enumerable: true },
-  });
+export function plantInToolContext(
+  ctx: ToolContext,
+  defects: PlantedDefects,
+  opts: ToolPlantOptions = {},
+): ToolContext | Promise<ToolContext> {
+  if (ctx.attempt <= 1) return ctx;
+  const withKey = (key: string): ToolContext =>
+    Object.create(ctx, { idempotencyKey: { value: key, enumerable: true } });
+  if (defects.keyFromAttempt) return withKey(`${ctx.idempotencyKey}:${ctx.attempt}`);
+  if (defects.keyFromStep) {
+    const firstCallOf = opts.firstCallOf;
+    if (!firstCallOf) {
+      throw new Error(
+        "Cannot plant keyFromStep without firstCallOf: the tool layer cannot tell a call's step",
+      );
+    }
+    return firstCallOf(ctx.runId, ctx.seq).then((first) =>
+      first === ctx.seq ? ctx : withKey(idempotencyKey(ctx.runId, first))
+    );
+  }
+  return ctx;
 }

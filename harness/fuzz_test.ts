@@ -27,6 +27,12 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         /stale worker \S+ \(epoch \d+\) wrote after epoch \d+ was claimed: tool-confirm/,
       ],
       ["a key built from the attempt number", { keyFromAttempt: true }, /under \S+, which no tool call owns/],
+      // A re-sent call of a step with several sent under its first call's key: the remote refuses it (422).
+      [
+        "two calls of one step given the same key",
+        { keyFromStep: true },
+        /tool call \S+ is failed, expected confirmed/,
+      ],
       ["a replay that asks the model again", { replayAsksModel: true }, /with no journal intent counting/],
       [
         "a heartbeat that renews after fencing",
@@ -62,8 +68,26 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
           replay: encodeSchedule(shrunk.schedule),
         });
         assert.deepEqual(again.failures[0]?.shrunk.problems, shrunk.problems);
+        // Only a step of several calls can give two calls one key: the shrunk schedule keeps one.
+        if (defects.keyFromStep) assert.ok((shrunk.schedule.parallel ?? 1) >= 2, text);
       });
     }
+
+    await t.step(
+      "with one call per answer the same-key bug cannot show, and the runtime passes",
+      async () => {
+        const report = await fuzz(demoAgent, {
+          db,
+          seed: 1,
+          schedules: 100,
+          remote: "mock-cloud",
+          defects: { keyFromStep: true },
+          parallel: [1],
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        assert.deepEqual(report.parallel, { 1: 100 });
+      },
+    );
 
     await t.step("the same seed gives a byte-identical transcript twice", async () => {
       const run = () =>
@@ -71,6 +95,9 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       const [a, b] = [await run(), await run()];
       assert.equal(a.failures.length, 0);
       assert.ok(a.transcript!.length > 1_000);
+      // Steps of three calls, sent concurrently, are among them: their order is the simulator's too.
+      assert.ok(a.transcript!.some((l) => /^=== schedule \d+\/parallel=3/.test(l)));
+      assert.ok(a.transcript!.some((l) => / event=decided .* calls=3 /.test(l)));
       assert.equal(b.transcript!.join("\n"), a.transcript!.join("\n"));
     });
 
@@ -106,6 +133,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       assert.equal(report.schedules, 400);
       assert.ok(Object.keys(report.kinds).length >= 16, JSON.stringify(report.kinds));
       assert.ok(report.positions >= 40, `${report.positions} positions`);
+      for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 80, JSON.stringify(report.parallel));
     });
 
     await t.step(
@@ -199,6 +227,35 @@ Deno.test("a schedule round-trips through its compact form, and a bad one is ref
     (e) => e instanceof FuzzError && e.code === "FUZZ_REPLAY_INVALID",
   );
   assert.throws(() => decodeSchedule("seven"), FuzzError);
+});
+
+Deno.test("a schedule with several calls per answer round-trips, calls per answer first", () => {
+  const s = {
+    seed: 4,
+    faults: [{ kind: "kill", at: "stmt", n: 9, when: "before" }, { kind: "usage", n: 1, fault: "none" }],
+    budget: { tokens: 900, maxOutputTokens: 200 },
+    parallel: 3,
+  } as const;
+  const text = encodeSchedule({ ...s, faults: [...s.faults] });
+  assert.equal(text, "4/parallel=3,budget=900,kill@stmt#9:before,usage#1:none");
+  assert.deepEqual(decodeSchedule(text), s);
+  assert.deepEqual(decodeSchedule(JSON.stringify(s)), s);
+  assert.equal(encodeSchedule({ seed: 4, faults: [], parallel: 1 }), "4/");
+  assert.deepEqual(decodeSchedule("4/parallel=1"), { seed: 4, faults: [] });
+  assert.throws(
+    () => decodeSchedule("4/parallel=4"),
+    (e) => e instanceof FuzzError && e.code === "FUZZ_REPLAY_INVALID" && /from 1 to 3/.test(e.message),
+  );
+  assert.throws(() => decodeSchedule("4/kill@stmt#9:before,parallel=2"), FuzzError, "parallel comes first");
+});
+
+Deno.test("the fuzzer refuses calls per answer outside 1 to 3", async () => {
+  for (const parallel of [[], [0], [4], [1.5]]) {
+    await assert.rejects(
+      fuzz(demoAgent, { schedules: 1, parallel }),
+      (e) => e instanceof FuzzError && e.code === "FUZZ_OPTION_INVALID" && /'parallel'/.test(e.message),
+    );
+  }
 });
 
 Deno.test("a budgeted schedule round-trips through its compact form, the budget first", () => {

@@ -248,17 +248,45 @@ export function checkModelSpend(final: RunSnapshot, spend: ModelSpend): string[]
   return problems;
 }
 
-/** Model calls a restart must make after a crash at `point` of step `seq`. */
-export function callsAfterRestart(point: CrashPoint, seq: number, baseline: Baseline): number {
-  // before_decide and a lost answer decide step `seq` (again); every later point replays it.
-  return point === "before_decide" || point === "after_decide_before_journal"
-    ? baseline.llmCalls - seq
-    : baseline.llmCalls - seq - 1;
+/** The crash points that fire at a tool call, with the call's seq (the rest fire at a decision's). */
+export const TOOL_POINTS: readonly CrashPoint[] = [
+  "before_intent",
+  "after_intent",
+  "after_call",
+  "after_confirm",
+];
+
+/**
+ * The seq of the decision that owns `seq` in `journal`: the row with the
+ * largest seq at or before it (the calls of the decision at s own s, s+1, ...;
+ * calls.ts). `seq` itself when no row is at or before it.
+ */
+export function ownerSeq(journal: readonly { seq: number }[], seq: number): number {
+  const owner = journal.reduce((best, j) => (j.seq <= seq && j.seq > best ? j.seq : best), -1);
+  return owner < 0 ? seq : owner;
 }
 
 /**
- * The row of DESIGN.md's crash-point table for `point` at step `seq`: what
- * the crash left behind (`atCrash`) and what the restart did (`final`).
+ * Model calls a restart must make after a crash at `point` of the step that
+ * is the run's `step`-th decision (from 0; the decision's seq on a run of
+ * one-call steps).
+ */
+export function callsAfterRestart(point: CrashPoint, step: number, baseline: Baseline): number {
+  // before_decide and a lost answer decide the step (again); every later point replays it.
+  return point === "before_decide" || point === "after_decide_before_journal"
+    ? baseline.llmCalls - step
+    : baseline.llmCalls - step - 1;
+}
+
+/**
+ * The row of DESIGN.md's crash-point table for `point` at `seq`: what the
+ * crash left behind (`atCrash`) and what the restart did (`final`). A model
+ * point's `seq` is its decision's; a tool point's is its call's, which may be
+ * any call of a step with several (its `CRASH_SEQ`): the call's own row and
+ * key are checked, and its step is the decision that owns the seq. Whatever
+ * the other calls of the step were doing when the process died, each must end
+ * confirmed with one effect (invariant 5, {@link checkShape}); here the next
+ * decision must have been asked exactly once.
  */
 export function checkPointOutcome(
   point: CrashPoint,
@@ -269,24 +297,37 @@ export function checkPointOutcome(
 ): string[] {
   const problems: string[] = [];
   const key = idempotencyKey(opts.runId, seq);
-  const jMid = atCrash.journal.find((j) => j.seq === seq);
-  const jEnd = final.journal.find((j) => j.seq === seq);
+  const toolPoint = TOOL_POINTS.includes(point);
+  // A tool point names a call: its decision is the one owning the seq (the final journal is whole).
+  const stepSeq = toolPoint ? ownerSeq(final.journal, seq) : seq;
+  const jMid = atCrash.journal.find((j) => j.seq === stepSeq);
+  const jEnd = final.journal.find((j) => j.seq === stepSeq);
   const eMid = atCrash.effects.find((e) => e.seq === seq);
   const eEnd = final.effects.find((e) => e.seq === seq);
-  const isToolStep = !!jEnd?.decision && "tool" in jEnd.decision;
+  const calls = jEnd?.decision ? callsOf(jEnd.decision, stepSeq) : [];
+  const isToolStep = calls.some((c) => c.seq === seq);
   const sends = final.requestsByKey[key] ?? 0;
   const expect = (ok: boolean, what: string) => {
     if (!ok) problems.push(what);
   };
 
+  const step = final.journal.filter((j) => j.seq < stepSeq).length;
   const after = final.modelCalls - atCrash.modelCalls;
-  const afterExpected = callsAfterRestart(point, seq, opts.baseline);
+  const afterExpected = callsAfterRestart(point, step, opts.baseline);
   expect(after === afterExpected, `the restart made ${after} model calls, expected ${afterExpected}`);
   const lost = point === "after_decide_before_journal" ? 1 : 0;
   expect(
     jEnd?.llm_attempts === 1 + lost,
-    `step ${seq} cost ${jEnd?.llm_attempts} model calls, expected ${1 + lost}`,
+    `step ${stepSeq} cost ${jEnd?.llm_attempts} model calls, expected ${1 + lost}`,
   );
+  // The next decision is asked once: only when every call of this step has settled, and never twice.
+  const next = final.journal.find((j) => j.seq > stepSeq);
+  if (next) {
+    expect(
+      next.llm_attempts === 1,
+      `the decision after step ${stepSeq} (seq=${next.seq}) cost ${next.llm_attempts} model calls, expected 1`,
+    );
+  }
 
   switch (point) {
     case "before_decide":
@@ -297,15 +338,24 @@ export function checkPointOutcome(
         jMid?.status === "intent" && jMid.llm_attempts === 1,
         `the crash left journal seq=${seq} ${jMid?.status}, expected intent with one attempt`,
       );
-      expect(!eMid, `the lost answer was acted on: a tool call exists at seq=${seq}`);
+      expect(
+        !atCrash.effects.some((e) => calls.some((c) => c.seq === e.seq)),
+        `the lost answer was acted on: a tool call exists at seq=${seq}`,
+      );
       break;
     case "after_decide":
     case "before_intent":
-      expect(jMid?.status === "confirmed", `the decision of seq=${seq} was not confirmed before the crash`);
-      expect(!eMid, `the crash left a tool call at seq=${seq}`);
+      expect(
+        jMid?.status === "confirmed",
+        `the decision of seq=${stepSeq} was not confirmed before the crash`,
+      );
+      expect(
+        point === "before_intent" ? !eMid : !atCrash.effects.some((e) => calls.some((c) => c.seq === e.seq)),
+        `the crash left a tool call at seq=${seq}`,
+      );
       expect(
         canon(jMid?.decision) === canon(jEnd?.decision),
-        `the restart did not replay the decision of seq=${seq}`,
+        `the restart did not replay the decision of seq=${stepSeq}`,
       );
       break;
     case "after_intent":
@@ -340,6 +390,17 @@ export function checkPointOutcome(
     );
   } else {
     expect(!eEnd, `the done-step has a tool call`);
+  }
+  // A model point stops the process before any call of its step is sent: the restart sends each once.
+  for (const c of toolPoint ? [] : calls.filter((c) => c.seq !== seq)) {
+    const k = idempotencyKey(opts.runId, c.seq);
+    const e = final.effects.find((e) => e.seq === c.seq);
+    expect(
+      e?.remote === "created" && e.attempts === 1 && final.requestsByKey[k] === 1,
+      `tool call ${k} ended remote=${e?.remote} after ${e?.attempts} attempt(s) and ${
+        final.requestsByKey[k] ?? 0
+      } request(s), expected created after one`,
+    );
   }
   return problems;
 }

@@ -136,6 +136,12 @@ export interface SimWorldOptions {
   leaseMs?: number;
   /** Answers the tools' requests instead of the mock cloud (a user's fake remote). */
   remote?: FetchLike;
+  /**
+   * Calls the mock model puts in one answer of the demo's (or the generic)
+   * plan: 3 answers the demo's server, database and DNS record at once, a
+   * step of three calls. Default 1.
+   */
+  modelParallel?: number;
 }
 
 /**
@@ -193,7 +199,10 @@ export class SimWorld {
   static async open(db: SimDb, opts: SimWorldOptions = {}): Promise<SimWorld> {
     const clock = new ManualClock(SIM_START_MS);
     const now = () => clock.now();
-    const [model, cloud] = await Promise.all([MockModel.open({ now }), MockCloud.open({ now })]);
+    const [model, cloud] = await Promise.all([
+      MockModel.open({ now, parallel: opts.modelParallel }),
+      MockCloud.open({ now }),
+    ]);
     return new SimWorld(db, clock, model, cloud, opts);
   }
 

@@ -26,7 +26,7 @@ export interface ToolContext {
   idempotencyKey: string;
   /** The run this call belongs to. */
   runId: string;
-  /** The step this call belongs to. */
+  /** The call's own seq (the calls of a decision at seq s own s, s+1, ...: calls.ts); its key is `<run_id>:<seq>`. */
   seq: number;
   /**
    * 1 for the first request under this key, 2 for the first re-send, ...

@@ -9,14 +9,15 @@
  */
 
 import type { Agent } from "../../runtime/agent.ts";
+import { callsOf } from "../../runtime/calls.ts";
 import { DEFAULT_RETRY } from "../../runtime/context.ts";
 import { SimulatedKill } from "../../runtime/crashpoints.ts";
 import type { FetchLike } from "../../runtime/planner.ts";
 import type { QueryOptions, SqlClient } from "../../runtime/store/driver.ts";
 import type { Tool, ToolRegistry } from "../../runtime/tools.ts";
-import { askModelUncounted, type PlantedDefects, plantInClient } from "../defects.ts";
+import { askModelUncounted, type PlantedDefects, plantInClient, type ToolPlantOptions } from "../defects.ts";
 import { FakeRemote } from "../fake_remote.ts";
-import { checkModelSpend, checkShape, type ModelSpend } from "../invariants.ts";
+import { checkModelSpend, checkShape, type ModelSpend, ownerSeq } from "../invariants.ts";
 import {
   type ProcessHooks,
   type RunSnapshot,
@@ -70,15 +71,23 @@ export class Turns {
 /** Builds the agent under test for one process, its tools sending through `fetch` (the fake remote). */
 export type AgentFactory = (fetch: FetchLike) => Agent;
 
+/** A clean run of the target (no faults) at one parallelism: what a schedule must end as, and where it can land. */
+export type TargetClean = CleanRun & { tools: string[]; steps: number };
+
 /** What the fuzzer is pointed at, resolved once. */
 export interface Target {
   agent: Agent;
-  tools: (fetch: FetchLike) => Tool[];
+  /** The tools of one process, their requests through `fetch`; `plant` helps a planted defect find a call's step. */
+  tools: (fetch: FetchLike, plant: ToolPlantOptions) => Tool[];
   remote: "fake" | "mock-cloud";
   goal: string;
   defects?: PlantedDefects;
-  /** The clean run: the tools in order, its statements and requests, the tokens it costs, how often it waits. */
-  clean?: CleanRun & { tools: string[]; steps: number };
+  /**
+   * The clean run at each parallelism a schedule may have (calls per answer:
+   * 1, 2, 3): the tools in order, its statements and requests, the tokens it
+   * costs, how often it waits. Filled in by the first schedule run at each.
+   */
+  clean: Map<number, TargetClean>;
   /** The tool the fuzzer made need approval, if any. */
   approvalTool?: string;
   /** The tools as the fuzzer runs them, to check calls against (their schemas, whether they need approval). */
@@ -490,13 +499,20 @@ export async function runSchedule(
       : "delete from approvals; delete from side_effects; delete from journal; delete from runs; delete from workers",
   );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
-  const world = await SimWorld.open(db, {
+  const parallel = schedule.parallel ?? 1;
+  const clean = target.clean.get(parallel);
+  // A planted keyFromStep finds a call's step in the journal, through the harness's own handle (uncounted).
+  const plant: ToolPlantOptions = {
+    firstCallOf: async (id, seq) => ownerSeq((await world.observer.loadHistory(id)).journal, seq),
+  };
+  const world: SimWorld = await SimWorld.open(db, {
     seed: schedule.seed,
     agent: budgeted(target.agent, schedule.budget),
-    tools: target.tools,
+    tools: (fetch) => target.tools(fetch, plant),
     remote: fake?.fetch,
     heartbeatMs: HEARTBEAT_MS,
     leaseMs: LEASE_MS,
+    modelParallel: parallel,
   });
   const run = new ScheduleRun(
     world,
@@ -510,7 +526,8 @@ export async function runSchedule(
     runId,
     tools: target.registry,
     // Tool requests are checked as they go out once the run is known to ask for approval.
-    checkSends: target.approvalTool !== undefined || (target.clean?.waits ?? 0) > 0,
+    checkSends: target.approvalTool !== undefined ||
+      [...target.clean.values()].some((c) => (c.waits ?? 0) > 0),
   });
   world.note(`=== schedule ${encodeSchedule(schedule)} run=${runId}`);
   const settle = () => turns.next();
@@ -563,7 +580,6 @@ export async function runSchedule(
     if (p.exit?.kind === "error" && !p.killedAt) run.problems.push(`${p.name} failed: ${p.exit.error}`);
   }
   const final = earlier.at(-1) ?? await snapshot(world, runId, fake);
-  const clean = target.clean;
   const denied = await run.person.afterRun(final);
   run.problems.push(
     ...checkShape(final, {
@@ -589,8 +605,8 @@ export async function runSchedule(
   );
   for (const problem of run.problems) world.note(`    problem: ${problem}`);
   if (clean === undefined) {
-    target.clean = {
-      tools: final.journal.flatMap((j) => j.decision && "tool" in j.decision ? [j.decision.tool] : []),
+    target.clean.set(parallel, {
+      tools: final.journal.flatMap((j) => j.decision ? callsOf(j.decision, j.seq).map((c) => c.tool) : []),
       steps: final.journal.length,
       stmts: run.stmt,
       model: run.model,
@@ -598,7 +614,7 @@ export async function runSchedule(
       tokens: world.model.tokens(runId),
       waits: run.person.waits,
       firstWaitStmt: run.person.firstWaitStmt,
-    };
+    });
   }
   return {
     schedule,

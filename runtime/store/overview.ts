@@ -87,6 +87,8 @@ export interface RunView {
   owner: string | null;
   /** Its lease's last renewal. */
   heartbeat_at: Date | null;
+  /** When a run waiting on its calls' remotes is taken again; null otherwise (and waiting for a person). */
+  wake_at: Date | null;
   /** When it was created. */
   created_at: Date;
   /** When its status last changed. */
@@ -167,10 +169,16 @@ export interface EffectView {
   intent_at: Date;
   /** When the outcome was written. */
   confirmed_at: Date | null;
-  /** Who resolved a flagged call. */
+  /** Who resolved a flagged call (or settled a waiting one). */
   resolved_by: string | null;
   /** When. */
   resolved_at: Date | null;
+  /** When a `waiting` call is re-sent to ask how its job stands. */
+  check_at: Date | null;
+  /** When a call its remote accepted fails if the job is not done. */
+  wait_deadline_at: Date | null;
+  /** Re-sends that asked how the job stands. */
+  polls: number;
   /** The arguments sent. */
   args: Clipped<Json>;
   /** What the remote answered. */
@@ -239,7 +247,7 @@ const usageField = (field: string) =>
 
 const RUN_VIEW = statement(
   "run-view",
-  `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.created_at, r.updated_at,
+  `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.wake_at, r.created_at, r.updated_at,
             r.parent_run_id, r.parent_key,
             ${clipped("input", "r.input")}, ${clipped("output")}, ${clipped("error")},
             js.tool_steps, js.llm_calls, js.input_tokens, js.output_tokens, es.flagged,
@@ -287,7 +295,7 @@ const STEPS_JOURNAL = statement(
 const STEPS_EFFECTS = statement(
   "steps-effects",
   `select e.idempotency_key, e.seq, e.tool, e.status, e.attempts, e.epoch, e.remote, e.intent_at,
-            e.confirmed_at, e.resolved_by, e.resolved_at,
+            e.confirmed_at, e.resolved_by, e.resolved_at, e.check_at, e.wait_deadline_at, e.polls,
             ${clipped("args", "e.args")}, ${clipped("result", "e.result")}, ${clipped("error")}
        from side_effects e
        ${clipFrom("args", "e.args::text")}
@@ -328,6 +336,7 @@ export async function runView(
     epoch: Number(r.epoch),
     owner: r.owner as string | null,
     heartbeat_at: r.heartbeat_at as Date | null,
+    wake_at: r.wake_at as Date | null,
     created_at: r.created_at as Date,
     updated_at: r.updated_at as Date,
     input: unclip(r, "input"),
@@ -388,6 +397,9 @@ export async function stepsView(
       confirmed_at: e.confirmed_at as Date | null,
       resolved_by: e.resolved_by as string | null,
       resolved_at: e.resolved_at as Date | null,
+      check_at: e.check_at as Date | null,
+      wait_deadline_at: e.wait_deadline_at as Date | null,
+      polls: Number(e.polls),
       args: unclip(e, "args"),
       result: unclip(e, "result"),
       error: unclip(e, "error"),

@@ -509,6 +509,15 @@ function stepDetail(step, readOnly) {
             time(c.confirmedAt)
           }`,
         ),
+        c.status === "waiting" || c.polls > 0
+          ? h(
+            "div",
+            { class: "muted", "data-wait": c.key },
+            `${
+              c.status === "waiting" ? `asked again at ${time(c.checkAt)} · ` : ""
+            }asked ${c.polls}x · deadline ${time(c.waitDeadlineAt)}`,
+          )
+          : "",
         "value" in c.result && c.result.value === null
           ? ""
           : h("div", {}, "result ", valueView(c.result, "call.result", seq, true)),
@@ -615,6 +624,16 @@ function drawCard() {
                 h("span", { class: "muted" }, ` ${ch.agent} · call ${ch.key ?? "-"}`),
               )
             ),
+          ),
+        ]
+        : "",
+      r.status === "waiting"
+        ? [
+          h("dt", {}, "waits"),
+          h(
+            "dd",
+            { id: "run-waits" },
+            r.wakeAt ? `on its calls' remotes, until ${time(r.wakeAt)}` : "for a person",
           ),
         ]
         : "",
