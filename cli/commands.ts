@@ -191,7 +191,7 @@ export async function runs(
 
 /**
  * A page of runs as a tree: each run followed by its children on the page
- * (in the page's order), each child one level deeper. A child whose parent is
+ * (in the order of the calls that started them), each one level deeper. A child whose parent is
  * not on the page is shown one level deep where the page has it.
  */
 export function asTree<R extends Pick<RunRow, "run_id" | "parent_run_id">>(
@@ -206,9 +206,11 @@ export function asTree<R extends Pick<RunRow, "run_id" | "parent_run_id">>(
   }
   const out: { run: R; depth: number }[] = [];
   // Bounded by the page: each run is placed once, under its parent or at the top.
+  // Children in the order their calls come (`<run>.<seq>`, seq as a number), whatever the page's order.
+  const bySeq = (a: R, b: R) => a.run_id.localeCompare(b.run_id, "en", { numeric: true });
   const place = (r: R, depth: number) => {
     out.push({ run: r, depth });
-    for (const c of children.get(r.run_id) ?? []) place(c, depth + 1);
+    for (const c of [...(children.get(r.run_id) ?? [])].sort(bySeq)) place(c, depth + 1);
   };
   for (const r of rows) {
     if (r.parent_run_id && onPage.has(r.parent_run_id)) continue;
