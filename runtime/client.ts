@@ -103,20 +103,6 @@ export interface RunInfo {
   parentKey: string | null;
 }
 
-/** A run's child, as the client reports it: the run a tool call of it started (`agentTool`). */
-export interface ChildInfo {
-  /** The child run. */
-  runId: string;
-  /** Its agent. */
-  agent: string;
-  /** Where it stands. */
-  status: RunStatus;
-  /** The key of the call that started it. */
-  parentKey: string | null;
-  /** Why it failed or was cancelled. */
-  error: string | null;
-}
-
 /** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
 export interface RunRecord {
   /** The run row. */
@@ -129,8 +115,12 @@ export interface RunRecord {
   approvals: ApprovalRow[];
   /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
   spend: { tokens: number; modelCalls: number; toolCalls: number };
-  /** The runs its tool calls started (`agentTool`), in the order they were started. */
-  children: ChildInfo[];
+  /**
+   * The runs its tool calls started (`agentTool`), in the order they were
+   * started: each child's id, agent, status, the key of the call that started
+   * it, and why it failed or was cancelled.
+   */
+  children: Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[];
 }
 
 export { type FlaggedFilter, RESOLVE_BATCH_MAX };
@@ -326,7 +316,9 @@ export class Client {
   }
 
   /** The runs the tool calls of `runId` started (`agentTool`), in the order they were started. */
-  async children(runId: string): Promise<ChildInfo[]> {
+  async children(
+    runId: string,
+  ): Promise<Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[]> {
     return (await this.store.families.children(runId)).map((c) => ({
       runId: c.run_id,
       agent: c.agent,
