@@ -244,7 +244,7 @@ function tokens(usage: Json | null): string | undefined {
  * call, and any gap a crash (or a wait for a person) left.
  */
 export async function inspect(ctx: CommandContext, runId: string): Promise<void> {
-  const { run, journal, effects, approvals, spend, children } = await asCommand(() =>
+  const { run, journal, effects, approvals, spend, children, familySpend } = await asCommand(() =>
     ctx.client.inspect(runId)
   );
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
@@ -266,6 +266,14 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
       `  budget: tokens ${of(spend.tokens, run.budget.tokens)} (reserved included)  model calls ${
         of(spend.modelCalls, run.budget.modelCalls)
       }  tool calls ${of(spend.toolCalls, run.budget.toolCalls)}`,
+    );
+  }
+  if (familySpend) {
+    const of = (n: number, ceiling?: number) => ceiling === undefined ? `${n}` : `${n} of ${ceiling}`;
+    p(
+      `  with its children: tokens ${of(familySpend.tokens, run.budget?.tokens)}  model calls ${
+        of(familySpend.modelCalls, run.budget?.modelCalls)
+      }  tool calls ${of(familySpend.toolCalls, run.budget?.toolCalls)}`,
     );
   }
   p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);

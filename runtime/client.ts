@@ -121,6 +121,11 @@ export interface RunRecord {
    * it, and why it failed or was cancelled.
    */
   children: Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[];
+  /**
+   * What the run and all its descendants have spent together, for a run with
+   * child runs: what its budget holds them to. Undefined for a run with none.
+   */
+  familySpend?: { tokens: number; modelCalls: number; toolCalls: number };
 }
 
 export { type FlaggedFilter, RESOLVE_BATCH_MAX };
@@ -312,7 +317,40 @@ export class Client {
     const { journal, effects } = await this.store.loadHistory(runId);
     const approvals = await this.store.listApprovals(runId);
     const children = await this.children(runId);
-    return { run, journal, effects, approvals, spend: spendOf(journal, effects), children };
+    const spend = spendOf(journal, effects);
+    return {
+      run,
+      journal,
+      effects,
+      approvals,
+      spend,
+      children,
+      familySpend: await this.#familySpend(run, children),
+    };
+  }
+
+  /** What `run` and its descendants have spent together (family.ts reads the same), when it has children. */
+  async #familySpend(
+    run: RunRow,
+    children: readonly unknown[],
+  ): Promise<RunRecord["familySpend"]> {
+    if (children.length === 0 || !run.root_run_id) return undefined;
+    const members = await this.store.families.readFamily(run.root_run_id);
+    const parentOf = new Map(members.map((m) => [m.run_id, m.parent_run_id]));
+    const under = (id: string): boolean => {
+      // Bounded by the family's depth.
+      for (let at: string | null | undefined = id, d = 0; at && d < 64; at = parentOf.get(at), d++) {
+        if (at === run.run_id) return true;
+      }
+      return false;
+    };
+    const total = { tokens: 0, modelCalls: 0, toolCalls: 0 };
+    for (const m of members.filter((m) => under(m.run_id))) {
+      total.tokens += m.tokens;
+      total.modelCalls += m.model_calls;
+      total.toolCalls += m.tool_calls;
+    }
+    return total;
   }
 
   /** The runs the tool calls of `runId` started (`agentTool`), in the order they were started. */

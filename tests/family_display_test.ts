@@ -33,6 +33,11 @@ Deno.test("runs shows children under their parent, inspect names parent and chil
     await inspect(ctx, P);
     assert.ok(out.includes(`  child: ${P}.0  agent=researcher  status=done  call=${P}:0`), out.join("\n"));
     assert.ok(out.includes(`  child: ${P}.1  agent=writer  status=done  call=${P}:1`));
+    // What the family spent together: the parent's 2 model requests and its children's 2 each; 2 + 1 + 1 tool requests.
+    assert.ok(
+      out.some((l) => /^ {2}with its children: tokens \d+ {2}model calls 6 {2}tool calls 4$/.test(l)),
+      out.join("\n"),
+    );
     out.length = 0;
     await inspect(ctx, `${P}.1`);
     assert.ok(out.includes(`  parent: ${P}  call=${P}:1`), out.join("\n"));
