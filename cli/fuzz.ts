@@ -13,6 +13,7 @@ import {
   type FaultFamily,
   fuzz,
   FuzzError,
+  jobsAgent,
 } from "../harness/fuzz.ts";
 import { commandFlags } from "../runtime/config.ts";
 
@@ -21,10 +22,13 @@ export const FUZZ_USAGE =
   `agent-runtime fuzz: crash-fuzz the demo agent and check every schedule against the invariants.
 Its create_database needs a person's approval, so a person answers (or denies, cancels, reopens) in the
 schedules too. Each schedule draws how many calls the mock model answers at once (1, 2 or 3), so faults
-land inside steps whose calls are in flight together.
+land inside steps whose calls are in flight together. With --target jobs it fuzzes an agent whose calls
+wait on their remote instead (two jobs at the mock cloud's /v1/jobs beside create_server): runs sleep until
+their calls are due and a new worker polls them, so faults land on the accepted answer, the sleep and the polls.
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
-                      [--parallel 1,2,3] [--defect name] [--transcript FILE] [--keep-going]
+                      [--parallel 1,2,3] [--target demo|jobs] [--defect name] [--transcript FILE]
+                      [--keep-going]
 
   --schedules N      schedules to run (default 500)
   --seed S           the first schedule's seed (default: random, printed)
@@ -35,6 +39,7 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
   --max-faults N     faults a schedule may hold (default 4)
   --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
                      3: the demo is one step of three calls)
+  --target NAME      the agent fuzzed: demo (default) or jobs (calls that wait on their remote)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
   --keep-going       keep going after the first violation
@@ -50,6 +55,7 @@ export async function main(args: string[]): Promise<number> {
     faults: { type: "string" },
     "max-faults": { type: "string", default: "4" },
     parallel: { type: "string", default: "1,2,3" },
+    target: { type: "string", default: "demo" },
     defect: { type: "string", multiple: true },
     transcript: { type: "string" },
     "keep-going": { type: "boolean", default: false },
@@ -88,23 +94,34 @@ export async function main(args: string[]): Promise<number> {
     }
     defects[d as keyof PlantedDefects] = true;
   }
+  if (values.target !== "demo" && values.target !== "jobs") {
+    console.error(`fuzz: --target must be demo or jobs: current value is ${values.target}`);
+    return 2;
+  }
+  const jobs = values.target === "jobs";
   const replay = values.replay;
   const schedules = Number(values.schedules);
-  console.log(replay ? `fuzz replay ${replay}` : `fuzz seed=${seed} schedules=${schedules}`);
+  console.log(
+    replay
+      ? `fuzz replay ${replay}`
+      : `fuzz seed=${seed} schedules=${schedules}${jobs ? " target=jobs" : ""}`,
+  );
   let last = performance.now();
-  const report = await fuzz(demoAgent, {
+  const report = await fuzz(jobs ? jobsAgent : demoAgent, {
     schedules,
     seed,
     replay,
     remote: "mock-cloud",
-    approvalTool: DEMO_APPROVAL_TOOL,
+    approvalTool: jobs ? undefined : DEMO_APPROVAL_TOOL,
     maxFaults: Number(values["max-faults"]),
     parallel: parallel.map(Number),
     faults: values.faults?.split(",") as FaultFamily[] | undefined,
     defects,
     keepGoing: values["keep-going"],
     transcript: values.transcript !== undefined || replay !== undefined,
-    replayCommand: `deno task fuzz${(values.defect ?? []).map((d) => ` --defect ${d}`).join("")} --replay`,
+    replayCommand: `deno task fuzz${jobs ? " --target jobs" : ""}${
+      (values.defect ?? []).map((d) => ` --defect ${d}`).join("")
+    } --replay`,
     onSchedule: (_r, i) => {
       if (performance.now() - last > 5_000) {
         last = performance.now();

@@ -23,6 +23,12 @@ export interface PlantedDefects {
   confirmSkipsFence?: boolean;
   /** The heartbeat renews the lease whatever the epoch: a fenced worker keeps its lease alive. */
   heartbeatIgnoresFence?: boolean;
+  /**
+   * A remote's accepted answer (HTTP 202) is written without the fence: a
+   * stale worker puts a call back to `waiting` under a worker that took the
+   * run from it, as a new statement that forgot the fence would.
+   */
+  acceptedSkipsFence?: boolean;
   /** Re-sends (attempt 2 and later) carry a key built from the attempt number, not `<run_id>:<seq>`. */
   keyFromAttempt?: boolean;
   /**
@@ -38,12 +44,17 @@ export interface PlantedDefects {
 
 /** Every defect that can be planted, by name (the fuzzer's `--defect`). */
 export const PLANTED_DEFECTS: readonly (keyof PlantedDefects)[] = [
+  "acceptedSkipsFence",
   "confirmSkipsFence",
   "heartbeatIgnoresFence",
   "keyFromAttempt",
   "keyFromStep",
   "replayAsksModel",
 ];
+
+/** The defects planted by rewriting a statement. */
+const STATEMENT_DEFECTS = ["confirmSkipsFence", "heartbeatIgnoresFence", "acceptedSkipsFence"] as const;
+type StatementDefect = typeof STATEMENT_DEFECTS[number];
 
 /** A statement rewritten by a defect: which one, what of its text, and what in its place. */
 interface Rewrite {
@@ -52,9 +63,10 @@ interface Rewrite {
   to: string;
 }
 
-const REWRITES: Record<"confirmSkipsFence" | "heartbeatIgnoresFence", Rewrite> = {
+const REWRITES: Record<StatementDefect, Rewrite> = {
   // The fence dropped: only a placeholder that keeps $2 typed is left of it.
   confirmSkipsFence: { statement: "effect-confirm", from: FENCE, to: "$2::int is not null" },
+  acceptedSkipsFence: { statement: "effect-waiting", from: FENCE, to: "$2::int is not null" },
   // The epoch dropped from the lease's condition: any worker renews it while the run is running.
   heartbeatIgnoresFence: {
     statement: "heartbeat",
@@ -75,8 +87,8 @@ export interface ClientPlantOptions {
 
 /**
  * A layer on a process's store connection that plants the defects of the
- * store: a statement rewritten where `confirmSkipsFence` or
- * `heartbeatIgnoresFence` says, and with `replayAsksModel`, once a worker
+ * store: a statement rewritten where `confirmSkipsFence`,
+ * `heartbeatIgnoresFence` or `acceptedSkipsFence` says, and with `replayAsksModel`, once a worker
  * reads a run's history back, one model request for each confirmed decision
  * it will replay. Statements are recognised by their names. Throws when a
  * rewrite no longer finds its text (the statement changed: the defect would
@@ -87,9 +99,7 @@ export function plantInClient(
   defects: PlantedDefects,
   opts: ClientPlantOptions = {},
 ): SqlClient {
-  const rewrites = (["confirmSkipsFence", "heartbeatIgnoresFence"] as const).filter((d) => defects[d]).map((
-    d,
-  ) => REWRITES[d]);
+  const rewrites = STATEMENT_DEFECTS.filter((d) => defects[d]).map((d) => REWRITES[d]);
   const askModel = defects.replayAsksModel ? opts.askModel : undefined;
   if (rewrites.length === 0 && !askModel) return client;
   const rewrite = (text: string, o: QueryOptions | undefined): string => {

@@ -89,6 +89,7 @@ export * from "./fuzz/schedule.ts";
 export { checkBudget } from "./fuzz/check.ts";
 export type { AgentFactory, ScheduleResult } from "./fuzz/run.ts";
 export { DEMO_APPROVAL_TOOL, demoAgent } from "./fuzz/demo_target.ts";
+export { JOB_TARGET_DURATIONS_MS, jobsAgent } from "./fuzz/jobs_target.ts";
 
 /** Options of {@link fuzz}. */
 export interface FuzzOptions {
@@ -214,6 +215,7 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
         },
         reconcile: t.reconcile,
         reconcileTimeoutMs: Math.min(t.reconcileTimeoutMs, FUZZ_TIMEOUT_MS),
+        waitDeadlineMs: t.waitDeadlineMs,
       })
     );
   const names = toolsOf(probe).map((t) => t.name);

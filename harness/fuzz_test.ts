@@ -6,7 +6,18 @@ import type { FetchLike } from "../runtime/planner.ts";
 import { ToolError } from "../runtime/errors.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { FakeRemote } from "./fake_remote.ts";
-import { decodeSchedule, DEMO_APPROVAL_TOOL, demoAgent, encodeSchedule, fuzz, FuzzError } from "./fuzz.ts";
+import {
+  type AgentFactory,
+  decodeSchedule,
+  DEMO_APPROVAL_TOOL,
+  demoAgent,
+  encodeSchedule,
+  fuzz,
+  FuzzError,
+  jobsAgent,
+} from "./fuzz.ts";
+import { checkPolls } from "./fuzz/check.ts";
+import type { RunSnapshot } from "./sim.ts";
 import { SimDb } from "./sim.ts";
 import { type Position, POSITIONS } from "./fuzz/positions.ts";
 import { ALL_STATEMENTS } from "../runtime/store/statements.ts";
@@ -20,7 +31,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
   try {
     // Each with the problem its finding must name: a stale worker's write is caught by the fuzzer's own
     // epoch bookkeeping (from the claims it sees), not only by the invariants afterwards.
-    const planted: [string, PlantedDefects, RegExp][] = [
+    const planted: [string, PlantedDefects, RegExp, AgentFactory?][] = [
       [
         "a tool confirm that skips the fence",
         { confirmSkipsFence: true },
@@ -34,15 +45,22 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         /tool call \S+ is failed, expected confirmed/,
       ],
       ["a replay that asks the model again", { replayAsksModel: true }, /with no journal intent counting/],
+      // Only the jobs target's calls wait on their remote: a stale worker's 202 lands on the thief's row.
+      [
+        "an accepted answer written without the fence",
+        { acceptedSkipsFence: true },
+        /stale worker \S+ \(epoch \d+\) wrote after epoch \d+ was claimed: tool-waiting/,
+        jobsAgent,
+      ],
       [
         "a heartbeat that renews after fencing",
         { heartbeatIgnoresFence: true },
         /stale worker \S+ \(epoch 1\) wrote after epoch 2 was claimed: heartbeat/,
       ],
     ];
-    for (const [bug, defects, problem] of planted) {
+    for (const [bug, defects, problem, target = demoAgent] of planted) {
       await t.step(`finds ${bug} within ${FIND_WITHIN} schedules and shrinks it to <= 3 faults`, async () => {
-        const report = await fuzz(demoAgent, {
+        const report = await fuzz(target, {
           db,
           seed: 1,
           schedules: FIND_WITHIN,
@@ -61,7 +79,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
           text,
         );
         // The printed schedule replays to the same failure.
-        const again = await fuzz(demoAgent, {
+        const again = await fuzz(target, {
           db,
           remote: "mock-cloud",
           defects,
@@ -86,6 +104,30 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         });
         assert.deepEqual(report.failures.map((f) => f.text), []);
         assert.deepEqual(report.parallel, { 1: 100 });
+      },
+    );
+
+    await t.step(
+      "calls that wait on their remote: 100 schedules of the jobs target find no violation, and faults land while runs sleep",
+      async () => {
+        const report = await fuzz(jobsAgent, {
+          db,
+          seed: 24,
+          schedules: 100,
+          remote: "mock-cloud",
+          transcript: true,
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        const lines = report.transcript!;
+        // Runs sleep, are woken by a new worker when due, and poll their jobs under the same key.
+        assert.ok(lines.filter((l) => /^~~~ the run sleeps until /.test(l)).length > 100);
+        assert.ok(lines.some((l) => / event=intent .* attempt=1 poll=2/.test(l)));
+        // Faults land on the accepted answer's write, the run's sleep, and the poll's request.
+        const hit = lines.join("\n");
+        assert.match(hit, / fired at stmt#\d+ tool-waiting \(/);
+        assert.match(hit, / fired at stmt#\d+ wait \(/);
+        assert.match(hit, / fired at cloud#\d+ \/v1\/jobs \(/);
+        for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 15, JSON.stringify(report.parallel));
       },
     );
 
@@ -340,4 +382,30 @@ Deno.test("FakeRemote looks an effect up by its key without performing it", asyn
   assert.equal(remote.lookup("r:1"), undefined);
   assert.equal(remote.effects().length, 1, "a lookup performs nothing");
   assert.deepEqual(remote.requestsByKey(), { "r:0": 1 });
+});
+
+Deno.test("checkPolls holds a call's attempts and polls to the intents and accepted answers written", () => {
+  const effect = (e: { attempts: number; polls: number; status?: string }) => ({
+    idempotency_key: "r:0",
+    status: e.status ?? "confirmed",
+    attempts: e.attempts,
+    polls: e.polls,
+    resolved_by: null,
+  });
+  const snap = (e: ReturnType<typeof effect>) => ({ effects: [e] }) as unknown as RunSnapshot;
+  const writes = new Map([["r:0", { intents: 3, accepted: 2 }]]);
+  assert.deepEqual(checkPolls(snap(effect({ attempts: 1, polls: 2 })), writes), []);
+  // A poll counted as an attempt.
+  assert.match(
+    checkPolls(snap(effect({ attempts: 2, polls: 1 })), writes).join("\n"),
+    /answered after 2 accepted answer\(s\), yet counts 1 poll/,
+  );
+  assert.match(
+    checkPolls(snap(effect({ attempts: 1, polls: 1 })), writes).join("\n"),
+    /counts 1 attempt\(s\) and 1 poll\(s\), but 3 intent\(s\) were written/,
+  );
+  assert.match(
+    checkPolls(snap(effect({ attempts: 0, polls: 3 })), writes).join("\n"),
+    /counts 3 poll\(s\) after 2 accepted answer/,
+  );
 });

@@ -164,7 +164,13 @@ export function checkShape(
     if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
     const resource = final.created.find((r) => r.key === key);
     if (!resource) problems.push(`the cloud holds no resource under ${key}`);
-    else if (resultIsId && canon(e.result) !== canon(resource.id)) {
+    else if (resource.kind === "job") {
+      // A job's call stores the remote's final answer: done, for the job started under its key.
+      const answer = e.result as { job_id?: unknown; status?: unknown } | null;
+      if (answer?.job_id !== resource.id || answer?.status !== "done") {
+        problems.push(`tool call ${key} stored ${canon(e.result)}, expected job ${resource.id} done`);
+      }
+    } else if (resultIsId && canon(e.result) !== canon(resource.id)) {
       problems.push(`tool call ${key} stored ${canon(e.result)}, the cloud created ${resource.id}`);
     }
   }

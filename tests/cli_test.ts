@@ -149,15 +149,17 @@ Deno.test("the binary's usage names every command", async () => {
 });
 
 Deno.test("the fuzzer answers an unknown flag with one line, exit 2, and --help with each of its flags", async () => {
-  const [unknown, help, notANumber, badParallel] = await Promise.all([
+  const [unknown, help, notANumber, badParallel, badTarget] = await Promise.all([
     cli("cli/fuzz.ts", ["--no-such-flag", "1"]),
     cli("cli/fuzz.ts", ["--help"]),
     cli("cli/fuzz.ts", ["--schedules", "many"]),
     cli("cli/fuzz.ts", ["--parallel", "1,two"]),
+    cli("cli/fuzz.ts", ["--target", "cron"]),
   ]);
   assertOneLine("fuzz", unknown, "--no-such-flag");
   assertOneLine("fuzz --schedules many", notANumber, "--schedules");
   assertOneLine("fuzz --parallel 1,two", badParallel, "--parallel");
+  assertOneLine("fuzz --target cron", badTarget, "--target");
   assert.equal(help.code, 0, help.stderr);
   const flags = [
     "--schedules",
@@ -166,6 +168,7 @@ Deno.test("the fuzzer answers an unknown flag with one line, exit 2, and --help 
     "--faults",
     "--max-faults",
     "--parallel",
+    "--target",
     "--defect",
     "--transcript",
   ];

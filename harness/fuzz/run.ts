@@ -27,7 +27,8 @@ import {
   type SimProcess,
   SimWorld,
 } from "../sim.ts";
-import { type BudgetAnswer, checkBudget } from "./check.ts";
+import { type BudgetAnswer, type CallWrites, checkBudget, checkPolls } from "./check.ts";
+import { statementName } from "../../runtime/store/statements.ts";
 import { Person } from "./person.ts";
 import { isWrite, type Position, positionOf } from "./positions.ts";
 import {
@@ -151,6 +152,10 @@ class ScheduleRun {
   readonly answers: BudgetAnswer[] = [];
   /** The person at the run: answers its approval requests, and acts where the schedule says. */
   person?: Person;
+  /** Per key, the intents and accepted answers the processes wrote (what {@link checkPolls} holds the rows to). */
+  readonly callWrites = new Map<string, CallWrites>();
+  /** Times the run was found asleep on its remotes with no process alive (a worker was started at its wake). */
+  sleeps = 0;
   readonly #world: SimWorld;
   readonly #faults: Fault[];
   readonly #budget?: ScheduleBudget;
@@ -277,6 +282,7 @@ class ScheduleRun {
     // says how many rows a statement wrote (its rows, or run()'s count).
     const faulted = async <R>(
       opts: QueryOptions | undefined,
+      params: unknown[] | undefined,
       send: () => Promise<R>,
       written: (r: R) => number,
     ): Promise<R> => {
@@ -310,6 +316,7 @@ class ScheduleRun {
       const result = await send();
       this.activity++;
       this.#observe(p, label, result, written(result), epochAtExec);
+      this.#countCallWrite(opts, params, written(result));
       const after = this.#find((f) =>
         f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "after"
       );
@@ -324,10 +331,26 @@ class ScheduleRun {
       exec: (text) => client.exec(text),
       close: () => client.close(),
       query: <T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> =>
-        faulted(opts, () => client.query<T>(text, params, opts), (rows) => rows.length),
+        faulted(opts, params, () => client.query<T>(text, params, opts), (rows) => rowsWritten(opts, rows)),
       run: (text: string, params?: unknown[], opts?: QueryOptions): Promise<number> =>
-        faulted(opts, () => client.run(text, params, opts), (count) => count),
+        faulted(opts, params, () => client.run(text, params, opts), (count) => count),
     };
+  }
+
+  /**
+   * Counts, per key, the call writes that committed: each intent (an attempt
+   * or a poll) and each accepted answer (`waiting`). The key is every such
+   * statement's third parameter.
+   */
+  #countCallWrite(opts: QueryOptions | undefined, params: unknown[] | undefined, written: number): void {
+    const name = statementName(opts);
+    if (written === 0 || typeof params?.[2] !== "string") return;
+    const key = params[2];
+    const counts = this.callWrites.get(key) ?? { intents: 0, accepted: 0 };
+    if (name === "effect-intent" || name === "effect-intent-upsert") counts.intents++;
+    else if (name === "effect-waiting") counts.accepted++;
+    else return;
+    this.callWrites.set(key, counts);
   }
 
   #observe(p: Proc, label: Position, result: unknown, written: number, epochAtExec: number): void {
@@ -547,7 +570,23 @@ export async function runSchedule(
     const live = run.procs.filter((p) => !p.done);
     if (live.length === 0) {
       earlier.push(await snapshot(world, runId, fake));
-      const status = earlier.at(-1)!.run?.status;
+      const row = earlier.at(-1)!.run;
+      const status = row?.status;
+      // A run asleep on its remotes (a call waiting on a job) is not at rest: the clock moves to when its
+      // first call is due, and a new worker takes it up, as a worker host's take would. A person's
+      // request pending beside it is answered first.
+      if (status === "waiting" && row?.wake_at && !(await run.person.asks())) {
+        const dueInMs = new Date(row.wake_at).getTime() - world.clock.now().getTime();
+        if (run.procs.length >= MAX_INCARNATIONS) {
+          run.problems.push(`the run was still asleep on its remotes after ${MAX_INCARNATIONS} incarnations`);
+          break;
+        }
+        world.note(`~~~ the run sleeps until ${new Date(row.wake_at).toISOString()}: a worker takes it then`);
+        run.sleeps++;
+        await world.advance(Math.max(0, dueInMs) + 1_000, { settle });
+        run.spawn(runId);
+        continue;
+      }
       if (await run.person.atRest(status)) continue;
       if (status !== "running" && status !== "pending" && status !== undefined) {
         closed = true;
@@ -593,6 +632,7 @@ export async function runSchedule(
     }),
     ...checkModelSpend(final, run.spend),
     ...checkBudget(final, schedule.budget, run.answers),
+    ...checkPolls(final, run.callWrites),
   );
   for (const p of run.procs.filter((p) => !p.done)) p.sim?.kill();
   world.model.releaseHung();
@@ -642,6 +682,15 @@ async function snapshot(world: SimWorld, runId: string, fake: FakeRemote | undef
       Object.entries(fake.requestsByKey()).filter(([key]) => key.startsWith(prefix)),
     ),
   };
+}
+
+/**
+ * Rows a query wrote: its rows, but for `wait-run`, which answers one row
+ * whatever happened (`held`, `waiting`): it wrote only when the run now waits.
+ */
+function rowsWritten(opts: QueryOptions | undefined, rows: unknown[]): number {
+  if (statementName(opts) !== "wait-run") return rows.length;
+  return (rows[0] as { waiting?: boolean } | undefined)?.waiting === true ? 1 : 0;
 }
 
 /** True when the process ended by its run's budget (`BUDGET_EXCEEDED`), not by a kill or a fence. */
