@@ -81,8 +81,11 @@ export {
   defineAgent,
   type ModelEndpoint,
 } from "./runtime/agent.ts";
+export { type AgentTool, agentTool, type AgentToolOptions } from "./runtime/agent_tool.ts";
 export {
   type ArgsSchema,
+  type ChildRunInfo,
+  type ChildRuns,
   defineTool,
   type Json,
   type ReconcileContext,

@@ -219,3 +219,17 @@ alter table side_effects add column if not exists wait_deadline_at timestamptz;
 alter table side_effects add column if not exists polls integer not null default 0;
 alter table runs add column if not exists wake_at timestamptz;
 create index if not exists runs_wake_order on runs (wake_at, run_id) where status = 'waiting';
+
+-- migration 7: runs that call runs
+-- An agent may be another agent's tool (agentTool): the call with key
+-- '<parent>:<seq>' starts the child run '<parent>.<seq>'. parent_run_id and
+-- parent_key name the run and the call the child answers; root_run_id names
+-- the family's first run, on every run of a family (a child takes its
+-- parent's; a root's own is written when its first child is made), so a
+-- family's spend is read through one index. There is no foreign key from a
+-- child to its parent: a family is pruned whole, with its root.
+alter table runs add column if not exists parent_run_id text;
+alter table runs add column if not exists parent_key text;
+alter table runs add column if not exists root_run_id text;
+create index if not exists runs_parent on runs (parent_run_id) where parent_run_id is not null;
+create index if not exists runs_root on runs (root_run_id) where root_run_id is not null;

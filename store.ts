@@ -40,6 +40,8 @@ export {
   type RunWrites,
   Store,
 } from "./runtime/store/store.ts";
+// Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
+export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/family.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export type { QueryOptions, SqlClient } from "./runtime/store/driver.ts";
 

@@ -15,6 +15,7 @@ import {
   prepareAgent,
   type PreparedAgent,
 } from "../runtime/agent.ts";
+import { withChildAgents } from "../runtime/agent_tool.ts";
 import { endpointPlanner } from "../runtime/client.ts";
 import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
@@ -123,7 +124,9 @@ function mockParallel(raw: string | undefined): number {
  * endpoint (or nothing) gets an OpenAI-compatible client from it and the
  * `MODEL_*` settings; when neither gives a URL, the embedded default uses an
  * in-process mock model whose counters persist under `DATA_DIR`, and a fleet
- * process refuses with a clear message.
+ * process refuses with a clear message. The agents their tools start runs of
+ * (`agentTool`) are prepared and returned with them, so the process hosts
+ * those too.
  */
 export async function prepareAgents(
   agents: Agent[],
@@ -131,10 +134,9 @@ export async function prepareAgents(
 ): Promise<{ prepared: PreparedAgent[]; modelDescribe: string }> {
   let mock: MockModel | undefined;
   let modelDescribe = "";
-  const prepared: PreparedAgent[] = [];
-  for (const agent of agents) {
+  const prepareOne = async (agent: Agent): Promise<PreparedAgent> => {
     try {
-      prepared.push(
+      return (
         await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
           if (ctx.env.MODEL_URL || endpoint.url) {
             // A real endpoint needs a real model name: no default, or a typo'd setup would
@@ -163,13 +165,21 @@ export async function prepareAgents(
             model: "mock-planner",
             fetch: mock.handler,
           });
-        }),
+        })
       );
     } catch (err) {
       if (err instanceof ConfigError) throw err;
       if (err instanceof RuntimeError) throw new ConfigError([err.message]);
       throw new ConfigError([`Agent ${agent.name} could not be set up: ${describeError(err)}`]);
     }
+  };
+  const prepared: PreparedAgent[] = [];
+  for (const agent of agents) prepared.push(await prepareOne(agent));
+  // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
+  try {
+    return { prepared: await withChildAgents(prepared, prepareOne), modelDescribe };
+  } catch (err) {
+    if (err instanceof RuntimeError && !(err instanceof ConfigError)) throw new ConfigError([err.message]);
+    throw err;
   }
-  return { prepared, modelDescribe };
 }

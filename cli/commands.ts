@@ -148,10 +148,15 @@ export async function runs(
     "TOKENS",
   ]];
   const waiting = new Set<string>();
-  for (const r of rows) {
+  for (const { run: r, depth } of asTree(rows)) {
     if (r.status === "pending" && !hosted.has(r.agent)) waiting.add(r.agent);
     table.push([
-      r.run_id,
+      // A child run (agentTool) is shown under its parent, indented; one whose parent is on another page names it.
+      depth === 0
+        ? r.run_id
+        : `${"  ".repeat(depth - 1)}└ ${r.run_id}${
+          rows.some((p) => p.run_id === r.parent_run_id) ? "" : ` (of ${r.parent_run_id})`
+        }`,
       r.agent,
       statusText(r),
       String(r.epoch),
@@ -184,6 +189,39 @@ export async function runs(
   }
 }
 
+/**
+ * A page of runs as a tree: each run followed by its children on the page
+ * (in the order of the calls that started them), each one level deeper. A child whose parent is
+ * not on the page is shown one level deep where the page has it.
+ */
+export function asTree<R extends Pick<RunRow, "run_id" | "parent_run_id">>(
+  rows: readonly R[],
+): { run: R; depth: number }[] {
+  const onPage = new Set(rows.map((r) => r.run_id));
+  const children = new Map<string, R[]>();
+  for (const r of rows) {
+    if (r.parent_run_id && onPage.has(r.parent_run_id)) {
+      children.set(r.parent_run_id, [...(children.get(r.parent_run_id) ?? []), r]);
+    }
+  }
+  const out: { run: R; depth: number }[] = [];
+  // Bounded by the page: each run is placed once, under its parent or at the top.
+  // Children in the order their calls come (`<run>.<seq>`, seq as a number), whatever the page's order.
+  const bySeq = (a: R, b: R) => a.run_id.localeCompare(b.run_id, "en", { numeric: true });
+  const place = (r: R, depth: number) => {
+    out.push({ run: r, depth });
+    for (const c of [...(children.get(r.run_id) ?? [])].sort(bySeq)) place(c, depth + 1);
+  };
+  for (const r of rows) {
+    if (r.parent_run_id && onPage.has(r.parent_run_id)) continue;
+    place(r, r.parent_run_id ? 1 : 0);
+  }
+  // Rows whose parents point at each other (written by hand: the runtime cannot) are shown all the same.
+  const placed = new Set(out.map((o) => o.run.run_id));
+  for (const r of rows) if (!placed.has(r.run_id)) out.push({ run: r, depth: 1 });
+  return out;
+}
+
 const iso = (d: Date | null | undefined): string => d ? new Date(d).toISOString() : "-";
 
 /**
@@ -206,7 +244,9 @@ function tokens(usage: Json | null): string | undefined {
  * call, and any gap a crash (or a wait for a person) left.
  */
 export async function inspect(ctx: CommandContext, runId: string): Promise<void> {
-  const { run, journal, effects, approvals, spend } = await asCommand(() => ctx.client.inspect(runId));
+  const { run, journal, effects, approvals, spend, children, familySpend } = await asCommand(() =>
+    ctx.client.inspect(runId)
+  );
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
   const approvalBySeq = new Map(approvals.map((a) => [a.seq, a]));
   const say = printer(ctx);
@@ -214,6 +254,10 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
   p(`run ${run.run_id}  agent=${run.agent}  status=${statusText(run)}  epoch=${run.epoch}  owner=${
     run.owner ?? "-"
   }`);
+  if (run.parent_run_id) p(`  parent: ${run.parent_run_id}  call=${run.parent_key ?? "-"}`);
+  for (const c of children) {
+    p(`  child: ${c.runId}  agent=${c.agent}  status=${c.status}  call=${c.parentKey ?? "-"}`);
+  }
   p(...fieldLines("  input: ", typeof run.input === "string" ? run.input : JSON.stringify(run.input)));
   if (run.output !== null) p(...fieldLines("  output: ", run.output));
   if (run.budget) {
@@ -222,6 +266,14 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
       `  budget: tokens ${of(spend.tokens, run.budget.tokens)} (reserved included)  model calls ${
         of(spend.modelCalls, run.budget.modelCalls)
       }  tool calls ${of(spend.toolCalls, run.budget.toolCalls)}`,
+    );
+  }
+  if (familySpend) {
+    const of = (n: number, ceiling?: number) => ceiling === undefined ? `${n}` : `${n} of ${ceiling}`;
+    p(
+      `  with its children: tokens ${of(familySpend.tokens, run.budget?.tokens)}  model calls ${
+        of(familySpend.modelCalls, run.budget?.modelCalls)
+      }  tool calls ${of(familySpend.toolCalls, run.budget?.toolCalls)}`,
     );
   }
   p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);
@@ -446,10 +498,14 @@ export async function settle(
   return out.effect;
 }
 
-/** Cancels a run; a worker holding it stops at its next write. */
+/** Cancels a run and its open descendants (the child runs its calls started); a worker holding one stops at its next write. */
 export async function cancel(ctx: CommandContext, runId: string): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.cancel(runId, { by: ctx.actor }));
-  printer(ctx)(`cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}`);
+  printer(ctx)(
+    `cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}${
+      run.descendants.length > 0 ? `  with=${run.descendants.join(",")}` : ""
+    }`,
+  );
   return run;
 }
 
@@ -532,7 +588,8 @@ export const COMMAND_USAGE: Record<string, string> = {
   Refused (NOT_WAITING) for a call that is not waiting, (RUN_CLOSED) while its run is cancelled,
   done or failed: reopen it first.`,
   cancel: `usage: deno task cancel RUN [--by NAME]
-  Cancels a run that is not closed; a worker holding it stops at its next write.`,
+  Cancels a run that is not closed, with the child runs its calls started (and theirs); a worker
+  holding any of them stops at its next write.`,
   approve: `usage: deno task approve KEY [--by NAME]
   Approves a tool call that waits for a person, for the exact arguments it was asked about;
   the run is taken up again at once. Refused (RUN_CLOSED) while the run is cancelled, done or

@@ -16,6 +16,7 @@ import {
   NAME_PATTERN,
   prepareAgent,
 } from "./agent.ts";
+import { withChildAgents } from "./agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
@@ -96,6 +97,10 @@ export interface RunInfo {
   budget: Budget | null;
   /** When a run waiting on its calls' remotes is taken again; null for any other (and one waiting for a person). */
   wakeAt: Date | null;
+  /** The run whose tool call started this one (`agentTool`); null for a run started otherwise. */
+  parentRunId: string | null;
+  /** The key of that call. */
+  parentKey: string | null;
 }
 
 /** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
@@ -110,6 +115,17 @@ export interface RunRecord {
   approvals: ApprovalRow[];
   /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
   spend: { tokens: number; modelCalls: number; toolCalls: number };
+  /**
+   * The runs its tool calls started (`agentTool`), in the order they were
+   * started: each child's id, agent, status, the key of the call that started
+   * it, and why it failed or was cancelled.
+   */
+  children: Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[];
+  /**
+   * What the run and all its descendants have spent together, for a run with
+   * child runs: what its budget holds them to. Undefined for a run with none.
+   */
+  familySpend?: { tokens: number; modelCalls: number; toolCalls: number };
 }
 
 export { type FlaggedFilter, RESOLVE_BATCH_MAX };
@@ -292,15 +308,62 @@ export class Client {
   }
 
   /**
-   * A run with its decisions, tool calls, approval requests, and spend
-   * (against its budget, if any). Throws `RUN_NOT_FOUND`.
+   * A run with its decisions, tool calls, approval requests, spend
+   * (against its budget, if any) and child runs. Throws `RUN_NOT_FOUND`.
    */
   async inspect(runId: string): Promise<RunRecord> {
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     const { journal, effects } = await this.store.loadHistory(runId);
     const approvals = await this.store.listApprovals(runId);
-    return { run, journal, effects, approvals, spend: spendOf(journal, effects) };
+    const children = await this.children(runId);
+    const spend = spendOf(journal, effects);
+    return {
+      run,
+      journal,
+      effects,
+      approvals,
+      spend,
+      children,
+      familySpend: await this.#familySpend(run, children),
+    };
+  }
+
+  /** What `run` and its descendants have spent together (family.ts reads the same), when it has children. */
+  async #familySpend(
+    run: RunRow,
+    children: readonly unknown[],
+  ): Promise<RunRecord["familySpend"]> {
+    if (children.length === 0 || !run.root_run_id) return undefined;
+    const members = await this.store.families.readFamily(run.root_run_id);
+    const parentOf = new Map(members.map((m) => [m.run_id, m.parent_run_id]));
+    const under = (id: string): boolean => {
+      // Bounded by the family's depth.
+      for (let at: string | null | undefined = id, d = 0; at && d < 64; at = parentOf.get(at), d++) {
+        if (at === run.run_id) return true;
+      }
+      return false;
+    };
+    const total = { tokens: 0, modelCalls: 0, toolCalls: 0 };
+    for (const m of members.filter((m) => under(m.run_id))) {
+      total.tokens += m.tokens;
+      total.modelCalls += m.model_calls;
+      total.toolCalls += m.tool_calls;
+    }
+    return total;
+  }
+
+  /** The runs the tool calls of `runId` started (`agentTool`), in the order they were started. */
+  async children(
+    runId: string,
+  ): Promise<Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[]> {
+    return (await this.store.families.children(runId)).map((c) => ({
+      runId: c.run_id,
+      agent: c.agent,
+      status: c.status,
+      parentKey: c.parent_key,
+      error: c.error,
+    }));
   }
 
   /**
@@ -343,17 +406,25 @@ export class Client {
     return found.value;
   }
 
-  /** Cancels a run that is not closed; a worker holding it stops at its next write. */
-  async cancel(runId: string, opts: { by?: string; reason?: string } = {}): Promise<RunInfo> {
+  /**
+   * Cancels a run that is not closed, with its open descendants (the child
+   * runs its calls started, theirs in turn), in the same operation; a worker
+   * holding any of them stops at its next write. Returns the run, with the
+   * descendants it cancelled.
+   */
+  async cancel(
+    runId: string,
+    opts: { by?: string; reason?: string } = {},
+  ): Promise<RunInfo & { descendants: string[] }> {
     const why = `cancelled by ${opts.by ?? "client"}${opts.reason ? `: ${opts.reason}` : ""}`;
-    const run = await this.store.cancelRun(runId, why, this.clock.now());
-    if (!run) {
+    const out = await this.store.families.cancel(runId, why, this.clock.now());
+    if (!out) {
       const existing = await this.store.getRun(runId);
       throw existing
         ? new ClientError("RUN_CLOSED", `Run ${runId} is ${existing.status} already; nothing to cancel`)
         : notFound(runId);
     }
-    return info(run);
+    return { ...info(out.run), descendants: out.cancelled };
   }
 
   /**
@@ -628,7 +699,8 @@ export class Client {
    * Hosts a worker in this process for `agents`: it takes their runs from this
    * client's database and drives them until {@link WorkerHost.stop}. An agent
    * that names an endpoint (or nothing) is given an OpenAI-compatible client
-   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`.
+   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`. The agents
+   * their tools start runs of (`agentTool`) are hosted with them.
    */
   async startWorker(
     agents: Agent[],
@@ -639,9 +711,9 @@ export class Client {
   ): Promise<WorkerHost> {
     const { context, ...hostOpts } = opts;
     const ctx: AgentContext = { env: readEnv(), dataDir: ".data", embedded: true, ...context };
-    const prepared = await Promise.all(
-      agents.map((a) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx))),
-    );
+    const prepare = (a: Agent) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx));
+    // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
+    const prepared = await withChildAgents(await Promise.all(agents.map(prepare)), prepare);
     return new WorkerHost({
       clock: this.clock,
       pollMs: 200,
@@ -842,5 +914,7 @@ function info(run: RunRow): RunInfo {
     updatedAt: new Date(run.updated_at),
     budget: run.budget ?? null,
     wakeAt: run.wake_at ? new Date(run.wake_at) : null,
+    parentRunId: run.parent_run_id ?? null,
+    parentKey: run.parent_key ?? null,
   };
 }

@@ -64,6 +64,10 @@ export const ERROR_CODES = {
     "MODEL_UNREACHABLE",
   ],
   ToolError: [
+    "AGENT_CHILD_CONFLICT",
+    "AGENT_CHILD_FAILED",
+    "AGENT_CHILD_ID_TOO_LONG",
+    "AGENT_TOOL_OUTSIDE_RUNTIME",
     "TOOL_ACCEPTED_INVALID",
     "TOOL_GAVE_UP",
     "TOOL_RESULT_UNSTORABLE",
@@ -79,6 +83,7 @@ export const ERROR_CODES = {
   SleepingError: ["WAITING_ON_REMOTE"],
   WorkerError: ["WORKER_ERROR"],
   ValueUnstorableError: ["VALUE_UNSTORABLE"],
+  ParentClosedError: ["PARENT_CLOSED"],
   ClientError: [
     "APPROVAL_NOT_FOUND",
     "BAD_RUN_ID",

@@ -16,6 +16,7 @@ import {
 } from "./errors.ts";
 import { BlockedError, SleepingError, WaitingError } from "./executor.ts";
 import { WorkerError } from "./loop.ts";
+import { ParentClosedError } from "./family.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
 
 Deno.test("each error class carries a code its list in ERROR_CODES holds, and its name", () => {
@@ -30,6 +31,7 @@ Deno.test("each error class carries a code its list in ERROR_CODES holds, and it
     [new WaitingError([{ key: "r:1", tool: "t" }]), "WaitingError"],
     [new SleepingError(["r:1"], new Date(0)), "SleepingError"],
     [new WorkerError("r", new Error("x"), "released"), "WorkerError"],
+    [new ParentClosedError("r.0", "r", "cancelled"), "ParentClosedError"],
     [new ClientError("RUN_NOT_FOUND", "x"), "ClientError"],
     [
       new ValueUnstorableError("tool result", { ok: false, kind: "not_json", reason: "NaN" }),

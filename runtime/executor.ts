@@ -12,7 +12,8 @@
  */
 
 import { createHash } from "node:crypto";
-import { BudgetError, checkToolRequest, reserveToolCalls } from "./budget.ts";
+import { BudgetError, checkToolRequest, NO_FAMILY, reserveToolCalls } from "./budget.ts";
+import { childRunsFor, familyCeilings, ParentClosedError } from "./family.ts";
 import { callsOf, type StepCall } from "./calls.ts";
 import { deadline } from "./clock.ts";
 import {
@@ -179,7 +180,7 @@ export async function act(
     }
     // Every call of the step not yet sent is counted against the tool-call ceiling before any goes out.
     const unsent = gates.filter((g) => "call" in g && !state.effects.has(g.call.seq)).length;
-    reserveToolCalls(state, unsent);
+    reserveToolCalls(state, unsent, unsent > 0 ? await familyCeilings(deps, state) : NO_FAMILY);
   } catch (error) {
     return failed(error, rows());
   }
@@ -271,7 +272,8 @@ function worstOf(errors: readonly unknown[]): unknown {
       ? 5
       : e instanceof SleepingError
       ? 6
-      : e instanceof ToolError || e instanceof BudgetError || hasCode(e, "DECISION_INVALID")
+      : e instanceof ToolError || e instanceof BudgetError || e instanceof ParentClosedError ||
+          hasCode(e, "DECISION_INVALID")
       ? 3
       : 2;
   return [...errors].sort((a, b) => rank(a) - rank(b))[0];
@@ -521,7 +523,7 @@ async function sendCall(
     // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
     // A call its remote accepted is bounded by its deadline instead (a poll counts no attempt).
     for (;;) {
-      checkToolRequest(state, row === undefined);
+      checkToolRequest(state, row === undefined, await familyCeilings(deps, state));
       const intent = await store.effectIntentRow(
         state.fence,
         { key, seq, tool: tool.name, args: call.rawArgs },
@@ -806,6 +808,10 @@ async function callTool(
         return timeout.signal;
       },
       traceHeaders: () => telemetryOf(deps).traceHeaders(),
+      // Built when a tool asks for it (an agent used as a tool): no other call pays for it.
+      get runs() {
+        return childRunsFor(deps, state, call);
+      },
     });
   } catch (err) {
     const timedOut = timeout.expired();

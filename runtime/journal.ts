@@ -18,7 +18,8 @@ import type { Decision, JournalRow, Rejection } from "./store/store.ts";
 import type { Json, Tool } from "./tools.ts";
 import { callsOf, decisionOf } from "./calls.ts";
 import { addUsage } from "./usage.ts";
-import { answerCap, answerTokens, checkModelRequest, worstCaseTokens } from "./budget.ts";
+import { answerCap, answerTokens, checkModelRequest, reservationBudget, worstCaseTokens } from "./budget.ts";
+import { familyCeilings } from "./family.ts";
 import { toStorable } from "./store/storable.ts";
 
 /**
@@ -97,7 +98,10 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
             }${state.lastWorkerError ? `; its last worker stopped at: ${state.lastWorkerError}` : ""}`,
         );
       }
-      const maxOutputTokens = answerCap(state.budget);
+      // A run of a family is held to its family's ceilings too (one read; none for any other run).
+      const family = await familyCeilings(deps, state);
+      const budget = reservationBudget(state.budget, family);
+      const maxOutputTokens = answerCap(budget);
       const question: DecideRequest = {
         runId,
         seq,
@@ -108,8 +112,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       };
       // With a budget, the request's worst case is reserved in the intent's own write,
       // and the answer is asked to stay within it.
-      const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(deps.planner, question)) : 0;
-      checkModelRequest(state, reserve);
+      const reserve = budget ? worstCaseTokens(budget, promptChars(deps.planner, question)) : 0;
+      checkModelRequest(state, reserve, family);
       const current = await store.journalIntentRow(state.fence, seq, clock.now(), reserve, row === undefined);
       row = current;
       applyRow(state, current);

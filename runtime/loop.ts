@@ -15,6 +15,7 @@ import { BudgetError } from "./budget.ts";
 import { act, BlockedError, SleepingError, WaitingError } from "./executor.ts";
 import { callsOf, stepWidth } from "./calls.ts";
 import { decide } from "./journal.ts";
+import { closeRun, familyOf, ParentClosedError } from "./family.ts";
 import { keepLease } from "./lease.ts";
 import { recover } from "./recovery.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
@@ -280,7 +281,7 @@ async function driveClaimed(
   claimed: ClaimedRun,
   stop: AbortController,
 ): Promise<RunOutcome> {
-  const { store, clock, log } = deps;
+  const { store, log } = deps;
   const tel = telemetryOf(deps);
   const { run, epoch } = claimed;
   const runId = run.run_id;
@@ -302,7 +303,7 @@ async function driveClaimed(
       `(no decision or tool call settled); the limit is ${limit}.${last} See the log of its last workers, ` +
       `then 'deno task reopen ${runId}' to try again`;
     try {
-      await store.finishRun({ runId, epoch }, "failed", error, clock.now());
+      await closeRun(deps, { fence: { runId, epoch }, family: familyOf(run) }, { status: "failed", error });
     } catch (e) {
       if (e instanceof FencedError) {
         log.warn("fenced", { run: runId, epoch, reason: e.message });
@@ -336,6 +337,7 @@ async function driveClaimed(
     signal: stop.signal,
     budget: run.budget ?? undefined,
     reservedCalls: 0,
+    family: familyOf(run),
     lastWorkerError: run.error ?? undefined,
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
@@ -348,9 +350,12 @@ async function driveClaimed(
   });
   let seq = 0;
   // Closes the run after a failure; a refused close means another worker has it.
-  const closeRun = async (status: "failed" | "blocked", error: string): Promise<RunOutcome | undefined> => {
+  const close = async (
+    status: "failed" | "blocked" | "cancelled",
+    error: string,
+  ): Promise<RunOutcome | undefined> => {
     try {
-      await store.finishRun(state.fence, status, error, clock.now());
+      await closeRun(deps, state, { status, error });
       return undefined;
     } catch (e) {
       if (e instanceof FencedError) return fenced(deps, state, e, seq);
@@ -370,7 +375,7 @@ async function driveClaimed(
       if (decisions >= deps.maxSteps) {
         const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
         log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: state.llmCalls });
-        await store.finishRun(state.fence, "failed", error, clock.now());
+        await closeRun(deps, state, { status: "failed", error });
         return { ...outcome("failed", seq, error), runStatus: "failed" };
       }
       const at = { fence: state.fence, seq };
@@ -387,8 +392,14 @@ async function driveClaimed(
       // requestApprovals (or waitRun) already set the run to waiting and released it.
       return { ...outcome("waiting", seq, err.message), runStatus: "waiting" };
     }
+    if (err instanceof ParentClosedError) {
+      const lost = await close("cancelled", err.message);
+      if (lost) return lost;
+      log.warn("cancelled", { run: runId, seq, parent: err.ancestor, reason: err.message });
+      return { ...outcome("cancelled", seq, err.message), runStatus: "cancelled" };
+    }
     if (err instanceof BlockedError) {
-      const lost = await closeRun("blocked", err.message);
+      const lost = await close("blocked", err.message);
       if (lost) return lost;
       log.warn("blocked", { run: runId, key: err.key, reason: err.message });
       return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
@@ -397,7 +408,7 @@ async function driveClaimed(
       err instanceof ModelError || err instanceof ToolError || err instanceof BudgetError || isRunFailure(err)
     ) {
       const error = describeError(err);
-      const lost = await closeRun("failed", error);
+      const lost = await close("failed", error);
       if (lost) return lost;
       log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
       return { ...outcome("failed", seq, error), runStatus: "failed" };
@@ -425,14 +436,14 @@ async function step(
   const journal = decided.rows.journal;
   if ("done" in decision) {
     try {
-      const end = await deps.store.finishRun(state.fence, "done", null, deps.clock.now(), decision.message);
+      await closeRun(deps, state, { status: "done", error: null, output: decision.message });
       deps.log.info("done", {
         run: state.fence.runId,
         steps: seq,
         llm_calls: state.llmCalls,
         output: decision.message,
       });
-      return finished({ ...done(), runStatus: end.status, output: decision.message }, { journal });
+      return finished({ ...done(), runStatus: "done", output: decision.message }, { journal });
     } catch (error) {
       return failed(error, { journal });
     }

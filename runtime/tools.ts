@@ -8,6 +8,7 @@
  */
 
 import { z } from "npm:zod@4.6.7";
+import type { Budget } from "./budget_types.ts";
 import { type CodeOf, describeValue, RuntimeError, ToolError } from "./errors.ts";
 
 export { idempotencyKeyHeader } from "./http.ts";
@@ -48,6 +49,54 @@ export interface ToolContext {
    * add these to requests that go another way (an in-process handler, a queue).
    */
   traceHeaders(): Record<string, string>;
+  /**
+   * Runs started by this call: filled in by the runtime for every call it
+   * makes (absent where a test calls a tool's `run` by hand). An agent used
+   * as a tool (`agentTool`) starts its child run here; other tools ignore it.
+   */
+  runs?: ChildRuns;
+}
+
+/**
+ * What a tool call may do with runs (`ToolContext.runs`): start the one child
+ * run it owns, and look one up. The child's id is the runtime's to choose,
+ * from the call's key (`<run_id>:<seq>` starts `<run_id>.<seq>`), so a re-sent
+ * call finds the child it started instead of starting a second.
+ */
+export interface ChildRuns {
+  /**
+   * Starts this call's child run of `agent` with `input` (as `checkInput`
+   * returns it: what is stored, and the goal the model is told), or finds
+   * it when an earlier request under this key started it, and returns it as
+   * it stands. Throws a permanent {@link ToolError} when the id cannot be
+   * derived (`AGENT_CHILD_ID_TOO_LONG`) or names a run that is not this
+   * call's child (`AGENT_CHILD_CONFLICT`).
+   */
+  startChild(
+    agent: string,
+    input: { input: Json; goal: string },
+    opts?: { budget?: Budget },
+  ): Promise<ChildRunInfo>;
+  /** A run, as a child is shown; undefined when there is none. */
+  get(runId: string): Promise<ChildRunInfo | undefined>;
+}
+
+/** A run as a tool call is shown it. */
+export interface ChildRunInfo {
+  /** The run. */
+  runId: string;
+  /** Its agent. */
+  agent: string;
+  /** Where it stands: `pending`, `running`, `waiting`, `blocked`, `done`, `failed` or `cancelled`. */
+  status: string;
+  /** Its final answer, once done. */
+  output: string | null;
+  /** Why it failed or was cancelled. */
+  error: string | null;
+  /** The run that started it, if any. */
+  parentRunId: string | null;
+  /** The key of the call that started it, if any. */
+  parentKey: string | null;
 }
 
 /** What a tool's `run` returns: the call is done ({@link ToolDone}), or its remote will finish it later ({@link ToolAccepted}). */

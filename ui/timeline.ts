@@ -108,6 +108,9 @@ export interface Timeline {
     createdAt: string;
     updatedAt: string;
     heartbeatAt: string | null;
+    /** The run whose call started this one (agentTool), and that call's key; null for a run without a parent. */
+    parentRunId: string | null;
+    parentKey: string | null;
     /** When a run waiting on its calls' remotes is taken again; null otherwise (and waiting for a person). */
     wakeAt: string | null;
   };
@@ -280,6 +283,8 @@ export function buildTimeline(t: RunTimeline): Timeline {
       createdAt: iso(run.created_at)!,
       updatedAt: iso(run.updated_at)!,
       heartbeatAt: iso(run.heartbeat_at),
+      parentRunId: run.parent_run_id,
+      parentKey: run.parent_key,
       wakeAt: iso(run.wake_at),
     },
     epochs,

@@ -25,6 +25,7 @@ export type Position =
   | "first-claim"
   | "heartbeat"
   | "finish"
+  | "child-create"
   | "create-or-get"
   | "read-history"
   | "read-tool"
@@ -60,6 +61,13 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "release-run": "heartbeat",
   "release-owner-runs": "heartbeat",
   "finish-run": "finish",
+  // A family member's close is its finish (with its parent woken and its descendants cancelled).
+  "finish-family-run": "finish",
+  // A child run created under its parent's fence: a fenced write of the parent's worker.
+  "create-child-run": "child-create",
+  "read-family": "other",
+  "cancel-descendants": "other",
+  "list-children": "other",
   "create-or-read": "create-or-get",
   "read-history": "read-history",
   "read-effect": "read-tool",
@@ -125,6 +133,7 @@ const WRITES: ReadonlySet<Position> = new Set<Position>([
   "wait",
   "heartbeat",
   "finish",
+  "child-create",
   "approval-request",
 ]);
 

@@ -207,6 +207,9 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     progress_mark: 0,
     budget: JSON.parse(jsonParam(run.budget ?? null, "run budget")),
     wake_at: null,
+    parent_run_id: null,
+    parent_key: null,
+    root_run_id: null,
   };
 }
 

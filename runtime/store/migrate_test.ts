@@ -258,3 +258,36 @@ Deno.test("migration 6 lets a call wait and a run wake, and leaves an older data
     await store.client.close();
   }
 });
+
+Deno.test("migration 7 lets a run have a parent, and leaves an older database's runs in no family", async () => {
+  const store = new Store(await openPglite());
+  try {
+    const upTo6 = MIGRATIONS.filter((m) => m.version <= 6);
+    await store.client.exec(
+      `create schema if not exists agent_runtime; set search_path to agent_runtime;
+       ${upTo6.map((m) => m.sql).join("\n")}
+       create table schema_version (version integer primary key, name text not null,
+                                    applied_at timestamptz not null default now());
+       insert into schema_version (version, name) values ${
+        upTo6.map((m) => `(${m.version}, 'v')`).join(", ")
+      };
+       ${OLD_RUN}`,
+    );
+    await assert.rejects(
+      store.checkSchema(),
+      /lack runs\.parent_run_id, runs\.parent_key, runs\.root_run_id/,
+    );
+    assert.deepEqual(await store.migrate(), { schema: "agent_runtime", from: 6, to: SCHEMA_VERSION });
+    await store.checkSchema();
+    const run = await store.getRun("old-run");
+    assert.deepEqual([run?.parent_run_id, run?.parent_key, run?.root_run_id], [null, null, null]);
+    const indexes = await store.client.query<{ name: string; def: string }>(
+      `select indexname as name, indexdef as def from pg_indexes where indexname in ('runs_parent', 'runs_root')
+        order by indexname`,
+    );
+    assert.deepEqual(indexes.map((i) => i.name), ["runs_parent", "runs_root"]);
+    assert.match(indexes[0].def, /\(parent_run_id\) WHERE \(parent_run_id IS NOT NULL\)/);
+  } finally {
+    await store.client.close();
+  }
+});

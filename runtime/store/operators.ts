@@ -180,9 +180,19 @@ const SETTLE_CALL = statement(
 );
 
 const PRUNED_FROM = Object.entries(RUN_ROW_TABLES) as [keyof typeof RUN_ROW_TABLES, keyof PrunedRows][];
-const PRUNE_PICK = `select run_id from runs
+// A run of a family is pruned with its root, never before it: only roots are picked (a run with no
+// family is its own root), each once every run of its family is finished and old enough.
+const PRUNE_PICK = `select run_id from runs p
                      where status in ('done', 'failed', 'cancelled') and updated_at < $1::timestamptz
+                       and parent_run_id is null
+                       and not exists (select 1 from runs d where d.root_run_id = p.run_id and d.run_id <> p.run_id
+                                         and (d.status not in ('done', 'failed', 'cancelled')
+                                              or d.updated_at >= $1::timestamptz))
                      order by updated_at, run_id limit $2`;
+// The runs picked and every run of their families.
+const PRUNE_FAMILIES = (picked: string) =>
+  `select run_id from ${picked}
+    union select d.run_id from runs d where d.root_run_id in (select run_id from ${picked})`;
 /** What {@link Operators.pruneRuns} would delete: the runs it picks, and their rows in each table. */
 const PRUNE_DRY_RUN = statement(
   "prune-dry-run",
@@ -191,7 +201,7 @@ const PRUNE_DRY_RUN = statement(
       .join(
         ", ",
       )
-  } from (${PRUNE_PICK}) p order by p.run_id`,
+  } from (${PRUNE_FAMILIES(`(${PRUNE_PICK}) picked`)}) p order by p.run_id`,
 );
 /**
  * The delete of {@link Operators.pruneRuns}. The run is re-checked as it is
@@ -202,12 +212,13 @@ const PRUNE_DRY_RUN = statement(
 const PRUNE = statement(
   "prune",
   `with picked as materialized (${PRUNE_PICK} for update skip locked),
+  family as materialized (${PRUNE_FAMILIES("picked")}),
   ${
     PRUNED_FROM.map(([t, as]) =>
-      `d_${as} as (delete from ${t} where run_id in (select run_id from picked) returning run_id)`
+      `d_${as} as (delete from ${t} where run_id in (select run_id from family) returning run_id)`
     ).join(",\n  ")
   },
-  r as (delete from runs where run_id in (select run_id from picked) returning run_id)
+  r as (delete from runs where run_id in (select run_id from family) returning run_id)
 select r.run_id, ${
     PRUNED_FROM.map(([, as]) => `(select count(*) from d_${as} d where d.run_id = r.run_id)::int as ${as}`)
       .join(", ")
@@ -239,13 +250,7 @@ const LIST_RUNS = statement(
         order by r.created_at desc, r.run_id desc`,
 );
 const COUNT_RUNS = statement("count-runs", `select count(*)::int as n from runs r where ${LIST_WHERE}`);
-// A cancelled run has no wake time: nothing takes it until it is reopened (which clears it too).
-const CANCEL_RUN = statement(
-  "cancel-run",
-  `update runs set status = 'cancelled', error = $2, updated_at = $3::timestamptz, wake_at = null
-        where run_id = $1 and status in ${OPEN_STATUSES}
-        returning *`,
-);
+// A cancel is a family's statement (family.ts CANCEL_RUN): it cancels the run's descendants too.
 const REOPEN_RUN = statement(
   "reopen-run",
   `with r as (
@@ -269,7 +274,6 @@ export const OPERATOR_STATEMENTS = [
   FLAGGED_CALLS,
   RESOLVE_ONE,
   RESOLVE_MANY,
-  CANCEL_RUN,
   REOPEN_RUN,
   PRUNE_DRY_RUN,
   PRUNE,
@@ -432,15 +436,6 @@ export class Operators {
     if (!row) return { effect: undefined, settled: false, runStatus: undefined, woken: false };
     const { settled, run_status, woken, ...effect } = row;
     return { effect: effect as SideEffectRow, settled, runStatus: run_status, woken };
-  }
-
-  /**
-   * Cancels a run that is not closed yet. A worker holding it stops at its
-   * next write (every fenced write requires `status = 'running'`). Returns
-   * the run as it is now, or undefined when it was already closed or missing.
-   */
-  async cancelRun(runId: string, reason: string, now: Date): Promise<RunRow | undefined> {
-    return (await queryRows<RunRow>(this.#client, CANCEL_RUN, [runId, reason, ts(now)]))[0];
   }
 
   /**

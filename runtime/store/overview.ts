@@ -113,6 +113,10 @@ export interface RunView {
   min_seq: number | null;
   /** The last step with a row, or null before the first. */
   max_seq: number | null;
+  /** The run whose call started this one (agentTool), if any. */
+  parent_run_id: string | null;
+  /** That call's key. */
+  parent_key: string | null;
 }
 
 /** A decision row for a page. */
@@ -244,6 +248,7 @@ const usageField = (field: string) =>
 const RUN_VIEW = statement(
   "run-view",
   `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.wake_at, r.created_at, r.updated_at,
+            r.parent_run_id, r.parent_key,
             ${clipped("input", "r.input")}, ${clipped("output")}, ${clipped("error")},
             js.tool_steps, js.llm_calls, js.input_tokens, js.output_tokens, es.flagged,
             least(js.min_seq, es.min_seq) as min_seq, greatest(js.max_seq, es.max_seq) as max_seq
@@ -344,6 +349,8 @@ export async function runView(
     flagged: Number(r.flagged),
     min_seq: seq(r.min_seq),
     max_seq: seq(r.max_seq),
+    parent_run_id: (r.parent_run_id as string | null) ?? null,
+    parent_key: (r.parent_key as string | null) ?? null,
   };
 }
 

@@ -67,6 +67,15 @@ export interface RunRow {
    * a person.
    */
   wake_at: Date | null;
+  /** The run whose tool call started this one (agent_tool.ts); null for a run started by a person. */
+  parent_run_id: string | null;
+  /** The idempotency key of that call, `<parent_run_id>:<seq>`; null for a run without a parent. */
+  parent_key: string | null;
+  /**
+   * The first run of the family this run belongs to (its own id for a root
+   * that has started a child); null for a run that is in no family.
+   */
+  root_run_id: string | null;
 }
 
 /**

@@ -127,10 +127,14 @@ const RELEASE_RUN = statement(
 // intent again through EFFECT_INTENT_UPSERT, which moves a waiting row back
 // to `intent` counting a poll, not an attempt: `maxAttempts` bounds requests
 // that got no answer, and an accepted answer is one. The wait is bounded by
-// `wait_deadline_at`, fixed by the first accepted answer.
+// `wait_deadline_at`, fixed by the first accepted answer. A call at `intent`
+// whose `check_at` is set was marked due while it was being asked (a child
+// run it started has ended, family.ts): the earlier time is kept, so the run
+// is not let go past it (WAIT_RUN wakes it by its calls' own times).
 const EFFECT_WAITING = statement(
   "effect-waiting",
-  `update side_effects set status = 'waiting', result = $4::text::jsonb, check_at = $5::timestamptz,
+  `update side_effects set status = 'waiting', result = $4::text::jsonb,
+              check_at = least($5::timestamptz, check_at),
               wait_deadline_at = coalesce(wait_deadline_at, $6::timestamptz), error = null
         where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
 );
@@ -140,6 +144,9 @@ const EFFECT_WAITING = statement(
 // moves the epoch, an answer makes it pending, a cancel closes it). It waits
 // only while one of its calls is still `waiting`: a call settled from outside
 // (SETTLE_CALL, operators.ts) since the worker last looked leaves it running.
+// The run wakes at `wakeAt`, or earlier when a waiting call is due earlier as
+// the locking read finds it: a call marked due since the worker read it (a
+// child run it started has ended, family.ts) is not slept past.
 // Both statements lock the run's row first, then the call's, so they run one
 // after the other for a run; the call is read with a locking read, which sees
 // its latest row, not this statement's snapshot (see REQUEST_APPROVAL below).
@@ -149,10 +156,12 @@ const WAIT_RUN = statement(
          select 1 from runs where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
             for no key update),
        calls as (
-         select 1 from side_effects e where e.run_id = $1 and e.status = 'waiting' and exists (select 1 from run)
+         select e.check_at from side_effects e
+          where e.run_id = $1 and e.status = 'waiting' and exists (select 1 from run)
             for share),
        w as (
-         update runs set status = 'waiting', wake_at = $3::timestamptz, heartbeat_at = null,
+         update runs set status = 'waiting', wake_at = least($3::timestamptz, (select min(check_at) from calls)),
+                heartbeat_at = null,
                 updated_at = $4::timestamptz
           where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
             and exists (select 1 from calls)
@@ -600,7 +609,7 @@ export class RunWrites {
    */
   async finishRun(
     f: Fence,
-    status: "done" | "failed" | "blocked",
+    status: "done" | "failed" | "blocked" | "cancelled",
     error: string | null,
     now: Date,
     output: string | null = null,

@@ -31,6 +31,9 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "progress_mark",
     "budget",
     "wake_at",
+    "parent_run_id",
+    "parent_key",
+    "root_run_id",
   ],
   journal: [
     "run_id",

@@ -159,7 +159,8 @@ bothStoresTest(
     });
 
     // A single run's claim (a worker started on it by hand) takes it too, once it is due.
-    const { f: g } = await waitingCall(store, "w-claim");
+    // (Its call is due at 50 s too: a run is never let go past a waiting call's own time, see WAIT_RUN.)
+    const { f: g } = await waitingCall(store, "w-claim", { checkS: 50 });
     assert.equal(await store.waitRun(g, at(50), at(1)), true);
     assert.equal(await store.claimRun("w-claim", g.epoch, "w3", at(49)), undefined);
     assert.deepEqual(await store.claimRun("w-claim", g.epoch, "w3", at(50)), {
