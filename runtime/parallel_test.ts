@@ -97,6 +97,8 @@ Deno.test("three calls of one step run at once, bounded by toolConcurrency, each
     ["par-bound-1:2", "confirmed", "c"],
   ]);
   assert.deepEqual(record.journal.map((j) => j.seq), [0, 3]);
+  const listed = (await client.list({ search: "par-bound-1" })).runs[0];
+  assert.equal(listed.steps, 3, "the runs list counts the step's three calls");
 });
 
 Deno.test("a call that needs approval waits while the others of its step run; approved, only it is sent", async () => {

@@ -238,7 +238,9 @@ const LIST_RUNS = statement(
               coalesce(e.flagged, 0)::int as flagged
          from page r
          left join (select run_id,
-                           (count(*) filter (where status = 'confirmed' and decision ? 'tool'))::int as steps,
+                           coalesce(sum(case when status <> 'confirmed' then 0 when decision ? 'tool' then 1
+                                             when decision ? 'calls' then jsonb_array_length(decision->'calls')
+                                             else 0 end), 0)::int as steps,
                            sum(llm_attempts)::int as llm_calls,
                            -- What the budget counts (budget.ts rowTokens): the columns, not usage.
                            sum(spent_tokens + reserved_tokens)::float8 as tokens

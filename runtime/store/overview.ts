@@ -99,7 +99,7 @@ export interface RunView {
   output: Clipped<string | null>;
   /** Why it failed, was blocked or cancelled. */
   error: Clipped<string | null>;
-  /** Confirmed tool decisions (what the runs list counts as steps). */
+  /** Tool calls of confirmed decisions (what the runs list counts as steps; a decision of three calls counts 3). */
   tool_steps: number;
   /** Model requests paid for, over every step. */
   llm_calls: number;

@@ -296,7 +296,7 @@ export interface Fence {
 
 /** A run with its step counts, for listings. */
 export interface RunSummary extends RunRow {
-  /** Journal rows (decided or being decided). */
+  /** Tool calls of its confirmed decisions (a decision of three calls counts three). */
   steps: number;
   /** Model requests paid for across the run. */
   llm_calls: number;
