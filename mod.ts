@@ -81,15 +81,20 @@ export {
   defineAgent,
   type ModelEndpoint,
 } from "./runtime/agent.ts";
+export { type AgentTool, agentTool, type AgentToolOptions } from "./runtime/agent_tool.ts";
 export {
   type ArgsSchema,
+  type ChildRunInfo,
+  type ChildRuns,
   defineTool,
   type Json,
   type ReconcileContext,
   type Reconciliation,
   type Tool,
+  type ToolAccepted,
   type ToolContext,
   type ToolDescription,
+  type ToolDone,
   type ToolOutcome,
   type ToolSpec,
 } from "./runtime/tools.ts";
@@ -112,6 +117,7 @@ export {
   type Resolution,
   type RunInfo,
   type RunRecord,
+  type Settlement,
 } from "./runtime/client.ts";
 export {
   type AnsweredApproval,

@@ -201,3 +201,35 @@ update journal j set spent_tokens = least(2147483647, ceil(greatest(
        + case when jsonb_typeof(j.usage->'completion_tokens') = 'number'
               then greatest(0, (j.usage->>'completion_tokens')::numeric) else 0 end)))::int
  where j.usage is not null and jsonb_typeof(j.usage) = 'object' and j.spent_tokens = 0;
+
+-- migration 6: calls that wait on their remote
+-- A tool's remote may accept a call and finish the work later (HTTP 202):
+-- the call is then 'waiting', the accepted answer (a job id) in result, and
+-- is re-sent under its key at check_at to ask how the job stands, until
+-- wait_deadline_at (fixed by its first accepted answer); polls counts those
+-- re-sends. A run whose calls wait on a timer is 'waiting' with wake_at, when
+-- a worker may take it again; a run waiting only for a person has no wake_at.
+-- Woken runs are taken in the order they woke, through their own index (the
+-- take-order index holds pending and running runs only).
+alter table side_effects drop constraint if exists side_effects_status_check;
+alter table side_effects add constraint side_effects_status_check
+  check (status in ('intent', 'waiting', 'confirmed', 'flagged', 'failed'));
+alter table side_effects add column if not exists check_at timestamptz;
+alter table side_effects add column if not exists wait_deadline_at timestamptz;
+alter table side_effects add column if not exists polls integer not null default 0;
+alter table runs add column if not exists wake_at timestamptz;
+create index if not exists runs_wake_order on runs (wake_at, run_id) where status = 'waiting';
+
+-- migration 7: runs that call runs
+-- An agent may be another agent's tool (agentTool): the call with key
+-- '<parent>:<seq>' starts the child run '<parent>.<seq>'. parent_run_id and
+-- parent_key name the run and the call the child answers; root_run_id names
+-- the family's first run, on every run of a family (a child takes its
+-- parent's; a root's own is written when its first child is made), so a
+-- family's spend is read through one index. There is no foreign key from a
+-- child to its parent: a family is pruned whole, with its root.
+alter table runs add column if not exists parent_run_id text;
+alter table runs add column if not exists parent_key text;
+alter table runs add column if not exists root_run_id text;
+create index if not exists runs_parent on runs (parent_run_id) where parent_run_id is not null;
+create index if not exists runs_root on runs (root_run_id) where root_run_id is not null;

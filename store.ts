@@ -40,6 +40,8 @@ export {
   type RunWrites,
   Store,
 } from "./runtime/store/store.ts";
+// Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
+export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/family.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export type { QueryOptions, SqlClient } from "./runtime/store/driver.ts";
 
@@ -47,7 +49,9 @@ export type { QueryOptions, SqlClient } from "./runtime/store/driver.ts";
 export {
   type AnsweredApproval,
   type ApprovalAnswer,
+  type ApprovalAsk,
   type ApprovalRow,
+  type DecidedCall,
   type Decision,
   type EffectResolution,
   type Fence,
@@ -64,6 +68,8 @@ export {
   type TakenRun,
   type TokenSettlement,
 } from "./runtime/store/rows.ts";
+// A call waiting on its remote, settled from outside.
+export type { CallSettlement, SettledCall } from "./runtime/store/rows.ts";
 export {
   APPROVAL_STATUSES,
   type ApprovalStatus,

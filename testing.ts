@@ -17,6 +17,8 @@ export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
 export {
   type Charge,
   type CloudFaultSpec,
+  type CloudJob,
+  type CloudJobStatus,
   type CloudRequestCounts,
   type CreatedResource,
   MockCloud,
@@ -31,6 +33,7 @@ export {
   type ModelFaultMode,
   type ModelFaultSpec,
   type ScriptAnswerStep,
+  type ScriptCallsStep,
   type ScriptSpec,
   type ScriptStep,
   type ScriptToolStep,

@@ -15,6 +15,7 @@ import {
   prepareAgent,
   type PreparedAgent,
 } from "../runtime/agent.ts";
+import { withChildAgents } from "../runtime/agent_tool.ts";
 import { endpointPlanner } from "../runtime/client.ts";
 import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
@@ -103,11 +104,29 @@ export async function loadAgents(
 }
 
 /**
+ * The embedded mock model's calls per answer (`MOCK_MODEL_PARALLEL`, as the
+ * mock server's setting): 1 when unset; `deno task run:parallel` sets 2, so
+ * the demo asks for the server and the database at once.
+ */
+function mockParallel(raw: string | undefined): number {
+  if (raw === undefined || raw === "") return 1;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 16) {
+    throw new ConfigError([
+      `MOCK_MODEL_PARALLEL must be an integer from 1 to 16: current value is ${JSON.stringify(raw)}`,
+    ]);
+  }
+  return n;
+}
+
+/**
  * Builds every agent's tools and model for this process. An agent naming an
  * endpoint (or nothing) gets an OpenAI-compatible client from it and the
  * `MODEL_*` settings; when neither gives a URL, the embedded default uses an
  * in-process mock model whose counters persist under `DATA_DIR`, and a fleet
- * process refuses with a clear message.
+ * process refuses with a clear message. The agents their tools start runs of
+ * (`agentTool`) are prepared and returned with them, so the process hosts
+ * those too.
  */
 export async function prepareAgents(
   agents: Agent[],
@@ -115,10 +134,9 @@ export async function prepareAgents(
 ): Promise<{ prepared: PreparedAgent[]; modelDescribe: string }> {
   let mock: MockModel | undefined;
   let modelDescribe = "";
-  const prepared: PreparedAgent[] = [];
-  for (const agent of agents) {
+  const prepareOne = async (agent: Agent): Promise<PreparedAgent> => {
     try {
-      prepared.push(
+      return (
         await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
           if (ctx.env.MODEL_URL || endpoint.url) {
             // A real endpoint needs a real model name: no default, or a typo'd setup would
@@ -136,7 +154,10 @@ export async function prepareAgents(
           }
           if (!mock) {
             await Deno.mkdir(ctx.dataDir, { recursive: true });
-            mock = await MockModel.open({ statePath: `${ctx.dataDir}/mock-model.json` });
+            mock = await MockModel.open({
+              statePath: `${ctx.dataDir}/mock-model.json`,
+              parallel: mockParallel(ctx.env.MOCK_MODEL_PARALLEL),
+            });
           }
           modelDescribe = "in-process-mock";
           return new OpenAIPlanner({
@@ -144,13 +165,21 @@ export async function prepareAgents(
             model: "mock-planner",
             fetch: mock.handler,
           });
-        }),
+        })
       );
     } catch (err) {
       if (err instanceof ConfigError) throw err;
       if (err instanceof RuntimeError) throw new ConfigError([err.message]);
       throw new ConfigError([`Agent ${agent.name} could not be set up: ${describeError(err)}`]);
     }
+  };
+  const prepared: PreparedAgent[] = [];
+  for (const agent of agents) prepared.push(await prepareOne(agent));
+  // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
+  try {
+    return { prepared: await withChildAgents(prepared, prepareOne), modelDescribe };
+  } catch (err) {
+    if (err instanceof RuntimeError && !(err instanceof ConfigError)) throw new ConfigError([err.message]);
+    throw err;
   }
-  return { prepared, modelDescribe };
 }

@@ -8,6 +8,7 @@
  * deno task inspect  RUN                            # one run's timeline, step by step
  * deno task resolve  KEY (--result JSON | --retry | --fail [--reason TEXT])   # settle a flagged tool call
  * deno task resolve  --tool T | --run R (...) --dry-run | --expect N             # settle many at once
+ * deno task settle   KEY (--result JSON | --error TEXT)   # settle a call that waits on its remote
  * deno task cancel   RUN                            # stop a run; its worker stops at its next write
  * deno task reopen   RUN                            # a failed or cancelled run back to pending
  * ```
@@ -43,7 +44,9 @@ import {
   type Resolution,
   RESOLVE_BATCH_MAX,
   type RunInfo,
+  type Settlement,
 } from "../runtime/client.ts";
+import { callsOf } from "../runtime/calls.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
 import { displayText, hiddenIn } from "../runtime/display.ts";
@@ -63,6 +66,7 @@ import {
   isRunStatus,
   type JournalRow,
   RUN_STATUSES,
+  type RunRow,
   type RunStatus,
   type SideEffectRow,
 } from "../runtime/store/store.ts";
@@ -144,12 +148,17 @@ export async function runs(
     "TOKENS",
   ]];
   const waiting = new Set<string>();
-  for (const r of rows) {
+  for (const { run: r, depth } of asTree(rows)) {
     if (r.status === "pending" && !hosted.has(r.agent)) waiting.add(r.agent);
     table.push([
-      r.run_id,
+      // A child run (agentTool) is shown under its parent, indented; one whose parent is on another page names it.
+      depth === 0
+        ? r.run_id
+        : `${"  ".repeat(depth - 1)}└ ${r.run_id}${
+          rows.some((p) => p.run_id === r.parent_run_id) ? "" : ` (of ${r.parent_run_id})`
+        }`,
       r.agent,
-      r.status,
+      statusText(r),
       String(r.epoch),
       r.owner ?? "-",
       // A lease only means something while the run is open.
@@ -180,7 +189,49 @@ export async function runs(
   }
 }
 
+/**
+ * A page of runs as a tree: each run followed by its children on the page
+ * (in the order of the calls that started them), each one level deeper. A child whose parent is
+ * not on the page is shown one level deep where the page has it.
+ */
+export function asTree<R extends Pick<RunRow, "run_id" | "parent_run_id">>(
+  rows: readonly R[],
+): { run: R; depth: number }[] {
+  const onPage = new Set(rows.map((r) => r.run_id));
+  const children = new Map<string, R[]>();
+  for (const r of rows) {
+    if (r.parent_run_id && onPage.has(r.parent_run_id)) {
+      children.set(r.parent_run_id, [...(children.get(r.parent_run_id) ?? []), r]);
+    }
+  }
+  const out: { run: R; depth: number }[] = [];
+  // Bounded by the page: each run is placed once, under its parent or at the top.
+  // Children in the order their calls come (`<run>.<seq>`, seq as a number), whatever the page's order.
+  const bySeq = (a: R, b: R) => a.run_id.localeCompare(b.run_id, "en", { numeric: true });
+  const place = (r: R, depth: number) => {
+    out.push({ run: r, depth });
+    for (const c of [...(children.get(r.run_id) ?? [])].sort(bySeq)) place(c, depth + 1);
+  };
+  for (const r of rows) {
+    if (r.parent_run_id && onPage.has(r.parent_run_id)) continue;
+    place(r, r.parent_run_id ? 1 : 0);
+  }
+  // Rows whose parents point at each other (written by hand: the runtime cannot) are shown all the same.
+  const placed = new Set(out.map((o) => o.run.run_id));
+  for (const r of rows) if (!placed.has(r.run_id)) out.push({ run: r, depth: 1 });
+  return out;
+}
+
 const iso = (d: Date | null | undefined): string => d ? new Date(d).toISOString() : "-";
+
+/**
+ * A run's status as a person reads it: a waiting run says what it waits for,
+ * its calls' remotes (until its wake time) or a person.
+ */
+export function statusText(run: Pick<RunRow, "status" | "wake_at">): string {
+  if (run.status !== "waiting") return run.status;
+  return run.wake_at ? `waiting until ${iso(run.wake_at)}` : "waiting for a person";
+}
 
 function tokens(usage: Json | null): string | undefined {
   if (!usage || typeof usage !== "object" || Array.isArray(usage)) return undefined;
@@ -193,14 +244,20 @@ function tokens(usage: Json | null): string | undefined {
  * call, and any gap a crash (or a wait for a person) left.
  */
 export async function inspect(ctx: CommandContext, runId: string): Promise<void> {
-  const { run, journal, effects, approvals, spend } = await asCommand(() => ctx.client.inspect(runId));
+  const { run, journal, effects, approvals, spend, children, familySpend } = await asCommand(() =>
+    ctx.client.inspect(runId)
+  );
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
   const approvalBySeq = new Map(approvals.map((a) => [a.seq, a]));
   const say = printer(ctx);
   const p = (...lines: string[]) => lines.forEach((line) => say(line));
-  p(`run ${run.run_id}  agent=${run.agent}  status=${run.status}  epoch=${run.epoch}  owner=${
+  p(`run ${run.run_id}  agent=${run.agent}  status=${statusText(run)}  epoch=${run.epoch}  owner=${
     run.owner ?? "-"
   }`);
+  if (run.parent_run_id) p(`  parent: ${run.parent_run_id}  call=${run.parent_key ?? "-"}`);
+  for (const c of children) {
+    p(`  child: ${c.runId}  agent=${c.agent}  status=${c.status}  call=${c.parentKey ?? "-"}`);
+  }
   p(...fieldLines("  input: ", typeof run.input === "string" ? run.input : JSON.stringify(run.input)));
   if (run.output !== null) p(...fieldLines("  output: ", run.output));
   if (run.budget) {
@@ -211,12 +268,29 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
       }  tool calls ${of(spend.toolCalls, run.budget.toolCalls)}`,
     );
   }
+  if (familySpend) {
+    const of = (n: number, ceiling?: number) => ceiling === undefined ? `${n}` : `${n} of ${ceiling}`;
+    p(
+      `  with its children: tokens ${of(familySpend.tokens, run.budget?.tokens)}  model calls ${
+        of(familySpend.modelCalls, run.budget?.modelCalls)
+      }  tool calls ${of(familySpend.toolCalls, run.budget?.toolCalls)}`,
+    );
+  }
   p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);
   if (run.error) p(...fieldLines("  error: ", run.error));
   let prompt = 0;
   let completion = 0;
+  // Every decided call owns a seq (calls.ts): a call not sent yet is shown at its seq too.
+  const decided = new Map(
+    journal.flatMap((j) => j.decision ? callsOf(j.decision, j.seq) : []).map((c) => [c.seq, c]),
+  );
   const seqs = [
-    ...new Set([...journal.map((j) => j.seq), ...effects.map((e) => e.seq), ...approvals.map((a) => a.seq)]),
+    ...new Set([
+      ...journal.map((j) => j.seq),
+      ...decided.keys(),
+      ...effects.map((e) => e.seq),
+      ...approvals.map((a) => a.seq),
+    ]),
   ].sort((a, b) => a - b);
   let lastEpoch: number | undefined;
   for (const seq of seqs) {
@@ -239,7 +313,9 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     }
     if (a) { for (const line of approvalLines(a)) p(`  ${line}`); }
     if (e) { for (const line of effectLines(e)) p(`  ${line}`); }
-    for (const gap of [...gaps(j, e), ...approvalGaps(a)]) p(`  !! ${gap}`);
+    const call = decided.get(seq);
+    if (call && !j) p(`  call ${call.index + 1} of the decision at step ${seq - call.index}: ${call.tool}`);
+    for (const gap of [...gaps(j, e, call !== undefined), ...approvalGaps(a)]) p(`  !! ${gap}`);
   }
   const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
   p(`total  steps=${seqs.length}  llm_calls=${llmCalls}  tokens=${prompt}+${completion}`);
@@ -247,7 +323,13 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
 
 function decisionLines(j: JournalRow): string[] {
   const d = j.decision;
-  const what = !d ? "(no answer recorded)" : "tool" in d ? `${d.tool} ${JSON.stringify(d.args)}` : "done";
+  const what = !d
+    ? "(no answer recorded)"
+    : "tool" in d
+    ? `${d.tool} ${JSON.stringify(d.args)}`
+    : "calls" in d
+    ? `${d.calls.length} calls: ${d.calls.map((c) => `${c.tool} ${JSON.stringify(c.args)}`).join(", ")}`
+    : "done";
   const lines = [
     `decision  ${j.status}  ${what}  attempts=${j.llm_attempts}  epoch=${j.epoch}  intent=${
       iso(j.intent_at)
@@ -289,7 +371,7 @@ function effectLines(e: SideEffectRow): string[] {
   const lines = [
     `tool      ${e.status}  ${e.tool}  key=${e.idempotency_key}  attempts=${e.attempts}  epoch=${e.epoch}  intent=${
       iso(e.intent_at)
-    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${
+    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${waitFields(e)}${
       e.result !== null ? `  result=${JSON.stringify(e.result)}` : ""
     }`,
   ];
@@ -298,20 +380,38 @@ function effectLines(e: SideEffectRow): string[] {
   return lines;
 }
 
-/** What a crash (or a wait for a human) left unfinished in one step. */
-export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined): string[] {
+/** A call's wait on its remote: when it is asked again, how often it was, and until when. */
+function waitFields(e: SideEffectRow): string {
+  return `${e.status === "waiting" ? `  check_at=${iso(e.check_at)}` : ""}${
+    e.polls > 0 ? `  polls=${e.polls}` : ""
+  }${e.wait_deadline_at ? `  deadline=${iso(e.wait_deadline_at)}` : ""}`;
+}
+
+/**
+ * What a crash (or a wait for a human) left unfinished at one seq: its
+ * journal row, its tool call, and whether a confirmed decision owns a call
+ * at this seq (`decided`).
+ */
+export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined, decided: boolean): string[] {
   const out: string[] = [];
-  if (!j && e) out.push("a tool call without a recorded decision");
+  if (!decided && e) out.push("a tool call without a recorded decision");
   if (j?.status === "intent") {
     out.push("the model was asked and no answer was recorded: the step is decided again on resume");
   }
-  if (j?.status === "confirmed" && j.decision && "tool" in j.decision && !e) {
+  if (decided && !e) {
     out.push("decided, no tool call recorded: the call is made on resume");
   }
   if (e?.status === "intent") {
     out.push(
       "tool call outcome unknown: on resume it is re-sent under its key within the tool's maxAttempts, " +
         "or looked up by its reconcile, or else flagged for a person (a tool that takes no key) or given up",
+    );
+  }
+  if (e?.status === "waiting") {
+    out.push(
+      `waiting on its remote: re-sent under its key at ${iso(e.check_at)} to ask how the job stands, until ${
+        iso(e.wait_deadline_at)
+      }; 'deno task settle ${e.idempotency_key} --result JSON | --error TEXT' settles it from outside`,
     );
   }
   if (e?.status === "flagged") {
@@ -379,10 +479,33 @@ export async function resolveMany(
   return out.effects;
 }
 
-/** Cancels a run; a worker holding it stops at its next write. */
+/**
+ * Settles from outside a tool call that waits on its remote (a webhook or a
+ * person reports how the job ended); a run waiting on a timer is woken, so a
+ * worker takes it up at once.
+ */
+export async function settle(
+  ctx: CommandContext,
+  key: string,
+  settlement: Settlement,
+): Promise<SideEffectRow> {
+  const out = await asCommand(() => ctx.client.settleCall(key, settlement, { by: ctx.actor }));
+  printer(ctx)(
+    `settled  key=${key}  status=${out.effect.status}  remote=${out.effect.remote ?? "-"}  by=${
+      formatValue(ctx.actor)
+    }  run=${out.effect.run_id}  run_status=${out.runStatus}${out.woken ? "  woken=now" : ""}`,
+  );
+  return out.effect;
+}
+
+/** Cancels a run and its open descendants (the child runs its calls started); a worker holding one stops at its next write. */
 export async function cancel(ctx: CommandContext, runId: string): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.cancel(runId, { by: ctx.actor }));
-  printer(ctx)(`cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}`);
+  printer(ctx)(
+    `cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}${
+      run.descendants.length > 0 ? `  with=${run.descendants.join(",")}` : ""
+    }`,
+  );
   return run;
 }
 
@@ -405,6 +528,7 @@ const BAD_INPUT_CODES: readonly ErrorCode[] = [
   "INPUT_INVALID",
   "BUDGET_INVALID",
   "FILTER_INVALID",
+  "SETTLEMENT_INVALID",
 ];
 
 /** Turns a client's refusal into a command error (exit 1; a refusal of what was given exits 2). */
@@ -455,8 +579,17 @@ export const COMMAND_USAGE: Record<string, string> = {
   --dry-run           list them and their count; nothing changes
   --expect N          settle them, in one statement, only if N match (the count the dry run listed,
                       after checking the remote): a call flagged since is not settled unchecked`,
+  settle: `usage: deno task settle KEY (--result JSON | --error TEXT) [--by NAME]
+  Settles a tool call that waits on its remote (the remote accepted the work and has not finished
+  it), as a webhook or a person who saw the job end reports it; a run waiting on a timer is taken
+  up again at once.
+  --result JSON       the job is done, and this is what the remote answered
+  --error TEXT        the job failed: the call fails, and the model sees why
+  Refused (NOT_WAITING) for a call that is not waiting, (RUN_CLOSED) while its run is cancelled,
+  done or failed: reopen it first.`,
   cancel: `usage: deno task cancel RUN [--by NAME]
-  Cancels a run that is not closed; a worker holding it stops at its next write.`,
+  Cancels a run that is not closed, with the child runs its calls started (and theirs); a worker
+  holding any of them stops at its next write.`,
   approve: `usage: deno task approve KEY [--by NAME]
   Approves a tool call that waits for a person, for the exact arguments it was asked about;
   the run is taken up again at once. Refused (RUN_CLOSED) while the run is cancelled, done or
@@ -491,6 +624,7 @@ const OPTIONS = {
   limit: { type: "string" },
   page: { type: "string" },
   result: { type: "string" },
+  error: { type: "string" },
   retry: { type: "boolean" },
   fail: { type: "boolean" },
   reason: { type: "string" },
@@ -562,6 +696,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   prune: ["finished-before", "dry-run", "batch"],
   approve: [],
   deny: ["reason"],
+  settle: ["result", "error"],
 };
 
 /** Runs one command (`args[0]`); returns the exit code. */
@@ -608,12 +743,27 @@ export async function main(
     command === "resolve" && (v.tool !== undefined || v.run !== undefined)
       ? { tool: v.tool, runId: v.run }
       : undefined;
-  if (["inspect", "cancel", "resolve", "reopen", "approve", "deny"].includes(command) && !target && !bulk) {
-    return usage(
-      `${command} needs a ${
-        ["resolve", "approve", "deny"].includes(command) ? "tool call key, e.g. demo:0" : "run id"
-      }`,
-    );
+  const byKey = ["resolve", "approve", "deny", "settle"].includes(command);
+  if ((["inspect", "cancel", "reopen"].includes(command) || byKey) && !target && !bulk) {
+    return usage(`${command} needs a ${byKey ? "tool call key, e.g. demo:0" : "run id"}`);
+  }
+  let settlement: Settlement | undefined;
+  if (command === "settle") {
+    if ((v.result === undefined) === (v.error === undefined)) {
+      return usage("settle needs exactly one of --result JSON, --error TEXT");
+    }
+    if (v.error !== undefined) {
+      if (v.error.trim() === "") return usage("--error must say why the job failed: current value is empty");
+      settlement = { error: v.error };
+    } else {
+      try {
+        settlement = { result: JSON.parse(v.result!) as Json };
+      } catch {
+        return usage(
+          `--result must be JSON, e.g. '"i-0000001"' or '{"id":"i-1"}': current value is ${v.result}`,
+        );
+      }
+    }
   }
   let resolution: Resolution | undefined;
   if (command === "resolve") {
@@ -772,6 +922,9 @@ export async function main(
       case "resolve":
         if (bulk) await resolveMany(ctx, bulk, resolution!, bulkOpts!);
         else await resolve(ctx, target, resolution!);
+        break;
+      case "settle":
+        await settle(ctx, target, settlement!);
         break;
       case "cancel":
         await cancel(ctx, target);

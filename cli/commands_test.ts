@@ -17,6 +17,7 @@ import {
   resolve,
   resolveMany,
   runs,
+  settle,
   submit,
 } from "./commands.ts";
 import { claim, journalIntent, writeDecision } from "../harness/direct_writes.ts";
@@ -264,6 +265,149 @@ Deno.test("resolve refuses a bulk filter used wrongly, in one line with exit 2",
   }
 });
 
+/** A run whose call at seq 0 its remote accepted: waiting on a timer 30 s on (or, `person`, for an approval too). */
+async function waitingRun(store: Store, runId: string, opts: { person?: boolean } = {}): Promise<void> {
+  const now = clock.now();
+  const later = (s: number) => new Date(now.getTime() + s * 1000);
+  await store.createRun({ runId, agent: "provision", goal: "goal" }, now);
+  const f = { runId, epoch: (await claim(store, runId, 0, "w1", now))! };
+  await writeDecision(
+    store,
+    f,
+    0,
+    { decision: { tool: "create_server", args: { name: "s0" } }, usage: null },
+    now,
+  );
+  const sent = await store.effectIntentRow(
+    f,
+    { key: `${runId}:0`, seq: 0, tool: "create_server", args: {} },
+    now,
+  );
+  await store.effectWaiting(f, sent, { result: { job: "j-1" }, checkAt: later(30), deadlineAt: later(3600) });
+  if (opts.person) {
+    await writeDecision(store, f, 1, {
+      decision: { tool: "create_server", args: { name: "s1" } },
+      usage: null,
+    }, now);
+    await store.requestApproval(
+      f,
+      { key: `${runId}:1`, seq: 1, tool: "create_server", args: {}, hash: "h" },
+      now,
+    );
+  } else {
+    assert.equal(await store.waitRun(f, later(30), now), true);
+  }
+}
+
+Deno.test("runs and inspect say what a waiting run waits for, and when its call is asked again", async () => {
+  await withStore(async (ctx, out) => {
+    await waitingRun(ctx.client.store, "wai-1");
+    await waitingRun(ctx.client.store, "wai-2", { person: true });
+    const wake = new Date(clock.now().getTime() + 30_000).toISOString();
+    const deadline = new Date(clock.now().getTime() + 3_600_000).toISOString();
+    await runs(ctx, { search: "wai-" });
+    const row = (run: string) => out.find((l) => l.startsWith(run))!.split(/\s{2,}/);
+    assert.deepEqual(row("wai-1").slice(0, 3), ["wai-1", "provision", `waiting until ${wake}`]);
+    assert.deepEqual(row("wai-2").slice(0, 3), ["wai-2", "provision", "waiting for a person"]);
+    out.length = 0;
+    await inspect(ctx, "wai-1");
+    const text = out.join("\n");
+    assert.match(
+      text,
+      new RegExp(`^run wai-1 {2}agent=provision {2}status=waiting until ${wake} {2}epoch=1`),
+    );
+    assert.match(
+      text,
+      new RegExp(
+        `tool {6}waiting {2}create_server {2}key=wai-1:0 .*check_at=${wake} {2}deadline=${deadline} ` +
+          `{2}result=\\{"job":"j-1"\\}`,
+      ),
+    );
+    assert.match(
+      text,
+      /!! waiting on its remote: re-sent under its key at .* 'deno task settle wai-1:0 --result JSON/,
+    );
+  });
+});
+
+Deno.test("settle confirms or fails a waiting call from outside, records who, and wakes its run", async () => {
+  await withStore(async (ctx, out) => {
+    const store = ctx.client.store;
+    await waitingRun(store, "set-1");
+    const e = await settle(ctx, "set-1:0", { result: { id: "i-9" } });
+    assert.deepEqual([e.status, e.remote, e.result, e.resolved_by], [
+      "confirmed",
+      "resolved",
+      { id: "i-9" },
+      "alice",
+    ]);
+    assert.match(
+      out.at(-1)!,
+      /^settled {2}key=set-1:0 {2}status=confirmed {2}remote=resolved {2}by=alice {2}run=set-1 {2}run_status=waiting {2}woken=now$/,
+    );
+    assert.deepEqual(
+      (await store.getRun("set-1"))?.wake_at,
+      clock.now(),
+      "a worker takes it at its next look",
+    );
+    await assert.rejects(settle(ctx, "set-1:0", { result: 1 }), (err: CommandError) => {
+      assert.equal(err.code, "NOT_WAITING");
+      assert.equal(err.exitCode, 1);
+      assert.match(
+        err.message,
+        /is confirmed, not waiting on its remote: it is settled already \(by alice at/,
+      );
+      return true;
+    });
+
+    await waitingRun(store, "set-2");
+    const failed = await settle(ctx, "set-2:0", { error: "the job ran out of disk" });
+    assert.deepEqual([failed.status, failed.error], [
+      "failed",
+      "reported failed by alice: the job ran out of disk",
+    ]);
+
+    await waitingRun(store, "set-3");
+    await ctx.client.cancel("set-3");
+    await assert.rejects(
+      settle(ctx, "set-3:0", { result: 1 }),
+      (err: CommandError) => err.code === "RUN_CLOSED" && /deno task reopen set-3/.test(err.message),
+    );
+    await assert.rejects(
+      settle(ctx, "set-9:0", { result: 1 }),
+      (err: CommandError) => err.code === "CALL_NOT_FOUND",
+    );
+    await assert.rejects(
+      settle(ctx, "set-3:0", { error: " " }),
+      (err: CommandError) => err.code === "SETTLEMENT_INVALID" && err.exitCode === 2,
+    );
+  });
+});
+
+Deno.test("settle refuses a missing key, both flags or neither, and --result that is not JSON, in one line with exit 2", async () => {
+  const errors: string[] = [];
+  const original = console.error;
+  console.error = (msg: string) => errors.push(msg);
+  try {
+    const cases: [string[], RegExp][] = [
+      [["--result", "1"], /settle needs a tool call key, e.g. demo:0/],
+      [["k:0"], /settle needs exactly one of --result JSON, --error TEXT/],
+      [["k:0", "--result", "1", "--error", "e"], /settle needs exactly one of --result JSON, --error TEXT/],
+      [["k:0", "--result", "{nope"], /--result must be JSON, .*: current value is \{nope/],
+      [["k:0", "--error", ""], /--error must say why the job failed/],
+      [["k:0", "--retry"], /unknown flag '--retry'/],
+    ];
+    for (const [args, problem] of cases) {
+      errors.length = 0;
+      assert.equal(await main(["settle", ...args], { DATA_DIR: dir }, () => {}), 2, args.join(" "));
+      assert.equal(errors.length, 1, args.join(" "));
+      assert.match(errors[0], problem);
+    }
+  } finally {
+    console.error = original;
+  }
+});
+
 Deno.test("cancel closes a run; its worker's next fenced write is refused as closed", async () => {
   await withStore(async (ctx, out) => {
     await ctx.client.store.createRun({ runId: "can-1", agent: "provision", goal: "goal" }, clock.now());
@@ -360,7 +504,12 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
     assert.ok(await store.getRun("pr-done"), "a dry run deletes nothing");
 
     await prune(ctx, cutoff, { batchSize: 2 });
-    assert.match(out.at(-1)!.trim(), /^pr-/);
+    // Other tests of this file leave finished runs of their own in the shared store: only this test's are asked of.
+    assert.deepEqual(out.map((l) => l.trim()).filter((l) => /^pr-/.test(l)).sort(), [
+      "pr-cancel",
+      "pr-done",
+      "pr-failed",
+    ]);
     const line = out.find((l) => l.startsWith("pruned"))!;
     assert.match(
       line,

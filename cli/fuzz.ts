@@ -13,6 +13,7 @@ import {
   type FaultFamily,
   fuzz,
   FuzzError,
+  jobsAgent,
 } from "../harness/fuzz.ts";
 import { commandFlags } from "../runtime/config.ts";
 
@@ -20,10 +21,14 @@ import { commandFlags } from "../runtime/config.ts";
 export const FUZZ_USAGE =
   `agent-runtime fuzz: crash-fuzz the demo agent and check every schedule against the invariants.
 Its create_database needs a person's approval, so a person answers (or denies, cancels, reopens) in the
-schedules too.
+schedules too. Each schedule draws how many calls the mock model answers at once (1, 2 or 3), so faults
+land inside steps whose calls are in flight together. With --target jobs it fuzzes an agent whose calls
+wait on their remote instead (two jobs at the mock cloud's /v1/jobs beside create_server): runs sleep until
+their calls are due and a new worker polls them, so faults land on the accepted answer, the sleep and the polls.
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
-                      [--defect name] [--transcript FILE] [--keep-going]
+                      [--parallel 1,2,3] [--target demo|jobs] [--defect name] [--transcript FILE]
+                      [--keep-going]
 
   --schedules N      schedules to run (default 500)
   --seed S           the first schedule's seed (default: random, printed)
@@ -32,6 +37,9 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
                      budget (a token ceiling on about half the schedules, with usage faults),
                      approval (a person's acts; the demo's create_database needs approval)
   --max-faults N     faults a schedule may hold (default 4)
+  --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
+                     3: the demo is one step of three calls)
+  --target NAME      the agent fuzzed: demo (default) or jobs (calls that wait on their remote)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
   --keep-going       keep going after the first violation
@@ -46,6 +54,8 @@ export async function main(args: string[]): Promise<number> {
     replay: { type: "string" },
     faults: { type: "string" },
     "max-faults": { type: "string", default: "4" },
+    parallel: { type: "string", default: "1,2,3" },
+    target: { type: "string", default: "demo" },
     defect: { type: "string", multiple: true },
     transcript: { type: "string" },
     "keep-going": { type: "boolean", default: false },
@@ -69,6 +79,13 @@ export async function main(args: string[]): Promise<number> {
     : values.seed !== undefined
     ? Number(values.seed)
     : Math.floor(Math.random() * 2 ** 31);
+  const parallel = values.parallel.split(",").map((p) => p.trim());
+  if (parallel.some((p) => !/^[1-9]\d*$/.test(p))) {
+    console.error(
+      `fuzz: --parallel must list whole numbers from 1 to 3: current value is ${values.parallel}`,
+    );
+    return 2;
+  }
   const defects: PlantedDefects = {};
   for (const d of values.defect ?? []) {
     if (!(PLANTED_DEFECTS as readonly string[]).includes(d)) {
@@ -77,22 +94,34 @@ export async function main(args: string[]): Promise<number> {
     }
     defects[d as keyof PlantedDefects] = true;
   }
+  if (values.target !== "demo" && values.target !== "jobs") {
+    console.error(`fuzz: --target must be demo or jobs: current value is ${values.target}`);
+    return 2;
+  }
+  const jobs = values.target === "jobs";
   const replay = values.replay;
   const schedules = Number(values.schedules);
-  console.log(replay ? `fuzz replay ${replay}` : `fuzz seed=${seed} schedules=${schedules}`);
+  console.log(
+    replay
+      ? `fuzz replay ${replay}`
+      : `fuzz seed=${seed} schedules=${schedules}${jobs ? " target=jobs" : ""}`,
+  );
   let last = performance.now();
-  const report = await fuzz(demoAgent, {
+  const report = await fuzz(jobs ? jobsAgent : demoAgent, {
     schedules,
     seed,
     replay,
     remote: "mock-cloud",
-    approvalTool: DEMO_APPROVAL_TOOL,
+    approvalTool: jobs ? undefined : DEMO_APPROVAL_TOOL,
     maxFaults: Number(values["max-faults"]),
+    parallel: parallel.map(Number),
     faults: values.faults?.split(",") as FaultFamily[] | undefined,
     defects,
     keepGoing: values["keep-going"],
     transcript: values.transcript !== undefined || replay !== undefined,
-    replayCommand: `deno task fuzz${(values.defect ?? []).map((d) => ` --defect ${d}`).join("")} --replay`,
+    replayCommand: `deno task fuzz${jobs ? " --target jobs" : ""}${
+      (values.defect ?? []).map((d) => ` --defect ${d}`).join("")
+    } --replay`,
     onSchedule: (_r, i) => {
       if (performance.now() - last > 5_000) {
         last = performance.now();
@@ -114,6 +143,11 @@ export async function main(args: string[]): Promise<number> {
   console.log(
     `fault kinds hit: ${kinds.length} (${kinds.map(([k, n]) => `${k}=${n}`).join(" ")}); ` +
       `distinct positions hit: ${report.positions}; faults aimed past the run's end: ${report.notReached}`,
+  );
+  console.log(
+    `calls per answer: ${
+      Object.entries(report.parallel).map(([p, n]) => `${p}=${n}`).join(" ")
+    } schedules (parallel=N in a schedule)`,
   );
   return report.failures.length > 0 ? 1 : 0;
 }

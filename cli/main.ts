@@ -7,7 +7,7 @@
  * deno run -A cli/main.ts run [--agent PATH] ...        # one run in this process (the embedded demo)
  * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
- * deno run -A cli/main.ts submit|runs|inspect|resolve|cancel|reopen ...
+ * deno run -A cli/main.ts submit|runs|inspect|resolve|settle|cancel|reopen ...
  * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
  * deno run -A cli/main.ts migrate|crash-matrix|bench ...
  * ```
@@ -35,6 +35,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in t
   runs          list runs, newest first
   inspect       one run's timeline, step by step
   resolve       settle a flagged tool call, or all of one tool or run (--tool, --run)
+  settle        settle a tool call that waits on its remote, as a webhook or a person reports it
   cancel        stop a run
   reopen        resume a failed or cancelled run
   approve       approve a tool call that waits for a person

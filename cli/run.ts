@@ -19,6 +19,7 @@ import { workerFor } from "../runtime/context.ts";
 import { agentDeps, DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, processDeps } from "../runtime/deps.ts";
 import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
+import { WorkerHost } from "../runtime/host.ts";
 import { exitCodeOf, runWorker, WorkerError } from "../runtime/loop.ts";
 import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
@@ -45,6 +46,7 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
                              max_completion_tokens (OpenAI's reasoning models)
   --cloud-url URL            the demo tools' cloud; unset: in-process mock cloud
   --max-steps N              decisions before guard stops the run (default: the agent's, 12)
+  --tool-concurrency N       calls of one step in flight at once (default: the agent's, 4)
   --worker NAME              written to runs.owner (default host:pid)
   --crash-at POINT, --crash-seq N, --stall-at POINT, --stall-ms MS
                              crash points: ${CRASH_POINTS.join(", ")}
@@ -126,6 +128,7 @@ export async function main(
   }
   const store = await openStoreLogged(settings, log);
   if (typeof store === "number") return store;
+  let children: WorkerHost | undefined;
   try {
     const agent = prepared[0];
     log.info("backends", {
@@ -144,11 +147,43 @@ export async function main(
       leaseMs: settings.leaseMs,
     });
     // MAX_STEPS, when set, replaces the agent's own maxSteps.
-    const outcome = await runWorker(
-      workerFor(proc, agentDeps(agent, { maxSteps: settings.maxSteps })),
-      request,
+    const deps = workerFor(
+      proc,
+      agentDeps(agent, { maxSteps: settings.maxSteps, toolConcurrency: settings.toolConcurrency }),
     );
-    return exitCodeOf(outcome);
+    // The agents this agent calls (agentTool) are hosted beside it, so its child runs are driven here too.
+    children = prepared.length > 1
+      ? new WorkerHost({
+        store,
+        clock,
+        log,
+        owner: `${settings.worker}:children`,
+        heartbeatMs: settings.heartbeatMs,
+        leaseMs: settings.leaseMs,
+        pollMs: 200,
+        agents: prepared.slice(1),
+        maxSteps: settings.maxSteps,
+        toolConcurrency: settings.toolConcurrency,
+      }).start()
+      : undefined;
+    // A run asleep on its remotes (a job that finishes later) is taken again when its calls are due: this
+    // process waits for it, as a worker host would, instead of exiting. Bounded by the calls' deadlines.
+    for (;;) {
+      const outcome = await runWorker(deps, request);
+      let wakeAt = outcome.status === "waiting" ? (await store.getRun(request.runId))?.wake_at : undefined;
+      if (!wakeAt) return exitCodeOf(outcome);
+      log.info("waiting-on-remote", {
+        run: request.runId,
+        until: new Date(wakeAt),
+        wait_ms: Math.max(0, new Date(wakeAt).getTime() - clock.now().getTime()),
+      });
+      // Looked at every second: a child run's end (or a call settled from outside) brings the time forward.
+      // Bounded by the wake time read each pass.
+      while (wakeAt && new Date(wakeAt).getTime() > clock.now().getTime()) {
+        await clock.sleep(Math.min(1_000, new Date(wakeAt).getTime() - clock.now().getTime()));
+        wakeAt = (await store.getRun(request.runId))?.wake_at ?? undefined;
+      }
+    }
   } catch (err) {
     if (hasCode(err, "AGENT_MISMATCH")) {
       log.error("wrong-agent", { run: request.runId, error: err.message });
@@ -178,6 +213,9 @@ export async function main(
     });
     return 7;
   } finally {
+    await children?.stop("the run is over").catch((e) =>
+      log.warn("children-stop-failed", { error: describeError(e) })
+    );
     await store.client.close().catch((e) => log.warn("store-close-failed", { error: describeError(e) }));
   }
 }

@@ -72,6 +72,7 @@ export async function main(
     pollMs: settings.pollMs,
     // MAX_STEPS, when set, replaces each agent's own maxSteps.
     maxSteps: settings.maxSteps,
+    toolConcurrency: settings.toolConcurrency,
   });
   const onSignal = () => void host.stop("signal");
   Deno.addSignalListener("SIGINT", onSignal);

@@ -12,8 +12,14 @@
  * `deno run cli/main.ts run` killed by SIGKILL at the point, against real
  * PostgreSQL and the mocks over HTTP.
  *
+ * With `--parallel 3` the mock model answers the demo's three calls at once:
+ * the run is a step of three calls at seq 0 (seqs 0, 1, 2, keys `<run>:0`
+ * to `<run>:2`) and the done-step at seq 3. The tool points then fire at each
+ * call (`CRASH_SEQ` 0, 1, 2) while the step's other calls are in flight; the
+ * model points at seq 0 and 3.
+ *
  * ```sh
- * deno task crash-matrix [--transcript FILE] [--postgres [--database-url URL] [--concurrency 4]]
+ * deno task crash-matrix [--parallel 3] [--transcript FILE] [--postgres [--database-url URL] [--concurrency 4]]
  * ```
  *
  * @module
@@ -22,7 +28,17 @@
 import { serveMocks } from "../mock/server.ts";
 import { commandFlags } from "../runtime/config.ts";
 import { CRASH_POINTS, type CrashPoint, isCrashPoint } from "../runtime/crashpoints.ts";
-import { type Baseline, baselineOf, checkInvariants, checkPointOutcome, sumAttempts } from "./invariants.ts";
+import { callsOf } from "../runtime/calls.ts";
+import type { Decision } from "../runtime/store/rows.ts";
+import {
+  type Baseline,
+  baselineOf,
+  checkInvariants,
+  checkPointOutcome,
+  ownerSeq,
+  sumAttempts,
+  TOOL_POINTS,
+} from "./invariants.ts";
 import { freshPgSchema, mapLimit, spawnWorker } from "./pg.ts";
 import { readSnapshot, type RunSnapshot, SimDb, type SimExit, SimWorld } from "./sim.ts";
 
@@ -43,6 +59,12 @@ export interface CaseResult extends MatrixCase {
   llmCalls: number;
   /** The crashed step's tool call: `created`, `already_done`, or `-` (no tool call). */
   remote: string;
+  /**
+   * How each call of the crashed step stood when the process died, for a step
+   * of several calls (`0=confirmed 1=intent+acted 2=intent`: `+acted` when
+   * the remote had created the resource); empty otherwise.
+   */
+  atCrash: string;
   /** Every problem found; empty when passed. */
   problems: string[];
   /** The case's whole log. */
@@ -60,14 +82,48 @@ export interface MatrixResult {
   transcript: string;
 }
 
-/** The run id of a case: stable, so transcripts compare byte for byte. */
-export function caseRunId(c: MatrixCase): string {
-  return `cm-${c.point}-s${c.seq}`;
+/** The run id of a case: stable, so transcripts compare byte for byte (`cm3-` with three calls a step). */
+export function caseRunId(c: MatrixCase, parallel = 1): string {
+  return `${parallel === 1 ? "cm" : `cm${parallel}`}-${c.point}-s${c.seq}`;
 }
 
-/** Every point × every step of a run with `steps` journal rows (the demo has 4: seq 0..3). */
-export function matrixCases(steps: number, points: readonly CrashPoint[] = CRASH_POINTS): MatrixCase[] {
-  return points.flatMap((point) => Array.from({ length: steps }, (_, seq) => ({ point, seq })));
+/**
+ * The cases of a clean run's journal: each model point at every decision's
+ * seq, each tool point at every call's seq (every call of a step with
+ * several) and at the done-step's seq, where it can never fire (`not
+ * reached`). In point order, then seq. For the demo with one call a step that
+ * is every point on seq 0..3; with three calls at once, the model points at 0
+ * and 3 and the tool points at 0, 1, 2 (and 3).
+ */
+export function matrixCases(
+  journal: readonly { seq: number; decision: Decision | null }[],
+  points: readonly CrashPoint[] = CRASH_POINTS,
+): MatrixCase[] {
+  const decisions = journal.map((j) => j.seq);
+  const toolSeqs = journal.flatMap((j) => {
+    const calls = j.decision ? callsOf(j.decision, j.seq) : [];
+    return calls.length > 0 ? calls.map((c) => c.seq) : [j.seq];
+  });
+  return points.flatMap((point) =>
+    (TOOL_POINTS.includes(point) ? toolSeqs : decisions).map((seq) => ({ point, seq }))
+  );
+}
+
+/**
+ * How each call of the step a case crashed stood at the crash, when the
+ * step has several: its row's status (`none` before its intent) and `+acted`
+ * when the remote had created its resource.
+ */
+export function callsAtCrash(c: MatrixCase, runId: string, atCrash: RunSnapshot, final: RunSnapshot): string {
+  const owner = TOOL_POINTS.includes(c.point) ? ownerSeq(final.journal, c.seq) : c.seq;
+  const decision = final.journal.find((j) => j.seq === owner)?.decision;
+  const calls = decision ? callsOf(decision, owner) : [];
+  if (calls.length < 2) return "";
+  return calls.map((call) => {
+    const row = atCrash.effects.find((e) => e.seq === call.seq);
+    const acted = atCrash.created.some((r) => r.key === `${runId}:${call.seq}`);
+    return `${call.seq}=${row?.status ?? "none"}${acted ? "+acted" : ""}`;
+  }).join(" ");
 }
 
 /** Judges one case from its snapshots: the point's outcome and invariant 5. */
@@ -78,7 +134,7 @@ export function judge(
   atCrash: RunSnapshot | undefined,
   final: RunSnapshot,
   extra: string[] = [],
-): Pick<CaseResult, "verdict" | "llmCalls" | "remote" | "problems"> {
+): Pick<CaseResult, "verdict" | "llmCalls" | "remote" | "atCrash" | "problems"> {
   const problems = [...extra];
   const lostAnswers = atCrash && c.point === "after_decide_before_journal" ? 1 : 0;
   problems.push(
@@ -90,6 +146,7 @@ export function judge(
     verdict: problems.length > 0 ? "failed" : atCrash ? "passed" : "not reached",
     llmCalls: sumAttempts(final),
     remote: effect?.remote ?? "-",
+    atCrash: atCrash ? callsAtCrash(c, runId, atCrash, final) : "",
     problems,
   };
 }
@@ -101,22 +158,30 @@ function describeExit(exit: SimExit): string {
 }
 
 /** Runs a clean (crash-free) in-process run and measures its baseline. */
-async function simBaseline(db: SimDb): Promise<{ baseline: Baseline; problems: string[]; lines: string[] }> {
-  const world = await SimWorld.open(db);
-  const runId = "cm-clean";
+async function simBaseline(
+  db: SimDb,
+  parallel: number,
+): Promise<{ baseline: Baseline; clean: RunSnapshot; problems: string[]; lines: string[] }> {
+  const world = await SimWorld.open(db, { modelParallel: parallel });
+  const runId = parallel === 1 ? "cm-clean" : `cm${parallel}-clean`;
   const exit = await world.spawn({ runId }).exit;
   const final = await world.snapshot(runId);
   const baseline = baselineOf(final);
   const problems = exit.kind === "exited" && exit.outcome.status === "done"
     ? checkInvariants(final, { runId, baseline, lostAnswers: 0 })
     : [`the clean run ended ${describeExit(exit)}`];
-  return { baseline, problems, lines: world.transcript };
+  return { baseline, clean: final, problems, lines: world.transcript };
 }
 
 /** Runs one case in-process: crash, restart, done, judge. */
-export async function runSimCase(db: SimDb, c: MatrixCase, baseline: Baseline): Promise<CaseResult> {
-  const world = await SimWorld.open(db);
-  const runId = caseRunId(c);
+export async function runSimCase(
+  db: SimDb,
+  c: MatrixCase,
+  baseline: Baseline,
+  parallel = 1,
+): Promise<CaseResult> {
+  const world = await SimWorld.open(db, { modelParallel: parallel });
+  const runId = caseRunId(c, parallel);
   world.note(`=== case ${c.point} seq=${c.seq} run=${runId}`);
   const first = await world.spawn({ runId, plan: { crashAt: c.point, crashSeq: c.seq } }).exit;
   world.note(`--- first incarnation ${describeExit(first)}`);
@@ -139,6 +204,7 @@ export async function runSimCase(db: SimDb, c: MatrixCase, baseline: Baseline): 
   }
   const final = await world.snapshot(runId);
   const judged = judge(c, runId, baseline, atCrash, final, extra);
+  if (judged.atCrash) world.note(`--- calls at the crash: ${judged.atCrash}`);
   world.note(`--- verdict ${judged.verdict} llm_calls=${judged.llmCalls} remote=${judged.remote}`);
   for (const p of judged.problems) world.note(`    problem: ${p}`);
   return { ...c, runId, ...judged, transcript: world.transcript };
@@ -148,6 +214,11 @@ export async function runSimCase(db: SimDb, c: MatrixCase, baseline: Baseline): 
 export interface MatrixOptions {
   /** Only these points (default: all seven). */
   points?: readonly CrashPoint[];
+  /**
+   * Calls the mock model answers at once (1 to 3): 3 makes the demo one step
+   * of three calls, each crashed at every tool point. Default 1.
+   */
+  parallel?: number;
   /** Called after each case (to print its row as it finishes). */
   onCase?: (result: CaseResult) => void;
 }
@@ -155,9 +226,12 @@ export interface MatrixOptions {
 /** The in-process matrix on `db` (a fresh schema of it). */
 export async function runMatrix(db: SimDb, opts: MatrixOptions = {}): Promise<MatrixResult> {
   await db.freshSchema();
-  const clean = await simBaseline(db);
+  const parallel = opts.parallel ?? 1;
+  const clean = await simBaseline(db, parallel);
   const header = [
-    `=== clean run: llm_calls=${clean.baseline.llmCalls} steps=${clean.baseline.steps}`,
+    `=== clean run: llm_calls=${clean.baseline.llmCalls} steps=${clean.baseline.steps}${
+      parallel === 1 ? "" : ` parallel=${parallel}`
+    }`,
     ...clean.lines,
     ...clean.problems.map((p) => `    problem: ${p}`),
   ];
@@ -165,8 +239,8 @@ export async function runMatrix(db: SimDb, opts: MatrixOptions = {}): Promise<Ma
     throw new Error(`The clean run is broken, so no case can be judged:\n${clean.problems.join("\n")}`);
   }
   const cases: CaseResult[] = [];
-  for (const c of matrixCases(clean.baseline.steps, opts.points)) {
-    const result = await runSimCase(db, c, clean.baseline);
+  for (const c of matrixCases(clean.clean.journal, opts.points)) {
+    const result = await runSimCase(db, c, clean.baseline, parallel);
     cases.push(result);
     opts.onCase?.(result);
   }
@@ -196,7 +270,8 @@ export interface PostgresMatrixOptions extends MatrixOptions {
 /** The matrix with real `deno run` workers, SIGKILL and PostgreSQL. */
 export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<MatrixResult> {
   const pg = await freshPgSchema(opts.databaseUrl);
-  const mocks = await serveMocks({ modelPort: 0, cloudPort: 0 });
+  const parallel = opts.parallel ?? 1;
+  const mocks = await serveMocks({ modelPort: 0, cloudPort: 0, modelParallel: parallel });
   try {
     const env = (runId: string, extra: Record<string, string> = {}) => ({
       DATABASE_URL: pg.url,
@@ -208,11 +283,12 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
     });
     const snapshot = (runId: string) => readSnapshot(pg.store, mocks.model, mocks.cloud, runId);
 
-    const cleanRun = await spawnWorker(env("cm-clean")).result;
-    const cleanFinal = await snapshot("cm-clean");
+    const cleanId = parallel === 1 ? "cm-clean" : `cm${parallel}-clean`;
+    const cleanRun = await spawnWorker(env(cleanId)).result;
+    const cleanFinal = await snapshot(cleanId);
     const baseline = baselineOf(cleanFinal);
     const cleanProblems = cleanRun.code === 0
-      ? checkInvariants(cleanFinal, { runId: "cm-clean", baseline, lostAnswers: 0 })
+      ? checkInvariants(cleanFinal, { runId: cleanId, baseline, lostAnswers: 0 })
       : [`the clean run exited ${cleanRun.code}`];
     if (cleanProblems.length > 0) {
       throw new Error(
@@ -222,14 +298,16 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
       );
     }
     const header = [
-      `=== clean run: llm_calls=${baseline.llmCalls} steps=${baseline.steps}`,
+      `=== clean run: llm_calls=${baseline.llmCalls} steps=${baseline.steps}${
+        parallel === 1 ? "" : ` parallel=${parallel}`
+      }`,
       ...cleanRun.lines,
     ];
     const cases = await mapLimit(
-      matrixCases(baseline.steps, opts.points),
+      matrixCases(cleanFinal.journal, opts.points),
       opts.concurrency ?? 4,
       async (c) => {
-        const runId = caseRunId(c);
+        const runId = caseRunId(c, parallel);
         const transcript = [`=== case ${c.point} seq=${c.seq} run=${runId}`];
         const extra: string[] = [];
         const first = await spawnWorker(env(runId, { CRASH_AT: c.point, CRASH_SEQ: String(c.seq) })).result;
@@ -246,6 +324,7 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
           extra.push(`the crash never fired and the process exited ${first.code}`);
         }
         const judged = judge(c, runId, baseline, atCrash, await snapshot(runId), extra);
+        if (judged.atCrash) transcript.push(`--- calls at the crash: ${judged.atCrash}`);
         transcript.push(`--- verdict ${judged.verdict} llm_calls=${judged.llmCalls} remote=${judged.remote}`);
         for (const p of judged.problems) transcript.push(`    problem: ${p}`);
         const result: CaseResult = { ...c, runId, ...judged, transcript };
@@ -260,11 +339,13 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
   }
 }
 
-/** One printed row of the matrix. */
-export function formatRow(r: Pick<CaseResult, "point" | "seq" | "llmCalls" | "remote" | "verdict">): string {
+/** One printed row of the matrix (with how the step's calls stood at the crash, for a step of several). */
+export function formatRow(
+  r: Pick<CaseResult, "point" | "seq" | "llmCalls" | "remote" | "verdict"> & { atCrash?: string },
+): string {
   return `${r.point.padEnd(28)} ${String(r.seq).padStart(3)} ${String(r.llmCalls).padStart(9)}  ${
     r.remote.padEnd(12)
-  } ${r.verdict}`;
+  } ${r.verdict}${r.atCrash ? `${" ".repeat(Math.max(1, 12 - r.verdict.length))}${r.atCrash}` : ""}`;
 }
 
 /** The header of the printed table. */
@@ -284,6 +365,8 @@ checked against the invariants.
 usage: deno task crash-matrix [--flag value ...]
 
   --points P1,P2             only these crash points (default all: ${CRASH_POINTS.join(", ")})
+  --parallel N               the mock model answers N calls at once (1 to 3, default 1): with 3 the demo
+                             is one step of three calls, each crashed at every tool point
   --transcript FILE          write every case's log to FILE (byte-identical from run to run in-process)
   --postgres                 real 'deno run' processes killed by SIGKILL, on PostgreSQL (default: in-process)
   --database-url URL         PostgreSQL for --postgres (env DATABASE_URL, then TEST_DATABASE_URL)
@@ -298,6 +381,7 @@ export async function main(args: string[]): Promise<number> {
     transcript: { type: "string" },
     "database-url": { type: "string" },
     concurrency: { type: "string", default: "4" },
+    parallel: { type: "string", default: "1" },
     points: { type: "string" },
     help: { type: "boolean", short: "h" },
   });
@@ -320,8 +404,16 @@ export async function main(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const parallel = Number(values.parallel);
+  if (!Number.isInteger(parallel) || parallel < 1 || parallel > 3) {
+    console.error(
+      `crash-matrix: --parallel must be an integer from 1 to 3 (the demo has three calls): current value is ${values.parallel}`,
+    );
+    return 2;
+  }
   const opts = {
     points: points as CrashPoint[] | undefined,
+    parallel,
     onCase: (r: CaseResult) => console.log(formatRow(r)),
   };
   const databaseUrl = values["database-url"] ?? Deno.env.get("DATABASE_URL") ??
@@ -336,7 +428,7 @@ export async function main(args: string[]): Promise<number> {
   let result: MatrixResult;
   if (values.postgres && databaseUrl) {
     // Cases finish out of order with concurrency: print the rows in case order at the end.
-    result = await runPostgresMatrix({ points: opts.points, databaseUrl, concurrency });
+    result = await runPostgresMatrix({ points: opts.points, parallel, databaseUrl, concurrency });
     for (const c of result.cases) console.log(formatRow(c));
   } else {
     const db = await SimDb.open();

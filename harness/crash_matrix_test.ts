@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { CRASH_POINTS } from "../runtime/crashpoints.ts";
 import { runMatrix, summaryLine } from "./crash_matrix.ts";
 import { measureBaseline } from "./fence.ts";
-import { baselineOf, checkInvariants, checkPointOutcome } from "./invariants.ts";
+import { baselineOf, checkInvariants, checkPointOutcome, ownerSeq } from "./invariants.ts";
 import { multiCrash } from "./multi_crash.ts";
 import { SimDb, SimWorld } from "./sim.ts";
 
@@ -34,7 +34,49 @@ Deno.test("the in-process crash matrix, its checks, and multi-crash runs", async
       assert.ok(first.length > 10_000, "the first transcript is missing");
       assert.equal(second.transcript, first);
     });
+    let three = "";
+    await t.step(
+      "a step of three calls: every tool point at every call, the model points at seq 0 and the done-step",
+      async () => {
+        const result = await runMatrix(db, { parallel: 3 });
+        three = result.transcript;
+        const failed = result.cases.filter((c) => c.verdict === "failed");
+        assert.deepEqual(failed.map((c) => `${c.point}@${c.seq}: ${c.problems.join("; ")}`), []);
+        // One decision of three calls at seq 0, then done at seq 3: two model calls in a clean run.
+        assert.deepEqual(result.baseline, { llmCalls: 2, steps: 2 });
+        const cells = (verdict: string) =>
+          result.cases.filter((c) => c.verdict === verdict).map((c) => `${c.point}@${c.seq}`);
+        assert.deepEqual(cells("not reached"), TOOL_POINTS.map((p) => `${p}@3`));
+        assert.deepEqual(cells("passed"), [
+          ...["before_decide", "after_decide_before_journal", "after_decide"].flatMap((
+            p,
+          ) => [`${p}@0`, `${p}@3`]),
+          ...TOOL_POINTS.flatMap((p) => [0, 1, 2].map((seq) => `${p}@${seq}`)),
+        ]);
+        assert.equal(summaryLine(result), "crash-matrix: 18 passed, 0 failed, 4 not reached");
+        const lost = result.cases.filter((c) => c.point === "after_decide_before_journal");
+        assert.ok(lost.every((c) => c.llmCalls === 3));
+        const afterCall = result.cases.filter((c) => c.point === "after_call" && c.verdict === "passed");
+        assert.deepEqual(afterCall.map((c) => c.remote), ["already_done", "already_done", "already_done"]);
+        // Not vacuous: some kill landed with the step's calls at different points (one confirmed, another
+        // acted on but unrecorded, say), so the others were in flight when the process died.
+        const mixed = result.cases.filter((c) =>
+          new Set(c.atCrash.split(" ").map((x) => x.split("=")[1])).size > 1
+        );
+        assert.ok(mixed.length >= 3, result.cases.map((c) => `${c.point}@${c.seq} ${c.atCrash}`).join("\n"));
+        assert.ok(
+          result.cases.some((c) => /=confirmed\+acted/.test(c.atCrash) && /=intent\+acted/.test(c.atCrash)),
+          "no kill landed between one call's confirm and another's",
+        );
+      },
+    );
+    await t.step("the three-call matrix writes a byte-identical transcript twice", async () => {
+      const second = await runMatrix(db, { parallel: 3 });
+      assert.ok(three.length > 10_000, "the first transcript is missing");
+      assert.equal(second.transcript, three);
+    });
     await checksCatchBreakage(t, db);
+    await checksOfThreeCalls(t, db);
     await t.step(
       "a run crashed at a different point on each of several restarts finishes intact",
       async () => {
@@ -87,6 +129,53 @@ async function checksCatchBreakage(t: Deno.TestContext, db: SimDb): Promise<void
     atCrash.effects[0].status = "intent";
     const problems = checkPointOutcome("after_call", 0, atCrash, clean, { runId, baseline });
     assert.match(problems.join("\n"), /remote=created, expected already_done/);
+  });
+}
+
+async function checksOfThreeCalls(t: Deno.TestContext, db: SimDb): Promise<void> {
+  const world = await SimWorld.open(db, { modelParallel: 3 });
+  const runId = "doctored3";
+  await world.spawn({ runId }).exit;
+  const clean = await world.snapshot(runId);
+  const baseline = baselineOf(clean);
+  const opts = { runId, baseline };
+  assert.deepEqual(checkInvariants(clean, { ...opts, lostAnswers: 0 }), []);
+  assert.deepEqual(clean.journal.map((j) => j.seq), [0, 3]);
+
+  await t.step("a call's seq belongs to the decision with the largest seq at or before it", () => {
+    assert.deepEqual([0, 1, 2, 3, 4].map((s) => ownerSeq(clean.journal, s)), [0, 0, 0, 3, 3]);
+    assert.equal(ownerSeq([], 5), 5);
+  });
+  await t.step("an after_call check of the third call reads that call's row and key", () => {
+    const atCrash = structuredClone(clean);
+    atCrash.effects[2].status = "intent";
+    atCrash.created = atCrash.created.filter((r) => r.key !== `${runId}:2`);
+    const problems = checkPointOutcome("after_call", 2, atCrash, clean, opts).join("\n");
+    assert.match(problems, /the remote had not acted under doctored3:2/);
+    assert.match(problems, /doctored3:2 ended remote=created, expected already_done/);
+    assert.doesNotMatch(problems, /doctored3:[01]/);
+  });
+  await t.step("a next decision asked twice", () => {
+    const atCrash = structuredClone(clean);
+    atCrash.effects[1].status = "intent";
+    const final = structuredClone(clean);
+    final.journal[1].llm_attempts = 2;
+    assert.match(
+      checkPointOutcome("after_intent", 1, atCrash, final, opts).join("\n"),
+      /the decision after step 0 \(seq=3\) cost 2 model calls, expected 1/,
+    );
+  });
+  await t.step("a call of the step sent twice after a model-side crash", () => {
+    const atCrash = structuredClone(clean);
+    atCrash.effects = [];
+    atCrash.created = [];
+    atCrash.modelCalls = 1;
+    const final = structuredClone(clean);
+    final.requestsByKey[`${runId}:2`] = 2;
+    assert.match(
+      checkPointOutcome("after_decide", 0, atCrash, final, opts).join("\n"),
+      /tool call doctored3:2 ended remote=created after 1 attempt\(s\) and 2 request\(s\)/,
+    );
   });
 }
 

@@ -9,6 +9,7 @@
  * @module
  */
 
+import { idempotencyKey } from "../runtime/context.ts";
 import { SimulatedKill } from "../runtime/crashpoints.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";
@@ -22,19 +23,38 @@ export interface PlantedDefects {
   confirmSkipsFence?: boolean;
   /** The heartbeat renews the lease whatever the epoch: a fenced worker keeps its lease alive. */
   heartbeatIgnoresFence?: boolean;
+  /**
+   * A remote's accepted answer (HTTP 202) is written without the fence: a
+   * stale worker puts a call back to `waiting` under a worker that took the
+   * run from it, as a new statement that forgot the fence would.
+   */
+  acceptedSkipsFence?: boolean;
   /** Re-sends (attempt 2 and later) carry a key built from the attempt number, not `<run_id>:<seq>`. */
   keyFromAttempt?: boolean;
+  /**
+   * Re-sends (attempt 2 and later) of a call of a step with several carry the
+   * key of the step's first call, `<run_id>:<step seq>`, not the call's own:
+   * two calls of one step given the same key, as a recovery that keys a call
+   * by its decision's seq would.
+   */
+  keyFromStep?: boolean;
   /** Replaying a confirmed decision asks the model again, a request no journal row counts. */
   replayAsksModel?: boolean;
 }
 
 /** Every defect that can be planted, by name (the fuzzer's `--defect`). */
 export const PLANTED_DEFECTS: readonly (keyof PlantedDefects)[] = [
+  "acceptedSkipsFence",
   "confirmSkipsFence",
   "heartbeatIgnoresFence",
   "keyFromAttempt",
+  "keyFromStep",
   "replayAsksModel",
 ];
+
+/** The defects planted by rewriting a statement. */
+const STATEMENT_DEFECTS = ["confirmSkipsFence", "heartbeatIgnoresFence", "acceptedSkipsFence"] as const;
+type StatementDefect = typeof STATEMENT_DEFECTS[number];
 
 /** A statement rewritten by a defect: which one, what of its text, and what in its place. */
 interface Rewrite {
@@ -43,9 +63,10 @@ interface Rewrite {
   to: string;
 }
 
-const REWRITES: Record<"confirmSkipsFence" | "heartbeatIgnoresFence", Rewrite> = {
+const REWRITES: Record<StatementDefect, Rewrite> = {
   // The fence dropped: only a placeholder that keeps $2 typed is left of it.
   confirmSkipsFence: { statement: "effect-confirm", from: FENCE, to: "$2::int is not null" },
+  acceptedSkipsFence: { statement: "effect-waiting", from: FENCE, to: "$2::int is not null" },
   // The epoch dropped from the lease's condition: any worker renews it while the run is running.
   heartbeatIgnoresFence: {
     statement: "heartbeat",
@@ -66,8 +87,8 @@ export interface ClientPlantOptions {
 
 /**
  * A layer on a process's store connection that plants the defects of the
- * store: a statement rewritten where `confirmSkipsFence` or
- * `heartbeatIgnoresFence` says, and with `replayAsksModel`, once a worker
+ * store: a statement rewritten where `confirmSkipsFence`,
+ * `heartbeatIgnoresFence` or `acceptedSkipsFence` says, and with `replayAsksModel`, once a worker
  * reads a run's history back, one model request for each confirmed decision
  * it will replay. Statements are recognised by their names. Throws when a
  * rewrite no longer finds its text (the statement changed: the defect would
@@ -78,9 +99,7 @@ export function plantInClient(
   defects: PlantedDefects,
   opts: ClientPlantOptions = {},
 ): SqlClient {
-  const rewrites = (["confirmSkipsFence", "heartbeatIgnoresFence"] as const).filter((d) => defects[d]).map((
-    d,
-  ) => REWRITES[d]);
+  const rewrites = STATEMENT_DEFECTS.filter((d) => defects[d]).map((d) => REWRITES[d]);
   const askModel = defects.replayAsksModel ? opts.askModel : undefined;
   if (rewrites.length === 0 && !askModel) return client;
   const rewrite = (text: string, o: QueryOptions | undefined): string => {
@@ -142,15 +161,43 @@ export async function askModelUncounted(
   }
 }
 
+/** Options of {@link plantInToolContext}. */
+export interface ToolPlantOptions {
+  /**
+   * The seq of the first call of the step the call at `seq` belongs to (for
+   * `keyFromStep`): the seq of the journal's decision that owns it.
+   */
+  firstCallOf?: (runId: string, seq: number) => Promise<number>;
+}
+
 /**
  * The context a tool's request goes out with, with the defects of a tool
  * planted: with `keyFromAttempt`, every re-send (attempt 2 and later) carries
- * `<key>:<attempt>` instead of the call's key. Its other fields read through
- * to `ctx` (the signal stays lazy: reading it arms the call's timer).
+ * `<key>:<attempt>` instead of the call's key; with `keyFromStep`, every
+ * re-send carries the key of its step's first call (read through
+ * `opts.firstCallOf`, so then the context comes as a promise). Its other
+ * fields read through to `ctx` (the signal stays lazy: reading it arms the
+ * call's timer). A context no defect applies to is `ctx` itself, at once.
  */
-export function plantInToolContext(ctx: ToolContext, defects: PlantedDefects): ToolContext {
-  if (!defects.keyFromAttempt || ctx.attempt <= 1) return ctx;
-  return Object.create(ctx, {
-    idempotencyKey: { value: `${ctx.idempotencyKey}:${ctx.attempt}`, enumerable: true },
-  });
+export function plantInToolContext(
+  ctx: ToolContext,
+  defects: PlantedDefects,
+  opts: ToolPlantOptions = {},
+): ToolContext | Promise<ToolContext> {
+  if (ctx.attempt <= 1) return ctx;
+  const withKey = (key: string): ToolContext =>
+    Object.create(ctx, { idempotencyKey: { value: key, enumerable: true } });
+  if (defects.keyFromAttempt) return withKey(`${ctx.idempotencyKey}:${ctx.attempt}`);
+  if (defects.keyFromStep) {
+    const firstCallOf = opts.firstCallOf;
+    if (!firstCallOf) {
+      throw new Error(
+        "Cannot plant keyFromStep without firstCallOf: the tool layer cannot tell a call's step",
+      );
+    }
+    return firstCallOf(ctx.runId, ctx.seq).then((first) =>
+      first === ctx.seq ? ctx : withKey(idempotencyKey(ctx.runId, first))
+    );
+  }
+  return ctx;
 }

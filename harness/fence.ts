@@ -193,7 +193,7 @@ const SCENARIOS: Record<GuardedWrite, Scenario> = {
   "approval request": {
     // create_database needs a person's yes here: A has decided to call it, and freezes before asking.
     stall: { point: "after_decide", seq: 1 },
-    openAt: { method: "requestApproval" },
+    openAt: { method: "requestApprovals" },
     database: "approval",
     lostAnswers: 0,
     runEnds: "waiting",

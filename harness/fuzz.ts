@@ -26,6 +26,12 @@
  *   just before the 9th statement; `deny@wait#1`, `cancel@wait#1`: the first
  *   time the run waits for approval, the person denies or cancels instead of
  *   approving (for an agent with a tool that needs approval).
+ * - `parallel=3` (first in the list): the mock model answers up to three
+ *   calls at once, so the demo is one step of three calls sent concurrently
+ *   and the faults above land inside it (a kill with one call confirmed and
+ *   another in flight, a dropped answer to the second call). Each schedule
+ *   draws its parallelism (1, 2 or 3) from its seed; its faults are aimed
+ *   within the clean run of that parallelism.
  *
  * A failing schedule is shrunk to the fewest faults that still fail and
  * printed with its seed, its faults and the command that replays it
@@ -49,7 +55,7 @@
 import type { Agent } from "../runtime/agent.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
-import { type PlantedDefects, plantInToolContext } from "./defects.ts";
+import { type PlantedDefects, plantInToolContext, type ToolPlantOptions } from "./defects.ts";
 import { SimDb } from "./sim.ts";
 import {
   type AgentFactory,
@@ -58,12 +64,14 @@ import {
   runSchedule,
   type ScheduleResult,
   type Target,
+  type TargetClean,
   Turns,
 } from "./fuzz/run.ts";
 import {
   type CleanRun,
   decodeSchedule,
   drawBudget,
+  drawParallel,
   drawSchedule,
   encodeFault,
   encodeSchedule,
@@ -71,6 +79,8 @@ import {
   FAULT_FAMILIES,
   type FaultFamily,
   FuzzError,
+  MAX_PARALLEL,
+  PARALLELS,
   type Schedule,
   scheduleSeed,
 } from "./fuzz/schedule.ts";
@@ -79,6 +89,7 @@ export * from "./fuzz/schedule.ts";
 export { checkBudget } from "./fuzz/check.ts";
 export type { AgentFactory, ScheduleResult } from "./fuzz/run.ts";
 export { DEMO_APPROVAL_TOOL, demoAgent } from "./fuzz/demo_target.ts";
+export { JOB_TARGET_DURATIONS_MS, jobsAgent } from "./fuzz/jobs_target.ts";
 
 /** Options of {@link fuzz}. */
 export interface FuzzOptions {
@@ -91,9 +102,17 @@ export interface FuzzOptions {
   /** Most faults in one schedule (at least one is drawn). Default 4. */
   maxFaults?: number;
   /**
+   * Calls per answer the schedules draw from, one each (the mock model's
+   * `parallel`): 2 and 3 make steps of several calls. Default
+   * {@link PARALLELS}, `[1, 2, 3]`; `[1]` is one call a step throughout.
+   */
+  parallel?: readonly number[];
+  /**
    * Draws each schedule from its seed and the clean run instead of the
    * default draw (which uses `faults` and `maxFaults`): {@link drawApprovalRace}
-   * aims every schedule at the approval race.
+   * aims every schedule at the approval race. The schedule runs at the
+   * parallelism drawn for it (the clean run given is that one's) unless it
+   * sets its own.
    */
   draw?: (seed: number, clean: CleanRun) => Schedule;
   /** Runs exactly this schedule (the `--replay` form, or a {@link Schedule}) instead of drawing any. */
@@ -153,6 +172,8 @@ export interface FuzzReport {
   positions: number;
   /** Faults drawn that never fired (aimed past the run's end). */
   notReached: number;
+  /** Schedules run at each parallelism (calls per answer). */
+  parallel: Record<number, number>;
   /** Every schedule's transcript, joined, when {@link FuzzOptions.transcript} is set. */
   transcript?: string[];
 }
@@ -176,7 +197,7 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
   };
   toolsOf(probe);
   // Retry budgets the faults cannot exhaust, and short timeouts (each hung request costs clock wakes).
-  const tools = (fetch: FetchLike) =>
+  const tools = (fetch: FetchLike, plant: ToolPlantOptions) =>
     toolsOf(factory(fetch)).map((t) =>
       defineTool({
         name: t.name,
@@ -187,9 +208,14 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
         maxAttempts: FUZZ_ATTEMPTS,
         approval: (args) => t.name === opts.approvalTool || t.needsApproval(args),
         // A planted bug in the request's key (the fuzzer's own tests) is planted here, outside the runtime.
-        run: (args, ctx) => t.run(args, plantInToolContext(ctx, opts.defects ?? {})),
+        run: (args, ctx) => {
+          // Synchronous unless a defect must read the journal: an unplanted run interleaves as it would bare.
+          const planted = plantInToolContext(ctx, opts.defects ?? {}, plant);
+          return planted instanceof Promise ? planted.then((c) => t.run(args, c)) : t.run(args, planted);
+        },
         reconcile: t.reconcile,
         reconcileTimeoutMs: Math.min(t.reconcileTimeoutMs, FUZZ_TIMEOUT_MS),
+        waitDeadlineMs: t.waitDeadlineMs,
       })
     );
   const names = toolsOf(probe).map((t) => t.name);
@@ -211,7 +237,8 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
     goal,
     defects: opts.defects,
     approvalTool: opts.approvalTool,
-    registry: new ToolRegistry(tools(() => Promise.reject(new Error("probe")))),
+    registry: new ToolRegistry(tools(() => Promise.reject(new Error("probe")), {})),
+    clean: new Map(),
   };
 }
 
@@ -225,7 +252,8 @@ function approvalFamilies(
   target: Target,
   requested: readonly FaultFamily[] | undefined,
 ): readonly FaultFamily[] {
-  const asks = target.approvalTool !== undefined || (target.clean?.waits ?? 0) > 0;
+  const asks = target.approvalTool !== undefined ||
+    [...target.clean.values()].some((c) => (c.waits ?? 0) > 0);
   if (requested?.includes("approval") && !asks) {
     throw new FuzzError(
       "FUZZ_OPTION_INVALID",
@@ -239,7 +267,10 @@ function approvalFamilies(
 /**
  * Reduces a failing schedule to the fewest faults that still fail: drops
  * faults one at a time while the schedule keeps failing, until no single
- * fault can go (at most n^2 runs for n faults).
+ * fault can go (at most n^2 runs for n faults); then tries it without its
+ * budget and with fewer calls per answer (down to 1), keeping each change
+ * that still fails. The seed, the budget and the parallelism stay as they
+ * are while faults are dropped.
  */
 async function shrink(
   failing: ScheduleResult,
@@ -247,27 +278,36 @@ async function shrink(
 ): Promise<{ result: ScheduleResult; runs: number }> {
   let best = failing;
   let runs = 0;
+  const attempt = async (s: Schedule): Promise<boolean> => {
+    const r = await runOne(s);
+    runs++;
+    if (r.problems.length === 0) return false;
+    best = r;
+    return true;
+  };
   // Never-fired faults change nothing: drop them first.
   const firedOnly = best.schedule.faults.filter((_, i) => best.fired[i] !== undefined);
-  if (firedOnly.length < best.schedule.faults.length) {
-    const r = await runOne({ seed: best.schedule.seed, faults: firedOnly });
-    runs++;
-    if (r.problems.length > 0) best = r;
-  }
+  if (firedOnly.length < best.schedule.faults.length) await attempt({ ...best.schedule, faults: firedOnly });
   let progress = true;
   // Bounded: each round removes a fault or ends.
   while (progress && best.schedule.faults.length > 0) {
     progress = false;
     for (let i = 0; i < best.schedule.faults.length; i++) {
       const faults = best.schedule.faults.filter((_, j) => j !== i);
-      const r = await runOne({ seed: best.schedule.seed, faults });
-      runs++;
-      if (r.problems.length > 0) {
-        best = r;
+      if (await attempt({ ...best.schedule, faults })) {
         progress = true;
         break;
       }
     }
+  }
+  if (best.schedule.budget !== undefined) {
+    const { budget: _, ...unbudgeted } = best.schedule;
+    await attempt(unbudgeted);
+  }
+  // Bounded by MAX_PARALLEL: each pass lowers the parallelism by one, or ends.
+  for (let p = (best.schedule.parallel ?? 1) - 1; p >= 1; p--) {
+    const { parallel: _, ...rest } = best.schedule;
+    if (!await attempt(p === 1 ? rest : { ...rest, parallel: p })) break;
   }
   return { result: best, runs };
 }
@@ -280,13 +320,18 @@ function describeFailure(
 ): string {
   return [
     `seed=${shrunk.schedule.seed} schedule=${index} FAILED`,
-    `  drawn:  ${original.schedule.faults.map(encodeFault).join(", ") || "(no faults)"}`,
+    `  drawn:  ${
+      [
+        ...((original.schedule.parallel ?? 1) > 1 ? [`parallel=${original.schedule.parallel}`] : []),
+        ...original.schedule.faults.map(encodeFault),
+      ].join(", ") || "(no faults)"
+    }`,
     `  shrunk: ${shrunk.schedule.faults.length} fault(s): ${
       shrunk.schedule.faults.map((f, i) => `${encodeFault(f)} -> ${shrunk.fired[i] ?? "not reached"}`).join(
         ", ",
       ) ||
       "(no faults)"
-    }`,
+    }${(shrunk.schedule.parallel ?? 1) > 1 ? ` (${shrunk.schedule.parallel} calls per answer)` : ""}`,
     ...shrunk.problems.map((p) => `  problem: ${p}`),
     `  replay: ${replayCommand} '${encodeSchedule(shrunk.schedule)}'`,
   ].join("\n");
@@ -348,6 +393,18 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       }`,
     );
   }
+  const levels = opts.parallel ?? PARALLELS;
+  if (
+    levels.length === 0 || levels.some((p) => !Number.isInteger(p) || p < 1 || p > MAX_PARALLEL)
+  ) {
+    throw new FuzzError(
+      "FUZZ_OPTION_INVALID",
+      `Cannot fuzz as 'parallel' must list calls per answer from 1 to ${MAX_PARALLEL}: current value is ${
+        levels.join(",")
+      }`,
+    );
+  }
+  const replay = typeof opts.replay === "string" ? decodeSchedule(opts.replay) : opts.replay;
   const target = resolveTarget(agent, opts);
   const db = opts.db ?? await SimDb.open();
   const turns = new Turns();
@@ -355,16 +412,20 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
   try {
     const counter = { runs: 0 };
     const runOne = (s: Schedule) => runSchedule(db, target, s, turns, `fz-${s.seed}`, counter);
-    // The clean run: what every schedule must end as, and where its faults can land.
-    const clean = await runOne({ seed, faults: [] });
-    if (clean.problems.length > 0) {
-      throw new FuzzError(
-        "FUZZ_TARGET_INVALID",
-        `The agent does not pass a run without faults:\n  ${clean.problems.join("\n  ")}\n${
-          clean.transcript.join("\n")
-        }`,
-      );
+    // The clean run at each parallelism: what every schedule must end as, and where its faults can land.
+    const measured = [...new Set([...levels, replay?.parallel ?? 1])].sort((a, b) => a - b);
+    for (const parallel of measured) {
+      const clean = await runOne(parallel === 1 ? { seed, faults: [] } : { seed, faults: [], parallel });
+      if (clean.problems.length > 0) {
+        throw new FuzzError(
+          "FUZZ_TARGET_INVALID",
+          `The agent does not pass a run without faults${
+            parallel === 1 ? "" : ` at ${parallel} calls per answer`
+          }:\n  ${clean.problems.join("\n  ")}\n${clean.transcript.join("\n")}`,
+        );
+      }
     }
+    const cleanAt = (parallel: number): TargetClean => target.clean.get(parallel)!;
     const families = approvalFamilies(target, requested);
     const started = performance.now();
     const report: FuzzReport = {
@@ -375,22 +436,26 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       kinds: {},
       positions: 0,
       notReached: 0,
+      parallel: {},
       transcript: opts.transcript ? [] : undefined,
     };
     const positions = new Set<string>();
-    const plan: Schedule[] = opts.replay !== undefined
-      ? [typeof opts.replay === "string" ? decodeSchedule(opts.replay) : opts.replay]
-      : Array.from(
-        { length: schedules },
-        (_, i) => {
-          if (opts.draw) return opts.draw(scheduleSeed(seed, i), target.clean!);
-          const drawn = drawSchedule(scheduleSeed(seed, i), target.clean!, families, maxFaults);
-          return families.includes("budget") ? drawBudget(drawn, target.clean!) : drawn;
-        },
-      );
+    const plan: Schedule[] = replay !== undefined ? [replay] : Array.from(
+      { length: schedules },
+      (_, i) => {
+        const s = scheduleSeed(seed, i);
+        const parallel = drawParallel(s, levels);
+        const at = (drawn: Schedule): Schedule => parallel === 1 ? drawn : { parallel, ...drawn };
+        if (opts.draw) return at(opts.draw(s, cleanAt(parallel)));
+        const drawn = drawSchedule(s, cleanAt(parallel), families, maxFaults);
+        return at(families.includes("budget") ? drawBudget(drawn, cleanAt(parallel)) : drawn);
+      },
+    );
     for (let i = 0; i < plan.length; i++) {
       const result = await runOne(plan[i]);
       report.schedules++;
+      const parallel = result.schedule.parallel ?? 1;
+      report.parallel[parallel] = (report.parallel[parallel] ?? 0) + 1;
       report.transcript?.push(...result.transcript);
       result.schedule.faults.forEach((f, j) => {
         const where = result.fired[j];
@@ -400,11 +465,16 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
         }
         report.kinds[kindOf(f)] = (report.kinds[kindOf(f)] ?? 0) + 1;
         // The position: the kind and what it hit (statement kind, or remote and path), not the process.
-        positions.add(`${kindOf(f)} ${where.replace(/^\S+ /, "").replace(/ \(w\d+\)$/, "")}`);
+        // A fault inside a step of several calls is another position than the same fault in a one-call step.
+        positions.add(
+          `${kindOf(f)} ${where.replace(/^\S+ /, "").replace(/ \(w\d+\)$/, "")}${
+            parallel > 1 ? ` parallel=${parallel}` : ""
+          }`,
+        );
       });
       opts.onSchedule?.(result, i);
       if (result.problems.length > 0) {
-        const { result: shrunk, runs } = opts.shrink === false || opts.replay !== undefined
+        const { result: shrunk, runs } = opts.shrink === false || replay !== undefined
           ? { result, runs: 0 }
           : await shrink(result, runOne);
         report.failures.push({

@@ -6,7 +6,18 @@ import type { FetchLike } from "../runtime/planner.ts";
 import { ToolError } from "../runtime/errors.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { FakeRemote } from "./fake_remote.ts";
-import { decodeSchedule, DEMO_APPROVAL_TOOL, demoAgent, encodeSchedule, fuzz, FuzzError } from "./fuzz.ts";
+import {
+  type AgentFactory,
+  decodeSchedule,
+  DEMO_APPROVAL_TOOL,
+  demoAgent,
+  encodeSchedule,
+  fuzz,
+  FuzzError,
+  jobsAgent,
+} from "./fuzz.ts";
+import { checkPolls } from "./fuzz/check.ts";
+import type { RunSnapshot } from "./sim.ts";
 import { SimDb } from "./sim.ts";
 import { type Position, POSITIONS } from "./fuzz/positions.ts";
 import { ALL_STATEMENTS } from "../runtime/store/statements.ts";
@@ -20,23 +31,36 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
   try {
     // Each with the problem its finding must name: a stale worker's write is caught by the fuzzer's own
     // epoch bookkeeping (from the claims it sees), not only by the invariants afterwards.
-    const planted: [string, PlantedDefects, RegExp][] = [
+    const planted: [string, PlantedDefects, RegExp, AgentFactory?][] = [
       [
         "a tool confirm that skips the fence",
         { confirmSkipsFence: true },
         /stale worker \S+ \(epoch \d+\) wrote after epoch \d+ was claimed: tool-confirm/,
       ],
       ["a key built from the attempt number", { keyFromAttempt: true }, /under \S+, which no tool call owns/],
+      // A re-sent call of a step with several sent under its first call's key: the remote refuses it (422).
+      [
+        "two calls of one step given the same key",
+        { keyFromStep: true },
+        /tool call \S+ is failed, expected confirmed/,
+      ],
       ["a replay that asks the model again", { replayAsksModel: true }, /with no journal intent counting/],
+      // Only the jobs target's calls wait on their remote: a stale worker's 202 lands on the thief's row.
+      [
+        "an accepted answer written without the fence",
+        { acceptedSkipsFence: true },
+        /stale worker \S+ \(epoch \d+\) wrote after epoch \d+ was claimed: tool-waiting/,
+        jobsAgent,
+      ],
       [
         "a heartbeat that renews after fencing",
         { heartbeatIgnoresFence: true },
         /stale worker \S+ \(epoch 1\) wrote after epoch 2 was claimed: heartbeat/,
       ],
     ];
-    for (const [bug, defects, problem] of planted) {
+    for (const [bug, defects, problem, target = demoAgent] of planted) {
       await t.step(`finds ${bug} within ${FIND_WITHIN} schedules and shrinks it to <= 3 faults`, async () => {
-        const report = await fuzz(demoAgent, {
+        const report = await fuzz(target, {
           db,
           seed: 1,
           schedules: FIND_WITHIN,
@@ -55,15 +79,57 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
           text,
         );
         // The printed schedule replays to the same failure.
-        const again = await fuzz(demoAgent, {
+        const again = await fuzz(target, {
           db,
           remote: "mock-cloud",
           defects,
           replay: encodeSchedule(shrunk.schedule),
         });
         assert.deepEqual(again.failures[0]?.shrunk.problems, shrunk.problems);
+        // Only a step of several calls can give two calls one key: the shrunk schedule keeps one.
+        if (defects.keyFromStep) assert.ok((shrunk.schedule.parallel ?? 1) >= 2, text);
       });
     }
+
+    await t.step(
+      "with one call per answer the same-key bug cannot show, and the runtime passes",
+      async () => {
+        const report = await fuzz(demoAgent, {
+          db,
+          seed: 1,
+          schedules: 100,
+          remote: "mock-cloud",
+          defects: { keyFromStep: true },
+          parallel: [1],
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        assert.deepEqual(report.parallel, { 1: 100 });
+      },
+    );
+
+    await t.step(
+      "calls that wait on their remote: 100 schedules of the jobs target find no violation, and faults land while runs sleep",
+      async () => {
+        const report = await fuzz(jobsAgent, {
+          db,
+          seed: 24,
+          schedules: 100,
+          remote: "mock-cloud",
+          transcript: true,
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        const lines = report.transcript!;
+        // Runs sleep, are woken by a new worker when due, and poll their jobs under the same key.
+        assert.ok(lines.filter((l) => /^~~~ the run sleeps until /.test(l)).length > 100);
+        assert.ok(lines.some((l) => / event=intent .* attempt=1 poll=2/.test(l)));
+        // Faults land on the accepted answer's write, the run's sleep, and the poll's request.
+        const hit = lines.join("\n");
+        assert.match(hit, / fired at stmt#\d+ tool-waiting \(/);
+        assert.match(hit, / fired at stmt#\d+ wait \(/);
+        assert.match(hit, / fired at cloud#\d+ \/v1\/jobs \(/);
+        for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 15, JSON.stringify(report.parallel));
+      },
+    );
 
     await t.step("the same seed gives a byte-identical transcript twice", async () => {
       const run = () =>
@@ -71,6 +137,9 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       const [a, b] = [await run(), await run()];
       assert.equal(a.failures.length, 0);
       assert.ok(a.transcript!.length > 1_000);
+      // Steps of three calls, sent concurrently, are among them: their order is the simulator's too.
+      assert.ok(a.transcript!.some((l) => /^=== schedule \d+\/parallel=3/.test(l)));
+      assert.ok(a.transcript!.some((l) => / event=decided .* calls=3 /.test(l)));
       assert.equal(b.transcript!.join("\n"), a.transcript!.join("\n"));
     });
 
@@ -106,6 +175,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       assert.equal(report.schedules, 400);
       assert.ok(Object.keys(report.kinds).length >= 16, JSON.stringify(report.kinds));
       assert.ok(report.positions >= 40, `${report.positions} positions`);
+      for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 80, JSON.stringify(report.parallel));
     });
 
     await t.step(
@@ -201,6 +271,35 @@ Deno.test("a schedule round-trips through its compact form, and a bad one is ref
   assert.throws(() => decodeSchedule("seven"), FuzzError);
 });
 
+Deno.test("a schedule with several calls per answer round-trips, calls per answer first", () => {
+  const s = {
+    seed: 4,
+    faults: [{ kind: "kill", at: "stmt", n: 9, when: "before" }, { kind: "usage", n: 1, fault: "none" }],
+    budget: { tokens: 900, maxOutputTokens: 200 },
+    parallel: 3,
+  } as const;
+  const text = encodeSchedule({ ...s, faults: [...s.faults] });
+  assert.equal(text, "4/parallel=3,budget=900,kill@stmt#9:before,usage#1:none");
+  assert.deepEqual(decodeSchedule(text), s);
+  assert.deepEqual(decodeSchedule(JSON.stringify(s)), s);
+  assert.equal(encodeSchedule({ seed: 4, faults: [], parallel: 1 }), "4/");
+  assert.deepEqual(decodeSchedule("4/parallel=1"), { seed: 4, faults: [] });
+  assert.throws(
+    () => decodeSchedule("4/parallel=4"),
+    (e) => e instanceof FuzzError && e.code === "FUZZ_REPLAY_INVALID" && /from 1 to 3/.test(e.message),
+  );
+  assert.throws(() => decodeSchedule("4/kill@stmt#9:before,parallel=2"), FuzzError, "parallel comes first");
+});
+
+Deno.test("the fuzzer refuses calls per answer outside 1 to 3", async () => {
+  for (const parallel of [[], [0], [4], [1.5]]) {
+    await assert.rejects(
+      fuzz(demoAgent, { schedules: 1, parallel }),
+      (e) => e instanceof FuzzError && e.code === "FUZZ_OPTION_INVALID" && /'parallel'/.test(e.message),
+    );
+  }
+});
+
 Deno.test("a budgeted schedule round-trips through its compact form, the budget first", () => {
   const s = {
     seed: 9,
@@ -283,4 +382,30 @@ Deno.test("FakeRemote looks an effect up by its key without performing it", asyn
   assert.equal(remote.lookup("r:1"), undefined);
   assert.equal(remote.effects().length, 1, "a lookup performs nothing");
   assert.deepEqual(remote.requestsByKey(), { "r:0": 1 });
+});
+
+Deno.test("checkPolls holds a call's attempts and polls to the intents and accepted answers written", () => {
+  const effect = (e: { attempts: number; polls: number; status?: string }) => ({
+    idempotency_key: "r:0",
+    status: e.status ?? "confirmed",
+    attempts: e.attempts,
+    polls: e.polls,
+    resolved_by: null,
+  });
+  const snap = (e: ReturnType<typeof effect>) => ({ effects: [e] }) as unknown as RunSnapshot;
+  const writes = new Map([["r:0", { intents: 3, accepted: 2 }]]);
+  assert.deepEqual(checkPolls(snap(effect({ attempts: 1, polls: 2 })), writes), []);
+  // A poll counted as an attempt.
+  assert.match(
+    checkPolls(snap(effect({ attempts: 2, polls: 1 })), writes).join("\n"),
+    /answered after 2 accepted answer\(s\), yet counts 1 poll/,
+  );
+  assert.match(
+    checkPolls(snap(effect({ attempts: 1, polls: 1 })), writes).join("\n"),
+    /counts 1 attempt\(s\) and 1 poll\(s\), but 3 intent\(s\) were written/,
+  );
+  assert.match(
+    checkPolls(snap(effect({ attempts: 0, polls: 3 })), writes).join("\n"),
+    /counts 3 poll\(s\) after 2 accepted answer/,
+  );
 });

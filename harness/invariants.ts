@@ -9,6 +9,7 @@
  * @module
  */
 
+import { callsOf, stepWidth } from "../runtime/calls.ts";
 import { idempotencyKey } from "../runtime/context.ts";
 import type { CrashPoint } from "../runtime/crashpoints.ts";
 import type { RunSnapshot } from "./sim.ts";
@@ -96,8 +97,16 @@ export function checkShape(
   if (final.run?.status !== "done" && !stopped) {
     problems.push(`run ${runId} is ${final.run?.status ?? "missing"}, expected done`);
   }
+  // Each decision is at the seq after the last one's calls (calls.ts): 0, then 0 + its width, ...
+  let expectedSeq = 0;
   const seqs = final.journal.map((j) => j.seq);
-  if (seqs.some((s, i) => s !== i)) problems.push(`journal seq is ${seqs.join(",")}: a gap or duplicate`);
+  for (const j of final.journal) {
+    if (j.seq !== expectedSeq) {
+      problems.push(`journal seq is ${seqs.join(",")}: a gap or duplicate`);
+      break;
+    }
+    expectedSeq += j.decision ? stepWidth(j.decision) : 1;
+  }
   if (stopped ? final.journal.length > baseline.steps : final.journal.length !== baseline.steps) {
     problems.push(`journal has ${final.journal.length} steps, a clean run has ${baseline.steps}`);
   }
@@ -110,18 +119,25 @@ export function checkShape(
     problems.push(`the last journal row is not the done-step`);
   }
 
-  const toolSteps = final.journal.filter((j) => j.decision && "tool" in j.decision);
+  const calls = final.journal.flatMap((j) => j.decision ? callsOf(j.decision, j.seq) : []);
+  const callAt = new Map(calls.map((c) => [c.seq, c]));
   if (opts.tools) {
-    const called = toolSteps.map((j) => j.decision && "tool" in j.decision ? j.decision.tool : "?");
+    const called = calls.map((c) => c.tool);
     const expected = stopped ? opts.tools.slice(0, called.length) : opts.tools;
     if (called.join(",") !== expected.join(",")) {
       problems.push(`the run called ${called.join(",")}, a clean run calls ${opts.tools.join(",")}`);
     }
   }
   const effectSeqs = final.effects.map((e) => e.seq);
-  if (effectSeqs.some((s, i) => s !== i) || final.effects.length !== toolSteps.length) {
+  const callSeqs = calls.map((c) => c.seq);
+  // A run stopped by its budget may have left calls of its last step unsent; every row is a decided call all the same.
+  const exact = effectSeqs.length === callSeqs.length && effectSeqs.every((s, i) => s === callSeqs[i]);
+  const within = effectSeqs.every((s, i) => callAt.has(s) && (i === 0 || s > effectSeqs[i - 1]));
+  if (stopped ? !within : !exact) {
     problems.push(
-      `tool calls have seq ${effectSeqs.join(",")} for ${toolSteps.length} tool steps: a gap or duplicate`,
+      `tool calls have seq ${effectSeqs.join(",")} for the decided calls at ${
+        callSeqs.join(",")
+      }: a gap or duplicate`,
     );
   }
   const byKey = new Map<string, number>();
@@ -132,10 +148,8 @@ export function checkShape(
     if (e.idempotency_key !== key) {
       problems.push(`seq=${e.seq} has key ${e.idempotency_key}, expected ${key}`);
     }
-    const decision = final.journal[e.seq]?.decision;
-    if (
-      !decision || !("tool" in decision) || decision.tool !== e.tool || canon(decision.args) !== canon(e.args)
-    ) {
+    const decided = callAt.get(e.seq);
+    if (!decided || decided.tool !== e.tool || canon(decided.args) !== canon(e.args)) {
       problems.push(`tool call ${key} (${e.tool} ${canon(e.args)}) is not what step ${e.seq} decided`);
     }
     if (opts.denied?.has(key)) {
@@ -150,7 +164,13 @@ export function checkShape(
     if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
     const resource = final.created.find((r) => r.key === key);
     if (!resource) problems.push(`the cloud holds no resource under ${key}`);
-    else if (resultIsId && canon(e.result) !== canon(resource.id)) {
+    else if (resource.kind === "job") {
+      // A job's call stores the remote's final answer: done, for the job started under its key.
+      const answer = e.result as { job_id?: unknown; status?: unknown } | null;
+      if (answer?.job_id !== resource.id || answer?.status !== "done") {
+        problems.push(`tool call ${key} stored ${canon(e.result)}, expected job ${resource.id} done`);
+      }
+    } else if (resultIsId && canon(e.result) !== canon(resource.id)) {
       problems.push(`tool call ${key} stored ${canon(e.result)}, the cloud created ${resource.id}`);
     }
   }
@@ -234,17 +254,45 @@ export function checkModelSpend(final: RunSnapshot, spend: ModelSpend): string[]
   return problems;
 }
 
-/** Model calls a restart must make after a crash at `point` of step `seq`. */
-export function callsAfterRestart(point: CrashPoint, seq: number, baseline: Baseline): number {
-  // before_decide and a lost answer decide step `seq` (again); every later point replays it.
-  return point === "before_decide" || point === "after_decide_before_journal"
-    ? baseline.llmCalls - seq
-    : baseline.llmCalls - seq - 1;
+/** The crash points that fire at a tool call, with the call's seq (the rest fire at a decision's). */
+export const TOOL_POINTS: readonly CrashPoint[] = [
+  "before_intent",
+  "after_intent",
+  "after_call",
+  "after_confirm",
+];
+
+/**
+ * The seq of the decision that owns `seq` in `journal`: the row with the
+ * largest seq at or before it (the calls of the decision at s own s, s+1, ...;
+ * calls.ts). `seq` itself when no row is at or before it.
+ */
+export function ownerSeq(journal: readonly { seq: number }[], seq: number): number {
+  const owner = journal.reduce((best, j) => (j.seq <= seq && j.seq > best ? j.seq : best), -1);
+  return owner < 0 ? seq : owner;
 }
 
 /**
- * The row of DESIGN.md's crash-point table for `point` at step `seq`: what
- * the crash left behind (`atCrash`) and what the restart did (`final`).
+ * Model calls a restart must make after a crash at `point` of the step that
+ * is the run's `step`-th decision (from 0; the decision's seq on a run of
+ * one-call steps).
+ */
+export function callsAfterRestart(point: CrashPoint, step: number, baseline: Baseline): number {
+  // before_decide and a lost answer decide the step (again); every later point replays it.
+  return point === "before_decide" || point === "after_decide_before_journal"
+    ? baseline.llmCalls - step
+    : baseline.llmCalls - step - 1;
+}
+
+/**
+ * The row of DESIGN.md's crash-point table for `point` at `seq`: what the
+ * crash left behind (`atCrash`) and what the restart did (`final`). A model
+ * point's `seq` is its decision's; a tool point's is its call's, which may be
+ * any call of a step with several (its `CRASH_SEQ`): the call's own row and
+ * key are checked, and its step is the decision that owns the seq. Whatever
+ * the other calls of the step were doing when the process died, each must end
+ * confirmed with one effect (invariant 5, {@link checkShape}); here the next
+ * decision must have been asked exactly once.
  */
 export function checkPointOutcome(
   point: CrashPoint,
@@ -255,24 +303,37 @@ export function checkPointOutcome(
 ): string[] {
   const problems: string[] = [];
   const key = idempotencyKey(opts.runId, seq);
-  const jMid = atCrash.journal.find((j) => j.seq === seq);
-  const jEnd = final.journal.find((j) => j.seq === seq);
+  const toolPoint = TOOL_POINTS.includes(point);
+  // A tool point names a call: its decision is the one owning the seq (the final journal is whole).
+  const stepSeq = toolPoint ? ownerSeq(final.journal, seq) : seq;
+  const jMid = atCrash.journal.find((j) => j.seq === stepSeq);
+  const jEnd = final.journal.find((j) => j.seq === stepSeq);
   const eMid = atCrash.effects.find((e) => e.seq === seq);
   const eEnd = final.effects.find((e) => e.seq === seq);
-  const isToolStep = !!jEnd?.decision && "tool" in jEnd.decision;
+  const calls = jEnd?.decision ? callsOf(jEnd.decision, stepSeq) : [];
+  const isToolStep = calls.some((c) => c.seq === seq);
   const sends = final.requestsByKey[key] ?? 0;
   const expect = (ok: boolean, what: string) => {
     if (!ok) problems.push(what);
   };
 
+  const step = final.journal.filter((j) => j.seq < stepSeq).length;
   const after = final.modelCalls - atCrash.modelCalls;
-  const afterExpected = callsAfterRestart(point, seq, opts.baseline);
+  const afterExpected = callsAfterRestart(point, step, opts.baseline);
   expect(after === afterExpected, `the restart made ${after} model calls, expected ${afterExpected}`);
   const lost = point === "after_decide_before_journal" ? 1 : 0;
   expect(
     jEnd?.llm_attempts === 1 + lost,
-    `step ${seq} cost ${jEnd?.llm_attempts} model calls, expected ${1 + lost}`,
+    `step ${stepSeq} cost ${jEnd?.llm_attempts} model calls, expected ${1 + lost}`,
   );
+  // The next decision is asked once: only when every call of this step has settled, and never twice.
+  const next = final.journal.find((j) => j.seq > stepSeq);
+  if (next) {
+    expect(
+      next.llm_attempts === 1,
+      `the decision after step ${stepSeq} (seq=${next.seq}) cost ${next.llm_attempts} model calls, expected 1`,
+    );
+  }
 
   switch (point) {
     case "before_decide":
@@ -283,15 +344,24 @@ export function checkPointOutcome(
         jMid?.status === "intent" && jMid.llm_attempts === 1,
         `the crash left journal seq=${seq} ${jMid?.status}, expected intent with one attempt`,
       );
-      expect(!eMid, `the lost answer was acted on: a tool call exists at seq=${seq}`);
+      expect(
+        !atCrash.effects.some((e) => calls.some((c) => c.seq === e.seq)),
+        `the lost answer was acted on: a tool call exists at seq=${seq}`,
+      );
       break;
     case "after_decide":
     case "before_intent":
-      expect(jMid?.status === "confirmed", `the decision of seq=${seq} was not confirmed before the crash`);
-      expect(!eMid, `the crash left a tool call at seq=${seq}`);
+      expect(
+        jMid?.status === "confirmed",
+        `the decision of seq=${stepSeq} was not confirmed before the crash`,
+      );
+      expect(
+        point === "before_intent" ? !eMid : !atCrash.effects.some((e) => calls.some((c) => c.seq === e.seq)),
+        `the crash left a tool call at seq=${seq}`,
+      );
       expect(
         canon(jMid?.decision) === canon(jEnd?.decision),
-        `the restart did not replay the decision of seq=${seq}`,
+        `the restart did not replay the decision of seq=${stepSeq}`,
       );
       break;
     case "after_intent":
@@ -326,6 +396,17 @@ export function checkPointOutcome(
     );
   } else {
     expect(!eEnd, `the done-step has a tool call`);
+  }
+  // A model point stops the process before any call of its step is sent: the restart sends each once.
+  for (const c of toolPoint ? [] : calls.filter((c) => c.seq !== seq)) {
+    const k = idempotencyKey(opts.runId, c.seq);
+    const e = final.effects.find((e) => e.seq === c.seq);
+    expect(
+      e?.remote === "created" && e.attempts === 1 && final.requestsByKey[k] === 1,
+      `tool call ${k} ended remote=${e?.remote} after ${e?.attempts} attempt(s) and ${
+        final.requestsByKey[k] ?? 0
+      } request(s), expected created after one`,
+    );
   }
   return problems;
 }

@@ -34,7 +34,7 @@ import {
 } from "../runtime/crashpoints.ts";
 import { Logger } from "../runtime/log.ts";
 import { type RunOutcome, runWorker } from "../runtime/loop.ts";
-import { type FetchLike, OpenAIPlanner } from "../runtime/planner.ts";
+import { type FetchLike, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import {
   type JournalRow,
@@ -136,6 +136,12 @@ export interface SimWorldOptions {
   leaseMs?: number;
   /** Answers the tools' requests instead of the mock cloud (a user's fake remote). */
   remote?: FetchLike;
+  /**
+   * Calls the mock model puts in one answer of the demo's (or the generic)
+   * plan: 3 answers the demo's server, database and DNS record at once, a
+   * step of three calls. Default 1.
+   */
+  modelParallel?: number;
 }
 
 /**
@@ -193,7 +199,10 @@ export class SimWorld {
   static async open(db: SimDb, opts: SimWorldOptions = {}): Promise<SimWorld> {
     const clock = new ManualClock(SIM_START_MS);
     const now = () => clock.now();
-    const [model, cloud] = await Promise.all([MockModel.open({ now }), MockCloud.open({ now })]);
+    const [model, cloud] = await Promise.all([
+      MockModel.open({ now, parallel: opts.modelParallel }),
+      MockCloud.open({ now }),
+    ]);
     return new SimWorld(db, clock, model, cloud, opts);
   }
 
@@ -208,7 +217,19 @@ export class SimWorld {
    * {@link SimProcess.exit} (or {@link SimProcess.stalled}).
    */
   spawn(
-    opts: { name?: string; runId: string; goal?: string; plan?: Partial<CrashPlan>; hooks?: ProcessHooks },
+    opts: {
+      name?: string;
+      runId: string;
+      goal?: string;
+      plan?: Partial<CrashPlan>;
+      hooks?: ProcessHooks;
+      /** This incarnation's agent and tools, instead of the world's (a world of runs of several agents). */
+      agent?: Agent;
+      /** See {@link SimWorldOptions.tools}. */
+      tools?: (fetch: FetchLike) => Tool[];
+      /** This incarnation's model, instead of an OpenAI client of the world's mock model. */
+      planner?: (fetch: FetchLike) => Planner;
+    },
   ): SimProcess {
     const index = ++this.#spawned;
     const name = opts.name ?? `w${index}`;
@@ -219,8 +240,9 @@ export class SimWorld {
       goal: opts.goal,
       plan: { crashSeq: 0, stallMs: 0, ...opts.plan },
       seed,
-      tools: this.#opts.tools,
-      agent: this.#opts.agent,
+      tools: opts.tools ?? this.#opts.tools,
+      agent: opts.agent ?? this.#opts.agent,
+      planner: opts.planner,
       heartbeatMs: this.#opts.heartbeatMs,
       leaseMs: this.#opts.leaseMs,
       hooks: opts.hooks,
@@ -350,6 +372,7 @@ export class SimProcess {
       seed: number;
       tools?: (fetch: FetchLike) => Tool[];
       agent?: Agent;
+      planner?: (fetch: FetchLike) => Planner;
       heartbeatMs?: number;
       leaseMs?: number;
       hooks?: ProcessHooks;
@@ -404,7 +427,9 @@ export class SimProcess {
     });
     const prepared = {
       agent,
-      planner: new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
+      planner: opts.planner
+        ? opts.planner(modelFetch)
+        : new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
       tools: new ToolRegistry(
         opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
       ),

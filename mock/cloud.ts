@@ -7,7 +7,9 @@
  * deterministically. One endpoint takes no key, as many payment APIs do:
  * `POST /v1/charges` charges again on every request, and
  * `GET /v1/charges?reference=R` finds the charges made with a reference, so
- * a tool can look a call up by its key (its `reconcile`).
+ * a tool can look a call up by its key (its `reconcile`). And one endpoint
+ * takes work that finishes later (the HTTP 202 pattern): `POST /v1/jobs`
+ * starts a job, and the same request again asks how it stands.
  *
  * @module
  */
@@ -19,14 +21,16 @@ import { droppedResponse, garbageResponse, jsonResponse, problemResponse } from 
 import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
 
 /** The kinds of resource the cloud can create. */
-export type ResourceKind = "server" | "database" | "dns_record" | "charge";
+export type ResourceKind = "server" | "database" | "dns_record" | "charge" | "job";
 
 /** Options of {@linkcode MockCloud.open}. */
 export interface MockCloudOptions {
   /** JSON file holding the state across restarts; in-memory when omitted. */
   statePath?: string;
-  /** Clock used for `created_at`; defaults to the real time. */
+  /** Clock used for `created_at` and for when jobs finish; defaults to the real time. */
   now?: () => Date;
+  /** How long a job runs when its request gives no `duration_ms`; default 30000 (30 s). */
+  jobDurationMs?: number;
 }
 
 /** One resource created under an idempotency key, as listed by `created()`. */
@@ -99,9 +103,36 @@ export interface Charge {
   created_at: string;
 }
 
+/** How a job stands: `running` until its time has passed, then `done` or (asked with `fail`) `failed`. */
+export type CloudJobStatus = "running" | "done" | "failed";
+
+/** One job started with `POST /v1/jobs`, as listed by `jobs()`. */
+export interface CloudJob {
+  /** The `Idempotency-Key` it was started under. */
+  key: string;
+  /** Provider id, e.g. `job-0000003`. */
+  id: string;
+  /** The JSON body of the starting request. */
+  payload: Record<string, unknown>;
+  /** When it started (ISO 8601, from the `now` clock). */
+  created_at: string;
+  /** When it ends (ISO 8601): `created_at` plus its duration. */
+  ends_at: string;
+  /** How it stands now. */
+  status: CloudJobStatus;
+}
+
+/** What a job needs beyond the resource: fixed when it starts. */
+interface JobTerms {
+  duration_ms: number;
+  fail: boolean;
+}
+
 interface StoredResource extends CreatedResource {
-  /** The exact first response body, replayed byte for byte. */
+  /** The exact first response body, replayed byte for byte (a job answers how it stands instead). */
   body: string;
+  /** Set for a job. */
+  job?: JobTerms;
 }
 
 interface CloudState {
@@ -124,6 +155,12 @@ type CountField = "fail_next" | "hang_next" | "garbage_next" | "drop_after_act_n
 /** Where charges are made and looked up; it takes no `Idempotency-Key`. */
 const CHARGES = "/v1/charges";
 
+/** Where jobs are started and polled (`POST`, keyed) and looked up by id (`GET /v1/jobs/<id>`). */
+const JOBS = "/v1/jobs";
+
+/** A job's length when its request names none, unless `MockCloudOptions.jobDurationMs` says otherwise. */
+const DEFAULT_JOB_DURATION_MS = 30_000;
+
 /**
  * A fake cloud provider. Use {@linkcode MockCloud.open} to create one, then
  * pass {@linkcode MockCloud.handler} to `Deno.serve` or call it directly.
@@ -144,6 +181,7 @@ export class MockCloud {
   #by_key = new Map<string, StoredResource>();
   #file: DurableJsonFile<CloudState> | undefined;
   #now: () => Date;
+  #job_duration_ms: number;
   #faults = new Map<string, CloudFaultSpec>();
   /** Aborted by `releaseHung()` to end requests held by `hang_next`. */
   #release = new AbortController();
@@ -152,19 +190,34 @@ export class MockCloud {
   /** Keys of the requests being handled now: a second request with one of them gets 409. */
   #in_progress = new Set<string>();
 
-  private constructor(state: CloudState, file: DurableJsonFile<CloudState> | undefined, now: () => Date) {
+  private constructor(
+    state: CloudState,
+    file: DurableJsonFile<CloudState> | undefined,
+    opts: { now: () => Date; job_duration_ms: number },
+  ) {
     this.#state = state;
     this.#file = file;
-    this.#now = now;
+    this.#now = opts.now;
+    this.#job_duration_ms = opts.job_duration_ms;
     for (const resource of state.resources) this.#by_key.set(resource.key, resource);
   }
 
-  /** Creates a cloud, loading the state at `opts.statePath` when it exists. */
+  /**
+   * Creates a cloud, loading the state at `opts.statePath` when it exists.
+   * Throws a `TypeError` when `opts.jobDurationMs` is not a non-negative integer.
+   */
   static async open(opts: MockCloudOptions = {}): Promise<MockCloud> {
+    const job_duration_ms = opts.jobDurationMs ?? DEFAULT_JOB_DURATION_MS;
+    if (!Number.isInteger(job_duration_ms) || job_duration_ms < 0) {
+      throw new TypeError(
+        "Cannot open the mock cloud as 'jobDurationMs' must be a non-negative integer: current value is " +
+          JSON.stringify(job_duration_ms),
+      );
+    }
     const file = opts.statePath === undefined ? undefined : new DurableJsonFile<CloudState>(opts.statePath);
     const state = (await file?.read()) ??
       { next_id: 1, resources: [], requests: { total: 0, by_key: {}, by_path: {} } };
-    return new MockCloud(state, file, opts.now ?? (() => new Date()));
+    return new MockCloud(state, file, { now: opts.now ?? (() => new Date()), job_duration_ms });
   }
 
   /**
@@ -176,6 +229,13 @@ export class MockCloud {
     const path = url.pathname;
     if (path === CHARGES && req.method === "POST") return await this.#handleCharge(req);
     if (path.startsWith("/v1/") && req.method === "POST") return await this.#handleCreate(req, path);
+    if (path.startsWith(`${JOBS}/`) && req.method === "GET") {
+      const id = decodeURIComponent(path.slice(JOBS.length + 1));
+      const job = this.#state.resources.find((resource) => resource.job !== undefined && resource.id === id);
+      return job === undefined
+        ? problem(404, "not_found", `no job ${JSON.stringify(id)}`)
+        : this.#jobAnswer(job);
+    }
     switch (`${req.method} ${path}`) {
       case `GET ${CHARGES}`: {
         const reference = url.searchParams.get("reference");
@@ -188,6 +248,8 @@ export class MockCloud {
         return jsonResponse(200, this.created(url.searchParams.get("prefix") ?? undefined));
       case "GET /requests":
         return jsonResponse(200, this.requests());
+      case "GET /jobs":
+        return jsonResponse(200, this.jobs(url.searchParams.get("prefix") ?? undefined));
     }
     const faults = {
       set: (spec: Record<string, unknown>) => this.setFaults(spec),
@@ -215,6 +277,29 @@ export class MockCloud {
         reference: typeof payload.reference === "string" ? payload.reference : null,
         created_at,
       }));
+  }
+
+  /**
+   * Jobs started so far, in start order, with how each stands now; optionally only keys
+   * starting with `prefix`. One per key, however often it was polled (`requests()` counts those).
+   */
+  jobs(prefix?: string): CloudJob[] {
+    return this.#state.resources
+      .filter((resource) =>
+        resource.job !== undefined && (prefix === undefined || resource.key.startsWith(prefix))
+      )
+      .map((resource) => {
+        const { key, id, payload, created_at } = resource;
+        const ends_ms = this.#jobEndsMs(resource);
+        return {
+          key,
+          id,
+          payload,
+          created_at,
+          ends_at: new Date(ends_ms).toISOString(),
+          status: this.#jobStatus(resource),
+        };
+      });
   }
 
   /** Counts of `POST /v1/*` requests received (a copy). */
@@ -261,7 +346,10 @@ export class MockCloud {
     }
     this.#countRequest(path, key);
     const route = KIND_BY_PATH[path];
-    if (route === undefined) return problem(404, "not_found", `no endpoint ${path}`);
+    const answer = path === JOBS
+      ? (key: string) => this.#startOrPollJob(req, key)
+      : route && ((key: string) => this.#createOrReplay(req, key, route.kind, route.prefix));
+    if (answer === undefined) return problem(404, "not_found", `no endpoint ${path}`);
     if (typeof parsed !== "string") return parsed;
     if (this.#in_progress.has(parsed)) {
       // The draft's answer to a concurrent request: not now, and not "no".
@@ -275,7 +363,7 @@ export class MockCloud {
     }
     this.#in_progress.add(parsed);
     try {
-      return await this.#faulty(path, req, () => this.#createOrReplay(req, parsed, route.kind, route.prefix));
+      return await this.#faulty(path, req, () => answer(parsed));
     } finally {
       // Released even when a hung or delayed request is aborted, or the next one would wait forever.
       this.#in_progress.delete(parsed);
@@ -331,15 +419,7 @@ export class MockCloud {
     const existing = this.#by_key.get(key);
     if (existing !== undefined) {
       if (existing.kind !== kind || canonicalJson(existing.payload) !== canonicalJson(payload)) {
-        return problemResponse(
-          422,
-          "idempotency_key_reused",
-          "Idempotency-Key is already used",
-          `key ${
-            JSON.stringify(key)
-          } was first used for a different request (${existing.kind} ${existing.id}); a key must not be ` +
-            "reused with another payload",
-        );
+        return keyReused(key, existing);
       }
       return jsonResponse(200, existing.body, { "Idempotent-Replayed": "true" });
     }
@@ -349,8 +429,70 @@ export class MockCloud {
     return jsonResponse(201, resource.body, { "Idempotent-Replayed": "false" });
   }
 
+  /**
+   * `POST /v1/jobs`: the first request under a key starts a job; the same request
+   * again answers how it stands (202 while it runs, 200 once done or failed).
+   */
+  async #startOrPollJob(req: Request, key: string): Promise<Response> {
+    const payload = await readJsonObject(req);
+    if (payload === undefined) return problem(400, "bad_json", "the body must be a JSON object");
+    const invalid = jobProblem(payload);
+    if (invalid !== undefined) return problem(400, "bad_json", invalid);
+
+    const existing = this.#by_key.get(key);
+    if (existing !== undefined) {
+      if (existing.kind !== "job" || canonicalJson(existing.payload) !== canonicalJson(payload)) {
+        return keyReused(key, existing);
+      }
+      return this.#jobAnswer(existing, { "Idempotent-Replayed": "true" });
+    }
+    const terms: JobTerms = {
+      duration_ms: (payload.duration_ms as number | undefined) ?? this.#job_duration_ms,
+      fail: payload.fail === true,
+    };
+    const job = this.#store(key, "job", "job-", payload, terms);
+    this.#by_key.set(key, job);
+    return this.#jobAnswer(job, { "Idempotent-Replayed": "false" });
+  }
+
+  /** When `job` ends, in ms since the epoch: its start plus its duration. */
+  #jobEndsMs(job: StoredResource): number {
+    return Date.parse(job.created_at) + job.job!.duration_ms;
+  }
+
+  #jobStatus(job: StoredResource): CloudJobStatus {
+    if (this.#now().getTime() < this.#jobEndsMs(job)) return "running";
+    return job.job!.fail ? "failed" : "done";
+  }
+
+  /** How `job` stands: 202 with when to look again while it runs, else 200 with its result or error. */
+  #jobAnswer(job: StoredResource, headers: Record<string, string> = {}): Response {
+    const remaining_ms = this.#jobEndsMs(job) - this.#now().getTime();
+    const location = { Location: `${JOBS}/${job.id}` };
+    if (remaining_ms > 0) {
+      return jsonResponse(202, { job_id: job.id, status: "running", retry_after_ms: remaining_ms }, {
+        ...headers,
+        ...location,
+        "Retry-After": String(Math.ceil(remaining_ms / 1000)),
+      });
+    }
+    const kind = typeof job.payload.kind === "string" ? job.payload.kind : "job";
+    if (job.job!.fail) {
+      const error = `job ${job.id} (${kind}) failed, as its request asked with "fail": true`;
+      return jsonResponse(200, { job_id: job.id, status: "failed", error }, { ...headers, ...location });
+    }
+    const result = { kind, finished_at: new Date(this.#jobEndsMs(job)).toISOString() };
+    return jsonResponse(200, { job_id: job.id, status: "done", result }, { ...headers, ...location });
+  }
+
   /** Creates a resource with the next id and persists it. */
-  #store(key: string, kind: ResourceKind, prefix: string, payload: Record<string, unknown>): StoredResource {
+  #store(
+    key: string,
+    kind: ResourceKind,
+    prefix: string,
+    payload: Record<string, unknown>,
+    job?: JobTerms,
+  ): StoredResource {
     const id = `${prefix}${String(this.#state.next_id++).padStart(7, "0")}`;
     const body: Record<string, unknown> = { id, kind, ...payload };
     // Reassigning keeps the keys first but stops a payload field from overriding them.
@@ -363,6 +505,7 @@ export class MockCloud {
       payload,
       created_at: this.#now().toISOString(),
       body: JSON.stringify(body),
+      ...(job === undefined ? {} : { job }),
     };
     this.#state.resources.push(resource);
     this.#persist();
@@ -413,6 +556,34 @@ export class MockCloud {
   #persist(): void {
     this.#file?.writeSync(this.#state);
   }
+}
+
+/** The 422 for `key` sent again with another body (or to another endpoint) than its first request's. */
+function keyReused(key: string, existing: StoredResource): Response {
+  return problemResponse(
+    422,
+    "idempotency_key_reused",
+    "Idempotency-Key is already used",
+    `key ${
+      JSON.stringify(key)
+    } was first used for a different request (${existing.kind} ${existing.id}); a key must not be ` +
+      "reused with another payload",
+  );
+}
+
+/** What is wrong with a `POST /v1/jobs` body, or `undefined` when nothing is. */
+function jobProblem(payload: Record<string, unknown>): string | undefined {
+  const { kind, duration_ms, fail } = payload;
+  if (kind !== undefined && (typeof kind !== "string" || kind === "")) {
+    return `kind must be a non-empty string, got ${JSON.stringify(kind)}`;
+  }
+  if (duration_ms !== undefined && (!Number.isInteger(duration_ms) || (duration_ms as number) < 0)) {
+    return `duration_ms must be a non-negative integer of milliseconds, got ${JSON.stringify(duration_ms)}`;
+  }
+  if (fail !== undefined && typeof fail !== "boolean") {
+    return `fail must be a boolean, got ${JSON.stringify(fail)}`;
+  }
+  return undefined;
 }
 
 /** A problem details answer whose title is the status's reason, for the mock's plain refusals. */

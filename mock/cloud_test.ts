@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import { ManualClock } from "../runtime/clock.ts";
 import { MockCloud } from "./cloud.ts";
+import { serveMocks } from "./server.ts";
 
 const FIXED_NOW = () => new Date("2030-01-02T03:04:05Z");
 
@@ -434,4 +436,196 @@ Deno.test("hang_after_act_next does the work, then never answers until the calle
   cloud.releaseHung();
   await assert.rejects(pending, (err: unknown) => err instanceof DOMException && err.name === "AbortError");
   assert.equal(cloud.created("s").length, 1);
+});
+
+// --- Jobs: work that finishes later (the HTTP 202 pattern) ---
+
+Deno.test("over real HTTP, a job answers 202 with when to look again until its time has passed, then 200 done", async () => {
+  const clock = new ManualClock(Date.UTC(2030, 0, 2, 3, 4, 5));
+  const cloud = await MockCloud.open({ now: () => clock.now() });
+  const mocks = await serveMocks({ cloud });
+  try {
+    const start = (key: string, body: unknown) =>
+      fetch(`${mocks.cloudUrl}/v1/jobs`, {
+        method: "POST",
+        headers: { "Idempotency-Key": `"${key}"` },
+        body: JSON.stringify(body),
+      });
+    const body = { kind: "backup", duration_ms: 30_000 };
+    const polls: [number, string | null, unknown][] = [];
+    const poll = async () => {
+      const res = await start("run1:0", body);
+      polls.push([res.status, res.headers.get("Retry-After"), await res.json()]);
+      return res;
+    };
+    const first = await poll();
+    assert.equal(first.headers.get("Location"), "/v1/jobs/job-0000001");
+    assert.equal(first.headers.get("Idempotent-Replayed"), "false");
+    await clock.advance(10_500);
+    const second = await poll();
+    assert.equal(second.headers.get("Idempotent-Replayed"), "true");
+    await clock.advance(19_499);
+    await poll();
+    assert.equal(cloud.jobs()[0].status, "running");
+    await clock.advance(1);
+    await poll();
+    await clock.advance(60_000);
+    await poll();
+    const done = {
+      job_id: "job-0000001",
+      status: "done",
+      result: { kind: "backup", finished_at: "2030-01-02T03:04:35.000Z" },
+    };
+    assert.deepEqual(polls, [
+      [202, "30", { job_id: "job-0000001", status: "running", retry_after_ms: 30_000 }],
+      [202, "20", { job_id: "job-0000001", status: "running", retry_after_ms: 19_500 }],
+      [202, "1", { job_id: "job-0000001", status: "running", retry_after_ms: 1 }],
+      [200, null, done],
+      [200, null, done],
+    ]);
+    const looked_up = await fetch(`${mocks.cloudUrl}/v1/jobs/job-0000001`);
+    assert.equal(looked_up.status, 200);
+    assert.deepEqual(await looked_up.json(), done);
+    const missing = await fetch(`${mocks.cloudUrl}/v1/jobs/job-9999999`);
+    assert.equal(missing.status, 404);
+    await missing.body?.cancel();
+
+    assert.deepEqual(await (await fetch(`${mocks.cloudUrl}/jobs`)).json(), [{
+      key: "run1:0",
+      id: "job-0000001",
+      payload: body,
+      created_at: "2030-01-02T03:04:05.000Z",
+      ends_at: "2030-01-02T03:04:35.000Z",
+      status: "done",
+    }]);
+    assert.deepEqual(cloud.created().map((r) => [r.key, r.kind, r.id]), [["run1:0", "job", "job-0000001"]]);
+    const requests = cloud.requests();
+    assert.equal(requests.by_path["/v1/jobs"], 5, "every poll is a request");
+    assert.equal(requests.by_key["run1:0"], 5);
+  } finally {
+    await mocks.close();
+  }
+});
+
+Deno.test("a key never starts a second job, however often it is sent; each key starts its own", async () => {
+  const clock = new ManualClock();
+  const cloud = await MockCloud.open({ now: () => clock.now(), jobDurationMs: 5_000 });
+  for (let i = 0; i < 3; i++) {
+    for (const key of ["a:0", "a:1"]) {
+      const res = await cloud.handler(post("/v1/jobs", { kind: "render" }, key));
+      assert.equal(res.status, 202);
+      // No duration_ms in the body: the cloud's jobDurationMs.
+      assert.equal((await res.json()).retry_after_ms, 5_000 - i * 1_000);
+    }
+    await clock.advance(1_000);
+  }
+  assert.deepEqual(cloud.jobs().map((j) => [j.key, j.id, j.status]), [
+    ["a:0", "job-0000001", "running"],
+    ["a:1", "job-0000002", "running"],
+  ]);
+  assert.deepEqual(cloud.jobs("a:1").map((j) => j.id), ["job-0000002"]);
+  assert.equal(cloud.requests().by_path["/v1/jobs"], 6);
+  await clock.advance(2_000);
+  const res = await cloud.handler(post("/v1/jobs", { kind: "render" }, "a:0"));
+  assert.equal(res.status, 200);
+  assert.equal((await res.json()).status, "done");
+  assert.equal(cloud.jobs().length, 2);
+});
+
+Deno.test("a job asked to fail answers 202 while it runs, then 200 with status failed and an error", async () => {
+  const clock = new ManualClock();
+  const cloud = await MockCloud.open({ now: () => clock.now() });
+  const body = { kind: "migrate", duration_ms: 1_000, fail: true };
+  const running = await cloud.handler(post("/v1/jobs", body, "f:0"));
+  assert.equal(running.status, 202);
+  assert.equal((await running.json()).status, "running");
+  await clock.advance(1_000);
+  const failed = await cloud.handler(post("/v1/jobs", body, "f:0"));
+  assert.equal(failed.status, 200);
+  assert.deepEqual(await failed.json(), {
+    job_id: "job-0000001",
+    status: "failed",
+    error: 'job job-0000001 (migrate) failed, as its request asked with "fail": true',
+  });
+  assert.equal(cloud.jobs()[0].status, "failed");
+
+  // A job of no duration has ended at its first answer.
+  const at_once = await cloud.handler(post("/v1/jobs", { duration_ms: 0 }, "f:1"));
+  assert.equal(at_once.status, 200);
+  assert.deepEqual((await at_once.json()).result, { kind: "job", finished_at: clock.now().toISOString() });
+});
+
+Deno.test("a job key sent again with another body, or used before for a resource, is refused with 422", async (t) => {
+  const clock = new ManualClock();
+  const cloud = await MockCloud.open({ now: () => clock.now() });
+  const started = await cloud.handler(post("/v1/jobs", { kind: "backup", duration_ms: 1_000 }, "k:0"));
+  await started.body?.cancel();
+  const server = await cloud.handler(post("/v1/servers", { name: "srv" }, "k:1"));
+  await server.body?.cancel();
+  const cases = [
+    { name: "another duration", path: "/v1/jobs", body: { kind: "backup", duration_ms: 2_000 }, key: "k:0" },
+    { name: "another kind", path: "/v1/jobs", body: { kind: "restore", duration_ms: 1_000 }, key: "k:0" },
+    { name: "a server's key", path: "/v1/jobs", body: { name: "srv" }, key: "k:1" },
+    {
+      name: "a job's key for a server",
+      path: "/v1/servers",
+      body: { kind: "backup", duration_ms: 1_000 },
+      key: "k:0",
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, async () => {
+      const body = await assertProblem(await cloud.handler(post(c.path, c.body, c.key)), 422);
+      assert.equal(body.code, "idempotency_key_reused");
+    });
+  }
+  await t.step("a malformed body is a 400 that starts nothing", async () => {
+    for (
+      const [bad, detail] of [
+        [{ duration_ms: -1 }, /^duration_ms must be a non-negative integer of milliseconds, got -1$/],
+        [{ duration_ms: 1.5 }, /^duration_ms must be a non-negative integer/],
+        [{ kind: "" }, /^kind must be a non-empty string, got ""$/],
+        [{ fail: "yes" }, /^fail must be a boolean, got "yes"$/],
+        ["[]", /^the body must be a JSON object$/],
+      ] as const
+    ) {
+      const body = await assertProblem(await cloud.handler(post("/v1/jobs", bad, "k:2")), 400);
+      assert.equal(body.code, "bad_json");
+      assert.match(body.detail as string, detail);
+    }
+    await assertProblem(await cloud.handler(post("/v1/jobs", {})), 400); // no key
+  });
+  assert.deepEqual(cloud.jobs().map((j) => j.key), ["k:0"]);
+  assert.equal(cloud.created().length, 2);
+});
+
+Deno.test("a job survives reopening the cloud, and a lost answer's re-send finds the job it started", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const clock = new ManualClock();
+    const statePath = join(dir, "cloud.json");
+    const before = await MockCloud.open({ statePath, now: () => clock.now() });
+    before.setFaults({ path: "/v1/jobs", drop_after_act_next: 1 });
+    const lost = await before.handler(post("/v1/jobs", { duration_ms: 3_000 }, "p:0"));
+    assert.equal(lost.status, 202);
+    await assert.rejects(lost.text());
+    await clock.advance(1_000);
+    const after = await MockCloud.open({ statePath, now: () => clock.now() });
+    const again = await after.handler(post("/v1/jobs", { duration_ms: 3_000 }, "p:0"));
+    assert.equal(again.status, 202);
+    assert.deepEqual(await again.json(), { job_id: "job-0000001", status: "running", retry_after_ms: 2_000 });
+    await clock.advance(2_000);
+    assert.deepEqual(after.jobs().map((j) => [j.id, j.status]), [["job-0000001", "done"]]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a job duration option that is not a non-negative integer is refused at open", async () => {
+  await assert.rejects(
+    MockCloud.open({ jobDurationMs: -5 }),
+    new TypeError(
+      "Cannot open the mock cloud as 'jobDurationMs' must be a non-negative integer: current value is -5",
+    ),
+  );
 });

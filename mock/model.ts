@@ -3,8 +3,10 @@
  * with tool calling. Offered the demo's tools, it provisions a server, then a
  * database, then a DNS record, then says it is done. Any other agent gets the
  * script set for its run or its name, or else calls each offered tool once
- * with arguments made up from the tool's JSON Schema. It can be told to
- * misbehave.
+ * with arguments made up from the tool's JSON Schema. A script step may hold
+ * several calls, and the demo and the generic plan can answer several calls
+ * at once (`parallel`), as models do with independent calls. It can be told
+ * to misbehave.
  *
  * @module
  */
@@ -23,13 +25,19 @@ export interface MockModelOptions {
   now?: () => Date;
   /** Scripts to start with, as if given to {@linkcode MockModel.setScript}. Not persisted. */
   scripts?: MockScripts;
+  /**
+   * How many calls of the demo's or the generic plan one answer holds, at most, for runs and agents
+   * with no entry in the script table; default 1 (one call per answer). See {@linkcode MockModel}.
+   */
+  parallel?: number;
 }
 
 /**
- * One step of a script: a tool call, or a final answer with that content.
- * String values in `args` may contain `{n}`, replaced with the run's call count.
+ * One step of a script: a tool call, several tool calls in one answer, or a
+ * final answer with that content. String values in `args` may contain `{n}`,
+ * replaced with the run's call count.
  */
-export type ScriptStep = ScriptToolStep | ScriptAnswerStep;
+export type ScriptStep = ScriptToolStep | ScriptCallsStep | ScriptAnswerStep;
 
 /** A {@linkcode ScriptStep} that calls a tool. */
 export interface ScriptToolStep {
@@ -39,20 +47,39 @@ export interface ScriptToolStep {
   args: Record<string, unknown>;
 }
 
+/**
+ * A {@linkcode ScriptStep} answered with two or more tool calls in one message,
+ * as models do when the calls are independent. Ids are `call_<n>`, `call_<n>_2`, ...
+ */
+export interface ScriptCallsStep {
+  /** The calls, in the order the answer lists them; 2 or more. */
+  calls: ScriptToolStep[];
+}
+
 /** A {@linkcode ScriptStep} that ends the run with a final answer. */
 export interface ScriptAnswerStep {
   /** Content of the final answer. */
   answer: string;
 }
 
-/** A script for one run or for every run of one agent: the body of `POST /_scripts`. */
+/**
+ * A script for one run or for every run of one agent: the body of `POST /_scripts`.
+ * It holds either `steps`, or `parallel` alone: no scripted steps, but the demo's
+ * or the generic plan answered up to `parallel` calls at a time.
+ */
 export interface ScriptSpec {
   /** Run id (the request's `x-agent-run` header, else its `user` field); exclusive with `agent`. */
   run?: string;
   /** Agent name (the request's `x-agent-name` header); exclusive with `run`. */
   agent?: string;
-  /** The steps, in order; step `i` is answered when the request holds `i` tool results. */
-  steps: ScriptStep[];
+  /**
+   * The steps, in order. A request holding `k` tool results is answered from the step where the
+   * `k`-th call (counted from 0) of the script lies: a step of one call or an answer counts as one
+   * call, a `calls` step as its calls. Exclusive with `parallel`.
+   */
+  steps?: ScriptStep[];
+  /** At most this many calls per answer of the demo's or the generic plan (a positive integer). */
+  parallel?: number;
 }
 
 /** Every script set, by run id and by agent name. */
@@ -61,26 +88,39 @@ export interface MockScripts {
   byRun?: Record<string, ScriptStep[]>;
   /** Scripts per agent name. */
   byAgent?: Record<string, ScriptStep[]>;
+  /**
+   * Calls per answer set with `parallel` instead of steps, per run and per agent; listed by
+   * {@linkcode MockModel.scripts} only when one is set.
+   */
+  parallel?: { byRun?: Record<string, number>; byAgent?: Record<string, number> };
 }
 
-/** Ways an answer can be broken on purpose. */
+/**
+ * Ways an answer can be broken on purpose, and `multi_tool`: two calls at
+ * once (the step's and the next one), an answer the runtime takes since
+ * steps may hold several calls (#24), kept to show it.
+ */
 export type ModelFaultMode =
   | "garbage"
   | "no_choices"
   | "unknown_tool"
   | "bad_args"
   | "bad_json_args"
+  | "too_many_calls"
   | "multi_tool";
 
-/** Every {@linkcode ModelFaultMode}, for validation and docs. */
+/** Every {@linkcode ModelFaultMode} that breaks an answer (the fuzzer draws from these), for validation and docs. */
 export const MODEL_FAULT_MODES: readonly ModelFaultMode[] = [
   "garbage",
   "no_choices",
   "unknown_tool",
   "bad_args",
   "bad_json_args",
-  "multi_tool",
+  "too_many_calls",
 ];
+
+/** The calls a `too_many_calls` answer holds: more than any agent allows in one answer (maxCallsPerStep is at most 64). */
+export const TOO_MANY_CALLS = 65;
 
 /**
  * Misbehaviour for the next calls. Per call the first applicable knob wins,
@@ -141,25 +181,43 @@ export const SCRIPT_DONE_MESSAGE = "Done.";
 /** Content of the final answer of an agent offering no tools (and no script). */
 export const NOTHING_TO_DO_MESSAGE = "Nothing to do.";
 
-/** A run's or an agent's plan: the steps, then `end` as the final answer. */
-interface Plan {
-  steps: ({ tool: string; args: unknown } | ScriptAnswerStep)[];
-  end: string;
+/** One call a plan makes: the tool and its arguments (a string is sent as it is). */
+interface PlannedCall {
+  tool: string;
+  args: unknown;
 }
+
+/** A step of a plan: the calls of one answer, or a final answer. */
+type PlanStep = { calls: PlannedCall[] } | ScriptAnswerStep;
+
+/**
+ * A run's or an agent's plan: the steps, then `end` as the final answer. With
+ * `parallel` above 1, an answer also takes the one-call steps after its own,
+ * up to `parallel` calls.
+ */
+interface Plan {
+  steps: PlanStep[];
+  end: string;
+  parallel: number;
+}
+
+/** What the script table holds for a run or an agent: scripted steps, or calls per answer. */
+type ScriptEntry = { steps: ScriptStep[] } | { parallel: number };
 
 /** The scripts set, by run id and by agent name. */
 interface ScriptTables {
-  byRun: Map<string, ScriptStep[]>;
-  byAgent: Map<string, ScriptStep[]>;
+  byRun: Map<string, ScriptEntry>;
+  byAgent: Map<string, ScriptEntry>;
 }
 
 /** A decided answer: tool calls, or a final answer. */
 type Decision = { tool_calls: ToolCall[] } | { content: string };
 
 /**
- * A scripted chat-completions model. `step` = number of `role: "tool"`
- * messages; `n` = this run's call count including the current call. Names
- * carry `n` (`srv-<n>`), so a step that is asked again shows a new number.
+ * A scripted chat-completions model. `k` = number of `role: "tool"` messages
+ * (results of calls already made); `n` = this run's call count including the
+ * current call. Names carry `n` (`srv-<n>`), so a step that is asked again
+ * shows a new number.
  *
  * What a request gets, first match wins: the script of its run (the
  * `x-agent-run` header, else `user`), the script of its agent (the `x-agent-name`
@@ -167,6 +225,17 @@ type Decision = { tool_calls: ToolCall[] } | { content: string };
  * when neither `tools` nor `x-agent-name` is sent), else one call per offered tool, in order, with
  * arguments from {@linkcode argsFromSchema}, then the final answer
  * `Called <name1>, <name2>.`.
+ *
+ * Which step: every plan is a list of calls, counted from 0, and a request
+ * holding `k` tool results is answered from call `k` on. A one-call step is
+ * one call; a script's `calls` step answers all its calls in one message (so a
+ * request landing inside it, after a broken answer, gets the rest of it). The
+ * demo and the generic plan answer up to `parallel` consecutive calls at once
+ * (the script table's `parallel` for the run or agent, else the option,
+ * default 1); their calls are independent: a DNS record answered with its
+ * server targets the server's name from the same answer. Counting results, not
+ * assistant turns, keeps a plan in step whatever grouping the earlier answers
+ * had (a `multi_tool` answer too).
  *
  * @example
  * ```ts
@@ -187,30 +256,40 @@ export class MockModel {
   /** Tokens billed per run, from the usage of every answer sent. */
   #billed = new Map<string, number>();
   #scripts: ScriptTables;
+  /** Calls per answer of the demo's and the generic plan, for runs and agents the table does not name. */
+  #parallel: number;
   /** Aborted by `releaseHung()` to end calls held by `hang_next`. */
   #release = new AbortController();
 
   private constructor(
     state: ModelState,
     file: DurableJsonFile<ModelState> | undefined,
-    now: () => Date,
-    scripts: ScriptTables,
+    opts: { now: () => Date; scripts: ScriptTables; parallel: number },
   ) {
     this.#state = state;
     this.#file = file;
-    this.#now = now;
-    this.#scripts = scripts;
+    this.#now = opts.now;
+    this.#scripts = opts.scripts;
+    this.#parallel = opts.parallel;
   }
 
   /**
    * Creates a model, loading the counters at `opts.statePath` when they exist.
-   * Throws a `TypeError` when `opts.scripts` is malformed.
+   * Throws a `TypeError` when `opts.scripts` or `opts.parallel` is malformed.
    */
   static async open(opts: MockModelOptions = {}): Promise<MockModel> {
     const scripts = parseScripts(opts.scripts ?? {});
+    const parallel = opts.parallel ?? 1;
+    if (!isPositiveInteger(parallel)) {
+      throw new TypeError(
+        `Cannot open the mock model as 'parallel' must be a positive integer: current value is ${
+          JSON.stringify(parallel)
+        }`,
+      );
+    }
     const file = opts.statePath === undefined ? undefined : new DurableJsonFile<ModelState>(opts.statePath);
     const state = (await file?.read()) ?? { calls: { total: 0, by_run: {} } };
-    return new MockModel(state, file, opts.now ?? (() => new Date()), scripts);
+    return new MockModel(state, file, { now: opts.now ?? (() => new Date()), scripts, parallel });
   }
 
   /**
@@ -277,9 +356,10 @@ export class MockModel {
    * Throws a `TypeError` when `spec` is malformed.
    */
   setScript(spec: ScriptSpec): void {
-    const { run, agent, steps } = parseScriptSpec(spec);
-    if (run !== undefined) this.#scripts.byRun.set(run, steps);
-    else this.#scripts.byAgent.set(agent!, steps);
+    const { run, agent, steps, parallel } = parseScriptSpec(spec);
+    const entry: ScriptEntry = steps === undefined ? { parallel: parallel! } : { steps };
+    if (run !== undefined) this.#scripts.byRun.set(run, entry);
+    else this.#scripts.byAgent.set(agent!, entry);
   }
 
   /** Removes every script. */
@@ -288,12 +368,21 @@ export class MockModel {
     this.#scripts.byAgent.clear();
   }
 
-  /** Every script set (a copy). */
-  scripts(): Required<MockScripts> {
-    return structuredClone({
-      byRun: Object.fromEntries(this.#scripts.byRun),
-      byAgent: Object.fromEntries(this.#scripts.byAgent),
-    });
+  /** Every script set (a copy); `parallel` is listed only when a script set one. */
+  scripts(): MockScripts & Required<Pick<MockScripts, "byRun" | "byAgent">> {
+    const steps = (table: Map<string, ScriptEntry>) =>
+      Object.fromEntries([...table].flatMap(([id, entry]) => "steps" in entry ? [[id, entry.steps]] : []));
+    const parallel = (table: Map<string, ScriptEntry>) =>
+      Object.fromEntries(
+        [...table].flatMap(([id, entry]) => "parallel" in entry ? [[id, entry.parallel]] : []),
+      );
+    const listed = {
+      byRun: steps(this.#scripts.byRun),
+      byAgent: steps(this.#scripts.byAgent),
+    };
+    const by = { byRun: parallel(this.#scripts.byRun), byAgent: parallel(this.#scripts.byAgent) };
+    const any_parallel = Object.keys(by.byRun).length + Object.keys(by.byAgent).length > 0;
+    return structuredClone(any_parallel ? { ...listed, parallel: by } : listed);
   }
 
   /** Ends every call currently held by `hang_next` (they reject), e.g. before shutting a server down. */
@@ -366,21 +455,21 @@ export class MockModel {
     tools: unknown,
     mode: ModelFaultMode | undefined,
   ): Decision {
-    const step = messages.filter((m) => isPlainObject(m) && m.role === "tool").length;
-    const script = this.#scripts.byRun.get(run) ??
+    // The calls already made: each has its result in the request, whatever answers they came in.
+    const k = messages.filter((m) => isPlainObject(m) && m.role === "tool").length;
+    const entry = this.#scripts.byRun.get(run) ??
       (agent === undefined ? undefined : this.#scripts.byAgent.get(agent));
-    if (script !== undefined) {
-      const steps = script.map((s) => "tool" in s ? { tool: s.tool, args: withCallCount(s.args, n) } : s);
-      return planned({ steps, end: SCRIPT_DONE_MESSAGE }, step, n, mode);
+    if (entry !== undefined && "steps" in entry) {
+      return planned(scriptPlan(entry.steps, n), k, n, mode);
     }
+    const parallel = entry?.parallel ?? this.#parallel;
     // An agent with no tools sends none (OpenAI refuses an empty list); a hand-written
     // request without tools (no x-agent-name either) gets the demo.
     const offered = offeredTools(tools) ?? (agent === undefined ? undefined : []);
     if (offered === undefined || isDemoToolset(offered)) {
-      const tool_calls = scriptedToolCalls(step, n, messages, mode);
-      return tool_calls === undefined ? { content: DONE_MESSAGE } : { tool_calls };
+      return planned(demoPlan(k, n, messages, parallel), k, n, mode);
     }
-    return planned(genericPlan(offered, n), step, n, mode);
+    return planned(genericPlan(offered, n, parallel), k, n, mode);
   }
 
   #answer(
@@ -468,15 +557,47 @@ function isDemoToolset(tools: { name: string }[]): boolean {
   return tools.length === SCRIPT_TOOLS.length && SCRIPT_TOOLS.every((name) => names.has(name));
 }
 
+/** The calls of one answer, with ids `call_<n>`, `call_<n>_2`, `call_<n>_3`, ... */
+function toolCalls(n: number, calls: PlannedCall[]): ToolCall[] {
+  return calls.map((c, i) => toolCall(n, c.tool, c.args, i === 0 ? "" : `_${i + 1}`));
+}
+
 /** One call per offered tool, in order, with arguments from its schema; then a summary. */
-function genericPlan(tools: { name: string; parameters: unknown }[], n: number): Plan {
+function genericPlan(tools: { name: string; parameters: unknown }[], n: number, parallel: number): Plan {
   return {
     steps: tools.map((t) => ({
-      tool: t.name,
-      args: argsFromSchema(t.parameters, { n, name: t.name }),
+      calls: [{ tool: t.name, args: argsFromSchema(t.parameters, { n, name: t.name }) }],
     })),
     end: tools.length === 0 ? NOTHING_TO_DO_MESSAGE : `Called ${tools.map((t) => t.name).join(", ")}.`,
+    parallel,
   };
+}
+
+/** A script as a plan, `{n}` filled in; its `calls` steps group the calls, so `parallel` is 1. */
+function scriptPlan(script: ScriptStep[], n: number): Plan {
+  const call = (s: ScriptToolStep): PlannedCall => ({ tool: s.tool, args: withCallCount(s.args, n) });
+  const steps = script.map((s): PlanStep =>
+    "answer" in s ? s : { calls: "calls" in s ? s.calls.map(call) : [call(s)] }
+  );
+  return { steps, end: SCRIPT_DONE_MESSAGE, parallel: 1 };
+}
+
+/**
+ * The demo: a server, a database, a DNS record, then {@linkcode DONE_MESSAGE}.
+ * The record targets the first server the assistant asked for in `messages`,
+ * or, when the server is asked for in this very answer (`k` = 0), its name here.
+ */
+function demoPlan(k: number, n: number, messages: unknown[], parallel: number): Plan {
+  const target = firstServerName(messages) ?? (k === 0 ? `srv-${n}` : "srv-unknown");
+  const calls: PlannedCall[] = [
+    { tool: "create_server", args: { name: `srv-${n}`, spec: "small" } },
+    { tool: "create_database", args: { name: `db-${n}`, engine: "postgres", size_gb: 10 } },
+    {
+      tool: "create_dns_record",
+      args: { hostname: `app-${n}.example.test`, record_type: "CNAME", target },
+    },
+  ];
+  return { steps: calls.map((c) => ({ calls: [c] })), end: DONE_MESSAGE, parallel };
 }
 
 /** Copies `value`, replacing `{n}` in every string with the call count. */
@@ -490,26 +611,44 @@ function withCallCount<T>(value: T, n: number): T {
 }
 
 /**
- * The answer at `step` of a plan, or the broken answer `mode` asks for. Broken
- * answers need a tool even where the plan answers; they use the last tool step
- * at or before `step` (else the first), or an unknown tool when the plan has none.
+ * The answer from call `k` of a plan on, or the broken answer `mode` asks for.
+ * Broken answers need a tool even where the plan answers; they use the last
+ * call at or before `k` (else the first), or an unknown tool when the plan has none.
  */
-function planned(plan: Plan, step: number, n: number, mode: ModelFaultMode | undefined): Decision {
-  const tool_steps = plan.steps.flatMap((s, i) => "tool" in s ? [{ i, ...s }] : []);
+function planned(plan: Plan, k: number, n: number, mode: ModelFaultMode | undefined): Decision {
+  // Where each step's calls start in the plan's list of calls; an answer takes one place.
+  const placed: { at: number; step: PlanStep }[] = [];
+  let at = 0;
+  for (const step of plan.steps) {
+    placed.push({ at, step });
+    at += "calls" in step ? step.calls.length : 1;
+  }
   if (mode !== undefined && mode !== "no_choices") {
-    const current = tool_steps.findLast((s) => s.i <= step) ?? tool_steps[0] ??
-      { i: -1, tool: "launch_rocket", args: {} };
+    const numbered = placed.flatMap(({ at, step }) =>
+      "calls" in step ? step.calls.map((c, i) => ({ at: at + i, ...c })) : []
+    );
+    const current = numbered.findLast((c) => c.at <= k) ?? numbered[0] ??
+      { at: -1, tool: "launch_rocket", args: {} };
     if (mode === "unknown_tool") return { tool_calls: [toolCall(n, "launch_rocket", {})] };
     if (mode === "bad_args") return { tool_calls: [toolCall(n, current.tool, breakArgs(current.args))] };
     if (mode === "bad_json_args") return { tool_calls: [toolCall(n, current.tool, "{not json")] };
-    const next = tool_steps.find((s) => s.i > current.i) ?? current;
-    return {
-      tool_calls: [toolCall(n, current.tool, current.args), toolCall(n, next.tool, next.args, "_2")],
-    };
+    if (mode === "too_many_calls") return { tool_calls: toolCalls(n, Array(TOO_MANY_CALLS).fill(current)) };
+    const next = numbered.find((c) => c.at > current.at) ?? current;
+    return { tool_calls: toolCalls(n, [current, next]) };
   }
-  const at = plan.steps[step];
-  if (at === undefined) return { content: plan.end };
-  return "tool" in at ? { tool_calls: [toolCall(n, at.tool, at.args)] } : { content: at.answer };
+  const index = placed.findLastIndex(({ at }) => at <= k);
+  const here = placed[index];
+  if (here === undefined || ("answer" in here.step ? k > here.at : k >= here.at + here.step.calls.length)) {
+    return { content: plan.end };
+  }
+  if ("answer" in here.step) return { content: here.step.answer };
+  // The rest of this step, then (when the plan answers several at once) the one-call steps after it.
+  const calls = here.step.calls.slice(k - here.at);
+  for (const { step } of placed.slice(index + 1)) {
+    if (calls.length >= plan.parallel || !("calls" in step) || step.calls.length !== 1) break;
+    calls.push(step.calls[0]);
+  }
+  return { tool_calls: toolCalls(n, calls) };
 }
 
 /** Arguments that fail validation: the first one with a value of another type, like the demo's `{ name: 42 }`. */
@@ -519,47 +658,12 @@ function breakArgs(args: unknown): unknown {
   return { [first[0]]: typeof first[1] === "number" ? "42" : 42 };
 }
 
-/** The tool calls of the answer, or `undefined` when the script is done. */
-function scriptedToolCalls(
-  step: number,
-  n: number,
-  messages: unknown[],
-  mode: ModelFaultMode | undefined,
-): ToolCall[] | undefined {
-  const call = (name: string, args: unknown, suffix = "") => toolCall(n, name, args, suffix);
-  // Broken answers need a tool even after the script is done; reuse the last one.
-  const tool_step = Math.min(step, SCRIPT_TOOLS.length - 1);
-  switch (mode) {
-    case "unknown_tool":
-      return [call("launch_rocket", {})];
-    case "bad_args":
-      return [call(SCRIPT_TOOLS[tool_step], tool_step === 2 ? { hostname: 42 } : { name: 42 })];
-    case "bad_json_args":
-      return [call(SCRIPT_TOOLS[tool_step], "{not json")];
-    case "multi_tool": {
-      const next_step = Math.min(tool_step + 1, SCRIPT_TOOLS.length - 1);
-      return [
-        call(SCRIPT_TOOLS[tool_step], scriptArgs(tool_step, n, messages)),
-        call(SCRIPT_TOOLS[next_step], scriptArgs(next_step, n, messages), "_2"),
-      ];
-    }
-  }
-  if (step >= SCRIPT_TOOLS.length) return undefined;
-  return [call(SCRIPT_TOOLS[step], scriptArgs(step, n, messages))];
-}
-
-function scriptArgs(step: number, n: number, messages: unknown[]): Record<string, unknown> {
-  if (step === 0) return { name: `srv-${n}`, spec: "small" };
-  if (step === 1) return { name: `db-${n}`, engine: "postgres", size_gb: 10 };
-  return { hostname: `app-${n}.example.test`, record_type: "CNAME", target: firstServerName(messages) };
-}
-
 /**
  * The `name` argument of the first `create_server` call the assistant made,
- * so the DNS record points at the server actually created in this run.
- * Falls back to `srv-unknown` when the history has none.
+ * so the DNS record points at the server actually created in this run;
+ * `undefined` when the history has none.
  */
-function firstServerName(messages: unknown[]): string {
+function firstServerName(messages: unknown[]): string | undefined {
   for (const message of messages) {
     if (!isPlainObject(message) || message.role !== "assistant" || !Array.isArray(message.tool_calls)) {
       continue;
@@ -575,7 +679,7 @@ function firstServerName(messages: unknown[]): string {
       }
     }
   }
-  return "srv-unknown";
+  return undefined;
 }
 
 /** Spends one unit of a positive counter; false when it is exhausted. */
@@ -600,8 +704,9 @@ function parseFaultSpec(value: unknown): ModelFaultSpec {
   const unknown = Object.keys(value).filter((field) => !known.has(field));
   if (unknown.length > 0) throw new TypeError(`unknown fault field(s): ${unknown.join(", ")}`);
   const mode = value.mode;
-  if (mode !== undefined && !MODEL_FAULT_MODES.includes(mode as ModelFaultMode)) {
-    throw new TypeError(`mode must be one of ${MODEL_FAULT_MODES.join(", ")}, got ${JSON.stringify(mode)}`);
+  const modes = [...MODEL_FAULT_MODES, "multi_tool"];
+  if (mode !== undefined && !modes.includes(mode as ModelFaultMode)) {
+    throw new TypeError(`mode must be one of ${modes.join(", ")}, got ${JSON.stringify(mode)}`);
   }
   const fail_status = optionalCount(value, "fail_status");
   if (fail_status !== undefined && (fail_status < 100 || fail_status > 599)) {
@@ -619,26 +724,54 @@ function parseFaultSpec(value: unknown): ModelFaultSpec {
   return Object.fromEntries(Object.entries(spec).filter(([, v]) => v !== undefined)) as ModelFaultSpec;
 }
 
+/** True for an integer of 1 or more. */
+function isPositiveInteger(value: unknown): value is number {
+  return typeof value === "number" && Number.isInteger(value) && value >= 1;
+}
+
 /** Validates `MockModelOptions.scripts`; throws a `TypeError` naming the bad part. */
 function parseScripts(value: unknown): ScriptTables {
   if (!isPlainObject(value)) throw new TypeError("Scripts must be an object with byRun and byAgent");
-  const unknown = Object.keys(value).filter((field) => field !== "byRun" && field !== "byAgent");
+  const unknown = Object.keys(value).filter((field) => !["byRun", "byAgent", "parallel"].includes(field));
   if (unknown.length > 0) throw new TypeError(`Unknown scripts field(s): ${unknown.join(", ")}`);
+  const parallel = value.parallel ?? {};
+  if (!isPlainObject(parallel)) {
+    throw new TypeError("The parallel field must be an object with byRun and byAgent");
+  }
+  const unknown_parallel = Object.keys(parallel).filter((field) => field !== "byRun" && field !== "byAgent");
+  if (unknown_parallel.length > 0) {
+    throw new TypeError(`Unknown parallel field(s): ${unknown_parallel.join(", ")}`);
+  }
   const table = (field: "byRun" | "byAgent", key: "run" | "agent") => {
     const entries = value[field] ?? {};
     if (!isPlainObject(entries)) throw new TypeError(`The ${field} field must be an object of step lists`);
-    return new Map(
-      Object.entries(entries).map(([id, steps]) => {
-        try {
-          return [id, parseScriptSpec({ [key]: id, steps }).steps];
-        } catch (err) {
-          if (err instanceof TypeError) {
-            throw new TypeError(`Script of ${key} ${JSON.stringify(id)}: ${err.message}`);
-          }
-          throw err;
+    const counts = parallel[field] ?? {};
+    if (!isPlainObject(counts)) {
+      throw new TypeError(`The parallel.${field} field must be an object of call counts`);
+    }
+    const specs = [
+      ...Object.entries(entries).map(([id, steps]) => ({ id, spec: { [key]: id, steps } })),
+      ...Object.entries(counts).map(([id, count]) => ({ id, spec: { [key]: id, parallel: count } })),
+    ];
+    const tables = new Map<string, ScriptEntry>();
+    for (const { id, spec } of specs) {
+      if (tables.has(id)) {
+        throw new TypeError(
+          `Script of ${key} ${JSON.stringify(id)}: it is listed in both ${field} and parallel.${field}; ` +
+            "a script has either steps or parallel",
+        );
+      }
+      try {
+        const parsed = parseScriptSpec(spec);
+        tables.set(id, parsed.steps === undefined ? { parallel: parsed.parallel! } : { steps: parsed.steps });
+      } catch (err) {
+        if (err instanceof TypeError) {
+          throw new TypeError(`Script of ${key} ${JSON.stringify(id)}: ${err.message}`);
         }
-      }),
-    );
+        throw err;
+      }
+    }
+    return tables;
   };
   return { byRun: table("byRun", "run"), byAgent: table("byAgent", "agent") };
 }
@@ -646,9 +779,11 @@ function parseScripts(value: unknown): ScriptTables {
 /** Validates a {@linkcode ScriptSpec}; throws a `TypeError` naming the bad part. */
 function parseScriptSpec(value: unknown): ScriptSpec {
   if (!isPlainObject(value)) throw new TypeError("A script must be a JSON object");
-  const unknown = Object.keys(value).filter((field) => !["run", "agent", "steps"].includes(field));
+  const unknown = Object.keys(value).filter((field) =>
+    !["run", "agent", "steps", "parallel"].includes(field)
+  );
   if (unknown.length > 0) throw new TypeError(`Unknown script field(s): ${unknown.join(", ")}`);
-  const { run, agent, steps } = value;
+  const { run, agent, steps, parallel } = value;
   if ((run === undefined) === (agent === undefined)) {
     throw new TypeError("A script needs exactly one of run and agent");
   }
@@ -657,25 +792,60 @@ function parseScriptSpec(value: unknown): ScriptSpec {
       throw new TypeError(`The ${field} must be a non-empty string, got ${JSON.stringify(id)}`);
     }
   }
+  const who = run === undefined ? { agent: agent as string } : { run: run as string };
+  if (parallel !== undefined) {
+    if (steps !== undefined) {
+      throw new TypeError(
+        "A script has either steps or parallel, not both: parallel groups the demo's or the generic " +
+          "plan's calls, and a script groups its own with a calls step",
+      );
+    }
+    if (!isPositiveInteger(parallel)) {
+      throw new TypeError(
+        `The parallel must be a positive integer of calls per answer, got ${JSON.stringify(parallel)}`,
+      );
+    }
+    return { ...who, parallel };
+  }
   if (!Array.isArray(steps)) throw new TypeError("The steps must be an array");
-  return {
-    ...(run === undefined ? { agent: agent as string } : { run: run as string }),
-    steps: steps.map(parseScriptStep),
-  };
+  return { ...who, steps: steps.map(parseScriptStep) };
 }
 
 function parseScriptStep(value: unknown, i: number): ScriptStep {
   const where = `Step ${i}`;
-  if (!isPlainObject(value)) throw new TypeError(`${where} must be an object with tool and args, or answer`);
+  if (!isPlainObject(value)) {
+    throw new TypeError(`${where} must be an object with tool and args, calls, or answer`);
+  }
   const fields = Object.keys(value).sort().join(",");
   if (fields === "answer") {
     if (typeof value.answer !== "string") throw new TypeError(`${where}: answer must be a string`);
     return { answer: value.answer };
   }
+  if (fields === "calls") {
+    const calls = value.calls;
+    if (!Array.isArray(calls) || calls.length < 2) {
+      const seen = Array.isArray(calls) ? `${calls.length} call(s)` : JSON.stringify(calls);
+      throw new TypeError(
+        `${where}: calls must be an array of 2 or more { tool, args } objects, got ${seen}; ` +
+          "a single call is written { tool, args }",
+      );
+    }
+    return { calls: calls.map((call, j) => parseToolStep(call, `${where}, call ${j}`)) };
+  }
   if (fields !== "args,tool") {
     throw new TypeError(
-      `${where} must have either tool and args, or answer alone; got ${fields || "no fields"}`,
+      `${where} must have tool and args, calls, or answer alone; got ${fields || "no fields"}`,
     );
+  }
+  return parseToolStep(value, where);
+}
+
+/** Validates one `{ tool, args }` (a step, or a call of a `calls` step); `where` names it in errors. */
+function parseToolStep(value: unknown, where: string): ScriptToolStep {
+  if (!isPlainObject(value)) throw new TypeError(`${where} must be an object with tool and args`);
+  const fields = Object.keys(value).sort().join(",");
+  if (fields !== "args,tool") {
+    throw new TypeError(`${where} must have tool and args alone; got ${fields || "no fields"}`);
   }
   if (typeof value.tool !== "string" || value.tool === "") {
     throw new TypeError(`${where}: tool must be a non-empty string`);

@@ -6,6 +6,7 @@ import {
   MockModel,
   NOTHING_TO_DO_MESSAGE,
   SCRIPT_DONE_MESSAGE,
+  type ScriptSpec,
   type ScriptStep,
   type ToolCall,
 } from "./model.ts";
@@ -547,4 +548,348 @@ Deno.test("over real HTTP, POST /_scripts sets an agent's script and DELETE /_sc
   } finally {
     await mocks.close();
   }
+});
+
+// --- Several tool calls in one answer ---
+
+function callsOf(answer: Completion): [string, string, unknown][] {
+  assert.equal(answer.choices[0].finish_reason, "tool_calls");
+  return answer.choices[0].message.tool_calls.map((c: ToolCall) => [
+    c.id,
+    c.function.name,
+    JSON.parse(c.function.arguments),
+  ]);
+}
+
+const NOTE_TOOLS = ["write_note", "read_note", "tag_note"].map((name) => ({
+  type: "function",
+  function: {
+    name,
+    parameters: {
+      type: "object",
+      properties: { title: { type: "string" } },
+      required: ["title"],
+      additionalProperties: false,
+    },
+  },
+}));
+
+Deno.test("over real HTTP, a calls step is answered as one message holding every call, counted as one request", async () => {
+  const mocks = await serveMocks();
+  try {
+    const base = mocks.modelUrl.replace(/\/v1$/, "");
+    const set = await fetch(`${base}/_scripts`, {
+      method: "POST",
+      body: JSON.stringify({
+        run: "par1",
+        steps: [{
+          calls: [
+            { tool: "write_note", args: { title: "a-{n}" } },
+            { tool: "write_note", args: { title: "b-{n}" } },
+          ],
+        }, { answer: "Wrote two notes." }],
+      }),
+    });
+    assert.equal(set.status, 200);
+    await set.body?.cancel();
+    const chat = async (messages: Message[]) => {
+      const res = await fetch(`${mocks.modelUrl}/chat/completions`, {
+        method: "POST",
+        headers: { "x-agent-name": "notes", "x-agent-run": "par1" },
+        body: JSON.stringify({ model: "m", messages, tools: NOTE_TOOLS }),
+      });
+      assert.equal(res.status, 200);
+      return await res.json();
+    };
+    const first = await chat(START);
+    assert.equal(first.choices[0].message.content, null);
+    assert.deepEqual(callsOf(first), [
+      ["call_1", "write_note", { title: "a-1" }],
+      ["call_1_2", "write_note", { title: "b-1" }],
+    ]);
+    const calls = await (await fetch(`${base}/calls`)).json();
+    assert.deepEqual(calls, { total: 1, by_run: { par1: 1 } }, "one model request for the two calls");
+    assert.equal(finalAnswer(await chat(withResults(START, first))), "Wrote two notes.");
+    assert.equal(mocks.model.calls("par1"), 2);
+  } finally {
+    await mocks.close();
+  }
+});
+
+Deno.test("a script step is chosen by the calls already made, so calls steps of any size keep the script in step", async (t) => {
+  const model = await MockModel.open();
+  const note = (title: string) => ({ tool: "write_note", args: { title } });
+  model.setScript({
+    run: "s1",
+    steps: [
+      { calls: [note("a"), note("b")] },
+      { calls: [note("c"), note("d"), note("e")] },
+      note("f"),
+      { answer: "Six notes." },
+    ],
+  });
+  const opts = { run: "s1", tools: NOTE_TOOLS };
+  const titles = (answer: Completion) =>
+    callsOf(answer).map(([, , args]) => (args as { title: string }).title);
+  let messages = START;
+  const answers: string[][] = [];
+  for (let turn = 0; turn < 3; turn++) {
+    const answer = await askWith(model, messages, opts);
+    answers.push(titles(answer));
+    messages = withResults(messages, answer);
+  }
+  assert.deepEqual(answers, [["a", "b"], ["c", "d", "e"], ["f"]]);
+  assert.equal(finalAnswer(await askWith(model, messages, opts)), "Six notes.");
+
+  await t.step("a step asked again gets the same calls under new ids", async () => {
+    const again = await askWith(model, START, opts);
+    assert.deepEqual(callsOf(again).map(([id]) => id), ["call_5", "call_5_2"]);
+    assert.deepEqual(titles(again), ["a", "b"]);
+  });
+
+  await t.step("a request whose results end inside a calls step gets the rest of that step", async () => {
+    // The first step's calls answered one at a time (after a broken answer, say): 3 results so far.
+    const one_by_one = [note("a"), note("b"), note("c")].reduce<Message[]>(
+      (acc, call, i) => [
+        ...acc,
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: `x${i}`,
+            type: "function",
+            function: { name: call.tool, arguments: JSON.stringify(call.args) },
+          }],
+        },
+        { role: "tool", tool_call_id: `x${i}`, content: "{}" },
+      ],
+      START,
+    );
+    assert.deepEqual(titles(await askWith(model, one_by_one, opts)), ["d", "e"]);
+  });
+});
+
+Deno.test("with parallel set, the generic plan answers up to that many calls at once", async (t) => {
+  const tools = [...CUSTOM_TOOLS, NOTE_TOOLS[0]];
+  const drive = async (model: MockModel, opts: ChatOptions) => {
+    let messages = START;
+    const names: string[][] = [];
+    for (let turn = 0; turn < 4; turn++) {
+      const answer = await askWith(model, messages, { tools, ...opts });
+      if (answer.choices[0].finish_reason === "stop") return { names, end: finalAnswer(answer) };
+      names.push(callsOf(answer).map(([, name]) => name));
+      messages = withResults(messages, answer);
+    }
+    throw new Error("the plan did not end in 4 answers");
+  };
+
+  await t.step(
+    "parallel 2 for an agent over POST /_scripts: two calls, then the third, then the summary",
+    async () => {
+      const model = await MockModel.open();
+      const res = await model.handler(
+        new Request("http://mock/_scripts", {
+          method: "POST",
+          body: JSON.stringify({ agent: "ops", parallel: 2 }),
+        }),
+      );
+      assert.equal(res.status, 200);
+      assert.deepEqual(await res.json(), {
+        byRun: {},
+        byAgent: {},
+        parallel: { byRun: {}, byAgent: { ops: 2 } },
+      });
+      const first = await askWith(model, START, { agent: "ops", run: "g1", tools });
+      const [deploy, notify] = callsOf(first);
+      assert.deepEqual([deploy[0], deploy[1], notify[0], notify[1]], [
+        "call_1",
+        "deploy",
+        "call_1_2",
+        "notify",
+      ]);
+      assert.ok(DEPLOY_ARGS.safeParse(deploy[2]).success, JSON.stringify(deploy[2]));
+      assert.ok(NOTIFY_ARGS.safeParse(notify[2]).success, JSON.stringify(notify[2]));
+      assert.deepEqual(await drive(model, { agent: "ops", run: "g2" }), {
+        names: [["deploy", "notify"], ["write_note"]],
+        end: "Called deploy, notify, write_note.",
+      });
+      // Another agent is answered one call at a time.
+      assert.deepEqual((await drive(model, { agent: "other", run: "g3" })).names, [
+        ["deploy"],
+        ["notify"],
+        ["write_note"],
+      ]);
+    },
+  );
+
+  await t.step("the parallel option applies to every run the script table does not name", async () => {
+    const model = await MockModel.open({ parallel: 3, scripts: { parallel: { byRun: { g5: 1 } } } });
+    assert.deepEqual((await drive(model, { run: "g4" })).names, [["deploy", "notify", "write_note"]]);
+    assert.deepEqual((await drive(model, { run: "g5" })).names, [["deploy"], ["notify"], ["write_note"]]);
+    assert.equal(model.calls("g4"), 2, "one request for three calls, one for the summary");
+  });
+
+  await t.step("a run's entry wins over its agent's, whichever kind it is", async () => {
+    const model = await MockModel.open({ scripts: { byAgent: { ops: [{ answer: "Scripted." }] } } });
+    model.setScript({ run: "g6", parallel: 2 });
+    assert.deepEqual((await drive(model, { agent: "ops", run: "g6" })).names, [
+      ["deploy", "notify"],
+      ["write_note"],
+    ]);
+    assert.deepEqual(await drive(model, { agent: "ops", run: "g7" }), { names: [], end: "Scripted." });
+  });
+});
+
+Deno.test("with parallel set, the demo provisions independent resources together, the DNS record targeting its server", async (t) => {
+  const drive = async (model: MockModel, run: string) => {
+    let messages = START;
+    const calls: [string, string, unknown][][] = [];
+    for (let turn = 0; turn < 4; turn++) {
+      const answer = await ask(model, messages, run);
+      if (answer.choices[0].finish_reason === "stop") return { calls, end: finalAnswer(answer) };
+      calls.push(callsOf(answer));
+      messages = withResults(messages, answer);
+    }
+    throw new Error("the demo did not end in 4 answers");
+  };
+  const server = { name: "srv-1", spec: "small" };
+  const database = { name: "db-1", engine: "postgres", size_gb: 10 };
+
+  await t.step("parallel 2: the server and the database, then the DNS record", async () => {
+    const model = await MockModel.open({ parallel: 2 });
+    assert.deepEqual(await drive(model, "d2"), {
+      calls: [
+        [["call_1", "create_server", server], ["call_1_2", "create_database", database]],
+        [["call_2", "create_dns_record", {
+          hostname: "app-2.example.test",
+          record_type: "CNAME",
+          target: "srv-1",
+        }]],
+      ],
+      end: DONE_MESSAGE,
+    });
+  });
+
+  await t.step(
+    "parallel 3: all three in one answer, the record naming the server of that answer",
+    async () => {
+      const model = await MockModel.open({ parallel: 3 });
+      assert.deepEqual(await drive(model, "d3"), {
+        calls: [[
+          ["call_1", "create_server", server],
+          ["call_1_2", "create_database", database],
+          ["call_1_3", "create_dns_record", {
+            hostname: "app-1.example.test",
+            record_type: "CNAME",
+            target: "srv-1",
+          }],
+        ]],
+        end: DONE_MESSAGE,
+      });
+      assert.equal(model.calls("d3"), 2);
+    },
+  );
+
+  await t.step("after a multi_tool answer was taken, the demo goes on from the calls made", async () => {
+    const model = await MockModel.open();
+    const first = await ask(model, START, "d4");
+    model.setFaults({ mode: "multi_tool" });
+    const both = await ask(model, withResults(START, first), "d4");
+    assert.deepEqual(callsOf(both).map(([, name]) => name), ["create_database", "create_dns_record"]);
+    assert.equal(
+      finalAnswer(await ask(model, withResults(withResults(START, first), both), "d4")),
+      DONE_MESSAGE,
+    );
+  });
+});
+
+Deno.test("a malformed calls step or parallel setting is refused with a message naming it", async (t) => {
+  const model = await MockModel.open();
+  const call = { tool: "write_note", args: { title: "a" } };
+  const cases: { name: string; spec: unknown; message: RegExp }[] = [
+    {
+      name: "one call",
+      spec: { run: "r", steps: [{ calls: [call] }] },
+      message:
+        /^Step 0: calls must be an array of 2 or more \{ tool, args \} objects, got 1 call\(s\); a single call is written \{ tool, args \}$/,
+    },
+    {
+      name: "no calls",
+      spec: { run: "r", steps: [{ answer: "x" }, { calls: [] }] },
+      message: /^Step 1: calls must be an array of 2 or more .*got 0 call\(s\)/,
+    },
+    {
+      name: "calls not an array",
+      spec: { run: "r", steps: [{ calls: { tool: "t" } }] },
+      message: /^Step 0: calls must be an array of 2 or more .*got \{"tool":"t"\}/,
+    },
+    {
+      name: "a call without args",
+      spec: { run: "r", steps: [{ calls: [call, { tool: "t" }] }] },
+      message: /^Step 0, call 1 must have tool and args alone; got tool$/,
+    },
+    {
+      name: "a call with an empty tool",
+      spec: { run: "r", steps: [{ calls: [call, { tool: "", args: {} }] }] },
+      message: /^Step 0, call 1: tool must be a non-empty string$/,
+    },
+    {
+      name: "a call that is not an object",
+      spec: { run: "r", steps: [{ calls: ["write_note", call] }] },
+      message: /^Step 0, call 0 must be an object with tool and args$/,
+    },
+    {
+      name: "calls beside tool",
+      spec: { run: "r", steps: [{ calls: [call, call], ...call }] },
+      message: /^Step 0 must have tool and args, calls, or answer alone; got args,calls,tool$/,
+    },
+    {
+      name: "parallel beside steps",
+      spec: { agent: "a", steps: [], parallel: 2 },
+      message: /^A script has either steps or parallel, not both/,
+    },
+    {
+      name: "parallel zero",
+      spec: { agent: "a", parallel: 0 },
+      message: /^The parallel must be a positive integer of calls per answer, got 0$/,
+    },
+    {
+      name: "parallel a string",
+      spec: { agent: "a", parallel: "2" },
+      message: /^The parallel must be a positive integer of calls per answer, got "2"$/,
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, async () => {
+      const res = await model.handler(
+        new Request("http://mock/_scripts", { method: "POST", body: JSON.stringify(c.spec) }),
+      );
+      assert.equal(res.status, 400);
+      const body = await res.json();
+      assert.equal(body.error, "bad_script");
+      assert.match(body.message, c.message);
+      assert.throws(
+        () => model.setScript(c.spec as ScriptSpec),
+        (err: unknown) => err instanceof TypeError && c.message.test(err.message),
+      );
+    });
+  }
+  assert.deepEqual(model.scripts(), { byRun: {}, byAgent: {} });
+
+  await t.step("the parallel option and the parallel table are checked at open", async () => {
+    await assert.rejects(
+      MockModel.open({ parallel: 0 }),
+      new TypeError(
+        "Cannot open the mock model as 'parallel' must be a positive integer: current value is 0",
+      ),
+    );
+    await assert.rejects(
+      MockModel.open({ scripts: { parallel: { byAgent: { a: 1.5 } } } }),
+      /^TypeError: Script of agent "a": The parallel must be a positive integer of calls per answer, got 1.5$/,
+    );
+    await assert.rejects(
+      MockModel.open({ scripts: { byAgent: { a: [] }, parallel: { byAgent: { a: 2 } } } }),
+      /listed in both byAgent and parallel.byAgent/,
+    );
+  });
 });

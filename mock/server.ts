@@ -32,6 +32,8 @@ export interface ServeMocksOptions {
   cloud?: MockCloud;
   /** Directory for `model.json` and `cloud.json`; in-memory when omitted. */
   stateDir?: string;
+  /** `parallel` of the model opened when `model` is omitted (see `MockModelOptions.parallel`); default 1. */
+  modelParallel?: number;
   /** Closes both servers when aborted. */
   signal?: AbortSignal;
 }
@@ -55,7 +57,8 @@ export async function serveMocks(opts: ServeMocksOptions = {}): Promise<RunningM
   const hostname = opts.hostname ?? "127.0.0.1";
   if (opts.stateDir !== undefined) await Deno.mkdir(opts.stateDir, { recursive: true });
   const statePath = (name: string) => opts.stateDir === undefined ? undefined : join(opts.stateDir, name);
-  const model = opts.model ?? await MockModel.open({ statePath: statePath("model.json") });
+  const model = opts.model ??
+    await MockModel.open({ statePath: statePath("model.json"), parallel: opts.modelParallel });
   const cloud = opts.cloud ?? await MockCloud.open({ statePath: statePath("cloud.json") });
 
   const modelServer = listen(hostname, opts.modelPort ?? 0, model.handler);
@@ -127,6 +130,8 @@ usage: deno task mock [--flag value ...]
   --model-port PORT      model port, 0 = any free port (env MOCK_MODEL_PORT, default 9100)
   --cloud-port PORT      cloud port, 0 = any free port (env MOCK_CLOUD_PORT, default 9000)
   --state-dir DIR        keep state in DIR/model.json and DIR/cloud.json (env MOCK_STATE_DIR, default in memory)
+  --model-parallel N     the model answers up to N calls of the demo's or the generic plan at once
+                         (env MOCK_MODEL_PARALLEL, default 1)
   -h, --help             print this and exit
   env CLOUD_DELAY_MS     initial delay_ms fault on every cloud endpoint (default 0)
 
@@ -147,6 +152,7 @@ async function main(): Promise<void> {
         "model-port": { type: "string" },
         "cloud-port": { type: "string" },
         "state-dir": { type: "string" },
+        "model-parallel": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -154,7 +160,7 @@ async function main(): Promise<void> {
     // One line naming the flag, never a stack trace.
     console.error(
       `mock: ${(err as Error).message}. Known flags: --hostname, --model-port, --cloud-port, ` +
-        "--state-dir, --help",
+        "--state-dir, --model-parallel, --help",
     );
     Deno.exit(2);
   }
@@ -170,6 +176,13 @@ async function main(): Promise<void> {
   const modelPort = setting(values["model-port"], "--model-port", "MOCK_MODEL_PORT");
   const cloudPort = setting(values["cloud-port"], "--cloud-port", "MOCK_CLOUD_PORT");
   const stateDir = setting(values["state-dir"], "--state-dir", "MOCK_STATE_DIR").value || undefined;
+  const parallel = setting(values["model-parallel"], "--model-parallel", "MOCK_MODEL_PARALLEL");
+  const modelParallel = Number(parallel.value || "1");
+  if (!/^\d+$/.test((parallel.value || "1").trim()) || modelParallel < 1) {
+    fail(
+      `${parallel.name}=${JSON.stringify(parallel.value)}: expected a positive integer of calls per answer`,
+    );
+  }
   const delay_raw = Deno.env.get("CLOUD_DELAY_MS");
   const delay_ms = delay_raw ? Number(delay_raw) : 0;
   if (delay_raw && (!/^\d+$/.test(delay_raw.trim()))) {
@@ -182,7 +195,7 @@ async function main(): Promise<void> {
   };
   let mocks: RunningMocks;
   try {
-    mocks = await serveMocks({ hostname, ...ports, stateDir });
+    mocks = await serveMocks({ hostname, ...ports, stateDir, modelParallel });
   } catch (err) {
     log.error("mock-start-failed", {
       hostname,
@@ -193,7 +206,7 @@ async function main(): Promise<void> {
     Deno.exit(1);
   }
   if (delay_ms > 0) mocks.cloud.setFaults({ delay_ms });
-  log.info("mock-model", { url: mocks.modelUrl });
+  log.info("mock-model", { url: mocks.modelUrl, parallel: modelParallel > 1 ? modelParallel : undefined });
   log.info("mock-cloud", { url: mocks.cloudUrl, state_dir: stateDir });
 
   const stop = async () => {

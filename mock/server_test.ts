@@ -169,6 +169,13 @@ Deno.test("run as a command it refuses an invalid port with exit code 2", async 
       env: { MOCK_CLOUD_PORT: "abc" },
       names: "MOCK_CLOUD_PORT",
     },
+    { name: "a parallel of zero", args: ["--model-parallel", "0"], env: {}, names: "--model-parallel" },
+    {
+      name: "a parallel env var that is not a number",
+      args: [],
+      env: { MOCK_MODEL_PARALLEL: "two" },
+      names: "MOCK_MODEL_PARALLEL",
+    },
   ];
   for (const c of cases) {
     await t.step(c.name, async () => {
@@ -247,4 +254,48 @@ Deno.test("run as a command it answers --help with its flags and exit 0, and an 
     assert.match(stderr, /--bogus/);
     assert.ok(!stderr.includes("    at "), "no stack trace");
   });
+});
+
+Deno.test("run as a command with --model-parallel 2, the model answers the demo two calls at a time", async () => {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      new URL("./server.ts", import.meta.url).pathname,
+      "--model-port",
+      "0",
+      "--cloud-port",
+      "0",
+      "--model-parallel",
+      "2",
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = "";
+  while (!buffered.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffered += value;
+  }
+  const first_line = buffered.split("\n")[0];
+  try {
+    assert.match(first_line, /event=mock-model url=\S+ parallel=2$/);
+    const modelUrl = first_line.match(/url=(\S+)/)![1];
+    const res = await fetch(`${modelUrl}/chat/completions`, {
+      method: "POST",
+      headers: { "x-agent-run": "p1" },
+      body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "go" }] }),
+    });
+    const calls = (await res.json()).choices[0].message.tool_calls;
+    assert.deepEqual(calls.map((c: { function: { name: string } }) => c.function.name), [
+      "create_server",
+      "create_database",
+    ]);
+  } finally {
+    child.kill("SIGTERM");
+    while (!(await reader.read()).done) { /* drain */ }
+    await Promise.all([child.status, new Response(child.stderr).text()]);
+  }
 });

@@ -75,6 +75,10 @@ export interface AgentSpec<I = string> {
   model?: AgentModel;
   /** Decisions before the run fails as `guard`. Default 12. */
   maxSteps?: number;
+  /** The most tool calls one answer may hold (an answer with more is refused and asked again). Default 16. */
+  maxCallsPerStep?: number;
+  /** How many calls of one step are sent at once; `TOOL_CONCURRENCY` overrides it. Default 4. */
+  toolConcurrency?: number;
   /** A zod schema for JSON input. Omitted: the input is text. */
   input?: ArgsSchema<I>;
   /** The input used when a run is started without one (the demo's goal, say). */
@@ -95,6 +99,10 @@ export interface Agent {
   readonly model?: AgentModel;
   /** Decisions before `guard`. */
   readonly maxSteps: number;
+  /** The most tool calls one answer may hold. */
+  readonly maxCallsPerStep: number;
+  /** How many calls of one step are sent at once. */
+  readonly toolConcurrency: number;
   /** The input schema, if its input is JSON. */
   readonly input?: ArgsSchema;
   /** The input used when none is given. */
@@ -107,7 +115,8 @@ export interface Agent {
 
 /** The system prompt of an agent that gives no instructions. */
 export const DEFAULT_INSTRUCTIONS =
-  "You are an agent that completes the user's goal by calling tools, one call per answer. " +
+  "You are an agent that completes the user's goal by calling tools; call several at once when they " +
+  "do not depend on each other's results. " +
   "When the goal is complete, answer with a short summary and no tool call.";
 
 /** An agent name (and a run id): a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
@@ -142,6 +151,15 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
   if (!Number.isInteger(maxSteps) || maxSteps < 1 || maxSteps > 10_000) {
     throw problem(`'maxSteps' must be an integer from 1 to 10000: current value is ${spec.maxSteps}`);
   }
+  const limit = (name: "maxCallsPerStep" | "toolConcurrency", fallback: number): number => {
+    const v = spec[name] ?? fallback;
+    if (!Number.isInteger(v) || v < 1 || v > 64) {
+      throw problem(`'${name}' must be an integer from 1 to 64: current value is ${spec[name]}`);
+    }
+    return v;
+  };
+  const maxCallsPerStep = limit("maxCallsPerStep", 16);
+  const toolConcurrency = limit("toolConcurrency", 4);
   if (!Array.isArray(spec.tools) && typeof spec.tools !== "function") {
     throw problem("'tools' must be an array of defineTool() results or a function returning one");
   }
@@ -156,6 +174,8 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     tools: spec.tools,
     model: spec.model,
     maxSteps,
+    maxCallsPerStep,
+    toolConcurrency,
     input: spec.input as ArgsSchema | undefined,
     defaultInput: spec.defaultInput as Json | undefined,
     budget: (() => {

@@ -102,7 +102,7 @@ export function rowTokens(row: Pick<JournalRow, "spent_tokens" | "reserved_token
 export function spendOf(
   journal: Iterable<Pick<JournalRow, "spent_tokens" | "reserved_tokens" | "llm_attempts">>,
   effects: Iterable<Pick<SideEffectRow, "attempts">>,
-): { tokens: number; modelCalls: number; toolCalls: number } {
+): Spend {
   let tokens = 0;
   let modelCalls = 0;
   let toolCalls = 0;
@@ -130,11 +130,92 @@ export function worstCaseTokens(budget: Budget, promptChars: number): number {
   return Math.min(MAX_ROW_TOKENS, Math.ceil(promptChars / 4) + (budget.maxOutputTokens ?? 4096));
 }
 
-/** Throws {@link BudgetError} when one more model request, reserving `reserve` tokens, would pass a ceiling. */
-export function checkModelRequest(state: RunSpend, reserve: number): void {
+/** What a run has spent (or holds reserved): tokens, model requests, tool requests. */
+export interface Spend {
+  /** Model tokens spent or reserved. */
+  tokens: number;
+  /** Model requests made. */
+  modelCalls: number;
+  /** Tool requests made. */
+  toolCalls: number;
+}
+
+/**
+ * A ceiling a run of a family is held to besides its own (family.ts): that
+ * of an ancestor, which counts what its whole subtree spends, or the run's
+ * own, which counts what its descendants spend too. `others` is what the
+ * ceiling's subtree has spent apart from the run itself, as the database
+ * held it when the run last read its family.
+ */
+export interface FamilyCeiling {
+  /** The run whose ceiling it is. */
+  runId: string;
+  /** `own` for the run's own ceiling, `ancestor` for one of its ancestors'. */
+  of: "own" | "ancestor";
+  /** Its ceilings. */
+  budget: Budget;
+  /** What the rest of its subtree has spent. */
+  others: Spend;
+}
+
+/** The ceilings of a run with no family: none besides its own. */
+export const NO_FAMILY: readonly FamilyCeiling[] = Object.freeze([]);
+
+/**
+ * The budget a run's model requests reserve by and cap their answers at:
+ * its own, or, when a ceiling of its family counts tokens and its own does
+ * not, one with that ceiling's `maxOutputTokens` (default 4096), so a child
+ * reserves its worst case against its parent's token ceiling too.
+ */
+export function reservationBudget(
+  own: Budget | undefined,
+  family: readonly FamilyCeiling[],
+): Budget | undefined {
+  if (own?.tokens !== undefined || own?.maxOutputTokens !== undefined) return own;
+  const counting = family.filter((c) =>
+    c.budget.tokens !== undefined || c.budget.maxOutputTokens !== undefined
+  );
+  if (counting.length === 0) return own;
+  return { ...own, maxOutputTokens: Math.min(...counting.map((c) => c.budget.maxOutputTokens ?? 4096)) };
+}
+
+/** How a family ceiling is named in a refusal. */
+function ceilingOf(c: FamilyCeiling): string {
+  return c.of === "own"
+    ? "this run's ceiling (which counts its child runs)"
+    : `the ceiling of its ancestor run ${c.runId}`;
+}
+
+/**
+ * Throws {@link BudgetError} when one more model request, reserving `reserve`
+ * tokens, would pass a ceiling: the run's own, or one of its family's
+ * (`family`, {@link FamilyCeiling}: counting what the rest of that subtree
+ * has spent).
+ */
+export function checkModelRequest(
+  state: RunSpend,
+  reserve: number,
+  family: readonly FamilyCeiling[] = NO_FAMILY,
+): void {
+  const spent = spendOf(state.journal.values(), state.effects.values());
+  for (const c of family) {
+    const calls = spent.modelCalls + c.others.modelCalls;
+    if (c.budget.modelCalls !== undefined && calls + 1 > c.budget.modelCalls) {
+      throw new BudgetError(
+        `budget: ${calls} model requests made by run ${c.runId} and its descendants, and ` +
+          `${ceilingOf(c)} is ${c.budget.modelCalls}`,
+      );
+    }
+    const tokens = spent.tokens + c.others.tokens;
+    if (c.budget.tokens !== undefined && tokens + reserve > c.budget.tokens) {
+      throw new BudgetError(
+        `budget: ${tokens} tokens spent or reserved by run ${c.runId} and its descendants, and the next ` +
+          `request reserves ${reserve}; ${ceilingOf(c)} is ${c.budget.tokens}`,
+      );
+    }
+  }
   const budget = state.budget;
   if (!budget) return;
-  const spent = spendOf(state.journal.values(), state.effects.values());
   if (budget.modelCalls !== undefined && spent.modelCalls + 1 > budget.modelCalls) {
     throw new BudgetError(
       `budget: ${spent.modelCalls} model requests made, and the ceiling is ${budget.modelCalls}`,
@@ -148,12 +229,72 @@ export function checkModelRequest(state: RunSpend, reserve: number): void {
   }
 }
 
-/** Throws {@link BudgetError} when one more tool request would pass the ceiling. */
-export function checkToolRequest(state: Pick<RunSpend, "budget" | "effects">): void {
+/** What the tool-call checks read and keep: the run's ceilings and calls, and the step's calls not yet sent. */
+export interface ToolSpend extends Pick<RunSpend, "budget" | "effects"> {
+  /** Calls of the step being carried out that have no intent row yet: reserved against the ceiling. */
+  reservedCalls: number;
+}
+
+/**
+ * Reserves the requests of a step's `calls` calls not yet sent, before any
+ * of them goes out: throws {@link BudgetError} when they would pass the
+ * tool-call ceiling together, so a step is never left half sent by its own
+ * budget. The reservation is used up call by call ({@link checkToolRequest}).
+ */
+export function reserveToolCalls(
+  state: ToolSpend,
+  calls: number,
+  family: readonly FamilyCeiling[] = NO_FAMILY,
+): void {
+  state.reservedCalls = 0;
+  checkFamilyToolCalls(state, calls, family);
+  const ceiling = state.budget?.toolCalls;
+  if (ceiling !== undefined) {
+    const spent = spendOf([], state.effects.values()).toolCalls;
+    if (spent + calls > ceiling) {
+      throw new BudgetError(
+        `budget: ${spent} tool requests made, the step asks for ${calls} calls at once, and the ceiling is ${ceiling}`,
+      );
+    }
+  }
+  state.reservedCalls = calls;
+}
+
+/**
+ * Throws {@link BudgetError} when one more tool request would pass the
+ * ceiling, counting the requests reserved for the step's calls not yet sent
+ * (a retry may not take theirs). `first`: the call's first request, which
+ * uses its own reservation.
+ */
+export function checkToolRequest(
+  state: ToolSpend,
+  first: boolean,
+  family: readonly FamilyCeiling[] = NO_FAMILY,
+): void {
+  if (first && state.reservedCalls > 0) state.reservedCalls -= 1;
+  checkFamilyToolCalls(state, 1 + state.reservedCalls, family);
   const ceiling = state.budget?.toolCalls;
   if (ceiling === undefined) return;
   const spent = spendOf([], state.effects.values()).toolCalls;
-  if (spent + 1 > ceiling) {
-    throw new BudgetError(`budget: ${spent} tool requests made, and the ceiling is ${ceiling}`);
+  if (spent + 1 + state.reservedCalls > ceiling) {
+    const held = state.reservedCalls > 0
+      ? `, ${state.reservedCalls} more are reserved for this step's other calls`
+      : "";
+    throw new BudgetError(`budget: ${spent} tool requests made${held}, and the ceiling is ${ceiling}`);
+  }
+}
+
+/** Throws {@link BudgetError} when `calls` more tool requests would pass a ceiling of the run's family. */
+function checkFamilyToolCalls(state: ToolSpend, calls: number, family: readonly FamilyCeiling[]): void {
+  if (family.length === 0) return;
+  const spent = spendOf([], state.effects.values()).toolCalls;
+  for (const c of family) {
+    const made = spent + c.others.toolCalls;
+    if (c.budget.toolCalls !== undefined && made + calls > c.budget.toolCalls) {
+      throw new BudgetError(
+        `budget: ${made} tool requests made by run ${c.runId} and its descendants, ${calls} more asked for, ` +
+          `and ${ceilingOf(c)} is ${c.budget.toolCalls}`,
+      );
+    }
   }
 }

@@ -16,6 +16,7 @@ import {
   NAME_PATTERN,
   prepareAgent,
 } from "./agent.ts";
+import { withChildAgents } from "./agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
@@ -40,6 +41,7 @@ import { openPglite } from "./store/pglite.ts";
 import {
   type AnsweredApproval,
   type ApprovalRow,
+  type CallSettlement,
   type EffectResolution,
   type FlaggedFilter,
   type JournalRow,
@@ -93,6 +95,12 @@ export interface RunInfo {
   updatedAt: Date;
   /** Its ceilings, if any. */
   budget: Budget | null;
+  /** When a run waiting on its calls' remotes is taken again; null for any other (and one waiting for a person). */
+  wakeAt: Date | null;
+  /** The run whose tool call started this one (`agentTool`); null for a run started otherwise. */
+  parentRunId: string | null;
+  /** The key of that call. */
+  parentKey: string | null;
 }
 
 /** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
@@ -107,6 +115,17 @@ export interface RunRecord {
   approvals: ApprovalRow[];
   /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
   spend: { tokens: number; modelCalls: number; toolCalls: number };
+  /**
+   * The runs its tool calls started (`agentTool`), in the order they were
+   * started: each child's id, agent, status, the key of the call that started
+   * it, and why it failed or was cancelled.
+   */
+  children: Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[];
+  /**
+   * What the run and all its descendants have spent together, for a run with
+   * child runs: what its budget holds them to. Undefined for a run with none.
+   */
+  familySpend?: { tokens: number; modelCalls: number; toolCalls: number };
 }
 
 export { type FlaggedFilter, RESOLVE_BATCH_MAX };
@@ -140,6 +159,12 @@ export type Resolution =
   | { action: "retry" }
   | { action: "fail"; reason?: string };
 
+/**
+ * How a call waiting on its remote is settled from outside ({@link Client.settleCall}):
+ * what the remote answered when the job ended, or why the job failed.
+ */
+export type Settlement = { result: Json } | { error: string };
+
 /** A client call was refused: the run does not exist, is in the wrong state, ... `code` says which. */
 export class ClientError extends RuntimeError {
   /** Which refusal: `RUN_NOT_FOUND`, `RUN_CLOSED`, ... */
@@ -165,7 +190,12 @@ export interface PruneResult extends PrunedRows {
 /** The largest page {@link Client.list} returns. */
 export const LIST_LIMIT_MAX = 10_000;
 
-/** Statuses in which a run will not move again without a person (`blocked`) or at all. */
+/**
+ * Statuses in which a run will not move again without a person (`blocked`,
+ * `waiting` for an approval) or at all. A run `waiting` with a wake time
+ * waits on its calls' remotes and moves on by itself: {@link Client.wait}
+ * goes on waiting for it.
+ */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
 
 /** The client over one database. Use {@link connect}. */
@@ -217,8 +247,9 @@ export class Client {
   }
 
   /**
-   * Waits until the run is settled (done, failed, cancelled, or blocked on a
-   * person) and returns it with its output. Throws `WAIT_TIMEOUT` after
+   * Waits until the run is settled (done, failed, cancelled, or blocked or
+   * waiting on a person; not while it waits on its calls' remotes) and
+   * returns it with its output. Throws `WAIT_TIMEOUT` after
    * `timeoutMs` (default 60 000) and `RUN_NOT_FOUND` for an unknown run.
    */
   async wait(
@@ -231,7 +262,7 @@ export class Client {
     for (;;) {
       const run = await this.get(runId);
       if (!run) throw notFound(runId);
-      if (SETTLED_STATUSES.includes(run.status)) return run;
+      if (SETTLED_STATUSES.includes(run.status) && run.wakeAt === null) return run;
       if (this.clock.now().getTime() >= deadline) {
         throw new ClientError(
           "WAIT_TIMEOUT",
@@ -277,15 +308,62 @@ export class Client {
   }
 
   /**
-   * A run with its decisions, tool calls, approval requests, and spend
-   * (against its budget, if any). Throws `RUN_NOT_FOUND`.
+   * A run with its decisions, tool calls, approval requests, spend
+   * (against its budget, if any) and child runs. Throws `RUN_NOT_FOUND`.
    */
   async inspect(runId: string): Promise<RunRecord> {
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     const { journal, effects } = await this.store.loadHistory(runId);
     const approvals = await this.store.listApprovals(runId);
-    return { run, journal, effects, approvals, spend: spendOf(journal, effects) };
+    const children = await this.children(runId);
+    const spend = spendOf(journal, effects);
+    return {
+      run,
+      journal,
+      effects,
+      approvals,
+      spend,
+      children,
+      familySpend: await this.#familySpend(run, children),
+    };
+  }
+
+  /** What `run` and its descendants have spent together (family.ts reads the same), when it has children. */
+  async #familySpend(
+    run: RunRow,
+    children: readonly unknown[],
+  ): Promise<RunRecord["familySpend"]> {
+    if (children.length === 0 || !run.root_run_id) return undefined;
+    const members = await this.store.families.readFamily(run.root_run_id);
+    const parentOf = new Map(members.map((m) => [m.run_id, m.parent_run_id]));
+    const under = (id: string): boolean => {
+      // Bounded by the family's depth.
+      for (let at: string | null | undefined = id, d = 0; at && d < 64; at = parentOf.get(at), d++) {
+        if (at === run.run_id) return true;
+      }
+      return false;
+    };
+    const total = { tokens: 0, modelCalls: 0, toolCalls: 0 };
+    for (const m of members.filter((m) => under(m.run_id))) {
+      total.tokens += m.tokens;
+      total.modelCalls += m.model_calls;
+      total.toolCalls += m.tool_calls;
+    }
+    return total;
+  }
+
+  /** The runs the tool calls of `runId` started (`agentTool`), in the order they were started. */
+  async children(
+    runId: string,
+  ): Promise<Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[]> {
+    return (await this.store.families.children(runId)).map((c) => ({
+      runId: c.run_id,
+      agent: c.agent,
+      status: c.status,
+      parentKey: c.parent_key,
+      error: c.error,
+    }));
   }
 
   /**
@@ -328,17 +406,25 @@ export class Client {
     return found.value;
   }
 
-  /** Cancels a run that is not closed; a worker holding it stops at its next write. */
-  async cancel(runId: string, opts: { by?: string; reason?: string } = {}): Promise<RunInfo> {
+  /**
+   * Cancels a run that is not closed, with its open descendants (the child
+   * runs its calls started, theirs in turn), in the same operation; a worker
+   * holding any of them stops at its next write. Returns the run, with the
+   * descendants it cancelled.
+   */
+  async cancel(
+    runId: string,
+    opts: { by?: string; reason?: string } = {},
+  ): Promise<RunInfo & { descendants: string[] }> {
     const why = `cancelled by ${opts.by ?? "client"}${opts.reason ? `: ${opts.reason}` : ""}`;
-    const run = await this.store.cancelRun(runId, why, this.clock.now());
-    if (!run) {
+    const out = await this.store.families.cancel(runId, why, this.clock.now());
+    if (!out) {
       const existing = await this.store.getRun(runId);
       throw existing
         ? new ClientError("RUN_CLOSED", `Run ${runId} is ${existing.status} already; nothing to cancel`)
         : notFound(runId);
     }
-    return info(run);
+    return { ...info(out.run), descendants: out.cancelled };
   }
 
   /**
@@ -391,6 +477,54 @@ export class Client {
       "RUN_NOT_BLOCKED",
       `Tool call ${key} is flagged but run ${e.run_id} is ${run?.status}, not blocked: ` +
         `wait until a worker has blocked it ('deno task runs'), then resolve`,
+    );
+  }
+
+  /**
+   * Settles from outside a tool call that waits on its remote (its remote
+   * accepted the work and has not finished it): a webhook, or a person who
+   * saw the job end, reports `{ result }` (the call is confirmed with that
+   * result, remote `resolved`) or `{ error }` (it fails, and the model sees
+   * why). Records who (`by`) and when. A run waiting on a timer is woken, so
+   * a worker takes it up at once. Throws `CALL_NOT_FOUND`, `NOT_WAITING` (the
+   * call is not waiting: settled already, or being asked about right now),
+   * `RUN_CLOSED` (its run is cancelled, done or failed: reopen it first), and
+   * `SETTLEMENT_INVALID` for a settlement with neither or both fields, or an
+   * empty error.
+   */
+  async settleCall(
+    key: string,
+    settlement: Settlement,
+    opts: { by?: string } = {},
+  ): Promise<{ effect: SideEffectRow; runStatus: RunStatus; woken: boolean }> {
+    const by = opts.by ?? "client";
+    const stored = checkSettlement(settlement, by);
+    const out = await this.store.settleCall(key, stored, by, this.clock.now());
+    if (!out.effect || !out.runStatus) {
+      throw new ClientError(
+        "CALL_NOT_FOUND",
+        `No tool call with key ${JSON.stringify(key)}; 'deno task inspect RUN' shows a run's keys`,
+      );
+    }
+    const e = out.effect;
+    if (out.settled) return { effect: e, runStatus: out.runStatus, woken: out.woken };
+    if (e.status === "waiting") {
+      throw new ClientError(
+        "RUN_CLOSED",
+        `Run ${e.run_id} is ${out.runStatus}, so tool call ${key} was not settled: a closed run's calls are ` +
+          `not answered. Reopen it first ('deno task reopen ${e.run_id}'); its worker then asks the remote again`,
+      );
+    }
+    const why = e.status === "intent"
+      ? "a worker is asking its remote how the job stands right now: try again in a moment"
+      : e.status === "flagged"
+      ? `its outcome is unknown: settle it with 'deno task resolve ${key}'`
+      : `it is settled already${
+        e.resolved_by ? ` (by ${e.resolved_by} at ${e.resolved_at?.toISOString()})` : ""
+      }`;
+    throw new ClientError(
+      "NOT_WAITING",
+      `Tool call ${key} is ${e.status}, not waiting on its remote: ${why}`,
     );
   }
 
@@ -565,7 +699,8 @@ export class Client {
    * Hosts a worker in this process for `agents`: it takes their runs from this
    * client's database and drives them until {@link WorkerHost.stop}. An agent
    * that names an endpoint (or nothing) is given an OpenAI-compatible client
-   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`.
+   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`. The agents
+   * their tools start runs of (`agentTool`) are hosted with them.
    */
   async startWorker(
     agents: Agent[],
@@ -576,9 +711,9 @@ export class Client {
   ): Promise<WorkerHost> {
     const { context, ...hostOpts } = opts;
     const ctx: AgentContext = { env: readEnv(), dataDir: ".data", embedded: true, ...context };
-    const prepared = await Promise.all(
-      agents.map((a) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx))),
-    );
+    const prepare = (a: Agent) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx));
+    // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
+    const prepared = await withChildAgents(await Promise.all(agents.map(prepare)), prepare);
     return new WorkerHost({
       clock: this.clock,
       pollMs: 200,
@@ -680,6 +815,30 @@ function readEnv(): Record<string, string | undefined> {
   }
 }
 
+/** A settlement checked, as the store writes it: a failure carries who reported it. */
+function checkSettlement(settlement: Settlement, by: string): CallSettlement {
+  const s = settlement as { result?: unknown; error?: unknown };
+  const hasResult = s !== null && typeof s === "object" && "result" in s && s.result !== undefined;
+  const hasError = s !== null && typeof s === "object" && "error" in s && s.error !== undefined;
+  if (hasResult === hasError) {
+    throw new ClientError(
+      "SETTLEMENT_INVALID",
+      `A settlement is { result } (what the remote answered) or { error } (why the job failed), exactly one: ` +
+        `current value is ${describeValue(settlement)}`,
+    );
+  }
+  if (hasResult) return { result: s.result as Json };
+  if (typeof s.error !== "string" || s.error.trim() === "") {
+    throw new ClientError(
+      "SETTLEMENT_INVALID",
+      `A settlement's 'error' must be a non-empty text saying why the job failed: current value is ${
+        describeValue(s.error)
+      }`,
+    );
+  }
+  return { error: `reported failed by ${by}: ${s.error}` };
+}
+
 /** A resolution as the store writes it: a failure carries who marked it failed, and why. */
 function storedResolution(resolution: Resolution, by: string): EffectResolution {
   return resolution.action === "fail"
@@ -754,5 +913,8 @@ function info(run: RunRow): RunInfo {
     createdAt: new Date(run.created_at),
     updatedAt: new Date(run.updated_at),
     budget: run.budget ?? null,
+    wakeAt: run.wake_at ? new Date(run.wake_at) : null,
+    parentRunId: run.parent_run_id ?? null,
+    parentKey: run.parent_key ?? null,
   };
 }

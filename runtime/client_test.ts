@@ -105,6 +105,55 @@ async function flaggedRun(runId: string, tools: string[], block = true): Promise
   if (block) await store.finishRun(f, "blocked", "needs a human", now);
 }
 
+/** A run whose call at seq 0 its remote accepted; the run let go for a minute, or (`person`) waiting for an approval. */
+async function waitingRun(runId: string, opts: { person?: boolean } = {}): Promise<void> {
+  const { store } = client;
+  const now = client.clock.now();
+  const later = new Date(now.getTime() + 60_000);
+  await store.createRun({ runId, agent: "shop", goal: "g" }, now);
+  const f = { runId, epoch: (await claim(store, runId, 0, "w", now))! };
+  await writeDecision(store, f, 0, { decision: { tool: "order", args: {} } }, now);
+  const sent = await store.effectIntentRow(f, { key: `${runId}:0`, seq: 0, tool: "order", args: {} }, now);
+  await store.effectWaiting(f, sent, { result: { job: 1 }, checkAt: later, deadlineAt: later });
+  if (opts.person) {
+    await writeDecision(store, f, 1, { decision: { tool: "order", args: {} } }, now);
+    await store.requestApproval(f, { key: `${runId}:1`, seq: 1, tool: "order", args: {}, hash: "h" }, now);
+  } else assert.equal(await store.waitRun(f, later, now), true);
+}
+
+Deno.test("wait() goes on waiting for a run asleep on its remote, not for one waiting on a person; settleCall() checks what it is given", async () => {
+  await waitingRun("asleep-1");
+  await waitingRun("asleep-2", { person: true });
+  const asleep = await client.get("asleep-1");
+  assert.deepEqual([asleep?.status, asleep?.wakeAt !== null], ["waiting", true]);
+  await assert.rejects(
+    client.wait("asleep-1", { timeoutMs: 200, pollMs: 20 }),
+    (e: ClientError) => e.code === "WAIT_TIMEOUT" && /still waiting/.test(e.message),
+  );
+  const person = await client.wait("asleep-2", { timeoutMs: 200, pollMs: 20 });
+  assert.deepEqual([person.status, person.wakeAt], ["waiting", null]);
+
+  for (const bad of [{}, { result: 1, error: "e" }, { error: "" }, { error: 5 }, null]) {
+    await assert.rejects(
+      client.settleCall("asleep-1:0", bad as never),
+      (e: ClientError) => e.code === "SETTLEMENT_INVALID" && /current value is/.test(e.message),
+      JSON.stringify(bad),
+    );
+  }
+  assert.equal((await client.store.getEffect("asleep-1:0"))?.status, "waiting", "nothing was settled");
+  const out = await client.settleCall("asleep-1:0", { result: null }, { by: "hook" });
+  assert.deepEqual([out.effect.status, out.effect.result, out.runStatus, out.woken], [
+    "confirmed",
+    null,
+    "waiting",
+    true,
+  ]);
+  await assert.rejects(
+    client.settleCall("asleep-1:1", { result: 1 }),
+    (e: ClientError) => e.code === "CALL_NOT_FOUND",
+  );
+});
+
 Deno.test("resolveMany() settles the flagged calls a filter names, only at the count confirmed, as resolve() would", async () => {
   for (const id of ["bulk-a", "bulk-b", "bulk-c"]) await flaggedRun(id, ["charge"]);
   await flaggedRun("bulk-mixed", ["charge", "refund"]);

@@ -16,6 +16,7 @@
  * | `MODEL_MAX_TOKENS_FIELD` | `--model-max-tokens-field` | `max_tokens` (or `max_completion_tokens`): caps a budgeted request's answer |
  * | `CLOUD_URL` | `--cloud-url` | unset: in-process mock cloud |
  * | `MAX_STEPS` | `--max-steps` | 12 |
+ * | `TOOL_CONCURRENCY` | `--tool-concurrency` | the agent's, 4: calls of one step in flight at once |
  * | `WORKER` | `--worker` | `<hostname>:<pid>` |
  * | `CRASH_AT`, `CRASH_SEQ`, `STALL_AT`, `STALL_MS` | `--crash-at`, ... | none, 0, none, 5000 |
  * | `HEARTBEAT_S`, `LEASE_S` | `--heartbeat-s`, `--lease-s` | 3, 12 |
@@ -73,6 +74,8 @@ export interface Settings {
   cloudUrl?: string;
   /** Decisions before `guard` stops the run (`MAX_STEPS`); unset: the agent's `maxSteps`. */
   maxSteps?: number;
+  /** Calls of one step in flight at once (`TOOL_CONCURRENCY`); unset: the agent's `toolConcurrency`. */
+  toolConcurrency?: number;
   /** This worker's name, written to `runs.owner` (`WORKER`). */
   worker: string;
   /** Where to crash or stall (`CRASH_AT`, `CRASH_SEQ`, `STALL_AT`, `STALL_MS`). */
@@ -118,6 +121,7 @@ export const SETTING_NAMES: readonly string[] = [
   "MODEL_MAX_TOKENS_FIELD",
   "CLOUD_URL",
   "MAX_STEPS",
+  "TOOL_CONCURRENCY",
   "WORKER",
   "CRASH_AT",
   "CRASH_SEQ",
@@ -483,6 +487,7 @@ export function loadSettings(
     modelMaxTokensField: r.maxTokensField(),
     cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
     maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", 12, 1, 10_000),
+    toolConcurrency: values.TOOL_CONCURRENCY === undefined ? undefined : r.int("TOOL_CONCURRENCY", 4, 1, 64),
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),
     crash: {
       crashAt: crashAt !== undefined && isCrashPoint(crashAt) ? crashAt : undefined,

@@ -59,12 +59,28 @@ export interface RunState {
   signal: AbortSignal;
   /** The run's ceilings, if any. */
   budget?: Budget;
+  /** Calls of the step being carried out not yet sent, reserved against the tool-call ceiling (budget.ts). */
+  reservedCalls: number;
+  /**
+   * Where the run stands in a family of runs (family.ts): set for a child run
+   * and for a run that has started one; undefined for a run in no family,
+   * whose requests never read a family's spend.
+   */
+  family?: FamilyPlace;
   /**
    * The error the run's last worker let it go with (`runs.error` of a run
    * still running: kept while claims find no progress), if any: a limit
    * reached since names it as the likely cause.
    */
   lastWorkerError?: string;
+}
+
+/** Where a run stands in its family of runs, as its worker knows it. */
+export interface FamilyPlace {
+  /** The family's first run. */
+  rootRunId: string;
+  /** Its parent; null for the root. */
+  parentRunId: string | null;
 }
 
 /**
@@ -102,7 +118,7 @@ export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
   return deps;
 }
 
-/** The idempotency key of step `seq` of run `runId`. */
+/** The idempotency key of the call at `seq` of run `runId` (calls.ts: the calls of a step own consecutive seqs). */
 export function idempotencyKey(runId: string, seq: number): string {
   return `${runId}:${seq}`;
 }

@@ -128,6 +128,10 @@ export interface AgentDeps {
   tools: ToolRegistry;
   /** The most steps (decisions) a run may take before `guard` fails it. */
   maxSteps: number;
+  /** The most tool calls one answer may hold; an answer with more is refused and asked again. */
+  maxCallsPerStep: number;
+  /** How many calls of one step are in flight at once (`TOOL_CONCURRENCY`). */
+  toolConcurrency: number;
   /** Limits on re-asks, retries and waits; `maxModelAttempts` is counted across restarts. */
   retry: RetryPolicy;
   /**
@@ -143,6 +147,8 @@ export interface AgentDeps {
 export interface AgentOptions {
   /** Replaces the agent's `maxSteps`. */
   maxSteps?: number;
+  /** Replaces the agent's `toolConcurrency`. */
+  toolConcurrency?: number;
   /** Default {@link DEFAULT_RETRY}. */
   retry?: RetryPolicy;
   /** Default {@link DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS}. */
@@ -161,6 +167,9 @@ export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): Age
     planner: prepared.planner,
     tools: prepared.tools,
     maxSteps: opts.maxSteps ?? prepared.agent.maxSteps,
+    // An agent object not made by defineAgent (a test's) may lack the newer limits: their defaults then.
+    maxCallsPerStep: prepared.agent.maxCallsPerStep ?? 16,
+    toolConcurrency: opts.toolConcurrency ?? prepared.agent.toolConcurrency ?? 4,
     retry: opts.retry ?? DEFAULT_RETRY,
     maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
   };

@@ -14,8 +14,10 @@ import type { JournalRow, SideEffectRow } from "./store/rows.ts";
 export interface StepRows {
   /** The step's journal row. */
   journal?: JournalRow;
-  /** The step's tool call. */
+  /** The step's tool call, for a step with one. */
   effect?: SideEffectRow;
+  /** Every tool call of the step (one or several), in seq order. */
+  effects?: SideEffectRow[];
 }
 
 /** A part of a step that returned `value`. */

@@ -12,7 +12,9 @@
  */
 
 import { createHash } from "node:crypto";
-import { checkToolRequest } from "./budget.ts";
+import { BudgetError, checkToolRequest, NO_FAMILY, reserveToolCalls } from "./budget.ts";
+import { childRunsFor, familyCeilings, ParentClosedError } from "./family.ts";
+import { callsOf, type StepCall } from "./calls.ts";
 import { deadline } from "./clock.ts";
 import {
   applyRow,
@@ -22,14 +24,22 @@ import {
   waitToRetry,
   type WorkerDeps,
 } from "./context.ts";
-import { type Ended, failed, finished } from "./ended.ts";
-import { AbortedError, describeError, RuntimeError, ToolError } from "./errors.ts";
+import { type Ended, failed, finished, type StepRows } from "./ended.ts";
+import { AbortedError, describeError, FencedError, hasCode, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { askRemote } from "./reconcile.ts";
 import { toStorable } from "./store/storable.ts";
-import type { Decided, ToolDecision } from "./journal.ts";
-import type { SideEffectRow } from "./store/store.ts";
-import type { Json, Tool, ToolOutcome } from "./tools.ts";
+import type { Decided } from "./journal.ts";
+import type { ApprovalRow, SideEffectRow } from "./store/store.ts";
+import {
+  checkAtOf,
+  isAccepted,
+  type Json,
+  type Tool,
+  type ToolAccepted,
+  type ToolOutcome,
+  waitExpired,
+} from "./tools.ts";
 
 /** The run cannot go on until a human resolves a flagged tool call. */
 export class BlockedError extends RuntimeError {
@@ -43,21 +53,6 @@ export class BlockedError extends RuntimeError {
         `'deno task resolve ${key} --result <json>' if it happened, '--retry' to send it again, or '--fail'`,
     );
     this.name = "BlockedError";
-    this.key = key;
-  }
-}
-
-/** The run waits for a person to approve a tool call; the worker lets it go. */
-export class WaitingError extends RuntimeError {
-  /** The call's idempotency key. */
-  readonly key: string;
-  /** Creates the marker for a call waiting on `key`. */
-  constructor(key: string, tool: string) {
-    super(
-      "WAITING_FOR_APPROVAL",
-      `Tool call ${key} (${tool}) waits for a person: 'deno task approve ${key}' or 'deno task deny ${key} --reason TEXT'`,
-    );
-    this.name = "WaitingError";
     this.key = key;
   }
 }
@@ -114,57 +109,366 @@ interface Unknown {
   reopened: boolean;
 }
 
+/** The run waits for people to approve tool calls; the worker lets it go. */
+export class WaitingError extends RuntimeError {
+  /** The first waiting call's idempotency key. */
+  readonly key: string;
+  /** Every waiting call's key, in seq order. */
+  readonly keys: readonly string[];
+  /** Creates the marker for calls waiting on `calls` (one or more). */
+  constructor(calls: readonly { key: string; tool: string }[]) {
+    const what = calls.map((c) => `${c.key} (${c.tool})`).join(", ");
+    const first = calls[0].key;
+    super(
+      "WAITING_FOR_APPROVAL",
+      `Tool call${calls.length > 1 ? "s" : ""} ${what} wait${calls.length > 1 ? "" : "s"} for a person: ` +
+        `'deno task approve ${first}' or 'deno task deny ${first} --reason TEXT'`,
+    );
+    this.name = "WaitingError";
+    this.key = first;
+    this.keys = calls.map((c) => c.key);
+  }
+
+  /** Set when other calls of the step wait on their remotes: the run is also taken again then. */
+  wakeAt?: Date;
+
+  /** This marker, with the time the step's calls waiting on their remotes are due. */
+  until(wakeAt: Date): WaitingError {
+    this.wakeAt = wakeAt;
+    return this;
+  }
+}
+
+/** Where one call of a step stands before anything of the step is sent. */
+type Gate =
+  | { kind: "settled"; row: SideEffectRow }
+  | { kind: "asleep"; row: SideEffectRow }
+  | { kind: "send"; call: PreparedCall }
+  | { kind: "ask"; call: PreparedCall; hash: string; before?: ApprovalRow }
+  | { kind: "denied"; call: PreparedCall; approval: ApprovalRow };
+
 /**
- * Carries out the decided tool call of step `seq`, unless it already happened;
- * with the call's row as its last write left it (or as it was), whether it
- * ended with the row settled or with an error.
+ * Carries out the calls of the decided step at `seq` (one, or several: the
+ * calls of a decision at seq s own seqs s, s+1, ...; see calls.ts), each
+ * unless it already happened. Every call is checked, and the step's
+ * tool-call budget reserved, before any is sent; then the calls are sent
+ * concurrently, at most `toolConcurrency` at once, each through the one path
+ * a call takes ({@link send}). A call that needs a person's yes is asked
+ * about once every other call of the step has settled, and the run waits
+ * then; a flagged call blocks the run, and a failure fails it, once the
+ * others have settled. Ends with the step's rows as its last writes left
+ * them.
  */
 export async function act(
   deps: WorkerDeps,
   state: RunState,
   seq: number,
-  decided: Decided<ToolDecision>,
-): Promise<Ended<SideEffectRow>> {
-  const { decision } = decided;
-  const runId = state.fence.runId;
-  const key = idempotencyKey(runId, seq);
-  const existing = state.effects.get(seq);
-  let call: PreparedCall;
+  decided: Decided,
+): Promise<Ended<SideEffectRow[]>> {
+  const calls = callsOf(decided.decision, seq);
+  const rows = () => stepRows(state, calls);
+  const gates: Gate[] = [];
+  const errors: unknown[] = [];
   try {
-    if (existing?.status === "confirmed" || existing?.status === "failed") {
-      deps.log.info("skipped", {
-        run: runId,
-        seq,
-        key,
-        status: existing.status,
-        remote: existing.remote ?? undefined,
-      });
-      return finished(existing, { effect: existing });
+    for (const c of calls) {
+      try {
+        gates.push(await gateOf(deps, state, c, decided.checked?.[c.index]));
+      } catch (err) {
+        if (err instanceof BlockedError) errors.push(err);
+        else throw err;
+      }
     }
-    if (existing?.status === "flagged") {
-      throw new BlockedError(key, existing.error ?? "its outcome is unknown");
-    }
-    // Arguments are checked before any intent row exists: bad arguments never reach a remote.
-    // A decision this worker has just made was checked by decide() (#11: not parsed twice).
-    const checked = decided.checked
-      ? { ok: true as const, ...decided.checked }
-      : deps.tools.check(decision.tool, decision.args);
-    if (!checked.ok) {
-      throw new RuntimeError(
-        "DECISION_INVALID",
-        `The decision of step ${seq} cannot be carried out: ${checked.message}`,
-      );
-    }
-    if (checked.tool.needsApproval(checked.args)) {
-      const denied = await approval(deps, state, key, seq, decision);
-      if (denied) return finished(denied, { effect: denied });
-    }
-    await deps.crash.hit("before_intent", seq);
-    call = { key, seq, tool: checked.tool, rawArgs: decision.args, args: checked.args };
+    // Every call of the step not yet sent is counted against the tool-call ceiling before any goes out.
+    const unsent = gates.filter((g) => "call" in g && !state.effects.has(g.call.seq)).length;
+    reserveToolCalls(state, unsent, unsent > 0 ? await familyCeilings(deps, state) : NO_FAMILY);
   } catch (error) {
-    return failed(error, { effect: existing });
+    return failed(error, rows());
+  }
+  const carry = (gate: Gate): Promise<Ended<SideEffectRow>> => {
+    if (gate.kind === "settled" || gate.kind === "asleep") {
+      return Promise.resolve(finished(gate.row, { effect: gate.row }));
+    }
+    if (gate.kind === "denied") return denied(deps, state, gate.call, gate.approval);
+    return intendAndSend(deps, state, gate.call);
+  };
+  const round = async (todo: Gate[]) => {
+    for (const end of await inPool(todo, deps.toolConcurrency, carry)) if (!end.ok) errors.push(end.error);
+  };
+  try {
+    await round(gates.filter((g) => g.kind !== "ask"));
+    const asks = gates.flatMap((g) => g.kind === "ask" ? [g] : []);
+    if (errors.length === 0 && asks.length > 0) {
+      const answered = await askApprovals(deps, state, asks);
+      await round(answered);
+    }
+  } catch (error) {
+    errors.push(error);
+  }
+  state.reservedCalls = 0;
+  // Calls whose remote accepted them and has not finished: the step is not settled, and the run sleeps
+  // until the first of them is due (without a worker), unless something worse ended the step.
+  const asleep = calls.flatMap((c) => {
+    const row = state.effects.get(c.seq);
+    return row?.status === "waiting" && row.check_at ? [row] : [];
+  });
+  const wakeAt = asleep.length === 0
+    ? undefined
+    : new Date(Math.min(...asleep.map((r) => new Date(r.check_at!).getTime())));
+  const worst = worstOf(errors);
+  if (worst instanceof WaitingError && wakeAt) return failed(worst.until(wakeAt), rows());
+  if (worst !== undefined) return failed(worst, rows());
+  if (wakeAt) return failed(new SleepingError(asleep.map((r) => r.idempotency_key), wakeAt), rows());
+  return finished(calls.map((c) => state.effects.get(c.seq)!), rows());
+}
+
+/**
+ * The step's calls are settled but for some whose remotes accepted them and
+ * will finish later: the run sleeps until `wakeAt`, the first of them due,
+ * holding no worker, and is taken again then (the loop's `waitRun`).
+ */
+export class SleepingError extends RuntimeError {
+  /** The calls still waiting on their remotes. */
+  readonly keys: readonly string[];
+  /** When the first of them is asked again. */
+  readonly wakeAt: Date;
+  /** Creates the marker for `keys`, the first due at `wakeAt`. */
+  constructor(keys: readonly string[], wakeAt: Date) {
+    const many = keys.length > 1;
+    super(
+      "WAITING_ON_REMOTE",
+      `Tool call${many ? "s" : ""} ${keys.join(", ")} wait${many ? "" : "s"} on ${
+        many ? "their remotes" : "its remote"
+      }: ` +
+        `asked again at ${wakeAt.toISOString()} under the same key (or settled from outside: ` +
+        `'deno task settle ${keys[0]} --result JSON')`,
+    );
+    this.name = "SleepingError";
+    this.keys = keys;
+    this.wakeAt = wakeAt;
+  }
+}
+
+/** The rows of a step's calls as this worker knows them: `effect` for a one-call step, `effects` for any. */
+function stepRows(state: RunState, calls: readonly StepCall[]): StepRows {
+  const effects = calls.flatMap((c) => state.effects.get(c.seq) ?? []);
+  return calls.length === 1 ? { effect: effects[0], effects } : { effects };
+}
+
+/**
+ * Of the errors a step's calls ended with, the one that decides the run:
+ * a kill first (the process is gone), then a lost run (fenced, stopping),
+ * then an error the loop does not classify, then what fails the run, then a
+ * flag (blocked); a wait for approval is never among them.
+ */
+function worstOf(errors: readonly unknown[]): unknown {
+  const rank = (e: unknown): number =>
+    e instanceof SimulatedKill
+      ? 0
+      : e instanceof FencedError || e instanceof AbortedError
+      ? 1
+      : e instanceof BlockedError
+      ? 4
+      : e instanceof WaitingError
+      ? 5
+      : e instanceof SleepingError
+      ? 6
+      : e instanceof ToolError || e instanceof BudgetError || e instanceof ParentClosedError ||
+          hasCode(e, "DECISION_INVALID")
+      ? 3
+      : 2;
+  return [...errors].sort((a, b) => rank(a) - rank(b))[0];
+}
+
+/**
+ * Runs `fn` over `items`, at most `limit` at once, and returns what each
+ * ended with, in the items' order. `fn` ends with an {@link Ended} and never
+ * throws (one that does is ended as failed).
+ */
+async function inPool<T, R>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<Ended<R>>,
+): Promise<Ended<R>[]> {
+  const out: Ended<R>[] = new Array(items.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) {
+      const i = next++;
+      try {
+        out[i] = await fn(items[i]);
+      } catch (error) {
+        out[i] = failed(error, {});
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return out;
+}
+
+/**
+ * Where one call of a step stands before anything is sent: already settled
+ * (skipped), ready to send, waiting on a person's answer, or denied. Checks
+ * its arguments first: bad arguments never reach a remote. Throws
+ * {@link BlockedError} for a flagged call.
+ */
+async function gateOf(
+  deps: WorkerDeps,
+  state: RunState,
+  c: StepCall,
+  checkedNow: { tool: Tool; args: unknown } | undefined,
+): Promise<Gate> {
+  const runId = state.fence.runId;
+  const key = idempotencyKey(runId, c.seq);
+  const existing = state.effects.get(c.seq);
+  if (existing?.status === "confirmed" || existing?.status === "failed") {
+    deps.log.info("skipped", {
+      run: runId,
+      seq: c.seq,
+      key,
+      status: existing.status,
+      remote: existing.remote ?? undefined,
+    });
+    return { kind: "settled", row: existing };
+  }
+  if (existing?.status === "flagged") throw new BlockedError(key, existing.error ?? "its outcome is unknown");
+  // A call its remote accepted is asked again once its time has come, and left asleep until then.
+  if (existing?.status === "waiting" && existing.check_at && new Date(existing.check_at) > deps.clock.now()) {
+    return { kind: "asleep", row: existing };
+  }
+  // A decision this worker has just made was checked by decide() (#11: not parsed twice).
+  const checked = checkedNow ? { ok: true as const, ...checkedNow } : deps.tools.check(c.tool, c.args);
+  if (!checked.ok) {
+    throw new RuntimeError(
+      "DECISION_INVALID",
+      `The decision of step ${c.seq} cannot be carried out: ${checked.message}`,
+    );
+  }
+  const call: PreparedCall = { key, seq: c.seq, tool: checked.tool, rawArgs: c.args, args: checked.args };
+  // A call with a row was past its approval when the row was written.
+  if (existing || !checked.tool.needsApproval(checked.args)) return { kind: "send", call };
+  // The read is only a shortcut: an answer for these arguments is final (see the comment at
+  // REQUEST_APPROVAL in the store), so it is used at once; anything else is asked (askApprovals).
+  const hash = await argsHash(c.args);
+  const approval = await deps.store.getApproval(key);
+  if (approval && approval.args_hash === hash && approval.status !== "pending") {
+    if (approval.status === "denied") return { kind: "denied", call, approval };
+    logApproved(deps, state, call, approval);
+    return { kind: "send", call };
+  }
+  return { kind: "ask", call, hash, before: approval ?? undefined };
+}
+
+/** Sends a call that has passed its gate: the `before_intent` point, then {@link send}. */
+async function intendAndSend(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+): Promise<Ended<SideEffectRow>> {
+  try {
+    await deps.crash.hit("before_intent", call.seq);
+  } catch (error) {
+    return failed(error, { effect: state.effects.get(call.seq) });
   }
   return await send(deps, state, call);
+}
+
+/**
+ * Asks a person about every call of the step still without an answer, in
+ * one statement that decides from the requests as they stand then: a person
+ * may have answered since the read, and the worker goes on with that answer
+ * instead of waiting on it. Returns the calls answered meanwhile (to send,
+ * or denied); throws {@link WaitingError} when any request is still pending
+ * (the statement set the run to waiting and released it).
+ */
+async function askApprovals(
+  deps: WorkerDeps,
+  state: RunState,
+  asks: readonly Extract<Gate, { kind: "ask" }>[],
+): Promise<Gate[]> {
+  const asked = await deps.store.requestApprovals(
+    state.fence,
+    asks.map((g) => ({
+      key: g.call.key,
+      seq: g.call.seq,
+      tool: g.call.tool.name,
+      args: g.call.rawArgs,
+      hash: g.hash,
+    })),
+    deps.clock.now(),
+  );
+  if (asked.waiting) {
+    const pending = asks.filter((g) =>
+      asked.approvals.find((a) => a.idempotency_key === g.call.key)?.status === "pending"
+    );
+    for (const g of pending) {
+      deps.log.warn("waiting-for-approval", {
+        run: state.fence.runId,
+        seq: g.call.seq,
+        key: g.call.key,
+        tool: g.call.tool.name,
+        args: g.call.rawArgs,
+        asked_before: g.before && g.before.args_hash !== g.hash ? "for other arguments" : undefined,
+      });
+    }
+    throw new WaitingError(pending.map((g) => ({ key: g.call.key, tool: g.call.tool.name })));
+  }
+  return asks.map((g): Gate => {
+    const approval = asked.approvals.find((a) => a.idempotency_key === g.call.key);
+    // The statement replaces a request for other arguments and waits on a pending one: what is left is an
+    // answer for these arguments. Checked, since a call must never run on an answer given for others.
+    if (!approval || approval.args_hash !== g.hash || approval.status === "pending") {
+      throw new RuntimeError(
+        "APPROVAL_INCONSISTENT",
+        `The approval request for ${g.call.key} came back ${approval?.status ?? "missing"} for arguments ` +
+          `${approval?.args_hash}, asked for ${g.hash}, without the run waiting: a bug in the store's approval statement`,
+      );
+    }
+    if (approval.status === "denied") return { kind: "denied", call: g.call, approval };
+    logApproved(deps, state, g.call, approval);
+    return { kind: "send", call: g.call };
+  });
+}
+
+function logApproved(deps: WorkerDeps, state: RunState, call: PreparedCall, approval: ApprovalRow): void {
+  deps.log.info("approved", {
+    run: state.fence.runId,
+    seq: call.seq,
+    key: call.key,
+    tool: call.tool.name,
+    by: approval.decided_by ?? undefined,
+  });
+}
+
+/** Records a person's denial as the call's result (a failed row the model sees). */
+async function denied(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  approval: ApprovalRow,
+): Promise<Ended<SideEffectRow>> {
+  try {
+    const error = `denied by ${approval.decided_by ?? "a person"}${
+      approval.reason ? `: ${approval.reason}` : ""
+    }`;
+    const row = await deps.store.effectDenied(
+      state.fence,
+      { key: call.key, seq: call.seq, tool: call.tool.name, args: call.rawArgs },
+      error,
+      deps.clock.now(),
+    );
+    applyRow(state, row);
+    deps.log.warn("denied", {
+      run: state.fence.runId,
+      seq: call.seq,
+      key: call.key,
+      tool: call.tool.name,
+      by: approval.decided_by ?? undefined,
+      reason: approval.reason ?? undefined,
+    });
+    return finished(row, { effect: row });
+  } catch (error) {
+    return failed(error, { effect: state.effects.get(call.seq) });
+  }
 }
 
 /**
@@ -212,9 +516,14 @@ async function sendCall(
       const verdict = await unknownOutcome(deps, state, call, unknown);
       if (verdict !== "send") return await carryOut(row, verdict);
     }
+    // A call its remote accepted is asked again under its key, until its deadline: past it, no request goes out.
+    if (row?.status === "waiting" && row.wait_deadline_at && clock.now() >= new Date(row.wait_deadline_at)) {
+      return await failCall(deps, state, row, waitExpired(tool, key, new Date(row.wait_deadline_at)));
+    }
     // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
+    // A call its remote accepted is bounded by its deadline instead (a poll counts no attempt).
     for (;;) {
-      checkToolRequest(state);
+      checkToolRequest(state, row === undefined, await familyCeilings(deps, state));
       const intent = await store.effectIntentRow(
         state.fence,
         { key, seq, tool: tool.name, args: call.rawArgs },
@@ -224,13 +533,14 @@ async function sendCall(
       row = intent;
       applyRow(state, intent);
       const attempt = intent.attempts;
-      log.info("intent", { run: runId, seq, key, tool: tool.name, attempt });
+      const poll = intent.polls > 0 ? intent.polls : undefined;
+      log.info("intent", { run: runId, seq, key, tool: tool.name, attempt, poll });
       await crash.hit("after_intent", seq);
-      log.info("calling", { run: runId, seq, key, tool: tool.name, attempt });
+      log.info("calling", { run: runId, seq, key, tool: tool.name, attempt, poll });
 
       let outcome: ToolOutcome;
       try {
-        outcome = storedOutcome(await callTool(deps, state, call, attempt), call);
+        outcome = storedOutcome(await callTool(deps, state, call, intent), call);
       } catch (err) {
         if (err instanceof SimulatedKill) throw err; // the (simulated) process is gone
         if (state.signal.aborted) throw state.signal.reason ?? err;
@@ -249,17 +559,10 @@ async function sendCall(
           continue;
         }
         // A permanent failure is an answer too: record it and let the model see it.
-        row = await store.effectSettle(
-          state.fence,
-          intent,
-          { status: "failed", error: e.message },
-          clock.now(),
-        );
-        applyRow(state, row);
-        log.warn("tool-failed", { run: runId, seq, key, tool: tool.name, code: e.code, error: e.message });
-        return finished(row, { effect: row });
+        return await failCall(deps, state, intent, e);
       }
       await crash.hit("after_call", seq);
+      if (isAccepted(outcome)) return await accepted(deps, state, call, intent, outcome);
       row = await confirm(deps, state, intent, outcome.result, outcome.remote ?? "created");
       await crash.hit("after_confirm", seq);
       return finished(row, { effect: row });
@@ -267,6 +570,93 @@ async function sendCall(
   } catch (error) {
     return failed(error, { effect: row });
   }
+}
+
+/** Records a permanent failure of the call `row` (the model sees it) and returns the row as the write left it. */
+async function failCall(
+  deps: WorkerDeps,
+  state: RunState,
+  row: SideEffectRow,
+  e: ToolError,
+): Promise<Ended<SideEffectRow>> {
+  const settled = await deps.store.effectSettle(
+    state.fence,
+    row,
+    { status: "failed", error: e.message },
+    deps.clock.now(),
+  );
+  applyRow(state, settled);
+  deps.log.warn("tool-failed", {
+    run: state.fence.runId,
+    seq: row.seq,
+    key: row.idempotency_key,
+    tool: row.tool,
+    code: e.code,
+    error: e.message,
+  });
+  return finished(settled, { effect: settled });
+}
+
+/**
+ * The remote accepted the call and will finish it later: the row goes to
+ * `waiting` with the accepted answer (a job id) and when to ask again (at the
+ * latest the call's deadline, fixed by the first accepted answer at
+ * `waitDeadlineMs`). An answer past the deadline fails the call
+ * `TOOL_WAIT_EXPIRED`; an answer that is not a valid wait fails it
+ * `TOOL_ACCEPTED_INVALID`.
+ */
+async function accepted(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  intent: SideEffectRow,
+  outcome: ToolAccepted,
+): Promise<Ended<SideEffectRow>> {
+  const now = deps.clock.now();
+  const deadlineAt = intent.wait_deadline_at
+    ? new Date(intent.wait_deadline_at)
+    : new Date(now.getTime() + call.tool.waitDeadlineMs);
+  let checkAt: Date;
+  try {
+    checkAt = checkAtOf(call.tool, outcome, now);
+  } catch (err) {
+    return await failCall(deps, state, intent, err as ToolError);
+  }
+  if (now >= deadlineAt) {
+    return await failCall(deps, state, intent, waitExpired(call.tool, call.key, deadlineAt));
+  }
+  if (checkAt > deadlineAt) checkAt = deadlineAt;
+  const stored = toStorable(outcome.result, { writeOut: true });
+  if (!stored.ok) {
+    return await failCall(
+      deps,
+      state,
+      intent,
+      new ToolError(
+        "TOOL_RESULT_UNSTORABLE",
+        `${call.tool.name} answered that its remote accepted the call, but what it returned cannot be stored: ` +
+          `it holds ${stored.reason}. The call is failed for good, though the remote may be doing it (key ${call.key})`,
+        { transient: false },
+      ),
+    );
+  }
+  const row = await deps.store.effectWaiting(state.fence, intent, {
+    result: stored.value,
+    checkAt,
+    deadlineAt,
+  });
+  applyRow(state, row);
+  deps.log.info("accepted", {
+    run: state.fence.runId,
+    seq: call.seq,
+    key: call.key,
+    tool: call.tool.name,
+    polls: intent.polls,
+    check_at: checkAt.toISOString(),
+    deadline: deadlineAt.toISOString(),
+  });
+  await deps.crash.hit("after_confirm", call.seq);
+  return finished(row, { effect: row });
 }
 
 /**
@@ -364,85 +754,6 @@ async function confirm(
 }
 
 /**
- * The approval gate, before any intent row: a call that needs a person's yes
- * is asked about with its exact arguments, and the run waits (holding no
- * worker) until then. Undefined: approved, go on. A row: denied, recorded as
- * the tool's result (the row written). Throws {@link WaitingError} while it
- * waits.
- *
- * The read is only a shortcut: an answer for these arguments is final (see
- * the comment at REQUEST_APPROVAL in the store), so it is used at once.
- * Anything else (no request, one for other arguments, one still pending when
- * read) goes through `requestApproval`, whose one statement decides from the
- * request as it stands then: a person may have answered since the read, and
- * the worker goes on with that answer instead of waiting on it.
- */
-async function approval(
-  deps: WorkerDeps,
-  state: RunState,
-  key: string,
-  seq: number,
-  decision: ToolDecision,
-): Promise<SideEffectRow | undefined> {
-  const hash = await argsHash(decision.args);
-  let approval = await deps.store.getApproval(key);
-  if (!approval || approval.args_hash !== hash || approval.status === "pending") {
-    const call = { key, seq, tool: decision.tool, args: decision.args, hash };
-    const asked = await deps.store.requestApproval(state.fence, call, deps.clock.now());
-    if (asked.waiting) {
-      deps.log.warn("waiting-for-approval", {
-        run: state.fence.runId,
-        seq,
-        key,
-        tool: decision.tool,
-        args: decision.args,
-        asked_before: approval && approval.args_hash !== hash ? "for other arguments" : undefined,
-      });
-      throw new WaitingError(key, decision.tool);
-    }
-    approval = asked.approval;
-    // The statement replaces a request for other arguments and waits on a pending one: what is left is an
-    // answer for these arguments. Checked, since a call must never run on an answer given for others.
-    if (approval.args_hash !== hash || approval.status === "pending") {
-      throw new RuntimeError(
-        "APPROVAL_INCONSISTENT",
-        `The approval request for ${key} came back ${approval.status} for arguments ${approval.args_hash}, ` +
-          `asked for ${hash}, without the run waiting: a bug in the store's approval statement`,
-      );
-    }
-  }
-  if (approval.status === "denied") {
-    const error = `denied by ${approval.decided_by ?? "a person"}${
-      approval.reason ? `: ${approval.reason}` : ""
-    }`;
-    const denied = await deps.store.effectDenied(
-      state.fence,
-      { key, seq, tool: decision.tool, args: decision.args },
-      error,
-      deps.clock.now(),
-    );
-    applyRow(state, denied);
-    deps.log.warn("denied", {
-      run: state.fence.runId,
-      seq,
-      key,
-      tool: decision.tool,
-      by: approval.decided_by ?? undefined,
-      reason: approval.reason ?? undefined,
-    });
-    return denied;
-  }
-  deps.log.info("approved", {
-    run: state.fence.runId,
-    seq,
-    key,
-    tool: decision.tool,
-    by: approval.decided_by ?? undefined,
-  });
-  return undefined;
-}
-
-/**
  * Marks the call `row`, whose outcome cannot be known safely, as `flagged`,
  * and returns the row as the write left it. The caller then blocks the run
  * ({@link BlockedError}).
@@ -474,7 +785,7 @@ async function callTool(
   deps: WorkerDeps,
   state: RunState,
   call: PreparedCall,
-  attempt: number,
+  intent: SideEffectRow,
 ): Promise<ToolOutcome> {
   const timeout = deadline(
     deps.clock,
@@ -490,12 +801,17 @@ async function callTool(
       idempotencyKey: call.key,
       runId: state.fence.runId,
       seq: call.seq,
-      attempt,
+      attempt: intent.attempts,
+      polls: intent.polls ?? 0,
       // Read only by a tool that uses it: the deadline arms its timer then (see deadline()).
       get signal() {
         return timeout.signal;
       },
       traceHeaders: () => telemetryOf(deps).traceHeaders(),
+      // Built when a tool asks for it (an agent used as a tool): no other call pays for it.
+      get runs() {
+        return childRunsFor(deps, state, call);
+      },
     });
   } catch (err) {
     const timedOut = timeout.expired();
@@ -515,6 +831,7 @@ async function callTool(
  * NUL characters and lone surrogates are written out as their escapes.
  */
 function storedOutcome(outcome: ToolOutcome, call: PreparedCall): ToolOutcome {
+  if (isAccepted(outcome)) return outcome;
   const stored = toStorable(outcome.result, { writeOut: true });
   if (stored.ok) return { ...outcome, result: stored.value };
   throw new ToolError(

@@ -9,11 +9,12 @@
 
 import type { RunState } from "./context.ts";
 import type { TranscriptMessage } from "./transcript.ts";
+import { callsOf } from "./calls.ts";
 
 /** What a tool result says of a call whose outcome no row records (at intent, flagged, or never sent). */
 export const UNKNOWN_OUTCOME = "The outcome of this call is unknown";
 
-/** The id of step `seq`'s call: derived from the journal, so every request (and restart) names it alike. */
+/** The id of the call at `seq`: derived from the journal, so every request (and restart) names it alike. */
 export function callId(seq: number): string {
   return `call_${seq}`;
 }
@@ -30,26 +31,33 @@ export function buildTranscript(
   ];
   for (let s = 0; s < seq; s++) {
     const decision = state.journal.get(s)?.decision;
-    if (!decision || !("tool" in decision)) continue;
-    const id = callId(s);
-    const name = decision.tool;
-    transcript.push({ role: "assistant", calls: [{ id, name, args: decision.args }] });
-    const effect = state.effects.get(s);
-    // A confirmed call (sent, reconciled or resolved by a person) has its result; a failed one
-    // (the tool's error, or a person's denial) its reason; anything else is not known.
-    if (effect?.status === "confirmed") {
-      transcript.push({ role: "tool", callId: id, name, failed: false, result: effect.result });
-    } else {
-      // Every write of a failed row gives its reason; the column alone allows none.
-      const error = effect?.status === "failed" ? effect.error ?? "The call failed" : UNKNOWN_OUTCOME;
-      transcript.push({ role: "tool", callId: id, name, failed: true, error });
+    if (!decision) continue;
+    const calls = callsOf(decision, s);
+    if (calls.length === 0) continue;
+    // One assistant turn with every call of the step, then each call's result, in the order asked.
+    transcript.push({
+      role: "assistant",
+      calls: calls.map((c) => ({ id: callId(c.seq), name: c.tool, args: c.args })),
+    });
+    for (const c of calls) {
+      const id = callId(c.seq);
+      const effect = state.effects.get(c.seq);
+      // A confirmed call (sent, reconciled or resolved by a person) has its result; a failed one
+      // (the tool's error, or a person's denial) its reason; anything else is not known.
+      if (effect?.status === "confirmed") {
+        transcript.push({ role: "tool", callId: id, name: c.tool, failed: false, result: effect.result });
+      } else {
+        // Every write of a failed row gives its reason; the column alone allows none.
+        const error = effect?.status === "failed" ? effect.error ?? "The call failed" : UNKNOWN_OUTCOME;
+        transcript.push({ role: "tool", callId: id, name: c.tool, failed: true, error });
+      }
     }
   }
   for (const rejection of state.journal.get(seq)?.rejections ?? []) {
     transcript.push({
       role: "user",
       text: `Your previous answer was refused (${rejection.code}): ${rejection.message}. ` +
-        "Answer again with exactly one call to a listed tool, or with no tool call when the goal is complete.",
+        "Answer again with calls to listed tools, or with no tool call when the goal is complete.",
     });
   }
   return transcript;

@@ -100,8 +100,7 @@ Deno.test("buildTranscript() ends with why each answer for this step was refused
     ]),
   ];
   const transcript = buildTranscript(state(journal, [effectRow(RUN, 0, pay(1), { result: 1 })]), 1, "i");
-  const again =
-    "Answer again with exactly one call to a listed tool, or with no tool call when the goal is complete.";
+  const again = "Answer again with calls to listed tools, or with no tool call when the goal is complete.";
   assert.deepEqual(transcript.slice(-2), [
     {
       role: "user",

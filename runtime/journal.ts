@@ -15,9 +15,11 @@ import { buildTranscript } from "./history.ts";
 import type { Planner } from "./planner.ts";
 import { type DecideRequest, type PlannerDecision, plannerDecision } from "./transcript.ts";
 import type { Decision, JournalRow, Rejection } from "./store/store.ts";
-import type { Tool } from "./tools.ts";
+import type { Json, Tool } from "./tools.ts";
+import { callsOf, decisionOf } from "./calls.ts";
 import { addUsage } from "./usage.ts";
-import { answerCap, answerTokens, checkModelRequest, worstCaseTokens } from "./budget.ts";
+import { answerCap, answerTokens, checkModelRequest, reservationBudget, worstCaseTokens } from "./budget.ts";
+import { familyCeilings } from "./family.ts";
 import { toStorable } from "./store/storable.ts";
 
 /**
@@ -30,40 +32,41 @@ function promptChars(planner: Planner, question: Pick<DecideRequest, "transcript
 }
 
 /**
- * The answer as the loop takes it: one tool call per step, or done. Every planner's answer passes here,
- * inside the model call, so a refused one is counted and re-asked like any unusable answer.
+ * The answer as the loop takes it: tool calls (one or more, at most
+ * `maxCalls`), or done. Every planner's answer passes here, inside the model
+ * call, so a refused one is counted and re-asked like any unusable answer.
  */
-function oneCall(answer: PlannerDecision): PlannerDecision {
-  if (answer.kind === "tool_calls" && answer.calls.length !== 1) {
-    const usage = answer.usage as Record<string, unknown> | undefined;
-    throw answer.calls.length === 0
-      ? new ModelError(
-        "MODEL_EMPTY",
-        "The model's answer lists no tool calls: call one tool, or say what was done",
-        { badAnswer: true, usage },
-      )
-      : new ModelError(
-        "MODEL_MULTIPLE_TOOLS",
-        `The model asked for ${answer.calls.length} tool calls at once; exactly one per step is allowed`,
-        { badAnswer: true, usage },
-      );
+function callCount(answer: PlannerDecision, maxCalls: number): PlannerDecision {
+  if (answer.kind !== "tool_calls") return answer;
+  const usage = answer.usage as Record<string, unknown> | undefined;
+  if (answer.calls.length === 0) {
+    throw new ModelError(
+      "MODEL_EMPTY",
+      "The model's answer lists no tool calls: call a tool, or say what was done",
+      { badAnswer: true, usage },
+    );
+  }
+  if (answer.calls.length > maxCalls) {
+    throw new ModelError(
+      "MODEL_TOO_MANY_CALLS",
+      `The model asked for ${answer.calls.length} tool calls at once; at most ${maxCalls} per step are allowed`,
+      { badAnswer: true, usage },
+    );
   }
   return answer;
 }
 
-/** A tool call as a decision names it. */
-export type ToolDecision = Extract<Decision, { tool: string }>;
-
 /** What `act` needs of a step's decision. */
-export interface Decided<D extends Decision = Decision> {
-  /** The decision, as stored (what the tool receives, live and on replay). */
-  decision: D;
+export interface Decided {
+  /** The decision, as stored (what the tools receive, live and on replay). */
+  decision: Decision;
   /**
-   * For a tool call this worker has just decided: its tool and arguments as
-   * the schema parsed them, so `act` does not parse them a second time (#11).
-   * A replayed decision has none, and `act` checks it.
+   * For tool calls this worker has just decided: each call's tool and
+   * arguments as the schema parsed them, by the call's place in the decision,
+   * so `act` does not parse them a second time (#11). A replayed decision has
+   * none, and `act` checks each call.
    */
-  checked?: { tool: Tool; args: unknown };
+  checked?: readonly { tool: Tool; args: unknown }[];
 }
 
 /**
@@ -95,7 +98,10 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
             }${state.lastWorkerError ? `; its last worker stopped at: ${state.lastWorkerError}` : ""}`,
         );
       }
-      const maxOutputTokens = answerCap(state.budget);
+      // A run of a family is held to its family's ceilings too (one read; none for any other run).
+      const family = await familyCeilings(deps, state);
+      const budget = reservationBudget(state.budget, family);
+      const maxOutputTokens = answerCap(budget);
       const question: DecideRequest = {
         runId,
         seq,
@@ -106,8 +112,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       };
       // With a budget, the request's worst case is reserved in the intent's own write,
       // and the answer is asked to stay within it.
-      const reserve = state.budget ? worstCaseTokens(state.budget, promptChars(deps.planner, question)) : 0;
-      checkModelRequest(state, reserve);
+      const reserve = budget ? worstCaseTokens(budget, promptChars(deps.planner, question)) : 0;
+      checkModelRequest(state, reserve, family);
       const current = await store.journalIntentRow(state.fence, seq, clock.now(), reserve, row === undefined);
       row = current;
       applyRow(state, current);
@@ -137,15 +143,18 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       );
       try {
         answer = await telemetryOf(deps).modelCall(deps.planner.model, async () =>
-          oneCall(plannerDecision(
-            await deps.planner.decide({
-              ...question,
-              // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
-              get signal() {
-                return timeout.signal;
-              },
-            }),
-          )));
+          callCount(
+            plannerDecision(
+              await deps.planner.decide({
+                ...question,
+                // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
+                get signal() {
+                  return timeout.signal;
+                },
+              }),
+            ),
+            deps.maxCallsPerStep,
+          ));
       } catch (err) {
         const e = asModelError(err, timeout.expired(), state.signal);
         if (e.badAnswer) {
@@ -176,7 +185,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       const stored = toStorable(
         answer.kind === "done"
           ? { done: true, message: answer.text }
-          : { tool: answer.calls[0].name, args: answer.calls[0].args },
+          : decisionOf(answer.calls.map((c) => ({ tool: c.name, args: c.args as Json }))),
       );
       if (!stored.ok) {
         await refuse({
@@ -185,16 +194,25 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         }, answer.usage);
         continue;
       }
-      // The answer as the database will give it back: what the tool receives, live and on replay.
+      // The answer as the database will give it back: what the tools receive, live and on replay.
       const decision = stored.value as Decision;
-      let checked: Decided["checked"];
-      if ("tool" in decision) {
-        const check = deps.tools.check(decision.tool, decision.args);
+      // Every call is checked before the decision is confirmed: one bad call refuses the whole answer,
+      // so no call of a step is sent on an answer the model must give again.
+      const checked: { tool: Tool; args: unknown }[] = [];
+      let refused: Rejection | undefined;
+      const calls = callsOf(decision, seq);
+      for (const c of calls) {
+        const check = deps.tools.check(c.tool, c.args);
         if (!check.ok) {
-          await refuse({ code: check.code, message: check.message }, answer.usage);
-          continue;
+          const which = calls.length > 1 ? `call ${c.index + 1} of ${calls.length}: ` : "";
+          refused = { code: check.code, message: which + check.message };
+          break;
         }
-        checked = { tool: check.tool, args: check.args };
+        checked.push({ tool: check.tool, args: check.args });
+      }
+      if (refused) {
+        await refuse(refused, answer.usage);
+        continue;
       }
       // Every answer this step paid for counts, refused ones included.
       const usage = addUsage(current.usage, answer.usage);
@@ -209,7 +227,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       applyRow(state, confirmed);
       log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
       await crash.hit("after_decide", seq);
-      return finished({ decision, checked }, { journal: confirmed });
+      return finished({ decision, checked: calls.length > 0 ? checked : undefined }, { journal: confirmed });
     }
   } catch (error) {
     return failed(error, { journal: row });
@@ -218,7 +236,11 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
 
 /** Log fields of a decision. */
 export function describeDecision(decision: Decision): Record<string, unknown> {
-  return "tool" in decision ? { tool: decision.tool, args: decision.args } : { done: true };
+  if ("tool" in decision) return { tool: decision.tool, args: decision.args };
+  if ("calls" in decision) {
+    return { tools: decision.calls.map((c) => c.tool).join(","), calls: decision.calls.length };
+  }
+  return { done: true };
 }
 
 /**

@@ -6,14 +6,16 @@
  * @module
  */
 
-import { type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
+import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import type { ProcessDeps } from "./deps.ts";
 import { type Ended, failed, finished, valueOf } from "./ended.ts";
 import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
-import { act, BlockedError, WaitingError } from "./executor.ts";
+import { act, BlockedError, SleepingError, WaitingError } from "./executor.ts";
+import { callsOf, stepWidth } from "./calls.ts";
 import { decide } from "./journal.ts";
+import { closeRun, familyOf, ParentClosedError } from "./family.ts";
 import { keepLease } from "./lease.ts";
 import { recover } from "./recovery.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
@@ -47,7 +49,7 @@ export interface RunOutcome {
   runStatus?: RunStatus;
   /** True when the run was already closed before this worker started. */
   alreadyClosed: boolean;
-  /** Steps taken (tool steps, for a done run). */
+  /** Tool calls decided so far (each owns a seq: a step with three calls counts three). */
   steps: number;
   /** Model requests paid for across the whole run. */
   llmCalls: number;
@@ -139,13 +141,17 @@ export async function runWorker(
     );
   }
   const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
+  // A run asleep on its remotes is claimed once its calls are due; one waiting for a person is not.
+  const asleepUntil = run.status === "waiting" && run.wake_at ? new Date(run.wake_at) : undefined;
+  const due = asleepUntil !== undefined && asleepUntil <= clock.now();
   if (
     run.status === "done" || run.status === "failed" || run.status === "cancelled" ||
-    run.status === "blocked" || run.status === "waiting"
+    run.status === "blocked" || (run.status === "waiting" && !due)
   ) {
     const { journal } = await store.loadHistory(runId);
     const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
-    const steps = Math.max(0, journal.length - (run.status === "done" ? 1 : 0));
+    // Tool calls decided (each owns a seq), as a worker that drove the run to its end counts them.
+    const steps = journal.reduce((n, j) => n + (j.decision ? callsOf(j.decision, j.seq).length : 0), 0);
     log.info(`already-${run.status}`, {
       run: runId,
       steps,
@@ -275,7 +281,7 @@ async function driveClaimed(
   claimed: ClaimedRun,
   stop: AbortController,
 ): Promise<RunOutcome> {
-  const { store, clock, log } = deps;
+  const { store, log } = deps;
   const tel = telemetryOf(deps);
   const { run, epoch } = claimed;
   const runId = run.run_id;
@@ -297,7 +303,7 @@ async function driveClaimed(
       `(no decision or tool call settled); the limit is ${limit}.${last} See the log of its last workers, ` +
       `then 'deno task reopen ${runId}' to try again`;
     try {
-      await store.finishRun({ runId, epoch }, "failed", error, clock.now());
+      await closeRun(deps, { fence: { runId, epoch }, family: familyOf(run) }, { status: "failed", error });
     } catch (e) {
       if (e instanceof FencedError) {
         log.warn("fenced", { run: runId, epoch, reason: e.message });
@@ -330,6 +336,8 @@ async function driveClaimed(
     llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
     budget: run.budget ?? undefined,
+    reservedCalls: 0,
+    family: familyOf(run),
     lastWorkerError: run.error ?? undefined,
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
@@ -342,9 +350,12 @@ async function driveClaimed(
   });
   let seq = 0;
   // Closes the run after a failure; a refused close means another worker has it.
-  const closeRun = async (status: "failed" | "blocked", error: string): Promise<RunOutcome | undefined> => {
+  const close = async (
+    status: "failed" | "blocked" | "cancelled",
+    error: string,
+  ): Promise<RunOutcome | undefined> => {
     try {
-      await store.finishRun(state.fence, status, error, clock.now());
+      await closeRun(deps, state, { status, error });
       return undefined;
     } catch (e) {
       if (e instanceof FencedError) return fenced(deps, state, e, seq);
@@ -355,31 +366,40 @@ async function driveClaimed(
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
     await tel.recover(recovery, () => recover(deps, state));
-    // Bounded by maxSteps: the guard closes the run.
-    for (;; seq++) {
+    // Bounded by maxSteps: the guard closes the run. A step's decision is at `seq`; its calls own
+    // seqs seq .. seq + n - 1 (calls.ts), and the next decision is at seq + n.
+    for (let decisions = 0;; decisions++) {
       // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
       // before its next step: it must not even count another model request.
       if (stop.signal.aborted) throw stop.signal.reason;
-      if (seq >= deps.maxSteps) {
+      if (decisions >= deps.maxSteps) {
         const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
         log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: state.llmCalls });
-        await store.finishRun(state.fence, "failed", error, clock.now());
+        await closeRun(deps, state, { status: "failed", error });
         return { ...outcome("failed", seq, error), runStatus: "failed" };
       }
       const at = { fence: state.fence, seq };
       const stepped = await tel.step(at, () => step(deps, state, at, () => outcome("done", seq)));
       const ended = valueOf(stepped);
       if (ended) return ended;
+      const decision = state.journal.get(seq)?.decision;
+      seq += decision ? stepWidth(decision) : 1;
     }
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;
     if (err instanceof FencedError) return fenced(deps, state, err, seq);
-    if (err instanceof WaitingError) {
-      // requestApproval already set the run to waiting and released it.
+    if (err instanceof WaitingError || err instanceof SleepingError) {
+      // requestApprovals (or waitRun) already set the run to waiting and released it.
       return { ...outcome("waiting", seq, err.message), runStatus: "waiting" };
     }
+    if (err instanceof ParentClosedError) {
+      const lost = await close("cancelled", err.message);
+      if (lost) return lost;
+      log.warn("cancelled", { run: runId, seq, parent: err.ancestor, reason: err.message });
+      return { ...outcome("cancelled", seq, err.message), runStatus: "cancelled" };
+    }
     if (err instanceof BlockedError) {
-      const lost = await closeRun("blocked", err.message);
+      const lost = await close("blocked", err.message);
       if (lost) return lost;
       log.warn("blocked", { run: runId, key: err.key, reason: err.message });
       return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
@@ -388,7 +408,7 @@ async function driveClaimed(
       err instanceof ModelError || err instanceof ToolError || err instanceof BudgetError || isRunFailure(err)
     ) {
       const error = describeError(err);
-      const lost = await closeRun("failed", error);
+      const lost = await close("failed", error);
       if (lost) return lost;
       log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
       return { ...outcome("failed", seq, error), runStatus: "failed" };
@@ -398,7 +418,7 @@ async function driveClaimed(
 }
 
 /**
- * One step: its decision, then its tool call, or the run's close when the
+ * One step: its decision, then its tool calls, or the run's close when the
  * model says done (`done` gives the outcome then). Ends with the
  * run's outcome when the run is done, with the step's rows either way.
  */
@@ -416,21 +436,55 @@ async function step(
   const journal = decided.rows.journal;
   if ("done" in decision) {
     try {
-      const end = await deps.store.finishRun(state.fence, "done", null, deps.clock.now(), decision.message);
+      await closeRun(deps, state, { status: "done", error: null, output: decision.message });
       deps.log.info("done", {
         run: state.fence.runId,
         steps: seq,
         llm_calls: state.llmCalls,
         output: decision.message,
       });
-      return finished({ ...done(), runStatus: end.status, output: decision.message }, { journal });
+      return finished({ ...done(), runStatus: "done", output: decision.message }, { journal });
     } catch (error) {
       return failed(error, { journal });
     }
   }
-  const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
-  const rows = { journal, effect: acted.rows.effect };
-  return acted.ok ? finished(undefined, rows) : failed(acted.error, rows);
+  // Bounded: each pass after the first follows a call settled from outside while the run was let go.
+  for (;;) {
+    const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
+    const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
+    if (acted.ok) return finished(undefined, rows);
+    const err = acted.error;
+    try {
+      if (err instanceof SleepingError) {
+        // The run sleeps until its first waiting call is due, holding no worker; unless one of them was
+        // settled from outside meanwhile: then the step goes on with the rows as they are now.
+        if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now())) {
+          deps.log.info("sleeping", {
+            run: state.fence.runId,
+            seq,
+            keys: err.keys.join(","),
+            until: err.wakeAt,
+          });
+          return failed(err, rows);
+        }
+        await reloadEffects(deps, state);
+        continue;
+      }
+      // Waiting for a person and, in the same step, on a remote: taken again at the remote's time too.
+      if (err instanceof WaitingError && err.wakeAt) {
+        await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now());
+      }
+    } catch (e) {
+      return failed(e, rows);
+    }
+    return failed(err, rows);
+  }
+}
+
+/** Reads the run's tool calls again (one was settled from outside since the worker last read it). */
+async function reloadEffects(deps: WorkerDeps, state: RunState): Promise<void> {
+  const { effects } = await deps.store.loadHistory(state.fence.runId);
+  for (const e of effects) applyRow(state, e);
 }
 
 const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({

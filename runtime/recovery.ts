@@ -37,16 +37,21 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
     tools_flagged: count(effects, "flagged"),
   });
 
+  // Each stranded call is settled on its own; a flagged call (or one flagged now) blocks the run once
+  // every other call has been settled, and the first error that stops the worker stops recovery.
+  let blocked: BlockedError | undefined;
   for (const row of effects) {
     if (row.status === "flagged") {
-      throw new BlockedError(row.idempotency_key, row.error ?? "its outcome is unknown");
+      blocked ??= new BlockedError(row.idempotency_key, row.error ?? "its outcome is unknown");
+      continue;
     }
     if (row.status !== "intent") continue;
     const checked = deps.tools.check(row.tool, row.args);
     if (!checked.ok) {
       const reason = `it cannot be re-sent safely: ${checked.message}`;
       await flag(deps, state, row, reason);
-      throw new BlockedError(row.idempotency_key, reason);
+      blocked ??= new BlockedError(row.idempotency_key, reason);
+      continue;
     }
     // A person who resolved the flag with --retry approved exactly one re-send:
     // the approval is newer than the last intent. Once that re-send's intent
@@ -72,12 +77,18 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
       tool: row.tool,
       attempts: row.attempts,
     });
-    const settled = valueOf(await send(deps, state, call));
+    const sent = await send(deps, state, call);
+    if (!sent.ok && sent.error instanceof BlockedError) {
+      blocked ??= sent.error;
+      continue;
+    }
+    const settled = valueOf(sent);
     log.info("reconciled", {
       run: runId,
       key: row.idempotency_key,
       outcome: settled.status === "confirmed" ? settled.remote : settled.status,
     });
   }
+  if (blocked) throw blocked;
   log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: state.llmCalls });
 }

@@ -422,6 +422,7 @@ export class OtelTelemetry implements Telemetry {
         });
         const d = row.decision;
         if (d && "tool" in d) span.setAttribute("gen_ai.tool.name", d.tool);
+        if (d && "calls" in d) span.setAttribute("agent.decision.calls", d.calls.length);
         if (d && "done" in d) span.setAttribute("agent.decision.done", true);
       }));
   }

@@ -8,7 +8,8 @@
  */
 
 import { z } from "npm:zod@4.6.7";
-import { type CodeOf, RuntimeError } from "./errors.ts";
+import type { Budget } from "./budget_types.ts";
+import { type CodeOf, describeValue, RuntimeError, ToolError } from "./errors.ts";
 
 export { idempotencyKeyHeader } from "./http.ts";
 
@@ -25,10 +26,21 @@ export interface ToolContext {
   idempotencyKey: string;
   /** The run this call belongs to. */
   runId: string;
-  /** The step this call belongs to. */
+  /** The call's own seq (the calls of a decision at seq s own s, s+1, ...: calls.ts); its key is `<run_id>:<seq>`. */
   seq: number;
-  /** 1 for the first request under this key, 2 for the first re-send, ... */
+  /**
+   * 1 for the first request under this key, 2 for the first re-send, ...
+   * A re-send that asks how an accepted job stands ({@link ToolAccepted})
+   * counts a poll instead.
+   */
   attempt: number;
+  /**
+   * How many times this call was re-sent to ask how a job its remote accepted
+   * stands ({@link ToolAccepted}): 0 (or absent) for the request that started
+   * it. The tool sends the same request under the same key each time; the
+   * remote answers the job's state.
+   */
+  polls?: number;
   /** Aborts when the call times out or the worker stops. */
   signal: AbortSignal;
   /**
@@ -37,10 +49,61 @@ export interface ToolContext {
    * add these to requests that go another way (an in-process handler, a queue).
    */
   traceHeaders(): Record<string, string>;
+  /**
+   * Runs started by this call: filled in by the runtime for every call it
+   * makes (absent where a test calls a tool's `run` by hand). An agent used
+   * as a tool (`agentTool`) starts its child run here; other tools ignore it.
+   */
+  runs?: ChildRuns;
 }
 
-/** What a tool's `run` returns. */
-export interface ToolOutcome {
+/**
+ * What a tool call may do with runs (`ToolContext.runs`): start the one child
+ * run it owns, and look one up. The child's id is the runtime's to choose,
+ * from the call's key (`<run_id>:<seq>` starts `<run_id>.<seq>`), so a re-sent
+ * call finds the child it started instead of starting a second.
+ */
+export interface ChildRuns {
+  /**
+   * Starts this call's child run of `agent` with `input` (as `checkInput`
+   * returns it: what is stored, and the goal the model is told), or finds
+   * it when an earlier request under this key started it, and returns it as
+   * it stands. Throws a permanent {@link ToolError} when the id cannot be
+   * derived (`AGENT_CHILD_ID_TOO_LONG`) or names a run that is not this
+   * call's child (`AGENT_CHILD_CONFLICT`).
+   */
+  startChild(
+    agent: string,
+    input: { input: Json; goal: string },
+    opts?: { budget?: Budget },
+  ): Promise<ChildRunInfo>;
+  /** A run, as a child is shown; undefined when there is none. */
+  get(runId: string): Promise<ChildRunInfo | undefined>;
+}
+
+/** A run as a tool call is shown it. */
+export interface ChildRunInfo {
+  /** The run. */
+  runId: string;
+  /** Its agent. */
+  agent: string;
+  /** Where it stands: `pending`, `running`, `waiting`, `blocked`, `done`, `failed` or `cancelled`. */
+  status: string;
+  /** Its final answer, once done. */
+  output: string | null;
+  /** Why it failed or was cancelled. */
+  error: string | null;
+  /** The run that started it, if any. */
+  parentRunId: string | null;
+  /** The key of the call that started it, if any. */
+  parentKey: string | null;
+}
+
+/** What a tool's `run` returns: the call is done ({@link ToolDone}), or its remote will finish it later ({@link ToolAccepted}). */
+export type ToolOutcome = ToolDone | ToolAccepted;
+
+/** The call is done: what the remote answered. */
+export interface ToolDone {
   /** The remote's answer, stored and shown to the model. */
   result: Json;
   /**
@@ -49,6 +112,95 @@ export interface ToolOutcome {
    * Default `created`.
    */
   remote?: "created" | "already_done";
+  /** Absent: the call is done. */
+  accepted?: undefined;
+}
+
+/**
+ * The remote accepted the work and will finish it later (the HTTP 202
+ * pattern): the call waits, holding no worker's slot, and after
+ * `checkAfterMs` the runtime re-sends it under the same key, which asks the
+ * remote how the job stands (`ctx.polls` counts these). Each answer is
+ * again done, failed (a thrown {@link ToolError}), or accepted with when to
+ * look next, until the tool's `waitDeadlineMs` from the first accepted
+ * answer: the call then fails. A call that waits can also be settled from
+ * outside (`Client.settleCall`, `deno task settle`), by a webhook or a person.
+ *
+ * @example
+ * ```ts
+ * import { z } from "zod";
+ * import { ToolError } from "./errors.ts";
+ * import { defineTool, idempotencyKeyHeader } from "./tools.ts";
+ * const build = defineTool({
+ *   name: "build",
+ *   description: "Build a release; takes minutes.",
+ *   args: z.strictObject({ version: z.string() }),
+ *   waitDeadlineMs: 30 * 60_000,
+ *   // The same request each time: the remote knows the job by its key and answers how it stands.
+ *   run: async (args, ctx) => {
+ *     const res = await fetch("https://builds.example.com/releases", {
+ *       method: "POST",
+ *       headers: { "Idempotency-Key": idempotencyKeyHeader(ctx.idempotencyKey) },
+ *       body: JSON.stringify(args),
+ *       signal: ctx.signal,
+ *     });
+ *     if (!res.ok) throw new ToolError("BUILD_HTTP", `HTTP ${res.status}`, { transient: res.status >= 500 });
+ *     const body = await res.json();
+ *     if (res.status === 202) return { result: { job: body.id }, accepted: { checkAfterMs: 10_000 } };
+ *     return { result: body };
+ *   },
+ * });
+ * ```
+ */
+export interface ToolAccepted {
+  /** The remote's accepted answer (its job id, how far it got), stored as the call's result while it waits. */
+  result: Json;
+  /** When to ask again. */
+  accepted: {
+    /** Milliseconds until the call is re-sent to ask how the job stands: a positive integer (asked no later than the deadline). */
+    checkAfterMs: number;
+  };
+  /** Not said of an accepted call: the remote says it once it is done. */
+  remote?: undefined;
+}
+
+/** True when `outcome` says the remote accepted the work and will finish it later. */
+export function isAccepted(outcome: ToolOutcome): outcome is ToolAccepted {
+  return outcome.accepted !== undefined;
+}
+
+/**
+ * When, after `now`, to re-send a call its remote accepted: `now` plus its
+ * `checkAfterMs`, which must be a positive integer (the executor asks no
+ * later than the call's deadline, whatever the remote said); a tool that
+ * answers anything else has a bug, and the call fails for good with
+ * `TOOL_ACCEPTED_INVALID`.
+ */
+export function checkAtOf(tool: Tool, outcome: ToolAccepted, now: Date): Date {
+  const ms = (outcome.accepted as { checkAfterMs?: unknown } | null)?.checkAfterMs;
+  if (typeof ms !== "number" || !Number.isSafeInteger(ms) || ms < 1) {
+    throw new ToolError(
+      "TOOL_ACCEPTED_INVALID",
+      `${tool.name} answered that its remote accepted the call, but 'accepted.checkAfterMs' must be a ` +
+        `positive integer of milliseconds: current value is ${describeValue(ms)}`,
+      { transient: false },
+    );
+  }
+  return new Date(now.getTime() + ms);
+}
+
+/**
+ * The failure of a call whose remote had not finished the job by the call's
+ * deadline (`deadlineAt`: its tool's `waitDeadlineMs` after the first
+ * accepted answer): permanent, so the model is shown it.
+ */
+export function waitExpired(tool: Tool, key: string, deadlineAt: Date): ToolError {
+  return new ToolError(
+    "TOOL_WAIT_EXPIRED",
+    `${tool.name}: the remote accepted call ${key} but had not finished it by its deadline ` +
+      `${deadlineAt.toISOString()} (waitDeadlineMs ${tool.waitDeadlineMs} after it first accepted it)`,
+    { transient: false },
+  );
 }
 
 /** What a tool's `reconcile` receives besides the call's arguments. */
@@ -115,6 +267,12 @@ export interface ToolSpec<A> {
   /** Requests under one key before the run fails (transient errors only). Default 4. */
   maxAttempts?: number;
   /**
+   * How long a call may wait on its remote after the remote first accepted
+   * it ({@link ToolAccepted}) before it fails as not finished in time.
+   * Default 3 600 000 (an hour).
+   */
+  waitDeadlineMs?: number;
+  /**
    * Whether a person must approve a call before it is sent: always (`true`),
    * or when this predicate on the validated arguments says so. An approval
    * holds for the exact arguments it was given for, under the call's key.
@@ -149,6 +307,8 @@ export interface Tool {
   readonly timeoutMs: number;
   /** Requests under one key before the run fails. */
   readonly maxAttempts: number;
+  /** How long a call may wait on its remote after it first accepted the call. */
+  readonly waitDeadlineMs: number;
   /** The JSON Schema the model sees, derived from `args`. */
   readonly parameters: Record<string, unknown>;
   /** True when a call with these (validated) arguments needs a person's approval first. */
@@ -188,7 +348,8 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
   const timeoutMs = spec.timeoutMs ?? 30_000;
   const maxAttempts = spec.maxAttempts ?? 4;
   const reconcileTimeoutMs = spec.reconcileTimeoutMs ?? timeoutMs;
-  const positive = { timeoutMs, maxAttempts, reconcileTimeoutMs };
+  const waitDeadlineMs = spec.waitDeadlineMs ?? 3_600_000;
+  const positive = { timeoutMs, maxAttempts, reconcileTimeoutMs, waitDeadlineMs };
   for (const [option, value] of Object.entries(positive)) {
     if (!Number.isInteger(value) || value < 1) {
       throw new RuntimeError(
@@ -227,6 +388,7 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     idempotent: spec.idempotent ?? true,
     timeoutMs,
     maxAttempts,
+    waitDeadlineMs,
     parameters,
     needsApproval: (args) =>
       typeof spec.approval === "function" ? spec.approval(args as A) === true : spec.approval === true,

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineTool, ToolRegistry } from "./tools.ts";
+import { ToolError } from "./errors.ts";
+import { checkAtOf, defineTool, isAccepted, type ToolOutcome, ToolRegistry, waitExpired } from "./tools.ts";
 
 const echo = defineTool({
   name: "echo",
@@ -87,4 +88,71 @@ Deno.test("defineTool() keeps a reconcile and its timeout (default: the tool's),
     () => defineTool({ ...base, name: "t", reconcileTimeoutMs: 2.5 }),
     /'reconcileTimeoutMs' must be a positive integer: current value is 2.5/,
   );
+});
+
+Deno.test("a tool's remote may accept a call: when to ask again is checked against the tool's waitDeadlineMs", async () => {
+  assert.equal(echo.waitDeadlineMs, 3_600_000, "an hour by default");
+  const job = defineTool({
+    name: "job",
+    description: "Start a job.",
+    args: z.strictObject({}),
+    waitDeadlineMs: 60_000,
+    run: (_args, ctx) =>
+      Promise.resolve(
+        (ctx.polls ?? 0) < 2
+          ? { result: { job: "j-1" }, accepted: { checkAfterMs: 5_000 } }
+          : { result: "done" },
+      ),
+  });
+  assert.equal(job.waitDeadlineMs, 60_000);
+  const ctx = {
+    idempotencyKey: "r:0",
+    runId: "r",
+    seq: 0,
+    attempt: 1,
+    signal: new AbortController().signal,
+    traceHeaders: () => ({}),
+  };
+  const first = await job.run({}, ctx);
+  assert.ok(isAccepted(first));
+  const now = new Date(Date.UTC(2026, 0, 1));
+  assert.deepEqual(checkAtOf(job, first, now), new Date(now.getTime() + 5_000));
+  assert.equal(isAccepted(await job.run({}, { ...ctx, polls: 2 })), false);
+
+  // Longer than the deadline is taken: the executor asks no later than the deadline.
+  assert.deepEqual(
+    checkAtOf(job, { result: null, accepted: { checkAfterMs: 60_001 } }, now),
+    new Date(now.getTime() + 60_001),
+  );
+  for (const checkAfterMs of [0, -1, 1.5, Number.NaN, "5" as unknown as number]) {
+    const outcome: ToolOutcome = { result: null, accepted: { checkAfterMs } };
+    assert.throws(() => checkAtOf(job, outcome as never, now), (e: ToolError) => {
+      assert.equal(e.code, "TOOL_ACCEPTED_INVALID");
+      assert.equal(e.transient, false);
+      assert.match(
+        e.message,
+        /'accepted\.checkAfterMs' must be a positive integer of milliseconds: current value is/,
+      );
+      return true;
+    });
+  }
+  const expired = waitExpired(job, "r:0", new Date(now.getTime() + 60_000));
+  assert.deepEqual([expired.code, expired.transient], ["TOOL_WAIT_EXPIRED", false]);
+  assert.match(expired.message, /had not finished it by its deadline 2026-01-01T00:01:00.000Z/);
+});
+
+Deno.test("defineTool() refuses a waitDeadlineMs that is not a positive integer", () => {
+  for (const waitDeadlineMs of [0, -5, 2.5]) {
+    assert.throws(
+      () =>
+        defineTool({
+          name: "job",
+          description: "d",
+          args: z.strictObject({}),
+          waitDeadlineMs,
+          run: () => Promise.resolve({ result: null }),
+        }),
+      new RegExp(`'waitDeadlineMs' must be a positive integer: current value is ${waitDeadlineMs}`),
+    );
+  }
 });

@@ -25,7 +25,7 @@ const COMMANDS: Record<string, string[]> = {
     ) => [name, [...flags.map((f) => `--${f}`), ...COMMON_COMMAND_FLAGS]]),
   ),
   migrate: ["--database-url", "--data-dir", "--log-format"],
-  "crash-matrix": ["--points", "--transcript", "--postgres", "--database-url", "--concurrency"],
+  "crash-matrix": ["--points", "--parallel", "--transcript", "--postgres", "--database-url", "--concurrency"],
   bench: ["--runs", "--concurrency"],
 };
 
@@ -131,6 +131,15 @@ Deno.test("a run command refuses a flag that belongs to another command", async 
   );
 });
 
+Deno.test("settle refuses both --result and --error (or neither) in one line naming them, exit 2", async () => {
+  const [both, neither] = await Promise.all([
+    cli("cli/main.ts", ["settle", "r1:0", "--result", "1", "--error", "failed"]),
+    cli("cli/main.ts", ["settle", "r1:0"]),
+  ]);
+  assertOneLine("settle --result --error", both, "--error TEXT");
+  assertOneLine("settle", neither, "--result JSON");
+});
+
 Deno.test("the binary's usage names every command", async () => {
   const r = await cli("cli/main.ts", ["--help"]);
   assert.equal(r.code, 0);
@@ -140,14 +149,37 @@ Deno.test("the binary's usage names every command", async () => {
 });
 
 Deno.test("the fuzzer answers an unknown flag with one line, exit 2, and --help with each of its flags", async () => {
-  const [unknown, help, notANumber] = await Promise.all([
+  const [unknown, help, notANumber, badParallel, badTarget] = await Promise.all([
     cli("cli/fuzz.ts", ["--no-such-flag", "1"]),
     cli("cli/fuzz.ts", ["--help"]),
     cli("cli/fuzz.ts", ["--schedules", "many"]),
+    cli("cli/fuzz.ts", ["--parallel", "1,two"]),
+    cli("cli/fuzz.ts", ["--target", "cron"]),
   ]);
   assertOneLine("fuzz", unknown, "--no-such-flag");
   assertOneLine("fuzz --schedules many", notANumber, "--schedules");
+  assertOneLine("fuzz --parallel 1,two", badParallel, "--parallel");
+  assertOneLine("fuzz --target cron", badTarget, "--target");
   assert.equal(help.code, 0, help.stderr);
-  const flags = ["--schedules", "--seed", "--replay", "--faults", "--max-faults", "--defect", "--transcript"];
+  const flags = [
+    "--schedules",
+    "--seed",
+    "--replay",
+    "--faults",
+    "--max-faults",
+    "--parallel",
+    "--target",
+    "--defect",
+    "--transcript",
+  ];
   for (const flag of [...flags, "--keep-going"]) assert.ok(help.stdout.includes(flag), `names ${flag}`);
+});
+
+Deno.test("the crash matrix refuses calls per answer outside 1 to 3 with one line, exit 2", async () => {
+  const [four, word] = await Promise.all([
+    cli("harness/crash_matrix.ts", ["--parallel", "4"]),
+    cli("harness/crash_matrix.ts", ["--parallel", "three"]),
+  ]);
+  assertOneLine("crash-matrix --parallel 4", four, "--parallel");
+  assertOneLine("crash-matrix --parallel three", word, "--parallel");
 });

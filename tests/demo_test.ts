@@ -136,3 +136,47 @@ Deno.test({
     }
   },
 });
+
+Deno.test("the demo's parallel variant (MOCK_MODEL_PARALLEL=2): the server and the database in one answer, killed between their calls, resumed with each created once", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "demo-par-" });
+  try {
+    const env = { DATA_DIR: dir, MOCK_MODEL_PARALLEL: "2", RUN_ID: "par-demo" };
+    // The database's call (seq 1) is killed after its request went out: the server's (seq 0) may be confirmed.
+    const first = await runWorkerToEnd({ ...env, CRASH_AT: "after_call", CRASH_SEQ: "1" });
+    assert.equal(first.code, 137, first.lines.join("\n"));
+    const decided = events(first, "decided").find((l) => parseLine(l)?.seq === "0");
+    assert.match(decided ?? "", /tools=create_server,create_database calls=2/, first.lines.join("\n"));
+    const second = await runWorkerToEnd(env);
+    assert.equal(second.code, 0, second.lines.join("\n"));
+    assert.match(
+      second.lines.filter((l) => l.trim() !== "").at(-1) ?? "",
+      / event=done run=par-demo steps=3 llm_calls=3 output="Provisioned a server, a database and a DNS record."$/,
+    );
+    assert.ok(
+      events(second, "confirmed").some((l) => /key=par-demo:1 .*remote=already_done/.test(l)),
+      second.lines.join("\n"),
+    );
+    const cloud = await MockCloud.open({ statePath: `${dir}/mock-cloud.json` });
+    assert.deepEqual(cloud.created().map((r) => [r.key, r.kind]).sort(), [
+      ["par-demo:0", "server"],
+      ["par-demo:1", "database"],
+      ["par-demo:2", "dns_record"],
+    ]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a MOCK_MODEL_PARALLEL that is not an integer from 1 to 16 stops the demo with one line and exit 2", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "demo-par-bad-" });
+  try {
+    const r = await runWorkerToEnd({ DATA_DIR: dir, MOCK_MODEL_PARALLEL: "lots", RUN_ID: "par-bad" });
+    assert.equal(r.code, 2, r.lines.join("\n"));
+    assert.ok(
+      r.lines.some((l) => /MOCK_MODEL_PARALLEL must be an integer from 1 to 16/.test(l)),
+      r.lines.join("\n"),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -48,13 +48,13 @@ pgTest(
     const mocks = await serveMocks();
     try {
       mocks.cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 400 });
-      mocks.model.setFaults({ mode: "multi_tool", mode_next: 1 });
+      mocks.model.setFaults({ mode: "too_many_calls", mode_next: 1 });
       const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
       const outcome = await runWorker(w.deps, "pg-4xx", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       const { journal, effects } = await db.store.loadHistory("pg-4xx");
       assert.equal(journal[0].llm_attempts, 2);
-      assert.deepEqual(journal[0].rejections.map((r) => r.code), ["MODEL_MULTIPLE_TOOLS"]);
+      assert.deepEqual(journal[0].rejections.map((r) => r.code), ["MODEL_TOO_MANY_CALLS"]);
       assert.equal(effects[0].status, "failed");
       assert.equal(effects[0].attempts, 1);
       assert.match(effects[0].error ?? "", /HTTP 400/);

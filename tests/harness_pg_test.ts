@@ -26,6 +26,33 @@ Deno.test({
 
 Deno.test({
   name:
+    "the crash matrix on a step of three calls, each call killed at every tool point, with real processes on PostgreSQL",
+  ignore: pgIgnore("crash matrix --postgres --parallel 3"),
+  async fn() {
+    const result = await runPostgresMatrix({ databaseUrl: TEST_DATABASE_URL!, concurrency: 4, parallel: 3 });
+    const failed = result.cases.filter((c) => c.verdict === "failed");
+    assert.deepEqual(
+      failed.map((c) => `${c.point}@${c.seq}: ${c.problems.join("; ")}\n${c.transcript.join("\n")}`),
+      [],
+    );
+    assert.deepEqual(result.baseline, { llmCalls: 2, steps: 2 });
+    assert.equal(result.passed, 18);
+    assert.deepEqual(
+      result.cases.filter((c) => c.verdict === "not reached").map((c) => `${c.point}@${c.seq}`),
+      ["before_intent@3", "after_intent@3", "after_call@3", "after_confirm@3"],
+    );
+    // Each tool point fired at each of the three calls, in a process SIGKILLed with the step's others in flight.
+    for (const point of ["before_intent", "after_intent", "after_call", "after_confirm"]) {
+      assert.deepEqual(
+        result.cases.filter((c) => c.point === point && c.verdict === "passed").map((c) => c.seq),
+        [0, 1, 2],
+      );
+    }
+  },
+});
+
+Deno.test({
+  name:
     "a real worker stalled at after_decide is fenced on its first write after another process steals the run",
   ignore: pgIgnore("stall and steal with real processes"),
   async fn() {

@@ -39,7 +39,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       ["unknown_tool", "UNKNOWN_TOOL"],
       ["bad_args", "BAD_ARGS"],
       ["bad_json_args", "MODEL_ARGS_NOT_JSON"],
-      ["multi_tool", "MODEL_MULTIPLE_TOOLS"],
+      ["too_many_calls", "MODEL_TOO_MANY_CALLS"],
     ];
     for (const [mode, code] of modes) {
       await t.step(`an answer broken as ${mode} is refused, told to the model, and asked again`, async () => {

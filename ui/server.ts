@@ -236,6 +236,7 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
         runId: r.run_id,
         agent: r.agent,
         status: r.status,
+        parentRunId: r.parent_run_id ?? null,
         epoch: r.epoch,
         owner: r.owner,
         steps: r.steps,
@@ -273,11 +274,19 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
     const open = OPEN_RUN_STATUSES.includes(t.run.status);
     const approvals = (open ? t.steps.approvals : []).filter((a) => a.status === "pending")
       .map((a) => ({ key: a.idempotency_key, seq: a.seq, tool: a.tool, args: a.args }));
+    // The runs its calls started (agentTool): linked from the run's card, as its parent is.
+    const children = (await client.children(t.run.run_id)).map((ch) => ({
+      runId: ch.runId,
+      agent: ch.agent,
+      status: ch.status,
+      key: ch.parentKey,
+    }));
     return c.json({
       readOnly: opts.readOnly === true,
       now: client.clock.now().toISOString(),
       ...buildTimeline(t),
       approvals,
+      children,
     });
   });
 

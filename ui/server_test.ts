@@ -3,6 +3,7 @@ import { defineAgent } from "../runtime/agent.ts";
 import { connect, RUN_STATUSES } from "../runtime/client.ts";
 import { createUiApp, isLoopback, serveUi } from "./server.ts";
 import { buildTimeline } from "./timeline.ts";
+import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 const agent = defineAgent({
   name: "idle",
@@ -194,6 +195,53 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
     } finally {
       await worker.stop();
     }
+  } finally {
+    await client.close();
+  }
+});
+
+Deno.test("a call waiting on its remote shows on its run's page with when it is asked again, and the run when it wakes", async () => {
+  const client = await connect({ memory: true });
+  try {
+    const { store } = client;
+    const now = client.clock.now();
+    const later = (s: number) => new Date(now.getTime() + s * 1000);
+    await store.createRun({ runId: "job-1", agent: "idle", goal: "g" }, now);
+    const f = { runId: "job-1", epoch: (await claim(store, "job-1", 0, "w", now))! };
+    await writeDecision(store, f, 0, { decision: { tool: "build", args: {} } }, now);
+    const sent = await store.effectIntentRow(f, { key: "job-1:0", seq: 0, tool: "build", args: {} }, now);
+    const waiting = await store.effectWaiting(f, sent, {
+      result: { job: "b-1" },
+      checkAt: later(30),
+      deadlineAt: later(3600),
+    });
+    const poll = await store.effectIntentRow(
+      f,
+      { key: "job-1:0", seq: 0, tool: "build", args: {} },
+      later(30),
+    );
+    await store.effectWaiting(f, poll, {
+      result: waiting.result!,
+      checkAt: later(60),
+      deadlineAt: later(3600),
+    });
+    assert.equal(await store.waitRun(f, later(60), later(30)), true);
+    const app = await createUiApp({ client });
+    const page = await (await app.request("/api/runs/job-1", local)).json();
+    assert.deepEqual([page.run.status, page.run.wakeAt], ["waiting", later(60).toISOString()]);
+    const step = page.steps.find((s: { seq: number }) => s.seq === 0);
+    assert.deepEqual(
+      [step.call.status, step.call.checkAt, step.call.polls, step.call.waitDeadlineAt, step.call.result],
+      ["waiting", later(60).toISOString(), 1, later(3600).toISOString(), { value: { job: "b-1" } }],
+    );
+    assert.match(
+      step.gaps.join("\n"),
+      /^waiting on its remote: asked again at .* \(deno task settle job-1:0\)$/m,
+    );
+    assert.match(
+      step.events.find((e: { kind: string }) => e.kind === "tool").summary,
+      /^build waiting, asked 1x$/,
+    );
   } finally {
     await client.close();
   }

@@ -72,6 +72,12 @@ export interface TimelineStep {
     confirmedAt: string | null;
     resolvedBy: string | null;
     resolvedAt: string | null;
+    /** When a `waiting` call is re-sent to ask how its job stands. */
+    checkAt: string | null;
+    /** When a call its remote accepted fails if the job is not done. */
+    waitDeadlineAt: string | null;
+    /** Re-sends that asked how the job stands. */
+    polls: number;
   } | null;
   /** Its events, each with the epoch that wrote it. */
   events: LaneEvent[];
@@ -102,6 +108,11 @@ export interface Timeline {
     createdAt: string;
     updatedAt: string;
     heartbeatAt: string | null;
+    /** The run whose call started this one (agentTool), and that call's key; null for a run without a parent. */
+    parentRunId: string | null;
+    parentKey: string | null;
+    /** When a run waiting on its calls' remotes is taken again; null otherwise (and waiting for a person). */
+    wakeAt: string | null;
   };
   /** The lanes: epochs 1..run.epoch, the last {@link MAX_LANES} when there are more (older ones fold into the first). */
   epochs: number[];
@@ -162,6 +173,9 @@ function callOf(e: EffectView): NonNullable<TimelineStep["call"]> {
     confirmedAt: iso(e.confirmed_at),
     resolvedBy: e.resolved_by,
     resolvedAt: iso(e.resolved_at),
+    checkAt: iso(e.check_at),
+    waitDeadlineAt: iso(e.wait_deadline_at),
+    polls: e.polls,
   };
 }
 
@@ -180,6 +194,13 @@ function gapsOf(
     out.push(
       "outcome unknown: when a worker resumes, re-sent under its key within the tool's maxAttempts, " +
         "or looked up by its reconcile, or else flagged for a person (a tool that takes no key) or given up",
+    );
+  }
+  if (e?.status === "waiting") {
+    out.push(
+      `waiting on its remote: asked again at ${iso(e.check_at)} how the job stands, until ${
+        iso(e.wait_deadline_at)
+      }; a webhook or a person may settle it (deno task settle ${e.idempotency_key})`,
     );
   }
   if (e?.status === "flagged") out.push("flagged: a person must resolve it");
@@ -218,7 +239,7 @@ function eventsOf(step: TimelineStep): LaneEvent[] {
       status: c.status,
       summary: `${c.tool} ${c.status}${c.remote ? ` (${c.remote})` : ""}${
         c.attempts > 1 ? `, attempt ${c.attempts}` : ""
-      }`,
+      }${c.polls > 0 ? `, asked ${c.polls}x` : ""}`,
     });
   }
   return out;
@@ -262,6 +283,9 @@ export function buildTimeline(t: RunTimeline): Timeline {
       createdAt: iso(run.created_at)!,
       updatedAt: iso(run.updated_at)!,
       heartbeatAt: iso(run.heartbeat_at),
+      parentRunId: run.parent_run_id,
+      parentKey: run.parent_key,
+      wakeAt: iso(run.wake_at),
     },
     epochs,
     totals: {

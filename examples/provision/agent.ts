@@ -42,8 +42,10 @@ export async function demoCloud(ctx: AgentContext): Promise<{ url: string; fetch
 /** The provisioning agent. */
 export default defineAgent({
   name: "provision",
-  instructions: "You are an agent that completes the user's goal by calling tools, one call per answer. " +
-    "When the goal is complete, answer with a short summary and no tool call.",
+  instructions:
+    "You are an agent that completes the user's goal by calling tools; call several at once when " +
+    "they do not depend on each other's results. When the goal is complete, answer with a short summary and no " +
+    "tool call.",
   tools: async (ctx: AgentContext) => {
     const { url, fetch } = await demoCloud(ctx);
     return demoTools({ cloudUrl: url, fetch });

@@ -65,3 +65,46 @@ export function checkBudget(
   }
   return problems;
 }
+
+/** What the processes of a schedule wrote of one call, as the fuzzer counted the statements that committed. */
+export interface CallWrites {
+  /** Intents written (`effect-intent`, `effect-intent-upsert`): each is an attempt or a poll. */
+  intents: number;
+  /** Accepted answers written (`effect-waiting`): the remote said it will finish later. */
+  accepted: number;
+}
+
+/**
+ * Polls are never attempts: every intent a call's row counts is either an
+ * attempt or a poll (`attempts + polls` is the intents written), a poll only
+ * ever follows an accepted answer (`polls` at most the accepted answers), and
+ * a call its remote's answer settled after accepting it polled once per
+ * accepted answer. A poll counted as an attempt would spend the tool's
+ * `maxAttempts` on a job that is only running.
+ */
+export function checkPolls(final: RunSnapshot, writes: ReadonlyMap<string, CallWrites>): string[] {
+  const problems: string[] = [];
+  for (const e of final.effects) {
+    const w = writes.get(e.idempotency_key) ?? { intents: 0, accepted: 0 };
+    const polls = e.polls;
+    if (e.attempts + polls !== w.intents) {
+      problems.push(
+        `tool call ${e.idempotency_key} counts ${e.attempts} attempt(s) and ${polls} poll(s), ` +
+          `but ${w.intents} intent(s) were written`,
+      );
+    }
+    if (polls > w.accepted) {
+      problems.push(
+        `tool call ${e.idempotency_key} counts ${polls} poll(s) after ${w.accepted} accepted answer(s)`,
+      );
+    }
+    const answeredAfterAccept = e.status === "confirmed" && w.accepted > 0 && e.resolved_by == null;
+    if (answeredAfterAccept && polls !== w.accepted) {
+      problems.push(
+        `tool call ${e.idempotency_key} was answered after ${w.accepted} accepted answer(s), ` +
+          `yet counts ${polls} poll(s)`,
+      );
+    }
+  }
+  return problems;
+}

@@ -61,6 +61,11 @@ export class Person {
     if (f?.kind === "person") this.#world.note(`~~~ person: ${await this.#act(f.act)}`);
   }
 
+  /** True when the run has an approval request nobody has answered. */
+  async asks(): Promise<boolean> {
+    return (await this.#world.observer.listApprovals(this.#runId)).some((r) => r.status === "pending");
+  }
+
   /**
    * With no process alive: reopens a cancelled run, answers a waiting one.
    * Returns whether it acted (a worker may take the run up again).

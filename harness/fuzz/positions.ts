@@ -19,10 +19,13 @@ export type Position =
   | "tool-intent"
   | "tool-confirm"
   | "tool-settle"
+  | "tool-waiting"
+  | "wait"
   | "claim"
   | "first-claim"
   | "heartbeat"
   | "finish"
+  | "child-create"
   | "create-or-get"
   | "read-history"
   | "read-tool"
@@ -48,6 +51,9 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "effect-denied": "tool-intent",
   "effect-confirm": "tool-confirm",
   "effect-settle": "tool-settle",
+  "effect-waiting": "tool-waiting",
+  // It lets the run go, as an approval request may: its own position, a fenced write.
+  "wait-run": "wait",
   "claim": "claim",
   "first-claim": "first-claim",
   "heartbeat": "heartbeat",
@@ -55,6 +61,13 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "release-run": "heartbeat",
   "release-owner-runs": "heartbeat",
   "finish-run": "finish",
+  // A family member's close is its finish (with its parent woken and its descendants cancelled).
+  "finish-family-run": "finish",
+  // A child run created under its parent's fence: a fenced write of the parent's worker.
+  "create-child-run": "child-create",
+  "read-family": "other",
+  "cancel-descendants": "other",
+  "list-children": "other",
   "create-or-read": "create-or-get",
   "read-history": "read-history",
   "read-effect": "read-tool",
@@ -78,6 +91,7 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "reopen-run": "other",
   "prune-dry-run": "other",
   "prune": "other",
+  "settle-call": "other",
   "count-by-status": "other",
   "agents-with-runs": "other",
   "tokens-by-run": "other",
@@ -115,8 +129,11 @@ const WRITES: ReadonlySet<Position> = new Set<Position>([
   "tool-intent",
   "tool-confirm",
   "tool-settle",
+  "tool-waiting",
+  "wait",
   "heartbeat",
   "finish",
+  "child-create",
   "approval-request",
 ]);
 

@@ -9,14 +9,15 @@
  */
 
 import type { Agent } from "../../runtime/agent.ts";
+import { callsOf } from "../../runtime/calls.ts";
 import { DEFAULT_RETRY } from "../../runtime/context.ts";
 import { SimulatedKill } from "../../runtime/crashpoints.ts";
 import type { FetchLike } from "../../runtime/planner.ts";
 import type { QueryOptions, SqlClient } from "../../runtime/store/driver.ts";
 import type { Tool, ToolRegistry } from "../../runtime/tools.ts";
-import { askModelUncounted, type PlantedDefects, plantInClient } from "../defects.ts";
+import { askModelUncounted, type PlantedDefects, plantInClient, type ToolPlantOptions } from "../defects.ts";
 import { FakeRemote } from "../fake_remote.ts";
-import { checkModelSpend, checkShape, type ModelSpend } from "../invariants.ts";
+import { checkModelSpend, checkShape, type ModelSpend, ownerSeq } from "../invariants.ts";
 import {
   type ProcessHooks,
   type RunSnapshot,
@@ -26,7 +27,8 @@ import {
   type SimProcess,
   SimWorld,
 } from "../sim.ts";
-import { type BudgetAnswer, checkBudget } from "./check.ts";
+import { type BudgetAnswer, type CallWrites, checkBudget, checkPolls } from "./check.ts";
+import { statementName } from "../../runtime/store/statements.ts";
 import { Person } from "./person.ts";
 import { isWrite, type Position, positionOf } from "./positions.ts";
 import {
@@ -70,15 +72,23 @@ export class Turns {
 /** Builds the agent under test for one process, its tools sending through `fetch` (the fake remote). */
 export type AgentFactory = (fetch: FetchLike) => Agent;
 
+/** A clean run of the target (no faults) at one parallelism: what a schedule must end as, and where it can land. */
+export type TargetClean = CleanRun & { tools: string[]; steps: number };
+
 /** What the fuzzer is pointed at, resolved once. */
 export interface Target {
   agent: Agent;
-  tools: (fetch: FetchLike) => Tool[];
+  /** The tools of one process, their requests through `fetch`; `plant` helps a planted defect find a call's step. */
+  tools: (fetch: FetchLike, plant: ToolPlantOptions) => Tool[];
   remote: "fake" | "mock-cloud";
   goal: string;
   defects?: PlantedDefects;
-  /** The clean run: the tools in order, its statements and requests, the tokens it costs, how often it waits. */
-  clean?: CleanRun & { tools: string[]; steps: number };
+  /**
+   * The clean run at each parallelism a schedule may have (calls per answer:
+   * 1, 2, 3): the tools in order, its statements and requests, the tokens it
+   * costs, how often it waits. Filled in by the first schedule run at each.
+   */
+  clean: Map<number, TargetClean>;
   /** The tool the fuzzer made need approval, if any. */
   approvalTool?: string;
   /** The tools as the fuzzer runs them, to check calls against (their schemas, whether they need approval). */
@@ -142,6 +152,10 @@ class ScheduleRun {
   readonly answers: BudgetAnswer[] = [];
   /** The person at the run: answers its approval requests, and acts where the schedule says. */
   person?: Person;
+  /** Per key, the intents and accepted answers the processes wrote (what {@link checkPolls} holds the rows to). */
+  readonly callWrites = new Map<string, CallWrites>();
+  /** Times the run was found asleep on its remotes with no process alive (a worker was started at its wake). */
+  sleeps = 0;
   readonly #world: SimWorld;
   readonly #faults: Fault[];
   readonly #budget?: ScheduleBudget;
@@ -268,6 +282,7 @@ class ScheduleRun {
     // says how many rows a statement wrote (its rows, or run()'s count).
     const faulted = async <R>(
       opts: QueryOptions | undefined,
+      params: unknown[] | undefined,
       send: () => Promise<R>,
       written: (r: R) => number,
     ): Promise<R> => {
@@ -301,6 +316,7 @@ class ScheduleRun {
       const result = await send();
       this.activity++;
       this.#observe(p, label, result, written(result), epochAtExec);
+      this.#countCallWrite(opts, params, written(result));
       const after = this.#find((f) =>
         f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "after"
       );
@@ -315,10 +331,26 @@ class ScheduleRun {
       exec: (text) => client.exec(text),
       close: () => client.close(),
       query: <T>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]> =>
-        faulted(opts, () => client.query<T>(text, params, opts), (rows) => rows.length),
+        faulted(opts, params, () => client.query<T>(text, params, opts), (rows) => rowsWritten(opts, rows)),
       run: (text: string, params?: unknown[], opts?: QueryOptions): Promise<number> =>
-        faulted(opts, () => client.run(text, params, opts), (count) => count),
+        faulted(opts, params, () => client.run(text, params, opts), (count) => count),
     };
+  }
+
+  /**
+   * Counts, per key, the call writes that committed: each intent (an attempt
+   * or a poll) and each accepted answer (`waiting`). The key is every such
+   * statement's third parameter.
+   */
+  #countCallWrite(opts: QueryOptions | undefined, params: unknown[] | undefined, written: number): void {
+    const name = statementName(opts);
+    if (written === 0 || typeof params?.[2] !== "string") return;
+    const key = params[2];
+    const counts = this.callWrites.get(key) ?? { intents: 0, accepted: 0 };
+    if (name === "effect-intent" || name === "effect-intent-upsert") counts.intents++;
+    else if (name === "effect-waiting") counts.accepted++;
+    else return;
+    this.callWrites.set(key, counts);
   }
 
   #observe(p: Proc, label: Position, result: unknown, written: number, epochAtExec: number): void {
@@ -490,13 +522,20 @@ export async function runSchedule(
       : "delete from approvals; delete from side_effects; delete from journal; delete from runs; delete from workers",
   );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
-  const world = await SimWorld.open(db, {
+  const parallel = schedule.parallel ?? 1;
+  const clean = target.clean.get(parallel);
+  // A planted keyFromStep finds a call's step in the journal, through the harness's own handle (uncounted).
+  const plant: ToolPlantOptions = {
+    firstCallOf: async (id, seq) => ownerSeq((await world.observer.loadHistory(id)).journal, seq),
+  };
+  const world: SimWorld = await SimWorld.open(db, {
     seed: schedule.seed,
     agent: budgeted(target.agent, schedule.budget),
-    tools: target.tools,
+    tools: (fetch) => target.tools(fetch, plant),
     remote: fake?.fetch,
     heartbeatMs: HEARTBEAT_MS,
     leaseMs: LEASE_MS,
+    modelParallel: parallel,
   });
   const run = new ScheduleRun(
     world,
@@ -510,7 +549,8 @@ export async function runSchedule(
     runId,
     tools: target.registry,
     // Tool requests are checked as they go out once the run is known to ask for approval.
-    checkSends: target.approvalTool !== undefined || (target.clean?.waits ?? 0) > 0,
+    checkSends: target.approvalTool !== undefined ||
+      [...target.clean.values()].some((c) => (c.waits ?? 0) > 0),
   });
   world.note(`=== schedule ${encodeSchedule(schedule)} run=${runId}`);
   const settle = () => turns.next();
@@ -530,7 +570,23 @@ export async function runSchedule(
     const live = run.procs.filter((p) => !p.done);
     if (live.length === 0) {
       earlier.push(await snapshot(world, runId, fake));
-      const status = earlier.at(-1)!.run?.status;
+      const row = earlier.at(-1)!.run;
+      const status = row?.status;
+      // A run asleep on its remotes (a call waiting on a job) is not at rest: the clock moves to when its
+      // first call is due, and a new worker takes it up, as a worker host's take would. A person's
+      // request pending beside it is answered first.
+      if (status === "waiting" && row?.wake_at && !(await run.person.asks())) {
+        const dueInMs = new Date(row.wake_at).getTime() - world.clock.now().getTime();
+        if (run.procs.length >= MAX_INCARNATIONS) {
+          run.problems.push(`the run was still asleep on its remotes after ${MAX_INCARNATIONS} incarnations`);
+          break;
+        }
+        world.note(`~~~ the run sleeps until ${new Date(row.wake_at).toISOString()}: a worker takes it then`);
+        run.sleeps++;
+        await world.advance(Math.max(0, dueInMs) + 1_000, { settle });
+        run.spawn(runId);
+        continue;
+      }
       if (await run.person.atRest(status)) continue;
       if (status !== "running" && status !== "pending" && status !== undefined) {
         closed = true;
@@ -563,7 +619,6 @@ export async function runSchedule(
     if (p.exit?.kind === "error" && !p.killedAt) run.problems.push(`${p.name} failed: ${p.exit.error}`);
   }
   const final = earlier.at(-1) ?? await snapshot(world, runId, fake);
-  const clean = target.clean;
   const denied = await run.person.afterRun(final);
   run.problems.push(
     ...checkShape(final, {
@@ -577,6 +632,7 @@ export async function runSchedule(
     }),
     ...checkModelSpend(final, run.spend),
     ...checkBudget(final, schedule.budget, run.answers),
+    ...checkPolls(final, run.callWrites),
   );
   for (const p of run.procs.filter((p) => !p.done)) p.sim?.kill();
   world.model.releaseHung();
@@ -589,8 +645,8 @@ export async function runSchedule(
   );
   for (const problem of run.problems) world.note(`    problem: ${problem}`);
   if (clean === undefined) {
-    target.clean = {
-      tools: final.journal.flatMap((j) => j.decision && "tool" in j.decision ? [j.decision.tool] : []),
+    target.clean.set(parallel, {
+      tools: final.journal.flatMap((j) => j.decision ? callsOf(j.decision, j.seq).map((c) => c.tool) : []),
       steps: final.journal.length,
       stmts: run.stmt,
       model: run.model,
@@ -598,7 +654,7 @@ export async function runSchedule(
       tokens: world.model.tokens(runId),
       waits: run.person.waits,
       firstWaitStmt: run.person.firstWaitStmt,
-    };
+    });
   }
   return {
     schedule,
@@ -626,6 +682,15 @@ async function snapshot(world: SimWorld, runId: string, fake: FakeRemote | undef
       Object.entries(fake.requestsByKey()).filter(([key]) => key.startsWith(prefix)),
     ),
   };
+}
+
+/**
+ * Rows a query wrote: its rows, but for `wait-run`, which answers one row
+ * whatever happened (`held`, `waiting`): it wrote only when the run now waits.
+ */
+function rowsWritten(opts: QueryOptions | undefined, rows: unknown[]): number {
+  if (statementName(opts) !== "wait-run") return rows.length;
+  return (rows[0] as { waiting?: boolean } | undefined)?.waiting === true ? 1 : 0;
 }
 
 /** True when the process ended by its run's budget (`BUDGET_EXCEEDED`), not by a kill or a fence. */

@@ -6,7 +6,9 @@
  * budget on the run. This file draws schedules from seeds (within a clean
  * run's statements and requests, and a little past) and reads and writes
  * their compact form (`7/kill@stmt#17:after,cloud#2:drop`), which `--replay`
- * takes back.
+ * takes back. A schedule may have the mock model answer several calls at once
+ * (`7/parallel=3,...`: the demo as one step of three calls), so its faults
+ * land inside steps whose calls are in flight together.
  *
  * @module
  */
@@ -70,7 +72,7 @@ export interface ScheduleBudget {
   modelCalls?: number;
 }
 
-/** A schedule: a seed (the processes' jitter), the faults, and a budget on the run. */
+/** A schedule: a seed (the processes' jitter), the faults, a budget on the run, and calls per answer. */
 export interface Schedule {
   /** Seeds the processes' jitter. */
   seed: number;
@@ -78,7 +80,18 @@ export interface Schedule {
   faults: Fault[];
   /** A budget on the run, when the `budget` family is drawn. */
   budget?: ScheduleBudget;
+  /**
+   * Calls the mock model answers at once (its `parallel`): 2 or 3 make steps
+   * of several calls, sent concurrently. Omitted: 1, one call a step.
+   */
+  parallel?: number;
 }
+
+/** The most calls per answer a schedule may ask of the mock model (the demo has three calls). */
+export const MAX_PARALLEL = 3;
+
+/** Every parallelism the fuzzer draws from by default: one, two or three calls per answer. */
+export const PARALLELS: readonly number[] = [1, 2, 3];
 
 /** A fuzzer input was wrong (`FUZZ_OPTION_INVALID`, `FUZZ_REPLAY_INVALID`, `FUZZ_TARGET_INVALID`). */
 export class FuzzError extends RuntimeError {
@@ -103,9 +116,14 @@ export function encodeFault(f: Fault): string {
   }
 }
 
-/** A schedule in the compact form `<seed>/<fault>,<fault>` that `--replay` reads (a budget first). */
+/**
+ * A schedule in the compact form `<seed>/<fault>,<fault>` that `--replay`
+ * reads: calls per answer first (`parallel=3`, when more than one), then a
+ * budget, then the faults.
+ */
 export function encodeSchedule(s: Schedule): string {
-  return `${s.seed}/${[...encodeBudget(s.budget), ...s.faults.map(encodeFault)].join(",")}`;
+  const parallel = (s.parallel ?? 1) > 1 ? [`parallel=${s.parallel}`] : [];
+  return `${s.seed}/${[...parallel, ...encodeBudget(s.budget), ...s.faults.map(encodeFault)].join(",")}`;
 }
 
 /** Reads {@link encodeSchedule}'s form (or the JSON of a {@link Schedule}). Throws `FUZZ_REPLAY_INVALID`. */
@@ -126,6 +144,7 @@ export function decodeSchedule(text: string): Schedule {
     return decodeSchedule(encodeSchedule(parsed));
   }
   let budget: ScheduleBudget | undefined;
+  let parallel: number | undefined;
   const slash = trimmed.indexOf("/");
   if (slash < 0) throw bad("there is no '/' after the seed");
   const seed = Number(trimmed.slice(0, slash));
@@ -134,9 +153,15 @@ export function decodeSchedule(text: string): Schedule {
   }
   const faults: Fault[] = [];
   const rest = trimmed.slice(slash + 1);
-  for (const part of rest === "" ? [] : rest.split(",")) {
+  const parts = rest === "" ? [] : rest.split(",");
+  for (const [i, part] of parts.entries()) {
     let m: RegExpMatchArray | null;
-    if ((m = part.match(/^kill@(stmt|model|cloud)#(\d+):(before|after)$/))) {
+    if (i === 0 && (m = part.match(/^parallel=(\d+)$/))) {
+      parallel = Number(m[1]);
+      if (parallel < 1 || parallel > MAX_PARALLEL) {
+        throw bad(`parallel=${m[1]} is not a number of calls per answer from 1 to ${MAX_PARALLEL}`);
+      }
+    } else if ((m = part.match(/^kill@(stmt|model|cloud)#(\d+):(before|after)$/))) {
       faults.push({
         kind: "kill",
         at: m[1] as "stmt" | "model" | "cloud",
@@ -159,7 +184,12 @@ export function decodeSchedule(text: string): Schedule {
       throw bad(`the fault ${JSON.stringify(part)} is not one the fuzzer knows`);
     }
   }
-  return budget === undefined ? { seed, faults } : { seed, faults, budget };
+  return {
+    seed,
+    faults,
+    ...(budget === undefined ? {} : { budget }),
+    ...(parallel === undefined || parallel === 1 ? {} : { parallel }),
+  };
 }
 
 /** What a clean run (no faults) of the target does: where a schedule's faults can land. */
@@ -320,6 +350,16 @@ export function drawApprovalRace(seed: number, clean: CleanRun): Schedule {
     }
   }
   return { seed, faults };
+}
+
+/**
+ * The calls per answer of the schedule drawn from `seed`, one of `levels`,
+ * from a stream of its own (so the faults are drawn as they would be
+ * without it).
+ */
+export function drawParallel(seed: number, levels: readonly number[]): number {
+  const random = seededRandom(seed ^ 0x27d4eb2f);
+  return levels[Math.floor(random() * levels.length)];
 }
 
 /** Each schedule's seed, from the master seed and its index. */

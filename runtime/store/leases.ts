@@ -14,12 +14,17 @@ import { readRun } from "./reads.ts";
 import type { Fence, NewRun, RunRow, TakenRun } from "./rows.ts";
 import { CLAIMABLE_AT, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
 
-// A run's progress: confirmed decisions plus settled tool calls. Every claim
-// compares it with the mark the claim before left, to count claims that found
-// no progress (a run whose workers keep dying is stopped at a bound).
+// A run's progress: confirmed decisions plus settled tool calls, and the
+// answers of a call's remote that said its job is not done yet (a waiting call
+// counts the accepted answers it got: its polls, plus one once the last poll
+// was answered), so a run woken again and again while a job runs is not taken
+// for stuck, and one whose worker dies at every poll is. Every claim compares
+// it with the mark the claim before left, to count claims that found no
+// progress (a run whose workers keep dying is stopped at a bound).
 const progressOf = (runId: string) =>
   `((select count(*) from journal j where j.run_id = ${runId} and j.status = 'confirmed')
-  + (select count(*) from side_effects e where e.run_id = ${runId} and e.status <> 'intent'))::int`;
+  + (select coalesce(sum(case e.status when 'intent' then e.polls when 'waiting' then e.polls + 1 else 1 end), 0)
+       from side_effects e where e.run_id = ${runId}))::int`;
 
 // A claim's marks, from the progress `source.progress` counted: one more claim
 // without progress if it matches the mark the claim before left, else the first.
@@ -55,40 +60,64 @@ const FIRST_CLAIM = statement(
           where run_id = $1 and ${CLAIMABLE_AT("0")}`,
 );
 // The run's progress is counted once, in `p` (#11: set as two columns, it was
-// counted twice); same snapshot, same values.
+// counted twice); same snapshot, same values. A run waiting on its calls'
+// remotes may be claimed once its wake time has come ($4, the claim's now).
 const CLAIM = statement(
   "claim",
   `update runs set epoch = epoch + 1, owner = $3, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null,
               ${claimMarks("p")}
          from (select ${progressOf("$1")} as progress) p
-        where run_id = $1 and ${CLAIMABLE_AT("$2")}
+        where run_id = $1 and ${CLAIMABLE_AT("$2", "$4::timestamptz")}
         returning epoch, stuck_claims`,
 );
+// A run whose claims keep finding no progress waits longer each time ($4 the take's now).
+const NOT_BACKING_OFF = `(stuck_claims < 2
+                 or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')`;
 // The pick is a materialized CTE: as an `in (subquery)` the planner may run
 // the limited subquery more than once and take more than `limit` runs.
 // Each taken run's progress is counted once (#11: it was counted twice, once per column
 // set), and not at all for a run at epoch 0: never claimed, it has none (see claimRun).
+// Runs are taken in the order they have waited: a pending run since it was
+// created, an abandoned one since its last heartbeat (both through the
+// take-order index), a woken one since its wake time (through the wake-order
+// index). Each kind is picked and locked in its own branch, up to the limit,
+// and the longest waiting of both are taken: a lock cannot be taken across a
+// `union`, so each branch locks its own, and the few it picked and the
+// merge left (at most the limit) stay locked until the statement ends,
+// skipped by a racing take meanwhile.
 const TAKE_RUNS = statement(
   "take-runs",
   `with picked as materialized (
-         select run_id, epoch as picked_epoch, owner as previous_owner, heartbeat_at as previous_heartbeat_at
-           from runs
-          where status in ('pending', 'running') and agent = any($2::text[])
-            and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
-            -- A run whose claims keep finding no progress waits longer each time.
-            and (stuck_claims < 2
-                 or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
-          order by coalesce(heartbeat_at, created_at), run_id
-          limit $5
-            for update skip locked),
+         select * from (
+           select * from (
+             select run_id, epoch as picked_epoch, owner as previous_owner,
+                    heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
+               from runs
+              where status in ('pending', 'running') and agent = any($2::text[])
+                and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
+                and ${NOT_BACKING_OFF}
+              order by coalesce(heartbeat_at, created_at), run_id
+              limit $5
+                for update skip locked) open_runs
+           union all
+           select * from (
+             select run_id, epoch, owner, heartbeat_at, wake_at
+               from runs
+              where status = 'waiting' and wake_at <= $4::timestamptz and agent = any($2::text[])
+                and ${NOT_BACKING_OFF}
+              order by wake_at, run_id
+              limit $5
+                for update skip locked) woken_runs) candidates
+          order by waited_since, run_id
+          limit $5),
        counted as (
          select picked.*, case when picked_epoch = 0 then 0 else ${
     progressOf("picked.run_id")
   } end as progress
            from picked)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz,
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null,
               ${claimMarks("counted")}
          from counted
         where runs.run_id = counted.run_id
@@ -177,6 +206,10 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     stuck_claims: 0,
     progress_mark: 0,
     budget: JSON.parse(jsonParam(run.budget ?? null, "run budget")),
+    wake_at: null,
+    parent_run_id: null,
+    parent_key: null,
+    root_run_id: null,
   };
 }
 
@@ -219,7 +252,8 @@ export class Leases {
   }
 
   /**
-   * Claims a run: a compare-and-swap on the epoch read before. Returns the new
+   * Claims a run (pending, running, or waiting with its wake time come by
+   * `now`): a compare-and-swap on the epoch read before. Returns the new
    * epoch and how many claims in a row (this one included) found no progress
    * since the claim before, or undefined when someone else claimed it first
    * or it is closed.
@@ -251,9 +285,11 @@ export class Leases {
 
   /**
    * Worker host: takes and claims, in one statement, up to `limit` runs of
-   * the given agents that are `pending` or whose lease expired (no heartbeat
-   * since `staleBefore`): each gets a new epoch, `owner`, status `running`
-   * and a fresh heartbeat. `skip locked` lets racing hosts pass each other
+   * the given agents that are `pending`, whose lease expired (no heartbeat
+   * since `staleBefore`), or that wait on their calls' remotes and whose wake
+   * time has come (`wake_at` at or before `now`), those that waited longest
+   * first: each gets a new epoch, `owner`, status `running`, a fresh
+   * heartbeat and no wake time. A run waiting for a person is never taken. `skip locked` lets racing hosts pass each other
    * instead of queueing, and the epoch bump fences whoever held a run before.
    */
   async takeRuns(

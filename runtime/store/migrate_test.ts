@@ -216,3 +216,78 @@ Deno.test("migration 5 counts a step of an older database by the budget's rule, 
     await store.client.close();
   }
 });
+
+Deno.test("migration 6 lets a call wait and a run wake, and leaves an older database's rows as they were", async () => {
+  const store = new Store(await openPglite());
+  try {
+    const upTo5 = MIGRATIONS.filter((m) => m.version <= 5);
+    await store.client.exec(
+      `create schema if not exists agent_runtime; set search_path to agent_runtime;
+       ${upTo5.map((m) => m.sql).join("\n")}
+       create table schema_version (version integer primary key, name text not null,
+                                    applied_at timestamptz not null default now());
+       insert into schema_version (version, name) values ${
+        upTo5.map((m) => `(${m.version}, 'v')`).join(", ")
+      };
+       ${OLD_RUN}
+       insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+         values ('old-run:0', 'old-run', 0, 't', '{}', 'intent', 2, 3, '2026-01-01');`,
+    );
+    await assert.rejects(
+      store.client.run(`update side_effects set status = 'waiting' where idempotency_key = 'old-run:0'`),
+      /side_effects_status_check/,
+      "before the step, a call cannot wait",
+    );
+    assert.deepEqual(await store.migrate(), { schema: "agent_runtime", from: 5, to: SCHEMA_VERSION });
+    await store.checkSchema();
+    const [call] = (await store.loadHistory("old-run")).effects;
+    assert.deepEqual(
+      [call.status, call.attempts, call.polls, call.check_at, call.wait_deadline_at],
+      ["intent", 2, 0, null, null],
+    );
+    assert.equal((await store.getRun("old-run"))?.wake_at, null);
+    await store.client.run(
+      `update side_effects set status = 'waiting', check_at = '2026-01-02' where idempotency_key = 'old-run:0'`,
+    );
+    assert.equal((await store.getEffect("old-run:0"))?.status, "waiting");
+    const index = await store.client.query<{ def: string }>(
+      `select indexdef as def from pg_indexes where indexname = 'runs_wake_order'`,
+    );
+    assert.match(index[0]?.def ?? "", /\(wake_at, run_id\) WHERE \(status = 'waiting'::text\)/);
+  } finally {
+    await store.client.close();
+  }
+});
+
+Deno.test("migration 7 lets a run have a parent, and leaves an older database's runs in no family", async () => {
+  const store = new Store(await openPglite());
+  try {
+    const upTo6 = MIGRATIONS.filter((m) => m.version <= 6);
+    await store.client.exec(
+      `create schema if not exists agent_runtime; set search_path to agent_runtime;
+       ${upTo6.map((m) => m.sql).join("\n")}
+       create table schema_version (version integer primary key, name text not null,
+                                    applied_at timestamptz not null default now());
+       insert into schema_version (version, name) values ${
+        upTo6.map((m) => `(${m.version}, 'v')`).join(", ")
+      };
+       ${OLD_RUN}`,
+    );
+    await assert.rejects(
+      store.checkSchema(),
+      /lack runs\.parent_run_id, runs\.parent_key, runs\.root_run_id/,
+    );
+    assert.deepEqual(await store.migrate(), { schema: "agent_runtime", from: 6, to: SCHEMA_VERSION });
+    await store.checkSchema();
+    const run = await store.getRun("old-run");
+    assert.deepEqual([run?.parent_run_id, run?.parent_key, run?.root_run_id], [null, null, null]);
+    const indexes = await store.client.query<{ name: string; def: string }>(
+      `select indexname as name, indexdef as def from pg_indexes where indexname in ('runs_parent', 'runs_root')
+        order by indexname`,
+    );
+    assert.deepEqual(indexes.map((i) => i.name), ["runs_parent", "runs_root"]);
+    assert.match(indexes[0].def, /\(parent_run_id\) WHERE \(parent_run_id IS NOT NULL\)/);
+  } finally {
+    await store.client.close();
+  }
+});

@@ -1,7 +1,8 @@
 /**
  * The operators' reads and commands: the runs list, a person's answer to an
  * approval request, settling flagged tool calls (one, or many at once),
- * cancelling and reopening a run, and retention (prune). None of these is
+ * settling a call that waits on its remote from outside, cancelling and
+ * reopening a run, and retention (prune). None of these is
  * fenced on an epoch: a person acts on a run whoever holds it, and every
  * worker's write is fenced against what they change.
  *
@@ -12,6 +13,7 @@ import type { SqlClient } from "./driver.ts";
 import {
   type ApprovalAnswer,
   type ApprovalRow,
+  type CallSettlement,
   type EffectResolution,
   type FlaggedFilter,
   type PrunedRows,
@@ -20,6 +22,7 @@ import {
   type RunRow,
   type RunStatus,
   type RunSummary,
+  type SettledCall,
   type SideEffectRow,
 } from "./rows.ts";
 import { jsonParam, OPEN_STATUSES, queryRows, statement, textParam, ts } from "./sql.ts";
@@ -128,7 +131,7 @@ const DECIDE_APPROVAL = statement(
             and (select status from run) in ${OPEN_STATUSES}
          returning *),
        r as (
-         update runs set status = 'pending', heartbeat_at = null, updated_at = $5::timestamptz
+         update runs set status = 'pending', heartbeat_at = null, updated_at = $5::timestamptz, wake_at = null
           where run_id = (select run_id from a) and (select status from run) = 'waiting'
          returning 1)
        select x.*, exists (select 1 from a) as decided,
@@ -136,10 +139,60 @@ const DECIDE_APPROVAL = statement(
          from (select * from a union all select * from cur where not exists (select 1 from a)) x`,
 );
 
+// A call waiting on its remote settled from outside ($1 its key; $2 'result' or 'error', $3 the
+// result as JSON text, $4 the error, $5 who, $6 when). Like DECIDE_APPROVAL it locks the run's row
+// first, then the call's, and judges by what those locking reads return, not by its snapshot:
+// a worker's fenced writes lock the run's row too (FENCE), and WAIT_RUN (run_writes.ts) locks it
+// and then reads the calls that still wait, so for one call and its run, in either order:
+// - settle, then the worker's re-send of the call: the re-send's intent finds the row settled and
+//   is refused (STALLED); the worker reads it back and goes on with it.
+// - the re-send, then settle: the call is at `intent` (the remote is being asked): refused, try again.
+// - settle, then WAIT_RUN: no call of the run waits (if this was its last), so the run is not let
+//   go; the worker goes on.
+// - WAIT_RUN, then settle: the run waits on a timer; settle moves its wake time to now.
+// A run waiting only for a person (no wake time) is left waiting: the answer wakes it.
+const SETTLE_CALL = statement(
+  "settle-call",
+  `with target as (
+         select run_id from side_effects where idempotency_key = $1),
+       run as (
+         select status, wake_at from runs where run_id = (select run_id from target) for no key update),
+       cur as (
+         select * from side_effects where idempotency_key = $1 and exists (select 1 from run) for no key update),
+       e as (
+         update side_effects
+            set status = case when $2 = 'result' then 'confirmed' else 'failed' end,
+                result = case when $2 = 'result' then $3::text::jsonb else result end,
+                remote = case when $2 = 'result' then 'resolved' end,
+                error = case when $2 = 'error' then $4 end,
+                confirmed_at = $6::timestamptz, check_at = null, resolved_by = $5, resolved_at = $6::timestamptz
+          where idempotency_key = $1 and (select status from cur) = 'waiting'
+            and (select status from run) in ${OPEN_STATUSES}
+         returning *),
+       r as (
+         update runs set wake_at = $6::timestamptz
+          where run_id = (select run_id from e) and (select status from run) = 'waiting'
+            and (select wake_at from run) > $6::timestamptz
+         returning 1)
+       select x.*, exists (select 1 from e) as settled, (select status from run) as run_status,
+              exists (select 1 from r) as woken
+         from (select * from e union all select * from cur where not exists (select 1 from e)) x`,
+);
+
 const PRUNED_FROM = Object.entries(RUN_ROW_TABLES) as [keyof typeof RUN_ROW_TABLES, keyof PrunedRows][];
-const PRUNE_PICK = `select run_id from runs
+// A run of a family is pruned with its root, never before it: only roots are picked (a run with no
+// family is its own root), each once every run of its family is finished and old enough.
+const PRUNE_PICK = `select run_id from runs p
                      where status in ('done', 'failed', 'cancelled') and updated_at < $1::timestamptz
+                       and parent_run_id is null
+                       and not exists (select 1 from runs d where d.root_run_id = p.run_id and d.run_id <> p.run_id
+                                         and (d.status not in ('done', 'failed', 'cancelled')
+                                              or d.updated_at >= $1::timestamptz))
                      order by updated_at, run_id limit $2`;
+// The runs picked and every run of their families.
+const PRUNE_FAMILIES = (picked: string) =>
+  `select run_id from ${picked}
+    union select d.run_id from runs d where d.root_run_id in (select run_id from ${picked})`;
 /** What {@link Operators.pruneRuns} would delete: the runs it picks, and their rows in each table. */
 const PRUNE_DRY_RUN = statement(
   "prune-dry-run",
@@ -148,7 +201,7 @@ const PRUNE_DRY_RUN = statement(
       .join(
         ", ",
       )
-  } from (${PRUNE_PICK}) p order by p.run_id`,
+  } from (${PRUNE_FAMILIES(`(${PRUNE_PICK}) picked`)}) p order by p.run_id`,
 );
 /**
  * The delete of {@link Operators.pruneRuns}. The run is re-checked as it is
@@ -159,12 +212,13 @@ const PRUNE_DRY_RUN = statement(
 const PRUNE = statement(
   "prune",
   `with picked as materialized (${PRUNE_PICK} for update skip locked),
+  family as materialized (${PRUNE_FAMILIES("picked")}),
   ${
     PRUNED_FROM.map(([t, as]) =>
-      `d_${as} as (delete from ${t} where run_id in (select run_id from picked) returning run_id)`
+      `d_${as} as (delete from ${t} where run_id in (select run_id from family) returning run_id)`
     ).join(",\n  ")
   },
-  r as (delete from runs where run_id in (select run_id from picked) returning run_id)
+  r as (delete from runs where run_id in (select run_id from family) returning run_id)
 select r.run_id, ${
     PRUNED_FROM.map(([, as]) => `(select count(*) from d_${as} d where d.run_id = r.run_id)::int as ${as}`)
       .join(", ")
@@ -184,7 +238,9 @@ const LIST_RUNS = statement(
               coalesce(e.flagged, 0)::int as flagged
          from page r
          left join (select run_id,
-                           (count(*) filter (where status = 'confirmed' and decision ? 'tool'))::int as steps,
+                           coalesce(sum(case when status <> 'confirmed' then 0 when decision ? 'tool' then 1
+                                             when decision ? 'calls' then jsonb_array_length(decision->'calls')
+                                             else 0 end), 0)::int as steps,
                            sum(llm_attempts)::int as llm_calls,
                            -- What the budget counts (budget.ts rowTokens): the columns, not usage.
                            sum(spent_tokens + reserved_tokens)::float8 as tokens
@@ -196,17 +252,12 @@ const LIST_RUNS = statement(
         order by r.created_at desc, r.run_id desc`,
 );
 const COUNT_RUNS = statement("count-runs", `select count(*)::int as n from runs r where ${LIST_WHERE}`);
-const CANCEL_RUN = statement(
-  "cancel-run",
-  `update runs set status = 'cancelled', error = $2, updated_at = $3::timestamptz
-        where run_id = $1 and status in ${OPEN_STATUSES}
-        returning *`,
-);
+// A cancel is a family's statement (family.ts CANCEL_RUN): it cancels the run's descendants too.
 const REOPEN_RUN = statement(
   "reopen-run",
   `with r as (
          update runs set status = 'pending', error = null, heartbeat_at = null, updated_at = $2::timestamptz,
-                stuck_claims = 0
+                stuck_claims = 0, wake_at = null
           where run_id = $1 and status in ('failed', 'cancelled')
           returning *
        ), e as (
@@ -225,10 +276,10 @@ export const OPERATOR_STATEMENTS = [
   FLAGGED_CALLS,
   RESOLVE_ONE,
   RESOLVE_MANY,
-  CANCEL_RUN,
   REOPEN_RUN,
   PRUNE_DRY_RUN,
   PRUNE,
+  SETTLE_CALL,
 ] as const;
 
 /** What operators read and do: list runs, answer approvals, settle flagged calls, cancel, reopen, prune. */
@@ -358,12 +409,35 @@ export class Operators {
   }
 
   /**
-   * Cancels a run that is not closed yet. A worker holding it stops at its
-   * next write (every fenced write requires `status = 'running'`). Returns
-   * the run as it is now, or undefined when it was already closed or missing.
+   * Settles from outside a call whose remote accepted the work and has not
+   * finished it (`waiting`): a webhook or a person reports how the job ended.
+   * `{ result }` confirms it with `remote = 'resolved'`, `{ error }` fails it;
+   * either records who and when. Its run must be open (pending, running,
+   * waiting or blocked): a closed run's calls are not answered. In the same
+   * statement a run waiting on a timer is woken (its wake time set to `now`),
+   * so a worker takes it at its next look; a run waiting only for a person is
+   * left waiting. Returns the call as it stands after the statement (undefined
+   * when there is none), whether this statement settled it, its run's status,
+   * and whether the run was woken. See the comment at SETTLE_CALL.
    */
-  async cancelRun(runId: string, reason: string, now: Date): Promise<RunRow | undefined> {
-    return (await queryRows<RunRow>(this.#client, CANCEL_RUN, [runId, reason, ts(now)]))[0];
+  async settleCall(key: string, settlement: CallSettlement, by: string, now: Date): Promise<SettledCall> {
+    const isResult = "result" in settlement;
+    const rows = await queryRows<SideEffectRow & { settled: boolean; run_status: RunStatus; woken: boolean }>(
+      this.#client,
+      SETTLE_CALL,
+      [
+        key,
+        isResult ? "result" : "error",
+        jsonParam(isResult ? settlement.result : null, "settled result"),
+        isResult ? null : textParam(settlement.error),
+        by,
+        ts(now),
+      ],
+    );
+    const row = rows[0];
+    if (!row) return { effect: undefined, settled: false, runStatus: undefined, woken: false };
+    const { settled, run_status, woken, ...effect } = row;
+    return { effect: effect as SideEffectRow, settled, runStatus: run_status, woken };
   }
 
   /**

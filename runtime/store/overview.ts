@@ -87,6 +87,8 @@ export interface RunView {
   owner: string | null;
   /** Its lease's last renewal. */
   heartbeat_at: Date | null;
+  /** When a run waiting on its calls' remotes is taken again; null otherwise (and waiting for a person). */
+  wake_at: Date | null;
   /** When it was created. */
   created_at: Date;
   /** When its status last changed. */
@@ -97,7 +99,7 @@ export interface RunView {
   output: Clipped<string | null>;
   /** Why it failed, was blocked or cancelled. */
   error: Clipped<string | null>;
-  /** Confirmed tool decisions (what the runs list counts as steps). */
+  /** Tool calls of confirmed decisions (what the runs list counts as steps; a decision of three calls counts 3). */
   tool_steps: number;
   /** Model requests paid for, over every step. */
   llm_calls: number;
@@ -111,6 +113,10 @@ export interface RunView {
   min_seq: number | null;
   /** The last step with a row, or null before the first. */
   max_seq: number | null;
+  /** The run whose call started this one (agentTool), if any. */
+  parent_run_id: string | null;
+  /** That call's key. */
+  parent_key: string | null;
 }
 
 /** A decision row for a page. */
@@ -163,10 +169,16 @@ export interface EffectView {
   intent_at: Date;
   /** When the outcome was written. */
   confirmed_at: Date | null;
-  /** Who resolved a flagged call. */
+  /** Who resolved a flagged call (or settled a waiting one). */
   resolved_by: string | null;
   /** When. */
   resolved_at: Date | null;
+  /** When a `waiting` call is re-sent to ask how its job stands. */
+  check_at: Date | null;
+  /** When a call its remote accepted fails if the job is not done. */
+  wait_deadline_at: Date | null;
+  /** Re-sends that asked how the job stands. */
+  polls: number;
   /** The arguments sent. */
   args: Clipped<Json>;
   /** What the remote answered. */
@@ -235,7 +247,8 @@ const usageField = (field: string) =>
 
 const RUN_VIEW = statement(
   "run-view",
-  `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.created_at, r.updated_at,
+  `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.wake_at, r.created_at, r.updated_at,
+            r.parent_run_id, r.parent_key,
             ${clipped("input", "r.input")}, ${clipped("output")}, ${clipped("error")},
             js.tool_steps, js.llm_calls, js.input_tokens, js.output_tokens, es.flagged,
             least(js.min_seq, es.min_seq) as min_seq, greatest(js.max_seq, es.max_seq) as max_seq
@@ -244,7 +257,9 @@ const RUN_VIEW = statement(
        ${clipFrom("output", "r.output")}
        ${clipFrom("error", "r.error")}
        cross join lateral (
-         select (count(*) filter (where j.status = 'confirmed' and j.decision ? 'tool'))::int as tool_steps,
+         select coalesce(sum(case when j.status <> 'confirmed' then 0 when j.decision ? 'tool' then 1
+                                  when j.decision ? 'calls' then jsonb_array_length(j.decision->'calls')
+                                  else 0 end), 0)::int as tool_steps,
                 coalesce(sum(j.llm_attempts), 0)::int as llm_calls,
                 coalesce(sum(${usageField("prompt_tokens")}), 0)::bigint::int as input_tokens,
                 coalesce(sum(${usageField("completion_tokens")}), 0)::bigint::int as output_tokens,
@@ -263,11 +278,14 @@ const STEPS_JOURNAL = statement(
             ${usageField("prompt_tokens")} as prompt_tokens, ${
     usageField("completion_tokens")
   } as completion_tokens,
-            j.decision->>'tool' as tool, coalesce(j.decision ? 'done', false) as done,
-            ${clipped("args", "j.decision->'args'")}, ${clipped("message")},
+            coalesce(j.decision->>'tool',
+                     (select string_agg(c->>'tool', ', ' order by o) from jsonb_array_elements(j.decision->'calls')
+                        with ordinality as x(c, o))) as tool,
+            coalesce(j.decision ? 'done', false) as done,
+            ${clipped("args", "coalesce(j.decision->'args', j.decision->'calls')")}, ${clipped("message")},
             ${clipped("rejections", "j.rejections")}
        from journal j
-       ${clipFrom("args", "(j.decision->'args')::text")}
+       ${clipFrom("args", "coalesce(j.decision->'args', j.decision->'calls')::text")}
        ${clipFrom("message", "j.decision->>'message'")}
        ${clipFrom("rejections", "j.rejections::text")}
       where j.run_id = $1 and j.seq between $3 and $4
@@ -277,7 +295,7 @@ const STEPS_JOURNAL = statement(
 const STEPS_EFFECTS = statement(
   "steps-effects",
   `select e.idempotency_key, e.seq, e.tool, e.status, e.attempts, e.epoch, e.remote, e.intent_at,
-            e.confirmed_at, e.resolved_by, e.resolved_at,
+            e.confirmed_at, e.resolved_by, e.resolved_at, e.check_at, e.wait_deadline_at, e.polls,
             ${clipped("args", "e.args")}, ${clipped("result", "e.result")}, ${clipped("error")}
        from side_effects e
        ${clipFrom("args", "e.args::text")}
@@ -318,6 +336,7 @@ export async function runView(
     epoch: Number(r.epoch),
     owner: r.owner as string | null,
     heartbeat_at: r.heartbeat_at as Date | null,
+    wake_at: r.wake_at as Date | null,
     created_at: r.created_at as Date,
     updated_at: r.updated_at as Date,
     input: unclip(r, "input"),
@@ -330,6 +349,8 @@ export async function runView(
     flagged: Number(r.flagged),
     min_seq: seq(r.min_seq),
     max_seq: seq(r.max_seq),
+    parent_run_id: (r.parent_run_id as string | null) ?? null,
+    parent_key: (r.parent_key as string | null) ?? null,
   };
 }
 
@@ -376,6 +397,9 @@ export async function stepsView(
       confirmed_at: e.confirmed_at as Date | null,
       resolved_by: e.resolved_by as string | null,
       resolved_at: e.resolved_at as Date | null,
+      check_at: e.check_at as Date | null,
+      wait_deadline_at: e.wait_deadline_at as Date | null,
+      polls: Number(e.polls),
       args: unclip(e, "args"),
       result: unclip(e, "result"),
       error: unclip(e, "error"),

@@ -102,8 +102,8 @@ interface Session {
 /**
  * Records every statement one run (and a resumed run, a worker host's
  * heartbeats and a take) sends through `client`, then makes each one's plan on
- * `session` while the tables are small, grows them to 3,000 runs in flight and
- * 3,000 waiting, and returns the scans that visit more than 20 rows or read
+ * `session` while the tables are small, grows them to 3,000 runs in flight,
+ * 3,000 pending and 3,000 waiting (on a person, or on a remote), and returns the scans that visit more than 20 rows or read
  * more than 20 pages: without
  * statistics for the lookups by key, with them for every statement.
  */
@@ -135,7 +135,7 @@ async function widePlans(
       planner,
     }),
   );
-  // Every statement of one run, and what a resumed run and a worker host add
+  // Every statement of one run, and what a resumed run, a run waiting on its remote and a worker host add
   // (the history read, both heartbeats), on a database as fresh as a
   // laptop's first `deno task run`.
   assert.equal((await runWorker(deps, "planned", "goal")).status, "done");
@@ -154,6 +154,22 @@ async function widePlans(
   await store.createRun({ runId: "queued", agent: "provision", goal: "g" }, clock.now());
   const staleBefore = new Date(clock.now().getTime() - 12_000);
   assert.equal((await store.takeRuns("w-plans", ["provision"], staleBefore, clock.now(), 4)).length, 1);
+  // A run whose call waits on its remote: accepted, let go until its wake time, taken again
+  // then (a claim of one run, as a worker started by hand makes it), asked again, and settled
+  // from outside.
+  const call = { key: "waits:0", seq: 0, tool: "create_server", args: {} };
+  await store.createRun({ runId: "waits", agent: "provision", goal: "g" }, clock.now());
+  const w = { runId: "waits", epoch: (await claim(store, "waits", 0, "w-plans", clock.now()))! };
+  const later = (s: number) => new Date(clock.now().getTime() + s * 1000);
+  const sent = await store.effectIntentRow(w, call, clock.now(), true);
+  await store.effectWaiting(w, sent, { result: { job: "j" }, checkAt: later(30), deadlineAt: later(3600) });
+  assert.equal(await store.waitRun(w, later(30), clock.now()), true);
+  const woken = (await store.claimRun("waits", w.epoch, "w-plans", later(30)))!;
+  const w2 = { runId: "waits", epoch: woken.epoch };
+  const poll = await store.effectIntentRow(w2, call, later(30));
+  await store.effectWaiting(w2, poll, { result: { job: "j" }, checkAt: later(60), deadlineAt: later(3600) });
+  assert.equal((await store.settleCall("waits:0", { result: "i-1" }, "hook", later(40))).settled, true);
+  assert.equal(await store.waitRun(w2, later(60), later(40)), false);
   const take = [...rec.seen.keys()].find((text) => text.includes("for update skip locked"))!;
   assert.ok(take, "the take was recorded");
   assert.ok(rec.seen.size >= 10, `recorded ${rec.seen.size} statements`);
@@ -200,7 +216,18 @@ async function widePlans(
       select 'other-' || i, s, 'confirmed', 1, 1, now() from generate_series(1, 3000) i, generate_series(0, 2) s;
     insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
       select 'other-' || i || ':' || s, 'other-' || i, s, 't', '{}', 'confirmed', 1, 1, now()
-        from generate_series(1, 3000) i, generate_series(0, 2) s;`);
+        from generate_series(1, 3000) i, generate_series(0, 2) s;
+    -- Runs waiting: on a person (no wake time), or on their calls' remotes until an hour on.
+    insert into runs (run_id, agent, goal, status, epoch, owner, wake_at, created_at, updated_at)
+      select 'asleep-' || i, 'provision', 'g', 'waiting', 1, 'w-' || (i % 30),
+             case when i % 2 = 0 then '${
+    new Date(clock.now().getTime() + 3_600_000).toISOString()
+  }'::timestamptz end,
+             '2020-01-01', '2020-01-01'
+        from generate_series(1, 3000) i;
+    insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at, check_at)
+      select 'asleep-' || i || ':0', 'asleep-' || i, 0, 't', '{}', 'waiting', 1, 1, now(), now()
+        from generate_series(1, 3000) i where i % 2 = 0;`);
 
   const wide = async (which: typeof statements) => {
     const found: string[] = [];
@@ -227,7 +254,7 @@ async function widePlans(
   return { withoutStatistics, withStatistics };
 }
 
-Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs come into flight and 3,000 wait", async () => {
+Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs come into flight, 3,000 queue and 3,000 wait", async () => {
   const pglite = await openPglite();
   try {
     const session: Session = {
@@ -242,7 +269,7 @@ Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs c
 });
 
 pgTest(
-  "PostgreSQL: every per-run statement stays a lookup by key as 3,000 runs come into flight and 3,000 wait",
+  "PostgreSQL: every per-run statement stays a lookup by key as 3,000 runs come into flight, 3,000 queue and 3,000 wait",
   async (pg) => {
     // The store's own pool records; one reserved connection of another explains (a session of its own).
     const client = await openPostgres(pg.url, { max: 2 });

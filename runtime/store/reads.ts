@@ -30,13 +30,14 @@ const READ_HISTORY = statement(
               decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens,
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
               null::text as remote, null::text as error, null::int as attempts,
-              null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen
+              null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen,
+              null::timestamptz as check_at, null::timestamptz as wait_deadline_at, null::int as polls
          from journal where run_id = $1
        union all
        select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
               null, null, null, null, null, null,
               idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at,
-              attempts_at_reopen
+              attempts_at_reopen, check_at, wait_deadline_at, polls
          from side_effects where run_id = $1
        order by tbl desc, seq`,
 );
@@ -73,6 +74,9 @@ interface HistoryRow {
   resolved_by: string | null;
   resolved_at: Date | null;
   attempts_at_reopen: number | null;
+  check_at: Date | null;
+  wait_deadline_at: Date | null;
+  polls: number | null;
 }
 
 /** One run, if it exists: the read a refused write explains itself with, and create-or-read falls back on. */
@@ -137,6 +141,9 @@ export class RunReads {
           resolved_by: r.resolved_by,
           resolved_at: r.resolved_at,
           attempts_at_reopen: r.attempts_at_reopen,
+          check_at: r.check_at,
+          wait_deadline_at: r.wait_deadline_at,
+          polls: r.polls ?? 0,
         });
       }
     }

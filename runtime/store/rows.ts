@@ -61,12 +61,54 @@ export interface RunRow {
   progress_mark: number;
   /** The run's ceilings, if any. */
   budget: Budget | null;
+  /**
+   * When a run `waiting` on its calls' remotes may be taken again (a take or
+   * a claim clears it); null for any other run, and for one waiting only for
+   * a person.
+   */
+  wake_at: Date | null;
+  /** The run whose tool call started this one (agent_tool.ts); null for a run started by a person. */
+  parent_run_id: string | null;
+  /** The idempotency key of that call, `<parent_run_id>:<seq>`; null for a run without a parent. */
+  parent_key: string | null;
+  /**
+   * The first run of the family this run belongs to (its own id for a root
+   * that has started a child); null for a run that is in no family.
+   */
+  root_run_id: string | null;
 }
 
-/** A decision: a tool call, or done. */
+/**
+ * A decision: one tool call (the shape every one-call step keeps), two or
+ * more tool calls at once (`calls`, in the model's order: the calls of the
+ * decision at seq s take seqs s, s+1, ..., each its own row and key), or done.
+ */
 export type Decision =
   | { tool: string; args: Json }
+  | { calls: DecidedCall[] }
   | { done: true; message: string };
+
+/** A call that needs a person's yes, as a worker asks for it: its key, seq, tool, exact arguments and their hash. */
+export interface ApprovalAsk {
+  /** The call's idempotency key. */
+  key: string;
+  /** The call's seq. */
+  seq: number;
+  /** The tool. */
+  tool: string;
+  /** The arguments as decided. */
+  args: Json;
+  /** sha-256 of their canonical JSON. */
+  hash: string;
+}
+
+/** One call of a decision with several (`{ calls }`). */
+export interface DecidedCall {
+  /** The tool's name. */
+  tool: string;
+  /** Its arguments as decided. */
+  args: Json;
+}
 
 /** An answer the runtime refused, kept so a re-ask (and a restart) can tell the model why. */
 export interface Rejection {
@@ -145,6 +187,12 @@ export interface SideEffectRow {
    * tool's `maxAttempts` is allowed. Null: never reopened so.
    */
   attempts_at_reopen: number | null;
+  /** When a `waiting` call is re-sent under its key to ask how the job stands; null otherwise. */
+  check_at: Date | null;
+  /** When a call its remote accepted and has not finished fails: fixed by its first accepted answer. */
+  wait_deadline_at: Date | null;
+  /** Re-sends of an accepted call to ask how its job stands, counted at each one's intent (0 before any). */
+  polls: number;
 }
 
 /** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */
@@ -248,7 +296,7 @@ export interface Fence {
 
 /** A run with its step counts, for listings. */
 export interface RunSummary extends RunRow {
-  /** Journal rows (decided or being decided). */
+  /** Tool calls of its confirmed decisions (a decision of three calls counts three). */
   steps: number;
   /** Model requests paid for across the run. */
   llm_calls: number;
@@ -273,3 +321,21 @@ export type EffectResolution =
   | { action: "result"; result: Json }
   | { action: "retry" }
   | { action: "fail"; error: string };
+
+/**
+ * How a call waiting on its remote is settled from outside (a webhook, a
+ * person who saw the job end): what the remote answered, or why it failed.
+ */
+export type CallSettlement = { result: Json } | { error: string };
+
+/** What `Store.settleCall` found and did. */
+export interface SettledCall {
+  /** The call as it stands after the statement; undefined when there is none for the key. */
+  effect: SideEffectRow | undefined;
+  /** True when this statement settled it (it was `waiting` and its run open). */
+  settled: boolean;
+  /** Its run's status (undefined when there is no call for the key). */
+  runStatus: RunStatus | undefined;
+  /** True when the statement woke the run: it waited on a timer, and a worker may take it at once. */
+  woken: boolean;
+}

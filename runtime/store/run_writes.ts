@@ -25,6 +25,7 @@ import type { Json } from "../tools.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type {
+  ApprovalAsk,
   ApprovalRow,
   Decision,
   Fence,
@@ -84,8 +85,10 @@ const EFFECT_INTENT_UPSERT = statement(
   "effect-intent-upsert",
   `${EFFECT_INTENT_TEXT}
        on conflict (idempotency_key) do update
-          set attempts = side_effects.attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at
-        where side_effects.status = 'intent'
+          set attempts = side_effects.attempts + case when side_effects.status = 'waiting' then 0 else 1 end,
+              polls = side_effects.polls + case when side_effects.status = 'waiting' then 1 else 0 end,
+              status = 'intent', check_at = null, epoch = excluded.epoch, intent_at = excluded.intent_at
+        where side_effects.status in ('intent', 'waiting')
        returning *`,
 );
 const EFFECT_CONFIRM = statement(
@@ -97,8 +100,8 @@ const EFFECT_CONFIRM = statement(
 );
 const EFFECT_SETTLE = statement(
   "effect-settle",
-  `update side_effects set status = $4, error = $5, confirmed_at = $6::timestamptz
-        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
+  `update side_effects set status = $4, error = $5, confirmed_at = $6::timestamptz, check_at = null
+        where idempotency_key = $3 and run_id = $1 and status in ('intent', 'waiting') and ${FENCE}`,
 );
 const EFFECT_DENIED = statement(
   "effect-denied",
@@ -116,6 +119,54 @@ const RELEASE_RUN = statement(
   "release-run",
   `update runs set heartbeat_at = null, updated_at = $3::timestamptz, error = $4
         where run_id = $1 and ${RUNNING_AT("$2")}`,
+);
+
+// Calls that wait on their remote (HTTP 202). A call's request is written at
+// `intent` as any other; the remote's accepted answer moves it to `waiting`
+// (EFFECT_WAITING), and the re-send that asks how the job stands writes its
+// intent again through EFFECT_INTENT_UPSERT, which moves a waiting row back
+// to `intent` counting a poll, not an attempt: `maxAttempts` bounds requests
+// that got no answer, and an accepted answer is one. The wait is bounded by
+// `wait_deadline_at`, fixed by the first accepted answer. A call at `intent`
+// whose `check_at` is set was marked due while it was being asked (a child
+// run it started has ended, family.ts): the earlier time is kept, so the run
+// is not let go past it (WAIT_RUN wakes it by its calls' own times).
+const EFFECT_WAITING = statement(
+  "effect-waiting",
+  `update side_effects set status = 'waiting', result = $4::text::jsonb,
+              check_at = least($5::timestamptz, check_at),
+              wait_deadline_at = coalesce(wait_deadline_at, $6::timestamptz), error = null
+        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
+);
+// A run let go until its calls are due again. It must still be this worker's:
+// running under its epoch, or waiting under it (the worker released it for a
+// person's answer in the same step, and nobody has taken it since: a claim
+// moves the epoch, an answer makes it pending, a cancel closes it). It waits
+// only while one of its calls is still `waiting`: a call settled from outside
+// (SETTLE_CALL, operators.ts) since the worker last looked leaves it running.
+// The run wakes at `wakeAt`, or earlier when a waiting call is due earlier as
+// the locking read finds it: a call marked due since the worker read it (a
+// child run it started has ended, family.ts) is not slept past.
+// Both statements lock the run's row first, then the call's, so they run one
+// after the other for a run; the call is read with a locking read, which sees
+// its latest row, not this statement's snapshot (see REQUEST_APPROVAL below).
+const WAIT_RUN = statement(
+  "wait-run",
+  `with run as (
+         select 1 from runs where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
+            for no key update),
+       calls as (
+         select e.check_at from side_effects e
+          where e.run_id = $1 and e.status = 'waiting' and exists (select 1 from run)
+            for share),
+       w as (
+         update runs set status = 'waiting', wake_at = least($3::timestamptz, (select min(check_at) from calls)),
+                heartbeat_at = null,
+                updated_at = $4::timestamptz
+          where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
+            and exists (select 1 from calls)
+         returning 1)
+       select exists (select 1 from run) as held, exists (select 1 from w) as waiting`,
 );
 
 // Approvals and liveness. A run may be `waiting` only on a request that is
@@ -168,7 +219,9 @@ const REQUEST_APPROVAL = statement(
          select 1 from runs where run_id = $1 and ${RUNNING_AT("$2")} for no key update),
        a as (
          insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, epoch)
-         select $3, $1, $4, $5, $6::text::jsonb, $7, 'pending', $8::timestamptz, $2 where exists (select 1 from run)
+         select c.k, $1, c.s, c.t, c.a::jsonb, c.h, 'pending', $8::timestamptz, $2
+           from unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::text[]) as c(k, s, t, a, h)
+          where exists (select 1 from run)
          on conflict (idempotency_key) do update set ${
     APPROVAL_COLUMNS_RENEWED.map((c) =>
       `${c} = case when approvals.args_hash = excluded.args_hash then approvals.${c} else excluded.${c} end`
@@ -179,7 +232,7 @@ const REQUEST_APPROVAL = statement(
          update runs set status = 'waiting', heartbeat_at = null, updated_at = $8::timestamptz
           where run_id = $1 and ${RUNNING_AT("$2")} and exists (select 1 from a where a.status = 'pending')
          returning 1)
-       select a.*, exists (select 1 from w) as waiting from a`,
+       select a.*, exists (select 1 from w) as waiting from a order by a.seq`,
 );
 
 /** Every statement of this file, for the catalogue in `statements.ts`. */
@@ -197,6 +250,8 @@ export const RUN_WRITE_STATEMENTS = [
   FINISH_RUN,
   RELEASE_RUN,
   REQUEST_APPROVAL,
+  EFFECT_WAITING,
+  WAIT_RUN,
 ] as const;
 
 // The rows a fresh intent's plain insert writes, from the very values the
@@ -241,6 +296,9 @@ function freshEffectRow(
     resolved_by: null,
     resolved_at: null,
     attempts_at_reopen: null,
+    check_at: null,
+    wait_deadline_at: null,
+    polls: 0,
   };
 }
 
@@ -391,8 +449,10 @@ export class RunWrites {
 
   /**
    * Records that a tool request under `key` is about to be sent: inserts the
-   * row at `intent`, or counts one more attempt on an `intent` row, and
-   * returns the row as the write left it (the worker keeps it in memory), or
+   * row at `intent`, or counts one more attempt on an `intent` row, or moves a
+   * `waiting` row back to `intent` counting one more poll (the re-send that
+   * asks the remote how the job stands: `attempts` is left alone, and
+   * `check_at` cleared), and returns the row as the write left it (the worker keeps it in memory), or
    * throws {@link FencedError}. `fresh`: the worker holds no row for the
    * call, so a plain insert does, as for {@link RunWrites.journalIntentRow}.
    */
@@ -440,9 +500,10 @@ export class RunWrites {
   }
 
   /**
-   * Marks the tool call `row` (as the worker holds it) `failed` (a permanent
-   * error) or `flagged` (unknown, needs a human), and returns the row as the
-   * write left it. Throws {@link FencedError} when refused.
+   * Marks the tool call `row` (as the worker holds it, at `intent` or
+   * `waiting`) `failed` (a permanent error; a waiting call past its deadline)
+   * or `flagged` (unknown, needs a human), and returns the row as the write
+   * left it. Throws {@link FencedError} when refused.
    */
   async effectSettle(
     f: Fence,
@@ -462,7 +523,7 @@ export class RunWrites {
       ts(now),
     ]);
     if (written === 0) throw await this.refusal(f, `tool ${status} key=${key}`);
-    return { ...row, status, error, confirmed_at: now };
+    return { ...row, status, error, confirmed_at: now, check_at: null };
   }
 
   /**
@@ -504,23 +565,41 @@ export class RunWrites {
    */
   async requestApproval(
     f: Fence,
-    call: { key: string; seq: number; tool: string; args: Json; hash: string },
+    call: ApprovalAsk,
     now: Date,
   ): Promise<{ approval: ApprovalRow; waiting: boolean }> {
+    const { approvals, waiting } = await this.requestApprovals(f, [call], now);
+    return { approval: approvals[0], waiting };
+  }
+
+  /**
+   * Asks for the approval of every call in `calls` (the calls of one step
+   * that need a person's yes), in one statement: each request is recorded
+   * (or, for the same arguments, left as it stands), and the run is set to
+   * `waiting` and released when any of them is still pending. Returns the
+   * requests as they stand, in seq order, and whether the run now waits.
+   * Throws {@link FencedError} when this worker no longer holds the run.
+   */
+  async requestApprovals(
+    f: Fence,
+    calls: readonly ApprovalAsk[],
+    now: Date,
+  ): Promise<{ approvals: ApprovalRow[]; waiting: boolean }> {
     const rows = await queryRows<ApprovalRow & { waiting: boolean }>(this.#client, REQUEST_APPROVAL, [
       f.runId,
       f.epoch,
-      call.key,
-      call.seq,
-      call.tool,
-      jsonParam(call.args, "tool arguments"),
-      call.hash,
+      calls.map((c) => c.key),
+      calls.map((c) => c.seq),
+      calls.map((c) => c.tool),
+      calls.map((c) => jsonParam(c.args, "tool arguments")),
+      calls.map((c) => c.hash),
       ts(now),
     ]);
-    const row = rows[0];
-    if (!row) throw await this.refusal(f, `approval request key=${call.key}`);
-    const { waiting, ...approval } = row;
-    return { approval, waiting };
+    if (rows.length !== calls.length) {
+      throw await this.refusal(f, `approval request key=${calls.map((c) => c.key).join(",")}`);
+    }
+    const waiting = rows[0].waiting;
+    return { approvals: rows.map(({ waiting: _, ...approval }) => approval), waiting };
   }
 
   /**
@@ -530,7 +609,7 @@ export class RunWrites {
    */
   async finishRun(
     f: Fence,
-    status: "done" | "failed" | "blocked",
+    status: "done" | "failed" | "blocked" | "cancelled",
     error: string | null,
     now: Date,
     output: string | null = null,
@@ -557,6 +636,67 @@ export class RunWrites {
    */
   async releaseRun(f: Fence, error: string, now: Date): Promise<boolean> {
     return (await runWrite(this.#client, RELEASE_RUN, [f.runId, f.epoch, ts(now), textParam(error)])) === 1;
+  }
+
+  /**
+   * Records that the remote accepted the call `row` (as the worker holds it,
+   * at `intent`) and will finish it later: the row goes to `waiting`, with the
+   * accepted answer as its `result` (a job id), `checkAt` (when to re-send the
+   * call under its key to ask how the job stands) and, unless an earlier
+   * accepted answer fixed one, `deadlineAt` (when the call fails if the job is
+   * not done). Returns the row as the write left it; throws
+   * {@link FencedError} when refused. The re-send writes its intent with
+   * {@link RunWrites.effectIntentRow}, which moves the row back to `intent`
+   * and counts one more poll (`polls`), not an attempt.
+   */
+  async effectWaiting(
+    f: Fence,
+    row: SideEffectRow,
+    waiting: { result: Json; checkAt: Date; deadlineAt: Date },
+  ): Promise<SideEffectRow> {
+    const key = ofRun(f, row).idempotency_key;
+    const { result, checkAt, deadlineAt } = waiting;
+    const written = await runWrite(this.#client, EFFECT_WAITING, [
+      f.runId,
+      f.epoch,
+      key,
+      jsonParam(result, "tool result"),
+      ts(checkAt),
+      ts(deadlineAt),
+    ]);
+    if (written === 0) throw await this.refusal(f, `tool waiting key=${key}`);
+    return {
+      ...row,
+      status: "waiting",
+      result,
+      check_at: checkAt,
+      wait_deadline_at: row.wait_deadline_at ?? deadlineAt,
+      error: null,
+    };
+  }
+
+  /**
+   * Lets go of the run until `wakeAt` because its calls wait on their
+   * remotes: the run goes to `waiting` with `wake_at`, its lease cleared
+   * (holding no worker's slot), for a worker host's take (or a claim) to take
+   * it again from then. The run must be this worker's: running under its
+   * epoch, or waiting under it for a person's answer this worker asked for
+   * in the same step (the timer is then added). Returns true when the run now
+   * waits; false when none of its calls is `waiting` any more (one was
+   * settled from outside since the worker read it): the run is left as it
+   * was, still this worker's, and the worker goes on with the rows as they
+   * are now. Throws {@link FencedError} when the run is not this worker's.
+   */
+  async waitRun(f: Fence, wakeAt: Date, now: Date): Promise<boolean> {
+    const rows = await queryRows<{ held: boolean; waiting: boolean }>(this.#client, WAIT_RUN, [
+      f.runId,
+      f.epoch,
+      ts(wakeAt),
+      ts(now),
+    ]);
+    const row = rows[0];
+    if (!row?.held) throw await this.refusal(f, `wait until ${ts(wakeAt)}`);
+    return row.waiting;
   }
 
   /** Explains a refused write: the epoch moved (fenced), the run was closed, or the row was not as expected. */

@@ -30,6 +30,10 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "stuck_claims",
     "progress_mark",
     "budget",
+    "wake_at",
+    "parent_run_id",
+    "parent_key",
+    "root_run_id",
   ],
   journal: [
     "run_id",
@@ -62,6 +66,9 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "resolved_by",
     "resolved_at",
     "attempts_at_reopen",
+    "check_at",
+    "wait_deadline_at",
+    "polls",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
   approvals: [

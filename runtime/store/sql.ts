@@ -60,9 +60,15 @@ export const RUNNING_AT = (epoch: string, table = "runs"): string =>
 // column), reading the whole index to find one run: measured with 6,000 runs
 // open, 31 pages on PGlite and 51 on PostgreSQL for each claim, and a claim
 // on PGlite cost about 400 µs against 120 µs for an insert (plans_test.ts).
-/** The condition "a claim may take the run from `epoch`". */
-export const CLAIMABLE_AT = (epoch: string): string =>
-  `(epoch = ${epoch} and status in ('pending', 'running')) is true`;
+/**
+ * The condition "a claim may take the run from `epoch`": pending or running,
+ * or, given the claim's `now`, waiting on its calls' remotes with its wake
+ * time come (a run waiting only for a person has none, and is never claimed).
+ */
+export const CLAIMABLE_AT = (epoch: string, now?: string): string =>
+  now === undefined
+    ? `(epoch = ${epoch} and status in ('pending', 'running')) is true`
+    : `(epoch = ${epoch} and (status in ('pending', 'running') or (status = 'waiting' and wake_at <= ${now}))) is true`;
 
 // `for share` makes a racing claim wait for this statement (or this statement
 // see the claim's new epoch), instead of both reading one snapshot.

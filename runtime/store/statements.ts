@@ -9,6 +9,7 @@
  */
 
 import type { QueryOptions } from "./driver.ts";
+import { FAMILY_STATEMENTS } from "./family.ts";
 import { LEASE_STATEMENTS } from "./leases.ts";
 import { MIGRATE_STATEMENTS } from "./migrate.ts";
 import { OPERATOR_STATEMENTS } from "./operators.ts";
@@ -40,6 +41,8 @@ export type StatementName =
   | "finish-run"
   | "release-run"
   | "approval-request"
+  | "effect-waiting"
+  | "wait-run"
   // reads
   | "read-run"
   | "read-history"
@@ -64,10 +67,17 @@ export type StatementName =
   | "flagged-calls"
   | "resolve-one"
   | "resolve-many"
-  | "cancel-run"
   | "reopen-run"
   | "prune-dry-run"
   | "prune"
+  | "settle-call"
+  // families
+  | "create-child-run"
+  | "read-family"
+  | "finish-family-run"
+  | "cancel-run"
+  | "cancel-descendants"
+  | "list-children"
   // overview
   | "count-by-status"
   | "agents-with-runs"
@@ -99,6 +109,7 @@ type DeclaredName =
   | (typeof READ_STATEMENTS)[number]["name"]
   | (typeof LEASE_STATEMENTS)[number]["name"]
   | (typeof OPERATOR_STATEMENTS)[number]["name"]
+  | (typeof FAMILY_STATEMENTS)[number]["name"]
   | (typeof OVERVIEW_STATEMENTS)[number]["name"]
   | (typeof MIGRATE_STATEMENTS)[number]["name"]
   | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"];
@@ -118,6 +129,8 @@ export const STATEMENTS: {
   readonly leases: readonly Statement<StatementName>[];
   /** The operators' reads and commands (`operators.ts`). */
   readonly operators: readonly Statement<StatementName>[];
+  /** Runs that call runs (`family.ts`). */
+  readonly families: readonly Statement<StatementName>[];
   /** The web page's reads (`overview.ts`). */
   readonly overview: readonly Statement<StatementName>[];
   /** The schema's version and columns (`migrate.ts`, `schema_check.ts`). */
@@ -127,6 +140,7 @@ export const STATEMENTS: {
   reads: READ_STATEMENTS,
   leases: LEASE_STATEMENTS,
   operators: OPERATOR_STATEMENTS,
+  families: FAMILY_STATEMENTS,
   overview: OVERVIEW_STATEMENTS,
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
 };

@@ -37,10 +37,12 @@ export const JOURNAL_STATUSES = ["intent", "confirmed"] as const;
 export type JournalStatus = typeof JOURNAL_STATUSES[number];
 
 /**
- * Every status of a tool call: `intent` (the outcome is unknown), `confirmed`
+ * Every status of a tool call: `intent` (the outcome is unknown), `waiting`
+ * (the remote accepted the work and will finish it later: the call is re-sent
+ * under its key at its `check_at` to ask how the job stands), `confirmed`
  * (the remote answered), `flagged` (a person must settle it), `failed`.
  */
-export const EFFECT_STATUSES = ["intent", "confirmed", "flagged", "failed"] as const;
+export const EFFECT_STATUSES = ["intent", "waiting", "confirmed", "flagged", "failed"] as const;
 
 /** Status of a tool call. */
 export type EffectStatus = typeof EFFECT_STATUSES[number];

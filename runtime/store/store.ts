@@ -6,6 +6,8 @@
  * - `run_writes.ts`: one run's fenced writes, as a worker decides and acts;
  * - `leases.ts`: creating, claiming, taking, keeping and letting go of runs;
  * - `operators.ts`: the operators' reads and commands, and retention;
+ * - `family.ts`: runs that call runs: a child created, a family's spend, a
+ *   family member closed, a cancel with its descendants;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
  * - `schema_check.ts` and `migrate.ts`: the schema.
  *
@@ -20,12 +22,14 @@
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import type { SqlClient } from "./driver.ts";
+import { Families } from "./family.ts";
 import { Leases } from "./leases.ts";
 import { migrate, type MigrationResult } from "./migrate.ts";
 import { Operators } from "./operators.ts";
 import { RunReads } from "./reads.ts";
 import { RunWrites } from "./run_writes.ts";
 import { checkSchema } from "./schema_check.ts";
+import type { RunRow } from "./rows.ts";
 
 export { SCHEMA_SQL };
 export type { QueryOptions, SqlClient } from "./driver.ts";
@@ -35,6 +39,8 @@ export type { Leases } from "./leases.ts";
 export type { Operators } from "./operators.ts";
 export type { RunReads } from "./reads.ts";
 export type { RunWrites } from "./run_writes.ts";
+export type { ChildRow, Families, FamilyMember, NewChildRun } from "./family.ts";
+export { FAMILY_DEPTH_MAX } from "./family.ts";
 
 /** Every statement the runtime runs, through one driver. */
 export class Store {
@@ -48,6 +54,8 @@ export class Store {
   readonly leases: Leases;
   /** The operators' reads and commands. */
   readonly operators: Operators;
+  /** Runs that call runs. */
+  readonly families: Families;
 
   /** Wraps a driver. */
   constructor(client: SqlClient) {
@@ -56,6 +64,7 @@ export class Store {
     this.writes = new RunWrites(client);
     this.leases = new Leases(client);
     this.operators = new Operators(client);
+    this.families = new Families(client);
   }
 
   /** Where the data lives, for logs. */
@@ -188,6 +197,13 @@ export class Store {
     return this.writes.requestApproval(...args);
   }
 
+  /** {@link RunWrites.requestApprovals}. */
+  requestApprovals(
+    ...args: Parameters<RunWrites["requestApprovals"]>
+  ): ReturnType<RunWrites["requestApprovals"]> {
+    return this.writes.requestApprovals(...args);
+  }
+
   /**
    * Closes (or blocks) the run this worker holds, with the final answer when it is done. See
    * {@link RunWrites.finishRun}.
@@ -202,6 +218,22 @@ export class Store {
    */
   releaseRun(...args: Parameters<RunWrites["releaseRun"]>): ReturnType<RunWrites["releaseRun"]> {
     return this.writes.releaseRun(...args);
+  }
+
+  /**
+   * Records that a call's remote accepted the work and will finish it later: the call goes to `waiting`.
+   * See {@link RunWrites.effectWaiting}.
+   */
+  effectWaiting(...args: Parameters<RunWrites["effectWaiting"]>): ReturnType<RunWrites["effectWaiting"]> {
+    return this.writes.effectWaiting(...args);
+  }
+
+  /**
+   * Lets go of the run until its calls are due again (`waiting` with a wake time). See
+   * {@link RunWrites.waitRun}.
+   */
+  waitRun(...args: Parameters<RunWrites["waitRun"]>): ReturnType<RunWrites["waitRun"]> {
+    return this.writes.waitRun(...args);
   }
 
   /**
@@ -320,9 +352,12 @@ export class Store {
     return this.operators.resolveEffects(...args);
   }
 
-  /** Cancels a run that is not closed yet. See {@link Operators.cancelRun}. */
-  cancelRun(...args: Parameters<Operators["cancelRun"]>): ReturnType<Operators["cancelRun"]> {
-    return this.operators.cancelRun(...args);
+  /**
+   * Cancels a run that is not closed yet, with its open descendants, and returns it as it is now (undefined
+   * when it was closed or missing). See {@link Families.cancel}, which also says which descendants it cancelled.
+   */
+  async cancelRun(runId: string, reason: string, now: Date): Promise<RunRow | undefined> {
+    return (await this.families.cancel(runId, reason, now))?.run;
   }
 
   /**
@@ -330,5 +365,12 @@ export class Store {
    */
   reopenRun(...args: Parameters<Operators["reopenRun"]>): ReturnType<Operators["reopenRun"]> {
     return this.operators.reopenRun(...args);
+  }
+
+  /**
+   * Settles from outside a call waiting on its remote, and wakes its run. See {@link Operators.settleCall}.
+   */
+  settleCall(...args: Parameters<Operators["settleCall"]>): ReturnType<Operators["settleCall"]> {
+    return this.operators.settleCall(...args);
   }
 }

@@ -57,6 +57,9 @@ export function effectRow(
     resolved_by: null,
     resolved_at: null,
     attempts_at_reopen: null,
+    check_at: null,
+    wait_deadline_at: null,
+    polls: 0,
     ...row,
   };
 }

@@ -152,7 +152,12 @@ async function drawList() {
     h(
       "tr",
       { "data-run": r.runId },
-      h("td", {}, h("a", { href: `/runs/${encodeURIComponent(r.runId)}` }, r.runId)),
+      h(
+        "td",
+        {},
+        h("a", { href: `/runs/${encodeURIComponent(r.runId)}` }, r.runId),
+        r.parentRunId ? h("span", { class: "muted" }, ` child of ${r.parentRunId}`) : "",
+      ),
       h("td", {}, badge(r.status), r.flagged ? h("span", { class: "muted" }, ` ${r.flagged} flagged`) : ""),
       h("td", {}, r.agent),
       h("td", { class: "num" }, r.steps),
@@ -504,6 +509,15 @@ function stepDetail(step, readOnly) {
             time(c.confirmedAt)
           }`,
         ),
+        c.status === "waiting" || c.polls > 0
+          ? h(
+            "div",
+            { class: "muted", "data-wait": c.key },
+            `${
+              c.status === "waiting" ? `asked again at ${time(c.checkAt)} · ` : ""
+            }asked ${c.polls}x · deadline ${time(c.waitDeadlineAt)}`,
+          )
+          : "",
         "value" in c.result && c.result.value === null
           ? ""
           : h("div", {}, "result ", valueView(c.result, "call.result", seq, true)),
@@ -582,6 +596,46 @@ function drawCard() {
         : "",
       hasError
         ? [h("dt", {}, "error"), h("dd", { class: "rejected" }, valueView(r.error, "error", null, false))]
+        : "",
+      r.parentRunId
+        ? [
+          h("dt", {}, "parent"),
+          h(
+            "dd",
+            { id: "run-parent" },
+            h("a", { href: `/runs/${encodeURIComponent(r.parentRunId)}` }, r.parentRunId),
+            h("span", { class: "muted" }, ` (call ${r.parentKey ?? "-"})`),
+          ),
+        ]
+        : "",
+      (t.children ?? []).length
+        ? [
+          h("dt", {}, "children"),
+          h(
+            "dd",
+            { id: "run-children" },
+            t.children.map((ch) =>
+              h(
+                "div",
+                { "data-child": ch.runId },
+                h("a", { href: `/runs/${encodeURIComponent(ch.runId)}` }, ch.runId),
+                " ",
+                badge(ch.status),
+                h("span", { class: "muted" }, ` ${ch.agent} · call ${ch.key ?? "-"}`),
+              )
+            ),
+          ),
+        ]
+        : "",
+      r.status === "waiting"
+        ? [
+          h("dt", {}, "waits"),
+          h(
+            "dd",
+            { id: "run-waits" },
+            r.wakeAt ? `on its calls' remotes, until ${time(r.wakeAt)}` : "for a person",
+          ),
+        ]
         : "",
       h("dt", {}, "epoch · owner"),
       h("dd", {}, `${r.epoch} · ${r.owner ?? "-"}`),
