@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "./agent.ts";
 import { type Client, connect } from "./client.ts";
-import type { Planner } from "./planner.ts";
 import { defineTool } from "./tools.ts";
-import type { DecideRequest, ModelAnswer } from "./transcript.ts";
+import type { Planner } from "./planner.ts";
+import { scripted } from "./testdata/scripted.ts";
 
 const note = defineTool({
   name: "note",
@@ -14,19 +14,6 @@ const note = defineTool({
 });
 
 const client: Client = await connect({ memory: true });
-
-/** A planner answering `answers` in turn (the last one again when they run out), recording each request. */
-function scripted(answers: ModelAnswer[]): { model: Planner; asked: DecideRequest[] } {
-  const asked: DecideRequest[] = [];
-  const model: Planner = {
-    describe: "script",
-    decide: (req) => {
-      asked.push(req);
-      return Promise.resolve(answers[Math.min(asked.length - 1, answers.length - 1)]);
-    },
-  };
-  return { model, asked };
-}
 
 /** Runs one run of an agent with `model` to its end; returns what the journal holds. */
 async function runWith(name: string, model: Planner) {

@@ -3,26 +3,12 @@ import { z } from "zod";
 import { defineAgent } from "./agent.ts";
 import { type Client, connect } from "./client.ts";
 import { ToolError } from "./errors.ts";
-import type { Planner } from "./planner.ts";
 import { defineTool, type Json } from "./tools.ts";
-import type { DecideRequest, ModelAnswer } from "./transcript.ts";
+import { scripted } from "./testdata/scripted.ts";
 
 // Steps with several calls, on the embedded database, through the client as a user drives it.
 
 const client: Client = await connect({ memory: true });
-
-/** A planner answering `answers` in turn (the last one again when they run out), recording each request. */
-function scripted(answers: ModelAnswer[]): { model: Planner; asked: DecideRequest[] } {
-  const asked: DecideRequest[] = [];
-  const model: Planner = {
-    describe: "script",
-    decide: (req) => {
-      asked.push(req);
-      return Promise.resolve(answers[Math.min(asked.length - 1, answers.length - 1)]);
-    },
-  };
-  return { model, asked };
-}
 
 /** A remote that records every request it receives, by key, and what it made. */
 function remote() {

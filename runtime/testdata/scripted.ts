@@ -1,0 +1,15 @@
+import type { Planner } from "../planner.ts";
+import type { DecideRequest, ModelAnswer } from "../transcript.ts";
+
+/** A planner answering `answers` in turn (the last one again when they run out), recording each request. */
+export function scripted(answers: ModelAnswer[]): { model: Planner; asked: DecideRequest[] } {
+  const asked: DecideRequest[] = [];
+  const model: Planner = {
+    describe: "script",
+    decide: (req) => {
+      asked.push(req);
+      return Promise.resolve(answers[Math.min(asked.length - 1, answers.length - 1)]);
+    },
+  };
+  return { model, asked };
+}
