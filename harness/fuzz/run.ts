@@ -851,16 +851,23 @@ async function snapshot(world: SimWorld, runId: string, fake: FakeRemote | undef
 }
 
 /**
- * Rows a query wrote: its rows, but for `wait-run` and `create-child-run`,
- * which answer one row whatever happened (`held`, and `waiting` or
- * `created`): they wrote only when the run now waits, or the child is new.
+ * Rows a query wrote: its rows, but for the writes that answer one row
+ * whatever happened (`held` beside what they did): `wait-run` wrote only
+ * when the run now waits, `create-child-run` when the child is new, and
+ * `finish-family-run` the rows it counts as `written` (none when fenced).
  */
 function rowsWritten(opts: QueryOptions | undefined, rows: unknown[]): number {
-  const name = statementName(opts);
-  const first = rows[0] as { waiting?: boolean; created?: boolean } | undefined;
-  if (name === "wait-run") return first?.waiting === true ? 1 : 0;
-  if (name === "create-child-run") return first?.created === true ? 1 : 0;
-  return rows.length;
+  const first = rows[0] as { waiting?: boolean; created?: boolean; written?: number } | undefined;
+  switch (statementName(opts)) {
+    case "wait-run":
+      return first?.waiting === true ? 1 : 0;
+    case "create-child-run":
+      return first?.created === true ? 1 : 0;
+    case "finish-family-run":
+      return first?.written ?? 0;
+    default:
+      return rows.length;
+  }
 }
 
 /** True when the process ended by its run's budget (`BUDGET_EXCEEDED`), not by a kill or a fence. */
