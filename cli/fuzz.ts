@@ -14,6 +14,7 @@ import {
   fuzz,
   FuzzError,
   jobsAgent,
+  teamAgent,
 } from "../harness/fuzz.ts";
 import { commandFlags } from "../runtime/config.ts";
 
@@ -25,9 +26,12 @@ schedules too. Each schedule draws how many calls the mock model answers at once
 land inside steps whose calls are in flight together. With --target jobs it fuzzes an agent whose calls
 wait on their remote instead (two jobs at the mock cloud's /v1/jobs beside create_server): runs sleep until
 their calls are due and a new worker polls them, so faults land on the accepted answer, the sleep and the polls.
+With --target team it fuzzes a parent whose two tools are agents (agentTool): each call starts a child run
+that creates one resource, and every run of the family is driven, so faults land on the child's creation,
+the parent's wait, the children's steps, the wake at a child's close and the parent's next answer.
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
-                      [--parallel 1,2,3] [--target demo|jobs] [--defect name] [--transcript FILE]
+                      [--parallel 1,2,3] [--target demo|jobs|team] [--defect name] [--transcript FILE]
                       [--keep-going]
 
   --schedules N      schedules to run (default 500)
@@ -39,7 +43,8 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
   --max-faults N     faults a schedule may hold (default 4)
   --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
                      3: the demo is one step of three calls)
-  --target NAME      the agent fuzzed: demo (default) or jobs (calls that wait on their remote)
+  --target NAME      the agent fuzzed: demo (default), jobs (calls that wait on their remote) or team
+                     (a parent with two child agents; default faults kill,stall,cloud,model)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
   --keep-going       keep going after the first violation
@@ -94,32 +99,37 @@ export async function main(args: string[]): Promise<number> {
     }
     defects[d as keyof PlantedDefects] = true;
   }
-  if (values.target !== "demo" && values.target !== "jobs") {
-    console.error(`fuzz: --target must be demo or jobs: current value is ${values.target}`);
+  if (values.target !== "demo" && values.target !== "jobs" && values.target !== "team") {
+    console.error(`fuzz: --target must be demo, jobs or team: current value is ${values.target}`);
     return 2;
   }
   const jobs = values.target === "jobs";
+  const team = values.target === "team";
+  const target = values.target === "demo" ? "" : ` --target ${values.target}`;
   const replay = values.replay;
   const schedules = Number(values.schedules);
   console.log(
     replay
       ? `fuzz replay ${replay}`
-      : `fuzz seed=${seed} schedules=${schedules}${jobs ? " target=jobs" : ""}`,
+      : `fuzz seed=${seed} schedules=${schedules}${target.replace(" --target ", " target=")}`,
   );
   let last = performance.now();
-  const report = await fuzz(jobs ? jobsAgent : demoAgent, {
+  const report = await fuzz(team ? teamAgent : jobs ? jobsAgent : demoAgent, {
     schedules,
     seed,
     replay,
     remote: "mock-cloud",
-    approvalTool: jobs ? undefined : DEMO_APPROVAL_TOOL,
+    approvalTool: jobs || team ? undefined : DEMO_APPROVAL_TOOL,
     maxFaults: Number(values["max-faults"]),
     parallel: parallel.map(Number),
-    faults: values.faults?.split(",") as FaultFamily[] | undefined,
+    // A budget on the family is the family test's (harness/family_test.ts); the team's schedules draw none.
+    faults: (values.faults?.split(",") ?? (team ? ["kill", "stall", "cloud", "model"] : undefined)) as
+      | FaultFamily[]
+      | undefined,
     defects,
     keepGoing: values["keep-going"],
     transcript: values.transcript !== undefined || replay !== undefined,
-    replayCommand: `deno task fuzz${jobs ? " --target jobs" : ""}${
+    replayCommand: `deno task fuzz${target}${
       (values.defect ?? []).map((d) => ` --defect ${d}`).join("")
     } --replay`,
     onSchedule: (_r, i) => {

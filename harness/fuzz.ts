@@ -53,12 +53,14 @@
  */
 
 import type { Agent } from "../runtime/agent.ts";
+import { childAgentOf } from "../runtime/agent_tool.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
 import { type PlantedDefects, plantInToolContext, type ToolPlantOptions } from "./defects.ts";
 import { SimDb } from "./sim.ts";
 import {
   type AgentFactory,
+  type ChildAgent,
   FUZZ_ATTEMPTS,
   FUZZ_TIMEOUT_MS,
   runSchedule,
@@ -90,6 +92,7 @@ export { checkBudget } from "./fuzz/check.ts";
 export type { AgentFactory, ScheduleResult } from "./fuzz/run.ts";
 export { DEMO_APPROVAL_TOOL, demoAgent } from "./fuzz/demo_target.ts";
 export { JOB_TARGET_DURATIONS_MS, jobsAgent } from "./fuzz/jobs_target.ts";
+export { teamAgent } from "./fuzz/team_target.ts";
 
 /** Options of {@link fuzz}. */
 export interface FuzzOptions {
@@ -197,8 +200,8 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
   };
   toolsOf(probe);
   // Retry budgets the faults cannot exhaust, and short timeouts (each hung request costs clock wakes).
-  const tools = (fetch: FetchLike, plant: ToolPlantOptions) =>
-    toolsOf(factory(fetch)).map((t) =>
+  const wrap = (built: Tool[], plant: ToolPlantOptions) =>
+    built.map((t) =>
       defineTool({
         name: t.name,
         description: t.description,
@@ -218,6 +221,18 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
         waitDeadlineMs: t.waitDeadlineMs,
       })
     );
+  const tools = (fetch: FetchLike, plant: ToolPlantOptions) => wrap(toolsOf(factory(fetch)), plant);
+  // The agents the target's tools start runs of (agentTool): the fuzzer's world hosts them too.
+  const childOf = (agent: Agent, name: string): Agent | undefined =>
+    toolsOf(agent).map(childAgentOf).find((c) => c?.name === name);
+  const children = new Map<string, ChildAgent>();
+  for (const child of toolsOf(probe).map(childAgentOf)) {
+    if (!child || children.has(child.name)) continue;
+    children.set(child.name, {
+      agent: child,
+      tools: (fetch, plant) => wrap(toolsOf(childOf(factory(fetch), child.name)!), plant),
+    });
+  }
   const names = toolsOf(probe).map((t) => t.name);
   if (opts.approvalTool !== undefined && !names.includes(opts.approvalTool)) {
     throw new FuzzError(
@@ -239,6 +254,7 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
     approvalTool: opts.approvalTool,
     registry: new ToolRegistry(tools(() => Promise.reject(new Error("probe")), {})),
     clean: new Map(),
+    ...(children.size > 0 ? { children } : {}),
   };
 }
 

@@ -15,6 +15,7 @@ import {
   fuzz,
   FuzzError,
   jobsAgent,
+  teamAgent,
 } from "./fuzz.ts";
 import { checkPolls } from "./fuzz/check.ts";
 import type { RunSnapshot } from "./sim.ts";
@@ -128,6 +129,31 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         assert.match(hit, / fired at stmt#\d+ wait \(/);
         assert.match(hit, / fired at cloud#\d+ \/v1\/jobs \(/);
         for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 15, JSON.stringify(report.parallel));
+      },
+    );
+
+    await t.step(
+      "agents that call agents: 60 schedules of the team target find no violation, with faults on the family's writes",
+      async () => {
+        const report = await fuzz(teamAgent, {
+          db,
+          seed: 12,
+          schedules: 60,
+          remote: "mock-cloud",
+          faults: ["kill", "stall", "cloud", "model"],
+          transcript: true,
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        const lines = report.transcript!;
+        // Every call starts its child, the child's close wakes the parent, and the parent reads the answer.
+        assert.ok(lines.filter((l) => / event=child-started run=fz-\d+ seq=\d+ /.test(l)).length >= 100);
+        assert.ok(
+          lines.some((l) => / event=family-closed run=fz-\d+\.\d+ status=done parent_woken=true/.test(l)),
+        );
+        const hit = lines.join("\n");
+        // Faults land on the child's creation and the children's own steps, as on the parent's.
+        assert.match(hit, / fired at stmt#\d+ child-create \(/);
+        assert.match(hit, / fired at cloud#\d+ \/v1\/servers \(/);
       },
     );
 

@@ -7,6 +7,8 @@
  */
 
 import { spendOf } from "../../runtime/budget.ts";
+import { childRunId } from "../../runtime/family.ts";
+import { checkShape } from "../invariants.ts";
 import type { RunSnapshot } from "../sim.ts";
 import type { ScheduleBudget } from "./schedule.ts";
 
@@ -104,6 +106,105 @@ export function checkPolls(final: RunSnapshot, writes: ReadonlyMap<string, CallW
         `tool call ${e.idempotency_key} was answered after ${w.accepted} accepted answer(s), ` +
           `yet counts ${polls} poll(s)`,
       );
+    }
+  }
+  return problems;
+}
+
+/** A family of runs at a schedule's end: the root, every other run of it, and what the remote holds. */
+export interface FamilySnapshot {
+  /** The root (the parent). */
+  root: RunSnapshot;
+  /** Every other run whose id starts with the root's, by id. */
+  children: ReadonlyMap<string, RunSnapshot>;
+  /** The key of every effect the remote performed for the family, one entry per effect. */
+  remoteKeys: readonly string[];
+}
+
+const canon = (value: unknown): string => JSON.stringify(value);
+
+/**
+ * A family of runs ended as one worker would have left it: the root holds
+ * invariant 5 with each call's child run standing in for its remote effect;
+ * every call started exactly one child run, `<run>.<seq>`, of the agent it
+ * names, and no run of the family is any other's; each child is done and
+ * holds invariant 5 itself (its steps and tools those of the clean run's
+ * child of that agent); the parent's call stored its child's final answer;
+ * and the remote holds one effect per key, every one owned by a child's call.
+ */
+export function checkFamily(
+  family: FamilySnapshot,
+  opts: {
+    runId: string;
+    steps: number;
+    tools?: string[];
+    earlier?: RunSnapshot[];
+    children?: Record<string, { steps: number; tools: string[] }>;
+    resultIsId: boolean;
+  },
+): string[] {
+  const { root } = family;
+  const { runId } = opts;
+  // The root's calls have no effect at the remote: each one's child run is what it made, once.
+  const made = [...family.children.values()].flatMap((c) =>
+    c.run?.parent_key
+      ? [{ key: c.run.parent_key, kind: "server" as const, id: c.run.run_id, payload: {}, created_at: "" }]
+      : []
+  );
+  const problems = checkShape({ ...root, created: made, requestsByKey: {} }, {
+    runId,
+    steps: opts.steps,
+    earlier: opts.earlier,
+    resultIsId: false,
+    tools: opts.tools,
+  });
+  const owned = new Set<string>();
+  for (const e of root.effects) {
+    const id = childRunId(runId, e.seq);
+    owned.add(id);
+    const child = family.children.get(id)?.run;
+    if (!child) {
+      problems.push(`tool call ${e.idempotency_key} (${e.tool}) started no child run ${id}`);
+      continue;
+    }
+    if (child.agent !== e.tool || child.parent_key !== e.idempotency_key) {
+      problems.push(
+        `run ${id} is of agent ${child.agent} started by ${child.parent_key}, expected ${e.tool} started by ` +
+          e.idempotency_key,
+      );
+    }
+    if (child.status !== "done") {
+      problems.push(
+        `child run ${id} is ${child.status}${child.error ? ` (${child.error})` : ""}, expected done`,
+      );
+    } else if (canon(e.result) !== canon(child.output ?? "")) {
+      problems.push(
+        `tool call ${e.idempotency_key} stored ${canon(e.result)}, its child ${id} answered ${
+          canon(child.output)
+        }`,
+      );
+    }
+  }
+  for (const [id, child] of family.children) {
+    if (!owned.has(id)) {
+      problems.push(`run ${id} (${child.run?.agent}) is no call's child: a call started two runs`);
+      continue;
+    }
+    const clean = child.run ? opts.children?.[child.run.agent] : undefined;
+    problems.push(...checkShape(child, {
+      runId: id,
+      steps: clean?.steps ?? child.journal.length,
+      tools: clean?.tools,
+      resultIsId: opts.resultIsId,
+    }));
+  }
+  const keys = new Set([...family.children.values()].flatMap((c) => c.effects.map((e) => e.idempotency_key)));
+  const perKey = new Map<string, number>();
+  for (const key of family.remoteKeys) perKey.set(key, (perKey.get(key) ?? 0) + 1);
+  for (const [key, n] of perKey) {
+    if (n !== 1) problems.push(`the remote performed ${n} effects under ${key} across the family`);
+    if (!keys.has(key)) {
+      problems.push(`the remote performed an effect under ${key}, which no child's call owns`);
     }
   }
   return problems;

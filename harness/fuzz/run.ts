@@ -27,7 +27,14 @@ import {
   type SimProcess,
   SimWorld,
 } from "../sim.ts";
-import { type BudgetAnswer, type CallWrites, checkBudget, checkPolls } from "./check.ts";
+import {
+  type BudgetAnswer,
+  type CallWrites,
+  checkBudget,
+  checkFamily,
+  checkPolls,
+  type FamilySnapshot,
+} from "./check.ts";
 import { statementName } from "../../runtime/store/statements.ts";
 import { Person } from "./person.ts";
 import { isWrite, type Position, positionOf } from "./positions.ts";
@@ -73,7 +80,19 @@ export class Turns {
 export type AgentFactory = (fetch: FetchLike) => Agent;
 
 /** A clean run of the target (no faults) at one parallelism: what a schedule must end as, and where it can land. */
-export type TargetClean = CleanRun & { tools: string[]; steps: number };
+export type TargetClean = CleanRun & {
+  tools: string[];
+  steps: number;
+  /** A family's child runs in the clean run, by agent: their steps and tools. */
+  children?: Record<string, { steps: number; tools: string[] }>;
+};
+
+/** An agent the target's tools start runs of (`agentTool`), as the fuzzer's world hosts it. */
+export interface ChildAgent {
+  agent: Agent;
+  /** Its tools in one process, as the fuzzer runs them. */
+  tools: (fetch: FetchLike, plant: ToolPlantOptions) => Tool[];
+}
 
 /** What the fuzzer is pointed at, resolved once. */
 export interface Target {
@@ -93,6 +112,12 @@ export interface Target {
   approvalTool?: string;
   /** The tools as the fuzzer runs them, to check calls against (their schemas, whether they need approval). */
   registry: ToolRegistry;
+  /**
+   * The agents its tools start child runs of, by name: a schedule then
+   * drives every run of the family (the oldest takeable first), not the
+   * root's alone, and holds the family to {@link checkFamily}.
+   */
+  children?: ReadonlyMap<string, ChildAgent>;
 }
 
 /** The outcome of one schedule. */
@@ -113,6 +138,9 @@ export interface ScheduleResult {
 interface Proc {
   sim?: SimProcess;
   name: string;
+  /** The run it drives, and that run's agent (a family's runs are of several). */
+  runId: string;
+  agent?: string;
   epoch?: number;
   /** Ended: exited, or killed (a killed process may never settle its promise). */
   done: boolean;
@@ -145,7 +173,8 @@ class ScheduleRun {
   stmt = 0;
   model = 0;
   cloud = 0;
-  maxEpoch = 0;
+  /** The highest epoch claimed of each run (a family's runs have an epoch each). */
+  readonly maxEpoch = new Map<string, number>();
   activity = 0;
   frozen?: { proc: Proc; release: () => void; wake: number; thief?: Proc; thiefStart: number };
   /** Every model answer of a budgeted schedule, as the budget check needs it. */
@@ -161,6 +190,8 @@ class ScheduleRun {
   readonly #budget?: ScheduleBudget;
   readonly #target: Target;
   readonly #setRemoteFaults: (spec: Record<string, number>) => void;
+  /** How a planted defect finds a call's step: handed to the tools of every process. */
+  plant: ToolPlantOptions = {};
 
   constructor(
     world: SimWorld,
@@ -311,7 +342,7 @@ class ScheduleRun {
         this.#fire(before, `stmt#${n} ${label} (${p.name})`);
         await this.#kill(p, `stmt:${n}:before`);
       }
-      const epochAtExec = this.maxEpoch;
+      const epochAtExec = this.maxEpoch.get(p.runId) ?? 0;
       this.activity++;
       const result = await send();
       this.activity++;
@@ -362,7 +393,7 @@ class ScheduleRun {
       : undefined;
     if (claimed !== undefined) {
       p.epoch = claimed;
-      this.maxEpoch = Math.max(this.maxEpoch, claimed);
+      this.maxEpoch.set(p.runId, Math.max(this.maxEpoch.get(p.runId) ?? 0, claimed));
     }
     if (isWrite(label) && written > 0 && p.epoch !== undefined && p.epoch < epochAtExec) {
       this.problems.push(
@@ -491,10 +522,19 @@ class ScheduleRun {
   }
 
   /** Starts the next incarnation. */
-  spawn(runId: string): Proc {
-    const p: Proc = { name: `w${this.procs.length + 1}`, done: false };
+  spawn(runId: string, agent?: string): Proc {
+    const p: Proc = { name: `w${this.procs.length + 1}`, done: false, runId, agent };
     this.procs.push(p);
-    const sim = this.#world.spawn({ name: p.name, runId, goal: this.#target.goal, hooks: this.hooks(p) });
+    // A child run of a family is driven by its own agent, whose tools the fuzzer wraps as the root's.
+    const child = agent === undefined ? undefined : this.#target.children?.get(agent);
+    const plant = this.plant;
+    const sim = this.#world.spawn({
+      name: p.name,
+      runId,
+      goal: this.#target.goal,
+      hooks: this.hooks(p),
+      ...(child ? { agent: child.agent, tools: (fetch: FetchLike) => child.tools(fetch, plant) } : {}),
+    });
     p.sim = sim;
     sim.exit.then((exit) => {
       p.exit = exit;
@@ -543,6 +583,7 @@ export async function runSchedule(
     target,
     (spec) => fake ? fake.setFaults(spec) : world.cloud.setFaults(spec),
   );
+  run.plant = plant;
   run.person = new Person({
     run,
     world,
@@ -564,7 +605,7 @@ export async function runSchedule(
       await world.advance(LEASE_MS + 1_000, { settle });
       world.note(`~~~ ${frozen.proc.name} is frozen past its lease: a second worker steals the run`);
       frozen.thiefStart = run.stmt;
-      frozen.thief = run.spawn(runId);
+      frozen.thief = run.spawn(frozen.proc.runId, frozen.proc.agent);
       continue;
     }
     const live = run.procs.filter((p) => !p.done);
@@ -572,6 +613,12 @@ export async function runSchedule(
       earlier.push(await snapshot(world, runId, fake));
       const row = earlier.at(-1)!.run;
       const status = row?.status;
+      if (target.children) {
+        const next = await nextOfFamily(world, run, runId, settle);
+        if (next === "closed") closed = true;
+        if (next === "again") continue;
+        break;
+      }
       // A run asleep on its remotes (a call waiting on a job) is not at rest: the clock moves to when its
       // first call is due, and a new worker takes it up, as a worker host's take would. A person's
       // request pending beside it is answered first.
@@ -620,20 +667,44 @@ export async function runSchedule(
   }
   const final = earlier.at(-1) ?? await snapshot(world, runId, fake);
   const denied = await run.person.afterRun(final);
-  run.problems.push(
-    ...checkShape(final, {
-      runId,
-      steps: clean?.steps ?? final.journal.length,
-      earlier,
-      resultIsId: target.remote === "mock-cloud",
-      tools: clean?.tools,
-      budgetStop: schedule.budget !== undefined,
-      denied,
-    }),
-    ...checkModelSpend(final, run.spend),
-    ...checkBudget(final, schedule.budget, run.answers),
-    ...checkPolls(final, run.callWrites),
-  );
+  const family = target.children ? await familySnapshot(world, runId, fake) : undefined;
+  if (family) {
+    // Every run of the family at once: the spend and the polls were counted across all its processes.
+    const members = [family.root, ...family.children.values()];
+    const whole: RunSnapshot = {
+      ...family.root,
+      journal: members.flatMap((m) => m.journal),
+      effects: members.flatMap((m) => m.effects),
+      modelCalls: members.reduce((n, m) => n + m.modelCalls, 0),
+    };
+    run.problems.push(
+      ...checkFamily(family, {
+        runId,
+        steps: clean?.steps ?? final.journal.length,
+        tools: clean?.tools,
+        earlier,
+        children: clean?.children,
+        resultIsId: target.remote === "mock-cloud",
+      }),
+      ...checkModelSpend(whole, run.spend),
+      ...checkPolls(whole, run.callWrites),
+    );
+  } else {
+    run.problems.push(
+      ...checkShape(final, {
+        runId,
+        steps: clean?.steps ?? final.journal.length,
+        earlier,
+        resultIsId: target.remote === "mock-cloud",
+        tools: clean?.tools,
+        budgetStop: schedule.budget !== undefined,
+        denied,
+      }),
+      ...checkModelSpend(final, run.spend),
+      ...checkBudget(final, schedule.budget, run.answers),
+      ...checkPolls(final, run.callWrites),
+    );
+  }
   for (const p of run.procs.filter((p) => !p.done)) p.sim?.kill();
   world.model.releaseHung();
   world.cloud.releaseHung();
@@ -654,6 +725,18 @@ export async function runSchedule(
       tokens: world.model.tokens(runId),
       waits: run.person.waits,
       firstWaitStmt: run.person.firstWaitStmt,
+      ...(family
+        ? {
+          children: Object.fromEntries(
+            [...family.children.values()].map((c) => [c.run?.agent ?? "?", {
+              steps: c.journal.length,
+              tools: c.journal.flatMap((j) =>
+                j.decision ? callsOf(j.decision, j.seq).map((x) => x.tool) : []
+              ),
+            }]),
+          ),
+        }
+        : {}),
     });
   }
   return {
@@ -663,6 +746,89 @@ export async function runSchedule(
     incarnations: run.procs.length,
     transcript: world.transcript,
   };
+}
+
+/** The most incarnations one schedule of a family starts: a few per run. */
+const MAX_FAMILY_INCARNATIONS = 48;
+
+/** Statuses a worker may take a run in (a `running` one's worker may have died). */
+const TAKEABLE: ReadonlySet<string> = new Set(["pending", "running"]);
+
+/**
+ * With no process alive, what a family's schedule does next, as the one
+ * worker host of a small deployment would: take the oldest takeable run
+ * (pending, abandoned, or asleep past its wake), else move the clock to the
+ * first wake, else the family is at rest: `closed` when its root has ended.
+ */
+async function nextOfFamily(
+  world: SimWorld,
+  run: ScheduleRun,
+  runId: string,
+  settle: () => Promise<void>,
+): Promise<"again" | "closed" | "stop"> {
+  const runs = (await world.observer.listRuns({ limit: 100 })).runs.filter((r) =>
+    r.run_id === runId || r.run_id.startsWith(`${runId}.`)
+  );
+  const root = runs.find((r) => r.run_id === runId);
+  if (root?.status === "cancelled" && await run.person?.atRest("cancelled")) return "again";
+  const now = world.clock.now().getTime();
+  const due = runs
+    .filter((r) =>
+      TAKEABLE.has(r.status) || (r.status === "waiting" && r.wake_at && new Date(r.wake_at).getTime() <= now)
+    )
+    .sort((a, b) => a.created_at.getTime() - b.created_at.getTime() || a.run_id.localeCompare(b.run_id));
+  const wakes = runs.filter((r) => r.status === "waiting" && r.wake_at).map((r) =>
+    new Date(r.wake_at!).getTime()
+  );
+  if (!root || due.length > 0 || wakes.length > 0) {
+    if (run.procs.length >= MAX_FAMILY_INCARNATIONS) {
+      run.problems.push(
+        `the family was still open after ${MAX_FAMILY_INCARNATIONS} incarnations: ${
+          runs.map((r) => `${r.run_id} ${r.status}`).join(", ")
+        }`,
+      );
+      return "stop";
+    }
+  }
+  if (!root || due.length > 0) {
+    await world.advance(1_000, { settle });
+    const next = root ? due[0] : undefined;
+    run.spawn(next?.run_id ?? runId, next && next.run_id !== runId ? next.agent : undefined);
+    return "again";
+  }
+  if (wakes.length > 0) {
+    const first = Math.min(...wakes);
+    world.note(`~~~ the family sleeps until ${new Date(first).toISOString()}: a worker takes it then`);
+    run.sleeps++;
+    await world.advance(Math.max(0, first - now) + 1_000, { settle });
+    return "again";
+  }
+  const open = runs.filter((r) => !["done", "failed", "cancelled"].includes(r.status));
+  if (open.length > 0) {
+    run.problems.push(
+      `the family waits for something that never comes: ${
+        open.map((r) => `${r.run_id} ${r.status}`).join(", ")
+      }`,
+    );
+    return "stop";
+  }
+  return "closed";
+}
+
+/** Every run of the family rooted at `runId`, and every effect the remote performed for it. */
+async function familySnapshot(
+  world: SimWorld,
+  runId: string,
+  fake: FakeRemote | undefined,
+): Promise<FamilySnapshot> {
+  const ids = (await world.observer.listRuns({ limit: 100 })).runs
+    .map((r) => r.run_id)
+    .filter((id) => id.startsWith(`${runId}.`))
+    .sort();
+  const children = new Map<string, RunSnapshot>();
+  for (const id of ids) children.set(id, await snapshot(world, id, fake));
+  const remoteKeys = fake ? fake.effects().map((e) => e.key) : world.cloud.created().map((r) => r.key);
+  return { root: await snapshot(world, runId, fake), children, remoteKeys };
 }
 
 async function snapshot(world: SimWorld, runId: string, fake: FakeRemote | undefined): Promise<RunSnapshot> {
@@ -685,12 +851,23 @@ async function snapshot(world: SimWorld, runId: string, fake: FakeRemote | undef
 }
 
 /**
- * Rows a query wrote: its rows, but for `wait-run`, which answers one row
- * whatever happened (`held`, `waiting`): it wrote only when the run now waits.
+ * Rows a query wrote: its rows, but for the writes that answer one row
+ * whatever happened (`held` beside what they did): `wait-run` wrote only
+ * when the run now waits, `create-child-run` when the child is new, and
+ * `finish-family-run` the rows it counts as `written` (none when fenced).
  */
 function rowsWritten(opts: QueryOptions | undefined, rows: unknown[]): number {
-  if (statementName(opts) !== "wait-run") return rows.length;
-  return (rows[0] as { waiting?: boolean } | undefined)?.waiting === true ? 1 : 0;
+  const first = rows[0] as { waiting?: boolean; created?: boolean; written?: number } | undefined;
+  switch (statementName(opts)) {
+    case "wait-run":
+      return first?.waiting === true ? 1 : 0;
+    case "create-child-run":
+      return first?.created === true ? 1 : 0;
+    case "finish-family-run":
+      return first?.written ?? 0;
+    default:
+      return rows.length;
+  }
 }
 
 /** True when the process ended by its run's budget (`BUDGET_EXCEEDED`), not by a kill or a fence. */
