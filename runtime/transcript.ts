@@ -133,9 +133,9 @@ export interface AnswerCall {
 }
 
 /**
- * What a planner decided for one step: tool calls (the type holds any number;
- * the loop runs one per step and refuses more, `MODEL_MULTIPLE_TOOLS`), or
- * done with a final text.
+ * What a planner decided for one step: tool calls (one or more, run together;
+ * more than the agent's `maxCallsPerStep` is refused, `MODEL_TOO_MANY_CALLS`),
+ * or done with a final text.
  */
 export type PlannerDecision =
   | {
