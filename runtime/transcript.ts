@@ -98,6 +98,39 @@ export interface Usage {
   total_tokens?: number;
 }
 
+/** How hard a reasoning model thinks before it answers (OpenAI's `reasoning_effort` values). */
+export type ReasoningEffort = "none" | "minimal" | "low" | "medium" | "high" | "xhigh";
+
+/**
+ * A model request's parameters, set per agent and per run (a run's override
+ * the agent's, field by field) and journaled with the request. Each planner
+ * maps them to its wire: chat completions sends `temperature`, `top_p`,
+ * `stop`, `seed`, `reasoning_effort` and merges `extra` into the body; the AI
+ * SDK adapter passes them as call options, `extra` as `providerOptions`.
+ * The answer's cap is {@link DecideRequest.maxOutputTokens}, the smaller of
+ * `maxOutputTokens` here and what a token budget leaves.
+ */
+export interface ModelParams {
+  /** Sampling temperature. */
+  temperature?: number;
+  /** Nucleus sampling. */
+  topP?: number;
+  /** The most tokens an answer may take (reasoning included). */
+  maxOutputTokens?: number;
+  /** Sequences that end the answer. */
+  stop?: string[];
+  /** A seed, for servers that sample reproducibly with one. */
+  seed?: number;
+  /** How hard a reasoning model thinks. */
+  reasoningEffort?: ReasoningEffort;
+  /**
+   * Anything else, passed through as it is: merged into the request body
+   * (chat completions, e.g. `{ parallel_tool_calls: false }`), or the AI SDK's
+   * `providerOptions` (keyed by provider, e.g. `{ anthropic: { ... } }`).
+   */
+  extra?: Record<string, Json>;
+}
+
 /** One question to the model. */
 export interface DecideRequest {
   /** The run asking (a planner may send it, e.g. as the `x-agent-run` header). */
@@ -118,6 +151,11 @@ export interface DecideRequest {
    * next request.
    */
   maxOutputTokens?: number;
+  /**
+   * The request's parameters (the agent's, overridden by the run's); the
+   * answer's cap is not here but in {@link maxOutputTokens}.
+   */
+  params?: Omit<ModelParams, "maxOutputTokens">;
   /** Aborts the request. */
   signal?: AbortSignal;
 }
