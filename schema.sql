@@ -233,3 +233,13 @@ alter table runs add column if not exists parent_key text;
 alter table runs add column if not exists root_run_id text;
 create index if not exists runs_parent on runs (parent_run_id) where parent_run_id is not null;
 create index if not exists runs_root on runs (root_run_id) where root_run_id is not null;
+
+-- migration 8: model request parameters
+-- A run may set its model's request parameters (temperature, a cap on the
+-- answer, stop sequences, seed, reasoning effort, anything else passed
+-- through), over its agent's: runs.model_params holds the run's own. Each
+-- model request of a step records the parameters it was sent with (the
+-- agent's and the run's together, and the cap actually sent) in
+-- journal.params, so a replayed decision says how it was bought.
+alter table runs add column if not exists model_params jsonb;
+alter table journal add column if not exists params jsonb;

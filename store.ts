@@ -33,6 +33,7 @@
 
 // The store and the driver interface it speaks through.
 export {
+  type JournalIntent,
   type Leases,
   type Operators,
   RESOLVE_BATCH_MAX,

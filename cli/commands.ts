@@ -71,6 +71,8 @@ import {
   type SideEffectRow,
 } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
+import { checkModelParams } from "../runtime/model_params.ts";
+import type { ModelParams } from "../runtime/transcript.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
 
 export type { Resolution };
@@ -116,7 +118,7 @@ export function fieldLines(label: string, text: string): string[] {
 export async function submit(
   ctx: CommandContext,
   agent: Agent,
-  opts: { runId?: string; input?: unknown; budget?: Budget },
+  opts: { runId?: string; input?: unknown; budget?: Budget; modelParams?: ModelParams },
 ): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.start(agent, opts));
   printer(ctx)(
@@ -335,6 +337,8 @@ function decisionLines(j: JournalRow): string[] {
       iso(j.intent_at)
     }  confirmed=${iso(j.confirmed_at)}${tokens(j.usage) ? `  tokens=${tokens(j.usage)}` : ""}`,
   ];
+  // What the step's (last) request was sent with: the agent's and the run's parameters, and the cap sent.
+  if (j.params) lines.push(...fieldLines("  params: ", JSON.stringify(j.params)));
   for (const r of j.rejections ?? []) lines.push(...fieldLines(`  rejected ${r.code}: `, r.message));
   return lines;
 }
@@ -558,6 +562,8 @@ export const COMMAND_USAGE: Record<string, string> = {
   --input JSON        JSON input, for an agent with an input schema (env INPUT)
   --budget-tokens N, --budget-model-calls N, --budget-tool-calls N
                       ceilings for this run (integers 1 or more), over the agent's budget
+  --model-params JSON the run's own model request parameters, over the agent's (env MODEL_PARAMS),
+                      e.g. '{"temperature":0.2,"maxOutputTokens":800}'
   (env AGENT_LOAD_S: how long the agent module may take to import, default 30 s)`,
   runs: `usage: deno task runs [--status S] [--agent-name NAME] [--search TEXT] [--limit N] [--page N]
   Lists runs, newest first, a page at a time, with how many match.
@@ -634,6 +640,7 @@ const OPTIONS = {
   "budget-tokens": { type: "string" },
   "budget-model-calls": { type: "string" },
   "budget-tool-calls": { type: "string" },
+  "model-params": { type: "string" },
   "finished-before": { type: "string" },
   "dry-run": { type: "boolean" },
   batch: { type: "string" },
@@ -687,6 +694,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
     "budget-tokens",
     "budget-model-calls",
     "budget-tool-calls",
+    "model-params",
   ],
   runs: ["status", "agent-name", "search", "limit", "page"],
   inspect: [],
@@ -851,6 +859,7 @@ export async function main(
   }
   let agent: Agent | undefined;
   let input: unknown;
+  let modelParams: ModelParams | undefined;
   if (command === "submit") {
     try {
       const load = new SettingsReader({ AGENT_LOAD_S: env.AGENT_LOAD_S || undefined });
@@ -880,8 +889,23 @@ export async function main(
           );
         }
       } else input = raw;
+      const paramsText = v["model-params"] ?? (env.MODEL_PARAMS || undefined);
+      if (paramsText !== undefined) {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(paramsText);
+        } catch {
+          return usage(
+            `--model-params must be a JSON object: current value is ${
+              JSON.stringify(paramsText.slice(0, 80))
+            }`,
+          );
+        }
+        modelParams = checkModelParams(parsed, "--model-params");
+      }
     } catch (err) {
       if (err instanceof ConfigError) return usage(err.problems.join("; "));
+      if (err instanceof RuntimeError && err.code === "MODEL_PARAMS_INVALID") return usage(err.message);
       throw err;
     }
   }
@@ -905,6 +929,7 @@ export async function main(
           runId: v["run-id"] ?? (env.RUN_ID || undefined),
           input,
           budget: Object.keys(budget).length > 0 ? budget : undefined,
+          modelParams,
         });
         break;
       case "runs":

@@ -44,6 +44,8 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --model-headers H, --model-query Q   extra headers / query parameters: JSON object or k=v,k2=v2
   --model-max-tokens-field F   the field capping a budgeted request's answer: max_tokens (default) or
                              max_completion_tokens (OpenAI's reasoning models)
+  --model-params JSON        a new run's own request parameters, over the agent's modelParams
+                             ({"temperature":0.2,"maxOutputTokens":800,"extra":{...}})
   --cloud-url URL            the demo tools' cloud; unset: in-process mock cloud
   --max-steps N              decisions before guard stops the run (default: the agent's, 12)
   --tool-concurrency N       calls of one step in flight at once (default: the agent's, 4)
@@ -117,7 +119,7 @@ export async function main(
     // idempotency keys, so a default like "run1" on two databases that share a
     // remote would make the second run's calls look like replays of the first's.
     const runId = settings.runId ?? `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
-    request = { runId, goal, input, budget: agent.budget };
+    request = { runId, goal, input, budget: agent.budget, modelParams: settings.modelParams };
     ({ prepared, modelDescribe } = await prepareAgents([agent], ctx));
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");

@@ -30,6 +30,13 @@ export interface MockModelOptions {
    * with no entry in the script table; default 1 (one call per answer). See {@linkcode MockModel}.
    */
   parallel?: number;
+  /**
+   * Request-body fields this model refuses, as OpenAI refuses a parameter a
+   * model does not take: a request carrying one is answered 400 with
+   * `{"error": {"param": field, "code": "unsupported_parameter", ...}}`
+   * (counted like any call). Default none.
+   */
+  refuseParams?: readonly string[];
 }
 
 /**
@@ -258,19 +265,22 @@ export class MockModel {
   #scripts: ScriptTables;
   /** Calls per answer of the demo's and the generic plan, for runs and agents the table does not name. */
   #parallel: number;
+  /** Body fields answered with a 400 (see {@linkcode MockModelOptions.refuseParams}). */
+  #refuseParams: readonly string[];
   /** Aborted by `releaseHung()` to end calls held by `hang_next`. */
   #release = new AbortController();
 
   private constructor(
     state: ModelState,
     file: DurableJsonFile<ModelState> | undefined,
-    opts: { now: () => Date; scripts: ScriptTables; parallel: number },
+    opts: { now: () => Date; scripts: ScriptTables; parallel: number; refuseParams: readonly string[] },
   ) {
     this.#state = state;
     this.#file = file;
     this.#now = opts.now;
     this.#scripts = opts.scripts;
     this.#parallel = opts.parallel;
+    this.#refuseParams = opts.refuseParams;
   }
 
   /**
@@ -289,7 +299,12 @@ export class MockModel {
     }
     const file = opts.statePath === undefined ? undefined : new DurableJsonFile<ModelState>(opts.statePath);
     const state = (await file?.read()) ?? { calls: { total: 0, by_run: {} } };
-    return new MockModel(state, file, { now: opts.now ?? (() => new Date()), scripts, parallel });
+    return new MockModel(state, file, {
+      now: opts.now ?? (() => new Date()),
+      scripts,
+      parallel,
+      refuseParams: [...(opts.refuseParams ?? [])],
+    });
   }
 
   /**
@@ -426,6 +441,17 @@ export class MockModel {
         "invalid_request",
         "the body must be a JSON object with a messages array",
       );
+    }
+    const refused = this.#refuseParams.find((field) => field in body);
+    if (refused !== undefined) {
+      return jsonResponse(400, {
+        error: {
+          message: `Unsupported parameter: '${refused}' is not supported with this model.`,
+          type: "invalid_request_error",
+          param: refused,
+          code: "unsupported_parameter",
+        },
+      });
     }
     const mode = faults.mode !== undefined && spend(faults, "mode_next") ? faults.mode : undefined;
     if (mode === "garbage") return garbageResponse();

@@ -16,6 +16,8 @@ import { type Budget, checkBudget } from "./budget.ts";
 import { describeValue, RuntimeError } from "./errors.ts";
 import { type StorableValue, toStorable } from "./store/storable.ts";
 import type { Planner } from "./planner.ts";
+import { checkModelParams } from "./model_params.ts";
+import type { ModelParams } from "./transcript.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
 
@@ -85,6 +87,12 @@ export interface AgentSpec<I = string> {
   defaultInput?: I;
   /** Ceilings on each run's spend (tokens, model requests, tool requests); a run may override them. */
   budget?: Budget;
+  /**
+   * The model's request parameters (temperature, a cap on the answer, stop,
+   * seed, reasoning effort, `extra` passed through); a run's own override
+   * them field by field. Journaled with each request.
+   */
+  modelParams?: ModelParams;
 }
 
 /** An agent, as {@link defineAgent} returns it. */
@@ -109,6 +117,8 @@ export interface Agent {
   readonly defaultInput?: Json;
   /** Ceilings on each run's spend. */
   readonly budget?: Budget;
+  /** The model's request parameters, if it sets any. */
+  readonly modelParams?: ModelParams;
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }
@@ -185,6 +195,7 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
         throw problem((err as Error).message.replace(/^.*?: budget/, "budget"));
       }
     })(),
+    modelParams: checkModelParams(spec.modelParams, `Cannot define agent ${JSON.stringify(spec.name)}`),
   });
 }
 

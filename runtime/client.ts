@@ -18,6 +18,8 @@ import {
 } from "./agent.ts";
 import { withChildAgents } from "./agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
+import { checkModelParams } from "./model_params.ts";
+import type { ModelParams } from "./transcript.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { redactUrl } from "./config.ts";
 import { type CodeOf, describeError, describeValue, RuntimeError } from "./errors.ts";
@@ -214,18 +216,21 @@ export class Client {
   /**
    * Starts a run of `agent` (it stays `pending` until a worker hosting the
    * agent takes it). The input is checked against the agent first; a run id
-   * is generated when none is given. Throws `RUN_EXISTS` for a taken id.
+   * is generated when none is given. `modelParams` are the run's own request
+   * parameters, over the agent's (`MODEL_PARAMS_INVALID` when wrong). Throws
+   * `RUN_EXISTS` for a taken id.
    */
   async start(
     agent: Agent,
-    opts: { runId?: string; input?: unknown; budget?: Budget } = {},
+    opts: { runId?: string; input?: unknown; budget?: Budget; modelParams?: ModelParams } = {},
   ): Promise<RunInfo> {
     const runId = opts.runId ?? `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
     checkRunId(runId);
     const { input, goal } = checkInput(agent, opts.input);
     const budget = mergeBudget(agent.budget, checkBudget(opts.budget, `Run ${runId}`));
+    const modelParams = checkModelParams(opts.modelParams, `Cannot start run ${runId}`);
     const created = await this.store.createRun(
-      { runId, agent: agent.name, goal, input, budget },
+      { runId, agent: agent.name, goal, input, budget, modelParams },
       this.clock.now(),
     );
     const run = await this.store.getRun(runId);

@@ -14,6 +14,7 @@
  * | `MODEL_URL`, `MODEL`, `MODEL_API_KEY` | `--model-url`, `--model`, `--model-api-key` | unset: in-process mock model (`MODEL` is required with a URL) |
  * | `MODEL_HEADERS`, `MODEL_QUERY` | `--model-headers`, `--model-query` | none: JSON object or `k=v,k2=v2` |
  * | `MODEL_MAX_TOKENS_FIELD` | `--model-max-tokens-field` | `max_tokens` (or `max_completion_tokens`): caps a budgeted request's answer |
+ * | `MODEL_PARAMS` | `--model-params` | none: a new run's own request parameters, a JSON object (`{"temperature":0.2}`) |
  * | `CLOUD_URL` | `--cloud-url` | unset: in-process mock cloud |
  * | `MAX_STEPS` | `--max-steps` | 12 |
  * | `TOOL_CONCURRENCY` | `--tool-concurrency` | the agent's, 4: calls of one step in flight at once |
@@ -32,6 +33,8 @@ import { CRASH_POINTS, type CrashPlan, isCrashPoint } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import type { LogFormat } from "./log.ts";
+import { checkModelParams } from "./model_params.ts";
+import type { ModelParams } from "./transcript.ts";
 
 /** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
 export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -74,6 +77,8 @@ export interface Settings {
   cloudUrl?: string;
   /** Decisions before `guard` stops the run (`MAX_STEPS`); unset: the agent's `maxSteps`. */
   maxSteps?: number;
+  /** A new run's own model request parameters (`MODEL_PARAMS`, a JSON object), over its agent's. */
+  modelParams?: ModelParams;
   /** Calls of one step in flight at once (`TOOL_CONCURRENCY`); unset: the agent's `toolConcurrency`. */
   toolConcurrency?: number;
   /** This worker's name, written to `runs.owner` (`WORKER`). */
@@ -119,6 +124,7 @@ export const SETTING_NAMES: readonly string[] = [
   "MODEL_HEADERS",
   "MODEL_QUERY",
   "MODEL_MAX_TOKENS_FIELD",
+  "MODEL_PARAMS",
   "CLOUD_URL",
   "MAX_STEPS",
   "TOOL_CONCURRENCY",
@@ -430,6 +436,28 @@ export function urlPasswordForms(raw: string | undefined): string[] {
   }
 }
 
+/** `MODEL_PARAMS` checked as request parameters (problems added to `problems`), or undefined when unset. */
+function runModelParams(raw: string | undefined, problems: string[]): ModelParams | undefined {
+  if (raw === undefined) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    problems.push(
+      `MODEL_PARAMS must be a JSON object such as {"temperature":0.2,"maxOutputTokens":800}: current value is ${
+        JSON.stringify(raw.slice(0, 80))
+      }`,
+    );
+    return undefined;
+  }
+  try {
+    return checkModelParams(value, "MODEL_PARAMS");
+  } catch (err) {
+    problems.push((err as Error).message);
+    return undefined;
+  }
+}
+
 /** Reads and validates a worker's settings. Throws a {@link ConfigError} listing every problem. */
 export function loadSettings(
   args: string[],
@@ -485,6 +513,7 @@ export function loadSettings(
     modelHeaders: r.keyValues("MODEL_HEADERS", "headers"),
     modelQuery: r.keyValues("MODEL_QUERY", "query"),
     modelMaxTokensField: r.maxTokensField(),
+    modelParams: runModelParams(r.str("MODEL_PARAMS"), r.problems),
     cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
     maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", 12, 1, 10_000),
     toolConcurrency: values.TOOL_CONCURRENCY === undefined ? undefined : r.int("TOOL_CONCURRENCY", 4, 1, 64),

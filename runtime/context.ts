@@ -20,6 +20,7 @@ import {
 } from "./deps.ts";
 import type { Fence, JournalRow, SideEffectRow } from "./store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
+import type { ModelParams } from "./transcript.ts";
 
 // Where they were declared before process and agent came apart (deps.ts): importers keep working.
 export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } from "./deps.ts";
@@ -59,6 +60,8 @@ export interface RunState {
   signal: AbortSignal;
   /** The run's ceilings, if any. */
   budget?: Budget;
+  /** The run's own model request parameters (over its agent's), if any. */
+  modelParams?: ModelParams;
   /** Calls of the step being carried out not yet sent, reserved against the tool-call ceiling (budget.ts). */
   reservedCalls: number;
   /**

@@ -28,6 +28,7 @@ import type { Planner } from "./planner.ts";
 import type { Store } from "./store/store.ts";
 import { type Telemetry, telemetryFromEnv } from "./telemetry.ts";
 import type { ToolRegistry } from "./tools.ts";
+import type { ModelParams } from "./transcript.ts";
 
 /** Limits on retries and re-asks. */
 export interface RetryPolicy {
@@ -132,6 +133,8 @@ export interface AgentDeps {
   maxCallsPerStep: number;
   /** How many calls of one step are in flight at once (`TOOL_CONCURRENCY`). */
   toolConcurrency: number;
+  /** The model's request parameters the agent sets (a run's own override them). */
+  modelParams?: ModelParams;
   /** Limits on re-asks, retries and waits; `maxModelAttempts` is counted across restarts. */
   retry: RetryPolicy;
   /**
@@ -170,6 +173,7 @@ export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): Age
     // An agent object not made by defineAgent (a test's) may lack the newer limits: their defaults then.
     maxCallsPerStep: prepared.agent.maxCallsPerStep ?? 16,
     toolConcurrency: opts.toolConcurrency ?? prepared.agent.toolConcurrency ?? 4,
+    modelParams: prepared.agent.modelParams,
     retry: opts.retry ?? DEFAULT_RETRY,
     maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
   };

@@ -13,7 +13,8 @@ import { type Ended, failed, finished } from "./ended.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildTranscript } from "./history.ts";
 import type { Planner } from "./planner.ts";
-import { type DecideRequest, type PlannerDecision, plannerDecision } from "./transcript.ts";
+import { type DecideRequest, type ModelParams, type PlannerDecision, plannerDecision } from "./transcript.ts";
+import { mergeModelParams } from "./model_params.ts";
 import type { Decision, JournalRow, Rejection } from "./store/store.ts";
 import type { Json, Tool } from "./tools.ts";
 import { callsOf, decisionOf } from "./calls.ts";
@@ -101,7 +102,14 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       // A run of a family is held to its family's ceilings too (one read; none for any other run).
       const family = await familyCeilings(deps, state);
       const budget = reservationBudget(state.budget, family);
-      const maxOutputTokens = answerCap(budget);
+      // The agent's parameters under the run's; the answer's cap is the smaller of theirs and the budget's.
+      const { maxOutputTokens: paramsCap, ...params } =
+        mergeModelParams(deps.modelParams, state.modelParams) ?? {};
+      const maxOutputTokens = smaller(paramsCap, answerCap(budget));
+      const hasParams = Object.keys(params).length > 0;
+      const sentParams: ModelParams | undefined = hasParams || maxOutputTokens !== undefined
+        ? { ...params, ...(maxOutputTokens === undefined ? {} : { maxOutputTokens }) }
+        : undefined;
       const question: DecideRequest = {
         runId,
         seq,
@@ -109,12 +117,17 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         transcript: buildTranscript(state, seq, deps.instructions),
         tools: deps.tools.descriptions(),
         maxOutputTokens,
+        ...(hasParams ? { params } : {}),
       };
       // With a budget, the request's worst case is reserved in the intent's own write,
       // and the answer is asked to stay within it.
       const reserve = budget ? worstCaseTokens(budget, promptChars(deps.planner, question)) : 0;
       checkModelRequest(state, reserve, family);
-      const current = await store.journalIntentRow(state.fence, seq, clock.now(), reserve, row === undefined);
+      const current = await store.journalIntentRow(state.fence, seq, clock.now(), {
+        reserveTokens: reserve,
+        fresh: row === undefined,
+        params: sentParams,
+      });
       row = current;
       applyRow(state, current);
       const attempt = current.llm_attempts;
@@ -274,4 +287,9 @@ function asModelError(err: unknown, timedOut: Error | undefined, stop: AbortSign
   if (timedOut instanceof ModelError) return timedOut;
   if (err instanceof ModelError) return err;
   throw err;
+}
+
+/** The smaller of two optional numbers; undefined when both are. */
+function smaller(a: number | undefined, b: number | undefined): number | undefined {
+  return a === undefined ? b : b === undefined ? a : Math.min(a, b);
 }

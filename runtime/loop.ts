@@ -23,6 +23,7 @@ import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "./stor
 import type { TracedStep } from "./telemetry.ts";
 import type { Json } from "./tools.ts";
 import type { Budget } from "./budget.ts";
+import type { ModelParams } from "./transcript.ts";
 
 /** Every way a worker's turn on a run can end. */
 export const WORKER_STATUSES = [
@@ -108,6 +109,8 @@ export interface RunRequest {
   input?: Json;
   /** Ceilings on its spend, when it is created. */
   budget?: Budget;
+  /** Its own model request parameters (over its agent's), when it is created. */
+  modelParams?: ModelParams;
 }
 
 /**
@@ -131,7 +134,14 @@ export async function runWorker(
   const { store, clock, log } = deps;
   const runId = req.runId;
   const run = await store.createOrGetRun(
-    { runId, agent: deps.agent, goal: req.goal, input: req.input, budget: req.budget },
+    {
+      runId,
+      agent: deps.agent,
+      goal: req.goal,
+      input: req.input,
+      budget: req.budget,
+      modelParams: req.modelParams,
+    },
     clock.now(),
   );
   if (run.agent !== deps.agent) {
@@ -336,6 +346,7 @@ async function driveClaimed(
     llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
     budget: run.budget ?? undefined,
+    modelParams: run.model_params ?? undefined,
     reservedCalls: 0,
     family: familyOf(run),
     lastWorkerError: run.error ?? undefined,

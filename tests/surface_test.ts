@@ -70,8 +70,9 @@ Deno.test("every export path exports exactly the names pinned for it", async () 
 Deno.test("mod.ts stays a surface learned in minutes: its count is pinned, far under the 169 of before #23", async () => {
   const pinned = JSON.parse(await Deno.readTextFile(PINNED)) as Record<string, string[]>;
   // A deliberate bound, not a measurement: a name added to mod.ts past it belongs on another export path.
-  // 90 since #24: agentTool, its options and its type, and the runs a tool call may start (ToolContext.runs).
-  assert.ok(pinned["."].length <= 90, `mod.ts exports ${pinned["."].length} names`);
+  // 90 since #24: agentTool, its options and its type, and the runs a tool call may start (ToolContext.runs);
+  // 92 since #25: ModelParams and ReasoningEffort, the request parameters an agent and a run set.
+  assert.ok(pinned["."].length <= 92, `mod.ts exports ${pinned["."].length} names`);
   for (
     const name of ["defineAgent", "defineTool", "connect", "Client", "WorkerHost", "Planner", "OpenAIPlanner"]
   ) {

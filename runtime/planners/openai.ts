@@ -16,6 +16,7 @@ import { type CodeOf, ModelError } from "../errors.ts";
 import { traceHeaders } from "../telemetry.ts";
 import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "../http.ts";
 import { secretForms } from "../log.ts";
+import type { Json } from "../tools.ts";
 import type {
   AnswerCall,
   DecideRequest,
@@ -257,9 +258,15 @@ export class OpenAIPlanner {
       : `,${JSON.stringify(this.#opts.maxTokensField ?? "max_tokens")}:${
         Math.max(1, Math.floor(req.maxOutputTokens))
       }`;
+    // The request's parameters, in the wire's names, `extra` merged in as given.
+    const wireParams = chatParams(req.params);
+    const paramsJson = Object.entries(wireParams).map(([k, v]) =>
+      `,${JSON.stringify(k)}:${JSON.stringify(v)}`
+    )
+      .join("");
     const body = `{"model":${JSON.stringify(this.#opts.model)},"messages":${
       JSON.stringify(chatMessages(req.transcript))
-    }${req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""}${cap}}`;
+    }${req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""}${cap}${paramsJson}}`;
     const url = this.#url;
     const where = () => this.#mask(shownUrl(url));
     let res: Response;
@@ -282,6 +289,19 @@ export class OpenAIPlanner {
         message += `. The base URL's path has no /v1 segment: most servers serve the API under /v1 ` +
           `(try MODEL_URL=${this.#mask(shownUrl(withV1(this.#opts.url)))})`;
       }
+      const refused = res.status === 400 ? refusedParams(text, said ?? "", Object.keys(wireParams)) : [];
+      if (refused.length > 0) {
+        throw new ModelError(
+          "MODEL_PARAMS_REFUSED",
+          `${message.replace(/\.+$/, "")}. The server refused the request parameter${
+            refused.length > 1 ? "s" : ""
+          } ${refused.map((k) => `${k}=${JSON.stringify(wireParams[k])}`).join(", ")}: remove or change ${
+            refused.length > 1 ? "them" : "it"
+          } in the agent's modelParams or the run's (MODEL_PARAMS), or use a model that takes ${
+            refused.length > 1 ? "them" : "it"
+          }`,
+        );
+      }
       const field = this.#opts.maxTokensField ?? "max_tokens";
       if (res.status === 400 && cap !== "" && /max_(completion_)?tokens/.test(said ?? "")) {
         const other = field === "max_tokens" ? "max_completion_tokens" : "max_tokens";
@@ -296,6 +316,40 @@ export class OpenAIPlanner {
     }
     return parseCompletion(text);
   }
+}
+
+/**
+ * A request's parameters as chat-completions body fields: `temperature`,
+ * `top_p`, `stop`, `seed`, `reasoning_effort`, then `extra`'s fields as given
+ * (a field of `extra` replaces one of those of the same name).
+ */
+export function chatParams(params: DecideRequest["params"]): Record<string, Json> {
+  if (!params) return {};
+  const out: Record<string, Json> = {};
+  if (params.temperature !== undefined) out.temperature = params.temperature;
+  if (params.topP !== undefined) out.top_p = params.topP;
+  if (params.stop !== undefined) out.stop = params.stop;
+  if (params.seed !== undefined) out.seed = params.seed;
+  if (params.reasoningEffort !== undefined) out.reasoning_effort = params.reasoningEffort;
+  return { ...out, ...params.extra };
+}
+
+/**
+ * The request parameters a 400 answer refuses: the one its error names in
+ * `param` (OpenAI's shape), or those of `sent` its message names.
+ */
+function refusedParams(body: string, said: string, sent: readonly string[]): string[] {
+  if (sent.length === 0) return [];
+  let named: unknown;
+  try {
+    named = (JSON.parse(body) as { error?: { param?: unknown } })?.error?.param;
+  } catch {
+    named = undefined;
+  }
+  if (typeof named === "string" && sent.includes(named)) return [named];
+  const word = (k: string) =>
+    new RegExp(`(^|[^A-Za-z0-9_])${k.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}([^A-Za-z0-9_]|$)`);
+  return sent.filter((k) => word(k).test(said));
 }
 
 function withV1(base: string): URL {

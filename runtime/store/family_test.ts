@@ -117,7 +117,7 @@ bothStoresTest("a family's spend is read per run, through its root", async (stor
   await startChild(store, f);
   const c = await claimChild(store, "fam-s.0");
   await writeDecision(store, c, 0, { decision: { tool: "x", args: {} }, usage: undefined }, T0);
-  await store.journalIntentRow(c, 1, T0, 500, true);
+  await store.journalIntentRow(c, 1, T0, { reserveTokens: 500, fresh: true });
   await store.effectIntentRow(c, { key: "fam-s.0:0", seq: 0, tool: "x", args: {} }, T0, true);
   await store.createRun({ runId: "other", agent: "boss", goal: "g" }, T0);
   const family = await store.families.readFamily("fam-s");

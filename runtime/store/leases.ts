@@ -35,11 +35,12 @@ const claimMarks = (source: string) =>
        error = case when ${source}.progress = runs.progress_mark then runs.error end,
        progress_mark = ${source}.progress`;
 
-// A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget):
+// A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget, $7 model_params):
 // the one insert that createRun and createOrGetRun share.
 const INSERT_RUN_TEXT =
-  `insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at)
-  values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz)
+  `insert into runs (run_id, agent, goal, input, budget, model_params, status, epoch, created_at, updated_at)
+  values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, $7::text::jsonb, 'pending', 0, $5::timestamptz,
+          $5::timestamptz)
   on conflict (run_id) do nothing`;
 const INSERT_RUN = statement("insert-run", INSERT_RUN_TEXT);
 
@@ -182,6 +183,7 @@ function newRunParams(run: NewRun, now: Date): unknown[] {
     jsonParam(run.input ?? run.goal, "run input"),
     ts(now),
     jsonParam(run.budget ?? null, "run budget"),
+    jsonParam(run.modelParams ?? null, "run model parameters"),
   ];
 }
 
@@ -206,6 +208,7 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     stuck_claims: 0,
     progress_mark: 0,
     budget: JSON.parse(jsonParam(run.budget ?? null, "run budget")),
+    model_params: JSON.parse(jsonParam(run.modelParams ?? null, "run model parameters")),
     wake_at: null,
     parent_run_id: null,
     parent_key: null,

@@ -18,6 +18,7 @@ import type {
 } from "./rows.ts";
 import { queryRows, statement } from "./sql.ts";
 import type { Json } from "../tools.ts";
+import type { ModelParams } from "../transcript.ts";
 
 const READ_RUN = statement("read-run", `select * from runs where run_id = $1`);
 
@@ -27,7 +28,7 @@ const READ_RUN = statement("read-run", `select * from runs where run_id = $1`);
 const READ_HISTORY = statement(
   "read-history",
   `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at,
-              decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens,
+              decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens, params,
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
               null::text as remote, null::text as error, null::int as attempts,
               null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen,
@@ -35,7 +36,7 @@ const READ_HISTORY = statement(
          from journal where run_id = $1
        union all
        select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
-              null, null, null, null, null, null,
+              null, null, null, null, null, null, null,
               idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at,
               attempts_at_reopen, check_at, wait_deadline_at, polls
          from side_effects where run_id = $1
@@ -64,6 +65,7 @@ interface HistoryRow {
   rejections: Rejection[] | null;
   reserved_tokens: number | null;
   spent_tokens: number | null;
+  params: ModelParams | null;
   idempotency_key: string | null;
   tool: string | null;
   args: Json | null;
@@ -122,6 +124,7 @@ export class RunReads {
           confirmed_at,
           reserved_tokens: r.reserved_tokens ?? 0,
           spent_tokens: r.spent_tokens ?? 0,
+          params: r.params ?? null,
         });
       } else {
         effects.push({

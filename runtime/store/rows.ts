@@ -8,6 +8,7 @@
 
 import type { Budget } from "../budget_types.ts";
 import type { Json } from "../tools.ts";
+import type { ModelParams } from "../transcript.ts";
 import type { ApprovalStatus, EffectStatus, JournalStatus, RemoteOutcome, RunStatus } from "./statuses.ts";
 
 // The statuses are declared once, in statuses.ts; every import of them from the rows keeps working.
@@ -61,6 +62,8 @@ export interface RunRow {
   progress_mark: number;
   /** The run's ceilings, if any. */
   budget: Budget | null;
+  /** The run's own model request parameters (over its agent's), if any. */
+  model_params: ModelParams | null;
   /**
    * When a run `waiting` on its calls' remotes may be taken again (a take or
    * a claim clears it); null for any other run, and for one waiting only for
@@ -144,6 +147,8 @@ export interface JournalRow {
   reserved_tokens: number;
   /** Tokens this step's settled answers count against the budget (budget.ts `answerTokens`). */
   spent_tokens: number;
+  /** The parameters its last model request was sent with (the cap as sent), or null for none. */
+  params: ModelParams | null;
 }
 
 /** A row of `side_effects`. */
@@ -251,6 +256,8 @@ export interface NewRun {
   input?: Json;
   /** Ceilings on its spend. */
   budget?: Budget;
+  /** The model's request parameters for this run, over its agent's. */
+  modelParams?: ModelParams;
 }
 
 /**

@@ -22,6 +22,7 @@
 import { MAX_ROW_TOKENS } from "../budget_types.ts";
 import { FencedError } from "../errors.ts";
 import type { Json } from "../tools.ts";
+import type { ModelParams } from "../transcript.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type {
@@ -48,15 +49,15 @@ const HEARTBEAT = statement(
         where run_id = $1 and ${RUNNING_AT("$2")}`,
 );
 const JOURNAL_INTENT_TEXT =
-  `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens)
-       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5 where ${FENCE}`;
+  `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens, params)
+       select $1, $3, 'intent', 1, $2, $4::timestamptz, $5, $6::text::jsonb where ${FENCE}`;
 const JOURNAL_INTENT = statement("journal-intent", JOURNAL_INTENT_TEXT);
 const JOURNAL_INTENT_UPSERT = statement(
   "journal-intent-upsert",
   `${JOURNAL_INTENT_TEXT}
        on conflict (run_id, seq) do update
           set llm_attempts = journal.llm_attempts + 1, epoch = excluded.epoch, intent_at = excluded.intent_at,
-              reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens
+              reserved_tokens = journal.reserved_tokens + excluded.reserved_tokens, params = excluded.params
         where journal.status = 'intent'
        returning *`,
 );
@@ -257,7 +258,13 @@ export const RUN_WRITE_STATEMENTS = [
 // The rows a fresh intent's plain insert writes, from the very values the
 // statement was given (no placeholder: `now` is the `intent_at` written, the
 // defaults are the schema's).
-function freshJournalRow(f: Fence, seq: number, now: Date, reserveTokens: number): JournalRow {
+function freshJournalRow(
+  f: Fence,
+  seq: number,
+  now: Date,
+  reserveTokens: number,
+  params: ModelParams | null,
+): JournalRow {
   return {
     run_id: f.runId,
     seq,
@@ -271,6 +278,7 @@ function freshJournalRow(f: Fence, seq: number, now: Date, reserveTokens: number
     confirmed_at: null,
     reserved_tokens: reserveTokens,
     spent_tokens: 0,
+    params,
   };
 }
 
@@ -336,6 +344,20 @@ function ofRun<R extends { run_id: string }>(f: Fence, row: R): R {
   return row;
 }
 
+/** How {@link RunWrites.journalIntentRow} writes a step's model request. */
+export interface JournalIntent {
+  /** Tokens the request reserves against the run's budget (default 0). */
+  reserveTokens?: number;
+  /**
+   * The worker holds no row for the step, so a plain insert does (no `on
+   * conflict` arbitration, #11); should the row exist after all, the insert
+   * fails on the key and the upsert runs instead. Default false.
+   */
+  fresh?: boolean;
+  /** The parameters the request is sent with, recorded on the row (replacing an earlier attempt's). */
+  params?: ModelParams;
+}
+
 /** The fenced writes of the runs a worker holds, each refused unless the run is `running` under its epoch. */
 export class RunWrites {
   readonly #client: SqlClient;
@@ -354,23 +376,18 @@ export class RunWrites {
    * Records that a model request for step `seq` is about to be sent: inserts
    * the journal row at `intent`, or counts one more attempt on it, and
    * returns the row as the write left it (the worker keeps it in memory), or
-   * throws {@link FencedError}. `fresh`: the worker holds no row for `seq`, so
-   * a plain insert does (no `on conflict` arbitration, #11); should the row
-   * exist after all, the insert fails on the key and the upsert runs instead.
+   * throws {@link FencedError}. See {@link JournalIntent} for the options.
    */
-  async journalIntentRow(
-    f: Fence,
-    seq: number,
-    now: Date,
-    reserveTokens = 0,
-    fresh = false,
-  ): Promise<JournalRow> {
-    const params = [f.runId, f.epoch, seq, ts(now), reserveTokens];
+  async journalIntentRow(f: Fence, seq: number, now: Date, opts: JournalIntent = {}): Promise<JournalRow> {
+    const { reserveTokens = 0, fresh = false } = opts;
+    const sentText = opts.params === undefined ? null : jsonParam(opts.params, "model parameters");
+    const sent = sentText === null ? null : JSON.parse(sentText) as ModelParams;
+    const params = [f.runId, f.epoch, seq, ts(now), reserveTokens, sentText];
     const row = await freshOr(
       fresh,
       async () =>
         (await runWrite(this.#client, JOURNAL_INTENT, params)) === 1
-          ? freshJournalRow(f, seq, now, reserveTokens)
+          ? freshJournalRow(f, seq, now, reserveTokens, sent)
           : undefined,
       async () => (await queryRows<JournalRow>(this.#client, JOURNAL_INTENT_UPSERT, params))[0],
     );

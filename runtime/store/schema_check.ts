@@ -34,6 +34,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "parent_run_id",
     "parent_key",
     "root_run_id",
+    "model_params",
   ],
   journal: [
     "run_id",
@@ -48,6 +49,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "confirmed_at",
     "reserved_tokens",
     "spent_tokens",
+    "params",
   ],
   side_effects: [
     "idempotency_key",

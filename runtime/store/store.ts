@@ -38,7 +38,7 @@ export { RESOLVE_BATCH_MAX } from "./operators.ts";
 export type { Leases } from "./leases.ts";
 export type { Operators } from "./operators.ts";
 export type { RunReads } from "./reads.ts";
-export type { RunWrites } from "./run_writes.ts";
+export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./family.ts";
 export { FAMILY_DEPTH_MAX } from "./family.ts";
 

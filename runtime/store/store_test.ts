@@ -153,7 +153,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       const f: Fence = { runId: "r-fresh", epoch: (await claim(store, "r-fresh", 0, "w", T0))! };
       const call = { key: "r-fresh:0", seq: 0, tool: "t", args: { a: 1 } };
       // What the worker keeps is the row as written: equal to what a restart reads back.
-      const journalRow = await store.journalIntentRow(f, 0, T0, 7, true);
+      const journalRow = await store.journalIntentRow(f, 0, T0, { reserveTokens: 7, fresh: true });
       const effectRow = await store.effectIntentRow(f, call, T0, true);
       const written = await store.loadHistory("r-fresh");
       assert.deepStrictEqual(journalRow, written.journal[0]);
@@ -161,12 +161,15 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       assert.equal(journalRow.llm_attempts, 1);
       assert.equal(effectRow.attempts, 1);
       // The worker thought there was no row: the insert meets the key, and the upsert counts one more.
-      assert.equal((await store.journalIntentRow(f, 0, at(1), 0, true)).llm_attempts, 2);
+      assert.equal(
+        (await store.journalIntentRow(f, 0, at(1), { reserveTokens: 0, fresh: true })).llm_attempts,
+        2,
+      );
       assert.equal((await store.effectIntentRow(f, call, at(1), true)).attempts, 2);
       // Fenced either way: a stale epoch writes nothing, fresh or not.
       const next = (await claim(store, "r-fresh", f.epoch, "w2", T0))!;
       const fenced = (e: unknown) => e instanceof FencedError && e.code === "FENCED";
-      await assert.rejects(store.journalIntentRow(f, 1, at(2), 0, true), fenced);
+      await assert.rejects(store.journalIntentRow(f, 1, at(2), { reserveTokens: 0, fresh: true }), fenced);
       await assert.rejects(
         store.effectIntentRow(f, { ...call, key: "r-fresh:1", seq: 1 }, at(2), true),
         fenced,
@@ -192,7 +195,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       const odd = "a\u0000b\ud800c";
 
       // Step 0: two refused answers (the second beyond the row's token ceiling), then a confirm.
-      let step = await store.journalIntentRow(f, 0, at(1), 500, true);
+      let step = await store.journalIntentRow(f, 0, at(1), { reserveTokens: 500, fresh: true });
       assert.deepStrictEqual(step, await journalAt(0));
       step = await store.journalReject(f, step, {
         rejection: { code: "A", message: odd },
@@ -200,7 +203,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
         tokens: { released: 200, spent: 7 },
       });
       assert.deepStrictEqual(step, await journalAt(0));
-      step = await store.journalIntentRow(f, 0, at(2), 300);
+      step = await store.journalIntentRow(f, 0, at(2), { reserveTokens: 300 });
       assert.deepStrictEqual(step, await journalAt(0));
       step = await store.journalReject(f, step, {
         rejection: { code: "B", message: "no usage" },
@@ -211,7 +214,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
         prompt_tokens: 3,
         nested: { n: 1 },
       }]);
-      step = await store.journalIntentRow(f, 0, at(3), 40);
+      step = await store.journalIntentRow(f, 0, at(3), { reserveTokens: 40 });
       step = await store.journalConfirm(f, step, {
         decision: { tool: "t", args: { a: [1, "two", null], b: { c: true } } },
         usage: { prompt_tokens: 9, completion_tokens: 1 },
@@ -236,7 +239,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
       for (const [seq, status] of [[1, "failed"], [2, "flagged"]] as const) {
         const decided = await store.journalConfirm(
           f,
-          await store.journalIntentRow(f, seq, at(8), 0, true),
+          await store.journalIntentRow(f, seq, at(8), { reserveTokens: 0, fresh: true }),
           { decision: { tool: "t", args: {} }, usage: undefined },
           at(9),
         );

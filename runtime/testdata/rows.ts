@@ -30,6 +30,7 @@ export function journalRow(
     confirmed_at: decision ? AT : null,
     reserved_tokens: 0,
     spent_tokens: 0,
+    params: null,
   };
 }
 

@@ -1,0 +1,142 @@
+/**
+ * A model request's parameters ({@link ModelParams}): checked where they are
+ * given (an agent's `modelParams`, a run's), every problem reported at once,
+ * and merged field by field, the run's over the agent's.
+ *
+ * @module
+ */
+
+import { RuntimeError } from "./errors.ts";
+import { storableJson } from "./store/storable.ts";
+import type { ModelParams, ReasoningEffort } from "./transcript.ts";
+
+/** Every {@link ReasoningEffort}, in order of effort. */
+export const REASONING_EFFORTS: readonly ReasoningEffort[] = [
+  "none",
+  "minimal",
+  "low",
+  "medium",
+  "high",
+  "xhigh",
+];
+
+const FIELDS = [
+  "temperature",
+  "topP",
+  "maxOutputTokens",
+  "stop",
+  "seed",
+  "reasoningEffort",
+  "extra",
+] as const;
+
+/**
+ * Request-body fields `extra` may not set on a chat-completions request: the
+ * runtime writes them itself (the cap goes in `maxOutputTokens`).
+ */
+export const RESERVED_BODY_FIELDS: readonly string[] = [
+  "model",
+  "messages",
+  "tools",
+  "stream",
+  "max_tokens",
+  "max_completion_tokens",
+];
+
+/**
+ * Checks `value` as request parameters and returns them (undefined for
+ * none). Throws `MODEL_PARAMS_INVALID` naming every problem, each with the
+ * value seen; `where` starts the message (`Cannot define agent "x"`).
+ */
+export function checkModelParams(value: unknown, where: string): ModelParams | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw new RuntimeError(
+      "MODEL_PARAMS_INVALID",
+      `${where}: 'modelParams' must be an object: current value is ${JSON.stringify(value)}`,
+    );
+  }
+  const v = value as Record<string, unknown>;
+  const problems: string[] = [];
+  const seen = (x: unknown) => JSON.stringify(x) ?? String(x);
+  for (const key of Object.keys(v)) {
+    if (!(FIELDS as readonly string[]).includes(key)) {
+      problems.push(
+        `'${key}' is not a request parameter (they are ${FIELDS.join(", ")}; put others in 'extra')`,
+      );
+    }
+  }
+  const finite = (name: "temperature" | "topP", min: number, max: number) => {
+    const x = v[name];
+    if (x !== undefined && (typeof x !== "number" || !Number.isFinite(x) || x < min || x > max)) {
+      problems.push(`'${name}' must be a number from ${min} to ${max}: current value is ${seen(x)}`);
+    }
+  };
+  finite("temperature", 0, 2);
+  finite("topP", 0, 1);
+  const int = (name: "maxOutputTokens" | "seed", min: number) => {
+    const x = v[name];
+    if (x !== undefined && (typeof x !== "number" || !Number.isSafeInteger(x) || x < min)) {
+      problems.push(`'${name}' must be an integer of at least ${min}: current value is ${seen(x)}`);
+    }
+  };
+  int("maxOutputTokens", 1);
+  int("seed", 0);
+  const stop = v.stop;
+  if (
+    stop !== undefined &&
+    (!Array.isArray(stop) || stop.length === 0 || stop.length > 16 ||
+      !stop.every((s) => typeof s === "string" && s !== ""))
+  ) {
+    problems.push(`'stop' must be 1 to 16 non-empty strings: current value is ${seen(stop)}`);
+  }
+  const effort = v.reasoningEffort;
+  if (effort !== undefined && !REASONING_EFFORTS.includes(effort as ReasoningEffort)) {
+    problems.push(
+      `'reasoningEffort' must be one of ${REASONING_EFFORTS.join(", ")}: current value is ${seen(effort)}`,
+    );
+  }
+  const extra = v.extra;
+  if (extra !== undefined) {
+    if (typeof extra !== "object" || extra === null || Array.isArray(extra)) {
+      problems.push(`'extra' must be an object of JSON values: current value is ${seen(extra)}`);
+    } else {
+      const reserved = Object.keys(extra).filter((k) => RESERVED_BODY_FIELDS.includes(k));
+      if (reserved.length > 0) {
+        problems.push(
+          `'extra' may not set ${reserved.join(", ")} (the runtime writes ${
+            reserved.length === 1 ? "it" : "them"
+          }; a cap on the answer is 'maxOutputTokens')`,
+        );
+      }
+      try {
+        storableJson(extra, "'extra'");
+      } catch (err) {
+        problems.push((err as Error).message);
+      }
+    }
+  }
+  if (problems.length > 0) {
+    throw new RuntimeError(
+      "MODEL_PARAMS_INVALID",
+      `${where}: its model request parameters are wrong: ${problems.join("; ")}`,
+    );
+  }
+  const out: ModelParams = {};
+  for (const key of FIELDS) if (v[key] !== undefined) (out as Record<string, unknown>)[key] = v[key];
+  return out;
+}
+
+/**
+ * The parameters a request is sent with: the run's over the agent's, field
+ * by field (`extra` key by key). Undefined when neither sets any.
+ */
+export function mergeModelParams(
+  agent: ModelParams | undefined,
+  run: ModelParams | undefined | null,
+): ModelParams | undefined {
+  if (!agent && !run) return undefined;
+  const merged: ModelParams = { ...agent, ...run };
+  if (agent?.extra || run?.extra) merged.extra = { ...agent?.extra, ...run?.extra };
+  return Object.keys(merged).length === 0 ? undefined : merged;
+}

@@ -1,0 +1,80 @@
+import assert from "node:assert/strict";
+import { checkModelParams, mergeModelParams } from "./model_params.ts";
+import { chatParams } from "./planners/openai.ts";
+import { defineAgent } from "./agent.ts";
+import { RuntimeError } from "./errors.ts";
+
+Deno.test("checkModelParams() names every problem at once, each with the value seen", () => {
+  assert.throws(
+    () =>
+      checkModelParams({
+        temperature: "hot",
+        topP: 1.5,
+        maxOutputTokens: 0,
+        seed: 1.5,
+        reasoningEffort: "max",
+        stop: ["", 3],
+        extra: { messages: [], tools: [] },
+        topK: 4,
+      }, "Cannot start run r1"),
+    (err: RuntimeError) => {
+      assert.equal(err.code, "MODEL_PARAMS_INVALID");
+      for (
+        const part of [
+          /^Cannot start run r1: /,
+          /'topK' is not a request parameter .*put others in 'extra'/,
+          /'temperature' must be a number from 0 to 2: current value is "hot"/,
+          /'topP' must be a number from 0 to 1: current value is 1.5/,
+          /'maxOutputTokens' must be an integer of at least 1: current value is 0/,
+          /'seed' must be an integer of at least 0: current value is 1.5/,
+          /'reasoningEffort' must be one of none, minimal, low, medium, high, xhigh: current value is "max"/,
+          /'stop' must be 1 to 16 non-empty strings/,
+          /'extra' may not set messages, tools \(the runtime writes them/,
+        ]
+      ) assert.match(err.message, part);
+      return true;
+    },
+  );
+  assert.throws(() => checkModelParams([1], "x"), /'modelParams' must be an object/);
+  assert.throws(() => checkModelParams({ extra: { note: "\u0000" } }, "x"), /MODEL_PARAMS_INVALID|'extra'/);
+  assert.equal(checkModelParams(undefined, "x"), undefined);
+  assert.deepEqual(checkModelParams({ temperature: 0, extra: { user: "u" } }, "x"), {
+    temperature: 0,
+    extra: { user: "u" },
+  });
+});
+
+Deno.test("mergeModelParams() takes the run's over the agent's field by field, extra key by key", () => {
+  assert.deepEqual(
+    mergeModelParams(
+      { temperature: 0.7, seed: 1, extra: { a: 1, b: 2 } },
+      { temperature: 0, extra: { b: 3 } },
+    ),
+    { temperature: 0, seed: 1, extra: { a: 1, b: 3 } },
+  );
+  assert.deepEqual(mergeModelParams(undefined, { seed: 2 }), { seed: 2 });
+  assert.equal(mergeModelParams(undefined, null), undefined);
+});
+
+Deno.test("chatParams() writes the chat-completions names, extra last", () => {
+  assert.deepEqual(
+    chatParams({
+      temperature: 0.2,
+      topP: 0.9,
+      stop: ["x"],
+      seed: 3,
+      reasoningEffort: "low",
+      extra: { seed: 4 },
+    }),
+    { temperature: 0.2, top_p: 0.9, stop: ["x"], seed: 4, reasoning_effort: "low" },
+  );
+  assert.deepEqual(chatParams(undefined), {});
+});
+
+Deno.test("defineAgent() refuses wrong modelParams with MODEL_PARAMS_INVALID", () => {
+  assert.throws(
+    () => defineAgent({ name: "a", tools: [], modelParams: { temperature: -1 } }),
+    (err: RuntimeError) => err.code === "MODEL_PARAMS_INVALID" && /Cannot define agent "a"/.test(err.message),
+  );
+  assert.deepEqual(defineAgent({ name: "a", tools: [], modelParams: { seed: 1 } }).modelParams, { seed: 1 });
+});
