@@ -17,7 +17,8 @@ import { SystemClock } from "../runtime/clock.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { DEMO_GOAL } from "../examples/provision/agent.ts";
 import { DONE_MESSAGE } from "../mock/model.ts";
-import { type AnthropicStep, serveAnthropic } from "../mock/anthropic.ts";
+import { serveAnthropic } from "../mock/anthropic.ts";
+import { ANTHROPIC_STEPS } from "./testdata/ai_sdk/script.ts";
 import { serveMocks } from "../mock/server.ts";
 import type { Agent } from "../runtime/agent.ts";
 import { MockLanguageModelV3 } from "ai/test";
@@ -98,26 +99,6 @@ Deno.test("three calls in one answer over @ai-sdk/openai-compatible are one deci
     await mocks.close();
   }
 });
-
-/** The Anthropic script of the tests: thinking, two tools at once, thinking, one tool, the answer. */
-export const ANTHROPIC_STEPS: AnthropicStep[] = [
-  {
-    thinking: "The server and the database do not depend on each other: ask for both at once.",
-    text: "Creating the server and the database.",
-    tools: [
-      { name: "create_server", input: { name: "web-1", spec: "small" } },
-      { name: "create_database", input: { name: "db-1", engine: "postgres", size_gb: 10 } },
-    ],
-  },
-  {
-    thinking: "Both exist; the DNS record points at web-1.",
-    tools: [{
-      name: "create_dns_record",
-      input: { hostname: "app.example.test", record_type: "CNAME", target: "web-1" },
-    }],
-  },
-  { thinking: "All three are made.", text: "Provisioned web-1, db-1 and app.example.test." },
-];
 
 const THINKING = {
   maxOutputTokens: 1024,
