@@ -15,6 +15,7 @@ import type { ToolDescription } from "../tools.ts";
 import type { DecideRequest, PlannerDecision } from "../transcript.ts";
 import { aiSdkPrompt, aiSdkTools, aiSdkUsage } from "./_ai_sdk_wire.ts";
 import { AiSdkPlanner, aiSdkPlanner, isLanguageModel } from "./ai_sdk.ts";
+import { chatMessages } from "./openai.ts";
 
 const TOOLS: ToolDescription[] = [
   {
@@ -176,8 +177,14 @@ Deno.test("the transcript becomes the AI SDK prompt: system, user, assistant tur
     },
   ]);
   // The chat-completions view of the same history: its text and calls, nothing it cannot send.
-  const turn = buildTranscript(state, 2, "Be brief.")[2];
-  assert.equal(turn.role === "assistant" && turn.text, "Making both.");
+  assert.deepEqual(chatMessages(buildTranscript(state, 2, "Be brief."))[2], {
+    role: "assistant",
+    content: "Making both.",
+    tool_calls: [
+      { id: "call_0", type: "function", function: { name: "create_server", arguments: '{"name":"a"}' } },
+      { id: "call_1", type: "function", function: { name: "create_server", arguments: '{"name":"b"}' } },
+    ],
+  });
 });
 
 Deno.test("a decision without parts (any other planner's) is sent as its calls; custom parts go to v4 models only", () => {
