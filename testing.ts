@@ -1,6 +1,7 @@
 /**
  * The kit users test their agents with: the mock model (scripted, or driving
- * any agent's tools from their JSON Schemas), the mock cloud that honours
+ * any agent's tools from their JSON Schemas), a fake of Anthropic's Messages
+ * API for agents on `@ai-sdk/anthropic`, the mock cloud that honours
  * idempotency keys (and a keyless charges endpoint to look calls up in, for a
  * tool's `reconcile`), the deterministic simulator (simulated processes on one
  * PGlite with a manual clock), the crash fuzzer with its fake remote, and a
@@ -38,6 +39,14 @@ export {
   type ScriptStep,
   type ScriptToolStep,
 } from "./mock/model.ts";
+export {
+  type AnthropicRequestRecord,
+  type AnthropicStep,
+  FakeAnthropic,
+  type FakeAnthropicOptions,
+  serveAnthropic,
+  type ServedAnthropic,
+} from "./mock/anthropic.ts";
 export { argsFromSchema, type ArgsFromSchemaOptions } from "./mock/schema_args.ts";
 export { type RunningMocks, serveMocks, type ServeMocksOptions } from "./mock/server.ts";
 export {

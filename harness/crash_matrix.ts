@@ -12,6 +12,11 @@
  * `deno run cli/main.ts run` killed by SIGKILL at the point, against real
  * PostgreSQL and the mocks over HTTP.
  *
+ * With `--model ai-sdk` the demo's model is the AI SDK's OpenAI-compatible
+ * provider (`@ai-sdk/openai-compatible`) against the same mock model, through
+ * the AI SDK adapter (`runtime/planners/ai_sdk.ts`) instead of the built-in
+ * planner; with `--postgres` its workers load `examples/provision/ai_sdk_agent.ts`.
+ *
  * With `--parallel 3` the mock model answers the demo's three calls at once:
  * the run is a step of three calls at seq 0 (seqs 0, 1, 2, keys `<run>:0`
  * to `<run>:2`) and the done-step at seq 3. The tool points then fire at each
@@ -19,13 +24,16 @@
  * model points at seq 0 and 3.
  *
  * ```sh
- * deno task crash-matrix [--parallel 3] [--transcript FILE] [--postgres [--database-url URL] [--concurrency 4]]
+ * deno task crash-matrix [--model ai-sdk] [--parallel 3] [--transcript FILE] [--postgres [--database-url URL] [--concurrency 4]]
  * ```
  *
  * @module
  */
 
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { serveMocks } from "../mock/server.ts";
+import type { FetchLike, Planner } from "../runtime/planner.ts";
+import { aiSdkPlanner } from "../runtime/planners/ai_sdk.ts";
 import { commandFlags } from "../runtime/config.ts";
 import { CRASH_POINTS, type CrashPoint, isCrashPoint } from "../runtime/crashpoints.ts";
 import { callsOf } from "../runtime/calls.ts";
@@ -40,7 +48,32 @@ import {
   TOOL_POINTS,
 } from "./invariants.ts";
 import { freshPgSchema, mapLimit, spawnWorker } from "./pg.ts";
-import { readSnapshot, type RunSnapshot, SimDb, type SimExit, SimWorld } from "./sim.ts";
+import { readSnapshot, type RunSnapshot, SIM_MODEL_URL, SimDb, type SimExit, SimWorld } from "./sim.ts";
+
+/** How the demo's workers ask the mock model: the built-in chat-completions planner, or an AI SDK provider. */
+export type MatrixModel = "openai" | "ai-sdk";
+
+/** Every {@link MatrixModel}. */
+export const MATRIX_MODELS: readonly MatrixModel[] = ["openai", "ai-sdk"];
+
+/** The agent module a `--postgres` worker loads for `--model ai-sdk`. */
+const AI_SDK_AGENT = new URL("../examples/provision/ai_sdk_agent.ts", import.meta.url).pathname;
+
+/**
+ * The planner of an in-process worker for `model`, over the process's fetch
+ * (undefined: the world's default, the chat-completions planner).
+ */
+export function matrixPlanner(model: MatrixModel): ((fetch: FetchLike) => Planner) | undefined {
+  if (model === "openai") return undefined;
+  return (fetch) =>
+    aiSdkPlanner(
+      createOpenAICompatible({
+        name: "mock",
+        baseURL: SIM_MODEL_URL,
+        fetch: (input, init) => fetch(new Request(input, init)),
+      })("mock-planner"),
+    );
+}
 
 /** One case of the matrix. */
 export interface MatrixCase {
@@ -161,10 +194,11 @@ function describeExit(exit: SimExit): string {
 async function simBaseline(
   db: SimDb,
   parallel: number,
+  model: MatrixModel,
 ): Promise<{ baseline: Baseline; clean: RunSnapshot; problems: string[]; lines: string[] }> {
   const world = await SimWorld.open(db, { modelParallel: parallel });
   const runId = parallel === 1 ? "cm-clean" : `cm${parallel}-clean`;
-  const exit = await world.spawn({ runId }).exit;
+  const exit = await world.spawn({ runId, planner: matrixPlanner(model) }).exit;
   const final = await world.snapshot(runId);
   const baseline = baselineOf(final);
   const problems = exit.kind === "exited" && exit.outcome.status === "done"
@@ -179,11 +213,13 @@ export async function runSimCase(
   c: MatrixCase,
   baseline: Baseline,
   parallel = 1,
+  model: MatrixModel = "openai",
 ): Promise<CaseResult> {
   const world = await SimWorld.open(db, { modelParallel: parallel });
   const runId = caseRunId(c, parallel);
+  const planner = matrixPlanner(model);
   world.note(`=== case ${c.point} seq=${c.seq} run=${runId}`);
-  const first = await world.spawn({ runId, plan: { crashAt: c.point, crashSeq: c.seq } }).exit;
+  const first = await world.spawn({ runId, plan: { crashAt: c.point, crashSeq: c.seq }, planner }).exit;
   world.note(`--- first incarnation ${describeExit(first)}`);
   const extra: string[] = [];
   let atCrash: RunSnapshot | undefined;
@@ -194,7 +230,7 @@ export async function runSimCase(
     atCrash = await world.snapshot(runId);
     // The restart comes a second later, on the same clock.
     await world.advance(1_000);
-    const second = await world.spawn({ runId }).exit;
+    const second = await world.spawn({ runId, planner }).exit;
     world.note(`--- restart ${describeExit(second)}`);
     if (second.kind !== "exited" || second.outcome.status !== "done") {
       extra.push(`the restart ended ${describeExit(second)}`);
@@ -219,6 +255,8 @@ export interface MatrixOptions {
    * of three calls, each crashed at every tool point. Default 1.
    */
   parallel?: number;
+  /** How the workers ask the mock model. Default `openai` (the built-in planner). */
+  model?: MatrixModel;
   /** Called after each case (to print its row as it finishes). */
   onCase?: (result: CaseResult) => void;
 }
@@ -227,11 +265,12 @@ export interface MatrixOptions {
 export async function runMatrix(db: SimDb, opts: MatrixOptions = {}): Promise<MatrixResult> {
   await db.freshSchema();
   const parallel = opts.parallel ?? 1;
-  const clean = await simBaseline(db, parallel);
+  const model = opts.model ?? "openai";
+  const clean = await simBaseline(db, parallel, model);
   const header = [
     `=== clean run: llm_calls=${clean.baseline.llmCalls} steps=${clean.baseline.steps}${
       parallel === 1 ? "" : ` parallel=${parallel}`
-    }`,
+    }${model === "openai" ? "" : ` model=${model}`}`,
     ...clean.lines,
     ...clean.problems.map((p) => `    problem: ${p}`),
   ];
@@ -240,7 +279,7 @@ export async function runMatrix(db: SimDb, opts: MatrixOptions = {}): Promise<Ma
   }
   const cases: CaseResult[] = [];
   for (const c of matrixCases(clean.clean.journal, opts.points)) {
-    const result = await runSimCase(db, c, clean.baseline, parallel);
+    const result = await runSimCase(db, c, clean.baseline, parallel, model);
     cases.push(result);
     opts.onCase?.(result);
   }
@@ -279,6 +318,7 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
       MODEL: "mock-planner",
       CLOUD_URL: mocks.cloudUrl,
       RUN_ID: runId,
+      ...(opts.model === "ai-sdk" ? { AGENT: AI_SDK_AGENT } : {}),
       ...extra,
     });
     const snapshot = (runId: string) => readSnapshot(pg.store, mocks.model, mocks.cloud, runId);
@@ -300,7 +340,7 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
     const header = [
       `=== clean run: llm_calls=${baseline.llmCalls} steps=${baseline.steps}${
         parallel === 1 ? "" : ` parallel=${parallel}`
-      }`,
+      }${opts.model === undefined || opts.model === "openai" ? "" : ` model=${opts.model}`}`,
       ...cleanRun.lines,
     ];
     const cases = await mapLimit(
@@ -365,6 +405,8 @@ checked against the invariants.
 usage: deno task crash-matrix [--flag value ...]
 
   --points P1,P2             only these crash points (default all: ${CRASH_POINTS.join(", ")})
+  --model M                  how the demo asks the mock model: openai (the built-in planner, default) or
+                             ai-sdk (the AI SDK's OpenAI-compatible provider through the AI SDK adapter)
   --parallel N               the mock model answers N calls at once (1 to 3, default 1): with 3 the demo
                              is one step of three calls, each crashed at every tool point
   --transcript FILE          write every case's log to FILE (byte-identical from run to run in-process)
@@ -382,6 +424,7 @@ export async function main(args: string[]): Promise<number> {
     "database-url": { type: "string" },
     concurrency: { type: "string", default: "4" },
     parallel: { type: "string", default: "1" },
+    model: { type: "string", default: "openai" },
     points: { type: "string" },
     help: { type: "boolean", short: "h" },
   });
@@ -411,9 +454,19 @@ export async function main(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const model = values.model as MatrixModel;
+  if (!MATRIX_MODELS.includes(model)) {
+    console.error(
+      `crash-matrix: --model must be one of ${MATRIX_MODELS.join(", ")}: current value is ${
+        JSON.stringify(values.model)
+      }`,
+    );
+    return 2;
+  }
   const opts = {
     points: points as CrashPoint[] | undefined,
     parallel,
+    model,
     onCase: (r: CaseResult) => console.log(formatRow(r)),
   };
   const databaseUrl = values["database-url"] ?? Deno.env.get("DATABASE_URL") ??
@@ -428,7 +481,7 @@ export async function main(args: string[]): Promise<number> {
   let result: MatrixResult;
   if (values.postgres && databaseUrl) {
     // Cases finish out of order with concurrency: print the rows in case order at the end.
-    result = await runPostgresMatrix({ points: opts.points, parallel, databaseUrl, concurrency });
+    result = await runPostgresMatrix({ points: opts.points, parallel, model, databaseUrl, concurrency });
     for (const c of result.cases) console.log(formatRow(c));
   } else {
     const db = await SimDb.open();

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { CRASH_POINTS } from "../runtime/crashpoints.ts";
-import { runMatrix, summaryLine } from "./crash_matrix.ts";
+import { matrixPlanner, type MatrixResult, runMatrix, summaryLine } from "./crash_matrix.ts";
 import { measureBaseline } from "./fence.ts";
 import { baselineOf, checkInvariants, checkPointOutcome, ownerSeq } from "./invariants.ts";
 import { multiCrash } from "./multi_crash.ts";
@@ -13,9 +13,13 @@ Deno.test("the in-process crash matrix, its checks, and multi-crash runs", async
   const db = await SimDb.open();
   try {
     let first = "";
+    let table: string[] = [];
+    const rows = (r: MatrixResult) =>
+      r.cases.map((c) => `${c.point}@${c.seq} ${c.verdict} ${c.llmCalls} ${c.remote}`);
     await t.step("passes every reachable case and reports done-step tool points as not reached", async () => {
       const result = await runMatrix(db);
       first = result.transcript;
+      table = rows(result);
       const failed = result.cases.filter((c) => c.verdict === "failed");
       assert.deepEqual(failed.map((c) => `${c.point}@${c.seq}: ${c.problems.join("; ")}`), []);
       assert.equal(result.baseline.steps, 4);
@@ -34,6 +38,29 @@ Deno.test("the in-process crash matrix, its checks, and multi-crash runs", async
       assert.ok(first.length > 10_000, "the first transcript is missing");
       assert.equal(second.transcript, first);
     });
+    await t.step(
+      "with the demo's model given as an AI SDK provider (openai-compatible, the same mock): every case as with the built-in planner",
+      async () => {
+        const result = await runMatrix(db, { model: "ai-sdk" });
+        assert.equal(summaryLine(result), "crash-matrix: 24 passed, 0 failed, 4 not reached");
+        assert.deepEqual(rows(result), table);
+        // Not the built-in planner under another name: the requests are the AI SDK provider's own.
+        const world = await SimWorld.open(db);
+        const agents: string[] = [];
+        const make = matrixPlanner("ai-sdk")!;
+        const exit = await world.spawn({
+          runId: "cm-ua",
+          planner: (fetch) =>
+            make((req) => {
+              agents.push(req.headers.get("user-agent") ?? "");
+              return fetch(req);
+            }),
+        }).exit;
+        assert.equal(exit.kind === "exited" && exit.outcome.status, "done");
+        assert.equal(agents.length, 4);
+        assert.ok(agents.every((a) => a.includes("ai-sdk-openai-compatible/")), agents.join("\n"));
+      },
+    );
     let three = "";
     await t.step(
       "a step of three calls: every tool point at every call, the model points at seq 0 and the done-step",

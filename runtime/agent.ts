@@ -18,6 +18,7 @@ import { type StorableValue, toStorable } from "./store/storable.ts";
 import type { Planner } from "./planner.ts";
 import { checkModelParams } from "./model_params.ts";
 import type { ModelParams } from "./transcript.ts";
+import { type AiSdkLanguageModel, aiSdkPlanner, isLanguageModel } from "./planners/ai_sdk.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
 
@@ -59,11 +60,16 @@ export interface ModelEndpoint {
   maxTokensField?: "max_tokens" | "max_completion_tokens";
 }
 
-/** How an agent's model is given: an endpoint, any {@link Planner}, or a function building one. */
+/**
+ * How an agent's model is given: an endpoint, any {@link Planner}, an AI SDK
+ * language model (`anthropic("claude-...")`, wrapped by `aiSdkPlanner` from
+ * `./planners/ai-sdk`), or a function building either of the last two.
+ */
 export type AgentModel =
   | ModelEndpoint
   | Planner
-  | ((ctx: AgentContext) => Planner | Promise<Planner>);
+  | AiSdkLanguageModel
+  | ((ctx: AgentContext) => Planner | AiSdkLanguageModel | Promise<Planner | AiSdkLanguageModel>);
 
 /** What {@link defineAgent} takes. */
 export interface AgentSpec<I = string> {
@@ -73,7 +79,12 @@ export interface AgentSpec<I = string> {
   instructions?: string;
   /** The tools it may call, or a function of the process's context returning them. */
   tools: Tool[] | ((ctx: AgentContext) => Tool[] | Promise<Tool[]>);
-  /** Its model. Omitted: the process's settings choose (`MODEL_URL`, or the embedded mock model). */
+  /**
+   * Its model: an AI SDK language model (`anthropic("claude-sonnet-4-5")`), a
+   * {@link Planner}, an OpenAI-compatible endpoint, or a function of the
+   * process's context returning a model or a planner. Omitted: the process's
+   * settings choose (`MODEL_URL`, or the embedded mock model).
+   */
   model?: AgentModel;
   /** Decisions before the run fails as `guard`. Default 12. */
   maxSteps?: number;
@@ -103,7 +114,7 @@ export interface Agent {
   readonly instructions: string;
   /** Its tools (or how to build them). */
   readonly tools: Tool[] | ((ctx: AgentContext) => Tool[] | Promise<Tool[]>);
-  /** Its model, if it names one. */
+  /** Its model, if it names one (an AI SDK language model given is here as its planner). */
   readonly model?: AgentModel;
   /** Decisions before `guard`. */
   readonly maxSteps: number;
@@ -177,12 +188,27 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
   if (spec.input !== undefined && typeof spec.input?.safeParse !== "function") {
     throw problem("'input' must be a zod schema");
   }
+  // An AI SDK language model is wrapped now, so a version the adapter does not speak is refused here.
+  let model = spec.model;
+  if (typeof model === "function" && "specificationVersion" in model && "languageModel" in model) {
+    throw problem(
+      "'model' is an AI SDK provider, not one of its models: call it with a model id, " +
+        'e.g. model: anthropic("claude-sonnet-4-5")',
+    );
+  }
+  if (isLanguageModel(model)) {
+    try {
+      model = aiSdkPlanner(model);
+    } catch (err) {
+      throw problem((err as Error).message);
+    }
+  }
   return Object.freeze({
     kind: "agent" as const,
     name: spec.name,
     instructions: spec.instructions ?? DEFAULT_INSTRUCTIONS,
     tools: spec.tools,
-    model: spec.model,
+    model,
     maxSteps,
     maxCallsPerStep,
     toolConcurrency,
@@ -288,8 +314,11 @@ export async function prepareAgent(
   const tools = new ToolRegistry(typeof agent.tools === "function" ? await agent.tools(ctx) : agent.tools);
   let planner: Planner;
   if (isPlanner(agent.model)) planner = agent.model;
-  else if (typeof agent.model === "function") planner = await agent.model(ctx);
-  else planner = await fallbackModel(agent.model ?? {});
+  else if (isLanguageModel(agent.model)) planner = aiSdkPlanner(agent.model); // an agent not made by defineAgent
+  else if (typeof agent.model === "function") {
+    const built = await agent.model(ctx);
+    planner = isLanguageModel(built) ? aiSdkPlanner(built) : built;
+  } else planner = await fallbackModel(agent.model ?? {});
   return { agent, tools, planner };
 }
 

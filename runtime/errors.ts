@@ -50,6 +50,7 @@ export const ERROR_CODES = {
   ModelError: [
     "MODEL_ARGS_NOT_JSON",
     "MODEL_BAD_TOOL_CALL",
+    "MODEL_CALL_INVALID",
     "MODEL_EMPTY",
     "MODEL_FILTERED",
     "MODEL_GAVE_UP",

@@ -8,8 +8,9 @@
  */
 
 import type { RunState } from "./context.ts";
-import type { TranscriptMessage } from "./transcript.ts";
-import { callsOf } from "./calls.ts";
+import type { AssistantMessage, ProviderMetadata, TranscriptMessage } from "./transcript.ts";
+import { callsOf, type StepCall } from "./calls.ts";
+import type { Decision } from "./store/rows.ts";
 
 /** What a tool result says of a call whose outcome no row records (at intent, flagged, or never sent). */
 export const UNKNOWN_OUTCOME = "The outcome of this call is unknown";
@@ -35,10 +36,7 @@ export function buildTranscript(
     const calls = callsOf(decision, s);
     if (calls.length === 0) continue;
     // One assistant turn with every call of the step, then each call's result, in the order asked.
-    transcript.push({
-      role: "assistant",
-      calls: calls.map((c) => ({ id: callId(c.seq), name: c.tool, args: c.args })),
-    });
+    transcript.push(assistantTurn(decision, calls));
     for (const c of calls) {
       const id = callId(c.seq);
       const effect = state.effects.get(c.seq);
@@ -61,4 +59,40 @@ export function buildTranscript(
     });
   }
   return transcript;
+}
+
+/**
+ * The assistant turn of a decided step: its calls, and, when the planner that
+ * decided it kept the answer's parts, those parts as they were journaled (a
+ * call's provider metadata on the call too, its text as `text`), so a planner
+ * that sends them back sends what the provider gave.
+ */
+function assistantTurn(decision: Decision, calls: readonly StepCall[]): AssistantMessage {
+  const parts = decision.parts;
+  if (parts === undefined) {
+    return {
+      role: "assistant",
+      calls: calls.map((c) => ({ id: callId(c.seq), name: c.tool, args: c.args })),
+    };
+  }
+  const metadata = new Map<number, ProviderMetadata>();
+  let text = "";
+  for (const p of parts) {
+    if (p.type === "call" && p.providerMetadata !== undefined) metadata.set(p.index, p.providerMetadata);
+    if (p.type === "text") text += p.text;
+  }
+  return {
+    role: "assistant",
+    ...(text !== "" ? { text } : {}),
+    calls: calls.map((c) => {
+      const providerMetadata = metadata.get(c.index);
+      return {
+        id: callId(c.seq),
+        name: c.tool,
+        args: c.args,
+        ...(providerMetadata ? { providerMetadata } : {}),
+      };
+    }),
+    parts,
+  };
 }

@@ -189,16 +189,22 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       } finally {
         timeout.cancel();
       }
+      if (answer.warnings && answer.warnings.length > 0) {
+        log.warn("model-warning", { run: runId, seq, attempt, warnings: answer.warnings.join("; ") });
+      }
       await crash.hit("after_decide_before_journal", seq);
 
       // What cannot be stored as it is (a lone surrogate, a NUL, a number JSON
       // cannot hold, nesting too deep: storable.ts) could never be confirmed, or
       // would reach the tool as something other than what is stored: refused
       // (and re-asked) like any other bad answer, before the tool's schema sees it.
+      // The answer's parts (reasoning and its signature, provider metadata) go with it when the planner kept
+      // them, and only then: a decision of a planner that keeps none is stored as it always was.
+      const parts = answer.parts !== undefined && answer.parts.length > 0 ? { parts: answer.parts } : {};
       const stored = toStorable(
         answer.kind === "done"
-          ? { done: true, message: answer.text }
-          : decisionOf(answer.calls.map((c) => ({ tool: c.name, args: c.args as Json }))),
+          ? { done: true, message: answer.text, ...parts }
+          : { ...decisionOf(answer.calls.map((c) => ({ tool: c.name, args: c.args as Json }))), ...parts },
       );
       if (!stored.ok) {
         await refuse({
@@ -208,7 +214,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         continue;
       }
       // The answer as the database will give it back: what the tools receive, live and on replay.
-      const decision = stored.value as Decision;
+      const decision = stored.value as unknown as Decision;
       // Every call is checked before the decision is confirmed: one bad call refuses the whole answer,
       // so no call of a step is sent on an answer the model must give again.
       const checked: { tool: Tool; args: unknown }[] = [];

@@ -115,10 +115,12 @@ export interface TracedAttempt {
   leaseAgeMs?: number;
 }
 
-/** A model answer's token counts, as far as the wrapper reads them. */
+/** A model answer's token counts, as far as the wrapper reads them (transcript.ts `Usage`). */
 interface UsageLike {
   prompt_tokens?: number;
   completion_tokens?: number;
+  prompt_tokens_details?: { cached_tokens?: number; cache_write_tokens?: number };
+  completion_tokens_details?: { reasoning_tokens?: number };
 }
 
 /** Spans and counters of the worker. {@link NO_TELEMETRY} is the no-op. */
@@ -244,6 +246,13 @@ function usageAttrs(usage: unknown): Attributes {
   const out: Attributes = {};
   if (typeof u.prompt_tokens === "number") out["gen_ai.usage.input_tokens"] = u.prompt_tokens;
   if (typeof u.completion_tokens === "number") out["gen_ai.usage.output_tokens"] = u.completion_tokens;
+  // The cache and reasoning detail, under the GenAI conventions' names, when the model reported it.
+  const cached = u.prompt_tokens_details?.cached_tokens;
+  if (typeof cached === "number") out["gen_ai.usage.cache_read.input_tokens"] = cached;
+  const written = u.prompt_tokens_details?.cache_write_tokens;
+  if (typeof written === "number") out["gen_ai.usage.cache_creation.input_tokens"] = written;
+  const reasoning = u.completion_tokens_details?.reasoning_tokens;
+  if (typeof reasoning === "number") out["gen_ai.usage.reasoning.output_tokens"] = reasoning;
   return out;
 }
 

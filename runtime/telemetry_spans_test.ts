@@ -238,6 +238,35 @@ Deno.test("spans and counters read a part's outcome from the rows it left, wheth
       );
       assert.equal(rec.sum("agent.steps", {}), 5, "every step counted, the failed ones too");
     });
+
+    await t.step(
+      "an answer's cached and reasoning tokens are on its model span and its decision's",
+      async () => {
+        const detailed = {
+          prompt_tokens: 900,
+          completion_tokens: 60,
+          total_tokens: 960,
+          prompt_tokens_details: { cached_tokens: 800, cache_write_tokens: 12 },
+          completion_tokens_details: { reasoning_tokens: 40 },
+        };
+        const out = await run("cache", [], [{ kind: "done", text: "Done.", usage: detailed }]);
+        assert.equal(out.status, "done", out.error);
+        const expected = {
+          "gen_ai.usage.input_tokens": 900,
+          "gen_ai.usage.output_tokens": 60,
+          "gen_ai.usage.cache_read.input_tokens": 800,
+          "gen_ai.usage.cache_creation.input_tokens": 12,
+          "gen_ai.usage.reasoning.output_tokens": 40,
+        };
+        const chat = rec.named("chat").at(-1)!;
+        const decide = rec.named("agent.decide").find((s) => s.attributes["agent.run.id"] === "cache-1")!;
+        for (const span of [chat, decide]) {
+          for (const [k, v] of Object.entries(expected)) {
+            assert.equal(span.attributes[k], v, `${span.name} ${k}`);
+          }
+        }
+      },
+    );
   } finally {
     rec.close();
     await store.client.close();

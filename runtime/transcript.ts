@@ -30,6 +30,13 @@ export interface UserMessage {
   text: string;
 }
 
+/**
+ * What a provider attached to a part of an answer, keyed by provider (an
+ * Anthropic thinking block's `{ anthropic: { signature } }`): journaled with
+ * the decision and sent back unchanged with that part on later requests.
+ */
+export type ProviderMetadata = Record<string, { [key: string]: Json }>;
+
 /** One tool call in the transcript, as the journal holds it. */
 export interface ToolCall {
   /**
@@ -42,7 +49,96 @@ export interface ToolCall {
   name: string;
   /** The arguments as decided (a JSON value; a wire format may send them as text). */
   args: Json;
+  /** What the provider attached to the call (its {@link CallPart}'s), when it did. */
+  providerMetadata?: ProviderMetadata;
 }
+
+/** Text the model said, as one part of its turn. */
+export interface TextPart {
+  /** Always `text`. */
+  type: "text";
+  /** The text. */
+  text: string;
+  /** What the provider attached to it. */
+  providerMetadata?: ProviderMetadata;
+}
+
+/** The model's reasoning (a thinking block): sent back as it came, signature and all. */
+export interface ReasoningPart {
+  /** Always `reasoning`. */
+  type: "reasoning";
+  /** The reasoning text (empty for a redacted block, whose content is in its metadata). */
+  text: string;
+  /** What the provider attached to it (Anthropic's `signature` or `redactedData`). */
+  providerMetadata?: ProviderMetadata;
+}
+
+/** A provider's own kind of part, carried only by its metadata (`anthropic.fallback`). */
+export interface CustomPart {
+  /** Always `custom`. */
+  type: "custom";
+  /** `<provider>.<kind>`. */
+  kind: string;
+  /** What the provider attached to it: the part itself. */
+  providerMetadata?: ProviderMetadata;
+}
+
+/** Where one of the turn's own tool calls (run under this runtime's keys) stands among its parts. */
+export interface CallPart {
+  /** Always `call`. */
+  type: "call";
+  /** The call's place among the decision's calls (0 for the first), so its seq is the step's plus this. */
+  index: number;
+  /** What the provider attached to the call. */
+  providerMetadata?: ProviderMetadata;
+}
+
+/**
+ * A tool the provider ran itself (`providerExecuted`: a web search, a code
+ * sandbox): done elsewhere, journaled only so the history sent back is the one
+ * the provider expects. The runtime never runs it, and it owns no seq or key.
+ */
+export interface ProviderCallPart {
+  /** Always `provider-call`. */
+  type: "provider-call";
+  /** The provider's id for the call (its result names it). */
+  id: string;
+  /** The tool's name. */
+  name: string;
+  /** Its input as the provider reported it. */
+  input: Json;
+  /** What the provider attached to it. */
+  providerMetadata?: ProviderMetadata;
+}
+
+/** The result of a {@link ProviderCallPart}, as the provider reported it. */
+export interface ProviderResultPart {
+  /** Always `provider-result`. */
+  type: "provider-result";
+  /** The {@link ProviderCallPart.id} it answers. */
+  id: string;
+  /** The tool's name. */
+  name: string;
+  /** The result. */
+  result: Json;
+  /** True when the provider reported the tool failed. */
+  isError?: boolean;
+  /** What the provider attached to it. */
+  providerMetadata?: ProviderMetadata;
+}
+
+/**
+ * One part of a model's turn, in the order the model gave them: what a
+ * planner that keeps parts (the AI SDK adapter) journals with the decision,
+ * so a replayed history is the one the provider expects.
+ */
+export type AssistantPart =
+  | TextPart
+  | ReasoningPart
+  | CustomPart
+  | CallPart
+  | ProviderCallPart
+  | ProviderResultPart;
 
 /** A turn of the model: its text, its tool calls, or both. */
 export interface AssistantMessage {
@@ -52,6 +148,13 @@ export interface AssistantMessage {
   text?: string;
   /** The tools it called, in order; empty when it only spoke. */
   calls: ToolCall[];
+  /**
+   * The turn as the model gave it, part by part (reasoning, text, its calls by
+   * their place in `calls`, tools the provider ran), when the planner that
+   * decided it kept them. A planner sends what its wire can carry and ignores
+   * the rest (chat completions: `text` and `calls`).
+   */
+  parts?: AssistantPart[];
 }
 
 /**
@@ -88,14 +191,30 @@ export type ToolResultMessage =
 /** One message of a transcript. */
 export type TranscriptMessage = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage;
 
-/** Token counts reported by the model (the chat-completions names, as the journal stores them). */
+/**
+ * Token counts reported by the model (the chat-completions names, as the
+ * journal stores them; OpenAI reports the two details objects itself, the AI
+ * SDK adapter maps its usage to them).
+ */
 export interface Usage {
-  /** Tokens in the request. */
+  /** Tokens in the request, cached ones included. */
   prompt_tokens?: number;
-  /** Tokens in the answer. */
+  /** Tokens in the answer, reasoning included. */
   completion_tokens?: number;
   /** Both together. */
   total_tokens?: number;
+  /** What the request's tokens were made of. */
+  prompt_tokens_details?: {
+    /** Read from the provider's prompt cache. */
+    cached_tokens?: number;
+    /** Written to the provider's prompt cache (Anthropic's `cache_creation_input_tokens`). */
+    cache_write_tokens?: number;
+  };
+  /** What the answer's tokens were made of. */
+  completion_tokens_details?: {
+    /** Spent reasoning before the answer. */
+    reasoning_tokens?: number;
+  };
 }
 
 /** How hard a reasoning model thinks before it answers (OpenAI's `reasoning_effort` values). */
@@ -185,6 +304,10 @@ export type PlannerDecision =
     text?: string;
     /** What the answer cost. */
     usage?: Usage;
+    /** The answer part by part, to journal with the decision (see {@link AssistantMessage.parts}). */
+    parts?: AssistantPart[];
+    /** What the model's library warned of (a setting it ignored, say): logged as `model-warning`. */
+    warnings?: string[];
   }
   | {
     /** The goal is complete. */
@@ -193,6 +316,10 @@ export type PlannerDecision =
     text: string;
     /** What the answer cost. */
     usage?: Usage;
+    /** The answer part by part, to journal with the decision (see {@link AssistantMessage.parts}). */
+    parts?: AssistantPart[];
+    /** What the model's library warned of (a setting it ignored, say): logged as `model-warning`. */
+    warnings?: string[];
   };
 
 /**

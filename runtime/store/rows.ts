@@ -8,7 +8,7 @@
 
 import type { Budget } from "../budget_types.ts";
 import type { Json } from "../tools.ts";
-import type { ModelParams } from "../transcript.ts";
+import type { AssistantPart, ModelParams } from "../transcript.ts";
 import type { ApprovalStatus, EffectStatus, JournalStatus, RemoteOutcome, RunStatus } from "./statuses.ts";
 
 // The statuses are declared once, in statuses.ts; every import of them from the rows keeps working.
@@ -85,11 +85,15 @@ export interface RunRow {
  * A decision: one tool call (the shape every one-call step keeps), two or
  * more tool calls at once (`calls`, in the model's order: the calls of the
  * decision at seq s take seqs s, s+1, ..., each its own row and key), or done.
+ * Any of them may carry `parts`: the answer as the model gave it (reasoning
+ * with its signature, provider metadata, tools the provider ran itself), kept
+ * by a planner that sends them back (the AI SDK adapter); absent otherwise,
+ * so a decision of any other planner is stored as it always was.
  */
 export type Decision =
-  | { tool: string; args: Json }
-  | { calls: DecidedCall[] }
-  | { done: true; message: string };
+  | { tool: string; args: Json; parts?: AssistantPart[] }
+  | { calls: DecidedCall[]; parts?: AssistantPart[] }
+  | { done: true; message: string; parts?: AssistantPart[] };
 
 /** A call that needs a person's yes, as a worker asks for it: its key, seq, tool, exact arguments and their hash. */
 export interface ApprovalAsk {
