@@ -40,7 +40,7 @@ export const REPLAYED_META = "agent-runtime/idempotent-replayed";
  * - `readonly`: `get_forecast {city}` changes nothing and says so
  *   (`readOnlyHint`);
  * - `undeclared`: `send_email {to, subject}` acts on every call and declares
- *   nothing;
+ *   nothing (an address without `@` gets an `isError` answer, and nothing is sent);
  * - `hanging`: `export_report {}` never answers (until the call is
  *   cancelled or the server is released).
  */
@@ -207,8 +207,14 @@ export class McpTestServer {
       add("send_email", {
         description: "Send an email.",
         inputSchema: { to: z.string().min(1), subject: z.string() },
-      }, (_args, extra) => {
+      }, (args, extra) => {
         const key = this.#count("send_email", extra._meta);
+        if (!String(args.to).includes("@")) {
+          return Promise.resolve({
+            content: [{ type: "text", text: `no mailbox ${args.to}: nothing sent` }],
+            isError: true,
+          });
+        }
         this.#acted(key);
         this.#save();
         return Promise.resolve({ content: text({ sent: true, n: this.#state.actions }) });
