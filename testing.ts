@@ -46,6 +46,7 @@ export {
   SimDb,
   type SimExit,
   SimProcess,
+  type SimTools,
   SimWorld,
   type SimWorldOptions,
 } from "./harness/sim.ts";

@@ -173,10 +173,13 @@ export interface McpHttpOptions extends McpCommonOptions {
   fetch?: FetchLike;
 }
 
+/** The MCP SDK's client transport (its `Transport`): what {@link McpTransportOptions.transport} returns. */
+export type McpTransport = Transport;
+
 /** A server reached through a transport of your own (the SDK's `InMemoryTransport`, a WebSocket). */
 export interface McpTransportOptions extends McpCommonOptions {
   /** Opens a fresh transport: called on the first connect and on every reconnect. */
-  transport: () => Transport;
+  transport: () => McpTransport;
 }
 
 /** Where an MCP server is and how the agent treats its tools. */
