@@ -33,41 +33,26 @@
  */
 
 // The SDK's subpaths are typed by its exports' "types" condition (no ".js"), and loaded by their files.
-import { Client } from "npm:@modelcontextprotocol/sdk@1.32.2/client";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/client/stdio"
 import { StdioClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/stdio.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp"
-import {
-  StreamableHTTPClientTransport,
-  StreamableHTTPError,
-} from "npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp.js";
+import { StreamableHTTPClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/shared/transport"
 import type { Transport } from "npm:@modelcontextprotocol/sdk@1.32.2/shared/transport.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/types"
-import {
-  type CallToolResult,
-  ErrorCode,
-  McpError,
-  type Tool as ListedTool,
-  ToolListChangedNotificationSchema,
-} from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
+import type { Tool as ListedTool } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 import { AjvJsonSchemaValidator } from "npm:@modelcontextprotocol/sdk@1.32.2/validation/ajv";
 import type { AgentContext } from "./agent.ts";
 import { SystemClock } from "./clock.ts";
-import { describeError, describeValue, RuntimeError, ToolError } from "./errors.ts";
-import { isTransientStatus } from "./http.ts";
+import { describeError, describeValue, RuntimeError } from "./errors.ts";
 import { Logger } from "./log.ts";
-import type { FetchLike } from "./planner.ts";
 import {
-  type ArgsSchema,
-  defineTool,
-  type Json,
-  type ReconcileContext,
-  type Reconciliation,
-  type Tool,
-  type ToolContext,
-  type ToolOutcome,
-} from "./tools.ts";
+  IDEMPOTENCY_KEY_META as KEY_META,
+  McpConnection,
+  REPLAYED_META as REPLAYED,
+} from "./mcp_connection.ts";
+import type { FetchLike } from "./planner.ts";
+import { type ArgsSchema, defineTool, type Tool } from "./tools.ts";
 
 /**
  * The `_meta` field of every `tools/call` request that holds the call's
@@ -76,7 +61,7 @@ import {
  * answers it again for a later request with the key acts once however often
  * the call is sent; tell the agent so with `safeToResend`.
  */
-export const IDEMPOTENCY_KEY_META = "agent-runtime/idempotency-key";
+export const IDEMPOTENCY_KEY_META: "agent-runtime/idempotency-key" = KEY_META;
 
 /**
  * The `_meta` field of a `tools/call` result by which a server may say that
@@ -84,7 +69,7 @@ export const IDEMPOTENCY_KEY_META = "agent-runtime/idempotency-key";
  * call is then confirmed as `already_done` rather than `created`. Optional;
  * the call's outcome is the same either way.
  */
-export const REPLAYED_META = "agent-runtime/idempotent-replayed";
+export const REPLAYED_META: "agent-runtime/idempotent-replayed" = REPLAYED;
 
 /** A tool's annotations as its server lists them: hints, from a server that may not deserve trust. */
 export interface McpToolAnnotations {
@@ -246,7 +231,16 @@ export function mcpTools(options: McpServerOptions | ((ctx: AgentContext) => Mcp
     const opts = typeof options === "function" ? options(ctx) : options;
     if (typeof options === "function") checkOptions(opts);
     const log = ctx.log ?? new Logger({ clock: new SystemClock() });
-    const conn = new McpConnection(opts, log);
+    const conn = new McpConnection({
+      server: describeServer(opts),
+      named: opts.name !== undefined,
+      where: "url" in opts ? "url" : "command" in opts ? "command" : "transport",
+      transport: (signalOf) => transportOf(opts, signalOf),
+      clientInfo: opts.clientInfo ?? { name: "agent-runtime", version: "0.1.0" },
+      callTimeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+      connectTimeoutMs: opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+      log,
+    });
     open.add(conn);
     const onStop = () => void conn.close().catch(() => {/* the process is going; nothing to tell */});
     ctx.signal?.addEventListener("abort", onStop, { once: true });
@@ -273,21 +267,6 @@ const PREFIX = /^[A-Za-z0-9_-]{0,63}$/;
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const DEFAULT_TIMEOUT_MS = 30_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
-/** Tries to connect and list before a process gives up starting, and the waits between them. */
-const START_DELAYS_MS = [250, 1_000];
-/** Pages of `tools/list` read at most (a server that pages forever is cut off). */
-const MAX_LIST_PAGES = 100;
-/** Calls whose request is known never to have left, remembered at most (the oldest are forgotten). */
-const MAX_UNSENT = 10_000;
-/** The longest text of an `isError` answer kept in the call's error. */
-const MAX_ERROR_TEXT = 4_000;
-/** MCP's JSON-RPC codes that say the server refused the request without acting on it. */
-const REFUSALS: ReadonlySet<number> = new Set([
-  ErrorCode.ParseError,
-  ErrorCode.InvalidRequest,
-  ErrorCode.MethodNotFound,
-  ErrorCode.InvalidParams,
-]);
 
 /** Every problem with `o`, thrown together (`MCP_INVALID`). */
 function checkOptions(o: McpServerOptions): void {
@@ -495,31 +474,33 @@ function toolsOf(
   return tools;
 }
 
-/** `p`, or the reason `signal` aborts with, whichever comes first. */
-function raced<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (!signal) return p;
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const abort = () => reject(signal.reason);
-    signal.addEventListener("abort", abort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
-  });
-}
-
-/**
- * True when `err` says a connection was never made (refused, no such host):
- * nothing was sent. Read from the error's text, as `fetch` gives nothing
- * better; anything else counts as a request that may have gone out.
- */
-function couldNotConnect(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    if (
-      /connection refused|ECONNREFUSED|tcp connect error|dns error|failed to lookup address/i.test(e.message)
-    ) {
-      return true;
-    }
+/** A new transport of the kind `o` names; over HTTP, each call's request ends with the call. */
+function transportOf(o: McpServerOptions, signalOf: (key: string) => AbortSignal | undefined): Transport {
+  if ("transport" in o) return o.transport();
+  if ("command" in o) {
+    return new StdioClientTransport({
+      command: o.command,
+      args: [...(o.args ?? [])],
+      env: o.env, // the SDK adds them to its default environment
+      cwd: o.cwd,
+      stderr: o.stderr ?? "inherit",
+    });
   }
-  return false;
+  const base = o.fetch;
+  const send = (url: string | URL, init?: RequestInit): Promise<Response> => {
+    // A call's own signal ends its POST when the call times out, so no request outlives its call.
+    const key = keyOfBody(init?.body);
+    const callSignal = key === undefined ? undefined : signalOf(key);
+    const signal = callSignal && init?.signal
+      ? AbortSignal.any([init.signal, callSignal])
+      : callSignal ?? init?.signal;
+    const withSignal = { ...init, signal };
+    return base ? base(new Request(url, withSignal)) : fetch(url, withSignal);
+  };
+  return new StreamableHTTPClientTransport(new URL(o.url), {
+    requestInit: o.headers ? { headers: o.headers } : undefined,
+    fetch: send,
+  });
 }
 
 /** The key a `tools/call` body carries in its `_meta`, if `body` is one. */
@@ -530,387 +511,5 @@ function keyOfBody(body: unknown): string | undefined {
     return typeof key === "string" ? key : undefined;
   } catch {
     return undefined;
-  }
-}
-
-/** A result the model is shown: the structured content, else the text, else the content as it came. */
-function resultOf(r: CallToolResult): Json {
-  if (r.structuredContent !== undefined) return r.structuredContent as Json;
-  const content: readonly { type: string; text?: string }[] = r.content ?? [];
-  if (content.length > 0 && content.every((c) => c.type === "text")) {
-    return content.map((c) => c.text ?? "").join("\n");
-  }
-  return content as unknown as Json;
-}
-
-/** The text of an `isError` answer, as the call's error. */
-function errorTextOf(r: CallToolResult): string {
-  const content: readonly { type: string; text?: string }[] = r.content ?? [];
-  const text = content.length > 0 && content.every((c) => c.type === "text")
-    ? content.map((c) => c.text ?? "").join("\n")
-    : JSON.stringify(r.structuredContent ?? content);
-  return text.length > MAX_ERROR_TEXT ? `${text.slice(0, MAX_ERROR_TEXT)}...` : text;
-}
-
-/** What a list says of each tool, to tell a changed tool from an unchanged one. */
-function fingerprint(t: ListedTool): string {
-  return JSON.stringify([t.inputSchema, t.annotations ?? null]);
-}
-
-/**
- * One process's connection to one server: connected when the tools are
- * listed, again after it drops (with the tools listed again), and closed when
- * the process stops. Calls of its tools share it.
- */
-class McpConnection {
-  /** The server's name in log lines and errors. */
-  server: string;
-  readonly #opts: McpServerOptions;
-  readonly #log: Logger;
-  readonly #connectTimeoutMs: number;
-  #client?: Client;
-  #connecting?: Promise<Client>;
-  /** The tools the server lists now, by name (as last listed). */
-  #listed = new Map<string, ListedTool>();
-  /** Set when the server said its list changed, or on a reconnect: list again before the next call. */
-  #stale = false;
-  #closed = false;
-  /** Calls whose last request (the attempt held) is known never to have left this process, by key. */
-  readonly #unsent = new Map<string, number>();
-  /** The signal of each call in flight over HTTP, by key: it aborts that call's own POST. */
-  readonly #inflight = new Map<string, AbortSignal>();
-
-  constructor(opts: McpServerOptions, log: Logger) {
-    this.#opts = opts;
-    this.#log = log;
-    this.server = describeServer(opts);
-    this.#connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
-  }
-
-  /** Connects and lists the tools, trying three times; throws `MCP_UNREACHABLE` when it cannot. */
-  async start(signal?: AbortSignal): Promise<ListedTool[]> {
-    let last: unknown;
-    for (let attempt = 0; attempt <= START_DELAYS_MS.length; attempt++) {
-      if (attempt > 0) await raced(new Promise((r) => setTimeout(r, START_DELAYS_MS[attempt - 1])), signal);
-      try {
-        const client = await this.#connect();
-        await this.#list(client, signal, false);
-        return [...this.#listed.values()];
-      } catch (err) {
-        last = err;
-        if (signal?.aborted || this.#closed) break;
-        await this.#drop(this.#client, `listing failed: ${describeError(err)}`);
-      }
-    }
-    throw new RuntimeError(
-      "MCP_UNREACHABLE",
-      `Cannot list the tools of MCP server ${this.server}: ${describeError(last)}. The agent's tools are ` +
-        `not known without them: start the server (or fix its ${
-          "url" in this.#opts ? "url" : "command"
-        }), then start this process again`,
-      { cause: last },
-    );
-  }
-
-  /** A new transport of the kind the options name. */
-  #transport(): Transport {
-    const o = this.#opts;
-    if ("transport" in o) return o.transport();
-    if ("command" in o) {
-      return new StdioClientTransport({
-        command: o.command,
-        args: [...(o.args ?? [])],
-        env: o.env, // the SDK adds them to its default environment
-        cwd: o.cwd,
-        stderr: o.stderr ?? "inherit",
-      });
-    }
-    const base = o.fetch;
-    const send = (url: string | URL, init?: RequestInit): Promise<Response> => {
-      // A call's own signal ends its POST when the call times out, so no request outlives its call.
-      const key = keyOfBody(init?.body);
-      const callSignal = key === undefined ? undefined : this.#inflight.get(key);
-      const signal = callSignal && init?.signal
-        ? AbortSignal.any([init.signal, callSignal])
-        : callSignal ?? init?.signal;
-      const withSignal = { ...init, signal };
-      return base ? base(new Request(url, withSignal)) : fetch(url, withSignal);
-    };
-    return new StreamableHTTPClientTransport(new URL(o.url), {
-      requestInit: o.headers ? { headers: o.headers } : undefined,
-      fetch: send,
-    });
-  }
-
-  /** The connected client, connecting once however many calls ask at once. */
-  #connect(): Promise<Client> {
-    if (this.#client) return Promise.resolve(this.#client);
-    if (this.#closed) return Promise.reject(new Error("the connection is closed: the process is stopping"));
-    this.#connecting ??= (async () => {
-      const client = new Client(this.#opts.clientInfo ?? { name: "agent-runtime", version: "0.1.0" }, {
-        capabilities: {},
-      });
-      client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
-        if (this.#client === client) this.#stale = true;
-        return Promise.resolve();
-      });
-      client.onclose = () => {
-        if (this.#client !== client) return;
-        this.#client = undefined;
-        if (!this.#closed) this.#log.warn("mcp-disconnected", { server: this.server });
-      };
-      try {
-        await client.connect(this.#transport(), { timeout: this.#connectTimeoutMs });
-      } catch (err) {
-        await client.close().catch(() => {/* it never opened */});
-        throw err;
-      }
-      if (this.#closed) {
-        await client.close();
-        throw new Error("the connection is closed: the process is stopping");
-      }
-      if (this.#opts.name === undefined) this.server = client.getServerVersion()?.name || this.server;
-      this.#client = client;
-      return client;
-    })().finally(() => this.#connecting = undefined);
-    return this.#connecting;
-  }
-
-  /** Forgets `client` (if it is still the one) and closes it. */
-  async #drop(client: Client | undefined, reason: string): Promise<void> {
-    if (!client) return;
-    if (this.#client === client) {
-      this.#client = undefined;
-      this.#log.warn("mcp-disconnected", { server: this.server, reason });
-    }
-    await client.close().catch(() => {/* already gone */});
-  }
-
-  /** Lists every tool (every page); reports how the list changed when `report`. */
-  async #list(client: Client, signal: AbortSignal | undefined, report: boolean): Promise<void> {
-    const tools: ListedTool[] = [];
-    let cursor: string | undefined;
-    for (let page = 0; page < MAX_LIST_PAGES; page++) {
-      const r = await client.listTools(cursor === undefined ? undefined : { cursor }, {
-        timeout: this.#connectTimeoutMs,
-        signal,
-      });
-      tools.push(...r.tools);
-      cursor = r.nextCursor;
-      if (cursor === undefined) break;
-    }
-    const now = new Map(tools.map((t) => [t.name, t]));
-    if (report) {
-      const was = this.#listed;
-      const added = [...now.keys()].filter((n) => !was.has(n));
-      const removed = [...was.keys()].filter((n) => !now.has(n));
-      const changed = [...now.keys()].filter((n) =>
-        was.has(n) && fingerprint(was.get(n)!) !== fingerprint(now.get(n)!)
-      );
-      if (added.length + removed.length + changed.length > 0) {
-        this.#log.warn("mcp-tools-changed", {
-          server: this.server,
-          added: added.join(",") || undefined,
-          removed: removed.join(",") || undefined,
-          changed: changed.join(",") || undefined,
-          note: "the agent's tools are those listed when this process started; a call to a removed tool " +
-            "fails with MCP_TOOL_VANISHED",
-        });
-      }
-    }
-    this.#listed = now;
-    if (this.#client === client) this.#stale = false;
-  }
-
-  /** Connected, with the list fresh if the server said it changed (or the connection is new). */
-  async #ready(signal: AbortSignal): Promise<Client> {
-    const fresh = this.#client === undefined;
-    const client = await raced(this.#connect(), signal);
-    if (fresh) {
-      this.#log.info("mcp-connected", { server: this.server });
-      this.#stale = true;
-    }
-    if (this.#stale) await this.#list(client, signal, true);
-    return client;
-  }
-
-  /** Performs one call of the server's tool `name` (the agent's `agentName`). */
-  async call(name: string, agentName: string, args: unknown, ctx: ToolContext): Promise<ToolOutcome> {
-    const key = ctx.idempotencyKey;
-    const what = agentName === name
-      ? `${name} (MCP server ${this.server})`
-      : `${agentName} (tool ${name} of MCP server ${this.server})`;
-    let client: Client;
-    try {
-      client = await this.#ready(ctx.signal);
-    } catch (err) {
-      // Nothing of this call has left the process: it may be sent again, whatever the tool.
-      this.#remember(key, ctx.attempt);
-      if (ctx.signal.aborted) throw err;
-      throw new ToolError(
-        "MCP_UNREACHABLE",
-        `${what} could not be reached (${describeError(err)}); the request was not sent`,
-        { transient: true, cause: err },
-      );
-    }
-    this.#unsent.delete(key);
-    if (!this.#listed.has(name)) throw this.#vanished(what);
-    this.#inflight.set(key, ctx.signal);
-    let result: CallToolResult;
-    try {
-      result = await client.callTool(
-        { name, arguments: args as Record<string, unknown>, _meta: { [IDEMPOTENCY_KEY_META]: key } },
-        undefined,
-        // The runtime's own timeout ends the call through ctx.signal; the SDK's is a backstop past it.
-        { signal: ctx.signal, timeout: (this.#opts.timeoutMs ?? DEFAULT_TIMEOUT_MS) + 5_000 },
-      ) as CallToolResult;
-    } catch (err) {
-      if (ctx.signal.aborted) throw err;
-      throw await this.#failure(err, client, name, what, ctx);
-    } finally {
-      this.#inflight.delete(key);
-    }
-    if (result.isError === true) {
-      if (await this.#gone(client, name, ctx.signal)) throw this.#vanished(what);
-      throw new ToolError("MCP_TOOL_ERROR", `${what} answered with an error: ${errorTextOf(result)}`, {
-        transient: false,
-      });
-    }
-    const replayed = (result._meta as Record<string, unknown> | undefined)?.[REPLAYED_META] === true;
-    return { result: resultOf(result), remote: replayed ? "already_done" : "created" };
-  }
-
-  /**
-   * What a `reconcile` of a tool not safe to re-send answers: `not_happened`
-   * when this process knows the call's last request never left it, else
-   * `unknown` (the call is flagged for a person).
-   */
-  reconcile(agentName: string, ctx: ReconcileContext): Reconciliation {
-    if (this.#unsent.get(ctx.idempotencyKey) === ctx.attempts) {
-      this.#unsent.delete(ctx.idempotencyKey);
-      return { status: "not_happened" };
-    }
-    return {
-      status: "unknown",
-      reason: `MCP has no way to ask ${this.server} whether it acted on ${agentName}; declare the tool in ` +
-        "'safeToResend' if the server honours the call's _meta idempotency key",
-    };
-  }
-
-  #remember(key: string, attempt: number): void {
-    this.#unsent.delete(key);
-    this.#unsent.set(key, attempt);
-    if (this.#unsent.size > MAX_UNSENT) this.#unsent.delete(this.#unsent.keys().next().value!);
-  }
-
-  #vanished(what: string): ToolError {
-    return new ToolError(
-      "MCP_TOOL_VANISHED",
-      `${what} is no longer listed by its server: its tool list changed while this run was running, and the ` +
-        "call was not sent",
-      { transient: false },
-    );
-  }
-
-  /** True when the server, listed again, no longer has `name` (a failed listing says nothing: false). */
-  async #gone(client: Client, name: string, signal: AbortSignal): Promise<boolean> {
-    try {
-      await this.#list(client, signal, true);
-    } catch (err) {
-      this.#log.warn("mcp-list-failed", { server: this.server, error: describeError(err) });
-      return false;
-    }
-    return !this.#listed.has(name);
-  }
-
-  /** The error a failed request becomes: whether it may have reached the server, and whether to retry. */
-  async #failure(
-    err: unknown,
-    client: Client,
-    name: string,
-    what: string,
-    ctx: ToolContext,
-  ): Promise<ToolError> {
-    const unknown = "the call's outcome is unknown";
-    if (err instanceof McpError) {
-      if (err.code === ErrorCode.ConnectionClosed) {
-        await this.#drop(client, "the connection closed during a call");
-        return new ToolError(
-          "MCP_CONNECTION_LOST",
-          `${what}: the connection closed before it answered; ${unknown}`,
-          {
-            transient: true,
-            cause: err,
-          },
-        );
-      }
-      if (err.code === ErrorCode.RequestTimeout) {
-        return new ToolError("MCP_TIMEOUT", `${what} did not answer in time; ${unknown}`, {
-          transient: true,
-          cause: err,
-        });
-      }
-      if (REFUSALS.has(err.code)) {
-        if (await this.#gone(client, name, ctx.signal)) return this.#vanished(what);
-        return new ToolError("MCP_REFUSED", `${what} refused the call: ${err.message}`, {
-          transient: false,
-          cause: err,
-        });
-      }
-      return new ToolError("MCP_SERVER_ERROR", `${what} failed: ${err.message}; ${unknown}`, {
-        transient: true,
-        cause: err,
-      });
-    }
-    if (err instanceof StreamableHTTPError && err.code === 404) {
-      // The server no longer knows this session (it restarted): it did not take the request.
-      this.#remember(ctx.idempotencyKey, ctx.attempt);
-      await this.#drop(client, "the server no longer knows the session");
-      return new ToolError(
-        "MCP_UNREACHABLE",
-        `${what}: the server dropped the session; the request was not taken`,
-        {
-          transient: true,
-          cause: err,
-        },
-      );
-    }
-    if (err instanceof StreamableHTTPError && err.code !== undefined) {
-      const transient = isTransientStatus(err.code);
-      return new ToolError(
-        "MCP_HTTP",
-        `${what} answered HTTP ${err.code}: ${err.message}${transient ? `; ${unknown}` : ""}`,
-        {
-          transient,
-          cause: err,
-        },
-      );
-    }
-    if (couldNotConnect(err) || (err instanceof Error && err.message === "Not connected")) {
-      // The SDK's own words for a transport that is closed: the request was never written.
-      this.#remember(ctx.idempotencyKey, ctx.attempt);
-      await this.#drop(client, describeError(err));
-      return new ToolError(
-        "MCP_UNREACHABLE",
-        `${what} could not be reached (${describeError(err)}); the request was not sent`,
-        {
-          transient: true,
-          cause: err,
-        },
-      );
-    }
-    await this.#drop(client, describeError(err));
-    return new ToolError("MCP_CONNECTION_LOST", `${what}: ${describeError(err)}; ${unknown}`, {
-      transient: true,
-      cause: err,
-    });
-  }
-
-  /** Closes the connection for good. */
-  async close(): Promise<void> {
-    this.#closed = true;
-    const client = this.#client;
-    this.#client = undefined;
-    await client?.close().catch(() => {/* already gone */});
   }
 }

@@ -2,6 +2,9 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/server/mcp"
 import { McpServer } from "npm:@modelcontextprotocol/sdk@1.32.2/server/mcp.js";
+import { Server } from "npm:@modelcontextprotocol/sdk@1.32.2/server";
+// @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/types"
+import { CallToolRequestSchema, ListToolsRequestSchema } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/inMemory"
 import { InMemoryTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/inMemory.js";
 import { McpTestServer, serveMcpTestServers } from "../mock/mcp_servers.ts";
@@ -31,7 +34,7 @@ async function runToEnd(
   runId: string,
   tools: McpTools | ((ctx: Parameters<McpTools>[0]) => Promise<Tool[]>),
   answers: ModelAnswer[],
-  opts: { maxAttempts?: number; backoffMs?: number; whileRunning?: (log: Logged[]) => Promise<void> } = {},
+  opts: { backoffMs?: number; whileRunning?: (events: () => Logged[]) => Promise<void> } = {},
 ) {
   const lines: string[] = [];
   const log = new Logger({ clock: new SystemClock(), sink: arraySink(lines), format: "json" });
@@ -46,7 +49,7 @@ async function runToEnd(
   });
   try {
     await client.start(agent, { runId, input: "Do as the operator asks." });
-    const running = opts.whileRunning?.(events());
+    const running = opts.whileRunning?.(events);
     const end = await client.wait(runId, { timeoutMs: 30_000, pollMs: 10 });
     await running;
     return { end, record: await client.inspect(runId), events, asked };
@@ -224,12 +227,11 @@ Deno.test("a server that is down fails the call as a transient error, not the wo
       { kind: "done", text: "Sent." },
     ], {
       backoffMs: 100,
-      // Back once a call has found it down.
-      whileRunning: async () => {
-        for (let i = 0; i < 300 && !second; i++) {
+      // Back once a call has found it down (its failure logged: the intent alone is written before the send).
+      whileRunning: async (events) => {
+        for (let i = 0; i < 1_000 && !second; i++) {
           await new Promise((r) => setTimeout(r, 10));
-          const row = (await client.inspect("down-1").catch(() => undefined))?.effects[0];
-          if ((row?.attempts ?? 0) >= 1) {
+          if (events().some((l) => l.event === "retrying")) {
             second = await serveMcpTestServers({ port: Number(port) });
           }
         }
@@ -304,6 +306,34 @@ Deno.test("tool names: a prefix goes first, characters a model's tool name may n
     return true;
   });
   await both.close();
+});
+
+Deno.test("a result its server's own outputSchema refuses is what the server did: journaled as it came, not a failure", async () => {
+  const server = () => {
+    const s = new Server({ name: "loose", version: "1.0.0" }, { capabilities: { tools: {} } });
+    s.setRequestHandler(ListToolsRequestSchema, () => ({
+      tools: [{
+        name: "make_thing",
+        inputSchema: { type: "object" as const },
+        outputSchema: { type: "object" as const, properties: { id: { type: "string" } }, required: ["id"] },
+      }],
+    }));
+    s.setRequestHandler(CallToolRequestSchema, () => ({ content: [], structuredContent: { id: 42 } }));
+    const [c, sv] = InMemoryTransport.createLinkedPair();
+    void s.connect(sv);
+    return c;
+  };
+  const tools = mcpTools({ transport: server });
+  try {
+    const { end, record } = await runToEnd("loose-1", tools, [
+      { kind: "tool_calls", calls: [call("make_thing", {})] },
+      { kind: "done", text: "Made." },
+    ]);
+    assert.equal(end.status, "done");
+    assert.deepEqual([record.effects[0].status, record.effects[0].result], ["confirmed", { id: 42 }]);
+  } finally {
+    await tools.close();
+  }
 });
 
 Deno.test("the idempotency key's _meta field is namespaced as MCP asks of a field a client adds", () => {
