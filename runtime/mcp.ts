@@ -242,7 +242,10 @@ export function mcpTools(options: McpServerOptions | ((ctx: AgentContext) => Mcp
       log,
     });
     open.add(conn);
-    const onStop = () => void conn.close().catch(() => {/* the process is going; nothing to tell */});
+    const onStop = () => {
+      open.delete(conn);
+      void conn.close().catch(() => {/* the process is going; nothing to tell */});
+    };
     ctx.signal?.addEventListener("abort", onStop, { once: true });
     try {
       const listed = await conn.start(ctx.signal);
