@@ -55,6 +55,7 @@ export {
   SimDb,
   type SimExit,
   SimProcess,
+  type SimTools,
   SimWorld,
   type SimWorldOptions,
 } from "./harness/sim.ts";

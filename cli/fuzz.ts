@@ -14,6 +14,7 @@ import {
   fuzz,
   FuzzError,
   jobsAgent,
+  mcpAgent,
   teamAgent,
 } from "../harness/fuzz.ts";
 import { commandFlags } from "../runtime/config.ts";
@@ -29,9 +30,12 @@ their calls are due and a new worker polls them, so faults land on the accepted 
 With --target team it fuzzes a parent whose two tools are agents (agentTool): each call starts a child run
 that creates one resource, and every run of the family is driven, so faults land on the child's creation,
 the parent's wait, the children's steps, the wake at a child's close and the parent's next answer.
+With --target mcp it fuzzes the demo's tools served by an MCP server in each process (connected and listed
+by every process, each call sent to the cloud under the key in its _meta), so faults land where the server
+calls the cloud and the client sees an unknown outcome; its create_database needs approval as the demo's.
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
-                      [--parallel 1,2,3] [--target demo|jobs|team] [--defect name] [--transcript FILE]
+                      [--parallel 1,2,3] [--target demo|jobs|team|mcp] [--defect name] [--transcript FILE]
                       [--keep-going]
 
   --schedules N      schedules to run (default 500)
@@ -43,8 +47,9 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
   --max-faults N     faults a schedule may hold (default 4)
   --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
                      3: the demo is one step of three calls)
-  --target NAME      the agent fuzzed: demo (default), jobs (calls that wait on their remote) or team
-                     (a parent with two child agents; default faults kill,stall,cloud,model)
+  --target NAME      the agent fuzzed: demo (default), jobs (calls that wait on their remote), team
+                     (a parent with two child agents; default faults kill,stall,cloud,model) or mcp
+                     (the demo's tools through an MCP server)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
   --keep-going       keep going after the first violation
@@ -99,8 +104,9 @@ export async function main(args: string[]): Promise<number> {
     }
     defects[d as keyof PlantedDefects] = true;
   }
-  if (values.target !== "demo" && values.target !== "jobs" && values.target !== "team") {
-    console.error(`fuzz: --target must be demo, jobs or team: current value is ${values.target}`);
+  const targets = { demo: demoAgent, jobs: jobsAgent, team: teamAgent, mcp: mcpAgent };
+  if (!Object.hasOwn(targets, values.target)) {
+    console.error(`fuzz: --target must be demo, jobs, team or mcp: current value is ${values.target}`);
     return 2;
   }
   const jobs = values.target === "jobs";
@@ -114,7 +120,7 @@ export async function main(args: string[]): Promise<number> {
       : `fuzz seed=${seed} schedules=${schedules}${target.replace(" --target ", " target=")}`,
   );
   let last = performance.now();
-  const report = await fuzz(team ? teamAgent : jobs ? jobsAgent : demoAgent, {
+  const report = await fuzz(targets[values.target as keyof typeof targets], {
     schedules,
     seed,
     replay,

@@ -101,7 +101,8 @@ export async function main(
   const started = startProcess(args, env, "agent-runtime", RUN_USAGE);
   if (typeof started === "number") return started;
   const { settings, log, clock } = started;
-  const ctx = { env: processEnv(env, settings), dataDir: settings.dataDir, embedded: true };
+  // The log goes to the tools too: an MCP server's tool list changing under the run is reported in it.
+  const ctx = { env: processEnv(env, settings), dataDir: settings.dataDir, embedded: true, log };
   let prepared;
   let modelDescribe = "";
   let request;

@@ -185,7 +185,13 @@ export async function main(
     // Build the agents as a worker under this supervisor would, so a missing
     // setting is said once here rather than by every worker it starts.
     const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
-    await prepareAgents(agents, { env, dataDir: ".data", embedded: false });
+    // The check's connections (an MCP server's tools are listed) are closed once it is done.
+    const checked = new AbortController();
+    try {
+      await prepareAgents(agents, { env, dataDir: ".data", embedded: false, signal: checked.signal });
+    } finally {
+      checked.abort();
+    }
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "supervisor");
     throw err;

@@ -48,6 +48,7 @@ export async function main(
       env: processEnv(env, settings),
       dataDir: settings.dataDir,
       embedded,
+      log,
     }));
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "worker");

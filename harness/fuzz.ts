@@ -52,7 +52,9 @@
  * @module
  */
 
-import type { Agent } from "../runtime/agent.ts";
+import type { Agent, AgentContext } from "../runtime/agent.ts";
+import { ManualClock } from "../runtime/clock.ts";
+import { discardSink, Logger } from "../runtime/log.ts";
 import { childAgentOf } from "../runtime/agent_tool.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
@@ -93,6 +95,7 @@ export type { AgentFactory, ScheduleResult } from "./fuzz/run.ts";
 export { DEMO_APPROVAL_TOOL, demoAgent } from "./fuzz/demo_target.ts";
 export { JOB_TARGET_DURATIONS_MS, jobsAgent } from "./fuzz/jobs_target.ts";
 export { teamAgent } from "./fuzz/team_target.ts";
+export { mcpAgent } from "./fuzz/mcp_target.ts";
 
 /** Options of {@link fuzz}. */
 export interface FuzzOptions {
@@ -181,24 +184,31 @@ export interface FuzzReport {
   transcript?: string[];
 }
 
-function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
+/** `value`, or what it resolves to, given to `then`: at once when it is no promise (no turn added). */
+function andThen<T, R>(value: T | Promise<T>, then: (v: T) => R | Promise<R>): R | Promise<R> {
+  return value instanceof Promise ? value.then(then) : then(value);
+}
+
+async function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Promise<Target> {
   const probe = factory(() => Promise.reject(new Error("probe")));
-  const toolsOf = (agent: Agent): Tool[] => {
-    if (Array.isArray(agent.tools)) return agent.tools;
-    const built = (agent.tools as (ctx: unknown) => Tool[] | Promise<Tool[]>)({
-      env: {},
-      dataDir: ".",
-      embedded: true,
-    });
-    if (built instanceof Promise) {
-      throw new FuzzError(
-        "FUZZ_TARGET_INVALID",
-        `Cannot fuzz agent ${agent.name} as its tools are built asynchronously: give the factory's agent a tools array`,
-      );
-    }
-    return built;
+  // Built in each simulated process with that process's context (an MCP server's tools are listed
+  // there, and closed when it dies); the probe's are built once here, then let go.
+  const toolsOf = (agent: Agent, ctx: AgentContext): Tool[] | Promise<Tool[]> =>
+    Array.isArray(agent.tools) ? agent.tools : agent.tools(ctx);
+  const probeStop = new AbortController();
+  const probeCtx: AgentContext = {
+    env: {},
+    dataDir: ".",
+    embedded: true,
+    log: new Logger({ clock: new ManualClock(0), sink: discardSink }),
+    signal: probeStop.signal,
   };
-  toolsOf(probe);
+  let probeTools: Tool[];
+  try {
+    probeTools = await toolsOf(probe, probeCtx);
+  } finally {
+    probeStop.abort();
+  }
   // Retry budgets the faults cannot exhaust, and short timeouts (each hung request costs clock wakes).
   const wrap = (built: Tool[], plant: ToolPlantOptions) =>
     built.map((t) =>
@@ -206,6 +216,7 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
         name: t.name,
         description: t.description,
         args: t.args,
+        parameters: t.parameters,
         idempotent: t.idempotent,
         timeoutMs: Math.min(t.timeoutMs, FUZZ_TIMEOUT_MS),
         maxAttempts: FUZZ_ATTEMPTS,
@@ -221,19 +232,24 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
         waitDeadlineMs: t.waitDeadlineMs,
       })
     );
-  const tools = (fetch: FetchLike, plant: ToolPlantOptions) => wrap(toolsOf(factory(fetch)), plant);
+  const tools = (fetch: FetchLike, plant: ToolPlantOptions, ctx: AgentContext) =>
+    andThen(toolsOf(factory(fetch), ctx), (built) => wrap(built, plant));
   // The agents the target's tools start runs of (agentTool): the fuzzer's world hosts them too.
-  const childOf = (agent: Agent, name: string): Agent | undefined =>
-    toolsOf(agent).map(childAgentOf).find((c) => c?.name === name);
+  const childOf = (agent: Agent, name: string, ctx: AgentContext) =>
+    andThen(toolsOf(agent, ctx), (built) => built.map(childAgentOf).find((c) => c?.name === name)!);
   const children = new Map<string, ChildAgent>();
-  for (const child of toolsOf(probe).map(childAgentOf)) {
+  for (const child of probeTools.map(childAgentOf)) {
     if (!child || children.has(child.name)) continue;
     children.set(child.name, {
       agent: child,
-      tools: (fetch, plant) => wrap(toolsOf(childOf(factory(fetch), child.name)!), plant),
+      tools: (fetch, plant, ctx) =>
+        andThen(
+          childOf(factory(fetch), child.name, ctx),
+          (c) => andThen(toolsOf(c, ctx), (t) => wrap(t, plant)),
+        ),
     });
   }
-  const names = toolsOf(probe).map((t) => t.name);
+  const names = probeTools.map((t) => t.name);
   if (opts.approvalTool !== undefined && !names.includes(opts.approvalTool)) {
     throw new FuzzError(
       "FUZZ_OPTION_INVALID",
@@ -252,7 +268,7 @@ function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Target {
     goal,
     defects: opts.defects,
     approvalTool: opts.approvalTool,
-    registry: new ToolRegistry(tools(() => Promise.reject(new Error("probe")), {})),
+    registry: new ToolRegistry(wrap(probeTools, {})),
     clean: new Map(),
     ...(children.size > 0 ? { children } : {}),
   };
@@ -421,7 +437,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
     );
   }
   const replay = typeof opts.replay === "string" ? decodeSchedule(opts.replay) : opts.replay;
-  const target = resolveTarget(agent, opts);
+  const target = await resolveTarget(agent, opts);
   const db = opts.db ?? await SimDb.open();
   const turns = new Turns();
   const replayCommand = opts.replayCommand ?? "deno task fuzz --replay";

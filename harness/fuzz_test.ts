@@ -15,6 +15,7 @@ import {
   fuzz,
   FuzzError,
   jobsAgent,
+  mcpAgent,
   teamAgent,
 } from "./fuzz.ts";
 import { checkPolls } from "./fuzz/check.ts";
@@ -154,6 +155,46 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         // Faults land on the child's creation and the children's own steps, as on the parent's.
         assert.match(hit, / fired at stmt#\d+ child-create \(/);
         assert.match(hit, / fired at cloud#\d+ \/v1\/servers \(/);
+      },
+    );
+
+    await t.step(
+      "an agent whose tools come from an MCP server: 100 schedules of the mcp target find no violation, every process lists the tools, and a key bug is caught through it",
+      async () => {
+        const report = await fuzz(mcpAgent, {
+          db,
+          seed: 25,
+          schedules: 100,
+          remote: "mock-cloud",
+          approvalTool: DEMO_APPROVAL_TOOL,
+          transcript: true,
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        const lines = report.transcript!;
+        // Each incarnation connects and lists the server's tools itself, before it claims the run.
+        const listed = lines.filter((l) => / event=mcp-tools-listed server=sim-cloud /.test(l)).length;
+        const claims = lines.filter((l) => / event=claimed /.test(l)).length;
+        assert.ok(listed >= claims && claims > 100, `${listed} listings, ${claims} claims`);
+        // The cloud's faults reach the client as unknown outcomes, and the calls are sent again under their keys.
+        const hit = lines.join("\n");
+        assert.match(hit, / fired at cloud#\d+ \/v1\/(servers|databases|dns_records) \(/);
+        assert.match(hit, / event=retrying .* code=MCP_SERVER_ERROR /);
+        assert.match(hit, / event=confirmed .* remote=already_done/);
+        // A key built from the attempt reaches the cloud through the server's _meta: found.
+        const buggy = await fuzz(mcpAgent, {
+          db,
+          seed: 25,
+          schedules: 200,
+          remote: "mock-cloud",
+          defects: { keyFromAttempt: true },
+        });
+        assert.equal(buggy.failures.length, 1);
+        assert.match(buggy.failures[0].text, /which no tool call owns/);
+        // The SDK's client and server keep the simulator's order: one seed, one transcript.
+        const run = () =>
+          fuzz(mcpAgent, { db, seed: 7, schedules: 30, remote: "mock-cloud", transcript: true });
+        const [a, b] = [await run(), await run()];
+        assert.equal(b.transcript!.join("\n"), a.transcript!.join("\n"));
       },
     );
 

@@ -21,7 +21,7 @@ import demoAgent, { DEMO_GOAL } from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { type Clock, ManualClock } from "../runtime/clock.ts";
-import type { Agent } from "../runtime/agent.ts";
+import type { Agent, AgentContext } from "../runtime/agent.ts";
 import { type WorkerDeps, workerFor } from "../runtime/context.ts";
 import { agentDeps, processDeps, type RetryPolicy } from "../runtime/deps.ts";
 import { describeError, ownCode, RuntimeError } from "../runtime/errors.ts";
@@ -122,12 +122,25 @@ export class SimDb {
   }
 }
 
+/**
+ * A simulated process's tools, built in that process: their requests go
+ * through `fetch` (the process's own, which the fuzzer's faults sit on), and
+ * `ctx` is what a process gives its tools (its log; a signal that aborts when
+ * it dies, so a connection it opened is closed with it).
+ */
+export type SimTools = (fetch: FetchLike, ctx: AgentContext) => Tool[] | Promise<Tool[]>;
+
 /** Options of {@link SimWorld.open}. */
 export interface SimWorldOptions {
   /** Seeds each incarnation's jitter source. Default 1. */
   seed?: number;
-  /** Replaces the demo tools (e.g. a variant that takes no idempotency key). */
-  tools?: (fetch: FetchLike) => Tool[];
+  /**
+   * Replaces the demo tools (e.g. a variant that takes no idempotency key).
+   * Built in each process, with what a process gives its tools (`ctx`: its
+   * log, and a signal that aborts when it dies); may be asynchronous (an MCP
+   * server's tools are listed first).
+   */
+  tools?: SimTools;
   /** The agent (its name, instructions, limits); default the demo agent. Tools come from `tools`. */
   agent?: Agent;
   /** Heartbeat period and lease of every worker. Defaults: the settings' defaults (3 s, 12 s). */
@@ -226,7 +239,7 @@ export class SimWorld {
       /** This incarnation's agent and tools, instead of the world's (a world of runs of several agents). */
       agent?: Agent;
       /** See {@link SimWorldOptions.tools}. */
-      tools?: (fetch: FetchLike) => Tool[];
+      tools?: SimTools;
       /** This incarnation's model, instead of an OpenAI client of the world's mock model. */
       planner?: (fetch: FetchLike) => Planner;
     },
@@ -370,7 +383,7 @@ export class SimProcess {
       goal?: string;
       plan: CrashPlan;
       seed: number;
-      tools?: (fetch: FetchLike) => Tool[];
+      tools?: SimTools;
       agent?: Agent;
       planner?: (fetch: FetchLike) => Planner;
       heartbeatMs?: number;
@@ -425,23 +438,29 @@ export class SimProcess {
       leaseMs: opts.leaseMs,
       random: seededRandom(opts.seed),
     });
-    const prepared = {
-      agent,
-      planner: opts.planner
-        ? opts.planner(modelFetch)
-        : new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
-      tools: new ToolRegistry(
-        opts.tools ? opts.tools(cloudFetch) : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch }),
-      ),
+    const start = (tools: Tool[]) => {
+      const prepared = {
+        agent,
+        planner: opts.planner
+          ? opts.planner(modelFetch)
+          : new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
+        tools: new ToolRegistry(tools),
+      };
+      const deps: WorkerDeps = workerFor(proc, agentDeps(prepared, { retry: hooks.retry }));
+      return runWorker(deps, {
+        runId: opts.runId,
+        goal: opts.goal ?? DEMO_GOAL,
+        budget: agent.budget,
+      });
     };
-    const deps: WorkerDeps = workerFor(proc, agentDeps(prepared, { retry: hooks.retry }));
     this.exit = (async (): Promise<SimExit> => {
       try {
-        const outcome = await runWorker(deps, {
-          runId: opts.runId,
-          goal: opts.goal ?? DEMO_GOAL,
-          budget: agent.budget,
-        });
+        const ctx: AgentContext = { env: {}, dataDir: ".", embedded: true, log, signal: this.#death.signal };
+        const tools = opts.tools
+          ? opts.tools(cloudFetch, ctx)
+          : demoTools({ cloudUrl: SIM_CLOUD_URL, fetch: cloudFetch });
+        // Tools built at once start the run at once, as they always did: no turn is added before it.
+        const outcome = await (tools instanceof Promise ? tools.then(start) : start(tools));
         return { kind: "exited", outcome };
       } catch (err) {
         if (err instanceof SimulatedKill) return { kind: "killed", point: err.point, seq: err.seq };

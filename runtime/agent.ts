@@ -15,6 +15,7 @@
 import { type Budget, checkBudget } from "./budget.ts";
 import { describeValue, RuntimeError } from "./errors.ts";
 import { type StorableValue, toStorable } from "./store/storable.ts";
+import type { Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import { checkModelParams } from "./model_params.ts";
 import type { ModelParams } from "./transcript.ts";
@@ -34,6 +35,17 @@ export interface AgentContext {
    * where many processes must meet the same remotes.
    */
   embedded: boolean;
+  /**
+   * The process's log, for what the tools it builds have to say as they
+   * work (an MCP server's tool list changed under a running run). Absent
+   * where nothing gave one (a test building tools by hand).
+   */
+  log?: Logger;
+  /**
+   * Aborts when the process stops: tools that opened a connection (an MCP
+   * server's) close it then. Absent where the process's end closes them.
+   */
+  signal?: AbortSignal;
 }
 
 /**

@@ -715,7 +715,14 @@ export class Client {
     } = {},
   ): Promise<WorkerHost> {
     const { context, ...hostOpts } = opts;
-    const ctx: AgentContext = { env: readEnv(), dataDir: ".data", embedded: true, ...context };
+    // The host's log is the tools' too (an MCP server's tool list changing is reported in it).
+    const ctx: AgentContext = {
+      env: readEnv(),
+      dataDir: ".data",
+      embedded: true,
+      log: hostOpts.log,
+      ...context,
+    };
     const prepare = (a: Agent) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx));
     // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
     const prepared = await withChildAgents(await Promise.all(agents.map(prepare)), prepare);

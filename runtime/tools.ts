@@ -1,7 +1,8 @@
 /**
- * Tools: what an agent can do. A tool is a name, a description, a zod schema
- * for its arguments, whether the remote honours an idempotency key, and a
- * `run` function. The runtime never branches on a tool's name and never reads
+ * Tools: what an agent can do. A tool is a name, a description, a schema for
+ * its arguments (zod, or any `safeParse` with the JSON Schema the model sees
+ * beside it), whether the remote honours an idempotency key, and a `run`
+ * function. The runtime never branches on a tool's name and never reads
  * its arguments beyond validating them against the schema.
  *
  * @module
@@ -257,6 +258,13 @@ export interface ToolSpec<A> {
   /** The arguments' schema. Use `z.strictObject` so unknown fields are rejected, not dropped. */
   args: ArgsSchema<A>;
   /**
+   * The JSON Schema of the arguments, as the model is shown it. Default:
+   * derived from `args`, which must then be a zod schema. Give it when `args`
+   * is not zod but checks the same schema (an MCP server's `inputSchema`,
+   * checked by a JSON Schema validator: `runtime/mcp.ts`).
+   */
+  parameters?: Record<string, unknown>;
+  /**
    * True (the default) when the remote honours the idempotency key, so a call
    * whose outcome is unknown may be re-sent. False: such a call is flagged for
    * a human instead.
@@ -299,7 +307,7 @@ export interface Tool {
   readonly name: string;
   /** Shown to the model. */
   readonly description: string;
-  /** The arguments' zod schema. */
+  /** The arguments' schema (zod, or another `safeParse`). */
   readonly args: ArgsSchema;
   /** Whether the remote honours the idempotency key. */
   readonly idempotent: boolean;
@@ -309,7 +317,7 @@ export interface Tool {
   readonly maxAttempts: number;
   /** How long a call may wait on its remote after it first accepted the call. */
   readonly waitDeadlineMs: number;
-  /** The JSON Schema the model sees, derived from `args`. */
+  /** The JSON Schema the model sees: the spec's `parameters`, or derived from `args`. */
   readonly parameters: Record<string, unknown>;
   /** True when a call with these (validated) arguments needs a person's approval first. */
   needsApproval(args: unknown): boolean;
@@ -366,19 +374,32 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     );
   }
   let parameters: Record<string, unknown>;
-  try {
-    parameters = z.toJSONSchema(spec.args as unknown as z.ZodType, { io: "input" }) as Record<
-      string,
-      unknown
-    >;
-  } catch (err) {
-    throw new RuntimeError(
-      "TOOL_INVALID",
-      `Cannot define tool ${spec.name}: its argument schema cannot be expressed as JSON Schema (${
-        (err as Error).message
-      })`,
-      { cause: err },
-    );
+  if (spec.parameters !== undefined) {
+    const given: unknown = spec.parameters;
+    if (given === null || typeof given !== "object" || Array.isArray(given)) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${spec.name} as 'parameters' must be a JSON Schema object: current value is ${
+          describeValue(given)
+        }`,
+      );
+    }
+    parameters = structuredClone(spec.parameters);
+  } else {
+    try {
+      parameters = z.toJSONSchema(spec.args as unknown as z.ZodType, { io: "input" }) as Record<
+        string,
+        unknown
+      >;
+    } catch (err) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${spec.name}: its argument schema cannot be expressed as JSON Schema (${
+          (err as Error).message
+        }); give its JSON Schema as 'parameters'`,
+        { cause: err },
+      );
+    }
   }
   delete parameters.$schema;
   return {
@@ -404,7 +425,7 @@ export interface ToolDescription {
   name: string;
   /** What the tool does. */
   description: string;
-  /** The JSON Schema of its arguments (derived from the tool's zod schema). */
+  /** The JSON Schema of its arguments (the tool's `parameters`). */
   parameters: Record<string, unknown>;
 }
 

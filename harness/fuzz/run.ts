@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { Agent } from "../../runtime/agent.ts";
+import type { Agent, AgentContext } from "../../runtime/agent.ts";
 import { callsOf } from "../../runtime/calls.ts";
 import { DEFAULT_RETRY } from "../../runtime/context.ts";
 import { SimulatedKill } from "../../runtime/crashpoints.ts";
@@ -90,15 +90,19 @@ export type TargetClean = CleanRun & {
 /** An agent the target's tools start runs of (`agentTool`), as the fuzzer's world hosts it. */
 export interface ChildAgent {
   agent: Agent;
-  /** Its tools in one process, as the fuzzer runs them. */
-  tools: (fetch: FetchLike, plant: ToolPlantOptions) => Tool[];
+  /** Its tools in one process, as the fuzzer runs them (built with the process's context). */
+  tools: (fetch: FetchLike, plant: ToolPlantOptions, ctx: AgentContext) => Tool[] | Promise<Tool[]>;
 }
 
 /** What the fuzzer is pointed at, resolved once. */
 export interface Target {
   agent: Agent;
-  /** The tools of one process, their requests through `fetch`; `plant` helps a planted defect find a call's step. */
-  tools: (fetch: FetchLike, plant: ToolPlantOptions) => Tool[];
+  /**
+   * The tools of one process, their requests through `fetch`, built with the
+   * process's context (an MCP target's are listed there); `plant` helps a
+   * planted defect find a call's step.
+   */
+  tools: (fetch: FetchLike, plant: ToolPlantOptions, ctx: AgentContext) => Tool[] | Promise<Tool[]>;
   remote: "fake" | "mock-cloud";
   goal: string;
   defects?: PlantedDefects;
@@ -533,7 +537,12 @@ class ScheduleRun {
       runId,
       goal: this.#target.goal,
       hooks: this.hooks(p),
-      ...(child ? { agent: child.agent, tools: (fetch: FetchLike) => child.tools(fetch, plant) } : {}),
+      ...(child
+        ? {
+          agent: child.agent,
+          tools: (fetch: FetchLike, ctx: AgentContext) => child.tools(fetch, plant, ctx),
+        }
+        : {}),
     });
     p.sim = sim;
     sim.exit.then((exit) => {
@@ -571,7 +580,7 @@ export async function runSchedule(
   const world: SimWorld = await SimWorld.open(db, {
     seed: schedule.seed,
     agent: budgeted(target.agent, schedule.budget),
-    tools: (fetch) => target.tools(fetch, plant),
+    tools: (fetch, ctx) => target.tools(fetch, plant, ctx),
     remote: fake?.fetch,
     heartbeatMs: HEARTBEAT_MS,
     leaseMs: LEASE_MS,
