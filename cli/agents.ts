@@ -19,7 +19,7 @@ import { withChildAgents } from "../runtime/agent_tool.ts";
 import { endpointPlanner } from "../runtime/client.ts";
 import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
-import { ConfigError, describeError, RuntimeError } from "../runtime/errors.ts";
+import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
 import { OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { MockModel } from "../mock/model.ts";
 
@@ -169,6 +169,9 @@ export async function prepareAgents(
       );
     } catch (err) {
       if (err instanceof ConfigError) throw err;
+      // A remote the tools are listed from is down (an MCP server): not a wrong setting, and it may
+      // come back; the caller decides whether to wait for it (a worker does) or to say so and stop.
+      if (hasCode(err, "MCP_UNREACHABLE")) throw err;
       if (err instanceof RuntimeError) throw new ConfigError([err.message]);
       throw new ConfigError([`Agent ${agent.name} could not be set up: ${describeError(err)}`]);
     }

@@ -35,7 +35,7 @@ import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "./
 import { loggerFor, openStoreLogged, reportConfigError } from "./process.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
-import { ConfigError } from "../runtime/errors.ts";
+import { ConfigError, hasCode } from "../runtime/errors.ts";
 import type { LogFormat } from "../runtime/log.ts";
 import { processSpawner } from "../supervisor/spawn.ts";
 import { Supervisor } from "../supervisor/supervisor.ts";
@@ -189,6 +189,10 @@ export async function main(
     const checked = new AbortController();
     try {
       await prepareAgents(agents, { env, dataDir: ".data", embedded: false, signal: checked.signal });
+    } catch (err) {
+      // A server the tools are listed from is down: its workers wait for it (worker.ts), so say so and go on.
+      if (!hasCode(err, "MCP_UNREACHABLE")) throw err;
+      console.error(`warning: ${err.message} (the workers will wait for it)`);
     } finally {
       checked.abort();
     }

@@ -12,7 +12,7 @@
  */
 
 import { CrashPoints } from "../runtime/crashpoints.ts";
-import { ConfigError } from "../runtime/errors.ts";
+import { ConfigError, hasCode } from "../runtime/errors.ts";
 import { WorkerHost } from "../runtime/host.ts";
 import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
@@ -42,17 +42,25 @@ export async function main(
   const { settings, log, clock } = started;
   const embedded = !settings.databaseUrl;
   let prepared;
-  try {
-    const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
-    ({ prepared } = await prepareAgents(agents, {
-      env: processEnv(env, settings),
-      dataDir: settings.dataDir,
-      embedded,
-      log,
-    }));
-  } catch (err) {
-    if (err instanceof ConfigError) return reportConfigError(err, "worker");
-    throw err;
+  // A worker holds no run until its agents are built, so a server its tools are listed from that is
+  // down (MCP_UNREACHABLE) is waited for, with backoff, rather than ending the worker: under a
+  // supervisor an exit would be a restart loop, and the fleet should take runs once the server is back.
+  for (let waitMs = 1_000;; waitMs = Math.min(30_000, waitMs * 2)) {
+    try {
+      const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
+      ({ prepared } = await prepareAgents(agents, {
+        env: processEnv(env, settings),
+        dataDir: settings.dataDir,
+        embedded,
+        log,
+      }));
+      break;
+    } catch (err) {
+      if (err instanceof ConfigError) return reportConfigError(err, "worker");
+      if (!hasCode(err, "MCP_UNREACHABLE")) throw err;
+      log.warn("tools-unreachable", { error: err.message, retry_ms: waitMs });
+      await clock.sleep(waitMs);
+    }
   }
   // A pool a few connections wide: statements queue in the driver, and the
   // heartbeat needs one free now and then. Many runs, few connections.
