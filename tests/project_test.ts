@@ -308,6 +308,29 @@ async function serveRegistry(files: string[]): Promise<{ url: string; close(): P
   return { url: `http://127.0.0.1:${server.addr.port}/`, close: () => server.shutdown() };
 }
 
+Deno.test("the README's lines on a project of its own are the page's: the links, the import, the run task", () => {
+  const config = JSON.parse(fence(PAGE, "json", '"tasks"'));
+  const readme = README.replace(/\s+/g, " ");
+  assert.ok(readme.includes(`"links": ${JSON.stringify(config.links)}`), "the README gives the page's links");
+  assert.ok(
+    readme.includes(`deno add ${config.imports["@agent-runtime/agent-runtime"].replace(/@[^@]*$/, "")}`),
+  );
+  assert.ok(readme.includes(`"run": "${config.tasks.run}"`), "the README gives the page's run task");
+  assert.ok(readme.includes("[docs/project.md](docs/project.md)"));
+  // The commands a project runs, each a task of the page's, all of one form.
+  for (
+    const name of ["run", "worker", "supervise", "submit", "runs", "inspect", "resolve", "ui", "migrate"]
+  ) {
+    assert.ok(name in config.tasks, `the page's tasks have ${name}`);
+  }
+  for (const name of ["fuzz", "compile", "settle", "approve", "deny", "cancel", "reopen", "prune"]) {
+    assert.ok(name in config.tasks, `the page's tasks have ${name}`);
+  }
+  for (const [name, command] of Object.entries(config.tasks as Record<string, string>)) {
+    assert.equal(command, `deno run -A --unstable-no-legacy-abort @agent-runtime/agent-runtime/cli ${name}`);
+  }
+});
+
 Deno.test("a project of its own runs the demo, its own agent with its own npm package, a crash and every command from its folder", async (t) => {
   const { dir, lock } = await makeProject();
   const commands = shLines(fence(PAGE, "sh", "deno install"));
