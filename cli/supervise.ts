@@ -56,13 +56,14 @@ export function isCompiled(execPath: string = Deno.execPath()): boolean {
  * command `worker`, under `config`:
  * the project's `deno.json` (`WORKER_CONFIG`, or the one found from the
  * working directory up), so the agent module resolves through the project's
- * import map and lockfile, as it does for the supervisor. In a binary built
+ * import map and lockfile, as it does for the supervisor (unset: no
+ * `--config`, and Deno looks as it did for the supervisor). In a binary built
  * by `compile` there is no `deno` to run, so the binary runs itself with the
  * argument `worker`.
  */
 export function workerCommand(
   compiled: boolean = isCompiled(),
-  config: string | undefined = findProjectConfig(),
+  config?: string,
 ): string[] {
   if (compiled) return [Deno.execPath(), "worker"];
   return [
