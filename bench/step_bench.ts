@@ -61,8 +61,8 @@
  * @module
  */
 
-import { PGlite } from "@electric-sql/pglite";
-import postgres from "postgres";
+import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
+import postgres from "npm:postgres@3.4.9";
 import { commandFlags } from "../runtime/config.ts";
 import { finished } from "../runtime/ended.ts";
 import type { Planner } from "../runtime/planner.ts";

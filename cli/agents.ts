@@ -49,6 +49,18 @@ export class AgentModuleError extends ConfigError {
   }
 }
 
+/**
+ * An import the config in use does not map, or a package its lockfile does
+ * not hold, is most often a project's agent run under another project's
+ * config: Deno takes the deno.json beside a program started by its path, not
+ * the working directory's.
+ */
+const CONFIG_PROBLEM = /lockfile is out of date|not a dependency and not in import map/i;
+const CONFIG_HINT = " The agent module resolves through the deno.json this program runs under (Deno takes " +
+  "the one beside a program started by its path): run it through your project's tasks (docs/project.md), or " +
+  "pass your project's deno.json to deno with --config; when that is the one, add the import or update its " +
+  "lockfile (deno install)";
+
 /** Options of {@link loadAgents}. */
 export interface LoadAgentsOptions {
   /** The agents a compiled binary was built with, used when no path is given. */
@@ -90,8 +102,10 @@ export async function loadAgents(
     mod = await Promise.race([import(agentSpecifier(path)), timedOut]);
   } catch (err) {
     if (err instanceof AgentModuleError) throw err;
+    const first = describeError(err).split("\n")[0];
     throw new AgentModuleError(
-      `AGENT ${JSON.stringify(path)} could not be loaded: ${describeError(err).split("\n")[0]}`,
+      `AGENT ${JSON.stringify(path)} could not be loaded: ${first}` +
+        (CONFIG_PROBLEM.test(first) ? (first.endsWith(".") ? "" : ".") + CONFIG_HINT : ""),
     );
   } finally {
     stop.abort(); // the timer, once the import has settled (its rejection is the race's, handled)

@@ -1,21 +1,23 @@
 /**
- * agent-runtime's one entry point: every process (the run command, the
- * worker, the supervisor, the run commands) is a subcommand, so one compiled
- * binary carries them all.
+ * agent-runtime's one entry point, the package's `./cli`: every process (the
+ * run command, the worker, the supervisor, the run commands) is a subcommand,
+ * so one compiled binary carries them all. A project runs it from its own
+ * folder, through its own deno.json (README, "In your own project"):
  *
  * ```sh
- * deno run -A cli/main.ts run [--agent PATH] ...        # one run in this process (the embedded demo)
+ * deno run -A @agent-runtime/agent-runtime/cli run [--agent PATH] ...  # one run in this process (the demo)
  * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
- * deno run -A cli/main.ts submit|runs|inspect|resolve|settle|cancel|reopen ...
+ * deno run -A cli/main.ts submit|runs|inspect|resolve|settle|approve|deny|cancel|reopen|prune ...
  * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
- * deno run -A cli/main.ts migrate|crash-matrix|bench ...
+ * deno run -A cli/main.ts migrate|fuzz|compile|crash-matrix|bench ...
  * ```
  *
  * @module
  */
 
 import type { LoadedAgents } from "./agents.ts";
+import { compile } from "./compile.ts";
 import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
 import { main as runMain } from "./run.ts";
 import { main as migrateMain } from "./migrate.ts";
@@ -23,10 +25,13 @@ import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "./supervise.ts";
 import { main as uiMain } from "../ui/main.ts";
 
+export type { LoadedAgents } from "./agents.ts";
+export { agentsOf } from "../runtime/agent.ts";
+
 /** The usage text of the binary. */
 export const USAGE = `agent-runtime: durable AI agents that survive crashes.
 
-usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in this repository)
+usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here and in a project with its tasks)
 
   run           drive one run to its end in this process (no --agent: the demo, on the embedded database)
   worker        one process hosting many runs of the agents in --agent
@@ -41,6 +46,8 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... in t
   approve       approve a tool call that waits for a person
   deny          deny a tool call that waits for a person
   migrate       bring the tables up to this program's schema version (every process also does it at start)
+  fuzz          crash-fuzz the demo agent under many schedules, checked against the invariants
+  compile       build one binary for an agent module (--agent PATH)
   crash-matrix  every crash point on every step of the demo, checked against the invariants
   bench         steps per second and statements per step
   prune         delete finished runs older than a cutoff
@@ -66,6 +73,11 @@ export async function main(
       return await uiMain(rest, env);
     case "migrate":
       return await migrateMain(rest, env);
+    case "compile":
+      return await compile(rest);
+    case "fuzz":
+      // Loaded on demand, as the harness and the benchmark below: not needed to run agents.
+      return await (await import("./fuzz.ts")).main(rest);
     case "crash-matrix":
       // Loaded on demand: the harness and the benchmark are not needed to run agents.
       return await (await import("../harness/crash_matrix.ts")).main(rest);

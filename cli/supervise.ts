@@ -12,6 +12,7 @@
  * | `LEASE_S`, `HEARTBEAT_S` | `--lease-s`, `--heartbeat-s` | 12, 3 |
  * | `SUPERVISOR` | `--supervisor` | `supervisor@<hostname>:<pid>` |
  * | `LOG_FORMAT` | `--log-format` | `text` |
+ * | `WORKER_CONFIG` | `--worker-config` | the first `deno.json` from the working directory up |
  *
  * Everything else in its environment (`MODEL_URL`, `CLOUD_URL`, an agent's
  * own settings and keys) passes to the workers. Before it starts a worker it
@@ -29,9 +30,9 @@
  */
 
 import { availableParallelism, hostname } from "node:os";
-import { basename } from "node:path";
-import { fileURLToPath } from "node:url";
+import { basename, resolve } from "node:path";
 import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
+import { cliEntry, findProjectConfig } from "./project.ts";
 import { loggerFor, openStoreLogged, reportConfigError } from "./process.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
@@ -50,11 +51,20 @@ export function isCompiled(execPath: string = Deno.execPath()): boolean {
 
 /**
  * The command line that starts one worker process. Under `deno run` a worker
- * is `Deno.execPath()` running `cli/main.ts worker` with this project's
- * `deno.json`; in a binary built by `deno task compile` there is no `deno` to
- * run, so the binary runs itself with the argument `worker`.
+ * is `Deno.execPath()` running this program's entry point (`cli/main.ts`, or
+ * the package's `./cli` from JSR, as the project's lockfile names it) with the
+ * command `worker`, under `config`:
+ * the project's `deno.json` (`WORKER_CONFIG`, or the one found from the
+ * working directory up), so the agent module resolves through the project's
+ * import map and lockfile, as it does for the supervisor (unset: no
+ * `--config`, and Deno looks as it did for the supervisor). In a binary built
+ * by `compile` there is no `deno` to run, so the binary runs itself with the
+ * argument `worker`.
  */
-export function workerCommand(compiled: boolean = isCompiled()): string[] {
+export function workerCommand(
+  compiled: boolean = isCompiled(),
+  config?: string,
+): string[] {
   if (compiled) return [Deno.execPath(), "worker"];
   return [
     Deno.execPath(),
@@ -62,12 +72,18 @@ export function workerCommand(compiled: boolean = isCompiled()): string[] {
     "-A",
     "--no-prompt",
     "--unstable-no-legacy-abort",
-    "--config",
-    fileURLToPath(new URL("../deno.json", import.meta.url)),
-    // This program's entry point, whose `worker` command hosts the runs.
-    fileURLToPath(new URL("./main.ts", import.meta.url)),
+    ...(config === undefined ? [] : ["--config", config]),
+    cliEntry(config),
     "worker",
   ];
+}
+
+function isFile(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
 }
 
 /** Validated settings of a supervisor. */
@@ -83,6 +99,8 @@ export interface SupervisorSettings {
   logFormat: LogFormat;
   /** How long the agent module may take to import, here and in every worker (`AGENT_LOAD_S`). */
   agentLoadMs: number;
+  /** The `deno.json` workers run under (`WORKER_CONFIG`), absolute; unset: the one found from the working directory up. */
+  workerConfig?: string;
 }
 
 /** The supervisor's settings, as environment variable names (flags in kebab case). */
@@ -97,6 +115,7 @@ export const SUPERVISOR_SETTING_NAMES: readonly string[] = [
   "SUPERVISOR",
   "LOG_FORMAT",
   "AGENT_LOAD_S",
+  "WORKER_CONFIG",
 ];
 
 /** The usage text of `supervise`. */
@@ -113,6 +132,8 @@ usage: deno task supervise [--flag value ...]   (every flag is also an environme
   --supervisor NAME          this supervisor's name (default supervisor@host:pid)
   --log-format text|json
   --agent-load-s S           how long the agent module may take to import, here and in each worker (default 30)
+  --worker-config PATH       the deno.json the workers run under, so the agent module resolves through its
+                             imports and lockfile (default: the first deno.json from the working directory up)
 
 The rest of the environment (MODEL_URL, MODEL, MODEL_API_KEY, CLOUD_URL, an agent's own
 settings) passes to the workers.
@@ -160,7 +181,18 @@ export function loadSupervisorSettings(
     name: r.str("SUPERVISOR", `supervisor@${defaults.hostname}:${defaults.pid}`),
     logFormat: r.logFormat(),
     agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
+    workerConfig: r.str("WORKER_CONFIG"),
   };
+  if (settings.workerConfig !== undefined) {
+    const given = settings.workerConfig;
+    settings.workerConfig = resolve(given);
+    if (!isFile(settings.workerConfig)) {
+      r.problems.push(
+        `WORKER_CONFIG names no file: current value is ${JSON.stringify(given)}. Give the path of your ` +
+          "project's deno.json, or leave it unset to use the first deno.json from the working directory up",
+      );
+    }
+  }
   r.done();
   return settings;
 }
@@ -216,7 +248,7 @@ export async function main(
     spawn: processSpawner({
       ...settings,
       agentModule: settings.agentModule === undefined ? undefined : agentSpecifier(settings.agentModule),
-    }, workerCommand()),
+    }, workerCommand(isCompiled(), settings.workerConfig ?? findProjectConfig())),
   });
   const onSignal = () => void supervisor.stop();
   Deno.addSignalListener("SIGINT", onSignal);

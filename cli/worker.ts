@@ -47,7 +47,10 @@ export async function main(
   // supervisor an exit would be a restart loop, and the fleet should take runs once the server is back.
   for (let waitMs = 1_000;; waitMs = Math.min(30_000, waitMs * 2)) {
     try {
-      const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
+      const { agents } = await loadAgents(settings.agentModule, {
+        preloaded,
+        timeoutMs: settings.agentLoadMs,
+      });
       ({ prepared } = await prepareAgents(agents, {
         env: processEnv(env, settings),
         dataDir: settings.dataDir,

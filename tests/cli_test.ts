@@ -27,6 +27,19 @@ const COMMANDS: Record<string, string[]> = {
   migrate: ["--database-url", "--data-dir", "--log-format"],
   "crash-matrix": ["--points", "--parallel", "--transcript", "--postgres", "--database-url", "--concurrency"],
   bench: ["--runs", "--concurrency"],
+  fuzz: [
+    "--schedules",
+    "--seed",
+    "--replay",
+    "--faults",
+    "--max-faults",
+    "--parallel",
+    "--target",
+    "--defect",
+    "--transcript",
+    "--keep-going",
+  ],
+  compile: ["--agent", "--output", "--entry", "--config", "--entry-only"],
 };
 
 async function cli(

@@ -2,7 +2,11 @@
  * The package as a user meets it: a project of their own, outside this tree,
  * with its own deno.json and no import map for our dependencies, imports the
  * library (by the file URL of mod.ts, standing in for the published package),
- * defines an agent with an inline Planner and runs it to its end.
+ * defines an agent with an inline Planner and runs it to its end. And what
+ * lets every published module load from anywhere: npm packages pinned inline
+ * (no import map of ours needed), no file read from beside a module at run
+ * time (a module from JSR has no disk beside it). The project with the
+ * commands, the supervisor and a registry is tests/project_test.ts.
  */
 
 import assert from "node:assert/strict";
@@ -88,5 +92,37 @@ Deno.test("every npm: specifier in the published files pins the version deno.jso
     for (const m of text.matchAll(/(?:from |@ts-types=)"(npm:(?:@[^/"]+\/)?[^/@"]+@[^/"]+)(\/[^"]*)?"/g)) {
       assert.ok(pinned.has(m[1]), `${file} imports ${m[1]}${m[2] ?? ""}, which deno.json does not pin`);
     }
+  }
+});
+
+/** The published modules (`deno publish --dry-run`'s list), as paths in this checkout. */
+async function publishedModules(): Promise<string[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["publish", "--dry-run", "--allow-dirty", "--no-check"],
+    cwd: ROOT,
+    env: { NO_COLOR: "1" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, text);
+  return [...text.matchAll(/^\s+(file:\/\/\S+\.ts) \(/gm)].map((m) => new URL(m[1]).pathname);
+}
+
+Deno.test("no published module imports a bare name or reads a file beside it at run time", async () => {
+  const modules = await publishedModules();
+  assert.ok(
+    modules.some((m) => m.endsWith("/cli/main.ts")) && modules.some((m) => m.endsWith("/ui/server.ts")),
+  );
+  for (const file of modules) {
+    const text = await Deno.readTextFile(file);
+    // A bare name resolves only through an import map, and a program run by path from a project has the
+    // project's, not ours: every import is relative, node:, npm: or jsr:.
+    for (const m of text.matchAll(/^(?:import|export)\b[^;]*? from "([^"]+)"/gm)) {
+      assert.match(m[1], /^(\.{1,2}\/|node:|npm:|jsr:)/, `${file} imports ${m[1]}`);
+    }
+    // Read from beside the module, a file is missing once the module comes from JSR or a binary: import it
+    // as text instead (as the schema and the page's files are).
+    assert.doesNotMatch(text, /Deno\.read\w*\([^;]*import\.meta\.url/, `${file} reads a file beside it`);
   }
 });

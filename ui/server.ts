@@ -20,8 +20,8 @@
  * @module
  */
 
-import { Hono } from "hono";
-import type { Context, Next } from "hono";
+import { Hono } from "npm:hono@4.13.19";
+import type { Context, Next } from "npm:hono@4.13.19";
 import { type Client, ClientError, type Resolution, RUN_STATUSES } from "../runtime/client.ts";
 import { type CodeOf, ownCode, RuntimeError } from "../runtime/errors.ts";
 import { displayScript } from "../runtime/display.ts";
@@ -29,6 +29,11 @@ import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overv
 import { isRunStatus, OPEN_RUN_STATUSES } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
 import { buildTimeline } from "./timeline.ts";
+// Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
+// checkout, a package download from JSR, a compiled binary).
+import APP_JS from "./static/app.js" with { type: "text" };
+import INDEX_HTML from "./static/index.html" with { type: "text" };
+import STYLE_CSS from "./static/style.css" with { type: "text" };
 
 /** The page's own refusals (a refusal of the client it passes on keeps the client's code). */
 export const UI_ERROR_CODES = [
@@ -101,26 +106,25 @@ function sameSecret(a: string, b: string): boolean {
   return diff === 0;
 }
 
-async function loadStatic(): Promise<Map<string, string>> {
-  const files = new Map<string, string>();
-  for (const name of STATIC.keys()) {
-    if (name === "display.js") continue;
-    files.set(name, await Deno.readTextFile(new URL(`./static/${name}`, import.meta.url)));
-  }
-  // The CLI's own rule, so the page shows hidden characters exactly as `inspect` does.
-  files.set("display.js", displayScript());
-  return files;
+function loadStatic(): Map<string, string> {
+  return new Map([
+    ["app.js", APP_JS],
+    ["style.css", STYLE_CSS],
+    ["index.html", INDEX_HTML],
+    // The CLI's own rule, so the page shows hidden characters exactly as `inspect` does.
+    ["display.js", displayScript()],
+  ]);
 }
 
 function refuse(c: Context, err: UiError): Response {
   return c.json({ code: err.code, message: err.message }, err.status as 400);
 }
 
-/** Builds the app (the static files are read once, here). */
-export async function createUiApp(opts: UiOptions): Promise<Hono> {
+/** Builds the app (its static files are the module's own, imported as text). */
+export function createUiApp(opts: UiOptions): Promise<Hono> {
   const { client } = opts;
   const actor = opts.actor ?? "ui";
-  const files = await loadStatic();
+  const files = loadStatic();
   const app = new Hono();
 
   app.onError((err, c) => {
@@ -353,7 +357,7 @@ export async function createUiApp(opts: UiOptions): Promise<Hono> {
   app.notFound((c) =>
     c.json({ code: "UI_NOT_FOUND" satisfies UiError["code"], message: `No page ${c.req.path}` }, 404)
   );
-  return app;
+  return Promise.resolve(app);
 }
 
 function boundedInt(raw: string | undefined, name: string, fallback: number, max: number, min = 1): number {
