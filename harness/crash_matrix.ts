@@ -30,7 +30,7 @@
  * @module
  */
 
-import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { createOpenAICompatible } from "npm:@ai-sdk/openai-compatible@3.0.92";
 import { serveMocks } from "../mock/server.ts";
 import type { FetchLike, Planner } from "../runtime/planner.ts";
 import { aiSdkPlanner } from "../runtime/planners/ai_sdk.ts";

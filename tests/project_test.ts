@@ -380,26 +380,31 @@ Deno.test("a project of its own runs the demo, its own agent with its own npm pa
     );
 
     await t.step("the README's crash commands, as written", async () => {
-      const block = shLines(fence(README, "sh", "CRASH_AT=after_call RUN_ID=demo2"));
+      // The after_call crash is the project agent's above (r2); this is the README's own pair.
+      const block = shLines(fence(README, "sh", "CRASH_AT=after_decide RUN_ID=demo"));
       assert.equal(block.length, 2, block.join("\n"));
       const crash = await sh(dir, block[0]);
       assert.equal(crash.code, 128 + 9, crash.text);
       const resume = await sh(dir, block[1]);
       assert.equal(resume.code, 0, resume.text);
-      assert.match(resume.text, /key=demo2:0 tool=create_server attempt=2/);
-      assert.match(resume.text, /key=demo2:0 result=i-\d+ remote=already_done/);
-      assert.match(resume.text, /event=done run=demo2 steps=3 /);
+      assert.match(
+        resume.text,
+        /event=replayed run=demo seq=0 tool=create_server/,
+        "the decision is replayed",
+      );
+      assert.match(resume.text, /key=demo:0 tool=create_server attempt=1/, "and its tool called once");
+      assert.match(resume.text, /event=done run=demo steps=3 /);
       const cloud = JSON.parse(await Deno.readTextFile(join(dir, ".data", "mock-cloud.json"))) as {
         resources: { key: string }[];
       };
-      const keys = cloud.resources.map((r) => r.key).filter((k) => k.startsWith("demo2:"));
-      assert.deepEqual(keys.sort(), ["demo2:0", "demo2:1", "demo2:2"], "one resource per key");
+      const keys = cloud.resources.map((r) => r.key).filter((k) => k.startsWith("demo:"));
+      assert.deepEqual(keys.sort(), ["demo:0", "demo:1", "demo:2"], "one resource per key");
     });
 
     await t.step("runs, inspect and migrate read the project's database", async () => {
       const runs = await sh(dir, line(commands, "deno task runs"));
       assert.equal(runs.code, 0, runs.text);
-      for (const id of ["r1", "r2", "demo2"]) assert.match(runs.text, new RegExp(`^${id} +\\S+ +done `, "m"));
+      for (const id of ["r1", "r2", "demo"]) assert.match(runs.text, new RegExp(`^${id} +\\S+ +done `, "m"));
       const inspect = await sh(dir, "deno task inspect r2");
       assert.equal(inspect.code, 0, inspect.text);
       assert.match(inspect.text, /r2:0/);
