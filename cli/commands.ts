@@ -71,7 +71,7 @@ import {
   type SideEffectRow,
 } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
-import { checkModelParams } from "../runtime/model_params.ts";
+import { parseModelParams } from "../runtime/model_params.ts";
 import type { ModelParams } from "../runtime/transcript.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
 
@@ -890,19 +890,7 @@ export async function main(
         }
       } else input = raw;
       const paramsText = v["model-params"] ?? (env.MODEL_PARAMS || undefined);
-      if (paramsText !== undefined) {
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(paramsText);
-        } catch {
-          return usage(
-            `--model-params must be a JSON object: current value is ${
-              JSON.stringify(paramsText.slice(0, 80))
-            }`,
-          );
-        }
-        modelParams = checkModelParams(parsed, "--model-params");
-      }
+      if (paramsText !== undefined) modelParams = parseModelParams(paramsText, "--model-params");
     } catch (err) {
       if (err instanceof ConfigError) return usage(err.problems.join("; "));
       if (err instanceof RuntimeError && err.code === "MODEL_PARAMS_INVALID") return usage(err.message);

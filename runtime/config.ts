@@ -33,7 +33,7 @@ import { CRASH_POINTS, type CrashPlan, isCrashPoint } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import type { LogFormat } from "./log.ts";
-import { checkModelParams } from "./model_params.ts";
+import { parseModelParams } from "./model_params.ts";
 import type { ModelParams } from "./transcript.ts";
 
 /** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
@@ -439,19 +439,8 @@ export function urlPasswordForms(raw: string | undefined): string[] {
 /** `MODEL_PARAMS` checked as request parameters (problems added to `problems`), or undefined when unset. */
 function runModelParams(raw: string | undefined, problems: string[]): ModelParams | undefined {
   if (raw === undefined) return undefined;
-  let value: unknown;
   try {
-    value = JSON.parse(raw);
-  } catch {
-    problems.push(
-      `MODEL_PARAMS must be a JSON object such as {"temperature":0.2,"maxOutputTokens":800}: current value is ${
-        JSON.stringify(raw.slice(0, 80))
-      }`,
-    );
-    return undefined;
-  }
-  try {
-    return checkModelParams(value, "MODEL_PARAMS");
+    return parseModelParams(raw, "MODEL_PARAMS");
   } catch (err) {
     problems.push((err as Error).message);
     return undefined;

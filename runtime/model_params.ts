@@ -128,6 +128,26 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
 }
 
 /**
+ * Request parameters given as JSON text (a setting, a flag): parsed, then
+ * checked as {@link checkModelParams} checks them. Throws
+ * `MODEL_PARAMS_INVALID` for text that is not JSON, too.
+ */
+export function parseModelParams(text: string, where: string): ModelParams | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new RuntimeError(
+      "MODEL_PARAMS_INVALID",
+      `${where} must be a JSON object such as {"temperature":0.2,"maxOutputTokens":800}: current value is ${
+        JSON.stringify(text.slice(0, 80))
+      }`,
+    );
+  }
+  return checkModelParams(value, where);
+}
+
+/**
  * The parameters a request is sent with: the run's over the agent's, field
  * by field (`extra` key by key). Undefined when neither sets any.
  */

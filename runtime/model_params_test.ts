@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { checkModelParams, mergeModelParams } from "./model_params.ts";
+import { checkModelParams, mergeModelParams, parseModelParams } from "./model_params.ts";
+import { loadSettings } from "./config.ts";
+import type { ConfigError } from "./errors.ts";
 import { chatParams } from "./planners/openai.ts";
 import { defineAgent } from "./agent.ts";
 import { RuntimeError } from "./errors.ts";
@@ -77,4 +79,17 @@ Deno.test("defineAgent() refuses wrong modelParams with MODEL_PARAMS_INVALID", (
     (err: RuntimeError) => err.code === "MODEL_PARAMS_INVALID" && /Cannot define agent "a"/.test(err.message),
   );
   assert.deepEqual(defineAgent({ name: "a", tools: [], modelParams: { seed: 1 } }).modelParams, { seed: 1 });
+});
+
+Deno.test("MODEL_PARAMS that is not JSON, or wrong, is a settings problem naming it", () => {
+  assert.throws(
+    () => parseModelParams("{temp", "MODEL_PARAMS"),
+    /MODEL_PARAMS must be a JSON object .*"\{temp"/,
+  );
+  assert.throws(
+    () => loadSettings([], { MODEL_PARAMS: '{"seed":-1}' }),
+    (err: ConfigError) =>
+      err.problems.some((p) => /MODEL_PARAMS: .*'seed' must be an integer of at least 0/.test(p)),
+  );
+  assert.deepEqual(loadSettings(["--model-params", '{"temperature":0}'], {}).modelParams, { temperature: 0 });
 });

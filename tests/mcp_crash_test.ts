@@ -105,6 +105,15 @@ async function chain(
 
 const CRASH = { CRASH_AT: "after_call", CRASH_SEQ: "0" };
 
+/** The chain's run killed at `after_call` (exit 137), then run again to its end (exit 0). */
+async function killedThenResumed(c: Chain): Promise<{ code: number; out: string }> {
+  const killed = await c.cli(["run"], CRASH);
+  assert.equal(killed.code, 137, killed.out);
+  const resumed = await c.cli(["run"]);
+  assert.equal(resumed.code, 0, resumed.out);
+  return resumed;
+}
+
 /** The key-honouring server: killed after the call, the re-send under the key finds the first answer. */
 function keyed(transport: Transport, runId: string, databaseUrl?: string) {
   return chain(transport, {
@@ -113,10 +122,7 @@ function keyed(transport: Transport, runId: string, databaseUrl?: string) {
     script: [{ tool: "create_ticket", args: { title: "Printer jam" } }, { answer: "Opened." }],
     databaseUrl,
   }, async (c) => {
-    const killed = await c.cli(["run"], CRASH);
-    assert.equal(killed.code, 137, killed.out);
-    const resumed = await c.cli(["run"]);
-    assert.equal(resumed.code, 0, resumed.out);
+    const resumed = await killedThenResumed(c);
     const confirmed = events(resumed.out, "confirmed");
     assert.deepEqual(confirmed.map((e) => [e.key, e.remote]), [[`${runId}:0`, "already_done"]]);
     assert.equal(JSON.parse(confirmed[0].result).id, "T-000001");
@@ -164,10 +170,7 @@ function readonly(transport: Transport, runId: string, databaseUrl?: string) {
     script: [{ tool: "get_forecast", args: { city: "Oslo" } }, { answer: "Sunny in Oslo." }],
     databaseUrl,
   }, async (c) => {
-    const killed = await c.cli(["run"], CRASH);
-    assert.equal(killed.code, 137, killed.out);
-    const resumed = await c.cli(["run"]);
-    assert.equal(resumed.code, 0, resumed.out);
+    const resumed = await killedThenResumed(c);
     assert.deepEqual(events(resumed.out, "intent").map((e) => e.attempt), ["2"], "re-sent once");
     assert.deepEqual(events(resumed.out, "confirmed").map((e) => e.remote), ["created"]);
     assert.equal(events(resumed.out, "flagged").length, 0);

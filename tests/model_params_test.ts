@@ -125,23 +125,21 @@ async function aRefusedParameterFailsTheRun(client: Client) {
   }
 }
 
-Deno.test("request parameters: the agent's under the run's reach the wire and the journal (PGlite)", async () => {
+/** Runs `body` with a client on an in-memory PGlite, closed after. */
+async function onPglite(body: (client: Client) => Promise<void>): Promise<void> {
   const client = await connect({ memory: true });
   try {
-    await parametersReachTheWire(client);
+    await body(client);
   } finally {
     await client.close();
   }
-});
+}
 
-Deno.test("request parameters: a parameter the server refuses fails the run once, named (PGlite)", async () => {
-  const client = await connect({ memory: true });
-  try {
-    await aRefusedParameterFailsTheRun(client);
-  } finally {
-    await client.close();
-  }
-});
+Deno.test("request parameters: the agent's under the run's reach the wire and the journal (PGlite)", () =>
+  onPglite(parametersReachTheWire));
+
+Deno.test("request parameters: a parameter the server refuses fails the run once, named (PGlite)", () =>
+  onPglite(aRefusedParameterFailsTheRun));
 
 pgTest(
   "request parameters reach the wire and the journal, and a refused one fails the run (PostgreSQL)",

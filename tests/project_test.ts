@@ -26,6 +26,7 @@ import { openPostgres } from "../runtime/store/postgres.ts";
 import { Store } from "../runtime/store/store.ts";
 import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
 import { freshSchema, pgIgnore } from "./_pg.ts";
+import { publishedFiles } from "./_published.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url)).replace(/\/$/, "");
 const PAGE = await Deno.readTextFile(join(ROOT, "docs/project.md"));
@@ -258,21 +259,6 @@ async function assertSupervised(
     stopped.out,
     new RegExp(`event=confirmed run=s1 seq=0 key=s1:0 result=${TWO_DAYS_MS} remote=created`),
   );
-}
-
-/** The files `deno publish --dry-run` lists, relative to the repository. */
-async function publishedFiles(): Promise<string[]> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["publish", "--dry-run", "--allow-dirty", "--no-check"],
-    cwd: ROOT,
-    env: { NO_COLOR: "1" },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-  assert.equal(out.code, 0, text);
-  const prefix = new URL("../", import.meta.url).href;
-  return [...text.matchAll(/^\s+(file:\/\/\S+) \(/gm)].map((m) => m[1].slice(prefix.length));
 }
 
 /**
