@@ -16,6 +16,7 @@ import { act, BlockedError, SleepingError, WaitingError } from "./executor.ts";
 import { callsOf, stepWidth } from "./calls.ts";
 import { decide } from "./journal.ts";
 import { closeRun, familyOf, ParentClosedError } from "./family.ts";
+import { afterAnswer, type ConversationState, loadConversation } from "./conversation.ts";
 import { keepLease } from "./lease.ts";
 import { recover } from "./recovery.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
@@ -141,6 +142,7 @@ export async function runWorker(
       input: req.input,
       budget: req.budget,
       modelParams: req.modelParams,
+      conversationIdleMs: deps.conversation?.idleMs,
     },
     clock.now(),
   );
@@ -350,6 +352,7 @@ async function driveClaimed(
     reservedCalls: 0,
     family: familyOf(run),
     lastWorkerError: run.error ?? undefined,
+    conversation: await loadConversation(deps, run, epoch === 1),
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
     runId,
@@ -394,6 +397,8 @@ async function driveClaimed(
       const ended = valueOf(stepped);
       if (ended) return ended;
       const decision = state.journal.get(seq)?.decision;
+      // A conversation went on with its next message: maxSteps bounds the decisions of each message.
+      if (decision && "done" in decision) decisions = -1;
       seq += decision ? stepWidth(decision) : 1;
     }
   } catch (err) {
@@ -445,6 +450,16 @@ async function step(
   if (!decided.ok) return decided;
   const { decision, checked } = decided.value;
   const journal = decided.rows.journal;
+  if ("done" in decision && state.conversation) {
+    const conversing = state as RunState & { conversation: ConversationState };
+    try {
+      const next = await afterAnswer(deps, conversing, seq, decision.message);
+      if (next === "next") return finished(undefined, { journal });
+      return finished({ ...done(), status: next, runStatus: next, output: decision.message }, { journal });
+    } catch (error) {
+      return failed(error, { journal });
+    }
+  }
   if ("done" in decision) {
     try {
       await closeRun(deps, state, { status: "done", error: null, output: decision.message });
