@@ -12,7 +12,7 @@
  * @module
  */
 
-import { checkConversation, type ConversationOptions } from "./conversation.ts";
+import { checkConversation, type ConversationOptions } from "./conversation_options.ts";
 import { type Budget, checkBudget } from "./budget.ts";
 import { describeValue, RuntimeError } from "./errors.ts";
 import { type StorableValue, toStorable } from "./store/storable.ts";

@@ -9,7 +9,7 @@
 
 import type { PreparedAgent } from "./agent.ts";
 import type { Budget } from "./budget.ts";
-import type { ConversationState } from "./conversation.ts";
+import type { ConversationState } from "./conversation_options.ts";
 import {
   type AgentDeps,
   agentDeps,

@@ -20,7 +20,7 @@
  * @module
  */
 
-import type { ConversationOptions } from "./conversation.ts";
+import type { ConversationOptions } from "./conversation_options.ts";
 import type { PreparedAgent } from "./agent.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { CrashPoints } from "./crashpoints.ts";
