@@ -143,16 +143,16 @@ Deno.test("a conversation answers its goal, waits for the next message without a
 });
 
 Deno.test("a message sent while the run works is queued, then answered after the current answer, in the same turn", async () => {
-  let client: Client | undefined;
+  const ref: { client?: Client } = {};
   let sentOnce = false;
   await using w = await world({
     onNote: async () => {
       if (sentOnce) return;
       sentOnce = true;
-      await client!.send("c2", "queued one", { messageId: "q" });
+      await ref.client!.send("c2", "queued one", { messageId: "q" });
     },
   });
-  client = w.client;
+  ref.client = w.client;
   await w.client.start(w.agent, { runId: "c2", input: "first" });
   const out = await runWorker(w.deps("w1"), "c2");
   assert.equal(out.status, "waiting");
@@ -208,9 +208,9 @@ Deno.test("a conversation idle past its limit ends done with its last answer; a 
 });
 
 Deno.test("a conversation closed while it works ends after its current answer", async () => {
-  let client: Client | undefined;
-  await using w = await world({ onNote: async () => void await client!.endConversation("c6") });
-  client = w.client;
+  const ref: { client?: Client } = {};
+  await using w = await world({ onNote: async () => void await ref.client!.endConversation("c6") });
+  ref.client = w.client;
   await w.client.start(w.agent, { runId: "c6", input: "hi" });
   const out = await runWorker(w.deps("w1"), "c6");
   assert.equal(out.status, "done");
