@@ -123,14 +123,26 @@ export async function afterAnswer(
   message.answer_seq = seq;
   message.answered_at = answeredAt;
   if (out.status === "waiting") {
-    deps.log.info("answered", { run: state.fence.runId, message: k, seq, waiting_ms: conv.idleMs });
+    deps.log.info("answered", {
+      run: state.fence.runId,
+      message: k,
+      seq,
+      waiting_ms: conv.idleMs,
+      output: answer,
+    });
     return "waiting";
   }
   if (out.status === "done") {
     deps.log.info("conversation-ended", { run: state.fence.runId, messages: k + 1, reason: "closed" });
     return "done";
   }
-  deps.log.info("answered", { run: state.fence.runId, message: k, seq, queued: out.messageCount - k - 1 });
+  deps.log.info("answered", {
+    run: state.fence.runId,
+    message: k,
+    seq,
+    queued: out.messageCount - k - 1,
+    output: answer,
+  });
   return await taken();
 }
 
