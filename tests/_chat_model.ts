@@ -7,6 +7,24 @@
  * test sees exactly the history the model was shown on every turn.
  */
 
+const MOD_TS = new URL("../mod.ts", import.meta.url).href;
+const TOOLS_TS = new URL("../examples/provision/tools.ts", import.meta.url).href;
+
+/** The instructions of the conversing agent below. */
+export const CHAT_INSTRUCTIONS = "Create a server for each message, then answer it.";
+
+/** A conversing agent whose one tool creates a server on the mock cloud under the call's key. */
+export const CHAT_AGENT_SOURCE = `
+import { defineAgent } from "${MOD_TS}";
+import { demoTools } from "${TOOLS_TS}";
+export default defineAgent({
+  name: "chat",
+  instructions: ${JSON.stringify(CHAT_INSTRUCTIONS)},
+  tools: (ctx) => demoTools({ cloudUrl: ctx.env.CLOUD_URL! }).filter((t) => t.name === "create_server"),
+  conversation: { idleMs: 600000 },
+});
+`;
+
 /** A chat-completions message as the model received it. */
 export interface WireMessage {
   role: string;

@@ -13,25 +13,14 @@ import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { connect } from "../runtime/client.ts";
 import { Proc } from "../harness/procs.ts";
-import { answerText, expectedHistory, historyOf, serveChatModel } from "./_chat_model.ts";
-
-const MOD_TS = new URL("../mod.ts", import.meta.url).href;
-const TOOLS_TS = new URL("../examples/provision/tools.ts", import.meta.url).href;
-
-/** The instructions of the conversing agent below. */
-export const CHAT_INSTRUCTIONS = "Create a server for each message, then answer it.";
-
-/** A conversing agent whose one tool creates a server on the mock cloud under the call's key. */
-export const CHAT_AGENT_SOURCE = `
-import { defineAgent } from "${MOD_TS}";
-import { demoTools } from "${TOOLS_TS}";
-export default defineAgent({
-  name: "chat",
-  instructions: ${JSON.stringify(CHAT_INSTRUCTIONS)},
-  tools: (ctx) => demoTools({ cloudUrl: ctx.env.CLOUD_URL! }).filter((t) => t.name === "create_server"),
-  conversation: { idleMs: 600000 },
-});
-`;
+import {
+  answerText,
+  CHAT_AGENT_SOURCE,
+  CHAT_INSTRUCTIONS,
+  expectedHistory,
+  historyOf,
+  serveChatModel,
+} from "./_chat_model.ts";
 
 async function cli(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
   const proc = new Proc("cli/main.ts", env, { args });
