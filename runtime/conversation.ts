@@ -158,3 +158,38 @@ async function nextOrRefused(
   }
   return await taken();
 }
+
+/**
+ * A conversation its worker host keeps in memory while it waits for its next
+ * message: the run's rows as the worker last wrote them, so the host that
+ * takes it again (and nobody took it in between: its epoch is the next) goes
+ * on without reading its whole history back, reading only the messages sent
+ * since. Per message, the database work stays the same however long the
+ * conversation grows.
+ */
+export interface ParkedConversation {
+  /** The epoch the run was let go under. */
+  epoch: number;
+  /** Its decisions by seq, as written. */
+  journal: RunState["journal"];
+  /** Its tool calls by seq, as written. */
+  effects: RunState["effects"];
+  /** Its messages, and the one last answered. */
+  conversation: ConversationState;
+  /** Model requests paid for so far. */
+  llmCalls: number;
+  /** The step of the last answer: a worker that takes the run again replays it, then takes the next message. */
+  seq: number;
+}
+
+/** A parked conversation taken again: the messages sent since it was let go, read and appended. */
+export async function resumeConversation(
+  deps: Pick<WorkerDeps, "store">,
+  runId: string,
+  parked: ParkedConversation,
+): Promise<ConversationState> {
+  const conv = parked.conversation;
+  const last = conv.messages[conv.messages.length - 1].seq;
+  conv.messages.push(...await deps.store.conversations.messagesAfter(runId, last));
+  return conv;
+}
