@@ -129,6 +129,7 @@ async function runtimeTurns(
   inner: SqlClient,
   turns: number,
   keep: number,
+  showStatements = false,
 ): Promise<{ turns: Turn[]; stored: Stored }> {
   const rows = new RowCounting(inner);
   const counting = new CountingClient(rows);
