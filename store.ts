@@ -51,7 +51,13 @@ export type {
   MessageWithAnswer,
   SentMessage,
 } from "./runtime/store/conversation.ts";
-export type { ConversationOptions, HistoryContext, HistoryHook } from "./runtime/conversation_options.ts";
+export type {
+  ConversationOptions,
+  ConversationState,
+  HistoryContext,
+  HistoryHook,
+} from "./runtime/conversation_options.ts";
+export type { ParkedConversation } from "./runtime/conversation.ts";
 export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export type { QueryOptions, SqlClient } from "./runtime/store/driver.ts";

@@ -14,7 +14,7 @@ import type { RunState, WorkerDeps } from "./context.ts";
 import type { ConversationState } from "./conversation_options.ts";
 import { FencedError, RuntimeError } from "./errors.ts";
 import type { MessageRow } from "./store/conversation.ts";
-import type { RunRow } from "./store/rows.ts";
+import type { JournalRow, RunRow, SideEffectRow } from "./store/rows.ts";
 
 export {
   checkConversation,
@@ -171,9 +171,9 @@ export interface ParkedConversation {
   /** The epoch the run was let go under. */
   epoch: number;
   /** Its decisions by seq, as written. */
-  journal: RunState["journal"];
+  journal: Map<number, JournalRow>;
   /** Its tool calls by seq, as written. */
-  effects: RunState["effects"];
+  effects: Map<number, SideEffectRow>;
   /** Its messages, and the one last answered. */
   conversation: ConversationState;
   /** Model requests paid for so far. */
