@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "./agent.ts";
-import { Client, type ClientError } from "./client.ts";
+import { Client, type ClientError, connect } from "./client.ts";
+import { CountingClient } from "./store/counting.ts";
 import { ManualClock } from "./clock.ts";
 import { workerFor } from "./context.ts";
 import { agentDeps, processDeps } from "./deps.ts";
@@ -244,3 +245,45 @@ Deno.test("the history hook trims what is sent; what is stored stays complete", 
   const record = await w.client.inspect("c8");
   assert.equal(record.journal.length, 4);
 });
+
+Deno.test("a worker host takes its parked conversation again from memory: only the new message is read", async () => {
+  const embedded = await connect({ memory: true });
+  const counting = new CountingClient(embedded.store.client);
+  const client = new Client(new Store(counting));
+  const echo = defineAgent({
+    name: "echo",
+    tools: [],
+    conversation: { idleMs: 600_000 },
+    model: {
+      describe: "echo",
+      decide: (req) => Promise.resolve({ kind: "done", text: `re: ${lastUser(req.transcript)}` }),
+    },
+  });
+  const worker = await client.startWorker([echo], { pollMs: 10 });
+  try {
+    await client.start(echo, { runId: "e1", input: "one" });
+    await client.wait("e1", { timeoutMs: 20_000, pollMs: 10 });
+    for (const text of ["two", "three"]) {
+      counting.reset();
+      await client.send("e1", text);
+      worker.wake();
+      await until(async () => (await client.get("e1"))?.conversation?.idle === true);
+      assert.equal((await client.get("e1"))?.output, `re: ${text}`);
+      assert.equal(counting.counts.get("read-history"), undefined, "the history is not read again");
+      assert.equal(counting.counts.get("read-messages"), 1, "only the messages sent since");
+    }
+    assert.deepEqual((await client.answers("e1")).map((t) => t.answer), ["re: one", "re: two", "re: three"]);
+  } finally {
+    await worker.stop();
+    await client.close();
+  }
+});
+
+async function until(check: () => Promise<boolean>): Promise<void> {
+  // Bounded: 2 000 looks, 10 ms apart.
+  for (let i = 0; i < 2_000; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error("timed out");
+}
