@@ -275,3 +275,19 @@ create table if not exists messages (
   primary key (run_id, seq),
   unique (run_id, message_id)
 );
+
+-- What a conversation's history hook computed once and must not compute again
+-- (a summary bought from a model): one row per run and key, written as a
+-- decision is, an intent (counting the attempt) before the work and the value
+-- confirmed after, so a restart replays the value instead of buying it again.
+create table if not exists memos (
+  run_id       text not null references runs (run_id),
+  key          text not null,
+  status       text not null check (status in ('intent', 'confirmed')),
+  value        jsonb,
+  attempts     integer not null default 0,
+  epoch        integer not null,
+  intent_at    timestamptz not null,
+  confirmed_at timestamptz,
+  primary key (run_id, key)
+);

@@ -831,7 +831,15 @@ export class Client {
   ): Promise<PruneResult> {
     const batchSize = opts.batchSize ?? 500;
     const maxRuns = opts.maxRuns ?? 1_000_000;
-    const out: PruneResult = { runs: [], journal: 0, effects: 0, approvals: 0, messages: 0, batches: 0 };
+    const out: PruneResult = {
+      runs: [],
+      journal: 0,
+      effects: 0,
+      approvals: 0,
+      messages: 0,
+      memos: 0,
+      batches: 0,
+    };
     if (opts.dryRun) {
       const seen = await this.store.pruneRuns(before, maxRuns, true);
       return { ...seen, batches: 0 };
@@ -857,6 +865,7 @@ export class Client {
       out.effects += batch.effects;
       out.approvals += batch.approvals;
       out.messages += batch.messages;
+      out.memos += batch.memos;
       out.batches++;
       if (batch.runs.length < batchSize) break;
     }

@@ -15,6 +15,7 @@ import type { ConversationState } from "./conversation_options.ts";
 import { FencedError, RuntimeError } from "./errors.ts";
 import type { MessageRow } from "./store/conversation.ts";
 import type { JournalRow, RunRow, SideEffectRow } from "./store/rows.ts";
+import type { Json } from "./tools.ts";
 
 export {
   checkConversation,
@@ -38,7 +39,7 @@ export async function loadConversation(
     ? []
     : await deps.store.conversations.messagesAfter(run.run_id, -1);
   const messages = rows[0]?.seq === 0 ? rows : [goalMessage(run), ...rows];
-  return { idleMs, messages, turn: 0 };
+  return { idleMs, messages, turn: 0, memos: new Map() };
 }
 
 /** Message 0 before its row is written (with its answer). */
@@ -192,4 +193,44 @@ export async function resumeConversation(
   const last = conv.messages[conv.messages.length - 1].seq;
   conv.messages.push(...await deps.store.conversations.messagesAfter(runId, last));
   return conv;
+}
+
+/** The largest key {@link HistoryContext.remember} takes, in characters. */
+const MEMO_KEY_MAX = 200;
+
+/**
+ * {@link HistoryContext.remember} for the run `state` holds: a value stored
+ * under `key` is returned without running `compute`; otherwise the attempt is
+ * written first (fenced), then `compute` runs, then its value is written.
+ */
+export async function remember<T extends Json>(
+  deps: Pick<WorkerDeps, "store" | "clock" | "log">,
+  state: Pick<RunState, "fence"> & { conversation: ConversationState },
+  key: string,
+  compute: () => Promise<T>,
+): Promise<T> {
+  if (typeof key !== "string" || key === "" || key.length > MEMO_KEY_MAX) {
+    throw new RuntimeError(
+      "AGENT_INVALID",
+      `A remembered value's key is a text of 1 to ${MEMO_KEY_MAX} characters: current value is ${
+        JSON.stringify(key)
+      }`,
+    );
+  }
+  const memos = state.conversation.memos;
+  if (memos.has(key)) return memos.get(key) as T;
+  const store = deps.store.conversations;
+  const row = await store.memoIntent(state.fence, key, deps.clock.now());
+  if (!row) throw await deps.store.refusal(state.fence, `remember ${key}`);
+  if (row.status === "confirmed") {
+    deps.log.info("memo-replayed", { run: state.fence.runId, key });
+    memos.set(key, row.value as Json);
+    return row.value as T;
+  }
+  deps.log.info("memo", { run: state.fence.runId, key, attempt: row.attempts });
+  const value = await compute();
+  const done = await store.memoConfirm(state.fence, key, value, deps.clock.now());
+  if (!done) throw await deps.store.refusal(state.fence, `remember ${key}`);
+  memos.set(key, done.value as Json);
+  return done.value as T;
 }

@@ -10,6 +10,7 @@
 import { RuntimeError } from "./errors.ts";
 import type { MessageRow } from "./store/conversation.ts";
 import type { TranscriptMessage } from "./transcript.ts";
+import type { Json } from "./tools.ts";
 
 /** The largest idle limit a conversation may set: 30 days. */
 export const IDLE_MS_MAX = 30 * 24 * 3_600_000;
@@ -25,6 +26,13 @@ export interface HistoryContext {
   seq: number;
   /** Messages of the conversation so far (the goal counts as one). */
   messages: number;
+  /**
+   * Runs `compute` once for this run and `key`, journaled as a decision is:
+   * its attempt is written (and counted) before it runs, its value after, and
+   * a restart returns the stored value instead of running it again. For work
+   * that costs, such as a summary bought from a model; the value is JSON.
+   */
+  remember<T extends Json>(key: string, compute: () => Promise<T>): Promise<T>;
 }
 
 /**
@@ -76,4 +84,6 @@ export interface ConversationState {
   messages: MessageRow[];
   /** The message being answered: the number of final answers the loop has passed. */
   turn: number;
+  /** Values the history hook remembered ({@link HistoryContext.remember}), by key, as read or written. */
+  memos: Map<string, Json>;
 }

@@ -287,3 +287,50 @@ async function until(check: () => Promise<boolean>): Promise<void> {
   }
   throw new Error("timed out");
 }
+
+Deno.test("a summary the history hook remembers is bought once: another worker replays it from the database", async () => {
+  let bought = 0;
+  // Everything before the latest message is replaced by a summary, each bought once under its own key:
+  // the first message's, then one per later message that builds on it.
+  const summarise: HistoryHook = async (t, ctx) => {
+    if (ctx.messages < 2) return t;
+    const first = await ctx.remember("summary-before-1", () => {
+      bought++;
+      return Promise.resolve("summary of the first message");
+    });
+    const summary = ctx.messages < 3
+      ? first
+      : await ctx.remember(`summary-before-${ctx.messages - 1}`, () => {
+        bought++;
+        return Promise.resolve(`${first}, and more`);
+      });
+    return [t[0], { role: "user", text: summary }, ...t.slice(t.findLastIndex((m) => m.role === "user"))];
+  };
+  await using w = await world({ history: summarise });
+  await w.client.start(w.agent, { runId: "s1", input: "one" });
+  await runWorker(w.deps("w1"), "s1");
+  await w.client.send("s1", "two");
+  await runWorker(w.deps("w1"), "s1");
+  assert.equal(bought, 1, "bought once for both steps of message 1");
+  // Another worker (a restart) on a new message: the summary before message 1 is not bought again, and the
+  // summary before message 2 is bought once.
+  await w.client.send("s1", "three");
+  await runWorker(w.deps("w2"), "s1");
+  assert.equal(bought, 2);
+  assert.ok(w.lines.some((l) => l.includes("event=memo-replayed run=s1 key=summary-before-1")), "replayed");
+  const last = w.model.asked[w.model.asked.length - 1].transcript;
+  assert.deepEqual(last.slice(0, 3).map((m) => m.role === "user" ? m.text : m.role), [
+    "system",
+    "summary of the first message, and more",
+    "three",
+  ]);
+  const rows = await w.store.client.query<{ key: string; attempts: number; status: string }>(
+    "select key, attempts, status from memos where run_id = 's1' order by key",
+  );
+  assert.deepEqual(rows.map((r) => [r.key, r.attempts, r.status]), [
+    ["summary-before-1", 1, "confirmed"],
+    ["summary-before-2", 1, "confirmed"],
+  ]);
+  // What is stored stays complete.
+  assert.deepEqual((await w.client.answers("s1")).map((t) => t.text), ["one", "two", "three"]);
+});

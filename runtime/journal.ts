@@ -12,6 +12,7 @@ import { applyRow, type RunState, telemetryOf, waitToRetry, type WorkerDeps } fr
 import { type Ended, failed, finished } from "./ended.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildTranscript } from "./history.ts";
+import { remember } from "./conversation.ts";
 import type { Planner } from "./planner.ts";
 import {
   type DecideRequest,
@@ -308,16 +309,18 @@ function smaller(a: number | undefined, b: number | undefined): number | undefin
 
 /** The transcript for step `seq` as sent: rebuilt from the rows, then through the conversation's history hook. */
 async function sentHistory(
-  deps: Pick<WorkerDeps, "instructions" | "conversation">,
+  deps: WorkerDeps,
   state: RunState,
   seq: number,
 ): Promise<TranscriptMessage[]> {
   const transcript = buildTranscript(state, seq, deps.instructions);
   const hook = deps.conversation?.history;
-  if (!hook || !state.conversation) return transcript;
+  const conversation = state.conversation;
+  if (!hook || !conversation) return transcript;
   return await hook(transcript, {
     runId: state.fence.runId,
     seq,
-    messages: state.conversation.turn + 1,
+    messages: conversation.turn + 1,
+    remember: (key, compute) => remember(deps, { fence: state.fence, conversation }, key, compute),
   });
 }

@@ -68,6 +68,8 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "end-conversation": "other",
   "read-messages": "other",
   "list-answers": "other",
+  "memo-intent": "journal-intent",
+  "memo-confirm": "journal-confirm",
   // A family member's close is its finish (with its parent woken and its descendants cancelled).
   "finish-family-run": "finish",
   // A child run created under its parent's fence: a fenced write of the parent's worker.

@@ -13,7 +13,8 @@
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type { Fence, RunRow, RunStatus } from "./rows.ts";
-import { OPEN_STATUSES, queryRows, RUNNING_AT, statement, textParam, ts } from "./sql.ts";
+import { FENCE, jsonParam, OPEN_STATUSES, queryRows, RUNNING_AT, statement, textParam, ts } from "./sql.ts";
+import type { Json } from "../tools.ts";
 
 /** A row of `messages`: one message of a conversation. */
 export interface MessageRow {
@@ -130,6 +131,25 @@ const END_CONVERSATION = statement(
    returning *`,
 );
 
+// A memo's intent ($1 run, $2 epoch, $3 key, $4 now), counting the attempt; a confirmed memo is returned as it is.
+const MEMO_INTENT = statement(
+  "memo-intent",
+  `insert into memos (run_id, key, status, attempts, epoch, intent_at)
+   select $1, $3, 'intent', 1, $2, $4::timestamptz where ${FENCE}
+   on conflict (run_id, key) do update
+     set attempts = memos.attempts + case when memos.status = 'intent' then 1 else 0 end,
+         epoch = case when memos.status = 'intent' then excluded.epoch else memos.epoch end,
+         intent_at = case when memos.status = 'intent' then excluded.intent_at else memos.intent_at end
+   returning *`,
+);
+// $1 run, $2 epoch, $3 key, $4 value, $5 now.
+const MEMO_CONFIRM = statement(
+  "memo-confirm",
+  `update memos set status = 'confirmed', value = $4::text::jsonb, confirmed_at = $5::timestamptz
+    where run_id = $1 and key = $3 and status = 'intent' and ${FENCE}
+   returning *`,
+);
+
 const READ_MESSAGES = statement(
   "read-messages",
   `select * from messages where run_id = $1 and seq > $2 order by seq`,
@@ -151,7 +171,29 @@ export const CONVERSATION_STATEMENTS = [
   END_CONVERSATION,
   READ_MESSAGES,
   LIST_ANSWERS,
+  MEMO_INTENT,
+  MEMO_CONFIRM,
 ] as const;
+
+/** A row of `memos`: a value a history hook computed once (a summary), journaled as a decision is. */
+export interface MemoRow {
+  /** The run. */
+  run_id: string;
+  /** The hook's name for it. */
+  key: string;
+  /** `intent` while its work is (or was) under way, `confirmed` once its value is written. */
+  status: "intent" | "confirmed";
+  /** The value, once confirmed. */
+  value: Json | null;
+  /** Times its work was started, counted before each. */
+  attempts: number;
+  /** The epoch that wrote it last. */
+  epoch: number;
+  /** When its latest attempt began. */
+  intent_at: Date;
+  /** When its value was written. */
+  confirmed_at: Date | null;
+}
 
 /** The statements of conversations: a send, a worker's answer and idle end, a close, and the reads. */
 export class Conversations {
@@ -228,6 +270,28 @@ export class Conversations {
   /** Up to `limit` messages from `fromSeq` on, each with its answer, in order. */
   async answers(runId: string, fromSeq: number, limit: number): Promise<MessageWithAnswer[]> {
     return await queryRows<MessageWithAnswer>(this.#client, LIST_ANSWERS, [runId, fromSeq, limit]);
+  }
+
+  /**
+   * Records that the work of memo `key` begins (counting the attempt), fenced;
+   * a confirmed memo comes back as it is (its value, to replay). Undefined
+   * when the fence refused it.
+   */
+  async memoIntent(f: Fence, key: string, now: Date): Promise<MemoRow | undefined> {
+    const [row] = await queryRows<MemoRow>(this.#client, MEMO_INTENT, [f.runId, f.epoch, key, ts(now)]);
+    return row;
+  }
+
+  /** Writes memo `key`'s value, fenced; undefined when the fence (or its state) refused it. */
+  async memoConfirm(f: Fence, key: string, value: Json, now: Date): Promise<MemoRow | undefined> {
+    const [row] = await queryRows<MemoRow>(this.#client, MEMO_CONFIRM, [
+      f.runId,
+      f.epoch,
+      key,
+      jsonParam(value, `memo ${key}`),
+      ts(now),
+    ]);
+    return row;
   }
 
   /** The run, for a caller explaining a refusal. */

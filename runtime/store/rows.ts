@@ -26,6 +26,7 @@ export const RUN_ROW_TABLES = {
   side_effects: "effects",
   approvals: "approvals",
   messages: "messages",
+  memos: "memos",
 } as const;
 
 /** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */

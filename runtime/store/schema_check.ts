@@ -78,6 +78,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
   messages: ["run_id", "seq", "message_id", "text", "created_at", "answer_seq", "answered_at"],
+  memos: ["run_id", "key", "status", "value", "attempts", "epoch", "intent_at", "confirmed_at"],
   approvals: [
     "idempotency_key",
     "run_id",

@@ -86,6 +86,8 @@ export type StatementName =
   | "end-conversation"
   | "read-messages"
   | "list-answers"
+  | "memo-intent"
+  | "memo-confirm"
   // overview
   | "count-by-status"
   | "agents-with-runs"
