@@ -216,6 +216,7 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     conversation_idle_ms: run.conversationIdleMs ?? null,
     message_count: run.conversationIdleMs === undefined ? 0 : 1,
     idle_since: null,
+    conversation_ended_at: null,
     parent_run_id: null,
     parent_key: null,
     root_run_id: null,
