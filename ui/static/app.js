@@ -633,7 +633,11 @@ function drawCard() {
           h(
             "dd",
             { id: "run-waits" },
-            r.wakeAt ? `on its calls' remotes, until ${time(r.wakeAt)}` : "for a person",
+            t.conversation?.idle
+              ? `for the next message, until ${time(r.wakeAt)}`
+              : r.wakeAt
+              ? `on its calls' remotes, until ${time(r.wakeAt)}`
+              : "for a person",
           ),
         ]
         : "",
@@ -650,8 +654,72 @@ function drawCard() {
     ),
     buttons,
     ...(t.approvals ?? []).map((a) => approvalBox(a, t.readOnly)),
+    t.conversation ? conversationView(t) : "",
   );
   document.getElementById("run-card").replaceWith(card);
+}
+
+/**
+ * A conversation's messages with their answers (the last ones the run's JSON
+ * carries; every text through h(), so shown as text with escapes marked), and
+ * a box for the next message while it is open and the page may act.
+ */
+function conversationView(t) {
+  const c = t.conversation;
+  const r = t.run;
+  const turns = c.turns.map((m) =>
+    h(
+      "div",
+      { class: "turn", "data-message": m.seq },
+      h(
+        "div",
+        { class: "muted" },
+        `message ${m.seq}${m.messageId === null ? " (the goal)" : ""} · ${time(m.sentAt)}`,
+      ),
+      h("div", { class: "message" }, m.text),
+      h(
+        "div",
+        { class: m.answer === null ? "muted" : "answer" },
+        m.answer === null ? "not answered yet" : m.answer,
+      ),
+    )
+  );
+  const open = !c.ended && !CLOSED.includes(r.status);
+  let box = "";
+  if (open && !t.readOnly) {
+    // One id per box: a send retried from it is one message; a new box after the answer gets a new one.
+    const messageId = crypto.randomUUID();
+    const text = h("textarea", { placeholder: "the next message", onfocus: () => (busy = true) });
+    box = h(
+      "div",
+      { class: "actions" },
+      text,
+      h("button", {
+        "data-action": "send",
+        onclick: () =>
+          text.value.trim() !== "" &&
+          act(
+            `/api/runs/${encodeURIComponent(r.runId)}/messages`,
+            { text: text.value, messageId },
+            "message sent",
+          ),
+      }, "send"),
+    );
+  }
+  return h(
+    "div",
+    { class: "conversation", id: "run-conversation" },
+    h(
+      "h3",
+      {},
+      `conversation · ${c.messages} messages${
+        c.ended ? " · closed" : c.idle ? " · waiting for the next" : ""
+      }`,
+    ),
+    c.from > 0 ? h("div", { class: "muted" }, `(the last ${c.turns.length} of ${c.messages})`) : "",
+    turns,
+    box,
+  );
 }
 
 /** Draws the steps in `seqs` (all held when omitted), in order; a new set of lanes redraws every step. */
