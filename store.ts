@@ -47,6 +47,7 @@ export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/st
 export type {
   AnswerOutcome,
   Conversations,
+  MemoRow,
   MessageRow,
   MessageWithAnswer,
   SentMessage,
