@@ -148,6 +148,7 @@ export async function main(
       owner: settings.worker,
       heartbeatMs: settings.heartbeatMs,
       leaseMs: settings.leaseMs,
+      streamDeltas: settings.streamDeltas,
     });
     // MAX_STEPS, when set, replaces the agent's own maxSteps.
     const deps = workerFor(
