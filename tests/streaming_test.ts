@@ -12,12 +12,16 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent.ts";
-import { connect } from "../runtime/client.ts";
+import { Client, connect } from "../runtime/client.ts";
 import { OpenAIPlanner } from "../runtime/planner.ts";
 import { defineTool } from "../runtime/tools.ts";
 import type { StreamEvent } from "../runtime/stream.ts";
 import { MockModel } from "../mock/model.ts";
 import { DEFAULT_RETRY } from "../runtime/deps.ts";
+import { serveMocks } from "../mock/server.ts";
+import { spawnWorker, type WorkerChild } from "../harness/pg.ts";
+import demoAgent from "../examples/provision/agent.ts";
+import { pgTest } from "./_pg.ts";
 
 /** The answer of call n: distinct per call, so a mix of two attempts would show. */
 const ANSWER = "Attempt {n} writes this answer piece by piece, " +
@@ -139,3 +143,167 @@ Deno.test("a watcher that connects after the run ended gets its history from the
     await client.close();
   }
 });
+
+/** A `deno run` child printing JSON lines: its lines so far, and a wait for one that matches. */
+function spawnWatcher(databaseUrl: string, runId: string) {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", new URL("./_stream_watcher.ts", import.meta.url).pathname, databaseUrl, runId],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const lines: { at: number; event: StreamEvent }[] = [];
+  let wake: (() => void) | undefined;
+  const done = (async () => {
+    let buf = "";
+    const decoder = new TextDecoder();
+    for await (const chunk of child.stdout) {
+      buf += decoder.decode(chunk, { stream: true });
+      let nl = buf.indexOf("\n");
+      // Bounded by the chunk: each pass takes one line.
+      while (nl >= 0) {
+        lines.push(JSON.parse(buf.slice(0, nl)));
+        buf = buf.slice(nl + 1);
+        nl = buf.indexOf("\n");
+      }
+      wake?.();
+    }
+    return await child.status;
+  })();
+  return {
+    lines,
+    done,
+    /** Resolves once a line satisfies `pred`. */
+    async until(pred: (e: StreamEvent) => boolean): Promise<void> {
+      // Bounded by the child: it ends, and `done` settles.
+      while (!lines.some((l) => pred(l.event))) {
+        const more = new Promise<void>((r) => wake = r);
+        if ((await Promise.race([more.then(() => "more"), done.then(() => "ended")])) === "ended") break;
+      }
+    },
+    kill: () => {
+      try {
+        child.kill("SIGKILL");
+      } catch (err) {
+        // Already ended: nothing to kill.
+        if (!(err instanceof TypeError)) throw err;
+      }
+    },
+  };
+}
+
+function quantile(sorted: number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+pgTest(
+  "on PostgreSQL, a watcher in another process sees 50 chunks as written; a worker killed mid-stream shows a reset, then the second attempt",
+  async (pg) => {
+    // When each piece of each call was written by the mock, and where it ends in the call's text.
+    const written = new Map<number, { at: number; end: number }[]>();
+    let first: WorkerChild | undefined;
+    const model = await MockModel.open({
+      stream: {
+        chunks: 50,
+        chunkMs: 40,
+        onChunk: async (c) => {
+          const pieces = written.get(c.n) ?? [];
+          pieces.push({ at: Date.now(), end: (pieces.at(-1)?.end ?? 0) + c.text.length });
+          written.set(c.n, pieces);
+          // The first worker dies by SIGKILL in the middle of its answer (call 2: call 1 chose the tool).
+          if (c.n === 2 && c.index === 20 && first) {
+            first.kill();
+            await first.result;
+            throw new Error("the worker is gone");
+          }
+        },
+      },
+    });
+    const mocks = await serveMocks({ model });
+    const runId = `stream-pg-${crypto.randomUUID().slice(0, 8)}`;
+    model.setScript({
+      run: runId,
+      steps: [{ tool: "create_server", args: { name: "srv-{n}", spec: "small" } }, { answer: ANSWER }],
+    });
+    const client = new Client(pg.store);
+    await client.start(demoAgent, { runId });
+    const watcher = spawnWatcher(pg.url, runId);
+    try {
+      await watcher.until((e) => e.type === "status");
+      const env = {
+        DATABASE_URL: pg.url,
+        RUN_ID: runId,
+        MODEL_URL: mocks.modelUrl,
+        MODEL: "mock",
+        CLOUD_URL: mocks.cloudUrl,
+        STREAM_DELTAS: "1",
+        LOG_FORMAT: "json",
+      };
+      first = spawnWorker(env);
+      const killed = await first.result;
+      assert.equal(killed.signal, "SIGKILL");
+      // A worker started by hand on the run takes it over (a new epoch) and asks again: call 3.
+      const second = spawnWorker(env);
+      const ended = await second.result;
+      assert.equal(ended.code, 0, ended.lines.join("\n"));
+      const status = await watcher.done;
+      assert.equal(status.code, 0);
+
+      const events = watcher.lines.map((l) => l.event);
+      const run = await client.get(runId);
+      assert.equal(run?.status, "done");
+      assert.equal(run?.output, ANSWER.replace("{n}", "3"));
+      const resets = events.filter((e) => e.type === "reset");
+      assert.equal(resets.length, 1, JSON.stringify(resets));
+      const reset = resets[0];
+      assert.ok(
+        reset.type === "reset" && reset.seq === 1 && reset.reason === "takeover" && reset.epoch === 2,
+      );
+      const at = events.indexOf(reset);
+      const before = events.slice(0, at);
+      const after = events.slice(at + 1);
+      // Before the reset: the first attempt's text, up to where it was cut; after it: only the second's.
+      const cut = textSinceReset(before, 1);
+      assert.ok(cut.length > 0 && ANSWER.replace("{n}", "2").startsWith(cut), cut);
+      assert.ok(after.every((e) => e.type !== "delta" || (e.epoch === 2 && e.attempt === 2)));
+      const deltas = after.filter((e) => e.type === "delta");
+      // In order as written: each piece starts where the one before it ended.
+      let end = 0;
+      for (const d of deltas) {
+        assert.ok(d.type === "delta");
+        assert.equal(d.offset, end);
+        end += d.text.length;
+      }
+      const answer = after.find((e) => e.type === "answer");
+      assert.ok(answer?.type === "answer");
+      assert.equal(answer.text, run?.output);
+      assert.equal(
+        textSinceReset(events, 1),
+        answer.text,
+        "the journaled answer is the deltas' concatenation",
+      );
+      assert.equal(events.at(-1)?.type, "status");
+
+      // The delay from each piece the mock wrote (call 3) to the watcher's receipt of the text that holds it.
+      const received = watcher.lines.filter((l) => l.event.type === "delta" && l.event.attempt === 2);
+      const delays = (written.get(3) ?? []).map((p) => {
+        const got = received.find((l) =>
+          l.event.type === "delta" && l.event.offset + l.event.text.length >= p.end
+        );
+        assert.ok(got, `piece ending at ${p.end} was received`);
+        return got.at - p.at;
+      }).sort((a, b) => a - b);
+      assert.equal(delays.length, 50);
+      console.log(
+        `stream delay, model chunk to watcher in another process (PostgreSQL, ${delays.length} chunks, ` +
+          `${received.length} notifications): median ${quantile(delays, 0.5)} ms, p90 ${
+            quantile(delays, 0.9)
+          } ms, max ${delays.at(-1)} ms`,
+      );
+    } finally {
+      watcher.kill();
+      await watcher.done.catch(() => {});
+      await mocks.close();
+    }
+  },
+);
