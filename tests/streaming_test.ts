@@ -22,6 +22,8 @@ import { serveMocks } from "../mock/server.ts";
 import { spawnWorker, type WorkerChild } from "../harness/pg.ts";
 import demoAgent from "../examples/provision/agent.ts";
 import { pgTest } from "./_pg.ts";
+import { createUiApp } from "../ui/server.ts";
+import { SseParser } from "../runtime/planners/sse.ts";
 
 /** The answer of call n: distinct per call, so a mix of two attempts would show. */
 const ANSWER = "Attempt {n} writes this answer piece by piece, " +
@@ -307,3 +309,70 @@ pgTest(
     }
   },
 );
+
+Deno.test("the page's GET /api/runs/:id/stream sends the run's events as server-sent events, under the token rule", async () => {
+  const model = await MockModel.open({ now: () => new Date(0), stream: { chunks: 10, chunkMs: 5 } });
+  const agent = defineAgent({
+    name: "paged",
+    instructions: "Answer.",
+    tools: [lookup],
+    model: new OpenAIPlanner({ url: "http://mock/v1", model: "m", fetch: model.handler }),
+  });
+  model.setScript({ agent: "paged", steps: [{ answer: ANSWER }] });
+  const client = await connect({ memory: true });
+  const app = await createUiApp({ client, token: "tok" });
+  const auth = { headers: { authorization: "Bearer tok" } };
+  try {
+    assert.equal((await app.request("/api/runs/none/stream")).status, 401);
+    const missing = await app.request("/api/runs/none/stream", auth);
+    assert.equal(missing.status, 404);
+    assert.equal((await missing.json()).code, "RUN_NOT_FOUND");
+    await client.start(agent, { runId: "paged-1", input: "x" });
+    const res = await app.request("/api/runs/paged-1/stream", auth);
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("content-type"), "text/event-stream");
+    const worker = await client.startWorker([agent], { pollMs: 20, streamDeltas: true });
+    const events: { event: string; data: Record<string, unknown> }[] = [];
+    try {
+      const parser = new SseParser();
+      const decoder = new TextDecoder();
+      for await (const piece of res.body!) {
+        for (const e of parser.push(decoder.decode(piece, { stream: true }))) {
+          events.push({ event: e.event, data: JSON.parse(e.data) });
+        }
+      }
+    } finally {
+      await worker.stop();
+    }
+    const names = events.map((e) => e.event);
+    assert.equal(names[0], "status");
+    assert.deepEqual(names.slice(-3), ["answer", "status", "end"]);
+    const text = events.filter((e) => e.event === "delta").map((e) => e.data.text).join("");
+    assert.equal(text, ANSWER.replace("{n}", "1"));
+    assert.equal(events.find((e) => e.event === "answer")?.data.text, text);
+  } finally {
+    await client.close();
+  }
+});
+
+Deno.test("a page that goes away mid-stream ends its watcher: nothing is left listening", async () => {
+  const client = await connect({ memory: true });
+  const app = await createUiApp({ client });
+  try {
+    const agent = defineAgent({
+      name: "idle",
+      instructions: "-",
+      tools: [],
+      model: { describe: "none", decide: () => Promise.reject(new Error("never")) },
+    });
+    await client.start(agent, { runId: "idle-1", input: "x" });
+    const res = await app.request("/api/runs/idle-1/stream", { headers: { host: "127.0.0.1" } });
+    const reader = res.body!.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    assert.match(first, /^event: status\ndata: \{"type":"status","status":"pending"/);
+    // The sanitizers fail this test if the subscription or its timer outlives the cancel.
+    await reader.cancel();
+  } finally {
+    await client.close();
+  }
+});
