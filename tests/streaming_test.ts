@@ -23,6 +23,7 @@ import { spawnWorker, type WorkerChild } from "../harness/pg.ts";
 import demoAgent from "../examples/provision/agent.ts";
 import { pgTest } from "./_pg.ts";
 import { createUiApp } from "../ui/server.ts";
+import { CountingClient, Store } from "../store.ts";
 import { SseParser } from "../runtime/planners/sse.ts";
 
 /** The answer of call n: distinct per call, so a mix of two attempts would show. */
@@ -375,4 +376,46 @@ Deno.test("a page that goes away mid-stream ends its watcher: nothing is left li
   } finally {
     await client.close();
   }
+});
+
+Deno.test("the cost: with STREAM_DELTAS off a run sends no statement more; on, one notification per piece sent and nothing else", async () => {
+  const counts: Record<string, Map<string, number>> = {};
+  for (const streamDeltas of [false, true]) {
+    const model = await MockModel.open({ now: () => new Date(0), stream: { chunks: 50 } });
+    const agent = defineAgent({
+      name: "counted",
+      instructions: "Look up, then answer.",
+      tools: [lookup],
+      model: new OpenAIPlanner({ url: "http://mock/v1", model: "m", fetch: model.handler }),
+    });
+    model.setScript({ agent: "counted", steps: [{ tool: "lookup", args: { q: "x" } }, { answer: ANSWER }] });
+    const base = await connect({ memory: true });
+    const counting = new CountingClient(base.store.client);
+    const client = new Client(new Store(counting));
+    await client.start(agent, { runId: "counted-1", input: "x" });
+    counting.reset();
+    const worker = await client.startWorker([agent], { pollMs: 5_000, streamDeltas });
+    try {
+      assert.equal((await client.wait("counted-1", { pollMs: 10 })).status, "done");
+    } finally {
+      await worker.stop();
+    }
+    // The waits and the host's own statements vary with timing: the run's protocol does not.
+    const protocol = [...counting.counts].filter(([name]) =>
+      /^(journal|effect|finish|claim|first-claim|notify|stream)/.test(name)
+    );
+    counts[String(streamDeltas)] = new Map(protocol);
+    await base.close();
+  }
+  const off = counts["false"];
+  const on = counts["true"];
+  assert.equal(off.get("notify-stream"), undefined);
+  assert.equal(off.get("stream-channel"), undefined);
+  const notified = on.get("notify-stream") ?? 0;
+  // Pieces written at once are gathered: at least one payload, at most one per piece.
+  assert.ok(notified >= 1 && notified <= 50, `${notified} notifications`);
+  assert.equal(on.get("stream-channel"), 1, "the channel's name is read once per store");
+  on.delete("notify-stream");
+  on.delete("stream-channel");
+  assert.deepEqual(on, off, "the journal's writes are the same, streamed or not");
 });
