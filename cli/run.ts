@@ -164,6 +164,7 @@ export async function main(
         owner: `${settings.worker}:children`,
         heartbeatMs: settings.heartbeatMs,
         leaseMs: settings.leaseMs,
+        streamDeltas: settings.streamDeltas,
         pollMs: 200,
         agents: prepared.slice(1),
         maxSteps: settings.maxSteps,
