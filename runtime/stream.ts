@@ -234,6 +234,9 @@ export class DeltaPublisher {
   }
 }
 
+/** How long a watcher waits for its own notification to come back (see `watchRun`). */
+const SYNC_WAIT_MS = 1_000;
+
 /** The statuses a stream ends at: the run will not change again by itself. */
 export const STREAM_END_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled"];
 
@@ -276,10 +279,26 @@ export class StreamFollower {
     return !this.#decided.has(seq) && !this.#showing.has(seq);
   }
 
+  /** The steps `journal` decides that were not told decided yet. */
+  newlyDecided(journal: readonly JournalRow[]): Set<number> {
+    return new Set(
+      journal.filter((j) => j.status === "confirmed" && j.decision && !this.#decided.has(j.seq)).map((j) =>
+        j.seq
+      ),
+    );
+  }
+
   /** The events the run's rows, read now, add to what was told. */
-  rows(run: RunRow, journal: readonly JournalRow[], effects: readonly SideEffectRow[]): StreamEvent[] {
+  rows(
+    run: RunRow,
+    journal: readonly JournalRow[],
+    effects: readonly SideEffectRow[],
+    opts: { steps?: "only" } = {},
+  ): StreamEvent[] {
     const out: StreamEvent[] = [];
-    if (run.epoch > this.#epoch) {
+    // `steps: "only"`: the steps' events alone, the run's epoch and status left for a later call.
+    const whole = opts.steps !== "only";
+    if (whole && run.epoch > this.#epoch) {
       // A takeover: text still showing for a step the journal has not decided was the old worker's.
       if (this.#epoch > 0) {
         for (const [seq, s] of this.#showing) {
@@ -330,7 +349,7 @@ export class StreamFollower {
       }
     }
     // Last: a run's end follows its answer.
-    if (run.status !== this.#status) {
+    if (whole && run.status !== this.#status) {
       this.#status = run.status;
       out.push({ type: "status", status: run.status, epoch: run.epoch, error: run.error });
     }
@@ -405,12 +424,33 @@ export async function* watchRun(
   const follower = new StreamFollower(runId);
   const queue: Delta[] = [];
   let ring: (() => void) | undefined;
+  let heardText = false;
+  let ping = "";
+  let pinged: (() => void) | undefined;
   const unlisten = await store.stream.listen((payload) => {
+    if (payload === ping) return pinged?.();
     const d = decodeDelta(payload);
     if (d === undefined || d.runId !== runId) return;
+    heardText = true;
     queue.push(d);
     ring?.();
   });
+  // Waits until every notification committed before now has arrived: the journal's answer can be read
+  // before the last pieces of its text are delivered (another connection), but a notification of ours,
+  // sent after the read, arrives after them (notifications are delivered in commit order).
+  const sync = async () => {
+    ping = JSON.stringify({ v: 1, ping: crypto.randomUUID() });
+    const heard = new Promise<void>((resolve) => pinged = resolve);
+    const nap = new AbortController();
+    try {
+      // A watcher that cannot notify goes on without the wait: the text it shows may then end early.
+      const sent = await store.stream.notify(ping).then(() => true, () => false);
+      if (sent) await Promise.race([heard, clock.sleep(SYNC_WAIT_MS, nap.signal).catch(() => {})]);
+    } finally {
+      nap.abort();
+      pinged = undefined;
+    }
+  };
   const stop = () => ring?.();
   opts.signal?.addEventListener("abort", stop);
   try {
@@ -425,9 +465,31 @@ export async function* watchRun(
         const run = await store.getRun(runId);
         if (!run) return;
         const { journal, effects } = await store.loadHistory(runId);
+        const deciding = follower.newlyDecided(journal);
+        if (deciding.size > 0 && heardText) await sync();
+        // Text of a step already showing, or decided in these rows, was written before them: told first,
+        // so its answer follows its text. A new call's text follows the rows (the results before it).
+        const early: Delta[] = [];
+        const later: Delta[] = [];
+        for (const d of queue.splice(0)) {
+          (follower.isNewCall(d.seq) && !deciding.has(d.seq) ? later : early).push(d);
+        }
+        // A call that started and was decided between two reads: the steps before it are told first.
+        const fresh = early.filter((d) => follower.isNewCall(d.seq)).map((d) => d.seq);
+        if (fresh.length > 0) {
+          const before = Math.min(...fresh);
+          yield* follower.rows(
+            run,
+            journal.filter((j) => j.seq < before),
+            effects.filter((e) => e.seq < before),
+            {
+              steps: "only",
+            },
+          );
+        }
+        for (const d of early) yield* follower.delta(d);
         yield* follower.rows(run, journal, effects);
-        // The rows are read after the deltas queued so far were sent: a step they decide drops its text.
-        for (const d of queue.splice(0)) yield* follower.delta(d);
+        for (const d of later) yield* follower.delta(d);
         if (follower.ended) return;
       }
       // Bounded by the queue; a new call's text stays queued for the read above.
