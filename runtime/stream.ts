@@ -299,10 +299,12 @@ export class StreamFollower {
     // `steps: "only"`: the steps' events alone, the run's epoch and status left for a later call.
     const whole = opts.steps !== "only";
     if (whole && run.epoch > this.#epoch) {
-      // A takeover: text still showing for a step the journal has not decided was the old worker's.
+      // A takeover: text still showing for a step the journal has not decided was the old worker's
+      // (a step it decides now was answered by that text: its answer follows, no reset).
       if (this.#epoch > 0) {
+        const decided = this.newlyDecided(journal);
         for (const [seq, s] of this.#showing) {
-          if (s.epoch < run.epoch) {
+          if (s.epoch < run.epoch && !decided.has(seq)) {
             out.push({
               type: "reset",
               seq,

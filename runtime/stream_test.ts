@@ -194,3 +194,14 @@ Deno.test("StreamFollower tells each journaled event once, and no text for a ste
     "another run's text is not ours",
   );
 });
+
+Deno.test("StreamFollower: a takeover after the answer was journaled tells the answer, with no reset", () => {
+  const f = new StreamFollower("r");
+  f.rows(runRow("running", 1), [], []);
+  f.delta(delta(1, 1, 0, "the whole answer"));
+  const journal = [{ seq: 1, status: "confirmed", decision: { done: true, message: "the whole answer" } }];
+  assert.deepEqual(f.rows(runRow("done", 2), journal as JournalRow[], []), [
+    { type: "answer", seq: 1, text: "the whole answer" },
+    { type: "status", status: "done", epoch: 2, error: null },
+  ]);
+});
