@@ -191,7 +191,8 @@ export class DeltaPublisher {
         this.#timer = undefined;
         this.#flush();
       }
-    }, () => {});
+      // Aborted by close(), which flushes itself.
+    }, () => undefined);
   };
 
   /** Sends what is left and waits until every send has settled. */
@@ -447,7 +448,7 @@ export async function* watchRun(
     try {
       // A watcher that cannot notify goes on without the wait: the text it shows may then end early.
       const sent = await store.stream.notify(ping).then(() => true, () => false);
-      if (sent) await Promise.race([heard, clock.sleep(SYNC_WAIT_MS, nap.signal).catch(() => {})]);
+      if (sent) await Promise.race([heard, clock.sleep(SYNC_WAIT_MS, nap.signal).catch(() => undefined)]);
     } finally {
       nap.abort();
       pinged = undefined;
@@ -499,7 +500,8 @@ export async function* watchRun(
       if (queue.length > 0) continue;
       const nap = new AbortController();
       await Promise.race([
-        clock.sleep(Math.max(0, readAt + pollMs - clock.now().getTime()), nap.signal).catch(() => {}),
+        // The nap is aborted once the race is over: its rejection means nothing.
+        clock.sleep(Math.max(0, readAt + pollMs - clock.now().getTime()), nap.signal).catch(() => undefined),
         new Promise<void>((resolve) => ring = resolve),
       ]);
       ring = undefined;
