@@ -24,6 +24,7 @@ import demoAgent from "../examples/provision/agent.ts";
 import { pgTest } from "./_pg.ts";
 import { createUiApp } from "../ui/server.ts";
 import { CountingClient, Store } from "../store.ts";
+import { watchCommand } from "../cli/watch.ts";
 import { SseParser } from "../runtime/planners/sse.ts";
 
 /** The answer of call n: distinct per call, so a mix of two attempts would show. */
@@ -297,6 +298,27 @@ pgTest(
         return got.at - p.at;
       }).sort((a, b) => a - b);
       assert.equal(delays.length, 50);
+
+      // `deno task watch` on the finished run: its history from the journal, in a terminal's words.
+      const watched = await new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "-A",
+          new URL("../cli/main.ts", import.meta.url).pathname,
+          "watch",
+          runId,
+          "--database-url",
+          pg.url,
+        ],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const printed = new TextDecoder().decode(watched.stdout);
+      assert.equal(watched.code, 0, new TextDecoder().decode(watched.stderr));
+      assert.match(printed, /^decided {2}seq=0 {2}create_server /m);
+      assert.match(printed, /^result {2}seq=0 {2}confirmed /m);
+      assert.match(printed, new RegExp(`^answer  seq=1  "Attempt 3 writes`, "m"));
+      assert.match(printed, /^status {2}done {2}epoch=2$/m);
       console.log(
         `stream delay, model chunk to watcher in another process (PostgreSQL, ${delays.length} chunks, ` +
           `${received.length} notifications): median ${quantile(delays, 0.5)} ms, p90 ${
@@ -418,4 +440,40 @@ Deno.test("the cost: with STREAM_DELTAS off a run sends no statement more; on, o
   on.delete("notify-stream");
   on.delete("stream-channel");
   assert.deepEqual(on, off, "the journal's writes are the same, streamed or not");
+});
+
+Deno.test("deno task watch's report: a line per event, the answer's text written as it arrives behind '  | '", async () => {
+  const model = await MockModel.open({ now: () => new Date(0), stream: { chunks: 8, chunkMs: 5 } });
+  const agent = defineAgent({
+    name: "watched",
+    instructions: "Answer.",
+    tools: [lookup],
+    model: new OpenAIPlanner({ url: "http://mock/v1", model: "m", fetch: model.handler }),
+  });
+  model.setScript({
+    agent: "watched",
+    steps: [{ answer: "Two lines:\nthe second \u001b[31mred\u001b[0m." }],
+  });
+  const client = await connect({ memory: true });
+  try {
+    await client.start(agent, { runId: "watched-1", input: "x" });
+    const lines: string[] = [];
+    let text = "";
+    const out = { line: (l: string) => lines.push(l), write: (t: string) => (text += t) };
+    const watching = watchCommand(client, "watched-1", out);
+    const worker = await client.startWorker([agent], { pollMs: 20, streamDeltas: true });
+    try {
+      assert.equal(await watching, "done");
+    } finally {
+      await worker.stop();
+    }
+    assert.deepEqual(lines.filter((l) => !l.startsWith("status")), [
+      "writing  seq=0  attempt=1  epoch=1",
+      'answer  seq=0  "Two lines:\\nthe second \\u001b[31mred\\u001b[0m."',
+    ]);
+    // The text is shown by the display rule: its line break kept, indented; the terminal's escapes shown as escapes.
+    assert.equal(text, "  | Two lines:\n  | the second \\u001b[31mred\\u001b[0m.\n");
+  } finally {
+    await client.close();
+  }
 });
