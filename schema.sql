@@ -243,3 +243,35 @@ create index if not exists runs_root on runs (root_run_id) where root_run_id is 
 -- journal.params, so a replayed decision says how it was bought.
 alter table runs add column if not exists model_params jsonb;
 alter table journal add column if not exists params jsonb;
+
+-- migration 9: conversations
+-- A run may be a conversation (defineAgent({ conversation: { idleMs } })):
+-- runs.conversation_idle_ms is its idle limit (null: not a conversation).
+-- Its goal is message 0; each later message a person sends is a messages row,
+-- numbered by runs.message_count (bumped in the same statement that inserts
+-- the row, so concurrent sends take the next numbers one after the other,
+-- and a worker's write conditioned on the count sees a send that raced it).
+-- message_id makes a retried send one message. After each answer the run is
+-- 'waiting' for its next message with idle_since set and wake_at at the idle
+-- limit; a send clears idle_since and wakes it at once. A conversation closed
+-- while it works (conversation_ended_at) ends after its current answer and
+-- refuses further messages. answer_seq names the
+-- journal step whose final answer answered the message (message 0's row is
+-- written with its answer).
+alter table runs add column if not exists conversation_idle_ms integer;
+alter table runs add column if not exists message_count integer not null default 0;
+alter table runs add column if not exists idle_since timestamptz;
+alter table runs add column if not exists conversation_ended_at timestamptz;
+
+create table if not exists messages (
+  run_id       text not null references runs (run_id),
+  seq          integer not null check (seq >= 0),
+  -- The sender's id for the message (a retried send with it is one message); null for message 0, the goal.
+  message_id   text,
+  text         text not null,
+  created_at   timestamptz not null,
+  answer_seq   integer,
+  answered_at  timestamptz,
+  primary key (run_id, seq),
+  unique (run_id, message_id)
+);

@@ -43,6 +43,22 @@ export {
 } from "./runtime/store/store.ts";
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/family.ts";
+// Conversations: messages sent and answered, and how an agent converses (defineAgent's `conversation`).
+export type {
+  AnswerOutcome,
+  Conversations,
+  MessageRow,
+  MessageWithAnswer,
+  SentMessage,
+} from "./runtime/store/conversation.ts";
+export type {
+  ConversationOptions,
+  ConversationState,
+  HistoryContext,
+  HistoryHook,
+} from "./runtime/conversation_options.ts";
+export type { ParkedConversation } from "./runtime/conversation.ts";
+export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export { listenThrough, type QueryOptions, type SqlClient } from "./runtime/store/driver.ts";
 

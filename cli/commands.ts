@@ -12,6 +12,7 @@
  * deno task settle   KEY (--result JSON | --error TEXT)   # settle a call that waits on its remote
  * deno task cancel   RUN                            # stop a run; its worker stops at its next write
  * deno task reopen   RUN                            # a failed or cancelled run back to pending
+ * deno task send     RUN --message TEXT [--message-id ID] [--wait] | --end   # a conversation's next message
  * ```
  *
  * They work on PostgreSQL (`DATABASE_URL`) and on the embedded database under
@@ -282,6 +283,19 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
   }
   p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);
   if (run.error) p(...fieldLines("  error: ", run.error));
+  if (run.conversation_idle_ms !== null && run.conversation_idle_ms !== undefined) {
+    const turns = await asCommand(() => ctx.client.answers(runId));
+    p(`  conversation: ${run.message_count ?? turns.length} messages  idle_ms=${run.conversation_idle_ms}${
+      run.conversation_ended_at ? `  closed ${iso(run.conversation_ended_at)}` : ""
+    }${run.status === "waiting" && run.idle_since ? "  waiting for the next message" : ""}`);
+    for (const t of turns) {
+      p(`  message ${t.seq}${t.messageId === null ? "  (the goal)" : `  id=${formatValue(t.messageId)}`}  ${
+        t.answerSeq === null ? "not answered yet" : `answered at step ${t.answerSeq}`
+      }`);
+      p(...fieldLines("    text: ", t.text));
+      if (t.answer !== null) p(...fieldLines("    answer: ", t.answer));
+    }
+  }
   let prompt = 0;
   let completion = 0;
   // Every decided call owns a seq (calls.ts): a call not sent yet is shown at its seq too.
@@ -528,6 +542,39 @@ export async function reopen(ctx: CommandContext, runId: string): Promise<RunInf
   return run;
 }
 
+/**
+ * Sends a conversation its next message (idempotent by `messageId`), and with
+ * `wait` waits for its answer; or, with `end`, closes the conversation.
+ */
+export async function send(
+  ctx: CommandContext,
+  runId: string,
+  opts: { message?: string; messageId?: string; wait?: boolean; end?: boolean; waitMs?: number },
+): Promise<void> {
+  const p = printer(ctx);
+  if (opts.end) {
+    const run = await asCommand(() => ctx.client.endConversation(runId));
+    p(`ended  run=${runId}  status=${run.status}${
+      run.status === "done" ? "" : "  (after its current answer)"
+    }`);
+    return;
+  }
+  const sent = await asCommand(() => ctx.client.send(runId, opts.message!, { messageId: opts.messageId }));
+  p(
+    `sent  run=${runId}  message=${sent.seq}  message_id=${formatValue(sent.messageId)}${
+      sent.duplicate ? "  duplicate=true (sent before: nothing written)" : ""
+    }`,
+  );
+  if (!opts.wait) return;
+  const run = await asCommand(() => ctx.client.wait(runId, { timeoutMs: opts.waitMs ?? 120_000 }));
+  p(`answered  run=${runId}  status=${run.status}`);
+  const lines = [
+    ...(run.output !== null ? fieldLines("  answer: ", run.output) : []),
+    ...(run.error !== null ? fieldLines("  error: ", run.error) : []),
+  ];
+  for (const line of lines) p(line);
+}
+
 /** Refusals of what was given (a run id, an input, a budget, a filter): exit 2, as a bad flag is. */
 const BAD_INPUT_CODES: readonly ErrorCode[] = [
   "BAD_RUN_ID",
@@ -535,6 +582,7 @@ const BAD_INPUT_CODES: readonly ErrorCode[] = [
   "BUDGET_INVALID",
   "FILTER_INVALID",
   "SETTLEMENT_INVALID",
+  "MESSAGE_INVALID",
 ];
 
 /**
@@ -648,6 +696,16 @@ export const COMMAND_USAGE: Record<string, string> = {
 A batch that fails is rolled back whole; prune then stops with one line saying what was deleted before it.`,
   reopen: `usage: deno task reopen RUN
   Puts a failed or cancelled run back to pending, history kept: it resumes under its original keys.`,
+  send: `usage: deno task send RUN --message TEXT [--message-id ID] [--wait]
+       deno task send RUN --end
+  Sends a conversation (a run of an agent with 'conversation') its next message, and wakes it; sent
+  while it works, the message is queued and answered after the current answer.
+  --message TEXT      what to say
+  --message-id ID     the message's id: the same id sent again is one message (default: a random one)
+  --wait              wait (up to 120 s) for the answer to the latest message, and print it
+  --end               close the conversation: at once when it waits, else after its current answer
+  Refused (NOT_A_CONVERSATION) for a run whose agent does not converse, (CONVERSATION_ENDED) for one
+  closed, idle past its limit, failed or cancelled.`,
 };
 
 const COMMON =
@@ -684,6 +742,10 @@ const OPTIONS = {
   run: { type: "string" },
   expect: { type: "string" },
   json: { type: "boolean" },
+  message: { type: "string" },
+  "message-id": { type: "string" },
+  wait: { type: "boolean" },
+  end: { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -743,6 +805,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   approve: [],
   deny: ["reason"],
   settle: ["result", "error"],
+  send: ["message", "message-id", "wait", "end"],
 };
 
 /** Runs one command (`args[0]`); returns the exit code. */
@@ -790,8 +853,19 @@ export async function main(
       ? { tool: v.tool, runId: v.run }
       : undefined;
   const byKey = ["resolve", "approve", "deny", "settle"].includes(command);
-  if ((["inspect", "watch", "cancel", "reopen"].includes(command) || byKey) && !target && !bulk) {
+  if ((["inspect", "watch", "cancel", "reopen", "send"].includes(command) || byKey) && !target && !bulk) {
     return usage(`${command} needs a ${byKey ? "tool call key, e.g. demo:0" : "run id"}`);
+  }
+  if (command === "send") {
+    if ((v.message === undefined) === (v.end !== true)) {
+      return usage("send needs exactly one of --message TEXT, --end");
+    }
+    if (v.end && (v["message-id"] !== undefined || v.wait)) {
+      return usage("--end takes no --message-id or --wait");
+    }
+    if (v.message !== undefined && v.message.trim() === "") {
+      return usage("--message must say something: current value is empty");
+    }
   }
   let settlement: Settlement | undefined;
   if (command === "settle") {
@@ -979,6 +1053,9 @@ export async function main(
         break;
       case "settle":
         await settle(ctx, target, settlement!);
+        break;
+      case "send":
+        await send(ctx, target, { message: v.message, messageId: v["message-id"], wait: v.wait, end: v.end });
         break;
       case "cancel":
         await cancel(ctx, target);

@@ -176,7 +176,9 @@ export async function main(
     // process waits for it, as a worker host would, instead of exiting. Bounded by the calls' deadlines.
     for (;;) {
       const outcome = await runWorker(deps, request);
-      let wakeAt = outcome.status === "waiting" ? (await store.getRun(request.runId))?.wake_at : undefined;
+      const waiting = outcome.status === "waiting" ? await store.getRun(request.runId) : undefined;
+      // A conversation waiting for its next message is answered: this process is done with it (exit 4).
+      let wakeAt = waiting?.idle_since ? undefined : waiting?.wake_at;
       if (!wakeAt) return exitCodeOf(outcome);
       log.info("waiting-on-remote", {
         run: request.runId,

@@ -12,6 +12,7 @@
  * @module
  */
 
+import { checkConversation, type ConversationOptions } from "./conversation_options.ts";
 import { type Budget, checkBudget } from "./budget.ts";
 import { describeValue, RuntimeError } from "./errors.ts";
 import { type StorableValue, toStorable } from "./store/storable.ts";
@@ -116,6 +117,12 @@ export interface AgentSpec<I = string> {
    * them field by field. Journaled with each request.
    */
   modelParams?: ModelParams;
+  /**
+   * Makes each run a conversation: after each final answer it waits (holding
+   * no worker slot) for the next message a person sends (`client.send`), up to
+   * `idleMs`; `history` may trim what is sent to the model.
+   */
+  conversation?: ConversationOptions;
 }
 
 /** An agent, as {@link defineAgent} returns it. */
@@ -142,6 +149,8 @@ export interface Agent {
   readonly budget?: Budget;
   /** The model's request parameters, if it sets any. */
   readonly modelParams?: ModelParams;
+  /** How its runs converse, when they do. */
+  readonly conversation?: ConversationOptions;
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }
@@ -234,6 +243,7 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
       }
     })(),
     modelParams: checkModelParams(spec.modelParams, `Cannot define agent ${JSON.stringify(spec.name)}`),
+    conversation: checkConversation(spec.conversation, `Cannot define agent ${JSON.stringify(spec.name)}`),
   });
 }
 

@@ -104,7 +104,46 @@ export interface RunInfo {
   parentRunId: string | null;
   /** The key of that call. */
   parentKey: string | null;
+  /**
+   * For a conversation: messages so far (the goal is message 0), and whether
+   * it waits for the next one now (its latest message answered, the answer in
+   * `output`); undefined for a run that is not one.
+   */
+  conversation?: { messages: number; idle: boolean; idleMs: number; ended: boolean };
 }
+
+/** A message of a conversation with its answer, as {@link Client.answers} lists them. */
+export interface ConversationTurn {
+  /** Its place: 0 for the goal, then in the order sent. */
+  seq: number;
+  /** The sender's id for it; null for the goal. */
+  messageId: string | null;
+  /** What was said. */
+  text: string;
+  /** When it was sent. */
+  sentAt: Date;
+  /** The answer; null while it is not answered. */
+  answer: string | null;
+  /** The journal step whose final answer it is. */
+  answerSeq: number | null;
+  /** When it was answered. */
+  answeredAt: Date | null;
+}
+
+/** What {@link Client.send} did. */
+export interface SendResult {
+  /** The run. */
+  runId: string;
+  /** The message's place in the conversation (1 for the first message after the goal). */
+  seq: number;
+  /** The message's id. */
+  messageId: string;
+  /** True when a send with this id had stored the message already: this one wrote nothing. */
+  duplicate: boolean;
+}
+
+/** The longest message {@link Client.send} takes, in characters. */
+export const MESSAGE_CHARS_MAX = 1_000_000;
 
 /** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
 export interface RunRecord {
@@ -231,7 +270,15 @@ export class Client {
     const budget = mergeBudget(agent.budget, checkBudget(opts.budget, `Run ${runId}`));
     const modelParams = checkModelParams(opts.modelParams, `Cannot start run ${runId}`);
     const created = await this.store.createRun(
-      { runId, agent: agent.name, goal, input, budget, modelParams },
+      {
+        runId,
+        agent: agent.name,
+        goal,
+        input,
+        budget,
+        modelParams,
+        conversationIdleMs: agent.conversation?.idleMs,
+      },
       this.clock.now(),
     );
     const run = await this.store.getRun(runId);
@@ -255,7 +302,9 @@ export class Client {
   /**
    * Waits until the run is settled (done, failed, cancelled, or blocked or
    * waiting on a person; not while it waits on its calls' remotes) and
-   * returns it with its output. Throws `WAIT_TIMEOUT` after
+   * returns it with its output. A conversation is settled when it has
+   * answered its latest message (its `output` is that answer) and waits for
+   * the next. Throws `WAIT_TIMEOUT` after
    * `timeoutMs` (default 60 000) and `RUN_NOT_FOUND` for an unknown run.
    */
   async wait(
@@ -268,7 +317,9 @@ export class Client {
     for (;;) {
       const run = await this.get(runId);
       if (!run) throw notFound(runId);
-      if (SETTLED_STATUSES.includes(run.status) && run.wakeAt === null) return run;
+      if (SETTLED_STATUSES.includes(run.status) && (run.wakeAt === null || run.conversation?.idle)) {
+        return run;
+      }
       if (this.clock.now().getTime() >= deadline) {
         throw new ClientError(
           "WAIT_TIMEOUT",
@@ -675,6 +726,117 @@ export class Client {
   }
 
   /**
+   * Appends a message to a conversation (a run of an agent with
+   * `conversation`) and wakes it when it waits for one; sent while the run
+   * works, the message is queued and taken after the current answer. A
+   * retried send with the same `messageId` is one message: it returns the
+   * stored message's seq with `duplicate: true` (default id: a random one).
+   * Throws `RUN_NOT_FOUND`, `NOT_A_CONVERSATION`, `CONVERSATION_ENDED` (closed,
+   * idle past its limit, failed or cancelled), `MESSAGE_INVALID`.
+   */
+  async send(runId: string, text: string, opts: { messageId?: string } = {}): Promise<SendResult> {
+    checkRunId(runId);
+    if (typeof text !== "string" || text.trim() === "" || text.length > MESSAGE_CHARS_MAX) {
+      throw new ClientError(
+        "MESSAGE_INVALID",
+        `A message is a non-empty text of at most ${MESSAGE_CHARS_MAX} characters: current value is ${
+          describeValue(typeof text === "string" && text.length > 80 ? `${text.slice(0, 80)}...` : text)
+        }`,
+      );
+    }
+    const messageId = opts.messageId ?? crypto.randomUUID();
+    if (typeof messageId !== "string" || messageId === "" || messageId.length > 200) {
+      throw new ClientError(
+        "MESSAGE_INVALID",
+        `A message id is a text of 1 to 200 characters: current value is ${describeValue(messageId)}`,
+      );
+    }
+    const sent = await this.store.conversations.send({ runId, messageId, text }, this.clock.now());
+    if (sent) return { runId, seq: sent.message.seq, messageId, duplicate: sent.duplicate };
+    throw await this.#notConversing(runId, "send a message to");
+  }
+
+  /**
+   * Every message of a conversation with its answer, in order (the goal
+   * first): what a program following along reads. `fromSeq` and `limit`
+   * (default 0 and 1 000) page through a long one. Throws `RUN_NOT_FOUND` and
+   * `NOT_A_CONVERSATION`.
+   */
+  async answers(runId: string, opts: { fromSeq?: number; limit?: number } = {}): Promise<ConversationTurn[]> {
+    const run = await this.store.getRun(runId);
+    if (!run) throw notFound(runId);
+    if (run.conversation_idle_ms === null || run.conversation_idle_ms === undefined) {
+      throw await this.#notConversing(runId, "list the answers of");
+    }
+    const fromSeq = opts.fromSeq ?? 0;
+    const limit = opts.limit ?? 1_000;
+    if (!Number.isSafeInteger(fromSeq) || fromSeq < 0 || !Number.isSafeInteger(limit) || limit < 1) {
+      throw new ClientError(
+        "LIMIT_INVALID",
+        `'fromSeq' must be an integer 0 or more and 'limit' one 1 or more: current values are ${
+          describeValue(fromSeq)
+        } and ${describeValue(limit)}`,
+      );
+    }
+    const rows = await this.store.conversations.answers(runId, fromSeq, limit);
+    const turns = rows.map((m): ConversationTurn => ({
+      seq: m.seq,
+      messageId: m.message_id,
+      text: m.text,
+      sentAt: new Date(m.created_at),
+      answer: m.answer,
+      answerSeq: m.answer_seq,
+      answeredAt: m.answered_at ? new Date(m.answered_at) : null,
+    }));
+    // The goal's row is written with its answer: before that it is the run's goal.
+    if (fromSeq === 0 && turns[0]?.seq !== 0) {
+      turns.unshift({
+        seq: 0,
+        messageId: null,
+        text: run.goal,
+        sentAt: new Date(run.created_at),
+        answer: null,
+        answerSeq: null,
+        answeredAt: null,
+      });
+      if (turns.length > limit) turns.pop();
+    }
+    return turns;
+  }
+
+  /**
+   * Closes a conversation: one waiting for its next message is done at once
+   * (its output the last answer); one at work ends after its current answer
+   * (queued messages answered first). Later sends are refused. Throws
+   * `RUN_NOT_FOUND`, `NOT_A_CONVERSATION`, `CONVERSATION_ENDED`.
+   */
+  async endConversation(runId: string): Promise<RunInfo> {
+    const run = await this.store.conversations.end(runId, this.clock.now());
+    if (run) return info(run);
+    throw await this.#notConversing(runId, "end");
+  }
+
+  /** Why a conversation refused `what`: no such run, not a conversation, or ended. */
+  async #notConversing(runId: string, what: string): Promise<ClientError> {
+    const run = await this.store.getRun(runId);
+    if (!run) return notFound(runId);
+    if (run.conversation_idle_ms === null || run.conversation_idle_ms === undefined) {
+      return new ClientError(
+        "NOT_A_CONVERSATION",
+        `Cannot ${what} run ${runId}: its agent ${run.agent} does not converse (give it ` +
+          `defineAgent({ conversation: { idleMs } }) and start a new run)`,
+      );
+    }
+    const why = run.conversation_ended_at
+      ? `it was closed at ${new Date(run.conversation_ended_at).toISOString()}`
+      : `it is ${run.status}`;
+    return new ClientError(
+      "CONVERSATION_ENDED",
+      `Cannot ${what} conversation ${runId}: ${why}; start a new run to go on`,
+    );
+  }
+
+  /**
    * Retention: deletes finished runs (done, failed, cancelled) last changed
    * before `before`, with every row of theirs, `batchSize` runs per statement
    * (so no statement holds many locks), never an open run. With `dryRun` it
@@ -686,7 +848,7 @@ export class Client {
   ): Promise<PruneResult> {
     const batchSize = opts.batchSize ?? 500;
     const maxRuns = opts.maxRuns ?? 1_000_000;
-    const out: PruneResult = { runs: [], journal: 0, effects: 0, approvals: 0, batches: 0 };
+    const out: PruneResult = { runs: [], journal: 0, effects: 0, approvals: 0, messages: 0, batches: 0 };
     if (opts.dryRun) {
       const seen = await this.store.pruneRuns(before, maxRuns, true);
       return { ...seen, batches: 0 };
@@ -711,6 +873,7 @@ export class Client {
       out.journal += batch.journal;
       out.effects += batch.effects;
       out.approvals += batch.approvals;
+      out.messages += batch.messages;
       out.batches++;
       if (batch.runs.length < batchSize) break;
     }
@@ -945,5 +1108,18 @@ function info(run: RunRow): RunInfo {
     wakeAt: run.wake_at ? new Date(run.wake_at) : null,
     parentRunId: run.parent_run_id ?? null,
     parentKey: run.parent_key ?? null,
+    ...(run.conversation_idle_ms === null || run.conversation_idle_ms === undefined ? {} : {
+      conversation: {
+        messages: run.message_count ?? 1,
+        idle: isIdle(run),
+        idleMs: run.conversation_idle_ms,
+        ended: run.conversation_ended_at !== null && run.conversation_ended_at !== undefined,
+      },
+    }),
   };
+}
+
+/** A conversation waiting for its next message, its latest one answered. */
+function isIdle(run: RunRow): boolean {
+  return run.status === "waiting" && run.idle_since !== null && run.idle_since !== undefined;
 }

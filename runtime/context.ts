@@ -9,6 +9,7 @@
 
 import type { PreparedAgent } from "./agent.ts";
 import type { Budget } from "./budget.ts";
+import type { ConversationState } from "./conversation_options.ts";
 import {
   type AgentDeps,
   agentDeps,
@@ -76,6 +77,8 @@ export interface RunState {
    * reached since names it as the likely cause.
    */
   lastWorkerError?: string;
+  /** For a run that converses: its messages, and the one being answered. */
+  conversation?: ConversationState;
 }
 
 /** Where a run stands in its family of runs, as its worker knows it. */

@@ -20,6 +20,7 @@
  * @module
  */
 
+import type { ConversationOptions } from "./conversation_options.ts";
 import type { PreparedAgent } from "./agent.ts";
 import { type Clock, SystemClock } from "./clock.ts";
 import { CrashPoints } from "./crashpoints.ts";
@@ -152,6 +153,8 @@ export interface AgentDeps {
    * on the run's row, so every process must judge it alike.
    */
   maxClaimsWithoutProgress: number;
+  /** How its runs converse, when they do (the agent's `conversation`). */
+  conversation?: ConversationOptions;
 }
 
 /** What {@link agentDeps} may change of an agent's own limits (a process's `MAX_STEPS`, a test's fast retry). */
@@ -184,5 +187,6 @@ export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): Age
     modelParams: prepared.agent.modelParams,
     retry: opts.retry ?? DEFAULT_RETRY,
     maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
+    ...(prepared.agent.conversation ? { conversation: prepared.agent.conversation } : {}),
   };
 }

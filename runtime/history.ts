@@ -20,9 +20,13 @@ export function callId(seq: number): string {
   return `call_${seq}`;
 }
 
-/** The transcript for deciding step `seq`, under the agent's `instructions`. */
+/**
+ * The transcript for deciding step `seq`, under the agent's `instructions`.
+ * In a conversation each earlier final answer is an assistant turn, followed
+ * by the message taken after it.
+ */
 export function buildTranscript(
-  state: Pick<RunState, "goal" | "journal" | "effects">,
+  state: Pick<RunState, "goal" | "journal" | "effects" | "conversation">,
   seq: number,
   instructions: string,
 ): TranscriptMessage[] {
@@ -30,9 +34,16 @@ export function buildTranscript(
     { role: "system", text: instructions },
     { role: "user", text: state.goal },
   ];
+  let answers = 0;
   for (let s = 0; s < seq; s++) {
     const decision = state.journal.get(s)?.decision;
     if (!decision) continue;
+    if ("done" in decision && state.conversation) {
+      transcript.push({ role: "assistant", text: decision.message, calls: [] });
+      const next = state.conversation.messages[++answers];
+      if (next) transcript.push({ role: "user", text: next.text });
+      continue;
+    }
     const calls = callsOf(decision, s);
     if (calls.length === 0) continue;
     // One assistant turn with every call of the step, then each call's result, in the order asked.

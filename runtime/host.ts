@@ -29,6 +29,7 @@ import { describeError, FencedError, RuntimeError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { driveRun, releaseAfterError, type RunOutcome } from "./loop.ts";
+import type { ParkedConversation } from "./conversation.ts";
 import type { Fence, TakenRun } from "./store/store.ts";
 
 /**
@@ -64,6 +65,9 @@ export interface WorkerHostOptions extends ProcessDepsOptions, WorkerOptions {
  */
 export const DEFAULT_RUNS_PER_WORKER = 100;
 
+/** The most conversations a host keeps in memory while they wait for their next message. */
+const PARKED_MAX = 1_000;
+
 interface Held {
   fence: Fence;
   stop: AbortController;
@@ -84,6 +88,9 @@ export class WorkerHost {
   readonly #startedAt: Date;
   readonly #onOutcome?: (outcome: RunOutcome) => void;
   readonly #held = new Map<string, Held>();
+  // Conversations this host let go to wait for their next message, by run: taken again by this host with
+  // nobody's claim in between, they go on from these rows (loop.ts). Bounded: the oldest is dropped.
+  readonly #parked = new Map<string, ParkedConversation>();
   readonly #stop = new AbortController();
   // The take loop's doorbell: `#ring` ends its nap between polls; `#rung`
   // remembers a wake that came while it was polling, so the next nap ends at
@@ -285,6 +292,12 @@ export class WorkerHost {
     const now = this.#process.clock.now().getTime();
     const held: Held = { fence, stop, done: Promise.resolve(), release: this.#leases.hold(fence, stop) };
     this.#held.set(run.run_id, held);
+    // Parked here under the epoch just before this claim's, by this host: nobody else had it meanwhile.
+    const parked = this.#parked.get(run.run_id);
+    this.#parked.delete(run.run_id);
+    const resume = parked && parked.epoch + 1 === run.epoch && run.previous_owner === this.owner
+      ? parked
+      : undefined;
     held.done = (async () => {
       try {
         const outcome = await driveRun(deps, {
@@ -294,7 +307,9 @@ export class WorkerHost {
           leaseAgeMs: run.previous_heartbeat_at
             ? now - new Date(run.previous_heartbeat_at).getTime()
             : undefined,
+          ...(resume ? { parked: resume } : {}),
         }, stop);
+        if (outcome.parked) this.#park(run.run_id, outcome.parked);
         this.#onOutcome?.(outcome);
       } catch (err) {
         if (err instanceof SimulatedKill) {
@@ -326,6 +341,14 @@ export class WorkerHost {
         this.wake();
       }
     })();
+  }
+
+  /** Keeps a conversation's rows while it waits for its next message, at most PARKED_MAX of them. */
+  #park(runId: string, parked: ParkedConversation): void {
+    this.#parked.delete(runId);
+    this.#parked.set(runId, parked);
+    // Bounded: one eviction per insert keeps the map at PARKED_MAX.
+    if (this.#parked.size > PARKED_MAX) this.#parked.delete(this.#parked.keys().next().value!);
   }
 
   /**

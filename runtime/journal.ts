@@ -13,7 +13,13 @@ import { type Ended, failed, finished } from "./ended.ts";
 import { AbortedError, ModelError } from "./errors.ts";
 import { buildTranscript } from "./history.ts";
 import type { Planner } from "./planner.ts";
-import { type DecideRequest, type ModelParams, type PlannerDecision, plannerDecision } from "./transcript.ts";
+import {
+  type DecideRequest,
+  type ModelParams,
+  type PlannerDecision,
+  plannerDecision,
+  type TranscriptMessage,
+} from "./transcript.ts";
 import { mergeModelParams } from "./model_params.ts";
 import type { Decision, JournalRow, Rejection } from "./store/store.ts";
 import type { Json, Tool } from "./tools.ts";
@@ -115,7 +121,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         runId,
         seq,
         agent: deps.agent,
-        transcript: buildTranscript(state, seq, deps.instructions),
+        transcript: await sentHistory(deps, state, seq),
         tools: deps.tools.descriptions(),
         maxOutputTokens,
         ...(hasParams ? { params } : {}),
@@ -311,4 +317,20 @@ function asModelError(err: unknown, timedOut: Error | undefined, stop: AbortSign
 /** The smaller of two optional numbers; undefined when both are. */
 function smaller(a: number | undefined, b: number | undefined): number | undefined {
   return a === undefined ? b : b === undefined ? a : Math.min(a, b);
+}
+
+/** The transcript for step `seq` as sent: rebuilt from the rows, then through the conversation's history hook. */
+async function sentHistory(
+  deps: Pick<WorkerDeps, "instructions" | "conversation">,
+  state: RunState,
+  seq: number,
+): Promise<TranscriptMessage[]> {
+  const transcript = buildTranscript(state, seq, deps.instructions);
+  const hook = deps.conversation?.history;
+  if (!hook || !state.conversation) return transcript;
+  return await hook(transcript, {
+    runId: state.fence.runId,
+    seq,
+    messages: state.conversation.turn + 1,
+  });
 }

@@ -16,6 +16,13 @@ import { act, BlockedError, SleepingError, WaitingError } from "./executor.ts";
 import { callsOf, stepWidth } from "./calls.ts";
 import { decide } from "./journal.ts";
 import { closeRun, familyOf, ParentClosedError } from "./family.ts";
+import {
+  afterAnswer,
+  type ConversationState,
+  loadConversation,
+  type ParkedConversation,
+  resumeConversation,
+} from "./conversation.ts";
 import { keepLease } from "./lease.ts";
 import { recover } from "./recovery.ts";
 import { ValueUnstorableError } from "./store/storable.ts";
@@ -58,6 +65,8 @@ export interface RunOutcome {
   error?: string;
   /** The model's final answer, for a done run. */
   output?: string;
+  /** A conversation waiting for its next message: its rows, for the host that takes it again (host.ts). */
+  parked?: ParkedConversation;
 }
 
 /**
@@ -92,6 +101,12 @@ export interface ClaimedRun {
   previousOwner: string | null;
   /** How old its lease was when it was claimed. */
   leaseAgeMs?: number;
+  /**
+   * A conversation this host let go to wait for its next message, nobody
+   * having claimed it since: its rows as written, instead of a read of its
+   * history.
+   */
+  parked?: ParkedConversation;
 }
 
 /** The claims in a row that found no progress, as the claim returned them (1 for a healthy claim). */
@@ -141,6 +156,7 @@ export async function runWorker(
       input: req.input,
       budget: req.budget,
       modelParams: req.modelParams,
+      conversationIdleMs: deps.conversation?.idleMs,
     },
     clock.now(),
   );
@@ -336,20 +352,26 @@ async function driveClaimed(
   // the epoch, from 0 at creation), and every journal and tool-call row is
   // written under a claimed epoch: it has no history, so it is not read (#11:
   // one statement less for every fresh run). Any later claim reads it back.
-  const { journal, effects } = epoch === 1 ? NO_HISTORY : await store.loadHistory(runId);
+  // A parked conversation (this host let it go after an answer, and nobody took it since) has its rows
+  // in memory: only the messages sent since are read, and it goes on from its last answer.
+  const parked = claimed.parked;
+  const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state: RunState = {
     fence: { runId, epoch },
     goal: run.goal,
-    journal: new Map(journal.map((j) => [j.seq, j])),
-    effects: new Map(effects.map((e) => [e.seq, e])),
-    llmCalls: journal.reduce((n, j) => n + j.llm_attempts, 0),
+    journal: parked?.journal ?? new Map(journal.map((j) => [j.seq, j])),
+    effects: parked?.effects ?? new Map(effects.map((e) => [e.seq, e])),
+    llmCalls: parked?.llmCalls ?? journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
     budget: run.budget ?? undefined,
     modelParams: run.model_params ?? undefined,
     reservedCalls: 0,
     family: familyOf(run),
     lastWorkerError: run.error ?? undefined,
+    conversation: parked
+      ? await resumeConversation(deps, runId, parked)
+      : await loadConversation(deps, run, epoch === 1),
   };
   const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
     runId,
@@ -359,7 +381,7 @@ async function driveClaimed(
     llmCalls: state.llmCalls,
     error,
   });
-  let seq = 0;
+  let seq = parked?.seq ?? 0;
   // Closes the run after a failure; a refused close means another worker has it.
   const close = async (
     status: "failed" | "blocked" | "cancelled",
@@ -376,7 +398,8 @@ async function driveClaimed(
   const stranded = effects.filter((e) => e.status === "intent").length;
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
-    await tel.recover(recovery, () => recover(deps, state));
+    // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
+    if (!parked) await tel.recover(recovery, () => recover(deps, state));
     // Bounded by maxSteps: the guard closes the run. A step's decision is at `seq`; its calls own
     // seqs seq .. seq + n - 1 (calls.ts), and the next decision is at seq + n.
     for (let decisions = 0;; decisions++) {
@@ -394,6 +417,8 @@ async function driveClaimed(
       const ended = valueOf(stepped);
       if (ended) return ended;
       const decision = state.journal.get(seq)?.decision;
+      // A conversation went on with its next message: maxSteps bounds the decisions of each message.
+      if (decision && "done" in decision) decisions = -1;
       seq += decision ? stepWidth(decision) : 1;
     }
   } catch (err) {
@@ -445,6 +470,29 @@ async function step(
   if (!decided.ok) return decided;
   const { decision, checked } = decided.value;
   const journal = decided.rows.journal;
+  if ("done" in decision && state.conversation) {
+    const conversing = state as RunState & { conversation: ConversationState };
+    try {
+      const next = await afterAnswer(deps, conversing, seq, decision.message);
+      if (next === "next") return finished(undefined, { journal });
+      const parked: ParkedConversation | undefined = next === "waiting"
+        ? {
+          epoch: state.fence.epoch,
+          journal: state.journal,
+          effects: state.effects,
+          conversation: conversing.conversation,
+          llmCalls: state.llmCalls,
+          seq,
+        }
+        : undefined;
+      return finished(
+        { ...done(), status: next, runStatus: next, output: decision.message, ...(parked ? { parked } : {}) },
+        { journal },
+      );
+    } catch (error) {
+      return failed(error, { journal });
+    }
+  }
   if ("done" in decision) {
     try {
       await closeRun(deps, state, { status: "done", error: null, output: decision.message });

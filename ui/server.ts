@@ -23,7 +23,13 @@
 
 import { Hono } from "npm:hono@4.13.19";
 import type { Context, Next } from "npm:hono@4.13.19";
-import { type Client, ClientError, type Resolution, RUN_STATUSES } from "../runtime/client.ts";
+import {
+  type Client,
+  ClientError,
+  type Resolution,
+  RUN_STATUSES,
+  type RunTimeline,
+} from "../runtime/client.ts";
 import { type CodeOf, ownCode, RuntimeError } from "../runtime/errors.ts";
 import { displayScript } from "../runtime/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
@@ -85,6 +91,9 @@ const STATIC: ReadonlyMap<string, string> = new Map([
 const COOKIE = "agent_runtime_token";
 /** Values longer than this many characters reach the page clipped, with a way to see them whole. */
 export const CLIP_CHARS = 2_000;
+
+/** The messages of a conversation a run's JSON carries: its last ones (`/api/runs/:id/messages?from=N` pages). */
+export const CONVERSATION_TURNS = 50;
 /** Steps a run's page gets at first, and per "earlier steps". */
 export const STEPS_PER_PAGE = 50;
 
@@ -151,7 +160,11 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
   app.onError((err, c) => {
     if (err instanceof UiError) return refuse(c, err);
     if (err instanceof ClientError) {
-      const status = err.code === "RUN_NOT_FOUND" || err.code === "CALL_NOT_FOUND" ? 404 : 409;
+      const status = err.code === "RUN_NOT_FOUND" || err.code === "CALL_NOT_FOUND"
+        ? 404
+        : err.code === "MESSAGE_INVALID"
+        ? 400
+        : 409;
       return refuse(c, new UiError(err.code, err.message, status));
     }
     console.error("ui: request failed:", err);
@@ -312,6 +325,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       ...buildTimeline(t),
       approvals,
       children,
+      ...(await conversationOf(t.run)),
     });
   });
 
@@ -347,6 +361,53 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
         "x-accel-buffering": "no",
       },
     });
+  });
+
+  // A conversation's messages with their answers, the last CONVERSATION_TURNS of them (each text clipped):
+  // a poll's cost does not grow with the conversation. `?from=N` pages back.
+  const conversationOf = async (run: RunTimeline["run"], from?: number) => {
+    if (run.conversation_idle_ms === null || run.conversation_idle_ms === undefined) return {};
+    const count = run.message_count ?? 1;
+    const fromSeq = from ?? Math.max(0, count - CONVERSATION_TURNS);
+    const turns = await client.answers(run.run_id, { fromSeq, limit: CONVERSATION_TURNS });
+    const clip = (text: string | null) =>
+      text === null || text.length <= CLIP_CHARS ? text : `${text.slice(0, CLIP_CHARS)}…`;
+    return {
+      conversation: {
+        messages: count,
+        idle: run.status === "waiting" && run.idle_since !== null && run.idle_since !== undefined,
+        ended: run.conversation_ended_at !== null && run.conversation_ended_at !== undefined,
+        idleMs: run.conversation_idle_ms,
+        from: fromSeq,
+        turns: turns.map((t) => ({ ...t, text: clip(t.text), answer: clip(t.answer) })),
+      },
+    };
+  };
+
+  app.get("/api/runs/:id/messages", async (c) => {
+    const t = await client.timeline(c.req.param("id"), { steps: { last: 0 }, maxChars: CLIP_CHARS });
+    const from = boundedInt(c.req.query("from"), "from", 0, 1_000_000_000, 0);
+    const out = await conversationOf(t.run, from);
+    if (!("conversation" in out)) {
+      throw new UiError("NOT_A_CONVERSATION", `Run ${t.run.run_id} is not a conversation`, 409);
+    }
+    return c.json(out.conversation);
+  });
+
+  // A conversation's next message, as `client.send` takes it: {text, messageId} (messageId optional;
+  // the same id sent again is one message).
+  app.post("/api/runs/:id/messages", async (c) => {
+    const body = await jsonBody(c);
+    if (typeof body.text !== "string") {
+      throw new UiError(
+        "UI_BAD_REQUEST",
+        `A message is {"text": "...", "messageId": "..."}: text is missing`,
+      );
+    }
+    if (body.messageId !== undefined && typeof body.messageId !== "string") {
+      throw new UiError("UI_BAD_REQUEST", "messageId must be a string");
+    }
+    return c.json(await client.send(c.req.param("id"), body.text, { messageId: body.messageId }));
   });
 
   // One value the timeline clipped, whole, for a person who asked to see it.

@@ -61,6 +61,13 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "release-run": "heartbeat",
   "release-owner-runs": "heartbeat",
   "finish-run": "finish",
+  // A conversation's answer lets the run wait for its next message; its idle end closes it.
+  "answer-message": "wait",
+  "end-idle-conversation": "finish",
+  "send-message": "other",
+  "end-conversation": "other",
+  "read-messages": "other",
+  "list-answers": "other",
   // A family member's close is its finish (with its parent woken and its descendants cancelled).
   "finish-family-run": "finish",
   // A child run created under its parent's fence: a fenced write of the parent's worker.

@@ -35,12 +35,14 @@ const claimMarks = (source: string) =>
        error = case when ${source}.progress = runs.progress_mark then runs.error end,
        progress_mark = ${source}.progress`;
 
-// A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget, $7 model_params):
-// the one insert that createRun and createOrGetRun share.
+// A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget, $7 model_params,
+// $8 a conversation's idle limit, whose goal is its message 0): the one insert that createRun and
+// createOrGetRun share.
 const INSERT_RUN_TEXT =
-  `insert into runs (run_id, agent, goal, input, budget, model_params, status, epoch, created_at, updated_at)
+  `insert into runs (run_id, agent, goal, input, budget, model_params, status, epoch, created_at, updated_at,
+                    conversation_idle_ms, message_count)
   values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, $7::text::jsonb, 'pending', 0, $5::timestamptz,
-          $5::timestamptz)
+          $5::timestamptz, $8::int, case when $8::int is null then 0 else 1 end)
   on conflict (run_id) do nothing`;
 const INSERT_RUN = statement("insert-run", INSERT_RUN_TEXT);
 
@@ -66,7 +68,7 @@ const FIRST_CLAIM = statement(
 const CLAIM = statement(
   "claim",
   `update runs set epoch = epoch + 1, owner = $3, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null,
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
               ${claimMarks("p")}
          from (select ${progressOf("$1")} as progress) p
         where run_id = $1 and ${CLAIMABLE_AT("$2", "$4::timestamptz")}
@@ -118,7 +120,7 @@ const TAKE_RUNS = statement(
   } end as progress
            from picked)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null,
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
               ${claimMarks("counted")}
          from counted
         where runs.run_id = counted.run_id
@@ -184,6 +186,7 @@ function newRunParams(run: NewRun, now: Date): unknown[] {
     ts(now),
     jsonParam(run.budget ?? null, "run budget"),
     jsonParam(run.modelParams ?? null, "run model parameters"),
+    run.conversationIdleMs ?? null,
   ];
 }
 
@@ -210,6 +213,9 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     budget: JSON.parse(jsonParam(run.budget ?? null, "run budget")),
     model_params: JSON.parse(jsonParam(run.modelParams ?? null, "run model parameters")),
     wake_at: null,
+    conversation_idle_ms: run.conversationIdleMs ?? null,
+    message_count: run.conversationIdleMs === undefined ? 0 : 1,
+    idle_since: null,
     parent_run_id: null,
     parent_key: null,
     root_run_id: null,

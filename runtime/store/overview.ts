@@ -117,6 +117,14 @@ export interface RunView {
   parent_run_id: string | null;
   /** That call's key. */
   parent_key: string | null;
+  /** A conversation's idle limit; null for a run that is not one. */
+  conversation_idle_ms?: number | null;
+  /** Messages of a conversation so far, its goal included. */
+  message_count?: number;
+  /** When a conversation began to wait for its next message; null while it works. */
+  idle_since?: Date | null;
+  /** When a conversation was closed; null while it is open. */
+  conversation_ended_at?: Date | null;
 }
 
 /** A decision row for a page. */
@@ -249,6 +257,7 @@ const RUN_VIEW = statement(
   "run-view",
   `select r.run_id, r.agent, r.status, r.epoch, r.owner, r.heartbeat_at, r.wake_at, r.created_at, r.updated_at,
             r.parent_run_id, r.parent_key,
+            r.conversation_idle_ms, r.message_count, r.idle_since, r.conversation_ended_at,
             ${clipped("input", "r.input")}, ${clipped("output")}, ${clipped("error")},
             js.tool_steps, js.llm_calls, js.input_tokens, js.output_tokens, es.flagged,
             least(js.min_seq, es.min_seq) as min_seq, greatest(js.max_seq, es.max_seq) as max_seq
@@ -339,6 +348,10 @@ export async function runView(
     wake_at: r.wake_at as Date | null,
     created_at: r.created_at as Date,
     updated_at: r.updated_at as Date,
+    conversation_idle_ms: r.conversation_idle_ms as number | null,
+    message_count: Number(r.message_count),
+    idle_since: r.idle_since as Date | null,
+    conversation_ended_at: r.conversation_ended_at as Date | null,
     input: unclip(r, "input"),
     output: unclip(r, "output"),
     error: unclip(r, "error"),

@@ -25,6 +25,7 @@ export const RUN_ROW_TABLES = {
   journal: "journal",
   side_effects: "effects",
   approvals: "approvals",
+  messages: "messages",
 } as const;
 
 /** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
@@ -79,6 +80,14 @@ export interface RunRow {
    * that has started a child); null for a run that is in no family.
    */
   root_run_id: string | null;
+  /** A conversation's idle limit (defineAgent's `conversation.idleMs`); null for a run that is not one. */
+  conversation_idle_ms?: number | null;
+  /** Messages of a conversation so far, its goal (message 0) included; 0 for a run that is not one. */
+  message_count?: number;
+  /** When a conversation answered its latest message and began to wait for the next; null otherwise. */
+  idle_since?: Date | null;
+  /** When a conversation was closed while it worked (it ends after its current answer); null otherwise. */
+  conversation_ended_at?: Date | null;
 }
 
 /**
@@ -262,6 +271,8 @@ export interface NewRun {
   budget?: Budget;
   /** The model's request parameters for this run, over its agent's. */
   modelParams?: ModelParams;
+  /** For a conversation: its idle limit (the goal is then its message 0). */
+  conversationIdleMs?: number;
 }
 
 /**

@@ -35,6 +35,10 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "parent_key",
     "root_run_id",
     "model_params",
+    "conversation_idle_ms",
+    "message_count",
+    "idle_since",
+    "conversation_ended_at",
   ],
   journal: [
     "run_id",
@@ -73,6 +77,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "polls",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
+  messages: ["run_id", "seq", "message_id", "text", "created_at", "answer_seq", "answered_at"],
   approvals: [
     "idempotency_key",
     "run_id",

@@ -9,6 +9,7 @@
  */
 
 import type { QueryOptions } from "./driver.ts";
+import { CONVERSATION_STATEMENTS } from "./conversation.ts";
 import { FAMILY_STATEMENTS } from "./family.ts";
 import { LEASE_STATEMENTS } from "./leases.ts";
 import { MIGRATE_STATEMENTS } from "./migrate.ts";
@@ -79,6 +80,13 @@ export type StatementName =
   | "cancel-run"
   | "cancel-descendants"
   | "list-children"
+  // conversations
+  | "send-message"
+  | "answer-message"
+  | "end-idle-conversation"
+  | "end-conversation"
+  | "read-messages"
+  | "list-answers"
   // overview
   | "count-by-status"
   | "agents-with-runs"
@@ -114,6 +122,7 @@ type DeclaredName =
   | (typeof LEASE_STATEMENTS)[number]["name"]
   | (typeof OPERATOR_STATEMENTS)[number]["name"]
   | (typeof FAMILY_STATEMENTS)[number]["name"]
+  | (typeof CONVERSATION_STATEMENTS)[number]["name"]
   | (typeof OVERVIEW_STATEMENTS)[number]["name"]
   | (typeof MIGRATE_STATEMENTS)[number]["name"]
   | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"]
@@ -136,6 +145,8 @@ export const STATEMENTS: {
   readonly operators: readonly Statement<StatementName>[];
   /** Runs that call runs (`family.ts`). */
   readonly families: readonly Statement<StatementName>[];
+  /** Conversations: messages sent, answered, and the waits between them (`conversation.ts`). */
+  readonly conversations: readonly Statement<StatementName>[];
   /** The web page's reads (`overview.ts`). */
   readonly overview: readonly Statement<StatementName>[];
   /** The schema's version and columns (`migrate.ts`, `schema_check.ts`). */
@@ -148,6 +159,7 @@ export const STATEMENTS: {
   leases: LEASE_STATEMENTS,
   operators: OPERATOR_STATEMENTS,
   families: FAMILY_STATEMENTS,
+  conversations: CONVERSATION_STATEMENTS,
   overview: OVERVIEW_STATEMENTS,
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
   stream: NOTIFY_STATEMENTS,

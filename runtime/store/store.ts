@@ -22,6 +22,7 @@
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import type { SqlClient } from "./driver.ts";
+import { Conversations } from "./conversation.ts";
 import { Families } from "./family.ts";
 import { Leases } from "./leases.ts";
 import { migrate, type MigrationResult } from "./migrate.ts";
@@ -42,6 +43,13 @@ export type { RunReads } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./family.ts";
 export { FAMILY_DEPTH_MAX } from "./family.ts";
+export type {
+  AnswerOutcome,
+  Conversations,
+  MessageRow,
+  MessageWithAnswer,
+  SentMessage,
+} from "./conversation.ts";
 
 /** Every statement the runtime runs, through one driver. */
 export class Store {
@@ -59,6 +67,8 @@ export class Store {
   readonly families: Families;
   /** The notification channel answers stream on (`notify.ts`). */
   readonly stream: StreamChannel;
+  /** Conversations: messages, answers, idle waits. */
+  readonly conversations: Conversations;
 
   /** Wraps a driver. */
   constructor(client: SqlClient) {
@@ -69,6 +79,7 @@ export class Store {
     this.operators = new Operators(client);
     this.families = new Families(client);
     this.stream = new StreamChannel(client);
+    this.conversations = new Conversations(client);
   }
 
   /** Where the data lives, for logs. */
