@@ -61,7 +61,7 @@ export type {
 export type { ParkedConversation } from "./runtime/conversation.ts";
 export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
-export type { QueryOptions, SqlClient } from "./runtime/store/driver.ts";
+export { listenThrough, type QueryOptions, type SqlClient } from "./runtime/store/driver.ts";
 
 // Its rows and statuses.
 export {
@@ -132,3 +132,19 @@ export {
   ValueUnstorableError,
 } from "./runtime/store/storable.ts";
 export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
+
+// Answers that stream: the notification channel, what travels on it, and a watcher's state (`client.stream`).
+export { PAYLOAD_TEXT_MAX, StreamChannel } from "./runtime/store/notify.ts";
+export {
+  decodeDelta,
+  type Delta,
+  DELTA_BATCH_MS,
+  DeltaPublisher,
+  type DeltaPublisherOptions,
+  encodeDelta,
+  STREAM_END_STATUSES,
+  type StreamEvent,
+  StreamFollower,
+  type WatchOptions,
+  watchRun,
+} from "./runtime/stream.ts";

@@ -39,6 +39,7 @@ export {
   type ScriptStep,
   type ScriptToolStep,
 } from "./mock/model.ts";
+export type { MockChunk, MockStreamOptions } from "./mock/model_stream.ts";
 export {
   type AnthropicRequestRecord,
   type AnthropicStep,

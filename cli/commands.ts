@@ -6,6 +6,7 @@
  * deno task submit   [--agent PATH] [--run-id ID] [--goal TEXT | --input JSON]   # a pending run
  * deno task runs     [--status S] [--agent-name A] [--search TEXT] [--limit N] [--page N]
  * deno task inspect  RUN                            # one run's timeline, step by step
+ * deno task watch    RUN [--json]                   # follow a run: its answer as it is written
  * deno task resolve  KEY (--result JSON | --retry | --fail [--reason TEXT])   # settle a flagged tool call
  * deno task resolve  --tool T | --run R (...) --dry-run | --expect N             # settle many at once
  * deno task settle   KEY (--result JSON | --error TEXT)   # settle a call that waits on its remote
@@ -75,6 +76,7 @@ import type { Json } from "../runtime/tools.ts";
 import { parseModelParams } from "../runtime/model_params.ts";
 import type { ModelParams } from "../runtime/transcript.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
+import { watchCommand } from "./watch.ts";
 
 export type { Resolution };
 
@@ -583,6 +585,35 @@ const BAD_INPUT_CODES: readonly ErrorCode[] = [
   "MESSAGE_INVALID",
 ];
 
+/**
+ * Follows a run (`cli/watch.ts`) until it ends or Ctrl-C. Its text goes to
+ * the terminal as it arrives when the lines go to the console; otherwise
+ * (a caller's own `print`) in whole lines.
+ */
+async function watch(ctx: CommandContext, runId: string, json: boolean): Promise<void> {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  Deno.addSignalListener("SIGINT", onSignal);
+  let pending = "";
+  const encoder = new TextEncoder();
+  const write = ctx.print === console.log
+    ? (text: string) => void Deno.stdout.writeSync(encoder.encode(text))
+    : (text: string) => {
+      pending += text;
+      const lines = pending.split("\n");
+      pending = lines.pop()!;
+      for (const l of lines) ctx.print(l);
+    };
+  try {
+    await asCommand(() =>
+      watchCommand(ctx.client, runId, { line: printer(ctx), write }, { json, signal: stop.signal })
+    );
+  } finally {
+    Deno.removeSignalListener("SIGINT", onSignal);
+    if (pending !== "") ctx.print(pending);
+  }
+}
+
 /** Turns a client's refusal into a command error (exit 1; a refusal of what was given exits 2). */
 async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
   try {
@@ -622,6 +653,11 @@ export const COMMAND_USAGE: Record<string, string> = {
   --page N            which page, 1 to ${PAGE_MAX} (default 1)`,
   inspect: `usage: deno task inspect RUN
   Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
+  watch: `usage: deno task watch RUN [--json]
+  Follows a run as it happens: its history, then each decision, tool result and status change, and the
+  answer's text as the model writes it (from workers started with STREAM_DELTAS=1; see docs/streaming.md).
+  Ends when the run is done, failed or cancelled, or on Ctrl-C.
+  --json              one JSON object per event`,
   resolve: `usage: deno task resolve KEY (--result JSON | --retry | --fail [--reason TEXT]) [--by NAME]
        deno task resolve (--tool NAME | --run RUN | both) (--result JSON | --retry | --fail [--reason TEXT])
                          (--dry-run | --expect N) [--by NAME]
@@ -705,6 +741,7 @@ const OPTIONS = {
   tool: { type: "string" },
   run: { type: "string" },
   expect: { type: "string" },
+  json: { type: "boolean" },
   message: { type: "string" },
   "message-id": { type: "string" },
   wait: { type: "boolean" },
@@ -760,6 +797,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   ],
   runs: ["status", "agent-name", "search", "limit", "page"],
   inspect: [],
+  watch: ["json"],
   resolve: ["result", "retry", "fail", "reason", "tool", "run", "dry-run", "expect"],
   cancel: [],
   reopen: [],
@@ -815,7 +853,7 @@ export async function main(
       ? { tool: v.tool, runId: v.run }
       : undefined;
   const byKey = ["resolve", "approve", "deny", "settle"].includes(command);
-  if ((["inspect", "cancel", "reopen", "send"].includes(command) || byKey) && !target && !bulk) {
+  if ((["inspect", "watch", "cancel", "reopen", "send"].includes(command) || byKey) && !target && !bulk) {
     return usage(`${command} needs a ${byKey ? "tool call key, e.g. demo:0" : "run id"}`);
   }
   if (command === "send") {
@@ -1005,6 +1043,9 @@ export async function main(
         break;
       case "inspect":
         await inspect(ctx, target);
+        break;
+      case "watch":
+        await watch(ctx, target, v.json === true);
         break;
       case "resolve":
         if (bulk) await resolveMany(ctx, bulk, resolution!, bulkOpts!);

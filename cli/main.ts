@@ -39,6 +39,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here
   submit        create a pending run
   runs          list runs, newest first
   inspect       one run's timeline, step by step
+  watch         follow a run as it happens: its answer as the model writes it
   resolve       settle a flagged tool call, or all of one tool or run (--tool, --run)
   settle        settle a tool call that waits on its remote, as a webhook or a person reports it
   cancel        stop a run

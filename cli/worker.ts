@@ -80,6 +80,7 @@ export async function main(
     owner: settings.worker,
     heartbeatMs: settings.heartbeatMs,
     leaseMs: settings.leaseMs,
+    streamDeltas: settings.streamDeltas,
     runsPerWorker: settings.runsPerWorker,
     pollMs: settings.pollMs,
     // MAX_STEPS, when set, replaces each agent's own maxSteps.

@@ -16,6 +16,9 @@ import { DurableJsonFile } from "./durable_json_file.ts";
 import { errorResponse, garbageResponse, jsonResponse, openAIErrorResponse } from "./http_response.ts";
 import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
 import { argsFromSchema } from "./schema_args.ts";
+import { type MockStreamOptions, streamedAnswer } from "./model_stream.ts";
+
+export type { MockChunk, MockStreamOptions } from "./model_stream.ts";
 
 /** Options of {@linkcode MockModel.open}. */
 export interface MockModelOptions {
@@ -37,6 +40,13 @@ export interface MockModelOptions {
    * (counted like any call). Default none.
    */
   refuseParams?: readonly string[];
+  /**
+   * How a request with `stream: true` is answered: as server-sent events,
+   * the answer cut into `chunks` pieces `chunkMs` apart, `onChunk` called
+   * before each (see {@linkcode MockModel.setStream}). Default 20 pieces, no
+   * delay.
+   */
+  stream?: MockStreamOptions;
 }
 
 /**
@@ -65,7 +75,7 @@ export interface ScriptCallsStep {
 
 /** A {@linkcode ScriptStep} that ends the run with a final answer. */
 export interface ScriptAnswerStep {
-  /** Content of the final answer. */
+  /** Content of the final answer; `{n}` becomes the run's call count. */
   answer: string;
 }
 
@@ -269,11 +279,19 @@ export class MockModel {
   #refuseParams: readonly string[];
   /** Aborted by `releaseHung()` to end calls held by `hang_next`. */
   #release = new AbortController();
+  /** How `stream: true` requests are answered. */
+  #stream: MockStreamOptions = {};
 
   private constructor(
     state: ModelState,
     file: DurableJsonFile<ModelState> | undefined,
-    opts: { now: () => Date; scripts: ScriptTables; parallel: number; refuseParams: readonly string[] },
+    opts: {
+      now: () => Date;
+      scripts: ScriptTables;
+      parallel: number;
+      refuseParams: readonly string[];
+      stream?: MockStreamOptions;
+    },
   ) {
     this.#state = state;
     this.#file = file;
@@ -281,6 +299,7 @@ export class MockModel {
     this.#scripts = opts.scripts;
     this.#parallel = opts.parallel;
     this.#refuseParams = opts.refuseParams;
+    this.#stream = opts.stream ?? {};
   }
 
   /**
@@ -304,6 +323,7 @@ export class MockModel {
       scripts,
       parallel,
       refuseParams: [...(opts.refuseParams ?? [])],
+      stream: opts.stream,
     });
   }
 
@@ -354,6 +374,29 @@ export class MockModel {
   /** Replaces the fault spec. Throws a `TypeError` when it is malformed. */
   setFaults(spec: ModelFaultSpec): void {
     this.#faults = parseFaultSpec(spec);
+  }
+
+  /**
+   * Sets how a request with `stream: true` is answered from now on. Throws a
+   * `TypeError` when `chunks` is not a positive integer or `chunkMs` not a
+   * number of 0 or more.
+   */
+  setStream(opts: MockStreamOptions): void {
+    if (opts.chunks !== undefined && !isPositiveInteger(opts.chunks)) {
+      throw new TypeError(
+        `Cannot stream as 'chunks' must be a positive integer: current value is ${
+          JSON.stringify(opts.chunks)
+        }`,
+      );
+    }
+    if (opts.chunkMs !== undefined && !(Number.isFinite(opts.chunkMs) && opts.chunkMs >= 0)) {
+      throw new TypeError(
+        `Cannot stream as 'chunkMs' must be a number of 0 or more: current value is ${
+          JSON.stringify(opts.chunkMs)
+        }`,
+      );
+    }
+    this.#stream = { ...opts };
   }
 
   /** Removes every fault. */
@@ -457,7 +500,22 @@ export class MockModel {
     if (mode === "garbage") return garbageResponse();
     const model = typeof body.model === "string" ? body.model : "mock-model";
     const decision = this.#decide(run, agent, n, body.messages, body.tools, mode);
-    return jsonResponse(200, this.#answer(run, n, model, decision, text.length, mode));
+    // A streamed request is billed as the same request without its stream fields, so the same question
+    // gets the same usage streamed or not (the runtime journals an answer's usage).
+    const { stream: _s, stream_options: _o, ...unstreamed } = body;
+    const chars = body.stream === true ? JSON.stringify(unstreamed).length : text.length;
+    const answer = this.#answer(run, n, model, decision, chars, mode);
+    if (body.stream === true) {
+      const options = isPlainObject(body.stream_options) ? body.stream_options : {};
+      return streamedAnswer(answer, {
+        ...this.#stream,
+        run,
+        n,
+        includeUsage: options.include_usage === true,
+        signal: req.signal,
+      });
+    }
+    return jsonResponse(200, answer);
   }
 
   async #handleSetScript(req: Request): Promise<Response> {
@@ -603,7 +661,9 @@ function genericPlan(tools: { name: string; parameters: unknown }[], n: number, 
 function scriptPlan(script: ScriptStep[], n: number): Plan {
   const call = (s: ScriptToolStep): PlannedCall => ({ tool: s.tool, args: withCallCount(s.args, n) });
   const steps = script.map((s): PlanStep =>
-    "answer" in s ? s : { calls: "calls" in s ? s.calls.map(call) : [call(s)] }
+    "answer" in s
+      ? { answer: withCallCount(s.answer, n) }
+      : { calls: "calls" in s ? s.calls.map(call) : [call(s)] }
   );
   return { steps, end: SCRIPT_DONE_MESSAGE, parallel: 1 };
 }

@@ -58,6 +58,7 @@ import {
 } from "./store/store.ts";
 import { isRunStatus, RUN_STATUSES, Store as StoreClass } from "./store/store.ts";
 import type { Json } from "./tools.ts";
+import { type StreamEvent, type WatchOptions, watchRun } from "./stream.ts";
 
 /** Where the runs live. */
 export interface ConnectOptions {
@@ -327,6 +328,22 @@ export class Client {
       }
       await this.clock.sleep(opts.pollMs ?? 100, opts.signal);
     }
+  }
+
+  /**
+   * Follows a run as it happens: an async iterator of its events (text as
+   * the model writes it, tool calls decided, tool results, answers, status
+   * changes, resets), its journaled history first, then the live tail, until
+   * the run is done, failed or cancelled (or `opts.signal` aborts). Text
+   * arrives only from workers started with `STREAM_DELTAS=1`, and only
+   * through a database other processes share (PostgreSQL), or in the
+   * process that drives the run (PGlite); see `stream.ts` for the reset
+   * rule. Throws `RUN_NOT_FOUND` for an unknown run, `STREAM_UNSUPPORTED`
+   * for a store that cannot listen.
+   */
+  async *stream(runId: string, opts: WatchOptions = {}): AsyncGenerator<StreamEvent, void, undefined> {
+    if (!(await this.store.getRun(runId))) throw notFound(runId);
+    yield* watchRun(this.store, this.clock, runId, opts);
   }
 
   /**

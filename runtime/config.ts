@@ -24,6 +24,7 @@
  * | `LOG_FORMAT` | `--log-format` | `text` |
  * | `AGENT_LOAD_S` | `--agent-load-s` | 30: how long the agent module may take to import |
  * | `DATA_DIR_WAIT_S` | `--data-dir-wait-s` | 60: how long to wait for an embedded database another process holds |
+ * | `STREAM_DELTAS` | `--stream-deltas` | 0: 1 streams model answers and notifies watchers of their text |
  *
  * @module
  */
@@ -101,6 +102,12 @@ export interface Settings {
    * refuses at once).
    */
   dataDirWaitMs: number;
+  /**
+   * Stream the model's answers and send their text to watchers through the
+   * database's notifications as it is written (`STREAM_DELTAS`, 1 or 0;
+   * default 0). See docs/streaming.md.
+   */
+  streamDeltas: boolean;
 }
 
 /** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
@@ -139,6 +146,7 @@ export const SETTING_NAMES: readonly string[] = [
   "EXIT_ON_STDIN_EOF",
   "AGENT_LOAD_S",
   "DATA_DIR_WAIT_S",
+  "STREAM_DELTAS",
 ];
 const NAMES = SETTING_NAMES;
 
@@ -475,6 +483,10 @@ export function loadSettings(
   if (!["0", "1", "true", "false"].includes(stdinEof)) {
     r.problems.push(`EXIT_ON_STDIN_EOF must be 1 or 0: current value is ${JSON.stringify(stdinEof)}`);
   }
+  const streamDeltas = r.str("STREAM_DELTAS", "0");
+  if (!["0", "1", "true", "false"].includes(streamDeltas)) {
+    r.problems.push(`STREAM_DELTAS must be 1 or 0: current value is ${JSON.stringify(streamDeltas)}`);
+  }
   const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
   const apiKey = r.str("MODEL_API_KEY");
   if (apiKey !== undefined && [...apiKey].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f)) {
@@ -518,6 +530,7 @@ export function loadSettings(
     exitOnStdinEof: stdinEof === "1" || stdinEof === "true",
     agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
     dataDirWaitMs: r.seconds("DATA_DIR_WAIT_S", DATA_DIR_WAIT_DEFAULT_S, 0),
+    streamDeltas: streamDeltas === "1" || streamDeltas === "true",
   };
   r.done();
   return settings;

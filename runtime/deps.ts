@@ -73,6 +73,13 @@ export interface ProcessSettings {
   heartbeatMs: number;
   /** How old a heartbeat may be before a run counts as abandoned. */
   leaseMs: number;
+  /**
+   * Stream each model answer and send its text to watchers as it is
+   * written, through the database's notifications (`STREAM_DELTAS`; see
+   * `stream.ts`). Default false: answers arrive whole, and a step costs no
+   * statement more. Whatever it is, the journal holds the same.
+   */
+  streamDeltas?: boolean;
 }
 
 /** What one process has, shared by every agent and every run it drives (no module-level state). */
@@ -113,6 +120,7 @@ export function processDeps(opts: ProcessDepsOptions): ProcessDeps {
     owner: opts.owner ?? `worker:${Deno.pid}`,
     heartbeatMs: opts.heartbeatMs ?? 3_000,
     leaseMs: opts.leaseMs ?? 12_000,
+    streamDeltas: opts.streamDeltas ?? false,
     random: opts.random ?? Math.random,
     telemetry: opts.telemetry ?? telemetryFromEnv(),
   };

@@ -46,6 +46,7 @@ export const ERROR_CODES = {
     "SCHEMA_OUTDATED",
     "SCHEMA_UNSET",
     "STORE_CLOSED",
+    "STREAM_UNSUPPORTED",
   ],
   FencedError: ["FENCED", "STALLED", "RUN_CLOSED"],
   /** The planner's and the journal's; a refused answer's code is kept as its rejection's. */

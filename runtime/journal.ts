@@ -29,6 +29,7 @@ import { addUsage } from "./usage.ts";
 import { answerCap, answerTokens, checkModelRequest, reservationBudget, worstCaseTokens } from "./budget.ts";
 import { familyCeilings } from "./family.ts";
 import { toStorable } from "./store/storable.ts";
+import { DeltaPublisher } from "./stream.ts";
 
 /**
  * The characters a request's prompt carries (messages and tool schemas), as its planner sends them:
@@ -152,6 +153,15 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       };
 
       let answer: PlannerDecision;
+      // Watched answers stream (STREAM_DELTAS): their text goes to the channel as it is written.
+      const deltas = deps.streamDeltas
+        ? new DeltaPublisher({
+          notify: (payload) => store.stream.notify(payload),
+          clock,
+          log,
+          call: { runId, epoch: state.fence.epoch, seq, attempt },
+        })
+        : undefined;
       const timeout = deadline(
         clock,
         state.signal,
@@ -167,6 +177,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
             plannerDecision(
               await deps.planner.decide({
                 ...question,
+                ...(deltas ? { onDelta: deltas.push } : {}),
                 // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
                 get signal() {
                   return timeout.signal;
@@ -195,6 +206,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
         continue;
       } finally {
         timeout.cancel();
+        // Every piece is sent before the answer is journaled: a watcher sees the text, then the answer.
+        await deltas?.close();
       }
       if (answer.warnings && answer.warnings.length > 0) {
         log.warn("model-warning", { run: runId, seq, attempt, warnings: answer.warnings.join("; ") });

@@ -277,6 +277,14 @@ export interface DecideRequest {
   params?: Omit<ModelParams, "maxOutputTokens">;
   /** Aborts the request. */
   signal?: AbortSignal;
+  /**
+   * Set when the answer's text is being watched (`STREAM_DELTAS`): a planner
+   * that can stream asks its server to, and calls this with each piece of
+   * text as it arrives. The answer it returns is the same as without
+   * streaming; only the complete answer is journaled. A planner that cannot
+   * stream ignores it.
+   */
+  onDelta?: (text: string) => void;
 }
 
 /** A tool call as a model asked for it. */

@@ -12,6 +12,7 @@
  * GET  /api/runs/:id?from=S       the steps from S on (what changed since a page last looked)
  * GET  /api/runs/:id?before=S     the N steps before S (a page loading earlier steps)
  * GET  /api/runs/:id/value?field=F&seq=S   one clipped value whole
+ * GET  /api/runs/:id/stream       server-sent events: the run's history, then its answers as they are written
  * GET  /static/display.js         the display rule of runtime/display.ts, for the page
  * POST /api/runs/:id/cancel       POST /api/runs/:id/reopen
  * POST /api/calls/:key/resolve    {"action":"result","result":...} | {"action":"retry"} | {"action":"fail","reason":"..."}
@@ -34,6 +35,7 @@ import { displayScript } from "../runtime/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
 import { isRunStatus, OPEN_RUN_STATUSES } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/tools.ts";
+import type { StreamEvent } from "../runtime/stream.ts";
 import { buildTimeline } from "./timeline.ts";
 // Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
 // checkout, a package download from JSR, a compiled binary).
@@ -104,6 +106,25 @@ function bareHost(host: string): string {
 export function isLoopback(host: string): boolean {
   const h = bareHost(host).toLowerCase();
   return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+/** One event as server-sent text: its type as the event name, the event as JSON, long values clipped. */
+export function sseEvent(e: StreamEvent): string {
+  const clip = (v: Json | null): Json | null => {
+    if (v === null) return null;
+    const text = typeof v === "string" ? v : JSON.stringify(v);
+    return text.length > CLIP_CHARS ? { clipped: text.slice(0, CLIP_CHARS), chars: text.length } : v;
+  };
+  let shown: unknown = e;
+  if (e.type === "answer" && e.text.length > CLIP_CHARS) {
+    shown = { ...e, text: e.text.slice(0, CLIP_CHARS), clipped: true, chars: e.text.length };
+  } else if (e.type === "tool_result") {
+    shown = { ...e, result: clip(e.result), error: e.error && e.error.slice(0, CLIP_CHARS) };
+  } else if (e.type === "tool_calls") {
+    shown = { ...e, calls: e.calls.map((call) => ({ ...call, args: clip(call.args) })) };
+  }
+  // JSON has no raw line break in it, so one data line holds the whole event.
+  return `event: ${e.type}\ndata: ${JSON.stringify(shown)}\n\n`;
 }
 
 /** Compares two strings in time independent of where they differ. */
@@ -305,6 +326,40 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       approvals,
       children,
       ...(await conversationOf(t.run)),
+    });
+  });
+
+  // A run's events as server-sent events (client.stream): its history, then text as the model writes
+  // it, until the run ends or the page goes away. Long values are clipped as the timeline clips them.
+  app.get("/api/runs/:id/stream", async (c) => {
+    const stop = new AbortController();
+    c.req.raw.signal.addEventListener("abort", () => stop.abort(), { once: true });
+    const events = client.stream(c.req.param("id"), { signal: stop.signal });
+    // The first event (the run's status at least) before the answer: an unknown run is a 404, not a stream.
+    let next: IteratorResult<StreamEvent, void> | undefined = await events.next();
+    const encoder = new TextEncoder();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        const got = next ?? await events.next();
+        next = undefined;
+        if (got.done) {
+          controller.enqueue(encoder.encode("event: end\ndata: {}\n\n"));
+          controller.close();
+          return;
+        }
+        controller.enqueue(encoder.encode(sseEvent(got.value)));
+      },
+      async cancel() {
+        stop.abort();
+        await events.return(undefined);
+      },
+    });
+    return new Response(body, {
+      headers: {
+        "content-type": "text/event-stream",
+        "cache-control": "no-store",
+        "x-accel-buffering": "no",
+      },
     });
   });
 

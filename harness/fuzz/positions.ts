@@ -123,6 +123,9 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "schema-version-table": "other",
   "schema-version": "other",
   "schema-columns": "other",
+  // Streamed text is no state: a fault there costs watchers a piece, never the run anything.
+  "stream-channel": "other",
+  "notify-stream": "other",
 };
 
 /** The position of a statement sent with `opts`. */

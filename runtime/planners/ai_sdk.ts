@@ -39,7 +39,8 @@
  * @module
  */
 
-import { RuntimeError } from "../errors.ts";
+import { ModelError, RuntimeError } from "../errors.ts";
+import { gatherStream } from "./_ai_sdk_stream.ts";
 import type { Planner } from "../planner.ts";
 import type { ToolDescription } from "../tools.ts";
 import type { DecideRequest, ModelParams, PlannerDecision } from "../transcript.ts";
@@ -192,7 +193,11 @@ export class AiSdkPlanner implements Planner {
     return JSON.stringify(aiSdkPrompt(req.transcript, this.#version)).length + this.#toolsOf(req.tools).chars;
   }
 
-  /** Asks the model once (`doGenerate`) and maps its answer to a decision. */
+  /**
+   * Asks the model once and maps its answer to a decision: with `doGenerate`,
+   * or, when the request is watched (`onDelta`), with `doStream`, its text
+   * passed on as it arrives and the answer mapped as `doGenerate`'s would be.
+   */
   async decide(req: DecideRequest): Promise<PlannerDecision> {
     // Read once: the journal's deadline arms its timer when a planner reads the signal.
     const signal = req.signal;
@@ -204,13 +209,21 @@ export class AiSdkPlanner implements Planner {
       signal,
     });
     let result: GenerateResult;
+    const who = `${this.#model.provider} model=${this.#model.modelId}`;
     try {
       // One call, whatever the version: the answer is read by its shape (v2's finish reason and usage differ).
-      const model = this.#model as unknown as { doGenerate(o: typeof options): PromiseLike<GenerateResult> };
-      result = await model.doGenerate(options);
+      const model = this.#model as unknown as {
+        doGenerate(o: typeof options): PromiseLike<GenerateResult>;
+        doStream?(o: typeof options): PromiseLike<{ stream: ReadableStream<unknown> }>;
+      };
+      // Watched (req.onDelta): streamed, and gathered into what doGenerate would have answered.
+      result = req.onDelta && typeof model.doStream === "function"
+        ? await gatherStream(await model.doStream(options), req.onDelta, who)
+        : await model.doGenerate(options);
     } catch (err) {
+      if (err instanceof ModelError) throw err;
       throw aiSdkError(err, {
-        who: `${this.#model.provider} model=${this.#model.modelId}`,
+        who,
         signal,
         now: this.#now,
       });

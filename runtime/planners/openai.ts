@@ -17,6 +17,7 @@ import { traceHeaders } from "../telemetry.ts";
 import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "../http.ts";
 import { secretForms } from "../log.ts";
 import type { Json } from "../tools.ts";
+import { CompletionAccumulator, type SseEvent, SseParser } from "./sse.ts";
 import type {
   AnswerCall,
   DecideRequest,
@@ -264,17 +265,25 @@ export class OpenAIPlanner {
       `,${JSON.stringify(k)}:${JSON.stringify(v)}`
     )
       .join("");
+    // Streamed only when someone watches (req.onDelta): the answer is the same either way.
+    const streamed = req.onDelta !== undefined;
     const body = `{"model":${JSON.stringify(this.#opts.model)},"messages":${
       JSON.stringify(chatMessages(req.transcript))
-    }${req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""}${cap}${paramsJson}}`;
+    }${req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""}${cap}${paramsJson}${
+      streamed ? STREAM_FIELDS : ""
+    }}`;
     const url = this.#url;
     const where = () => this.#mask(shownUrl(url));
     let res: Response;
     let text: string;
     try {
       res = await this.#fetch(new Request(url, { method: "POST", headers, body, signal: req.signal }));
+      if (streamed && res.ok && isEventStream(res)) {
+        return parseCompletion(JSON.stringify(await this.#readStream(res, req.onDelta!)));
+      }
       text = this.#mask(await res.text());
     } catch (err) {
+      if (err instanceof ModelError) throw err;
       throw new ModelError(
         "MODEL_UNREACHABLE",
         `The model at ${where()} could not be reached: ${this.#mask((err as Error).message)}`,
@@ -316,6 +325,84 @@ export class OpenAIPlanner {
     }
     return parseCompletion(text);
   }
+
+  /**
+   * Reads a streamed answer to its end, passing each piece of text to
+   * `onDelta` as it arrives, and returns the body a non-streamed request
+   * would have got. A stream cut off before its end (no `[DONE]` and no
+   * finish reason) is an answer lost on the way: a transient
+   * `MODEL_UNREACHABLE`, asked again like a failed request.
+   */
+  async #readStream(res: Response, onDelta: (text: string) => void): Promise<Record<string, unknown>> {
+    const parser = new SseParser();
+    const acc = new CompletionAccumulator();
+    const decoder = new TextDecoder();
+    let done = false;
+    const take = (events: SseEvent[]) => {
+      for (const ev of events) {
+        if (done) return;
+        const data = ev.data.trim();
+        if (data === "[DONE]") {
+          done = true;
+          return;
+        }
+        let chunk: unknown;
+        try {
+          chunk = JSON.parse(this.#mask(data));
+        } catch {
+          throw badAnswer(
+            "MODEL_NOT_JSON",
+            `A chunk of the model's streamed answer is not JSON: ${
+              JSON.stringify(this.#mask(data).slice(0, 120))
+            }`,
+          );
+        }
+        const added = acc.add(chunk);
+        if (added !== "") onDelta(added);
+      }
+    };
+    try {
+      // Bounded by the body: the server ends it (or the request's signal does).
+      for await (const piece of res.body ?? new ReadableStream<Uint8Array>()) {
+        take(parser.push(decoder.decode(piece, { stream: true })));
+        if (done) break;
+      }
+      take(parser.push(decoder.decode() + "\n\n"));
+    } catch (err) {
+      if (err instanceof ModelError) throw err;
+      throw new ModelError(
+        "MODEL_UNREACHABLE",
+        `The model's streamed answer from ${
+          this.#mask(shownUrl(this.#url))
+        } was cut off after ${acc.chunks} ` +
+          `chunks: ${this.#mask((err as Error).message)}`,
+        { transient: true, cause: err },
+      );
+    } finally {
+      if (done) await res.body?.cancel().catch(() => {});
+    }
+    const body = acc.body();
+    const finished = (body.choices as { finish_reason?: unknown }[])[0]?.finish_reason;
+    if (!done && (finished === null || finished === undefined) && body.error === undefined) {
+      throw new ModelError(
+        "MODEL_UNREACHABLE",
+        `The model's streamed answer from ${
+          this.#mask(shownUrl(this.#url))
+        } ended after ${acc.chunks} chunks ` +
+          "without a finish reason or [DONE]: it was cut off",
+        { transient: true },
+      );
+    }
+    return body;
+  }
+}
+
+/** Asks for a streamed answer with its usage in a last chunk (OpenAI sends none otherwise). */
+const STREAM_FIELDS = `,"stream":true,"stream_options":{"include_usage":true}`;
+
+/** True when a response is server-sent events (a server that ignores `stream` answers JSON: read as such). */
+function isEventStream(res: Response): boolean {
+  return (res.headers.get("content-type") ?? "").toLowerCase().includes("text/event-stream");
 }
 
 /**

@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { QueryOptions, SqlClient } from "./driver.ts";
+import { listenThrough, type QueryOptions, type SqlClient } from "./driver.ts";
 
 /** The name {@link CountingClient} counts a statement sent without one under. */
 export const UNNAMED = "(unnamed)";
@@ -70,6 +70,10 @@ export class CountingClient implements SqlClient {
   close(): Promise<void> {
     return this.#inner.close();
   }
+
+  listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>> {
+    return listenThrough(this.#inner, channel, onPayload);
+  }
 }
 
 /** One statement as a {@link TapClient} saw it, before it was sent. */
@@ -129,5 +133,9 @@ export class TapClient implements SqlClient {
 
   close(): Promise<void> {
     return this.#inner.close();
+  }
+
+  listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>> {
+    return listenThrough(this.#inner, channel, onPayload);
   }
 }

@@ -8,6 +8,8 @@
  * @module
  */
 
+import { StoreError } from "../errors.ts";
+
 /** The minimal driver interface: parameterised queries and a script runner. */
 export interface SqlClient {
   /** A short description for logs, e.g. `pglite:.data/pglite` (never a password). */
@@ -29,6 +31,14 @@ export interface SqlClient {
   exec(text: string): Promise<void>;
   /** Releases the connection (and any lock). */
   close(): Promise<void>;
+  /**
+   * Subscribes to a notification channel (`LISTEN`): `onPayload` is called
+   * with each payload sent on it (`pg_notify`) from any session, in the
+   * order they were committed, until the returned function unsubscribes.
+   * Optional: a driver (or wrapper) without it cannot be watched live
+   * (`client.stream` says so).
+   */
+  listen?(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>>;
 }
 
 /** Options of {@link SqlClient.query} and {@link SqlClient.run}. */
@@ -46,4 +56,25 @@ export interface QueryOptions {
    * array holds) and that runs rarely enough for planning not to matter.
    */
   planEachTime?: boolean;
+}
+
+/**
+ * `client.listen`, or a `STREAM_UNSUPPORTED` {@link StoreError} for a driver
+ * (or wrapper) that has none: what a wrapper's own `listen` passes on to.
+ */
+export function listenThrough(
+  client: SqlClient,
+  channel: string,
+  onPayload: (payload: string) => void,
+): Promise<() => Promise<void>> {
+  if (!client.listen) {
+    return Promise.reject(
+      new StoreError(
+        "STREAM_UNSUPPORTED",
+        `The store ${client.describe} cannot listen for notifications, so its runs cannot be watched live: ` +
+          "use the PostgreSQL or PGlite driver (or a wrapper that passes listen on)",
+      ),
+    );
+  }
+  return client.listen(channel, onPayload);
 }

@@ -237,6 +237,28 @@ export class PgliteClient implements SqlClient {
     await this.#db.exec(text);
   }
 
+  /**
+   * `LISTEN` on the one session: it hears what this process notifies (a
+   * worker and a watcher in one process), never another process (PGlite
+   * holds its directory for one process).
+   */
+  async listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>> {
+    this.#assertOpen();
+    // PGlite sends the name as it is, unquoted, in LISTEN and UNLISTEN: the store's channel is a plain name.
+    if (!/^[a-z_][a-z0-9_]*$/.test(channel)) {
+      throw new TypeError(
+        `Cannot listen as the channel must be a plain lower-case name: current value is ${
+          JSON.stringify(channel)
+        }`,
+      );
+    }
+    const unlisten = await this.#db.listen(channel, onPayload);
+    return async () => {
+      // The database may be closed by then (the watcher outlived its store): nothing is left to unlisten.
+      if (!this.#closed) await unlisten();
+    };
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

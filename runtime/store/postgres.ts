@@ -55,6 +55,16 @@ export class PostgresClient implements SqlClient {
   async close(): Promise<void> {
     await this.#sql.end({ timeout: 5 });
   }
+
+  /**
+   * `LISTEN` on a connection of its own (postgres.js opens one per pool for
+   * every channel, outside `max`, and closes it with the pool); it is
+   * re-established if it drops.
+   */
+  async listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>> {
+    const { unlisten } = await this.#sql.listen(channel, onPayload);
+    return unlisten;
+  }
 }
 
 /** Where a database URL points, without its password: `host:port/db`. */

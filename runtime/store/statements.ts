@@ -13,6 +13,7 @@ import { CONVERSATION_STATEMENTS } from "./conversation.ts";
 import { FAMILY_STATEMENTS } from "./family.ts";
 import { LEASE_STATEMENTS } from "./leases.ts";
 import { MIGRATE_STATEMENTS } from "./migrate.ts";
+import { NOTIFY_STATEMENTS } from "./notify.ts";
 import { OPERATOR_STATEMENTS } from "./operators.ts";
 import { OVERVIEW_STATEMENTS } from "./overview.ts";
 import { READ_STATEMENTS } from "./reads.ts";
@@ -111,7 +112,10 @@ export type StatementName =
   | "search-path"
   | "schema-version-table"
   | "schema-version"
-  | "schema-columns";
+  | "schema-columns"
+  // stream
+  | "stream-channel"
+  | "notify-stream";
 
 /** The names the statements are declared under, as the compiler reads them beside their texts. */
 type DeclaredName =
@@ -123,7 +127,8 @@ type DeclaredName =
   | (typeof CONVERSATION_STATEMENTS)[number]["name"]
   | (typeof OVERVIEW_STATEMENTS)[number]["name"]
   | (typeof MIGRATE_STATEMENTS)[number]["name"]
-  | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"];
+  | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"]
+  | (typeof NOTIFY_STATEMENTS)[number]["name"];
 
 // A statement whose name is not listed in StatementName does not fit in STATEMENTS below; a listed name no
 // statement is declared under makes this line fail to compile.
@@ -148,6 +153,8 @@ export const STATEMENTS: {
   readonly overview: readonly Statement<StatementName>[];
   /** The schema's version and columns (`migrate.ts`, `schema_check.ts`). */
   readonly schema: readonly Statement<StatementName>[];
+  /** The stream channel's notifications (`notify.ts`). */
+  readonly stream: readonly Statement<StatementName>[];
 } = {
   runWrites: RUN_WRITE_STATEMENTS,
   reads: READ_STATEMENTS,
@@ -157,6 +164,7 @@ export const STATEMENTS: {
   conversations: CONVERSATION_STATEMENTS,
   overview: OVERVIEW_STATEMENTS,
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
+  stream: NOTIFY_STATEMENTS,
 };
 
 /** Every statement of the store, in one list. */

@@ -27,6 +27,7 @@ import { Families } from "./family.ts";
 import { Leases } from "./leases.ts";
 import { migrate, type MigrationResult } from "./migrate.ts";
 import { Operators } from "./operators.ts";
+import { StreamChannel } from "./notify.ts";
 import { RunReads } from "./reads.ts";
 import { RunWrites } from "./run_writes.ts";
 import { checkSchema } from "./schema_check.ts";
@@ -64,6 +65,8 @@ export class Store {
   readonly operators: Operators;
   /** Runs that call runs. */
   readonly families: Families;
+  /** The notification channel answers stream on (`notify.ts`). */
+  readonly stream: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   readonly conversations: Conversations;
 
@@ -75,6 +78,7 @@ export class Store {
     this.leases = new Leases(client);
     this.operators = new Operators(client);
     this.families = new Families(client);
+    this.stream = new StreamChannel(client);
     this.conversations = new Conversations(client);
   }
 

@@ -826,6 +826,7 @@ async function drawRun(runId) {
     main.replaceChildren(
       h("p", {}, h("a", { href: "/" }, "← all runs")),
       h("div", { id: "run-card" }),
+      h("div", { id: "live-answer", class: "live-answer", hidden: true }),
       h("h3", {}, "Timeline ", h("span", { class: "muted" }, "(one lane per worker epoch)")),
       h("div", { id: "earlier", class: "earlier" }),
       h("p", { class: "muted", id: "no-steps" }, "No steps yet."),
@@ -838,7 +839,73 @@ async function drawRun(runId) {
     drawCard();
     drawSteps(take(t));
   }
+  followAnswer(runId, CLOSED.includes(t.run.status));
   return !CLOSED.includes(t.run.status);
+}
+
+// ---- the answer as it is written (server-sent events, /api/runs/:id/stream) ----
+
+let answer = null; // { runId, source, seq, attempt, start, text, label }
+
+/** Shows the text of the answer being written, as the server streams it; drawn with textContent only. */
+function drawAnswer() {
+  const box = document.getElementById("live-answer");
+  if (!box || !answer) return;
+  box.hidden = answer.text === "" && answer.label === "";
+  box.replaceChildren(
+    h("div", { class: "muted" }, answer.label),
+    h(
+      "pre",
+      { class: "answer-text", "data-seq": answer.seq ?? "" },
+      answer.start > 0 ? "…" : "",
+      answer.text,
+    ),
+  );
+}
+
+/** Follows a run's stream while its page is open and the run can still change. */
+function followAnswer(runId, closed) {
+  if (answer && answer.runId === runId) {
+    drawAnswer();
+    return;
+  }
+  answer?.source.close();
+  answer = null;
+  if (closed) return;
+  const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/stream`);
+  answer = { runId, source, seq: null, attempt: null, start: 0, text: "", label: "" };
+  const on = (type, fn) =>
+    source.addEventListener(type, (m) => {
+      if (answer?.source !== source) return;
+      fn(JSON.parse(m.data));
+      drawAnswer();
+    });
+  on("delta", (e) => {
+    // A new step or attempt starts the text afresh; a page that joined mid-answer shows where it joined.
+    if (answer.seq !== e.seq || answer.attempt !== e.attempt) {
+      Object.assign(answer, { seq: e.seq, attempt: e.attempt, start: e.offset, text: "" });
+    }
+    const at = e.offset - answer.start;
+    if (at >= 0 && at <= answer.text.length) answer.text = answer.text.slice(0, at) + e.text;
+    answer.label = `writing · step ${e.seq} · attempt ${e.attempt} · epoch ${e.epoch}`;
+  });
+  on("reset", (e) => {
+    Object.assign(answer, { seq: e.seq, attempt: null, start: 0, text: "" });
+    answer.label =
+      `step ${e.seq}: ${e.reason === "takeover" ? "the run was taken over" : "the model was asked again"}` +
+      `; ${e.dropped} characters dropped`;
+  });
+  on("answer", (e) => {
+    Object.assign(answer, { seq: e.seq, attempt: null, start: 0, text: e.text });
+    answer.label = `answer · step ${e.seq}${
+      e.clipped ? ` · first ${e.text.length} of ${e.chars} characters` : ""
+    }`;
+  });
+  on("tool_calls", (e) => {
+    if (answer.seq === e.seq) Object.assign(answer, { text: "", label: "" });
+  });
+  // The stream ends with the run: the browser would otherwise connect again.
+  source.addEventListener("end", () => source.close());
 }
 
 // ---- routing and polling -------------------------------------------------
