@@ -214,7 +214,9 @@ Deno.test({
       await t.step("a run in progress updates without a reload, asking only for what changed", async () => {
         const asked: string[] = [];
         const onRequest = (r: { url(): string }) => {
-          if (r.url().includes("/api/runs/report-nov")) asked.push(new URL(r.url()).search);
+          // The run itself; its answer stream (/stream) is a connection of its own.
+          const url = new URL(r.url());
+          if (url.pathname === "/api/runs/report-nov") asked.push(url.search);
         };
         page.on("request", onRequest);
         await page.goto(`${ui.url}/runs/report-nov`, { waitUntil: "domcontentloaded" });
