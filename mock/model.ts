@@ -90,9 +90,10 @@ export interface ScriptSpec {
   /** Agent name (the request's `x-agent-name` header); exclusive with `run`. */
   agent?: string;
   /**
-   * The steps, in order. A request holding `k` tool results is answered from the step where the
-   * `k`-th call (counted from 0) of the script lies: a step of one call or an answer counts as one
-   * call, a `calls` step as its calls. Exclusive with `parallel`.
+   * The steps, in order. A request holding `k` tool results and final answers (a conversation's
+   * earlier turns) is answered from the step where the `k`-th place (counted from 0) of the script
+   * lies: a step of one call or an answer takes one place, a `calls` step one per call. Exclusive
+   * with `parallel`.
    */
   steps?: ScriptStep[];
   /** At most this many calls per answer of the demo's or the generic plan (a positive integer). */
@@ -539,8 +540,13 @@ export class MockModel {
     tools: unknown,
     mode: ModelFaultMode | undefined,
   ): Decision {
-    // The calls already made: each has its result in the request, whatever answers they came in.
-    const k = messages.filter((m) => isPlainObject(m) && m.role === "tool").length;
+    // The calls already made (each has its result in the request, whatever answers they came in) and
+    // the answers already given (a conversation's earlier turns): where in its plan this request is.
+    const k = messages.filter((m) =>
+      isPlainObject(m) &&
+      (m.role === "tool" ||
+        (m.role === "assistant" && !(Array.isArray(m.tool_calls) && m.tool_calls.length > 0)))
+    ).length;
     const entry = this.#scripts.byRun.get(run) ??
       (agent === undefined ? undefined : this.#scripts.byAgent.get(agent));
     if (entry !== undefined && "steps" in entry) {

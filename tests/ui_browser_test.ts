@@ -12,7 +12,8 @@
  * Skipped, saying so, when no Chromium is installed (`apt-get install -y chromium`).
  */
 import assert from "node:assert/strict";
-import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import type { Browser, Page } from "puppeteer-core";
+import { chromiumIgnore, launchChromium, screenshotPath } from "./_chromium.ts";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent.ts";
 import { connect } from "../runtime/client.ts";
@@ -23,26 +24,6 @@ import { serveUi } from "../ui/server.ts";
 import { BIG, RAW_HIDDEN, writeHostileRuns, writeLongRun } from "./_display_runs.ts";
 import { runWorkerToEnd } from "../harness/procs.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
-
-const CHROMIUM = [Deno.env.get("CHROMIUM_PATH"), "/usr/bin/chromium", "/usr/bin/chromium-browser"]
-  .find((p) => {
-    if (!p) return false;
-    try {
-      return Deno.statSync(p).isFile;
-    } catch {
-      return false;
-    }
-  });
-// The README's screenshots are rewritten only when asked (UPDATE_SCREENSHOTS=1), so a test run leaves the
-// work tree clean; otherwise they go to the test's temporary folder.
-const UPDATE_SCREENSHOTS = Deno.env.get("UPDATE_SCREENSHOTS") === "1";
-
-function chromiumIgnore(name: string): boolean {
-  if (!CHROMIUM) {
-    console.log(`skipped (no chromium: apt-get install -y chromium, or set CHROMIUM_PATH): ${name}`);
-  }
-  return !CHROMIUM;
-}
 
 /** A model that calls `tool` at step 0 and is done at step 1. */
 function oneToolPlanner(tool: string, args: Record<string, unknown>, done: string): Planner {
@@ -97,10 +78,7 @@ Deno.test({
   sanitizeResources: false,
   async fn(t) {
     const dir = await Deno.makeTempDir({ prefix: "agent-runtime-ui-" });
-    const shot = (name: string) =>
-      UPDATE_SCREENSHOTS
-        ? decodeURIComponent(new URL(`../docs/${name}`, import.meta.url).pathname)
-        : `${dir}/${name}`;
+    const shot = (name: string) => screenshotPath(name, dir);
     // A real crash first: kill -9 after the remote acted, then a second process resumes.
     const crashed = await runWorkerToEnd({ DATA_DIR: dir, RUN_ID: "crashed", CRASH_AT: "after_call" });
     assert.equal(crashed.code, 137, crashed.lines.join("\n"));
@@ -130,11 +108,7 @@ Deno.test({
     const ui = await serveUi({ client, port: 0 });
     let browser: Browser | undefined;
     try {
-      browser = await puppeteer.launch({
-        executablePath: CHROMIUM,
-        headless: true,
-        args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-      });
+      browser = await launchChromium();
       const page = await browser.newPage();
       await page.setViewport({ width: 1280, height: 760 });
 

@@ -654,72 +654,161 @@ function drawCard() {
     ),
     buttons,
     ...(t.approvals ?? []).map((a) => approvalBox(a, t.readOnly)),
-    t.conversation ? conversationView(t) : "",
   );
   document.getElementById("run-card").replaceWith(card);
 }
 
-/**
- * A conversation's messages with their answers (the last ones the run's JSON
- * carries; every text through h(), so shown as text with escapes marked), and
- * a box for the next message while it is open and the page may act.
- */
-function conversationView(t) {
-  const c = t.conversation;
-  const r = t.run;
-  const turns = c.turns.map((m) =>
-    h(
-      "div",
-      { class: "turn", "data-message": m.seq },
-      h(
-        "div",
-        { class: "muted" },
-        `message ${m.seq}${m.messageId === null ? " (the goal)" : ""} · ${time(m.sentAt)}`,
-      ),
-      h("div", { class: "message" }, m.text),
-      h(
-        "div",
-        { class: m.answer === null ? "muted" : "answer" },
-        m.answer === null ? "not answered yet" : m.answer,
-      ),
-    )
-  );
-  const open = !c.ended && !CLOSED.includes(r.status);
-  let box = "";
-  if (open && !t.readOnly) {
-    // One id per box: a send retried from it is one message; a new box after the answer gets a new one.
-    const messageId = crypto.randomUUID();
-    const text = h("textarea", { placeholder: "the next message", onfocus: () => (busy = true) });
-    box = h(
-      "div",
-      { class: "actions" },
-      text,
-      h("button", {
-        "data-action": "send",
-        onclick: () =>
-          text.value.trim() !== "" &&
-          act(
-            `/api/runs/${encodeURIComponent(r.runId)}/messages`,
-            { text: text.value, messageId },
-            "message sent",
-          ),
-      }, "send"),
-    );
-  }
+// ---- a conversation as a conversation ----------------------------------------
+
+// The next message being written: its id is kept for a send that failed, so sending the
+// same text again is the same message (the server takes a messageId once).
+let draft = null; // { runId, text, messageId }
+
+/** One line for a value that may have arrived clipped: JSON for a value, its head for a clipped one. */
+function short(clip, max = 160) {
+  const text = "value" in clip ? JSON.stringify(clip.value) ?? "null" : `${clip.head}…`;
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
+/** A tool call between two messages: what was called with what, and how it ended. */
+function chatCall(step) {
+  const c = step.call;
+  const outcome = c.status === "confirmed"
+    ? short(c.result)
+    : c.error && !("value" in c.error && c.error.value === null)
+    ? short(c.error)
+    : "";
   return h(
     "div",
-    { class: "conversation", id: "run-conversation" },
-    h(
-      "h3",
-      {},
-      `conversation · ${c.messages} messages${
-        c.ended ? " · closed" : c.idle ? " · waiting for the next" : ""
-      }`,
-    ),
-    c.from > 0 ? h("div", { class: "muted" }, `(the last ${c.turns.length} of ${c.messages})`) : "",
-    turns,
-    box,
+    { class: `chat-call ${c.status}`, "data-call": c.key, "data-step": step.seq },
+    h("span", { class: "muted" }, `step ${step.seq} · `),
+    h("span", { class: "mono" }, `${c.tool}(${short(c.args)})`),
+    " ",
+    badge(c.status),
+    outcome ? [" → ", h("span", { class: "mono" }, outcome)] : "",
   );
+}
+
+/**
+ * The conversation's messages (the last ones the run's JSON carries), each
+ * followed by the tool calls made for it (from the steps the page holds) and
+ * its answer. Every text goes through h(): shown as text, escapes marked.
+ */
+function drawChat() {
+  const t = view.last;
+  const c = t.conversation;
+  const log = document.getElementById("chat-log");
+  if (!log || !c) return;
+  const steps = [...view.steps.values()].filter((s) => s.call).sort((a, b) => a.seq - b.seq);
+  let after = -1; // the answer step of the message before
+  const turns = c.turns.map((m) => {
+    const upTo = m.answerSeq ?? Infinity;
+    const calls = steps.filter((s) => s.seq > after && s.seq < upTo);
+    if (m.answerSeq !== null) after = m.answerSeq;
+    return h(
+      "div",
+      { class: "chat-turn", "data-message": m.seq },
+      h(
+        "div",
+        { class: "bubble user" },
+        h(
+          "div",
+          { class: "muted" },
+          `message ${m.seq}${m.messageId === null ? " (the goal)" : ""} · ${time(m.sentAt)}`,
+        ),
+        h("div", { class: "message" }, m.text),
+      ),
+      calls.map(chatCall),
+      m.answer === null ? "" : h(
+        "div",
+        { class: "bubble agent", "data-answer": m.answerSeq },
+        h("div", { class: "muted" }, `answer · step ${m.answerSeq} · ${time(m.answeredAt)}`),
+        h("div", { class: "answer" }, m.answer),
+      ),
+    );
+  });
+  log.replaceChildren(
+    ...(c.from > 0
+      ? [h("div", { class: "muted" }, `(the last ${c.turns.length} of ${c.messages} messages)`)]
+      : []),
+    ...turns,
+  );
+  document.getElementById("chat-state").textContent = `${c.messages} message${c.messages === 1 ? "" : "s"}${
+    c.ended
+      ? " · closed"
+      : c.idle
+      ? " · waiting for the next"
+      : CLOSED.includes(t.run.status)
+      ? ""
+      : " · working"
+  }`;
+  const open = !c.ended && !CLOSED.includes(t.run.status) && !t.readOnly;
+  const form = document.getElementById("chat-form");
+  form.hidden = !open;
+  document.getElementById("chat-closed").textContent = open
+    ? ""
+    : t.readOnly
+    ? "read-only: this page cannot send"
+    : "the conversation is closed";
+}
+
+/** The chat panel, drawn once per page: the log is redrawn with each answer, the box is kept. */
+function chatShell(runId) {
+  const input = h("textarea", {
+    id: "chat-input",
+    rows: 3,
+    placeholder: "the next message (Enter sends, Shift+Enter a new line)",
+    onkeydown: (e) => {
+      if (e.key === "Enter" && !e.shiftKey) {
+        e.preventDefault();
+        form.requestSubmit();
+      }
+    },
+  });
+  const button = h("button", { id: "chat-send", type: "submit", "data-action": "send" }, "send");
+  const form = h(
+    "form",
+    {
+      id: "chat-form",
+      class: "chat-form",
+      onsubmit: (e) => {
+        e.preventDefault();
+        sendMessage(runId, input, button);
+      },
+    },
+    input,
+    button,
+  );
+  return h(
+    "section",
+    { class: "chat", id: "chat" },
+    h("h3", {}, "Conversation ", h("span", { class: "muted", id: "chat-state" })),
+    h("div", { id: "chat-log", class: "chat-log" }),
+    h("div", { id: "live-answer", class: "live-answer", hidden: true }),
+    form,
+    h("p", { class: "muted", id: "chat-closed" }),
+  );
+}
+
+async function sendMessage(runId, input, button) {
+  const text = input.value;
+  if (text.trim() === "") return;
+  // The same text sent again after a failure keeps its id: one message, however many tries.
+  if (!draft || draft.runId !== runId || draft.text !== text) {
+    draft = { runId, text, messageId: crypto.randomUUID() };
+  }
+  button.disabled = true;
+  try {
+    await api(`/api/runs/${encodeURIComponent(runId)}/messages`, { text, messageId: draft.messageId });
+    draft = null;
+    input.value = "";
+    toast("message sent");
+  } catch (err) {
+    toast(err.message, true);
+  } finally {
+    button.disabled = false;
+  }
+  await refresh();
 }
 
 /** Draws the steps in `seqs` (all held when omitted), in order; a new set of lanes redraws every step. */
@@ -742,7 +831,11 @@ function drawSteps(seqs) {
             "div",
             { class: `head lane-head${e === t.run.epoch ? " current" : ""}`, "data-epoch": e },
             `epoch ${e}${
-              e === t.run.epoch ? ` · ${t.run.owner ?? "-"}` : e < t.run.epoch ? " · taken over" : ""
+              e === t.run.epoch
+                ? ` · ${t.run.owner ?? "-"}`
+                : e < t.run.epoch
+                ? t.conversation ? " · earlier" : " · taken over"
+                : ""
             }`,
           )
         ),
@@ -823,14 +916,19 @@ async function drawRun(runId) {
   }
   view.last = t;
   if (first || shrunk || jumped) {
-    main.replaceChildren(
-      h("p", {}, h("a", { href: "/" }, "← all runs")),
-      h("div", { id: "run-card" }),
-      h("div", { id: "live-answer", class: "live-answer", hidden: true }),
+    const timeline = [
       h("h3", {}, "Timeline ", h("span", { class: "muted" }, "(one lane per worker epoch)")),
       h("div", { id: "earlier", class: "earlier" }),
       h("p", { class: "muted", id: "no-steps" }, "No steps yet."),
       h("div", { class: "scroll" }, h("div", { id: "timeline" })),
+    ];
+    main.replaceChildren(
+      h("p", {}, h("a", { href: "/" }, "← all runs")),
+      h("div", { id: "run-card" }),
+      // A conversation reads as one, beside its timeline; any other run shows its answer above it.
+      t.conversation
+        ? h("div", { class: "beside" }, chatShell(runId), h("section", { class: "steps" }, timeline))
+        : [h("div", { id: "live-answer", class: "live-answer", hidden: true }), timeline],
     );
     if (first) take(t);
     drawCard();
@@ -839,6 +937,7 @@ async function drawRun(runId) {
     drawCard();
     drawSteps(take(t));
   }
+  drawChat();
   followAnswer(runId, CLOSED.includes(t.run.status));
   return !CLOSED.includes(t.run.status);
 }
@@ -851,7 +950,11 @@ let answer = null; // { runId, source, seq, attempt, start, text, label }
 function drawAnswer() {
   const box = document.getElementById("live-answer");
   if (!box || !answer) return;
-  box.hidden = answer.text === "" && answer.label === "";
+  // In a conversation an answer the log already shows is not shown twice.
+  const logged = (view.last?.conversation?.turns ?? []).some((m) =>
+    m.answerSeq !== null && m.answerSeq === answer.seq
+  );
+  box.hidden = logged || (answer.text === "" && answer.label === "");
   box.replaceChildren(
     h("div", { class: "muted" }, answer.label),
     h(
