@@ -1,0 +1,132 @@
+/**
+ * A PostgreSQL server of the test's own, listening on one address it names
+ * (the bridge of {@link HostNetwork}) with trust for one subnet only: the
+ * host tests reach a real server over their virtual links without changing
+ * the shared server's `listen_addresses` (a restart, felt by every test
+ * using it). Made with the installed server's `initdb` into a temporary
+ * directory owned by the `postgres` user, and removed by {@link PgServer.close};
+ * {@link removeStalePgServers} stops and deletes what a killed run left.
+ *
+ * @module
+ */
+
+import { HOSTS_PREFIX } from "./hosts.ts";
+import { alive } from "./procs.ts";
+
+/** A running server of the test's own. */
+export interface PgServer {
+  /** `postgres://postgres@ADDRESS:PORT/postgres`. */
+  url: string;
+  /** Its data directory's parent (the temporary directory). */
+  dir: string;
+  /** Stops it (immediate shutdown) and deletes its directory. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+/** The newest installed server's bin directory (`/usr/lib/postgresql/<v>/bin`, v 15 or later), if any. */
+export function pgBinDir(): string | undefined {
+  let versions: number[] = [];
+  try {
+    versions = [...Deno.readDirSync("/usr/lib/postgresql")].map((e) => Number(e.name))
+      .filter((v) => Number.isInteger(v) && v >= 15).sort((a, b) => b - a);
+  } catch {
+    return undefined;
+  }
+  const bin = versions.map((v) => `/usr/lib/postgresql/${v}/bin`).find((d) => {
+    try {
+      return Deno.statSync(`${d}/initdb`).isFile && Deno.statSync(`${d}/pg_ctl`).isFile;
+    } catch {
+      return false;
+    }
+  });
+  return bin;
+}
+
+/** Runs `cmd` as the `postgres` user (initdb refuses root); throws with its output when it fails. */
+async function asPostgres(cmd: string[]): Promise<void> {
+  const out = await new Deno.Command("runuser", {
+    args: ["-u", "postgres", "--", ...cmd],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    const text = new TextDecoder().decode(out.stderr) + new TextDecoder().decode(out.stdout);
+    throw new Error(`${cmd.join(" ")} failed (${out.code}): ${text.trim().slice(-2000)}`);
+  }
+}
+
+/** A free TCP port on `address` (bound and released; the server binds it a moment later). */
+function freePort(address: string): number {
+  const l = Deno.listen({ hostname: address, port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+/**
+ * Starts a fresh server listening on `listen` only, with `trust` for
+ * `trustCidr` only (and the local socket). `fsync` is off: the server's own
+ * crash safety is not what the host tests test.
+ */
+export async function startPgServer(opts: { listen: string; trustCidr: string }): Promise<PgServer> {
+  const bin = pgBinDir();
+  if (!bin) {
+    throw new Error("Cannot start a PostgreSQL server: no /usr/lib/postgresql/<15 or later>/bin/initdb");
+  }
+  const dir = await Deno.makeTempDir({ prefix: `${HOSTS_PREFIX}${Deno.pid}-pg-` });
+  const data = `${dir}/data`;
+  let started = false;
+  const close = async () => {
+    if (started) {
+      started = false;
+      await asPostgres([`${bin}/pg_ctl`, "-D", data, "-m", "immediate", "-w", "stop"]).catch(() => {});
+    }
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  };
+  try {
+    await chown(dir, "postgres");
+    await asPostgres([`${bin}/initdb`, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"]);
+    // Only the socket (trust, as initdb wrote) and the test subnet: nothing else may connect.
+    await Deno.writeTextFile(
+      `${data}/pg_hba.conf`,
+      `local all all trust\nhost all all ${opts.trustCidr} trust\n`,
+    );
+    const port = freePort(opts.listen);
+    const settings = [
+      `-c listen_addresses=${opts.listen}`,
+      `-p ${port}`,
+      `-k ${dir}`,
+      "-c fsync=off",
+      "-c max_connections=200",
+    ].join(" ");
+    await asPostgres([`${bin}/pg_ctl`, "-D", data, "-o", settings, "-l", `${dir}/server.log`, "-w", "start"]);
+    started = true;
+    return { url: `postgres://postgres@${opts.listen}:${port}/postgres`, dir, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+async function chown(path: string, user: string): Promise<void> {
+  const out = await new Deno.Command("chown", { args: [user, path], stderr: "piped" }).output();
+  if (!out.success) throw new Error(`chown ${user} ${path} failed: ${new TextDecoder().decode(out.stderr)}`);
+}
+
+/** Stops and deletes the servers of earlier runs whose process is gone; returns their directories. */
+export async function removeStalePgServers(): Promise<string[]> {
+  const bin = pgBinDir();
+  const tmp = Deno.env.get("TMPDIR") ?? "/tmp";
+  const removed: string[] = [];
+  for (const e of Deno.readDirSync(tmp)) {
+    const m = new RegExp(`^${HOSTS_PREFIX}(\\d+)-pg-`).exec(e.name);
+    if (!m || !e.isDirectory || alive(Number(m[1]))) continue;
+    const dir = `${tmp}/${e.name}`;
+    if (bin) {
+      await asPostgres([`${bin}/pg_ctl`, "-D", `${dir}/data`, "-m", "immediate", "stop"]).catch(() => {});
+    }
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+    removed.push(dir);
+  }
+  return removed;
+}
