@@ -9,7 +9,9 @@
  *     others, then restored: its late writes are refused by the fence
  *     (counted from its workers' `fenced` and `heartbeat-refused` lines);
  *  c. every process of one host frozen (SIGSTOP), its runs taken, then
- *     woken (SIGCONT).
+ *     woken (SIGCONT) all at once; and again with its workers woken a
+ *     second before its supervisor, which otherwise kills them as frozen
+ *     before they write: their late writes are refused by the fence.
  *
  * After each: every run done, one resource per key at the cloud, no
  * confirmed row changed since the fault, no run claimed twice at one epoch;
@@ -26,6 +28,7 @@ import { checkShape } from "../harness/invariants.ts";
 import { mapLimit } from "../harness/pg.ts";
 import { pgBinDir, type PgServer, removeStalePgServers, startPgServer } from "../harness/pg_server.ts";
 import type { Proc } from "../harness/procs.ts";
+import type { RunSummary } from "../runtime/store/rows.ts";
 import { readSnapshot, type RunSnapshot } from "../harness/sim.ts";
 import { until } from "../harness/procs.ts";
 
@@ -46,12 +49,13 @@ const HOST_SETTINGS = {
   POLL_S: "0.5",
 };
 /** The mocks answer slowly enough that a run is in flight for a couple of seconds. */
-const MODEL_DELAY_MS = 200;
-const CLOUD_DELAY_MS = 200;
+const MODEL_DELAY_MS = 400;
+const CLOUD_DELAY_MS = 400;
 /** How many of its runs the faulted host must hold in flight when the fault lands. */
 const IN_FLIGHT_AT_FAULT = Math.max(1, Math.min(20, Math.floor(RUNS / 10)));
 
-type Fault = "kill" | "cut" | "freeze";
+/** kill, cut and freeze as the module doc says; freeze-workers-first wakes the workers a second before their supervisor. */
+type Fault = "kill" | "cut" | "freeze" | "freeze-workers-first";
 
 interface World {
   net: HostNetwork;
@@ -75,9 +79,10 @@ function ownerHost(owner: string | null | undefined): string {
   return owner ? owner.split("/")[0] : "-";
 }
 
-async function openRunsOf(scene: Scene, host: Host): Promise<string[]> {
+/** The runs `host` holds now, with their confirmed tool calls (`steps`). */
+async function openRunsOf(scene: Scene, host: Host): Promise<RunSummary[]> {
   const { runs } = await scene.sandbox.store.listRuns({ status: "running", limit: 100_000 });
-  return runs.filter((r) => ownerHost(r.owner) === `host-${host.index}`).map((r) => r.run_id);
+  return runs.filter((r) => ownerHost(r.owner) === `host-${host.index}`);
 }
 
 async function doneCount(scene: Scene): Promise<number> {
@@ -100,6 +105,16 @@ async function allTaken(scene: Scene, host: Host, held: string[]): Promise<boole
   return true;
 }
 
+/** With HOSTS_LOG_DIR set, every host's output goes to `<dir>/<fault>-host-<i>.log` (for a look after). */
+async function keepLogs(sups: Proc[], fault: Fault): Promise<void> {
+  const dir = Deno.env.get("HOSTS_LOG_DIR");
+  if (!dir) return;
+  await Deno.mkdir(dir, { recursive: true });
+  for (const [i, s] of sups.entries()) {
+    await Deno.writeTextFile(`${dir}/${fault}-host-${i}.log`, s.lines.join("\n"));
+  }
+}
+
 async function stopAll(sups: Proc[]): Promise<void> {
   for (const s of sups) s.kill("SIGTERM");
   const timer = setTimeout(() => sups.forEach((s) => s.kill("SIGKILL")), 20_000);
@@ -110,7 +125,7 @@ async function stopAll(sups: Proc[]): Promise<void> {
   }
 }
 
-async function withScene(world: World, fn: (scene: Scene) => Promise<void>): Promise<void> {
+async function withScene(world: World, fault: Fault, fn: (scene: Scene) => Promise<void>): Promise<void> {
   const sandbox = await createSandbox(world.pg.url, { prefix: "h", max: 4 });
   const mocks = await serveMocks({ hostname: world.net.rootAddress });
   const sups: Proc[] = [];
@@ -137,6 +152,7 @@ async function withScene(world: World, fn: (scene: Scene) => Promise<void>): Pro
     await fn({ world, sandbox, mocks, sups, runIds });
   } finally {
     await stopAll(sups);
+    await keepLogs(sups, fault);
     await mocks.close();
     await sandbox.drop();
   }
@@ -151,33 +167,44 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   await mapLimit(scene.runIds, 8, async (runId) => {
     assert.ok(await store.createRun({ runId, agent: "provision", goal: "hosts" }, new Date()));
   });
-  let held: string[] = [];
+  // In flight: host-0 holds runs, some part-way through (a tool call confirmed, two to go).
   await until(
     async () => {
-      held = await openRunsOf(scene, target);
-      return held.length >= IN_FLIGHT_AT_FAULT;
+      const open = await openRunsOf(scene, target);
+      return open.length >= IN_FLIGHT_AT_FAULT && open.some((r) => r.steps === 1);
     },
-    `host-0 to hold ${IN_FLIGHT_AT_FAULT} runs in flight`,
+    `host-0 to hold ${IN_FLIGHT_AT_FAULT} runs, some part-way through`,
     60_000,
     50,
   );
-  const earlier = [await snapshots(scene)];
-  // The runs it holds at the moment of the fault (the listing above is a moment older).
-  held = await openRunsOf(scene, target);
   const faultAt = Date.now();
-  let outageMs = 0;
   if (fault === "kill") {
     const pids = await net.signalAll(target, "SIGKILL");
     assert.ok(pids.length >= 1 + Number(HOST_SETTINGS.WORKERS), `host-0 had ${pids.length} processes`);
-  } else {
-    if (fault === "cut") await net.cut(target);
-    else await net.signalAll(target, "SIGSTOP");
+  } else if (fault === "cut") await net.cut(target);
+  else await net.signalAll(target, "SIGSTOP");
+  // Host-0 writes nothing more until it is woken or restored: what it holds now, it has lost.
+  const atFault = await openRunsOf(scene, target);
+  const held = atFault.map((r) => r.run_id);
+  const partWay = atFault.filter((r) => r.steps >= 1).length;
+  assert.ok(held.length >= 1, "host-0 held no run when the fault landed");
+  // Rows confirmed by now must be the same at the end.
+  const earlier = [await snapshots(scene)];
+  let outageMs = 0;
+  if (fault !== "kill") {
     // Longer than the lease, and until the other hosts have taken every run it held.
     await new Promise((r) => setTimeout(r, LEASE_S * 1000 + 500));
     await until(() => allTaken(scene, target, held), "the other hosts to take host-0's runs", 60_000, 200);
     earlier.push(await snapshots(scene));
     if (fault === "cut") await net.restore(target);
-    else await net.signalAll(target, "SIGCONT");
+    else if (fault === "freeze") await net.signalAll(target, "SIGCONT");
+    else {
+      // The workers first, their supervisor a second later: the wake order that lets them write late.
+      const supervisor = scene.sups[0].pid;
+      for (const pid of await net.pids(target)) if (pid !== supervisor) Deno.kill(pid, "SIGCONT");
+      await new Promise((r) => setTimeout(r, 1_000));
+      Deno.kill(supervisor, "SIGCONT");
+    }
     outageMs = Date.now() - faultAt;
   }
   await until(
@@ -230,7 +257,7 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
     return `host-${i} claimed=${s.events("claimed").length} done=${s.events("done").length} (${perWorker})`;
   });
   console.log(
-    `hosts fault=${fault} runs=${scene.runIds.length} held_at_fault=${held.length} ` +
+    `hosts fault=${fault} runs=${scene.runIds.length} held_at_fault=${held.length} part_way=${partWay} ` +
       `outage_ms=${outageMs} drained_ms=${drainedMs}\n  spread: ${spread.join("; ")}\n` +
       `  host-0 refused by the fence: ${count(scene.sups[0], REFUSED_EVENTS)} (total ${refused}); ` +
       `gave up: ${count(scene.sups[0], GAVE_UP_EVENTS)}`,
@@ -238,7 +265,7 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   if (fault === "cut") {
     assert.ok(
       refused > 0,
-      `the cut-off host's late writes were not refused: ${scene.sups[0].lines.join("\n")}`,
+      `host-0's late writes were not refused: ${scene.sups[0].lines.join("\n")}`,
     );
   }
 }
@@ -258,15 +285,19 @@ Deno.test({
       const world = { net, pg };
       await t.step(
         "a. every process of one host SIGKILLed at once, runs in flight",
-        () => withScene(world, (scene) => faultScene(scene, "kill")),
+        () => withScene(world, "kill", (scene) => faultScene(scene, "kill")),
       );
       await t.step(
         "b. one host cut off from the database past its lease, then restored",
-        () => withScene(world, (scene) => faultScene(scene, "cut")),
+        () => withScene(world, "cut", (scene) => faultScene(scene, "cut")),
       );
       await t.step(
         "c. one host frozen (SIGSTOP) and woken (SIGCONT) after its runs were taken",
-        () => withScene(world, (scene) => faultScene(scene, "freeze")),
+        () => withScene(world, "freeze", (scene) => faultScene(scene, "freeze")),
+      );
+      await t.step(
+        "c'. one host frozen, its workers woken a second before its supervisor: their late writes are fenced",
+        () => withScene(world, "freeze-workers-first", (scene) => faultScene(scene, "freeze-workers-first")),
       );
     } finally {
       await pg?.close();
