@@ -70,10 +70,26 @@ interface Scene {
   runIds: string[];
 }
 
-/** Log events that say one of a worker's writes (a step's, or its lease renewal) was refused by the fence. */
-const REFUSED_EVENTS = ["fenced", "heartbeat-refused"] as const;
-/** Log events that say a worker gave runs up on its own (no write reached the database). */
+/** Log events that say a worker gave runs up on its own, its database out of reach past the lease. */
 const GAVE_UP_EVENTS = ["lease-lost", "stalled"] as const;
+
+/**
+ * The writes of `proc`'s workers that the fence refused, by kind: each
+ * `heartbeat-refused` line is one lease renewal refused, each `fenced` line
+ * one step's write refused (its reason names it: `Write refused (tool confirm
+ * key=...)`), except the `fenced` line that ends a run whose renewal was
+ * refused (`Write refused (heartbeat)`), counted already.
+ */
+function refusedWrites(proc: Proc): Map<string, number> {
+  const kinds = new Map<string, number>();
+  const add = (kind: string) => kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
+  for (const _ of proc.events("heartbeat-refused")) add("heartbeat");
+  for (const e of proc.events("fenced")) {
+    const kind = /^Write refused \(([a-z ]+?)(?: key=| seq=|\))/.exec(e.reason ?? "")?.[1] ?? "claim";
+    if (kind !== "heartbeat") add(kind);
+  }
+  return kinds;
+}
 
 function ownerHost(owner: string | null | undefined): string {
   return owner ? owner.split("/")[0] : "-";
@@ -247,9 +263,10 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   const retaken = held.filter((id) => claims.some((c) => c.run === id && c.host !== 0));
   assert.equal(retaken.length, held.length, `host-0 held ${held.length}, others took ${retaken.length}`);
 
-  const count = (s: Proc, events: readonly string[]) =>
-    events.map((e) => `${e}=${s.events(e).length}`).join(" ");
-  const refused = REFUSED_EVENTS.reduce((n, e) => n + scene.sups[0].events(e).length, 0);
+  const kinds = refusedWrites(scene.sups[0]);
+  const refused = [...kinds.values()].reduce((a, b) => a + b, 0);
+  const byKind = [...kinds].map(([k, n]) => `${k}=${n}`).join(" ");
+  const gaveUp = GAVE_UP_EVENTS.map((e) => `${e}=${scene.sups[0].events(e).length}`).join(" ");
   const spread = scene.sups.map((s, i) => {
     const workers = new Map<string, number>();
     for (const c of s.events("claimed")) workers.set(c.owner, (workers.get(c.owner) ?? 0) + 1);
@@ -259,10 +276,11 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   console.log(
     `hosts fault=${fault} runs=${scene.runIds.length} held_at_fault=${held.length} part_way=${partWay} ` +
       `outage_ms=${outageMs} drained_ms=${drainedMs}\n  spread: ${spread.join("; ")}\n` +
-      `  host-0 refused by the fence: ${count(scene.sups[0], REFUSED_EVENTS)} (total ${refused}); ` +
-      `gave up: ${count(scene.sups[0], GAVE_UP_EVENTS)}`,
+      `  host-0 writes refused by the fence: ${refused} (${
+        byKind || "none"
+      }); its workers gave up: ${gaveUp}`,
   );
-  if (fault === "cut") {
+  if (fault === "cut" || fault === "freeze-workers-first") {
     assert.ok(
       refused > 0,
       `host-0's late writes were not refused: ${scene.sups[0].lines.join("\n")}`,
