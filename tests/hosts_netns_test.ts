@@ -263,6 +263,11 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   const retaken = held.filter((id) => claims.some((c) => c.run === id && c.host !== 0));
   assert.equal(retaken.length, held.length, `host-0 held ${held.length}, others took ${retaken.length}`);
 
+  const modelCalls = finals.reduce((n, f) => n + f.modelCalls, 0);
+  const cloudRequests = finals.reduce(
+    (n, f) => n + Object.values(f.requestsByKey).reduce((a, b) => a + b, 0),
+    0,
+  );
   const kinds = refusedWrites(scene.sups[0]);
   const refused = [...kinds.values()].reduce((a, b) => a + b, 0);
   const byKind = [...kinds].map(([k, n]) => `${k}=${n}`).join(" ");
@@ -276,6 +281,8 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   console.log(
     `hosts fault=${fault} runs=${scene.runIds.length} held_at_fault=${held.length} part_way=${partWay} ` +
       `outage_ms=${outageMs} drained_ms=${drainedMs}\n  spread: ${spread.join("; ")}\n` +
+      `  model calls ${modelCalls} (a clean run makes 4: ${4 * scene.runIds.length}); cloud requests ` +
+      `${cloudRequests} for ${keys.length} resources\n` +
       `  host-0 writes refused by the fence: ${refused} (${
         byKind || "none"
       }); its workers gave up: ${gaveUp}`,
