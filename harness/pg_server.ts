@@ -10,6 +10,7 @@
  * @module
  */
 
+import postgres from "npm:postgres@3.4.9";
 import { HOSTS_PREFIX } from "./hosts.ts";
 import { alive } from "./procs.ts";
 
@@ -129,4 +130,74 @@ export async function removeStalePgServers(): Promise<string[]> {
     removed.push(dir);
   }
   return removed;
+}
+
+/** An IPv4 address as a 32-bit number, or undefined for anything else. */
+function ipv4(text: string | null): number | undefined {
+  const parts = (text ?? "").split(".").map(Number);
+  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) return undefined;
+  return ((parts[0] << 24) | (parts[1] << 16) | (parts[2] << 8) | parts[3]) >>> 0;
+}
+
+/**
+ * Whether the server at `serverUrl` can serve hosts on `subnet` at `address`
+ * (the bridge's): it listens there (`listen_addresses` is `*`, `0.0.0.0` or
+ * names the address) and the first `pg_hba.conf` rule that matches a TCP
+ * connection from the subnet, for the URL's user and database, is `trust`.
+ * Returns the URL to use from the hosts (the same, with `address` as its
+ * host), or why not. Reads `pg_hba_file_rules`, so the URL's user must be a
+ * superuser.
+ */
+export async function serverForHosts(
+  serverUrl: string,
+  opts: { address: string; subnet: string },
+): Promise<{ url: string } | { reason: string }> {
+  const u = new URL(serverUrl);
+  const sql = postgres(serverUrl, { max: 1, onnotice: () => {}, connect_timeout: 5 });
+  try {
+    const [{ listen_addresses: listen }] =
+      await sql`select current_setting('listen_addresses') as listen_addresses`;
+    const listening = String(listen).split(",").map((a) => a.trim());
+    if (!listening.some((a) => a === "*" || a === "0.0.0.0" || a === opts.address)) {
+      return { reason: `it listens on ${listen} only (listen_addresses), not on ${opts.address}` };
+    }
+    const [db, user] = [
+      decodeURIComponent(u.pathname.slice(1)) || "postgres",
+      decodeURIComponent(u.username),
+    ];
+    const rules = await sql<
+      {
+        type: string;
+        database: string[];
+        user_name: string[];
+        address: string | null;
+        netmask: string | null;
+        auth_method: string;
+      }[]
+    >`select type, database, user_name, address, netmask, auth_method from pg_hba_file_rules
+       where error is null order by line_number`;
+    const [base, bits] = opts.subnet.split("/");
+    const subnet = ipv4(base)!;
+    const subnetMask = (~0 << (32 - Number(bits))) >>> 0;
+    const matches = rules.find((r) =>
+      r.type.startsWith("host") && r.type !== "hostssl" &&
+      (r.database.includes("all") || r.database.includes(db)) &&
+      (r.user_name.includes("all") || r.user_name.includes(user)) &&
+      (r.address === "all" || r.address === "samenet" || (() => {
+        const addr = ipv4(r.address);
+        const mask = ipv4(r.netmask);
+        // The whole subnet is inside the rule's range: its mask is no narrower, and the bases agree.
+        return addr !== undefined && mask !== undefined && ((mask & subnetMask) >>> 0) === mask &&
+          ((subnet & mask) >>> 0) === ((addr & mask) >>> 0);
+      })())
+    );
+    if (!matches) return { reason: `no pg_hba.conf rule lets in ${opts.subnet}` };
+    if (matches.auth_method !== "trust") {
+      return { reason: `the pg_hba.conf rule for ${opts.subnet} asks for ${matches.auth_method}, not trust` };
+    }
+    u.hostname = opts.address;
+    return { url: u.toString() };
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
 }

@@ -24,9 +24,16 @@ import assert from "node:assert/strict";
 import { type RunningMocks, serveMocks } from "../mock/server.ts";
 import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
 import { type Host, HostNetwork, hostsSkipReason } from "../harness/hosts.ts";
-import { checkShape } from "../harness/invariants.ts";
+import { checkShape, sumAttempts } from "../harness/invariants.ts";
 import { mapLimit } from "../harness/pg.ts";
-import { pgBinDir, type PgServer, removeStalePgServers, startPgServer } from "../harness/pg_server.ts";
+import {
+  pgBinDir,
+  type PgServer,
+  removeStalePgServers,
+  serverForHosts,
+  startPgServer,
+} from "../harness/pg_server.ts";
+import { TEST_DATABASE_URL } from "./_pg.ts";
 import type { Proc } from "../harness/procs.ts";
 import type { RunSummary } from "../runtime/store/rows.ts";
 import { readSnapshot, type RunSnapshot } from "../harness/sim.ts";
@@ -59,7 +66,8 @@ type Fault = "kill" | "cut" | "freeze" | "freeze-workers-first";
 
 interface World {
   net: HostNetwork;
-  pg: PgServer;
+  /** The server's URL at the bridge's address, as the hosts reach it. */
+  serverUrl: string;
 }
 
 interface Scene {
@@ -142,7 +150,7 @@ async function stopAll(sups: Proc[]): Promise<void> {
 }
 
 async function withScene(world: World, fault: Fault, fn: (scene: Scene) => Promise<void>): Promise<void> {
-  const sandbox = await createSandbox(world.pg.url, { prefix: "h", max: 4 });
+  const sandbox = await createSandbox(world.serverUrl, { prefix: "h", max: 4 });
   const mocks = await serveMocks({ hostname: world.net.rootAddress });
   const sups: Proc[] = [];
   try {
@@ -243,6 +251,17 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
     }).map((p) => `${scene.runIds[i]}: ${p}`)
   );
   assert.deepEqual(problems.slice(0, 20), [], `${problems.length} problems`);
+  // A model request is counted in the journal before it is sent; each run host-0 lost cost at most the one
+  // answer it had in flight (every later request of host-0's needs a write first, and the fence refuses it).
+  const uncounted = finals.filter((f) => f.modelCalls > sumAttempts(f)).map((f) => f.run?.run_id);
+  assert.deepEqual(uncounted, [], "runs whose model requests outnumber their journal's count");
+  const modelCalls = finals.reduce((n, f) => n + f.modelCalls, 0);
+  // A clean run asks the model once per decision, and each journal row is one.
+  const extraCalls = modelCalls - finals.reduce((n, f) => n + f.journal.length, 0);
+  assert.ok(
+    extraCalls <= held.length,
+    `${extraCalls} model calls beyond a clean run's, ${held.length} runs moved`,
+  );
   const keys = scene.mocks.cloud.created().map((c) => c.key);
   assert.equal(new Set(keys).size, keys.length, "a key created two resources at the cloud");
   assert.equal(keys.length, scene.runIds.length * 3, "three resources per run at the cloud");
@@ -263,7 +282,6 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   const retaken = held.filter((id) => claims.some((c) => c.run === id && c.host !== 0));
   assert.equal(retaken.length, held.length, `host-0 held ${held.length}, others took ${retaken.length}`);
 
-  const modelCalls = finals.reduce((n, f) => n + f.modelCalls, 0);
   const cloudRequests = finals.reduce(
     (n, f) => n + Object.values(f.requestsByKey).reduce((a, b) => a + b, 0),
     0,
@@ -281,7 +299,7 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   console.log(
     `hosts fault=${fault} runs=${scene.runIds.length} held_at_fault=${held.length} part_way=${partWay} ` +
       `outage_ms=${outageMs} drained_ms=${drainedMs}\n  spread: ${spread.join("; ")}\n` +
-      `  model calls ${modelCalls} (a clean run makes 4: ${4 * scene.runIds.length}); cloud requests ` +
+      `  model calls ${modelCalls}, ${extraCalls} beyond one per decision; cloud requests ` +
       `${cloudRequests} for ${keys.length} resources\n` +
       `  host-0 writes refused by the fence: ${refused} (${
         byKind || "none"
@@ -306,8 +324,25 @@ Deno.test({
     const net = await HostNetwork.create({ hosts: 3 });
     let pg: PgServer | undefined;
     try {
-      pg = await startPgServer({ listen: net.rootAddress, trustCidr: net.subnet });
-      const world = { net, pg };
+      const where = { address: net.rootAddress, subnet: net.subnet };
+      const shared = TEST_DATABASE_URL === undefined
+        ? { reason: "TEST_DATABASE_URL is unset" }
+        : await serverForHosts(TEST_DATABASE_URL, where);
+      let serverUrl: string;
+      if ("url" in shared) {
+        serverUrl = shared.url;
+        console.log(`hosts: the server of TEST_DATABASE_URL, at ${net.rootAddress}`);
+      } else {
+        console.log(
+          `hosts: a PostgreSQL server of the test's own on ${net.rootAddress}, trusting ${net.subnet} only: ` +
+            `the one at TEST_DATABASE_URL cannot serve the hosts (${shared.reason})`,
+        );
+        pg = await startPgServer({ listen: net.rootAddress, trustCidr: net.subnet });
+        const own = await serverForHosts(pg.url, where);
+        assert.ok("url" in own, `the test's own server cannot serve the hosts: ${JSON.stringify(own)}`);
+        serverUrl = own.url;
+      }
+      const world = { net, serverUrl };
       await t.step(
         "a. every process of one host SIGKILLed at once, runs in flight",
         () => withScene(world, "kill", (scene) => faultScene(scene, "kill")),
