@@ -182,49 +182,58 @@ async function withScene(world: World, fault: Fault, fn: (scene: Scene) => Promi
   }
 }
 
-/** Submits the runs, lands `fault` on host 0 with its runs in flight, waits for every run, checks. */
+/** Submits the runs, lands `fault` on the first host seen with runs in flight, waits for every run, checks. */
 async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   const { net } = scene.world;
   const { store } = scene.sandbox;
-  const target = net.hosts[0];
+  let target = net.hosts[0];
   const started = Date.now();
   await mapLimit(scene.runIds, 8, async (runId) => {
     assert.ok(await store.createRun({ runId, agent: "provision", goal: "hosts" }, new Date()));
   });
-  // In flight: host-0 holds runs, some part-way through (a tool call confirmed, two to go).
+  // In flight: a host holds runs, some part-way through (a tool call confirmed, two to go). The fault
+  // lands on the first host seen so, whichever the take gave the runs to.
   await until(
     async () => {
-      const open = await openRunsOf(scene, target);
-      return open.length >= IN_FLIGHT_AT_FAULT && open.some((r) => r.steps === 1);
+      for (const h of net.hosts) {
+        const open = await openRunsOf(scene, h);
+        if (open.length >= IN_FLIGHT_AT_FAULT && open.some((r) => r.steps === 1)) {
+          target = h;
+          return true;
+        }
+      }
+      return false;
     },
-    `host-0 to hold ${IN_FLIGHT_AT_FAULT} runs, some part-way through`,
+    `a host to hold ${IN_FLIGHT_AT_FAULT} runs, some part-way through`,
     60_000,
     50,
   );
+  const name = `host-${target.index}`;
+  const victim = scene.sups[target.index];
   const faultAt = Date.now();
   if (fault === "kill") {
     const pids = await net.signalAll(target, "SIGKILL");
-    assert.ok(pids.length >= 1 + Number(HOST_SETTINGS.WORKERS), `host-0 had ${pids.length} processes`);
+    assert.ok(pids.length >= 1 + Number(HOST_SETTINGS.WORKERS), `${name} had ${pids.length} processes`);
   } else if (fault === "cut") await net.cut(target);
   else await net.signalAll(target, "SIGSTOP");
   // Host-0 writes nothing more until it is woken or restored: what it holds now, it has lost.
   const atFault = await openRunsOf(scene, target);
   const held = atFault.map((r) => r.run_id);
   const partWay = atFault.filter((r) => r.steps >= 1).length;
-  assert.ok(held.length >= 1, "host-0 held no run when the fault landed");
+  assert.ok(held.length >= 1, `${name} held no run when the fault landed`);
   // Rows confirmed by now must be the same at the end.
   const earlier = [await snapshots(scene)];
   let outageMs = 0;
   if (fault !== "kill") {
     // Longer than the lease, and until the other hosts have taken every run it held.
     await new Promise((r) => setTimeout(r, LEASE_S * 1000 + 500));
-    await until(() => allTaken(scene, target, held), "the other hosts to take host-0's runs", 60_000, 200);
+    await until(() => allTaken(scene, target, held), `the other hosts to take ${name}'s runs`, 60_000, 200);
     earlier.push(await snapshots(scene));
     if (fault === "cut") await net.restore(target);
     else if (fault === "freeze") await net.signalAll(target, "SIGCONT");
     else {
       // The workers first, their supervisor a second later: the wake order that lets them write late.
-      const supervisor = scene.sups[0].pid;
+      const supervisor = victim.pid;
       for (const pid of await net.pids(target)) if (pid !== supervisor) Deno.kill(pid, "SIGCONT");
       await new Promise((r) => setTimeout(r, 1_000));
       Deno.kill(supervisor, "SIGCONT");
@@ -251,8 +260,8 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
     }).map((p) => `${scene.runIds[i]}: ${p}`)
   );
   assert.deepEqual(problems.slice(0, 20), [], `${problems.length} problems`);
-  // A model request is counted in the journal before it is sent; each run host-0 lost cost at most the one
-  // answer it had in flight (every later request of host-0's needs a write first, and the fence refuses it).
+  // A model request is counted in the journal before it is sent; each run the faulted host lost cost at
+  // most the answer it had in flight (any later request of its needs a write first, which the fence refuses).
   const uncounted = finals.filter((f) => f.modelCalls > sumAttempts(f)).map((f) => f.run?.run_id);
   assert.deepEqual(uncounted, [], "runs whose model requests outnumber their journal's count");
   const modelCalls = finals.reduce((n, f) => n + f.modelCalls, 0);
@@ -279,17 +288,17 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   assert.deepEqual(doubled, [], "runs claimed twice at one epoch");
 
   // The held runs moved: each was claimed again by another host.
-  const retaken = held.filter((id) => claims.some((c) => c.run === id && c.host !== 0));
-  assert.equal(retaken.length, held.length, `host-0 held ${held.length}, others took ${retaken.length}`);
+  const retaken = held.filter((id) => claims.some((c) => c.run === id && c.host !== target.index));
+  assert.equal(retaken.length, held.length, `${name} held ${held.length}, others took ${retaken.length}`);
 
   const cloudRequests = finals.reduce(
     (n, f) => n + Object.values(f.requestsByKey).reduce((a, b) => a + b, 0),
     0,
   );
-  const kinds = refusedWrites(scene.sups[0]);
+  const kinds = refusedWrites(victim);
   const refused = [...kinds.values()].reduce((a, b) => a + b, 0);
   const byKind = [...kinds].map(([k, n]) => `${k}=${n}`).join(" ");
-  const gaveUp = GAVE_UP_EVENTS.map((e) => `${e}=${scene.sups[0].events(e).length}`).join(" ");
+  const gaveUp = GAVE_UP_EVENTS.map((e) => `${e}=${victim.events(e).length}`).join(" ");
   const spread = scene.sups.map((s, i) => {
     const workers = new Map<string, number>();
     for (const c of s.events("claimed")) workers.set(c.owner, (workers.get(c.owner) ?? 0) + 1);
@@ -297,18 +306,18 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
     return `host-${i} claimed=${s.events("claimed").length} done=${s.events("done").length} (${perWorker})`;
   });
   console.log(
-    `hosts fault=${fault} runs=${scene.runIds.length} held_at_fault=${held.length} part_way=${partWay} ` +
+    `hosts fault=${fault} on=${name} runs=${scene.runIds.length} held_at_fault=${held.length} part_way=${partWay} ` +
       `outage_ms=${outageMs} drained_ms=${drainedMs}\n  spread: ${spread.join("; ")}\n` +
       `  model calls ${modelCalls}, ${extraCalls} beyond one per decision; cloud requests ` +
       `${cloudRequests} for ${keys.length} resources\n` +
-      `  host-0 writes refused by the fence: ${refused} (${
+      `  ${name} writes refused by the fence: ${refused} (${
         byKind || "none"
       }); its workers gave up: ${gaveUp}`,
   );
   if (fault === "cut" || fault === "freeze-workers-first") {
     assert.ok(
       refused > 0,
-      `host-0's late writes were not refused: ${scene.sups[0].lines.join("\n")}`,
+      `${name}'s late writes were not refused: ${victim.lines.join("\n")}`,
     );
   }
 }
