@@ -139,6 +139,57 @@ function ipv4(text: string | null): number | undefined {
   return ((parts[0] << 24) | (parts[1] << 16) | (parts[2] << 8) | parts[3]) >>> 0;
 }
 
+/** One row of `pg_hba_file_rules`, as {@link hbaRefusal} reads it. */
+export interface HbaRule {
+  type: string;
+  database: string[];
+  user_name: string[];
+  address: string | null;
+  netmask: string | null;
+  auth_method: string;
+}
+
+/**
+ * Why `rules` (in file order) do not let every address of `subnet` in over
+ * TCP without a password for `user` on `database`, or undefined when they
+ * do: the first rule that matches any address of the subnet must match all
+ * of them (an earlier rule for part of it would decide for that part) and be
+ * `trust`. `samenet` counts as matching: the subnet is the server's own.
+ */
+export function hbaRefusal(
+  rules: readonly HbaRule[],
+  opts: { subnet: string; database: string; user: string },
+): string | undefined {
+  const [base, bits] = opts.subnet.split("/");
+  const subnet = ipv4(base);
+  const prefix = Number(bits);
+  if (subnet === undefined || !Number.isInteger(prefix) || prefix < 1 || prefix > 32) {
+    throw new RangeError(`Cannot read subnet ${JSON.stringify(opts.subnet)}: expected a.b.c.d/n`);
+  }
+  const subnetMask = (~0 << (32 - prefix)) >>> 0;
+  for (const r of rules) {
+    const tcp = r.type === "host" || r.type === "hostnossl";
+    const forUs = (r.database.includes("all") || r.database.includes(opts.database)) &&
+      (r.user_name.includes("all") || r.user_name.includes(opts.user));
+    if (!tcp || !forUs) continue;
+    let covers = r.address === "all" || r.address === "samenet";
+    if (!covers) {
+      const addr = ipv4(r.address);
+      const mask = ipv4(r.netmask);
+      if (addr === undefined || mask === undefined) continue; // a host name, samehost: not the subnet
+      const common = (mask & subnetMask) >>> 0;
+      if (((subnet & common) >>> 0) !== ((addr & common) >>> 0)) continue; // no address of the subnet
+      covers = common === mask; // the rule's range holds the whole subnet
+      if (!covers) return `pg_hba.conf decides for part of ${opts.subnet} only (${r.address}/${r.netmask})`;
+    }
+    if (r.auth_method !== "trust") {
+      return `the pg_hba.conf rule for ${opts.subnet} asks for ${r.auth_method}, not trust`;
+    }
+    return undefined;
+  }
+  return `no pg_hba.conf rule lets in ${opts.subnet}`;
+}
+
 /**
  * Whether the server at `serverUrl` can serve hosts on `subnet` at `address`
  * (the bridge's): it listens there (`listen_addresses` is `*`, `0.0.0.0` or
@@ -165,36 +216,10 @@ export async function serverForHosts(
       decodeURIComponent(u.pathname.slice(1)) || "postgres",
       decodeURIComponent(u.username),
     ];
-    const rules = await sql<
-      {
-        type: string;
-        database: string[];
-        user_name: string[];
-        address: string | null;
-        netmask: string | null;
-        auth_method: string;
-      }[]
-    >`select type, database, user_name, address, netmask, auth_method from pg_hba_file_rules
-       where error is null order by line_number`;
-    const [base, bits] = opts.subnet.split("/");
-    const subnet = ipv4(base)!;
-    const subnetMask = (~0 << (32 - Number(bits))) >>> 0;
-    const matches = rules.find((r) =>
-      r.type.startsWith("host") && r.type !== "hostssl" &&
-      (r.database.includes("all") || r.database.includes(db)) &&
-      (r.user_name.includes("all") || r.user_name.includes(user)) &&
-      (r.address === "all" || r.address === "samenet" || (() => {
-        const addr = ipv4(r.address);
-        const mask = ipv4(r.netmask);
-        // The whole subnet is inside the rule's range: its mask is no narrower, and the bases agree.
-        return addr !== undefined && mask !== undefined && ((mask & subnetMask) >>> 0) === mask &&
-          ((subnet & mask) >>> 0) === ((addr & mask) >>> 0);
-      })())
-    );
-    if (!matches) return { reason: `no pg_hba.conf rule lets in ${opts.subnet}` };
-    if (matches.auth_method !== "trust") {
-      return { reason: `the pg_hba.conf rule for ${opts.subnet} asks for ${matches.auth_method}, not trust` };
-    }
+    const rules = await sql<HbaRule[]>`select type, database, user_name, address, netmask, auth_method
+        from pg_hba_file_rules where error is null order by line_number`;
+    const refusal = hbaRefusal(rules, { subnet: opts.subnet, database: db, user });
+    if (refusal) return { reason: refusal };
     u.hostname = opts.address;
     return { url: u.toString() };
   } finally {
