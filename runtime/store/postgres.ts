@@ -5,7 +5,7 @@
  */
 
 import postgres from "npm:postgres@3.4.9";
-import { redactUrl } from "../config.ts";
+import { parseHostsUrl, redactUrl } from "../config.ts";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { QueryOptions, SqlClient } from "./driver.ts";
@@ -67,11 +67,15 @@ export class PostgresClient implements SqlClient {
   }
 }
 
-/** Where a database URL points, without its password: `host:port/db`. */
+/**
+ * Where a database URL points, without its password: `host:port/db`, or
+ * `h1:5432,h2:5433/db` for a URL that names a primary and its standbys.
+ */
 export function describeTarget(url: string): string {
   try {
-    const u = new URL(url);
-    return `${u.hostname}:${u.port || "5432"}${u.pathname}`;
+    const { url: u, hosts } = parseHostsUrl(url);
+    const withPort = (h: string) => /:\d+$/.test(h) ? h : `${h}:5432`;
+    return `${hosts.map(withPort).join(",")}${u.pathname}`;
   } catch {
     return redactUrl(url);
   }
