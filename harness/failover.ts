@@ -24,7 +24,9 @@ const OS_USER = "postgres";
 
 /** Why the cluster cannot be built here (not root, a package missing), or undefined when it can. */
 export function failoverSkipReason(): string | undefined {
-  if (Deno.uid() !== 0) return "not root: pg_autoctl runs as the postgres user, which needs root to switch to";
+  if (Deno.uid() !== 0) {
+    return "not root: pg_autoctl runs as the postgres user, which needs root to switch to";
+  }
   for (const [path, pkg] of [[PG_AUTOCTL, "pg-auto-failover-cli"], [`${PG_BIN}/pg_ctl`, "postgresql-15"]]) {
     try {
       Deno.statSync(path);
@@ -164,7 +166,9 @@ export class FailoverCluster {
 
   /** The URL of one node alone. */
   nodeUrl(node: FailoverNode): string {
-    return `postgres://postgres@127.0.0.1:${node.port}/${node === this.monitor ? "pg_auto_failover" : this.dbname}`;
+    return `postgres://postgres@127.0.0.1:${node.port}/${
+      node === this.monitor ? "pg_auto_failover" : this.dbname
+    }`;
   }
 
   /**
@@ -290,7 +294,9 @@ export class FailoverCluster {
   /** The data node the monitor has as primary (reported and assigned), if any. */
   async primary(): Promise<FailoverNode | undefined> {
     const states = await this.states();
-    const s = states.find((s) => s.reported === s.assigned && ["primary", "wait_primary"].includes(s.reported));
+    const s = states.find((s) =>
+      s.reported === s.assigned && ["primary", "wait_primary"].includes(s.reported)
+    );
     return s && this.nodes.find((n) => n.name === s.name);
   }
 
@@ -339,7 +345,8 @@ export class FailoverCluster {
     // Bounded: backends see their postmaster gone and exit within moments.
     for (let i = 0; i < 50 && [...pids].some(alive); i++) await sleep(100);
     for (const shmid of this.#shmids) {
-      await new Deno.Command("ipcrm", { args: ["-m", String(shmid)], stdout: "null", stderr: "null" }).output()
+      await new Deno.Command("ipcrm", { args: ["-m", String(shmid)], stdout: "null", stderr: "null" })
+        .output()
         .catch(() => {});
     }
     this.#shmids.clear();

@@ -82,6 +82,28 @@ export function describeTarget(url: string): string {
 }
 
 /**
+ * The session a URL with `target_session_attrs=read-write` asks for, as
+ * postgres.js 3.4.9 must be told it. That driver judges `read-write` by
+ * `default_transaction_read_only` alone, which a hot standby of PostgreSQL 14
+ * and later reports as `off`: it would settle on a standby and every write
+ * there would fail for as long as the connection lived (seen in
+ * tests/failover_pg_test.ts). `primary` reads `in_hot_standby`, which a standby
+ * reports as `on`. libpq checks both; a primary that refuses writes for a
+ * moment (pg_auto_failover's node between promotion and `wait_primary`)
+ * answers `25006 read-only transaction`, which the runtime treats like the
+ * outage it is part of.
+ */
+function sessionTarget(url: string): Pick<postgres.Options<never>, "target_session_attrs"> {
+  let asked: string | null = null;
+  try {
+    asked = parseHostsUrl(url).url.searchParams.get("target_session_attrs");
+  } catch {
+    // a URL that does not parse is the driver's to refuse, with its own message
+  }
+  return asked === "read-write" ? { target_session_attrs: "primary" } : {};
+}
+
+/**
  * Connects to PostgreSQL and checks the connection with one round trip, so an
  * unreachable server is reported at start-up, naming host and port (never
  * the password), within `connectTimeoutS` seconds.
@@ -91,6 +113,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
   let sql: postgres.Sql;
   try {
     sql = postgres(url, {
+      ...sessionTarget(url),
       max: opts.max ?? 2,
       connect_timeout: opts.connectTimeoutS ?? 5,
       onnotice: () => {},
