@@ -195,7 +195,8 @@ export class Supervisor {
       this.#pollFailed = false;
       this.#answeringAgainMs = answeredMs;
       this.#o.log.info("database-back", {
-        note: `workers are judged by their heartbeats again from ${this.#o.leaseMs}ms from now`,
+        note:
+          `the database answers again; workers are judged by their heartbeats again in ${this.#o.leaseMs}ms`,
       });
     }
     if (this.#answeringAgainMs !== undefined && answeredMs - this.#answeringAgainMs < this.#o.leaseMs) return;

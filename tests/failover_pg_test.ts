@@ -116,6 +116,8 @@ Deno.test({
       assert.ok(supervisorAlive, `the supervisor died:\n${sup.lines.slice(-30).join("\n")}`);
       sup.kill("SIGTERM");
       assert.equal(await sup.status, 0, sup.lines.slice(-30).join("\n"));
+      // The outage is not a frozen worker: nobody was killed for heartbeats the database could not take.
+      assert.deepEqual(events(sup, "replacing"), [], "a worker was killed as frozen during the failover");
 
       // One resource per key at the cloud, each recorded confirmed with what the cloud made.
       const created = mocks.cloud.created();
