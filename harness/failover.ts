@@ -83,7 +83,7 @@ export interface FailoverOptions {
   readyTimeoutMs?: number;
 }
 
-async function freePort(): Promise<number> {
+function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (l.addr as Deno.NetAddr).port;
   l.close();
@@ -182,7 +182,7 @@ export class FailoverCluster {
     const dir = await Deno.makeTempDir({ prefix: "failover-" });
     await Deno.chmod(dir, 0o755);
     await chown(dir);
-    const [pm, p1, p2] = [await freePort(), await freePort(), await freePort()];
+    const [pm, p1, p2] = [freePort(), freePort(), freePort()];
     const cluster = new FailoverCluster(
       dir,
       { name: "monitor", port: pm, pgdata: `${dir}/monitor` },
