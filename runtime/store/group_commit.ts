@@ -44,52 +44,73 @@ export const GROUP_FLUSHES_MAX = 2;
 /** The longest bound on a write's wait that a setting may give, in milliseconds. */
 export const GROUP_COMMIT_MS_MAX = 100;
 
-/** A fresh journal intent: the plain insert of a step's row at `intent`. */
-export interface GroupedJournalIntent {
-  readonly kind: "journal-intent";
+/** What every grouped write names: the run it writes for, and the epoch its writer holds (its fence). */
+export interface GroupedFence {
+  /** The run. */
   readonly runId: string;
+  /** The epoch the writer holds: the row is written only while the run is `running` under it. */
   readonly epoch: number;
+}
+
+/** A fresh journal intent: the plain insert of a step's row at `intent`. */
+export interface GroupedJournalIntent extends GroupedFence {
+  /** Which write this is. */
+  readonly kind: "journal-intent";
+  /** The step. */
   readonly seq: number;
   /** `intent_at`, as the timestamp text the statement casts. */
   readonly at: string;
+  /** Tokens the request reserves. */
   readonly reserveTokens: number;
   /** The request's parameters as JSON text, or null. */
   readonly params: string | null;
 }
 
 /** A journal confirm: the step's decision committed on its `intent` row. */
-export interface GroupedJournalConfirm {
+export interface GroupedJournalConfirm extends GroupedFence {
+  /** Which write this is. */
   readonly kind: "journal-confirm";
-  readonly runId: string;
-  readonly epoch: number;
+  /** The step. */
   readonly seq: number;
+  /** The decision, as JSON text. */
   readonly decision: string;
+  /** The step's token usage, as JSON text. */
   readonly usage: string;
+  /** `confirmed_at`, as timestamp text. */
   readonly at: string;
+  /** Reserved tokens the answer releases. */
   readonly released: number;
+  /** Tokens the answer counts. */
   readonly spent: number;
 }
 
 /** A fresh tool intent: the plain insert of a call's row at `intent`. */
-export interface GroupedEffectIntent {
+export interface GroupedEffectIntent extends GroupedFence {
+  /** Which write this is. */
   readonly kind: "effect-intent";
-  readonly runId: string;
-  readonly epoch: number;
+  /** The call's idempotency key. */
   readonly key: string;
+  /** The call's seq. */
   readonly seq: number;
+  /** The tool. */
   readonly tool: string;
+  /** The arguments, as JSON text. */
   readonly args: string;
+  /** `intent_at`, as timestamp text. */
   readonly at: string;
 }
 
 /** A tool confirm: a call's outcome committed on its `intent` row. */
-export interface GroupedEffectConfirm {
+export interface GroupedEffectConfirm extends GroupedFence {
+  /** Which write this is. */
   readonly kind: "effect-confirm";
-  readonly runId: string;
-  readonly epoch: number;
+  /** The call's idempotency key. */
   readonly key: string;
+  /** The result, as JSON text. */
   readonly result: string;
+  /** `created`, `already_done` or `reconciled`. */
   readonly remote: string;
+  /** `confirmed_at`, as timestamp text. */
   readonly at: string;
 }
 
