@@ -112,7 +112,7 @@ export interface Settings {
   /**
    * Group commit (`GROUP_COMMIT_MS`): the longest, in milliseconds, a run's
    * write waits to share one statement and commit with other runs' writes;
-   * 0 (the default) sends each alone. See docs/group-commit.md.
+   * 0 (the default) sends each alone. See docs/operating.md, "Group commit".
    */
   groupCommitMs: number;
 }
