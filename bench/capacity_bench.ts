@@ -52,8 +52,12 @@ interface CapacityRow {
   inFlight: number;
   runs: number;
   seconds: number;
+  /** This process's CPU time during the row (the host's own work; the raw floor's driver). */
+  cpuMs: number;
   commits: number;
 }
+
+type Timed = { seconds: number; cpuMs: number };
 
 const stepsPerS = (r: CapacityRow) => (r.runs * STEPS_PER_RUN) / r.seconds;
 const runsFor = (inFlight: number, scale: number) => Math.round(Math.max(150, 4 * inFlight) * scale);
@@ -95,7 +99,7 @@ const RAW_STEP: [string, (runId: string, seq: number) => unknown[]][] = [
 ];
 
 /** The raw floor: `runs` runs of four steps, `inFlight` at a time over `client`; returns its wall time. */
-async function driveRaw(client: SqlClient, runs: number, inFlight: number): Promise<number> {
+async function driveRaw(client: SqlClient, runs: number, inFlight: number): Promise<Timed> {
   const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
   await client.query(
     `insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
@@ -110,7 +114,7 @@ async function driveRaw(client: SqlClient, runs: number, inFlight: number): Prom
       }
     })
   );
-  return t.seconds;
+  return t;
 }
 
 /** One worker host driving `runs` runs, `inFlight` at a time, through `store`; returns its wall time. */
@@ -119,7 +123,7 @@ async function driveHost(
   runs: number,
   inFlight: number,
   groupCommitMs: number,
-): Promise<number> {
+): Promise<Timed> {
   await submitPending(store.client, runs);
   const clock = new SystemClock();
   const agent = defineAgent({ name: "provision", tools: scriptedTools(), model: new ScriptedPlanner() });
@@ -148,7 +152,7 @@ async function driveHost(
   });
   await host.stop();
   if (failed) throw new Error(failed);
-  return t.seconds;
+  return t;
 }
 
 /** The rows of one store. `open` gives a fresh store on the bench's tables (a pool of `max` for PostgreSQL). */
@@ -171,7 +175,7 @@ async function storeRows(opts: {
     kind: string,
     inFlight: number,
     max: number,
-    drive: (s: Store, n: number) => Promise<number>,
+    drive: (s: Store, n: number) => Promise<Timed>,
   ) => {
     const runs = runsFor(inFlight, opts.scale);
     const warm = await opts.open(max);
@@ -182,14 +186,14 @@ async function storeRows(opts: {
     }
     const c0 = await opts.commits();
     const store = await opts.open(max);
-    let seconds;
+    let t: Timed;
     try {
-      seconds = await drive(store, runs);
+      t = await drive(store, runs);
     } finally {
       await opts.close(store);
     }
     const commits = (await opts.commits()) - c0 - 1;
-    const row = { store: opts.name, kind, inFlight, runs, seconds, commits };
+    const row = { store: opts.name, kind, inFlight, runs, seconds: t.seconds, cpuMs: t.cpuMs, commits };
     rows.push(row);
     console.log(line(row));
   };
@@ -220,7 +224,9 @@ function line(r: CapacityRow): string {
   const s = stepsPerS(r);
   return `${r.store.padEnd(10)} ${r.kind.padEnd(11)} in_flight=${String(r.inFlight).padStart(3)} runs=${
     String(r.runs).padStart(5)
-  } steps/s=${s.toFixed(0).padStart(6)} commits/step=${(r.commits / (r.runs * STEPS_PER_RUN)).toFixed(2)}`;
+  } steps/s=${s.toFixed(0).padStart(6)} commits/step=${
+    (r.commits / (r.runs * STEPS_PER_RUN)).toFixed(2)
+  } cpu_ms/step=${(r.cpuMs / (r.runs * STEPS_PER_RUN)).toFixed(3)}`;
 }
 
 /** The summary table: every row as a ratio to the raw floor at 16 clients of its store. */
@@ -234,7 +240,7 @@ export function report(rows: CapacityRow[], clients: number): string {
       `\n${store}: ratios to raw at ${floor.inFlight} in flight (${stepsPerS(floor).toFixed(0)} steps/s)`,
       `${"row".padEnd(11)} ${"in flight".padStart(9)} ${"steps/s".padStart(8)} ${"x raw".padStart(6)} ${
         "commits/step".padStart(12)
-      } ${"agents@2s".padStart(9)}`,
+      } ${"agents@2s".padStart(9)} ${"cpu ms/step".padStart(11)}`,
     );
     for (const r of mine) {
       const s = stepsPerS(r);
@@ -243,7 +249,7 @@ export function report(rows: CapacityRow[], clients: number): string {
           (s / stepsPerS(floor)).toFixed(2).padStart(6)
         } ${(r.commits / (r.runs * STEPS_PER_RUN)).toFixed(2).padStart(12)} ${
           (s * 2).toFixed(0).padStart(9)
-        }`,
+        } ${(r.cpuMs / (r.runs * STEPS_PER_RUN)).toFixed(3).padStart(11)}`,
       );
     }
     const host1 = mine.find((r) => r.kind === "host" && r.inFlight === 1);
