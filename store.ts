@@ -62,6 +62,18 @@ export type { ParkedConversation } from "./runtime/conversation.ts";
 export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export { listenThrough, type QueryOptions, type SqlClient } from "./runtime/store/driver.ts";
+// Group commit: the happy path's writes of many runs in one statement (GROUP_COMMIT_MS).
+export {
+  GROUP_COMMIT_MS_MAX,
+  type GroupCommit,
+  type GroupCommitOptions,
+  type GroupedEffectConfirm,
+  type GroupedEffectIntent,
+  type GroupedFence,
+  type GroupedJournalConfirm,
+  type GroupedJournalIntent,
+  type GroupedWrite,
+} from "./runtime/store/group_commit.ts";
 
 // Its rows and statuses.
 export {

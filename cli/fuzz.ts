@@ -36,7 +36,7 @@ calls the cloud and the client sees an unknown outcome; its create_database need
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
                       [--parallel 1,2,3] [--target demo|jobs|team|mcp] [--defect name] [--transcript FILE]
-                      [--keep-going]
+                      [--keep-going] [--group-commit-ms MS]
 
   --schedules N      schedules to run (default 500)
   --seed S           the first schedule's seed (default: random, printed)
@@ -53,6 +53,7 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
   --keep-going       keep going after the first violation
+  --group-commit-ms MS  group commit on in every simulated process, a write waiting at most MS (default 0: off)
 
 exit codes: 0 no violation, 1 a violation found, 2 bad arguments`;
 
@@ -69,6 +70,7 @@ export async function main(args: string[]): Promise<number> {
     defect: { type: "string", multiple: true },
     transcript: { type: "string" },
     "keep-going": { type: "boolean", default: false },
+    "group-commit-ms": { type: "string", default: "0" },
     help: { type: "boolean", short: "h" },
   });
   if ("exit" in flags) return flags.exit;
@@ -96,6 +98,15 @@ export async function main(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const groupCommitMs = Number(values["group-commit-ms"]);
+  if (!Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > 100) {
+    console.error(
+      `fuzz: --group-commit-ms must be a number of milliseconds from 0 to 100: current value is ${
+        values["group-commit-ms"]
+      }`,
+    );
+    return 2;
+  }
   const defects: PlantedDefects = {};
   for (const d of values.defect ?? []) {
     if (!(PLANTED_DEFECTS as readonly string[]).includes(d)) {
@@ -117,7 +128,9 @@ export async function main(args: string[]): Promise<number> {
   console.log(
     replay
       ? `fuzz replay ${replay}`
-      : `fuzz seed=${seed} schedules=${schedules}${target.replace(" --target ", " target=")}`,
+      : `fuzz seed=${seed} schedules=${schedules}${target.replace(" --target ", " target=")}${
+        groupCommitMs > 0 ? ` group_commit_ms=${groupCommitMs}` : ""
+      }`,
   );
   let last = performance.now();
   const report = await fuzz(targets[values.target as keyof typeof targets], {
@@ -134,8 +147,9 @@ export async function main(args: string[]): Promise<number> {
       | undefined,
     defects,
     keepGoing: values["keep-going"],
+    groupCommitMs,
     transcript: values.transcript !== undefined || replay !== undefined,
-    replayCommand: `deno task fuzz${target}${
+    replayCommand: `deno task fuzz${target}${groupCommitMs > 0 ? ` --group-commit-ms ${groupCommitMs}` : ""}${
       (values.defect ?? []).map((d) => ` --defect ${d}`).join("")
     } --replay`,
     onSchedule: (_r, i) => {

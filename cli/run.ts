@@ -56,6 +56,7 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --log-format text|json     text: logfmt lines (default); json: one object per line
   --exit-on-stdin-eof 1|0    exit when stdin closes (the supervisor sets it for its workers; default 0)
   --stream-deltas 1|0        stream model answers and send their text to watchers (docs/streaming.md; default 0)
+  --group-commit-ms MS       writes of several runs share one statement, each waiting at most MS (0: off, default)
   --runs-per-worker N, --poll-s S   worker host settings ('worker --help'); accepted and unused here
 
 exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone,
@@ -150,6 +151,7 @@ export async function main(
       heartbeatMs: settings.heartbeatMs,
       leaseMs: settings.leaseMs,
       streamDeltas: settings.streamDeltas,
+      groupCommitMs: settings.groupCommitMs,
     });
     // MAX_STEPS, when set, replaces the agent's own maxSteps.
     const deps = workerFor(
@@ -166,6 +168,7 @@ export async function main(
         heartbeatMs: settings.heartbeatMs,
         leaseMs: settings.leaseMs,
         streamDeltas: settings.streamDeltas,
+        groupCommitMs: settings.groupCommitMs,
         pollMs: 200,
         agents: prepared.slice(1),
         maxSteps: settings.maxSteps,

@@ -81,6 +81,7 @@ export async function main(
     heartbeatMs: settings.heartbeatMs,
     leaseMs: settings.leaseMs,
     streamDeltas: settings.streamDeltas,
+    groupCommitMs: settings.groupCommitMs,
     runsPerWorker: settings.runsPerWorker,
     pollMs: settings.pollMs,
     // MAX_STEPS, when set, replaces each agent's own maxSteps.

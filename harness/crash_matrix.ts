@@ -259,6 +259,12 @@ export interface MatrixOptions {
   model?: MatrixModel;
   /** Called after each case (to print its row as it finishes). */
   onCase?: (result: CaseResult) => void;
+  /**
+   * Group commit in the workers (`GROUP_COMMIT_MS`, the bound on a write's
+   * wait), for the PostgreSQL matrix's processes; the in-process matrix takes
+   * it from its `SimDb`. Default 0: off.
+   */
+  groupCommitMs?: number;
 }
 
 /** The in-process matrix on `db` (a fresh schema of it). */
@@ -319,6 +325,7 @@ export async function runPostgresMatrix(opts: PostgresMatrixOptions): Promise<Ma
       CLOUD_URL: mocks.cloudUrl,
       RUN_ID: runId,
       ...(opts.model === "ai-sdk" ? { AGENT: AI_SDK_AGENT } : {}),
+      ...(opts.groupCommitMs ? { GROUP_COMMIT_MS: String(opts.groupCommitMs) } : {}),
       ...extra,
     });
     const snapshot = (runId: string) => readSnapshot(pg.store, mocks.model, mocks.cloud, runId);
@@ -413,6 +420,7 @@ usage: deno task crash-matrix [--flag value ...]
   --postgres                 real 'deno run' processes killed by SIGKILL, on PostgreSQL (default: in-process)
   --database-url URL         PostgreSQL for --postgres (env DATABASE_URL, then TEST_DATABASE_URL)
   --concurrency N            cases at once with --postgres (default 4)
+  --group-commit-ms MS       group commit on in the workers, a write waiting at most MS (default 0: off)
 
 exit codes: 0 every case passed, 1 a case failed, 2 bad arguments`;
 
@@ -426,6 +434,7 @@ export async function main(args: string[]): Promise<number> {
     parallel: { type: "string", default: "1" },
     model: { type: "string", default: "openai" },
     points: { type: "string" },
+    "group-commit-ms": { type: "string", default: "0" },
     help: { type: "boolean", short: "h" },
   });
   if ("exit" in flags) return flags.exit;
@@ -451,6 +460,15 @@ export async function main(args: string[]): Promise<number> {
   if (!Number.isInteger(parallel) || parallel < 1 || parallel > 3) {
     console.error(
       `crash-matrix: --parallel must be an integer from 1 to 3 (the demo has three calls): current value is ${values.parallel}`,
+    );
+    return 2;
+  }
+  const groupCommitMs = Number(values["group-commit-ms"]);
+  if (!Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > 100) {
+    console.error(
+      `crash-matrix: --group-commit-ms must be a number of milliseconds from 0 to 100: current value is ${
+        values["group-commit-ms"]
+      }`,
     );
     return 2;
   }
@@ -481,10 +499,17 @@ export async function main(args: string[]): Promise<number> {
   let result: MatrixResult;
   if (values.postgres && databaseUrl) {
     // Cases finish out of order with concurrency: print the rows in case order at the end.
-    result = await runPostgresMatrix({ points: opts.points, parallel, model, databaseUrl, concurrency });
+    result = await runPostgresMatrix({
+      points: opts.points,
+      parallel,
+      model,
+      databaseUrl,
+      concurrency,
+      groupCommitMs,
+    });
     for (const c of result.cases) console.log(formatRow(c));
   } else {
-    const db = await SimDb.open();
+    const db = await SimDb.open({ groupCommitMs });
     try {
       result = await runMatrix(db, opts);
     } finally {

@@ -101,6 +101,11 @@ export { mcpAgent } from "./fuzz/mcp_target.ts";
 export interface FuzzOptions {
   /** Schedules to run. Default 100. */
   schedules?: number;
+  /**
+   * Group commit in every simulated process (`GROUP_COMMIT_MS`: the bound on
+   * a write's wait), when the fuzzer opens its own database. Default 0: off.
+   */
+  groupCommitMs?: number;
   /** The master seed; each schedule's seed is drawn from it. Default 1. */
   seed?: number;
   /** Fault families to draw from. Default all of {@link FAULT_FAMILIES}. */
@@ -438,7 +443,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
   }
   const replay = typeof opts.replay === "string" ? decodeSchedule(opts.replay) : opts.replay;
   const target = await resolveTarget(agent, opts);
-  const db = opts.db ?? await SimDb.open();
+  const db = opts.db ?? await SimDb.open({ groupCommitMs: opts.groupCommitMs });
   const turns = new Turns();
   const replayCommand = opts.replayCommand ?? "deno task fuzz --replay";
   try {

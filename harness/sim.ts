@@ -37,6 +37,7 @@ import { type RunOutcome, runWorker } from "../runtime/loop.ts";
 import { type FetchLike, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import {
+  type GroupCommitOptions,
   type JournalRow,
   type RunRow,
   SCHEMA_SQL,
@@ -81,13 +82,26 @@ export class SimDb {
   /** The session's prepared statements and analysis schedule, shared by every handle (they live in the one session). */
   readonly #session = new PgliteSession();
 
-  private constructor(db: PGlite) {
+  /**
+   * Group commit for every simulated process on this database: the bound on
+   * a write's wait (`GROUP_COMMIT_MS`), or 0 for off. Each process gets a
+   * group commit of its own, on its own clock, as a real process would.
+   */
+  readonly groupCommitMs: number;
+
+  private constructor(db: PGlite, groupCommitMs: number) {
     this.#db = db;
+    this.groupCommitMs = groupCommitMs;
   }
 
-  /** Starts an in-memory PGlite (a cold start of a few seconds) with the tables loaded. */
-  static async open(): Promise<SimDb> {
-    const sim = new SimDb(await PGlite.create());
+  /**
+   * Starts an in-memory PGlite (a cold start of a few seconds) with the
+   * tables loaded. `groupCommitMs` turns group commit on in every process
+   * the harness simulates on it (the crash matrix, fence, race and fuzzer
+   * proofs all take a `SimDb`).
+   */
+  static async open(opts: { groupCommitMs?: number } = {}): Promise<SimDb> {
+    const sim = new SimDb(await PGlite.create(), opts.groupCommitMs ?? 0);
     await sim.freshSchema();
     return sim;
   }
@@ -106,9 +120,12 @@ export class SimDb {
    * handle. `wrap` puts a layer (the fuzzer's statement counter, a planted
    * bug) between the store and the handle.
    */
-  handle(describe: string, opts: { wrap?: (client: SqlClient) => SqlClient } = {}): Store {
+  handle(
+    describe: string,
+    opts: { wrap?: (client: SqlClient) => SqlClient; groupCommit?: GroupCommitOptions } = {},
+  ): Store {
     const client = new PgliteClient(this.#db, { describe, owned: false, session: this.#session });
-    return new Store(opts.wrap ? opts.wrap(client) : client);
+    return new Store(opts.wrap ? opts.wrap(client) : client, { groupCommit: opts.groupCommit });
   }
 
   /** Runs a script on the shared instance, in the current schema (the fuzzer empties the tables this way). */
@@ -396,10 +413,11 @@ export class SimProcess {
     this.runId = opts.runId;
     const hooks = opts.hooks ?? {};
     const wrapStore = hooks.wrapStore;
+    const clock = new ProcessClock(world.clock, this.#death.signal);
     this.#store = world.db.handle(`pglite:sim:${opts.name}`, {
       wrap: wrapStore ? (client) => wrapStore(client, this) : undefined,
+      groupCommit: world.db.groupCommitMs > 0 ? { maxWaitMs: world.db.groupCommitMs, clock } : undefined,
     });
-    const clock = new ProcessClock(world.clock, this.#death.signal);
     const log = new Logger({
       clock,
       // A dead process writes nothing more, not even a log line.

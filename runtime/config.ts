@@ -25,6 +25,7 @@
  * | `AGENT_LOAD_S` | `--agent-load-s` | 30: how long the agent module may take to import |
  * | `DATA_DIR_WAIT_S` | `--data-dir-wait-s` | 60: how long to wait for an embedded database another process holds |
  * | `STREAM_DELTAS` | `--stream-deltas` | 0: 1 streams model answers and notifies watchers of their text |
+ * | `GROUP_COMMIT_MS` | `--group-commit-ms` | 0 (off): the longest a write waits to share a statement with other runs' |
  *
  * @module
  */
@@ -108,6 +109,12 @@ export interface Settings {
    * default 0). See docs/streaming.md.
    */
   streamDeltas: boolean;
+  /**
+   * Group commit (`GROUP_COMMIT_MS`): the longest, in milliseconds, a run's
+   * write waits to share one statement and commit with other runs' writes;
+   * 0 (the default) sends each alone. See docs/operating.md, "Group commit".
+   */
+  groupCommitMs: number;
 }
 
 /** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
@@ -147,6 +154,7 @@ export const SETTING_NAMES: readonly string[] = [
   "AGENT_LOAD_S",
   "DATA_DIR_WAIT_S",
   "STREAM_DELTAS",
+  "GROUP_COMMIT_MS",
 ];
 const NAMES = SETTING_NAMES;
 
@@ -529,6 +537,15 @@ export function loadSettings(
   if (!["0", "1", "true", "false"].includes(streamDeltas)) {
     r.problems.push(`STREAM_DELTAS must be 1 or 0: current value is ${JSON.stringify(streamDeltas)}`);
   }
+  const groupRaw = r.str("GROUP_COMMIT_MS", "0");
+  const groupCommitMs = Number(groupRaw);
+  if (groupRaw.trim() === "" || !Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > 100) {
+    r.problems.push(
+      `GROUP_COMMIT_MS must be a number of milliseconds from 0 (off) to 100: current value is ${
+        JSON.stringify(groupRaw)
+      }`,
+    );
+  }
   const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
   const apiKey = r.str("MODEL_API_KEY");
   if (apiKey !== undefined && [...apiKey].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f)) {
@@ -573,6 +590,9 @@ export function loadSettings(
     agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
     dataDirWaitMs: r.seconds("DATA_DIR_WAIT_S", DATA_DIR_WAIT_DEFAULT_S, 0),
     streamDeltas: streamDeltas === "1" || streamDeltas === "true",
+    groupCommitMs: Number.isFinite(groupCommitMs) && groupCommitMs > 0 && groupCommitMs <= 100
+      ? groupCommitMs
+      : 0,
   };
   r.done();
   return settings;

@@ -80,6 +80,13 @@ export interface ProcessSettings {
    * statement more. Whatever it is, the journal holds the same.
    */
   streamDeltas?: boolean;
+  /**
+   * Group commit (`GROUP_COMMIT_MS`): the longest, in milliseconds, one of
+   * the process's writes waits to share a statement and a commit with the
+   * writes of its other runs (`store/group_commit.ts`). Default 0: off, every
+   * write alone. A write that finds no statement in flight never waits.
+   */
+  groupCommitMs?: number;
 }
 
 /** What one process has, shared by every agent and every run it drives (no module-level state). */
@@ -112,8 +119,11 @@ export interface ProcessDepsOptions extends Partial<ProcessDeps> {
 export function processDeps(opts: ProcessDepsOptions): ProcessDeps {
   const clock = opts.clock ?? new SystemClock();
   const log = opts.log ?? new Logger({ clock });
+  const groupCommitMs = opts.groupCommitMs ?? 0;
   return {
-    store: opts.store,
+    // Every run of the process shares this store, so one group commit batches all their writes.
+    store: groupCommitMs > 0 ? opts.store.grouped({ maxWaitMs: groupCommitMs, clock }) : opts.store,
+    groupCommitMs,
     clock,
     log,
     crash: opts.crash ?? CrashPoints.none({ log, clock }),

@@ -175,6 +175,8 @@ export class WorkerHost {
       runs_per_worker: this.#capacity,
       poll_ms: this.#pollMs,
       heartbeat_ms: this.#process.heartbeatMs,
+      // Said only when on: the writes of the runs it holds share statements (GROUP_COMMIT_MS).
+      ...(this.#process.groupCommitMs ? { group_commit_ms: this.#process.groupCommitMs } : {}),
     });
     this.#loops = [this.#takeLoop(), this.#heartbeats()];
     return this;

@@ -150,69 +150,93 @@ Deno.test({
     }),
 });
 
+/**
+ * Two supervisors on one database, 30 runs, about a third of the worker processes SIGKILLed at random moments;
+ * `extra` goes to both supervisors (and so to their workers): group commit, say.
+ */
+function twoSupervisors(extra: Record<string, string>): Promise<void> {
+  return withEnv(async ({ pg, mocks, env }) => {
+    const seed = Number(Deno.env.get("SEED") ?? Date.now() % 1_000_000);
+    console.log(`two supervisors: seed=${seed}`);
+    let s = seed;
+    const random = () => (s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    mocks.cloud.setFaults({ delay_ms: 150 });
+    mocks.model.setFaults({ delay_ms: 100 });
+    const runIds = Array.from({ length: 30 }, (_, i) => `pair-${i}`);
+    for (const id of runIds) {
+      assert.ok(await pg.store.createRun({ runId: id, agent: "provision", goal: "pair" }, new Date()));
+    }
+    const settings = {
+      ...env,
+      WORKERS: "2",
+      RUNS_PER_WORKER: "5",
+      LEASE_S: "2",
+      HEARTBEAT_S: "0.3",
+      ...extra,
+    };
+    const sups = [
+      startSupervisor({ ...settings, SUPERVISOR: "sup-a" }),
+      startSupervisor({ ...settings, SUPERVISOR: "sup-b" }),
+    ];
+    const seen = new Set<number>();
+    let kills = 0;
+    const stopKiller = new AbortController();
+    // Kill about a third of the worker processes, each at a random moment of its life.
+    const killer = (async () => {
+      const timers: Promise<void>[] = [];
+      // Bounded by stopKiller (aborted once every run is done).
+      while (!stopKiller.signal.aborted) {
+        for (const sup of sups) {
+          for (const pid of workerPids(sup)) {
+            if (seen.has(pid)) continue;
+            seen.add(pid);
+            // Each supervisor's first worker dies for sure; later ones at random.
+            const first = workerPids(sup)[0] === pid;
+            if (kills >= 8 || (!first && random() > 0.5)) continue;
+            kills++;
+            const delayMs = Math.floor(200 + random() * 700);
+            timers.push(
+              new Promise<void>((r) => setTimeout(r, delayMs)).then(() => {
+                if (alive(pid)) Deno.kill(pid, "SIGKILL");
+              }).catch(() => {}),
+            );
+          }
+        }
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await Promise.all(timers);
+    })();
+    try {
+      await until(() => allDone(pg.store, 30), `all 30 runs to finish (seed=${seed})`, 180_000);
+      stopKiller.abort();
+      await killer;
+      assert.deepEqual(await Promise.all(sups.map(stopSupervisor)), [0, 0]);
+      assert.ok(kills > 0, `seed=${seed} killed no worker`);
+      const exits = sups.flatMap((p) => p.events("worker-exited"));
+      assert.ok(exits.some((e) => e.code === "137"), `seed=${seed}: no worker died by SIGKILL`);
+      await assertCleanRuns(pg.store, mocks, runIds);
+      // Every worker started said how it groups its writes (the line says nothing when grouping is off).
+      const started = sups.flatMap((p) => p.events("worker"));
+      assert.ok(started.length > 0);
+      for (const w of started) assert.equal(w.group_commit_ms, extra.GROUP_COMMIT_MS, JSON.stringify(w));
+    } finally {
+      stopKiller.abort();
+      await killer;
+      await Promise.all(sups.map((p) => p.close()));
+    }
+  });
+}
+
 Deno.test({
   name: "two supervisors on one database finish 30 runs while worker processes are killed at random",
   ignore: pgIgnore("two supervisors"),
-  fn: () =>
-    withEnv(async ({ pg, mocks, env }) => {
-      const seed = Number(Deno.env.get("SEED") ?? Date.now() % 1_000_000);
-      console.log(`two supervisors: seed=${seed}`);
-      let s = seed;
-      const random = () => (s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-      mocks.cloud.setFaults({ delay_ms: 150 });
-      mocks.model.setFaults({ delay_ms: 100 });
-      const runIds = Array.from({ length: 30 }, (_, i) => `pair-${i}`);
-      for (const id of runIds) {
-        assert.ok(await pg.store.createRun({ runId: id, agent: "provision", goal: "pair" }, new Date()));
-      }
-      const settings = { ...env, WORKERS: "2", RUNS_PER_WORKER: "5", LEASE_S: "2", HEARTBEAT_S: "0.3" };
-      const sups = [
-        startSupervisor({ ...settings, SUPERVISOR: "sup-a" }),
-        startSupervisor({ ...settings, SUPERVISOR: "sup-b" }),
-      ];
-      const seen = new Set<number>();
-      let kills = 0;
-      const stopKiller = new AbortController();
-      // Kill about a third of the worker processes, each at a random moment of its life.
-      const killer = (async () => {
-        const timers: Promise<void>[] = [];
-        // Bounded by stopKiller (aborted once every run is done).
-        while (!stopKiller.signal.aborted) {
-          for (const sup of sups) {
-            for (const pid of workerPids(sup)) {
-              if (seen.has(pid)) continue;
-              seen.add(pid);
-              // Each supervisor's first worker dies for sure; later ones at random.
-              const first = workerPids(sup)[0] === pid;
-              if (kills >= 8 || (!first && random() > 0.5)) continue;
-              kills++;
-              const delayMs = Math.floor(200 + random() * 700);
-              timers.push(
-                new Promise<void>((r) => setTimeout(r, delayMs)).then(() => {
-                  if (alive(pid)) Deno.kill(pid, "SIGKILL");
-                }).catch(() => {}),
-              );
-            }
-          }
-          await new Promise((r) => setTimeout(r, 25));
-        }
-        await Promise.all(timers);
-      })();
-      try {
-        await until(() => allDone(pg.store, 30), `all 30 runs to finish (seed=${seed})`, 180_000);
-        stopKiller.abort();
-        await killer;
-        assert.deepEqual(await Promise.all(sups.map(stopSupervisor)), [0, 0]);
-        assert.ok(kills > 0, `seed=${seed} killed no worker`);
-        const exits = sups.flatMap((p) => p.events("worker-exited"));
-        assert.ok(exits.some((e) => e.code === "137"), `seed=${seed}: no worker died by SIGKILL`);
-        await assertCleanRuns(pg.store, mocks, runIds);
-      } finally {
-        stopKiller.abort();
-        await killer;
-        await Promise.all(sups.map((p) => p.close()));
-      }
-    }),
+  fn: () => twoSupervisors({}),
+});
+
+Deno.test({
+  name: "with group commit on, two supervisors finish 30 runs while worker processes are killed at random",
+  ignore: pgIgnore("two supervisors, group commit"),
+  fn: () => twoSupervisors({ GROUP_COMMIT_MS: "2" }),
 });
 
 Deno.test({

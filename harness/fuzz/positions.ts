@@ -32,6 +32,8 @@ export type Position =
   | "read-run"
   | "approval-request"
   | "approval-read"
+  /** One statement carrying the writes of several runs, or of one run's parallel calls (group commit). */
+  | "group-write"
   | "other"
   /** A statement sent without one of the store's names: nothing the runtime sends is. */
   | "unnamed";
@@ -82,6 +84,7 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "read-effect": "read-tool",
   "read-run": "read-run",
   "approval-request": "approval-request",
+  "group-write": "group-write",
   "read-approval": "approval-read",
   "list-approvals": "approval-read",
   "insert-run": "other",
@@ -136,6 +139,7 @@ export function positionOf(opts: QueryOptions | undefined): Position {
 
 const WRITES: ReadonlySet<Position> = new Set<Position>([
   "journal-intent",
+  "group-write",
   "journal-reject",
   "journal-confirm",
   "tool-intent",

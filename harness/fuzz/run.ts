@@ -36,6 +36,7 @@ import {
   type FamilySnapshot,
 } from "./check.ts";
 import { statementName } from "../../runtime/store/statements.ts";
+import type { GroupedWrite } from "../../runtime/store/group_commit.ts";
 import { Person } from "./person.ts";
 import { isWrite, type Position, positionOf } from "./positions.ts";
 import {
@@ -350,8 +351,16 @@ class ScheduleRun {
       this.activity++;
       const result = await send();
       this.activity++;
-      this.#observe(p, label, result, written(result), epochAtExec);
-      this.#countCallWrite(opts, params, written(result));
+      if (statementName(opts) === "group-write") {
+        // One statement, several writes: each row it wrote is observed as the single write it stands for.
+        for (const row of result as unknown as { kind: GroupedWrite["kind"]; k: string }[]) {
+          this.#observe(p, GROUPED_POSITIONS[row.kind], [], 1, epochAtExec);
+          if (row.kind === "effect-intent") this.#countCallWrite({ name: "effect-intent" }, [0, 0, row.k], 1);
+        }
+      } else {
+        this.#observe(p, label, result, written(result), epochAtExec);
+        this.#countCallWrite(opts, params, written(result));
+      }
       const after = this.#find((f) =>
         f.kind === "kill" && f.at === "stmt" && f.n === n && f.when === "after"
       );
@@ -866,6 +875,14 @@ async function snapshot(world: SimWorld, runId: string, fake: FakeRemote | undef
  * when the run now waits, `create-child-run` when the child is new, and
  * `finish-family-run` the rows it counts as `written` (none when fenced).
  */
+/** The position of each write a group statement carries (positions.ts). */
+const GROUPED_POSITIONS: Readonly<Record<GroupedWrite["kind"], Position>> = {
+  "journal-intent": "journal-intent",
+  "journal-confirm": "journal-confirm",
+  "effect-intent": "tool-intent",
+  "effect-confirm": "tool-confirm",
+};
+
 function rowsWritten(opts: QueryOptions | undefined, rows: unknown[]): number {
   const first = rows[0] as { waiting?: boolean; created?: boolean; written?: number } | undefined;
   switch (statementName(opts)) {

@@ -37,6 +37,8 @@ import type {
   TokenSettlement,
 } from "./rows.ts";
 import { FENCE, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
+import type { Statement } from "./sql.ts";
+import type { GroupCommit, GroupedWrite } from "./group_commit.ts";
 
 const NO_TOKENS: TokenSettlement = Object.freeze({ released: 0, spent: 0 });
 
@@ -361,10 +363,46 @@ export interface JournalIntent {
 /** The fenced writes of the runs a worker holds, each refused unless the run is `running` under its epoch. */
 export class RunWrites {
   readonly #client: SqlClient;
+  readonly #group?: GroupCommit;
 
-  /** Sends its statements through `client`. */
-  constructor(client: SqlClient) {
+  /**
+   * Sends its statements through `client`; with `group`, the writes a step's
+   * happy path makes (a fresh journal or tool intent, a journal or tool
+   * confirm) ride group statements with other runs' (group_commit.ts).
+   */
+  constructor(client: SqlClient, opts: { group?: GroupCommit } = {}) {
     this.#client = client;
+    this.#group = opts.group;
+  }
+
+  /** The group commit the happy path's writes go through, if any. */
+  get group(): GroupCommit | undefined {
+    return this.#group;
+  }
+
+  /**
+   * A fresh intent's plain insert: true when written. With grouping on it
+   * rides a group statement, where a row already there is not written
+   * (false, as the fence refusing it is): the caller's upsert then runs, as
+   * it does after the plain insert's unique violation.
+   */
+  async #freshInsert(s: Statement, params: unknown[], grouped: GroupedWrite): Promise<boolean> {
+    const alone = async () => (await runWrite(this.#client, s, params)) === 1;
+    if (this.#group === undefined) return await alone();
+    return await this.#group.write(grouped, async () => {
+      try {
+        return await alone();
+      } catch (err) {
+        if ((err as { code?: unknown }).code !== "23505") throw err;
+        return false;
+      }
+    });
+  }
+
+  /** A confirm's update: true when written, through a group statement when grouping is on. */
+  async #confirm(s: Statement, params: unknown[], grouped: GroupedWrite): Promise<boolean> {
+    const alone = async () => (await runWrite(this.#client, s, params)) === 1;
+    return this.#group === undefined ? await alone() : await this.#group.write(grouped, alone);
   }
 
   /** Refreshes the lease. False: the fence refused it. */
@@ -383,14 +421,28 @@ export class RunWrites {
     const sentText = opts.params === undefined ? null : jsonParam(opts.params, "model parameters");
     const sent = sentText === null ? null : JSON.parse(sentText) as ModelParams;
     const params = [f.runId, f.epoch, seq, ts(now), reserveTokens, sentText];
-    const row = await freshOr(
-      fresh,
-      async () =>
-        (await runWrite(this.#client, JOURNAL_INTENT, params)) === 1
-          ? freshJournalRow(f, seq, now, reserveTokens, sent)
-          : undefined,
-      async () => (await queryRows<JournalRow>(this.#client, JOURNAL_INTENT_UPSERT, params))[0],
-    );
+    const upsert = async () => (await queryRows<JournalRow>(this.#client, JOURNAL_INTENT_UPSERT, params))[0];
+    const grouped: GroupedWrite = {
+      kind: "journal-intent",
+      runId: f.runId,
+      epoch: f.epoch,
+      seq,
+      at: params[3] as string,
+      reserveTokens,
+      params: sentText,
+    };
+    const row = this.#group !== undefined && fresh
+      ? (await this.#freshInsert(JOURNAL_INTENT, params, grouped)
+        ? freshJournalRow(f, seq, now, reserveTokens, sent)
+        : await upsert())
+      : await freshOr(
+        fresh,
+        async () =>
+          (await runWrite(this.#client, JOURNAL_INTENT, params)) === 1
+            ? freshJournalRow(f, seq, now, reserveTokens, sent)
+            : undefined,
+        upsert,
+      );
     if (row === undefined) throw await this.refusal(f, `journal intent seq=${seq}`);
     return row;
   }
@@ -443,7 +495,7 @@ export class RunWrites {
   ): Promise<JournalRow> {
     const { decision, tokens = NO_TOKENS } = confirmed;
     const usage = writtenJson(confirmed.usage ?? null, "token usage");
-    const written = await runWrite(this.#client, JOURNAL_CONFIRM, [
+    const params = [
       f.runId,
       f.epoch,
       ofRun(f, row).seq,
@@ -452,8 +504,19 @@ export class RunWrites {
       ts(now),
       tokens.released,
       tokens.spent,
-    ]);
-    if (written === 0) throw await this.refusal(f, `journal confirm seq=${row.seq}`);
+    ] as const;
+    const written = await this.#confirm(JOURNAL_CONFIRM, [...params], {
+      kind: "journal-confirm",
+      runId: f.runId,
+      epoch: f.epoch,
+      seq: params[2],
+      decision: params[3],
+      usage: params[4],
+      at: params[5],
+      released: params[6],
+      spent: params[7],
+    });
+    if (!written) throw await this.refusal(f, `journal confirm seq=${row.seq}`);
     return {
       ...row,
       status: "confirmed",
@@ -479,13 +542,29 @@ export class RunWrites {
     now: Date,
     fresh = false,
   ): Promise<SideEffectRow> {
-    const params = [f.runId, f.epoch, e.key, e.seq, e.tool, jsonParam(e.args, "tool arguments"), ts(now)];
-    const row = await freshOr(
-      fresh,
-      async () =>
-        (await runWrite(this.#client, EFFECT_INTENT, params)) === 1 ? freshEffectRow(f, e, now) : undefined,
-      async () => (await queryRows<SideEffectRow>(this.#client, EFFECT_INTENT_UPSERT, params))[0],
-    );
+    const args = jsonParam(e.args, "tool arguments");
+    const at = ts(now);
+    const params = [f.runId, f.epoch, e.key, e.seq, e.tool, args, at];
+    const upsert = async () =>
+      (await queryRows<SideEffectRow>(this.#client, EFFECT_INTENT_UPSERT, params))[0];
+    const grouped: GroupedWrite = {
+      kind: "effect-intent",
+      runId: f.runId,
+      epoch: f.epoch,
+      key: e.key,
+      seq: e.seq,
+      tool: e.tool,
+      args,
+      at,
+    };
+    const row = this.#group !== undefined && fresh
+      ? (await this.#freshInsert(EFFECT_INTENT, params, grouped) ? freshEffectRow(f, e, now) : await upsert())
+      : await freshOr(
+        fresh,
+        async () =>
+          (await runWrite(this.#client, EFFECT_INTENT, params)) === 1 ? freshEffectRow(f, e, now) : undefined,
+        upsert,
+      );
     if (row === undefined) throw await this.refusal(f, `tool intent key=${e.key}`);
     return row;
   }
@@ -504,15 +583,18 @@ export class RunWrites {
   ): Promise<SideEffectRow> {
     const { result, remote } = outcome;
     const key = ofRun(f, row).idempotency_key;
-    const written = await runWrite(this.#client, EFFECT_CONFIRM, [
-      f.runId,
-      f.epoch,
+    const resultText = jsonParam(result, "tool result");
+    const at = ts(now);
+    const written = await this.#confirm(EFFECT_CONFIRM, [f.runId, f.epoch, key, resultText, remote, at], {
+      kind: "effect-confirm",
+      runId: f.runId,
+      epoch: f.epoch,
       key,
-      jsonParam(result, "tool result"),
+      result: resultText,
       remote,
-      ts(now),
-    ]);
-    if (written === 0) throw await this.refusal(f, `tool confirm key=${key}`);
+      at,
+    });
+    if (!written) throw await this.refusal(f, `tool confirm key=${key}`);
     return { ...row, status: "confirmed", result, remote, confirmed_at: now, error: null };
   }
 

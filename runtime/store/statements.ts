@@ -11,6 +11,7 @@
 import type { QueryOptions } from "./driver.ts";
 import { CONVERSATION_STATEMENTS } from "./conversation.ts";
 import { FAMILY_STATEMENTS } from "./family.ts";
+import { GROUP_COMMIT_STATEMENTS } from "./group_commit.ts";
 import { LEASE_STATEMENTS } from "./leases.ts";
 import { MIGRATE_STATEMENTS } from "./migrate.ts";
 import { NOTIFY_STATEMENTS } from "./notify.ts";
@@ -45,6 +46,7 @@ export type StatementName =
   | "approval-request"
   | "effect-waiting"
   | "wait-run"
+  | "group-write"
   // reads
   | "read-run"
   | "read-history"
@@ -120,6 +122,7 @@ export type StatementName =
 /** The names the statements are declared under, as the compiler reads them beside their texts. */
 type DeclaredName =
   | (typeof RUN_WRITE_STATEMENTS)[number]["name"]
+  | (typeof GROUP_COMMIT_STATEMENTS)[number]["name"]
   | (typeof READ_STATEMENTS)[number]["name"]
   | (typeof LEASE_STATEMENTS)[number]["name"]
   | (typeof OPERATOR_STATEMENTS)[number]["name"]
@@ -137,7 +140,7 @@ void everyNameDeclared;
 
 /** Every statement of the store, by audience. */
 export const STATEMENTS: {
-  /** One run's fenced writes (`run_writes.ts`). */
+  /** One run's fenced writes (`run_writes.ts`), and the group statement that carries many runs' (`group_commit.ts`). */
   readonly runWrites: readonly Statement<StatementName>[];
   /** Reads of one run's rows (`reads.ts`). */
   readonly reads: readonly Statement<StatementName>[];
@@ -156,7 +159,7 @@ export const STATEMENTS: {
   /** The stream channel's notifications (`notify.ts`). */
   readonly stream: readonly Statement<StatementName>[];
 } = {
-  runWrites: RUN_WRITE_STATEMENTS,
+  runWrites: [...RUN_WRITE_STATEMENTS, ...GROUP_COMMIT_STATEMENTS],
   reads: READ_STATEMENTS,
   leases: LEASE_STATEMENTS,
   operators: OPERATOR_STATEMENTS,

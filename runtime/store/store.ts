@@ -24,6 +24,7 @@ import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import type { SqlClient } from "./driver.ts";
 import { Conversations } from "./conversation.ts";
 import { Families } from "./family.ts";
+import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
 import { migrate, type MigrationResult } from "./migrate.ts";
 import { Operators } from "./operators.ts";
@@ -41,6 +42,8 @@ export type { Leases } from "./leases.ts";
 export type { Operators } from "./operators.ts";
 export type { RunReads } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
+export type { GroupCommit, GroupCommitOptions } from "./group_commit.ts";
+export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./family.ts";
 export { FAMILY_DEPTH_MAX } from "./family.ts";
 export type {
@@ -70,16 +73,31 @@ export class Store {
   /** Conversations: messages, answers, idle waits. */
   readonly conversations: Conversations;
 
-  /** Wraps a driver. */
-  constructor(client: SqlClient) {
+  /**
+   * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
+   * through one {@link GroupCommit} (group_commit.ts): the writes of the runs
+   * that share this store and are ready at the same moment ride one statement.
+   */
+  constructor(client: SqlClient, opts: { groupCommit?: GroupCommitOptions } = {}) {
     this.client = client;
     this.reads = new RunReads(client);
-    this.writes = new RunWrites(client);
+    this.writes = new RunWrites(client, {
+      group: opts.groupCommit ? new GroupCommit(client, opts.groupCommit) : undefined,
+    });
     this.leases = new Leases(client);
     this.operators = new Operators(client);
     this.families = new Families(client);
     this.stream = new StreamChannel(client);
     this.conversations = new Conversations(client);
+  }
+
+  /**
+   * This store with group commit on (`maxWaitMs` bounds a write's wait), on
+   * the same driver; itself when it groups already. What a worker host's
+   * runs share when `GROUP_COMMIT_MS` is set.
+   */
+  grouped(opts: GroupCommitOptions): Store {
+    return this.writes.group ? this : new Store(this.client, { groupCommit: opts });
   }
 
   /** Where the data lives, for logs. */

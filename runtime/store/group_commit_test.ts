@@ -1,0 +1,177 @@
+import assert from "node:assert/strict";
+import { bothStoresTest } from "../../tests/_pg.ts";
+import { FencedError } from "../errors.ts";
+import { CountingClient } from "./counting.ts";
+import { checkGroupCommitMs } from "./group_commit.ts";
+import { type Fence, Store } from "./store.ts";
+
+const T0 = new Date(Date.UTC(2026, 0, 1));
+const at = (s: number) => new Date(T0.getTime() + s * 1000);
+
+/** Creates and claims `n` runs, returning their fences. */
+async function claimed(store: Store, prefix: string, n: number): Promise<Fence[]> {
+  const fences: Fence[] = [];
+  for (let i = 0; i < n; i++) {
+    const runId = `${prefix}-${i}`;
+    await store.createRun({ runId, agent: "provision", goal: "goal" }, T0);
+    const c = await store.claimRun(runId, 0, "host", at(1));
+    fences.push({ runId, epoch: c!.epoch });
+  }
+  return fences;
+}
+
+/** A grouped store on `store`'s driver, counting the statements it sends by name. */
+function groupedCounting(store: Store): { grouped: Store; counting: CountingClient } {
+  const counting = new CountingClient(store.client);
+  return { grouped: new Store(counting, { groupCommit: { maxWaitMs: 5 } }), counting };
+}
+
+bothStoresTest(
+  "a group statement writes every run's row but the one whose epoch moved, and each learns its own outcome",
+  async (store, t) => {
+    const fences = await claimed(store, "g", 4);
+    const { grouped, counting } = groupedCounting(store);
+    // Another worker claims g-2: its epoch moves past the one this host holds.
+    await store.claimRun("g-2", fences[2].epoch, "thief", at(2));
+
+    await t.step("journal intents: three written in one statement, g-2's refused as FENCED", async () => {
+      counting.reset();
+      const outcomes = await Promise.allSettled(
+        fences.map((f) => grouped.journalIntentRow(f, 0, at(3), { fresh: true })),
+      );
+      assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+      const refused = (outcomes[2] as PromiseRejectedResult).reason;
+      assert.ok(refused instanceof FencedError);
+      assert.equal(refused.code, "FENCED");
+      // One group statement carried all four; the refused one then tried its upsert and was explained.
+      assert.equal(counting.counts.get("group-write"), 1);
+      assert.equal(counting.counts.get("journal-intent") ?? 0, 0);
+      const { journal } = await store.loadHistory("g-2");
+      assert.equal(journal.length, 0, "the fenced run has no journal row");
+      for (const i of [0, 1, 3]) {
+        const row = (await store.loadHistory(`g-${i}`)).journal[0];
+        assert.deepEqual([row.status, row.epoch, row.llm_attempts], ["intent", fences[i].epoch, 1]);
+        const ok = (outcomes[i] as PromiseFulfilledResult<typeof row>).value;
+        assert.deepEqual({ ...ok, intent_at: ok.intent_at.getTime() }, {
+          ...row,
+          intent_at: row.intent_at.getTime(),
+        });
+      }
+    });
+
+    const live = [0, 1, 3].map((i) => fences[i]);
+    await t.step(
+      "journal confirms, tool intents, tool confirms: one statement each, all written",
+      async () => {
+        counting.reset();
+        const held = await Promise.all(live.map(async (f) => (await store.loadHistory(f.runId)).journal[0]));
+        await Promise.all(live.map((f, i) =>
+          grouped.journalConfirm(f, held[i], {
+            decision: { tool: "create_server", args: { n: i } },
+            usage: { inputTokens: 1 },
+          }, at(4))
+        ));
+        const effects = await Promise.all(live.map((f) =>
+          grouped.effectIntentRow(
+            f,
+            { key: `${f.runId}:0`, seq: 0, tool: "create_server", args: {} },
+            at(5),
+            true,
+          )
+        ));
+        await Promise.all(
+          live.map((f, i) =>
+            grouped.effectConfirm(f, effects[i], { result: { id: i }, remote: "created" }, at(6))
+          ),
+        );
+        assert.equal(counting.counts.get("group-write"), 3);
+        for (const [i, f] of live.entries()) {
+          const { journal, effects } = await store.loadHistory(f.runId);
+          assert.deepEqual(journal[0].decision, { tool: "create_server", args: { n: i } });
+          assert.equal(journal[0].status, "confirmed");
+          assert.deepEqual([effects[0].status, effects[0].result, effects[0].remote], [
+            "confirmed",
+            { id: i },
+            "created",
+          ]);
+        }
+      },
+    );
+
+    await t.step(
+      "a confirm of a run cancelled under it is refused as RUN_CLOSED, the others written",
+      async () => {
+        const more = await claimed(store, "h", 3);
+        const rows = await Promise.all(
+          more.map((f) => grouped.journalIntentRow(f, 0, at(7), { fresh: true })),
+        );
+        await store.cancelRun("h-1", "by a person", at(8));
+        counting.reset();
+        const outcomes = await Promise.allSettled(more.map((f, i) =>
+          grouped.journalConfirm(
+            f,
+            rows[i],
+            { decision: { done: true, message: "m" }, usage: undefined },
+            at(9),
+          )
+        ));
+        assert.deepEqual(
+          outcomes.map((o) => o.status),
+          ["fulfilled", "rejected", "fulfilled"],
+        );
+        assert.equal(((outcomes[1] as PromiseRejectedResult).reason as FencedError).code, "RUN_CLOSED");
+        assert.equal(counting.counts.get("group-write"), 1);
+        assert.equal((await store.loadHistory("h-1")).journal[0].status, "intent");
+      },
+    );
+
+    await t.step("a fresh intent whose row exists already is written by its upsert, not lost", async () => {
+      const f = live[0];
+      counting.reset();
+      const [a, b] = await Promise.all([
+        grouped.journalIntentRow(f, 0, at(10), { fresh: true }).catch((e) => e),
+        grouped.journalIntentRow(live[1], 1, at(10), { fresh: true }),
+      ]);
+      // g-0's seq 0 is confirmed: the upsert finds it not at intent, so the write is refused as STALLED.
+      assert.ok(a instanceof FencedError);
+      assert.equal(a.code, "STALLED");
+      assert.equal(b.seq, 1);
+      assert.equal(counting.counts.get("group-write"), 1);
+      assert.equal(counting.counts.get("journal-intent-upsert"), 1);
+    });
+
+    await t.step("one write alone goes out at once as its single-row statement", async () => {
+      counting.reset();
+      const [f] = await claimed(store, "solo", 1);
+      await grouped.journalIntentRow(f, 0, at(11), { fresh: true });
+      assert.equal(counting.counts.get("group-write") ?? 0, 0);
+      assert.equal(counting.counts.get("journal-intent"), 1);
+    });
+  },
+);
+
+bothStoresTest(
+  "a batch the database refuses for one row's value is sent again one write at a time",
+  async (store) => {
+    const fences = await claimed(store, "v", 3);
+    const { grouped } = groupedCounting(store);
+    // An epoch the int column cannot hold makes the whole statement fail (22003), as it would alone.
+    const bad: Fence = { runId: "v-1", epoch: 2 ** 31 };
+    const outcomes = await Promise.allSettled([
+      grouped.journalIntentRow(fences[0], 0, at(3), { fresh: true }),
+      grouped.journalIntentRow(bad, 0, at(3), { fresh: true }),
+      grouped.journalIntentRow(fences[2], 0, at(3), { fresh: true }),
+    ]);
+    assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "rejected", "fulfilled"]);
+    assert.equal((await store.loadHistory("v-0")).journal.length, 1);
+    assert.equal((await store.loadHistory("v-1")).journal.length, 0);
+    assert.equal((await store.loadHistory("v-2")).journal.length, 1);
+  },
+);
+
+Deno.test("checkGroupCommitMs() refuses a bound that is not a positive number of milliseconds up to 100", () => {
+  assert.equal(checkGroupCommitMs(0.5), 0.5);
+  for (const bad of [0, -1, Number.NaN, 101]) {
+    assert.throws(() => checkGroupCommitMs(bad), /'groupCommitMs' must be above 0 and at most 100/);
+  }
+});
