@@ -25,7 +25,7 @@
  * | `AGENT_LOAD_S` | `--agent-load-s` | 30: how long the agent module may take to import |
  * | `DATA_DIR_WAIT_S` | `--data-dir-wait-s` | 60: how long to wait for an embedded database another process holds |
  * | `STREAM_DELTAS` | `--stream-deltas` | 0: 1 streams model answers and notifies watchers of their text |
- * | `GROUP_COMMIT_MS` | `--group-commit-ms` | 0 (off): the longest a write waits to share a statement with other runs' |
+ * | `GROUP_COMMIT_MS` | `--group-commit-ms` | 2: the longest a write waits to share a statement with other runs' (0: off) |
  *
  * @module
  */
@@ -112,7 +112,8 @@ export interface Settings {
   /**
    * Group commit (`GROUP_COMMIT_MS`): the longest, in milliseconds, a run's
    * write waits to share one statement and commit with other runs' writes;
-   * 0 (the default) sends each alone. See docs/operating.md, "Group commit".
+   * default 2; 0 sends each alone. A write with no other in flight goes at
+   * once. See docs/operating.md, "Group commit".
    */
   groupCommitMs: number;
 }
@@ -537,7 +538,7 @@ export function loadSettings(
   if (!["0", "1", "true", "false"].includes(streamDeltas)) {
     r.problems.push(`STREAM_DELTAS must be 1 or 0: current value is ${JSON.stringify(streamDeltas)}`);
   }
-  const groupRaw = r.str("GROUP_COMMIT_MS", "0");
+  const groupRaw = r.str("GROUP_COMMIT_MS", "2");
   const groupCommitMs = Number(groupRaw);
   if (groupRaw.trim() === "" || !Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > 100) {
     r.problems.push(
