@@ -160,3 +160,13 @@ Deno.test("commandFlags: values, one line and exit 2 for a bad flag, the usage a
   assert.match(printed[2], /^err: tool: .*extra.*'deno task tool --help' lists the flags$/);
   assert.deepEqual(printed.slice(3), ["out: usage text"]);
 });
+
+Deno.test("TAKE_SHARE is fair by default, all on request, and anything else is refused naming both", () => {
+  assert.equal(loadSettings([], {}).takeShare, "fair");
+  assert.equal(loadSettings(["--take-share", "all"], {}).takeShare, "all");
+  assert.equal(loadSettings([], { TAKE_SHARE: "fair" }).takeShare, "fair");
+  assert.deepEqual(problems({ TAKE_SHARE: "half" }), [
+    'TAKE_SHARE must be "fair" (each poll takes no more than its share among the live workers) or "all" ' +
+    '(every free slot): current value is "half"',
+  ]);
+});
