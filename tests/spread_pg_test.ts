@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { type RunningMocks, serveMocks } from "../mock/server.ts";
-import { parseLine, type Proc, startSupervisor, until } from "../harness/procs.ts";
+import { type Proc, startSupervisor, until } from "../harness/procs.ts";
 import { freshSchema, pgIgnore, type PgSchema } from "./_pg.ts";
 
 interface Env {
