@@ -98,7 +98,12 @@ const WOKEN_TAKEABLE = `status = 'waiting' and wake_at <= $4::timestamptz and ag
 // (past that every host fills up). With $6 null, or no live peer, it skips
 // the counts and takes up to $5: a scalar subquery in a `case` branch runs
 // only when that branch is chosen, so a host alone pays one read of the small
-// `workers` table.
+// `workers` table. The share limits only the merge: each branch keeps `limit
+// $5`, a number its plan is made for (as `limit (select ...)` the planner must
+// guess, and with 3,000 runs pending it sorted them all instead of reading the
+// take-order index: plans_test.ts). So a fair take may hold locks on up to $5
+// runs of each kind it does not take, until the statement ends; a racing take
+// skips them for that moment and finds them at its next poll.
 // The pick is a materialized CTE: as an `in (subquery)` the planner may run
 // the limited subquery more than once and take more than `limit` runs.
 // Each taken run's progress is counted once (#11: it was counted twice, once per column
@@ -142,7 +147,7 @@ const TAKE_RUNS = statement(
                from runs
               where ${OPEN_TAKEABLE}
               order by coalesce(heartbeat_at, created_at), run_id
-              limit (select n from share)
+              limit $5
                 for update skip locked) open_runs
            union all
            select * from (
@@ -150,7 +155,7 @@ const TAKE_RUNS = statement(
                from runs
               where ${WOKEN_TAKEABLE}
               order by wake_at, run_id
-              limit (select n from share)
+              limit $5
                 for update skip locked) woken_runs) candidates
           order by waited_since, run_id
           limit (select n from share)),
