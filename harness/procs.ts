@@ -46,14 +46,22 @@ export class Proc {
   /** Resolves with the exit code. */
   readonly status: Promise<number>;
 
-  /** Starts `deno run -A <script> [args]` with `env` added to this process's environment. */
+  /**
+   * Starts `deno run -A <script> [args]` with `env` added to this process's
+   * environment. With `prefix`, the command is `prefix... deno run ...`
+   * instead: a wrapper that ends by exec'ing deno (`ip netns exec NAME`), so
+   * the pid is still deno's.
+   */
   constructor(
     script: string,
     env: Record<string, string>,
-    opts: { stdin?: "piped" | "null"; args?: string[]; cwd?: string } = {},
+    opts: { stdin?: "piped" | "null"; args?: string[]; cwd?: string; prefix?: readonly string[] } = {},
   ) {
-    this.#child = new Deno.Command(Deno.execPath(), {
+    const prefix = opts.prefix ?? [];
+    this.#child = new Deno.Command(prefix[0] ?? Deno.execPath(), {
       args: [
+        ...prefix.slice(1),
+        ...(prefix.length > 0 ? [Deno.execPath()] : []),
         "run",
         "-A",
         "--unstable-no-legacy-abort",

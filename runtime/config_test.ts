@@ -1,5 +1,13 @@
 import assert from "node:assert/strict";
-import { commandFlags, loadSettings, redactUrl, urlPassword, urlPasswordForms } from "./config.ts";
+import {
+  commandFlags,
+  loadSettings,
+  parseHostsUrl,
+  redactUrl,
+  urlPassword,
+  urlPasswordForms,
+} from "./config.ts";
+import { describeTarget } from "./store/postgres.ts";
 import { CRASH_POINTS } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
 
@@ -169,4 +177,24 @@ Deno.test("TAKE_SHARE is fair by default, all on request, and anything else is r
     'TAKE_SHARE must be "fair" (each poll takes no more than its share among the live workers) or "all" ' +
     '(every free slot): current value is "half"',
   ]);
+});
+
+Deno.test("a database URL naming a primary and its standbys is accepted, its password hidden", () => {
+  const url = "postgres://u:s%40cret@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write";
+  assert.equal(loadSettings([], { DATABASE_URL: url }).databaseUrl, url);
+  assert.equal(
+    redactUrl(url),
+    "postgres://u:***@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write",
+  );
+  assert.deepEqual(urlPasswordForms(url), ["s%40cret", "s@cret"]);
+  assert.deepEqual(parseHostsUrl(url).hosts, ["10.0.0.1:5432", "10.0.0.2:5433"]);
+  assert.equal(describeTarget(url), "10.0.0.1:5432,10.0.0.2:5433/db");
+  assert.equal(describeTarget("postgres://u@h1,h2:6000/db"), "h1:5432,h2:6000/db");
+});
+
+Deno.test("a host list with an empty or malformed host is refused, naming DATABASE_URL", () => {
+  for (const url of ["postgres://u@h1:5432,/db", "postgres://u@h1,h2:port/db", "postgres://u@h1,h 2/db"]) {
+    assert.match(problems({ DATABASE_URL: url })[0] ?? "", /DATABASE_URL must be a URL like/, url);
+    assert.throws(() => parseHostsUrl(url), TypeError, url);
+  }
 });

@@ -6,7 +6,8 @@
  *
  * A refused renewal (the run was taken over, closed or cancelled) aborts that
  * run's signal, which cuts off its model or tool request in flight; a
- * database unreachable for longer than the lease aborts every run held:
+ * database unreachable for longer than the lease (its renewals failing, or
+ * one renewal not answering at all) aborts every run held:
  * whoever takes a run next must not meet this process still acting on it.
  * Either way the run is not renewed again. While a crash point stalls the
  * process no beat goes out, which is what makes a frozen worker's runs
@@ -148,6 +149,15 @@ export class LeaseKeeper {
     // A frozen (stalled) process does not heartbeat either; that is what makes its runs stealable.
     if (this.#opts.crash.stalling) return true;
     const holds = [...this.#holds];
+    // A renewal that hangs (a link cut under an open connection: the statement waits in TCP, it
+    // does not fail) is not waited out past the lease: the runs are given up when the lease ends.
+    const unanswered = startTimer(
+      clock,
+      Math.max(0, this.#lastOkMs + this.#opts.leaseMs - clock.now().getTime()) + 1,
+      () => {
+        if (!this.#stopped) this.#lose(holds, clock.now().getTime() - this.#lastOkMs, "unanswered");
+      },
+    );
     try {
       const accepted = await this.#opts.renew(holds.map((h) => h.fence), clock.now());
       if (this.#stopped) return false;
@@ -172,16 +182,21 @@ export class LeaseKeeper {
       if (this.#stopped) return false;
       const sinceMs = clock.now().getTime() - this.#lastOkMs;
       log.warn("heartbeat-failed", { ...this.#opts.subject, error: describeError(err), since_ms: sinceMs });
-      if (sinceMs > this.#opts.leaseMs) {
-        for (const hold of holds) {
-          if (!hold.held) continue;
-          log.error("lease-lost", { run: hold.fence.runId, since_ms: sinceMs });
-          this.#drop(hold);
-          hold.stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
-        }
-      }
+      if (sinceMs > this.#opts.leaseMs) this.#lose(holds, sinceMs, "failed");
+    } finally {
+      unanswered();
     }
     return true;
+  }
+
+  /** Gives up every run of `holds` still held: the lease could not be renewed for `sinceMs`. */
+  #lose(holds: readonly Hold[], sinceMs: number, renewal: "failed" | "unanswered"): void {
+    for (const hold of holds) {
+      if (!hold.held) continue;
+      this.#opts.log.error("lease-lost", { run: hold.fence.runId, since_ms: sinceMs, renewal });
+      this.#drop(hold);
+      hold.stop.abort(new FencedError("STALLED", `The lease could not be renewed for ${sinceMs}ms`));
+    }
   }
 }
 

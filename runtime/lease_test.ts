@@ -236,3 +236,30 @@ Deno.test("keepLease() renews one run with the one-run heartbeat statement and n
   assert.equal(clock.pending, 0);
   assert.equal(stop.signal.aborted, false);
 });
+
+Deno.test("LeaseKeeper gives its runs up when a renewal does not answer by the lease's end (a cut link hangs, it does not fail)", async () => {
+  let hang = false;
+  const { clock, leases, beats, events } = keeper((fences) =>
+    hang ? new Promise<never>(() => {}) : renewAll(fences)
+  );
+  leases.start();
+  const run = new AbortController();
+  leases.hold({ runId: "a", epoch: 1 }, run);
+  await clock.advance(3_000); // renewed at +3 s
+  hang = true;
+  await clock.advance(3_000); // the beat at +6 s never answers
+  assert.equal(beats.length, 2);
+  await clock.advance(8_999); // +14.999 s: the lease (12 s from +3 s) has not ended
+  assert.equal(run.signal.aborted, false, "the lease is this process's until it ends");
+  assert.deepEqual(events("heartbeat-failed"), [], "a renewal that hangs has not failed");
+  await clock.advance(2);
+  assert.ok(run.signal.reason instanceof FencedError);
+  assert.equal(run.signal.reason.code, "STALLED");
+  assert.deepEqual(events("lease-lost").map((e) => [e.run, e.since_ms, e.renewal]), [[
+    "a",
+    12_001,
+    "unanswered",
+  ]]);
+  assert.equal(leases.held, 0);
+  assert.equal(beats.length, 2, "no second beat while one is on its way");
+});

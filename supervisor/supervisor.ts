@@ -88,6 +88,13 @@ export class Supervisor {
   readonly #handlers = new Set<Promise<void>>();
   // Workers' exits still awaited, and delayed restarts: waited for by drain only.
   readonly #pending = new Set<Promise<unknown>>();
+  // A worker's stale heartbeat proves it frozen only if the database could
+  // have taken its beats. After polls that failed (or one that took half a
+  // lease: the database was away meanwhile, as in a failover) this is when
+  // the database answered again, and nobody is judged frozen for a lease
+  // from then: the workers' beats failed too, and their next ones land now.
+  #answeringAgainMs?: number;
+  #pollFailed = false;
 
   /** Validates the options. */
   constructor(opts: SupervisorOptions) {
@@ -179,9 +186,20 @@ export class Supervisor {
         new Date(now.getTime() - this.#o.leaseMs),
       );
     } catch (err) {
+      this.#pollFailed = true;
       this.#o.log.warn("poll-failed", { error: describeError(err) });
       return;
     }
+    const answeredMs = this.#o.clock.now().getTime();
+    if (this.#pollFailed || answeredMs - now.getTime() >= this.#o.leaseMs / 2) {
+      this.#pollFailed = false;
+      this.#answeringAgainMs = answeredMs;
+      this.#o.log.info("database-back", {
+        note:
+          `the database answers again; workers are judged by their heartbeats again in ${this.#o.leaseMs}ms`,
+      });
+    }
+    if (this.#answeringAgainMs !== undefined && answeredMs - this.#answeringAgainMs < this.#o.leaseMs) return;
     for (const worker of frozen) {
       const slot = live.find((s) => s.workerName === worker.name)!;
       slot.replaced = true;

@@ -214,3 +214,53 @@ Deno.test("a worker that heartbeats is not killed because one of its runs' lease
 Deno.test.afterAll(async () => {
   await store.client.close();
 });
+
+// Regression (tests/failover_pg_test.ts): during a failover the workers' heartbeats failed like the
+// supervisor's polls, and the first poll after it killed every healthy worker as frozen.
+Deno.test("after the database was away, no worker is judged frozen until a lease after it answers again", async () => {
+  let down = false;
+  const flaky = Object.create(store) as Store;
+  flaky.frozenWorkers = (names, before) =>
+    down ? Promise.reject(new Error("write CONNECTION_CLOSED")) : store.frozenWorkers(names, before);
+  flaky.releaseRuns = (owner, at) => store.releaseRuns(owner, at);
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const fake = fakeSpawner();
+  const sup = new Supervisor({
+    store: flaky,
+    clock,
+    log: new Logger({ clock, sink: arraySink(lines) }),
+    spawn: fake.spawn,
+    name: "sup-f",
+    workers: 1,
+    leaseMs: 12_000,
+    pollMs: 3_000,
+    heartbeatMs: 3_000,
+  });
+  const running = sup.run();
+  await settle();
+  const worker = fake.workers[0];
+  await heartbeat(worker.workerName, clock.now());
+  down = true;
+  for (let i = 0; i < 5; i++) {
+    await clock.advance(3_000);
+    await settle();
+  }
+  down = false;
+  await clock.advance(3_000); // the poll at 18 s answers: the last beat is 18 s old
+  await settle();
+  await settle();
+  await sup.settled();
+  assert.deepEqual(worker.signals, [], lines.join("\n"));
+  assert.ok(lines.some((l) => l.includes(" event=database-back ")), lines.join("\n"));
+  // It does not beat again: a lease after the database came back it is frozen after all.
+  for (let i = 0; i < 4; i++) {
+    await clock.advance(3_000);
+    await settle();
+    await settle();
+  }
+  await sup.settled();
+  assert.deepEqual(worker.signals, ["SIGKILL"], lines.join("\n"));
+  await sup.stop();
+  await running;
+});

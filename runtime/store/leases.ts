@@ -199,8 +199,9 @@ const RELEASE_OWNER_RUNS = statement(
 );
 const FROZEN_WORKERS = statement(
   "frozen-workers",
-  `select name, heartbeat_at from workers where name = any($1::text[]) and heartbeat_at < $2::timestamptz
-        order by name`,
+  `select name, heartbeat_at, current_setting('transaction_read_only') = 'on' as read_only
+     from workers where name = any($1::text[]) and heartbeat_at < $2::timestamptz
+    order by name`,
 );
 const HOSTED_AGENTS = statement(
   "hosted-agents",
@@ -442,15 +443,28 @@ export class Leases {
    * stale lease says nothing about its worker (a run that failed is let go
    * while its worker goes on), and a worker that has not written its row yet
    * holds no run.
+   *
+   * Throws `DB_READ_ONLY` when the server that answered refuses writes (a
+   * standby, or a node being promoted): the workers' heartbeats could not be
+   * written there, so their age proves nothing.
    */
   async frozenWorkers(
     names: readonly string[],
     staleBefore: Date,
   ): Promise<{ name: string; heartbeat_at: Date }[]> {
-    return await queryRows<{ name: string; heartbeat_at: Date }>(this.#client, FROZEN_WORKERS, [
-      names,
-      ts(staleBefore),
-    ]);
+    const rows = await queryRows<{ name: string; heartbeat_at: Date; read_only: boolean }>(
+      this.#client,
+      FROZEN_WORKERS,
+      [names, ts(staleBefore)],
+    );
+    if (rows.some((r) => r.read_only)) {
+      throw new StoreError(
+        "DB_READ_ONLY",
+        "The database server answering refuses writes (a standby, or a node being promoted): " +
+          "workers' heartbeats cannot be judged until the primary takes writes",
+      );
+    }
+    return rows.map(({ name, heartbeat_at }) => ({ name, heartbeat_at }));
   }
 
   /** The agents hosted by a worker whose heartbeat is newer than `staleBefore`. */

@@ -5,7 +5,7 @@
  */
 
 import postgres from "npm:postgres@3.4.9";
-import { redactUrl } from "../config.ts";
+import { parseHostsUrl, redactUrl } from "../config.ts";
 import { StoreError } from "../errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { QueryOptions, SqlClient } from "./driver.ts";
@@ -67,14 +67,40 @@ export class PostgresClient implements SqlClient {
   }
 }
 
-/** Where a database URL points, without its password: `host:port/db`. */
+/**
+ * Where a database URL points, without its password: `host:port/db`, or
+ * `h1:5432,h2:5433/db` for a URL that names a primary and its standbys.
+ */
 export function describeTarget(url: string): string {
   try {
-    const u = new URL(url);
-    return `${u.hostname}:${u.port || "5432"}${u.pathname}`;
+    const { url: u, hosts } = parseHostsUrl(url);
+    const withPort = (h: string) => /:\d+$/.test(h) ? h : `${h}:5432`;
+    return `${hosts.map(withPort).join(",")}${u.pathname}`;
   } catch {
     return redactUrl(url);
   }
+}
+
+/**
+ * The session a URL with `target_session_attrs=read-write` asks for, as
+ * postgres.js 3.4.9 must be told it. That driver judges `read-write` by
+ * `default_transaction_read_only` alone, which a hot standby of PostgreSQL 14
+ * and later reports as `off`: it would settle on a standby and every write
+ * there would fail for as long as the connection lived (seen in
+ * tests/failover_pg_test.ts). `primary` reads `in_hot_standby`, which a standby
+ * reports as `on`. libpq checks both; a primary that refuses writes for a
+ * moment (pg_auto_failover's node between promotion and `wait_primary`)
+ * answers `25006 read-only transaction`, which the runtime treats like the
+ * outage it is part of.
+ */
+function sessionTarget(url: string): Pick<postgres.Options<never>, "target_session_attrs"> {
+  let asked: string | null = null;
+  try {
+    asked = parseHostsUrl(url).url.searchParams.get("target_session_attrs");
+  } catch {
+    // a URL that does not parse is the driver's to refuse, with its own message
+  }
+  return asked === "read-write" ? { target_session_attrs: "primary" } : {};
 }
 
 /**
@@ -87,6 +113,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
   let sql: postgres.Sql;
   try {
     sql = postgres(url, {
+      ...sessionTarget(url),
       max: opts.max ?? 2,
       connect_timeout: opts.connectTimeoutS ?? 5,
       onnotice: () => {},
