@@ -109,3 +109,13 @@ Deno.test("a supervisor's worker runs under the project's config; WORKER_CONFIG 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("the supervisor reads TAKE_SHARE for its workers and refuses a value it does not know", () => {
+  const env = { DATABASE_URL: "postgres://u@localhost:5432/db" };
+  assert.equal(loadSupervisorSettings([], env).takeShare, "fair");
+  assert.equal(loadSupervisorSettings(["--take-share", "all"], env).takeShare, "all");
+  assert.throws(
+    () => loadSupervisorSettings([], { ...env, TAKE_SHARE: "greedy" }),
+    /TAKE_SHARE must be "fair" .* or "all" \(every free slot\): current value is "greedy"/,
+  );
+});

@@ -56,8 +56,8 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --log-format text|json     text: logfmt lines (default); json: one object per line
   --exit-on-stdin-eof 1|0    exit when stdin closes (the supervisor sets it for its workers; default 0)
   --stream-deltas 1|0        stream model answers and send their text to watchers (docs/streaming.md; default 0)
-  --group-commit-ms MS       writes of several runs share one statement, each waiting at most MS (0: off, default)
-  --runs-per-worker N, --poll-s S   worker host settings ('worker --help'); accepted and unused here
+  --group-commit-ms MS       writes of several runs share one statement, each waiting at most MS (default 2; 0: off)
+  --runs-per-worker N, --poll-s S, --take-share R   worker host settings ('worker --help'); accepted, unused here
 
 exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone,
 7 the database failed mid-run (the run is intact), 8 an error the runtime does not classify (the run is intact

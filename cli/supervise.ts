@@ -9,6 +9,7 @@
  * | `WORKERS` | `--workers` | the number of cores |
  * | `RUNS_PER_WORKER` | `--runs-per-worker` | 100 |
  * | `POLL_S` | `--poll-s` | 3 |
+ * | `TAKE_SHARE` | `--take-share` | `fair` (passed to every worker) |
  * | `LEASE_S`, `HEARTBEAT_S` | `--lease-s`, `--heartbeat-s` | 12, 3 |
  * | `SUPERVISOR` | `--supervisor` | `supervisor@<hostname>:<pid>` |
  * | `LOG_FORMAT` | `--log-format` | `text` |
@@ -38,6 +39,7 @@ import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
 import { ConfigError, hasCode } from "../runtime/errors.ts";
 import type { LogFormat } from "../runtime/log.ts";
+import type { TakeShare } from "../runtime/take_share.ts";
 import { processSpawner } from "../supervisor/spawn.ts";
 import { Supervisor } from "../supervisor/supervisor.ts";
 
@@ -93,6 +95,8 @@ export interface SupervisorSettings {
   workers: number;
   runsPerWorker: number;
   pollMs: number;
+  /** How much of the takeable work each worker's poll takes (`TAKE_SHARE`), passed to every worker. */
+  takeShare: TakeShare;
   leaseMs: number;
   heartbeatMs: number;
   name: string;
@@ -110,6 +114,7 @@ export const SUPERVISOR_SETTING_NAMES: readonly string[] = [
   "WORKERS",
   "RUNS_PER_WORKER",
   "POLL_S",
+  "TAKE_SHARE",
   "LEASE_S",
   "HEARTBEAT_S",
   "SUPERVISOR",
@@ -128,6 +133,8 @@ usage: deno task supervise [--flag value ...]   (every flag is also an environme
   --workers N                worker processes (default: the number of cores)
   --runs-per-worker N        runs each worker holds at once (default 100)
   --poll-s S                 how often workers look for runs, and the supervisor for frozen workers (default 3)
+  --take-share fair|all      fair: each worker's poll takes no more than its share by capacity among the live
+                             workers (of every supervisor) hosting its agents; all: every free slot (default fair)
   --lease-s S, --heartbeat-s S   lease timing (default 12, 3)
   --supervisor NAME          this supervisor's name (default supervisor@host:pid)
   --log-format text|json
@@ -177,6 +184,7 @@ export function loadSupervisorSettings(
     workers: r.int("WORKERS", Math.max(1, defaults.cores), 1, 1_000),
     runsPerWorker: r.int("RUNS_PER_WORKER", 100, 1, 100_000),
     pollMs: r.seconds("POLL_S", 3),
+    takeShare: r.takeShare(),
     ...r.lease(),
     name: r.str("SUPERVISOR", `supervisor@${defaults.hostname}:${defaults.pid}`),
     logFormat: r.logFormat(),

@@ -26,6 +26,8 @@ usage: deno task worker [--flag value ...]   (every flag is also an environment 
   --agent PATH               the agent module (default: the demo)
   --runs-per-worker N        runs held at once (default 100)
   --poll-s S                 how often an idle worker looks for runs (default 3)
+  --take-share fair|all      fair: a poll takes no more than this worker's share by capacity among the live
+                             workers hosting its agents, so new work is spread; all: every free slot (default fair)
   --database-url URL         PostgreSQL shared with other workers; unset: embedded PGlite under --data-dir
   --worker NAME              written to runs.owner (default host:pid)
   and the settings of 'run' (model, cloud, lease, crash points, log format):
@@ -84,6 +86,7 @@ export async function main(
     groupCommitMs: settings.groupCommitMs,
     runsPerWorker: settings.runsPerWorker,
     pollMs: settings.pollMs,
+    takeShare: settings.takeShare,
     // MAX_STEPS, when set, replaces each agent's own maxSteps.
     maxSteps: settings.maxSteps,
     toolConcurrency: settings.toolConcurrency,

@@ -9,6 +9,7 @@
  * | `RUN_ID` | `--run-id` | a new run, `<agent>-<8 hex>` |
  * | `GOAL`, `INPUT` | `--goal`, `--input` | the agent's default input |
  * | `RUNS_PER_WORKER`, `POLL_S` | `--runs-per-worker`, `--poll-s` | 100, 3 (worker processes) |
+ * | `TAKE_SHARE` | `--take-share` | `fair`: a poll takes no more than its share among live workers; `all`: every free slot |
  * | `DATABASE_URL` | `--database-url` | unset: embedded PGlite under `DATA_DIR` |
  * | `DATA_DIR` | `--data-dir` | `.data` |
  * | `MODEL_URL`, `MODEL`, `MODEL_API_KEY` | `--model-url`, `--model`, `--model-api-key` | unset: in-process mock model (`MODEL` is required with a URL) |
@@ -35,6 +36,7 @@ import { CRASH_POINTS, type CrashPlan, isCrashPoint } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
 import { parseKeyValues } from "./http.ts";
 import type { LogFormat } from "./log.ts";
+import { TAKE_SHARES, type TakeShare } from "./take_share.ts";
 import { parseModelParams } from "./model_params.ts";
 import type { ModelParams } from "./transcript.ts";
 
@@ -59,6 +61,8 @@ export interface Settings {
   runsPerWorker: number;
   /** How often an idle worker looks for runs (`POLL_S`). */
   pollMs: number;
+  /** How much of the takeable work one poll takes (`TAKE_SHARE`, `fair` or `all`; default `fair`). */
+  takeShare: TakeShare;
   /** Unset: the embedded PGlite store under `dataDir`. */
   databaseUrl?: string;
   /** Where the embedded database and the in-process mocks keep their state (`DATA_DIR`). */
@@ -131,6 +135,7 @@ export const SETTING_NAMES: readonly string[] = [
   "INPUT",
   "RUNS_PER_WORKER",
   "POLL_S",
+  "TAKE_SHARE",
   "DATABASE_URL",
   "DATA_DIR",
   "MODEL_URL",
@@ -370,6 +375,18 @@ export class SettingsReader {
     return undefined;
   }
 
+  /** `TAKE_SHARE`: `fair` (the default) or `all` (see `WorkerOptions.takeShare`). */
+  takeShare(): TakeShare {
+    const raw = this.str("TAKE_SHARE", "fair");
+    const known = TAKE_SHARES.find((t) => t === raw);
+    if (known !== undefined) return known;
+    this.problems.push(
+      `TAKE_SHARE must be "fair" (each poll takes no more than its share among the live workers) or "all" ` +
+        `(every free slot): current value is ${JSON.stringify(raw)}`,
+    );
+    return "fair";
+  }
+
   /** `LOG_FORMAT`: `text` (the default) or `json`. */
   logFormat(): LogFormat {
     const raw = this.str("LOG_FORMAT", "text");
@@ -562,6 +579,7 @@ export function loadSettings(
     input: r.str("INPUT"),
     runsPerWorker: r.int("RUNS_PER_WORKER", 100, 1, 100_000),
     pollMs: r.seconds("POLL_S", 3),
+    takeShare: r.takeShare(),
     databaseUrl: r.url(
       "DATABASE_URL",
       ["postgres:", "postgresql:"],

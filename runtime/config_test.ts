@@ -169,6 +169,16 @@ Deno.test("commandFlags: values, one line and exit 2 for a bad flag, the usage a
   assert.deepEqual(printed.slice(3), ["out: usage text"]);
 });
 
+Deno.test("TAKE_SHARE is fair by default, all on request, and anything else is refused naming both", () => {
+  assert.equal(loadSettings([], {}).takeShare, "fair");
+  assert.equal(loadSettings(["--take-share", "all"], {}).takeShare, "all");
+  assert.equal(loadSettings([], { TAKE_SHARE: "fair" }).takeShare, "fair");
+  assert.deepEqual(problems({ TAKE_SHARE: "half" }), [
+    'TAKE_SHARE must be "fair" (each poll takes no more than its share among the live workers) or "all" ' +
+    '(every free slot): current value is "half"',
+  ]);
+});
+
 Deno.test("a database URL naming a primary and its standbys is accepted, its password hidden", () => {
   const url = "postgres://u:s%40cret@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write";
   assert.equal(loadSettings([], { DATABASE_URL: url }).databaseUrl, url);

@@ -1,7 +1,8 @@
 /**
  * The worker host: one process driving many runs at once. It takes runs
  * itself (one statement takes and claims up to its free slots, of the agents
- * it hosts only), drives each with the same fenced loop as a single worker,
+ * it hosts only, and by default no more than its fair share among the live
+ * workers hosting them, so new work is spread across workers and hosts), drives each with the same fenced loop as a single worker,
  * and renews the leases of all of them with one statement per heartbeat
  * (lease.ts, which the single-run path uses too).
  *
@@ -31,6 +32,7 @@ import { LeaseKeeper } from "./lease.ts";
 import { driveRun, releaseAfterError, type RunOutcome } from "./loop.ts";
 import type { ParkedConversation } from "./conversation.ts";
 import type { Fence, TakenRun } from "./store/store.ts";
+import { TAKE_SHARES, type TakeShare } from "./take_share.ts";
 
 /**
  * How a worker host runs, every field with a default: its process's settings,
@@ -42,7 +44,20 @@ export interface WorkerOptions extends Partial<ProcessSettings>, AgentOptions {
   runsPerWorker?: number;
   /** How often to look for runs when idle. Default 3 000. */
   pollMs?: number;
+  /**
+   * How much of the takeable work one poll takes: `fair` (the default) no
+   * more than this host's share by capacity among the live workers hosting
+   * its agents, so new work is spread; `all` every free slot. A host with no
+   * live peer takes every free slot either way.
+   */
+  // Written out (a published type must be), and held to take_share.ts's list below.
+  takeShare?: "fair" | "all";
 }
+
+// The option's type and the list are the same set, or this does not compile.
+const SAME_RULES: [TakeShare, NonNullable<WorkerOptions["takeShare"]>] extends
+  [NonNullable<WorkerOptions["takeShare"]>, TakeShare] ? true : never = true;
+void SAME_RULES;
 
 /**
  * Options of a {@link WorkerHost}: the agents, a store (the rest of the
@@ -85,6 +100,7 @@ export class WorkerHost {
   readonly #leases: LeaseKeeper;
   readonly #capacity: number;
   readonly #pollMs: number;
+  readonly #takeShare: TakeShare;
   readonly #startedAt: Date;
   readonly #onOutcome?: (outcome: RunOutcome) => void;
   readonly #held = new Map<string, Held>();
@@ -106,7 +122,7 @@ export class WorkerHost {
 
   /** Validates the options and builds the process's dependencies and each agent's. */
   constructor(opts: WorkerHostOptions) {
-    const { agents, runsPerWorker, pollMs, onOutcome } = opts;
+    const { agents, runsPerWorker, pollMs, onOutcome, takeShare = "fair" } = opts;
     if (agents.length === 0) {
       throw new RuntimeError(
         "HOST_INVALID",
@@ -120,11 +136,20 @@ export class WorkerHost {
         `Cannot host workers as 'runsPerWorker' must be a positive integer: current value is ${capacity}`,
       );
     }
+    if (!(TAKE_SHARES as readonly string[]).includes(takeShare)) {
+      throw new RuntimeError(
+        "HOST_INVALID",
+        `Cannot host workers as 'takeShare' must be one of ${TAKE_SHARES.join(", ")}: current value is ${
+          JSON.stringify(takeShare)
+        }`,
+      );
+    }
     const proc = processDeps(opts);
     this.#process = proc;
     this.#deps = new Map(agents.map((a) => [a.agent.name, workerFor(proc, agentDeps(a, opts))]));
     this.#capacity = capacity;
     this.#pollMs = pollMs ?? 3_000;
+    this.#takeShare = takeShare;
     this.#startedAt = proc.clock.now();
     this.#onOutcome = onOutcome;
     // One statement per beat renews every run held and this host's row in
@@ -174,6 +199,7 @@ export class WorkerHost {
       agents: [...this.#deps.keys()].join(","),
       runs_per_worker: this.#capacity,
       poll_ms: this.#pollMs,
+      take_share: this.#takeShare,
       heartbeat_ms: this.#process.heartbeatMs,
       // Said only when on: the writes of the runs it holds share statements (GROUP_COMMIT_MS).
       ...(this.#process.groupCommitMs ? { group_commit_ms: this.#process.groupCommitMs } : {}),
@@ -236,19 +262,21 @@ export class WorkerHost {
     }
   }
 
-  /** One pass: takes as many runs as there are free slots and starts each. Returns how many it took. */
+  /**
+   * One pass: takes runs into its free slots (with `takeShare: "fair"`, no
+   * more than its share: the store's `takeShare`) and starts each.
+   * Returns how many it took.
+   */
   async poll(): Promise<number> {
     const free = this.#capacity - this.#held.size;
     if (this.stopping || free <= 0) return 0;
     const { store, clock, owner, leaseMs } = this.#process;
     const now = clock.now();
-    const taken = await store.takeRuns(
-      owner,
-      [...this.#deps.keys()],
-      new Date(now.getTime() - leaseMs),
-      now,
-      free,
-    );
+    const agents = [...this.#deps.keys()];
+    const staleBefore = new Date(now.getTime() - leaseMs);
+    const taken = this.#takeShare === "fair"
+      ? await store.takeShare({ owner, agents, staleBefore, now, free, capacity: this.#capacity })
+      : await store.takeRuns(owner, agents, staleBefore, now, free);
     for (const run of taken) this.#drive(run);
     return taken.length;
   }
@@ -274,6 +302,8 @@ export class WorkerHost {
           await this.#process.store.heartbeatMany(this.#worker(), [], this.#process.clock.now());
           this.#registered = true;
         }
+        // Full when it took a run for every free slot; a fair share short of
+        // that leaves the rest to its peers, so it naps like an idle host.
         const free = this.#capacity - this.#held.size;
         full = free > 0 && (await this.poll()) === free;
       } catch (err) {

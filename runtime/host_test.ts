@@ -433,3 +433,109 @@ Deno.test("the bound on claims without progress holds on a host's take: a run fa
 Deno.test.afterAll(async () => {
   await store.client.close();
 });
+
+/** A host of `agent` holding up to `runsPerWorker`, polling every second, by take rule `takeShare`. */
+function sharingHost(
+  agent: Agent,
+  clock: ManualClock,
+  lines: string[],
+  opts: { owner: string; runsPerWorker: number; takeShare?: "fair" | "all" },
+) {
+  return new WorkerHost({
+    store,
+    clock,
+    log: new Logger({ clock, sink: arraySink(lines) }),
+    agents: [{ agent, planner: agent.model as Planner, tools: new ToolRegistry(agent.tools as Tool[]) }],
+    pollMs: 1_000,
+    heartbeatMs: 3_000,
+    leaseMs: 12_000,
+    ...opts,
+  });
+}
+
+/** Runs of `agent` held now, by owner. */
+async function heldBy(agent: string): Promise<Record<string, number>> {
+  const held: Record<string, number> = {};
+  for (const r of (await store.listRuns({ agent, status: "running", limit: 1000 })).runs) {
+    held[r.owner!] = (held[r.owner!] ?? 0) + 1;
+  }
+  return held;
+}
+
+Deno.test("two live hosts take 20 new runs half each, whichever looks first (TAKE_SHARE=fair)", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const effects: string[] = [];
+  const agent = slowAgent("spreader", clock, 5_000, effects);
+  const a = sharingHost(agent, clock, lines, { owner: "spread-a", runsPerWorker: 100 }).start();
+  const b = sharingHost(agent, clock, lines, { owner: "spread-b", runsPerWorker: 100 }).start();
+  await settle(); // both registered, found nothing, and nap
+  for (let i = 0; i < 20; i++) {
+    await store.createRun({ runId: `spread-${i}`, agent: "spreader", goal: "note it" }, clock.now());
+  }
+  a.wake(); // the first to look would have taken all twenty under the rule `all`
+  await settle();
+  assert.deepEqual(await heldBy("spreader"), { "spread-a": 10 }, "its share, and the rest left");
+  await clock.advance(1_000); // both polls come round: a's takes nothing more, b's takes the rest
+  await settle();
+  assert.deepEqual(await heldBy("spreader"), { "spread-a": 10, "spread-b": 10 });
+  assert.equal(a.active + b.active, 20);
+  await until(
+    async () => (await store.listRuns({ agent: "spreader", status: "done", limit: 100 })).total === 20,
+    clock,
+  );
+  assert.deepEqual(effects.sort(), Array.from({ length: 20 }, (_, i) => `spread-${i}:0`).sort(), "each once");
+  await Promise.all([a.stop(), b.stop()]);
+});
+
+Deno.test("under TAKE_SHARE=all the first host to look takes every new run and its peer sits idle", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const agent = slowAgent("grabber", clock, 5_000, []);
+  const a = sharingHost(agent, clock, lines, { owner: "grab-a", runsPerWorker: 100, takeShare: "all" })
+    .start();
+  const b = sharingHost(agent, clock, lines, { owner: "grab-b", runsPerWorker: 100, takeShare: "all" })
+    .start();
+  await settle();
+  for (let i = 0; i < 20; i++) {
+    await store.createRun({ runId: `grab-${i}`, agent: "grabber", goal: "note it" }, clock.now());
+  }
+  a.wake();
+  await settle();
+  await clock.advance(1_000);
+  await settle();
+  assert.deepEqual(await heldBy("grabber"), { "grab-a": 20 }, "the behaviour the fair share replaces");
+  assert.equal(b.active, 0);
+  await Promise.all([a.stop(), b.stop()]);
+});
+
+Deno.test("a host alone fills its 100 slots from a backlog with one take statement", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  const agent = slowAgent("filler", clock, 60_000, []);
+  for (let i = 0; i < 130; i++) {
+    await store.createRun({ runId: `fill-${i}`, agent: "filler", goal: "note it" }, clock.now());
+  }
+  db.names.length = 0;
+  const h = sharingHost(agent, clock, lines, { owner: "filler-1", runsPerWorker: 100 }).start();
+  await settle();
+  assert.equal(h.active, 100);
+  // The one that filled the host; the loop then naps, every slot taken (no second take before a slot frees).
+  assert.equal(db.names.filter((n) => n === "take-runs").length, 1, db.names.join(","));
+  assert.ok(lines.some((l) => /event=worker .*take_share=fair/.test(l)), lines.join("\n"));
+  await h.stop();
+});
+
+Deno.test("a host refuses a take rule it does not know, naming it", () => {
+  const clock = new ManualClock();
+  const agent = slowAgent("unknown-rule", clock, 0, []);
+  assert.throws(
+    () =>
+      sharingHost(agent, clock, [], {
+        owner: "x",
+        runsPerWorker: 1,
+        takeShare: "half" as "fair",
+      }),
+    /Cannot host workers as 'takeShare' must be one of fair, all: current value is "half"/,
+  );
+});

@@ -20,6 +20,8 @@ export interface WorkerEnv {
   agentModule?: string;
   runsPerWorker: number;
   pollMs: number;
+  /** `TAKE_SHARE` of every worker. */
+  takeShare: "fair" | "all";
   heartbeatMs: number;
   leaseMs: number;
   logFormat: "text" | "json";
@@ -49,6 +51,7 @@ export function processSpawner(env: WorkerEnv, command: readonly string[]): Spaw
       AGENT: env.agentModule ?? "",
       RUNS_PER_WORKER: String(env.runsPerWorker),
       POLL_S: String(env.pollMs / 1000),
+      TAKE_SHARE: env.takeShare,
       HEARTBEAT_S: String(env.heartbeatMs / 1000),
       LEASE_S: String(env.leaseMs / 1000),
       LOG_FORMAT: env.logFormat,

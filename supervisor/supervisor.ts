@@ -284,9 +284,12 @@ export class Supervisor {
       error: err === undefined ? undefined : describeError(err),
     });
     // Whatever the reason, the dead worker's runs are takeable now: it cannot write again.
+    // Its row in `workers` goes too, so the live workers' fair shares stop counting
+    // it as a peer with free slots at once rather than after the lease.
     let released: string[] = [];
     try {
       released = await store.releaseRuns(workerName, clock.now());
+      await store.removeWorker(workerName);
     } catch (e) {
       log.warn("release-failed", { worker: workerName, error: describeError(e) });
     }

@@ -77,6 +77,33 @@ const CLAIM = statement(
 // A run whose claims keep finding no progress waits longer each time ($4 the take's now).
 const NOT_BACKING_OFF = `(stuck_claims < 2
                  or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')`;
+// What makes a run takeable, in the two kinds the take picks (and the fair
+// share counts): open (pending, or running with its lease expired before $3)
+// and woken (waiting on its calls' remotes, its wake time come by $4), both of
+// the agents $2 and not backing off.
+const OPEN_TAKEABLE = `status in ('pending', 'running') and agent = any($2::text[])
+                and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
+                and ${NOT_BACKING_OFF}`;
+const WOKEN_TAKEABLE = `status = 'waiting' and wake_at <= $4::timestamptz and agent = any($2::text[])
+                and ${NOT_BACKING_OFF}`;
+// The take. Up to $5 runs (the free slots), and with $6 (this host's capacity)
+// no more than its fair share: enough to bring the runs it holds to its part,
+// by capacity, of the work of the live workers hosting any of its agents
+// (their `workers` rows beat since $3), at most its free slots:
+//   share = ceil((held by all + takeable) * capacity / capacity of all) - held by this host
+// Taking again with nothing changed takes nothing, so a host woken by every
+// run it ends cannot nibble away its peers' part; and the parts add up to every
+// takeable run, so once each peer has polled none is left while there are
+// free slots. The takeable runs are counted only up to the free slots of all
+// (past that every host fills up). With $6 null, or no live peer, it skips
+// the counts and takes up to $5: a scalar subquery in a `case` branch runs
+// only when that branch is chosen, so a host alone pays one read of the small
+// `workers` table. The share limits only the merge: each branch keeps `limit
+// $5`, a number its plan is made for (as `limit (select ...)` the planner must
+// guess, and with 3,000 runs pending it sorted them all instead of reading the
+// take-order index: plans_test.ts). So a fair take may hold locks on up to $5
+// runs of each kind it does not take, until the statement ends; a racing take
+// skips them for that moment and finds them at its next poll.
 // The pick is a materialized CTE: as an `in (subquery)` the planner may run
 // the limited subquery more than once and take more than `limit` runs.
 // Each taken run's progress is counted once (#11: it was counted twice, once per column
@@ -91,15 +118,34 @@ const NOT_BACKING_OFF = `(stuck_claims < 2
 // skipped by a racing take meanwhile.
 const TAKE_RUNS = statement(
   "take-runs",
-  `with picked as materialized (
+  `with peers as materialized (
+         select name, capacity from workers
+          where name <> $1 and heartbeat_at >= $3::timestamptz and agents && $2::text[]),
+       load as materialized (
+         select coalesce((select sum(capacity) from peers), 0)::int + $6::int as capacity_all,
+                (select count(*) from runs
+                  where status = 'running' and owner in (select name from peers)
+                    and heartbeat_at >= $3::timestamptz)::int + ($6::int - $5::int) as held_all),
+       takeable as materialized (
+         select count(*)::int as n from (
+           (select 1 from runs where ${OPEN_TAKEABLE})
+           union all
+           (select 1 from runs where ${WOKEN_TAKEABLE})
+           limit (select greatest(0, capacity_all - held_all) from load)) t),
+       share as materialized (
+         select case when $6::int is null or not exists (select 1 from peers) then $5::int
+                     else (select least($5::int, greatest(0,
+                                  ceil((load.held_all + takeable.n)::numeric * $6::int / load.capacity_all)::int
+                                  - ($6::int - $5::int)))
+                             from load, takeable)
+                end as n),
+       picked as materialized (
          select * from (
            select * from (
              select run_id, epoch as picked_epoch, owner as previous_owner,
                     heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
                from runs
-              where status in ('pending', 'running') and agent = any($2::text[])
-                and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
-                and ${NOT_BACKING_OFF}
+              where ${OPEN_TAKEABLE}
               order by coalesce(heartbeat_at, created_at), run_id
               limit $5
                 for update skip locked) open_runs
@@ -107,13 +153,12 @@ const TAKE_RUNS = statement(
            select * from (
              select run_id, epoch, owner, heartbeat_at, wake_at
                from runs
-              where status = 'waiting' and wake_at <= $4::timestamptz and agent = any($2::text[])
-                and ${NOT_BACKING_OFF}
+              where ${WOKEN_TAKEABLE}
               order by wake_at, run_id
               limit $5
                 for update skip locked) woken_runs) candidates
           order by waited_since, run_id
-          limit $5),
+          limit (select n from share)),
        counted as (
          select picked.*, case when picked_epoch = 0 then 0 else ${
     progressOf("picked.run_id")
@@ -316,6 +361,40 @@ export class Leases {
       ts(staleBefore),
       ts(now),
       limit,
+      null,
+    ]);
+  }
+
+  /**
+   * Worker host: {@link Leases.takeRuns}, but no more than this host's fair
+   * share of the work (the same `take-runs` statement): enough to bring the runs it holds
+   * (`capacity - free`) to its part, by capacity, of the runs held by every
+   * live worker hosting any of `agents` (a `workers` row that beat since
+   * `staleBefore`) plus the takeable ones, and never more than `free`. A host
+   * with no such peer takes up to `free`, as `takeRuns` does.
+   */
+  async takeShare(take: {
+    owner: string;
+    agents: readonly string[];
+    staleBefore: Date;
+    now: Date;
+    free: number;
+    capacity: number;
+  }): Promise<TakenRun[]> {
+    const { owner, agents, staleBefore, now, free, capacity } = take;
+    if (!Number.isInteger(free) || !Number.isInteger(capacity) || free < 0 || free > capacity) {
+      // An invariant of the caller (the host counts its own slots), not an input.
+      throw new RangeError(
+        `Cannot take a share as 'free' must be an integer from 0 to 'capacity' (${capacity}): current value is ${free}`,
+      );
+    }
+    return await queryRows<TakenRun>(this.#client, TAKE_RUNS, [
+      owner,
+      agents,
+      ts(staleBefore),
+      ts(now),
+      free,
+      capacity,
     ]);
   }
 

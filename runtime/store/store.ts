@@ -313,6 +313,11 @@ export class Store {
     return this.leases.heartbeatMany(...args);
   }
 
+  /** Worker host: takes and claims its fair share of the takeable runs. See {@link Leases.takeShare}. */
+  takeShare(...args: Parameters<Leases["takeShare"]>): ReturnType<Leases["takeShare"]> {
+    return this.leases.takeShare(...args);
+  }
+
   /** Worker host: removes its row from `workers` as it stops. See {@link Leases.removeWorker}. */
   removeWorker(...args: Parameters<Leases["removeWorker"]>): ReturnType<Leases["removeWorker"]> {
     return this.leases.removeWorker(...args);

@@ -1,0 +1,18 @@
+/**
+ * The take rules a worker host polls by (`TAKE_SHARE`,
+ * `WorkerOptions.takeShare`), declared once: a leaf, so the settings reader
+ * and the host both read it.
+ *
+ * - `fair` (the default): a poll takes no more than the host's share of the
+ *   work, by capacity, among the live workers hosting its agents (the store's
+ *   `takeShare`); a host with no live peer takes every free slot.
+ * - `all`: a poll takes a run for every free slot, whoever else is polling.
+ *
+ * @module
+ */
+
+/** Every take rule. */
+export const TAKE_SHARES = ["fair", "all"] as const;
+
+/** One of {@link TAKE_SHARES}. */
+export type TakeShare = typeof TAKE_SHARES[number];
