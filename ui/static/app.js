@@ -926,9 +926,9 @@ async function drawRun(runId) {
       h("p", {}, h("a", { href: "/" }, "← all runs")),
       h("div", { id: "run-card" }),
       // A conversation reads as one, beside its timeline; any other run shows its answer above it.
-      t.conversation
-        ? h("div", { class: "beside" }, chatShell(runId), h("section", { class: "steps" }, timeline))
-        : [h("div", { id: "live-answer", class: "live-answer", hidden: true }), timeline],
+      ...(t.conversation
+        ? [h("div", { class: "beside" }, chatShell(runId), h("section", { class: "steps" }, timeline))]
+        : [h("div", { id: "live-answer", class: "live-answer", hidden: true }), ...timeline]),
     );
     if (first) take(t);
     drawCard();
