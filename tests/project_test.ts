@@ -232,7 +232,13 @@ async function assertSupervised(
   try {
     const [, pid] = await sup.until(/event=worker-started worker=\S+ pid=(\d+)/);
     if (Deno.build.os === "linux") {
-      const argv = (await Deno.readTextFile(`/proc/${pid}/cmdline`)).split("\0").slice(0, -1);
+      // Read until the kernel shows it: empty while the process is still being set up, or once it is gone.
+      let argv: string[] = [];
+      for (let i = 0; i < 40 && argv.length === 0; i++) {
+        if (i > 0) await new Promise((r) => setTimeout(r, 50));
+        argv = (await Deno.readTextFile(`/proc/${pid}/cmdline`).catch(() => "")).split("\0").slice(0, -1);
+      }
+      assert.ok(argv.length > 0, `worker ${pid}'s command line never showed (it exited?)`);
       const at = argv.indexOf("--config");
       assert.deepEqual(argv.slice(at, at + 2), ["--config", join(dir, "deno.json")], argv.join(" "));
       assert.deepEqual(argv.slice(-2), [cli, "worker"], argv.join(" "));
