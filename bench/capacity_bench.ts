@@ -40,7 +40,7 @@ import { createSandbox } from "../runtime/store/sandbox.ts";
 import { type SqlClient, Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/tools.ts";
 import { ScriptedPlanner, scriptedTools } from "./step_rows.ts";
-import { collectGarbage, fanOut, STEPS_PER_RUN, timed } from "./step_measure.ts";
+import { collectGarbage, fanOut, StatementTimes, STEPS_PER_RUN, timed } from "./step_measure.ts";
 
 /** Runs in flight the bench measures at. */
 export const IN_FLIGHT = [1, 16, 64, 256] as const;
@@ -119,12 +119,14 @@ async function driveRaw(client: SqlClient, runs: number, inFlight: number): Prom
 
 /** One worker host driving `runs` runs, `inFlight` at a time, through `store`; returns its wall time. */
 async function driveHost(
-  store: Store,
+  plain: Store,
   runs: number,
   inFlight: number,
   groupCommitMs: number,
+  times?: StatementTimes,
 ): Promise<Timed> {
-  await submitPending(store.client, runs);
+  await submitPending(plain.client, runs);
+  const store = times ? new Store(times.tap(plain.client)) : plain;
   const clock = new SystemClock();
   const agent = defineAgent({ name: "provision", tools: scriptedTools(), model: new ScriptedPlanner() });
   let ended = 0;
@@ -146,10 +148,12 @@ async function driveHost(
     },
   });
   collectGarbage();
+  times?.start();
   const t = await timed(async () => {
     host.start();
     await finished;
   });
+  times?.stop(runs);
   await host.stop();
   if (failed) throw new Error(failed);
   return t;
@@ -167,6 +171,8 @@ async function storeRows(opts: {
   scale: number;
   turns: number;
   inFlight: readonly number[];
+  /** Prints each host row's statements per step and their mean latency. */
+  statements: boolean;
 }): Promise<CapacityRow[]> {
   const rows: CapacityRow[] = [];
   // Each row: a warm-up on a pool of its own (JIT, prepared statements), closed; then the counted part on a
@@ -175,7 +181,7 @@ async function storeRows(opts: {
     kind: string,
     inFlight: number,
     max: number,
-    drive: (s: Store, n: number) => Promise<Timed>,
+    drive: (s: Store, n: number, times?: StatementTimes) => Promise<Timed>,
   ) => {
     const runs = runsFor(inFlight, opts.scale);
     const warm = await opts.open(max);
@@ -186,9 +192,10 @@ async function storeRows(opts: {
     }
     const c0 = await opts.commits();
     const store = await opts.open(max);
+    const times = opts.statements && kind !== "raw" ? new StatementTimes() : undefined;
     let t: Timed;
     try {
-      t = await drive(store, runs);
+      t = await drive(store, runs, times);
     } finally {
       await opts.close(store);
     }
@@ -196,13 +203,23 @@ async function storeRows(opts: {
     const row = { store: opts.name, kind, inFlight, runs, seconds: t.seconds, cpuMs: t.cpuMs, commits };
     rows.push(row);
     console.log(line(row));
+    for (const e of times?.entries() ?? []) {
+      console.log(
+        `  ${e.name.padEnd(26)} per_step=${(e.perRun / STEPS_PER_RUN).toFixed(3)} mean_us=${e.us.toFixed(0)}`,
+      );
+    }
   };
   for (const inFlight of opts.inFlight) {
     // Turns interleave the three rows, so a burst of load from elsewhere on the machine hits them alike.
     for (let turn = 0; turn < opts.turns; turn++) {
       await measure("raw", inFlight, opts.clients, (s, n) => driveRaw(s.client, n, inFlight));
-      await measure("host", inFlight, 2, (s, n) => driveHost(s, n, inFlight, 0));
-      await measure("host+group", inFlight, 2, (s, n) => driveHost(s, n, inFlight, opts.groupCommitMs));
+      await measure("host", inFlight, 2, (s, n, tm) => driveHost(s, n, inFlight, 0, tm));
+      await measure(
+        "host+group",
+        inFlight,
+        2,
+        (s, n, tm) => driveHost(s, n, inFlight, opts.groupCommitMs, tm),
+      );
     }
   }
   return medians(rows);
@@ -283,6 +300,7 @@ export async function main(args: string[]): Promise<number> {
       turns: { type: "string", default: "3" },
       stores: { type: "string", default: "postgres,pglite" },
       "in-flight": { type: "string", default: IN_FLIGHT.join(",") },
+      statements: { type: "boolean", default: false },
     },
   });
   const clients = Number(values.clients);
@@ -320,6 +338,7 @@ export async function main(args: string[]): Promise<number> {
             scale,
             turns,
             inFlight,
+            statements: values.statements,
           }),
         );
       } finally {
@@ -361,6 +380,7 @@ export async function main(args: string[]): Promise<number> {
           scale,
           turns,
           inFlight,
+          statements: values.statements,
         }),
       );
     } finally {

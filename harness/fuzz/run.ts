@@ -881,6 +881,7 @@ const GROUPED_POSITIONS: Readonly<Record<GroupedWrite["kind"], Position>> = {
   "journal-confirm": "journal-confirm",
   "effect-intent": "tool-intent",
   "effect-confirm": "tool-confirm",
+  "run-finish": "finish",
 };
 
 function rowsWritten(opts: QueryOptions | undefined, rows: unknown[]): number {

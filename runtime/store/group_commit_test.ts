@@ -140,6 +140,39 @@ bothStoresTest(
       assert.equal(counting.counts.get("journal-intent-upsert"), 1);
     });
 
+    await t.step(
+      "closes ride the statement with another run's confirm; the closed run that moved on is refused",
+      async () => {
+        const runs = await claimed(store, "f", 4);
+        const open = await grouped.journalIntentRow(runs[3], 0, at(12), { fresh: true });
+        // f-1 is taken by another worker: its close under the old epoch must not end the new holder's run.
+        await store.claimRun("f-1", runs[1].epoch, "thief", at(12));
+        counting.reset();
+        const outcomes = await Promise.allSettled([
+          grouped.finishRun(runs[0], "done", null, at(13), "all provisioned"),
+          grouped.finishRun(runs[1], "done", null, at(13), "stale"),
+          grouped.finishRun(runs[2], "failed", "BUDGET_EXCEEDED: tokens", at(13)),
+          grouped.journalConfirm(
+            runs[3],
+            open,
+            { decision: { tool: "t", args: {} }, usage: undefined },
+            at(13),
+          ),
+        ]);
+        assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "rejected", "fulfilled", "fulfilled"]);
+        assert.equal(((outcomes[1] as PromiseRejectedResult).reason as FencedError).code, "FENCED");
+        assert.equal(counting.counts.get("group-write"), 1);
+        assert.equal(counting.counts.get("finish-run") ?? 0, 0);
+        const [f0, f1, f2, f3] = await Promise.all(runs.map((f) => store.getRun(f.runId)));
+        assert.deepEqual([f0!.status, f0!.output, f0!.error], ["done", "all provisioned", null]);
+        assert.equal(f0!.updated_at.getTime(), at(13).getTime());
+        assert.deepEqual([f1!.status, f1!.epoch, f1!.output], ["running", runs[1].epoch + 1, null]);
+        assert.deepEqual([f2!.status, f2!.error], ["failed", "BUDGET_EXCEEDED: tokens"]);
+        assert.equal(f3!.status, "running");
+        assert.equal((await store.loadHistory("f-3")).journal[0].status, "confirmed");
+      },
+    );
+
     await t.step("one write alone goes out at once as its single-row statement", async () => {
       counting.reset();
       const [f] = await claimed(store, "solo", 1);

@@ -368,7 +368,8 @@ export class RunWrites {
   /**
    * Sends its statements through `client`; with `group`, the writes a step's
    * happy path makes (a fresh journal or tool intent, a journal or tool
-   * confirm) ride group statements with other runs' (group_commit.ts).
+   * confirm) and a run's close ride group statements with other runs'
+   * (group_commit.ts).
    */
   constructor(client: SqlClient, opts: { group?: GroupCommit } = {}) {
     this.#client = client;
@@ -399,7 +400,7 @@ export class RunWrites {
     });
   }
 
-  /** A confirm's update: true when written, through a group statement when grouping is on. */
+  /** A confirm's (or a close's) update: true when written, through a group statement when grouping is on. */
   async #confirm(s: Statement, params: unknown[], grouped: GroupedWrite): Promise<boolean> {
     const alone = async () => (await runWrite(this.#client, s, params)) === 1;
     return this.#group === undefined ? await alone() : await this.#group.write(grouped, alone);
@@ -714,15 +715,17 @@ export class RunWrites {
     output: string | null = null,
   ): Promise<Pick<RunRow, "run_id" | "epoch" | "status" | "error" | "updated_at" | "output">> {
     const written = { error: textParam(error), output: textParam(output) };
-    const n = await runWrite(this.#client, FINISH_RUN, [
-      f.runId,
-      f.epoch,
+    const params = [f.runId, f.epoch, status, written.error, ts(now), written.output];
+    const ok = await this.#confirm(FINISH_RUN, params, {
+      kind: "run-finish",
+      runId: f.runId,
+      epoch: f.epoch,
       status,
-      written.error,
-      ts(now),
-      written.output,
-    ]);
-    if (n === 0) throw await this.refusal(f, `finish ${status}`);
+      error: written.error,
+      at: params[4] as string,
+      output: written.output,
+    });
+    if (!ok) throw await this.refusal(f, `finish ${status}`);
     return { run_id: f.runId, epoch: f.epoch, status, ...written, updated_at: now };
   }
 
