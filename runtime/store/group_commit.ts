@@ -300,9 +300,11 @@ function groupWrite(mask: number): Statement<"group-write"> {
         "\n       union all ",
       )
     }`,
-    // Planned for the batch it carries each time: a generic plan made on small
-    // tables could scan runs for the ids (as heartbeat-many's did, plans_test.ts),
-    // and planning is paid once for every write the statement carries.
+    // Planned for the batch it carries each time. A generic plan would save
+    // about 1 ms a statement (measured: 64 runs in flight, 3,820 steps/s
+    // against 3,394), but made on small tables it seq-scans runs for the ids,
+    // and keeps doing so as they grow: 9,008 rows a statement with 9,000 runs
+    // (plans_test.ts shows it). Planning is paid once for every write carried.
     { planEachTime: true },
   );
 }

@@ -9,7 +9,8 @@
  * instead of the primary key, so every fenced write cost time in proportion to
  * the runs in flight (3,000 in flight: 3,001 index entries a write).
  *
- * This records every statement a worker sends for one run, makes each one's
+ * This records every statement a worker sends for one run (and a worker
+ * host's group statements, each planned as it is sent), makes each one's
  * plan while the tables are small, grows them, and explains each again, with
  * `analyze`, in a transaction rolled back: no scan may visit more than 20 rows
  * or read more than 20 pages.
@@ -32,7 +33,7 @@ import { pgTest } from "../../tests/_pg.ts";
 import { openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { TapClient } from "./counting.ts";
-import { type SqlClient, Store } from "./store.ts";
+import { type Fence, type SqlClient, Store } from "./store.ts";
 import { claim } from "../../harness/direct_writes.ts";
 
 /** Passes statements through, keeping the first parameters seen for each text, and which are planned each time. */
@@ -78,12 +79,15 @@ function scans(node: PlanNode, out: { what: string; visited: number; pages: numb
   return out;
 }
 
-/** `params` as SQL literals for `execute` (strings, numbers, dates, arrays of text). */
+/** `params` as SQL literals for `execute` (strings, numbers, dates, arrays of text or numbers, with nulls). */
 function literals(params: unknown[]): string {
   return params.map((p) => {
     if (p === null || p === undefined) return "null";
     const text = Array.isArray(p)
-      ? `{${p.map((v) => `"${v}"`).join(",")}}`
+      ? `{${
+        p.map((v) => v === null ? "NULL" : `"${String(v).replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`)
+          .join(",")
+      }}`
       : p instanceof Date
       ? p.toISOString()
       : String(p);
@@ -170,6 +174,46 @@ async function widePlans(
   await store.effectWaiting(w2, poll, { result: { job: "j" }, checkAt: later(60), deadlineAt: later(3600) });
   assert.equal((await store.settleCall("waits:0", { result: "i-1" }, "hook", later(40))).settled, true);
   assert.equal(await store.waitRun(w2, later(60), later(40)), false);
+  // A worker host's group statements (group_commit.ts): each kind of write alone in a batch of two runs,
+  // then two kinds in one batch, as a host whose runs are at different points of their steps sends them.
+  const grouped = store.grouped({ maxWaitMs: 2, clock });
+  const pair: Fence[] = [];
+  for (const runId of ["g-a", "g-b", "g-c", "g-d"]) {
+    await store.createRun({ runId, agent: "provision", goal: "g" }, clock.now());
+    pair.push({ runId, epoch: (await claim(store, runId, 0, "w-plans", clock.now()))! });
+  }
+  const [ga, gb, gc, gd] = pair;
+  const intents = await Promise.all(
+    [ga, gb].map((f) => grouped.journalIntentRow(f, 0, clock.now(), { fresh: true })),
+  );
+  await Promise.all(
+    [ga, gb].map((f, i) =>
+      grouped.journalConfirm(
+        f,
+        intents[i],
+        { decision: { tool: "t", args: {} }, usage: undefined },
+        clock.now(),
+      )
+    ),
+  );
+  const calls = await Promise.all(
+    [ga, gb].map((f) =>
+      grouped.effectIntentRow(f, { key: `${f.runId}:0`, seq: 0, tool: "t", args: {} }, clock.now(), true)
+    ),
+  );
+  await Promise.all(
+    [ga, gb].map((f, i) =>
+      grouped.effectConfirm(f, calls[i], { result: { id: 1 }, remote: "created" }, clock.now())
+    ),
+  );
+  await Promise.all([
+    grouped.finishRun(ga, "done", null, clock.now(), "ok"),
+    grouped.journalIntentRow(gc, 0, clock.now(), { fresh: true }),
+    grouped.effectIntentRow(gd, { key: "g-d:0", seq: 0, tool: "t", args: {} }, clock.now(), true),
+  ]);
+  await Promise.all([gb, gc].map((f) => grouped.finishRun(f, "done", null, clock.now(), "ok")));
+  const groupTexts = [...rec.seen.keys()].filter((text) => text.includes("held as ("));
+  assert.equal(groupTexts.length, 6, `recorded ${groupTexts.length} group statements`);
   const take = [...rec.seen.keys()].find((text) => text.includes("for update skip locked"))!;
   assert.ok(take, "the take was recorded");
   assert.ok(rec.seen.size >= 10, `recorded ${rec.seen.size} statements`);
