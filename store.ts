@@ -62,7 +62,7 @@ export type { ParkedConversation } from "./runtime/conversation.ts";
 export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export { listenThrough, type QueryOptions, type SqlClient } from "./runtime/store/driver.ts";
-// Group commit: the happy path's writes of many runs in one statement (GROUP_COMMIT_MS).
+// Group commit: the happy path's writes and closes of many runs in one statement (GROUP_COMMIT_MS).
 export {
   GROUP_COMMIT_MS_MAX,
   type GroupCommit,
@@ -72,6 +72,7 @@ export {
   type GroupedFence,
   type GroupedJournalConfirm,
   type GroupedJournalIntent,
+  type GroupedRunFinish,
   type GroupedWrite,
 } from "./runtime/store/group_commit.ts";
 
