@@ -159,53 +159,55 @@ const IN_RUNNING = (input: string) =>
   `join held on held.run_id = ${input}.run_id and (held.epoch = ${input}.epoch and held.status = 'running') is true`;
 
 /**
- * One kind of write a group statement carries: its input columns (an
- * `unnest` of one array parameter each, named `<name>_in`), the CTE `<name>`
- * that writes its rows fenced on `held`, returning `(run_id, k, epoch)`, and
- * each write's values in the input's column order.
+ * One kind of write a group statement carries: its input columns, each an
+ * `unnest` of one array parameter (the input named `<name>_in`), with its SQL
+ * type and how a write gives its value; and the CTE `<name>` that writes its
+ * rows fenced on `held`, returning `(run_id, k, epoch)`.
  */
 interface Part<W extends GroupedWrite> {
   readonly kind: W["kind"];
   readonly name: string;
-  readonly columns: readonly (readonly [string, string])[];
+  readonly columns: Readonly<Record<string, readonly [type: "text" | "int", value: (w: W) => unknown]>>;
   readonly write: string;
-  readonly values: (w: W) => unknown[];
 }
 
 const part = <W extends GroupedWrite>(p: Part<W>): Part<GroupedWrite> => p as unknown as Part<GroupedWrite>;
+
+const RUN_AND_EPOCH = {
+  run_id: ["text", (w: GroupedFence) => w.runId],
+  epoch: ["int", (w: GroupedFence) => w.epoch],
+} as const;
 
 const PARTS: readonly Part<GroupedWrite>[] = [
   part<GroupedJournalIntent>({
     kind: "journal-intent",
     name: "ji",
-    columns: [["run_id", "text"], ["epoch", "int"], ["seq", "int"], ["at", "text"], ["reserve", "int"], [
-      "params",
-      "text",
-    ]],
+    columns: {
+      ...RUN_AND_EPOCH,
+      seq: ["int", (w) => w.seq],
+      at: ["text", (w) => w.at],
+      reserve: ["int", (w) => w.reserveTokens],
+      params: ["text", (w) => w.params],
+    },
     write: `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens, params)
          select ji_in.run_id, ji_in.seq, 'intent', 1, ji_in.epoch, ji_in.at::timestamptz, ji_in.reserve,
                 ji_in.params::jsonb
            from ji_in ${IN_RUNNING("ji_in")}
          on conflict do nothing
          returning run_id, seq::text as k, epoch`,
-    values: (w) => [w.runId, w.epoch, w.seq, w.at, w.reserveTokens, w.params],
   }),
   part<GroupedJournalConfirm>({
     kind: "journal-confirm",
     name: "jc",
-    columns: [
-      ["run_id", "text"],
-      ["epoch", "int"],
-      ["seq", "int"],
-      ["decision", "text"],
-      ["usage", "text"],
-      [
-        "at",
-        "text",
-      ],
-      ["released", "int"],
-      ["spent", "int"],
-    ],
+    columns: {
+      ...RUN_AND_EPOCH,
+      seq: ["int", (w) => w.seq],
+      decision: ["text", (w) => w.decision],
+      usage: ["text", (w) => w.usage],
+      at: ["text", (w) => w.at],
+      released: ["int", (w) => w.released],
+      spent: ["int", (w) => w.spent],
+    },
     write:
       `update journal set status = 'confirmed', decision = jc_in.decision::jsonb, usage = jc_in.usage::jsonb,
                 confirmed_at = jc_in.at::timestamptz,
@@ -214,15 +216,18 @@ const PARTS: readonly Part<GroupedWrite>[] = [
            from jc_in ${IN_RUNNING("jc_in")}
           where journal.run_id = jc_in.run_id and journal.seq = jc_in.seq and journal.status = 'intent'
          returning jc_in.run_id, jc_in.seq::text as k, jc_in.epoch`,
-    values: (w) => [w.runId, w.epoch, w.seq, w.decision, w.usage, w.at, w.released, w.spent],
   }),
   part<GroupedEffectIntent>({
     kind: "effect-intent",
     name: "ei",
-    columns: [["run_id", "text"], ["epoch", "int"], ["key", "text"], ["seq", "int"], ["tool", "text"], [
-      "args",
-      "text",
-    ], ["at", "text"]],
+    columns: {
+      ...RUN_AND_EPOCH,
+      key: ["text", (w) => w.key],
+      seq: ["int", (w) => w.seq],
+      tool: ["text", (w) => w.tool],
+      args: ["text", (w) => w.args],
+      at: ["text", (w) => w.at],
+    },
     write:
       `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
          select ei_in.key, ei_in.run_id, ei_in.seq, ei_in.tool, ei_in.args::jsonb, 'intent', 1, ei_in.epoch,
@@ -230,22 +235,23 @@ const PARTS: readonly Part<GroupedWrite>[] = [
            from ei_in ${IN_RUNNING("ei_in")}
          on conflict do nothing
          returning run_id, idempotency_key as k, epoch`,
-    values: (w) => [w.runId, w.epoch, w.key, w.seq, w.tool, w.args, w.at],
   }),
   part<GroupedEffectConfirm>({
     kind: "effect-confirm",
     name: "ec",
-    columns: [["run_id", "text"], ["epoch", "int"], ["key", "text"], ["result", "text"], ["remote", "text"], [
-      "at",
-      "text",
-    ]],
+    columns: {
+      ...RUN_AND_EPOCH,
+      key: ["text", (w) => w.key],
+      result: ["text", (w) => w.result],
+      remote: ["text", (w) => w.remote],
+      at: ["text", (w) => w.at],
+    },
     write: `update side_effects set status = 'confirmed', result = ec_in.result::jsonb, remote = ec_in.remote,
                 confirmed_at = ec_in.at::timestamptz, error = null
            from ec_in ${IN_RUNNING("ec_in")}
           where side_effects.idempotency_key = ec_in.key and side_effects.run_id = ec_in.run_id
             and side_effects.status = 'intent'
          returning ec_in.run_id, ec_in.key as k, ec_in.epoch`,
-    values: (w) => [w.runId, w.epoch, w.key, w.result, w.remote, w.at],
   }),
   // A run's close updates the row `held` locked for share: the lock is this
   // transaction's, so it is raised, not waited for. Every other write of the
@@ -255,16 +261,18 @@ const PARTS: readonly Part<GroupedWrite>[] = [
   part<GroupedRunFinish>({
     kind: "run-finish",
     name: "rf",
-    columns: [["run_id", "text"], ["epoch", "int"], ["status", "text"], ["error", "text"], ["at", "text"], [
-      "output",
-      "text",
-    ]],
+    columns: {
+      ...RUN_AND_EPOCH,
+      status: ["text", (w) => w.status],
+      error: ["text", (w) => w.error],
+      at: ["text", (w) => w.at],
+      output: ["text", (w) => w.output],
+    },
     write: `update runs set status = rf_in.status, error = rf_in.error, updated_at = rf_in.at::timestamptz,
                 output = rf_in.output
            from rf_in ${IN_RUNNING("rf_in")}
           where runs.run_id = rf_in.run_id
          returning rf_in.run_id, '' as k, rf_in.epoch`,
-    values: (w) => [w.runId, w.epoch, w.status, w.error, w.at, w.output],
   }),
 ];
 
@@ -279,8 +287,8 @@ function groupWrite(mask: number): Statement<"group-write"> {
   let n = 0;
   const inputs = parts.map((p) =>
     `${p.name}_in as (
-         select * from unnest(${p.columns.map(([, type]) => `$${++n}::${type}[]`).join(", ")})
-                    as t(${p.columns.map(([col]) => col).join(", ")}))`
+         select * from unnest(${Object.values(p.columns).map(([type]) => `$${++n}::${type}[]`).join(", ")})
+                    as t(${Object.keys(p.columns).join(", ")}))`
   );
   return statement(
     "group-write",
@@ -338,8 +346,7 @@ function batchStatement(writes: readonly GroupedWrite[]): { text: Statement; par
     const mine = writes.filter((w) => w.kind === p.kind);
     if (mine.length === 0) continue;
     mask |= 1 << i;
-    const rows = mine.map(p.values);
-    for (let c = 0; c < p.columns.length; c++) params.push(rows.map((r) => r[c]));
+    for (const [, value] of Object.values(p.columns)) params.push(mine.map(value));
   }
   params.push([...new Set(writes.map((w) => w.runId))]);
   return { text: GROUP_WRITES[mask], params };
@@ -436,14 +443,6 @@ export class GroupCommit {
     if (this.#pending.length === 0) return;
     this.#cancelWait?.();
     this.#cancelWait = undefined;
-    if (this.#pending.length === 1) {
-      // One write (a run alone): no batch to build, sent as its single-row statement.
-      const one = this.#pending;
-      this.#pending = [];
-      this.#inFlight++;
-      void this.#send(one).finally(() => this.#sent());
-      return;
-    }
     const batch: Pending[] = [];
     const seen = new Set<string>();
     const later: Pending[] = [];
@@ -458,13 +457,10 @@ export class GroupCommit {
     }
     this.#pending = later;
     this.#inFlight++;
-    void this.#send(batch).finally(() => this.#sent());
-  }
-
-  /** A statement returned: the writes that came meanwhile go out now. */
-  #sent(): void {
-    this.#inFlight--;
-    if (this.#pending.length > 0) this.#flush();
+    void this.#send(batch).finally(() => {
+      this.#inFlight--;
+      if (this.#pending.length > 0) this.#flush();
+    });
   }
 
   async #send(batch: Pending[]): Promise<void> {
