@@ -37,7 +37,16 @@ export function childEnv(
   };
 }
 
-/** A running child process whose stdout and stderr lines are collected. */
+/**
+ * True for a line Deno itself prints before the program starts while another
+ * Deno process holds the project's `node_modules` lock (test files running
+ * side by side do): not the program's output, so the collectors drop it.
+ */
+export function isDenoLockNotice(line: string): boolean {
+  return /^(?:\x1b\[[0-9;]*m)*Blocking(?:\x1b\[[0-9;]*m)* waiting for file lock/.test(line);
+}
+
+/** A running child process whose stdout and stderr lines (but Deno's lock notices) are collected. */
 export class Proc {
   /** Every line so far, stdout and stderr interleaved as they arrived. */
   readonly lines: string[] = [];
@@ -95,9 +104,9 @@ export class Proc {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
       const parts = (rest + chunk).split("\n");
       rest = parts.pop() ?? "";
-      this.lines.push(...parts);
+      this.lines.push(...parts.filter((l) => !isDenoLockNotice(l)));
     }
-    if (rest) this.lines.push(rest);
+    if (rest && !isDenoLockNotice(rest)) this.lines.push(rest);
   }
 
   /** Lines whose event (the word after the level) is `event`. */
@@ -245,6 +254,7 @@ export async function runCliIsolated(
     stdout: "piped",
     stderr: "piped",
   }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+  const decode = (b: Uint8Array) =>
+    new TextDecoder().decode(b).split("\n").filter((l) => !isDenoLockNotice(l)).join("\n");
   return { code, out: decode(stdout) + decode(stderr) };
 }

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
 import { SETTING_NAMES } from "../runtime/config.ts";
-import { childEnv, CLEARED_SETTINGS, Proc } from "./procs.ts";
+import { childEnv, CLEARED_SETTINGS, isDenoLockNotice, Proc } from "./procs.ts";
 
 Deno.test("every setting of the run command, the worker and the supervisor is cleared", () => {
   for (const name of [...SETTING_NAMES, ...SUPERVISOR_SETTING_NAMES]) {
@@ -37,4 +37,19 @@ Deno.test("a developer's own settings never reach a test's process", async () =>
     }
     Deno.env.delete("AGENT_RUNTIME_TEST_KEPT");
   }
+});
+
+Deno.test("Deno's own wait for the node_modules lock is told apart from a program's output", () => {
+  // As CI printed it, colours and all, when two test files started Deno at once.
+  assert.ok(
+    isDenoLockNotice("\x1b[0m\x1b[36mBlocking\x1b[0m waiting for file lock on node_modules directory"),
+  );
+  assert.ok(isDenoLockNotice("Blocking waiting for file lock on node_modules directory"));
+  for (
+    const line of [
+      'level=info event=worker msg="Blocking waiting for file lock"',
+      'APPROVAL_NOT_FOUND: No approval request for "Blocking waiting for file lock"',
+      "",
+    ]
+  ) assert.equal(isDenoLockNotice(line), false, line);
 });

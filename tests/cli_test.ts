@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { COMMAND_FLAGS } from "../cli/commands.ts";
 import { flagOf, SETTING_NAMES } from "../runtime/config.ts";
 import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
+import { isDenoLockNotice } from "../harness/procs.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);
@@ -84,11 +85,8 @@ function assertOneLine(
   flag: string,
 ): void {
   assert.equal(r.code, 2, `${what}: exit code\n${r.stdout}${r.stderr}`);
-  // Deno's own note when parallel processes share node_modules is not the program's output
-  // (it comes in colour, "Blocking" wrapped in escapes: match the rest of it).
-  const lines = r.stderr.split("\n").filter((l) =>
-    l.trim() !== "" && !l.includes("waiting for file lock on node_modules directory")
-  );
+  // Deno's own note when parallel processes share node_modules is not the program's output.
+  const lines = r.stderr.split("\n").filter((l) => l.trim() !== "" && !isDenoLockNotice(l));
   assert.equal(lines.length, 1, `${what}: one line on stderr, got:\n${r.stderr}`);
   assert.ok(lines[0].includes(flag), `${what}: the line names ${flag}: ${lines[0]}`);
   assert.doesNotMatch(r.stderr, /^\s+at |Uncaught|Stack backtrace/m, `${what}: no stack trace`);

@@ -154,7 +154,7 @@ async function runBounded(
         `${args.join(" ")} still ran after ${boundMs / 1000} s (killed, code ${left}):\n${proc.lines}`,
       );
     }
-    return { code, lines: proc.lines.filter((l) => !l.startsWith("Blocking waiting for file lock")) };
+    return { code, lines: proc.lines };
   } finally {
     clearTimeout(timer);
   }
