@@ -43,6 +43,7 @@ export function childEnv(
  * side by side do): not the program's output, so the collectors drop it.
  */
 export function isDenoLockNotice(line: string): boolean {
+  // deno-lint-ignore no-control-regex -- the colour codes Deno wraps the notice in
   return /^(?:\x1b\[[0-9;]*m)*Blocking(?:\x1b\[[0-9;]*m)* waiting for file lock/.test(line);
 }
 
