@@ -291,3 +291,18 @@ create table if not exists memos (
   confirmed_at timestamptz,
   primary key (run_id, key)
 );
+
+-- migration 10: outages ridden out
+-- A request that failed for a reason an outage explains (a refused or reset
+-- connection, a timeout, 5xx, 429) is asked again under the same key until
+-- the retry horizon has passed since the first such failure. failures counts
+-- them on the step's row (model requests) or the call's (tool requests),
+-- failing_since is the first one's time, error the last one's message; a
+-- call's check_at is when it may be sent again. Counts stay with the row, so
+-- the horizon and the other limits hold across restarts; the run sleeps in
+-- between ('waiting' with wake_at), holding no worker.
+alter table journal add column if not exists failures integer not null default 0;
+alter table journal add column if not exists failing_since timestamptz;
+alter table journal add column if not exists error text;
+alter table side_effects add column if not exists failures integer not null default 0;
+alter table side_effects add column if not exists failing_since timestamptz;

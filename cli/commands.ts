@@ -192,6 +192,15 @@ export async function runs(
   for (const agent of [...waiting].sort()) {
     p(`waiting: no live worker hosts agent ${agent}; its pending runs wait until one does (--agent)`);
   }
+  // A run asleep on a timer says what for (its remote's job, or an outage ridden out) and until when.
+  for (const r of rows) {
+    if (r.status === "waiting" && r.wake_at && r.error) p(displayText(`${r.run_id}: ${clip(r.error, 240)}`));
+  }
+}
+
+/** `text` cut to `max` characters, with an ellipsis when cut. */
+function clip(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
 
 /**
@@ -351,8 +360,11 @@ function decisionLines(j: JournalRow): string[] {
   const lines = [
     `decision  ${j.status}  ${what}  attempts=${j.llm_attempts}  epoch=${j.epoch}  intent=${
       iso(j.intent_at)
-    }  confirmed=${iso(j.confirmed_at)}${tokens(j.usage) ? `  tokens=${tokens(j.usage)}` : ""}`,
+    }  confirmed=${iso(j.confirmed_at)}${tokens(j.usage) ? `  tokens=${tokens(j.usage)}` : ""}${
+      j.failures > 0 ? `  failures=${j.failures}  failing_since=${iso(j.failing_since)}` : ""
+    }`,
   ];
+  if (j.status === "intent" && j.error) lines.push(...fieldLines("  last failure: ", j.error));
   // What the step's (last) request was sent with: the agent's and the run's parameters, and the cap sent.
   if (j.params) lines.push(...fieldLines("  params: ", JSON.stringify(j.params)));
   for (const r of j.rejections ?? []) lines.push(...fieldLines(`  rejected ${r.code}: `, r.message));
@@ -400,11 +412,16 @@ function effectLines(e: SideEffectRow): string[] {
   return lines;
 }
 
-/** A call's wait on its remote: when it is asked again, how often it was, and until when. */
+/**
+ * A call's wait: on its remote (when it is asked again, how often it was, and until when), or after
+ * failures an outage explains (how many, since when, and when it is sent again).
+ */
 function waitFields(e: SideEffectRow): string {
-  return `${e.status === "waiting" ? `  check_at=${iso(e.check_at)}` : ""}${
-    e.polls > 0 ? `  polls=${e.polls}` : ""
-  }${e.wait_deadline_at ? `  deadline=${iso(e.wait_deadline_at)}` : ""}`;
+  return `${
+    e.status === "waiting" || (e.status === "intent" && e.check_at) ? `  check_at=${iso(e.check_at)}` : ""
+  }${e.polls > 0 ? `  polls=${e.polls}` : ""}${
+    e.wait_deadline_at ? `  deadline=${iso(e.wait_deadline_at)}` : ""
+  }${e.failures > 0 ? `  failures=${e.failures}  failing_since=${iso(e.failing_since)}` : ""}`;
 }
 
 /**
@@ -421,7 +438,13 @@ export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined, de
   if (decided && !e) {
     out.push("decided, no tool call recorded: the call is made on resume");
   }
-  if (e?.status === "intent") {
+  if (e?.status === "intent" && e.check_at) {
+    out.push(
+      `failed ${e.failures} time${e.failures === 1 ? "" : "s"} as in an outage: sent again under its key at ${
+        iso(e.check_at)
+      }, until its retry horizon from ${iso(e.failing_since)}`,
+    );
+  } else if (e?.status === "intent") {
     out.push(
       "tool call outcome unknown: on resume it is re-sent under its key within the tool's maxAttempts, " +
         "or looked up by its reconcile, or else flagged for a person (a tool that takes no key) or given up",

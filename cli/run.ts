@@ -156,7 +156,11 @@ export async function main(
     // MAX_STEPS, when set, replaces the agent's own maxSteps.
     const deps = workerFor(
       proc,
-      agentDeps(agent, { maxSteps: settings.maxSteps, toolConcurrency: settings.toolConcurrency }),
+      agentDeps(agent, {
+        maxSteps: settings.maxSteps,
+        toolConcurrency: settings.toolConcurrency,
+        retry: settings.retry,
+      }),
     );
     // The agents this agent calls (agentTool) are hosted beside it, so its child runs are driven here too.
     children = prepared.length > 1
@@ -173,6 +177,7 @@ export async function main(
         agents: prepared.slice(1),
         maxSteps: settings.maxSteps,
         toolConcurrency: settings.toolConcurrency,
+        retry: settings.retry,
       }).start()
       : undefined;
     // A run asleep on its remotes (a job that finishes later) is taken again when its calls are due: this

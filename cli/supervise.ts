@@ -10,6 +10,7 @@
  * | `RUNS_PER_WORKER` | `--runs-per-worker` | 100 |
  * | `POLL_S` | `--poll-s` | 3 |
  * | `TAKE_SHARE` | `--take-share` | `fair` (passed to every worker) |
+ * | `RETRY_HORIZON_S`, `RETRY_BACKOFF_MS`, `RETRY_BACKOFF_MAX_S` | `--retry-horizon-s`, ... | 3600, 500, 60 (passed to every worker) |
  * | `LEASE_S`, `HEARTBEAT_S` | `--lease-s`, `--heartbeat-s` | 12, 3 |
  * | `SUPERVISOR` | `--supervisor` | `supervisor@<hostname>:<pid>` |
  * | `LOG_FORMAT` | `--log-format` | `text` |
@@ -39,6 +40,7 @@ import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
 import { ConfigError, hasCode } from "../runtime/errors.ts";
 import type { LogFormat } from "../runtime/log.ts";
+import type { RetryPolicy } from "../runtime/retry.ts";
 import type { TakeShare } from "../runtime/take_share.ts";
 import { processSpawner } from "../supervisor/spawn.ts";
 import { Supervisor } from "../supervisor/supervisor.ts";
@@ -105,6 +107,8 @@ export interface SupervisorSettings {
   agentLoadMs: number;
   /** The `deno.json` workers run under (`WORKER_CONFIG`), absolute; unset: the one found from the working directory up. */
   workerConfig?: string;
+  /** The workers' retry policy, the fields set (`RETRY_HORIZON_S`, ...), passed to every worker. */
+  retry: Partial<RetryPolicy>;
 }
 
 /** The supervisor's settings, as environment variable names (flags in kebab case). */
@@ -121,6 +125,9 @@ export const SUPERVISOR_SETTING_NAMES: readonly string[] = [
   "LOG_FORMAT",
   "AGENT_LOAD_S",
   "WORKER_CONFIG",
+  "RETRY_HORIZON_S",
+  "RETRY_BACKOFF_MS",
+  "RETRY_BACKOFF_MAX_S",
 ];
 
 /** The usage text of `supervise`. */
@@ -141,6 +148,12 @@ usage: deno task supervise [--flag value ...]   (every flag is also an environme
   --agent-load-s S           how long the agent module may take to import, here and in each worker (default 30)
   --worker-config PATH       the deno.json the workers run under, so the agent module resolves through its
                              imports and lockfile (default: the first deno.json from the working directory up)
+  --retry-horizon-s S        how long a model or tool request failing as in an outage (refused connection,
+                             timeout, 5xx, 429) is asked again, from its first failure (default 3600); a run
+                             waits in between holding no worker slot
+  --retry-backoff-ms MS, --retry-backoff-max-s S
+                             the first wait between those requests, doubled each time up to the cap
+                             (default 500, 60); an agent's or a tool's own retry settings win
 
 The rest of the environment (MODEL_URL, MODEL, MODEL_API_KEY, CLOUD_URL, an agent's own
 settings) passes to the workers.
@@ -190,6 +203,7 @@ export function loadSupervisorSettings(
     logFormat: r.logFormat(),
     agentLoadMs: r.seconds("AGENT_LOAD_S", AGENT_LOAD_DEFAULT_S),
     workerConfig: r.str("WORKER_CONFIG"),
+    retry: r.retry(),
   };
   if (settings.workerConfig !== undefined) {
     const given = settings.workerConfig;

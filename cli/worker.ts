@@ -90,6 +90,7 @@ export async function main(
     // MAX_STEPS, when set, replaces each agent's own maxSteps.
     maxSteps: settings.maxSteps,
     toolConcurrency: settings.toolConcurrency,
+    retry: settings.retry,
   });
   const onSignal = () => void host.stop("signal");
   Deno.addSignalListener("SIGINT", onSignal);

@@ -13,6 +13,7 @@
  */
 
 import { checkConversation, type ConversationOptions } from "./conversation_options.ts";
+import { checkRetryPolicy, type RetryPolicy } from "./retry.ts";
 import { type Budget, checkBudget } from "./budget.ts";
 import { describeValue, RuntimeError } from "./errors.ts";
 import { type StorableValue, toStorable } from "./store/storable.ts";
@@ -118,6 +119,13 @@ export interface AgentSpec<I = string> {
    */
   modelParams?: ModelParams;
   /**
+   * How its runs ride out an outage of its model and tools, over the
+   * process's settings (`RETRY_HORIZON_S`, `RETRY_BACKOFF_MS`,
+   * `RETRY_BACKOFF_MAX_S`); a tool's own `retry` wins over it for that tool.
+   * See {@link RetryPolicy}.
+   */
+  retry?: Partial<RetryPolicy>;
+  /**
    * Makes each run a conversation: after each final answer it waits (holding
    * no worker slot) for the next message a person sends (`client.send`), up to
    * `idleMs`; `history` may trim what is sent to the model.
@@ -151,6 +159,8 @@ export interface Agent {
   readonly modelParams?: ModelParams;
   /** How its runs converse, when they do. */
   readonly conversation?: ConversationOptions;
+  /** Its retry settings, over the process's, if it sets any. */
+  readonly retry?: Partial<RetryPolicy>;
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }
@@ -244,6 +254,7 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     })(),
     modelParams: checkModelParams(spec.modelParams, `Cannot define agent ${JSON.stringify(spec.name)}`),
     conversation: checkConversation(spec.conversation, `Cannot define agent ${JSON.stringify(spec.name)}`),
+    retry: checkRetryPolicy(spec.retry, `Cannot define agent ${JSON.stringify(spec.name)}`),
   });
 }
 

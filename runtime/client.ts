@@ -829,11 +829,12 @@ export class Client {
     }
     const why = run.conversation_ended_at
       ? `it was closed at ${new Date(run.conversation_ended_at).toISOString()}`
-      : `it is ${run.status}`;
-    return new ClientError(
-      "CONVERSATION_ENDED",
-      `Cannot ${what} conversation ${runId}: ${why}; start a new run to go on`,
-    );
+      : `it is ${run.status}${run.error ? ` (${run.error})` : ""}`;
+    // A conversation that failed or was cancelled keeps its history: reopening it goes on from there.
+    const next = !run.conversation_ended_at && (run.status === "failed" || run.status === "cancelled")
+      ? `'deno task reopen ${runId}' (client.reopen) takes it up again with its history, then send again`
+      : "start a new run to go on";
+    return new ClientError("CONVERSATION_ENDED", `Cannot ${what} conversation ${runId}: ${why}; ${next}`);
   }
 
   /**

@@ -27,6 +27,8 @@
  * | `DATA_DIR_WAIT_S` | `--data-dir-wait-s` | 60: how long to wait for an embedded database another process holds |
  * | `STREAM_DELTAS` | `--stream-deltas` | 0: 1 streams model answers and notifies watchers of their text |
  * | `GROUP_COMMIT_MS` | `--group-commit-ms` | 2: the longest a write waits to share a statement with other runs' (0: off) |
+ * | `RETRY_HORIZON_S` | `--retry-horizon-s` | 3600: how long requests failing as in an outage are asked again (an agent's or tool's `retry` wins) |
+ * | `RETRY_BACKOFF_MS`, `RETRY_BACKOFF_MAX_S` | `--retry-backoff-ms`, `--retry-backoff-max-s` | 500, 60: the first wait between them, doubled each time up to the cap |
  *
  * @module
  */
@@ -39,6 +41,7 @@ import type { LogFormat } from "./log.ts";
 import { TAKE_SHARES, type TakeShare } from "./take_share.ts";
 import { parseModelParams } from "./model_params.ts";
 import type { ModelParams } from "./transcript.ts";
+import type { RetryPolicy } from "./retry.ts";
 
 /** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
 export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -120,6 +123,12 @@ export interface Settings {
    * once. See docs/operating.md, "Group commit".
    */
   groupCommitMs: number;
+  /**
+   * The process's retry policy, the fields set (`RETRY_HORIZON_S`,
+   * `RETRY_BACKOFF_MS`, `RETRY_BACKOFF_MAX_S`): over the defaults, under an
+   * agent's and a tool's own `retry`. See docs/settings.md, "Outages".
+   */
+  retry: Partial<RetryPolicy>;
 }
 
 /** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
@@ -159,6 +168,9 @@ export const SETTING_NAMES: readonly string[] = [
   "EXIT_ON_STDIN_EOF",
   "AGENT_LOAD_S",
   "DATA_DIR_WAIT_S",
+  "RETRY_HORIZON_S",
+  "RETRY_BACKOFF_MS",
+  "RETRY_BACKOFF_MAX_S",
   "STREAM_DELTAS",
   "GROUP_COMMIT_MS",
 ];
@@ -409,6 +421,41 @@ export class SettingsReader {
     return { heartbeatMs, leaseMs };
   }
 
+  /**
+   * `RETRY_HORIZON_S` (0 to a week), `RETRY_BACKOFF_MS` (1 to 600 000) and
+   * `RETRY_BACKOFF_MAX_S` (0.001 to 3600, no shorter than the first wait):
+   * only the ones set, in milliseconds.
+   */
+  retry(): Partial<RetryPolicy> {
+    const out: Partial<RetryPolicy> = {};
+    const number = (name: string, min: number, max: number, unit: string): number | undefined => {
+      const raw = this.values[name];
+      if (raw === undefined) return undefined;
+      const n = Number(raw);
+      if (raw.trim() === "" || !Number.isFinite(n) || n < min || n > max) {
+        this.problems.push(
+          `${name} must be a number of ${unit} from ${min} to ${max}: current value is ${
+            JSON.stringify(raw)
+          }`,
+        );
+        return undefined;
+      }
+      return n;
+    };
+    const horizon = number("RETRY_HORIZON_S", 0, 604_800, "seconds");
+    const base = number("RETRY_BACKOFF_MS", 1, 600_000, "milliseconds");
+    const cap = number("RETRY_BACKOFF_MAX_S", 0.001, 3_600, "seconds");
+    if (horizon !== undefined) out.horizonMs = Math.round(horizon * 1000);
+    if (base !== undefined) out.backoffBaseMs = Math.round(base);
+    if (cap !== undefined) out.backoffMaxMs = Math.max(1, Math.round(cap * 1000));
+    if (base !== undefined && cap !== undefined && out.backoffMaxMs! < out.backoffBaseMs!) {
+      this.problems.push(
+        `RETRY_BACKOFF_MAX_S must be no shorter than RETRY_BACKOFF_MS: current values are ${cap} s and ${base} ms`,
+      );
+    }
+    return out;
+  }
+
   /** Throws a {@link ConfigError} listing every problem, if there are any. */
   done(): void {
     if (this.problems.length > 0) throw new ConfigError(this.problems);
@@ -612,6 +659,7 @@ export function loadSettings(
     groupCommitMs: Number.isFinite(groupCommitMs) && groupCommitMs > 0 && groupCommitMs <= 100
       ? groupCommitMs
       : 0,
+    retry: r.retry(),
   };
   r.done();
   return settings;

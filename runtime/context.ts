@@ -17,14 +17,15 @@ import {
   type ProcessDeps,
   processDeps,
   type ProcessDepsOptions,
-  type RetryPolicy,
 } from "./deps.ts";
+import { retryDelayMs } from "./retry.ts";
 import type { Fence, JournalRow, SideEffectRow } from "./store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
 import type { ModelParams } from "./transcript.ts";
 
 // Where they were declared before process and agent came apart (deps.ts): importers keep working.
 export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } from "./deps.ts";
+export { backoffMs, retryDelayMs } from "./retry.ts";
 
 /**
  * What the loop's functions read while a worker drives a run: its process's
@@ -154,27 +155,4 @@ export async function waitToRetry(
     retry_after_ms: err.retryAfterMs,
   });
   await deps.clock.sleep(delay, state.signal);
-}
-
-/**
- * The wait before attempt `attempt + 1`: what the server asked for with
- * `Retry-After` (capped by `retryAfterMaxMs`, else `backoffMaxMs`), or else
- * {@link backoffMs}.
- */
-export function retryDelayMs(
-  policy: RetryPolicy,
-  attempt: number,
-  random: () => number,
-  retryAfterMs: number | undefined,
-): number {
-  if (retryAfterMs === undefined || !Number.isFinite(retryAfterMs) || retryAfterMs < 0) {
-    return backoffMs(policy, attempt, random);
-  }
-  return Math.min(Math.ceil(retryAfterMs), policy.retryAfterMaxMs ?? policy.backoffMaxMs);
-}
-
-/** Exponential backoff with jitter: a delay in [c/2, c) where c = min(max, base * 2^(attempt-1)). */
-export function backoffMs(policy: RetryPolicy, attempt: number, random: () => number): number {
-  const ceiling = Math.min(policy.backoffMaxMs, policy.backoffBaseMs * 2 ** Math.max(0, attempt - 1));
-  return Math.floor(ceiling / 2 + (random() * ceiling) / 2);
 }

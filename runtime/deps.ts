@@ -28,34 +28,12 @@ import { Logger } from "./log.ts";
 import type { Planner } from "./planner.ts";
 import type { Store } from "./store/store.ts";
 import { type Telemetry, telemetryFromEnv } from "./telemetry.ts";
+import { DEFAULT_RETRY, definedFields, type RetryPolicy } from "./retry.ts";
 import type { ToolRegistry } from "./tools.ts";
 import type { ModelParams } from "./transcript.ts";
 
-/** Limits on retries and re-asks. */
-export interface RetryPolicy {
-  /** Model requests per step for transient errors and rejected answers together. Default 4. */
-  maxModelAttempts: number;
-  /** First backoff delay; doubled per attempt, with jitter. Default 200. */
-  backoffBaseMs: number;
-  /** Cap on one backoff delay. Default 5 000. */
-  backoffMaxMs: number;
-  /** Model request timeout. Default 60 000. */
-  modelTimeoutMs: number;
-  /**
-   * Cap on a wait a server asks for with `Retry-After` (which replaces the
-   * backoff when given). Default 60 000; unset: `backoffMaxMs`.
-   */
-  retryAfterMaxMs?: number;
-}
-
-/** Default {@link RetryPolicy}. */
-export const DEFAULT_RETRY: RetryPolicy = {
-  maxModelAttempts: 4,
-  backoffBaseMs: 200,
-  backoffMaxMs: 5_000,
-  modelTimeoutMs: 60_000,
-  retryAfterMaxMs: 60_000,
-};
+// Where they were declared before the retry policy had a file of its own (retry.ts): importers keep working.
+export { DEFAULT_RETRY, type RetryPolicy } from "./retry.ts";
 
 /** Default of {@link AgentDeps.maxClaimsWithoutProgress}. */
 export const DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS = 5;
@@ -154,7 +132,7 @@ export interface AgentDeps {
   toolConcurrency: number;
   /** The model's request parameters the agent sets (a run's own override them). */
   modelParams?: ModelParams;
-  /** Limits on re-asks, retries and waits; `maxModelAttempts` is counted across restarts. */
+  /** Limits on re-asks, retries and waits, counted across restarts: the process's, under the agent's own. */
   retry: RetryPolicy;
   /**
    * Claims in a row that may find no progress (no new confirmed decision or
@@ -173,8 +151,11 @@ export interface AgentOptions {
   maxSteps?: number;
   /** Replaces the agent's `toolConcurrency`. */
   toolConcurrency?: number;
-  /** Default {@link DEFAULT_RETRY}. */
-  retry?: RetryPolicy;
+  /**
+   * The process's retry policy (`RETRY_HORIZON_S`, ... or a test's), over
+   * {@link DEFAULT_RETRY}; the agent's own `retry` fields win over it.
+   */
+  retry?: Partial<RetryPolicy>;
   /** Default {@link DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS}. */
   maxClaimsWithoutProgress?: number;
 }
@@ -195,7 +176,7 @@ export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): Age
     maxCallsPerStep: prepared.agent.maxCallsPerStep ?? 16,
     toolConcurrency: opts.toolConcurrency ?? prepared.agent.toolConcurrency ?? 4,
     modelParams: prepared.agent.modelParams,
-    retry: opts.retry ?? DEFAULT_RETRY,
+    retry: { ...DEFAULT_RETRY, ...definedFields(opts.retry), ...definedFields(prepared.agent.retry) },
     maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
     ...(prepared.agent.conversation ? { conversation: prepared.agent.conversation } : {}),
   };

@@ -16,23 +16,17 @@ import { BudgetError, checkToolRequest, NO_FAMILY, reserveToolCalls } from "./bu
 import { childRunsFor, familyCeilings, ParentClosedError } from "./family.ts";
 import { callsOf, type StepCall } from "./calls.ts";
 import { deadline } from "./clock.ts";
-import {
-  applyRow,
-  idempotencyKey,
-  type RunState,
-  telemetryOf,
-  waitToRetry,
-  type WorkerDeps,
-} from "./context.ts";
+import { applyRow, idempotencyKey, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { type Ended, failed, finished, type StepRows } from "./ended.ts";
 import { AbortedError, describeError, FencedError, hasCode, RuntimeError, ToolError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import { askRemote } from "./reconcile.ts";
+import { definedFields, humanMs, nextTry, type RetryPolicy } from "./retry.ts";
 import { toStorable } from "./store/storable.ts";
 import type { Decided } from "./journal.ts";
 import type { ApprovalRow, SideEffectRow } from "./store/store.ts";
 import {
-  checkAtOf,
+  checkAtWithFloor,
   isAccepted,
   type Json,
   type Tool,
@@ -101,6 +95,8 @@ export interface Resumed {
 interface Unknown {
   /** Requests sent under the key so far. */
   attempts: number;
+  /** Of them, those whose outcome no worker recorded (it stopped mid-call): bounded by `maxAttempts`. */
+  unrecorded: number;
   /** The last request's error; none when a worker stopped before writing its outcome. */
   error?: ToolError;
   /** See {@link Resumed}. */
@@ -205,11 +201,12 @@ export async function act(
     errors.push(error);
   }
   state.reservedCalls = 0;
-  // Calls whose remote accepted them and has not finished: the step is not settled, and the run sleeps
-  // until the first of them is due (without a worker), unless something worse ended the step.
+  // Calls whose remote accepted them and has not finished, or that failed as in an outage and are sent
+  // again later: the step is not settled, and the run sleeps until the first of them is due (without a
+  // worker), unless something worse ended the step.
   const asleep = calls.flatMap((c) => {
     const row = state.effects.get(c.seq);
-    return row?.status === "waiting" && row.check_at ? [row] : [];
+    return isAsleep(row) ? [row] : [];
   });
   const wakeAt = asleep.length === 0
     ? undefined
@@ -217,8 +214,41 @@ export async function act(
   const worst = worstOf(errors);
   if (worst instanceof WaitingError && wakeAt) return failed(worst.until(wakeAt), rows());
   if (worst !== undefined) return failed(worst, rows());
-  if (wakeAt) return failed(new SleepingError(asleep.map((r) => r.idempotency_key), wakeAt), rows());
+  if (wakeAt) {
+    const why = asleep.map((r) => whyAsleep(deps, r));
+    return failed(new SleepingError(asleep.map((r) => r.idempotency_key), wakeAt, why), rows());
+  }
   return finished(calls.map((c) => state.effects.get(c.seq)!), rows());
+}
+
+/**
+ * True for a call that is not settled and will be sent again at its
+ * `check_at`: one its remote accepted (`waiting`), or one at `intent` whose
+ * last request failed as in an outage and was recorded.
+ */
+export function isAsleep(row: SideEffectRow | undefined): row is SideEffectRow & { check_at: Date } {
+  return (row?.status === "waiting" || row?.status === "intent") && row.check_at !== null;
+}
+
+/** What a call asleep until its `check_at` waits for, in words for people (the runs list shows it). */
+function whyAsleep(deps: WorkerDeps, row: SideEffectRow): string {
+  const at = new Date(row.check_at!).toISOString();
+  if (row.status === "waiting") {
+    return `${row.idempotency_key} (${row.tool}) waits on its remote, asked again at ${at}`;
+  }
+  const tool = deps.tools.get(row.tool);
+  const since = row.failing_since ? new Date(row.failing_since) : undefined;
+  const givesUp = tool && since
+    ? `; given up at ${new Date(since.getTime() + toolPolicy(deps, tool).horizonMs).toISOString()}`
+    : "";
+  return `${row.idempotency_key} (${row.tool}) failed ${row.failures} time${row.failures === 1 ? "" : "s"}${
+    since ? ` since ${since.toISOString()}` : ""
+  } (last: ${row.error ?? "unknown"}), sent again under its key at ${at}${givesUp}`;
+}
+
+/** The retry policy of `tool`'s calls: its own fields over its agent's (and the process's). */
+export function toolPolicy(deps: Pick<WorkerDeps, "retry">, tool: Tool): RetryPolicy {
+  return { ...deps.retry, ...definedFields(tool.retry) };
 }
 
 /**
@@ -231,16 +261,21 @@ export class SleepingError extends RuntimeError {
   readonly keys: readonly string[];
   /** When the first of them is asked again. */
   readonly wakeAt: Date;
-  /** Creates the marker for `keys`, the first due at `wakeAt`. */
-  constructor(keys: readonly string[], wakeAt: Date) {
+  /**
+   * Creates the marker for `keys`, the first due at `wakeAt`; `why` says, for
+   * each, what it waits for (default: on its remote).
+   */
+  constructor(keys: readonly string[], wakeAt: Date, why?: readonly string[]) {
     const many = keys.length > 1;
     super(
       "WAITING_ON_REMOTE",
-      `Tool call${many ? "s" : ""} ${keys.join(", ")} wait${many ? "" : "s"} on ${
-        many ? "their remotes" : "its remote"
-      }: ` +
-        `asked again at ${wakeAt.toISOString()} under the same key (or settled from outside: ` +
-        `'deno task settle ${keys[0]} --result JSON')`,
+      why && why.length > 0
+        ? `Waiting until ${wakeAt.toISOString()}: ${why.join("; ")}`
+        : `Tool call${many ? "s" : ""} ${keys.join(", ")} wait${many ? "" : "s"} on ${
+          many ? "their remotes" : "its remote"
+        }: ` +
+          `asked again at ${wakeAt.toISOString()} under the same key (or settled from outside: ` +
+          `'deno task settle ${keys[0]} --result JSON')`,
     );
     this.name = "SleepingError";
     this.keys = keys;
@@ -331,8 +366,9 @@ async function gateOf(
     return { kind: "settled", row: existing };
   }
   if (existing?.status === "flagged") throw new BlockedError(key, existing.error ?? "its outcome is unknown");
-  // A call its remote accepted is asked again once its time has come, and left asleep until then.
-  if (existing?.status === "waiting" && existing.check_at && new Date(existing.check_at) > deps.clock.now()) {
+  // A call its remote accepted, or one that failed as in an outage, is sent again once its time has come,
+  // and left asleep until then.
+  if (isAsleep(existing) && new Date(existing.check_at) > deps.clock.now()) {
     return { kind: "asleep", row: existing };
   }
   // A decision this worker has just made was checked by decide() (#11: not parsed twice).
@@ -512,7 +548,7 @@ async function sendCall(
   try {
     // A call an earlier worker left at intent: may it be sent again, and is it known by now?
     if (call.resumed && row) {
-      const unknown = { attempts: row.attempts, ...call.resumed };
+      const unknown = { attempts: row.attempts, unrecorded: unknownRequests(row), ...call.resumed };
       const verdict = await unknownOutcome(deps, state, call, unknown);
       if (verdict !== "send") return await carryOut(row, verdict);
     }
@@ -524,12 +560,11 @@ async function sendCall(
     // A call its remote accepted is bounded by its deadline instead (a poll counts no attempt).
     for (;;) {
       checkToolRequest(state, row === undefined, await familyCeilings(deps, state));
-      const intent = await store.effectIntentRow(
-        state.fence,
-        { key, seq, tool: tool.name, args: call.rawArgs },
-        clock.now(),
-        row === undefined,
-      );
+      const intent = await intentOrSettled(deps, state, call, row);
+      if (intent.status === "confirmed" || intent.status === "failed") {
+        row = intent;
+        return finished(intent, { effect: intent });
+      }
       row = intent;
       applyRow(state, intent);
       const attempt = intent.attempts;
@@ -551,12 +586,58 @@ async function sendCall(
           ? err
           : new ToolError("TOOL_THREW", describeError(err), { transient: true, cause: err });
         if (e.transient) {
-          const unknown = { attempts: attempt, error: e, approved: false, reopened: false };
+          // Recorded before anything else, with when it may go again: the count and the horizon hold
+          // across restarts. A remote that says when to come back (409, 429, 503) knows better than our
+          // backoff.
+          const now = clock.now();
+          const policy = toolPolicy(deps, tool);
+          const next = nextTry(
+            policy,
+            {
+              failures: intent.failures + 1,
+              failingSince: intent.failing_since ?? now,
+              retryAfterMs: e.retryAfterMs,
+            },
+            now,
+            deps.random,
+          );
+          const failure = await store.effectFailure(
+            state.fence,
+            intent,
+            { error: `${e.code}: ${e.message}`, retryAt: next.kind === "again" ? next.at : now },
+            now,
+          );
+          row = failure;
+          applyRow(state, failure);
+          const unknown = {
+            attempts: failure.attempts,
+            unrecorded: unknownRequests(failure),
+            error: e,
+            approved: false,
+            reopened: false,
+          };
           const verdict = await unknownOutcome(deps, state, call, unknown);
-          if (verdict !== "send") return await carryOut(intent, verdict);
-          // A remote that says when to come back (409 in progress, 429, 503) knows better than our backoff.
-          await waitToRetry(deps, state, "retrying", { seq, key, attempt }, e);
-          continue;
+          if (verdict !== "send") return await carryOut(failure, verdict);
+          if (next.kind === "give-up") return await giveUp(deps, state, call, failure, e, next.failingForMs);
+          log.warn("retrying", {
+            run: runId,
+            seq,
+            key,
+            attempt,
+            failures: failure.failures,
+            code: e.code,
+            error: e.message,
+            delay_ms: next.waitMs,
+            retry_after_ms: e.retryAfterMs,
+            at: next.hold ? undefined : next.at,
+            gives_up_at: next.givesUpAt,
+          });
+          if (next.hold) {
+            await clock.sleep(next.waitMs, state.signal);
+            continue;
+          }
+          // A longer wait holds no slot: the step's other calls settle, then the run sleeps until it is due.
+          return finished(failure, { effect: failure });
         }
         // A permanent failure is an answer too: record it and let the model see it.
         return await failCall(deps, state, intent, e);
@@ -569,6 +650,46 @@ async function sendCall(
     }
   } catch (error) {
     return failed(error, { effect: row });
+  }
+}
+
+/**
+ * Writes the intent of the call's next request, and returns the row as the
+ * write left it; or, when the call was asleep on its remote and a person or a
+ * webhook settled it since this worker read it (`settle`), so the intent is
+ * refused as the row is no longer as this worker left it, the call's row as
+ * settled, applied to the run's state: the worker goes on with it instead of
+ * stopping (SETTLE_CALL in the store's operators.ts describes the race).
+ */
+async function intentOrSettled(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  row: SideEffectRow | undefined,
+): Promise<SideEffectRow> {
+  const { key, seq, tool } = call;
+  try {
+    return await deps.store.effectIntentRow(
+      state.fence,
+      { key, seq, tool: tool.name, args: call.rawArgs },
+      deps.clock.now(),
+      row === undefined,
+    );
+  } catch (err) {
+    if (row?.status !== "waiting" || !hasCode(err, "STALLED")) throw err;
+    const now = await deps.store.getEffect(key);
+    if (now?.run_id !== state.fence.runId || (now.status !== "confirmed" && now.status !== "failed")) {
+      throw err;
+    }
+    applyRow(state, now);
+    deps.log.info("settled-meanwhile", {
+      run: state.fence.runId,
+      seq,
+      key,
+      status: now.status,
+      by: now.resolved_by ?? undefined,
+    });
+    return now;
   }
 }
 
@@ -618,7 +739,26 @@ async function accepted(
     : new Date(now.getTime() + call.tool.waitDeadlineMs);
   let checkAt: Date;
   try {
-    checkAt = checkAtOf(call.tool, outcome, now);
+    // No sooner than the tool's floor, which doubles with each poll: a remote that keeps saying "ask again
+    // at once" is asked less and less often (bounded by the call's deadline below).
+    const asked = checkAtWithFloor(
+      call.tool,
+      outcome,
+      intent.polls,
+      toolPolicy(deps, call.tool).backoffMaxMs,
+      now,
+    );
+    if (asked.raised) {
+      deps.log.info("check-after-raised", {
+        run: state.fence.runId,
+        seq: call.seq,
+        key: call.key,
+        polls: intent.polls,
+        asked_ms: (outcome.accepted as { checkAfterMs: number }).checkAfterMs,
+        floor_ms: asked.floorMs,
+      });
+    }
+    checkAt = asked.at;
   } catch (err) {
     return await failCall(deps, state, intent, err as ToolError);
   }
@@ -689,7 +829,7 @@ async function unknownOutcome(
 ): Promise<"send" | Verdict> {
   const { key, seq, tool } = call;
   if (seen.approved) return "send";
-  const atLimit = seen.attempts >= tool.maxAttempts && !seen.reopened;
+  const atLimit = seen.unrecorded >= tool.maxAttempts && !seen.reopened;
   if (tool.idempotent && !atLimit) return "send";
   let answer = await askRemote(deps, state, { key, seq, tool, args: call.args, attempts: seen.attempts });
   if (answer?.status === "happened") {
@@ -722,15 +862,86 @@ async function unknownOutcome(
     reconcile: answer?.status,
   });
   const maybe = answer?.status === "not_happened" ? "" : ", so the remote may have acted";
-  const what = seen.error
-    ? `failed ${seen.attempts} times; last error: ${seen.error.message}${lookup}`
-    : `was sent ${seen.attempts} times (maxAttempts is ${tool.maxAttempts}) and no outcome was recorded: ` +
-      `each worker stopped before it could write one${maybe}${lookup}. Check the remote, then ` +
-      `'deno task reopen ${state.fence.runId}' sends it once more under its key`;
+  const what =
+    `was sent ${seen.attempts} times${
+      seen.unrecorded === seen.attempts ? "" : `, ${seen.unrecorded} of them`
+    } with no outcome recorded (maxAttempts is ${tool.maxAttempts}): ` +
+    `each worker stopped before it could write one${maybe}${
+      seen.error ? `; last error: ${seen.error.message}` : ""
+    }${lookup}. Check the remote, then 'deno task reopen ${state.fence.runId}' sends it once more under its key`;
   throw new ToolError("TOOL_GAVE_UP", `Tool call ${key} (${tool.name}) ${what}`, {
     transient: false,
     cause: seen.error,
   });
+}
+
+/**
+ * Requests under the call's key whose outcome no worker recorded (it stopped
+ * mid-call): every request counts an attempt, and every failure a worker saw
+ * is recorded, so the difference. The tool's `maxAttempts` bounds it.
+ */
+function unknownRequests(row: SideEffectRow): number {
+  return Math.max(0, row.attempts - row.failures);
+}
+
+/**
+ * A call still failing once its retry horizon has passed: asked about once
+ * more (its `reconcile`, if it has one), then given up as the tool says
+ * (`onGiveUp`): the run fails `TOOL_GAVE_UP` (the row left at `intent`, its
+ * outcome unknown), or the failure becomes the call's answer, which the model
+ * sees (`TOOL_UNAVAILABLE`).
+ */
+async function giveUp(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  row: SideEffectRow,
+  error: ToolError,
+  failingForMs: number,
+): Promise<Ended<SideEffectRow>> {
+  const { key, seq, tool } = call;
+  const horizonMs = toolPolicy(deps, tool).horizonMs;
+  const answer = tool.reconcile
+    ? await askRemote(deps, state, { key, seq, tool, args: call.args, attempts: row.attempts })
+    : undefined;
+  if (answer?.status === "happened") {
+    const stored = toStorable(answer.result, { writeOut: true });
+    if (stored.ok) {
+      const confirmed = await confirm(deps, state, row, stored.value, "reconciled");
+      return finished(confirmed, { effect: confirmed });
+    }
+  }
+  const over = `failed ${row.failures} times over ${humanMs(failingForMs)} (the retry horizon is ${
+    humanMs(horizonMs)
+  }, counted from its first failure, across restarts); last error: ${error.message}`;
+  deps.log.error("gave-up", {
+    run: state.fence.runId,
+    seq,
+    key,
+    tool: tool.name,
+    failures: row.failures,
+    failing_ms: failingForMs,
+    code: error.code,
+    error: error.message,
+    on_give_up: typeof tool.onGiveUp === "function" ? "function" : tool.onGiveUp,
+  });
+  if (tool.onGiveUp === "fail-run") {
+    throw new ToolError(
+      "TOOL_GAVE_UP",
+      `Tool call ${key} (${tool.name}) ${over}. When its remote is back, 'deno task reopen ${state.fence.runId}' ` +
+        `sends it again under its key`,
+      { transient: false, cause: error },
+    );
+  }
+  const text = typeof tool.onGiveUp === "function"
+    ? tool.onGiveUp({ idempotencyKey: key, error, failures: row.failures, failingForMs })
+    : `${tool.name} is unavailable: its request ${over}`;
+  return await failCall(
+    deps,
+    state,
+    row,
+    new ToolError("TOOL_UNAVAILABLE", String(text), { transient: false }),
+  );
 }
 
 /** Commits the outcome of the call `row` and returns the row as the write left it, applied to the run's state. */

@@ -85,10 +85,18 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
     agentDeps({ agent, planner, tools: new ToolRegistry(tools) }),
   );
   try {
+    // A wait of 7 s lets the run go (it is longer than a worker sleeps holding the slot): the first turn
+    // ends with the run waiting until the Retry-After is over, and the next sends it again.
+    const first = await runWorker(deps, "r409", "reserve a slot");
+    assert.equal(first.status, "waiting", lines.join("\n"));
+    const waiting = await store.getRun("r409");
+    assert.equal(waiting?.heartbeat_at, null);
+    assert.equal(new Date(waiting!.wake_at!).getTime() - clock.now().getTime(), 7_000);
+    await clock.advance(7_000);
     const running = runWorker(deps, "r409", "reserve a slot");
     let ended = false;
     running.finally(() => ended = true).catch(() => {});
-    // The re-send waits out the Retry-After on the manual clock; the remote answers in real time.
+    // The remote answers in real time; the manual clock only moves the heartbeat along.
     for (let i = 0; i < 1_000 && !ended; i++) {
       await clock.advance(100);
       await new Promise((r) => setTimeout(r, 2));
@@ -97,7 +105,10 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
     assert.equal(outcome.status, "done", lines.join("\n"));
     assert.deepEqual(keys, ['"r409:0"', '"r409:0"'], "both requests under the run's key");
     const retrying = lines.find((l) => l.includes(" event=retrying "));
-    assert.match(retrying ?? "", /code=RESERVE_HTTP error="HTTP 409: .*" delay_ms=7000 retry_after_ms=7000$/);
+    assert.match(
+      retrying ?? "",
+      /code=RESERVE_HTTP error="HTTP 409: .*" delay_ms=7000 retry_after_ms=7000 at=\S+ gives_up_at=\S+$/,
+    );
     const { effects } = await store.loadHistory("r409");
     assert.equal(effects[0].status, "confirmed");
     assert.equal(effects[0].attempts, 2);

@@ -8,9 +8,10 @@
  */
 
 import { deadline } from "./clock.ts";
-import { applyRow, type RunState, telemetryOf, waitToRetry, type WorkerDeps } from "./context.ts";
+import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "./context.ts";
 import { type Ended, failed, finished } from "./ended.ts";
-import { AbortedError, ModelError } from "./errors.ts";
+import { AbortedError, ModelError, RuntimeError } from "./errors.ts";
+import { humanMs, nextTry } from "./retry.ts";
 import { buildTranscript } from "./history.ts";
 import { remember } from "./conversation.ts";
 import type { Planner } from "./planner.ts";
@@ -93,16 +94,19 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       return finished({ decision: row.decision }, { journal: row });
     }
     await crash.hit("before_decide", seq);
-    // Bounded: each pass is one paid request, and the limit counts the durable
-    // total (across restarts), not this process's share of it.
+    // Bounded: each pass is one paid request, and the limits count the durable
+    // totals (across restarts), not this process's share of them: requests that
+    // got no usable answer for a reason an outage does not explain (refused, or
+    // lost with a worker that stopped) by `maxModelAttempts`, failures a worker
+    // recorded by the retry horizon.
     for (;;) {
       const paid = row?.llm_attempts ?? 0;
-      if (paid >= deps.retry.maxModelAttempts) {
+      if (unexplained(row) >= deps.retry.maxModelAttempts) {
         const last = row?.rejections.at(-1);
         throw new ModelError(
           "MODEL_GAVE_UP",
-          `The model was asked ${paid} times for step ${seq} (the limit is ${deps.retry.maxModelAttempts}, counted ` +
-            `across restarts) without a usable answer${
+          `The model was asked ${paid} times for step ${seq} (at most ${deps.retry.maxModelAttempts} without a ` +
+            `usable answer for a reason other than an outage, counted across restarts) without a usable answer${
               last ? `; last refused: ${last.code}: ${last.message}` : ""
             }${state.lastWorkerError ? `; its last worker stopped at: ${state.lastWorkerError}` : ""}`,
         );
@@ -144,7 +148,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       // A refused answer is recorded (it was paid for: its usage and tokens count), and re-asked below the limit.
       const refuse = async (rejection: Rejection, usage: unknown): Promise<void> => {
         row = await reject(deps, state, current, { rejection, attempt, usage, reserve });
-        if (attempt >= deps.retry.maxModelAttempts) {
+        if (unexplained(row) >= deps.retry.maxModelAttempts) {
           throw new ModelError(
             "MODEL_GAVE_UP",
             `The model gave no usable answer for step ${seq} in ${attempt} requests; last: ${rejection.code}: ${rejection.message}`,
@@ -193,17 +197,63 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
           continue;
         }
         if (!e.transient) throw e;
-        if (attempt >= deps.retry.maxModelAttempts) {
+        // Recorded first, so the horizon holds across restarts; then asked again after a backoff (a server
+        // that says when to come back, 429 or 503, knows better than ours), or given up past the horizon.
+        const now = clock.now();
+        const failure = await store.journalFailure(
+          state.fence,
+          current,
+          // An error status from the server is an answer that cost nothing: its reservation goes back.
+          { error: `${e.code}: ${e.message}`, released: e.code === "MODEL_HTTP" ? reserve : 0 },
+          now,
+        );
+        row = failure;
+        applyRow(state, failure);
+        const next = nextTry(
+          deps.retry,
+          {
+            failures: failure.failures,
+            failingSince: failure.failing_since ?? now,
+            retryAfterMs: e.retryAfterMs,
+          },
+          now,
+          deps.random,
+        );
+        if (next.kind === "give-up") {
           throw new ModelError(
             "MODEL_GAVE_UP",
-            `The model failed ${attempt} requests for step ${seq} (the limit, counted across restarts); ` +
-              `last error: ${e.code}: ${e.message}`,
+            `The model failed ${failure.failures} requests for step ${seq} over ${
+              humanMs(next.failingForMs)
+            } (the retry horizon is ${
+              humanMs(deps.retry.horizonMs)
+            }, counted from the first failure, across restarts); last error: ${e.code}: ${e.message}`,
             { cause: e },
           );
         }
-        // A server that says when to come back (429, 503) knows better than our backoff.
-        await waitToRetry(deps, state, "model-retry", { seq, attempt }, e);
-        continue;
+        log.warn("model-retry", {
+          run: runId,
+          seq,
+          attempt,
+          failures: failure.failures,
+          code: e.code,
+          error: e.message,
+          delay_ms: next.waitMs,
+          retry_after_ms: e.retryAfterMs,
+          at: next.hold ? undefined : next.at,
+          gives_up_at: next.givesUpAt,
+        });
+        if (next.hold) {
+          await clock.sleep(next.waitMs, state.signal);
+          continue;
+        }
+        // A longer wait holds no slot: the run is let go until it is due.
+        const reason =
+          `the model's request for step ${seq} failed ${failure.failures} time${
+            failure.failures === 1 ? "" : "s"
+          } since ${failure.failing_since?.toISOString()} (last: ${e.code}: ${e.message}); asked again at ${next.at.toISOString()}, ` +
+          `given up at ${next.givesUpAt.toISOString()}`;
+        await store.retryRun(state.fence, next.at, reason, now);
+        throw new RetryingError(next.at, reason);
       } finally {
         timeout.cancel();
         // Every piece is sent before the answer is journaled: a watcher sees the text, then the answer.
@@ -271,6 +321,32 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
   } catch (error) {
     return failed(error, { journal: row });
   }
+}
+
+/**
+ * The run waits for its model to be asked again after a request that failed
+ * as in an outage: it is let go (waiting, no lease, no slot) until `wakeAt`,
+ * the write done, and a worker takes it again then.
+ */
+export class RetryingError extends RuntimeError {
+  /** When the model is asked again. */
+  readonly wakeAt: Date;
+  /** Creates the marker, `reason` saying what the run waits for. */
+  constructor(wakeAt: Date, reason: string) {
+    super("WAITING_TO_RETRY", `Waiting until ${wakeAt.toISOString()}: ${reason}`);
+    this.name = "RetryingError";
+    this.wakeAt = wakeAt;
+  }
+}
+
+/**
+ * Model requests of the step that got no usable answer for a reason an
+ * outage does not explain: every request counts an attempt, and every
+ * failure a worker saw is recorded, so the difference (refused answers, and
+ * answers lost with a worker that stopped).
+ */
+function unexplained(row: JournalRow | undefined): number {
+  return row === undefined ? 0 : Math.max(0, row.llm_attempts - row.failures);
 }
 
 /** Log fields of a decision. */

@@ -14,7 +14,7 @@ import { SimulatedKill } from "./crashpoints.ts";
 import { BudgetError } from "./budget.ts";
 import { act, BlockedError, SleepingError, WaitingError } from "./executor.ts";
 import { callsOf, stepWidth } from "./calls.ts";
-import { decide } from "./journal.ts";
+import { decide, RetryingError } from "./journal.ts";
 import { closeRun, familyOf, ParentClosedError } from "./family.ts";
 import {
   afterAnswer,
@@ -424,8 +424,8 @@ async function driveClaimed(
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;
     if (err instanceof FencedError) return fenced(deps, state, err, seq);
-    if (err instanceof WaitingError || err instanceof SleepingError) {
-      // requestApprovals (or waitRun) already set the run to waiting and released it.
+    if (err instanceof WaitingError || err instanceof SleepingError || err instanceof RetryingError) {
+      // requestApprovals (or waitRun, or retryRun) already set the run to waiting and released it.
       return { ...outcome("waiting", seq, err.message), runStatus: "waiting" };
     }
     if (err instanceof ParentClosedError) {
@@ -443,7 +443,11 @@ async function driveClaimed(
     if (
       err instanceof ModelError || err instanceof ToolError || err instanceof BudgetError || isRunFailure(err)
     ) {
-      const error = describeError(err);
+      // A conversation that fails keeps its history: the person is told how to take it up again.
+      const error = describeError(err) +
+        (state.conversation
+          ? `. The conversation keeps its history: 'deno task reopen ${runId}' takes it up again`
+          : "");
       const lost = await close("failed", error);
       if (lost) return lost;
       log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
@@ -517,7 +521,7 @@ async function step(
       if (err instanceof SleepingError) {
         // The run sleeps until its first waiting call is due, holding no worker; unless one of them was
         // settled from outside meanwhile: then the step goes on with the rows as they are now.
-        if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now())) {
+        if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now(), err.message)) {
           deps.log.info("sleeping", {
             run: state.fence.runId,
             seq,

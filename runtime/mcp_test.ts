@@ -34,7 +34,11 @@ async function runToEnd(
   runId: string,
   tools: McpTools | ((ctx: Parameters<McpTools>[0]) => Promise<Tool[]>),
   answers: ModelAnswer[],
-  opts: { backoffMs?: number; whileRunning?: (events: () => Logged[]) => Promise<void> } = {},
+  opts: {
+    backoffMs?: number;
+    horizonMs?: number;
+    whileRunning?: (events: () => Logged[]) => Promise<void>;
+  } = {},
 ) {
   const lines: string[] = [];
   const log = new Logger({ clock: new SystemClock(), sink: arraySink(lines), format: "json" });
@@ -45,7 +49,7 @@ async function runToEnd(
   const worker = await client.startWorker([agent], {
     pollMs: 10,
     log,
-    retry: { ...DEFAULT_RETRY, backoffBaseMs: backoff, backoffMaxMs: backoff },
+    retry: { ...DEFAULT_RETRY, backoffBaseMs: backoff, backoffMaxMs: backoff, horizonMs: opts.horizonMs },
   });
   try {
     await client.start(agent, { runId, input: "Do as the operator asks." });
@@ -172,7 +176,7 @@ Deno.test("a server's hints decide nothing unless the agent trusts them; safeToR
   }
 });
 
-Deno.test("a hanging call ends at its timeout as an unknown outcome: flagged when undeclared, re-sent up to maxAttempts when declared safe", async () => {
+Deno.test("a hanging call ends at its timeout as an unknown outcome: flagged when undeclared, re-sent until its retry horizon when declared safe", async () => {
   const slow = await McpTestServer.open("hanging");
   const flagged = mcpTools({ transport: () => slow.inMemory(), timeoutMs: 100 });
   const safe = mcpTools({
@@ -196,13 +200,15 @@ Deno.test("a hanging call ends at its timeout as an unknown outcome: flagged whe
     );
     assert.equal(slow.counts().byKey["hang-flag:0"], 1, "sent once");
 
-    const two = await runToEnd("hang-safe", safe, answers);
+    // Each request times out after 100 ms; with a horizon of 50 ms from the first failure, the second
+    // failure is past it.
+    const two = await runToEnd("hang-safe", safe, answers, { horizonMs: 50 });
     assert.equal(two.end.status, "failed");
     assert.match(
       two.end.error ?? "",
-      /^TOOL_GAVE_UP: Tool call hang-safe:0 \(export_report\) failed 2 times/,
+      /^TOOL_GAVE_UP: Tool call hang-safe:0 \(export_report\) failed 2 times over \d+ s \(the retry horizon is 0 s/,
     );
-    assert.equal(slow.counts().byKey["hang-safe:0"], 2, "sent again under its key, up to maxAttempts");
+    assert.equal(slow.counts().byKey["hang-safe:0"], 2, "sent again under its key, until the horizon");
   } finally {
     await flagged.close();
     await safe.close();

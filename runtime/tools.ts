@@ -204,6 +204,57 @@ export function waitExpired(tool: Tool, key: string, deadlineAt: Date): ToolErro
   );
 }
 
+/**
+ * How a tool's calls ride out an outage: a request that fails for a reason
+ * an outage explains (a refused or reset connection, a timeout, a transient
+ * {@link ToolError}: 408, 409, 429, 5xx) is sent again under the same key,
+ * after a backoff, until `horizonMs` has passed since the call's first such
+ * failure; a wait longer than a moment lets the run go (no worker slot held)
+ * until the call is due.
+ */
+export interface ToolRetry {
+  /** How long failures are retried, from the first (counted in the database, across restarts). */
+  horizonMs?: number;
+  /** The first backoff; doubled for each failure, with jitter. */
+  backoffBaseMs?: number;
+  /** The longest backoff. */
+  backoffMaxMs?: number;
+}
+
+/** What a tool's `onGiveUp` function is told of a call it gives up. */
+export interface ToolGiveUp {
+  /** The call's key. */
+  idempotencyKey: string;
+  /** The last request's error. */
+  error: ToolError;
+  /** Failed requests recorded under the key. */
+  failures: number;
+  /** How long the call has been failing, in milliseconds. */
+  failingForMs: number;
+}
+
+/**
+ * The time a call its remote accepted is asked again: what the remote asked
+ * for, but no sooner than the tool's floor for a call asked `polls` times
+ * (`minCheckAfterMs`, doubled per poll, at most `floorMaxMs`). Returns the
+ * time and whether the floor raised it.
+ */
+export function checkAtWithFloor(
+  tool: Tool,
+  outcome: ToolAccepted,
+  polls: number,
+  floorMaxMs: number,
+  now: Date,
+): { at: Date; raised: boolean; floorMs: number } {
+  const asked = checkAtOf(tool, outcome, now);
+  const floorMs = Math.min(
+    Math.max(tool.minCheckAfterMs, floorMaxMs),
+    tool.minCheckAfterMs * 2 ** Math.min(Math.max(0, polls), 30),
+  );
+  const floor = new Date(now.getTime() + floorMs);
+  return asked >= floor ? { at: asked, raised: false, floorMs } : { at: floor, raised: true, floorMs };
+}
+
 /** What a tool's `reconcile` receives besides the call's arguments. */
 export interface ReconcileContext {
   /** The call's key, `<run_id>:<seq>`: look the call up by it (sent as the remote's reference). */
@@ -272,8 +323,37 @@ export interface ToolSpec<A> {
   idempotent?: boolean;
   /** Per-request timeout, through `ctx.signal`. Default 30 000. */
   timeoutMs?: number;
-  /** Requests under one key before the run fails (transient errors only). Default 4. */
+  /**
+   * Requests under one key whose outcome no worker lived to record (each
+   * worker stopped mid-call) before the call is given up (`TOOL_GAVE_UP`, or
+   * flagged for a tool that takes no key). Failures a worker saw and recorded
+   * (a refused connection, a timeout, 5xx, 429) do not count here: they are
+   * retried until the retry horizon (`retry`). Default 4.
+   */
   maxAttempts?: number;
+  /**
+   * How this tool's calls ride out an outage of its remote: each field given
+   * replaces the agent's (then the process's, `RETRY_HORIZON_S`, ...). See
+   * {@link ToolRetry}.
+   */
+  retry?: ToolRetry;
+  /**
+   * What becomes of a call still failing when its retry horizon has passed:
+   * `"fail-run"` (the default) fails the run `TOOL_GAVE_UP`; `"answer"` makes
+   * the failure the call's result, which the model sees (the run goes on);
+   * a function gives that answer's text. Choose an answer for a call that is
+   * safe to decide about again (a lookup), since the remote may have acted
+   * on a request whose answer was lost.
+   */
+  onGiveUp?: "fail-run" | "answer" | ((failure: ToolGiveUp) => string);
+  /**
+   * The least time, in milliseconds, before a call its remote accepted is
+   * asked again, whatever the remote says (`accepted.checkAfterMs`): doubled
+   * for each time it was asked, up to the tool's `backoffMaxMs`, so a remote
+   * that keeps saying "not yet, ask again at once" is asked less and less
+   * often. Default 1 000.
+   */
+  minCheckAfterMs?: number;
   /**
    * How long a call may wait on its remote after the remote first accepted
    * it ({@link ToolAccepted}) before it fails as not finished in time.
@@ -313,8 +393,14 @@ export interface Tool {
   readonly idempotent: boolean;
   /** Per-request timeout. */
   readonly timeoutMs: number;
-  /** Requests under one key before the run fails. */
+  /** Requests under one key whose outcome no worker recorded before the call is given up. */
   readonly maxAttempts: number;
+  /** How its calls ride out an outage (each field unset: the agent's). */
+  readonly retry: ToolRetry;
+  /** What becomes of a call still failing past its retry horizon. */
+  readonly onGiveUp: "fail-run" | "answer" | ((failure: ToolGiveUp) => string);
+  /** The least time before an accepted call is asked again, doubled per poll. */
+  readonly minCheckAfterMs: number;
   /** How long a call may wait on its remote after it first accepted the call. */
   readonly waitDeadlineMs: number;
   /** The JSON Schema the model sees: the spec's `parameters`, or derived from `args`. */
@@ -357,7 +443,8 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
   const maxAttempts = spec.maxAttempts ?? 4;
   const reconcileTimeoutMs = spec.reconcileTimeoutMs ?? timeoutMs;
   const waitDeadlineMs = spec.waitDeadlineMs ?? 3_600_000;
-  const positive = { timeoutMs, maxAttempts, reconcileTimeoutMs, waitDeadlineMs };
+  const minCheckAfterMs = spec.minCheckAfterMs ?? 1_000;
+  const positive = { timeoutMs, maxAttempts, reconcileTimeoutMs, waitDeadlineMs, minCheckAfterMs };
   for (const [option, value] of Object.entries(positive)) {
     if (!Number.isInteger(value) || value < 1) {
       throw new RuntimeError(
@@ -365,6 +452,15 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
         `Cannot define tool ${spec.name} as '${option}' must be a positive integer: current value is ${value}`,
       );
     }
+  }
+  const retry = toolRetry(spec.name, spec.retry);
+  const onGiveUp = spec.onGiveUp ?? "fail-run";
+  if (onGiveUp !== "fail-run" && onGiveUp !== "answer" && typeof onGiveUp !== "function") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'onGiveUp' must be "fail-run", "answer" or a function: current ` +
+        `value is ${describeValue(onGiveUp)}`,
+    );
   }
   const reconcile = spec.reconcile;
   if (reconcile !== undefined && typeof reconcile !== "function") {
@@ -409,6 +505,9 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     idempotent: spec.idempotent ?? true,
     timeoutMs,
     maxAttempts,
+    retry,
+    onGiveUp,
+    minCheckAfterMs,
     waitDeadlineMs,
     parameters,
     needsApproval: (args) =>
@@ -496,4 +595,30 @@ export class ToolRegistry {
 
 function describeIssues(error: unknown): string {
   return error instanceof z.ZodError ? z.prettifyError(error) : String(error);
+}
+
+/** A tool's `retry`, checked: each field given a whole number of milliseconds (the horizon from 0). */
+function toolRetry(name: string, given: ToolRetry | undefined): ToolRetry {
+  if (given === undefined) return {};
+  if (given === null || typeof given !== "object") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${name} as 'retry' must be an object: current value is ${describeValue(given)}`,
+    );
+  }
+  const out: ToolRetry = {};
+  for (const field of ["horizonMs", "backoffBaseMs", "backoffMaxMs"] as const) {
+    const value = given[field];
+    if (value === undefined) continue;
+    const least = field === "horizonMs" ? 0 : 1;
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < least) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${name} as 'retry.${field}' must be an integer of milliseconds from ${least}: ` +
+          `current value is ${describeValue(value)}`,
+      );
+    }
+    out[field] = value;
+  }
+  return out;
 }

@@ -11,6 +11,7 @@
  * @module
  */
 
+import type { RetryPolicy } from "../runtime/retry.ts";
 import type { SpawnWorker, WorkerHandle } from "./supervisor.ts";
 
 /** Settings passed to every worker. */
@@ -27,6 +28,8 @@ export interface WorkerEnv {
   logFormat: "text" | "json";
   /** How long a worker may take to import the agent module. */
   agentLoadMs: number;
+  /** The retry settings given to the supervisor (`RETRY_HORIZON_S`, ...): each one set is passed on. */
+  retry?: Partial<RetryPolicy>;
 }
 
 // Settings a worker must not inherit from the supervisor's environment: runs
@@ -57,6 +60,7 @@ export function processSpawner(env: WorkerEnv, command: readonly string[]): Spaw
       LOG_FORMAT: env.logFormat,
       AGENT_LOAD_S: String(env.agentLoadMs / 1000),
       EXIT_ON_STDIN_EOF: "1",
+      ...retryEnv(env.retry),
     });
     const child = new Deno.Command(command[0], {
       args: command.slice(1),
@@ -81,4 +85,13 @@ export function processSpawner(env: WorkerEnv, command: readonly string[]): Spaw
       },
     };
   };
+}
+
+/** The retry settings set, as a worker's environment (`RETRY_HORIZON_S`, `RETRY_BACKOFF_MS`, `RETRY_BACKOFF_MAX_S`). */
+function retryEnv(retry: Partial<RetryPolicy> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (retry?.horizonMs !== undefined) out.RETRY_HORIZON_S = String(retry.horizonMs / 1000);
+  if (retry?.backoffBaseMs !== undefined) out.RETRY_BACKOFF_MS = String(retry.backoffBaseMs);
+  if (retry?.backoffMaxMs !== undefined) out.RETRY_BACKOFF_MAX_S = String(retry.backoffMaxMs / 1000);
+  return out;
 }

@@ -78,6 +78,10 @@ export interface TimelineStep {
     waitDeadlineAt: string | null;
     /** Re-sends that asked how the job stands. */
     polls: number;
+    /** Requests that failed as in an outage (sent again at `checkAt`, until the retry horizon). */
+    failures: number;
+    /** When the first of them failed. */
+    failingSince: string | null;
   } | null;
   /** Its events, each with the epoch that wrote it. */
   events: LaneEvent[];
@@ -176,6 +180,8 @@ function callOf(e: EffectView): NonNullable<TimelineStep["call"]> {
     checkAt: iso(e.check_at),
     waitDeadlineAt: iso(e.wait_deadline_at),
     polls: e.polls,
+    failures: e.failures,
+    failingSince: iso(e.failing_since),
   };
 }
 

@@ -56,6 +56,11 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "effect-waiting": "tool-waiting",
   // It lets the run go, as an approval request may: its own position, a fenced write.
   "wait-run": "wait",
+  // A run let go until its model may be asked again after an outage: a wait too.
+  "retry-run": "wait",
+  // A failed request recorded on its row: a refusal of the attempt, as a rejected answer is.
+  "journal-failure": "journal-reject",
+  "effect-failure": "tool-settle",
   "claim": "claim",
   "first-claim": "first-claim",
   "heartbeat": "heartbeat",

@@ -14,16 +14,20 @@ import { readRun } from "./reads.ts";
 import type { Fence, NewRun, RunRow, TakenRun } from "./rows.ts";
 import { CLAIMABLE_AT, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
 
-// A run's progress: confirmed decisions plus settled tool calls, and the
-// answers of a call's remote that said its job is not done yet (a waiting call
-// counts the accepted answers it got: its polls, plus one once the last poll
-// was answered), so a run woken again and again while a job runs is not taken
-// for stuck, and one whose worker dies at every poll is. Every claim compares
-// it with the mark the claim before left, to count claims that found no
-// progress (a run whose workers keep dying is stopped at a bound).
+// A run's progress: confirmed decisions plus settled tool calls, the answers
+// of a call's remote that said its job is not done yet (a waiting call counts
+// the accepted answers it got: its polls, plus one once the last poll was
+// answered), and the failed requests a worker lived to record (an outage
+// ridden out: `failures`), so a run woken again and again while a job runs or
+// a remote is down is not taken for stuck, and one whose worker dies at every
+// request is. Every claim compares it with the mark the claim before left, to
+// count claims that found no progress (a run whose workers keep dying is
+// stopped at a bound).
 const progressOf = (runId: string) =>
-  `((select count(*) from journal j where j.run_id = ${runId} and j.status = 'confirmed')
-  + (select coalesce(sum(case e.status when 'intent' then e.polls when 'waiting' then e.polls + 1 else 1 end), 0)
+  `((select coalesce(sum(j.failures + case j.status when 'confirmed' then 1 else 0 end), 0)
+       from journal j where j.run_id = ${runId})
+  + (select coalesce(sum(e.failures + case e.status when 'intent' then e.polls when 'waiting' then e.polls + 1
+                                                      else 1 end), 0)
        from side_effects e where e.run_id = ${runId}))::int`;
 
 // A claim's marks, from the progress `source.progress` counted: one more claim

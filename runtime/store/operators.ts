@@ -261,7 +261,11 @@ const REOPEN_RUN = statement(
           where run_id = $1 and status in ('failed', 'cancelled')
           returning *
        ), e as (
-         update side_effects set attempts_at_reopen = attempts
+         update side_effects set attempts_at_reopen = attempts, failing_since = null, check_at = null
+          where run_id = (select run_id from r) and status = 'intent'
+          returning 1
+       ), j as (
+         update journal set failing_since = null
           where run_id = (select run_id from r) and status = 'intent'
           returning 1
        )

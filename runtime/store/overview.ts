@@ -187,6 +187,10 @@ export interface EffectView {
   wait_deadline_at: Date | null;
   /** Re-sends that asked how the job stands. */
   polls: number;
+  /** Requests that failed as in an outage, recorded (sent again at `check_at`, until the retry horizon). */
+  failures: number;
+  /** When the first of them failed. */
+  failing_since: Date | null;
   /** The arguments sent. */
   args: Clipped<Json>;
   /** What the remote answered. */
@@ -305,7 +309,9 @@ const STEPS_EFFECTS = statement(
   "steps-effects",
   `select e.idempotency_key, e.seq, e.tool, e.status, e.attempts, e.epoch, e.remote, e.intent_at,
             e.confirmed_at, e.resolved_by, e.resolved_at, e.check_at, e.wait_deadline_at, e.polls,
-            ${clipped("args", "e.args")}, ${clipped("result", "e.result")}, ${clipped("error")}
+            e.failures, e.failing_since, ${clipped("args", "e.args")}, ${clipped("result", "e.result")}, ${
+    clipped("error")
+  }
        from side_effects e
        ${clipFrom("args", "e.args::text")}
        ${clipFrom("result", "e.result::text")}
@@ -413,6 +419,8 @@ export async function stepsView(
       check_at: e.check_at as Date | null,
       wait_deadline_at: e.wait_deadline_at as Date | null,
       polls: Number(e.polls),
+      failures: Number(e.failures),
+      failing_since: e.failing_since as Date | null,
       args: unclip(e, "args"),
       result: unclip(e, "result"),
       error: unclip(e, "error"),

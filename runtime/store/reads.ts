@@ -27,17 +27,17 @@ const READ_RUN = statement("read-run", `select * from runs where run_id = $1`);
 // `to_jsonb`), so timestamps come back as `Date` on both drivers.
 const READ_HISTORY = statement(
   "read-history",
-  `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at,
+  `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at, failures, failing_since, error,
               decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens, params,
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
-              null::text as remote, null::text as error, null::int as attempts,
+              null::text as remote, null::int as attempts,
               null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen,
               null::timestamptz as check_at, null::timestamptz as wait_deadline_at, null::int as polls
          from journal where run_id = $1
        union all
-       select 'e', run_id, seq, status, epoch, intent_at, confirmed_at,
+       select 'e', run_id, seq, status, epoch, intent_at, confirmed_at, failures, failing_since, error,
               null, null, null, null, null, null, null,
-              idempotency_key, tool, args, result, remote, error, attempts, resolved_by, resolved_at,
+              idempotency_key, tool, args, result, remote, attempts, resolved_by, resolved_at,
               attempts_at_reopen, check_at, wait_deadline_at, polls
          from side_effects where run_id = $1
        order by tbl desc, seq`,
@@ -59,6 +59,8 @@ interface HistoryRow {
   epoch: number;
   intent_at: Date;
   confirmed_at: Date | null;
+  failures: number;
+  failing_since: Date | null;
   decision: Json | null;
   llm_attempts: number | null;
   usage: Json | null;
@@ -109,7 +111,8 @@ export class RunReads {
     const journal: JournalRow[] = [];
     const effects: SideEffectRow[] = [];
     for (const r of rows) {
-      const { run_id, seq, status, epoch, intent_at, confirmed_at } = r;
+      const { run_id, seq, status, epoch, intent_at, confirmed_at, failing_since, error } = r;
+      const failures = r.failures ?? 0;
       if (r.tbl === "j") {
         journal.push({
           run_id,
@@ -125,6 +128,9 @@ export class RunReads {
           reserved_tokens: r.reserved_tokens ?? 0,
           spent_tokens: r.spent_tokens ?? 0,
           params: r.params ?? null,
+          failures,
+          failing_since,
+          error,
         });
       } else {
         effects.push({
@@ -136,7 +142,7 @@ export class RunReads {
           status: status as EffectStatus,
           result: r.result,
           remote: r.remote,
-          error: r.error,
+          error,
           attempts: r.attempts!,
           epoch,
           intent_at,
@@ -147,6 +153,8 @@ export class RunReads {
           check_at: r.check_at,
           wait_deadline_at: r.wait_deadline_at,
           polls: r.polls ?? 0,
+          failures,
+          failing_since,
         });
       }
     }

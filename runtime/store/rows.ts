@@ -163,6 +163,17 @@ export interface JournalRow {
   spent_tokens: number;
   /** The parameters its last model request was sent with (the cap as sent), or null for none. */
   params: ModelParams | null;
+  /**
+   * Requests of this step that failed for a reason an outage explains (a
+   * refused or reset connection, a timeout, 5xx, 429), each recorded by the
+   * worker that saw it: asked again until the retry horizon has passed since
+   * `failing_since`.
+   */
+  failures: number;
+  /** When the first of {@link JournalRow.failures} was recorded; null before any. */
+  failing_since: Date | null;
+  /** The last recorded failure's message; null before any. */
+  error: string | null;
 }
 
 /** A row of `side_effects`. */
@@ -206,12 +217,27 @@ export interface SideEffectRow {
    * tool's `maxAttempts` is allowed. Null: never reopened so.
    */
   attempts_at_reopen: number | null;
-  /** When a `waiting` call is re-sent under its key to ask how the job stands; null otherwise. */
+  /**
+   * When the call may be sent again: a `waiting` call, to ask how the job
+   * stands; a call at `intent` whose last request failed (see
+   * {@link SideEffectRow.failures}), to try again. Null otherwise.
+   */
   check_at: Date | null;
   /** When a call its remote accepted and has not finished fails: fixed by its first accepted answer. */
   wait_deadline_at: Date | null;
   /** Re-sends of an accepted call to ask how its job stands, counted at each one's intent (0 before any). */
   polls: number;
+  /**
+   * Requests under the key that failed for a reason an outage explains (a
+   * refused or reset connection, a timeout, 5xx, 429), each recorded by the
+   * worker that saw it (its message in `error`, the next request not before
+   * `check_at`): sent again until the retry horizon has passed since
+   * `failing_since`. `attempts - failures` is the requests whose outcome no
+   * worker lived to record, which the tool's `maxAttempts` bounds.
+   */
+  failures: number;
+  /** When the first of {@link SideEffectRow.failures} was recorded; null before any. */
+  failing_since: Date | null;
 }
 
 /** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */

@@ -138,10 +138,39 @@ const EFFECT_WAITING = statement(
   "effect-waiting",
   `update side_effects set status = 'waiting', result = $4::text::jsonb,
               check_at = least($5::timestamptz, check_at),
-              wait_deadline_at = coalesce(wait_deadline_at, $6::timestamptz), error = null
+              wait_deadline_at = coalesce(wait_deadline_at, $6::timestamptz), error = null, failing_since = null
         where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
 );
-// A run let go until its calls are due again. It must still be this worker's:
+// Outages. A request that failed for a reason an outage explains is recorded
+// on its row (one more failure, the first one's time kept, the message), and a
+// tool call's next request is not sent before $6 (check_at: cleared by that
+// request's intent, EFFECT_INTENT_UPSERT). A model request's reservation is
+// released when the failure says no answer was written ($6): it was not paid.
+const JOURNAL_FAILURE = statement(
+  "journal-failure",
+  `update journal set failures = failures + 1, failing_since = coalesce(failing_since, $4::timestamptz),
+              error = $5, reserved_tokens = greatest(0, reserved_tokens - $6)
+        where run_id = $1 and seq = $3 and status = 'intent' and ${FENCE}`,
+);
+const EFFECT_FAILURE = statement(
+  "effect-failure",
+  `update side_effects set failures = failures + 1, failing_since = coalesce(failing_since, $4::timestamptz),
+              error = $5, check_at = $6::timestamptz
+        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
+);
+// A run let go until its model may be asked again (its last request failed as
+// in an outage): no call of it waits, so nothing but the timer wakes it; $5
+// says what it waits for (runs.error, shown by the runs list; the next claim
+// clears it once it makes progress).
+const RETRY_RUN = statement(
+  "retry-run",
+  `update runs set status = 'waiting', wake_at = $3::timestamptz, heartbeat_at = null,
+              updated_at = $4::timestamptz, error = $5
+        where run_id = $1 and ${RUNNING_AT("$2")}`,
+);
+// A run let go until its calls are due again (a call its remote accepted, or
+// one at intent to be sent again after a failure: check_at set on both; $5
+// says what the run waits for). It must still be this worker's:
 // running under its epoch, or waiting under it (the worker released it for a
 // person's answer in the same step, and nobody has taken it since: a claim
 // moves the epoch, an answer makes it pending, a cancel closes it). It waits
@@ -160,12 +189,13 @@ const WAIT_RUN = statement(
             for no key update),
        calls as (
          select e.check_at from side_effects e
-          where e.run_id = $1 and e.status = 'waiting' and exists (select 1 from run)
+          where e.run_id = $1 and (e.status = 'waiting' or (e.status = 'intent' and e.check_at is not null))
+            and exists (select 1 from run)
             for share),
        w as (
          update runs set status = 'waiting', wake_at = least($3::timestamptz, (select min(check_at) from calls)),
                 heartbeat_at = null,
-                updated_at = $4::timestamptz
+                updated_at = $4::timestamptz, error = $5
           where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
             and exists (select 1 from calls)
          returning 1)
@@ -255,6 +285,9 @@ export const RUN_WRITE_STATEMENTS = [
   REQUEST_APPROVAL,
   EFFECT_WAITING,
   WAIT_RUN,
+  JOURNAL_FAILURE,
+  EFFECT_FAILURE,
+  RETRY_RUN,
 ] as const;
 
 // The rows a fresh intent's plain insert writes, from the very values the
@@ -281,6 +314,9 @@ function freshJournalRow(
     reserved_tokens: reserveTokens,
     spent_tokens: 0,
     params,
+    failures: 0,
+    failing_since: null,
+    error: null,
   };
 }
 
@@ -309,6 +345,8 @@ function freshEffectRow(
     check_at: null,
     wait_deadline_at: null,
     polls: 0,
+    failures: 0,
+    failing_since: null,
   };
 }
 
@@ -779,7 +817,9 @@ export class RunWrites {
 
   /**
    * Lets go of the run until `wakeAt` because its calls wait on their
-   * remotes: the run goes to `waiting` with `wake_at`, its lease cleared
+   * remotes (or on a call to be sent again after a failure, its `check_at`
+   * set by {@link RunWrites.effectFailure}): the run goes to `waiting` with
+   * `wake_at` and `reason` as its error (what it waits for), its lease cleared
    * (holding no worker's slot), for a worker host's take (or a claim) to take
    * it again from then. The run must be this worker's: running under its
    * epoch, or waiting under it for a person's answer this worker asked for
@@ -789,16 +829,101 @@ export class RunWrites {
    * was, still this worker's, and the worker goes on with the rows as they
    * are now. Throws {@link FencedError} when the run is not this worker's.
    */
-  async waitRun(f: Fence, wakeAt: Date, now: Date): Promise<boolean> {
+  async waitRun(f: Fence, wakeAt: Date, now: Date, reason: string | null = null): Promise<boolean> {
     const rows = await queryRows<{ held: boolean; waiting: boolean }>(this.#client, WAIT_RUN, [
       f.runId,
       f.epoch,
       ts(wakeAt),
       ts(now),
+      textParam(reason),
     ]);
     const row = rows[0];
     if (!row?.held) throw await this.refusal(f, `wait until ${ts(wakeAt)}`);
     return row.waiting;
+  }
+
+  /**
+   * Records that the model request of step `row.seq` (as the worker holds it,
+   * at `intent`) failed for a reason an outage explains: one more failure,
+   * the first one's time kept, `error` as the last message, and `released`
+   * tokens of its reservation given back (a request that got no answer was
+   * not paid for). Returns the row as the write left it; throws
+   * {@link FencedError} when refused.
+   */
+  async journalFailure(
+    f: Fence,
+    row: JournalRow,
+    failure: { error: string; released: number },
+    now: Date,
+  ): Promise<JournalRow> {
+    const error = textParam(failure.error);
+    const released = Math.min(row.reserved_tokens, Math.max(0, failure.released));
+    const written = await runWrite(this.#client, JOURNAL_FAILURE, [
+      f.runId,
+      f.epoch,
+      ofRun(f, row).seq,
+      ts(now),
+      error,
+      released,
+    ]);
+    if (written === 0) throw await this.refusal(f, `journal failure seq=${row.seq}`);
+    return {
+      ...row,
+      failures: row.failures + 1,
+      failing_since: row.failing_since ?? now,
+      error,
+      reserved_tokens: row.reserved_tokens - released,
+    };
+  }
+
+  /**
+   * Records that the request of the tool call `row` (as the worker holds it,
+   * at `intent`) failed for a reason an outage explains: one more failure,
+   * the first one's time kept, `error` as the last message, and `retryAt`
+   * (`check_at`) as the earliest time it is sent again. Returns the row as the
+   * write left it; throws {@link FencedError} when refused.
+   */
+  async effectFailure(
+    f: Fence,
+    row: SideEffectRow,
+    failure: { error: string; retryAt: Date },
+    now: Date,
+  ): Promise<SideEffectRow> {
+    const key = ofRun(f, row).idempotency_key;
+    const error = textParam(failure.error);
+    const written = await runWrite(this.#client, EFFECT_FAILURE, [
+      f.runId,
+      f.epoch,
+      key,
+      ts(now),
+      error,
+      ts(failure.retryAt),
+    ]);
+    if (written === 0) throw await this.refusal(f, `tool failure key=${key}`);
+    return {
+      ...row,
+      failures: row.failures + 1,
+      failing_since: row.failing_since ?? now,
+      error,
+      check_at: failure.retryAt,
+    };
+  }
+
+  /**
+   * Lets go of the run until `wakeAt`, when its model is asked again after a
+   * request that failed as in an outage: the run goes to `waiting` with
+   * `wake_at` and `reason` (what it waits for) as its error, holding no
+   * worker. Throws {@link FencedError} when the run is not this worker's.
+   */
+  async retryRun(f: Fence, wakeAt: Date, reason: string, now: Date): Promise<void> {
+    const written = await runWrite(this.#client, RETRY_RUN, [
+      f.runId,
+      f.epoch,
+      ts(wakeAt),
+      ts(now),
+      textParam(reason),
+    ]);
+    if (written === 0) throw await this.refusal(f, `retry at ${ts(wakeAt)}`);
   }
 
   /** Explains a refused write: the epoch moved (fenced), the run was closed, or the row was not as expected. */

@@ -54,6 +54,9 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "reserved_tokens",
     "spent_tokens",
     "params",
+    "failures",
+    "failing_since",
+    "error",
   ],
   side_effects: [
     "idempotency_key",
@@ -75,6 +78,8 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "check_at",
     "wait_deadline_at",
     "polls",
+    "failures",
+    "failing_since",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
   messages: ["run_id", "seq", "message_id", "text", "created_at", "answer_seq", "answered_at"],

@@ -46,6 +46,9 @@ export type StatementName =
   | "approval-request"
   | "effect-waiting"
   | "wait-run"
+  | "journal-failure"
+  | "effect-failure"
+  | "retry-run"
   | "group-write"
   // reads
   | "read-run"

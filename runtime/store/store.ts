@@ -269,6 +269,21 @@ export class Store {
     return this.writes.waitRun(...args);
   }
 
+  /** Records a model request that failed as in an outage. See {@link RunWrites.journalFailure}. */
+  journalFailure(...args: Parameters<RunWrites["journalFailure"]>): ReturnType<RunWrites["journalFailure"]> {
+    return this.writes.journalFailure(...args);
+  }
+
+  /** Records a tool request that failed as in an outage. See {@link RunWrites.effectFailure}. */
+  effectFailure(...args: Parameters<RunWrites["effectFailure"]>): ReturnType<RunWrites["effectFailure"]> {
+    return this.writes.effectFailure(...args);
+  }
+
+  /** Lets go of the run until its model may be asked again. See {@link RunWrites.retryRun}. */
+  retryRun(...args: Parameters<RunWrites["retryRun"]>): ReturnType<RunWrites["retryRun"]> {
+    return this.writes.retryRun(...args);
+  }
+
   /**
    * Explains a refused write: the epoch moved (fenced), the run was closed, or the row was not as expected.
    * See {@link RunWrites.refusal}.

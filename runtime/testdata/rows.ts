@@ -31,6 +31,9 @@ export function journalRow(
     reserved_tokens: 0,
     spent_tokens: 0,
     params: null,
+    failures: 0,
+    failing_since: null,
+    error: null,
   };
 }
 
@@ -61,6 +64,8 @@ export function effectRow(
     check_at: null,
     wait_deadline_at: null,
     polls: 0,
+    failures: 0,
+    failing_since: null,
     ...row,
   };
 }

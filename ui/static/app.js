@@ -518,6 +518,15 @@ function stepDetail(step, readOnly) {
             }asked ${c.polls}x · deadline ${time(c.waitDeadlineAt)}`,
           )
           : "",
+        c.failures > 0
+          ? h(
+            "div",
+            { class: "muted", "data-failures": c.key },
+            `failed ${c.failures}x since ${time(c.failingSince)}${
+              c.status === "intent" && c.checkAt ? ` · sent again under its key at ${time(c.checkAt)}` : ""
+            }`,
+          )
+          : "",
         "value" in c.result && c.result.value === null
           ? ""
           : h("div", {}, "result ", valueView(c.result, "call.result", seq, true)),
@@ -636,7 +645,7 @@ function drawCard() {
             t.conversation?.idle
               ? `for the next message, until ${time(r.wakeAt)}`
               : r.wakeAt
-              ? `on its calls' remotes, until ${time(r.wakeAt)}`
+              ? `until ${time(r.wakeAt)}: on its calls' remotes, or to ask again after a failure (see error)`
               : "for a person",
           ),
         ]
