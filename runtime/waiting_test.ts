@@ -28,7 +28,10 @@ function scripted(answers: ModelAnswer[]): { planner: Planner; asked: () => numb
   };
 }
 
-async function world(answers: ModelAnswer[], toolOpts: { waitDeadlineMs?: number; jobMs?: number } = {}) {
+async function world(
+  answers: ModelAnswer[],
+  toolOpts: { waitDeadlineMs?: number; jobMs?: number; checkAfterMs?: number } = {},
+) {
   const clock = new ManualClock();
   const store = new Store(await openPglite());
   await store.applySchema();
@@ -53,7 +56,10 @@ async function world(answers: ModelAnswer[], toolOpts: { waitDeadlineMs?: number
       );
       const body = await res.json();
       if (res.status === 202) {
-        return { result: { job: body.job_id }, accepted: { checkAfterMs: body.retry_after_ms } };
+        return {
+          result: { job: body.job_id },
+          accepted: { checkAfterMs: toolOpts.checkAfterMs ?? body.retry_after_ms },
+        };
       }
       if (body.status === "failed") throw new ToolError("REPORT_FAILED", body.error, { transient: false });
       return { result: body.result };
@@ -154,6 +160,75 @@ Deno.test("a call settled from outside while its run sleeps: the run is woken an
     const e = (await w.store.loadHistory("r3")).effects[0];
     assert.deepEqual([e.status, e.remote, e.result], ["confirmed", "resolved", { url: "by-hand" }]);
     assert.equal(w.cloud.requests().by_path["/v1/jobs"], 1, "the remote was not asked again");
+  } finally {
+    await w.store.client.close();
+  }
+});
+
+Deno.test("a settle that lands between the worker taking the run and its re-send: the worker goes on with the settled call, not stalled", async () => {
+  const w = await world([{ kind: "tool_calls", calls: [render("race")] }, {
+    kind: "done",
+    text: "Rendered.",
+  }]);
+  try {
+    assert.equal((await runWorker(w.deps, "r4", "x")).status, "waiting");
+    await w.clock.advance(30_000);
+    // The worker is due and takes the run; just before its re-send's intent is written, a webhook settles
+    // the call (planted from outside, around the store's write, as the adversarial pass's race did).
+    const intent = w.store.effectIntentRow.bind(w.store);
+    let planted = 0;
+    w.store.effectIntentRow = async (...args: Parameters<typeof intent>) => {
+      if (args[1].key === "r4:0" && planted++ === 0) {
+        const out = await w.store.settleCall("r4:0", { result: { url: "webhook" } }, "hook", w.clock.now());
+        assert.equal(out.settled, true);
+      }
+      return await intent(...args);
+    };
+    const end = await runWorker(w.deps, "r4", "x");
+    assert.equal(planted, 1, "the settle landed inside the turn");
+    assert.equal(end.status, "done", w.lines.join("\n"));
+    assert.ok(
+      w.lines.some((l) => / event=settled-meanwhile run=r4 seq=0 key=r4:0 status=confirmed by=hook$/.test(l)),
+    );
+    assert.ok(!w.lines.some((l) => / event=stalled /.test(l)), "the worker did not stop");
+    const e = (await w.store.loadHistory("r4")).effects[0];
+    assert.deepEqual([e.status, e.remote, e.result], ["confirmed", "resolved", { url: "webhook" }]);
+    assert.equal(w.cloud.requests().by_path["/v1/jobs"], 1, "the remote was not asked again");
+    assert.equal(w.asked(), 2, "the next decision was asked once");
+  } finally {
+    await w.store.client.close();
+  }
+});
+
+Deno.test("a remote that says 'ask again in 1 ms' is asked no sooner than the floor, which doubles with each poll", async () => {
+  const w = await world(
+    [{ kind: "tool_calls", calls: [render("hurry")] }, { kind: "done", text: "Gave up." }],
+    { checkAfterMs: 1, jobMs: 3_600_000, waitDeadlineMs: 60_000 },
+  );
+  try {
+    const waits: number[] = [];
+    let end = await runWorker(w.deps, "r5", "x");
+    // Bounded: the call's deadline ends it; 200 turns would mean no floor.
+    for (let i = 0; i < 200 && end.status === "waiting"; i++) {
+      const run = await w.store.getRun("r5");
+      const wait = new Date(run!.wake_at!).getTime() - w.clock.now().getTime();
+      waits.push(wait);
+      await w.clock.advance(wait);
+      end = await runWorker(w.deps, "r5", "x");
+    }
+    assert.equal(end.status, "done");
+    // 1 s, then doubled per poll up to the backoff cap (60 s), and never past the deadline (60 s in all).
+    assert.deepEqual(waits, [1_000, 2_000, 4_000, 8_000, 16_000, 29_000]);
+    const e = (await w.store.loadHistory("r5")).effects[0];
+    // The last wake is the deadline itself: the call fails there without a request.
+    assert.equal(e.polls, 5, "five polls in a minute, where 'ask again in 1 ms' would have asked 60,000 times");
+    assert.equal(w.cloud.requests().by_path["/v1/jobs"], 6, "the first request and five polls");
+    assert.match(e.error ?? "", /TOOL_WAIT_EXPIRED|had not finished it by its deadline/);
+    assert.ok(
+      w.lines.some((l) =>
+        / event=check-after-raised run=r5 seq=0 key=r5:0 polls=0 asked_ms=1 floor_ms=1000$/.test(l)
+      ),
+    );
   } finally {
     await w.store.client.close();
   }
