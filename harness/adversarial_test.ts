@@ -8,7 +8,7 @@ import { z } from "zod";
 import { demoTools } from "../examples/provision/tools.ts";
 import { settle } from "../runtime/clock.ts";
 import { defineTool, type Tool } from "../runtime/tools.ts";
-import { SimDb, SimWorld } from "./sim.ts";
+import { SIM_START_MS as SIM_START, SimDb, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();
 
@@ -27,36 +27,48 @@ async function advanceUntil(
   throw new Error(`never happened: ${what}`);
 }
 
-Deno.test("the model request limit holds across restarts: a worker killed between attempts does not reset it", async () => {
+Deno.test("the retry horizon holds across restarts: workers killed between a failing model's requests do not reset it", async () => {
   await db.freshSchema();
   const world = await SimWorld.open(db);
   world.model.setFaults({ fail_next: 1_000, fail_status: 503 });
-  // Each incarnation is killed after its second request: without a durable limit
-  // every restart would buy up to four more.
-  let proc = world.spawn({ runId: "limit" });
-  for (let restart = 0; restart < 5; restart++) {
-    const before = world.model.calls("limit");
-    await advanceUntil(
-      world,
-      async () =>
-        world.model.calls("limit") >= before + 2 || proc.dead ||
-        (await world.snapshot("limit")).run?.status === "failed",
-      "two more requests",
-    );
-    if ((await world.snapshot("limit")).run?.status === "failed") break;
-    await proc.kill();
-    proc = world.spawn({ runId: "limit" });
+  const hooks = { retry: { horizonMs: 60_000 } };
+  // An incarnation still alive after its first request is killed; one that lets the run go (a wait longer than it
+  // holds a slot for) is followed by another once the run is due, as a worker host's take would. Without
+  // a durable horizon every restart would start it again.
+  let proc = world.spawn({ runId: "limit", hooks });
+  let seen = world.model.calls("limit");
+  let kills = 0;
+  let incarnations = 1;
+  // Bounded: 600 simulated seconds.
+  for (let i = 0; i < 600; i++) {
+    const run = (await world.snapshot("limit")).run;
+    if (run?.status === "failed") break;
+    if (!proc.dead && world.model.calls("limit") >= seen + 1) {
+      await proc.kill();
+      kills++;
+    }
+    if (proc.dead && (run?.status !== "waiting" || (run.wake_at && run.wake_at <= world.clock.now()))) {
+      seen = world.model.calls("limit");
+      proc = world.spawn({ runId: "limit", hooks });
+      incarnations++;
+    }
+    await world.advance(1_000);
+    await settle();
   }
-  await advanceUntil(
-    world,
-    async () => (await world.snapshot("limit")).run?.status === "failed",
-    "the run to fail",
-  );
   await proc.exit;
   const snap = await world.snapshot("limit");
-  assert.equal(snap.journal[0].llm_attempts, 4, "the journal counts four requests in all");
-  assert.equal(world.model.calls("limit"), 4, "the model was paid four times, whatever the restarts");
-  assert.match(snap.run?.error ?? "", /failed 4 requests for step 0 \(the limit, counted across restarts\)/);
+  assert.equal(snap.run?.status, "failed");
+  assert.ok(kills >= 1 && incarnations >= 5, `${incarnations} workers, ${kills} of them killed mid-outage`);
+  assert.match(
+    snap.run?.error ?? "",
+    /^MODEL_GAVE_UP: The model failed \d+ requests for step 0 over 6\d s \(the retry horizon is 60 s, counted from the first failure, across restarts\)/,
+  );
+  const row = snap.journal[0];
+  assert.equal(world.model.calls("limit"), row.llm_attempts, "every request counted before it went out");
+  const since = new Date(row.failing_since!).getTime() - SIM_START;
+  assert.ok(since < 2_000, `the horizon runs from the first failure (${since} ms in), not from a restart`);
+  const failedAt = new Date(snap.run!.updated_at).getTime() - SIM_START;
+  assert.ok(failedAt >= 60_000 && failedAt < 70_000, `given up at the horizon: ${failedAt} ms in`);
 });
 
 Deno.test("a model answer holding a NUL character is refused and re-asked, not a poison run", async () => {

@@ -186,8 +186,8 @@ export interface ProcessHooks {
   layerStore?: (store: Store, proc: SimProcess) => Store;
   /** Wraps the process's fetch to the model or the cloud (outside the process's own counting). */
   wrapFetch?: (remote: "model" | "cloud", fetch: FetchLike, proc: SimProcess) => FetchLike;
-  /** Replaces the default retry policy. */
-  retry?: RetryPolicy;
+  /** Replaces fields of the default retry policy. */
+  retry?: Partial<RetryPolicy>;
 }
 
 /** Everything a set of simulated processes share: the database, the clock, the remotes, the transcript. */

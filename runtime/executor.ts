@@ -586,13 +586,22 @@ async function sendCall(
           ? err
           : new ToolError("TOOL_THREW", describeError(err), { transient: true, cause: err });
         if (e.transient) {
-          // Recorded before anything else, with when it may go again: the count and the horizon hold
-          // across restarts. A remote that says when to come back (409, 429, 503) knows better than our
-          // backoff.
+          // May it be sent again at all (a tool that takes no key: only when its reconcile says the call did
+          // not happen)? This request's outcome is known to be a failure, so it is not among the unrecorded.
+          const unknown = {
+            attempts: intent.attempts,
+            unrecorded: Math.max(0, unknownRequests(intent) - 1),
+            error: e,
+            approved: false,
+            reopened: false,
+          };
+          const verdict = await unknownOutcome(deps, state, call, unknown);
+          if (verdict !== "send") return await carryOut(intent, verdict);
+          // Then recorded, with when it may go again, so the count and the horizon hold across restarts. A
+          // remote that says when to come back (409, 429, 503) knows better than our backoff.
           const now = clock.now();
-          const policy = toolPolicy(deps, tool);
           const next = nextTry(
-            policy,
+            toolPolicy(deps, tool),
             {
               failures: intent.failures + 1,
               failingSince: intent.failing_since ?? now,
@@ -609,15 +618,6 @@ async function sendCall(
           );
           row = failure;
           applyRow(state, failure);
-          const unknown = {
-            attempts: failure.attempts,
-            unrecorded: unknownRequests(failure),
-            error: e,
-            approved: false,
-            reopened: false,
-          };
-          const verdict = await unknownOutcome(deps, state, call, unknown);
-          if (verdict !== "send") return await carryOut(failure, verdict);
           if (next.kind === "give-up") return await giveUp(deps, state, call, failure, e, next.failingForMs);
           log.warn("retrying", {
             run: runId,
@@ -863,9 +863,9 @@ async function unknownOutcome(
   });
   const maybe = answer?.status === "not_happened" ? "" : ", so the remote may have acted";
   const what =
-    `was sent ${seen.attempts} times${
-      seen.unrecorded === seen.attempts ? "" : `, ${seen.unrecorded} of them`
-    } with no outcome recorded (maxAttempts is ${tool.maxAttempts}): ` +
+    (seen.unrecorded === seen.attempts
+      ? `was sent ${seen.attempts} times (maxAttempts is ${tool.maxAttempts}) and no outcome was recorded: `
+      : `was sent ${seen.attempts} times, ${seen.unrecorded} of them with no outcome recorded (maxAttempts is ${tool.maxAttempts}): `) +
     `each worker stopped before it could write one${maybe}${
       seen.error ? `; last error: ${seen.error.message}` : ""
     }${lookup}. Check the remote, then 'deno task reopen ${state.fence.runId}' sends it once more under its key`;

@@ -15,6 +15,8 @@ import { type StatementName, statementName } from "../../runtime/store/statement
 export type Position =
   | "journal-intent"
   | "journal-reject"
+  | "journal-failure"
+  | "tool-failure"
   | "journal-confirm"
   | "tool-intent"
   | "tool-confirm"
@@ -58,9 +60,9 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "wait-run": "wait",
   // A run let go until its model may be asked again after an outage: a wait too.
   "retry-run": "wait",
-  // A failed request recorded on its row: a refusal of the attempt, as a rejected answer is.
-  "journal-failure": "journal-reject",
-  "effect-failure": "tool-settle",
+  // A request that failed as in an outage, recorded on its row before it is asked again.
+  "journal-failure": "journal-failure",
+  "effect-failure": "tool-failure",
   "claim": "claim",
   "first-claim": "first-claim",
   "heartbeat": "heartbeat",
@@ -146,6 +148,8 @@ const WRITES: ReadonlySet<Position> = new Set<Position>([
   "journal-intent",
   "group-write",
   "journal-reject",
+  "journal-failure",
+  "tool-failure",
   "journal-confirm",
   "tool-intent",
   "tool-confirm",

@@ -424,6 +424,12 @@ class ScheduleRun {
         p.open = undefined;
       }
     }
+    // A request that failed as in an outage, its failure written down: the attempt ended, and the next one
+    // (in this process after a backoff, or in another once the run is taken again) is a retry.
+    if (label === "journal-failure" && written > 0 && p.open) {
+      this.spend.retried++;
+      p.open = undefined;
+    }
     if ((label === "journal-confirm" || label === "journal-reject") && written > 0) {
       p.open = undefined;
       // Committed while its process was being killed: the answer was written down after all.
