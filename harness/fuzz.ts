@@ -75,6 +75,7 @@ import {
   type CleanRun,
   decodeSchedule,
   drawBudget,
+  drawOutage,
   drawParallel,
   drawSchedule,
   encodeFault,
@@ -381,6 +382,8 @@ function kindOf(f: Fault): string {
     ? "stall"
     : f.kind === "person"
     ? `${f.act}@${f.at}`
+    : f.kind === "outage"
+    ? `outage@${f.at}`
     : `${f.kind}:${f.fault}`;
 }
 
@@ -485,7 +488,8 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
         const at = (drawn: Schedule): Schedule => parallel === 1 ? drawn : { parallel, ...drawn };
         if (opts.draw) return at(opts.draw(s, cleanAt(parallel)));
         const drawn = drawSchedule(s, cleanAt(parallel), families, maxFaults);
-        return at(families.includes("budget") ? drawBudget(drawn, cleanAt(parallel)) : drawn);
+        const budgeted = families.includes("budget") ? drawBudget(drawn, cleanAt(parallel)) : drawn;
+        return at(families.includes("outage") ? drawOutage(budgeted, cleanAt(parallel)) : budgeted);
       },
     );
     for (let i = 0; i < plan.length; i++) {

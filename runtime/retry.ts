@@ -187,8 +187,9 @@ export function nextTry(
   };
 }
 
-/** A duration for people: `45 s`, `12 min`, `3 h`, `2 d`, rounded down. */
+/** A duration for people: `250 ms`, `45 s`, `12 min`, `3 h`, `2 d`, rounded down. */
 export function humanMs(ms: number): string {
+  if (ms < 1000) return `${Math.max(0, Math.floor(ms))} ms`;
   const s = Math.floor(ms / 1000);
   if (s < 120) return `${s} s`;
   if (s < 7200) return `${Math.floor(s / 60)} min`;

@@ -105,7 +105,14 @@ Deno.test("spans and counters read a part's outcome from the rows it left, wheth
     random: () => 0.5,
     telemetry: new OtelTelemetry(),
   });
-  const retry = { maxModelAttempts: 3, modelTimeoutMs: 5_000, backoffBaseMs: 1, backoffMaxMs: 1 };
+  // A retry horizon of 1 ms: a call failing as in an outage is sent once more (after 1 ms), then given up.
+  const retry = {
+    maxModelAttempts: 3,
+    modelTimeoutMs: 5_000,
+    backoffBaseMs: 1,
+    backoffMaxMs: 1,
+    horizonMs: 1,
+  };
   const run = (name: string, tools: Tool[], answers: ModelAnswer[]) => {
     const agent = { name, instructions: "Do it.", tools: [], maxSteps: 10 };
     const deps = workerFor(
@@ -166,13 +173,12 @@ Deno.test("spans and counters read a part's outcome from the rows it left, wheth
     });
 
     await t.step(
-      "an idempotent call that keeps failing: given up on at its maxAttempts, left at intent",
+      "an idempotent call that keeps failing: given up on at its retry horizon, left at intent",
       async () => {
         const ping = defineTool({
           name: "ping",
           description: "Pings.",
           args: z.strictObject({}),
-          maxAttempts: 2,
           run: unknown,
         });
         const out = await run("give-up", [ping], [answer("ping")]);

@@ -171,6 +171,8 @@ Deno.test({
         MODEL: "mock-planner",
         MODEL_API_KEY: apiKey,
         RUN_ID: "secrets",
+        // Asked again for a second, then given up: the failure is what this test reads.
+        RETRY_HORIZON_S: "1",
       });
       assert.equal(code, 1, out);
       assert.match(

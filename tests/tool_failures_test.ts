@@ -124,37 +124,41 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       },
     );
 
-    await t.step("503 past the tool's limit: the run fails with the reason, attempts counted", async () => {
-      cloud.clearFaults();
-      cloud.setFaults({ path: "/v1/servers", fail_next: 10, fail_status: 503 });
-      const w = worker({ toolMaxAttempts: 3 });
-      const outcome = await runWorker(w.deps, "t-gaveup", DEFAULT_GOAL);
-      assert.equal(outcome.status, "failed");
-      const run = await store.getRun("t-gaveup");
-      assert.equal(run?.status, "failed");
-      assert.match(
-        run?.error ?? "",
-        /TOOL_GAVE_UP: Tool call t-gaveup:0 \(create_server\) failed 3 times.*HTTP 503/,
-      );
-      const row = await effect("t-gaveup", 0);
-      assert.equal(row.attempts, 3);
-      assert.equal(row.status, "intent", "the last outcome is unknown, and the row says so");
-      assert.equal(cloud.requests().by_key["t-gaveup:0"], 3);
-      assert.deepEqual(cloud.created("t-gaveup:"), []);
-      assert.equal(w.events("gave-up").length, 1);
-      const [failed] = w.events("failed");
-      assert.equal(failed.level, "ERROR");
-      assert.match(String(failed.error), /TOOL_GAVE_UP/);
-      cloud.clearFaults();
-    });
+    await t.step(
+      "503 past the retry horizon: the run fails with the reason, every attempt counted",
+      async () => {
+        cloud.clearFaults();
+        cloud.setFaults({ path: "/v1/servers", fail_next: 10_000, fail_status: 503 });
+        const w = worker({ retry: { horizonMs: 100 } });
+        const outcome = await runWorker(w.deps, "t-gaveup", DEFAULT_GOAL);
+        assert.equal(outcome.status, "failed");
+        const run = await store.getRun("t-gaveup");
+        assert.equal(run?.status, "failed");
+        assert.match(
+          run?.error ?? "",
+          /^TOOL_GAVE_UP: Tool call t-gaveup:0 \(create_server\) failed \d+ times over \d+ ms \(the retry horizon is 100 ms, counted from its first failure, across restarts\); last error: .*HTTP 503/,
+        );
+        const row = await effect("t-gaveup", 0);
+        assert.ok(row.attempts >= 2, `re-sent within the horizon: ${row.attempts} attempts`);
+        assert.equal(row.failures, row.attempts, "every request failed, and each failure was recorded");
+        assert.equal(row.status, "intent", "the last outcome is unknown, and the row says so");
+        assert.equal(cloud.requests().by_key["t-gaveup:0"], row.attempts);
+        assert.deepEqual(cloud.created("t-gaveup:"), []);
+        assert.equal(w.events("gave-up").length, 1);
+        const [failed] = w.events("failed");
+        assert.equal(failed.level, "ERROR");
+        assert.match(String(failed.error), /TOOL_GAVE_UP/);
+        cloud.clearFaults();
+      },
+    );
 
     await t.step(
       "a run that gave up after the remote acted is reopened and finishes without a second resource",
       async () => {
         cloud.clearFaults();
-        // Two 503s, then the remote acts and the answer is lost: the third attempt is the tool's last.
-        cloud.setFaults({ path: "/v1/servers", fail_next: 2, fail_status: 503, drop_after_act_next: 1 });
-        const w = worker({ toolMaxAttempts: 3 });
+        // The remote acts and the answer is lost; with no horizon the call is given up at that failure.
+        cloud.setFaults({ path: "/v1/servers", drop_after_act_next: 1 });
+        const w = worker({ retry: { horizonMs: 0 } });
         assert.equal((await runWorker(w.deps, "t-reopen", DEFAULT_GOAL)).status, "failed");
         assert.equal((await effect("t-reopen", 0)).status, "intent");
         assert.equal(cloud.created("t-reopen:0").length, 1, "the remote did act on the last attempt");
@@ -164,26 +168,31 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         const reopened = await store.reopenRun("t-reopen", new Date());
         assert.equal(reopened?.status, "pending");
         assert.equal(await store.reopenRun("t-reopen", new Date()), undefined, "only a failed run reopens");
-        const again = worker({ toolMaxAttempts: 3 });
+        const again = worker({ retry: { horizonMs: 0 } });
         assert.equal((await runWorker(again.deps, "t-reopen", DEFAULT_GOAL)).status, "done");
         const row = await effect("t-reopen", 0);
         assert.equal(row.status, "confirmed");
         assert.equal(row.remote, "already_done");
-        assert.equal(row.attempts, 4);
+        assert.equal(row.attempts, 2);
         assert.equal(cloud.created("t-reopen:0").length, 1, "one resource for the key, across the reopen");
         assert.equal(cloud.created("t-reopen:").length, 3);
         assert.equal(model.calls("t-reopen"), 4, "the decided step was replayed, not bought again");
       },
     );
 
-    await t.step("a cloud nobody listens on: network errors retried, then the run fails", async () => {
-      const w = worker({ cloudUrl: `http://127.0.0.1:${closedPort()}`, toolMaxAttempts: 2 });
-      const outcome = await runWorker(w.deps, "t-refused", DEFAULT_GOAL);
-      assert.equal(outcome.status, "failed");
-      assert.equal((await effect("t-refused", 0)).attempts, 2);
-      assert.match((await store.getRun("t-refused"))?.error ?? "", /TOOL_GAVE_UP.*got no answer/);
-      assert.equal(w.events("retrying").length, 1);
-    });
+    await t.step(
+      "a cloud nobody listens on: network errors retried until the horizon, then the run fails",
+      async () => {
+        const w = worker({ cloudUrl: `http://127.0.0.1:${closedPort()}`, retry: { horizonMs: 50 } });
+        const outcome = await runWorker(w.deps, "t-refused", DEFAULT_GOAL);
+        assert.equal(outcome.status, "failed");
+        const row = await effect("t-refused", 0);
+        assert.ok(row.attempts >= 2);
+        assert.equal(row.failures, row.attempts);
+        assert.match((await store.getRun("t-refused"))?.error ?? "", /TOOL_GAVE_UP.*got no answer/);
+        assert.equal(w.events("retrying").length, row.attempts - 1);
+      },
+    );
 
     await t.step("a permanent 4xx is recorded and handed to the model, and the run goes on", async () => {
       cloud.clearFaults();

@@ -49,8 +49,10 @@ import {
 } from "./schedule.ts";
 
 /** Upper bounds that keep every loop finite. */
-const MAX_INCARNATIONS = 24;
-const MAX_TICKS = 2_000;
+// An outage of half an hour, ridden out with the default backoff (capped at a minute), lets the run go and
+// takes it again some 35 times: each a new incarnation.
+const MAX_INCARNATIONS = 100;
+const MAX_TICKS = 6_000;
 /** The fuzzer's timeouts: short, so a hung request costs few clock wakes. */
 export const FUZZ_TIMEOUT_MS = 5_000;
 /** Retry budgets the injected faults can never exhaust (exhausting one is designed behaviour, not a bug). */
@@ -210,6 +212,22 @@ class ScheduleRun {
     this.#target = target;
     this.fired = schedule.faults.map(() => undefined);
     this.#setRemoteFaults = setRemoteFaults;
+  }
+
+  /** Until when each remote refuses connections (the world's clock, ms), once its outage fired. */
+  readonly #outages = new Map<"model" | "cloud", number>();
+
+  /** True while `remote` is down: its outage fault fires at its n-th request, and lasts its minutes. */
+  #down(remote: "model" | "cloud", n: number, where: string): boolean {
+    const i = this.#find((f) => f.kind === "outage" && f.at === remote && f.n === n);
+    const now = this.#world.clock.now().getTime();
+    if (i >= 0) {
+      this.#fire(i, where);
+      const f = this.#faults[i] as Extract<Fault, { kind: "outage" }>;
+      this.#outages.set(remote, now + f.minutes * 60_000);
+    }
+    const until = this.#outages.get(remote);
+    return until !== undefined && now < until;
   }
 
   /** The index of the not-yet-fired fault matching `pick`, or -1. */
@@ -461,6 +479,11 @@ class ScheduleRun {
           this.spend.uncounted++;
           this.problems.push(`${p.name} sent model request #${n} with no journal intent counting it`);
         }
+      }
+      // A remote in an outage refuses the connection: nothing reaches it, and the request fails at once.
+      if (this.#down(remote, n, where)) {
+        if (remote === "model") this.spend.transientFaults++;
+        throw new TypeError(`fuzz outage: the ${remote} refuses connections (connection refused)`);
       }
       const fault = this.#find((f) => f.kind === remote && f.n === n);
       if (fault >= 0) {

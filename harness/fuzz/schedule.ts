@@ -44,14 +44,19 @@ export type Fault =
   | { kind: "model"; n: number; fault: ModelFault }
   | { kind: "usage"; n: number; fault: UsageFault }
   /** Before the n-th statement, or (`wait`) instead of approving at the n-th time the run waits. */
-  | { kind: "person"; act: PersonAct; at: "stmt" | "wait"; n: number };
+  | { kind: "person"; act: PersonAct; at: "stmt" | "wait"; n: number }
+  /**
+   * From the n-th request to the model or the cloud on, that remote refuses every connection for `minutes`
+   * of the world's clock: an outage the run must ride out (retried under its key, the run let go between).
+   */
+  | { kind: "outage"; at: "model" | "cloud"; n: number; minutes: number };
 
 /**
  * The families of faults a fuzz may draw from (`budget`: a ceiling on the run,
  * and usage faults; `approval`: a person's acts, for an agent with a tool that
  * needs approval).
  */
-export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget" | "approval";
+export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget" | "approval" | "outage";
 /** Every {@link FaultFamily}. */
 export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "kill",
@@ -60,6 +65,7 @@ export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "model",
   "budget",
   "approval",
+  "outage",
 ];
 
 /** A schedule's budget: a token ceiling with each answer's cap, and maybe a ceiling on model requests. */
@@ -111,6 +117,8 @@ export function encodeFault(f: Fault): string {
       return `stall@stmt#${f.n}+${f.wake}`;
     case "person":
       return `${f.act}@${f.at}#${f.n}`;
+    case "outage":
+      return `outage@${f.at}#${f.n}+${f.minutes}m`;
     default:
       return `${f.kind}#${f.n}:${f.fault}`;
   }
@@ -168,6 +176,8 @@ export function decodeSchedule(text: string): Schedule {
         n: Number(m[2]),
         when: m[3] as "before" | "after",
       });
+    } else if ((m = part.match(/^outage@(model|cloud)#(\d+)\+(\d+)m$/))) {
+      faults.push({ kind: "outage", at: m[1] as "model" | "cloud", n: Number(m[2]), minutes: Number(m[3]) });
     } else if ((m = part.match(/^stall@stmt#(\d+)\+(\d+)$/))) {
       faults.push({ kind: "stall", n: Number(m[1]), wake: Number(m[2]) });
     } else if ((m = part.match(/^cloud#(\d+):(\w+)$/)) && CLOUD_FAULTS.includes(m[2] as CloudFault)) {
@@ -220,8 +230,8 @@ export function drawSchedule(
   const upTo = (n: number) => 1 + Math.floor(random() * Math.max(1, n));
   const count = 1 + Math.floor(random() * random() * maxFaults);
   const faults: Fault[] = [];
-  // A budget is drawn on its own (drawBudget), not as one of these faults.
-  const drawn = families.filter((f) => f !== "budget");
+  // A budget and an outage are drawn on their own (drawBudget, drawOutage), not as one of these faults.
+  const drawn = families.filter((f) => f !== "budget" && f !== "outage");
   if (drawn.length === 0) return { seed, faults };
   // Bounded: each pass adds a fault or skips a duplicate position.
   for (let i = 0; i < count * 4 && faults.length < count; i++) {
@@ -255,6 +265,21 @@ export function drawSchedule(
     faults.push(f);
   }
   return { seed, faults };
+}
+
+/**
+ * Gives about a third of the schedules an outage drawn from their seed (from a stream of its own, so the
+ * other faults are drawn as before): the model or the cloud refusing every connection for 1 to 30 minutes
+ * from one of its requests in a clean run (or a little past).
+ */
+export function drawOutage(schedule: Schedule, clean: { model: number; cloud: number }): Schedule {
+  const random = seededRandom(schedule.seed ^ 0x1b873593);
+  if (random() >= 1 / 3) return schedule;
+  const at = random() < 0.5 ? "model" : "cloud";
+  const n = 1 +
+    Math.floor(random() * Math.max(1, Math.ceil((at === "model" ? clean.model : clean.cloud) * 1.2)));
+  const minutes = 1 + Math.floor(random() * 30);
+  return { ...schedule, faults: [...schedule.faults, { kind: "outage", at, n, minutes }] };
 }
 
 /** The budget's part of the compact form: `budget=<tokens>` or `budget=<tokens>:<model calls>`. */
