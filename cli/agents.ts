@@ -16,10 +16,10 @@ import {
   type PreparedAgent,
 } from "../runtime/agent.ts";
 import { withChildAgents } from "../runtime/agent_tool.ts";
-import { endpointPlanner } from "../runtime/client.ts";
 import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
+import { describeEndpoint, resolveEndpoint } from "../runtime/model_endpoint.ts";
 import { OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { MockModel } from "../mock/model.ts";
 
@@ -136,51 +136,56 @@ function mockParallel(raw: string | undefined): number {
 /**
  * Builds every agent's tools and model for this process. An agent naming an
  * endpoint (or nothing) gets an OpenAI-compatible client from it and the
- * `MODEL_*` settings; when neither gives a URL, the embedded default uses an
- * in-process mock model whose counters persist under `DATA_DIR`, and a fleet
- * process refuses with a clear message. The agents their tools start runs of
- * (`agentTool`) are prepared and returned with them, so the process hosts
- * those too.
+ * `MODEL_*` settings (runtime/model_endpoint.ts: what the agent names wins);
+ * when neither gives a URL, the embedded default uses an in-process mock
+ * model whose counters persist under `DATA_DIR`, and a fleet process refuses
+ * with a clear message. The agents their tools start runs of (`agentTool`)
+ * are prepared and returned with them, so the process hosts those too.
+ * `models` says, by agent name, which model each one uses (the `backends`
+ * line: endpoint and model name, secrets masked, and where its key comes from).
  */
 export async function prepareAgents(
   agents: Agent[],
   ctx: AgentContext,
-): Promise<{ prepared: PreparedAgent[]; modelDescribe: string }> {
+): Promise<{ prepared: PreparedAgent[]; models: Map<string, string> }> {
   let mock: MockModel | undefined;
-  let modelDescribe = "";
+  const models = new Map<string, string>();
   const prepareOne = async (agent: Agent): Promise<PreparedAgent> => {
     try {
-      return (
-        await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
-          if (ctx.env.MODEL_URL || endpoint.url) {
-            // A real endpoint needs a real model name: no default, or a typo'd setup would
-            // send "mock-planner" to a provider and fail far from the cause.
-            const planner = endpointPlanner(agent, endpoint, ctx);
-            modelDescribe = ctx.env.MODEL_URL || endpoint.url || "";
-            return planner;
-          }
-          if (!ctx.embedded) {
-            throw new ConfigError([
-              `MODEL_URL is not set and agent ${agent.name} names no model. The workers of a supervisor must share ` +
-              "one model: set MODEL_URL (and MODEL) to an OpenAI-compatible endpoint, or start the mocks with " +
-              "'deno task mock' and set MODEL_URL=http://127.0.0.1:9100/v1",
-            ]);
-          }
-          if (!mock) {
-            await Deno.mkdir(ctx.dataDir, { recursive: true });
-            mock = await MockModel.open({
-              statePath: `${ctx.dataDir}/mock-model.json`,
-              parallel: mockParallel(ctx.env.MOCK_MODEL_PARALLEL),
-            });
-          }
-          modelDescribe = "in-process-mock";
-          return new OpenAIPlanner({
-            url: "http://mock-model.in-process/v1",
-            model: "mock-planner",
-            fetch: mock.handler,
+      let described: string | undefined;
+      const prepared = await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
+        if (ctx.env.MODEL_URL || endpoint.url) {
+          // A real endpoint needs a real model name: no default, or a typo'd setup would
+          // send "mock-planner" to a provider and fail far from the cause.
+          const resolved = resolveEndpoint(agent, endpoint, ctx.env);
+          const planner = new OpenAIPlanner(resolved.options);
+          described = describeEndpoint(planner, resolved);
+          return planner;
+        }
+        if (!ctx.embedded) {
+          throw new ConfigError([
+            `MODEL_URL is not set and agent ${agent.name} names no model. The workers of a supervisor must share ` +
+            "one model: set MODEL_URL (and MODEL) to an OpenAI-compatible endpoint, or start the mocks with " +
+            "'deno task mock' and set MODEL_URL=http://127.0.0.1:9100/v1",
+          ]);
+        }
+        if (!mock) {
+          await Deno.mkdir(ctx.dataDir, { recursive: true });
+          mock = await MockModel.open({
+            statePath: `${ctx.dataDir}/mock-model.json`,
+            parallel: mockParallel(ctx.env.MOCK_MODEL_PARALLEL),
           });
-        })
-      );
+        }
+        described = "in-process-mock";
+        return new OpenAIPlanner({
+          url: "http://mock-model.in-process/v1",
+          model: "mock-planner",
+          fetch: mock.handler,
+        });
+      });
+      // A planner of the agent's own (an AI SDK model, a Planner) describes itself.
+      models.set(agent.name, described ?? prepared.planner.describe);
+      return prepared;
     } catch (err) {
       if (err instanceof ConfigError) throw err;
       // A remote the tools are listed from is down (an MCP server): not a wrong setting, and it may
@@ -194,9 +199,17 @@ export async function prepareAgents(
   for (const agent of agents) prepared.push(await prepareOne(agent));
   // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
   try {
-    return { prepared: await withChildAgents(prepared, prepareOne), modelDescribe };
+    return { prepared: await withChildAgents(prepared, prepareOne), models };
   } catch (err) {
     if (err instanceof RuntimeError && !(err instanceof ConfigError)) throw new ConfigError([err.message]);
     throw err;
   }
+}
+
+/**
+ * The `models` field of the `backends` line: each agent's model, in the
+ * order of `prepared`, as `name: description` separated by `; `.
+ */
+export function describeModels(prepared: PreparedAgent[], models: Map<string, string>): string {
+  return prepared.map((p) => `${p.agent.name}: ${models.get(p.agent.name) ?? p.planner.describe}`).join("; ");
 }
