@@ -7,7 +7,7 @@
  */
 
 import { isAbsolute, resolve } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath as fromFileUrl, pathToFileURL } from "node:url";
 import {
   type Agent,
   type AgentContext,
@@ -19,6 +19,7 @@ import { withChildAgents } from "../runtime/agent_tool.ts";
 import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
+import { displayText } from "../runtime/display.ts";
 import { describeEndpoint, resolveEndpoint } from "../runtime/model_endpoint.ts";
 import { OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { MockModel } from "../mock/model.ts";
@@ -102,10 +103,10 @@ export async function loadAgents(
     mod = await Promise.race([import(agentSpecifier(path)), timedOut]);
   } catch (err) {
     if (err instanceof AgentModuleError) throw err;
-    const first = describeError(err).split("\n")[0];
+    const problem = importProblem(err);
     throw new AgentModuleError(
-      `AGENT ${JSON.stringify(path)} could not be loaded: ${first}` +
-        (CONFIG_PROBLEM.test(first) ? (first.endsWith(".") ? "" : ".") + CONFIG_HINT : ""),
+      `AGENT ${JSON.stringify(path)} could not be loaded: ${problem}` +
+        (CONFIG_PROBLEM.test(problem) ? (problem.endsWith(".") ? "" : ".") + CONFIG_HINT : ""),
     );
   } finally {
     stop.abort(); // the timer, once the import has settled (its rejection is the race's, handled)
@@ -115,6 +116,47 @@ export async function loadAgents(
   } catch (err) {
     throw new AgentModuleError((err as Error).message);
   }
+}
+
+// deno-lint-ignore no-control-regex -- the colour codes Deno may put around a place in its messages
+const ANSI_COLOUR = /\x1b\[[0-9;]*m/g;
+/** A place in a module, as Deno writes it: `at file:///dir/mod.ts:3:63`, or `at fn (file:///...:3:63)` in a stack. */
+const PLACE = /^\s*at (?:[^(]*\()?((?:file|https?|jsr|npm):[^\s()]+):(\d+):(\d+)\)?\s*$/;
+/** A line of source in Deno's message: `3 | export default ...`. */
+const SOURCE_LINE = /^\s*(\d+) \| (.*)$/;
+
+/**
+ * What went wrong importing a module, on one line: the error, where (the
+ * file, line and column), and the line of source when Deno shows it. A syntax
+ * error's place is in its message's last lines (Deno's own form, which
+ * wraps it in a `TypeError`); an error thrown by the module's top-level code
+ * has it in its stack.
+ */
+export function importProblem(err: unknown): string {
+  const message = (err instanceof Error ? err.message : String(err)).replace(ANSI_COLOUR, "");
+  const lines = message.split("\n");
+  // "TypeError: SyntaxError: ..." says less than the inner name alone.
+  const head = lines[0].replace(/\.$/, "");
+  const first = err instanceof Error && !/^[A-Z]\w*Error: /.test(head) ? `${err.name}: ${head}` : head;
+  const stack = err instanceof Error ? (err.stack ?? "").replace(ANSI_COLOUR, "").split("\n") : [];
+  const place = lines.map((l) => PLACE.exec(l)).find((m) => m !== null) ??
+    stack.map((l) => PLACE.exec(l)).find((m) => m !== null);
+  if (!place) return first;
+  const [, url, line, column] = place;
+  const file = url.startsWith("file:") ? fromFileUrl(url) : url;
+  const source = lines.map((l) => SOURCE_LINE.exec(l)).find((m) => m !== null && m[1] === line)?.[2];
+  return `${first} at ${file}:${line}:${column} (line ${line}, column ${column})` +
+    (source === undefined || source.trim() === "" ? "" : `: ${displayText(clip(source, Number(column)))}`);
+}
+
+/** A line of source cut to about 120 characters around `column` (from 1). */
+function clip(source: string, column: number): string {
+  const text = source.trimEnd();
+  if (text.length <= 120) return text.trim();
+  const start = Math.max(0, Math.min(column - 60, text.length - 120));
+  return `${start > 0 ? "..." : ""}${text.slice(start, start + 120)}${
+    start + 120 < text.length ? "..." : ""
+  }`;
 }
 
 /**
