@@ -7,7 +7,7 @@
  */
 
 import { isAbsolute, resolve } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath as fromFileUrl, pathToFileURL } from "node:url";
 import {
   type Agent,
   type AgentContext,
@@ -16,10 +16,11 @@ import {
   type PreparedAgent,
 } from "../runtime/agent.ts";
 import { withChildAgents } from "../runtime/agent_tool.ts";
-import { endpointPlanner } from "../runtime/client.ts";
 import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
+import { displayText } from "../runtime/display.ts";
+import { describeEndpoint, resolveEndpoint } from "../runtime/model_endpoint.ts";
 import { OpenAIPlanner, type Planner } from "../runtime/planner.ts";
 import { MockModel } from "../mock/model.ts";
 
@@ -102,10 +103,10 @@ export async function loadAgents(
     mod = await Promise.race([import(agentSpecifier(path)), timedOut]);
   } catch (err) {
     if (err instanceof AgentModuleError) throw err;
-    const first = describeError(err).split("\n")[0];
+    const problem = importProblem(err);
     throw new AgentModuleError(
-      `AGENT ${JSON.stringify(path)} could not be loaded: ${first}` +
-        (CONFIG_PROBLEM.test(first) ? (first.endsWith(".") ? "" : ".") + CONFIG_HINT : ""),
+      `AGENT ${JSON.stringify(path)} could not be loaded: ${problem}` +
+        (CONFIG_PROBLEM.test(problem) ? (problem.endsWith(".") ? "" : ".") + CONFIG_HINT : ""),
     );
   } finally {
     stop.abort(); // the timer, once the import has settled (its rejection is the race's, handled)
@@ -115,6 +116,47 @@ export async function loadAgents(
   } catch (err) {
     throw new AgentModuleError((err as Error).message);
   }
+}
+
+// deno-lint-ignore no-control-regex -- the colour codes Deno may put around a place in its messages
+const ANSI_COLOUR = /\x1b\[[0-9;]*m/g;
+/** A place in a module, as Deno writes it: `at file:///dir/mod.ts:3:63`, or `at fn (file:///...:3:63)` in a stack. */
+const PLACE = /^\s*at (?:[^(]*\()?((?:file|https?|jsr|npm):[^\s()]+):(\d+):(\d+)\)?\s*$/;
+/** A line of source in Deno's message: `3 | export default ...`. */
+const SOURCE_LINE = /^\s*(\d+) \| (.*)$/;
+
+/**
+ * What went wrong importing a module, on one line: the error, where (the
+ * file, line and column), and the line of source when Deno shows it. A syntax
+ * error's place is in its message's last lines (Deno's own form, which
+ * wraps it in a `TypeError`); an error thrown by the module's top-level code
+ * has it in its stack.
+ */
+export function importProblem(err: unknown): string {
+  const message = (err instanceof Error ? err.message : String(err)).replace(ANSI_COLOUR, "");
+  const lines = message.split("\n");
+  // "TypeError: SyntaxError: ..." says less than the inner name alone.
+  const head = lines[0].replace(/\.$/, "");
+  const first = err instanceof Error && !/^[A-Z]\w*Error: /.test(head) ? `${err.name}: ${head}` : head;
+  const stack = err instanceof Error ? (err.stack ?? "").replace(ANSI_COLOUR, "").split("\n") : [];
+  const place = lines.map((l) => PLACE.exec(l)).find((m) => m !== null) ??
+    stack.map((l) => PLACE.exec(l)).find((m) => m !== null);
+  if (!place) return first;
+  const [, url, line, column] = place;
+  const file = url.startsWith("file:") ? fromFileUrl(url) : url;
+  const source = lines.map((l) => SOURCE_LINE.exec(l)).find((m) => m !== null && m[1] === line)?.[2];
+  return `${first} at ${file}:${line}:${column} (line ${line}, column ${column})` +
+    (source === undefined || source.trim() === "" ? "" : `: ${displayText(clip(source, Number(column)))}`);
+}
+
+/** A line of source cut to about 120 characters around `column` (from 1). */
+function clip(source: string, column: number): string {
+  const text = source.trimEnd();
+  if (text.length <= 120) return text.trim();
+  const start = Math.max(0, Math.min(column - 60, text.length - 120));
+  return `${start > 0 ? "..." : ""}${text.slice(start, start + 120)}${
+    start + 120 < text.length ? "..." : ""
+  }`;
 }
 
 /**
@@ -136,51 +178,56 @@ function mockParallel(raw: string | undefined): number {
 /**
  * Builds every agent's tools and model for this process. An agent naming an
  * endpoint (or nothing) gets an OpenAI-compatible client from it and the
- * `MODEL_*` settings; when neither gives a URL, the embedded default uses an
- * in-process mock model whose counters persist under `DATA_DIR`, and a fleet
- * process refuses with a clear message. The agents their tools start runs of
- * (`agentTool`) are prepared and returned with them, so the process hosts
- * those too.
+ * `MODEL_*` settings (runtime/model_endpoint.ts: what the agent names wins);
+ * when neither gives a URL, the embedded default uses an in-process mock
+ * model whose counters persist under `DATA_DIR`, and a fleet process refuses
+ * with a clear message. The agents their tools start runs of (`agentTool`)
+ * are prepared and returned with them, so the process hosts those too.
+ * `models` says, by agent name, which model each one uses (the `backends`
+ * line: endpoint and model name, secrets masked, and where its key comes from).
  */
 export async function prepareAgents(
   agents: Agent[],
   ctx: AgentContext,
-): Promise<{ prepared: PreparedAgent[]; modelDescribe: string }> {
+): Promise<{ prepared: PreparedAgent[]; models: Map<string, string> }> {
   let mock: MockModel | undefined;
-  let modelDescribe = "";
+  const models = new Map<string, string>();
   const prepareOne = async (agent: Agent): Promise<PreparedAgent> => {
     try {
-      return (
-        await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
-          if (ctx.env.MODEL_URL || endpoint.url) {
-            // A real endpoint needs a real model name: no default, or a typo'd setup would
-            // send "mock-planner" to a provider and fail far from the cause.
-            const planner = endpointPlanner(agent, endpoint, ctx);
-            modelDescribe = ctx.env.MODEL_URL || endpoint.url || "";
-            return planner;
-          }
-          if (!ctx.embedded) {
-            throw new ConfigError([
-              `MODEL_URL is not set and agent ${agent.name} names no model. The workers of a supervisor must share ` +
-              "one model: set MODEL_URL (and MODEL) to an OpenAI-compatible endpoint, or start the mocks with " +
-              "'deno task mock' and set MODEL_URL=http://127.0.0.1:9100/v1",
-            ]);
-          }
-          if (!mock) {
-            await Deno.mkdir(ctx.dataDir, { recursive: true });
-            mock = await MockModel.open({
-              statePath: `${ctx.dataDir}/mock-model.json`,
-              parallel: mockParallel(ctx.env.MOCK_MODEL_PARALLEL),
-            });
-          }
-          modelDescribe = "in-process-mock";
-          return new OpenAIPlanner({
-            url: "http://mock-model.in-process/v1",
-            model: "mock-planner",
-            fetch: mock.handler,
+      let described: string | undefined;
+      const prepared = await prepareAgent(agent, ctx, async (endpoint): Promise<Planner> => {
+        if (ctx.env.MODEL_URL || endpoint.url) {
+          // A real endpoint needs a real model name: no default, or a typo'd setup would
+          // send "mock-planner" to a provider and fail far from the cause.
+          const resolved = resolveEndpoint(agent, endpoint, ctx.env);
+          const planner = new OpenAIPlanner(resolved.options);
+          described = describeEndpoint(planner, resolved);
+          return planner;
+        }
+        if (!ctx.embedded) {
+          throw new ConfigError([
+            `MODEL_URL is not set and agent ${agent.name} names no model. The workers of a supervisor must share ` +
+            "one model: set MODEL_URL (and MODEL) to an OpenAI-compatible endpoint, or start the mocks with " +
+            "'deno task mock' and set MODEL_URL=http://127.0.0.1:9100/v1",
+          ]);
+        }
+        if (!mock) {
+          await Deno.mkdir(ctx.dataDir, { recursive: true });
+          mock = await MockModel.open({
+            statePath: `${ctx.dataDir}/mock-model.json`,
+            parallel: mockParallel(ctx.env.MOCK_MODEL_PARALLEL),
           });
-        })
-      );
+        }
+        described = "in-process-mock";
+        return new OpenAIPlanner({
+          url: "http://mock-model.in-process/v1",
+          model: "mock-planner",
+          fetch: mock.handler,
+        });
+      });
+      // A planner of the agent's own (an AI SDK model, a Planner) describes itself.
+      models.set(agent.name, described ?? prepared.planner.describe);
+      return prepared;
     } catch (err) {
       if (err instanceof ConfigError) throw err;
       // A remote the tools are listed from is down (an MCP server): not a wrong setting, and it may
@@ -194,9 +241,17 @@ export async function prepareAgents(
   for (const agent of agents) prepared.push(await prepareOne(agent));
   // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
   try {
-    return { prepared: await withChildAgents(prepared, prepareOne), modelDescribe };
+    return { prepared: await withChildAgents(prepared, prepareOne), models };
   } catch (err) {
     if (err instanceof RuntimeError && !(err instanceof ConfigError)) throw new ConfigError([err.message]);
     throw err;
   }
+}
+
+/**
+ * The `models` field of the `backends` line: each agent's model, in the
+ * order of `prepared`, as `name: description` separated by `; `.
+ */
+export function describeModels(prepared: PreparedAgent[], models: Map<string, string>): string {
+  return prepared.map((p) => `${p.agent.name}: ${models.get(p.agent.name) ?? p.planner.describe}`).join("; ");
 }

@@ -21,7 +21,7 @@ import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
 import { WorkerHost } from "../runtime/host.ts";
 import { exitCodeOf, runWorker, WorkerError } from "../runtime/loop.ts";
-import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
+import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
 
 /** The usage text of `run`. */
@@ -106,7 +106,7 @@ export async function main(
   // The log goes to the tools too: an MCP server's tool list changing under the run is reported in it.
   const ctx = { env: processEnv(env, settings), dataDir: settings.dataDir, embedded: true, log };
   let prepared;
-  let modelDescribe = "";
+  let models = new Map<string, string>();
   let request;
   try {
     const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
@@ -123,7 +123,7 @@ export async function main(
     // remote would make the second run's calls look like replays of the first's.
     const runId = settings.runId ?? `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
     request = { runId, goal, input, budget: agent.budget, modelParams: settings.modelParams };
-    ({ prepared, modelDescribe } = await prepareAgents([agent], ctx));
+    ({ prepared, models } = await prepareAgents([agent], ctx));
   } catch (err) {
     if (err instanceof ConfigError) return reportConfigError(err, "agent-runtime");
     if (err instanceof RuntimeError) {
@@ -138,8 +138,10 @@ export async function main(
     const agent = prepared[0];
     log.info("backends", {
       store: store.describe,
-      model: modelDescribe || agent.planner.describe,
+      model: models.get(agent.agent.name) ?? agent.planner.describe,
       agent: agent.agent.name,
+      // The agents it calls (agentTool) are hosted here too, each with its own model.
+      ...(prepared.length > 1 ? { models: describeModels(prepared, models) } : {}),
     });
     log.info("registry", { tools: agent.tools.names.join(",") });
     const proc = processDeps({

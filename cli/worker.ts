@@ -14,7 +14,7 @@
 import { CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError, hasCode } from "../runtime/errors.ts";
 import { WorkerHost } from "../runtime/host.ts";
-import { loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
+import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
 import { processEnv, RUN_USAGE } from "./run.ts";
 
@@ -44,6 +44,7 @@ export async function main(
   const { settings, log, clock } = started;
   const embedded = !settings.databaseUrl;
   let prepared;
+  let models;
   // A worker holds no run until its agents are built, so a server its tools are listed from that is
   // down (MCP_UNREACHABLE) is waited for, with backoff, rather than ending the worker: under a
   // supervisor an exit would be a restart loop, and the fleet should take runs once the server is back.
@@ -53,7 +54,7 @@ export async function main(
         preloaded,
         timeoutMs: settings.agentLoadMs,
       });
-      ({ prepared } = await prepareAgents(agents, {
+      ({ prepared, models } = await prepareAgents(agents, {
         env: processEnv(env, settings),
         dataDir: settings.dataDir,
         embedded,
@@ -96,7 +97,12 @@ export async function main(
   Deno.addSignalListener("SIGINT", onSignal);
   Deno.addSignalListener("SIGTERM", onSignal);
   try {
-    log.info("backends", { store: store.describe, agents: prepared.map((p) => p.agent.name).join(",") });
+    log.info("backends", {
+      store: store.describe,
+      agents: prepared.map((p) => p.agent.name).join(","),
+      // Each agent's own: which server its requests go to is per agent (model_endpoint.ts).
+      models: describeModels(prepared, models),
+    });
     host.start();
     await host.finished;
     await host.stop();

@@ -51,16 +51,21 @@ export interface AgentContext {
 }
 
 /**
- * An OpenAI-compatible chat-completions endpoint. Settings (`MODEL_URL`,
- * `MODEL`, `MODEL_API_KEY`) override it; `MODEL_HEADERS` and `MODEL_QUERY`
- * are added to its `headers` and `query` (a setting wins over the same name).
+ * An OpenAI-compatible chat-completions endpoint. What it names is used as
+ * named; the `MODEL_*` settings fill only what it leaves unset, and none of
+ * them when its `url` is on another server than `MODEL_URL`'s (they are that
+ * server's: `model_endpoint.ts`).
  */
 export interface ModelEndpoint {
   /** Base URL, e.g. `https://api.openai.com/v1`; a URL with no path gets `/v1`. */
   url?: string;
   /** The model name sent with each request. */
   model?: string;
-  /** The environment variable holding the API key (default `MODEL_API_KEY`); the key itself never lives in code. */
+  /**
+   * The environment variable holding the API key; the key itself never lives
+   * in code. Unset: `MODEL_API_KEY`, unless `MODEL_URL` names another server
+   * (then no key is sent).
+   */
   apiKeyEnv?: string;
   /** Extra headers on every request (OpenRouter's `HTTP-Referer`, say). Keep secrets in the environment. */
   headers?: Record<string, string>;
@@ -68,8 +73,8 @@ export interface ModelEndpoint {
   query?: Record<string, string>;
   /**
    * The field that caps a budgeted request's answer: `max_tokens` (default)
-   * or `max_completion_tokens` (OpenAI's reasoning models);
-   * `MODEL_MAX_TOKENS_FIELD` overrides it.
+   * or `max_completion_tokens` (OpenAI's reasoning models); unset,
+   * `MODEL_MAX_TOKENS_FIELD` may set it.
    */
   maxTokensField?: "max_tokens" | "max_completion_tokens";
 }

@@ -8,24 +8,15 @@
  * @module
  */
 
-import {
-  type Agent,
-  type AgentContext,
-  checkInput,
-  type ModelEndpoint,
-  NAME_PATTERN,
-  prepareAgent,
-} from "./agent.ts";
+import { type Agent, type AgentContext, checkInput, NAME_PATTERN, prepareAgent } from "./agent.ts";
 import { withChildAgents } from "./agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { checkModelParams } from "./model_params.ts";
+import { endpointPlanner } from "./model_endpoint.ts";
 import type { ModelParams } from "./transcript.ts";
 import { type Clock, SystemClock } from "./clock.ts";
-import { redactUrl } from "./config.ts";
 import { type CodeOf, describeError, describeValue, RuntimeError } from "./errors.ts";
-import { parseKeyValues } from "./http.ts";
 import { WorkerHost, type WorkerOptions } from "./host.ts";
-import { MAX_TOKENS_FIELDS, type MaxTokensField, OpenAIPlanner, type Planner } from "./planner.ts";
 import { openStore } from "./store/open.ts";
 import {
   agentsWithRuns,
@@ -894,7 +885,8 @@ export class Client {
    * Hosts a worker in this process for `agents`: it takes their runs from this
    * client's database and drives them until {@link WorkerHost.stop}. An agent
    * that names an endpoint (or nothing) is given an OpenAI-compatible client
-   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`. The agents
+   * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`, by the rule
+   * of `model_endpoint.ts` (what the agent names wins). The agents
    * their tools start runs of (`agentTool`) are hosted with them.
    */
   async startWorker(
@@ -913,7 +905,7 @@ export class Client {
       log: hostOpts.log,
       ...context,
     };
-    const prepare = (a: Agent) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx));
+    const prepare = (a: Agent) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx.env));
     // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
     const prepared = await withChildAgents(await Promise.all(agents.map(prepare)), prepare);
     return new WorkerHost({
@@ -947,66 +939,6 @@ export async function connect(opts: ConnectOptions = {}): Promise<Client> {
     await store.applySchema();
   }
   return new Client(store, opts.clock);
-}
-
-/**
- * An OpenAI-compatible client from an agent's endpoint and the `MODEL_*`
- * settings. Throws `MODEL_MISSING` when there is no URL or no model name
- * (a real endpoint always needs `MODEL`), `MODEL_SETTINGS_INVALID` for
- * malformed `MODEL_HEADERS` or `MODEL_QUERY`, or a `MODEL_MAX_TOKENS_FIELD`
- * other than `max_tokens` or `max_completion_tokens`.
- */
-export function endpointPlanner(agent: Agent, endpoint: ModelEndpoint, ctx: AgentContext): Planner {
-  const url = ctx.env.MODEL_URL || endpoint.url;
-  const model = ctx.env.MODEL || endpoint.model;
-  if (!url || !model) {
-    throw new RuntimeError(
-      "MODEL_MISSING",
-      `Agent ${agent.name} has no model: give 'model' in defineAgent({ model: { url, model } }) or set ` +
-        `MODEL_URL and MODEL (now ${url ? "MODEL" : "MODEL_URL"} is missing${
-          url ? `; ${redactUrl(url)} needs a model name such as MODEL=gpt-4o-mini` : ""
-        })`,
-    );
-  }
-  if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
-    throw new RuntimeError(
-      "MODEL_SETTINGS_INVALID",
-      `The model URL of agent ${agent.name} must be an http(s) URL like http://127.0.0.1:9100/v1: ` +
-        `current value is ${JSON.stringify(redactUrl(url))}`,
-    );
-  }
-  const extra = (name: "MODEL_HEADERS" | "MODEL_QUERY", kind: "headers" | "query") => {
-    const raw = ctx.env[name];
-    if (!raw) return {};
-    try {
-      return parseKeyValues(raw, kind);
-    } catch (err) {
-      throw new RuntimeError(
-        "MODEL_SETTINGS_INVALID",
-        `${name} must be a JSON object of strings or name=value pairs separated by commas: ${
-          (err as Error).message
-        }`,
-      );
-    }
-  };
-  const maxTokensField = ctx.env.MODEL_MAX_TOKENS_FIELD || endpoint.maxTokensField;
-  if (maxTokensField !== undefined && !MAX_TOKENS_FIELDS.includes(maxTokensField as MaxTokensField)) {
-    throw new RuntimeError(
-      "MODEL_SETTINGS_INVALID",
-      `MODEL_MAX_TOKENS_FIELD (or the agent's maxTokensField) must be one of ${
-        MAX_TOKENS_FIELDS.join(", ")
-      }: ` +
-        `current value is ${JSON.stringify(maxTokensField)}`,
-    );
-  }
-  return new OpenAIPlanner({
-    url,
-    model,
-    maxTokensField: maxTokensField as MaxTokensField | undefined,
-    apiKey: ctx.env[endpoint.apiKeyEnv ?? "MODEL_API_KEY"] || undefined,
-    headers: { ...endpoint.headers, ...extra("MODEL_HEADERS", "headers") },
-    query: { ...endpoint.query, ...extra("MODEL_QUERY", "query") },
-  });
 }
 
 function readEnv(): Record<string, string | undefined> {

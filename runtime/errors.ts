@@ -37,6 +37,7 @@ export const ERROR_CODES = {
   StoreError: [
     "DATA_DIR_INVALID",
     "DATA_DIR_LOCKED",
+    "DB_MISSING",
     "DB_READ_ONLY",
     "DB_UNREACHABLE",
     "DB_URL_INVALID",

@@ -32,16 +32,52 @@ const FIELDS = [
 
 /**
  * Request-body fields `extra` may not set on a chat-completions request: the
- * runtime writes them itself (the cap goes in `maxOutputTokens`).
+ * runtime writes them itself (the cap goes in `maxOutputTokens`). Beside
+ * them, what would compete with them: `stream_options` belongs to `stream`
+ * (the runtime streams when someone watches and then sends its own; sent
+ * without `stream`, servers refuse it), and the legacy `functions` and
+ * `function_call` would offer the model functions besides the agent's tools,
+ * answered in a form the runtime does not read.
  */
 export const RESERVED_BODY_FIELDS: readonly string[] = [
   "model",
   "messages",
   "tools",
+  "functions",
+  "function_call",
   "stream",
+  "stream_options",
   "max_tokens",
   "max_completion_tokens",
 ];
+
+/**
+ * Fields that ask for several answers to one request: each one is generated
+ * and billed (eight times the cap for `n: 8`), and the runtime reads only the
+ * first. `extra` may set them only to 1, in its own fields and in an object
+ * inside it (an AI SDK provider's options, which the OpenAI-compatible
+ * providers spread into the body). `n`: chat completions, as OpenAI, vLLM,
+ * LiteLLM, TGI and Gemini's compatible endpoint take it; `best_of`:
+ * OpenAI's completions, vLLM's and TGI's sampling; `candidate_count` /
+ * `candidateCount`: Gemini; `num_generations`: Cohere;
+ * `num_return_sequences`: Hugging Face generation.
+ */
+export const ANSWER_MULTIPLYING_FIELDS: readonly string[] = [
+  "n",
+  "best_of",
+  "candidate_count",
+  "candidateCount",
+  "num_generations",
+  "num_return_sequences",
+];
+
+/**
+ * The `tool_choice` values `extra` may set. A run ends on an answer with no
+ * tool call, so `"required"` or a named function would force a call on
+ * every step and run it to `maxSteps` (`guard`), billing each step; `"none"`
+ * (answer in text) and `"auto"` (the default) keep that contract.
+ */
+export const TOOL_CHOICES: readonly string[] = ["auto", "none"];
 
 /**
  * Checks `value` as request parameters and returns them (undefined for
@@ -109,6 +145,22 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
           }; a cap on the answer is 'maxOutputTokens')`,
         );
       }
+      problems.push(
+        ...multipliers(extra as Record<string, unknown>).map(({ path, value }) =>
+          `'extra' may not set ${path} to ${seen(value)}: it asks for several answers to one request, each ` +
+          `billed, and only the first is read (leave it out, or set it to 1)`
+        ),
+      );
+      const choice = (extra as Record<string, unknown>).tool_choice;
+      if (choice !== undefined && !TOOL_CHOICES.includes(choice as string)) {
+        problems.push(
+          `'extra' may set tool_choice only to ${
+            TOOL_CHOICES.map((c) => `"${c}"`).join(" or ")
+          }: current value ` +
+            `is ${seen(choice)} (a run ends on an answer with no tool call; a forced call on every step ` +
+            `would run it to maxSteps)`,
+        );
+      }
       try {
         storableJson(extra, "'extra'");
       } catch (err) {
@@ -125,6 +177,23 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
   const out: ModelParams = {};
   for (const key of FIELDS) if (v[key] !== undefined) (out as Record<string, unknown>)[key] = v[key];
   return out;
+}
+
+/** The answer-multiplying fields of `extra` and of the objects in it that are set to anything but 1. */
+function multipliers(extra: Record<string, unknown>): { path: string; value: unknown }[] {
+  const found: { path: string; value: unknown }[] = [];
+  const look = (obj: Record<string, unknown>, prefix: string) => {
+    for (const name of ANSWER_MULTIPLYING_FIELDS) {
+      if (Object.hasOwn(obj, name) && obj[name] !== 1) found.push({ path: prefix + name, value: obj[name] });
+    }
+  };
+  look(extra, "");
+  for (const [key, inner] of Object.entries(extra)) {
+    if (typeof inner === "object" && inner !== null && !Array.isArray(inner)) {
+      look(inner as Record<string, unknown>, `${key}.`);
+    }
+  }
+  return found;
 }
 
 /**

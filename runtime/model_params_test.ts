@@ -93,3 +93,64 @@ Deno.test("MODEL_PARAMS that is not JSON, or wrong, is a settings problem naming
   );
   assert.deepEqual(loadSettings(["--model-params", '{"temperature":0}'], {}).modelParams, { temperature: 0 });
 });
+
+Deno.test("checkModelParams() refuses extra fields that ask for several answers, or take the runtime's place", async (t) => {
+  const refused = (extra: Record<string, unknown>) => {
+    try {
+      checkModelParams({ extra }, "Cannot start run r1");
+    } catch (err) {
+      assert.equal((err as RuntimeError).code, "MODEL_PARAMS_INVALID");
+      return (err as Error).message;
+    }
+    return undefined;
+  };
+  for (
+    const [name, extra, pattern] of [
+      [
+        "n above 1",
+        { n: 8 },
+        /'extra' may not set n to 8: it asks for several answers .* only the first is read/,
+      ],
+      ["n as text", { n: "8" }, /may not set n to "8"/],
+      ["best_of", { best_of: 3 }, /may not set best_of to 3/],
+      ["Gemini's candidateCount", { candidateCount: 2 }, /may not set candidateCount to 2/],
+      ["Cohere's num_generations", { num_generations: 2 }, /may not set num_generations to 2/],
+      ["num_return_sequences", { num_return_sequences: 4 }, /may not set num_return_sequences to 4/],
+      ["n inside an AI SDK provider's options", { local: { n: 8 } }, /may not set local\.n to 8/],
+      [
+        "stream_options",
+        { stream_options: { include_usage: false } },
+        /may not set stream_options \(the runtime/,
+      ],
+      ["legacy functions", { functions: [], function_call: "auto" }, /may not set functions, function_call/],
+      [
+        "tool_choice required",
+        { tool_choice: "required" },
+        /tool_choice only to "auto" or "none": .*"required"/,
+      ],
+      [
+        "tool_choice naming a function",
+        { tool_choice: { type: "function", function: { name: "x" } } },
+        /tool_choice only to "auto" or "none"/,
+      ],
+    ] as const
+  ) {
+    await t.step(`refused: ${name}`, () => {
+      const message = refused(extra);
+      assert.ok(message, `${JSON.stringify(extra)} was accepted`);
+      assert.match(message, pattern);
+    });
+  }
+  for (
+    const extra of [
+      { n: 1 },
+      { best_of: 1, local: { n: 1 } },
+      { tool_choice: "none" },
+      { tool_choice: "auto" },
+      { parallel_tool_calls: false },
+      { metadata: { team: "ops" } },
+    ]
+  ) {
+    await t.step(`accepted: ${JSON.stringify(extra)}`, () => assert.equal(refused(extra), undefined));
+  }
+});

@@ -177,3 +177,36 @@ Deno.test("client.start() refuses wrong request parameters, naming each, and cre
     await client.close();
   }
 });
+
+Deno.test("a run asking for eight answers per request (extra.n) is refused before any request is billed", async () => {
+  const model = await servedModel();
+  const client = await connect({ memory: true });
+  try {
+    const agent = tunedAgent(model.url);
+    await assert.rejects(
+      client.start(agent, { runId: "tuned-n8", input: "notes", modelParams: { extra: { n: 8 } } }),
+      (err: Error & { code?: string }) => {
+        assert.equal(err.code, "MODEL_PARAMS_INVALID");
+        assert.match(err.message, /'extra' may not set n to 8: it asks for several answers/);
+        return true;
+      },
+    );
+    assert.equal(await client.store.getRun("tuned-n8"), undefined, "no run");
+    assert.throws(
+      () => defineAgent({ name: "many", tools: [], modelParams: { extra: { n: 8 } } }),
+      /Cannot define agent "many": .*'extra' may not set n to 8/,
+    );
+    // One answer asked for, explicitly, is still fine: it reaches the wire as given.
+    const worker = await client.startWorker([agent], { pollMs: 10 });
+    try {
+      await client.start(agent, { runId: "tuned-n1", input: "notes", modelParams: { extra: { n: 1 } } });
+      assert.equal((await client.wait("tuned-n1", { timeoutMs: 20_000, pollMs: 10 })).status, "done");
+    } finally {
+      await worker.stop();
+    }
+    assert.ok(model.bodies.length > 0 && model.bodies.every((b) => b.n === 1), JSON.stringify(model.bodies));
+  } finally {
+    await client.close();
+    await model.close();
+  }
+});

@@ -75,6 +75,46 @@ Deno.test("an unreachable database is named by host and port, never by password,
   assert.ok(!out.includes(password) && !out.includes(apiKey), out);
 });
 
+Deno.test({
+  name:
+    "a database that does not exist is named with the command that creates it, exits 2, and the command works",
+  ignore: pgIgnore("missing database"),
+  async fn() {
+    const name = `ar_missing_${crypto.randomUUID().slice(0, 8)}`;
+    const url = new URL(TEST_DATABASE_URL!);
+    url.password = "pw-Missing-5d1e";
+    url.pathname = `/${name}`;
+    const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
+    try {
+      const { code, out } = await runMain({ DATABASE_URL: url.href });
+      assert.equal(code, 2, out);
+      assert.match(out, /level=error event=store-unavailable code=DB_MISSING/);
+      const target = `${url.hostname}:${url.port || "5432"}/${name}`;
+      assert.ok(
+        out.includes(`The database \\"${name}\\" does not exist on the PostgreSQL server at ${target}`),
+        out,
+      );
+      assert.ok(out.includes("3D000 invalid_catalog_name"), out);
+      assert.doesNotMatch(out, /server is running/, "not told to check a server that answered");
+      assert.ok(!out.includes("pw-Missing-5d1e"), out);
+      const command = /Create it \((createdb [^,]+), as a role/.exec(out)?.[1];
+      assert.equal(
+        command,
+        `createdb -h ${url.hostname} -p ${url.port || "5432"} -U ${url.username} ${name}`,
+      );
+      // The advice works: after the command, the same URL opens.
+      const made = await new Deno.Command("sh", { args: ["-c", command!], stdout: "null", stderr: "piped" })
+        .output();
+      assert.equal(made.code, 0, new TextDecoder().decode(made.stderr));
+      const opened = await openPostgres(url.href);
+      await opened.close();
+    } finally {
+      await admin.unsafe(`drop database if exists "${name}"`);
+      await admin.end();
+    }
+  },
+});
+
 Deno.test("a server that accepts and never answers fails within the connect timeout, naming host and port", async () => {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = listener.addr.port;

@@ -41,6 +41,7 @@
 
 import { ModelError, RuntimeError } from "../errors.ts";
 import { gatherStream } from "./_ai_sdk_stream.ts";
+import { checkModelParams } from "../model_params.ts";
 import type { Planner } from "../planner.ts";
 import type { ToolDescription } from "../tools.ts";
 import type { DecideRequest, ModelParams, PlannerDecision } from "../transcript.ts";
@@ -121,7 +122,8 @@ export interface AiSdkPlannerOptions {
 /**
  * The {@link Planner} of an AI SDK language model. Throws
  * `MODEL_SETTINGS_INVALID` for a specification version the adapter does not
- * speak.
+ * speak, `MODEL_PARAMS_INVALID` for `params` an agent's `modelParams` could
+ * not hold.
  *
  * @example
  * ```ts
@@ -146,7 +148,7 @@ export class AiSdkPlanner implements Planner {
   readonly #now: () => number;
   #tools?: { array: readonly ToolDescription[]; tools: FunctionTool[]; chars: number };
 
-  /** Wraps `model`; throws `MODEL_SETTINGS_INVALID` for a specification version it does not speak. */
+  /** Wraps `model`; throws `MODEL_SETTINGS_INVALID` for a specification version it does not speak, `MODEL_PARAMS_INVALID` for wrong `params`. */
   constructor(model: AiSdkLanguageModel, opts: AiSdkPlannerOptions = {}) {
     const version: unknown = model.specificationVersion;
     if (typeof version !== "string" || !AI_SDK_SPECIFICATION_VERSIONS.includes(version)) {
@@ -160,7 +162,12 @@ export class AiSdkPlanner implements Planner {
     }
     this.#model = model;
     this.#version = version as SpecificationVersion;
-    this.#opts = opts;
+    // Checked as an agent's and a run's are: `extra` asking for several answers is refused here too.
+    const params = checkModelParams(
+      opts.params,
+      `Cannot use the AI SDK model ${model.provider} model=${model.modelId}`,
+    );
+    this.#opts = { ...opts, params };
     this.#now = opts.now ?? Date.now;
   }
 

@@ -99,6 +99,16 @@ Deno.test("aiSdkPlanner() refuses a specification version it does not speak, nam
   assert.equal(p.specificationVersion, "v4");
 });
 
+Deno.test("aiSdkPlanner() refuses provider options that ask for several answers, as an agent's modelParams are", () => {
+  const model = new MockLanguageModelV4({ provider: "local.chat", modelId: "m" });
+  assert.throws(() => aiSdkPlanner(model, { params: { extra: { local: { n: 8 } } } }), {
+    name: "RuntimeError",
+    code: "MODEL_PARAMS_INVALID",
+    message: /^Cannot use the AI SDK model local\.chat model=m: .*'extra' may not set local\.n to 8/,
+  });
+  assert.deepEqual(aiSdkPlanner(model, { params: { extra: { local: { n: 1 } } } }).model, "m");
+});
+
 Deno.test("the transcript becomes the AI SDK prompt: system, user, assistant turns with their parts, one tool message per step", () => {
   const signature = { anthropic: { signature: "sig-abc" } };
   const decision: Decision = {

@@ -135,6 +135,8 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
   } catch (err) {
     await sql.end({ timeout: 1 }).catch(() => {});
     const e = err as { code?: string; message?: string };
+    // The server answered, and has no such database: a setting to fix, not an outage to wait out.
+    if (e.code === INVALID_CATALOG_NAME) throw missingDatabase(url, target, e.message, err);
     throw new StoreError(
       "DB_UNREACHABLE",
       `Cannot connect to PostgreSQL at ${target}: ${e.code ? e.code + " " : ""}${
@@ -145,4 +147,49 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     );
   }
   return new PostgresClient(sql, `postgres:${target}`);
+}
+
+/** SQLSTATE 3D000: the database named in the connection does not exist. */
+const INVALID_CATALOG_NAME = "3D000";
+
+/**
+ * `DB_MISSING`: the server is there and the database is not. Names the
+ * database and the command that creates it (on the URL's first host, as its
+ * user: the primary's, when the URL names several).
+ */
+function missingDatabase(
+  url: string,
+  target: string,
+  serverMessage: string | undefined,
+  cause: unknown,
+): StoreError {
+  let host = "localhost";
+  let port = "5432";
+  let user = "";
+  let name = "";
+  try {
+    const { url: u, hosts } = parseHostsUrl(url);
+    [host, port = "5432"] = (hosts[0] ?? "localhost").split(/:(?=\d+$)/);
+    host = host.replace(/^\[(.*)\]$/, "$1"); // an IPv6 address, as createdb takes it
+    user = decodeURIComponent(u.username);
+    name = decodeURIComponent(u.pathname.replace(/^\//, ""));
+  } catch {
+    // the server's own words name the database below
+  }
+  // The server says which name it looked for (postgres.js takes the user's name when the URL has none).
+  name = /database "(.*)" does not exist/.exec(serverMessage ?? "")?.[1] ?? (name || user);
+  const command = ["createdb", "-h", host, "-p", port, ...(user ? ["-U", user] : []), name].map(shellWord)
+    .join(" ");
+  return new StoreError(
+    "DB_MISSING",
+    `The database ${JSON.stringify(name)} does not exist on the PostgreSQL server at ${target} (3D000 ` +
+      `invalid_catalog_name). Create it (${command}, as a role that may create databases), or correct the ` +
+      `database name in DATABASE_URL`,
+    { cause },
+  );
+}
+
+/** A word as a POSIX shell reads it back: bare when it is plain, single-quoted otherwise. */
+function shellWord(word: string): string {
+  return /^[A-Za-z0-9_./:@%+=,-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
