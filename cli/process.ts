@@ -91,7 +91,8 @@ export interface DatabaseWait {
  *
  * A PostgreSQL that is away (`isDatabaseAway`: unreachable, or refusing
  * writes) is waited for when `waitForDatabase` is given, for as long as it
- * takes, each try logged as `database-unavailable` with the wait before the
+ * takes or until its signal (an embedded database is never away, but the
+ * signal ends its wait for the directory too), each try logged as `database-unavailable` with the wait before the
  * next ({@link DATABASE_BACKOFF}), and `database-available` once it answers;
  * without it, it is logged as `store-unavailable` and returned as exit code 7
  * (the database away). Any other {@link StoreError} is a setting to fix:
@@ -132,7 +133,7 @@ export async function openStoreLogged(
     if (wait) {
       const opened = await waitAtStart({
         attempt: open,
-        isAway: isDatabaseAway,
+        isAway: (err) => !!settings.databaseUrl && isDatabaseAway(err),
         onAway: ({ error, attempt, retryMs }) =>
           log.warn("database-unavailable", {
             ...wait.fields,

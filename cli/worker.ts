@@ -73,9 +73,7 @@ export async function main(
     // restart loop, while the same settings work once the database is back.
     const opened = await openStoreLogged(settings, log, {
       max: Math.min(8, Math.max(2, settings.runsPerWorker)),
-      waitForDatabase: settings.databaseUrl
-        ? { clock, signal: stopping.signal, fields: { worker: settings.worker } }
-        : undefined,
+      waitForDatabase: { clock, signal: stopping.signal, fields: { worker: settings.worker } },
     });
     if (typeof opened === "number") {
       if (stopping.signal.aborted) {
