@@ -400,3 +400,27 @@ Deno.test("a worker exits 2 at once for a database that does not exist or a pass
     },
   });
 });
+
+Deno.test("a supervisor started while its database is away waits for it, starts no worker, and stops at once on SIGTERM", async () => {
+  const sup = startSupervisor({
+    ...NOWHERE,
+    DATABASE_URL: `postgres://app:pw@127.0.0.1:${closedPort()}/app`,
+  });
+  try {
+    await until(
+      () => Promise.resolve(sup.events("database-unavailable").length >= 2 || !alive(sup.pid)),
+      `two tries\n${sup.lines.join("\n")}`,
+      60_000,
+    );
+    assert.deepEqual(sup.events("database-unavailable").map((e) => [e.code, e.retry_ms]), [
+      ["DB_UNREACHABLE", "1000"],
+      ["DB_UNREACHABLE", "2000"],
+    ], sup.lines.join("\n"));
+    assert.deepEqual(sup.events("worker-started"), [], "no worker before its database answers");
+    sup.kill("SIGTERM");
+    assert.equal(await sup.status, 0, sup.lines.join("\n"));
+    assert.equal(sup.events("stopped")[0]?.note, "while waiting");
+  } finally {
+    await sup.close();
+  }
+});
