@@ -79,15 +79,15 @@ export interface Available<T> {
  *
  * @example
  * ```ts
- * import { ManualClock } from "../runtime/clock.ts";
+ * import { SystemClock } from "../runtime/clock.ts";
  * import { waitAtStart } from "./start_wait.ts";
  * let tries = 0;
  * const { value, attempts } = await waitAtStart({
  *   attempt: () => ++tries < 2 ? Promise.reject(new Error("away")) : Promise.resolve("up"),
  *   isAway: () => true,
- *   onAway: ({ retryMs }) => console.log(`again in ${retryMs} ms`),
- *   clock: new ManualClock(),
- *   backoff: { firstMs: 0, maxMs: 0 },
+ *   onAway: ({ retryMs }) => console.log(`again in ${retryMs} ms`), // again in 10 ms
+ *   clock: new SystemClock(),
+ *   backoff: { firstMs: 10, maxMs: 100 },
  * });
  * console.log(value, attempts); // up 2
  * ```

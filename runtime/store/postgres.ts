@@ -166,7 +166,7 @@ function connectError(err: unknown, target: string): StoreError {
   if (code === NO_DATABASE_SQLSTATE) {
     return new StoreError(
       "DB_NOT_FOUND",
-      `The database DATABASE_URL names does not exist at ${target}: ${seen}. Create it (createdb, or ` +
+      `DATABASE_URL names a database that does not exist at ${target}: ${seen}. Create it (createdb, or ` +
         `'create database' as a role that may), or correct the name in DATABASE_URL`,
       { cause: err },
     );
