@@ -100,133 +100,142 @@ async function assertEffectsOnce(store: Store, mocks: RunningMocks, runIds: stri
   assert.equal(created.length, runIds.length * 3);
 }
 
-Deno.test({
-  name:
-    "workers SIGKILLed while the database is stopped are replaced, every slot comes back, and every run finishes once",
-  ignore: ownServerIgnore("database outage under the supervisor"),
-  async fn() {
-    await removeStalePgServers();
-    const server = await startPgServer({ listen: "127.0.0.1", trustCidr: "127.0.0.1/32" });
-    const mocks = await serveMocks();
-    let store: Store | undefined;
-    let sup: Proc | undefined;
-    try {
-      store = await openStore({ databaseUrl: server.url, dataDir: "" }, { max: 2 });
-      // Tool calls slow enough that runs are in flight when the database goes.
-      mocks.cloud.setFaults({ delay_ms: 300 });
-      const runIds = Array.from({ length: 12 }, (_, i) => `outage-${i}`);
-      for (const id of runIds) {
-        assert.ok(await store.createRun({ runId: id, agent: "provision", goal: "outage" }, new Date()));
-      }
-      const env = {
-        DATABASE_URL: server.url,
-        MODEL_URL: mocks.modelUrl,
-        MODEL: "mock-planner",
-        CLOUD_URL: mocks.cloudUrl,
-        WORKERS: "2",
-        RUNS_PER_WORKER: "3",
-        LEASE_S: "2",
-        HEARTBEAT_S: "0.3",
-        POLL_S: "0.3",
-        SUPERVISOR: "outage",
-      };
-      sup = startSupervisor(env);
-      await until(
-        () => Promise.resolve(events(sup!, "claimed").length >= 2 && events(sup!, "worker").length === 2),
-        `both workers to take runs\n${sup.lines.slice(-30).join("\n")}`,
-        60_000,
-      );
-
-      await server.stop("fast");
-      const stoppedAt = Date.now();
-      const started = () => events(sup!, "worker-started").map((e) => e.worker);
-      /** SIGKILLs `pids`, then waits for their replacements to wait for the database (or to exit). */
-      const killAndReplace = async (pids: number[]) => {
-        const seen = new Set(started());
-        for (const pid of pids) Deno.kill(pid, "SIGKILL");
-        await until(
-          () =>
-            Promise.resolve(started().filter((n) => !seen.has(n)).length >= pids.length || !alive(sup!.pid)),
-          `replacements of ${pids}\n${sup!.lines.slice(-30).join("\n")}`,
-          60_000,
-        );
-        for (const name of started().filter((n) => !seen.has(n))) await waitingOrGone(sup!, name);
-      };
-      // One worker killed: the supervisor starts its replacement inside the outage.
-      await killAndReplace([[...liveWorkers(sup).values()][0]]);
-      // Then both live ones: the replacement and the other first worker.
-      await killAndReplace([...liveWorkers(sup).values()]);
-      // The database stays away for several seconds, then comes back.
-      const downMs = 8_000 - (Date.now() - stoppedAt);
-      if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
-      const outageMs = Date.now() - stoppedAt;
-      await server.start();
-      const backAt = Date.now();
-      // Today's main failed here: each replacement exited 2 and its slot was given up on.
-      assert.deepEqual(events(sup, "worker-refused"), [], "no slot was given up on");
-      assert.ok(alive(sup.pid), `the supervisor is alive\n${sup.lines.slice(-30).join("\n")}`);
-
-      await until(
-        async () => {
-          const statuses = await runStatuses(store!);
-          return statuses !== undefined && runIds.every((id) => statuses.get(id) === "done");
-        },
-        `every run to finish\n${sup.lines.slice(-40).join("\n")}`,
-        120_000,
-      );
-      const doneMs = Date.now() - backAt;
-      // Every slot is back: two live worker processes, each with a live row in `workers`.
-      await until(
-        async () => {
-          const rows = await tryQuery<{ name: string }>(
-            store!,
-            "select name from workers where heartbeat_at > now() - interval '2 seconds'",
-          );
-          const live = liveWorkers(sup!);
-          return rows !== undefined && live.size === 2 && rows.length === 2 &&
-            rows.every((r) => live.has(r.name));
-        },
-        `two live workers with live rows\n${sup.lines.slice(-40).join("\n")}`,
-        60_000,
-      ).catch(() => {});
-
-      const live = liveWorkers(sup);
-      assert.deepEqual(events(sup, "worker-refused"), [], "no slot was given up on");
-      assert.ok(alive(sup.pid), `the supervisor is alive\n${sup.lines.slice(-30).join("\n")}`);
-      assert.equal(live.size, 2, `two live workers: ${[...live.keys()]}`);
-      assert.ok([...live.values()].every(alive), "both worker processes are alive");
-      const rows = await store.client.query<{ name: string }>(
-        "select name from workers where heartbeat_at > now() - interval '2 seconds' order by name",
-      );
-      assert.deepEqual(
-        rows.map((r) => r.name),
-        [...live.keys()].sort(),
-        "each live worker heartbeats its row",
-      );
-      // Three workers started inside the outage, and each waited for the database, then went on.
-      const waited = new Set(events(sup, "database-unavailable").map((e) => e.worker));
-      assert.equal(waited.size, 3, `workers that waited: ${[...waited]}`);
-      for (const e of events(sup, "database-unavailable")) {
-        assert.equal(e.code, "DB_UNREACHABLE");
-        assert.ok(Number(e.retry_ms) >= 1_000 && Number(e.retry_ms) <= 10_000, JSON.stringify(e));
-      }
-      const available = events(sup, "database-available").map((e) => e.worker);
-      assert.deepEqual(available.filter((n) => live.has(n)).sort(), [...live.keys()].sort());
-      await assertEffectsOnce(store, mocks, runIds);
-      console.log(
-        `database outage: down ${outageMs} ms, 3 workers SIGKILLed in it, all 12 runs done ${doneMs} ms after ` +
-          `it came back; database-unavailable lines: ${events(sup, "database-unavailable").length}`,
-      );
-      sup.kill("SIGTERM");
-      assert.equal(await sup.status, 0, sup.lines.slice(-20).join("\n"));
-    } finally {
-      await sup?.close();
-      await store?.client.close().catch(() => {});
-      await mocks.close();
-      await server.close();
+/**
+ * A supervisor with two workers and 12 runs of the demo in flight; the database stopped (`mode`) for 8 s, one
+ * worker SIGKILLed in the outage, then both live ones; then the database started again.
+ */
+async function outageUnderSupervisor(mode: "fast" | "immediate"): Promise<void> {
+  await removeStalePgServers();
+  const server = await startPgServer({ listen: "127.0.0.1", trustCidr: "127.0.0.1/32" });
+  const mocks = await serveMocks();
+  let store: Store | undefined;
+  let sup: Proc | undefined;
+  try {
+    store = await openStore({ databaseUrl: server.url, dataDir: "" }, { max: 2 });
+    // Tool calls slow enough that runs are in flight when the database goes.
+    mocks.cloud.setFaults({ delay_ms: 300 });
+    const runIds = Array.from({ length: 12 }, (_, i) => `outage-${i}`);
+    for (const id of runIds) {
+      assert.ok(await store.createRun({ runId: id, agent: "provision", goal: "outage" }, new Date()));
     }
-  },
-});
+    const env = {
+      DATABASE_URL: server.url,
+      MODEL_URL: mocks.modelUrl,
+      MODEL: "mock-planner",
+      CLOUD_URL: mocks.cloudUrl,
+      WORKERS: "2",
+      RUNS_PER_WORKER: "3",
+      LEASE_S: "2",
+      HEARTBEAT_S: "0.3",
+      POLL_S: "0.3",
+      SUPERVISOR: "outage",
+    };
+    sup = startSupervisor(env);
+    await until(
+      () => Promise.resolve(events(sup!, "claimed").length >= 2 && events(sup!, "worker").length === 2),
+      `both workers to take runs\n${sup.lines.slice(-30).join("\n")}`,
+      60_000,
+    );
+
+    await server.stop(mode);
+    const stoppedAt = Date.now();
+    const started = () => events(sup!, "worker-started").map((e) => e.worker);
+    /** SIGKILLs `pids`, then waits for their replacements to wait for the database (or to exit). */
+    const killAndReplace = async (pids: number[]) => {
+      const seen = new Set(started());
+      for (const pid of pids) Deno.kill(pid, "SIGKILL");
+      await until(
+        () =>
+          Promise.resolve(started().filter((n) => !seen.has(n)).length >= pids.length || !alive(sup!.pid)),
+        `replacements of ${pids}\n${sup!.lines.slice(-30).join("\n")}`,
+        60_000,
+      );
+      for (const name of started().filter((n) => !seen.has(n))) await waitingOrGone(sup!, name);
+    };
+    // One worker killed: the supervisor starts its replacement inside the outage.
+    await killAndReplace([[...liveWorkers(sup).values()][0]]);
+    // Then both live ones: the replacement and the other first worker.
+    await killAndReplace([...liveWorkers(sup).values()]);
+    // The database stays away for several seconds, then comes back.
+    const downMs = 8_000 - (Date.now() - stoppedAt);
+    if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
+    const outageMs = Date.now() - stoppedAt;
+    await server.start();
+    const backAt = Date.now();
+    // Today's main failed here: each replacement exited 2 and its slot was given up on.
+    assert.deepEqual(events(sup, "worker-refused"), [], "no slot was given up on");
+    assert.ok(alive(sup.pid), `the supervisor is alive\n${sup.lines.slice(-30).join("\n")}`);
+
+    await until(
+      async () => {
+        const statuses = await runStatuses(store!);
+        return statuses !== undefined && runIds.every((id) => statuses.get(id) === "done");
+      },
+      `every run to finish\n${sup.lines.slice(-40).join("\n")}`,
+      120_000,
+    );
+    const doneMs = Date.now() - backAt;
+    // Every slot is back: two live worker processes, each with a live row in `workers`.
+    await until(
+      async () => {
+        const rows = await tryQuery<{ name: string }>(
+          store!,
+          "select name from workers where heartbeat_at > now() - interval '2 seconds'",
+        );
+        const live = liveWorkers(sup!);
+        return rows !== undefined && live.size === 2 && rows.length === 2 &&
+          rows.every((r) => live.has(r.name));
+      },
+      `two live workers with live rows\n${sup.lines.slice(-40).join("\n")}`,
+      60_000,
+    ).catch(() => {});
+
+    const live = liveWorkers(sup);
+    assert.deepEqual(events(sup, "worker-refused"), [], "no slot was given up on");
+    assert.ok(alive(sup.pid), `the supervisor is alive\n${sup.lines.slice(-30).join("\n")}`);
+    assert.equal(live.size, 2, `two live workers: ${[...live.keys()]}`);
+    assert.ok([...live.values()].every(alive), "both worker processes are alive");
+    const rows = await store.client.query<{ name: string }>(
+      "select name from workers where heartbeat_at > now() - interval '2 seconds' order by name",
+    );
+    assert.deepEqual(
+      rows.map((r) => r.name),
+      [...live.keys()].sort(),
+      "each live worker heartbeats its row",
+    );
+    // Three workers started inside the outage, and each waited for the database, then went on.
+    const waited = new Set(events(sup, "database-unavailable").map((e) => e.worker));
+    assert.equal(waited.size, 3, `workers that waited: ${[...waited]}`);
+    for (const e of events(sup, "database-unavailable")) {
+      assert.equal(e.code, "DB_UNREACHABLE");
+      assert.ok(Number(e.retry_ms) >= 1_000 && Number(e.retry_ms) <= 10_000, JSON.stringify(e));
+    }
+    const available = events(sup, "database-available").map((e) => e.worker);
+    assert.deepEqual(available.filter((n) => live.has(n)).sort(), [...live.keys()].sort());
+    await assertEffectsOnce(store, mocks, runIds);
+    console.log(
+      `database outage (${mode}): down ${outageMs} ms, 3 workers SIGKILLed in it, all 12 runs done ${doneMs} ms after ` +
+        `it came back; database-unavailable lines: ${events(sup, "database-unavailable").length}`,
+    );
+    sup.kill("SIGTERM");
+    assert.equal(await sup.status, 0, sup.lines.slice(-20).join("\n"));
+  } finally {
+    await sup?.close();
+    await store?.client.close().catch(() => {});
+    await mocks.close();
+    await server.close();
+  }
+}
+
+for (const mode of ["fast", "immediate"] as const) {
+  Deno.test({
+    name:
+      `workers SIGKILLed while the database is stopped (${mode}) are replaced, every slot comes back, and every ` +
+      "run finishes once",
+    ignore: ownServerIgnore(`database outage under the supervisor (${mode})`),
+    fn: () => outageUnderSupervisor(mode),
+  });
+}
 
 Deno.test({
   name:
