@@ -91,12 +91,13 @@ export interface DatabaseWait {
  *
  * A PostgreSQL that is away (`isDatabaseAway`: unreachable, or refusing
  * writes) is waited for when `waitForDatabase` is given, for as long as it
- * takes or until its signal (an embedded database is never away, but the
- * signal ends its wait for the directory too), each try logged as `database-unavailable` with the wait before the
- * next ({@link DATABASE_BACKOFF}), and `database-available` once it answers;
- * without it, it is logged as `store-unavailable` and returned as exit code 7
- * (the database away). Any other {@link StoreError} is a setting to fix:
- * logged as `store-unavailable` and returned as exit code 2.
+ * takes or until its signal, each try logged as `database-unavailable` with
+ * the wait before the next ({@link DATABASE_BACKOFF}), and
+ * `database-available` once it answers (an embedded database is never away,
+ * but the signal ends its wait for the directory too). Without it, a
+ * database away is logged as `store-unavailable` and returned as exit code 7.
+ * Any other {@link StoreError} is a setting to fix: logged as
+ * `store-unavailable` and returned as exit code 2.
  */
 export async function openStoreLogged(
   settings: Pick<Settings, "databaseUrl" | "dataDir"> & { dataDirWaitMs?: number },

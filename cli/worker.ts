@@ -45,7 +45,16 @@ usage: deno task worker [--flag value ...]   (every flag is also an environment 
   --database-url URL         PostgreSQL shared with other workers; unset: embedded PGlite under --data-dir
   --worker NAME              written to runs.owner (default host:pid)
   and the settings of 'run' (model, cloud, lease, crash points, log format):
-${RUN_USAGE.split("\n").slice(4).filter((l) => !l.includes("--runs-per-worker N, --poll-s")).join("\n")}`;
+${
+  RUN_USAGE.split("\n\nexit codes:")[0].split("\n").slice(4)
+    .filter((l) => !l.includes("--runs-per-worker N, --poll-s")).join("\n")
+}
+
+A database or a tools' server that is away at start is waited for (database-unavailable, tools-unreachable:
+again after 1 s, 2 s, 4 s, ...); SIGINT, SIGTERM or a closed stdin end the wait.
+
+exit codes: 0 stopped, 2 settings that cannot work (a malformed value, a password or role refused, a database
+that does not exist), 6 supervisor gone (stdin closed)`;
 
 /** Runs a worker host until a signal; returns the exit code. */
 export async function main(
