@@ -9,11 +9,13 @@
 import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { hostname } from "node:os";
 import { FlagError, loadSettings, type Settings, urlPasswordForms } from "../runtime/config.ts";
-import { ConfigError, StoreError } from "../runtime/errors.ts";
+import { ConfigError, isDatabaseAway, StoreError } from "../runtime/errors.ts";
+import { EXIT_CODES } from "../runtime/exit_codes.ts";
 import { Logger } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { AgentModuleError } from "./agents.ts";
 import type { Store } from "../runtime/store/store.ts";
+import { DATABASE_BACKOFF, waitAtStart } from "./start_wait.ts";
 
 /**
  * The start of every agent process (`run`, `worker`): `--help`, the settings
@@ -65,10 +67,19 @@ export function loggerFor(
 export function reportConfigError(err: ConfigError, program: string): number {
   if (err instanceof FlagError || err instanceof AgentModuleError) {
     console.error(`${program}: ${err.problems[0]}`);
-    return 2;
+    return EXIT_CODES.settings;
   }
   console.error(`${program}: invalid settings:\n${err.problems.map((p) => `  - ${p}`).join("\n")}`);
-  return 2;
+  return EXIT_CODES.settings;
+}
+
+/** How {@link openStoreLogged} waits for a PostgreSQL that is away. */
+export interface DatabaseWait {
+  clock: Clock;
+  /** Ends the wait (SIGINT, SIGTERM): {@link openStoreLogged} then returns exit code 0. */
+  signal: AbortSignal;
+  /** Who waits, on each line (`worker=...`): a supervisor's output holds every worker's. */
+  fields?: Record<string, string>;
 }
 
 /**
@@ -76,13 +87,22 @@ export function reportConfigError(err: ConfigError, program: string): number {
  * is about to be created (initdb takes seconds). While another process holds
  * the embedded database it waits up to `dataDirWaitMs`, logging
  * `waiting-for-data-dir` once with the holder's pid (and `data-dir-free` when
- * the wait ends). A {@link StoreError} is logged as `store-unavailable` and
- * returned as exit code 2.
+ * the wait ends).
+ *
+ * A PostgreSQL that is away (`isDatabaseAway`: unreachable, or refusing
+ * writes) is waited for when `waitForDatabase` is given, for as long as it
+ * takes or until its signal, each try logged as `database-unavailable` with
+ * the wait before the next ({@link DATABASE_BACKOFF}), and
+ * `database-available` once it answers (an embedded database is never away,
+ * but the signal ends its wait for the directory too). Without it, a
+ * database away is logged as `store-unavailable` and returned as exit code 7.
+ * Any other {@link StoreError} is a setting to fix: logged as
+ * `store-unavailable` and returned as exit code 2.
  */
 export async function openStoreLogged(
   settings: Pick<Settings, "databaseUrl" | "dataDir"> & { dataDirWaitMs?: number },
   log: Logger,
-  opts: { max?: number } = {},
+  opts: { max?: number; waitForDatabase?: DatabaseWait } = {},
 ): Promise<Store | number> {
   if (!settings.databaseUrl && !(await exists(`${settings.dataDir}/pglite/PG_VERSION`))) {
     log.info("creating-database", {
@@ -91,9 +111,9 @@ export async function openStoreLogged(
     });
   }
   let waited = false;
-  try {
-    const store = await openStore(settings, {
-      ...opts,
+  const open = () =>
+    openStore(settings, {
+      max: opts.max,
       lockWait: {
         waitMs: settings.dataDirWaitMs ?? 0,
         onWait: ({ holder, waitMs }) => {
@@ -108,12 +128,53 @@ export async function openStoreLogged(
         },
       },
     });
+  const wait = opts.waitForDatabase;
+  try {
+    let store: Store;
+    if (wait) {
+      const opened = await waitAtStart({
+        attempt: open,
+        isAway: (err) => !!settings.databaseUrl && isDatabaseAway(err),
+        onAway: ({ error, attempt, retryMs }) =>
+          log.warn("database-unavailable", {
+            ...wait.fields,
+            code: (error as StoreError).code,
+            attempt,
+            retry_ms: retryMs,
+            error: (error as StoreError).message,
+          }),
+        clock: wait.clock,
+        backoff: DATABASE_BACKOFF,
+        signal: wait.signal,
+        discard: (late) => late.client.close(),
+      });
+      store = opened.value;
+      if (opened.attempts > 1) {
+        log.info("database-available", {
+          ...wait.fields,
+          store: store.describe,
+          attempts: opened.attempts,
+          waited_ms: opened.waitedMs,
+        });
+      }
+    } else {
+      store = await open();
+    }
     if (waited) log.info("data-dir-free", { store: `pglite:${settings.dataDir}/pglite` });
     return store;
   } catch (err) {
+    if (wait?.signal.aborted) return EXIT_CODES.done;
+    if (isDatabaseAway(err)) {
+      log.error("store-unavailable", {
+        code: err.code,
+        error: err.message,
+        note: "the database is away: nothing was started; run the same command again once it is back",
+      });
+      return EXIT_CODES.databaseAway;
+    }
     if (err instanceof StoreError) {
       log.error("store-unavailable", { code: err.code, error: err.message });
-      return 2;
+      return EXIT_CODES.settings;
     }
     throw err;
   }
@@ -141,6 +202,6 @@ export function watchStdin(log: Logger): void {
       if (n === null) break;
     }
     log.warn("supervisor-gone", { reason: "stdin closed" });
-    Deno.exit(6);
+    Deno.exit(EXIT_CODES.supervisorGone);
   })();
 }

@@ -5,10 +5,16 @@
  * whose state persists beside it, so a crash and a restart meet the same
  * remote, as they would with servers.
  *
- * Exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced
- * (another worker holds the run), 4 blocked (a flagged call needs a human),
- * 5 cancelled, 6 the supervisor went away, 7 the database failed mid-run
- * (the run is intact and resumes when started again).
+ * Exit codes (`EXIT_CODES`, exit_codes.ts): 0 done, 1 failed, 2 settings that
+ * cannot work, 3 fenced (another worker holds the run), 4 blocked (a flagged
+ * call needs a human), 5 cancelled, 6 the supervisor went away, 7 the
+ * database is away, at start or mid-run (nothing is lost: start it again
+ * once the database is back), 8 an error the runtime does not classify.
+ *
+ * A command a person (or a script) runs, it does not wait for a database
+ * that is away at its start: it says so at once and exits 7, which a script
+ * can retry on, while 2 says that retrying cannot help. A worker waits
+ * instead (`worker.ts`).
  *
  * @module
  */
@@ -20,6 +26,7 @@ import { agentDeps, DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, processDeps } from "../
 import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
 import { WorkerHost } from "../runtime/host.ts";
+import { EXIT_CODES } from "../runtime/exit_codes.ts";
 import { exitCodeOf, runWorker, WorkerError } from "../runtime/loop.ts";
 import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
@@ -59,9 +66,10 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --group-commit-ms MS       writes of several runs share one statement, each waiting at most MS (default 2; 0: off)
   --runs-per-worker N, --poll-s S, --take-share R   worker host settings ('worker --help'); accepted, unused here
 
-exit codes: 0 done, 1 failed, 2 bad settings or no database, 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone,
-7 the database failed mid-run (the run is intact), 8 an error the runtime does not classify (the run is intact
-and released)`;
+exit codes: 0 done, 1 failed, 2 settings that cannot work (a malformed value, a password or role refused, a
+database that does not exist), 3 fenced, 4 blocked, 5 cancelled, 6 supervisor gone, 7 the database is away (at
+start or mid-run: nothing is lost, start again once it is back), 8 an error the runtime does not classify (the
+run is intact and released)`;
 
 /** Reads the input for a run of `agent` from the settings: JSON for a schema, else text. */
 export function inputFrom(settings: Settings, hasSchema: boolean): unknown {
@@ -205,7 +213,7 @@ export async function main(
   } catch (err) {
     if (hasCode(err, "AGENT_MISMATCH")) {
       log.error("wrong-agent", { run: request.runId, error: err.message });
-      return 2;
+      return EXIT_CODES.settings;
     }
     if (err instanceof WorkerError) {
       // Not the database (it took the release): the agent's code threw, or a
@@ -220,7 +228,7 @@ export async function main(
             `progress it fails, naming this error`
           : "another worker holds the run now, or it was closed",
       });
-      return 8;
+      return EXIT_CODES.unclassified;
     }
     // Anything else escaping the loop is the infrastructure (the database went
     // away mid-run): nothing was lost, and the run is still open for a worker.
@@ -229,7 +237,7 @@ export async function main(
       error: describeError(err),
       note: `the run is intact; start it again with --run-id ${request.runId} once the database is back`,
     });
-    return 7;
+    return EXIT_CODES.databaseAway;
   } finally {
     await children?.stop("the run is over").catch((e) =>
       log.warn("children-stop-failed", { error: describeError(e) })

@@ -25,8 +25,12 @@
  * exits 0. It does not restart itself; run it under a process manager (the
  * README shows a systemd unit).
  *
- * Exit codes: 0 stopped cleanly, 2 bad settings or no database (or every
- * worker refused its settings).
+ * A database that is away at its start is waited for (`database-unavailable`,
+ * each try), and one that goes away later is logged at each poll and waited
+ * out; neither ends it, nor costs a worker slot.
+ *
+ * Exit codes (`EXIT_CODES`): 0 stopped, 2 settings that cannot work (or
+ * every worker refused its settings).
  *
  * @module
  */
@@ -36,11 +40,13 @@ import { basename, resolve } from "node:path";
 import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { cliEntry, findProjectConfig } from "./project.ts";
 import { loggerFor, openStoreLogged, reportConfigError } from "./process.ts";
-import { SystemClock } from "../runtime/clock.ts";
+import { type Clock, SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
-import { ConfigError, hasCode } from "../runtime/errors.ts";
-import type { LogFormat } from "../runtime/log.ts";
+import { AbortedError, ConfigError, hasCode } from "../runtime/errors.ts";
+import { EXIT_CODES } from "../runtime/exit_codes.ts";
+import type { LogFormat, Logger } from "../runtime/log.ts";
 import type { RetryPolicy } from "../runtime/retry.ts";
+import type { Store } from "../runtime/store/store.ts";
 import type { TakeShare } from "../runtime/take_share.ts";
 import { processSpawner } from "../supervisor/spawn.ts";
 import { Supervisor } from "../supervisor/supervisor.ts";
@@ -158,7 +164,10 @@ usage: deno task supervise [--flag value ...]   (every flag is also an environme
 The rest of the environment (MODEL_URL, MODEL, MODEL_API_KEY, CLOUD_URL, an agent's own
 settings) passes to the workers.
 
-exit codes: 0 stopped, 2 bad settings or no database`;
+A database that is away (at start, or later) is waited for; workers wait for it too.
+
+exit codes: 0 stopped, 2 settings that cannot work (a malformed value, a password or role refused, a database that
+does not exist), or every worker exited 2`;
 
 /**
  * Reads and validates the supervisor's settings; throws a {@link ConfigError}
@@ -256,8 +265,40 @@ export async function main(
   }
   const clock = new SystemClock();
   const log = loggerFor({ ...settings, modelApiKey: env.MODEL_API_KEY }, clock);
-  const store = await openStoreLogged({ databaseUrl: settings.databaseUrl, dataDir: "" }, log);
-  if (typeof store === "number") return store;
+  // SIGINT and SIGTERM stop it at any point: while it waits for its database, and once it supervises.
+  const stopping = new AbortController();
+  const onSignal = () =>
+    stopping.abort(new AbortedError("The supervisor was asked to stop (SIGINT or SIGTERM)"));
+  Deno.addSignalListener("SIGINT", onSignal);
+  Deno.addSignalListener("SIGTERM", onSignal);
+  try {
+    // A database that is away at its start (a host booting, a failover) is waited for, as its
+    // workers wait for it: exiting would leave the restart to a process manager, and exit 2
+    // would say that the settings are wrong.
+    const store = await openStoreLogged({ databaseUrl: settings.databaseUrl, dataDir: "" }, log, {
+      waitForDatabase: { clock, signal: stopping.signal, fields: { supervisor: settings.name } },
+    });
+    if (typeof store === "number") {
+      if (stopping.signal.aborted) log.info("stopped", { name: settings.name, note: "while waiting" });
+      return store;
+    }
+    try {
+      return await supervise(settings, { store, clock, log, stopping: stopping.signal });
+    } finally {
+      await store.client.close();
+    }
+  } finally {
+    Deno.removeSignalListener("SIGINT", onSignal);
+    Deno.removeSignalListener("SIGTERM", onSignal);
+  }
+}
+
+/** Keeps the workers alive until `stopping` aborts (or every worker refused its settings); returns the exit code. */
+async function supervise(
+  settings: SupervisorSettings,
+  ctx: { store: Store; clock: Clock; log: Logger; stopping: AbortSignal },
+): Promise<number> {
+  const { store, clock, log } = ctx;
   const supervisor = new Supervisor({
     store,
     clock,
@@ -272,17 +313,15 @@ export async function main(
       agentModule: settings.agentModule === undefined ? undefined : agentSpecifier(settings.agentModule),
     }, workerCommand(isCompiled(), settings.workerConfig ?? findProjectConfig())),
   });
-  const onSignal = () => void supervisor.stop();
-  Deno.addSignalListener("SIGINT", onSignal);
-  Deno.addSignalListener("SIGTERM", onSignal);
+  const stop = () => void supervisor.stop();
+  ctx.stopping.addEventListener("abort", stop, { once: true });
   try {
-    await supervisor.run();
+    // A signal that came while the store opened: no worker is started.
+    if (!ctx.stopping.aborted) await supervisor.run();
     log.info("stopped", { name: settings.name });
-    return supervisor.refused ? 2 : 0;
+    return supervisor.refused ? EXIT_CODES.settings : EXIT_CODES.done;
   } finally {
-    Deno.removeSignalListener("SIGINT", onSignal);
-    Deno.removeSignalListener("SIGTERM", onSignal);
-    await store.client.close();
+    ctx.stopping.removeEventListener("abort", stop);
   }
 }
 

@@ -1,9 +1,10 @@
 /**
  * A PostgreSQL server of the test's own, listening on one address it names
- * (the bridge of {@link HostNetwork}) with trust for one subnet only: the
- * host tests reach a real server over their virtual links without changing
- * the shared server's `listen_addresses` (a restart, felt by every test
- * using it). Made with the installed server's `initdb` into a temporary
+ * (the bridge of {@link HostNetwork}, or `127.0.0.1`) with trust for one
+ * subnet only: the host tests reach a real server over their virtual links
+ * without changing the shared server's `listen_addresses` (a restart, felt by
+ * every test using it), and the outage tests stop and start one that nobody
+ * else uses. Made with the installed server's `initdb` into a temporary
  * directory owned by the `postgres` user, and removed by {@link PgServer.close};
  * {@link removeStalePgServers} stops and deletes what a killed run left.
  *
@@ -20,8 +21,30 @@ export interface PgServer {
   url: string;
   /** Its data directory's parent (the temporary directory). */
   dir: string;
+  /**
+   * Stops it, as `pg_ctl stop -m MODE` does (waiting until it is down): `fast`
+   * ends every session and shuts down cleanly, `immediate` as a crash does.
+   */
+  stop(mode: "fast" | "immediate"): Promise<void>;
+  /** Starts it again after {@link PgServer.stop}, on the same address and port (waiting until it answers). */
+  start(): Promise<void>;
   /** Stops it (immediate shutdown) and deletes its directory. Safe to call twice. */
   close(): Promise<void>;
+}
+
+/**
+ * Why {@link startPgServer} cannot run here (not Linux, not root: the server
+ * runs as the `postgres` user; no server binaries), or undefined when it can.
+ */
+export function pgServerSkipReason(): string | undefined {
+  if (Deno.build.os !== "linux") return `a server of the test's own needs Linux; this is ${Deno.build.os}`;
+  if (Deno.uid() !== 0) {
+    return `a server of the test's own runs as the postgres user, which needs root; uid is ${Deno.uid()}`;
+  }
+  if (!pgBinDir()) {
+    return "no PostgreSQL server binaries (/usr/lib/postgresql/<15 or later>/bin/initdb, pg_ctl)";
+  }
+  return undefined;
 }
 
 /** The newest installed server's bin directory (`/usr/lib/postgresql/<v>/bin`, v 15 or later), if any. */
@@ -66,10 +89,13 @@ function freePort(address: string): number {
 
 /**
  * Starts a fresh server listening on `listen` only, with `trust` for
- * `trustCidr` only (and the local socket). `fsync` is off: the server's own
- * crash safety is not what the host tests test.
+ * `trustCidr` only (and the local socket); `hba` lines come before that rule
+ * (a role that must give a password, say). `fsync` is off: the server's own
+ * crash safety is not what these tests test.
  */
-export async function startPgServer(opts: { listen: string; trustCidr: string }): Promise<PgServer> {
+export async function startPgServer(
+  opts: { listen: string; trustCidr: string; hba?: readonly string[] },
+): Promise<PgServer> {
   const bin = pgBinDir();
   if (!bin) {
     throw new Error("Cannot start a PostgreSQL server: no /usr/lib/postgresql/<15 or later>/bin/initdb");
@@ -90,7 +116,7 @@ export async function startPgServer(opts: { listen: string; trustCidr: string })
     // Only the socket (trust, as initdb wrote) and the test subnet: nothing else may connect.
     await Deno.writeTextFile(
       `${data}/pg_hba.conf`,
-      `local all all trust\nhost all all ${opts.trustCidr} trust\n`,
+      ["local all all trust", ...(opts.hba ?? []), `host all all ${opts.trustCidr} trust`, ""].join("\n"),
     );
     const port = freePort(opts.listen);
     const settings = [
@@ -100,9 +126,26 @@ export async function startPgServer(opts: { listen: string; trustCidr: string })
       "-c fsync=off",
       "-c max_connections=200",
     ].join(" ");
-    await asPostgres([`${bin}/pg_ctl`, "-D", data, "-o", settings, "-l", `${dir}/server.log`, "-w", "start"]);
-    started = true;
-    return { url: `postgres://postgres@${opts.listen}:${port}/postgres`, dir, close };
+    const start = async () => {
+      await asPostgres([
+        `${bin}/pg_ctl`,
+        "-D",
+        data,
+        "-o",
+        settings,
+        "-l",
+        `${dir}/server.log`,
+        "-w",
+        "start",
+      ]);
+      started = true;
+    };
+    const stop = async (mode: "fast" | "immediate") => {
+      await asPostgres([`${bin}/pg_ctl`, "-D", data, "-m", mode, "-w", "stop"]);
+      started = false;
+    };
+    await start();
+    return { url: `postgres://postgres@${opts.listen}:${port}/postgres`, dir, stop, start, close };
   } catch (err) {
     await close();
     throw err;

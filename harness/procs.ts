@@ -127,6 +127,14 @@ export class Proc {
     throw new Error(`Timed out waiting for ${what}; last lines:\n${this.lines.slice(-30).join("\n")}`);
   }
 
+  /**
+   * Closes the child's stdin (it must have been started with `stdin: "piped"`):
+   * what the death of a supervisor does to its workers' stdin.
+   */
+  async closeStdin(): Promise<void> {
+    await this.#child.stdin.close();
+  }
+
   /** Sends a signal, ignoring a process that is already gone. */
   kill(signal: Deno.Signal): void {
     try {

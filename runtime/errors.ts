@@ -37,7 +37,8 @@ export const ERROR_CODES = {
   StoreError: [
     "DATA_DIR_INVALID",
     "DATA_DIR_LOCKED",
-    "DB_MISSING",
+    "DB_AUTH_FAILED",
+    "DB_NOT_FOUND",
     "DB_READ_ONLY",
     "DB_UNREACHABLE",
     "DB_URL_INVALID",
@@ -184,15 +185,35 @@ export class ConfigError extends RuntimeError {
   }
 }
 
-/** The database cannot be reached, or is not set up. */
+/**
+ * The database cannot be reached, or is not set up. {@link isDatabaseAway}
+ * tells an outage (waited out) from a setting to fix.
+ */
 export class StoreError extends RuntimeError {
-  /** Which: `DB_UNREACHABLE`, `SCHEMA_MISSING`, `DATA_DIR_LOCKED`, ... */
+  /** Which: `DB_UNREACHABLE`, `DB_NOT_FOUND`, `SCHEMA_MISSING`, `DATA_DIR_LOCKED`, ... */
   declare readonly code: CodeOf<"StoreError">;
   /** Creates a store error (`DB_UNREACHABLE`, `SCHEMA_MISSING`, `DATA_DIR_LOCKED`, ...). */
   constructor(code: CodeOf<"StoreError">, message: string, options?: ErrorOptions) {
     super(code, message, options);
     this.name = "StoreError";
   }
+}
+
+/**
+ * The {@link StoreError} codes of a database that is away for now rather than
+ * set up wrong: the server cannot be reached (down, restarting, failing over,
+ * out of connections), or the one that answers refuses writes (a standby, or
+ * a node being promoted). A process waits these out or exits 7 (the database
+ * is away), never 2 (settings that cannot work): the same settings work once
+ * the database is back. Every other store error at start is a setting to fix.
+ */
+export const DATABASE_AWAY_CODES = ["DB_READ_ONLY", "DB_UNREACHABLE"] as const satisfies readonly CodeOf<
+  "StoreError"
+>[];
+
+/** True when `err` is a {@link StoreError} of a database away for now ({@link DATABASE_AWAY_CODES}). */
+export function isDatabaseAway(err: unknown): err is StoreError {
+  return err instanceof StoreError && (DATABASE_AWAY_CODES as readonly string[]).includes(err.code);
 }
 
 /**

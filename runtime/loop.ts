@@ -70,10 +70,10 @@ export interface RunOutcome {
 }
 
 /**
- * The process exit code for an outcome: 0 done, 1 failed, 3 fenced or lost,
- * 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is bad settings, 6 the supervisor gone, 7 the
- * database failing mid-run and 8 an error the loop does not classify ({@link WorkerError}): those never reach an
- * outcome.)
+ * The process exit code for an outcome, one of `EXIT_CODES` (exit_codes.ts, where every code is listed): 0 done,
+ * 1 failed, 3 fenced or lost, 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is settings
+ * that cannot work, 6 the supervisor gone, 7 the database away and 8 an error the loop does not classify
+ * ({@link WorkerError}): those never reach an outcome.)
  */
 export function exitCodeOf(outcome: RunOutcome): number {
   switch (outcome.status) {

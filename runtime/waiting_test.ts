@@ -221,7 +221,11 @@ Deno.test("a remote that says 'ask again in 1 ms' is asked no sooner than the fl
     assert.deepEqual(waits, [1_000, 2_000, 4_000, 8_000, 16_000, 29_000]);
     const e = (await w.store.loadHistory("r5")).effects[0];
     // The last wake is the deadline itself: the call fails there without a request.
-    assert.equal(e.polls, 5, "five polls in a minute, where 'ask again in 1 ms' would have asked 60,000 times");
+    assert.equal(
+      e.polls,
+      5,
+      "five polls in a minute, where 'ask again in 1 ms' would have asked 60,000 times",
+    );
     assert.equal(w.cloud.requests().by_path["/v1/jobs"], 6, "the first request and five polls");
     assert.match(e.error ?? "", /TOOL_WAIT_EXPIRED|had not finished it by its deadline/);
     assert.ok(

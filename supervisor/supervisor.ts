@@ -12,9 +12,15 @@
  *   killed; its replacement takes its runs, and the epoch fences it should it
  *   wake. One run's stale lease is no sign of a frozen worker: a worker lets
  *   go of a run that failed and goes on driving the others.
- * - A worker that exits with code 2 (bad settings, no database) is not
- *   restarted: the same settings would fail again. A worker that keeps dying
- *   right after it starts is restarted with a growing delay.
+ * - A worker that exits with code 2 (`EXIT_CODES.settings`: settings that
+ *   cannot work, such as a wrong password or a database that does not exist)
+ *   is not restarted: the same settings would fail again. Every other exit
+ *   is restarted, 7 (the database away) included; a worker waits for a
+ *   database that is away rather than exiting, so a replacement started
+ *   during an outage lives and takes runs once it is back. A worker that
+ *   keeps dying right after it starts is restarted with a growing delay.
+ * - Its own database away (a poll or a release that fails) is logged and
+ *   waited out: no worker is judged, killed or given up on for it.
  *
  * Time comes from a {@link Clock} and processes from a {@link SpawnWorker}
  * function, so the logic runs in-process in tests.
@@ -24,6 +30,7 @@
 
 import type { Clock } from "../runtime/clock.ts";
 import { describeError } from "../runtime/errors.ts";
+import { EXIT_CODES } from "../runtime/exit_codes.ts";
 import type { Logger } from "../runtime/log.ts";
 import type { Store } from "../runtime/store/store.ts";
 
@@ -75,7 +82,7 @@ interface Slot {
   quickExits: number;
   /** Set when this worker was killed as frozen: logged as such. */
   replaced: boolean;
-  /** Set when the slot gave up (exit code 2). */
+  /** Set when the slot gave up (exit code 2, settings that cannot work). */
   refused: boolean;
 }
 
@@ -127,7 +134,7 @@ export class Supervisor {
     return this.#stop.signal.aborted;
   }
 
-  /** True when every slot gave up on a worker that refused its settings (exit code 2). */
+  /** True when every slot gave up on a worker that refused its settings (exit code 2, `EXIT_CODES.settings`). */
   get refused(): boolean {
     return this.#slots.length > 0 && this.#slots.every((s) => s.refused);
   }
@@ -294,11 +301,11 @@ export class Supervisor {
       log.warn("release-failed", { worker: workerName, error: describeError(e) });
     }
     if (this.stopping) return;
-    if (code === 2) {
+    if (code === EXIT_CODES.settings) {
       slot.refused = true;
       log.error("worker-refused", {
         worker: workerName,
-        reason: "it exited 2 (bad settings or no database; its error is above); not restarted",
+        reason: "it exited 2 (settings that cannot work; its error is above); not restarted",
       });
       if (this.refused) this.#stop.abort();
       return;

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { ManualClock, settle } from "../runtime/clock.ts";
+import { EXIT_CODES } from "../runtime/exit_codes.ts";
 import { arraySink, Logger } from "../runtime/log.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
@@ -144,6 +145,32 @@ Deno.test("a worker that keeps dying as it starts is restarted with a growing de
   await clock.advance(6_000);
   await settle();
   assert.equal(fake.workers.length, 5, "restarted after the delay");
+  await sup.stop();
+  await running;
+});
+
+Deno.test("a worker that exits 7 (its database away) is restarted, with the crash-loop delay when it keeps doing so", async () => {
+  const { clock, lines, fake, sup, running } = setup(1, "sup-away");
+  await settle();
+  const exitAway = async () => {
+    fake.workers.at(-1)!.exit(EXIT_CODES.databaseAway);
+    await settle();
+    await sup.settled();
+  };
+  for (let i = 0; i < 4; i++) await exitAway();
+  assert.equal(sup.refused, false, "a database away is no settings error");
+  // Restarted at once three times, then after 6 s, then after 12 s: the slot is never given up.
+  assert.equal(fake.workers.length, 4);
+  assert.ok(lines.some((l) => /event=restart-deferred worker=sup-away\/w0\.4 delay_ms=6000/.test(l)));
+  await clock.advance(6_000);
+  await settle();
+  assert.equal(fake.workers.length, 5);
+  await exitAway();
+  assert.ok(lines.some((l) => /event=restart-deferred worker=sup-away\/w0\.5 delay_ms=12000/.test(l)));
+  await clock.advance(12_000);
+  await settle();
+  assert.ok(!lines.some((l) => l.includes("event=worker-refused")), lines.join("\n"));
+  assert.equal(fake.workers.length, 6, "still restarted");
   await sup.stop();
   await running;
 });

@@ -60,7 +60,7 @@ Deno.test("a model URL without MODEL exits 2 naming MODEL, and malformed MODEL_H
   }
 });
 
-Deno.test("an unreachable database is named by host and port, never by password, and exits 2", async () => {
+Deno.test("an unreachable database at the start of a run is named by host and port, never by password, and exits 7 (away), not 2", async () => {
   const port = closedPort();
   const password = "pw-Unreachable-7f3a";
   const apiKey = "sk-unreachable-91c2";
@@ -68,8 +68,12 @@ Deno.test("an unreachable database is named by host and port, never by password,
     DATABASE_URL: `postgres://app:${password}@127.0.0.1:${port}/app`,
     MODEL_API_KEY: apiKey,
   });
-  assert.equal(code, 2, out);
+  assert.equal(code, 7, out);
   assert.match(out, /level=error event=store-unavailable code=DB_UNREACHABLE/);
+  assert.match(
+    out,
+    /note="the database is away: nothing was started; run the same command again once it is back"/,
+  );
   assert.ok(out.includes(`Cannot connect to PostgreSQL at 127.0.0.1:${port}/app`), out);
   assert.match(out, /ECONNREFUSED/);
   assert.ok(!out.includes(password) && !out.includes(apiKey), out);
@@ -88,7 +92,7 @@ Deno.test({
     try {
       const { code, out } = await runMain({ DATABASE_URL: url.href });
       assert.equal(code, 2, out);
-      assert.match(out, /level=error event=store-unavailable code=DB_MISSING/);
+      assert.match(out, /level=error event=store-unavailable code=DB_NOT_FOUND/);
       const target = `${url.hostname}:${url.port || "5432"}/${name}`;
       assert.ok(
         out.includes(`The database \\"${name}\\" does not exist on the PostgreSQL server at ${target}`),

@@ -15,6 +15,7 @@
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import { StoreError } from "../errors.ts";
+import { databaseAwayError } from "./away.ts";
 import type { SqlClient } from "./driver.ts";
 import { queryRows, statement } from "./sql.ts";
 
@@ -163,7 +164,9 @@ $migration$;`);
  * Applies the steps the database lacks, or none when it is current; refuses
  * (`SCHEMA_NEWER`) a database newer than this program. A failure (a role
  * without the right to create tables, say) is `MIGRATION_FAILED`, naming the
- * version it stopped at: nothing of the failed script is kept.
+ * version it stopped at: nothing of the failed script is kept. A server lost
+ * meanwhile, or one refusing writes (`25006`), is `DB_UNREACHABLE` or
+ * `DB_READ_ONLY` instead: the database is away, not the role wrong.
  */
 export async function migrate(client: SqlClient): Promise<MigrationResult> {
   const schema = await targetSchema(client);
@@ -173,7 +176,9 @@ export async function migrate(client: SqlClient): Promise<MigrationResult> {
   try {
     await client.exec(migrationScript(schema, from));
   } catch (err) {
-    throw new StoreError(
+    // A server that went away, or one that refuses writes for now (a node being promoted), is
+    // an outage to wait out, not a role that may not migrate.
+    throw databaseAwayError(err, client.describe) ?? new StoreError(
       "MIGRATION_FAILED",
       `Cannot migrate the agent-runtime tables in schema ${schema} at ${client.describe} from version ${from} ` +
         `to ${SCHEMA_VERSION}: ${

@@ -7,6 +7,8 @@
  */
 
 import type { Settings } from "../config.ts";
+import { StoreError } from "../errors.ts";
+import { databaseAwayError } from "./away.ts";
 import { type LockWait, openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
@@ -14,7 +16,11 @@ import { Store } from "./store.ts";
 /**
  * Opens the store for `settings` and migrates it (or refuses a database newer
  * than the program). `lockWait` says how long to wait for an embedded
- * directory another process holds (by default it refuses at once).
+ * directory another process holds (by default it refuses at once). Every
+ * failure is a {@link StoreError}: a PostgreSQL lost between the connection
+ * and the schema check is `DB_UNREACHABLE` (or `DB_READ_ONLY`) like one never
+ * reached, so a caller tells the database away from a setting by
+ * `isDatabaseAway` alone.
  */
 export async function openStore(
   settings: Pick<Settings, "databaseUrl" | "dataDir">,
@@ -28,8 +34,8 @@ export async function openStore(
       // since. Checked before anything acts, not discovered at a confirm.
       await store.checkSchema();
     } catch (err) {
-      await store.client.close();
-      throw err;
+      await store.client.close().catch(() => {}); // the connection may be what failed
+      throw err instanceof StoreError ? err : databaseAwayError(err, store.describe) ?? err;
     }
     return store;
   }

@@ -354,8 +354,9 @@ export async function openPglite(dir?: string, wait: LockWait = {}): Promise<Pgl
     return new PgliteClient(db, { describe: `pglite:${dir}`, owned: true, lock });
   } catch (err) {
     lock.close();
+    // Not DB_UNREACHABLE: an embedded database is never away, and the same directory fails again.
     throw new StoreError(
-      "DB_UNREACHABLE",
+      "DATA_DIR_INVALID",
       `Cannot open the embedded database ${dir}: ${(err as Error).message}`,
       {
         cause: err,

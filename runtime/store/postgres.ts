@@ -7,6 +7,7 @@
 import postgres from "npm:postgres@3.4.9";
 import { parseHostsUrl, redactUrl } from "../config.ts";
 import { StoreError } from "../errors.ts";
+import { driverCode } from "./away.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { QueryOptions, SqlClient } from "./driver.ts";
 
@@ -106,7 +107,9 @@ function sessionTarget(url: string): Pick<postgres.Options<never>, "target_sessi
 /**
  * Connects to PostgreSQL and checks the connection with one round trip, so an
  * unreachable server is reported at start-up, naming host and port (never
- * the password), within `connectTimeoutS` seconds.
+ * the password), within `connectTimeoutS` seconds: `DB_UNREACHABLE` for a
+ * server away (waited out by a worker), `DB_NOT_FOUND` and `DB_AUTH_FAILED`
+ * for settings to fix.
  */
 export async function openPostgres(url: string, opts: PostgresOptions = {}): Promise<PostgresClient> {
   const target = describeTarget(url);
@@ -134,26 +137,52 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     await sql.unsafe("select 1");
   } catch (err) {
     await sql.end({ timeout: 1 }).catch(() => {});
-    const e = err as { code?: string; message?: string };
-    // The server answered, and has no such database: a setting to fix, not an outage to wait out.
-    if (e.code === INVALID_CATALOG_NAME) throw missingDatabase(url, target, e.message, err);
-    throw new StoreError(
-      "DB_UNREACHABLE",
-      `Cannot connect to PostgreSQL at ${target}: ${e.code ? e.code + " " : ""}${
-        e.message ?? String(err)
-      }. ` +
-        `Check DATABASE_URL and that the server is running`,
-      { cause: err },
-    );
+    throw connectError(err, target, url);
   }
   return new PostgresClient(sql, `postgres:${target}`);
 }
 
-/** SQLSTATE 3D000: the database named in the connection does not exist. */
-const INVALID_CATALOG_NAME = "3D000";
+/**
+ * SQLSTATEs with which a server refuses a connection for a setting that will
+ * not change by itself: the role's password or rights (`28P01`
+ * invalid_password, `28000` no pg_hba.conf entry or no such role, `42501` no
+ * right to connect to the database) or a database that does not exist
+ * (`3D000`: an outage or a failover never removes one, so it is created by
+ * someone, not waited for).
+ */
+const AUTH_SQLSTATES: ReadonlySet<string> = new Set(["28P01", "28000", "42501"]);
+const NO_DATABASE_SQLSTATE = "3D000";
 
 /**
- * `DB_MISSING`: the server is there and the database is not. Names the
+ * The {@link StoreError} for a failed first round trip to `target`: a setting
+ * (`DB_AUTH_FAILED`, `DB_NOT_FOUND`), or else `DB_UNREACHABLE`, the database
+ * away. Any failure not known to be a setting counts as away: a process that
+ * waits for a server that will never answer says so at every try, while one
+ * that took an outage for a setting would stop for good.
+ */
+function connectError(err: unknown, target: string, url: string): StoreError {
+  const code = driverCode(err);
+  const seen = `${code ? code + " " : ""}${(err as Error | undefined)?.message ?? String(err)}`;
+  if (code === NO_DATABASE_SQLSTATE) {
+    return missingDatabase(url, target, (err as Error | undefined)?.message, err);
+  }
+  if (code !== undefined && AUTH_SQLSTATES.has(code)) {
+    return new StoreError(
+      "DB_AUTH_FAILED",
+      `PostgreSQL at ${target} refused the role DATABASE_URL gives: ${seen}. Check the user and password ` +
+        `in DATABASE_URL, and that pg_hba.conf and the role's rights let it connect`,
+      { cause: err },
+    );
+  }
+  return new StoreError(
+    "DB_UNREACHABLE",
+    `Cannot connect to PostgreSQL at ${target}: ${seen}. Check DATABASE_URL and that the server is running`,
+    { cause: err },
+  );
+}
+
+/**
+ * `DB_NOT_FOUND`: the server is there and the database is not. Names the
  * database and the command that creates it (on the URL's first host, as its
  * user: the primary's, when the URL names several).
  */
@@ -181,7 +210,7 @@ function missingDatabase(
   const command = ["createdb", "-h", host, "-p", port, ...(user ? ["-U", user] : []), name].map(shellWord)
     .join(" ");
   return new StoreError(
-    "DB_MISSING",
+    "DB_NOT_FOUND",
     `The database ${JSON.stringify(name)} does not exist on the PostgreSQL server at ${target} (3D000 ` +
       `invalid_catalog_name). Create it (${command}, as a role that may create databases), or correct the ` +
       `database name in DATABASE_URL`,
