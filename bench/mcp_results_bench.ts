@@ -21,8 +21,10 @@
  * Flags: `--sizes 1KB,1MB,...` (default 1KB,1MB,4MB,8MB,12MB,32MB,64MB; MB
  * is 10^6 bytes), `--transports stdio,http,http-sse` (default all three),
  * `--limit BYTES` (the servers' `maxResultBytes`; default the default,
- * 10 MiB), `--database-url URL` (PostgreSQL, in a schema of its own, dropped
- * after; also `TEST_DATABASE_URL`; else PGlite in memory).
+ * 10 MiB), `--heartbeat-ms` and `--lease-ms` (default 200 and 2 000: a
+ * lease six times shorter than the default 12 s, so a stall shows),
+ * `--database-url URL` (PostgreSQL, in a schema of its own, dropped after;
+ * also `TEST_DATABASE_URL`; else PGlite in memory).
  *
  * @module
  */
@@ -41,8 +43,6 @@ import { Store } from "../runtime/store/store.ts";
 import { defineTool, type Tool } from "../runtime/tools.ts";
 import type { ToolResultMessage } from "../runtime/transcript.ts";
 
-const HEARTBEAT_MS = 200;
-const LEASE_MS = 2_000;
 const STDIO_SERVER = new URL("../mock/mcp_stdio_server.ts", import.meta.url).pathname;
 const HTTP_SERVER = new URL("../mock/mcp_http_server.ts", import.meta.url).pathname;
 const CONFIG = new URL("../deno.json", import.meta.url).pathname;
@@ -55,6 +55,8 @@ const args = parseArgs({
     sizes: { type: "string", default: "1KB,1MB,4MB,8MB,12MB,32MB,64MB" },
     transports: { type: "string", default: TRANSPORTS.join(",") },
     limit: { type: "string" },
+    "heartbeat-ms": { type: "string", default: "200" },
+    "lease-ms": { type: "string", default: "2000" },
     "database-url": { type: "string" },
   },
 });
@@ -73,6 +75,8 @@ for (const t of transports) {
 }
 const limitBytes = args.values.limit === undefined ? DEFAULT_MAX_RESULT_BYTES : Number(args.values.limit);
 const databaseUrl = args.values["database-url"] ?? Deno.env.get("TEST_DATABASE_URL");
+const HEARTBEAT_MS = Number(args.values["heartbeat-ms"]);
+const LEASE_MS = Number(args.values["lease-ms"]);
 
 /** A planner that calls `call` once, then ends with the outcome it saw. */
 function oneCall(call: () => { name: string; args: Record<string, unknown> }): Planner {
@@ -240,11 +244,14 @@ async function measure(store: Store, transport: Transport): Promise<Row[]> {
       const held = await client.wait(holderId, { timeoutMs: 60_000, pollMs: 10 });
       const effect = (await client.inspect(exporterId)).effects[0];
       const code = events(fromLine, "tool-failed")[0]?.code;
+      const ownLeaseLost = events(fromLine, "lease-lost").some((l) => l.run === exporterId);
       const outcome = effect?.status === "confirmed"
         ? `answered (${String(effect.result).length.toLocaleString("en-US")} chars kept)`
         : code === "TOOL_RESULT_TOO_LARGE"
         ? "refused by the limit (TOOL_RESULT_TOO_LARGE)"
-        : `${end.status}: ${code ?? end.error ?? effect?.status}`;
+        : `run ${end.status}, call ${effect?.status}${code ? ` (${code})` : ""}${
+          ownLeaseLost ? ": its own lease was lost" : ""
+        }`;
       const leasesHeld = events(fromLine, "lease-lost").length === 0 && held.status === "done" &&
         holderSends === 1 && events(fromLine, "claimed").filter((l) => l.run === holderId).length === 1;
       const row: Row = {
