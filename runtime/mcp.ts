@@ -216,6 +216,9 @@ export interface McpTools {
  * row is written) and is called with its idempotency key in `_meta`
  * ({@link IDEMPOTENCY_KEY_META}). A result with `isError` is the tool's
  * answer: the call fails for good and the model is shown the server's text.
+ * An answer past `maxResultBytes` (10 MiB by default) is refused as it
+ * arrives, never read whole, and fails the call for good too
+ * (`TOOL_RESULT_TOO_LARGE`): the server answered, so it is not sent again.
  *
  * Whether a call whose outcome is unknown may be sent again is the agent's
  * to say: `safeToResend` by name, or `trustHints` for a server whose
