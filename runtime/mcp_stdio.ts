@@ -311,11 +311,6 @@ export class McpStdioTransport implements Transport {
     this.#reading = this.#read(this.#reader);
   }
 
-  /** The server's process id, once started. */
-  get pid(): number | undefined {
-    return this.#child?.pid;
-  }
-
   /** Writes `message` as one line to the server's stdin. */
   async send(message: JSONRPCMessage): Promise<void> {
     // The SDK's own words for a closed transport: the request was never written.

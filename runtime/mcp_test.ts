@@ -454,6 +454,46 @@ Deno.test("over streamable HTTP, an answer past maxResultBytes fails its call fo
   }
 });
 
+Deno.test("over stdio, a 12 MB answer of a tool not declared safe to re-send fails by the default limit, is not flagged, and the connection goes on", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "mcp-stdio-large-" });
+  const tools = mcpTools({
+    command: Deno.execPath(),
+    args: [
+      "run",
+      "-A",
+      "--config",
+      new URL("../deno.json", import.meta.url).pathname,
+      new URL("../mock/mcp_stdio_server.ts", import.meta.url).pathname,
+      "large",
+      `${dir}/large.json`,
+    ],
+    stderr: "ignore",
+  });
+  try {
+    const { end, record, events } = await runToEnd("stdio-large-1", tools, [
+      { kind: "tool_calls", calls: [call("export_logs", { bytes: 12_000_000 })] },
+      { kind: "tool_calls", calls: [call("count_logs", {})] },
+      { kind: "done", text: "Too large." },
+    ]);
+    assert.equal(end.status, "done", JSON.stringify(end));
+    const [big, count] = record.effects;
+    assert.deepEqual([big.status, big.attempts], ["failed", 1]);
+    assert.match(big.error ?? "", /answered with 12,000,0\d\d bytes \(11.4 MiB\), over this server's limit/);
+    assert.equal(count.status, "confirmed");
+    assert.deepEqual(events().filter((l) => l.event === "tool-failed").map((l) => l.code), [
+      "TOOL_RESULT_TOO_LARGE",
+    ]);
+    for (const name of ["flagged", "mcp-disconnected"]) {
+      assert.deepEqual(events().filter((l) => l.event === name), []);
+    }
+    const counts = JSON.parse(await Deno.readTextFile(`${dir}/large.json`));
+    assert.deepEqual(counts.byKey, { "stdio-large-1:0": 1, "stdio-large-1:1": 1 });
+  } finally {
+    await tools.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("the idempotency key's _meta field is namespaced as MCP asks of a field a client adds", () => {
   // A prefix of dot-separated labels and a slash, then a name; 'mcp' and 'modelcontextprotocol' are reserved.
   assert.match(
