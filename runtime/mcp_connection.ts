@@ -150,7 +150,7 @@ function resultOf(r: CallToolResult): Json {
  * before the message, and a server that threw an `McpError` sent a message
  * that already began so, which the client wrapped again.
  */
-export function mcpErrorText(err: McpError): string {
+function mcpErrorText(err: McpError): string {
   const prefix = /^MCP error -?\d+: /;
   let text = err.message;
   while (prefix.test(text)) text = text.replace(prefix, "");
@@ -415,7 +415,7 @@ export class McpConnection {
       : `the call was sent, and the server answered it ${answered}`;
     return new ToolError(
       "MCP_TOOL_VANISHED",
-      `${what} is no longer listed by its server: its tool list changed while this run was running, and ${sent}`,
+      `${what} is no longer listed by its server (its tool list changed while this run was running): ${sent}`,
       { transient: false },
     );
   }

@@ -400,8 +400,8 @@ Deno.test("a call whose tool left the list as its server answered it with an err
     ]);
     assert.equal(
       record.effects[0].error,
-      "act (MCP server one) is no longer listed by its server: its tool list changed while this run was " +
-        "running, and the call was sent, and the server answered it with an error: act is retired",
+      "act (MCP server one) is no longer listed by its server (its tool list changed while this run was " +
+        "running): the call was sent, and the server answered it with an error: act is retired",
     );
   } finally {
     await tools.close();
