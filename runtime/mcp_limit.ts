@@ -8,9 +8,11 @@
  * the call for good: the server did answer, so the outcome is known.
  *
  * Over stdio the limit is applied line by line (`mcp_stdio.ts`); over
- * streamable HTTP to each response body (a JSON answer) or each event of a
- * response stream ({@link boundedResponse}), the answer's request known from
- * the request body.
+ * streamable HTTP to each response body (a JSON answer, whose request is
+ * known from the request's body) or each event of a response stream
+ * ({@link boundedResponse}). A line or an event past the limit is read past
+ * with {@link TopLevelScan}, which finds the id of the request it answered
+ * without keeping its bytes.
  *
  * @module
  */
@@ -100,7 +102,11 @@ export function tooLargeOf(err: McpError): TooLarge | undefined {
 export interface BoundedResponseOptions {
   /** The most bytes one answer (a JSON body, an event of a stream) may take. */
   limitBytes: number;
-  /** The id of the request the response answers (from its body); undefined for a GET or a notification. */
+  /**
+   * The id of the request a JSON answer answers (from the request's body);
+   * undefined for a GET or a notification. An event stream's answers carry
+   * their own.
+   */
   requestId?: RequestId;
   /** Told of each answer refused. */
   onRefused?: (refused: RefusedMessage) => void;
@@ -110,10 +116,10 @@ export interface BoundedResponseOptions {
  * `response` with its body bounded as the MCP SDK's streamable-HTTP client
  * will read it: an error answer's text cut at 16 KiB; a JSON answer read up
  * to the limit (past it, reading stops and the answer becomes
- * {@link tooLargeAnswer}); an event stream passed on event by event, an event
- * past the limit dropped as it arrives (and, for a POST's stream, the
- * refusal given in its place). Any other body is left as it is (the SDK
- * does not read it).
+ * {@link tooLargeAnswer}); an event stream passed on event by event
+ * ({@link boundedEvents}), an event past the limit dropped as it arrives and
+ * the request it answered refused in its place. Any other body is left as it
+ * is (the SDK does not read it).
  */
 export async function boundedResponse(response: Response, opts: BoundedResponseOptions): Promise<Response> {
   const body = response.body;
@@ -184,28 +190,167 @@ export function joined(parts: readonly Uint8Array[], total: number): Uint8Array 
 
 const LF = 10;
 const CR = 13;
+const QUOTE = 34;
+const BACKSLASH = 92;
 const ENCODER = new TextEncoder();
+
+/** What the top level of a refused message said: enough to answer the request it answered. */
+export interface TopLevel {
+  /** Its `id`, when it had a top-level one that is a string or a number. */
+  id?: RequestId;
+  /** It had a top-level `result` or `error` (a response). */
+  response: boolean;
+  /** It had a top-level `method` (a request or a notification of the server's). */
+  method: boolean;
+}
+
+/** Top-level keys whose presence is noted; any other is skipped unread. */
+const NOTED = new Set(["id", "result", "error", "method"]);
+/** Bytes of a top-level key, and of the id's value, kept at most (an id is short). */
+const KEY_BYTES_MAX = 16;
+const ID_BYTES_MAX = 256;
+
+/**
+ * A scan of a JSON text's top level as its bytes go by, each byte looked at
+ * once and none kept but the top-level keys' names and the `id`'s value: it
+ * tracks only nesting and strings below the top. What {@link MessageLines}
+ * runs over a line too long to keep.
+ */
+export class TopLevelScan {
+  #depth = 0;
+  #inString = false;
+  #escaped = false;
+  /** At the top level, the next string is a key. */
+  #expectKey = false;
+  /** The bytes of the top-level key being read (null when none is). */
+  #key: number[] | null = null;
+  #lastKey = "";
+  /** The bytes of the `id`'s value being read (null when it is not being read). */
+  #id: number[] | null = null;
+  #idText?: string;
+  readonly #keys = new Set<string>();
+
+  /** Reads the next bytes of the text. */
+  feed(bytes: Uint8Array): void {
+    // Where the next quote and backslash are, found once per stretch of a string (never behind `i`).
+    let quoteAt = -1;
+    let backslashAt = -1;
+    for (let i = 0; i < bytes.length; i++) {
+      if (this.#inString && !this.#escaped && this.#key === null && this.#id === null) {
+        // Inside a string nothing but its end matters: go to the next quote or backslash.
+        if (quoteAt < i) quoteAt = indexOr(bytes, QUOTE, i);
+        if (backslashAt < i) backslashAt = indexOr(bytes, BACKSLASH, i);
+        i = Math.min(quoteAt, backslashAt);
+        if (i === bytes.length) break;
+      }
+      const b = bytes[i];
+      if (this.#id !== null && this.#id.length < ID_BYTES_MAX) this.#id.push(b);
+      if (this.#inString) {
+        if (this.#escaped) this.#escaped = false;
+        else if (b === BACKSLASH) this.#escaped = true;
+        else if (b === QUOTE) {
+          this.#inString = false;
+          if (this.#key !== null) this.#endKey();
+        } else if (this.#key !== null && this.#key.length <= KEY_BYTES_MAX) this.#key.push(b);
+        continue;
+      }
+      switch (b) {
+        case QUOTE:
+          this.#inString = true;
+          if (this.#depth === 1 && this.#expectKey) {
+            this.#key = [];
+            this.#expectKey = false;
+          }
+          break;
+        case 123: // {
+        case 91: // [
+          this.#depth++;
+          if (this.#depth === 1) this.#expectKey = b === 123;
+          break;
+        case 125: // }
+        case 93: // ]
+          if (this.#depth === 1) this.#endValue(true);
+          this.#depth--;
+          break;
+        case 58: // :
+          if (this.#depth === 1 && this.#lastKey === "id") this.#id = [];
+          break;
+        case 44: // ,
+          if (this.#depth === 1) {
+            this.#endValue(true);
+            this.#expectKey = true;
+          }
+          break;
+      }
+    }
+  }
+
+  #endKey(): void {
+    this.#lastKey = this.#key!.length > KEY_BYTES_MAX ? "" : String.fromCharCode(...this.#key!);
+    if (NOTED.has(this.#lastKey)) this.#keys.add(this.#lastKey);
+    this.#key = null;
+  }
+
+  /** The top-level value ends (at `,` or the closing bracket, which `dropLast` leaves out of the id). */
+  #endValue(dropLast: boolean): void {
+    if (this.#id !== null) {
+      const bytes = dropLast && this.#id.length < ID_BYTES_MAX ? this.#id.slice(0, -1) : this.#id;
+      this.#idText = String.fromCharCode(...bytes).trim();
+      this.#id = null;
+    }
+    this.#lastKey = "";
+  }
+
+  /** What the top level said, read so far. */
+  result(): TopLevel {
+    let id: RequestId | undefined;
+    if (this.#idText !== undefined) {
+      try {
+        const v = JSON.parse(this.#idText);
+        if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) id = v;
+      } catch {
+        id = undefined; // not an id a request could have: nothing to answer
+      }
+    }
+    return {
+      ...(id === undefined ? {} : { id }),
+      response: this.#keys.has("result") || this.#keys.has("error"),
+      method: this.#keys.has("method"),
+    };
+  }
+}
+
+/** The index of the first `byte` in `bytes` from `from`, or `bytes.length` when there is none. */
+function indexOr(bytes: Uint8Array, byte: number, from: number): number {
+  const at = bytes.indexOf(byte, from);
+  return at === -1 ? bytes.length : at;
+}
 
 /**
  * A stream of server-sent events passed on an event at a time: each event's
  * bytes are held until the blank line that ends it, and an event past the
- * limit is dropped as its bytes arrive (counted, not kept). For a POST's
- * stream the first dropped event is answered in the request's place with
- * {@link tooLargeAnswer}, as an event of its own.
+ * limit is dropped as its bytes arrive (counted and scanned for its top
+ * level, not kept). When the dropped event was an answer to a request, the
+ * request is answered in its place with {@link tooLargeAnswer}, as an event
+ * of its own; the events after it go on.
  */
 export function boundedEvents(opts: BoundedResponseOptions): TransformStream<Uint8Array, Uint8Array> {
   let held: Uint8Array[] = [];
   let bytes = 0;
-  let over = false;
-  let answered = false;
+  /** The scan of the event being dropped, while one is. */
+  let over: TopLevelScan | undefined;
   /** The current line has a character other than CR (it is not the blank line that ends an event). */
   let lineHasText = false;
   const take = (part: Uint8Array) => {
     if (part.length === 0) return;
     bytes += part.length;
-    if (over) return;
-    if (bytes > opts.limitBytes) {
-      over = true;
+    if (over) {
+      over.feed(part);
+    } else if (bytes > opts.limitBytes) {
+      // The event's lines (`event:`, `id:`, `data: {...}`) hold no quote or bracket before its JSON.
+      over = new TopLevelScan();
+      for (const h of held) over.feed(h);
+      over.feed(part);
       held = [];
     } else {
       held.push(part);
@@ -213,14 +358,13 @@ export function boundedEvents(opts: BoundedResponseOptions): TransformStream<Uin
   };
   const endEvent = (out: TransformStreamDefaultController<Uint8Array>) => {
     if (over) {
+      const top = over.result();
       const found = { bytes, limitBytes: opts.limitBytes, whole: true };
-      opts.onRefused?.({ ...found, ...(opts.requestId === undefined ? {} : { id: opts.requestId }) });
-      if (opts.requestId !== undefined && !answered) {
-        answered = true;
+      const answers = top.response && !top.method && top.id !== undefined;
+      opts.onRefused?.({ ...found, ...(answers ? { id: top.id } : {}) });
+      if (answers) {
         out.enqueue(
-          ENCODER.encode(
-            `event: message\ndata: ${JSON.stringify(tooLargeAnswer(opts.requestId, found))}\n\n`,
-          ),
+          ENCODER.encode(`event: message\ndata: ${JSON.stringify(tooLargeAnswer(top.id!, found))}\n\n`),
         );
       }
     } else {
@@ -228,7 +372,7 @@ export function boundedEvents(opts: BoundedResponseOptions): TransformStream<Uin
     }
     held = [];
     bytes = 0;
-    over = false;
+    over = undefined;
   };
   return new TransformStream({
     transform(chunk, out) {

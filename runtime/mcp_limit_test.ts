@@ -1,5 +1,12 @@
 import assert from "node:assert/strict";
-import { boundedResponse, type RefusedMessage, TOO_LARGE_CODE, TOO_LARGE_DATA } from "./mcp_limit.ts";
+import {
+  boundedResponse,
+  type RefusedMessage,
+  TOO_LARGE_CODE,
+  TOO_LARGE_DATA,
+  type TopLevel,
+  TopLevelScan,
+} from "./mcp_limit.ts";
 
 const encode = (s: string) => new TextEncoder().encode(s);
 
@@ -62,7 +69,6 @@ Deno.test("an event stream is passed on event by event; an event past the limit 
       const stream = chunked(note + big + after, size, "text/event-stream");
       const bounded = await boundedResponse(stream.response, {
         limitBytes: 5_000,
-        requestId: 7,
         onRefused: (r) => refused.push(r),
       });
       const events = (await bounded.text()).split(/\r?\n\r?\n/).filter((e) => e !== "");
@@ -79,6 +85,20 @@ Deno.test("an event stream is passed on event by event; an event past the limit 
       assert.deepEqual(refused, [{ bytes: big.length, limitBytes: 5_000, whole: true, id: 7 }]);
     });
   }
+  await t.step("a notification past the limit is dropped, and nothing is answered in its place", async () => {
+    const loud = `event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":"${
+      "y".repeat(20_000)
+    }"}}\n\n`;
+    const refused: RefusedMessage[] = [];
+    const stream = chunked(note + loud + after, 512, "text/event-stream");
+    const bounded = await boundedResponse(stream.response, {
+      limitBytes: 5_000,
+      onRefused: (r) => refused.push(r),
+    });
+    const events = (await bounded.text()).split(/\r?\n\r?\n/).filter((e) => e !== "");
+    assert.deepEqual(events, [note.trimEnd(), after.trimEnd()]);
+    assert.deepEqual(refused, [{ bytes: loud.length, limitBytes: 5_000, whole: true }]);
+  });
 });
 
 Deno.test("an error answer's text is cut at 16 KiB, so a huge error page is not read whole", async () => {
@@ -87,4 +107,66 @@ Deno.test("an error answer's text is cut at 16 KiB, so a huge error page is not 
   assert.equal(bounded.status, 502);
   assert.equal((await bounded.text()).length, 16 * 1024);
   assert.ok(page.read.cancelled && page.read.bytes < 30_000, `read ${page.read.bytes} bytes`);
+});
+
+Deno.test("TopLevelScan reads the top-level id wherever it is, never an id nested in the result", async (t) => {
+  const filler = "z".repeat(3_000);
+  const cases: [string, unknown, TopLevel][] = [
+    ["id last (the SDK's order)", { result: { id: 5, text: filler }, jsonrpc: "2.0", id: 12 }, {
+      id: 12,
+      response: true,
+      method: false,
+    }],
+    ["id first", { jsonrpc: "2.0", id: "req-7", result: { items: [{ id: 1 }, filler] } }, {
+      id: "req-7",
+      response: true,
+      method: false,
+    }],
+    ["an error answer", { jsonrpc: "2.0", error: { code: 1, message: filler, data: { id: 3 } }, id: 4 }, {
+      id: 4,
+      response: true,
+      method: false,
+    }],
+    ["quotes, backslashes and braces in strings", {
+      result: { text: `a "quoted" \\ {not: 1} "id": 99 ${filler}`, "id\\": 8 },
+      id: 21,
+    }, { id: 21, response: true, method: false }],
+    ["a notification of the server's", {
+      jsonrpc: "2.0",
+      method: "notifications/message",
+      params: { filler },
+    }, {
+      response: false,
+      method: true,
+    }],
+    ["a request of the server's", {
+      jsonrpc: "2.0",
+      id: 3,
+      method: "sampling/createMessage",
+      params: { filler },
+    }, {
+      id: 3,
+      response: false,
+      method: true,
+    }],
+    ["an id that is no request id (an object)", { result: filler, id: { n: 1 } }, {
+      response: true,
+      method: false,
+    }],
+  ];
+  for (const [what, value, expected] of cases) {
+    await t.step(what, () => {
+      const bytes = encode(JSON.stringify(value));
+      for (const size of [1, 5, bytes.length]) {
+        const scan = new TopLevelScan();
+        for (let i = 0; i < bytes.length; i += size) scan.feed(bytes.subarray(i, i + size));
+        assert.deepEqual(scan.result(), expected, `chunks of ${size}`);
+      }
+    });
+  }
+  await t.step("a line that is not JSON has no id", () => {
+    const scan = new TopLevelScan();
+    scan.feed(encode(`not json at all ${filler}`));
+    assert.deepEqual(scan.result(), { response: false, method: false });
+  });
 });

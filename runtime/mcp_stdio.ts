@@ -11,8 +11,8 @@
  * once as it arrives ({@link MessageLines}); a line is joined and parsed when
  * its newline comes; and a line past the limit is counted but not kept: its
  * bytes are read past while a small scan of its top level finds the id of
- * the request it answers ({@link TopLevelScan}), and that request is
- * answered with a refusal (`mcp_limit.ts`). The connection goes on.
+ * the request it answers (`TopLevelScan`), and that request is answered
+ * with a refusal (`mcp_limit.ts`). The connection goes on.
  *
  * @module
  */
@@ -25,148 +25,27 @@ import { deserializeMessage, serializeMessage } from "npm:@modelcontextprotocol/
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/shared/transport"
 import type { Transport } from "npm:@modelcontextprotocol/sdk@1.32.2/shared/transport.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/types"
-import type { JSONRPCMessage, RequestId } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
-import { describeBytes, joined, type RefusedMessage, tooLargeAnswer } from "./mcp_limit.ts";
+import type { JSONRPCMessage } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
+import {
+  describeBytes,
+  joined,
+  type RefusedMessage,
+  tooLargeAnswer,
+  type TopLevel,
+  TopLevelScan,
+} from "./mcp_limit.ts";
 
 const LF = 10;
 const CR = 13;
-const QUOTE = 34;
-const BACKSLASH = 92;
 const ENCODER = new TextEncoder();
 /** Milliseconds a server is given to exit after its stdin closes, and again after SIGTERM. */
 const EXIT_GRACE_MS = 2_000;
-
-/** What the top level of a refused message said: enough to answer the request it answered. */
-export interface TopLevel {
-  /** Its `id`, when it had a top-level one that is a string or a number. */
-  id?: RequestId;
-  /** It had a top-level `result` or `error` (a response). */
-  response: boolean;
-  /** It had a top-level `method` (a request or a notification of the server's). */
-  method: boolean;
-}
-
-/** Top-level keys whose presence is noted; any other is skipped unread. */
-const NOTED = new Set(["id", "result", "error", "method"]);
-/** Bytes of a top-level key, and of the id's value, kept at most (an id is short). */
-const KEY_BYTES_MAX = 16;
-const ID_BYTES_MAX = 256;
-
-/**
- * A scan of a JSON text's top level as its bytes go by, each byte looked at
- * once and none kept but the top-level keys' names and the `id`'s value: it
- * tracks only nesting and strings below the top. What {@link MessageLines}
- * runs over a line too long to keep.
- */
-export class TopLevelScan {
-  #depth = 0;
-  #inString = false;
-  #escaped = false;
-  /** At the top level, the next string is a key. */
-  #expectKey = false;
-  /** The bytes of the top-level key being read (null when none is). */
-  #key: number[] | null = null;
-  #lastKey = "";
-  /** The bytes of the `id`'s value being read (null when it is not being read). */
-  #id: number[] | null = null;
-  #idText?: string;
-  readonly #keys = new Set<string>();
-
-  /** Reads the next bytes of the text. */
-  feed(bytes: Uint8Array): void {
-    // Where the next quote and backslash are, found once per stretch of a string (never behind `i`).
-    let quoteAt = -1;
-    let backslashAt = -1;
-    for (let i = 0; i < bytes.length; i++) {
-      if (this.#inString && !this.#escaped && this.#key === null && this.#id === null) {
-        // Inside a string nothing but its end matters: go to the next quote or backslash.
-        if (quoteAt < i) quoteAt = indexOr(bytes, QUOTE, i);
-        if (backslashAt < i) backslashAt = indexOr(bytes, BACKSLASH, i);
-        i = Math.min(quoteAt, backslashAt);
-        if (i === bytes.length) break;
-      }
-      const b = bytes[i];
-      if (this.#id !== null && this.#id.length < ID_BYTES_MAX) this.#id.push(b);
-      if (this.#inString) {
-        if (this.#escaped) this.#escaped = false;
-        else if (b === BACKSLASH) this.#escaped = true;
-        else if (b === QUOTE) {
-          this.#inString = false;
-          if (this.#key !== null) this.#endKey();
-        } else if (this.#key !== null && this.#key.length <= KEY_BYTES_MAX) this.#key.push(b);
-        continue;
-      }
-      switch (b) {
-        case QUOTE:
-          this.#inString = true;
-          if (this.#depth === 1 && this.#expectKey) {
-            this.#key = [];
-            this.#expectKey = false;
-          }
-          break;
-        case 123: // {
-        case 91: // [
-          this.#depth++;
-          if (this.#depth === 1) this.#expectKey = b === 123;
-          break;
-        case 125: // }
-        case 93: // ]
-          if (this.#depth === 1) this.#endValue(true);
-          this.#depth--;
-          break;
-        case 58: // :
-          if (this.#depth === 1 && this.#lastKey === "id") this.#id = [];
-          break;
-        case 44: // ,
-          if (this.#depth === 1) {
-            this.#endValue(true);
-            this.#expectKey = true;
-          }
-          break;
-      }
-    }
-  }
-
-  #endKey(): void {
-    this.#lastKey = this.#key!.length > KEY_BYTES_MAX ? "" : String.fromCharCode(...this.#key!);
-    if (NOTED.has(this.#lastKey)) this.#keys.add(this.#lastKey);
-    this.#key = null;
-  }
-
-  /** The top-level value ends (at `,` or the closing bracket, which `dropLast` leaves out of the id). */
-  #endValue(dropLast: boolean): void {
-    if (this.#id !== null) {
-      const bytes = dropLast && this.#id.length < ID_BYTES_MAX ? this.#id.slice(0, -1) : this.#id;
-      this.#idText = String.fromCharCode(...bytes).trim();
-      this.#id = null;
-    }
-    this.#lastKey = "";
-  }
-
-  /** What the top level said, read so far. */
-  result(): TopLevel {
-    let id: RequestId | undefined;
-    if (this.#idText !== undefined) {
-      try {
-        const v = JSON.parse(this.#idText);
-        if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) id = v;
-      } catch {
-        id = undefined; // not an id a request could have: nothing to answer
-      }
-    }
-    return {
-      ...(id === undefined ? {} : { id }),
-      response: this.#keys.has("result") || this.#keys.has("error"),
-      method: this.#keys.has("method"),
-    };
-  }
-}
 
 /**
  * Splits a byte stream into lines as chunks arrive, each chunk looked at
  * once: a line's pieces are held (not joined) until its newline comes, then
  * given to `onLine` whole. A line that grows past `limitBytes` is no longer
- * held: its bytes are counted and scanned ({@link TopLevelScan}) until its
+ * held: its bytes are counted and scanned (`TopLevelScan`) until its
  * newline, and `onOversized` is told its size and top level. Nothing past
  * `limitBytes` (plus the chunk in hand) is ever kept.
  */
@@ -237,12 +116,6 @@ export class MessageLines {
     if (line[line.length - 1] === CR) line = line.subarray(0, -1);
     if (line.length > 0) this.#onLine(line);
   }
-}
-
-/** The index of the first `byte` in `bytes` from `from`, or `bytes.length` when there is none. */
-function indexOr(bytes: Uint8Array, byte: number, from: number): number {
-  const at = bytes.indexOf(byte, from);
-  return at === -1 ? bytes.length : at;
 }
 
 /** Options of {@link McpStdioTransport}. */

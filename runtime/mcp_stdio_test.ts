@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { MessageLines, type TopLevel, TopLevelScan } from "./mcp_stdio.ts";
+import type { TopLevel } from "./mcp_limit.ts";
+import { MessageLines } from "./mcp_stdio.ts";
 
 const encode = (s: string) => new TextEncoder().encode(s);
 const decode = (b: Uint8Array) => new TextDecoder().decode(b);
@@ -52,67 +53,5 @@ Deno.test("MessageLines refuses a line past its limit by its size, keeps none of
     const exact = `"${"y".repeat(998)}"`;
     assert.equal(split(`${exact}\n`, 1_000, 64).lines.length, 1);
     assert.equal(split(`${exact} \n`, 1_000, 64).refused[0][0], 1_001);
-  });
-});
-
-Deno.test("TopLevelScan reads the top-level id wherever it is, never an id nested in the result", async (t) => {
-  const filler = "z".repeat(3_000);
-  const cases: [string, unknown, TopLevel][] = [
-    ["id last (the SDK's order)", { result: { id: 5, text: filler }, jsonrpc: "2.0", id: 12 }, {
-      id: 12,
-      response: true,
-      method: false,
-    }],
-    ["id first", { jsonrpc: "2.0", id: "req-7", result: { items: [{ id: 1 }, filler] } }, {
-      id: "req-7",
-      response: true,
-      method: false,
-    }],
-    ["an error answer", { jsonrpc: "2.0", error: { code: 1, message: filler, data: { id: 3 } }, id: 4 }, {
-      id: 4,
-      response: true,
-      method: false,
-    }],
-    ["quotes, backslashes and braces in strings", {
-      result: { text: `a "quoted" \\ {not: 1} "id": 99 ${filler}`, "id\\": 8 },
-      id: 21,
-    }, { id: 21, response: true, method: false }],
-    ["a notification of the server's", {
-      jsonrpc: "2.0",
-      method: "notifications/message",
-      params: { filler },
-    }, {
-      response: false,
-      method: true,
-    }],
-    ["a request of the server's", {
-      jsonrpc: "2.0",
-      id: 3,
-      method: "sampling/createMessage",
-      params: { filler },
-    }, {
-      id: 3,
-      response: false,
-      method: true,
-    }],
-    ["an id that is no request id (an object)", { result: filler, id: { n: 1 } }, {
-      response: true,
-      method: false,
-    }],
-  ];
-  for (const [what, value, expected] of cases) {
-    await t.step(what, () => {
-      const bytes = encode(JSON.stringify(value));
-      for (const size of [1, 5, bytes.length]) {
-        const scan = new TopLevelScan();
-        for (let i = 0; i < bytes.length; i += size) scan.feed(bytes.subarray(i, i + size));
-        assert.deepEqual(scan.result(), expected, `chunks of ${size}`);
-      }
-    });
-  }
-  await t.step("a line that is not JSON has no id", () => {
-    const scan = new TopLevelScan();
-    scan.feed(encode(`not json at all ${filler}`));
-    assert.deepEqual(scan.result(), { response: false, method: false });
   });
 });
