@@ -33,6 +33,7 @@ import { describeError, RuntimeError, ToolError } from "./errors.ts";
 import { isTransientStatus } from "./http.ts";
 import type { Logger } from "./log.ts";
 import { describeBytes, type RefusedMessage, tooLargeOf } from "./mcp_limit.ts";
+import { StdioClosedError } from "./mcp_stdio.ts";
 import type { Json, ReconcileContext, Reconciliation, ToolContext, ToolOutcome } from "./tools.ts";
 
 /** The `_meta` field of a `tools/call` request that holds the call's idempotency key (see `mcp.ts`). */
@@ -513,8 +514,12 @@ export class McpConnection {
         },
       );
     }
-    if (couldNotConnect(err) || (err instanceof Error && err.message === "Not connected")) {
-      // The SDK's own words for a transport that is closed: the request was never written.
+    if (
+      couldNotConnect(err) || err instanceof StdioClosedError ||
+      (err instanceof Error && err.message === "Not connected")
+    ) {
+      // A stdio server's closed stdin, or the SDK's own words for a transport that is closed: the request
+      // was never written.
       this.#remember(ctx.idempotencyKey, ctx.attempt);
       await this.#drop(client, describeError(err));
       return new ToolError(

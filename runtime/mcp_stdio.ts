@@ -118,6 +118,15 @@ export class MessageLines {
   }
 }
 
+/** A request that could not be written: the server's stdin is closed, so it did not get the request. */
+export class StdioClosedError extends Error {
+  /** Says why nothing could be written. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "StdioClosedError";
+  }
+}
+
 /** Options of {@link McpStdioTransport}. */
 export interface McpStdioTransportOptions {
   /** The program. */
@@ -184,11 +193,27 @@ export class McpStdioTransport implements Transport {
     this.#reading = this.#read(this.#reader);
   }
 
-  /** Writes `message` as one line to the server's stdin. */
+  /**
+   * Writes `message` as one line to the server's stdin. Throws
+   * {@link StdioClosedError} when the server cannot have got it (the
+   * transport is closed, or the server's end of the pipe is).
+   */
   async send(message: JSONRPCMessage): Promise<void> {
-    // The SDK's own words for a closed transport: the request was never written.
-    if (!this.#writer || this.#closing) throw new Error("Not connected");
-    await this.#writer.write(ENCODER.encode(serializeMessage(message)));
+    const child = this.#child;
+    if (!child || !this.#writer || this.#closing) {
+      throw new StdioClosedError("the connection to the server is closed: nothing was written");
+    }
+    try {
+      await this.#writer.write(ENCODER.encode(serializeMessage(message)));
+    } catch (err) {
+      // A pipe whose reader is gone takes nothing: not a byte of the line reached the server.
+      if (!(err instanceof Deno.errors.BrokenPipe)) throw err;
+      const exited = await exitsWithin(child.status, EXIT_GRACE_MS);
+      throw new StdioClosedError(
+        `the server ${exited ? "has exited" : "closed its stdin"}: nothing was written`,
+        { cause: err },
+      );
+    }
   }
 
   /** Reads the server's stdout until it ends (the server exited) or the transport closes. */
