@@ -45,7 +45,7 @@ export const REPLAYED_META = "agent-runtime/idempotent-replayed";
 export interface McpLink {
   /** The signal of the call in flight under idempotency key `key` (an HTTP request of it ends with it). */
   signalOf: (key: string) => AbortSignal | undefined;
-  /** Told of each message the transport refused for its size (`mcp-message-refused`). */
+  /** Told of each message the transport refused for its size (`mcp-too-large`). */
   refused: (refused: RefusedMessage) => void;
 }
 
@@ -251,7 +251,7 @@ export class McpConnection {
         const link: McpLink = {
           signalOf: (key) => this.#inflight.get(key),
           refused: (r) =>
-            this.#log.warn("mcp-message-refused", {
+            this.#log.warn("mcp-too-large", {
               server: this.server,
               bytes: r.bytes,
               whole: r.whole,

@@ -442,7 +442,7 @@ Deno.test("over streamable HTTP, an answer past maxResultBytes fails its call fo
           "TOOL_RESULT_TOO_LARGE",
         ]);
         assert.equal(events().filter((l) => l.event === "retrying" || l.event === "flagged").length, 0);
-        assert.equal(events().filter((l) => l.event === "mcp-message-refused").length, 1);
+        assert.equal(events().filter((l) => l.event === "mcp-too-large").length, 1);
         const shown = asked[2].transcript.filter((m) => m.role === "tool").at(-1);
         assert.ok(shown?.role === "tool" && shown.failed && /over this server's limit/.test(shown.error));
         assert.equal(http.servers.large.counts().byKey[`${runId}:1`], 1, "sent once, never again");
