@@ -42,12 +42,18 @@ export const REPLAYED_META = "agent-runtime/idempotent-replayed";
  * - `undeclared`: `send_email {to, subject}` acts on every call and declares
  *   nothing (an address without `@` gets an `isError` answer, and nothing is sent);
  * - `hanging`: `export_report {}` never answers (until the call is
- *   cancelled or the server is released).
+ *   cancelled or the server is released);
+ * - `large`: `export_logs {bytes}` answers a text of `bytes` bytes (its
+ *   answer is a little longer: the JSON-RPC message around it), and
+ *   `count_logs {}` a short one; each is counted, neither acts.
  */
-export type McpTestKind = "keyed" | "readonly" | "undeclared" | "hanging";
+export type McpTestKind = "keyed" | "readonly" | "undeclared" | "hanging" | "large";
 
 /** Every kind, in a fixed order. */
-export const MCP_TEST_KINDS: readonly McpTestKind[] = ["keyed", "readonly", "undeclared", "hanging"];
+export const MCP_TEST_KINDS: readonly McpTestKind[] = ["keyed", "readonly", "undeclared", "hanging", "large"];
+
+/** The largest text `export_logs` makes (256 MiB): a test asks for what it means to send. */
+const LARGE_BYTES_MAX = 256 * 1024 * 1024;
 
 /** What a test server was asked and what it did. */
 export interface McpTestCounts {
@@ -219,6 +225,21 @@ export class McpTestServer {
         this.#save();
         return Promise.resolve({ content: text({ sent: true, n: this.#state.actions }) });
       });
+    } else if (this.kind === "large") {
+      add("export_logs", {
+        description: "Export the logs as text of the given size in bytes.",
+        inputSchema: { bytes: z.number().int().min(0).max(LARGE_BYTES_MAX) },
+      }, (args, extra) => {
+        this.#count("export_logs", extra._meta);
+        return Promise.resolve({ content: [{ type: "text", text: "x".repeat(Number(args.bytes)) }] });
+      });
+      add("count_logs", {
+        description: "Count the log lines.",
+        inputSchema: {},
+      }, (_args, extra) => {
+        this.#count("count_logs", extra._meta);
+        return Promise.resolve({ content: text({ lines: 42 }) });
+      });
     } else {
       add("export_report", {
         description: "Export the quarterly report.",
@@ -258,23 +279,34 @@ export class McpTestServer {
 
   /**
    * Answers one streamable-HTTP request (stateless: a fresh server and
-   * transport each, JSON answers), or `GET .../_counts` with the counts.
+   * transport each; JSON answers, or an event stream with `sse`), or
+   * `GET .../_counts` with the counts.
    */
-  async handle(req: Request): Promise<Response> {
+  async handle(req: Request, opts: { sse?: boolean } = {}): Promise<Response> {
     if (req.method === "GET" && new URL(req.url).pathname.endsWith("/_counts")) {
       return Response.json(this.counts());
     }
     const transport = new WebStandardStreamableHTTPServerTransport({
       sessionIdGenerator: undefined,
-      enableJsonResponse: true,
+      enableJsonResponse: opts.sse !== true,
     });
     const server = this.server(req.signal);
     await server.connect(transport);
+    let response: Response;
     try {
-      return await transport.handleRequest(req);
-    } finally {
+      response = await transport.handleRequest(req);
+    } catch (err) {
       await server.close();
+      throw err;
     }
+    if (opts.sse !== true || response.body === null) {
+      await server.close();
+      return response;
+    }
+    // An event stream is still being written when it is returned: its server closes when it ends.
+    const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+    response.body.pipeTo(writable).catch(() => {/* the client went away */}).finally(() => server.close());
+    return new Response(readable, { status: response.status, headers: response.headers });
   }
 }
 
@@ -293,10 +325,11 @@ export interface McpTestHttp {
 /**
  * Serves one server of each kind over streamable HTTP on 127.0.0.1 (port 0
  * unless given): `POST <url>/<kind>/mcp`, and `GET <url>/<kind>/_counts`.
- * With `stateDir`, each keeps its state in `<stateDir>/<kind>.json`.
+ * With `stateDir`, each keeps its state in `<stateDir>/<kind>.json`; with
+ * `sse`, each answer is an event stream rather than a JSON body.
  */
 export async function serveMcpTestServers(
-  opts: { port?: number; stateDir?: string } = {},
+  opts: { port?: number; stateDir?: string; sse?: boolean } = {},
 ): Promise<McpTestHttp> {
   const servers = {} as Record<McpTestKind, McpTestServer>;
   for (const kind of MCP_TEST_KINDS) {
@@ -318,7 +351,7 @@ export async function serveMcpTestServers(
     if (!server) {
       return Response.json({ error: `no server at ${new URL(req.url).pathname}` }, { status: 404 });
     }
-    return server.handle(req);
+    return server.handle(req, { sse: opts.sse });
   });
   const url = `http://127.0.0.1:${http.addr.port}`;
   return {

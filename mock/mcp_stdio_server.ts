@@ -1,6 +1,6 @@
 /**
  * One MCP test server over stdio: `deno run -A mock/mcp_stdio_server.ts <kind> [<state.json>]`,
- * a kind of `mock/mcp_servers.ts` (`keyed`, `readonly`, `undeclared`, `hanging`). With a state file
+ * a kind of `mock/mcp_servers.ts` (`keyed`, `readonly`, `undeclared`, `hanging`, `large`). With a state file
  * its counts and stored answers survive it (written before each answer), so the server a restarted
  * worker starts carries on where the killed worker's left off. It exits when its stdin closes: its
  * client closed it, or the process that started it died.

@@ -33,8 +33,6 @@
  */
 
 // The SDK's subpaths are typed by its exports' "types" condition (no ".js"), and loaded by their files.
-// @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/client/stdio"
-import { StdioClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/stdio.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/shared/transport"
@@ -49,8 +47,16 @@ import { Logger } from "./log.ts";
 import {
   IDEMPOTENCY_KEY_META as KEY_META,
   McpConnection,
+  type McpLink,
   REPLAYED_META as REPLAYED,
 } from "./mcp_connection.ts";
+import {
+  boundedResponse,
+  DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX,
+  describeBytes,
+  MAX_RESULT_BYTES_LIMIT,
+} from "./mcp_limit.ts";
+import { McpStdioTransport } from "./mcp_stdio.ts";
 import type { FetchLike } from "./planner.ts";
 import { type ArgsSchema, defineTool, type Tool } from "./tools.ts";
 
@@ -70,6 +76,14 @@ export const IDEMPOTENCY_KEY_META: "agent-runtime/idempotency-key" = KEY_META;
  * the call's outcome is the same either way.
  */
 export const REPLAYED_META: "agent-runtime/idempotent-replayed" = REPLAYED;
+
+/**
+ * The most bytes one message from a server may take unless its
+ * `maxResultBytes` says otherwise: 10 MiB, what the MCP SDK's own stdio
+ * client held. Past it, a call's answer fails the call for good with
+ * `TOOL_RESULT_TOO_LARGE`.
+ */
+export const DEFAULT_MAX_RESULT_BYTES: number = DEFAULT_MAX;
 
 /** A tool's annotations as its server lists them: hints, from a server that may not deserve trust. */
 export interface McpToolAnnotations {
@@ -130,6 +144,16 @@ export interface McpCommonOptions {
   maxAttempts?: number;
   /** Milliseconds to connect and list the tools, each time the process does. Default 10 000. */
   connectTimeoutMs?: number;
+  /**
+   * The most bytes one message from the server may take as it arrives (over
+   * stdio a line, over HTTP a JSON body or one event of a stream): a larger
+   * answer to a call is refused as it arrives, without being kept, and fails
+   * the call for good with `TOOL_RESULT_TOO_LARGE` (the model is told; the
+   * call is not sent again). Default {@link DEFAULT_MAX_RESULT_BYTES}
+   * (10 MiB), at most 64 MiB (what the store keeps in one value). Not for
+   * `transport`, which bounds its own messages.
+   */
+  maxResultBytes?: number;
   /** How this client introduces itself. Default `{ name: "agent-runtime", version: "0.1.0" }`. */
   clientInfo?: { name: string; version: string };
 }
@@ -192,6 +216,9 @@ export interface McpTools {
  * row is written) and is called with its idempotency key in `_meta`
  * ({@link IDEMPOTENCY_KEY_META}). A result with `isError` is the tool's
  * answer: the call fails for good and the model is shown the server's text.
+ * An answer past `maxResultBytes` (10 MiB by default) is refused as it
+ * arrives, never read whole, and fails the call for good too
+ * (`TOOL_RESULT_TOO_LARGE`): the server answered, so it is not sent again.
  *
  * Whether a call whose outcome is unknown may be sent again is the agent's
  * to say: `safeToResend` by name, or `trustHints` for a server whose
@@ -235,7 +262,7 @@ export function mcpTools(options: McpServerOptions | ((ctx: AgentContext) => Mcp
       server: describeServer(opts),
       named: opts.name !== undefined,
       where: "url" in opts ? "url" : "command" in opts ? "command" : "transport",
-      transport: (signalOf) => transportOf(opts, signalOf),
+      transport: (link) => transportOf(opts, link),
       clientInfo: opts.clientInfo ?? { name: "agent-runtime", version: "0.1.0" },
       callTimeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
       connectTimeoutMs: opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
@@ -340,6 +367,19 @@ function checkOptions(o: McpServerOptions): void {
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 1)) {
       problems.push(`'${name}' must be a positive integer: current value is ${describeValue(v)}`);
     }
+  }
+  const max = given.maxResultBytes;
+  if (max !== undefined && !(Number.isSafeInteger(max) && max >= 1 && max <= MAX_RESULT_BYTES_LIMIT)) {
+    problems.push(
+      `'maxResultBytes' must be an integer from 1 to ${MAX_RESULT_BYTES_LIMIT} (${
+        describeBytes(MAX_RESULT_BYTES_LIMIT)
+      }, the most the store keeps in one value): current value is ${describeValue(max)}`,
+    );
+  }
+  if (max !== undefined && given.transport !== undefined) {
+    problems.push(
+      "'maxResultBytes' is for a 'command' or 'url' server: a 'transport' bounds its own messages",
+    );
   }
   if (problems.length > 0) {
     throw new RuntimeError(
@@ -477,28 +517,36 @@ function toolsOf(
   return tools;
 }
 
-/** A new transport of the kind `o` names; over HTTP, each call's request ends with the call. */
-function transportOf(o: McpServerOptions, signalOf: (key: string) => AbortSignal | undefined): Transport {
+/**
+ * A new transport of the kind `o` names. Over stdio and HTTP, a message past
+ * `maxResultBytes` is refused as it arrives (`mcp_limit.ts`); over HTTP, each
+ * call's request ends with the call.
+ */
+function transportOf(o: McpServerOptions, link: McpLink): Transport {
   if ("transport" in o) return o.transport();
+  const limitBytes = o.maxResultBytes ?? DEFAULT_MAX;
   if ("command" in o) {
-    return new StdioClientTransport({
+    return new McpStdioTransport({
       command: o.command,
-      args: [...(o.args ?? [])],
-      env: o.env, // the SDK adds them to its default environment
+      args: o.args,
+      env: o.env,
       cwd: o.cwd,
       stderr: o.stderr ?? "inherit",
+      limitBytes,
+      onRefused: link.refused,
     });
   }
   const base = o.fetch;
-  const send = (url: string | URL, init?: RequestInit): Promise<Response> => {
+  const send = async (url: string | URL, init?: RequestInit): Promise<Response> => {
     // A call's own signal ends its POST when the call times out, so no request outlives its call.
-    const key = keyOfBody(init?.body);
-    const callSignal = key === undefined ? undefined : signalOf(key);
+    const request = requestOfBody(init?.body);
+    const callSignal = request.key === undefined ? undefined : link.signalOf(request.key);
     const signal = callSignal && init?.signal
       ? AbortSignal.any([init.signal, callSignal])
       : callSignal ?? init?.signal;
     const withSignal = { ...init, signal };
-    return base ? base(new Request(url, withSignal)) : fetch(url, withSignal);
+    const response = await (base ? base(new Request(url, withSignal)) : fetch(url, withSignal));
+    return await boundedResponse(response, { limitBytes, requestId: request.id, onRefused: link.refused });
   };
   return new StreamableHTTPClientTransport(new URL(o.url), {
     requestInit: o.headers ? { headers: o.headers } : undefined,
@@ -506,13 +554,18 @@ function transportOf(o: McpServerOptions, signalOf: (key: string) => AbortSignal
   });
 }
 
-/** The key a `tools/call` body carries in its `_meta`, if `body` is one. */
-function keyOfBody(body: unknown): string | undefined {
-  if (typeof body !== "string" || !body.includes(IDEMPOTENCY_KEY_META)) return undefined;
+/** The id of the request a POST body holds, and the key a `tools/call` carries in its `_meta`. */
+function requestOfBody(body: unknown): { id?: string | number; key?: string } {
+  if (typeof body !== "string") return {};
   try {
-    const key = JSON.parse(body)?.params?._meta?.[IDEMPOTENCY_KEY_META];
-    return typeof key === "string" ? key : undefined;
+    const message = JSON.parse(body);
+    const id = message?.method !== undefined ? message.id : undefined;
+    const key = message?.params?._meta?.[IDEMPOTENCY_KEY_META];
+    return {
+      ...(typeof id === "string" || typeof id === "number" ? { id } : {}),
+      ...(typeof key === "string" ? { key } : {}),
+    };
   } catch {
-    return undefined;
+    return {};
   }
 }

@@ -32,12 +32,22 @@ import type {
 import { describeError, RuntimeError, ToolError } from "./errors.ts";
 import { isTransientStatus } from "./http.ts";
 import type { Logger } from "./log.ts";
+import { describeBytes, type RefusedMessage, tooLargeOf } from "./mcp_limit.ts";
+import { StdioClosedError } from "./mcp_stdio.ts";
 import type { Json, ReconcileContext, Reconciliation, ToolContext, ToolOutcome } from "./tools.ts";
 
 /** The `_meta` field of a `tools/call` request that holds the call's idempotency key (see `mcp.ts`). */
 export const IDEMPOTENCY_KEY_META = "agent-runtime/idempotency-key";
 /** The `_meta` field of a result by which a server says it answered a key it had seen (see `mcp.ts`). */
 export const REPLAYED_META = "agent-runtime/idempotent-replayed";
+
+/** What a connection gives each transport it opens. */
+export interface McpLink {
+  /** The signal of the call in flight under idempotency key `key` (an HTTP request of it ends with it). */
+  signalOf: (key: string) => AbortSignal | undefined;
+  /** Told of each message the transport refused for its size (`mcp-too-large`). */
+  refused: (refused: RefusedMessage) => void;
+}
 
 /** What a connection is made with (`mcp.ts` builds it from the options). */
 export interface McpConnectionOptions {
@@ -47,8 +57,8 @@ export interface McpConnectionOptions {
   named: boolean;
   /** What a person fixes when the server cannot be reached: `url`, `command` or `transport`. */
   where: string;
-  /** Opens a fresh transport; `signalOf(key)` is the signal of the call in flight under that key. */
-  transport: (signalOf: (key: string) => AbortSignal | undefined) => Transport;
+  /** Opens a fresh transport, linked to this connection. */
+  transport: (link: McpLink) => Transport;
   /** How the client introduces itself. */
   clientInfo: { name: string; version: string };
   /** The tools' call timeout (the runtime's own ends a call; the SDK's is a backstop past it). */
@@ -134,6 +144,18 @@ function resultOf(r: CallToolResult): Json {
     return content.map((c) => c.text ?? "").join("\n");
   }
   return content as unknown as Json;
+}
+
+/**
+ * An MCP error's text, its code said once: the SDK puts `MCP error <code>: `
+ * before the message, and a server that threw an `McpError` sent a message
+ * that already began so, which the client wrapped again.
+ */
+function mcpErrorText(err: McpError): string {
+  const prefix = /^MCP error -?\d+: /;
+  let text = err.message;
+  while (prefix.test(text)) text = text.replace(prefix, "");
+  return `MCP error ${err.code}: ${text}`;
 }
 
 /** The text of an `isError` answer, as the call's error. */
@@ -226,7 +248,18 @@ export class McpConnection {
         if (!this.#closed) this.#log.warn("mcp-disconnected", { server: this.server });
       };
       try {
-        await client.connect(this.#opts.transport((key) => this.#inflight.get(key)), {
+        const link: McpLink = {
+          signalOf: (key) => this.#inflight.get(key),
+          refused: (r) =>
+            this.#log.warn("mcp-too-large", {
+              server: this.server,
+              bytes: r.bytes,
+              whole: r.whole,
+              limit_bytes: r.limitBytes,
+              request: r.id,
+            }),
+        };
+        await client.connect(this.#opts.transport(link), {
           timeout: this.#connectTimeoutMs,
         });
       } catch (err) {
@@ -339,8 +372,9 @@ export class McpConnection {
       this.#inflight.delete(key);
     }
     if (result.isError === true) {
-      if (await this.#gone(client, name, ctx.signal)) throw this.#vanished(what);
-      throw new ToolError("MCP_TOOL_ERROR", `${what} answered with an error: ${errorTextOf(result)}`, {
+      const text = errorTextOf(result);
+      if (await this.#gone(client, name, ctx.signal)) throw this.#vanished(what, `with an error: ${text}`);
+      throw new ToolError("MCP_TOOL_ERROR", `${what} answered with an error: ${text}`, {
         transient: false,
       });
     }
@@ -371,11 +405,18 @@ export class McpConnection {
     if (this.#unsent.size > MAX_UNSENT) this.#unsent.delete(this.#unsent.keys().next().value!);
   }
 
-  #vanished(what: string): ToolError {
+  /**
+   * The failure of a call to a tool its server no longer lists: before the
+   * request went out (it was not sent), or after the server `answered` it (an
+   * error or a refusal, and the list, read again, no longer has the tool).
+   */
+  #vanished(what: string, answered?: string): ToolError {
+    const sent = answered === undefined
+      ? "the call was not sent"
+      : `the call was sent, and the server answered it ${answered}`;
     return new ToolError(
       "MCP_TOOL_VANISHED",
-      `${what} is no longer listed by its server: its tool list changed while this run was running, and the ` +
-        "call was not sent",
+      `${what} is no longer listed by its server (its tool list changed while this run was running): ${sent}`,
       { transient: false },
     );
   }
@@ -401,6 +442,22 @@ export class McpConnection {
   ): Promise<ToolError> {
     const unknown = "the call's outcome is unknown";
     if (err instanceof McpError) {
+      const tooLarge = tooLargeOf(err);
+      if (tooLarge !== undefined) {
+        const size = tooLarge.whole
+          ? describeBytes(tooLarge.bytes)
+          : `more than ${describeBytes(tooLarge.limitBytes)}`;
+        return new ToolError(
+          "TOOL_RESULT_TOO_LARGE",
+          `${what} answered with ${size}, over this server's limit of ${
+            describeBytes(tooLarge.limitBytes)
+          } ` +
+            "(maxResultBytes): the answer was not kept. The server did answer, so the call is failed for good " +
+            "and not sent again; have the tool return less (a page, a summary), or raise maxResultBytes " +
+            "in the server's mcpTools options (at most 64 MiB)",
+          { transient: false, cause: err },
+        );
+      }
       if (err.code === ErrorCode.ConnectionClosed) {
         await this.#drop(client, "the connection closed during a call");
         return new ToolError(
@@ -419,13 +476,16 @@ export class McpConnection {
         });
       }
       if (REFUSALS.has(err.code)) {
-        if (await this.#gone(client, name, ctx.signal)) return this.#vanished(what);
-        return new ToolError("MCP_REFUSED", `${what} refused the call: ${err.message}`, {
+        const text = mcpErrorText(err);
+        if (await this.#gone(client, name, ctx.signal)) {
+          return this.#vanished(what, `with a refusal: ${text}`);
+        }
+        return new ToolError("MCP_REFUSED", `${what} refused the call: ${text}`, {
           transient: false,
           cause: err,
         });
       }
-      return new ToolError("MCP_SERVER_ERROR", `${what} failed: ${err.message}; ${unknown}`, {
+      return new ToolError("MCP_SERVER_ERROR", `${what} failed: ${mcpErrorText(err)}; ${unknown}`, {
         transient: true,
         cause: err,
       });
@@ -454,8 +514,12 @@ export class McpConnection {
         },
       );
     }
-    if (couldNotConnect(err) || (err instanceof Error && err.message === "Not connected")) {
-      // The SDK's own words for a transport that is closed: the request was never written.
+    if (
+      couldNotConnect(err) || err instanceof StdioClosedError ||
+      (err instanceof Error && err.message === "Not connected")
+    ) {
+      // A stdio server's closed stdin, or the SDK's own words for a transport that is closed: the request
+      // was never written.
       this.#remember(ctx.idempotencyKey, ctx.attempt);
       await this.#drop(client, describeError(err));
       return new ToolError(

@@ -4,7 +4,12 @@ import { z } from "zod";
 import { McpServer } from "npm:@modelcontextprotocol/sdk@1.32.2/server/mcp.js";
 import { Server } from "npm:@modelcontextprotocol/sdk@1.32.2/server";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/types"
-import { CallToolRequestSchema, ListToolsRequestSchema } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
+import {
+  CallToolRequestSchema,
+  ErrorCode,
+  ListToolsRequestSchema,
+  McpError,
+} from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/inMemory"
 import { InMemoryTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/inMemory.js";
 import { McpTestServer, serveMcpTestServers } from "../mock/mcp_servers.ts";
@@ -72,6 +77,7 @@ Deno.test("mcpTools checks its options up front and names every problem at once"
     timeoutMs: 0,
     trustHints: "yes",
     safeToResend: "create_ticket",
+    maxResultBytes: 128 * 1024 * 1024,
   } as unknown as Parameters<typeof mcpTools>[0];
   assert.throws(() => mcpTools(bad), (err: Error) => {
     assert.ok(hasCode(err, "MCP_INVALID"), err.message);
@@ -84,6 +90,8 @@ Deno.test("mcpTools checks its options up front and names every problem at once"
         "'safeToResend' must be an array of tool names or a function of a tool",
         "'trustHints' must be true or false: current value is \"yes\"",
         "'timeoutMs' must be a positive integer: current value is 0",
+        "'maxResultBytes' must be an integer from 1 to 67108864 (67,108,864 bytes (64.0 MiB), the most the " +
+        "store keeps in one value): current value is 134217728",
       ]
     ) assert.ok(err.message.includes(part), `${part}\nin: ${err.message}`);
     return true;
@@ -339,6 +347,156 @@ Deno.test("a result its server's own outputSchema refuses is what the server did
     assert.deepEqual([record.effects[0].status, record.effects[0].result], ["confirmed", { id: 42 }]);
   } finally {
     await tools.close();
+  }
+});
+
+/** A server of one tool, `act`, whose call `answer` answers (each connection a server of its own). */
+function oneToolServer(answer: (listed: Set<string>) => unknown): () => InMemoryTransport {
+  const listed = new Set(["act"]);
+  return () => {
+    const s = new Server({ name: "one", version: "1.0.0" }, {
+      capabilities: { tools: { listChanged: true } },
+    });
+    s.setRequestHandler(ListToolsRequestSchema, () => ({
+      tools: [...listed].map((name) => ({ name, inputSchema: { type: "object" as const } })),
+    }));
+    s.setRequestHandler(CallToolRequestSchema, () => answer(listed) as never);
+    const [c, sv] = InMemoryTransport.createLinkedPair();
+    void s.connect(sv);
+    return c;
+  };
+}
+
+Deno.test("a JSON-RPC refusal's message says its code once, though the server's McpError already held it", async () => {
+  const tools = mcpTools({
+    transport: oneToolServer(() => {
+      throw new McpError(ErrorCode.InvalidParams, "invalid params (but it acted)");
+    }),
+  });
+  try {
+    const { end, record } = await runToEnd("refused-1", tools, [
+      { kind: "tool_calls", calls: [call("act", {})] },
+      { kind: "done", text: "Refused." },
+    ]);
+    assert.equal(end.status, "done");
+    assert.equal(
+      record.effects[0].error,
+      "act (MCP server one) refused the call: MCP error -32602: invalid params (but it acted)",
+    );
+  } finally {
+    await tools.close();
+  }
+});
+
+Deno.test("a call whose tool left the list as its server answered it with an error fails MCP_TOOL_VANISHED saying it was sent, with the server's words", async () => {
+  const tools = mcpTools({
+    transport: oneToolServer((listed) => {
+      listed.delete("act");
+      return { content: [{ type: "text", text: "act is retired" }], isError: true };
+    }),
+  });
+  try {
+    const { end, record, events } = await runToEnd("vanished-1", tools, [
+      { kind: "tool_calls", calls: [call("act", {})] },
+      { kind: "done", text: "Gone." },
+    ]);
+    assert.equal(end.status, "done");
+    assert.deepEqual(events().filter((l) => l.event === "tool-failed").map((l) => l.code), [
+      "MCP_TOOL_VANISHED",
+    ]);
+    assert.equal(
+      record.effects[0].error,
+      "act (MCP server one) is no longer listed by its server (its tool list changed while this run was " +
+        "running): the call was sent, and the server answered it with an error: act is retired",
+    );
+  } finally {
+    await tools.close();
+  }
+});
+
+Deno.test("over streamable HTTP, an answer past maxResultBytes fails its call for good (TOOL_RESULT_TOO_LARGE), sent once, the model told; a JSON body and an event stream alike", async (t) => {
+  for (const sse of [false, true]) {
+    await t.step(sse ? "an event stream" : "a JSON body", async () => {
+      const http = await serveMcpTestServers({ sse });
+      const tools = mcpTools({
+        url: http.endpoint("large"),
+        safeToResend: ["export_logs"],
+        maxResultBytes: 100_000,
+      });
+      const runId = `http-large-${sse ? "sse" : "json"}`;
+      try {
+        const { end, record, events, asked } = await runToEnd(runId, tools, [
+          { kind: "tool_calls", calls: [call("export_logs", { bytes: 99_000 })] },
+          { kind: "tool_calls", calls: [call("export_logs", { bytes: 300_000 })] },
+          { kind: "tool_calls", calls: [call("count_logs", {})] },
+          { kind: "done", text: "Too much to export." },
+        ]);
+        assert.equal(end.status, "done", JSON.stringify(end));
+        const [within, past, after] = record.effects;
+        assert.deepEqual([within.status, String(within.result).length], ["confirmed", 99_000]);
+        assert.deepEqual([past.status, past.attempts], ["failed", 1]);
+        assert.match(
+          past.error ?? "",
+          new RegExp(
+            `^export_logs \\(MCP server mcp-test-large\\) answered with ${
+              sse ? "300,\\d{3} bytes" : "more than 100,000 bytes"
+            }, over this server's limit of 100,000 bytes \\(maxResultBytes\\): the answer was not kept`,
+          ),
+        );
+        assert.equal(after.status, "confirmed", "the next call goes out and is answered");
+        assert.deepEqual(events().filter((l) => l.event === "tool-failed").map((l) => l.code), [
+          "TOOL_RESULT_TOO_LARGE",
+        ]);
+        assert.equal(events().filter((l) => l.event === "retrying" || l.event === "flagged").length, 0);
+        assert.equal(events().filter((l) => l.event === "mcp-too-large").length, 1);
+        const shown = asked[2].transcript.filter((m) => m.role === "tool").at(-1);
+        assert.ok(shown?.role === "tool" && shown.failed && /over this server's limit/.test(shown.error));
+        assert.equal(http.servers.large.counts().byKey[`${runId}:1`], 1, "sent once, never again");
+      } finally {
+        await tools.close();
+        await http.close();
+      }
+    });
+  }
+});
+
+Deno.test("over stdio, a 12 MB answer of a tool not declared safe to re-send fails by the default limit, is not flagged, and the connection goes on", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "mcp-stdio-large-" });
+  const tools = mcpTools({
+    command: Deno.execPath(),
+    args: [
+      "run",
+      "-A",
+      "--config",
+      new URL("../deno.json", import.meta.url).pathname,
+      new URL("../mock/mcp_stdio_server.ts", import.meta.url).pathname,
+      "large",
+      `${dir}/large.json`,
+    ],
+    stderr: "ignore",
+  });
+  try {
+    const { end, record, events } = await runToEnd("stdio-large-1", tools, [
+      { kind: "tool_calls", calls: [call("export_logs", { bytes: 12_000_000 })] },
+      { kind: "tool_calls", calls: [call("count_logs", {})] },
+      { kind: "done", text: "Too large." },
+    ]);
+    assert.equal(end.status, "done", JSON.stringify(end));
+    const [big, count] = record.effects;
+    assert.deepEqual([big.status, big.attempts], ["failed", 1]);
+    assert.match(big.error ?? "", /answered with 12,000,0\d\d bytes \(11.4 MiB\), over this server's limit/);
+    assert.equal(count.status, "confirmed");
+    assert.deepEqual(events().filter((l) => l.event === "tool-failed").map((l) => l.code), [
+      "TOOL_RESULT_TOO_LARGE",
+    ]);
+    for (const name of ["flagged", "mcp-disconnected"]) {
+      assert.deepEqual(events().filter((l) => l.event === name), []);
+    }
+    const counts = JSON.parse(await Deno.readTextFile(`${dir}/large.json`));
+    assert.deepEqual(counts.byKey, { "stdio-large-1:0": 1, "stdio-large-1:1": 1 });
+  } finally {
+    await tools.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });
 
