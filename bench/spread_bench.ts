@@ -12,9 +12,13 @@
  * - **the take statement alone** on 100 pending runs, sent by hand through the
  *   same driver, by rule, beside a raw floor: a plain `update ... where run_id
  *   in (select ... limit 100 for update skip locked)` with no progress count,
- *   no share and no marks;
+ *   no share and no marks; and `fair` beside a live peer of equal capacity
+ *   hosting the same agent (the share counted: it takes 50);
  * - **a burst of 20 runs and two live workers** (in-process, one store): how
- *   many each took, by rule.
+ *   many each took, by rule;
+ * - **two workers hosting different agents**, A hosting X and Y and B only Y,
+ *   and a burst of 20 runs of Y then 20 of X: what each took when A and then
+ *   B polled once, by rule (A alone can run X).
  *
  * Each figure is the median of `--rounds` rounds (default 7).
  *
@@ -48,8 +52,15 @@ const waiting: Planner = {
       req.signal?.addEventListener("abort", () => reject(req.signal!.reason), { once: true });
     }),
 };
-const agent = defineAgent({ name: AGENT, tools: [], model: waiting });
-const prepared = [{ agent, planner: waiting, tools: new ToolRegistry([]) }];
+const preparedAgent = (name: string) => ({
+  agent: defineAgent({ name, tools: [], model: waiting }),
+  planner: waiting,
+  tools: new ToolRegistry([]),
+});
+const prepared = [preparedAgent(AGENT)];
+// The agents of the last figure: X (hosted by A only) and Y (hosted by A and B).
+const [AGENT_X, AGENT_Y] = ["spread-bench-x", "spread-bench-y"];
+const hostsOfXY = { a: [preparedAgent(AGENT_X), preparedAgent(AGENT_Y)], b: [preparedAgent(AGENT_Y)] };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -57,21 +68,21 @@ async function reset(client: SqlClient): Promise<void> {
   await client.exec("truncate runs, workers cascade");
 }
 
-async function submit(store: Store, n: number, prefix: string): Promise<void> {
+async function submit(store: Store, n: number, prefix: string, agent = AGENT): Promise<void> {
   const now = new Date();
   for (let i = 0; i < n; i++) {
-    await store.createRun({ runId: `${prefix}-${i}`, agent: AGENT, goal: "g" }, now);
+    await store.createRun({ runId: `${prefix}-${i}`, agent, goal: "g" }, now);
   }
 }
 
-function host(store: Store, owner: string, takeShare: TakeShare): WorkerHost {
+function host(store: Store, owner: string, takeShare: TakeShare, agents = prepared): WorkerHost {
   const clock = new SystemClock();
   return new WorkerHost({
     store,
     clock,
     log: new Logger({ clock, sink: discardSink }),
     owner,
-    agents: prepared,
+    agents,
     runsPerWorker: 100,
     pollMs: 3_000,
     heartbeatMs: 3_000,
@@ -107,16 +118,25 @@ async function loneFill(client: SqlClient, rule: TakeShare, round: number) {
   return { ms, takes };
 }
 
-/** The take statement alone, on 100 pending runs, by rule; and the raw floor. */
-async function statementMs(client: SqlClient, kind: "raw" | TakeShare, round: number): Promise<number> {
+/** The kinds of {@link statementMs}: the raw floor, each rule alone, and `fair` beside a live peer. */
+const STATEMENT_KINDS = ["raw", "all", "fair", "fair-peer"] as const;
+
+/** The take statement alone, on 100 pending runs, by kind; and the raw floor. */
+async function statementMs(
+  client: SqlClient,
+  kind: (typeof STATEMENT_KINDS)[number],
+  round: number,
+): Promise<number> {
   await reset(client);
   const store = new Store(client);
   await submit(store, 100, `stmt-${kind}-${round}`);
-  await store.heartbeatMany(
-    { name: "w", agents: [AGENT], capacity: 100, startedAt: new Date() },
-    [],
-    new Date(),
-  );
+  for (const name of kind === "fair-peer" ? ["w", "w-peer"] : ["w"]) {
+    await store.heartbeatMany(
+      { name, agents: [AGENT], capacity: 100, startedAt: new Date() },
+      [],
+      new Date(),
+    );
+  }
   const now = new Date();
   const stale = new Date(now.getTime() - LEASE_MS);
   const t0 = performance.now();
@@ -135,11 +155,13 @@ async function statementMs(client: SqlClient, kind: "raw" | TakeShare, round: nu
       stale.toISOString(),
       now.toISOString(),
       100,
-      kind === "fair" ? 100 : null,
+      kind === "all" ? null : 100,
     ], TAKE.options)).length;
   }
   const ms = performance.now() - t0;
-  if (n !== 100) throw new Error(`${kind} took ${n} of 100`);
+  // Beside a peer of equal capacity its share is ceil(100 * 100 / 200) = 50.
+  const expected = kind === "fair-peer" ? 50 : 100;
+  if (n !== expected) throw new Error(`${kind} took ${n} of 100, not ${expected}`);
   return ms;
 }
 
@@ -161,6 +183,35 @@ async function burst(client: SqlClient, rule: TakeShare, round: number): Promise
   return held;
 }
 
+/**
+ * Host A (X and Y) and host B (Y only), live and idle; 20 runs of Y, then 20
+ * of X; A polls once, then B: what each took of each agent, and how many
+ * stayed pending.
+ */
+async function burstXY(client: SqlClient, rule: TakeShare, round: number) {
+  await reset(client);
+  const store = new Store(client);
+  const a = host(store, "xy-a", rule, hostsOfXY.a).start();
+  const b = host(store, "xy-b", rule, hostsOfXY.b).start();
+  // Both registered and napping (a poll every 3 s) before the burst.
+  await new Promise((r) => setTimeout(r, 200));
+  await submit(store, 20, `xy-y-${rule}-${round}`, AGENT_Y);
+  await submit(store, 20, `xy-x-${rule}-${round}`, AGENT_X);
+  await a.poll();
+  await b.poll();
+  const runs = (await store.listRuns({ limit: 100 })).runs;
+  const held = (owner: string, agent: string) =>
+    runs.filter((r) => r.status === "running" && r.owner === owner && r.agent === agent).length;
+  const seen = {
+    aX: held("xy-a", AGENT_X),
+    aY: held("xy-a", AGENT_Y),
+    bY: held("xy-b", AGENT_Y),
+    pending: runs.filter((r) => r.status === "pending").length,
+  };
+  await Promise.all([a.stop(), b.stop()]);
+  return seen;
+}
+
 async function measure(label: string, client: SqlClient, rounds: number): Promise<void> {
   console.log(`\n${label}`);
   // Rules and kinds take turns within each round, so the machine's drift weighs on all alike.
@@ -175,22 +226,33 @@ async function measure(label: string, client: SqlClient, rounds: number): Promis
         `range ${Math.min(...f.map((x) => x.ms)).toFixed(1)}-${Math.max(...f.map((x) => x.ms)).toFixed(1)})`,
     );
   }
-  const kinds = ["raw", "all", "fair"] as const;
-  const times = new Map<string, number[]>(kinds.map((k) => [k, []]));
+  const times = new Map<string, number[]>(STATEMENT_KINDS.map((k) => [k, []]));
   for (let r = 0; r < rounds; r++) {
-    for (const kind of kinds) times.get(kind)!.push(await statementMs(client, kind, r));
+    for (const kind of STATEMENT_KINDS) times.get(kind)!.push(await statementMs(client, kind, r));
   }
-  for (const kind of kinds) {
+  for (const kind of STATEMENT_KINDS) {
     const what = kind === "raw"
-      ? "raw SQL floor (plain update of 100)"
-      : `take-runs, TAKE_SHARE=${kind}, alone`;
-    console.log(`  one statement taking 100, ${what}: ${median(times.get(kind)!).toFixed(2)} ms`);
+      ? "one statement taking 100, raw SQL floor (plain update of 100)"
+      : kind === "fair-peer"
+      ? "one statement taking 50, take-runs, TAKE_SHARE=fair, beside a live peer"
+      : `one statement taking 100, take-runs, TAKE_SHARE=${kind}, alone`;
+    console.log(`  ${what}: ${median(times.get(kind)!).toFixed(2)} ms`);
   }
   for (const rule of ["all", "fair"] as const) {
     const splits = [];
     for (let r = 0; r < rounds; r++) splits.push(await burst(client, rule, r));
     const shown = splits.map(([a, b]) => `${a}/${b}`).join(" ");
     console.log(`  two live workers, a burst of 20, TAKE_SHARE=${rule}: first/second took ${shown}`);
+  }
+  for (const rule of ["all", "fair"] as const) {
+    const seen = [];
+    for (let r = 0; r < rounds; r++) seen.push(await burstXY(client, rule, r));
+    const shown = [...new Set(seen.map((s) => `A ${s.aX} X + ${s.aY} Y, B ${s.bY} Y, ${s.pending} pending`))];
+    console.log(
+      `  A hosting X and Y, B only Y, 20 Y then 20 X, each polls once, TAKE_SHARE=${rule}: ${
+        shown.join("; ")
+      }`,
+    );
   }
 }
 

@@ -1,8 +1,9 @@
 /**
  * The worker host: one process driving many runs at once. It takes runs
  * itself (one statement takes and claims up to its free slots, of the agents
- * it hosts only, and by default no more than its fair share among the live
- * workers hosting them, so new work is spread across workers and hosts), drives each with the same fenced loop as a single worker,
+ * it hosts only, and by default no more than its fair share of each agent's
+ * runs among the live workers hosting that agent, so new work is spread
+ * across workers and hosts), drives each with the same fenced loop as a single worker,
  * and renews the leases of all of them with one statement per heartbeat
  * (lease.ts, which the single-run path uses too).
  *
@@ -46,9 +47,9 @@ export interface WorkerOptions extends Partial<ProcessSettings>, AgentOptions {
   pollMs?: number;
   /**
    * How much of the takeable work one poll takes: `fair` (the default) no
-   * more than this host's share by capacity among the live workers hosting
-   * its agents, so new work is spread; `all` every free slot. A host with no
-   * live peer takes every free slot either way.
+   * more than this host's share by capacity of each agent's runs among the
+   * live workers hosting that agent, so new work is spread; `all` every free
+   * slot. Runs of an agent no live peer hosts fill every free slot either way.
    */
   // Written out (a published type must be), and held to take_share.ts's list below.
   takeShare?: "fair" | "all";

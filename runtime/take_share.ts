@@ -3,9 +3,10 @@
  * `WorkerOptions.takeShare`), declared once: a leaf, so the settings reader
  * and the host both read it.
  *
- * - `fair` (the default): a poll takes no more than the host's share of the
- *   work, by capacity, among the live workers hosting its agents (the store's
- *   `takeShare`); a host with no live peer takes every free slot.
+ * - `fair` (the default): a poll takes no more than the host's share of each
+ *   agent's work, by capacity, among the live workers hosting that agent (the
+ *   store's `takeShare`); runs of an agent no live peer hosts fill every free
+ *   slot, as with a host alone.
  * - `all`: a poll takes a run for every free slot, whoever else is polling.
  *
  * @module

@@ -3,13 +3,16 @@
  * model and cloud over HTTP, and real `deno run` supervisors and workers: runs
  * submitted once every worker is up are shared by the fair take
  * (`TAKE_SHARE=fair`, the default) instead of going all to whichever worker
- * looked first. Each test prints how the runs were spread (claims per worker
- * from the log, and the runs table's last owner).
+ * looked first, the same runs go all to one worker under `TAKE_SHARE=all`, and
+ * a worker that alone hosts an agent takes every run of it it has slots for.
+ * Each batch of runs becomes takeable in one statement, so no worker can take
+ * part of it before the rest exists. Each test prints how the runs were spread
+ * (claims per worker from the log, and the runs table's last owner).
  */
 
 import assert from "node:assert/strict";
 import { type RunningMocks, serveMocks } from "../mock/server.ts";
-import { type Proc, startSupervisor, until } from "../harness/procs.ts";
+import { parseLine, type Proc, startSupervisor, until } from "../harness/procs.ts";
 import { freshSchema, pgIgnore, type PgSchema } from "./_pg.ts";
 
 interface Env {
@@ -54,6 +57,23 @@ function firstClaims(sups: Proc[]): Map<string, string[]> {
   return by;
 }
 
+/**
+ * Every run claimed once, at epoch 1, and no claim at a later epoch: no worker
+ * died here, so a run claimed again would have lost its lease or been taken twice.
+ */
+function assertClaimedOnce(sups: Proc[], runIds: string[]): void {
+  const claims = sups.flatMap((s) => s.events("claimed"));
+  const again = claims.filter((e) => e.epoch !== "1").map((e) => `${e.run}@${e.epoch} by ${e.owner}`);
+  assert.deepEqual(again, [], "claims past epoch 1");
+  assert.deepEqual(claims.map((e) => e.run).sort(), [...runIds].sort(), "each run claimed once");
+}
+
+/** The take rule each worker reported at start: one per worker expected, each `rule`. */
+function assertTakeRule(sups: Proc[], workers: number, rule: "fair" | "all"): void {
+  const rules = sups.flatMap((s) => s.events("worker")).map((e) => e.take_share);
+  assert.deepEqual(rules, Array(workers).fill(rule), "the workers' take rule");
+}
+
 /** Every run done; each of its three calls made one resource at the cloud, recorded as the one it made. */
 async function assertDoneOnce(pg: PgSchema, mocks: RunningMocks, runIds: string[]): Promise<void> {
   const created = mocks.cloud.created();
@@ -72,12 +92,32 @@ async function assertDoneOnce(pg: PgSchema, mocks: RunningMocks, runIds: string[
   }
 }
 
-/** Submits `n` runs named `<prefix>-<i>` (as `deno task submit` does, one insert each). */
-async function submit(pg: PgSchema, prefix: string, n: number): Promise<string[]> {
-  const ids = Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
-  for (const id of ids) {
-    assert.ok(await pg.store.createRun({ runId: id, agent: "provision", goal: prefix }, new Date()));
+/** The agent a run is created under until {@link submit} hands the batch to its own: hosted by nobody. */
+const HELD_BACK = "held-back:";
+
+/**
+ * Submits `n` runs of each `agents` entry (`agent: n`, in that order), named
+ * `<prefix>-<agent>-<i>` (`<prefix>-<i>` for the one agent `provision`),
+ * created one by one as `deno task submit` does, but under an agent nobody
+ * hosts, then handed to their agents in one statement: all become takeable at
+ * once, so whichever worker looks first sees the whole batch (a worker polling
+ * while they are created one by one could take part of it first, spreading
+ * them by timing alone).
+ */
+async function submit(pg: PgSchema, prefix: string, agents: Record<string, number>): Promise<string[]> {
+  const ids: string[] = [];
+  for (const [agent, n] of Object.entries(agents)) {
+    for (let i = 0; i < n; i++) {
+      const runId = agent === "provision" ? `${prefix}-${i}` : `${prefix}-${agent}-${i}`;
+      assert.ok(await pg.store.createRun({ runId, agent: `${HELD_BACK}${agent}`, goal: prefix }, new Date()));
+      ids.push(runId);
+    }
   }
+  const released = await pg.store.client.run(
+    `update runs set agent = substr(agent, $2) where agent like $1 || '%' and run_id like $3 || '-%'`,
+    [HELD_BACK, HELD_BACK.length + 1, prefix],
+  );
+  assert.equal(released, ids.length, "every run of the batch released at once");
   return ids;
 }
 
@@ -112,7 +152,7 @@ Deno.test({
       });
       try {
         await until(async () => (await workerRows(pg)).length === 2, "both workers to register");
-        const runIds = await submit(pg, "spread", 24);
+        const runIds = await submit(pg, "spread", { provision: 24 });
         await until(
           async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 24,
           "24 runs done",
@@ -121,15 +161,13 @@ Deno.test({
         console.log(line);
         const claims = firstClaims([sup]);
         assert.deepEqual([...claims.keys()].sort(), ["host-a/w0.1", "host-a/w1.1"], line);
+        // Each one's part is 12; a quarter of the batch leaves room for a worker whose poll a busy
+        // machine delays past the other's first run ending. TAKE_SHARE=all gives the same batch 24/0 (below).
         for (const [worker, runs] of claims) {
           assert.ok(runs.length >= 24 / 4, `${worker} took ${runs.length} of 24: ${line}`);
         }
-        assert.equal([...claims.values()].flat().length, 24, "each run claimed once, at epoch 1");
-        assert.deepEqual(new Set([...claims.values()].flat()), new Set(runIds));
-        assert.ok(
-          sup.events("worker").every((e) => e.take_share === "fair"),
-          "the workers ran the default take rule",
-        );
+        assertClaimedOnce([sup], runIds);
+        assertTakeRule([sup], 2, "fair");
         await assertDoneOnce(pg, mocks, runIds);
         sup.kill("SIGTERM");
         assert.equal(await sup.status, 0);
@@ -154,7 +192,7 @@ Deno.test({
       ];
       try {
         await until(async () => (await workerRows(pg)).length === 4, "four workers to register");
-        const runIds = await submit(pg, "hosts", 40);
+        const runIds = await submit(pg, "hosts", { provision: 40 });
         await until(
           async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 40,
           "40 runs done",
@@ -172,7 +210,8 @@ Deno.test({
           // A quarter of an equal share (10 each).
           assert.ok(runs.length >= 40 / 4 / 4, `${worker} took ${runs.length}: ${line}`);
         }
-        assert.equal([...claims.values()].flat().length, 40, "each run claimed once, at epoch 1");
+        assertClaimedOnce(sups, runIds);
+        assertTakeRule(sups, 4, "fair");
         await assertDoneOnce(pg, mocks, runIds);
         for (const s of sups) s.kill("SIGTERM");
         assert.deepEqual(await Promise.all(sups.map((s) => s.status)), [0, 0]);
@@ -182,9 +221,79 @@ Deno.test({
     }),
 });
 
+/** An agent module of `tests/testdata/spread/`, as a path. */
+const spreadModule = (file: string) =>
+  decodeURIComponent(new URL(`./testdata/spread/${file}`, import.meta.url).pathname);
+
 Deno.test({
   name:
-    "for comparison, TAKE_SHARE=all: the same 24 runs and two workers, every run done once, spread reported",
+    "a host that alone runs an agent takes every run of it its slots hold, beside a host that shares only its other agent (#34 F3)",
+  ignore: pgIgnore("agents that only some hosts run"),
+  fn: () =>
+    withEnv(async ({ pg, mocks, env }) => {
+      mocks.model.setFaults({ delay_ms: SLOW.model });
+      mocks.cloud.setFaults({ delay_ms: SLOW.cloud });
+      const settings = { ...env, WORKERS: "1", RUNS_PER_WORKER: "40", LEASE_S: "3", HEARTBEAT_S: "0.5" };
+      const [a, b] = [
+        startSupervisor({ ...settings, SUPERVISOR: "host-a", AGENT: spreadModule("x_and_y.ts") }),
+        startSupervisor({ ...settings, SUPERVISOR: "host-b", AGENT: spreadModule("y_only.ts") }),
+      ];
+      try {
+        await until(async () => (await workerRows(pg)).length === 2, "both workers to register");
+        // Host A runs X and Y, host B only Y, 40 slots each. The Y runs waited longer. Before, A's
+        // part of all 40 counted B's slots for X too: 20, filled by the oldest (Y), and the X runs
+        // stayed pending while A had 20 free slots, until A's own runs ended.
+        const runIds = await submit(pg, "mixed", { "agent-y": 20, "agent-x": 20 });
+        await until(
+          async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 40,
+          "40 runs done",
+        );
+        const line = await spreadLine(pg, [a, b], "host A (X, Y) and host B (Y), 20 X and 20 Y runs");
+        console.log(line);
+        const xRuns = runIds.filter((id) => id.startsWith("mixed-agent-x-"));
+        const claims = firstClaims([a, b]);
+        const ofAgent = (worker: string, agent: string) =>
+          (claims.get(worker) ?? []).filter((id) => id.startsWith(`mixed-${agent}-`));
+        console.log(
+          `  by agent: ${
+            ["host-a/w0.1", "host-b/w0.1"].flatMap((w) =>
+              ["agent-x", "agent-y"].map((agent) => `${w} ${agent}=${ofAgent(w, agent).length}`)
+            ).join(" ")
+          }`,
+        );
+        assert.deepEqual(
+          ofAgent("host-a/w0.1", "agent-x").sort(),
+          [...xRuns].sort(),
+          `A took every X run: ${line}`,
+        );
+        assert.deepEqual(ofAgent("host-b/w0.1", "agent-x"), [], "B hosts no X");
+        // A held at most 40 (20 X and its part of Y), so it had a slot for every X run from the moment
+        // they were submitted: each was claimed before any of A's runs ended (none waited for a slot).
+        const events = a.lines.map(parseLine).filter((e) => e !== undefined);
+        const firstDone = events.findIndex((e) => e.event === "done");
+        const lateX = events.slice(firstDone).filter((e) => e.event === "claimed" && xRuns.includes(e.run));
+        assert.ok(firstDone >= 0, "A ended a run");
+        assert.deepEqual(lateX.map((e) => e.run), [], "X runs claimed only after one of A's runs ended");
+        // Y's runs are shared by the two hosts that run Y: 10 and 10 when each polls once; a quarter
+        // each leaves room for a poll a busy machine delays past a run's end.
+        for (const worker of ["host-a/w0.1", "host-b/w0.1"]) {
+          const y = ofAgent(worker, "agent-y").length;
+          assert.ok(y >= 20 / 4, `${worker} took ${y} of the 20 Y runs: ${line}`);
+        }
+        assertClaimedOnce([a, b], runIds);
+        assertTakeRule([a, b], 2, "fair");
+        await assertDoneOnce(pg, mocks, runIds);
+        for (const s of [a, b]) s.kill("SIGTERM");
+        assert.deepEqual(await Promise.all([a.status, b.status]), [0, 0]);
+      } finally {
+        await Promise.all([a.close(), b.close()]);
+      }
+    }),
+});
+
+Deno.test({
+  name:
+    "for comparison, TAKE_SHARE=all: the same 24 runs and two workers, the first worker to look takes all 24",
   ignore: pgIgnore("the take rule all, for comparison"),
   fn: () =>
     withEnv(async ({ pg, mocks, env }) => {
@@ -200,14 +309,20 @@ Deno.test({
       });
       try {
         await until(async () => (await workerRows(pg)).length === 2, "both workers to register");
-        const runIds = await submit(pg, "greedy", 24);
+        const runIds = await submit(pg, "greedy", { provision: 24 });
         await until(
           async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 24,
           "24 runs done",
         );
-        console.log(await spreadLine(pg, [sup], "TAKE_SHARE=all, 2 workers, 24 runs"));
-        assert.ok(sup.events("worker").every((e) => e.take_share === "all"));
-        assert.equal([...firstClaims([sup]).values()].flat().length, 24, "each run claimed once, at epoch 1");
+        const line = await spreadLine(pg, [sup], "TAKE_SHARE=all, 2 workers, 24 runs");
+        console.log(line);
+        // The batch became takeable at once and fits one worker's 100 slots: whichever looked
+        // first took it all (a racing take skips the rows it locked), and the other none. The
+        // fair rule spreads this same batch (the first test): the rule, not timing, makes the spread.
+        const claims = [...firstClaims([sup]).values()].map((runs) => runs.length);
+        assert.deepEqual(claims, [24], `one worker took every run: ${line}`);
+        assertClaimedOnce([sup], runIds);
+        assertTakeRule([sup], 2, "all");
         await assertDoneOnce(pg, mocks, runIds);
         sup.kill("SIGTERM");
         assert.equal(await sup.status, 0);

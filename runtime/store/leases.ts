@@ -84,30 +84,59 @@ const NOT_BACKING_OFF = `(stuck_claims < 2
 // What makes a run takeable, in the two kinds the take picks (and the fair
 // share counts): open (pending, or running with its lease expired before $3)
 // and woken (waiting on its calls' remotes, its wake time come by $4), both of
-// the agents $2 and not backing off.
-const OPEN_TAKEABLE = `status in ('pending', 'running') and agent = any($2::text[])
+// one of the agents `agents` (a text[] expression) and not backing off.
+const OPEN_TAKEABLE = (agents: string) =>
+  `status in ('pending', 'running') and agent = any(${agents})
                 and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
                 and ${NOT_BACKING_OFF}`;
-const WOKEN_TAKEABLE = `status = 'waiting' and wake_at <= $4::timestamptz and agent = any($2::text[])
+const WOKEN_TAKEABLE = (agents: string) =>
+  `status = 'waiting' and wake_at <= $4::timestamptz and agent = any(${agents})
                 and ${NOT_BACKING_OFF}`;
-// The take. Up to $5 runs (the free slots), and with $6 (this host's capacity)
-// no more than its fair share: enough to bring the runs it holds to its part,
-// by capacity, of the work of the live workers hosting any of its agents
-// (their `workers` rows beat since $3), at most its free slots:
-//   share = ceil((held by all + takeable) * capacity / capacity of all) - held by this host
-// Taking again with nothing changed takes nothing, so a host woken by every
-// run it ends cannot nibble away its peers' part; and the parts add up to every
-// takeable run, so once each peer has polled none is left while there are
-// free slots. The takeable runs are counted only up to the free slots of all
-// (past that every host fills up). With $6 null, or no live peer, it skips
-// the counts and takes up to $5: a scalar subquery in a `case` branch runs
-// only when that branch is chosen, so a host alone pays one read of the small
-// `workers` table. The share limits only the merge: each branch keeps `limit
-// $5`, a number its plan is made for (as `limit (select ...)` the planner must
-// guess, and with 3,000 runs pending it sorted them all instead of reading the
-// take-order index: plans_test.ts). So a fair take may hold locks on up to $5
-// runs of each kind it does not take, until the statement ends; a racing take
-// skips them for that moment and finds them at its next poll.
+// The take. Up to $5 runs (the free slots) of the agents $2, and with $6
+// (this host's capacity) no more than its fair share of each agent's work,
+// counted among the workers that can run it:
+//
+// - An agent's hosts are this host and the live workers whose `workers` row
+//   (beat since $3) names the agent. `pools` groups this host's agents by
+//   those peers: agents hosted by the same workers are one pool, divided
+//   together (with one pool, as when every worker hosts the same agents, this
+//   is one share over all of them). A worker that cannot run an agent counts
+//   for no part of its runs (#34 F3: counted, it halved the part of a host
+//   that alone could run them, and the other half stayed pending beside that
+//   host's free slots).
+// - A pool's share is enough to bring the runs this host holds to its part,
+//   by capacity, of what the pool's hosts hold (runs of any agent: a slot is
+//   taken whatever runs in it) plus the pool's takeable runs, at most $5:
+//     share = ceil((held by the pool's hosts + takeable) * capacity / their capacity) - held by this host
+//   The takeable runs are counted only up to the pool's free slots (past that
+//   every host fills up), each kind through its index in the pick's order
+//   (unordered, the planner read the whole backlog to count a few: 3,000
+//   pending runs for 12, plans_test.ts); a peer's held runs through the
+//   owner index, once per peer. Taking again with nothing changed takes
+//   nothing, so a host woken by every run it ends cannot nibble away its
+//   peers' part. The hosts of a pool count the same runs (its agents are
+//   those hosted by exactly these workers), so their parts add up to every
+//   takeable run: once each has polled, none is left while one of them has a
+//   free slot.
+// - A pool with no peer, and every pool when $6 is null (`takeRuns`), takes
+//   up to $5 and skips the counts: a scalar subquery in a `case` branch runs
+//   only when that branch is chosen, so a host alone pays one read of the
+//   small `workers` table.
+//
+// Each pool with a share picks its own runs (a lateral subquery: the runs of
+// a pool shared with peers cannot fill the window of a run this host alone
+// can take), and the longest waiting of all pools are taken, up to $5. In a
+// pool the share limits only the merge: each branch keeps `limit $5`, a
+// number its plan is made for (as `limit (select ...)` the planner must
+// guess, and with 3,000 runs pending it sorted them all instead of reading
+// the take-order index: plans_test.ts). So a fair take may hold locks on up
+// to $5 runs of each kind in each pool that it does not take, until the
+// statement ends; a racing take skips them for that moment and finds them at
+// its next poll. One pool (every worker hosting the same agents) walks the
+// indexes once, as a take over all its agents did. With several pools each
+// walks them: one index serves every agent, so a pool's walk passes the runs
+// of the host's other pools that waited longer, as any take passes those of
+// agents its host does not run (plans_test.ts allows for them).
 // The pick is a materialized CTE: as an `in (subquery)` the planner may run
 // the limited subquery more than once and take more than `limit` runs.
 // Each taken run's progress is counted once (#11: it was counted twice, once per column
@@ -123,46 +152,64 @@ const WOKEN_TAKEABLE = `status = 'waiting' and wake_at <= $4::timestamptz and ag
 const TAKE_RUNS = statement(
   "take-runs",
   `with peers as materialized (
-         select name, capacity from workers
-          where name <> $1 and heartbeat_at >= $3::timestamptz and agents && $2::text[]),
-       load as materialized (
-         select coalesce((select sum(capacity) from peers), 0)::int + $6::int as capacity_all,
+         select name, capacity, agents,
                 (select count(*) from runs
-                  where status = 'running' and owner in (select name from peers)
-                    and heartbeat_at >= $3::timestamptz)::int + ($6::int - $5::int) as held_all),
-       takeable as materialized (
-         select count(*)::int as n from (
-           (select 1 from runs where ${OPEN_TAKEABLE})
-           union all
-           (select 1 from runs where ${WOKEN_TAKEABLE})
-           limit (select greatest(0, capacity_all - held_all) from load)) t),
-       share as materialized (
-         select case when $6::int is null or not exists (select 1 from peers) then $5::int
+                  where status = 'running' and owner = workers.name and heartbeat_at >= $3::timestamptz)::int as held
+           from workers
+          where $6::int is not null and name <> $1 and heartbeat_at >= $3::timestamptz and agents && $2::text[]),
+       pools as materialized (
+         select grouped.agents, grouped.peer_names,
+                $6::int + (select coalesce(sum(peers.capacity), 0) from peers
+                            where peers.name = any(grouped.peer_names))::int as capacity_all,
+                ($6::int - $5::int) + (select coalesce(sum(peers.held), 0) from peers
+                                        where peers.name = any(grouped.peer_names))::int as held_all
+           from (select array_agg(agent order by agent) as agents, peer_names
+                   from (select mine.agent,
+                                array(select name from peers where mine.agent = any(peers.agents) order by name)
+                                  as peer_names
+                           from unnest($2::text[]) as mine(agent)) hosted
+                  group by peer_names) grouped),
+       shares as materialized (
+         select pools.agents,
+                case when cardinality(pools.peer_names) = 0 then $5::int
                      else (select least($5::int, greatest(0,
-                                  ceil((load.held_all + takeable.n)::numeric * $6::int / load.capacity_all)::int
+                                  ceil((pools.held_all + takeable.n)::numeric * $6::int / pools.capacity_all)::int
                                   - ($6::int - $5::int)))
-                             from load, takeable)
-                end as n),
+                             from (select count(*)::int as n from (
+                                     (select 1 from runs where ${OPEN_TAKEABLE("pools.agents")}
+                                       order by coalesce(heartbeat_at, created_at), run_id
+                                       limit greatest(0, pools.capacity_all - pools.held_all))
+                                     union all
+                                     (select 1 from runs where ${WOKEN_TAKEABLE("pools.agents")}
+                                       order by wake_at, run_id
+                                       limit greatest(0, pools.capacity_all - pools.held_all))
+                                     limit greatest(0, pools.capacity_all - pools.held_all)) t) takeable)
+                end as n
+           from pools),
        picked as materialized (
-         select * from (
+         select pool_runs.* from shares cross join lateral (
            select * from (
-             select run_id, epoch as picked_epoch, owner as previous_owner,
-                    heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
-               from runs
-              where ${OPEN_TAKEABLE}
-              order by coalesce(heartbeat_at, created_at), run_id
-              limit $5
-                for update skip locked) open_runs
-           union all
-           select * from (
-             select run_id, epoch, owner, heartbeat_at, wake_at
-               from runs
-              where ${WOKEN_TAKEABLE}
-              order by wake_at, run_id
-              limit $5
-                for update skip locked) woken_runs) candidates
-          order by waited_since, run_id
-          limit (select n from share)),
+             select * from (
+               select run_id, epoch as picked_epoch, owner as previous_owner,
+                      heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
+                 from runs
+                where ${OPEN_TAKEABLE("shares.agents")}
+                order by coalesce(heartbeat_at, created_at), run_id
+                limit $5
+                  for update skip locked) open_runs
+             union all
+             select * from (
+               select run_id, epoch, owner, heartbeat_at, wake_at
+                 from runs
+                where ${WOKEN_TAKEABLE("shares.agents")}
+                order by wake_at, run_id
+                limit $5
+                  for update skip locked) woken_runs) candidates
+            order by waited_since, run_id
+            limit shares.n) pool_runs
+          where shares.n > 0
+          order by pool_runs.waited_since, pool_runs.run_id
+          limit $5),
        counted as (
          select picked.*, case when picked_epoch = 0 then 0 else ${
     progressOf("picked.run_id")
@@ -371,11 +418,14 @@ export class Leases {
 
   /**
    * Worker host: {@link Leases.takeRuns}, but no more than this host's fair
-   * share of the work (the same `take-runs` statement): enough to bring the runs it holds
-   * (`capacity - free`) to its part, by capacity, of the runs held by every
-   * live worker hosting any of `agents` (a `workers` row that beat since
-   * `staleBefore`) plus the takeable ones, and never more than `free`. A host
-   * with no such peer takes up to `free`, as `takeRuns` does.
+   * share of each agent's work (the same `take-runs` statement), counted
+   * among the workers that can run it: this host and the live workers (a
+   * `workers` row that beat since `staleBefore`) hosting that agent. Agents
+   * hosted by the same workers are shared as one: for them it takes enough to
+   * bring the runs it holds (`capacity - free`) to its part, by capacity, of
+   * the runs those workers hold plus the agents' takeable ones. Runs of an
+   * agent no live peer hosts it takes up to `free`, as `takeRuns` does; never
+   * more than `free` in all.
    */
   async takeShare(take: {
     owner: string;

@@ -116,6 +116,84 @@ bothStoresTest("a peer's abandoned runs count as takeable, not as held", async (
   assert.equal(await share(store, "w-a", 100, 0, at(20)), 5);
 });
 
+/** How many runs each owner holds, `owner=n` sorted, with the pending ones as `-`. */
+async function holders(store: Store): Promise<string> {
+  const by = new Map<string, number>();
+  for (const r of (await store.listRuns({ limit: 1000 })).runs) {
+    const who = r.status === "pending" ? "-" : `${r.owner}:${r.agent}`;
+    by.set(who, (by.get(who) ?? 0) + 1);
+  }
+  return [...by].sort().map(([w, n]) => `${w}=${n}`).join(" ");
+}
+
+bothStoresTest(
+  "a worker takes every run of an agent no live peer hosts, whatever else its peers host (#34 F3)",
+  async (store) => {
+    // Host A runs agents X and Y, host B only Y. B counts for Y's runs, never for X's: before,
+    // A's share of 40 X runs was half (B's capacity counted), and 20 stayed pending with 80 slots free.
+    await beat(store, "host-a", 100, at(1), ["x", "y"]);
+    await beat(store, "host-b", 100, at(1), ["y"]);
+    await pending(store, "x", 40, "x");
+    assert.equal(await share(store, "host-b", 100, 0, at(2), ["y"]), 0, "B hosts no X");
+    assert.equal(await share(store, "host-a", 100, 0, at(2), ["x", "y"]), 40, "every X run A has slots for");
+    assert.equal(await holders(store), "host-a:x=40");
+  },
+);
+
+bothStoresTest(
+  "each agent's runs are divided among the workers hosting it: older shared work crowds out no run only one worker can take",
+  async (store) => {
+    await beat(store, "host-a", 100, at(1), ["x", "y"]);
+    await beat(store, "host-b", 100, at(1), ["y"]);
+    // 20 Y runs, then 40 X runs: the Y runs waited longer.
+    await pending(store, "y", 20, "y");
+    for (let i = 0; i < 40; i++) {
+      assert.ok(await store.createRun({ runId: `x-${i}`, agent: "x", goal: "g" }, at(1 + i / 1000)));
+    }
+    // A: every X run (no peer hosts X) and its half of Y, ceil(20 * 100 / 200) = 10.
+    assert.equal(await share(store, "host-a", 100, 0, at(2), ["x", "y"]), 50);
+    assert.equal(await holders(store), "-=10 host-a:x=40 host-a:y=10");
+    // B: Y's hosts hold 50 (A's runs of both agents: its slots are taken whatever they run), 10 are
+    // takeable, so its part is ceil(60 * 100 / 200) = 30, of which the 10 left.
+    assert.equal(await share(store, "host-b", 100, 0, at(3), ["y"]), 10);
+    assert.equal(await holders(store), "host-a:x=40 host-a:y=10 host-b:y=10", "nothing pending");
+  },
+);
+
+bothStoresTest(
+  "a worker's part of an agent's runs is by the capacity of the workers hosting that agent, whatever else they run",
+  async (store) => {
+    // X is hosted by A (100) and C (300); Y by A and B (100). A's part of X is a quarter, of Y a half.
+    await beat(store, "host-a", 100, at(1), ["x", "y"]);
+    await beat(store, "host-b", 100, at(1), ["y"]);
+    await beat(store, "host-c", 300, at(1), ["x"]);
+    await pending(store, "x", 40, "x");
+    await pending(store, "y", 20, "y");
+    // ceil(40 * 100 / 400) = 10 of X, ceil(20 * 100 / 200) = 10 of Y.
+    assert.equal(await share(store, "host-a", 100, 0, at(2), ["x", "y"]), 20);
+    assert.equal(await holders(store), "-=40 host-a:x=10 host-a:y=10");
+    // C: X's hosts hold A's 20; ceil((20 + 30) * 300 / 400) = 38 is more than the 30 X runs left.
+    assert.equal(await share(store, "host-c", 300, 0, at(3), ["x"]), 30);
+    // B: Y's hosts hold A's 20; ceil((20 + 10) * 100 / 200) = 15, the 10 Y runs left.
+    assert.equal(await share(store, "host-b", 100, 0, at(3), ["y"]), 10);
+    assert.equal(await holders(store), "host-a:x=10 host-a:y=10 host-b:y=10 host-c:x=30");
+  },
+);
+
+bothStoresTest(
+  "agents hosted by the same workers are shared as one: two agents on two equal workers split half and half",
+  async (store) => {
+    await beat(store, "w-a", 100, at(1), ["x", "y"]);
+    await beat(store, "w-b", 100, at(1), ["x", "y"]);
+    await pending(store, "x", 15, "x");
+    await pending(store, "y", 5, "y");
+    // One part of the 20 runs, ceil(20 * 100 / 200) = 10, not a part of each agent's less what it holds.
+    assert.equal(await share(store, "w-a", 100, 0, at(2), ["x", "y"]), 10);
+    assert.equal(await share(store, "w-b", 100, 0, at(2), ["x", "y"]), 10);
+    assert.equal((await store.listRuns({ status: "pending", limit: 100 })).total, 0);
+  },
+);
+
 bothStoresTest("with every worker full, the backlog waits; a freed slot takes one", async (store) => {
   await beat(store, "w-a", 2, at(1));
   await beat(store, "w-b", 2, at(1));
