@@ -158,6 +158,13 @@ export {
   STREAM_END_STATUSES,
   type StreamEvent,
   StreamFollower,
+  type TextGap,
+} from "./runtime/stream.ts";
+export {
+  DeltaBuffer,
+  type HeldText,
+  unreachableBackoffMs,
+  WATCH_DEFAULTS,
   type WatchOptions,
   watchRun,
-} from "./runtime/stream.ts";
+} from "./runtime/watch.ts";

@@ -78,3 +78,35 @@ export function listenThrough(
   }
   return client.listen(channel, onPayload);
 }
+
+// What a driver throws when its server is away, as opposed to a statement the server refused: the
+// socket's own failures (postgres.js passes on the runtime's error code), postgres.js's codes for a
+// connection closed under a query or never made, and the SQLSTATEs of a server shutting down,
+// starting, recovering or full. A closed client's own `CONNECTION_ENDED` is not one: it will not come back.
+const AWAY_CODES: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EAI_AGAIN",
+  "CONNECTION_CLOSED",
+  "CONNECT_TIMEOUT",
+  "57P01", // admin_shutdown
+  "57P02", // crash_shutdown
+  "57P03", // cannot_connect_now: starting up, or in recovery
+  "53300", // too_many_connections
+]);
+
+/**
+ * True when `err` says the database could not be reached (refused, reset,
+ * shut down, restarting, a connection exception of SQLSTATE class 08),
+ * rather than that a statement was refused: the same statement may succeed
+ * once the server is back. A watcher reads again on it (`watch.ts`).
+ */
+export function isDatabaseAway(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" && (AWAY_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code));
+}
