@@ -377,6 +377,9 @@ export async function* watchRun(
   } finally {
     closed = true;
     opts.signal?.removeEventListener("abort", stop);
-    await unlisten();
+    // With the database away there is nothing left to unlisten: its connection is gone with it.
+    await unlisten().catch((err) => {
+      if (!isDatabaseAway(err)) throw err;
+    });
   }
 }
