@@ -37,9 +37,11 @@ export {
   type Leases,
   type Operators,
   RESOLVE_BATCH_MAX,
+  type RunHistory,
   type RunReads,
   type RunWrites,
   Store,
+  type WatchedRun,
 } from "./runtime/store/store.ts";
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/family.ts";
@@ -155,9 +157,10 @@ export {
   DeltaPublisher,
   type DeltaPublisherOptions,
   encodeDelta,
+  type FollowedRun,
   STREAM_END_STATUSES,
   type StreamEvent,
   StreamFollower,
-  type WatchOptions,
-  watchRun,
+  type TextGap,
 } from "./runtime/stream.ts";
+export { type WatchOptions, watchRun } from "./runtime/watch.ts";

@@ -6,7 +6,7 @@
  * deno task submit   [--agent PATH] [--run-id ID] [--goal TEXT | --input JSON]   # a pending run
  * deno task runs     [--status S] [--agent-name A] [--search TEXT] [--limit N] [--page N]
  * deno task inspect  RUN                            # one run's timeline, step by step
- * deno task watch    RUN [--json]                   # follow a run: its answer as it is written
+ * deno task watch    RUN [--json] [--follow]        # follow a run: its answer as it is written
  * deno task resolve  KEY (--result JSON | --retry | --fail [--reason TEXT])   # settle a flagged tool call
  * deno task resolve  --tool T | --run R (...) --dry-run | --expect N             # settle many at once
  * deno task settle   KEY (--result JSON | --error TEXT)   # settle a call that waits on its remote
@@ -613,7 +613,11 @@ const BAD_INPUT_CODES: readonly ErrorCode[] = [
  * the terminal as it arrives when the lines go to the console; otherwise
  * (a caller's own `print`) in whole lines.
  */
-async function watch(ctx: CommandContext, runId: string, json: boolean): Promise<void> {
+async function watch(
+  ctx: CommandContext,
+  runId: string,
+  opts: { json: boolean; follow: boolean },
+): Promise<void> {
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSignal);
@@ -629,7 +633,7 @@ async function watch(ctx: CommandContext, runId: string, json: boolean): Promise
     };
   try {
     await asCommand(() =>
-      watchCommand(ctx.client, runId, { line: printer(ctx), write }, { json, signal: stop.signal })
+      watchCommand(ctx.client, runId, { line: printer(ctx), write }, { ...opts, signal: stop.signal })
     );
   } finally {
     Deno.removeSignalListener("SIGINT", onSignal);
@@ -676,11 +680,13 @@ export const COMMAND_USAGE: Record<string, string> = {
   --page N            which page, 1 to ${PAGE_MAX} (default 1)`,
   inspect: `usage: deno task inspect RUN
   Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
-  watch: `usage: deno task watch RUN [--json]
+  watch: `usage: deno task watch RUN [--json] [--follow]
   Follows a run as it happens: its history, then each decision, tool result and status change, and the
   answer's text as the model writes it (from workers started with STREAM_DELTAS=1; see docs/streaming.md).
-  Ends when the run is done, failed or cancelled, or on Ctrl-C.
-  --json              one JSON object per event`,
+  Ends when the run is done, failed or cancelled, when a conversation waits for its next message (the last
+  line says how to send one), or on Ctrl-C. While the database cannot be read it says so and tries again.
+  --json              one JSON object per event
+  --follow            a conversation: follow it across messages, until it ends`,
   resolve: `usage: deno task resolve KEY (--result JSON | --retry | --fail [--reason TEXT]) [--by NAME]
        deno task resolve (--tool NAME | --run RUN | both) (--result JSON | --retry | --fail [--reason TEXT])
                          (--dry-run | --expect N) [--by NAME]
@@ -765,6 +771,7 @@ const OPTIONS = {
   run: { type: "string" },
   expect: { type: "string" },
   json: { type: "boolean" },
+  follow: { type: "boolean" },
   message: { type: "string" },
   "message-id": { type: "string" },
   wait: { type: "boolean" },
@@ -820,7 +827,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   ],
   runs: ["status", "agent-name", "search", "limit", "page"],
   inspect: [],
-  watch: ["json"],
+  watch: ["json", "follow"],
   resolve: ["result", "retry", "fail", "reason", "tool", "run", "dry-run", "expect"],
   cancel: [],
   reopen: [],
@@ -1068,7 +1075,7 @@ export async function main(
         await inspect(ctx, target);
         break;
       case "watch":
-        await watch(ctx, target, v.json === true);
+        await watch(ctx, target, { json: v.json === true, follow: v.follow === true });
         break;
       case "resolve":
         if (bulk) await resolveMany(ctx, bulk, resolution!, bulkOpts!);

@@ -3,8 +3,11 @@
  * journaled history first: a line per status change, decision, tool result,
  * reset and answer, and the answer's text written as it arrives, indented
  * behind `  | ` so no line of it can pass for a line of the report. With
- * `--json`, one JSON object per event. Ends when the run does (or on
- * SIGINT).
+ * `--json`, one JSON object per event. Ends when the run does, when a
+ * conversation waits for its next message (with a line saying how to send
+ * one; `--follow` follows it across messages until it ends), or on SIGINT.
+ * A database that goes away is a line per failed read, and the watch goes on
+ * when it is back.
  *
  * @module
  */
@@ -27,12 +30,15 @@ export interface WatchCommandOptions {
   json?: boolean;
   /** Ends the watch. */
   signal?: AbortSignal;
+  /** Follows a conversation across messages, until it ends; without it the watch ends when it waits for one. */
+  follow?: boolean;
 }
 
 /**
- * Follows `runId` until it ends, writing each event to `out`; returns the
+ * Follows `runId` until it ends (or, unless `follow`, until a conversation
+ * waits for its next message), writing each event to `out`; returns the
  * run's last status. Throws what `client.stream` throws (`RUN_NOT_FOUND`,
- * `STREAM_UNSUPPORTED`).
+ * `STREAM_UNSUPPORTED`, `DB_UNREACHABLE`).
  */
 export async function watchCommand(
   client: Client,
@@ -49,8 +55,11 @@ export async function watchCommand(
   };
   for await (const e of client.stream(runId, { signal: opts.signal })) {
     if (e.type === "status") status = e.status;
+    // A conversation waiting for its next message: the watch of this run's work is over.
+    const idle = e.type === "status" && e.idle && !opts.follow;
     if (opts.json) {
       out.line(JSON.stringify(e));
+      if (idle) break;
       continue;
     }
     if (e.type === "delta") {
@@ -69,6 +78,13 @@ export async function watchCommand(
     }
     endText();
     out.line(describe(e));
+    if (idle) {
+      out.line(
+        `idle  the conversation waits for its next message: 'deno task send ${runId} --message TEXT' sends one; ` +
+          `'deno task watch ${runId} --follow' follows it across messages`,
+      );
+      break;
+    }
   }
   endText();
   return status;
@@ -77,9 +93,15 @@ export async function watchCommand(
 function describe(e: Exclude<StreamEvent, { type: "delta" }>): string {
   switch (e.type) {
     case "status":
-      return `status  ${e.status}  epoch=${e.epoch}${e.error ? `  error=${displayJson(e.error)}` : ""}`;
+      return `status  ${e.status}${e.idle ? "  idle" : ""}  epoch=${e.epoch}${
+        e.error ? `  error=${displayJson(e.error)}` : ""
+      }`;
     case "reset":
       return `reset  seq=${e.seq}  ${e.reason}  dropped=${e.dropped} chars  (the text above is void)`;
+    case "unreachable":
+      return `unreachable  the database could not be read (${
+        displayJson(e.error)
+      }); trying again in ${e.retryInMs} ms`;
     case "tool_calls":
       return `decided  seq=${e.seq}  ${e.calls.map((c) => `${c.tool} ${displayJson(c.args)}`).join("  ")}`;
     case "tool_result":

@@ -49,7 +49,8 @@ import {
 } from "./store/store.ts";
 import { isRunStatus, RUN_STATUSES, Store as StoreClass } from "./store/store.ts";
 import type { Json } from "./tools.ts";
-import { type StreamEvent, type WatchOptions, watchRun } from "./stream.ts";
+import type { StreamEvent } from "./stream.ts";
+import { type WatchOptions, watchRun } from "./watch.ts";
 
 /** Where the runs live. */
 export interface ConnectOptions {
@@ -333,7 +334,7 @@ export class Client {
    * for a store that cannot listen.
    */
   async *stream(runId: string, opts: WatchOptions = {}): AsyncGenerator<StreamEvent, void, undefined> {
-    if (!(await this.store.getRun(runId))) throw notFound(runId);
+    if (!(await this.store.reads.watchRun(runId))) throw notFound(runId);
     yield* watchRun(this.store, this.clock, runId, opts);
   }
 

@@ -32,6 +32,7 @@ export const ERROR_CODES = {
     "MODEL_PARAMS_INVALID",
     "MODEL_SETTINGS_INVALID",
     "TOOL_INVALID",
+    "WATCH_INVALID",
   ],
   ConfigError: ["CONFIG_INVALID"],
   StoreError: [

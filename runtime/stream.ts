@@ -11,15 +11,15 @@
  * restarts). Nothing of it is journaled: the journal gets the complete answer
  * exactly as without streaming.
  *
- * The watcher's side ({@link StreamFollower}, {@link watchRun}): it listens
- * first, then reads the journal, then takes the live tail, so a late watcher
- * gets the history without a gap; events from the journal are told once
- * (by seq), and text is told only for steps the journal has not settled. The
- * reset rule: the text of a step showing is that of one (epoch, attempt);
- * text of a later one (the call was asked again, or the run was taken over)
- * first ends it with a `reset`, and text of an earlier one is dropped. So a
- * watcher that concatenates the text since a step's last reset never mixes
- * two attempts.
+ * The watcher's state ({@link StreamFollower}; the watcher itself, which
+ * listens, reads and polls, is `watch.ts`): events from the journal are told
+ * once (by seq), and text is told only for steps the journal has not
+ * settled. The reset rule: the text of a step showing is that of one (epoch,
+ * attempt); text of a later one (the call was asked again, or the run was
+ * taken over) first ends it with a `reset`, and text of an earlier one is
+ * dropped; text a watcher dropped because its consumer fell behind ends it
+ * with a `reset` too (`lagged`). So a watcher that concatenates the text
+ * since a step's last reset never mixes two attempts.
  *
  * @module
  */
@@ -28,7 +28,7 @@ import type { Clock } from "./clock.ts";
 import { callsOf } from "./calls.ts";
 import type { Logger } from "./log.ts";
 import { PAYLOAD_TEXT_MAX } from "./store/notify.ts";
-import type { JournalRow, RunRow, RunStatus, SideEffectRow, Store } from "./store/store.ts";
+import type { JournalRow, RunStatus, SideEffectRow, WatchedRun } from "./store/store.ts";
 import type { Json } from "./tools.ts";
 
 /** How long a publisher gathers text before it sends (the first piece after a pause goes at once). */
@@ -53,11 +53,13 @@ export interface Delta {
 /** A run's events, as {@link watchRun} (`client.stream`) tells them. */
 export type StreamEvent =
   | {
-    /** The run's status, told first and at every change. */
+    /** The run's status, told first and at every change (of the status, or of `idle`). */
     type: "status";
     status: RunStatus;
     epoch: number;
     error: string | null;
+    /** True when the run is a conversation waiting for its next message (status `waiting`). */
+    idle: boolean;
   }
   | {
     /** A piece of the answer being written for step `seq` by (epoch, attempt). */
@@ -71,15 +73,18 @@ export type StreamEvent =
   | {
     /**
      * The text shown for step `seq` is void: the model call was asked again
-     * (`retry`) or the run was taken over (`takeover`). Drop what the step
-     * showed; text of (`epoch`, `attempt`) follows. `attempt` is 0 when a
-     * takeover was seen before its first piece of text.
+     * (`retry`), the run was taken over (`takeover`), or text was dropped
+     * because the consumer did not take it in time (`lagged`: the watcher
+     * holds a bounded amount, see `watch.ts`). Drop what the step showed;
+     * text of (`epoch`, `attempt`) follows (after a `lagged` reset, from
+     * where the dropped text ended: its first `offset` is above 0). `attempt`
+     * is 0 when a takeover was seen before its first piece of text.
      */
     type: "reset";
     seq: number;
     epoch: number;
     attempt: number;
-    reason: "retry" | "takeover";
+    reason: "retry" | "takeover" | "lagged";
     /** Characters of text dropped. */
     dropped: number;
   }
@@ -104,7 +109,32 @@ export type StreamEvent =
     type: "answer";
     seq: number;
     text: string;
+  }
+  | {
+    /**
+     * The run's rows could not be read: the database is away (refused,
+     * reset, restarting). The watcher reads again in `retryInMs` and goes on
+     * from where it was; text sent meanwhile is lost to it, the journal's
+     * events are not.
+     */
+    type: "unreachable";
+    /** What the read failed with. */
+    error: string;
+    /** When it reads again. */
+    retryInMs: number;
   };
+
+/** Where a watcher dropped text its consumer did not take in time: the step, whose text it was, where it ended. */
+export interface TextGap {
+  /** The step. */
+  seq: number;
+  /** The epoch of the latest text dropped. */
+  epoch: number;
+  /** Its model call's attempt. */
+  attempt: number;
+  /** Where the text dropped ends in that attempt's text (what follows begins there). */
+  end: number;
+}
 
 /** Encodes a delta for the channel: short keys, the text cut by the caller to {@link PAYLOAD_TEXT_MAX}. */
 export function encodeDelta(d: Delta): string {
@@ -235,9 +265,6 @@ export class DeltaPublisher {
   }
 }
 
-/** How long a watcher waits for its own notification to come back (see `watchRun`). */
-const SYNC_WAIT_MS = 1_000;
-
 /** The statuses a stream ends at: the run will not change again by itself. */
 export const STREAM_END_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled"];
 
@@ -248,15 +275,24 @@ interface Showing {
   end: number;
 }
 
+/** What a follower needs of the run's own row: `store.reads.watchRun`'s columns. */
+export type FollowedRun = Pick<WatchedRun, "status" | "epoch" | "error"> & { idle?: boolean };
+
+/** The tool-call statuses a row never leaves (nothing updates a confirmed or failed call). */
+const FINAL_CALL_STATUSES: ReadonlySet<string> = new Set(["confirmed", "failed"]);
+
 /**
  * The watcher's state: what it has told, so the journal's events are told
- * once and the text shown for a step is always one attempt's. Pure: fed the
- * run's rows and the deltas in the order they were received, it returns the
- * events to tell.
+ * once and the text shown for a step is always one attempt's, and which
+ * steps' rows may still change, so a later read need not read the others
+ * again ({@link StreamFollower.mark}). Pure: fed the run's rows (all of
+ * them, or only those at or after the mark) and the text in the order it was
+ * received, it returns the events to tell.
  */
 export class StreamFollower {
   readonly #runId: string;
   #status?: RunStatus;
+  #idle = false;
   #epoch = 0;
   /** Steps whose decision the journal holds: no text is told for them any more. */
   readonly #decided = new Set<number>();
@@ -264,6 +300,12 @@ export class StreamFollower {
   readonly #effects = new Map<number, string>();
   /** The text showing for steps not yet decided. */
   readonly #showing = new Map<number, Showing>();
+  /** Steps whose decision was asked for and not yet written (a journal row at `intent`). */
+  readonly #asking = new Set<number>();
+  /** Calls of written decisions that are not settled for good: no row yet, or one that may still change. */
+  readonly #unsettled = new Set<number>();
+  /** One past the highest step a row, or a written decision's call, names. */
+  #next = 0;
 
   /** A follower of one run. */
   constructor(runId: string) {
@@ -273,6 +315,28 @@ export class StreamFollower {
   /** True once the run has been seen at a status streams end at. */
   get ended(): boolean {
     return this.#status !== undefined && STREAM_END_STATUSES.includes(this.#status);
+  }
+
+  /** True while the run, as last seen, waits (for a message, a person, a remote) or is blocked. */
+  get waiting(): boolean {
+    return this.#status === "waiting" || this.#status === "blocked";
+  }
+
+  /**
+   * The lowest step whose rows may still change or appear: every row below
+   * it is final (a confirmed decision, a confirmed or failed call) and no new
+   * row can be written there, so a read of the rows at or after it misses
+   * nothing. Rows at an old step that still change are those of the step
+   * being decided and of calls not settled (one waiting on its remote, one
+   * flagged for a person, one not yet sent because it waits for approval):
+   * the mark stays at the lowest of them. A new decision is written only
+   * after the calls before it have settled, so it comes after them all.
+   */
+  get mark(): number {
+    let mark = this.#next;
+    for (const seq of this.#asking) if (seq < mark) mark = seq;
+    for (const seq of this.#unsettled) if (seq < mark) mark = seq;
+    return mark;
   }
 
   /** True when step `seq` shows no text yet and is not decided: a delta for it opens a new model call. */
@@ -291,7 +355,7 @@ export class StreamFollower {
 
   /** The events the run's rows, read now, add to what was told. */
   rows(
-    run: RunRow,
+    run: FollowedRun,
     journal: readonly JournalRow[],
     effects: readonly SideEffectRow[],
     opts: { steps?: "only" } = {},
@@ -326,37 +390,60 @@ export class StreamFollower {
     for (const e of effects) bySeq.set(e.seq, { ...bySeq.get(e.seq), e });
     for (const seq of [...bySeq.keys()].sort((a, b) => a - b)) {
       const { j, e } = bySeq.get(seq)!;
-      if (j && j.status === "confirmed" && j.decision && !this.#decided.has(seq)) {
-        this.#decided.add(seq);
-        this.#showing.delete(seq);
-        if ("done" in j.decision) out.push({ type: "answer", seq, text: j.decision.message });
-        else {
-          out.push({
-            type: "tool_calls",
-            seq,
-            calls: callsOf(j.decision, seq).map((c) => ({ seq: c.seq, tool: c.tool, args: c.args })),
-          });
-        }
-      }
-      if (e && e.status !== "intent" && this.#effects.get(seq) !== e.status) {
-        this.#effects.set(seq, e.status);
-        out.push({
-          type: "tool_result",
-          seq,
-          key: e.idempotency_key,
-          tool: e.tool,
-          status: e.status,
-          result: e.result,
-          error: e.error,
-        });
-      }
+      if (j) out.push(...this.#decision(j));
+      if (e) out.push(...this.#call(e));
     }
     // Last: a run's end follows its answer.
-    if (whole && run.status !== this.#status) {
+    const idle = run.idle === true;
+    if (whole && (run.status !== this.#status || idle !== this.#idle)) {
       this.#status = run.status;
-      out.push({ type: "status", status: run.status, epoch: run.epoch, error: run.error });
+      this.#idle = idle;
+      out.push({ type: "status", status: run.status, epoch: run.epoch, error: run.error, idle });
     }
     return out;
+  }
+
+  /** A journal row: told once decided; until then its step may still change. */
+  #decision(j: JournalRow): StreamEvent[] {
+    this.#next = Math.max(this.#next, j.seq + 1);
+    if (j.status !== "confirmed" || !j.decision) {
+      this.#asking.add(j.seq);
+      return [];
+    }
+    this.#asking.delete(j.seq);
+    if (this.#decided.has(j.seq)) return [];
+    this.#decided.add(j.seq);
+    this.#showing.delete(j.seq);
+    if ("done" in j.decision) return [{ type: "answer", seq: j.seq, text: j.decision.message }];
+    const calls = callsOf(j.decision, j.seq);
+    for (const c of calls) {
+      // A call told settled already (in this read, or an earlier one) stays settled.
+      if (!FINAL_CALL_STATUSES.has(this.#effects.get(c.seq) ?? "")) this.#unsettled.add(c.seq);
+      this.#next = Math.max(this.#next, c.seq + 1);
+    }
+    return [{
+      type: "tool_calls",
+      seq: j.seq,
+      calls: calls.map((c) => ({ seq: c.seq, tool: c.tool, args: c.args })),
+    }];
+  }
+
+  /** A tool-call row: told at each change of status; settled for good once confirmed or failed. */
+  #call(e: SideEffectRow): StreamEvent[] {
+    this.#next = Math.max(this.#next, e.seq + 1);
+    if (FINAL_CALL_STATUSES.has(e.status)) this.#unsettled.delete(e.seq);
+    else this.#unsettled.add(e.seq);
+    if (e.status === "intent" || this.#effects.get(e.seq) === e.status) return [];
+    this.#effects.set(e.seq, e.status);
+    return [{
+      type: "tool_result",
+      seq: e.seq,
+      key: e.idempotency_key,
+      tool: e.tool,
+      status: e.status,
+      result: e.result,
+      error: e.error,
+    }];
   }
 
   /** The events a delta received now adds: none, the delta, or a reset and then the delta. */
@@ -397,118 +484,27 @@ export class StreamFollower {
     out.push({ type: "delta", seq: d.seq, epoch: d.epoch, attempt: d.attempt, offset, text });
     return out;
   }
-}
 
-/** Options of {@link watchRun}. */
-export interface WatchOptions {
-  /** Ends the stream (it returns, with nothing thrown). */
-  signal?: AbortSignal;
   /**
-   * How often the journal is read for decisions, tool results and status
-   * changes while no text arrives. Default 250. Text arrives as it is sent.
+   * The events a gap in the text adds (text the watcher dropped because its
+   * consumer fell behind): a `lagged` reset, so the consumer drops what the
+   * step showed; the text that follows joins where the dropped text ended.
+   * None for a step already decided (its journaled event says it all) or
+   * for text of an attempt already superseded.
    */
-  pollMs?: number;
-}
-
-/**
- * A run's events: its history from the journal first, then the live tail,
- * until the run is done, failed or cancelled, or `signal` aborts. Listens
- * before it reads, so nothing written between the two is missed. Closes its
- * subscription however the iteration ends. Throws `STREAM_UNSUPPORTED` when
- * the store cannot listen.
- */
-export async function* watchRun(
-  store: Store,
-  clock: Clock,
-  runId: string,
-  opts: WatchOptions = {},
-): AsyncGenerator<StreamEvent, void, undefined> {
-  const pollMs = opts.pollMs ?? 250;
-  const follower = new StreamFollower(runId);
-  const queue: Delta[] = [];
-  let ring: (() => void) | undefined;
-  let heardText = false;
-  let ping = "";
-  let pinged: (() => void) | undefined;
-  const unlisten = await store.stream.listen((payload) => {
-    if (payload === ping) return pinged?.();
-    const d = decodeDelta(payload);
-    if (d === undefined || d.runId !== runId) return;
-    heardText = true;
-    queue.push(d);
-    ring?.();
-  });
-  // Waits until every notification committed before now has arrived: the journal's answer can be read
-  // before the last pieces of its text are delivered (another connection), but a notification of ours,
-  // sent after the read, arrives after them (notifications are delivered in commit order).
-  const sync = async () => {
-    ping = JSON.stringify({ v: 1, ping: crypto.randomUUID() });
-    const heard = new Promise<void>((resolve) => pinged = resolve);
-    const nap = new AbortController();
-    try {
-      // A watcher that cannot notify goes on without the wait: the text it shows may then end early.
-      const sent = await store.stream.notify(ping).then(() => true, () => false);
-      if (sent) await Promise.race([heard, clock.sleep(SYNC_WAIT_MS, nap.signal).catch(() => undefined)]);
-    } finally {
-      nap.abort();
-      pinged = undefined;
-    }
-  };
-  const stop = () => ring?.();
-  opts.signal?.addEventListener("abort", stop);
-  try {
-    let readAt = -Infinity;
-    // Bounded by the run's end or the signal.
-    for (;;) {
-      if (opts.signal?.aborted) return;
-      const due = clock.now().getTime() - readAt >= pollMs;
-      // A new model call's first text waits for the rows written before it (the last step's results).
-      if (due || queue.some((d) => follower.isNewCall(d.seq))) {
-        readAt = clock.now().getTime();
-        const run = await store.getRun(runId);
-        if (!run) return;
-        const { journal, effects } = await store.loadHistory(runId);
-        const deciding = follower.newlyDecided(journal);
-        if (deciding.size > 0 && heardText) await sync();
-        // Text of a step already showing, or decided in these rows, was written before them: told first,
-        // so its answer follows its text. A new call's text follows the rows (the results before it).
-        const early: Delta[] = [];
-        const later: Delta[] = [];
-        for (const d of queue.splice(0)) {
-          (follower.isNewCall(d.seq) && !deciding.has(d.seq) ? later : early).push(d);
-        }
-        // A call that started and was decided between two reads: the steps before it are told first.
-        const fresh = early.filter((d) => follower.isNewCall(d.seq)).map((d) => d.seq);
-        if (fresh.length > 0) {
-          const before = Math.min(...fresh);
-          yield* follower.rows(
-            run,
-            journal.filter((j) => j.seq < before),
-            effects.filter((e) => e.seq < before),
-            {
-              steps: "only",
-            },
-          );
-        }
-        for (const d of early) yield* follower.delta(d);
-        yield* follower.rows(run, journal, effects);
-        for (const d of later) yield* follower.delta(d);
-        if (follower.ended) return;
-      }
-      // Bounded by the queue; a new call's text stays queued for the read above.
-      while (queue.length > 0 && !follower.isNewCall(queue[0].seq)) yield* follower.delta(queue.shift()!);
-      if (queue.length > 0) continue;
-      const nap = new AbortController();
-      await Promise.race([
-        // The nap is aborted once the race is over: its rejection means nothing.
-        clock.sleep(Math.max(0, readAt + pollMs - clock.now().getTime()), nap.signal).catch(() => undefined),
-        new Promise<void>((resolve) => ring = resolve),
-      ]);
-      ring = undefined;
-      nap.abort();
-    }
-  } finally {
-    opts.signal?.removeEventListener("abort", stop);
-    await unlisten();
+  gap(g: TextGap): StreamEvent[] {
+    if (this.#decided.has(g.seq) || g.epoch < this.#epoch) return [];
+    const showing = this.#showing.get(g.seq);
+    if (showing !== undefined && (g.epoch - showing.epoch || g.attempt - showing.attempt) < 0) return [];
+    this.#showing.set(g.seq, { epoch: g.epoch, attempt: g.attempt, end: g.end });
+    if (g.epoch > this.#epoch) this.#epoch = g.epoch;
+    return [{
+      type: "reset",
+      seq: g.seq,
+      epoch: g.epoch,
+      attempt: g.attempt,
+      reason: "lagged",
+      dropped: showing?.end ?? 0,
+    }];
   }
 }

@@ -118,7 +118,7 @@ Deno.test("StreamFollower: text of a later attempt resets the step, text of an e
   events.push(...f.delta(delta(1, 1, 9, " (late)")));
   events.push(...f.delta(delta(1, 2, 6, " try")));
   assert.deepEqual(events, [
-    { type: "status", status: "running", epoch: 1, error: null },
+    { type: "status", status: "running", epoch: 1, error: null, idle: false },
     { type: "delta", seq: 1, epoch: 1, attempt: 1, offset: 0, text: "first " },
     { type: "delta", seq: 1, epoch: 1, attempt: 1, offset: 6, text: "try" },
     { type: "reset", seq: 1, epoch: 1, attempt: 2, reason: "retry", dropped: 9 },
@@ -184,7 +184,7 @@ Deno.test("StreamFollower tells each journaled event once, and no text for a ste
   }];
   assert.deepEqual(f.rows(runRow("done", 1), answered as JournalRow[], confirmed), [
     { type: "answer", seq: 1, text: "The answer" },
-    { type: "status", status: "done", epoch: 1, error: null },
+    { type: "status", status: "done", epoch: 1, error: null, idle: false },
   ]);
   assert.deepEqual(f.delta(delta(1, 1, 8, "er")), [], "text after the answer is journaled is dropped");
   assert.equal(f.ended, true);
@@ -202,6 +202,114 @@ Deno.test("StreamFollower: a takeover after the answer was journaled tells the a
   const journal = [{ seq: 1, status: "confirmed", decision: { done: true, message: "the whole answer" } }];
   assert.deepEqual(f.rows(runRow("done", 2), journal as JournalRow[], []), [
     { type: "answer", seq: 1, text: "the whole answer" },
-    { type: "status", status: "done", epoch: 2, error: null },
+    { type: "status", status: "done", epoch: 2, error: null, idle: false },
   ]);
+});
+
+const decided = (seq: number, decision: JournalRow["decision"]) =>
+  ({ seq, status: "confirmed", decision }) as JournalRow;
+const asking = (seq: number) => ({ seq, status: "intent", decision: null }) as JournalRow;
+const callRow = (seq: number, status: SideEffectRow["status"]) =>
+  ({ seq, status, idempotency_key: `r:${seq}`, tool: "t", result: null, error: null }) as SideEffectRow;
+
+Deno.test("StreamFollower.mark: the lowest step whose rows may still change or appear", async (t) => {
+  const cases: {
+    name: string;
+    reads: { journal: JournalRow[]; effects: SideEffectRow[] }[];
+    mark: number;
+  }[] = [
+    { name: "nothing read yet", reads: [], mark: 0 },
+    { name: "a decision being asked", reads: [{ journal: [asking(0)], effects: [] }], mark: 0 },
+    {
+      name: "a call decided and not yet written",
+      reads: [{ journal: [decided(0, { tool: "t", args: {} })], effects: [] }],
+      mark: 0,
+    },
+    {
+      name: "a call sent, its outcome unknown",
+      reads: [{ journal: [decided(0, { tool: "t", args: {} })], effects: [callRow(0, "intent")] }],
+      mark: 0,
+    },
+    {
+      name: "a call confirmed: the next decision comes after it",
+      reads: [{ journal: [decided(0, { tool: "t", args: {} })], effects: [callRow(0, "confirmed")] }],
+      mark: 1,
+    },
+    {
+      name: "three calls at once, the middle one waiting for approval (no row) while the last is confirmed",
+      reads: [{
+        journal: [
+          decided(0, { calls: [{ tool: "t", args: {} }, { tool: "t", args: {} }, { tool: "t", args: {} }] }),
+        ],
+        effects: [callRow(0, "confirmed"), callRow(2, "confirmed")],
+      }],
+      mark: 1,
+    },
+    {
+      name: "a call waiting on its remote, read again from the mark, then settled from outside",
+      reads: [
+        {
+          journal: [decided(0, { tool: "t", args: {} }), decided(1, { tool: "t", args: {} })],
+          effects: [callRow(0, "confirmed"), callRow(1, "waiting")],
+        },
+        { journal: [decided(1, { tool: "t", args: {} })], effects: [callRow(1, "confirmed")] },
+      ],
+      mark: 2,
+    },
+    {
+      name: "a flagged call stays until a person resolves it",
+      reads: [{ journal: [decided(0, { tool: "t", args: {} })], effects: [callRow(0, "flagged")] }],
+      mark: 0,
+    },
+    {
+      name: "a failed call is final",
+      reads: [{ journal: [decided(0, { tool: "t", args: {} })], effects: [callRow(0, "failed")] }],
+      mark: 1,
+    },
+    {
+      name: "a conversation that answered: every row final, the next message's decision at the next step",
+      reads: [{
+        journal: [decided(0, { tool: "t", args: {} }), decided(1, { done: true, message: "hi" })],
+        effects: [callRow(0, "confirmed")],
+      }],
+      mark: 2,
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, () => {
+      const f = new StreamFollower("r");
+      for (const r of c.reads) f.rows(runRow("running", 1), r.journal, r.effects);
+      assert.equal(f.mark, c.mark);
+    });
+  }
+});
+
+Deno.test("StreamFollower tells the status again when a conversation starts or stops waiting for its next message", () => {
+  const f = new StreamFollower("r");
+  const waiting = (idle: boolean) => ({ status: "waiting" as const, epoch: 1, error: null, idle });
+  assert.deepEqual(f.rows(waiting(false), [], []), [
+    { type: "status", status: "waiting", epoch: 1, error: null, idle: false },
+  ]);
+  assert.equal(f.waiting, true);
+  assert.deepEqual(f.rows(waiting(true), [], []), [
+    { type: "status", status: "waiting", epoch: 1, error: null, idle: true },
+  ]);
+  assert.deepEqual(f.rows(waiting(true), [], []), [], "no change: nothing told");
+});
+
+Deno.test("StreamFollower: text dropped for a slow consumer is a lagged reset, and what follows joins where it ended", () => {
+  const f = new StreamFollower("r");
+  f.rows(runRow("running", 1), [], []);
+  f.delta(delta(1, 1, 0, "shown "));
+  assert.deepEqual(f.gap({ seq: 1, epoch: 1, attempt: 1, end: 40 }), [
+    { type: "reset", seq: 1, epoch: 1, attempt: 1, reason: "lagged", dropped: 6 },
+  ]);
+  assert.deepEqual(f.delta(delta(1, 1, 40, "tail")), [
+    { type: "delta", seq: 1, epoch: 1, attempt: 1, offset: 40, text: "tail" },
+  ]);
+  // A gap of a superseded attempt, or of a step the journal decided, says nothing.
+  f.delta(delta(1, 2, 0, "second"));
+  assert.deepEqual(f.gap({ seq: 1, epoch: 1, attempt: 1, end: 50 }), []);
+  f.rows(runRow("running", 1), [decided(1, { done: true, message: "second" })], []);
+  assert.deepEqual(f.gap({ seq: 1, epoch: 1, attempt: 2, end: 6 }), []);
 });

@@ -25,6 +25,7 @@ import { pgTest } from "./_pg.ts";
 import { createUiApp } from "../ui/server.ts";
 import { CountingClient, Store } from "../store.ts";
 import { watchCommand } from "../cli/watch.ts";
+import { COMMAND_USAGE } from "../cli/commands.ts";
 import { SseParser } from "../runtime/planners/sse.ts";
 
 /** The answer of call n: distinct per call, so a mix of two attempts would show. */
@@ -81,7 +82,7 @@ Deno.test("on PGlite, a watcher in the worker's process sees the answer streamed
     for await (const e of client.stream("stream-1", { pollMs: 20 })) events.push(e);
     const kinds = events.map((e) => e.type);
     assert.equal(kinds.at(-1), "status");
-    assert.deepEqual(events.at(-1), { type: "status", status: "done", epoch: 1, error: null });
+    assert.deepEqual(events.at(-1), { type: "status", status: "done", epoch: 1, error: null, idle: false });
     // The step at seq 1 was answered by call 3 after call 2 broke off: one reset, then call 3's text.
     const resets = events.filter((e) => e.type === "reset");
     assert.equal(resets.length, 1, JSON.stringify(resets));
@@ -474,6 +475,68 @@ Deno.test("deno task watch's report: a line per event, the answer's text written
     // The text is shown by the display rule: its line break kept, indented; the terminal's escapes shown as escapes.
     assert.equal(text, "  | Two lines:\n  | the second \\u001b[31mred\\u001b[0m.\n");
   } finally {
+    await client.close();
+  }
+});
+
+Deno.test("deno task watch ends when a conversation waits for its next message, saying how to send one; --follow follows it to its end", async () => {
+  const chat = defineAgent({
+    name: "chatty",
+    instructions: "Answer.",
+    tools: [],
+    conversation: { idleMs: 3_600_000 },
+    model: {
+      describe: "echo",
+      decide: (req) => {
+        const last = req.transcript.at(-1);
+        return Promise.resolve({ kind: "done", text: `re: ${last && "text" in last ? last.text : ""}` });
+      },
+    },
+  });
+  const client = await connect({ memory: true });
+  const worker = await client.startWorker([chat], { pollMs: 10 });
+  try {
+    await client.start(chat, { runId: "chat-1", input: "hello" });
+    await client.wait("chat-1", { pollMs: 10 });
+    // Without --follow: the history, then the end at the wait for the next message.
+    const lines: string[] = [];
+    const out = { line: (l: string) => lines.push(l), write: () => {} };
+    const stop = new AbortController();
+    let returned: string | undefined;
+    const watching = watchCommand(client, "chat-1", out, { signal: stop.signal }).then((s) => returned = s);
+    // Bounded by the watcher: it tells the run's status once it has read it.
+    while (!lines.some((l) => l.startsWith("status  waiting"))) await new Promise((r) => setTimeout(r, 10));
+    // Bounded: it ends by itself right after that line, or never (then Ctrl-C, below, ends it).
+    for (let i = 0; i < 100 && returned === undefined; i++) await new Promise((r) => setTimeout(r, 20));
+    const endedByItself = returned;
+    stop.abort();
+    await watching;
+    assert.equal(endedByItself, "waiting", "the watch ended at the wait by itself, not at Ctrl-C");
+    assert.deepEqual(lines, [
+      'answer  seq=0  "re: hello"',
+      "status  waiting  idle  epoch=1",
+      "idle  the conversation waits for its next message: 'deno task send chat-1 --message TEXT' sends one; " +
+      "'deno task watch chat-1 --follow' follows it across messages",
+    ]);
+    // With --follow: every answer, until the conversation is ended.
+    const followed: string[] = [];
+    const following = watchCommand(client, "chat-1", { line: (l) => followed.push(l), write: () => {} }, {
+      follow: true,
+    });
+    await client.send("chat-1", "second", { messageId: "m2" });
+    worker.wake();
+    await client.wait("chat-1", { pollMs: 10 });
+    await client.endConversation("chat-1");
+    assert.equal(await following, "done");
+    assert.deepEqual(followed.filter((l) => l.startsWith("answer")), [
+      'answer  seq=0  "re: hello"',
+      'answer  seq=1  "re: second"',
+    ]);
+    assert.ok(!followed.some((l) => l.startsWith("idle ")), "no end at the wait");
+    assert.match(COMMAND_USAGE.watch, /--follow +a conversation: follow it across messages/);
+    assert.match(COMMAND_USAGE.watch, /when a conversation waits for its next message/);
+  } finally {
+    await worker.stop();
     await client.close();
   }
 });

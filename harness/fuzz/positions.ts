@@ -88,6 +88,9 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "list-children": "other",
   "create-or-read": "create-or-get",
   "read-history": "read-history",
+  // A watcher's reads (client.stream): no worker sends them.
+  "read-history-from": "other",
+  "watch-run": "other",
   "read-effect": "read-tool",
   "read-run": "read-run",
   "approval-request": "approval-request",

@@ -84,3 +84,21 @@ export function databaseAwayError(err: unknown, describe: string): StoreError | 
     { cause: err },
   );
 }
+
+/** A client closed on purpose by its own process (`end()`): it will not come back, so it is never waited for. */
+const CLOSED_BY_US: ReadonlySet<string> = new Set(["CONNECTION_ENDED", "CONNECTION_DESTROYED"]);
+
+/**
+ * True when a read failed because the server cannot be reached for now
+ * (refused, reset, shut down, restarting, a connection exception of SQLSTATE
+ * class 08, no free connection): the same read may succeed once it is back,
+ * so a watcher reads again (`watch.ts`). Not for a client this process closed
+ * itself, nor for a server that refuses writes (a read works there). A
+ * {@link StoreError} `DB_UNREACHABLE` counts too.
+ */
+export function isUnreachable(err: unknown): boolean {
+  if (err instanceof StoreError) return err.code === "DB_UNREACHABLE";
+  const code = driverCode(err);
+  if (code === undefined || CLOSED_BY_US.has(code)) return false;
+  return databaseAwayError(err, "")?.code === "DB_UNREACHABLE";
+}

@@ -23,6 +23,11 @@ export interface PostgresOptions {
 export class PostgresClient implements SqlClient {
   readonly describe: string;
   readonly #sql: postgres.Sql;
+  /** The channels listened on, each with its subscribers (see {@link PostgresClient.listen}). */
+  readonly #channels = new Map<string, {
+    subscribers: Set<{ onPayload: (payload: string) => void }>;
+    listening: Promise<{ unlisten: () => Promise<void> }>;
+  }>();
 
   /** Wraps a postgres.js pool. */
   constructor(sql: postgres.Sql, describe: string) {
@@ -59,12 +64,38 @@ export class PostgresClient implements SqlClient {
 
   /**
    * `LISTEN` on a connection of its own (postgres.js opens one per pool for
-   * every channel, outside `max`, and closes it with the pool); it is
-   * re-established if it drops.
+   * every channel, outside `max`, and closes it with the pool); postgres.js
+   * listens again when it drops, once the server is back. One postgres.js
+   * subscription per channel carries every subscriber of this client:
+   * postgres.js re-registers its listeners under new identities when it
+   * listens again, so an unlisten after a restart would not find its own
+   * and the callback would go on being called; here a subscriber's unlisten
+   * removes it from the set, whatever the connection went through.
    */
   async listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>> {
-    const { unlisten } = await this.#sql.listen(channel, onPayload);
-    return unlisten;
+    let sub = this.#channels.get(channel);
+    if (sub === undefined) {
+      const subscribers = new Set<{ onPayload: (payload: string) => void }>();
+      const listening = this.#sql.listen(channel, (payload) => {
+        for (const s of subscribers) s.onPayload(payload);
+      });
+      const made = { subscribers, listening };
+      sub = made;
+      this.#channels.set(channel, made);
+      // A failed LISTEN is not kept: the next subscriber asks again.
+      listening.catch(() => {
+        if (this.#channels.get(channel) === made) this.#channels.delete(channel);
+      });
+    }
+    const { subscribers, listening } = sub;
+    const { unlisten } = await listening;
+    const me = { onPayload };
+    subscribers.add(me);
+    return async () => {
+      if (!subscribers.delete(me) || subscribers.size > 0 || this.#channels.get(channel) !== sub) return;
+      this.#channels.delete(channel);
+      await unlisten();
+    };
   }
 }
 
@@ -119,6 +150,10 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
       ...sessionTarget(url),
       max: opts.max ?? 2,
       connect_timeout: opts.connectTimeoutS ?? 5,
+      // The wait, in seconds, before a connection is made again after failed tries (the pool's and
+      // the listening one's): postgres.js's own rule, capped at 2 s instead of 20 s, so that after an
+      // outage of a minute neither comes back up to 20 s after the server did.
+      backoff: (retries: number) => (0.5 + Math.random() / 2) * Math.min(3 ** retries / 100, 2),
       onnotice: () => {},
       // The tables live in their own schema; a search_path in the URL (the
       // test sandboxes) wins, since postgres.js lets URL parameters override.

@@ -14,6 +14,7 @@ import type {
   JournalRow,
   Rejection,
   RunRow,
+  RunStatus,
   SideEffectRow,
 } from "./rows.ts";
 import { queryRows, statement } from "./sql.ts";
@@ -24,23 +25,36 @@ const READ_RUN = statement("read-run", `select * from runs where run_id = $1`);
 
 // Both tables in one `union all` (#11: it was two statements), each row tagged
 // with its table, the other table's columns null. Columns stay typed (no
-// `to_jsonb`), so timestamps come back as `Date` on both drivers.
-const READ_HISTORY = statement(
-  "read-history",
+// `to_jsonb`), so timestamps come back as `Date` on both drivers. `from` is
+// an extra condition on `seq` (each table's key begins `run_id, seq`, so it
+// is a range of that key).
+const historyText = (from: string) =>
   `select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at, failures, failing_since, error,
               decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens, params,
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
               null::text as remote, null::int as attempts,
               null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen,
               null::timestamptz as check_at, null::timestamptz as wait_deadline_at, null::int as polls
-         from journal where run_id = $1
+         from journal where run_id = $1${from}
        union all
        select 'e', run_id, seq, status, epoch, intent_at, confirmed_at, failures, failing_since, error,
               null, null, null, null, null, null, null,
               idempotency_key, tool, args, result, remote, attempts, resolved_by, resolved_at,
               attempts_at_reopen, check_at, wait_deadline_at, polls
-         from side_effects where run_id = $1
-       order by tbl desc, seq`,
+         from side_effects where run_id = $1${from}
+       order by tbl desc, seq`;
+const READ_HISTORY = statement("read-history", historyText(""));
+
+// A watcher's later reads (watch.ts): the rows at or after the lowest step
+// whose rows may still change or appear ($2), not the whole history again.
+const READ_HISTORY_FROM = statement("read-history-from", historyText(" and seq >= $2"));
+
+// What a watcher follows of the run's own row, and nothing longer: `output`
+// (a final answer of any size) and `input` are not read on every poll.
+const WATCH_RUN = statement(
+  "watch-run",
+  `select status, epoch, error, (status = 'waiting' and idle_since is not null) as idle
+     from runs where run_id = $1`,
 );
 
 const READ_EFFECT = statement("read-effect", `select * from side_effects where idempotency_key = $1`);
@@ -48,7 +62,15 @@ const READ_APPROVAL = statement("read-approval", `select * from approvals where 
 const LIST_APPROVALS = statement("list-approvals", `select * from approvals where run_id = $1 order by seq`);
 
 /** Every statement of this file, for the catalogue in `statements.ts`. */
-export const READ_STATEMENTS = [READ_RUN, READ_HISTORY, READ_EFFECT, READ_APPROVAL, LIST_APPROVALS] as const;
+export const READ_STATEMENTS = [
+  READ_RUN,
+  READ_HISTORY,
+  READ_HISTORY_FROM,
+  WATCH_RUN,
+  READ_EFFECT,
+  READ_APPROVAL,
+  LIST_APPROVALS,
+] as const;
 
 /** A row of {@link RunReads.loadHistory}'s one statement: either table's columns, tagged with its table. */
 interface HistoryRow {
@@ -83,6 +105,81 @@ interface HistoryRow {
   polls: number | null;
 }
 
+/** A run's journal and tool-call rows, by `seq`. */
+export interface RunHistory {
+  /** Its decisions. */
+  journal: JournalRow[];
+  /** Its tool calls. */
+  effects: SideEffectRow[];
+}
+
+/** What a watcher reads of a run's own row on each poll (`watch.ts`). */
+export interface WatchedRun {
+  /** Where it stands. */
+  status: RunStatus;
+  /** The epoch of its latest claim. */
+  epoch: number;
+  /** Why it failed, was blocked or cancelled. */
+  error: string | null;
+  /** True for a conversation waiting for its next message. */
+  idle: boolean;
+}
+
+/** The rows of the history statements, split by table. */
+function splitHistory(rows: HistoryRow[]): RunHistory {
+  const journal: JournalRow[] = [];
+  const effects: SideEffectRow[] = [];
+  for (const r of rows) {
+    const { run_id, seq, status, epoch, intent_at, confirmed_at, failing_since, error } = r;
+    const failures = r.failures ?? 0;
+    if (r.tbl === "j") {
+      journal.push({
+        run_id,
+        seq,
+        status: status as JournalRow["status"],
+        decision: r.decision as Decision | null,
+        llm_attempts: r.llm_attempts!,
+        usage: r.usage,
+        rejections: r.rejections!,
+        epoch,
+        intent_at,
+        confirmed_at,
+        reserved_tokens: r.reserved_tokens ?? 0,
+        spent_tokens: r.spent_tokens ?? 0,
+        params: r.params ?? null,
+        failures,
+        failing_since,
+        error,
+      });
+    } else {
+      effects.push({
+        idempotency_key: r.idempotency_key!,
+        run_id,
+        seq,
+        tool: r.tool!,
+        args: r.args as Json,
+        status: status as EffectStatus,
+        result: r.result,
+        remote: r.remote,
+        error,
+        attempts: r.attempts!,
+        epoch,
+        intent_at,
+        confirmed_at,
+        resolved_by: r.resolved_by,
+        resolved_at: r.resolved_at,
+        attempts_at_reopen: r.attempts_at_reopen,
+        check_at: r.check_at,
+        wait_deadline_at: r.wait_deadline_at,
+        polls: r.polls ?? 0,
+        failures,
+        failing_since,
+      });
+    }
+  }
+  return { journal, effects };
+}
+
 /** One run, if it exists: the read a refused write explains itself with, and create-or-read falls back on. */
 export async function readRun(client: SqlClient, runId: string): Promise<RunRow | undefined> {
   return (await queryRows<RunRow>(client, READ_RUN, [runId]))[0];
@@ -106,59 +203,22 @@ export class RunReads {
    * Everything needed to resume: the journal and the tool calls of a run, by
    * `seq`, in one statement (one snapshot for both is also the more honest read).
    */
-  async loadHistory(runId: string): Promise<{ journal: JournalRow[]; effects: SideEffectRow[] }> {
-    const rows = await queryRows<HistoryRow>(this.#client, READ_HISTORY, [runId]);
-    const journal: JournalRow[] = [];
-    const effects: SideEffectRow[] = [];
-    for (const r of rows) {
-      const { run_id, seq, status, epoch, intent_at, confirmed_at, failing_since, error } = r;
-      const failures = r.failures ?? 0;
-      if (r.tbl === "j") {
-        journal.push({
-          run_id,
-          seq,
-          status: status as JournalRow["status"],
-          decision: r.decision as Decision | null,
-          llm_attempts: r.llm_attempts!,
-          usage: r.usage,
-          rejections: r.rejections!,
-          epoch,
-          intent_at,
-          confirmed_at,
-          reserved_tokens: r.reserved_tokens ?? 0,
-          spent_tokens: r.spent_tokens ?? 0,
-          params: r.params ?? null,
-          failures,
-          failing_since,
-          error,
-        });
-      } else {
-        effects.push({
-          idempotency_key: r.idempotency_key!,
-          run_id,
-          seq,
-          tool: r.tool!,
-          args: r.args as Json,
-          status: status as EffectStatus,
-          result: r.result,
-          remote: r.remote,
-          error,
-          attempts: r.attempts!,
-          epoch,
-          intent_at,
-          confirmed_at,
-          resolved_by: r.resolved_by,
-          resolved_at: r.resolved_at,
-          attempts_at_reopen: r.attempts_at_reopen,
-          check_at: r.check_at,
-          wait_deadline_at: r.wait_deadline_at,
-          polls: r.polls ?? 0,
-          failures,
-          failing_since,
-        });
-      }
-    }
-    return { journal, effects };
+  async loadHistory(runId: string): Promise<RunHistory> {
+    return splitHistory(await queryRows<HistoryRow>(this.#client, READ_HISTORY, [runId]));
+  }
+
+  /**
+   * The journal and tool-call rows of a run at step `fromSeq` or later, as
+   * {@link RunReads.loadHistory} reads them all: what a watcher reads again
+   * after its first read (`watch.ts`).
+   */
+  async historyFrom(runId: string, fromSeq: number): Promise<RunHistory> {
+    return splitHistory(await queryRows<HistoryRow>(this.#client, READ_HISTORY_FROM, [runId, fromSeq]));
+  }
+
+  /** What a watcher follows of a run's row (no input, no output), if the run exists. */
+  async watchRun(runId: string): Promise<WatchedRun | undefined> {
+    return (await queryRows<WatchedRun>(this.#client, WATCH_RUN, [runId]))[0];
   }
 
   /** One tool call by its idempotency key, if it exists. */

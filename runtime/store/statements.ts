@@ -53,6 +53,8 @@ export type StatementName =
   // reads
   | "read-run"
   | "read-history"
+  | "read-history-from"
+  | "watch-run"
   | "read-effect"
   | "read-approval"
   | "list-approvals"

@@ -40,7 +40,7 @@ export * from "./rows.ts";
 export { RESOLVE_BATCH_MAX } from "./operators.ts";
 export type { Leases } from "./leases.ts";
 export type { Operators } from "./operators.ts";
-export type { RunReads } from "./reads.ts";
+export type { RunHistory, RunReads, WatchedRun } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions } from "./group_commit.ts";
 export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";

@@ -1003,9 +1003,12 @@ function followAnswer(runId, closed) {
   });
   on("reset", (e) => {
     Object.assign(answer, { seq: e.seq, attempt: null, start: 0, text: "" });
-    answer.label =
-      `step ${e.seq}: ${e.reason === "takeover" ? "the run was taken over" : "the model was asked again"}` +
-      `; ${e.dropped} characters dropped`;
+    const why = e.reason === "takeover"
+      ? "the run was taken over"
+      : e.reason === "lagged"
+      ? "this page fell behind and skipped text"
+      : "the model was asked again";
+    answer.label = `step ${e.seq}: ${why}; ${e.dropped} characters dropped`;
   });
   on("answer", (e) => {
     Object.assign(answer, { seq: e.seq, attempt: null, start: 0, text: e.text });

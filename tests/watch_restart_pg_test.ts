@@ -1,0 +1,200 @@
+/**
+ * A watcher rides out a PostgreSQL restart (issue 34, item 9): on a server
+ * of the test's own (never the shared one), a worker streams a run's answer
+ * while `client.stream` (in this process) and `deno task watch` (a process
+ * of its own) follow it; the server is stopped mid-answer (immediate mode:
+ * every connection cut) and started again 3 s later. Both watchers say the
+ * database was unreachable, go on from the journal when it is back, hear the
+ * next model call's text on their listening connection again, and end with
+ * the run's answer.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { defineAgent } from "../runtime/agent.ts";
+import { connect } from "../runtime/client.ts";
+import { discardSink, Logger } from "../runtime/log.ts";
+import type { Planner } from "../runtime/planner.ts";
+import type { StreamEvent } from "../runtime/stream.ts";
+import { defineTool } from "../runtime/tools.ts";
+import { pgBinDir, removeStalePgServers, startPgServer } from "../harness/pg_server.ts";
+
+const NAME =
+  "a watcher and deno task watch ride out a PostgreSQL restart mid-answer and end with the run's answer";
+const SKIP = Deno.uid() !== 0
+  ? `a server of the test's own is started as the postgres user, which needs root; uid is ${Deno.uid()}`
+  : pgBinDir()
+  ? undefined
+  : "no PostgreSQL server binaries (/usr/lib/postgresql/<v>/bin/initdb)";
+if (SKIP) console.log(`skipped (${SKIP}): ${NAME}`);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** `pg_ctl` on the test's own server, as the postgres user. */
+async function pgCtl(dir: string, args: string[]): Promise<void> {
+  const out = await new Deno.Command("runuser", {
+    args: [
+      "-u",
+      "postgres",
+      "--",
+      `${pgBinDir()}/pg_ctl`,
+      "-D",
+      `${dir}/data`,
+      "-l",
+      `${dir}/server.log`,
+      ...args,
+    ],
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    throw new Error(`pg_ctl ${args.join(" ")} failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+}
+
+/**
+ * Step 0 writes 40 pieces 100 ms apart (the restart falls inside), then
+ * calls `note`; step 1 waits 3 s (the listening connections are back by
+ * then), writes 10 pieces, and answers.
+ */
+function slowTalker(): Planner & { startedStep0: Promise<void> } {
+  let started: () => void = () => {};
+  const startedStep0 = new Promise<void>((r) => started = r);
+  return {
+    describe: "slow talker",
+    startedStep0,
+    decide: async (req) => {
+      if (req.seq === 0) {
+        started();
+        for (let i = 0; i < 40; i++) {
+          req.onDelta?.(`piece ${i} `);
+          await sleep(100);
+        }
+        return { kind: "tool_calls", calls: [{ name: "note", args: { text: "noted" } }] };
+      }
+      await sleep(3_000);
+      const answer = Array.from({ length: 10 }, (_, i) => `word${i} `);
+      for (const w of answer) {
+        req.onDelta?.(w);
+        await sleep(50);
+      }
+      return { kind: "done", text: answer.join("") };
+    },
+  };
+}
+
+Deno.test({
+  name: NAME,
+  ignore: SKIP !== undefined,
+  async fn() {
+    await removeStalePgServers();
+    const server = await startPgServer({ listen: "127.0.0.1", trustCidr: "127.0.0.1/32" });
+    const runId = "restarted";
+    const workerClient = await connect({ databaseUrl: server.url, poolSize: 2 });
+    const watchClient = await connect({ databaseUrl: server.url, poolSize: 2 });
+    let cli: Deno.ChildProcess | undefined;
+    try {
+      await workerClient.store.migrate();
+      const model = slowTalker();
+      const note = defineTool({
+        name: "note",
+        description: "Notes it.",
+        args: z.strictObject({ text: z.string() }),
+        run: (a) => Promise.resolve({ result: { noted: a.text } }),
+      });
+      const agent = defineAgent({ name: "talker", tools: [note], model });
+      await workerClient.start(agent, { runId, input: "talk" });
+      // The watcher in this process, and `deno task watch` in its own.
+      const events: StreamEvent[] = [];
+      const watching = (async () => {
+        for await (const e of watchClient.stream(runId)) events.push(e);
+      })();
+      cli = new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "-A",
+          "--unstable-no-legacy-abort",
+          new URL("../cli/main.ts", import.meta.url).pathname,
+          "watch",
+          runId,
+          "--database-url",
+          server.url,
+        ],
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const printed = cli.output();
+      const worker = await workerClient.startWorker([agent], {
+        pollMs: 50,
+        streamDeltas: true,
+        heartbeatMs: 1_000,
+        leaseMs: 30_000,
+        log: new Logger({ clock: workerClient.clock, sink: discardSink }),
+      });
+      try {
+        await model.startedStep0;
+        await sleep(1_000);
+        // Every connection cut at once, and nobody home for 3 s.
+        await pgCtl(server.dir, ["-m", "immediate", "-w", "stop"]);
+        await sleep(3_000);
+        await pgCtl(server.dir, ["-w", "restart"]);
+        await watching;
+        const out = await printed;
+        cli = undefined;
+        const text = new TextDecoder().decode(out.stdout);
+        const run = await watchClient.get(runId);
+        assert.equal(run?.status, "done", JSON.stringify(run));
+
+        // client.stream: the outage told, then the run to its end, the last step's text heard again.
+        const kinds = events.map((e) => e.type);
+        const firstUnreachable = kinds.indexOf("unreachable");
+        assert.ok(firstUnreachable > 0, `the outage was told: ${kinds.join(" ")}`);
+        assert.deepEqual(events.at(-1), {
+          type: "status",
+          status: "done",
+          epoch: 1,
+          error: null,
+          idle: false,
+        });
+        const answer = events.find((e) => e.type === "answer");
+        assert.ok(answer?.type === "answer" && answer.text === run?.output);
+        const afterOutage = events.slice(firstUnreachable);
+        assert.ok(afterOutage.some((e) => e.type === "tool_result" && e.status === "confirmed"));
+        const step1 = afterOutage.filter((e) => e.type === "delta" && e.seq === 1).map((e) =>
+          e.type === "delta" ? e.text : ""
+        );
+        assert.equal(
+          step1.join(""),
+          run?.output,
+          "the next call's text arrived on the listening connection again",
+        );
+
+        // deno task watch: the same story in lines, and exit 0.
+        assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+        assert.match(text, /^unreachable {2}the database could not be read \(.*\); trying again in \d+ ms$/m);
+        assert.match(text, /^result {2}seq=0 {2}confirmed /m);
+        assert.match(text, new RegExp(`^answer  seq=1  "${run?.output}"$`, "m"));
+        assert.match(text, /^status {2}done {2}epoch=1$/m);
+        console.log(
+          `watchers across a restart: client.stream told ${
+            kinds.filter((k) => k === "unreachable").length
+          } unreachable reads, ${events.length} events; deno task watch printed ${
+            text.split("\n").filter((l) => l.startsWith("unreachable")).length
+          } unreachable lines`,
+        );
+      } finally {
+        await worker.stop();
+      }
+    } finally {
+      if (cli) {
+        cli.kill("SIGKILL");
+        await cli.status;
+      }
+      await watchClient.close();
+      await workerClient.close();
+      await server.close();
+    }
+  },
+});
