@@ -181,7 +181,11 @@ async function postRaw(
   const conn = await Deno.connect({ hostname: "127.0.0.1", port });
   const encoder = new TextEncoder();
   // A safety net, not a measure: a page that waits for the whole body never answers.
-  const timer = setTimeout(() => conn.close(), 60_000);
+  let gaveUp = false;
+  const timer = setTimeout(() => {
+    gaveUp = true;
+    conn.close();
+  }, 60_000);
   const writeAll = async (data: Uint8Array) => {
     // Bounded: each write sends at least one byte.
     for (let at = 0; at < data.length;) at += await conn.write(data.subarray(at));
@@ -210,18 +214,17 @@ async function postRaw(
           body: JSON.parse(text.slice(end + 4, end + 4 + Number(length))),
         };
       }
-      const n = await conn.read(buf);
+      const n = await conn.read(buf).catch((err) => {
+        throw gaveUp
+          ? new Error("no answer in 60 s: the page waits for the whole body", { cause: err })
+          : err;
+      });
       if (n === null) throw new Error(`the page closed the connection without an answer: ${text}`);
       raw = new Uint8Array([...raw, ...buf.subarray(0, n)]);
     }
   } finally {
     clearTimeout(timer);
-    try {
-      conn.close();
-    } catch (err) {
-      // Closed already by the safety net: the read above failed and says so.
-      if (!(err instanceof Deno.errors.BadResource)) throw err;
-    }
+    if (!gaveUp) conn.close(); // else closed by the safety net, and the read above says so
     await writing;
   }
 }
