@@ -234,7 +234,13 @@ export const LIST_LIMIT_MAX = 10_000;
  */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
 
-/** The client over one database. Use {@link connect}. */
+/**
+ * The client over one database. Use {@link connect}. Every method checks the
+ * ids it is given by the rule of ids.ts before any statement is sent, and
+ * refuses one that breaks it: `BAD_RUN_ID` (a run id), `ID_INVALID` (a tool
+ * call's key, who acts), `MESSAGE_INVALID` (a message id), `FILTER_INVALID`
+ * (a list's filter).
+ */
 export class Client {
   /** The store underneath (every statement goes through it). */
   readonly store: Store;
