@@ -43,6 +43,7 @@ import {
   ClientError,
   type FlaggedFilter,
   LIST_LIMIT_MAX,
+  REFUSED_INPUT_CODES,
   type Resolution,
   RESOLVE_BATCH_MAX,
   type RunInfo,
@@ -52,15 +53,7 @@ import { callsOf } from "../runtime/calls.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
 import { displayText, hiddenIn } from "../runtime/display.ts";
-import {
-  ConfigError,
-  describeError,
-  type ErrorCode,
-  hasCode,
-  ownCode,
-  RuntimeError,
-  StoreError,
-} from "../runtime/errors.ts";
+import { ConfigError, describeError, hasCode, ownCode, RuntimeError, StoreError } from "../runtime/errors.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import {
@@ -137,7 +130,9 @@ export async function runs(
 ): Promise<void> {
   const limit = filter.limit ?? 50;
   const page = filter.page ?? 1;
-  const { runs: rows, total } = await ctx.client.list({ ...filter, limit, offset: (page - 1) * limit });
+  const { runs: rows, total } = await asCommand(() =>
+    ctx.client.list({ ...filter, limit, offset: (page - 1) * limit })
+  );
   const hosted = new Set(await ctx.client.hostedAgents());
   const now = ctx.client.clock.now().getTime();
   const table = [[
@@ -598,16 +593,6 @@ export async function send(
   for (const line of lines) p(line);
 }
 
-/** Refusals of what was given (a run id, an input, a budget, a filter): exit 2, as a bad flag is. */
-const BAD_INPUT_CODES: readonly ErrorCode[] = [
-  "BAD_RUN_ID",
-  "INPUT_INVALID",
-  "BUDGET_INVALID",
-  "FILTER_INVALID",
-  "SETTLEMENT_INVALID",
-  "MESSAGE_INVALID",
-];
-
 /**
  * Follows a run (`cli/watch.ts`) until it ends or Ctrl-C. Its text goes to
  * the terminal as it arrives when the lines go to the console; otherwise
@@ -641,13 +626,16 @@ async function watch(
   }
 }
 
-/** Turns a client's refusal into a command error (exit 1; a refusal of what was given exits 2). */
+/**
+ * Turns a client's refusal into a command error: exit 1, or 2 (as a bad flag)
+ * for a refusal of what was given (an id, an input, a filter: REFUSED_INPUT_CODES).
+ */
 async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof ClientError || hasCode(err, BAD_INPUT_CODES)) {
-      throw new CommandError(err.code, err.message, hasCode(err, BAD_INPUT_CODES) ? 2 : 1);
+    if (err instanceof ClientError || hasCode(err, REFUSED_INPUT_CODES)) {
+      throw new CommandError(err.code, err.message, hasCode(err, REFUSED_INPUT_CODES) ? 2 : 1);
     }
     throw err;
   }

@@ -265,6 +265,58 @@ Deno.test("resolve refuses a bulk filter used wrongly, in one line with exit 2",
   }
 });
 
+Deno.test("the commands refuse a NUL, a lone surrogate or U+FFFD in a run id, a key, a message id, --by or a filter, in one line with exit 2", async (t) => {
+  const errors: string[] = [];
+  const original = console.error;
+  console.error = (msg: string) => errors.push(msg);
+  try {
+    const casesFor = (bad: string): [string[], string][] => [
+      [["inspect", bad], "BAD_RUN_ID"],
+      [["watch", bad], "BAD_RUN_ID"],
+      [["cancel", bad], "BAD_RUN_ID"],
+      [["reopen", bad], "BAD_RUN_ID"],
+      [["send", bad, "--message", "hi"], "BAD_RUN_ID"],
+      [["send", bad, "--end"], "BAD_RUN_ID"],
+      [["resolve", "--run", bad, "--retry", "--dry-run"], "BAD_RUN_ID"],
+      [["resolve", `${bad}:0`, "--retry"], "ID_INVALID"],
+      [["settle", `${bad}:0`, "--result", "1"], "ID_INVALID"],
+      [["approve", `${bad}:0`], "ID_INVALID"],
+      [["deny", `${bad}:0`, "--reason", "no"], "ID_INVALID"],
+      [["settle", "ids-1:0", "--result", "1", "--by", bad], "ID_INVALID"],
+      [["resolve", "ids-1:0", "--retry", "--by", bad], "ID_INVALID"],
+      [["approve", "ids-1:0", "--by", bad], "ID_INVALID"],
+      [["cancel", "ids-1", "--by", bad], "ID_INVALID"],
+      [["send", "ids-1", "--message", "hi", "--message-id", bad], "MESSAGE_INVALID"],
+      [["runs", "--agent-name", bad], "FILTER_INVALID"],
+      [["runs", "--search", bad], "FILTER_INVALID"],
+      [["resolve", "--tool", bad, "--retry", "--dry-run"], "FILTER_INVALID"],
+    ];
+    // Every command with a NUL; one of each kind with a lone surrogate, and with U+FFFD (what Deno.args
+    // holds for a shell argument that is not UTF-8: $'id-\xff' and $'id-\xfe' alike).
+    const oneOfEach = (bad: string): [string[], string][] => [
+      [["inspect", bad], "BAD_RUN_ID"],
+      [["approve", `${bad}:0`], "ID_INVALID"],
+      [["approve", "ids-1:0", "--by", bad], "ID_INVALID"],
+      [["send", "ids-1", "--message", "hi", "--message-id", bad], "MESSAGE_INVALID"],
+      [["runs", "--search", bad], "FILTER_INVALID"],
+    ];
+    for (const cases of [casesFor("a\u0000b"), oneOfEach("a\ud800b"), oneOfEach("a\ufffdb")]) {
+      for (const [args, code] of cases) {
+        await t.step(args.map((a) => JSON.stringify(a)).join(" "), async () => {
+          errors.length = 0;
+          assert.equal(await main(args, { DATA_DIR: dir }, () => {}), 2, errors.join("\n"));
+          assert.equal(errors.length, 1, errors.join("\n"));
+          assert.match(errors[0], new RegExp(`^${code}: `));
+          // The value seen, escaped: a terminal is never sent the NUL or the lone surrogate.
+          assert.ok(errors[0].isWellFormed() && !errors[0].includes("\0"), errors[0]);
+        });
+      }
+    }
+  } finally {
+    console.error = original;
+  }
+});
+
 /** A run whose call at seq 0 its remote accepted: waiting on a timer 30 s on (or, `person`, for an approval too). */
 async function waitingRun(store: Store, runId: string, opts: { person?: boolean } = {}): Promise<void> {
   const now = clock.now();

@@ -8,14 +8,15 @@
  * @module
  */
 
-import { type Agent, type AgentContext, checkInput, NAME_PATTERN, prepareAgent } from "./agent.ts";
+import { type Agent, type AgentContext, checkInput, prepareAgent } from "./agent.ts";
 import { withChildAgents } from "./agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget, spendOf } from "./budget.ts";
 import { checkModelParams } from "./model_params.ts";
 import { endpointPlanner } from "./model_endpoint.ts";
 import type { ModelParams } from "./transcript.ts";
 import { type Clock, SystemClock } from "./clock.ts";
-import { type CodeOf, describeError, describeValue, RuntimeError } from "./errors.ts";
+import { type CodeOf, describeError, describeValue, type ErrorCode, RuntimeError } from "./errors.ts";
+import { ID_RULE, idProblem, isKey, isRunId, KEY_SHAPE, RUN_ID_SHAPE } from "./ids.ts";
 import { WorkerHost, type WorkerOptions } from "./host.ts";
 import { openStore } from "./store/open.ts";
 import {
@@ -232,7 +233,13 @@ export const LIST_LIMIT_MAX = 10_000;
  */
 export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
 
-/** The client over one database. Use {@link connect}. */
+/**
+ * The client over one database. Use {@link connect}. Every method checks the
+ * ids it is given by the rule of ids.ts before any statement is sent, and
+ * refuses one that breaks it: `BAD_RUN_ID` (a run id), `ID_INVALID` (a tool
+ * call's key, who acts), `MESSAGE_INVALID` (a message id), `FILTER_INVALID`
+ * (a list's filter).
+ */
 export class Client {
   /** The store underneath (every statement goes through it). */
   readonly store: Store;
@@ -287,6 +294,7 @@ export class Client {
 
   /** One run, or undefined. */
   async get(runId: string): Promise<RunInfo | undefined> {
+    checkRunId(runId);
     const run = await this.store.getRun(runId);
     return run ? info(run) : undefined;
   }
@@ -334,6 +342,7 @@ export class Client {
    * for a store that cannot listen.
    */
   async *stream(runId: string, opts: WatchOptions = {}): AsyncGenerator<StreamEvent, void, undefined> {
+    checkRunId(runId);
     if (!(await this.store.reads.watchRun(runId))) throw notFound(runId);
     yield* watchRun(this.store, this.clock, runId, opts);
   }
@@ -358,6 +367,8 @@ export class Client {
   ): Promise<
     { counts: Partial<Record<RunStatus, number>>; agents: string[]; tokens: Map<string, RunTokens> }
   > {
+    checkListFilter({ agent: opts.agent, search: opts.search });
+    for (const runId of opts.runIds ?? []) checkRunId(runId);
     const client = this.store.client;
     const [counts, agents, tokens] = [
       await countByStatus(client, opts),
@@ -377,6 +388,7 @@ export class Client {
    * (against its budget, if any) and child runs. Throws `RUN_NOT_FOUND`.
    */
   async inspect(runId: string): Promise<RunRecord> {
+    checkRunId(runId);
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     const { journal, effects } = await this.store.loadHistory(runId);
@@ -422,6 +434,7 @@ export class Client {
   async children(
     runId: string,
   ): Promise<Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[]> {
+    checkRunId(runId);
     return (await this.store.families.children(runId)).map((c) => ({
       runId: c.run_id,
       agent: c.agent,
@@ -437,6 +450,7 @@ export class Client {
    * {@link Client.wholeValue}). Throws `RUN_NOT_FOUND`.
    */
   async timeline(runId: string, opts: { steps: StepRange; maxChars: number }): Promise<RunTimeline> {
+    checkRunId(runId);
     // The run first, then its steps: a run seen closed here has written every row the steps read returns.
     const run = await runView(this.store.client, runId, { maxChars: opts.maxChars });
     if (!run) throw notFound(runId);
@@ -461,6 +475,7 @@ export class Client {
    * field. Throws `RUN_NOT_FOUND` when there is no such run or step.
    */
   async wholeValue(runId: string, field: WholeValueField, seq?: number): Promise<Json> {
+    checkRunId(runId);
     const found = await wholeValue(this.store.client, { runId, field, seq });
     if (!found) {
       throw new ClientError(
@@ -481,7 +496,8 @@ export class Client {
     runId: string,
     opts: { by?: string; reason?: string } = {},
   ): Promise<RunInfo & { descendants: string[] }> {
-    const why = `cancelled by ${opts.by ?? "client"}${opts.reason ? `: ${opts.reason}` : ""}`;
+    checkRunId(runId);
+    const why = `cancelled by ${checkBy(opts.by)}${opts.reason ? `: ${opts.reason}` : ""}`;
     const out = await this.store.families.cancel(runId, why, this.clock.now());
     if (!out) {
       const existing = await this.store.getRun(runId);
@@ -498,6 +514,7 @@ export class Client {
    * under its original key.
    */
   async reopen(runId: string): Promise<RunInfo> {
+    checkRunId(runId);
     const run = await this.store.reopenRun(runId, this.clock.now());
     if (!run) {
       const existing = await this.store.getRun(runId);
@@ -521,7 +538,8 @@ export class Client {
     resolution: Resolution,
     opts: { by?: string } = {},
   ): Promise<{ effect: SideEffectRow; unblocked: boolean }> {
-    const by = opts.by ?? "client";
+    checkKey(key);
+    const by = checkBy(opts.by);
     const out = await this.store.resolveEffect(key, storedResolution(resolution, by), by, this.clock.now());
     if (out) return out;
     const e = await this.store.getEffect(key);
@@ -562,7 +580,8 @@ export class Client {
     settlement: Settlement,
     opts: { by?: string } = {},
   ): Promise<{ effect: SideEffectRow; runStatus: RunStatus; woken: boolean }> {
-    const by = opts.by ?? "client";
+    checkKey(key);
+    const by = checkBy(opts.by);
     const stored = checkSettlement(settlement, by);
     const out = await this.store.settleCall(key, stored, by, this.clock.now());
     if (!out.effect || !out.runStatus) {
@@ -636,7 +655,7 @@ export class Client {
           `current value is ${expect}`,
       );
     }
-    const by = opts.by ?? "client";
+    const by = checkBy(opts.by);
     const out = await this.store.resolveEffects(filter, storedResolution(resolution, by), {
       by,
       now: this.clock.now(),
@@ -664,7 +683,7 @@ export class Client {
    * and is asked again if the run is reopened.
    */
   async approve(key: string, opts: { by?: string } = {}): Promise<AnsweredApproval> {
-    return await this.#decide(key, "approved", opts.by ?? "client", null);
+    return await this.#decide(key, "approved", opts.by, null);
   }
 
   /**
@@ -673,24 +692,26 @@ export class Client {
    * {@link Client.approve} is.
    */
   async deny(key: string, opts: { by?: string; reason?: string } = {}): Promise<AnsweredApproval> {
-    return await this.#decide(key, "denied", opts.by ?? "client", opts.reason ?? null);
+    return await this.#decide(key, "denied", opts.by, opts.reason ?? null);
   }
 
   /** The approval requests of a run, by step. */
   async approvals(runId: string): Promise<ApprovalRow[]> {
+    checkRunId(runId);
     return await this.store.listApprovals(runId);
   }
 
   async #decide(
     key: string,
     decision: "approved" | "denied",
-    by: string,
+    by: string | undefined,
     reason: string | null,
   ): Promise<AnsweredApproval> {
+    checkKey(key);
     const { approval, decided, runStatus } = await this.store.decideApproval(
       key,
       decision,
-      by,
+      checkBy(by),
       reason,
       this.clock.now(),
     );
@@ -737,12 +758,7 @@ export class Client {
       );
     }
     const messageId = opts.messageId ?? crypto.randomUUID();
-    if (typeof messageId !== "string" || messageId === "" || messageId.length > 200) {
-      throw new ClientError(
-        "MESSAGE_INVALID",
-        `A message id is a text of 1 to 200 characters: current value is ${describeValue(messageId)}`,
-      );
-    }
+    checkId("message id", messageId, "MESSAGE_INVALID");
     const sent = await this.store.conversations.send({ runId, messageId, text }, this.clock.now());
     if (sent) return { runId, seq: sent.message.seq, messageId, duplicate: sent.duplicate };
     throw await this.#notConversing(runId, "send a message to");
@@ -755,6 +771,7 @@ export class Client {
    * `NOT_A_CONVERSATION`.
    */
   async answers(runId: string, opts: { fromSeq?: number; limit?: number } = {}): Promise<ConversationTurn[]> {
+    checkRunId(runId);
     const run = await this.store.getRun(runId);
     if (!run) throw notFound(runId);
     if (run.conversation_idle_ms === null || run.conversation_idle_ms === undefined) {
@@ -803,6 +820,7 @@ export class Client {
    * `RUN_NOT_FOUND`, `NOT_A_CONVERSATION`, `CONVERSATION_ENDED`.
    */
   async endConversation(runId: string): Promise<RunInfo> {
+    checkRunId(runId);
     const run = await this.store.conversations.end(runId, this.clock.now());
     if (run) return info(run);
     throw await this.#notConversing(runId, "end");
@@ -990,6 +1008,7 @@ function checkFlaggedFilter(filter: FlaggedFilter): void {
     );
   }
   if (filter.runId !== undefined) checkRunId(filter.runId);
+  if (filter.tool !== undefined) checkId("tool name to filter by", filter.tool, "FILTER_INVALID");
 }
 
 function describeFilter(filter: FlaggedFilter): string {
@@ -1014,21 +1033,74 @@ function checkListFilter(filter: RunFilter): RunFilter {
     throw problem(`'status' must be one of ${RUN_STATUSES.join(", ")}`, status);
   }
   for (const key of ["agent", "search"] as const) {
-    if (filter[key] !== undefined && typeof filter[key] !== "string") {
-      throw problem(`'${key}' must be a string`, filter[key]);
+    const value = filter[key];
+    if (value !== undefined && typeof value !== "string") throw problem(`'${key}' must be a string`, value);
+    const reason = value === undefined ? undefined : idProblem(value);
+    if (reason !== undefined) {
+      throw problem(`'${key}' is refused, as ${reason} (a filter is ${ID_RULE})`, value);
     }
   }
   return filter;
 }
 
-function checkRunId(runId: string): void {
-  if (!NAME_PATTERN.test(runId)) {
+/**
+ * Refusals of what a caller gave (an id, a message, a filter, an input, a
+ * settlement), not of a run's state: the commands exit 2 on them, the page
+ * answers 400.
+ */
+export const REFUSED_INPUT_CODES: readonly ErrorCode[] = [
+  "BAD_RUN_ID",
+  "ID_INVALID",
+  "MESSAGE_INVALID",
+  "FILTER_INVALID",
+  "SETTLEMENT_INVALID",
+  "INPUT_INVALID",
+  "BUDGET_INVALID",
+];
+
+/**
+ * Refuses (`BAD_RUN_ID`) what is not a run id, wherever one is given: no run
+ * has another shape (every way a run is made checks it), so nothing else is
+ * looked up, and no text the database refuses or changes reaches a statement.
+ */
+function checkRunId(runId: unknown): void {
+  if (!isRunId(runId)) {
     throw new ClientError(
       "BAD_RUN_ID",
-      `A run id is 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit: ` +
-        `current value is ${JSON.stringify(runId)}`,
+      `A run id is ${RUN_ID_SHAPE}: current value is ${describeValue(runId)}`,
     );
   }
+}
+
+/** Refuses (`ID_INVALID`) what is not a tool call's key (`<run id>:<seq>`). */
+function checkKey(key: unknown): void {
+  if (!isKey(key)) {
+    throw new ClientError(
+      "ID_INVALID",
+      `A tool call's key is ${KEY_SHAPE}: current value is ${describeValue(key)}`,
+    );
+  }
+}
+
+/** Refuses an identifier that breaks the rule of ids.ts, with `code`, naming it `what` and saying why. */
+function checkId(
+  what: string,
+  value: unknown,
+  code: "ID_INVALID" | "MESSAGE_INVALID" | "FILTER_INVALID",
+): void {
+  const reason = idProblem(value);
+  if (reason === undefined) return;
+  throw new ClientError(
+    code,
+    `The ${what} ${describeValue(value)} is refused: ${reason}. An identifier is ${ID_RULE}`,
+  );
+}
+
+/** Who acts, as recorded (default `client`), checked by the rule of ids.ts (`ID_INVALID`). */
+function checkBy(by: string | undefined): string {
+  const name = by ?? "client";
+  checkId("name of who acts ('by')", name, "ID_INVALID");
+  return name;
 }
 
 function notFound(runId: string): ClientError {

@@ -36,6 +36,7 @@
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { CRASH_POINTS, type CrashPlan, isCrashPoint } from "./crashpoints.ts";
 import { ConfigError } from "./errors.ts";
+import { RUN_ID_PATTERN, RUN_ID_SHAPE } from "./ids.ts";
 import { parseKeyValues } from "./http.ts";
 import type { LogFormat } from "./log.ts";
 import { TAKE_SHARES, type TakeShare } from "./take_share.ts";
@@ -43,8 +44,8 @@ import { parseModelParams } from "./model_params.ts";
 import type { ModelParams } from "./transcript.ts";
 import type { RetryPolicy } from "./retry.ts";
 
-/** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
-export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-` (declared in ids.ts). */
+export { RUN_ID_PATTERN };
 
 /** Validated settings of a worker. */
 export interface Settings {
@@ -367,9 +368,7 @@ export class SettingsReader {
     if (raw === undefined) return undefined;
     if (!RUN_ID_PATTERN.test(raw)) {
       this.problems.push(
-        `${name} must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit: current value is ${
-          JSON.stringify(raw)
-        }`,
+        `${name} must be ${RUN_ID_SHAPE}: current value is ${JSON.stringify(raw)}`,
       );
     }
     return raw;

@@ -25,7 +25,7 @@
  * @module
  */
 
-import { NAME_PATTERN } from "./agent.ts";
+import { RUN_ID_PATTERN } from "./ids.ts";
 import { type FamilyCeiling, NO_FAMILY, type Spend } from "./budget.ts";
 import type { FamilyPlace, RunState, WorkerDeps } from "./context.ts";
 import { RuntimeError, ToolError } from "./errors.ts";
@@ -45,7 +45,7 @@ export function familyOf(run: Pick<RunRow, "root_run_id" | "parent_run_id">): Fa
  */
 export function childRunId(runId: string, seq: number): string {
   const id = `${runId}.${seq}`;
-  if (!NAME_PATTERN.test(id)) {
+  if (!RUN_ID_PATTERN.test(id)) {
     throw new ToolError(
       "AGENT_CHILD_ID_TOO_LONG",
       `Cannot start a child run for call ${runId}:${seq}: its id ${JSON.stringify(id)} is ${id.length} ` +

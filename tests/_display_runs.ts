@@ -99,7 +99,15 @@ export async function writeHostileRuns(client: Client): Promise<void> {
     await client.start(payer, { runId: "hostile-2", input: "pay" });
     await client.start(payer, { runId: "hostile-3", input: "pay" });
     for (const id of ["hostile-1", "hostile-2", "hostile-3"]) await client.wait(id, { timeoutMs: 30_000 });
-    await client.deny("hostile-3:0", { by: `bob${HOSTILE}`, reason: `no ${HOSTILE}\nreally` });
+    // Through the store: the client refuses a control character in who acts (runtime/ids.ts), and a row
+    // written by anything else (an older version, a hand-written statement) must still be shown escaped.
+    await client.store.decideApproval(
+      "hostile-3:0",
+      "denied",
+      `bob${HOSTILE}`,
+      `no ${HOSTILE}\nreally`,
+      client.clock.now(),
+    );
     // Bounded: a denied call lets the run finish within a few polls.
     for (let i = 0; i < 1_500 && (await client.get("hostile-3"))?.status === "waiting"; i++) {
       await new Promise((r) => setTimeout(r, 20));

@@ -13,7 +13,10 @@ import { pgTest } from "./_pg.ts";
 import { runCliIsolated } from "../harness/procs.ts";
 import { RAW_HIDDEN, writeHostileRuns } from "./_display_runs.ts";
 
-const BY = "eve\u001b]0;t\u0007\u202e";
+/** Who acts: a right-to-left override passes the rule of ids.ts (it is shown as its escape)... */
+const BY = "eve\u202e";
+/** ...a control character does not: the commands refuse it, in one line, escaped. */
+const BY_CONTROL = "eve\u001b]0;t\u0007";
 
 /** The report's own lines: what each line of a hostile value must not be mistaken for. */
 function assertShownSafely(what: string, out: string): void {
@@ -91,11 +94,11 @@ Deno.test("inspect, runs, approve and cancel print hostile values escaped, in-pr
     assertShownSafely("approve", approved);
     assert.match(
       approved,
-      /args="\{\\"to\\":\\"ACCT-\\\\u202e9876\\\\u202c\\",\\"cents\\":100\}" {2}by="eve\\u001b\]0;t\\u0007\\u202e"/,
+      /args="\{\\"to\\":\\"ACCT-\\\\u202e9876\\\\u202c\\",\\"cents\\":100\}" {2}by="eve\\u202e"/,
     );
     assert.match(
       await run("inspect", "hostile-2"),
-      /approval {2}approved {2}transfer .* by=eve\\u001b\]0;t\\u0007\\u202e {2}at=\d{4}-/,
+      /approval {2}approved {2}transfer .* by=eve\\u202e {2}at=\d{4}-/,
       "who approved what, and when",
     );
     const cancelled = await run("cancel", "hostile-2");
@@ -127,15 +130,20 @@ pgTest(
       await ok("inspect", "hostile-2"),
     );
     assert.match(await ok("runs"), /^hostile-1 +hostile +done /m);
-    assert.match(await ok("approve", "hostile-2:0", "--by", BY), /by="eve\\u001b\]0;t\\u0007\\u202e"/);
+    // Who acts with a control character in the name: refused before anything is written, shown escaped.
+    const controlBy = await cli("approve", "hostile-2:0", "--by", BY_CONTROL);
+    assert.equal(controlBy.code, 2, controlBy.text);
+    assertShownSafely("approve --by (refused)", controlBy.text);
+    assert.match(controlBy.text, /^ID_INVALID: .*"eve\\u001b\]0;t\\u0007"/m);
+    assert.match(await ok("approve", "hostile-2:0", "--by", BY), /by="eve\\u202e"/);
     assert.match(await ok("cancel", "hostile-2", "--by", BY), /owner=w\\u001b\]0;owned-title/);
-    // A refusal echoes the key it was given: escaped too, on one line.
+    // A refusal echoes the key it was given: escaped too, on one line (not a key: exit 2, as a bad flag).
     const refused = await cli("deny", "hostile-3:0\u202e", "--reason", "x");
-    assert.equal(refused.code, 1);
+    assert.equal(refused.code, 2);
     assertShownSafely("deny (refused)", refused.text);
     assert.match(refused.text, /hostile-3:0\\u202e/);
     const unknown = await cli("resolve", `nope\u001b[2K:0`, "--retry", "--by", BY);
-    assert.equal(unknown.code, 1);
+    assert.equal(unknown.code, 2);
     assertShownSafely("resolve (refused)", unknown.text);
   },
 );

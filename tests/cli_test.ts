@@ -194,3 +194,34 @@ Deno.test("the crash matrix refuses calls per answer outside 1 to 3 with one lin
   assertOneLine("crash-matrix --parallel 4", four, "--parallel");
   assertOneLine("crash-matrix --parallel three", word, "--parallel");
 });
+
+Deno.test("a message id given as bytes that are not UTF-8 is refused in one line, exit 2, never stored as U+FFFD", async () => {
+  // Deno.args reads such bytes as U+FFFD, so $'id-\xff' and $'id-\xfe' would arrive as one id.
+  const dir = await Deno.makeTempDir({ prefix: "cli_bytes_" });
+  try {
+    const out = await new Deno.Command("bash", {
+      args: [
+        "-c",
+        `exec "$0" run -A --unstable-no-legacy-abort --config "$1" "$2" send chat-1 --message hi ` +
+        `--message-id "$(printf 'id-\\377')"`,
+        Deno.execPath(),
+        path("deno.json"),
+        path("cli/main.ts"),
+      ],
+      cwd: path("."),
+      env: { DATABASE_URL: "", DATA_DIR: dir, AGENT: "" },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const r = {
+      code: out.code,
+      stdout: new TextDecoder().decode(out.stdout),
+      stderr: new TextDecoder().decode(out.stderr),
+    };
+    assertOneLine("send --message-id <0xff>", r, 'MESSAGE_INVALID: The message id "id-\ufffd" is refused');
+    assert.match(r.stderr, /U\+FFFD at index 3, the mark a decoding leaves for bytes that were not UTF-8/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -69,7 +69,7 @@ Deno.test("cancel prints the descendants it cancelled, escaped", async () => {
     await driveFamily(world, familyAgents(new KeyedRemote(), new Map(), { approval: true }));
     const client = new Client(world.observer, world.clock);
     const out: string[] = [];
-    await cancel({ client, print: (l) => out.push(l), actor: "ops\u001b[2J" }, P);
+    await cancel({ client, print: (l) => out.push(l), actor: "ops\u202e" }, P);
     assert.match(out[0], new RegExp(`^cancelled {2}run=${P} .* with=${P}\\.0,${P}\\.1$`));
     assert.match((await client.get(`${P}.0`))?.error ?? "", /cancelled with fam: cancelled by ops/);
   } finally {

@@ -18,6 +18,12 @@
  * POST /api/calls/:key/resolve    {"action":"result","result":...} | {"action":"retry"} | {"action":"fail","reason":"..."}
  * ```
  *
+ * What a request names (a run id, a call's key, a message id, a filter) is
+ * checked by the client, by the one rule of runtime/ids.ts: a refusal of what
+ * was given answers 400 with the client's code, never 500. A body is read up
+ * to {@link BODY_BYTES_MAX} bytes (413 past it, reading stopped) and must be
+ * UTF-8 JSON: no byte is read as U+FFFD, so two different ids never arrive as one.
+ *
  * @module
  */
 
@@ -26,11 +32,14 @@ import type { Context, Next } from "npm:hono@4.13.19";
 import {
   type Client,
   ClientError,
+  MESSAGE_CHARS_MAX,
+  REFUSED_INPUT_CODES,
   type Resolution,
   RUN_STATUSES,
   type RunTimeline,
 } from "../runtime/client.ts";
-import { type CodeOf, ownCode, RuntimeError } from "../runtime/errors.ts";
+import { type CodeOf, hasCode, ownCode, RuntimeError } from "../runtime/errors.ts";
+import { ID_RULE, idProblem } from "../runtime/ids.ts";
 import { displayScript } from "../runtime/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
 import { isRunStatus, OPEN_RUN_STATUSES } from "../runtime/store/store.ts";
@@ -46,6 +55,7 @@ import STYLE_CSS from "./static/style.css" with { type: "text" };
 /** The page's own refusals (a refusal of the client it passes on keeps the client's code). */
 export const UI_ERROR_CODES = [
   "UI_BAD_REQUEST",
+  "UI_BODY_TOO_LARGE",
   "UI_HOST_REFUSED",
   "UI_INTERNAL",
   "UI_NOT_FOUND",
@@ -96,6 +106,12 @@ export const CLIP_CHARS = 2_000;
 export const CONVERSATION_TURNS = 50;
 /** Steps a run's page gets at first, and per "earlier steps". */
 export const STEPS_PER_PAGE = 50;
+/**
+ * The most bytes of a request body the page reads (413 `UI_BODY_TOO_LARGE`
+ * past it): the longest message ({@link MESSAGE_CHARS_MAX} characters), each
+ * written as a six-byte JSON escape, with 64 KiB for the rest of the body.
+ */
+export const BODY_BYTES_MAX = 6 * MESSAGE_CHARS_MAX + 64 * 1024;
 
 /** A host without the brackets an IPv6 address has in a URL (`[::1]` is `::1`). */
 function bareHost(host: string): string {
@@ -154,6 +170,16 @@ function refuse(c: Context, err: UiError): Response {
 export function createUiApp(opts: UiOptions): Promise<Hono> {
   const { client } = opts;
   const actor = opts.actor ?? "ui";
+  // Who acts is recorded with every action: refused here, at start, not on each request.
+  const actorProblem = idProblem(actor);
+  if (actorProblem !== undefined) {
+    return Promise.reject(
+      new UiError(
+        "ID_INVALID",
+        `The page's actor (--by) ${JSON.stringify(actor)} is refused: ${actorProblem}. A name is ${ID_RULE}`,
+      ),
+    );
+  }
   const files = loadStatic();
   const app = new Hono();
 
@@ -162,13 +188,20 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     if (err instanceof ClientError) {
       const status = err.code === "RUN_NOT_FOUND" || err.code === "CALL_NOT_FOUND"
         ? 404
-        : err.code === "MESSAGE_INVALID"
+        : hasCode(err, REFUSED_INPUT_CODES)
         ? 400
         : 409;
       return refuse(c, new UiError(err.code, err.message, status));
     }
+    // The error itself goes to the log only: a database's or a driver's text is not the caller's to read.
     console.error("ui: request failed:", err);
-    return c.json({ code: "UI_INTERNAL" satisfies UiError["code"], message: (err as Error).message }, 500);
+    return c.json(
+      {
+        code: "UI_INTERNAL" satisfies UiError["code"],
+        message: "The page failed to answer this request; its log says why",
+      },
+      500,
+    );
   });
 
   // Who may ask: the token when one is set; otherwise only a loopback Host,
@@ -489,7 +522,7 @@ function boundedInt(raw: string | undefined, name: string, fallback: number, max
 }
 
 async function jsonBody(c: Context): Promise<Record<string, unknown>> {
-  const text = await c.req.text();
+  const text = await bodyText(c, BODY_BYTES_MAX);
   if (text.trim() === "") return {};
   try {
     const v = JSON.parse(text);
@@ -501,6 +534,56 @@ async function jsonBody(c: Context): Promise<Record<string, unknown>> {
     "UI_BAD_REQUEST",
     `The body must be a JSON object: got ${JSON.stringify(text.slice(0, 80))}`,
   );
+}
+
+/**
+ * A request's body as text: refused (413) past `maxBytes` (a declared length
+ * over it before a byte is read; a body streamed without one as soon as it
+ * goes past, reading stopped), and (400) unless it is UTF-8, so no byte is
+ * read as U+FFFD and two different ids never arrive as one.
+ */
+async function bodyText(c: Context, maxBytes: number): Promise<string> {
+  const tooLarge = (seen: string) =>
+    new UiError(
+      "UI_BODY_TOO_LARGE",
+      `A request body is at most ${maxBytes} bytes: this one is ${seen}. A message is at most ` +
+        `${MESSAGE_CHARS_MAX} characters`,
+      413,
+    );
+  const declared = c.req.header("content-length");
+  if (declared !== undefined && Number(declared) > maxBytes) throw tooLarge(`${declared} bytes`);
+  const body = c.req.raw.body;
+  if (body === null) return "";
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  try {
+    // Bounded by maxBytes: reading stops once the body goes past it.
+    for (let read = await reader.read(); !read.done; read = await reader.read()) {
+      bytes += read.value.byteLength;
+      if (bytes > maxBytes) {
+        await reader.cancel();
+        throw tooLarge(`more than that (${bytes} bytes read before the page stopped reading)`);
+      }
+      chunks.push(read.value);
+    }
+  } finally {
+    reader.releaseLock();
+  }
+  const whole = new Uint8Array(bytes);
+  let at = 0;
+  for (const chunk of chunks) {
+    whole.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(whole);
+  } catch {
+    throw new UiError(
+      "UI_BAD_REQUEST",
+      "The body is not UTF-8 text: send JSON encoded as UTF-8 (an invalid byte is refused, not read as U+FFFD)",
+    );
+  }
 }
 
 /** Options of {@link serveUi}. */

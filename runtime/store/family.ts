@@ -331,10 +331,11 @@ export class Families {
     reason: string,
     now: Date,
   ): Promise<{ run: RunRow; cancelled: string[] } | undefined> {
-    const orphaned = `cancelled with ${runId}: ${reason}`;
+    // Texts as stored (a NUL written out, a lone surrogate as U+FFFD): a person's reason may hold either.
+    const orphaned = textParam(`cancelled with ${runId}: ${reason}`);
     const [row] = await queryRows<RunRow & { cancelled: string[] }>(this.#client, CANCEL_RUN, [
       runId,
-      reason,
+      textParam(reason),
       ts(now),
       orphaned,
     ]);
