@@ -24,7 +24,7 @@ import assert from "node:assert/strict";
 import { type RunningMocks, serveMocks } from "../mock/server.ts";
 import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
 import { type Host, HostNetwork, hostsSkipReason } from "../harness/hosts.ts";
-import { checkShape, sumAttempts } from "../harness/invariants.ts";
+import { checkShape, claimedTwice, sumAttempts } from "../harness/invariants.ts";
 import { mapLimit } from "../harness/pg.ts";
 import {
   pgBinDir,
@@ -287,13 +287,7 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   const claims = scene.sups.flatMap((s, host) =>
     s.events("claimed").map((e) => ({ run: e.run, epoch: Number(e.epoch), host }))
   );
-  const byEpoch = new Map<string, number>();
-  for (const c of claims) {
-    const at = `${c.run}@${c.epoch}`;
-    byEpoch.set(at, (byEpoch.get(at) ?? 0) + 1);
-  }
-  const doubled = [...byEpoch].filter(([, n]) => n > 1).map(([k]) => k);
-  assert.deepEqual(doubled, [], "runs claimed twice at one epoch");
+  assert.deepEqual(claimedTwice(claims), [], "runs claimed twice at one epoch");
 
   // The held runs moved: each was claimed again by another host.
   const retaken = held.filter((id) => claims.some((c) => c.run === id && c.host !== target.index));
