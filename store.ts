@@ -69,6 +69,7 @@ export {
   GROUP_COMMIT_MS_MAX,
   type GroupCommit,
   type GroupCommitOptions,
+  type GroupCommitStats,
   type GroupedEffectConfirm,
   type GroupedEffectIntent,
   type GroupedFence,

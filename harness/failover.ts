@@ -316,6 +316,15 @@ export class FailoverCluster {
     return { killedAtMs, postmasterPid: pm.pid, pids };
   }
 
+  /**
+   * The standbys `node` streams to now, as its `pg_stat_replication` shows
+   * them: each one's name and `sync_state` (`sync`: every commit waits for it).
+   */
+  async replication(node: FailoverNode): Promise<{ standby: string; syncState: string }[]> {
+    const rows = await this.psql(node, "select application_name, sync_state from pg_stat_replication");
+    return rows.map(([standby, syncState]) => ({ standby, syncState }));
+  }
+
   /** `synchronous_standby_names` and `synchronous_commit` on `node`. */
   async syncSettings(node: FailoverNode): Promise<{ standbys: string; commit: string }> {
     const [[standbys], [commit]] = await Promise.all([

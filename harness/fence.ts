@@ -20,6 +20,12 @@
  *   alone (invariant 5), or, for a call that cannot be re-sent, is flagged,
  *   or, for a denied call, carries the denial.
  *
+ * With {@link FenceOptions.mate}, A's process carries a second run, frozen
+ * at the same point and never taken, as a worker host carries several: with
+ * group commit on, A's refused write and the mate's valid one ride one group
+ * statement, which must refuse A's row inside it and write the mate's (the
+ * mate's run then finishes as a clean run).
+ *
  * {@link dropEpochFromFence} plants the bug the open variant is there for,
  * from outside the runtime (a layer on the store's connection), so a test can
  * show the proof catches it.
@@ -32,8 +38,10 @@ import type { CrashPoint } from "../runtime/crashpoints.ts";
 import type { FetchLike } from "../runtime/planner.ts";
 import type { QueryOptions, SqlClient, Store } from "../runtime/store/store.ts";
 import { defineTool, type Tool } from "../runtime/tools.ts";
+import type { GroupCommitStats } from "../runtime/store/group_commit.ts";
 import { type Baseline, baselineOf, checkInvariants } from "./invariants.ts";
 import {
+  groupStatsSince,
   type ProcessHooks,
   SIM_CLOUD_URL,
   type SimDb,
@@ -72,6 +80,19 @@ export const GUARDED_WRITES: readonly GuardedWrite[] = [
   "heartbeat",
 ];
 
+/**
+ * The guarded writes a group statement carries (a fresh intent, a confirm, a
+ * close: `run_writes.ts`); the others always go alone, as their single-row
+ * statement.
+ */
+export const GROUPED_WRITES: readonly GuardedWrite[] = [
+  "journal intent",
+  "journal confirm",
+  "tool intent",
+  "tool confirm",
+  "finish",
+];
+
 /** Where B is when A wakes: it has settled the run, or it is frozen with the run still open. */
 export type FenceVariant = "closed" | "open";
 
@@ -82,6 +103,8 @@ export interface FenceResult {
   runId: string;
   problems: string[];
   transcript: string[];
+  /** What A's process's group commit sent from A's wake to A's end (with grouping on). */
+  group?: GroupCommitStats;
 }
 
 /** Options of {@link fenceScenario}. */
@@ -90,6 +113,13 @@ export interface FenceOptions {
   variant?: FenceVariant;
   /** A layer on every process's store connection (a planted bug, such as {@link dropEpochFromFence}). */
   plant?: (client: SqlClient) => SqlClient;
+  /**
+   * A's process carries a second run, frozen at the same point and never
+   * taken (see the module's documentation). Only for {@link GROUPED_WRITES}.
+   * With grouping on, the scenario fails unless A's refused write rode a
+   * group statement and was refused inside it.
+   */
+  mate?: boolean;
 }
 
 /** A call of a process's store, by method, and (optionally) which of its calls. */
@@ -323,7 +353,13 @@ export async function fenceScenario(
 ): Promise<FenceResult> {
   const s = SCENARIOS[write];
   const variant = opts.variant ?? "closed";
+  if (opts.mate && (!GROUPED_WRITES.includes(write) || !s.stall)) {
+    throw new RangeError(
+      `Cannot give A a mate for the ${write}: only a write a group statement carries, A frozen at a stall point`,
+    );
+  }
   const runId = `fence-${variant}-${write.replace(" ", "-")}`;
+  const mateId = `${runId}-mate`;
   const world = await SimWorld.open(db, {
     tools: s.database ? (fetch) => demoWithDatabase(fetch, s.database!) : undefined,
   });
@@ -331,10 +367,11 @@ export async function fenceScenario(
   const expect = (ok: boolean, what: string) => {
     if (!ok) problems.push(what);
   };
-  const result = () => {
+  let group: GroupCommitStats | undefined;
+  const result = (): FenceResult => {
     for (const p of problems) world.note(`    problem: ${p}`);
     world.note(`--- fence ${write} (${variant}): ${problems.length === 0 ? "passed" : "failed"}`);
-    return { write, variant, runId, problems, transcript: world.transcript };
+    return { write, variant, runId, problems, transcript: world.transcript, ...(group ? { group } : {}) };
   };
   const hooks = (layer?: (store: Store) => Store): ProcessHooks => ({
     ...(opts.plant ? { wrapStore: opts.plant } : {}),
@@ -350,26 +387,33 @@ export async function fenceScenario(
 
   // A runs until it is frozen just before the write.
   const aHeld = s.before ? holdBefore(s.before) : undefined;
-  const a = world.spawn({
-    name: "A",
-    runId,
-    plan: s.stall ? { stallAt: s.stall.point, stallSeq: s.stall.seq, crashSeq: s.stall.seq } : {},
-    hooks: hooks(aHeld?.layer),
-  });
+  const plan = s.stall ? { stallAt: s.stall.point, stallSeq: s.stall.seq, crashSeq: s.stall.seq } : {};
+  const a = world.spawn({ name: "A", runId, plan, hooks: hooks(aHeld?.layer) });
+  // The mate: another run of A's process, frozen where A is.
+  const mate = opts.mate ? world.spawn({ name: "M", runId: mateId, plan, host: a }) : undefined;
   const hold = s.hold ? a.holdWhen(s.hold.remote, s.hold.when) : undefined;
   const reached = hold?.reached ?? aHeld?.reached;
   const frozen = reached
     ? await Promise.race([reached.then(() => true), a.exit.then(() => false)])
     : (await untilStalledOrExit(a)).stalled;
-  if (!frozen) {
-    problems.push(`A never froze: it ended ${exitStatus(await a.exit)}`);
-    return result();
-  }
+  const mateFrozen = mate === undefined || (await untilStalledOrExit(mate)).stalled;
+  // Both woken in one turn, A first: their writes are ready together.
   const wakeA = () => {
     hold?.release();
     aHeld?.release();
     a.releaseStall();
+    mate?.releaseStall();
   };
+  if (!frozen || !mateFrozen) {
+    problems.push(
+      frozen
+        ? `A's mate never froze: it ended ${exitStatus(await mate!.exit)}`
+        : `A never froze: it ended ${exitStatus(await a.exit)}`,
+    );
+    wakeA();
+    await a.kill();
+    return result();
+  }
 
   // B takes the run (a newer epoch) and settles it, or is frozen with it open.
   const settledStatus = SETTLED_STATUS[s.runEnds];
@@ -400,11 +444,13 @@ export async function fenceScenario(
   const beforeWake = await observe(world, runId);
   const sentBefore = { ...a.sent };
   const wakeAt = world.transcript.length;
+  const groupAtWake = a.groupStats;
 
   // A wakes.
   if (write === "heartbeat") await world.advance(variant === "closed" ? 3_000 : 1_000);
   else wakeA();
   const aExit = await endWithin(a);
+  const groupAtEnd = a.groupStats;
   const afterA = await observe(world, runId);
   if (aExit === undefined) {
     problems.push(`A did not end after waking: it went on as if it held the run`);
@@ -439,6 +485,25 @@ export async function fenceScenario(
     afterA === beforeWake,
     `the run changed while A was awake:\n  before ${beforeWake}\n  after  ${afterA}`,
   );
+
+  if (groupAtWake && groupAtEnd) group = groupStatsSince(groupAtWake, groupAtEnd);
+  if (mate) {
+    // A's one write after waking is the refused one; its mate's are all written (it finishes clean below).
+    expect(
+      group === undefined || (group.refused === 1 && group.grouped >= 2),
+      `A's refused write did not ride a group statement with its mate's: from A's wake to its end, ` +
+        `its process's group commit sent ${JSON.stringify(group)}`,
+    );
+    const ended = await mate.exit;
+    expect(
+      ended.kind === "exited" && ended.outcome.status === "done",
+      `A's mate ended ${exitStatus(ended)}, expected done`,
+    );
+    problems.push(
+      ...checkInvariants(await world.snapshot(mateId), { runId: mateId, baseline, lostAnswers: 0 })
+        .map((p) => `A's mate: ${p}`),
+    );
+  }
 
   // B (frozen in the open variant) settles the run.
   if (bHeld) {
@@ -514,14 +579,18 @@ function demoWithDatabase(fetch: FetchLike, database: "no key" | "approval"): To
  * "this run is `running` at epoch E" condition becomes "this run is
  * `running`". The bug the open variant of the proof catches (and the closed
  * one cannot: there the run is closed, so the status alone refuses the
- * write). `rewritten` counts the statements it changed.
+ * write). `rewritten` counts the statements it changed; with `only`, only
+ * the statements of that name are changed (`group-write`: the group
+ * statement's fence alone).
  */
 export function dropEpochFromFence(
   client: SqlClient,
   counter: { rewritten: number } = { rewritten: 0 },
+  only?: string,
 ): SqlClient {
   const FENCED = /\((\w+)\.epoch = (.+?) and \1\.status = 'running'\) is true/g;
-  const rewrite = (text: string): string => {
+  const rewrite = (text: string, opts?: QueryOptions): string => {
+    if (only !== undefined && opts?.name !== only) return text;
     const out = text.replace(
       FENCED,
       (_m, table: string, epoch: string) =>
@@ -535,8 +604,9 @@ export function dropEpochFromFence(
       return client.describe;
     },
     query: <T>(text: string, params?: unknown[], opts?: QueryOptions) =>
-      client.query<T>(rewrite(text), params, opts),
-    run: (text: string, params?: unknown[], opts?: QueryOptions) => client.run(rewrite(text), params, opts),
+      client.query<T>(rewrite(text, opts), params, opts),
+    run: (text: string, params?: unknown[], opts?: QueryOptions) =>
+      client.run(rewrite(text, opts), params, opts),
     exec: (text: string) => client.exec(text),
     close: () => client.close(),
   };

@@ -181,14 +181,38 @@ export function checkShape(
   for (const before of opts.earlier ?? []) {
     for (const j of before.journal.filter((j) => j.status === "confirmed")) {
       const now = final.journal.find((x) => x.seq === j.seq);
-      if (canon(now) !== canon(j)) problems.push(`confirmed journal row seq=${j.seq} was overwritten`);
+      if (!now) problems.push(`confirmed journal row seq=${j.seq} is missing`);
+      else if (canon(now) !== canon(j)) problems.push(`confirmed journal row seq=${j.seq} was overwritten`);
     }
     for (const e of before.effects.filter((e) => e.status === "confirmed")) {
       const now = final.effects.find((x) => x.seq === e.seq);
-      if (canon(now) !== canon(e)) problems.push(`confirmed tool call ${e.idempotency_key} was overwritten`);
+      if (!now) problems.push(`confirmed tool call ${e.idempotency_key} is missing`);
+      else if (canon(now) !== canon(e)) {
+        problems.push(`confirmed tool call ${e.idempotency_key} was overwritten`);
+      }
     }
   }
   return problems;
+}
+
+/** One claim a worker logged (`claimed`): the run and the epoch it took. */
+export interface LoggedClaim {
+  run: string;
+  epoch: number;
+}
+
+/**
+ * The runs claimed twice at one epoch, as `run@epoch`: two claims that each
+ * believed they held the same fence. A claim's epoch bump lost (a failover
+ * that dropped its commit) and made again gives exactly this.
+ */
+export function claimedTwice(claims: readonly LoggedClaim[]): string[] {
+  const byEpoch = new Map<string, number>();
+  for (const c of claims) {
+    const at = `${c.run}@${c.epoch}`;
+    byEpoch.set(at, (byEpoch.get(at) ?? 0) + 1);
+  }
+  return [...byEpoch].filter(([, n]) => n > 1).map(([at]) => at);
 }
 
 /**

@@ -9,21 +9,28 @@
  *   2 and finishes; A wakes and is fenced on its first write, sending nothing.
  *
  * Either way the finished run passes invariant 5: it looks as if one worker
- * ran it alone. In-process here, with the manual clock; the same story with
+ * ran it alone. With `mate`, A's process carries a second run stalled at the
+ * same point and never taken: with group commit on, A's refused write rides
+ * a group statement with the mate's valid one, and must be refused inside it
+ * (the claim race's refusal is the claim itself, which no group statement
+ * carries). In-process here, with the manual clock; the same story with
  * real processes (`STALL_AT`, `STALL_MS`) is in `tests/race_pg_test.ts`.
  *
  * @module
  */
 
 import type { CrashPoint } from "../runtime/crashpoints.ts";
+import type { GroupCommitStats } from "../runtime/store/group_commit.ts";
 import { type Baseline, checkInvariants } from "./invariants.ts";
-import { type SimDb, type SimExit, SimWorld, untilStalledOrExit } from "./sim.ts";
+import { groupStatsSince, type SimDb, type SimExit, SimWorld, untilStalledOrExit } from "./sim.ts";
 
 /** The outcome of one race scenario. */
 export interface RaceResult {
   runId: string;
   problems: string[];
   transcript: string[];
+  /** What A's process's group commit sent from A's wake to A's end (with grouping on). */
+  group?: GroupCommitStats;
 }
 
 function status(exit: SimExit): string {
@@ -70,7 +77,7 @@ export async function claimRace(db: SimDb, baseline: Baseline, runId = "race-cla
 export async function stallAndSteal(
   db: SimDb,
   baseline: Baseline,
-  opts: { runId?: string; point?: CrashPoint; seq?: number } = {},
+  opts: { runId?: string; point?: CrashPoint; seq?: number; mate?: boolean } = {},
 ): Promise<RaceResult> {
   const runId = opts.runId ?? "race-steal";
   const point = opts.point ?? "after_decide";
@@ -79,10 +86,21 @@ export async function stallAndSteal(
   const world = await SimWorld.open(db, { heartbeatMs: 3_000, leaseMs });
   world.note(`=== stall and steal at ${point} seq=${seq} run=${runId}`);
   const problems: string[] = [];
-  const a = world.spawn({ name: "A", runId, plan: { stallAt: point, stallSeq: seq, crashSeq: seq } });
+  const plan = { stallAt: point, stallSeq: seq, crashSeq: seq };
+  const a = world.spawn({ name: "A", runId, plan });
+  const mateId = `${runId}-mate`;
+  const mate = opts.mate ? world.spawn({ name: "M", runId: mateId, plan, host: a }) : undefined;
   const parked = await untilStalledOrExit(a);
-  if (!parked.stalled) {
-    problems.push(`A never stalled: it ended ${status(parked.exit)}`);
+  const mateParked = mate ? await untilStalledOrExit(mate) : undefined;
+  if (!parked.stalled || (mateParked && !mateParked.stalled)) {
+    problems.push(
+      !parked.stalled
+        ? `A never stalled: it ended ${status(parked.exit)}`
+        : `A's mate never stalled: it ended ${status(await mate!.exit)}`,
+    );
+    a.releaseStall();
+    mate?.releaseStall();
+    await a.kill();
     return { runId, problems, transcript: world.transcript };
   }
   // A frozen worker does not heartbeat: after the lease, the run looks abandoned.
@@ -99,8 +117,13 @@ export async function stallAndSteal(
   const afterB = await world.snapshot(runId);
   const sent = { ...a.sent };
   const wakeAt = world.transcript.length;
+  const groupAtWake = a.groupStats;
+  // Both woken in one turn, A first: their writes are ready together.
   a.releaseStall();
+  mate?.releaseStall();
   const aExit = await a.exit;
+  const groupAtEnd = a.groupStats;
+  const group = groupAtWake && groupAtEnd ? groupStatsSince(groupAtWake, groupAtEnd) : undefined;
   if (aExit.kind !== "exited" || aExit.outcome.status !== "fenced") {
     problems.push(`A ended ${status(aExit)}, expected fenced`);
   }
@@ -118,6 +141,23 @@ export async function stallAndSteal(
     problems.push(`the run ended owned by ${final.run?.owner} at epoch ${final.run?.epoch}, expected B at 2`);
   }
   problems.push(...checkInvariants(final, { runId, baseline, lostAnswers: 0 }));
+  if (mate) {
+    // A's one write after waking is the refused one; its mate's are all written (it finishes clean below).
+    if (group && !(group.refused === 1 && group.grouped >= 2)) {
+      problems.push(
+        `A's refused write did not ride a group statement with its mate's: from A's wake to its end, ` +
+          `its process's group commit sent ${JSON.stringify(group)}`,
+      );
+    }
+    const mateExit = await mate.exit;
+    if (mateExit.kind !== "exited" || mateExit.outcome.status !== "done") {
+      problems.push(`A's mate ended ${status(mateExit)}, expected done`);
+    }
+    problems.push(
+      ...checkInvariants(await world.snapshot(mateId), { runId: mateId, baseline, lostAnswers: 0 })
+        .map((p) => `A's mate: ${p}`),
+    );
+  }
   for (const p of problems) world.note(`    problem: ${p}`);
-  return { runId, problems, transcript: world.transcript };
+  return { runId, problems, transcript: world.transcript, ...(group ? { group } : {}) };
 }

@@ -38,6 +38,7 @@ import { type FetchLike, OpenAIPlanner, type Planner } from "../runtime/planner.
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import {
   type GroupCommitOptions,
+  type GroupCommitStats,
   type JournalRow,
   type RunRow,
   SCHEMA_SQL,
@@ -259,6 +260,14 @@ export class SimWorld {
       tools?: SimTools;
       /** This incarnation's model, instead of an OpenAI client of the world's mock model. */
       planner?: (fetch: FetchLike) => Planner;
+      /**
+       * Runs this incarnation as another run of `host`'s process, as a worker
+       * host carries several: the two share `host`'s store handle, and so
+       * its group commit (their writes ready together ride one statement).
+       * The process lives until its last run ends, and a kill of any of its
+       * runs kills them all. `hooks.wrapStore` is `host`'s.
+       */
+      host?: SimProcess;
     },
   ): SimProcess {
     const index = ++this.#spawned;
@@ -276,6 +285,7 @@ export class SimWorld {
       heartbeatMs: this.#opts.heartbeatMs,
       leaseMs: this.#opts.leaseMs,
       hooks: opts.hooks,
+      host: opts.host,
     });
   }
 
@@ -356,6 +366,18 @@ function newGate(): Gate {
   return { release, reach, reached, wait };
 }
 
+/**
+ * The store handle of one simulated process, shared by the runs it carries.
+ * It is closed (and `death` aborted) when the process's last run ends or any
+ * of them is killed.
+ */
+class ProcessHandle {
+  readonly death = new AbortController();
+  /** The runs alive on it. */
+  readonly runs = new Set<SimProcess>();
+  store!: Store;
+}
+
 /** A clock view of one process: the shared time, but its sleeps die with it. */
 class ProcessClock implements Clock {
   readonly #base: ManualClock;
@@ -385,7 +407,8 @@ export class SimProcess {
   /** Requests this process sent to the model, and to the cloud. */
   readonly sent = { model: 0, cloud: 0 };
   readonly #world: SimWorld;
-  readonly #store: Store;
+  readonly #handle: ProcessHandle;
+  /** Aborted when this run ends: at its exit, or with its process. */
   readonly #death = new AbortController();
   #releaseStall?: () => void;
   #stallReleased = false;
@@ -406,6 +429,7 @@ export class SimProcess {
       heartbeatMs?: number;
       leaseMs?: number;
       hooks?: ProcessHooks;
+      host?: SimProcess;
     },
   ) {
     this.#world = world;
@@ -414,10 +438,26 @@ export class SimProcess {
     const hooks = opts.hooks ?? {};
     const wrapStore = hooks.wrapStore;
     const clock = new ProcessClock(world.clock, this.#death.signal);
-    this.#store = world.db.handle(`pglite:sim:${opts.name}`, {
-      wrap: wrapStore ? (client) => wrapStore(client, this) : undefined,
-      groupCommit: world.db.groupCommitMs > 0 ? { maxWaitMs: world.db.groupCommitMs, clock } : undefined,
-    });
+    if (opts.host && opts.host.#handle.runs.size === 0) {
+      throw new RuntimeError(
+        ownCode("EXITED"),
+        `${opts.host.name}'s process has ended: it carries no more runs`,
+      );
+    }
+    this.#handle = opts.host ? opts.host.#handle : new ProcessHandle();
+    this.#handle.runs.add(this);
+    if (!opts.host) {
+      this.#handle.store = world.db.handle(`pglite:sim:${opts.name}`, {
+        wrap: wrapStore ? (client) => wrapStore(client, this) : undefined,
+        groupCommit: world.db.groupCommitMs > 0
+          // The process's group commit times its waits on the process's clock, which outlives any one run.
+          ? {
+            maxWaitMs: world.db.groupCommitMs,
+            clock: new ProcessClock(world.clock, this.#handle.death.signal),
+          }
+          : undefined,
+      });
+    }
     const log = new Logger({
       clock,
       // A dead process writes nothing more, not even a log line.
@@ -447,7 +487,7 @@ export class SimProcess {
     const agent: Agent = opts.agent ?? demoAgent;
     // One process (this incarnation) driving one agent's run.
     const proc = processDeps({
-      store: hooks.layerStore ? hooks.layerStore(this.#store, this) : this.#store,
+      store: hooks.layerStore ? hooks.layerStore(this.#handle.store, this) : this.#handle.store,
       clock,
       log,
       crash,
@@ -484,26 +524,45 @@ export class SimProcess {
         if (err instanceof SimulatedKill) return { kind: "killed", point: err.point, seq: err.seq };
         return { kind: "error", error: describeError(err) };
       } finally {
-        // The process is gone either way: its handle, timers and fetches with it.
-        await this.kill(new RuntimeError(ownCode("EXITED"), `${opts.name} exited`));
+        // The run is gone either way, its timers and fetches with it; the process with its last run.
+        await this.#end(new RuntimeError(ownCode("EXITED"), `${opts.name} exited`));
       }
     })();
   }
 
-  /** True once the process is killed or has exited. */
+  /** True once this run has ended: its process killed, or the run exited. */
   get dead(): boolean {
     return this.#death.signal.aborted;
   }
 
   /**
-   * Ends the process on the spot: its store handle is closed (any later
-   * statement throws), its clock's sleeps are cancelled, its fetches refuse
-   * and its log goes quiet.
+   * The process's group commit so far (the counts of every run it carries),
+   * or undefined with grouping off.
+   */
+  get groupStats(): Readonly<GroupCommitStats> | undefined {
+    const stats = this.#handle.store.writes.group?.stats;
+    return stats && { ...stats };
+  }
+
+  /**
+   * Ends the process on the spot, with every run it carries: its store
+   * handle is closed (any later statement throws), its clock's sleeps are
+   * cancelled, its fetches refuse and its log goes quiet.
    */
   async kill(reason: Error = new RuntimeError(ownCode("KILLED"), `${this.name} was killed`)): Promise<void> {
-    if (this.dead) return;
+    const handle = this.#handle;
+    if (handle.death.signal.aborted) return;
+    for (const run of handle.runs) run.#death.abort(reason);
+    handle.runs.clear();
+    handle.death.abort(reason);
+    await handle.store.client.close();
+  }
+
+  /** This run has ended: its own sleeps and fetches end; the process ends with its last run. */
+  async #end(reason: Error): Promise<void> {
     this.#death.abort(reason);
-    await this.#store.client.close();
+    this.#handle.runs.delete(this);
+    if (this.#handle.runs.size === 0) await this.kill(reason);
   }
 
   /** Lets a process parked at its stall point carry on. */
@@ -555,6 +614,19 @@ export class SimProcess {
       return res;
     };
   }
+}
+
+/** What a process's group commit sent between two readings of {@link SimProcess.groupStats}. */
+export function groupStatsSince(
+  from: Readonly<GroupCommitStats>,
+  to: Readonly<GroupCommitStats>,
+): GroupCommitStats {
+  return {
+    groupStatements: to.groupStatements - from.groupStatements,
+    grouped: to.grouped - from.grouped,
+    refused: to.refused - from.refused,
+    alone: to.alone - from.alone,
+  };
 }
 
 /** Waits for whichever comes first: the process parks at its stall point, or it ends. */

@@ -2,9 +2,20 @@
  * The primary database dies under load and pg_auto_failover promotes its
  * synchronous standby: 200 runs of the demo in flight through a supervisor
  * (real `deno run` processes, the mocks over HTTP), connected through a URL
- * naming both nodes with `target_session_attrs=read-write`. Every run must
- * finish, the cloud must hold one resource per key, and no intent, confirm,
- * decision or claim a worker reported committed may be missing afterwards.
+ * naming both nodes with `target_session_attrs=read-write`.
+ *
+ * Just before the kill, every run's rows are read and the standby is seen
+ * synchronous (`pg_stat_replication` and the monitor, then and not only at
+ * set-up). Afterwards every run must be done and shaped like a clean run,
+ * every row confirmed before the kill still there and unchanged (a commit
+ * the failover lost and a worker made again fails here, not only a missing
+ * one), no run's epoch lower than before the kill, no run claimed twice at
+ * one epoch (a lost epoch bump made again), no model request the journal did
+ * not count, one resource per key at the cloud, and every intent, confirm,
+ * decision and claim a worker logged as committed present, each logged at
+ * least as often as a clean pass makes them. A last step plants a lost
+ * confirmed row and a claim made twice at one epoch, and shows the same
+ * checks fail.
  *
  * Needs root and pg_auto_failover (harness/failover.ts); says it was skipped
  * otherwise. It builds its own servers, so it needs no TEST_DATABASE_URL.
@@ -12,8 +23,11 @@
 
 import assert from "node:assert/strict";
 import { FailoverCluster, failoverSkipReason } from "../harness/failover.ts";
+import { checkShape, claimedTwice, type LoggedClaim, sumAttempts } from "../harness/invariants.ts";
+import { mapLimit } from "../harness/pg.ts";
 import { parseLine, type Proc, startSupervisor, until } from "../harness/procs.ts";
-import { serveMocks } from "../mock/server.ts";
+import { readSnapshot, type RunSnapshot } from "../harness/sim.ts";
+import { type RunningMocks, serveMocks } from "../mock/server.ts";
 import { openStore } from "../runtime/store/open.ts";
 import type { Store } from "../runtime/store/store.ts";
 
@@ -41,10 +55,37 @@ function events(sup: Proc, event: string): Record<string, string>[] {
   return sup.lines.map(parseLine).filter((l): l is Record<string, string> => l?.event === event);
 }
 
+/** Every run's rows, and what the mocks saw of it. */
+function snapshots(store: Store, mocks: RunningMocks, runIds: string[]): Promise<RunSnapshot[]> {
+  return mapLimit(runIds, 8, (id) => readSnapshot(store, mocks.model, mocks.cloud, id));
+}
+
+/**
+ * What the failover may not have done, found in `after` (every run done)
+ * against `before` (read just before the kill) and the claims the workers
+ * logged: a run not shaped like a clean one, a row confirmed before the kill
+ * missing or changed, an epoch gone back, a model request the journal did not
+ * count, a run claimed twice at one epoch.
+ */
+function failoverProblems(before: RunSnapshot[], after: RunSnapshot[], claims: LoggedClaim[]): string[] {
+  const problems = after.flatMap((final, i) => {
+    const runId = before[i].run!.run_id;
+    const found = checkShape(final, { runId, steps: TOOL_CALLS_PER_RUN + 1, earlier: [before[i]] });
+    if ((final.run?.epoch ?? 0) < before[i].run!.epoch) {
+      found.push(`its epoch went back from ${before[i].run!.epoch} to ${final.run?.epoch}`);
+    }
+    if (final.modelCalls > sumAttempts(final)) {
+      found.push(`${final.modelCalls} model requests, ${sumAttempts(final)} counted in its journal`);
+    }
+    return found.map((p) => `${runId}: ${p}`);
+  });
+  return [...problems, ...claimedTwice(claims).map((at) => `${at} was claimed twice at one epoch`)];
+}
+
 Deno.test({
   name: "200 runs in flight carry on when the primary is SIGKILLed and its synchronous standby promoted",
   ignore: failoverIgnore("failover under load"),
-  async fn() {
+  async fn(t) {
     const t0 = Date.now();
     const cluster = await FailoverCluster.start();
     const readyMs = Date.now() - t0;
@@ -87,6 +128,31 @@ Deno.test({
         "a third of the tool calls to be confirmed",
         120_000,
         50,
+      );
+      // Just before the kill: every run's rows (what is confirmed now must be there, unchanged, at the end)...
+      const before = await snapshots(store, mocks, runIds);
+      const confirmedBefore = before.reduce(
+        (n, b) => n + b.effects.filter((e) => e.status === "confirmed").length,
+        0,
+      );
+      assert.ok(confirmedBefore >= RUNS * TOOL_CALLS_PER_RUN / 3, `${confirmedBefore} tool calls confirmed`);
+      // ...and the standby synchronous now, as the primary and the monitor see it, not only at set-up
+      // (pg_auto_failover names it `ANY 1 (...)`, which pg_stat_replication shows as `quorum`; it clears
+      // the setting when it lets the primary go on without its standby).
+      const [replication, syncNow, states] = await Promise.all([
+        cluster.replication(first),
+        cluster.syncSettings(first),
+        cluster.states(),
+      ]);
+      assert.ok(
+        replication.some((r) => ["sync", "quorum"].includes(r.syncState)) &&
+          /pgautofailover_standby/.test(syncNow.standbys) && syncNow.commit === "on",
+        `no synchronous standby just before the kill: ${JSON.stringify({ replication, syncNow })}`,
+      );
+      assert.deepEqual(
+        states.map((n) => [n.name, n.reported]),
+        [[first.name, "primary"], [second.name, "secondary"]],
+        "the monitor's view just before the kill",
       );
       const running = await count(store, "select count(*)::int as n from runs where status = 'running'");
       const kill = cluster.killNode(first);
@@ -134,9 +200,25 @@ Deno.test({
         assert.equal(row?.status, "confirmed", `${c.key}: the cloud made ${c.id}, the row is ${row?.status}`);
         assert.equal(row.result, c.id, `${c.key} recorded the resource the cloud made`);
       }
-      // Every intent and confirm a worker reported committed (its log line follows the commit) is there.
+      // Every run done, shaped like a clean run; nothing confirmed before the kill lost or changed; no
+      // epoch gone back; every model request counted; no run claimed twice at one epoch.
+      const claimed = events(sup, "claimed").map((e) => ({ run: e.run, epoch: Number(e.epoch) }));
+      const problems = failoverProblems(before, await snapshots(store, mocks, runIds), claimed);
+      assert.deepEqual(problems.slice(0, 20), [], `${problems.length} problems`);
+
+      // Every intent and confirm a worker reported committed (its log line follows the commit) is there,
+      // each at least as often as one pass of every run makes them: a check over no lines passes nothing.
       const intents = events(sup, "intent");
       const confirms = events(sup, "confirmed");
+      const logged = {
+        intent: [intents.length, RUNS * TOOL_CALLS_PER_RUN],
+        confirmed: [confirms.length, RUNS * TOOL_CALLS_PER_RUN],
+        decided: [events(sup, "decided").length, RUNS * (TOOL_CALLS_PER_RUN + 1)],
+        claimed: [claimed.length, RUNS],
+      };
+      for (const [event, [n, least]] of Object.entries(logged)) {
+        assert.ok(n >= least, `${n} ${event} lines logged, at least ${least} expected`);
+      }
       for (const e of intents) assert.ok(effects.has(e.key), `the intent of ${e.key} was lost`);
       for (const e of confirms) {
         const row = effects.get(e.key);
@@ -183,9 +265,43 @@ Deno.test({
       );
       console.log(
         `failover: checked ${intents.length} intents, ${confirms.length} confirms, ${decided.length} ` +
-          `decisions, ${claims.length} claims reported committed; ${created.length} resources, one per key; ` +
-          `worker exits [${exits.join(",")}], worker-error ${events(sup, "worker-error").length}, ` +
-          `supervisor poll-failed ${events(sup, "poll-failed").length}`,
+          `decisions, ${claims.length} claims reported committed; ${confirmedBefore} tool calls confirmed ` +
+          `before the kill kept; the standby ${JSON.stringify(replication)} just before the kill; ` +
+          `${created.length} resources, one per key; worker exits [${exits.join(",")}], worker-error ` +
+          `${events(sup, "worker-error").length}, supervisor poll-failed ${
+            events(sup, "poll-failed").length
+          }`,
+      );
+
+      await t.step(
+        "the checks fail when a confirmed row from before the kill is missing or a run was claimed twice at one epoch (planted)",
+        async () => {
+          // What a failover that lost commits would leave: one tool call confirmed before the kill gone,
+          // and one run's last epoch bump lost, then made again by a claim at the same epoch.
+          const i = before.findIndex((b) => b.effects.some((e) => e.status === "confirmed"));
+          const lost = before[i].effects.find((e) => e.status === "confirmed")!.idempotency_key;
+          await store!.client.run("delete from side_effects where idempotency_key = $1", [lost]);
+          const rewound = runIds[(i + 1) % RUNS];
+          const [{ epoch }] = await store!.client.query<{ epoch: number }>(
+            "update runs set epoch = epoch - 1, status = 'running' where run_id = $1 returning epoch",
+            [rewound],
+          );
+          const again = await store!.claimRun(rewound, epoch, "planted", new Date());
+          assert.ok(again, `the planted claim of ${rewound} was refused`);
+          const found = failoverProblems(
+            before,
+            await snapshots(store!, mocks, runIds),
+            [...claimed, { run: rewound, epoch: again.epoch }],
+          );
+          assert.ok(
+            found.includes(`${runIds[i]}: confirmed tool call ${lost} is missing`),
+            `the lost row went unseen:\n${found.join("\n")}`,
+          );
+          assert.ok(
+            found.includes(`${rewound}@${again.epoch} was claimed twice at one epoch`),
+            `the claim made twice went unseen:\n${found.join("\n")}`,
+          );
+        },
       );
     } finally {
       // FAILOVER_LOG=path keeps the supervisor's and its workers' log for a look afterwards.

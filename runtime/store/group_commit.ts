@@ -147,6 +147,22 @@ export interface GroupCommitOptions {
   clock?: Clock;
 }
 
+/** What a {@link GroupCommit} has sent so far: what the tests and the benchmark read. */
+export interface GroupCommitStats {
+  /** Group statements sent: batches of two writes or more. */
+  groupStatements: number;
+  /** Writes those group statements carried. */
+  grouped: number;
+  /**
+   * Writes a group statement answered as not written: the fence or the row's
+   * state refused them inside the statement (a fresh intent whose row was
+   * there already is counted too; its upsert follows).
+   */
+  refused: number;
+  /** Writes sent as their single-row statement: a batch of one, or one of a batch refused whole. */
+  alone: number;
+}
+
 interface Pending {
   readonly write: GroupedWrite;
   /** The write sent alone, as the single-row statement: true when its row was written. */
@@ -387,8 +403,8 @@ export class GroupCommit {
   #inFlight = 0;
   #scheduled = false;
   #cancelWait?: () => void;
-  /** Statements sent and the writes they carried: what the bench and the tests read. */
-  readonly stats = { statements: 0, writes: 0, alone: 0 };
+  /** Statements sent and the writes they carried. */
+  readonly stats: GroupCommitStats = { groupStatements: 0, grouped: 0, refused: 0, alone: 0 };
 
   /** Batches writes sent through `client`. */
   constructor(client: SqlClient, opts: GroupCommitOptions) {
@@ -464,13 +480,13 @@ export class GroupCommit {
   }
 
   async #send(batch: Pending[]): Promise<void> {
-    this.stats.statements++;
-    this.stats.writes += batch.length;
     if (batch.length === 1) {
       this.stats.alone++;
       await settleAlone(batch[0]);
       return;
     }
+    this.stats.groupStatements++;
+    this.stats.grouped += batch.length;
     let rows: { kind: string; run_id: string; k: string; epoch: number }[];
     try {
       const { text, params } = batchStatement(batch.map((p) => p.write));
@@ -481,13 +497,18 @@ export class GroupCommit {
         return;
       }
       // Nothing of the batch was written: each write alone meets its own answer.
+      this.stats.alone += batch.length;
       await Promise.all(batch.map(settleAlone));
       return;
     }
     const written = new Set(
       rows.map((r) => identityOf(r.kind as GroupedWrite["kind"], r.run_id, r.k, Number(r.epoch))),
     );
-    for (const p of batch) p.resolve(written.has(identity(p.write)));
+    for (const p of batch) {
+      const ok = written.has(identity(p.write));
+      if (!ok) this.stats.refused++;
+      p.resolve(ok);
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { bothStoresTest } from "../../tests/_pg.ts";
 import { FencedError } from "../errors.ts";
-import { CountingClient } from "./counting.ts";
+import { CountingClient, TapClient } from "./counting.ts";
 import { checkGroupCommitMs } from "./group_commit.ts";
 import { type Fence, Store } from "./store.ts";
 
@@ -43,9 +43,10 @@ bothStoresTest(
       const refused = (outcomes[2] as PromiseRejectedResult).reason;
       assert.ok(refused instanceof FencedError);
       assert.equal(refused.code, "FENCED");
-      // One group statement carried all four; the refused one then tried its upsert and was explained.
+      // One group statement carried all four and refused g-2's inside it; its upsert was then refused too.
       assert.equal(counting.counts.get("group-write"), 1);
       assert.equal(counting.counts.get("journal-intent") ?? 0, 0);
+      assert.deepEqual(grouped.writes.group?.stats, { groupStatements: 1, grouped: 4, refused: 1, alone: 0 });
       const { journal } = await store.loadHistory("g-2");
       assert.equal(journal.length, 0, "the fenced run has no journal row");
       for (const i of [0, 1, 3]) {
@@ -187,7 +188,10 @@ bothStoresTest(
   "a batch the database refuses for one row's value is sent again one write at a time",
   async (store) => {
     const fences = await claimed(store, "v", 3);
-    const { grouped } = groupedCounting(store);
+    // The statements in the order they were sent.
+    const sent: string[] = [];
+    const tap = new TapClient(store.client, (s) => void sent.push(s.opts?.name ?? "?"));
+    const grouped = new Store(tap, { groupCommit: { maxWaitMs: 5 } });
     // An epoch the int column cannot hold makes the whole statement fail (22003), as it would alone.
     const bad: Fence = { runId: "v-1", epoch: 2 ** 31 };
     const outcomes = await Promise.allSettled([
@@ -196,6 +200,9 @@ bothStoresTest(
       grouped.journalIntentRow(fences[2], 0, at(3), { fresh: true }),
     ]);
     assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "rejected", "fulfilled"]);
+    // One group statement carried the three, then each went again alone.
+    assert.deepEqual(sent, ["group-write", "journal-intent", "journal-intent", "journal-intent"]);
+    assert.deepEqual(grouped.writes.group?.stats, { groupStatements: 1, grouped: 3, refused: 0, alone: 3 });
     assert.equal((await store.loadHistory("v-0")).journal.length, 1);
     assert.equal((await store.loadHistory("v-1")).journal.length, 0);
     assert.equal((await store.loadHistory("v-2")).journal.length, 1);

@@ -42,7 +42,7 @@ export type { Leases } from "./leases.ts";
 export type { Operators } from "./operators.ts";
 export type { RunHistory, RunReads, WatchedRun } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
-export type { GroupCommit, GroupCommitOptions } from "./group_commit.ts";
+export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
 export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./family.ts";
 export { FAMILY_DEPTH_MAX } from "./family.ts";
