@@ -95,7 +95,9 @@ export {
   type ToolContext,
   type ToolDescription,
   type ToolDone,
+  type ToolGiveUp,
   type ToolOutcome,
+  type ToolRetry,
   type ToolSpec,
 } from "./runtime/tools.ts";
 export {
