@@ -64,6 +64,12 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --exit-on-stdin-eof 1|0    exit when stdin closes (the supervisor sets it for its workers; default 0)
   --stream-deltas 1|0        stream model answers and send their text to watchers (docs/streaming.md; default 0)
   --group-commit-ms MS       writes of several runs share one statement, each waiting at most MS (default 2; 0: off)
+  --retry-horizon-s S        how long a model or tool request failing as in an outage (a refused connection, a
+                             timeout, 5xx, 429) is asked again under its key, from its first failure (default
+                             3600); the run waits in between holding no worker slot
+  --retry-backoff-ms MS, --retry-backoff-max-s S
+                             the first wait between those requests, doubled each time up to the cap (default 500,
+                             60); an agent's or a tool's own retry settings win over these
   --runs-per-worker N, --poll-s S, --take-share R   worker host settings ('worker --help'); accepted, unused here
 
 exit codes: 0 done, 1 failed, 2 settings that cannot work (a malformed value, a password or role refused, a

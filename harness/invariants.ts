@@ -230,6 +230,8 @@ export interface ModelSpend {
   unsent: number;
   /** Model requests a process sent with no open journal intent to count them. */
   uncounted: number;
+  /** Of the attempts, those an outage refused: counted by the journal, never reaching the model. */
+  refused?: number;
   /** Injected faults that can cost a retry (5xx, timeouts) and fired. */
   transientFaults: number;
   /** Injected faults that can cost a rejection (malformed answers) and fired. */
@@ -251,9 +253,11 @@ export function checkModelSpend(final: RunSnapshot, spend: ModelSpend): string[]
   if (spend.uncounted > 0) {
     problems.push(`${spend.uncounted} model requests went out with no journal intent counting them`);
   }
-  if (final.modelCalls !== attempts - spend.unsent) {
+  const refused = spend.refused ?? 0;
+  if (final.modelCalls !== attempts - spend.unsent - refused) {
     problems.push(
-      `the model was paid ${final.modelCalls} times, the journal counts ${attempts} attempts of which ${spend.unsent} were never sent`,
+      `the model was paid ${final.modelCalls} times, the journal counts ${attempts} attempts of which ${spend.unsent} ` +
+        `were never sent and ${refused} were refused by an outage`,
     );
   }
   if (attempts !== decided + rejected + spend.retried + spend.lost) {

@@ -165,10 +165,17 @@ export async function act(
   const rows = () => stepRows(state, calls);
   const gates: Gate[] = [];
   const errors: unknown[] = [];
+  // Calls that failed as in an outage are sent again together once the first of them is due: a remote
+  // back for one is likely back for the others, and the run wakes once for them, not once for each.
+  const now = deps.clock.now();
+  const retryDue = calls.some((c) => {
+    const row = state.effects.get(c.seq);
+    return row?.status === "intent" && row.check_at !== null && new Date(row.check_at) <= now;
+  });
   try {
     for (const c of calls) {
       try {
-        gates.push(await gateOf(deps, state, c, decided.checked?.[c.index]));
+        gates.push(await gateOf(deps, state, c, decided.checked?.[c.index], retryDue));
       } catch (err) {
         if (err instanceof BlockedError) errors.push(err);
         else throw err;
@@ -351,6 +358,7 @@ async function gateOf(
   state: RunState,
   c: StepCall,
   checkedNow: { tool: Tool; args: unknown } | undefined,
+  retryDue: boolean,
 ): Promise<Gate> {
   const runId = state.fence.runId;
   const key = idempotencyKey(runId, c.seq);
@@ -367,8 +375,9 @@ async function gateOf(
   }
   if (existing?.status === "flagged") throw new BlockedError(key, existing.error ?? "its outcome is unknown");
   // A call its remote accepted, or one that failed as in an outage, is sent again once its time has come,
-  // and left asleep until then.
-  if (isAsleep(existing) && new Date(existing.check_at) > deps.clock.now()) {
+  // and left asleep until then; the step's failed calls go again together once one of them is due.
+  const retrying = existing?.status === "intent" && retryDue;
+  if (isAsleep(existing) && !retrying && new Date(existing.check_at) > deps.clock.now()) {
     return { kind: "asleep", row: existing };
   }
   // A decision this worker has just made was checked by decide() (#11: not parsed twice).
@@ -542,8 +551,10 @@ async function sendCall(
       await crash.hit("after_confirm", seq);
       return finished(row, { effect: row });
     }
-    row = await flag(deps, state, at, verdict.flag);
-    throw new BlockedError(key, verdict.flag);
+    // (`later` comes only when asked for: a caller that cannot wait has the call flagged.)
+    const reason = "flag" in verdict ? verdict.flag : verdict.later;
+    row = await flag(deps, state, at, reason);
+    throw new BlockedError(key, reason);
   };
   try {
     // A call an earlier worker left at intent: may it be sent again, and is it known by now?
@@ -559,6 +570,37 @@ async function sendCall(
     // Bounded by the tool's maxAttempts (counted across restarts by the row): see unknownOutcome.
     // A call its remote accepted is bounded by its deadline instead (a poll counts no attempt).
     for (;;) {
+      // A call of a tool that takes no key, due again after a failure: its last request's outcome is unknown,
+      // so its remote is asked first, just before it would go (a lookup that cannot be made now is tried
+      // again later, within the retry horizon, rather than flagged during an outage).
+      if (!tool.idempotent && row?.status === "intent" && row.check_at !== null) {
+        // The failure recorded (`CODE: message`) is the last request's error.
+        const [, code = "TOOL_THREW", message = row.error ?? "its request failed"] =
+          /^([A-Z][A-Z0-9_]*): ([\s\S]*)$/.exec(row.error ?? "") ?? [];
+        const seen = {
+          attempts: row.attempts,
+          unrecorded: unknownRequests(row),
+          error: new ToolError(code, message, { transient: true }),
+          approved: false,
+          reopened: false,
+        };
+        const verdict = await unknownOutcome(deps, state, call, seen, { canWait: true });
+        if (typeof verdict === "object" && "later" in verdict) {
+          const lookup = new ToolError("TOOL_THREW", verdict.later, { transient: true });
+          const again = await scheduleAgain(deps, state, call, row, lookup);
+          row = again.row;
+          if (again.next === "give-up") {
+            return await carryOut(row, {
+              flag:
+                `its outcome is unknown, ${tool.name} takes no idempotency key, and ${verdict.later} for ` +
+                `${humanMs(again.failingForMs)} (the retry horizon)`,
+            });
+          }
+          if (again.next === "hold") continue;
+          return finished(row, { effect: row });
+        }
+        if (verdict !== "send") return await carryOut(row, verdict);
+      }
       checkToolRequest(state, row === undefined, await familyCeilings(deps, state));
       const intent = await intentOrSettled(deps, state, call, row);
       if (intent.status === "confirmed" || intent.status === "failed") {
@@ -586,58 +628,28 @@ async function sendCall(
           ? err
           : new ToolError("TOOL_THREW", describeError(err), { transient: true, cause: err });
         if (e.transient) {
-          // May it be sent again at all (a tool that takes no key: only when its reconcile says the call did
-          // not happen)? This request's outcome is known to be a failure, so it is not among the unrecorded.
-          const unknown = {
-            attempts: intent.attempts,
-            unrecorded: Math.max(0, unknownRequests(intent) - 1),
-            error: e,
-            approved: false,
-            reopened: false,
-          };
-          const verdict = await unknownOutcome(deps, state, call, unknown);
-          if (verdict !== "send") return await carryOut(intent, verdict);
-          // Then recorded, with when it may go again, so the count and the horizon hold across restarts. A
-          // remote that says when to come back (409, 429, 503) knows better than our backoff.
-          const now = clock.now();
-          const next = nextTry(
-            toolPolicy(deps, tool),
-            {
-              failures: intent.failures + 1,
-              failingSince: intent.failing_since ?? now,
-              retryAfterMs: e.retryAfterMs,
-            },
-            now,
-            deps.random,
-          );
-          const failure = await store.effectFailure(
-            state.fence,
-            intent,
-            { error: `${e.code}: ${e.message}`, retryAt: next.kind === "again" ? next.at : now },
-            now,
-          );
-          row = failure;
-          applyRow(state, failure);
-          if (next.kind === "give-up") return await giveUp(deps, state, call, failure, e, next.failingForMs);
-          log.warn("retrying", {
-            run: runId,
-            seq,
-            key,
-            attempt,
-            failures: failure.failures,
-            code: e.code,
-            error: e.message,
-            delay_ms: next.waitMs,
-            retry_after_ms: e.retryAfterMs,
-            at: next.hold ? undefined : next.at,
-            gives_up_at: next.givesUpAt,
-          });
-          if (next.hold) {
-            await clock.sleep(next.waitMs, state.signal);
-            continue;
+          // May it be sent again at all? A tool that takes a key: below its limit on requests with no recorded
+          // outcome (this one's is known, a failure). One that takes none and cannot look a call up is
+          // flagged; one that can is asked just before it would be sent again (below).
+          if (tool.idempotent || !tool.reconcile) {
+            const unknown = {
+              attempts: intent.attempts,
+              unrecorded: Math.max(0, unknownRequests(intent) - 1),
+              error: e,
+              approved: false,
+              reopened: false,
+            };
+            const verdict = await unknownOutcome(deps, state, call, unknown);
+            if (verdict !== "send") return await carryOut(intent, verdict);
           }
+          const again = await scheduleAgain(deps, state, call, intent, e);
+          row = again.row;
+          if (again.next === "give-up") {
+            return await giveUp(deps, state, call, again.row, e, again.failingForMs);
+          }
+          if (again.next === "hold") continue;
           // A longer wait holds no slot: the step's other calls settle, then the run sleeps until it is due.
-          return finished(failure, { effect: failure });
+          return finished(again.row, { effect: again.row });
         }
         // A permanent failure is an answer too: record it and let the model see it.
         return await failCall(deps, state, intent, e);
@@ -691,6 +703,61 @@ async function intentOrSettled(
     });
     return now;
   }
+}
+
+/**
+ * Records a failure of the call `row` (as the worker holds it, at `intent`)
+ * that an outage explains, with when it may go again, so the count and the
+ * horizon hold across restarts (a remote that says when to come back, 409,
+ * 429 or 503, knows better than our backoff), and says what comes next: a
+ * wait slept here holding the slot (`hold`, already slept when this returns),
+ * one that lets the run go until the call is due (`park`), or the horizon
+ * passed (`give-up`).
+ */
+async function scheduleAgain(
+  deps: WorkerDeps,
+  state: RunState,
+  call: PreparedCall,
+  row: SideEffectRow,
+  error: ToolError,
+): Promise<
+  { row: SideEffectRow; next: "hold" | "park" } | {
+    row: SideEffectRow;
+    next: "give-up";
+    failingForMs: number;
+  }
+> {
+  const now = deps.clock.now();
+  const next = nextTry(
+    toolPolicy(deps, call.tool),
+    { failures: row.failures + 1, failingSince: row.failing_since ?? now, retryAfterMs: error.retryAfterMs },
+    now,
+    deps.random,
+  );
+  const failure = await deps.store.effectFailure(
+    state.fence,
+    row,
+    { error: `${error.code}: ${error.message}`, retryAt: next.kind === "again" ? next.at : now },
+    now,
+  );
+  applyRow(state, failure);
+  if (next.kind === "give-up") return { row: failure, next: "give-up", failingForMs: next.failingForMs };
+  deps.log.warn("retrying", {
+    run: state.fence.runId,
+    seq: call.seq,
+    key: call.key,
+    attempt: row.attempts,
+    failures: failure.failures,
+    code: error.code,
+    error: error.message,
+    delay_ms: next.waitMs,
+    retry_after_ms: error.retryAfterMs,
+    at: next.hold ? undefined : next.at,
+    gives_up_at: next.givesUpAt,
+  });
+  if (!next.hold) return { row: failure, next: "park" };
+  await deps.clock.sleep(next.waitMs, state.signal);
+  return { row: failure, next: "hold" };
 }
 
 /** Records a permanent failure of the call `row` (the model sees it) and returns the row as the write left it. */
@@ -804,7 +871,7 @@ async function accepted(
  * not sent again: confirmed as `reconciled` with what the remote says it
  * returned, or flagged for a human, for the reason given.
  */
-type Verdict = { reconciled: Json } | { flag: string };
+type Verdict = { reconciled: Json } | { flag: string } | { later: string };
 
 /**
  * Decides what becomes of a call whose last request's outcome is unknown (an
@@ -826,6 +893,7 @@ async function unknownOutcome(
   state: RunState,
   call: PreparedCall,
   seen: Unknown,
+  opts: { canWait?: boolean } = {},
 ): Promise<"send" | Verdict> {
   const { key, seq, tool } = call;
   if (seen.approved) return "send";
@@ -845,6 +913,10 @@ async function unknownOutcome(
     : answer.status === "not_happened"
     ? "; its reconcile says it did not happen"
     : `; its reconcile could not tell${answer.reason ? ` (${answer.reason})` : ""}`;
+  // A lookup that could not be made (it threw, or timed out): a remote that is down cannot be asked either.
+  if (opts.canWait && !tool.idempotent && answer?.status === "unknown" && answer.unasked) {
+    return { later: `its reconcile could not ask the remote (${answer.reason ?? "no answer"})` };
+  }
   if (!tool.idempotent && answer?.status !== "not_happened") {
     const unknown = seen.error
       ? `it failed with an unknown outcome (${seen.error.message})`
@@ -925,6 +997,12 @@ async function giveUp(
     error: error.message,
     on_give_up: typeof tool.onGiveUp === "function" ? "function" : tool.onGiveUp,
   });
+  // A call of a tool that takes no key has an outcome nobody may guess at: a person looks.
+  if (tool.onGiveUp === "fail-run" && !tool.idempotent) {
+    const reason = `its outcome is unknown and ${tool.name} takes no idempotency key: it ${over}`;
+    await flag(deps, state, row, reason);
+    throw new BlockedError(key, reason);
+  }
   if (tool.onGiveUp === "fail-run") {
     throw new ToolError(
       "TOOL_GAVE_UP",

@@ -26,6 +26,13 @@ export interface ReconcileQuestion {
 }
 
 /**
+ * A reconcile's answer, and whether the remote could not be asked at all (the
+ * lookup threw or timed out: `unasked`, an answer of `unknown`), which an
+ * outage explains, unlike a remote that answered it cannot tell.
+ */
+export type Asked = Reconciliation & { unasked?: boolean };
+
+/**
  * Asks `call.tool.reconcile` once; undefined when the tool has none. Logs
  * `reconcile-asked` and `reconcile-answered`. Rethrows only when this worker
  * is stopping (a kill, a lost lease): then nothing may be settled.
@@ -34,7 +41,7 @@ export async function askRemote(
   deps: WorkerDeps,
   state: RunState,
   call: ReconcileQuestion,
-): Promise<Reconciliation | undefined> {
+): Promise<Asked | undefined> {
   const { tool } = call;
   if (!tool.reconcile) return undefined;
   const runId = state.fence.runId;
@@ -55,7 +62,7 @@ async function ask(
   state: RunState,
   call: ReconcileQuestion,
   reconcile: NonNullable<Tool["reconcile"]>,
-): Promise<Reconciliation> {
+): Promise<Asked> {
   const ms = call.tool.reconcileTimeoutMs;
   const late = `its reconcile did not answer within ${ms}ms`;
   const timeout = deadline(deps.clock, state.signal, ms, () => new Error(late));
@@ -77,12 +84,12 @@ async function ask(
       stopped,
     ]);
     if (state.signal.aborted) throw state.signal.reason;
-    return answer === "stopped" ? { status: "unknown", reason: late } : readAnswer(answer);
+    return answer === "stopped" ? { status: "unknown", reason: late, unasked: true } : readAnswer(answer);
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;
     if (state.signal.aborted) throw state.signal.reason ?? err;
-    if (timeout.expired()) return { status: "unknown", reason: late };
-    return { status: "unknown", reason: `its reconcile failed: ${describeError(err)}` };
+    if (timeout.expired()) return { status: "unknown", reason: late, unasked: true };
+    return { status: "unknown", reason: `its reconcile failed: ${describeError(err)}`, unasked: true };
   } finally {
     signal.removeEventListener("abort", stop);
     timeout.cancel();

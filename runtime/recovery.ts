@@ -1,8 +1,8 @@
 /**
  * Recovery: the first thing a worker does after claiming a run. A tool row
  * left at `intent` is a call whose outcome nobody recorded (unless its last
- * request's failure was recorded with a time to send it again: that call is
- * sent once due, and left asleep until then); it is re-sent
+ * request's failure was recorded with a time to send it again: the step
+ * sends that one once due, with its other such calls); it is re-sent
  * under its original idempotency key (the remote answers `already_done` if
  * the first request reached it) unless it has used up its tool's
  * `maxAttempts` (the run fails `TOOL_GAVE_UP`). A tool that takes no key is
@@ -49,8 +49,8 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
     }
     if (row.status !== "intent") continue;
     // A call whose last request failed as in an outage, recorded with when it may go again: not stranded.
-    // Not yet due, it is left asleep (the step's gate lets the run go until then); due, it is sent.
-    if (isAsleep(row) && new Date(row.check_at) > deps.clock.now()) continue;
+    // The step's gate sends it (with the step's other such calls) once due, and lets the run sleep until then.
+    if (isAsleep(row)) continue;
     const checked = deps.tools.check(row.tool, row.args);
     if (!checked.ok) {
       const reason = `it cannot be re-sent safely: ${checked.message}`;
@@ -73,7 +73,7 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
       tool: checked.tool,
       rawArgs: row.args,
       args: checked.args,
-      ...(isAsleep(row) ? {} : { resumed }),
+      resumed,
     };
     log.info("reconciling", {
       run: runId,

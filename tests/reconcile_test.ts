@@ -23,7 +23,10 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
   await store.applySchema();
   const mocks = await serveMocks();
   const { cloud } = mocks;
-  const worker = (change: (tool: Tool) => Tool = (tool) => tool, opts: { toolTimeoutMs?: number } = {}) =>
+  const worker = (
+    change: (tool: Tool) => Tool = (tool) => tool,
+    opts: { toolTimeoutMs?: number; retry?: { horizonMs: number } } = {},
+  ) =>
     testWorker(store, {
       modelUrl: mocks.modelUrl,
       cloudUrl: mocks.cloudUrl,
@@ -58,7 +61,8 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
           ["rc-drop:0", "happened", charges[0].id],
         ]);
         assert.equal(w.events("flagged").length, 0);
-        assert.equal(w.events("retrying").length, 0);
+        // The lost answer is a failure like any: after its backoff, the remote is asked before a re-send.
+        assert.equal(w.events("retrying").length, 1);
       },
     );
 
@@ -109,21 +113,22 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
     );
 
     await t.step(
-      "a reconcile that throws cannot tell: the call is flagged with why, and nothing is sent",
+      "a reconcile that throws cannot ask: tried again within the horizon, then the call is flagged with why, nothing sent",
       async () => {
         cloud.clearFaults();
         cloud.setFaults({ path: "/v1/charges", drop_after_act_next: 1 });
         const before = cloud.requests().by_path["/v1/charges"];
+        // A lookup that cannot be made is what an outage looks like: asked again until the retry horizon.
         const w = worker((tool) => ({
           ...tool,
           reconcile: () => Promise.reject(new Error("lookup is down")),
-        }));
+        }), { retry: { horizonMs: 100 } });
         assert.equal((await runWorker(w.deps, "rc-throw", GOAL)).status, "blocked");
         const e = await row("rc-throw");
         assert.equal(e.status, "flagged");
         assert.match(
           e.error ?? "",
-          /unknown outcome .* takes no idempotency key; its reconcile could not tell \(its reconcile failed: Error: lookup is down\)/,
+          /^its outcome is unknown, charge_card takes no idempotency key, and its reconcile could not ask the remote \(its reconcile failed: Error: lookup is down\) for \d+ ms \(the retry horizon\)$/,
         );
         assert.equal(
           cloud.charges("rc-throw:0").length,
@@ -131,7 +136,8 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
           "the remote had acted: only a person may decide now",
         );
         assert.equal(cloud.requests().by_path["/v1/charges"], before + 1, "one request, not re-sent");
-        assert.equal(w.events("retrying").length, 0);
+        assert.ok(w.events("retrying").length >= 2, "the lookup was tried again");
+        assert.ok(w.events("reconcile-asked").length >= 2);
       },
     );
 

@@ -173,6 +173,7 @@ class ScheduleRun {
     lost: 0,
     unsent: 0,
     uncounted: 0,
+    refused: 0,
     transientFaults: 0,
     badAnswerFaults: 0,
     interruptions: 0,
@@ -482,7 +483,10 @@ class ScheduleRun {
       }
       // A remote in an outage refuses the connection: nothing reaches it, and the request fails at once.
       if (this.#down(remote, n, where)) {
-        if (remote === "model") this.spend.transientFaults++;
+        if (remote === "model") {
+          this.spend.transientFaults++;
+          this.spend.refused = (this.spend.refused ?? 0) + 1;
+        }
         throw new TypeError(`fuzz outage: the ${remote} refuses connections (connection refused)`);
       }
       const fault = this.#find((f) => f.kind === remote && f.n === n);
