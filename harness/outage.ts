@@ -33,8 +33,12 @@ export interface PhaseReport {
   phase: OutagePhase;
   /** Its runs. */
   runIds: string[];
-  /** The most runs seen running with a live lease (a worker's slot) in the second half of the outage. */
-  heldLate: number;
+  /**
+   * The longest a run was seen holding a worker's slot (running, with a live lease) without a break during
+   * the outage, sampled every 500 ms: a run woken to try again holds one for a moment, one that waited
+   * the outage out in a worker would hold it throughout.
+   */
+  longestHoldMs: number;
   /** The most runs seen waiting (no lease, a wake time) during the outage. */
   waitingMost: number;
   /** Failures recorded on the runs' rows while the remote was down. */
@@ -116,15 +120,25 @@ export async function rideOutages(opts: OutageOptions): Promise<OutageReport> {
       );
       const runIds = Array.from({ length: phase.runs }, (_, k) => `out${i + 1}-${k}`);
       for (const runId of runIds) await client.start(support, { runId });
-      let heldLate = 0;
+      let longestHoldMs = 0;
       let waitingMost = 0;
+      // Since when each run has been seen holding a slot (and under which epoch: a new claim is a new hold).
+      const holding = new Map<string, { since: number; epoch: number }>();
       // Bounded by the outage's length.
       while (Date.now() - downAt < phase.downMs) {
         const rows = (await client.list({ limit: 1000 })).runs.filter((r) => runIds.includes(r.run_id));
-        const held = rows.filter((r) => r.status === "running" && r.heartbeat_at !== null).length;
-        const waiting = rows.filter((r) => r.status === "waiting" && r.wake_at !== null).length;
-        if (Date.now() - downAt > phase.downMs / 2) heldLate = Math.max(heldLate, held);
-        waitingMost = Math.max(waitingMost, waiting);
+        const now = Date.now();
+        for (const r of rows) {
+          const held = r.status === "running" && r.heartbeat_at !== null;
+          const was = holding.get(r.run_id);
+          if (!held) holding.delete(r.run_id);
+          else if (!was || was.epoch !== r.epoch) holding.set(r.run_id, { since: now, epoch: r.epoch });
+          else longestHoldMs = Math.max(longestHoldMs, now - was.since);
+        }
+        waitingMost = Math.max(
+          waitingMost,
+          rows.filter((r) => r.status === "waiting" && r.wake_at !== null).length,
+        );
         await new Promise((r) => setTimeout(r, 500));
       }
       let failuresRecorded = 0;
@@ -156,7 +170,7 @@ export async function rideOutages(opts: OutageOptions): Promise<OutageReport> {
       note(
         `phase ${i + 1}: ${JSON.stringify(statuses)} ${backToDoneMs} ms after the ${phase.remote} was back`,
       );
-      phases.push({ phase, runIds, heldLate, waitingMost, failuresRecorded, backToDoneMs, statuses });
+      phases.push({ phase, runIds, longestHoldMs, waitingMost, failuresRecorded, backToDoneMs, statuses });
     }
     const requestsByKey = shop.requestsByKey();
     const modelCalls: Record<string, number> = {};

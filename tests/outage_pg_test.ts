@@ -37,12 +37,17 @@ Deno.test({
           `${what}: each run met the outage (${p.failuresRecorded})`,
         );
         assert.ok(p.waitingMost > 0, `${what}: runs waited it out without a worker`);
-        assert.equal(p.heldLate, 0, `${what}: no run held a worker's slot in the second half of the outage`);
+        // A worker sleeps at most 2 s holding a slot (holdSlotMaxMs); one that waited the outage out in a
+        // worker would hold it for the whole 12 s.
+        assert.ok(
+          p.longestHoldMs < 6_000,
+          `${what}: a run held a slot ${p.longestHoldMs} ms without a break`,
+        );
         console.log(
           `${p.phase.remote} down ${
             p.phase.downMs / 1000
           } s: ${p.phase.runs} runs, ${p.failuresRecorded} failures ` +
-            `recorded, at most ${p.waitingMost} waiting and ${p.heldLate} holding a slot late in the outage, ` +
+            `recorded, at most ${p.waitingMost} waiting, no slot held longer than ${p.longestHoldMs} ms, ` +
             `all done ${p.backToDoneMs} ms after it was back`,
         );
       }
