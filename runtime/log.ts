@@ -71,6 +71,33 @@ export function arraySink(lines: string[]): LogSink {
 const BARE = /^[^\s"=\\\x00-\x1f\x7f]+$/;
 const bare = (text: string) => BARE.test(text) && displayText(text) === text;
 
+/** The most characters of one field's value a line holds: a tool's result of megabytes is not logged whole. */
+export const LOG_VALUE_CHARS_MAX = 8_192;
+
+/**
+ * `value`, or, when it (as text, or as JSON for an object) is longer than
+ * {@link LOG_VALUE_CHARS_MAX}, its first characters as a string saying how
+ * long it was: a line stays a line, and escaping it stays cheap, whatever a
+ * tool answered.
+ */
+export function clipped(value: unknown): unknown {
+  if (typeof value === "string") {
+    return value.length <= LOG_VALUE_CHARS_MAX ? value : clipText(value);
+  }
+  if (value === null || typeof value !== "object" || value instanceof Date) return value;
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch {
+    return value; // a cycle or a BigInt: formatValue says what it can
+  }
+  return json === undefined || json.length <= LOG_VALUE_CHARS_MAX ? value : clipText(json);
+}
+
+function clipText(text: string): string {
+  return `${text.slice(0, LOG_VALUE_CHARS_MAX)}... (${text.length} characters in all, cut)`;
+}
+
 /**
  * Formats one field value as a logfmt value: bare when it can be, otherwise
  * double-quoted with JSON escapes; objects and arrays as compact JSON, quoted.
@@ -176,7 +203,9 @@ export class Logger {
   write(level: LogLevel, event: string, fields: LogFields): void {
     if (SEVERITY[level] < this.#min) return;
     const ts = isoTimestamp(this.#clock.now());
-    const entries = Object.entries(fields).filter(([, v]) => v !== undefined);
+    const entries = Object.entries(fields).filter(([, v]) => v !== undefined).map((
+      [k, v],
+    ) => [k, clipped(v)]);
     let line: string;
     if (this.#format === "json") {
       // Escaped JSON text is still JSON, for the same values.

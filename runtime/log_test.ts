@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ManualClock } from "./clock.ts";
-import { arraySink, formatValue, Logger, secretForms } from "./log.ts";
+import { arraySink, formatValue, LOG_VALUE_CHARS_MAX, Logger, secretForms } from "./log.ts";
 
 const T0 = Date.UTC(2026, 10, 29, 12, 0, 0);
 
@@ -131,4 +131,20 @@ Deno.test("secretForms() gives the secret as written and escaped up to three tim
   assert.deepEqual(forms, [String.raw`a\\\\\\\"b`, String.raw`a\\\"b`, String.raw`a\"b`, 'a"b']);
   // Each is the one before it inside a JSON string.
   for (let i = forms.length - 1; i > 0; i--) assert.equal(JSON.stringify(forms[i]), `"${forms[i - 1]}"`);
+});
+
+Deno.test("a field longer than LOG_VALUE_CHARS_MAX is cut, saying how long it was, in text and in JSON", async (t) => {
+  const long = "x".repeat(LOG_VALUE_CHARS_MAX * 3);
+  for (const format of ["text", "json"] as const) {
+    await t.step(format, () => {
+      const lines: string[] = [];
+      const log = new Logger({ clock: new ManualClock(), sink: arraySink(lines), format });
+      log.info("confirmed", { result: long, args: { blob: long }, small: { a: 1 } });
+      assert.equal(lines.length, 1);
+      assert.ok(lines[0].length < LOG_VALUE_CHARS_MAX * 3, `${lines[0].length} characters`);
+      assert.match(lines[0], /\.\.\. \(24576 characters in all, cut\)/);
+      assert.match(lines[0], /\.\.\. \(24587 characters in all, cut\)/, "an object is cut as its JSON");
+      assert.match(lines[0], format === "text" ? /small="\{\\"a\\":1\}"/ : /"small":\{"a":1\}/);
+    });
+  }
 });
