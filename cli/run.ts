@@ -208,6 +208,8 @@ export async function main(
         run: request.runId,
         until: new Date(wakeAt),
         wait_ms: Math.max(0, new Date(wakeAt).getTime() - clock.now().getTime()),
+        // What for: a call's job, or a remote or model down (an outage ridden out).
+        reason: waiting?.error ?? undefined,
       });
       // Looked at every second: a child run's end (or a call settled from outside) brings the time forward.
       // Bounded by the wake time read each pass.

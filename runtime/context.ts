@@ -18,7 +18,6 @@ import {
   processDeps,
   type ProcessDepsOptions,
 } from "./deps.ts";
-import { retryDelayMs } from "./retry.ts";
 import type { Fence, JournalRow, SideEffectRow } from "./store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
 import type { ModelParams } from "./transcript.ts";
@@ -130,29 +129,3 @@ export function idempotencyKey(runId: string, seq: number): string {
   return `${runId}:${seq}`;
 }
 
-/**
- * Waits out the backoff after a transient failure of request `attempt` of
- * step `seq` (a model request, or the tool call `key`), logging `event` with
- * the wait and why: the server's `Retry-After` when it sent one
- * ({@link retryDelayMs}). Aborts with the worker.
- */
-export async function waitToRetry(
-  deps: Pick<WorkerDeps, "retry" | "random" | "log" | "clock">,
-  state: Pick<RunState, "fence" | "signal">,
-  event: "model-retry" | "retrying",
-  at: { seq: number; key?: string; attempt: number },
-  err: { code: string; message: string; retryAfterMs?: number },
-): Promise<void> {
-  const delay = retryDelayMs(deps.retry, at.attempt, deps.random, err.retryAfterMs);
-  deps.log.warn(event, {
-    run: state.fence.runId,
-    seq: at.seq,
-    key: at.key,
-    attempt: at.attempt,
-    code: err.code,
-    error: err.message,
-    delay_ms: delay,
-    retry_after_ms: err.retryAfterMs,
-  });
-  await deps.clock.sleep(delay, state.signal);
-}
