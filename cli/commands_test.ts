@@ -382,6 +382,55 @@ Deno.test("runs and inspect say what a waiting run waits for, and when its call 
   });
 });
 
+Deno.test("runs and inspect say what a run waiting out an outage waits for, since when and until when", async () => {
+  await withStore(async (ctx, out) => {
+    const store = ctx.client.store;
+    const now = clock.now();
+    const later = new Date(now.getTime() + 45_000);
+    await store.createRun({ runId: "out-1", agent: "provision", goal: "goal" }, now);
+    const f = { runId: "out-1", epoch: (await claim(store, "out-1", 0, "w1", now))! };
+    await writeDecision(store, f, 0, {
+      decision: { tool: "create_server", args: { name: "s0" } },
+      usage: null,
+    }, now);
+    const sent = await store.effectIntentRow(
+      f,
+      { key: "out-1:0", seq: 0, tool: "create_server", args: {} },
+      now,
+    );
+    await store.effectFailure(f, sent, {
+      error: "TOOL_NETWORK: POST /v1/servers got no answer",
+      retryAt: later,
+    }, now);
+    const reason = `Waiting until ${later.toISOString()}: out-1:0 (create_server) failed 1 time since ` +
+      `${now.toISOString()} (last: TOOL_NETWORK: POST /v1/servers got no answer), sent again under its key at ` +
+      later.toISOString();
+    assert.equal(
+      await store.waitRun(f, later, now, reason),
+      true,
+      "a call due again wakes the run, as a job does",
+    );
+    await runs(ctx, { search: "out-" });
+    assert.deepEqual(out.find((l) => l.startsWith("out-1"))!.split(/\s{2,}/).slice(0, 3), [
+      "out-1",
+      "provision",
+      `waiting until ${later.toISOString()}`,
+    ]);
+    assert.ok(out.includes(`out-1: ${reason}`), out.join("\n"));
+    out.length = 0;
+    await inspect(ctx, "out-1");
+    const text = out.join("\n");
+    assert.match(text, new RegExp(`^ {2}error: Waiting until ${later.toISOString()}: out-1:0`, "m"));
+    assert.match(
+      text,
+      new RegExp(
+        `tool {6}intent {2}create_server {2}key=out-1:0 .*check_at=${later.toISOString()} {2}failures=1 {2}failing_since=${now.toISOString()}`,
+      ),
+    );
+    assert.match(text, /!! failed 1 time as in an outage: sent again under its key at /);
+  });
+});
+
 Deno.test("settle confirms or fails a waiting call from outside, records who, and wakes its run", async () => {
   await withStore(async (ctx, out) => {
     const store = ctx.client.store;

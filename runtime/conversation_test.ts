@@ -50,7 +50,12 @@ function notingModel(): { planner: Planner; asked: DecideRequest[] } {
 }
 
 async function world(
-  opts: { idleMs?: number; history?: HistoryHook; onNote?: (text: string) => Promise<void> } = {},
+  opts: {
+    idleMs?: number;
+    history?: HistoryHook;
+    onNote?: (text: string) => Promise<void>;
+    retry?: { horizonMs: number };
+  } = {},
 ) {
   const clock = new ManualClock();
   const store = new Store(await openPglite());
@@ -78,7 +83,9 @@ async function world(
   const deps = (owner: string) =>
     workerFor(
       processDeps({ store, clock, log, owner, random: () => 0.5 }),
-      agentDeps({ agent, planner: model.planner, tools: new ToolRegistry([note]) } as never),
+      agentDeps({ agent, planner: model.planner, tools: new ToolRegistry([note]) } as never, {
+        retry: opts.retry,
+      }),
     );
   const client = new Client(store, clock);
   return {
@@ -333,4 +340,44 @@ Deno.test("a summary the history hook remembers is bought once: another worker r
   ]);
   // What is stored stays complete.
   assert.deepEqual((await w.client.answers("s1")).map((t) => t.text), ["one", "two", "three"]);
+});
+
+Deno.test("a conversation that fails keeps its history: its error and a send both say to reopen it, and a reopen goes on", async () => {
+  let down = true;
+  await using w = await world({
+    retry: { horizonMs: 0 },
+    onNote: (text) =>
+      down && text === "second" ? Promise.reject(new TypeError("fetch failed")) : Promise.resolve(),
+  });
+  await w.client.start(w.agent, { runId: "cf", input: "first" });
+  assert.equal((await runWorker(w.deps("w1"), "cf")).status, "waiting");
+  await w.client.send("cf", "second", { messageId: "m1" });
+  const failed = await runWorker(w.deps("w2"), "cf");
+  assert.equal(failed.status, "failed");
+  assert.match(
+    failed.error ?? "",
+    /^TOOL_GAVE_UP: .*\. The conversation keeps its history: 'deno task reopen cf' takes it up again$/,
+  );
+  await assert.rejects(w.client.send("cf", "third", { messageId: "m2" }), (err: ClientError) => {
+    assert.equal(err.code, "CONVERSATION_ENDED");
+    assert.match(
+      err.message,
+      /it is failed \(TOOL_GAVE_UP: .*\); 'deno task reopen cf' \(client\.reopen\) takes it up again with its history, then send again$/,
+    );
+    return true;
+  });
+  down = false;
+  await w.client.reopen("cf");
+  const resumed = await runWorker(w.deps("w3"), "cf");
+  assert.equal(resumed.status, "waiting");
+  assert.equal(
+    resumed.output,
+    "answered: second",
+    "the message being answered when it failed is answered now",
+  );
+  assert.deepEqual(
+    w.notes,
+    ["first", "second", "second"],
+    "the note was sent again under its key, once more",
+  );
 });
