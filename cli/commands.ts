@@ -427,7 +427,12 @@ function waitFields(e: SideEffectRow): string {
 export function gaps(j: JournalRow | undefined, e: SideEffectRow | undefined, decided: boolean): string[] {
   const out: string[] = [];
   if (!decided && e) out.push("a tool call without a recorded decision");
-  if (j?.status === "intent") {
+  if (j?.status === "intent" && j.failures > 0) {
+    out.push(
+      `the model's requests failed ${j.failures} time${j.failures === 1 ? "" : "s"} as in an outage since ` +
+        `${iso(j.failing_since)}: asked again when the run wakes, until its retry horizon`,
+    );
+  } else if (j?.status === "intent") {
     out.push("the model was asked and no answer was recorded: the step is decided again on resume");
   }
   if (decided && !e) {

@@ -43,12 +43,14 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
   --replay X         replay one printed schedule, with its transcript
   --faults LIST      only these fault families, comma-separated: kill, stall, cloud, model,
                      budget (a token ceiling on about half the schedules, with usage faults),
-                     approval (a person's acts; the demo's create_database needs approval)
+                     approval (a person's acts; the demo's create_database needs approval),
+                     outage (the model or the cloud refusing connections for 1 to 30 minutes, on
+                     about a third of the schedules)
   --max-faults N     faults a schedule may hold (default 4)
   --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
                      3: the demo is one step of three calls)
   --target NAME      the agent fuzzed: demo (default), jobs (calls that wait on their remote), team
-                     (a parent with two child agents; default faults kill,stall,cloud,model) or mcp
+                     (a parent with two child agents; default faults kill,stall,cloud,model,outage) or mcp
                      (the demo's tools through an MCP server)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
@@ -142,9 +144,10 @@ export async function main(args: string[]): Promise<number> {
     maxFaults: Number(values["max-faults"]),
     parallel: parallel.map(Number),
     // A budget on the family is the family test's (harness/family_test.ts); the team's schedules draw none.
-    faults: (values.faults?.split(",") ?? (team ? ["kill", "stall", "cloud", "model"] : undefined)) as
-      | FaultFamily[]
-      | undefined,
+    faults:
+      (values.faults?.split(",") ?? (team ? ["kill", "stall", "cloud", "model", "outage"] : undefined)) as
+        | FaultFamily[]
+        | undefined,
     defects,
     keepGoing: values["keep-going"],
     groupCommitMs,

@@ -128,4 +128,3 @@ export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
 export function idempotencyKey(runId: string, seq: number): string {
   return `${runId}:${seq}`;
 }
-

@@ -2,11 +2,13 @@
  * One tool call, made durable: validate the arguments, commit the intent row,
  * send the request under the idempotency key `<run_id>:<seq>`, commit the
  * confirm with the result and whether the remote created something or
- * recognised the key. Transient failures are re-sent under the same key with
- * backoff, each attempt counted before it goes out, at most the tool's
- * `maxAttempts` across restarts; a tool that cannot take a key is never
- * re-sent after an unknown outcome unless its `reconcile` says the call did
- * not happen: it is flagged for a human.
+ * recognised the key. A failure an outage explains is recorded on the row
+ * and re-sent under the same key after a backoff, until the retry horizon
+ * from its first failure (the run let go between tries longer than a
+ * moment); requests whose outcome no worker lived to record are bounded by
+ * the tool's `maxAttempts`, across restarts. A tool that cannot take a key
+ * is never re-sent after an unknown outcome unless its `reconcile` says the
+ * call did not happen: it is flagged for a human.
  *
  * @module
  */

@@ -252,8 +252,9 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
             failure.failures === 1 ? "" : "s"
           } since ${failure.failing_since?.toISOString()} (last: ${e.code}: ${e.message}); asked again at ${next.at.toISOString()}, ` +
           `given up at ${next.givesUpAt.toISOString()}`;
-        await store.retryRun(state.fence, next.at, reason, now);
-        throw new RetryingError(next.at, reason);
+        const waiting = new RetryingError(next.at, reason);
+        await store.retryRun(state.fence, next.at, waiting.message, now);
+        throw waiting;
       } finally {
         timeout.cancel();
         // Every piece is sent before the answer is journaled: a watcher sees the text, then the answer.
