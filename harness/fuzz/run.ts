@@ -800,8 +800,11 @@ export async function runSchedule(
   };
 }
 
-/** The most incarnations one schedule of a family starts: a few per run. */
-const MAX_FAMILY_INCARNATIONS = 48;
+/**
+ * The most incarnations one schedule of a family starts: a few per run, and, for a run riding out an outage
+ * of up to half an hour (the `outage` family), one per wake-up, some 35 a run.
+ */
+const MAX_FAMILY_INCARNATIONS = 200;
 
 /** Statuses a worker may take a run in (a `running` one's worker may have died). */
 const TAKEABLE: ReadonlySet<string> = new Set(["pending", "running"]);
