@@ -103,7 +103,7 @@ export async function rideOutages(opts: OutageOptions): Promise<OutageReport> {
       ...opts.env,
     });
     await until(
-      async () => sup!.events("worker-started").length > 0,
+      () => Promise.resolve(sup!.events("worker-started").length > 0),
       "the supervisor's first worker",
       60_000,
     );

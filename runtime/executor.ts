@@ -542,7 +542,7 @@ async function sendCall(
   state: RunState,
   call: PreparedCall,
 ): Promise<Ended<SideEffectRow>> {
-  const { log, store, clock, crash } = deps;
+  const { log, clock, crash } = deps;
   const runId = state.fence.runId;
   const { key, seq, tool } = call;
   let row = state.effects.get(seq);
