@@ -53,9 +53,19 @@ import { callsOf } from "../runtime/calls.ts";
 import { SystemClock } from "../runtime/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
 import { displayText, hiddenIn } from "../runtime/display.ts";
-import { ConfigError, describeError, hasCode, ownCode, RuntimeError, StoreError } from "../runtime/errors.ts";
+import {
+  ConfigError,
+  describeError,
+  hasCode,
+  isDatabaseAway,
+  ownCode,
+  RuntimeError,
+  StoreError,
+} from "../runtime/errors.ts";
+import { EXIT_CODES } from "../runtime/exit_codes.ts";
 import { formatValue } from "../runtime/log.ts";
 import { openStore } from "../runtime/store/open.ts";
+import type { Store } from "../runtime/store/store.ts";
 import {
   type ApprovalRow,
   isRunStatus,
@@ -69,6 +79,7 @@ import type { Json } from "../runtime/tools.ts";
 import { parseModelParams } from "../runtime/model_params.ts";
 import type { ModelParams } from "../runtime/transcript.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
+import { DATABASE_BACKOFF, waitAtStart } from "./start_wait.ts";
 import { watchCommand } from "./watch.ts";
 
 export type { Resolution };
@@ -632,6 +643,37 @@ async function watch(
 }
 
 /**
+ * Opens the store, waiting out a PostgreSQL that is away (`DATABASE_BACKOFF`:
+ * 1 s doubling to 10 s) until it answers or Ctrl-C; each try is one line on
+ * stderr, worded as `watch` words an outage met later.
+ */
+async function openWaiting(open: () => Promise<Store>, clock: SystemClock): Promise<Store> {
+  const stop = new AbortController();
+  const onSignal = () =>
+    stop.abort(new StoreError("DB_UNREACHABLE", "Stopped (Ctrl-C) while waiting for the database"));
+  Deno.addSignalListener("SIGINT", onSignal);
+  try {
+    const opened = await waitAtStart({
+      attempt: open,
+      isAway: (err) => isDatabaseAway(err) && err.code === "DB_UNREACHABLE",
+      onAway: ({ error, retryMs }) =>
+        console.error(
+          `unreachable  the database could not be read (${
+            (error as StoreError).message
+          }); trying again in ${retryMs} ms`,
+        ),
+      clock,
+      backoff: DATABASE_BACKOFF,
+      signal: stop.signal,
+      discard: (late) => late.client.close(),
+    });
+    return opened.value;
+  } finally {
+    Deno.removeSignalListener("SIGINT", onSignal);
+  }
+}
+
+/**
  * Turns a client's refusal into a command error: exit 1, or 2 (as a bad flag)
  * for a refusal of what was given (an id, an input, a filter: REFUSED_INPUT_CODES).
  */
@@ -1035,12 +1077,19 @@ export async function main(
   const databaseUrl = v["database-url"] ?? (env.DATABASE_URL || undefined);
   const dataDir = v["data-dir"] ?? (env.DATA_DIR || ".data");
   let client: Client;
+  const clock = new SystemClock();
+  const open = () => openStore({ databaseUrl, dataDir });
   try {
-    client = new Client(await openStore({ databaseUrl, dataDir }), new SystemClock());
+    // `watch` follows a run across a database that goes away (client.stream); one started while it is away waits
+    // for it the same way, saying so on stderr. The other commands answer at once: exit 7, run it again later.
+    client = new Client(
+      command === "watch" && databaseUrl ? await openWaiting(open, clock) : await open(),
+      clock,
+    );
   } catch (err) {
     if (err instanceof StoreError) {
       console.error(`${err.code}: ${err.message}`);
-      return 2;
+      return isDatabaseAway(err) ? EXIT_CODES.databaseAway : EXIT_CODES.settings;
     }
     throw err;
   }

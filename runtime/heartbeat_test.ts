@@ -3,6 +3,7 @@ import { MockCloud } from "../mock/cloud.ts";
 import demoAgent from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
+import { until } from "../harness/procs.ts";
 import { pgTest } from "../tests/_pg.ts";
 import { SystemClock } from "./clock.ts";
 import { type WorkerDeps, workerFor } from "./context.ts";
@@ -25,7 +26,15 @@ class FlakyHeartbeatStore extends Store {
   }
 }
 
-async function deps(store: Store, lines: string[]): Promise<{ deps: WorkerDeps; cloud: MockCloud }> {
+/**
+ * A worker on `store` whose first tool call hangs. Its lease is `leaseMs`: short where the test is about the
+ * lease going, long enough elsewhere that a busy machine's pauses cannot take it.
+ */
+async function deps(
+  store: Store,
+  lines: string[],
+  leaseMs: number,
+): Promise<{ deps: WorkerDeps; cloud: MockCloud }> {
   const clock = new SystemClock();
   const log = new Logger({ clock, sink: arraySink(lines) });
   const model = await MockModel.open({});
@@ -35,7 +44,7 @@ async function deps(store: Store, lines: string[]): Promise<{ deps: WorkerDeps; 
   return {
     cloud,
     deps: workerFor(
-      processDeps({ store, clock, log, owner: "w1", heartbeatMs: 20, leaseMs: 200, random: () => 0.5 }),
+      processDeps({ store, clock, log, owner: "w1", heartbeatMs: 20, leaseMs, random: () => 0.5 }),
       agentDeps({
         agent: demoAgent,
         planner: new OpenAIPlanner({ url: "http://mock.in-process/v1", model: "m", fetch: model.handler }),
@@ -47,12 +56,15 @@ async function deps(store: Store, lines: string[]): Promise<{ deps: WorkerDeps; 
 
 pgTest("a worker whose run is cancelled stops at its next heartbeat, mid tool call", async (pg) => {
   const lines: string[] = [];
-  const { deps: d, cloud } = await deps(pg.store, lines);
+  const { deps: d, cloud } = await deps(pg.store, lines, 30_000);
   const worker = runWorker(d, "hb-cancel", "goal");
   // Bounded: the worker reaches the hanging call within a few round trips.
-  for (let i = 0; i < 500 && !lines.some((l) => l.includes("calling")); i++) {
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  await until(
+    () => Promise.resolve(lines.some((l) => l.includes("calling"))),
+    "the worker's tool call",
+    60_000,
+    10,
+  );
   assert.ok(await pg.store.cancelRun("hb-cancel", "cancelled by test", new Date()));
   const outcome = await worker;
   cloud.releaseHung();
@@ -67,11 +79,14 @@ pgTest("a worker whose run is cancelled stops at its next heartbeat, mid tool ca
 pgTest("a worker that cannot heartbeat for longer than the lease stops acting on the run", async (pg) => {
   const store = new FlakyHeartbeatStore(pg.store.client);
   const lines: string[] = [];
-  const { deps: d, cloud } = await deps(store, lines);
+  const { deps: d, cloud } = await deps(store, lines, 200);
   const worker = runWorker(d, "hb-lost", "goal");
-  for (let i = 0; i < 500 && !lines.some((l) => l.includes("calling")); i++) {
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  await until(
+    () => Promise.resolve(lines.some((l) => l.includes("calling"))),
+    "the worker's tool call",
+    60_000,
+    10,
+  );
   store.heartbeatDown = true;
   const outcome = await worker;
   cloud.releaseHung();

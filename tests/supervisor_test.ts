@@ -150,6 +150,16 @@ Deno.test({
     }),
 });
 
+/** What the unfinished runs and the supervisors were doing: for a timeout's message. */
+async function unfinished(store: Store, sups: Proc[]): Promise<string> {
+  const rows = (await store.listRuns({ limit: 1000 })).runs.filter((r) => r.status !== "done");
+  const runs = rows.map((r) => JSON.stringify(r)).join("\n");
+  const logs = sups.map((p, i) => `supervisor ${i}, last lines:\n${p.lines.slice(-60).join("\n")}`).join(
+    "\n",
+  );
+  return `unfinished runs:\n${runs}\n${logs}`;
+}
+
 /**
  * Two supervisors on one database, 30 runs, about a third of the worker processes SIGKILLed at random moments;
  * `extra` goes to both supervisors (and so to their workers): group commit, say.
@@ -170,8 +180,10 @@ function twoSupervisors(extra: Record<string, string>): Promise<void> {
       ...env,
       WORKERS: "2",
       RUNS_PER_WORKER: "5",
-      LEASE_S: "2",
-      HEARTBEAT_S: "0.3",
+      // A killed worker's runs are released when it exits, whatever the lease; a lease long beside a busy
+      // machine's pauses keeps the supervisors from judging a slow live worker frozen and killing it too.
+      LEASE_S: "6",
+      HEARTBEAT_S: "0.5",
       ...extra,
     };
     const sups = [
@@ -207,7 +219,11 @@ function twoSupervisors(extra: Record<string, string>): Promise<void> {
       await Promise.all(timers);
     })();
     try {
-      await until(() => allDone(pg.store, 30), `all 30 runs to finish (seed=${seed})`, 180_000);
+      try {
+        await until(() => allDone(pg.store, 30), `all 30 runs to finish (seed=${seed})`, 180_000);
+      } catch (err) {
+        throw new Error(`${(err as Error).message}\n${await unfinished(pg.store, sups)}`);
+      }
       stopKiller.abort();
       await killer;
       assert.deepEqual(await Promise.all(sups.map(stopSupervisor)), [0, 0]);

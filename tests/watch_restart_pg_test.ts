@@ -20,6 +20,7 @@ import type { Planner } from "../runtime/planner.ts";
 import type { StreamEvent } from "../runtime/stream.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { pgBinDir, removeStalePgServers, startPgServer } from "../harness/pg_server.ts";
+import { until } from "../harness/procs.ts";
 
 const NAME =
   "a watcher and deno task watch ride out a PostgreSQL restart mid-answer and end with the run's answer";
@@ -95,6 +96,7 @@ Deno.test({
     const workerClient = await connect({ databaseUrl: server.url, poolSize: 2 });
     const watchClient = await connect({ databaseUrl: server.url, poolSize: 2 });
     let cli: Deno.ChildProcess | undefined;
+    let printed: Promise<{ code: number }> | undefined;
     try {
       await workerClient.store.migrate();
       const model = slowTalker();
@@ -125,7 +127,16 @@ Deno.test({
         stdout: "piped",
         stderr: "piped",
       }).spawn();
-      const printed = cli.output();
+      // Its output as it comes: the outage must fall after it is following the run, not before it connects.
+      let stdout = "";
+      let stderr = "";
+      const decode = (stream: ReadableStream<Uint8Array>, onText: (t: string) => void) =>
+        stream.pipeThrough(new TextDecoderStream()).pipeTo(new WritableStream({ write: onText }));
+      printed = Promise.all([
+        cli.status,
+        decode(cli.stdout, (t) => stdout += t),
+        decode(cli.stderr, (t) => stderr += t),
+      ]).then(([status]) => ({ code: status.code }));
       const worker = await workerClient.startWorker([agent], {
         pollMs: 50,
         streamDeltas: true,
@@ -136,6 +147,12 @@ Deno.test({
       try {
         await model.startedStep0;
         await sleep(1_000);
+        await until(
+          () => Promise.resolve(stdout.includes("piece")),
+          "deno task watch to print the answer as it comes",
+          60_000,
+          20,
+        );
         // Every connection cut at once, and nobody home for 3 s.
         await pgCtl(server.dir, ["-m", "immediate", "-w", "stop"]);
         await sleep(3_000);
@@ -143,7 +160,7 @@ Deno.test({
         await watching;
         const out = await printed;
         cli = undefined;
-        const text = new TextDecoder().decode(out.stdout);
+        const text = stdout;
         const run = await watchClient.get(runId);
         assert.equal(run?.status, "done", JSON.stringify(run));
 
@@ -172,7 +189,7 @@ Deno.test({
         );
 
         // deno task watch: the same story in lines, and exit 0.
-        assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+        assert.equal(out.code, 0, stderr);
         assert.match(text, /^unreachable {2}the database could not be read \(.*\); trying again in \d+ ms$/m);
         assert.match(text, /^result {2}seq=0 {2}confirmed /m);
         assert.match(text, new RegExp(`^answer  seq=1  "${run?.output}"$`, "m"));
@@ -190,10 +207,105 @@ Deno.test({
     } finally {
       if (cli) {
         cli.kill("SIGKILL");
-        await cli.status;
+        await printed;
       }
       await watchClient.close();
       await workerClient.close();
+      await server.close();
+    }
+  },
+});
+
+const NAME_AWAY_AT_START =
+  "deno task watch started while PostgreSQL is away waits for it and follows the run; inspect exits 7 (away), not 2";
+
+/** `cli/main.ts ARGS` as a process of its own, its output gathered as it comes. */
+function command(args: string[]): { proc: Deno.ChildProcess; out: () => string; done: Promise<number> } {
+  const proc = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "--unstable-no-legacy-abort",
+      new URL("../cli/main.ts", import.meta.url).pathname,
+      ...args,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let text = "";
+  const gather = (stream: ReadableStream<Uint8Array>) =>
+    stream.pipeThrough(new TextDecoderStream()).pipeTo(
+      new WritableStream({ write: (t) => void (text += t) }),
+    );
+  const done = Promise.all([proc.status, gather(proc.stdout), gather(proc.stderr)]).then(([s]) => s.code);
+  return { proc, out: () => text, done };
+}
+
+Deno.test({
+  name: NAME_AWAY_AT_START,
+  ignore: SKIP !== undefined,
+  async fn() {
+    await removeStalePgServers();
+    const server = await startPgServer({ listen: "127.0.0.1", trustCidr: "127.0.0.1/32" });
+    let watch: ReturnType<typeof command> | undefined;
+    try {
+      const client = await connect({ databaseUrl: server.url, poolSize: 2 });
+      try {
+        await client.store.migrate();
+        const agent = defineAgent({
+          name: "quick",
+          tools: [],
+          model: { describe: "quick", decide: () => Promise.resolve({ kind: "done", text: "all well" }) },
+        });
+        await client.start(agent, { runId: "early", input: "hi" });
+        const worker = await client.startWorker([agent], {
+          pollMs: 50,
+          log: new Logger({ clock: client.clock, sink: discardSink }),
+        });
+        try {
+          await until(
+            async () => (await client.get("early"))?.status === "done",
+            "the run to end",
+            60_000,
+            50,
+          );
+        } finally {
+          await worker.stop();
+        }
+      } finally {
+        await client.close();
+      }
+      await pgCtl(server.dir, ["-m", "fast", "-w", "stop"]);
+
+      // A one-shot command answers at once: the database is away, which is no settings error.
+      const inspect = command(["inspect", "early", "--database-url", server.url]);
+      assert.equal(await inspect.done, 7, inspect.out());
+      assert.match(inspect.out(), /^DB_UNREACHABLE: /m);
+
+      // watch waits, saying so, and follows the run once the server is back.
+      watch = command(["watch", "early", "--database-url", server.url]);
+      await until(
+        () =>
+          Promise.resolve(
+            /^unreachable {2}the database could not be read \(.*\); trying again in \d+ ms$/m.test(
+              watch!.out(),
+            ),
+          ),
+        "deno task watch to say the database is away",
+        60_000,
+        50,
+      );
+      // restart: pg_ctl starts it with the options it was started with (postmaster.opts), the port among them.
+      await pgCtl(server.dir, ["-w", "restart"]);
+      assert.equal(await watch.done, 0, watch.out());
+      assert.match(watch.out(), /^answer {2}seq=0 {2}"all well"$/m);
+      assert.match(watch.out(), /^status {2}done {2}epoch=1$/m);
+      watch = undefined;
+    } finally {
+      if (watch) {
+        watch.proc.kill("SIGKILL");
+        await watch.done;
+      }
       await server.close();
     }
   },
