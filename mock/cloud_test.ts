@@ -432,7 +432,8 @@ Deno.test("hang_after_act_next does the work, then never answers until the calle
   cloud.setFaults({ hang_after_act_next: 1 });
   const pending = cloud.handler(post("/v1/servers", { name: "a" }, "s"));
   // Let the request reach its hang (the resource exists) before releasing it.
-  for (let i = 0; i < 100 && cloud.created("s").length === 0; i++) await new Promise((r) => setTimeout(r, 1));
+  const deadline = Date.now() + 10_000;
+  while (cloud.created("s").length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1));
   cloud.releaseHung();
   await assert.rejects(pending, (err: unknown) => err instanceof DOMException && err.name === "AbortError");
   assert.equal(cloud.created("s").length, 1);

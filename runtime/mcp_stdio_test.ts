@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import type { TopLevel } from "./mcp_limit.ts";
 import { McpStdioTransport, MessageLines, StdioClosedError } from "./mcp_stdio.ts";
+import { until } from "../harness/procs.ts";
 
 const encode = (s: string) => new TextEncoder().encode(s);
 const decode = (b: Uint8Array) => new TextDecoder().decode(b);
@@ -80,7 +81,7 @@ Deno.test("McpStdioTransport speaks one JSON-RPC message a line, and close() end
   await s.transport.start();
   await s.transport.send({ jsonrpc: "2.0", id: 1, method: "ping" });
   await s.transport.send({ jsonrpc: "2.0", method: "notifications/initialized" });
-  for (let i = 0; i < 500 && s.received.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+  await until(() => Promise.resolve(s.received.length >= 2), "the server's two messages", 60_000, 10);
   assert.deepEqual(s.received, [
     { jsonrpc: "2.0", id: 1, method: "ping" },
     { jsonrpc: "2.0", method: "notifications/initialized" },
@@ -97,7 +98,7 @@ Deno.test("McpStdioTransport refuses a message past its limit and answers its re
   const big = { jsonrpc: "2.0" as const, id: 7, result: { text: "x".repeat(5_000) } };
   await s.transport.send(big);
   await s.transport.send({ jsonrpc: "2.0", id: 8, result: {} });
-  for (let i = 0; i < 500 && s.received.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+  await until(() => Promise.resolve(s.received.length >= 2), "the server's two messages", 60_000, 10);
   const [refusal, next] = s.received as { id: number; error?: { code: number; message: string } }[];
   assert.equal(refusal.id, 7);
   assert.match(
@@ -111,7 +112,7 @@ Deno.test("McpStdioTransport refuses a message past its limit and answers its re
 Deno.test("McpStdioTransport: a server that exits is a closed connection, and a request after it was not written (StdioClosedError)", async () => {
   const s = evalServer("Deno.exit(3)");
   await s.transport.start();
-  for (let i = 0; i < 500 && s.closed() === 0; i++) await new Promise((r) => setTimeout(r, 10));
+  await until(() => Promise.resolve(s.closed() > 0), "the connection to close", 60_000, 10);
   assert.equal(s.closed(), 1);
   await assert.rejects(s.transport.send({ jsonrpc: "2.0", id: 1, method: "ping" }), StdioClosedError);
   await s.transport.close();

@@ -62,8 +62,10 @@ Deno.test("three calls of one step run at once, bounded by toolConcurrency, each
       started.push(ctx.idempotencyKey);
       inFlight++;
       most = Math.max(most, inFlight);
-      // Holds the call until the others of the step have started (or could not: the bound).
-      for (let i = 0; i < 20 && inFlight < 2; i++) await new Promise((r) => setTimeout(r, 1));
+      // Holds the call until another of the step has started (or could not: the bound, long beside a busy
+      // machine's pauses, so only a concurrency of one ends it).
+      const deadline = Date.now() + 10_000;
+      while (inFlight < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1));
       inFlight--;
       return { result: args.text };
     },

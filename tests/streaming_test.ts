@@ -507,7 +507,8 @@ Deno.test("deno task watch ends when a conversation waits for its next message, 
     // Bounded by the watcher: it tells the run's status once it has read it.
     while (!lines.some((l) => l.startsWith("status  waiting"))) await new Promise((r) => setTimeout(r, 10));
     // Bounded: it ends by itself right after that line, or never (then Ctrl-C, below, ends it).
-    for (let i = 0; i < 100 && returned === undefined; i++) await new Promise((r) => setTimeout(r, 20));
+    const deadline = Date.now() + 30_000;
+    while (returned === undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     const endedByItself = returned;
     stop.abort();
     await watching;
