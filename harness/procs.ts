@@ -224,6 +224,20 @@ export function alive(pid: number): boolean {
   }
 }
 
+/**
+ * Runs `cli/main.ts ARGS` with `env` added to this process's environment, to
+ * its end: its exit code, and its output lines (stdout and stderr
+ * interleaved as they arrived), also joined as one text.
+ */
+export async function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; out: string; lines: string[] }> {
+  const proc = new Proc("cli/main.ts", env, { args });
+  const code = await proc.status;
+  return { code, out: proc.lines.join("\n"), lines: proc.lines };
+}
+
 /** Polls `check` every `everyMs` until it returns true; throws `what` after `timeoutMs`. */
 export async function until(
   check: () => Promise<boolean>,

@@ -18,7 +18,7 @@ import { openPostgres } from "../runtime/store/postgres.ts";
 import { type AnsweredApproval, type ApprovalRow, Store } from "../runtime/store/store.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { pgTest } from "./_pg.ts";
-import { Proc, startSupervisor, until } from "../harness/procs.ts";
+import { runCli, startSupervisor, until } from "../harness/procs.ts";
 
 const TOOLS_TS = new URL("../examples/provision/tools.ts", import.meta.url).href;
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;
@@ -37,12 +37,6 @@ export default defineAgent({
     ),
 });
 `;
-
-async function command(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const proc = new Proc("cli/main.ts", env, { args });
-  const code = await proc.status;
-  return { code, out: proc.lines.join("\n") };
-}
 
 /** The guarded agent in a temp folder, the mocks, and the settings a process needs for them. */
 async function withGuarded(
@@ -82,10 +76,10 @@ pgTest(
         }, "both runs to wait for approval");
         assert.equal(mocks.cloud.created().length, 0, "nothing sent before a person said yes");
 
-        const approve = await command(["approve", "gate-a:0", "--by", "alice"], env);
+        const approve = await runCli(["approve", "gate-a:0", "--by", "alice"], env);
         assert.equal(approve.code, 0, approve.out);
         assert.match(approve.out, /^approved {2}key=gate-a:0 {2}tool=create_server .*by=alice/m);
-        const deny = await command(["deny", "gate-b:0", "--reason", "not this week", "--by", "bob"], env);
+        const deny = await runCli(["deny", "gate-b:0", "--reason", "not this week", "--by", "bob"], env);
         assert.equal(deny.code, 0, deny.out);
         await until(async () => {
           const { runs } = await pg.store.listRuns({ status: "done", limit: 10 });
@@ -102,7 +96,7 @@ pgTest(
         assert.equal(effects[0].status, "failed");
         assert.equal(effects[0].error, "denied by bob: not this week");
         assert.equal(effects[0].attempts, 0);
-        const again = await command(["approve", "gate-a:0"], env);
+        const again = await runCli(["approve", "gate-a:0"], env);
         assert.equal(again.code, 1);
         assert.match(again.out, /NOT_PENDING/);
       } finally {
@@ -117,12 +111,12 @@ pgTest(
     withGuarded(pg, async (env, mocks) => {
       for (const point of ["before_intent", "after_call"]) {
         const runId = `crash-${point.replace("_", "-")}`;
-        const asked = await command(["run"], { ...env, RUN_ID: runId });
+        const asked = await runCli(["run"], { ...env, RUN_ID: runId });
         assert.equal(asked.code, 4, asked.out); // waiting: a person must act
-        assert.equal((await command(["approve", `${runId}:0`, "--by", "alice"], env)).code, 0);
-        const killed = await command(["run"], { ...env, RUN_ID: runId, CRASH_AT: point, CRASH_SEQ: "0" });
+        assert.equal((await runCli(["approve", `${runId}:0`, "--by", "alice"], env)).code, 0);
+        const killed = await runCli(["run"], { ...env, RUN_ID: runId, CRASH_AT: point, CRASH_SEQ: "0" });
         assert.equal(killed.code, 137, killed.out);
-        const resumed = await command(["run"], { ...env, RUN_ID: runId });
+        const resumed = await runCli(["run"], { ...env, RUN_ID: runId });
         assert.equal(resumed.code, 0, resumed.out);
         const keys = mocks.cloud.created().map((c) => c.key).filter((k) => k.startsWith(`${runId}:`)).sort();
         assert.deepEqual(keys, [`${runId}:0`, `${runId}:1`, `${runId}:2`], `${point}: one effect per key`);
@@ -144,7 +138,7 @@ pgTest(
        values ('other-args:0', 'other-args', 0, 'create_server', '{"name":"srv-9","spec":"large"}', 'not-these',
                'approved', now(), 'alice', now(), 0)`,
       );
-      const run = await command(["run"], { ...env, RUN_ID: "other-args" });
+      const run = await runCli(["run"], { ...env, RUN_ID: "other-args" });
       assert.equal(run.code, 4, run.out);
       assert.match(run.out, /event=waiting-for-approval run=other-args .*asked_before="for other arguments"/);
       const request = await pg.store.getApproval("other-args:0");
@@ -158,11 +152,11 @@ pgTest(
   "with real processes, a cancelled run's call is refused with RUN_CLOSED and kept, and approve prints the run's real status",
   (pg) =>
     withGuarded(pg, async (env, mocks) => {
-      const asked = await command(["run"], { ...env, RUN_ID: "closed-1" });
+      const asked = await runCli(["run"], { ...env, RUN_ID: "closed-1" });
       assert.equal(asked.code, 4, asked.out);
-      assert.equal((await command(["cancel", "closed-1"], env)).code, 0);
+      assert.equal((await runCli(["cancel", "closed-1"], env)).code, 0);
       for (const args of [["approve", "closed-1:0"], ["deny", "closed-1:0", "--reason", "no"]]) {
-        const refused = await command(args, env);
+        const refused = await runCli(args, env);
         assert.equal(refused.code, 1, refused.out);
         assert.match(
           refused.out,
@@ -173,17 +167,17 @@ pgTest(
       assert.equal((await pg.store.getApproval("closed-1:0"))?.status, "pending", "the request is kept");
 
       // Reopened, the run asks again instead of sending the call nobody approved while it was open.
-      assert.equal((await command(["reopen", "closed-1"], env)).code, 0);
-      const again = await command(["run"], { ...env, RUN_ID: "closed-1" });
+      assert.equal((await runCli(["reopen", "closed-1"], env)).code, 0);
+      const again = await runCli(["run"], { ...env, RUN_ID: "closed-1" });
       assert.equal(again.code, 4, again.out);
       assert.equal(mocks.cloud.created().length, 0, "nothing was sent");
-      const approve = await command(["approve", "closed-1:0", "--by", "alice"], env);
+      const approve = await runCli(["approve", "closed-1:0", "--by", "alice"], env);
       assert.equal(approve.code, 0, approve.out);
       assert.match(
         approve.out,
         /^approved {2}key=closed-1:0 {2}tool=create_server .* {2}run=closed-1 {2}run_status=pending$/m,
       );
-      assert.equal((await command(["run"], { ...env, RUN_ID: "closed-1" })).code, 0);
+      assert.equal((await runCli(["run"], { ...env, RUN_ID: "closed-1" })).code, 0);
       assert.deepEqual(mocks.cloud.created().map((c) => c.key).sort(), [
         "closed-1:0",
         "closed-1:1",

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { Client } from "../runtime/client.ts";
 import { SystemClock } from "../runtime/clock.ts";
-import { parseLine, Proc, startSupervisor, until } from "../harness/procs.ts";
+import { parseLine, Proc, runCli, startSupervisor, until } from "../harness/procs.ts";
 import {
   answerText,
   CHAT_AGENT_SOURCE,
@@ -22,12 +22,6 @@ import {
   serveChatModel,
 } from "./_chat_model.ts";
 import { pgTest } from "./_pg.ts";
-
-async function cli(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const proc = new Proc("cli/main.ts", env, { args });
-  const code = await proc.status;
-  return { code, out: proc.lines.join("\n") };
-}
 
 pgTest(
   "a conversation under the supervisor: sends from other processes, a retried send, a kill mid-call, a queued message",
@@ -55,17 +49,20 @@ pgTest(
       assert.equal((await client.wait("talk", { timeoutMs: 60_000 })).output, answerText(0, messages[0]));
 
       // Message 1 from another process, which waits for its answer; then the same send retried.
-      const one = await cli(["send", "talk", "--message", messages[1], "--message-id", "m1", "--wait"], env);
+      const one = await runCli(
+        ["send", "talk", "--message", messages[1], "--message-id", "m1", "--wait"],
+        env,
+      );
       assert.equal(one.code, 0, one.out);
       assert.match(one.out, /^sent {2}run=talk {2}message=1 {2}message_id=m1$/m);
       assert.match(one.out, new RegExp(`^ {2}answer: ${answerText(1, messages[1])}$`, "m"));
-      const retried = await cli(["send", "talk", "--message", messages[1], "--message-id", "m1"], env);
+      const retried = await runCli(["send", "talk", "--message", messages[1], "--message-id", "m1"], env);
       assert.equal(retried.code, 0, retried.out);
       assert.match(retried.out, /message=1 {2}message_id=m1 {2}duplicate=true/);
 
       // Message 2: its server request is slow, and the worker is SIGKILLed while it is in flight.
       mocks.cloud.setFaults({ path: "/v1/servers", delay_ms: 1500 });
-      const two = await cli(["send", "talk", "--message", messages[2], "--message-id", "m2"], env);
+      const two = await runCli(["send", "talk", "--message", messages[2], "--message-id", "m2"], env);
       assert.equal(two.code, 0, two.out);
       await sup.waitFor((l) => {
         const e = parseLine(l);
@@ -76,7 +73,7 @@ pgTest(
       // Message 3 while the run works on message 2 (its worker dead, its call not confirmed): queued.
       const busy = await client.get("talk");
       assert.notEqual(busy?.conversation?.idle, true, "the run is at work on message 2");
-      const three = await cli(["send", "talk", "--message", messages[3], "--message-id", "m3"], env);
+      const three = await runCli(["send", "talk", "--message", messages[3], "--message-id", "m3"], env);
       assert.equal(three.code, 0, three.out);
       assert.match(three.out, /message=3/);
       // wait() returns the answer to the latest message: message 3, answered after message 2.
@@ -88,7 +85,7 @@ pgTest(
       assert.equal((await client.send("talk", messages[4], { messageId: "m4" })).seq, 4);
       await until(async () => (await client.get("talk"))?.conversation?.messages === 5, "message 4 counted");
       assert.equal((await client.wait("talk", { timeoutMs: 60_000 })).output, answerText(4, messages[4]));
-      const ended = await cli(["send", "talk", "--end"], env);
+      const ended = await runCli(["send", "talk", "--end"], env);
       assert.equal(ended.code, 0, ended.out);
 
       const turns = await client.answers("talk");

@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { connect } from "../runtime/client.ts";
-import { Proc } from "../harness/procs.ts";
+import { runCli } from "../harness/procs.ts";
 import {
   answerText,
   CHAT_AGENT_SOURCE,
@@ -21,12 +21,6 @@ import {
   historyOf,
   serveChatModel,
 } from "./_chat_model.ts";
-
-async function cli(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const proc = new Proc("cli/main.ts", env, { args });
-  const code = await proc.status;
-  return { code, out: proc.lines.join("\n") };
-}
 
 Deno.test("five messages on the embedded default, the worker SIGKILLed mid-call on the third: every answer once, the history exact, each step bought once", async () => {
   const model = serveChatModel();
@@ -45,31 +39,31 @@ Deno.test("five messages on the embedded default, the worker SIGKILLed mid-call 
       // The goal of a new run; a run that exists already keeps its own.
       GOAL: messages[0],
     };
-    const first = await cli(["run"], env);
+    const first = await runCli(["run"], env);
     assert.equal(first.code, 4, first.out); // waiting for the next message
     for (let n = 1; n < messages.length; n++) {
-      const sent = await cli(["send", "talk", "--message", messages[n], "--message-id", `m${n}`], env);
+      const sent = await runCli(["send", "talk", "--message", messages[n], "--message-id", `m${n}`], env);
       assert.equal(sent.code, 0, sent.out);
       assert.match(sent.out, new RegExp(`^sent {2}run=talk {2}message=${n} {2}message_id=m${n}$`, "m"));
       if (n === 1) {
         // A retried send is one message.
-        const again = await cli(["send", "talk", "--message", messages[n], "--message-id", `m${n}`], env);
+        const again = await runCli(["send", "talk", "--message", messages[n], "--message-id", `m${n}`], env);
         assert.equal(again.code, 0, again.out);
         assert.match(again.out, /message=1 {2}message_id=m1 {2}duplicate=true/);
       }
       if (n === 2) {
         // The third answer's tool call (seq 4): the server is created, the worker dies before the confirm.
-        const killed = await cli(["run"], { ...env, CRASH_AT: "after_call", CRASH_SEQ: "4" });
+        const killed = await runCli(["run"], { ...env, CRASH_AT: "after_call", CRASH_SEQ: "4" });
         assert.equal(killed.code, 137, killed.out);
       }
-      const answered = await cli(["run"], env);
+      const answered = await runCli(["run"], env);
       assert.equal(answered.code, 4, answered.out);
       assert.match(answered.out, new RegExp(`output="${answerText(n, messages[n])}"`));
     }
-    const ended = await cli(["send", "talk", "--end"], env);
+    const ended = await runCli(["send", "talk", "--end"], env);
     assert.equal(ended.code, 0, ended.out);
     assert.match(ended.out, /^ended {2}run=talk {2}status=done$/m);
-    const inspect = await cli(["inspect", "talk"], env);
+    const inspect = await runCli(["inspect", "talk"], env);
     assert.match(inspect.out, /conversation: 5 messages/);
     assert.match(inspect.out, /message 4 {2}id=m4 {2}answered at step 9/);
 

@@ -14,18 +14,12 @@ import assert from "node:assert/strict";
 import { type McpTestCounts, type McpTestKind, serveMcpTestServers } from "../mock/mcp_servers.ts";
 import { serveMocks } from "../mock/server.ts";
 import type { ScriptStep } from "../mock/model.ts";
-import { parseLine, Proc } from "../harness/procs.ts";
+import { parseLine, runCli } from "../harness/procs.ts";
 import { freshSchema, TEST_DATABASE_URL } from "./_pg.ts";
 
 const AGENT = new URL("./testdata/mcp_agent.ts", import.meta.url).pathname;
 
 type Transport = "stdio" | "http";
-
-async function command(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const proc = new Proc("cli/main.ts", env, { args });
-  const code = await proc.status;
-  return { code, out: proc.lines.join("\n") };
-}
 
 /** The log events of `out` named `event`, parsed. */
 function events(out: string, event: string): Record<string, string>[] {
@@ -37,7 +31,7 @@ let template: Promise<string> | undefined;
 function emptyDatabase(): Promise<string> {
   template ??= (async () => {
     const dir = await Deno.makeTempDir({ prefix: "mcp-template-" });
-    const { code, out } = await command(["migrate"], { DATA_DIR: dir });
+    const { code, out } = await runCli(["migrate"], { DATA_DIR: dir });
     assert.equal(code, 0, out);
     return dir;
   })();
@@ -90,7 +84,7 @@ async function chain(
       ...store,
     };
     await body({
-      cli: (args, extra = {}) => command(args, { ...env, ...extra }),
+      cli: (args, extra = {}) => runCli(args, { ...env, ...extra }),
       counts: async (kind) =>
         http
           ? await (await fetch(`${http.url}/${kind}/_counts`)).json()

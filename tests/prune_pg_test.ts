@@ -10,7 +10,7 @@ import { Client } from "../runtime/client.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { RUN_ROW_TABLES, Store } from "../runtime/store/store.ts";
 import { bothStoresTest, pgTest } from "./_pg.ts";
-import { Proc } from "../harness/procs.ts";
+import { runCli } from "../harness/procs.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 const DAY_MS = 86_400_000;
@@ -72,13 +72,6 @@ bothStoresTest("every table with a foreign key to runs is a table prune deletes 
   assert.deepEqual(rows.map((r) => r.t), Object.keys(RUN_ROW_TABLES).sort());
 });
 
-/** Runs one CLI command in a real process; its exit code and its stdout and stderr lines. */
-async function cli(args: string[], env: Record<string, string>): Promise<{ code: number; lines: string[] }> {
-  const proc = new Proc("cli/main.ts", env, { args });
-  const code = await proc.status;
-  return { code, lines: proc.lines };
-}
-
 /** The CLI's settings for `fn`'s store: an embedded directory, then a PostgreSQL schema. */
 function bothStoresCli(
   name: string,
@@ -107,19 +100,19 @@ bothStoresCli(
     await plainDone(store, "plain-cli", new Date(old.getTime() + 1000));
     if (env.DATA_DIR) await store.client.close();
 
-    const dry = await cli(["prune", "--finished-before", "30d", "--dry-run"], env);
+    const dry = await runCli(["prune", "--finished-before", "30d", "--dry-run"], env);
     assert.equal(dry.code, 0, dry.lines.join("\n"));
     assert.match(
       dry.lines.join("\n"),
       /would delete: runs=2 {2}journal_rows=2 {2}tool_rows=0 {2}approval_rows=1/,
     );
-    const done = await cli(["prune", "--finished-before", "30d"], env);
+    const done = await runCli(["prune", "--finished-before", "30d"], env);
     assert.equal(done.code, 0, done.lines.join("\n"));
     assert.match(
       done.lines.join("\n"),
       /deleted: runs=2 {2}journal_rows=2 {2}tool_rows=0 {2}approval_rows=1/,
     );
-    const left = await cli(["runs"], env);
+    const left = await runCli(["runs"], env);
     assert.match(left.lines.join("\n"), /\(no runs\)/, left.lines.join("\n"));
   },
 );
@@ -136,13 +129,13 @@ bothStoresCli(
     await store.client.query(`insert into notes (run_id, body) values ($1, 'keep me')`, ["held-1"]);
     if (env.DATA_DIR) await store.client.close();
 
-    const out = await cli(["prune", "--finished-before", "30d", "--batch", "1"], env);
+    const out = await runCli(["prune", "--finished-before", "30d", "--batch", "1"], env);
     assert.equal(out.code, 1, out.lines.join("\n"));
     assert.equal(out.lines.length, 1, `one line:\n${out.lines.join("\n")}`);
     assert.match(out.lines[0], /^PRUNE_FAILED: Prune stopped at batch 2, which was rolled back/);
     assert.match(out.lines[0], /notes/, "the line names what refused it");
     assert.match(out.lines[0], /Deleted before it: 1 runs in 1 batches/);
-    const left = await cli(["runs"], env);
+    const left = await runCli(["runs"], env);
     assert.doesNotMatch(left.lines.join("\n"), /kept-0/, "the batch before it stays deleted");
     assert.match(left.lines.join("\n"), /held-1/, "the refused run is intact");
   },

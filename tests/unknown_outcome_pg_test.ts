@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import type { PgSchema } from "./_pg.ts";
 import { pgTest } from "./_pg.ts";
-import { Proc, until } from "../harness/procs.ts";
+import { Proc, runCli, until } from "../harness/procs.ts";
 
 const PAYMENTS_TS = new URL("../examples/payments/agent.ts", import.meta.url);
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;
@@ -27,12 +27,6 @@ export default defineAgent({
   tools: (ctx) => [{ ...chargeCard({ cloudUrl: ctx.env.CLOUD_URL! }), reconcile: undefined }],
 });
 `;
-
-async function command(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
-  const proc = new Proc("cli/main.ts", env, { args });
-  const code = await proc.status;
-  return { code, out: proc.lines.join("\n") };
-}
 
 /** One worker process hosting every run, with short leases. */
 function worker(env: Record<string, string>): Proc {
@@ -138,7 +132,7 @@ pgTest(
         await until(async () => (await statuses(pg)).every((s) => s === "blocked"), "all ten runs blocked");
         assert.equal(mocks.cloud.charges("pay-0:0").length, 0);
 
-        const dry = await command(["resolve", "--tool", "charge_card", "--retry", "--dry-run"], env);
+        const dry = await runCli(["resolve", "--tool", "charge_card", "--retry", "--dry-run"], env);
         assert.equal(dry.code, 0, dry.out);
         assert.match(
           dry.out,
@@ -147,14 +141,14 @@ pgTest(
         for (const id of ids) assert.match(dry.out, new RegExp(`^ {2}${id}:0 {2}tool=charge_card`, "m"));
         assert.deepEqual(await statuses(pg), Array(RUNS).fill("blocked"), "a dry run changes nothing");
 
-        const wrong = await command(["resolve", "--tool", "charge_card", "--retry", "--expect", "9"], env);
+        const wrong = await runCli(["resolve", "--tool", "charge_card", "--retry", "--expect", "9"], env);
         assert.equal(wrong.code, 1, wrong.out);
         assert.match(
           wrong.out,
           /COUNT_CHANGED: 10 flagged call\(s\) .* not the 9 confirmed: nothing was resolved/,
         );
 
-        const bulk = await command([
+        const bulk = await runCli([
           "resolve",
           "--tool",
           "charge_card",
@@ -199,7 +193,7 @@ pgTest(
       };
       const codes: number[] = [];
       for (let i = 0; i < 7; i++) {
-        codes.push((await command(["run"], { ...env, CRASH_AT: "after_call", CRASH_SEQ: "0" })).code);
+        codes.push((await runCli(["run"], { ...env, CRASH_AT: "after_call", CRASH_SEQ: "0" })).code);
       }
       assert.deepEqual(codes, [137, 137, 137, 137, 1, 1, 1]);
       assert.equal(mocks.cloud.requests().by_key["ma1:0"], 4, "the tool's limit, across seven processes");
@@ -207,8 +201,8 @@ pgTest(
       assert.match(run?.error ?? "", /^TOOL_GAVE_UP: Tool call ma1:0 \(create_server\) was sent 4 times/);
       assert.equal((await pg.store.loadHistory("ma1")).effects[0].status, "intent");
 
-      assert.equal((await command(["reopen", "ma1"], env)).code, 0);
-      const resumed = await command(["run"], env);
+      assert.equal((await runCli(["reopen", "ma1"], env)).code, 0);
+      const resumed = await runCli(["run"], env);
       assert.equal(resumed.code, 0, resumed.out);
       assert.equal(mocks.cloud.requests().by_key["ma1:0"], 5);
       const e = (await pg.store.loadHistory("ma1")).effects[0];

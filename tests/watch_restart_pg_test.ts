@@ -20,7 +20,7 @@ import type { Planner } from "../runtime/planner.ts";
 import type { StreamEvent } from "../runtime/stream.ts";
 import { defineTool } from "../runtime/tools.ts";
 import { pgBinDir, removeStalePgServers, startPgServer } from "../harness/pg_server.ts";
-import { until } from "../harness/procs.ts";
+import { Proc, runCli, until } from "../harness/procs.ts";
 
 const NAME =
   "a watcher and deno task watch ride out a PostgreSQL restart mid-answer and end with the run's answer";
@@ -219,35 +219,13 @@ Deno.test({
 const NAME_AWAY_AT_START =
   "deno task watch started while PostgreSQL is away waits for it and follows the run; inspect exits 7 (away), not 2";
 
-/** `cli/main.ts ARGS` as a process of its own, its output gathered as it comes. */
-function command(args: string[]): { proc: Deno.ChildProcess; out: () => string; done: Promise<number> } {
-  const proc = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      "--unstable-no-legacy-abort",
-      new URL("../cli/main.ts", import.meta.url).pathname,
-      ...args,
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  let text = "";
-  const gather = (stream: ReadableStream<Uint8Array>) =>
-    stream.pipeThrough(new TextDecoderStream()).pipeTo(
-      new WritableStream({ write: (t) => void (text += t) }),
-    );
-  const done = Promise.all([proc.status, gather(proc.stdout), gather(proc.stderr)]).then(([s]) => s.code);
-  return { proc, out: () => text, done };
-}
-
 Deno.test({
   name: NAME_AWAY_AT_START,
   ignore: SKIP !== undefined,
   async fn() {
     await removeStalePgServers();
     const server = await startPgServer({ listen: "127.0.0.1", trustCidr: "127.0.0.1/32" });
-    let watch: ReturnType<typeof command> | undefined;
+    let watch: Proc | undefined;
     try {
       const client = await connect({ databaseUrl: server.url, poolSize: 2 });
       try {
@@ -278,33 +256,27 @@ Deno.test({
       await pgCtl(server.dir, ["-m", "fast", "-w", "stop"]);
 
       // A one-shot command answers at once: the database is away, which is no settings error.
-      const inspect = command(["inspect", "early", "--database-url", server.url]);
-      assert.equal(await inspect.done, 7, inspect.out());
-      assert.match(inspect.out(), /^DB_UNREACHABLE: /m);
+      const inspect = await runCli(["inspect", "early", "--database-url", server.url], {});
+      assert.equal(inspect.code, 7, inspect.out);
+      assert.match(inspect.out, /^DB_UNREACHABLE: /m);
 
       // watch waits, saying so, and follows the run once the server is back.
-      watch = command(["watch", "early", "--database-url", server.url]);
-      await until(
-        () =>
-          Promise.resolve(
-            /^unreachable {2}the database could not be read \(.*\); trying again in \d+ ms$/m.test(
-              watch!.out(),
-            ),
-          ),
+      watch = new Proc("cli/main.ts", {}, { args: ["watch", "early", "--database-url", server.url] });
+      await watch.waitFor(
+        (l) => /^unreachable {2}the database could not be read \(.*\); trying again in \d+ ms$/.test(l),
         "deno task watch to say the database is away",
-        60_000,
-        50,
       );
       // restart: pg_ctl starts it with the options it was started with (postmaster.opts), the port among them.
       await pgCtl(server.dir, ["-w", "restart"]);
-      assert.equal(await watch.done, 0, watch.out());
-      assert.match(watch.out(), /^answer {2}seq=0 {2}"all well"$/m);
-      assert.match(watch.out(), /^status {2}done {2}epoch=1$/m);
+      const out = () => watch!.lines.join("\n");
+      assert.equal(await watch.status, 0, out());
+      assert.match(out(), /^answer {2}seq=0 {2}"all well"$/m);
+      assert.match(out(), /^status {2}done {2}epoch=1$/m);
       watch = undefined;
     } finally {
       if (watch) {
-        watch.proc.kill("SIGKILL");
-        await watch.done;
+        watch.kill("SIGKILL");
+        await watch.status;
       }
       await server.close();
     }
