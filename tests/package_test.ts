@@ -33,8 +33,8 @@ const model: Planner = {
   decide: (req) =>
     Promise.resolve(
       req.seq === 0
-        ? { kind: "tool", tool: "send_email", args: { to: "ada@example.test", body: "Hello" } }
-        : { kind: "done", message: "Sent one email." },
+        ? { kind: "tool_calls", calls: [{ name: "send_email", args: { to: "ada@example.test", body: "Hello" } }] }
+        : { kind: "done", text: "Sent one email." },
     ),
 };
 const mailer = defineAgent({ name: "mailer", instructions: "Send the email asked for.", tools: [sendEmail], model });
