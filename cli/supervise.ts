@@ -50,6 +50,7 @@ import type { Store } from "../runtime/store/store.ts";
 import type { TakeShare } from "../runtime/take_share.ts";
 import { processSpawner } from "../supervisor/spawn.ts";
 import { Supervisor } from "../supervisor/supervisor.ts";
+import { DEFAULTS } from "../runtime/defaults.ts";
 
 /**
  * True when this program is a binary built by `deno compile` rather than
@@ -204,8 +205,8 @@ export function loadSupervisorSettings(
     databaseUrl: databaseUrl ?? "",
     agentModule: r.str("AGENT"),
     workers: r.int("WORKERS", Math.max(1, defaults.cores), 1, 1_000),
-    runsPerWorker: r.int("RUNS_PER_WORKER", 100, 1, 100_000),
-    pollMs: r.seconds("POLL_S", 3),
+    runsPerWorker: r.int("RUNS_PER_WORKER", DEFAULTS.runsPerWorker, 1, 100_000),
+    pollMs: r.seconds("POLL_S", DEFAULTS.pollMs / 1000),
     takeShare: r.takeShare(),
     ...r.lease(),
     name: r.str("SUPERVISOR", `supervisor@${defaults.hostname}:${defaults.pid}`),

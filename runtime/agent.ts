@@ -24,6 +24,7 @@ import type { ModelParams } from "./transcript.ts";
 import { type AiSdkLanguageModel, aiSdkPlanner, isLanguageModel } from "./planners/ai_sdk.ts";
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
+import { DEFAULTS } from "./defaults.ts";
 
 /** What a process knows when it builds an agent's tools and model. */
 export interface AgentContext {
@@ -204,7 +205,7 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
   if (typeof spec.name !== "string" || !NAME_PATTERN.test(spec.name)) {
     throw problem("a name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit");
   }
-  const maxSteps = spec.maxSteps ?? 12;
+  const maxSteps = spec.maxSteps ?? DEFAULTS.maxSteps;
   if (!Number.isInteger(maxSteps) || maxSteps < 1 || maxSteps > 10_000) {
     throw problem(`'maxSteps' must be an integer from 1 to 10000: current value is ${spec.maxSteps}`);
   }
@@ -215,8 +216,8 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     }
     return v;
   };
-  const maxCallsPerStep = limit("maxCallsPerStep", 16);
-  const toolConcurrency = limit("toolConcurrency", 4);
+  const maxCallsPerStep = limit("maxCallsPerStep", DEFAULTS.maxCallsPerStep);
+  const toolConcurrency = limit("toolConcurrency", DEFAULTS.toolConcurrency);
   if (!Array.isArray(spec.tools) && typeof spec.tools !== "function") {
     throw problem("'tools' must be an array of defineTool() results or a function returning one");
   }

@@ -43,6 +43,7 @@ import { TAKE_SHARES, type TakeShare } from "./take_share.ts";
 import { parseModelParams } from "./model_params.ts";
 import type { ModelParams } from "./transcript.ts";
 import type { RetryPolicy } from "./retry.ts";
+import { DEFAULTS } from "./defaults.ts";
 
 /** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-` (declared in ids.ts). */
 export { RUN_ID_PATTERN };
@@ -133,9 +134,9 @@ export interface Settings {
 }
 
 /** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
-export const AGENT_LOAD_DEFAULT_S = 30;
+export const AGENT_LOAD_DEFAULT_S = DEFAULTS.agentLoadS;
 /** Default of `DATA_DIR_WAIT_S`. */
-export const DATA_DIR_WAIT_DEFAULT_S = 60;
+export const DATA_DIR_WAIT_DEFAULT_S = DEFAULTS.dataDirWaitS;
 
 /** Every setting, as its environment variable name, with its flag spelled in kebab case. */
 export const SETTING_NAMES: readonly string[] = [
@@ -408,8 +409,8 @@ export class SettingsReader {
 
   /** `HEARTBEAT_S` and `LEASE_S` (3 and 12), the heartbeat shorter than the lease. */
   lease(): { heartbeatMs: number; leaseMs: number } {
-    const heartbeatMs = this.seconds("HEARTBEAT_S", 3);
-    const leaseMs = this.seconds("LEASE_S", 12);
+    const heartbeatMs = this.seconds("HEARTBEAT_S", DEFAULTS.heartbeatMs / 1000);
+    const leaseMs = this.seconds("LEASE_S", DEFAULTS.leaseMs / 1000);
     if (heartbeatMs >= leaseMs) {
       this.problems.push(
         `HEARTBEAT_S must be shorter than LEASE_S, or a live worker would look dead: current values are ${
@@ -601,7 +602,7 @@ export function loadSettings(
   if (!["0", "1", "true", "false"].includes(streamDeltas)) {
     r.problems.push(`STREAM_DELTAS must be 1 or 0: current value is ${JSON.stringify(streamDeltas)}`);
   }
-  const groupRaw = r.str("GROUP_COMMIT_MS", "2");
+  const groupRaw = r.str("GROUP_COMMIT_MS", String(DEFAULTS.groupCommitMs));
   const groupCommitMs = Number(groupRaw);
   if (groupRaw.trim() === "" || !Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > 100) {
     r.problems.push(
@@ -623,15 +624,15 @@ export function loadSettings(
     runId: r.runId("RUN_ID"),
     goal: r.str("GOAL"),
     input: r.str("INPUT"),
-    runsPerWorker: r.int("RUNS_PER_WORKER", 100, 1, 100_000),
-    pollMs: r.seconds("POLL_S", 3),
+    runsPerWorker: r.int("RUNS_PER_WORKER", DEFAULTS.runsPerWorker, 1, 100_000),
+    pollMs: r.seconds("POLL_S", DEFAULTS.pollMs / 1000),
     takeShare: r.takeShare(),
     databaseUrl: r.url(
       "DATABASE_URL",
       ["postgres:", "postgresql:"],
       "postgres://user:password@localhost:5432/dbname",
     ),
-    dataDir: r.str("DATA_DIR", ".data"),
+    dataDir: r.str("DATA_DIR", DEFAULTS.dataDir),
     modelUrl: r.url("MODEL_URL", ["http:", "https:"], "http://127.0.0.1:9100/v1"),
     model: r.str("MODEL"),
     modelApiKey: apiKey,
@@ -640,14 +641,16 @@ export function loadSettings(
     modelMaxTokensField: r.maxTokensField(),
     modelParams: runModelParams(r.str("MODEL_PARAMS"), r.problems),
     cloudUrl: r.url("CLOUD_URL", ["http:", "https:"], "http://127.0.0.1:9000"),
-    maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", 12, 1, 10_000),
-    toolConcurrency: values.TOOL_CONCURRENCY === undefined ? undefined : r.int("TOOL_CONCURRENCY", 4, 1, 64),
+    maxSteps: values.MAX_STEPS === undefined ? undefined : r.int("MAX_STEPS", DEFAULTS.maxSteps, 1, 10_000),
+    toolConcurrency: values.TOOL_CONCURRENCY === undefined
+      ? undefined
+      : r.int("TOOL_CONCURRENCY", DEFAULTS.toolConcurrency, 1, 64),
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),
     crash: {
       crashAt: crashAt !== undefined && isCrashPoint(crashAt) ? crashAt : undefined,
       crashSeq,
       stallAt: stallAt !== undefined && isCrashPoint(stallAt) ? stallAt : undefined,
-      stallMs: r.int("STALL_MS", 5000, 0, 86_400_000),
+      stallMs: r.int("STALL_MS", DEFAULTS.stallMs, 0, 86_400_000),
     },
     ...r.lease(),
     logFormat: r.logFormat(),

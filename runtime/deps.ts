@@ -31,6 +31,7 @@ import { type Telemetry, telemetryFromEnv } from "./telemetry.ts";
 import { DEFAULT_RETRY, definedFields, type RetryPolicy } from "./retry.ts";
 import type { ToolRegistry } from "./tools.ts";
 import type { ModelParams } from "./transcript.ts";
+import { DEFAULTS } from "./defaults.ts";
 
 // Where they were declared before the retry policy had a file of its own (retry.ts): importers keep working.
 export { DEFAULT_RETRY, type RetryPolicy } from "./retry.ts";
@@ -106,8 +107,8 @@ export function processDeps(opts: ProcessDepsOptions): ProcessDeps {
     log,
     crash: opts.crash ?? CrashPoints.none({ log, clock }),
     owner: opts.owner ?? `worker:${Deno.pid}`,
-    heartbeatMs: opts.heartbeatMs ?? 3_000,
-    leaseMs: opts.leaseMs ?? 12_000,
+    heartbeatMs: opts.heartbeatMs ?? DEFAULTS.heartbeatMs,
+    leaseMs: opts.leaseMs ?? DEFAULTS.leaseMs,
     streamDeltas: opts.streamDeltas ?? false,
     random: opts.random ?? Math.random,
     telemetry: opts.telemetry ?? telemetryFromEnv(),
@@ -173,8 +174,8 @@ export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): Age
     tools: prepared.tools,
     maxSteps: opts.maxSteps ?? prepared.agent.maxSteps,
     // An agent object not made by defineAgent (a test's) may lack the newer limits: their defaults then.
-    maxCallsPerStep: prepared.agent.maxCallsPerStep ?? 16,
-    toolConcurrency: opts.toolConcurrency ?? prepared.agent.toolConcurrency ?? 4,
+    maxCallsPerStep: prepared.agent.maxCallsPerStep ?? DEFAULTS.maxCallsPerStep,
+    toolConcurrency: opts.toolConcurrency ?? prepared.agent.toolConcurrency ?? DEFAULTS.toolConcurrency,
     modelParams: prepared.agent.modelParams,
     retry: { ...DEFAULT_RETRY, ...definedFields(opts.retry), ...definedFields(prepared.agent.retry) },
     maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,

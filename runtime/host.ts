@@ -34,6 +34,7 @@ import { driveRun, releaseAfterError, type RunOutcome } from "./loop.ts";
 import type { ParkedConversation } from "./conversation.ts";
 import type { Fence, TakenRun } from "./store/store.ts";
 import { TAKE_SHARES, type TakeShare } from "./take_share.ts";
+import { DEFAULTS } from "./defaults.ts";
 
 /**
  * How a worker host runs, every field with a default: its process's settings,
@@ -43,7 +44,7 @@ import { TAKE_SHARES, type TakeShare } from "./take_share.ts";
 export interface WorkerOptions extends Partial<ProcessSettings>, AgentOptions {
   /** The most runs held at once. Default {@link DEFAULT_RUNS_PER_WORKER}. */
   runsPerWorker?: number;
-  /** How often to look for runs when idle. Default 3 000. */
+  /** How often to look for runs when idle. Default 3 000 (`client.startWorker`: 200). */
   pollMs?: number;
   /**
    * How much of the takeable work one poll takes: `fair` (the default) no
@@ -79,7 +80,7 @@ export interface WorkerHostOptions extends ProcessDepsOptions, WorkerOptions {
  * heartbeat statement small and a pool of a few connections busy, while a
  * crash of one process strands at most 100 runs, all taken back at once.
  */
-export const DEFAULT_RUNS_PER_WORKER = 100;
+export const DEFAULT_RUNS_PER_WORKER = DEFAULTS.runsPerWorker;
 
 /** The most conversations a host keeps in memory while they wait for their next message. */
 const PARKED_MAX = 1_000;
@@ -149,7 +150,7 @@ export class WorkerHost {
     this.#process = proc;
     this.#deps = new Map(agents.map((a) => [a.agent.name, workerFor(proc, agentDeps(a, opts))]));
     this.#capacity = capacity;
-    this.#pollMs = pollMs ?? 3_000;
+    this.#pollMs = pollMs ?? DEFAULTS.pollMs;
     this.#takeShare = takeShare;
     this.#startedAt = proc.clock.now();
     this.#onOutcome = onOutcome;

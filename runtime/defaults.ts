@@ -1,0 +1,42 @@
+/**
+ * Every setting's default, declared once: the commands' settings readers
+ * (`config.ts`, `cli/supervise.ts`), the library (`defineAgent`, the worker
+ * host, `processDeps`) and docs/settings.md say the same numbers, and
+ * `tests/defaults_test.ts` holds the page to them. The retry settings'
+ * defaults are `DEFAULT_RETRY` in `retry.ts`, beside their policy.
+ *
+ * One exception is deliberate for now and said where it applies:
+ * `client.startWorker` polls every 200 ms unless told (a host in the
+ * caller's own process, usually a test or a script, where a run it starts
+ * should not wait out a 3 s poll) and groups no writes unless told.
+ *
+ * @module
+ */
+
+/** The defaults, by the name the library's options give each. */
+export const DEFAULTS = {
+  /** `RUNS_PER_WORKER`: runs one worker holds at once. */
+  runsPerWorker: 100,
+  /** `POLL_S`: how often an idle worker looks for runs, in ms. */
+  pollMs: 3_000,
+  /** `HEARTBEAT_S`: how often a worker renews its leases, in ms. */
+  heartbeatMs: 3_000,
+  /** `LEASE_S`: a run or worker with no heartbeat this long is abandoned, in ms. */
+  leaseMs: 12_000,
+  /** `GROUP_COMMIT_MS`: the longest a write waits to share a statement (the commands' workers). */
+  groupCommitMs: 2,
+  /** `AGENT_LOAD_S`: how long an agent module may take to import, in seconds. */
+  agentLoadS: 30,
+  /** `DATA_DIR_WAIT_S`: how long to wait for another process's embedded database, in seconds. */
+  dataDirWaitS: 60,
+  /** `STALL_MS`: how long an injected stall lasts, in ms. */
+  stallMs: 5_000,
+  /** `DATA_DIR`: the embedded database's directory. */
+  dataDir: ".data",
+  /** An agent's `maxSteps` (`MAX_STEPS`): decisions before the run is stopped. */
+  maxSteps: 12,
+  /** An agent's `maxCallsPerStep`: the most tool calls one answer may hold. */
+  maxCallsPerStep: 16,
+  /** An agent's `toolConcurrency` (`TOOL_CONCURRENCY`): calls of one step in flight at once. */
+  toolConcurrency: 4,
+} as const;
