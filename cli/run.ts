@@ -37,6 +37,7 @@ export const RUN_USAGE = `agent-runtime run: drives one run of an agent to its e
 usage: deno task run [--flag value ...]     (every flag is also an environment variable: --run-id is RUN_ID)
 
   --agent PATH               the agent module (default: the demo, examples/provision/agent.ts)
+  --agent-name NAME          which of the module's agents, when it exports several
   --agent-load-s S           how long the module may take to import before it is refused (default 30)
   --run-id RUN_ID            the run to work (default: a new run, <agent>-<8 hex>)
   --goal GOAL                text input, when the run is created (default: the agent's default input)
@@ -124,13 +125,21 @@ export async function main(
   let request;
   try {
     const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
-    if (agents.length > 1) {
+    const named = settings.agentName;
+    if (named === undefined && agents.length > 1) {
       throw new ConfigError([
         `The agent module exports ${agents.length} agents (${agents.map((a) => a.name).join(", ")}); ` +
-        "'run' drives one run of one agent: export one, or start runs with 'submit' and a supervisor",
+        "'run' drives one run of one agent: name it with --agent-name, as 'submit' takes it",
       ]);
     }
-    const agent = agents[0];
+    const agent = named === undefined ? agents[0] : agents.find((a) => a.name === named);
+    if (!agent) {
+      throw new ConfigError([
+        `AGENT_NAME: the module has no agent named ${JSON.stringify(named)}: it has ${
+          agents.map((a) => a.name).join(", ")
+        }`,
+      ]);
+    }
     const { goal, input } = checkInput(agent, inputFrom(settings, agent.input !== undefined));
     // No RUN_ID: a new run with a generated id. A run id is the namespace of its
     // idempotency keys, so a default like "run1" on two databases that share a

@@ -52,6 +52,8 @@ export { RUN_ID_PATTERN };
 export interface Settings {
   /** The agent module (`AGENT`): a path or URL; unset: the demo agent. */
   agentModule?: string;
+  /** `run` only: which of the module's agents, when it exports several (`AGENT_NAME`). */
+  agentName?: string;
   /**
    * The run to work (`RUN_ID`). Unset: a new run with a generated id
    * (`<agent>-<8 hex>`), so two databases that share a remote never send it
@@ -141,6 +143,7 @@ export const DATA_DIR_WAIT_DEFAULT_S = DEFAULTS.dataDirWaitS;
 /** Every setting, as its environment variable name, with its flag spelled in kebab case. */
 export const SETTING_NAMES: readonly string[] = [
   "AGENT",
+  "AGENT_NAME",
   "RUN_ID",
   "GOAL",
   "INPUT",
@@ -621,6 +624,7 @@ export function loadSettings(
   }
   const settings: Settings = {
     agentModule: r.str("AGENT"),
+    agentName: r.str("AGENT_NAME"),
     runId: r.runId("RUN_ID"),
     goal: r.str("GOAL"),
     input: r.str("INPUT"),

@@ -113,7 +113,7 @@ Deno.test("a heartbeat as long as the lease is refused", () => {
 });
 
 Deno.test("an unknown flag or a stray argument is refused", () => {
-  assert.match(problems({}, ["--runid", "x"])[0], /Known flags: --agent, --run-id/);
+  assert.match(problems({}, ["--runid", "x"])[0], /Known flags: --agent, --agent-name, --run-id/);
   assert.match(problems({}, ["demo"])[0], /Unexpected argument "demo"/);
 });
 

@@ -276,3 +276,28 @@ Deno.test({
     }
   },
 });
+
+Deno.test("run picks one agent of a module of several by --agent-name (AGENT_NAME), and refuses without one or with a name not there", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "agent-name-" });
+  try {
+    const agent = new URL("./testdata/two_agents/agents.ts", import.meta.url).pathname;
+    const base = { AGENT: agent, DATA_DIR: dir, GOAL: "hello" };
+    const picked = await runCliIsolated(["run", "--agent-name", "second"], base);
+    assert.equal(picked.code, 0, picked.out);
+    assert.match(picked.out, /answered by second/);
+    assert.doesNotMatch(picked.out, /answered by first/);
+
+    const unnamed = await runMain(base);
+    assert.equal(unnamed.code, 2, unnamed.out);
+    assert.match(
+      unnamed.out,
+      /exports 2 agents \(first, second\); 'run' drives one run of one agent: name it with --agent-name/,
+    );
+
+    const missing = await runMain({ ...base, AGENT_NAME: "third" });
+    assert.equal(missing.code, 2, missing.out);
+    assert.match(missing.out, /AGENT_NAME: the module has no agent named "third": it has first, second/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
