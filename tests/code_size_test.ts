@@ -18,7 +18,7 @@ const DEBT = "debt: to be split into named stages (issue 35, the step's spine)";
 /** `file name` → its length in lines now, and why it is long. */
 const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
   "runtime/config.ts loadSettings": {
-    lines: 93,
+    lines: 96,
     why: "one read per setting, in the order of the settings table",
   },
   "runtime/conversation.ts afterAnswer": { lines: 81, why: DEBT },
@@ -56,7 +56,7 @@ const LONG_FILES: Record<string, { lines: number; why: string }> = {
     why: "every write of a run, each statement's SQL beside its caller",
   },
   "runtime/config.ts": {
-    lines: 665,
+    lines: 672,
     why: "debt: the settings reader and its table; one default per setting (issue 35)",
   },
   "runtime/planners/_ai_sdk_wire.ts": { lines: 650, why: "the AI SDK's wire format both ways" },
@@ -69,7 +69,7 @@ const LONG_FILES: Record<string, { lines: number; why: string }> = {
     why: "debt: connecting, failures and reconnecting in one class",
   },
   "runtime/store/overview.ts": {
-    lines: 533,
+    lines: 543,
     why: "the operators' reads, each statement's SQL beside its caller",
   },
   "runtime/store/leases.ts": { lines: 529, why: "the take's SQL and its long comment on the fair share" },

@@ -200,6 +200,49 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
   }
 });
 
+Deno.test("a step riding out an outage says so on its run's page: the model's or the remote's failures, since when, the last error", async () => {
+  const client = await connect({ memory: true });
+  try {
+    const { store } = client;
+    const now = client.clock.now();
+    const later = (s: number) => new Date(now.getTime() + s * 1000);
+    for (const id of ["out-model", "out-tool"]) {
+      await store.createRun({ runId: id, agent: "idle", goal: "g" }, now);
+    }
+    // The model's server refuses twice.
+    const fm = { runId: "out-model", epoch: (await claim(store, "out-model", 0, "w", now))! };
+    let asked = await store.journalIntentRow(fm, 0, now);
+    asked = await store.journalFailure(fm, asked, { error: "connect ECONNREFUSED <b>", released: 0 }, now);
+    await store.journalFailure(fm, asked, { error: "connect ECONNREFUSED <b>", released: 0 }, later(1));
+    // The tool's remote answers 503 once.
+    const ft = { runId: "out-tool", epoch: (await claim(store, "out-tool", 0, "w", now))! };
+    await writeDecision(store, ft, 0, { decision: { tool: "lookup", args: {} } }, now);
+    const sent = await store.effectIntentRow(
+      ft,
+      { key: "out-tool:0", seq: 0, tool: "lookup", args: {} },
+      now,
+    );
+    await store.effectFailure(ft, sent, { error: "HTTP 503 from the shop", retryAt: later(30) }, later(2));
+    const app = await createUiApp({ client });
+    const gaps = async (id: string) =>
+      (await (await app.request(`/api/runs/${id}`, local)).json()).steps[0].gaps.join("\n") as string;
+    assert.equal(
+      await gaps("out-model"),
+      `the model's server failed as in an outage 2x since ${now.toISOString()} (last: connect ECONNREFUSED <b>): ` +
+        "asked again after a backoff, until the retry horizon",
+    );
+    assert.equal(
+      await gaps("out-tool"),
+      `its remote failed as in an outage 1x since ${
+        later(2).toISOString()
+      } (last: HTTP 503 from the shop): ` +
+        "re-sent under its key after a backoff, until the retry horizon",
+    );
+  } finally {
+    await client.close();
+  }
+});
+
 Deno.test("a call waiting on its remote shows on its run's page with when it is asked again, and the run when it wakes", async () => {
   const client = await connect({ memory: true });
   try {

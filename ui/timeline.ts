@@ -185,18 +185,35 @@ function callOf(e: EffectView): NonNullable<TimelineStep["call"]> {
   };
 }
 
+/** ` (last: ERROR)` for a failure's error, clipped as the page clips it; empty without one. */
+function lastError(error: Clipped<string | null>): string {
+  const text = "value" in error ? error.value : `${error.head}...`;
+  return text ? ` (last: ${text})` : "";
+}
+
 function gapsOf(
   j: JournalView | undefined,
   a: ApprovalView | undefined,
   e: EffectView | undefined,
 ): string[] {
   const out: string[] = [];
-  if (j?.status === "intent") out.push("the model was asked and no answer was recorded");
+  if (j?.status === "intent" && j.failures > 0) {
+    out.push(
+      `the model's server failed as in an outage ${j.failures}x since ${iso(j.failing_since)}` +
+        `${lastError(j.error)}: asked again after a backoff, until the retry horizon`,
+    );
+  } else if (j?.status === "intent") out.push("the model was asked and no answer was recorded");
   if (a?.status === "pending") out.push("waiting for a person to approve or deny the call");
   else if (j?.status === "confirmed" && j.tool !== null && !e) {
     out.push("decided; the call is made when a worker resumes");
   }
-  if (e?.status === "intent") {
+  if (e?.status === "intent" && e.failures > 0) {
+    out.push(
+      `its remote failed as in an outage ${e.failures}x since ${iso(e.failing_since)}` +
+        `${lastError(e.error)}: re-sent under its key after a backoff, ` +
+        "until the retry horizon",
+    );
+  } else if (e?.status === "intent") {
     out.push(
       "outcome unknown: when a worker resumes, re-sent under its key within the tool's maxAttempts, " +
         "or looked up by its reconcile, or else flagged for a person (a tool that takes no key) or given up",

@@ -155,6 +155,12 @@ export interface JournalView {
   message: Clipped<string | null>;
   /** Answers refused for this step. */
   rejections: Clipped<Rejection[]>;
+  /** Model requests that failed as in an outage, recorded (asked again after a backoff, until the retry horizon). */
+  failures: number;
+  /** When the first of them failed. */
+  failing_since: Date | null;
+  /** The last of them's error. */
+  error: Clipped<string | null>;
 }
 
 /** A tool call row for a page. */
@@ -296,11 +302,12 @@ const STEPS_JOURNAL = statement(
                         with ordinality as x(c, o))) as tool,
             coalesce(j.decision ? 'done', false) as done,
             ${clipped("args", "coalesce(j.decision->'args', j.decision->'calls')")}, ${clipped("message")},
-            ${clipped("rejections", "j.rejections")}
+            ${clipped("rejections", "j.rejections")}, j.failures, j.failing_since, ${clipped("error")}
        from journal j
        ${clipFrom("args", "coalesce(j.decision->'args', j.decision->'calls')::text")}
        ${clipFrom("message", "j.decision->>'message'")}
        ${clipFrom("rejections", "j.rejections::text")}
+       ${clipFrom("error", "j.error")}
       where j.run_id = $1 and j.seq between $3 and $4
       order by j.seq`,
 );
@@ -403,6 +410,9 @@ export async function stepsView(
       args: unclip(j, "args"),
       message: unclip(j, "message"),
       rejections: unclip(j, "rejections"),
+      failures: Number(j.failures),
+      failing_since: j.failing_since as Date | null,
+      error: unclip(j, "error"),
     })),
     effects: effects.map((e) => ({
       idempotency_key: e.idempotency_key as string,
