@@ -43,8 +43,10 @@ Deno.test({
       JOB_MS: String(JOB_MS),
       RUNS_PER_WORKER: "10",
       POLL_S: "0.2",
-      HEARTBEAT_S: "0.2",
-      LEASE_S: "1",
+      // Short enough that the killed worker's runs are taken again soon, long beside a busy machine's pauses:
+      // a lease lost mid-call would buy a decision twice, which this test counts.
+      HEARTBEAT_S: "0.5",
+      LEASE_S: "4",
     };
     const client = await connect({ databaseUrl: pg.url });
     const worker = () => new Proc("cli/main.ts", env, { args: ["worker"] });
