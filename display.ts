@@ -31,10 +31,10 @@ export {
   escapeCodePoint,
   type Hidden,
   hiddenIn,
-} from "./runtime/display.ts";
+} from "./runtime/base/display.ts";
 
 // The client's page reads: what they take and return.
-export type { RunTimeline, StepRange } from "./runtime/client.ts";
+export type { RunTimeline, StepRange } from "./runtime/client/client.ts";
 export type {
   ApprovalView,
   Clipped,

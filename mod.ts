@@ -80,8 +80,8 @@ export {
   type AgentSpec,
   defineAgent,
   type ModelEndpoint,
-} from "./runtime/agent.ts";
-export { type AgentTool, agentTool, type AgentToolOptions } from "./runtime/agent_tool.ts";
+} from "./runtime/agent/agent.ts";
+export { type AgentTool, agentTool, type AgentToolOptions } from "./runtime/agent/agent_tool.ts";
 export {
   type ArgsSchema,
   type ChildRunInfo,
@@ -99,15 +99,15 @@ export {
   type ToolOutcome,
   type ToolRetry,
   type ToolSpec,
-} from "./runtime/tools.ts";
+} from "./runtime/agent/tools.ts";
 export {
   idempotencyKeyHeader,
   isTransientStatus,
   parseRetryAfter,
   serverErrorMessage,
-} from "./runtime/http.ts";
-export { traceHeaders } from "./runtime/telemetry.ts";
-export type { Budget } from "./runtime/budget.ts";
+} from "./runtime/base/http.ts";
+export { traceHeaders } from "./runtime/base/trace.ts";
+export type { Budget } from "./runtime/agent/budget.ts";
 
 // The client, and the worker it hosts.
 export {
@@ -120,7 +120,7 @@ export {
   type RunInfo,
   type RunRecord,
   type Settlement,
-} from "./runtime/client.ts";
+} from "./runtime/client/client.ts";
 export {
   type AnsweredApproval,
   type ApprovalRow,
@@ -133,8 +133,8 @@ export {
   type RunSummary,
   type SideEffectRow,
 } from "./runtime/store/rows.ts";
-export { WorkerHost, type WorkerOptions } from "./runtime/host.ts";
-export type { AgentOptions, ProcessSettings, RetryPolicy } from "./runtime/deps.ts";
+export { WorkerHost, type WorkerOptions } from "./runtime/host/host.ts";
+export type { AgentOptions, ProcessSettings, RetryPolicy } from "./runtime/run/deps.ts";
 export {
   type LogFields,
   type LogFormat,
@@ -142,10 +142,10 @@ export {
   type LoggerOptions,
   type LogLevel,
   type LogSink,
-} from "./runtime/log.ts";
+} from "./runtime/base/log.ts";
 
 // Planners: the interface, the neutral conversation it is asked with, and the one that ships.
-export type { Planner } from "./runtime/planner.ts";
+export type { Planner } from "./runtime/model/planner.ts";
 export type {
   AnswerCall,
   AssistantMessage,
@@ -161,11 +161,11 @@ export type {
   TranscriptMessage,
   Usage,
   UserMessage,
-} from "./runtime/transcript.ts";
-export { type FetchLike, OpenAIPlanner, type OpenAIPlannerOptions } from "./runtime/planners/openai.ts";
+} from "./runtime/model/transcript.ts";
+export { type FetchLike, OpenAIPlanner, type OpenAIPlannerOptions } from "./runtime/model/openai.ts";
 
 // Clocks, errors and their codes, crash points.
-export { type Clock, ManualClock, SystemClock } from "./runtime/clock.ts";
+export { type Clock, ManualClock, SystemClock } from "./runtime/base/clock.ts";
 export {
   type CodeOf,
   ConfigError,
@@ -177,5 +177,5 @@ export {
   RuntimeError,
   StoreError,
   ToolError,
-} from "./runtime/errors.ts";
-export { CRASH_POINTS, type CrashPoint } from "./runtime/crashpoints.ts";
+} from "./runtime/base/errors.ts";
+export { CRASH_POINTS, type CrashPoint } from "./runtime/base/crashpoints.ts";

@@ -187,7 +187,7 @@ alter table side_effects add column if not exists attempts_at_reopen integer;
 
 -- migration 5: tokens spent per step
 -- What a step's settled answers count against the token budget, by one rule
--- (runtime/budget.ts answerTokens): the usage each answer reported (fields
+-- (runtime/agent/budget.ts answerTokens): the usage each answer reported (fields
 -- below zero count as zero; the larger of total_tokens and prompt_tokens plus
 -- completion_tokens), or, when it reported none, the tokens its request
 -- reserved. A step's count is spent_tokens + reserved_tokens. Rows from

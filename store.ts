@@ -44,7 +44,7 @@ export {
   type WatchedRun,
 } from "./runtime/store/store.ts";
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
-export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/family.ts";
+export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/families.ts";
 // Conversations: messages sent and answered, and how an agent converses (defineAgent's `conversation`).
 export type {
   AnswerOutcome,
@@ -53,15 +53,15 @@ export type {
   MessageRow,
   MessageWithAnswer,
   SentMessage,
-} from "./runtime/store/conversation.ts";
+} from "./runtime/store/conversations.ts";
 export type {
   ConversationOptions,
   ConversationState,
   HistoryContext,
   HistoryHook,
-} from "./runtime/conversation_options.ts";
-export type { ParkedConversation } from "./runtime/conversation.ts";
-export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client.ts";
+} from "./runtime/agent/conversation_options.ts";
+export type { ParkedConversation } from "./runtime/conversations/turns.ts";
+export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client/client.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export { listenThrough, type QueryOptions, type SqlClient } from "./runtime/store/driver.ts";
 // Group commit: the happy path's writes and closes of many runs in one statement (GROUP_COMMIT_MS).
@@ -135,7 +135,7 @@ export {
 } from "./runtime/store/counting.ts";
 
 // The refusal of a fenced write, what it can store, and a schema of one's own to test against.
-export { FencedError } from "./runtime/errors.ts";
+export { FencedError } from "./runtime/base/errors.ts";
 export {
   MAX_JSON_BYTES,
   MAX_JSON_DEPTH,
@@ -146,7 +146,7 @@ export {
   type UnstorableKind,
   type UnstorableValue,
   ValueUnstorableError,
-} from "./runtime/store/storable.ts";
+} from "./runtime/base/storable.ts";
 export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
 
 // Answers that stream: the notification channel, what travels on it, and a watcher's state (`client.stream`).
@@ -163,5 +163,5 @@ export {
   type StreamEvent,
   StreamFollower,
   type TextGap,
-} from "./runtime/stream.ts";
-export { type WatchOptions, watchRun } from "./runtime/watch.ts";
+} from "./runtime/run/stream.ts";
+export { type WatchOptions, watchRun } from "./runtime/client/watch.ts";

@@ -11,9 +11,9 @@
  * @module
  */
 
-export { ManualClock } from "./runtime/clock.ts";
-export type { CrashPlan, KillPoint } from "./runtime/crashpoints.ts";
-export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/loop.ts";
+export { ManualClock } from "./runtime/base/clock.ts";
+export type { CrashPlan, KillPoint } from "./runtime/base/crashpoints.ts";
+export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/host/run_driver.ts";
 export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
 export {
   type Charge,

@@ -30,15 +30,15 @@
  */
 
 import { parseArgs } from "node:util";
-import { defineAgent } from "../runtime/agent.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { WorkerHost } from "../runtime/host.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { WorkerHost } from "../runtime/host/host.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { type SqlClient, Store } from "../runtime/store/store.ts";
-import { ToolRegistry } from "../runtime/tools.ts";
+import { ToolRegistry } from "../runtime/agent/tools.ts";
 import { ScriptedPlanner, scriptedTools } from "./step_rows.ts";
 import { collectGarbage, fanOut, StatementTimes, STEPS_PER_RUN, timed } from "./step_measure.ts";
 

@@ -32,20 +32,20 @@
 
 import { parseArgs } from "node:util";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
-import { WorkerHost } from "../runtime/host.ts";
-import type { RunOutcome } from "../runtime/loop.ts";
-import type { Planner } from "../runtime/planner.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
+import { WorkerHost } from "../runtime/host/host.ts";
+import type { RunOutcome } from "../runtime/host/run_driver.ts";
+import type { Planner } from "../runtime/model/planner.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { Store } from "../runtime/store/store.ts";
-import { defineTool, ToolRegistry } from "../runtime/tools.ts";
-import type { HistoryHook } from "../runtime/conversation_options.ts";
+import { defineTool, ToolRegistry } from "../runtime/agent/tools.ts";
+import type { HistoryHook } from "../runtime/agent/conversation_options.ts";
 
 /** Counts the rows each statement returned, beside the statements (CountingClient counts those). */
 class RowCounting implements SqlClient {

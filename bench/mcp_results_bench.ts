@@ -31,17 +31,17 @@
 
 import { parseArgs } from "node:util";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { arraySink, Logger } from "../runtime/log.ts";
-import { DEFAULT_MAX_RESULT_BYTES, type McpServerOptions, mcpTools } from "../runtime/mcp.ts";
-import type { Planner } from "../runtime/planner.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { arraySink, Logger } from "../runtime/base/log.ts";
+import { DEFAULT_MAX_RESULT_BYTES, type McpServerOptions, mcpTools } from "../runtime/mcp/mcp.ts";
+import type { Planner } from "../runtime/model/planner.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { Store } from "../runtime/store/store.ts";
-import { defineTool, type Tool } from "../runtime/tools.ts";
-import type { ToolResultMessage } from "../runtime/transcript.ts";
+import { defineTool, type Tool } from "../runtime/agent/tools.ts";
+import type { ToolResultMessage } from "../runtime/model/transcript.ts";
 
 const STDIO_SERVER = new URL("../mock/mcp_stdio_server.ts", import.meta.url).pathname;
 const HTTP_SERVER = new URL("../mock/mcp_http_server.ts", import.meta.url).pathname;

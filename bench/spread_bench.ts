@@ -26,18 +26,18 @@
  */
 
 import { parseArgs } from "node:util";
-import { defineAgent } from "../runtime/agent.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { WorkerHost } from "../runtime/host.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
-import type { Planner } from "../runtime/planner.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { WorkerHost } from "../runtime/host/host.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
+import type { Planner } from "../runtime/model/planner.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import { LEASE_STATEMENTS } from "../runtime/store/leases.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { type SqlClient, Store } from "../runtime/store/store.ts";
-import type { TakeShare } from "../runtime/take_share.ts";
-import { ToolRegistry } from "../runtime/tools.ts";
+import type { TakeShare } from "../runtime/base/take_share.ts";
+import { ToolRegistry } from "../runtime/agent/tools.ts";
 
 const AGENT = "spread-bench";
 const TAKE = LEASE_STATEMENTS.find((s) => s.name === "take-runs")!;

@@ -63,15 +63,15 @@
 
 import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
 import postgres from "npm:postgres@3.4.9";
-import { commandFlags } from "../runtime/config.ts";
-import { finished } from "../runtime/ended.ts";
-import type { Planner } from "../runtime/planner.ts";
+import { commandFlags } from "../runtime/settings/config.ts";
+import { finished } from "../runtime/run/ended.ts";
+import type { Planner } from "../runtime/model/planner.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { SCHEMA_SQL, type SqlClient } from "../runtime/store/store.ts";
-import { NO_TELEMETRY, telemetryFromEnv } from "../runtime/telemetry.ts";
-import type { Tool } from "../runtime/tools.ts";
+import { NO_TELEMETRY, telemetryFromEnv } from "../runtime/run/telemetry.ts";
+import type { Tool } from "../runtime/agent/tools.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
 import { pool, type Row, StatementTimes, STEPS_PER_RUN, stepsPerS, turnRatio } from "./step_measure.ts";
 import {

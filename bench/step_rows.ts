@@ -8,23 +8,28 @@
  * @module
  */
 
-import { defineAgent } from "../runtime/agent.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
 import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { type WorkerDeps, workerFor } from "../runtime/context.ts";
-import { agentDeps, processDeps } from "../runtime/deps.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
-import { runWorker } from "../runtime/loop.ts";
-import { WorkerHost } from "../runtime/host.ts";
-import { type DecideRequest, type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { type WorkerDeps, workerFor } from "../runtime/run/context.ts";
+import { agentDeps, processDeps } from "../runtime/run/deps.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
+import { runWorker } from "../runtime/host/run_driver.ts";
+import { WorkerHost } from "../runtime/host/host.ts";
+import {
+  type DecideRequest,
+  type ModelAnswer,
+  OpenAIPlanner,
+  type Planner,
+} from "../runtime/model/planner.ts";
 import { CountingClient, TapClient, UNNAMED } from "../runtime/store/counting.ts";
 import { type Statement, statement } from "../runtime/store/sql.ts";
 import type { StatementName } from "../runtime/store/statements.ts";
 import { type SqlClient, Store } from "../runtime/store/store.ts";
-import { NO_TELEMETRY, type Telemetry } from "../runtime/telemetry.ts";
-import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
+import { NO_TELEMETRY, type Telemetry } from "../runtime/run/telemetry.ts";
+import { defineTool, type Tool, ToolRegistry } from "../runtime/agent/tools.ts";
 import {
   collectGarbage,
   fanOut,

@@ -37,9 +37,9 @@
 
 import process from "node:process";
 import puppeteer from "puppeteer-core";
-import { Client, connect } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { commandFlags } from "../runtime/config.ts";
+import { Client, connect } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { commandFlags } from "../runtime/settings/config.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { serveUi } from "../ui/server.ts";

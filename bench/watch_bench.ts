@@ -33,16 +33,16 @@
 import process from "node:process";
 import { parseArgs } from "node:util";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { Store } from "../runtime/store/store.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 
 const USAGE = `usage: deno task bench:watch [--messages N] [--seconds N] [--database-url URL]
   Builds an idle conversation of N messages, then measures 1 and 4 watchers of it (client.stream) for

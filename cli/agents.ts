@@ -14,14 +14,14 @@ import {
   agentsOf,
   prepareAgent,
   type PreparedAgent,
-} from "../runtime/agent.ts";
-import { withChildAgents } from "../runtime/agent_tool.ts";
-import { type Clock, SystemClock } from "../runtime/clock.ts";
-import { AGENT_LOAD_DEFAULT_S } from "../runtime/config.ts";
-import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
-import { displayText } from "../runtime/display.ts";
-import { describeEndpoint, resolveEndpoint } from "../runtime/model_endpoint.ts";
-import { OpenAIPlanner, type Planner } from "../runtime/planner.ts";
+} from "../runtime/agent/agent.ts";
+import { withChildAgents } from "../runtime/agent/agent_tool.ts";
+import { type Clock, SystemClock } from "../runtime/base/clock.ts";
+import { AGENT_LOAD_DEFAULT_S } from "../runtime/settings/config.ts";
+import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/base/errors.ts";
+import { displayText } from "../runtime/base/display.ts";
+import { describeEndpoint, resolveEndpoint } from "../runtime/client/model_endpoint.ts";
+import { OpenAIPlanner, type Planner } from "../runtime/model/planner.ts";
 import { MockModel } from "../mock/model.ts";
 
 /** The agents of a module and where they came from. */
@@ -178,7 +178,7 @@ function mockParallel(raw: string | undefined): number {
 /**
  * Builds every agent's tools and model for this process. An agent naming an
  * endpoint (or nothing) gets an OpenAI-compatible client from it and the
- * `MODEL_*` settings (runtime/model_endpoint.ts: what the agent names wins);
+ * `MODEL_*` settings (runtime/client/model_endpoint.ts: what the agent names wins);
  * when neither gives a URL, the embedded default uses an in-process mock
  * model whose counters persist under `DATA_DIR`, and a fleet process refuses
  * with a clear message. The agents their tools start runs of (`agentTool`)

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { ManualClock } from "../runtime/clock.ts";
-import { ConfigError } from "../runtime/errors.ts";
+import { ManualClock } from "../runtime/base/clock.ts";
+import { ConfigError } from "../runtime/base/errors.ts";
 import { importProblem, loadAgents } from "./agents.ts";
 
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;

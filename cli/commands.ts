@@ -19,7 +19,7 @@
  * `DATA_DIR` (default `.data`); the embedded one allows one process at a time,
  * so a command refuses, naming the holder, while a worker has it open.
  *
- * Everything they print goes through the display rule (runtime/display.ts):
+ * Everything they print goes through the display rule (runtime/base/display.ts):
  * a control, bidi or other invisible character in a model's answer, a tool's
  * result or a user's input is shown as its escape (`\u001b`, `\u202e`), so no
  * value can drive the terminal or read as something else. A field that may
@@ -36,8 +36,8 @@
 
 import { userInfo } from "node:os";
 import { parseArgs } from "node:util";
-import type { Agent } from "../runtime/agent.ts";
-import type { Budget } from "../runtime/budget.ts";
+import type { Agent } from "../runtime/agent/agent.ts";
+import type { Budget } from "../runtime/agent/budget.ts";
 import {
   Client,
   ClientError,
@@ -48,11 +48,11 @@ import {
   RESOLVE_BATCH_MAX,
   type RunInfo,
   type Settlement,
-} from "../runtime/client.ts";
-import { callsOf } from "../runtime/calls.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/config.ts";
-import { displayText, hiddenIn } from "../runtime/display.ts";
+} from "../runtime/client/client.ts";
+import { callsOf } from "../runtime/run/calls.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/settings/config.ts";
+import { displayText, hiddenIn } from "../runtime/base/display.ts";
 import {
   ConfigError,
   describeError,
@@ -61,9 +61,9 @@ import {
   ownCode,
   RuntimeError,
   StoreError,
-} from "../runtime/errors.ts";
-import { EXIT_CODES } from "../runtime/exit_codes.ts";
-import { formatValue } from "../runtime/log.ts";
+} from "../runtime/base/errors.ts";
+import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
+import { formatValue } from "../runtime/base/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import type { Store } from "../runtime/store/store.ts";
 import {
@@ -75,9 +75,9 @@ import {
   type RunStatus,
   type SideEffectRow,
 } from "../runtime/store/store.ts";
-import type { Json } from "../runtime/tools.ts";
-import { parseModelParams } from "../runtime/model_params.ts";
-import type { ModelParams } from "../runtime/transcript.ts";
+import type { Json } from "../runtime/agent/tools.ts";
+import { parseModelParams } from "../runtime/model/params.ts";
+import type { ModelParams } from "../runtime/model/transcript.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
 import { DATABASE_BACKOFF, waitAtStart } from "./start_wait.ts";
 import { watchCommand } from "./watch.ts";

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import demoAgent from "../examples/provision/agent.ts";
-import { Client } from "../runtime/client.ts";
-import { answerTokens } from "../runtime/budget.ts";
-import { ManualClock } from "../runtime/clock.ts";
-import { FencedError } from "../runtime/errors.ts";
+import { Client } from "../runtime/client/client.ts";
+import { answerTokens } from "../runtime/agent/budget.ts";
+import { ManualClock } from "../runtime/base/clock.ts";
+import { FencedError } from "../runtime/base/errors.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { type SideEffectRow, Store } from "../runtime/store/store.ts";
 import {

@@ -16,7 +16,7 @@
 
 import { dirname, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { commandFlags } from "../runtime/config.ts";
+import { commandFlags } from "../runtime/settings/config.ts";
 import { agentSpecifier } from "./agents.ts";
 import { cliEntry, findProjectConfig } from "./project.ts";
 

@@ -17,7 +17,7 @@ import {
   mcpAgent,
   teamAgent,
 } from "../harness/fuzz.ts";
-import { commandFlags } from "../runtime/config.ts";
+import { commandFlags } from "../runtime/settings/config.ts";
 
 /** The usage text of `deno task fuzz`. */
 export const FUZZ_USAGE =

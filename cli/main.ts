@@ -26,7 +26,7 @@ import { main as superviseMain } from "./supervise.ts";
 import { main as uiMain } from "../ui/main.ts";
 
 export type { LoadedAgents } from "./agents.ts";
-export { agentsOf } from "../runtime/agent.ts";
+export { agentsOf } from "../runtime/agent/agent.ts";
 
 /** The usage text of the binary. */
 export const USAGE = `agent-runtime: durable AI agents that survive crashes.

@@ -10,9 +10,9 @@
  * @module
  */
 
-import { SystemClock } from "../runtime/clock.ts";
-import { commandFlags } from "../runtime/config.ts";
-import { StoreError } from "../runtime/errors.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { commandFlags } from "../runtime/settings/config.ts";
+import { StoreError } from "../runtime/base/errors.ts";
 import { SCHEMA_VERSION } from "../runtime/store/migrate.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";

@@ -6,12 +6,13 @@
  * @module
  */
 
-import { type Clock, SystemClock } from "../runtime/clock.ts";
+import { type Clock, SystemClock } from "../runtime/base/clock.ts";
 import { hostname } from "node:os";
-import { FlagError, loadSettings, type Settings, urlPasswordForms } from "../runtime/config.ts";
-import { ConfigError, isDatabaseAway, StoreError } from "../runtime/errors.ts";
-import { EXIT_CODES } from "../runtime/exit_codes.ts";
-import { Logger } from "../runtime/log.ts";
+import { FlagError, loadSettings, type Settings } from "../runtime/settings/config.ts";
+import { urlPasswordForms } from "../runtime/base/urls.ts";
+import { ConfigError, isDatabaseAway, StoreError } from "../runtime/base/errors.ts";
+import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
+import { Logger } from "../runtime/base/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { AgentModuleError } from "./agents.ts";
 import type { Store } from "../runtime/store/store.ts";

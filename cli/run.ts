@@ -19,15 +19,15 @@
  * @module
  */
 
-import { checkInput } from "../runtime/agent.ts";
-import type { Settings } from "../runtime/config.ts";
-import { workerFor } from "../runtime/context.ts";
-import { agentDeps, DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, processDeps } from "../runtime/deps.ts";
-import { CRASH_POINTS, CrashPoints } from "../runtime/crashpoints.ts";
-import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/errors.ts";
-import { WorkerHost } from "../runtime/host.ts";
-import { EXIT_CODES } from "../runtime/exit_codes.ts";
-import { exitCodeOf, runWorker, WorkerError } from "../runtime/loop.ts";
+import { checkInput } from "../runtime/agent/agent.ts";
+import type { Settings } from "../runtime/settings/config.ts";
+import { workerFor } from "../runtime/run/context.ts";
+import { agentDeps, DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, processDeps } from "../runtime/run/deps.ts";
+import { CRASH_POINTS, CrashPoints } from "../runtime/base/crashpoints.ts";
+import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/base/errors.ts";
+import { WorkerHost } from "../runtime/host/host.ts";
+import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
+import { exitCodeOf, runWorker, WorkerError } from "../runtime/host/run_driver.ts";
 import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
 

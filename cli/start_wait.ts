@@ -10,8 +10,8 @@
  * @module
  */
 
-import type { Clock } from "../runtime/clock.ts";
-import { AbortedError } from "../runtime/errors.ts";
+import type { Clock } from "../runtime/base/clock.ts";
+import { AbortedError } from "../runtime/base/errors.ts";
 
 /** The waits between tries: the first, doubled after each failure, up to the cap. */
 export interface Backoff {
@@ -79,7 +79,7 @@ export interface Available<T> {
  *
  * @example
  * ```ts
- * import { SystemClock } from "../runtime/clock.ts";
+ * import { SystemClock } from "../runtime/base/clock.ts";
  * import { waitAtStart } from "./start_wait.ts";
  * let tries = 0;
  * const { value, attempts } = await waitAtStart({

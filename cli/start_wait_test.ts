@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { ManualClock, settle } from "../runtime/clock.ts";
-import { StoreError } from "../runtime/errors.ts";
+import { ManualClock, settle } from "../runtime/base/clock.ts";
+import { StoreError } from "../runtime/base/errors.ts";
 import { type AwayTry, DATABASE_BACKOFF, TOOLS_BACKOFF, waitAtStart } from "./start_wait.ts";
 
 const away = () =>

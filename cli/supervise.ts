@@ -40,17 +40,17 @@ import { basename, resolve } from "node:path";
 import { agentSpecifier, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { cliEntry, findProjectConfig } from "./project.ts";
 import { loggerFor, openStoreLogged, reportConfigError } from "./process.ts";
-import { type Clock, SystemClock } from "../runtime/clock.ts";
-import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/config.ts";
-import { AbortedError, ConfigError, hasCode } from "../runtime/errors.ts";
-import { EXIT_CODES } from "../runtime/exit_codes.ts";
-import type { LogFormat, Logger } from "../runtime/log.ts";
-import type { RetryPolicy } from "../runtime/retry.ts";
+import { type Clock, SystemClock } from "../runtime/base/clock.ts";
+import { AGENT_LOAD_DEFAULT_S, readRaw, SettingsReader } from "../runtime/settings/config.ts";
+import { AbortedError, ConfigError, hasCode } from "../runtime/base/errors.ts";
+import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
+import type { LogFormat, Logger } from "../runtime/base/log.ts";
+import type { RetryPolicy } from "../runtime/base/retry.ts";
 import type { Store } from "../runtime/store/store.ts";
-import type { TakeShare } from "../runtime/take_share.ts";
+import type { TakeShare } from "../runtime/base/take_share.ts";
 import { processSpawner } from "../supervisor/spawn.ts";
 import { Supervisor } from "../supervisor/supervisor.ts";
-import { DEFAULTS } from "../runtime/defaults.ts";
+import { DEFAULTS } from "../runtime/base/defaults.ts";
 
 /**
  * True when this program is a binary built by `deno compile` rather than

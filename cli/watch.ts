@@ -12,9 +12,9 @@
  * @module
  */
 
-import type { Client } from "../runtime/client.ts";
-import { displayJson, displayText } from "../runtime/display.ts";
-import type { StreamEvent } from "../runtime/stream.ts";
+import type { Client } from "../runtime/client/client.ts";
+import { displayJson, displayText } from "../runtime/base/display.ts";
+import type { StreamEvent } from "../runtime/run/stream.ts";
 
 /** Where `watch` writes: whole lines, and pieces of text with no line end. */
 export interface WatchOutput {

@@ -18,14 +18,14 @@
  * @module
  */
 
-import type { PreparedAgent } from "../runtime/agent.ts";
-import type { Clock } from "../runtime/clock.ts";
-import type { Settings } from "../runtime/config.ts";
-import { CrashPoints } from "../runtime/crashpoints.ts";
-import { AbortedError, ConfigError, hasCode } from "../runtime/errors.ts";
-import { EXIT_CODES } from "../runtime/exit_codes.ts";
-import { WorkerHost } from "../runtime/host.ts";
-import type { Logger } from "../runtime/log.ts";
+import type { PreparedAgent } from "../runtime/agent/agent.ts";
+import type { Clock } from "../runtime/base/clock.ts";
+import type { Settings } from "../runtime/settings/config.ts";
+import { CrashPoints } from "../runtime/base/crashpoints.ts";
+import { AbortedError, ConfigError, hasCode } from "../runtime/base/errors.ts";
+import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
+import { WorkerHost } from "../runtime/host/host.ts";
+import type { Logger } from "../runtime/base/log.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";

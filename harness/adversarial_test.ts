@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { demoTools } from "../examples/provision/tools.ts";
-import { settle } from "../runtime/clock.ts";
-import { defineTool, type Tool } from "../runtime/tools.ts";
+import { settle } from "../runtime/base/clock.ts";
+import { defineTool, type Tool } from "../runtime/agent/tools.ts";
 import { SIM_START_MS as SIM_START, SimDb, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();

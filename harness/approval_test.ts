@@ -8,11 +8,11 @@
 
 import assert from "node:assert/strict";
 import { demoTools } from "../examples/provision/tools.ts";
-import { buildTranscript } from "../runtime/history.ts";
-import { chatMessages } from "../runtime/planners/openai.ts";
-import type { Tool } from "../runtime/tools.ts";
-import { argsHash } from "../runtime/executor.ts";
-import { Client, ClientError } from "../runtime/client.ts";
+import { buildTranscript } from "../runtime/step/history.ts";
+import { chatMessages } from "../runtime/model/openai.ts";
+import type { Tool } from "../runtime/agent/tools.ts";
+import { argsHash } from "../runtime/step/act.ts";
+import { Client, ClientError } from "../runtime/client/client.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
 import { DEMO_APPROVAL_TOOL, demoAgent, drawApprovalRace, fuzz } from "./fuzz.ts";
 import { SimDb, SimWorld } from "./sim.ts";

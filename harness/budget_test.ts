@@ -7,9 +7,9 @@
 
 import assert from "node:assert/strict";
 import demoAgent from "../examples/provision/agent.ts";
-import { defineAgent } from "../runtime/agent.ts";
-import { spendOf } from "../runtime/budget.ts";
-import { CRASH_POINTS } from "../runtime/crashpoints.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { spendOf } from "../runtime/agent/budget.ts";
+import { CRASH_POINTS } from "../runtime/base/crashpoints.ts";
 import { type ProcessHooks, seededRandom, SimDb, SimWorld } from "./sim.ts";
 
 const db = await SimDb.open();

@@ -14,7 +14,7 @@
  *
  * With `--model ai-sdk` the demo's model is the AI SDK's OpenAI-compatible
  * provider (`@ai-sdk/openai-compatible`) against the same mock model, through
- * the AI SDK adapter (`runtime/planners/ai_sdk.ts`) instead of the built-in
+ * the AI SDK adapter (`runtime/model/ai_sdk.ts`) instead of the built-in
  * planner; with `--postgres` its workers load `examples/provision/ai_sdk_agent.ts`.
  *
  * With `--parallel 3` the mock model answers the demo's three calls at once:
@@ -32,11 +32,11 @@
 
 import { createOpenAICompatible } from "npm:@ai-sdk/openai-compatible@3.0.92";
 import { serveMocks } from "../mock/server.ts";
-import type { FetchLike, Planner } from "../runtime/planner.ts";
-import { aiSdkPlanner } from "../runtime/planners/ai_sdk.ts";
-import { commandFlags } from "../runtime/config.ts";
-import { CRASH_POINTS, type CrashPoint, isCrashPoint } from "../runtime/crashpoints.ts";
-import { callsOf } from "../runtime/calls.ts";
+import type { FetchLike, Planner } from "../runtime/model/planner.ts";
+import { aiSdkPlanner } from "../runtime/model/ai_sdk.ts";
+import { commandFlags } from "../runtime/settings/config.ts";
+import { CRASH_POINTS, type CrashPoint, isCrashPoint } from "../runtime/base/crashpoints.ts";
+import { callsOf } from "../runtime/run/calls.ts";
 import type { Decision } from "../runtime/store/rows.ts";
 import {
   type Baseline,

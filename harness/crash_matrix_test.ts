@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { CRASH_POINTS } from "../runtime/crashpoints.ts";
+import { CRASH_POINTS } from "../runtime/base/crashpoints.ts";
 import { matrixPlanner, type MatrixResult, runMatrix, summaryLine } from "./crash_matrix.ts";
 import { measureBaseline } from "./fence.ts";
 import { baselineOf, checkInvariants, checkPointOutcome, ownerSeq } from "./invariants.ts";

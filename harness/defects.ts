@@ -9,13 +9,13 @@
  * @module
  */
 
-import { idempotencyKey } from "../runtime/context.ts";
-import { SimulatedKill } from "../runtime/crashpoints.ts";
-import type { FetchLike } from "../runtime/planner.ts";
+import { idempotencyKey } from "../runtime/run/context.ts";
+import { SimulatedKill } from "../runtime/base/crashpoints.ts";
+import type { FetchLike } from "../runtime/model/planner.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";
 import { FENCE, RUNNING_AT } from "../runtime/store/sql.ts";
 import type { StatementName } from "../runtime/store/statements.ts";
-import type { ToolContext } from "../runtime/tools.ts";
+import type { ToolContext } from "../runtime/agent/tools.ts";
 
 /** Bugs a test may plant in every process of a fuzz. Every field defaults to off. */
 export interface PlantedDefects {

@@ -11,7 +11,7 @@
  */
 
 import type { Decision, Fence, JournalRow, Store, TokenSettlement } from "../runtime/store/store.ts";
-import type { Json } from "../runtime/tools.ts";
+import type { Json } from "../runtime/agent/tools.ts";
 
 /**
  * Claims a run from `seenEpoch` (a compare-and-swap on it) for `owner`.

@@ -33,7 +33,7 @@
 
 import { canonicalJson } from "../mock/canonical_json.ts";
 import { droppedResponse, errorResponse, garbageResponse, jsonResponse } from "../mock/http_response.ts";
-import type { FetchLike } from "../runtime/planner.ts";
+import type { FetchLike } from "../runtime/model/planner.ts";
 
 /** One effect the fake performed: the first request under its key. */
 export interface FakeEffect {

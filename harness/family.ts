@@ -17,12 +17,12 @@
  */
 
 import { z } from "npm:zod@4.6.7";
-import { type Agent, defineAgent } from "../runtime/agent.ts";
-import { agentTool } from "../runtime/agent_tool.ts";
-import type { CrashPlan, CrashPoint } from "../runtime/crashpoints.ts";
-import type { Planner } from "../runtime/planner.ts";
-import type { DecideRequest, PlannerDecision, ToolResultMessage } from "../runtime/transcript.ts";
-import { defineTool, type Tool } from "../runtime/tools.ts";
+import { type Agent, defineAgent } from "../runtime/agent/agent.ts";
+import { agentTool } from "../runtime/agent/agent_tool.ts";
+import type { CrashPlan, CrashPoint } from "../runtime/base/crashpoints.ts";
+import type { Planner } from "../runtime/model/planner.ts";
+import type { DecideRequest, PlannerDecision, ToolResultMessage } from "../runtime/model/transcript.ts";
+import { defineTool, type Tool } from "../runtime/agent/tools.ts";
 import type { RunRow } from "../runtime/store/store.ts";
 import type { SimExit, SimWorld } from "./sim.ts";
 

@@ -10,10 +10,10 @@
  */
 
 import assert from "node:assert/strict";
-import { Client } from "../runtime/client.ts";
-import { CRASH_POINTS } from "../runtime/crashpoints.ts";
-import { defineAgent } from "../runtime/agent.ts";
-import { agentTool } from "../runtime/agent_tool.ts";
+import { Client } from "../runtime/client/client.ts";
+import { CRASH_POINTS } from "../runtime/base/crashpoints.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { agentTool } from "../runtime/agent/agent_tool.ts";
 import { SimDb, SimWorld } from "./sim.ts";
 import {
   type Asked,

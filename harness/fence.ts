@@ -34,10 +34,10 @@
  */
 
 import { demoTools } from "../examples/provision/tools.ts";
-import type { CrashPoint } from "../runtime/crashpoints.ts";
-import type { FetchLike } from "../runtime/planner.ts";
+import type { CrashPoint } from "../runtime/base/crashpoints.ts";
+import type { FetchLike } from "../runtime/model/planner.ts";
 import type { QueryOptions, SqlClient, Store } from "../runtime/store/store.ts";
-import { defineTool, type Tool } from "../runtime/tools.ts";
+import { defineTool, type Tool } from "../runtime/agent/tools.ts";
 import type { GroupCommitStats } from "../runtime/store/group_commit.ts";
 import { type Baseline, baselineOf, checkInvariants } from "./invariants.ts";
 import {

@@ -52,12 +52,12 @@
  * @module
  */
 
-import type { Agent, AgentContext } from "../runtime/agent.ts";
-import { ManualClock } from "../runtime/clock.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
-import { childAgentOf } from "../runtime/agent_tool.ts";
-import type { FetchLike } from "../runtime/planner.ts";
-import { defineTool, type Tool, ToolRegistry } from "../runtime/tools.ts";
+import type { Agent, AgentContext } from "../runtime/agent/agent.ts";
+import { ManualClock } from "../runtime/base/clock.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
+import { childAgentOf } from "../runtime/agent/agent_tool.ts";
+import type { FetchLike } from "../runtime/model/planner.ts";
+import { defineTool, type Tool, ToolRegistry } from "../runtime/agent/tools.ts";
 import { type PlantedDefects, plantInToolContext, type ToolPlantOptions } from "./defects.ts";
 import { SimDb } from "./sim.ts";
 import {

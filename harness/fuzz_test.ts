@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
 import type { PlantedDefects } from "./defects.ts";
-import type { FetchLike } from "../runtime/planner.ts";
-import { ToolError } from "../runtime/errors.ts";
-import { defineTool } from "../runtime/tools.ts";
+import type { FetchLike } from "../runtime/model/planner.ts";
+import { ToolError } from "../runtime/base/errors.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { FakeRemote } from "./fake_remote.ts";
 import {
   type AgentFactory,

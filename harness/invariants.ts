@@ -9,9 +9,9 @@
  * @module
  */
 
-import { callsOf, stepWidth } from "../runtime/calls.ts";
-import { idempotencyKey } from "../runtime/context.ts";
-import type { CrashPoint } from "../runtime/crashpoints.ts";
+import { callsOf, stepWidth } from "../runtime/run/calls.ts";
+import { idempotencyKey } from "../runtime/run/context.ts";
+import type { CrashPoint } from "../runtime/base/crashpoints.ts";
 import type { RunSnapshot } from "./sim.ts";
 
 /** What a clean run (no crash) of the demo costs, measured, never assumed. */

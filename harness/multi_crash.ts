@@ -14,7 +14,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { CRASH_POINTS, type CrashPoint } from "../runtime/crashpoints.ts";
+import { CRASH_POINTS, type CrashPoint } from "../runtime/base/crashpoints.ts";
 import { type Baseline, checkInvariants } from "./invariants.ts";
 import { type RunSnapshot, seededRandom, SimDb, SimWorld } from "./sim.ts";
 import { measureBaseline } from "./fence.ts";

@@ -13,7 +13,7 @@
 
 import { MockModel } from "../mock/model.ts";
 import { MockShop, serveShop } from "../mock/shop.ts";
-import { connect } from "../runtime/client.ts";
+import { connect } from "../runtime/client/client.ts";
 import support from "../examples/support/agent.ts";
 import { type Proc, startSupervisor, until } from "./procs.ts";
 

@@ -7,7 +7,7 @@
  */
 
 import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
-import { SETTING_NAMES } from "../runtime/config.ts";
+import { SETTING_NAMES } from "../runtime/settings/config.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const path = (rel: string) => decodeURIComponent(new URL(rel, ROOT).pathname);

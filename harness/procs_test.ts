@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
-import { SETTING_NAMES } from "../runtime/config.ts";
+import { SETTING_NAMES } from "../runtime/settings/config.ts";
 import { childEnv, CLEARED_SETTINGS, isDenoLockNotice, Proc } from "./procs.ts";
 
 Deno.test("every setting of the run command, the worker and the supervisor is cleared", () => {

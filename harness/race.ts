@@ -19,7 +19,7 @@
  * @module
  */
 
-import type { CrashPoint } from "../runtime/crashpoints.ts";
+import type { CrashPoint } from "../runtime/base/crashpoints.ts";
 import type { GroupCommitStats } from "../runtime/store/group_commit.ts";
 import { type Baseline, checkInvariants } from "./invariants.ts";
 import { groupStatsSince, type SimDb, type SimExit, SimWorld, untilStalledOrExit } from "./sim.ts";

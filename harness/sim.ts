@@ -20,21 +20,21 @@ import { type CreatedResource, MockCloud } from "../mock/cloud.ts";
 import demoAgent, { DEMO_GOAL } from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
-import { type Clock, ManualClock } from "../runtime/clock.ts";
-import type { Agent, AgentContext } from "../runtime/agent.ts";
-import { type WorkerDeps, workerFor } from "../runtime/context.ts";
-import { agentDeps, processDeps, type RetryPolicy } from "../runtime/deps.ts";
-import { describeError, ownCode, RuntimeError } from "../runtime/errors.ts";
+import { type Clock, ManualClock } from "../runtime/base/clock.ts";
+import type { Agent, AgentContext } from "../runtime/agent/agent.ts";
+import { type WorkerDeps, workerFor } from "../runtime/run/context.ts";
+import { agentDeps, processDeps, type RetryPolicy } from "../runtime/run/deps.ts";
+import { describeError, ownCode, RuntimeError } from "../runtime/base/errors.ts";
 import {
   type CrashPlan,
   type CrashPoint,
   CrashPoints,
   type KillPoint,
   SimulatedKill,
-} from "../runtime/crashpoints.ts";
-import { Logger } from "../runtime/log.ts";
-import { type RunOutcome, runWorker } from "../runtime/loop.ts";
-import { type FetchLike, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
+} from "../runtime/base/crashpoints.ts";
+import { Logger } from "../runtime/base/log.ts";
+import { type RunOutcome, runWorker } from "../runtime/host/run_driver.ts";
+import { type FetchLike, OpenAIPlanner, type Planner } from "../runtime/model/planner.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import {
   type GroupCommitOptions,
@@ -46,7 +46,7 @@ import {
   type SqlClient,
   Store,
 } from "../runtime/store/store.ts";
-import { type Tool, ToolRegistry } from "../runtime/tools.ts";
+import { type Tool, ToolRegistry } from "../runtime/agent/tools.ts";
 
 /** Where every simulated run starts on the manual clock: 2026-01-01T00:00:00Z. */
 export const SIM_START_MS: number = Date.UTC(2026, 0, 1);

@@ -8,10 +8,10 @@
 import assert from "node:assert/strict";
 import { chargeCard } from "../examples/payments/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
-import { defineAgent } from "../runtime/agent.ts";
-import { settle } from "../runtime/clock.ts";
-import type { FetchLike } from "../runtime/planner.ts";
-import type { Tool } from "../runtime/tools.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { settle } from "../runtime/base/clock.ts";
+import type { FetchLike } from "../runtime/model/planner.ts";
+import type { Tool } from "../runtime/agent/tools.ts";
 import { fuzz } from "./fuzz.ts";
 import { SIM_CLOUD_URL, SimDb, type SimExit, type SimProcess, SimWorld } from "./sim.ts";
 

@@ -18,15 +18,15 @@
 
 import { isDeepStrictEqual } from "node:util";
 import { z } from "npm:zod@4.6.7";
-import { type Agent, defineAgent } from "../runtime/agent.ts";
-import { Client, connect } from "../runtime/client.ts";
-import { commandFlags } from "../runtime/config.ts";
-import { type CodeOf, hasCode } from "../runtime/errors.ts";
-import { arraySink, Logger } from "../runtime/log.ts";
-import { type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/planner.ts";
+import { type Agent, defineAgent } from "../runtime/agent/agent.ts";
+import { Client, connect } from "../runtime/client/client.ts";
+import { commandFlags } from "../runtime/settings/config.ts";
+import { type CodeOf, hasCode } from "../runtime/base/errors.ts";
+import { arraySink, Logger } from "../runtime/base/log.ts";
+import { type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/model/planner.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
-import { MAX_JSON_BYTES, MAX_JSON_DEPTH } from "../runtime/store/storable.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { MAX_JSON_BYTES, MAX_JSON_DEPTH } from "../runtime/base/storable.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 
 /** Where a value appears. */
 export type Where = "final answer" | "tool arguments" | "tool result" | "token usage" | "run input";

@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Client, connect } from "../runtime/client.ts";
+import { Client, connect } from "../runtime/client/client.ts";
 import {
   expectedRequests,
   type Observed,

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ManualClock } from "../runtime/clock.ts";
+import { ManualClock } from "../runtime/base/clock.ts";
 import { MockCloud } from "./cloud.ts";
 import { serveMocks } from "./server.ts";
 

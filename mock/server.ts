@@ -10,9 +10,9 @@ import { parseArgs } from "node:util";
 import { MockCloud } from "./cloud.ts";
 import { ConnectionDroppedError } from "./http_response.ts";
 import { MockModel } from "./model.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { describeError } from "../runtime/errors.ts";
-import { Logger } from "../runtime/log.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { describeError } from "../runtime/base/errors.ts";
+import { Logger } from "../runtime/base/log.ts";
 
 // The runtime's logger (logfmt on stdout, one line per event): the mocks'
 // lines parse like every other program's. Immutable, so shared safely.

@@ -11,7 +11,7 @@
  * @module
  */
 
-import type { RetryPolicy } from "../runtime/retry.ts";
+import type { RetryPolicy } from "../runtime/base/retry.ts";
 import type { SpawnWorker, WorkerHandle } from "./supervisor.ts";
 
 /** Settings passed to every worker. */

@@ -28,10 +28,10 @@
  * @module
  */
 
-import type { Clock } from "../runtime/clock.ts";
-import { describeError } from "../runtime/errors.ts";
-import { EXIT_CODES } from "../runtime/exit_codes.ts";
-import type { Logger } from "../runtime/log.ts";
+import type { Clock } from "../runtime/base/clock.ts";
+import { describeError } from "../runtime/base/errors.ts";
+import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
+import type { Logger } from "../runtime/base/log.ts";
 import type { Store } from "../runtime/store/store.ts";
 
 /** A started worker process (or a stand-in for one). */

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { ManualClock, settle } from "../runtime/clock.ts";
-import { EXIT_CODES } from "../runtime/exit_codes.ts";
-import { arraySink, Logger } from "../runtime/log.ts";
+import { ManualClock, settle } from "../runtime/base/clock.ts";
+import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
+import { arraySink, Logger } from "../runtime/base/log.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { type SpawnWorker, Supervisor, type WorkerHandle } from "./supervisor.ts";

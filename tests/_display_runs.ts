@@ -8,14 +8,14 @@
  */
 
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import type { Client } from "../runtime/client.ts";
-import { ToolError } from "../runtime/errors.ts";
-import type { ManualClock } from "../runtime/clock.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
-import type { ModelAnswer, Planner } from "../runtime/planner.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import type { Client } from "../runtime/client/client.ts";
+import { ToolError } from "../runtime/base/errors.ts";
+import type { ManualClock } from "../runtime/base/clock.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
+import type { ModelAnswer, Planner } from "../runtime/model/planner.ts";
 import type { Store } from "../runtime/store/store.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
 
 /**
@@ -99,7 +99,7 @@ export async function writeHostileRuns(client: Client): Promise<void> {
     await client.start(payer, { runId: "hostile-2", input: "pay" });
     await client.start(payer, { runId: "hostile-3", input: "pay" });
     for (const id of ["hostile-1", "hostile-2", "hostile-3"]) await client.wait(id, { timeoutMs: 30_000 });
-    // Through the store: the client refuses a control character in who acts (runtime/ids.ts), and a row
+    // Through the store: the client refuses a control character in who acts (runtime/base/ids.ts), and a row
     // written by anything else (an older version, a hand-written statement) must still be shown escaped.
     await client.store.decideApproval(
       "hostile-3:0",

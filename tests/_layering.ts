@@ -17,7 +17,7 @@
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { join, relative, sep } from "node:path";
 
-/** Local imports by module: repository-relative paths (`runtime/loop.ts`), each list sorted. */
+/** Local imports by module: repository-relative paths (`runtime/host/run_driver.ts`), each list sorted. */
 export type ImportGraph = Map<string, string[]>;
 
 /** What {@link readImportGraph} reads. */
@@ -122,10 +122,51 @@ export interface LayeringRules {
    * (`schema.sql`, loaded as text) or, ending in `/`, a folder.
    */
   allowed: readonly string[];
+  /**
+   * The library's folders and, for each, the folders its modules may import
+   * (its own always). A module outside every declared folder, or an import
+   * along an arrow not declared here, is a breach. Unset: no folder rule.
+   */
+  folders?: Readonly<Record<string, readonly string[]>>;
 }
 
+/**
+ * The floors of `runtime/`, ground floor first: each folder and the folders
+ * it may import. One table, read top to bottom as the order a newcomer meets
+ * them; ARCHITECTURE.md draws the same map.
+ */
+export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
+  // Leaves: values, errors, clock, log, display, http, ids, settings' defaults, retry policy, crash points.
+  base: [],
+  // What a model is asked and answers: the transcript, the planner interface, each protocol's planner.
+  model: ["base"],
+  // The database: statements by audience, drivers, migrations. It records transcripts, so it knows their types.
+  store: ["base", "model"],
+  // The process's settings from env and flags (the commands read them; the library is given values).
+  settings: ["base", "model"],
+  // What a user writes: agents, tools, budgets, conversation options.
+  agent: ["base", "model", "store"],
+  // One run as a worker holds it: its state, its dependencies, its outcomes, its telemetry and live stream.
+  run: ["base", "model", "store", "agent"],
+  // Runs that start runs, and runs that converse: each a concern a step calls into.
+  families: ["base", "model", "store", "agent", "run"],
+  conversations: ["base", "model", "store", "agent", "run"],
+  // One step: decide (the model call), act and send (the tool calls), recovery, reconcile, history.
+  step: ["base", "model", "store", "agent", "run", "families", "conversations"],
+  // Processes: the worker host, leases, the single run's driver.
+  host: ["base", "model", "store", "agent", "run", "families", "conversations", "step"],
+  // MCP servers' tools as an agent's tools.
+  mcp: ["base", "model", "agent"],
+  // What application code, operators and the page call.
+  client: ["base", "model", "store", "agent", "run", "host"],
+};
+
 /** The library's rules in this repository. */
-export const RUNTIME_RULES: LayeringRules = { library: "runtime", allowed: ["schema.sql"] };
+export const RUNTIME_RULES: LayeringRules = {
+  library: "runtime",
+  allowed: ["schema.sql"],
+  folders: RUNTIME_FOLDERS,
+};
 
 /** The supervisor's library (its command is `cli/supervise.ts`): it uses the runtime, and nothing else of ours. */
 export const SUPERVISOR_RULES: LayeringRules = { library: "supervisor", allowed: ["runtime/", "schema.sql"] };
@@ -150,10 +191,52 @@ export function layeringProblems(graph: ImportGraph, rules: LayeringRules): stri
       );
     }
   }
+  if (rules.folders) problems.push(...folderProblems(graph, rules.library, rules.folders, inLibrary));
   for (const cycle of cyclesIn(graph, inLibrary)) {
     problems.push(`Import cycle inside ${rules.library}/: ${cycle.join(" -> ")}`);
   }
   return problems.sort();
+}
+
+/** The folder of a library module (`runtime/step/act.ts` is in `step`), or undefined for one at the library's root. */
+function folderOf(library: string, path: string): string | undefined {
+  const parts = path.slice(library.length + 1).split("/");
+  return parts.length > 1 ? parts[0] : undefined;
+}
+
+/**
+ * Breaches of the folder table: a module in no declared folder (one problem
+ * per module), and each import along an arrow the table does not declare.
+ */
+function folderProblems(
+  graph: ImportGraph,
+  library: string,
+  folders: Readonly<Record<string, readonly string[]>>,
+  inLibrary: (path: string) => boolean,
+): string[] {
+  const problems: string[] = [];
+  const declared = (f: string | undefined): f is string => f !== undefined && Object.hasOwn(folders, f);
+  for (const [from, targets] of graph) {
+    if (!inLibrary(from)) continue;
+    const a = folderOf(library, from);
+    if (!declared(a)) {
+      problems.push(
+        `${from} is in no declared folder: every module of ${library}/ lives in one of ` +
+          `${Object.keys(folders).map((f) => `${f}/`).join(", ")} (the table in tests/_layering.ts)`,
+      );
+      continue;
+    }
+    for (const to of targets) {
+      if (!inLibrary(to)) continue;
+      const b = folderOf(library, to);
+      if (!declared(b) || b === a || folders[a].includes(b)) continue;
+      const may = folders[a].length === 0
+        ? "nothing outside itself"
+        : folders[a].map((f) => `${f}/`).join(", ");
+      problems.push(`${from} imports ${to}: ${a}/ may import ${may} (the table in tests/_layering.ts)`);
+    }
+  }
+  return problems;
 }
 
 /**

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { connect } from "../runtime/client.ts";
+import { connect } from "../runtime/client/client.ts";
 
 const [databaseUrl, runId] = Deno.args;
 const client = await connect({ databaseUrl, poolSize: 2 });

@@ -7,13 +7,13 @@
  * @module
  */
 
-import { SystemClock } from "../runtime/clock.ts";
-import { type WorkerDeps, workerFor } from "../runtime/context.ts";
-import { agentDeps, DEFAULT_RETRY, processDeps, type RetryPolicy } from "../runtime/deps.ts";
-import { arraySink, Logger } from "../runtime/log.ts";
-import { OpenAIPlanner } from "../runtime/planner.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { type WorkerDeps, workerFor } from "../runtime/run/context.ts";
+import { agentDeps, DEFAULT_RETRY, processDeps, type RetryPolicy } from "../runtime/run/deps.ts";
+import { arraySink, Logger } from "../runtime/base/log.ts";
+import { OpenAIPlanner } from "../runtime/model/planner.ts";
 import type { Store } from "../runtime/store/store.ts";
-import { type Tool, ToolRegistry } from "../runtime/tools.ts";
+import { type Tool, ToolRegistry } from "../runtime/agent/tools.ts";
 import demoAgent from "../examples/provision/agent.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 

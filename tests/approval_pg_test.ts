@@ -10,13 +10,13 @@ import postgres from "postgres";
 import { z } from "zod";
 import { seededRandom } from "../harness/sim.ts";
 import { serveMocks } from "../mock/server.ts";
-import { type Agent, defineAgent } from "../runtime/agent.ts";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
+import { type Agent, defineAgent } from "../runtime/agent/agent.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { type AnsweredApproval, type ApprovalRow, Store } from "../runtime/store/store.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { pgTest } from "./_pg.ts";
 import { runCli, startSupervisor, until } from "../harness/procs.ts";
 

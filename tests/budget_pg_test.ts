@@ -8,11 +8,11 @@
 
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { type Client, connect } from "../runtime/client.ts";
-import { arraySink, Logger } from "../runtime/log.ts";
-import { type MaxTokensField, OpenAIPlanner } from "../runtime/planner.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { type Client, connect } from "../runtime/client/client.ts";
+import { arraySink, Logger } from "../runtime/base/log.ts";
+import { type MaxTokensField, OpenAIPlanner } from "../runtime/model/planner.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { type PgSchema, pgTest } from "./_pg.ts";
 
 const CEILING = 20_000;

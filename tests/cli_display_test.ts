@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { main } from "../cli/commands.ts";
-import { Client, connect } from "../runtime/client.ts";
+import { Client, connect } from "../runtime/client/client.ts";
 import { pgTest } from "./_pg.ts";
 import { runCliIsolated } from "../harness/procs.ts";
 import { RAW_HIDDEN, writeHostileRuns } from "./_display_runs.ts";

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { COMMAND_FLAGS } from "../cli/commands.ts";
-import { flagOf, SETTING_NAMES } from "../runtime/config.ts";
+import { flagOf, SETTING_NAMES } from "../runtime/settings/config.ts";
 import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";
 import { isDenoLockNotice } from "../harness/procs.ts";
 

@@ -17,54 +17,54 @@ const DEBT = "debt: to be split into named stages (issue 35, the step's spine)";
 
 /** `file name` → its length in lines now, and why it is long. */
 const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
-  "runtime/config.ts loadSettings": {
+  "runtime/settings/config.ts loadSettings": {
     lines: 96,
     why: "one read per setting, in the order of the settings table",
   },
-  "runtime/conversation.ts afterAnswer": { lines: 81, why: DEBT },
-  "runtime/executor.ts act": { lines: 72, why: DEBT },
-  "runtime/executor.ts sendCall": { lines: 129, why: DEBT },
-  "runtime/executor.ts accepted": { lines: 72, why: DEBT },
-  "runtime/journal.ts decide": { lines: 239, why: DEBT },
-  "runtime/loop.ts runWorker": { lines: 85, why: DEBT },
-  "runtime/loop.ts driveClaimed": { lines: 154, why: DEBT },
-  "runtime/loop.ts step": { lines: 81, why: DEBT },
-  "runtime/mcp.ts checkOptions": { lines: 89, why: "one check per option, each with its own message" },
-  "runtime/mcp.ts toolsOf": { lines: 96, why: DEBT },
-  "runtime/mcp_connection.ts McpConnection.#failure": { lines: 112, why: DEBT },
-  "runtime/model_params.ts checkModelParams": { lines: 94, why: "one check per request parameter" },
-  "runtime/planners/_ai_sdk_stream.ts gatherStream": {
+  "runtime/conversations/turns.ts afterAnswer": { lines: 81, why: DEBT },
+  "runtime/step/act.ts act": { lines: 72, why: DEBT },
+  "runtime/step/act.ts sendCall": { lines: 129, why: DEBT },
+  "runtime/step/act.ts accepted": { lines: 72, why: DEBT },
+  "runtime/step/decide.ts decide": { lines: 239, why: DEBT },
+  "runtime/host/run_driver.ts runWorker": { lines: 85, why: DEBT },
+  "runtime/host/run_driver.ts driveClaimed": { lines: 154, why: DEBT },
+  "runtime/host/run_driver.ts step": { lines: 81, why: DEBT },
+  "runtime/mcp/mcp.ts checkOptions": { lines: 89, why: "one check per option, each with its own message" },
+  "runtime/mcp/mcp.ts toolsOf": { lines: 96, why: DEBT },
+  "runtime/mcp/connection.ts McpConnection.#failure": { lines: 112, why: DEBT },
+  "runtime/model/params.ts checkModelParams": { lines: 94, why: "one check per request parameter" },
+  "runtime/model/_ai_sdk_stream.ts gatherStream": {
     lines: 110,
     why: "one case per part type of the stream",
   },
-  "runtime/planners/_ai_sdk_wire.ts aiSdkAnswer": { lines: 136, why: "one case per part type of the answer" },
-  "runtime/planners/openai.ts OpenAIPlanner.decide": { lines: 88, why: DEBT },
-  "runtime/recovery.ts recover": { lines: 78, why: DEBT },
-  "runtime/tools.ts defineTool": { lines: 85, why: DEBT },
-  "runtime/watch.ts watchRun": { lines: 122, why: DEBT },
+  "runtime/model/_ai_sdk_wire.ts aiSdkAnswer": { lines: 136, why: "one case per part type of the answer" },
+  "runtime/model/openai.ts OpenAIPlanner.decide": { lines: 88, why: DEBT },
+  "runtime/step/recovery.ts recover": { lines: 78, why: DEBT },
+  "runtime/agent/tools.ts defineTool": { lines: 85, why: DEBT },
+  "runtime/client/watch.ts watchRun": { lines: 122, why: DEBT },
 };
 
 /** `file` → its length in lines now, and why it is long. */
 const LONG_FILES: Record<string, { lines: number; why: string }> = {
-  "runtime/client.ts": {
+  "runtime/client/client.ts": {
     lines: 1140,
     why: "debt: four audiences in one class (issue 35: split by audience)",
   },
-  "runtime/executor.ts": { lines: 1135, why: DEBT },
+  "runtime/step/act.ts": { lines: 1142, why: DEBT },
   "runtime/store/run_writes.ts": {
     lines: 962,
     why: "every write of a run, each statement's SQL beside its caller",
   },
-  "runtime/config.ts": {
-    lines: 672,
+  "runtime/settings/config.ts": {
+    lines: 576,
     why: "debt: the settings reader and its table; one default per setting (issue 35)",
   },
-  "runtime/planners/_ai_sdk_wire.ts": { lines: 650, why: "the AI SDK's wire format both ways" },
-  "runtime/tools.ts": { lines: 624, why: DEBT },
-  "runtime/loop.ts": { lines: 581, why: DEBT },
-  "runtime/mcp.ts": { lines: 571, why: "debt: options, tool lists and calls in one file" },
-  "runtime/planners/openai.ts": { lines: 565, why: "the OpenAI wire format both ways" },
-  "runtime/mcp_connection.ts": {
+  "runtime/model/_ai_sdk_wire.ts": { lines: 651, why: "the AI SDK's wire format both ways" },
+  "runtime/agent/tools.ts": { lines: 613, why: DEBT },
+  "runtime/host/run_driver.ts": { lines: 581, why: DEBT },
+  "runtime/mcp/mcp.ts": { lines: 571, why: "debt: options, tool lists and calls in one file" },
+  "runtime/model/openai.ts": { lines: 565, why: "the OpenAI wire format both ways" },
+  "runtime/mcp/connection.ts": {
     lines: 556,
     why: "debt: connecting, failures and reconnecting in one class",
   },
@@ -74,8 +74,8 @@ const LONG_FILES: Record<string, { lines: number; why: string }> = {
   },
   "runtime/store/leases.ts": { lines: 529, why: "the take's SQL and its long comment on the fair share" },
   "runtime/store/group_commit.ts": { lines: 525, why: "the grouped statements' SQL and the batching" },
-  "runtime/telemetry.ts": { lines: 517, why: "debt: spans, metrics and their names in one file" },
-  "runtime/stream.ts": { lines: 510, why: "debt: the stream's events and its reader in one file" },
+  "runtime/run/telemetry.ts": { lines: 505, why: "debt: spans, metrics and their names in one file" },
+  "runtime/run/stream.ts": { lines: 510, why: "debt: the stream's events and its reader in one file" },
 };
 
 async function libraryFiles(dir = "runtime"): Promise<string[]> {

@@ -10,8 +10,8 @@
 
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
 import { parseLine, Proc, runCli, startSupervisor, until } from "../harness/procs.ts";
 import {
   answerText,

@@ -5,8 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
 import { bothStoresTest } from "./_pg.ts";
 
 bothStoresTest(

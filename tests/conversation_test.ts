@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
-import { connect } from "../runtime/client.ts";
+import { connect } from "../runtime/client/client.ts";
 import { runCli } from "../harness/procs.ts";
 import {
   answerText,

@@ -8,10 +8,10 @@
 
 import assert from "node:assert/strict";
 import { loadSupervisorSettings } from "../cli/supervise.ts";
-import { defineAgent } from "../runtime/agent.ts";
-import { loadSettings } from "../runtime/config.ts";
-import { DEFAULTS } from "../runtime/defaults.ts";
-import { DEFAULT_RETRY } from "../runtime/retry.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { loadSettings } from "../runtime/settings/config.ts";
+import { DEFAULTS } from "../runtime/base/defaults.ts";
+import { DEFAULT_RETRY } from "../runtime/base/retry.ts";
 
 const PAGE = await Deno.readTextFile(new URL("../docs/settings.md", import.meta.url));
 

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
-import { runWorker } from "../runtime/loop.ts";
+import { runWorker } from "../runtime/host/run_driver.ts";
 import { pgTest } from "./_pg.ts";
 import { testWorker } from "./_worker.ts";
 

@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Client } from "../runtime/client.ts";
+import { Client } from "../runtime/client/client.ts";
 import { asTree, cancel, type CommandContext, inspect, runs } from "../cli/commands.ts";
 import { createUiApp } from "../ui/server.ts";
 import { SimDb, SimWorld } from "../harness/sim.ts";

@@ -2,13 +2,13 @@
  * Identifiers from outside (issue 34, item 6), through the client on both
  * stores: every id a caller hands it (a run id, a message id, a tool call's
  * key, who acts, a name a list is filtered by) is checked by the one rule of
- * runtime/ids.ts before any statement is sent, refused with its code, and
+ * runtime/base/ids.ts before any statement is sent, refused with its code, and
  * two different ids are never stored as one.
  */
 
 import assert from "node:assert/strict";
-import { defineAgent } from "../runtime/agent.ts";
-import { Client, ClientError } from "../runtime/client.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { Client, ClientError } from "../runtime/client/client.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import { Store } from "../runtime/store/store.ts";
 import { bothStoresTest } from "./_pg.ts";

@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { Proc, until } from "../harness/procs.ts";
-import { connect } from "../runtime/client.ts";
+import { connect } from "../runtime/client/client.ts";
 import { freshSchema, pgIgnore } from "./_pg.ts";
 
 const JOB_MS = Number(Deno.env.get("JOB_TEST_MS") ?? 8000);

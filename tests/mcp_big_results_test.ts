@@ -10,14 +10,14 @@
 
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { DEFAULT_RETRY } from "../runtime/deps.ts";
-import { arraySink, Logger } from "../runtime/log.ts";
-import { mcpTools } from "../runtime/mcp.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { DEFAULT_RETRY } from "../runtime/run/deps.ts";
+import { arraySink, Logger } from "../runtime/base/log.ts";
+import { mcpTools } from "../runtime/mcp/mcp.ts";
 import type { Store } from "../runtime/store/store.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { scripted } from "../runtime/testdata/scripted.ts";
 import type { McpTestCounts } from "../mock/mcp_servers.ts";
 import { bothStoresTest } from "./_pg.ts";

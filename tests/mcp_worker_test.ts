@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { serveMcpTestServers } from "../mock/mcp_servers.ts";
 import { serveMocks } from "../mock/server.ts";
 import { Proc } from "../harness/procs.ts";
-import { connect } from "../runtime/client.ts";
+import { connect } from "../runtime/client/client.ts";
 import { loadAgents } from "../cli/agents.ts";
 import { pgTest } from "./_pg.ts";
 

@@ -10,9 +10,9 @@
 
 import assert from "node:assert/strict";
 import { MockModel, NOTHING_TO_DO_MESSAGE } from "../mock/model.ts";
-import { connect } from "../runtime/client.ts";
-import { Client } from "../runtime/client.ts";
-import type { Agent } from "../runtime/agent.ts";
+import { connect } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
+import type { Agent } from "../runtime/agent/agent.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { Store } from "../runtime/store/store.ts";
 import { parseLine, Proc } from "../harness/procs.ts";

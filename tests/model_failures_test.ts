@@ -9,10 +9,10 @@ import assert from "node:assert/strict";
 import type { ModelFaultMode } from "../mock/model.ts";
 import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
-import { runWorker } from "../runtime/loop.ts";
+import { runWorker } from "../runtime/host/run_driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
-import { addUsage } from "../runtime/usage.ts";
+import { addUsage } from "../runtime/model/usage.ts";
 import { recordingProxy, testWorker } from "./_worker.ts";
 
 Deno.test("model failures through the mock model over HTTP, on PGlite", async (t) => {

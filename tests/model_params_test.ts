@@ -9,10 +9,10 @@
 
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { type Client, connect } from "../runtime/client.ts";
-import { OpenAIPlanner } from "../runtime/planner.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { type Client, connect } from "../runtime/client/client.ts";
+import { OpenAIPlanner } from "../runtime/model/planner.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { pgTest } from "./_pg.ts";
 import { inspect } from "../cli/commands.ts";

@@ -8,8 +8,8 @@
 
 import assert from "node:assert/strict";
 import { type RunningMocks, serveMocks } from "../mock/server.ts";
-import { Client } from "../runtime/client.ts";
-import type { Agent } from "../runtime/agent.ts";
+import { Client } from "../runtime/client/client.ts";
+import type { Agent } from "../runtime/agent/agent.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { Store } from "../runtime/store/store.ts";
 import { freshSchema, pgIgnore } from "./_pg.ts";

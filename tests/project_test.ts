@@ -20,8 +20,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Client } from "../runtime/client.ts";
-import { SETTING_NAMES } from "../runtime/config.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SETTING_NAMES } from "../runtime/settings/config.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { Store } from "../runtime/store/store.ts";
 import { SUPERVISOR_SETTING_NAMES } from "../cli/supervise.ts";

@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Client } from "../runtime/client.ts";
+import { Client } from "../runtime/client/client.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { RUN_ROW_TABLES, Store } from "../runtime/store/store.ts";
 import { bothStoresTest, pgTest } from "./_pg.ts";

@@ -9,11 +9,11 @@
 import assert from "node:assert/strict";
 import { chargeCard } from "../examples/payments/agent.ts";
 import { serveMocks } from "../mock/server.ts";
-import { CrashPoints, SimulatedKill } from "../runtime/crashpoints.ts";
-import { runWorker } from "../runtime/loop.ts";
+import { CrashPoints, SimulatedKill } from "../runtime/base/crashpoints.ts";
+import { runWorker } from "../runtime/host/run_driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
-import type { Tool } from "../runtime/tools.ts";
+import type { Tool } from "../runtime/agent/tools.ts";
 import { testWorker } from "./_worker.ts";
 
 const GOAL = "Charge 12.99 for the order.";

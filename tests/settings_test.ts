@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { openPostgres } from "../runtime/store/postgres.ts";
-import { StoreError } from "../runtime/errors.ts";
-import { CRASH_POINTS } from "../runtime/crashpoints.ts";
+import { StoreError } from "../runtime/base/errors.ts";
+import { CRASH_POINTS } from "../runtime/base/crashpoints.ts";
 import { SCHEMA_VERSION } from "../runtime/store/migrate.ts";
 import { freshSchema, pgIgnore, TEST_DATABASE_URL } from "./_pg.ts";
 import { closedPort } from "./_worker.ts";

@@ -11,13 +11,13 @@
 
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { Client, connect } from "../runtime/client.ts";
-import { OpenAIPlanner } from "../runtime/planner.ts";
-import { defineTool } from "../runtime/tools.ts";
-import type { StreamEvent } from "../runtime/stream.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { Client, connect } from "../runtime/client/client.ts";
+import { OpenAIPlanner } from "../runtime/model/planner.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
+import type { StreamEvent } from "../runtime/run/stream.ts";
 import { MockModel } from "../mock/model.ts";
-import { DEFAULT_RETRY } from "../runtime/deps.ts";
+import { DEFAULT_RETRY } from "../runtime/run/deps.ts";
 import { serveMocks } from "../mock/server.ts";
 import { spawnWorker, type WorkerChild } from "../harness/pg.ts";
 import demoAgent from "../examples/provision/agent.ts";
@@ -26,7 +26,7 @@ import { createUiApp } from "../ui/server.ts";
 import { CountingClient, Store } from "../store.ts";
 import { watchCommand } from "../cli/watch.ts";
 import { COMMAND_USAGE } from "../cli/commands.ts";
-import { SseParser } from "../runtime/planners/sse.ts";
+import { SseParser } from "../runtime/model/sse.ts";
 
 /** The answer of call n: distinct per call, so a mix of two attempts would show. */
 const ANSWER = "Attempt {n} writes this answer piece by piece, " +

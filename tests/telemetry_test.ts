@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
-import { runTraceId } from "../runtime/telemetry.ts";
+import { runTraceId } from "../runtime/run/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
 import { runWorkerToEnd, until } from "../harness/procs.ts";
 

@@ -7,8 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { Client, connect } from "../runtime/client.ts";
-import { ManualClock } from "../runtime/clock.ts";
+import { Client, connect } from "../runtime/client/client.ts";
+import { ManualClock } from "../runtime/base/clock.ts";
 import { BIG, writeLongRun } from "./_display_runs.ts";
 import { pgTest } from "./_pg.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";

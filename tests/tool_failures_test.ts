@@ -8,8 +8,8 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
-import { CrashPoints, SimulatedKill } from "../runtime/crashpoints.ts";
-import { runWorker } from "../runtime/loop.ts";
+import { CrashPoints, SimulatedKill } from "../runtime/base/crashpoints.ts";
+import { runWorker } from "../runtime/host/run_driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { closedPort, recordingProxy, testWorker } from "./_worker.ts";

@@ -16,10 +16,10 @@
 import assert from "node:assert/strict";
 import type { Browser, Page } from "puppeteer-core";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { connect } from "../runtime/client.ts";
-import { OpenAIPlanner } from "../runtime/planner.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { connect } from "../runtime/client/client.ts";
+import { OpenAIPlanner } from "../runtime/model/planner.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { serveMocks } from "../mock/server.ts";
 import { serveUi } from "../ui/server.ts";

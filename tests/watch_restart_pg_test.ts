@@ -13,12 +13,12 @@
 
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../runtime/agent.ts";
-import { connect } from "../runtime/client.ts";
-import { discardSink, Logger } from "../runtime/log.ts";
-import type { Planner } from "../runtime/planner.ts";
-import type { StreamEvent } from "../runtime/stream.ts";
-import { defineTool } from "../runtime/tools.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { connect } from "../runtime/client/client.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
+import type { Planner } from "../runtime/model/planner.ts";
+import type { StreamEvent } from "../runtime/run/stream.ts";
+import { defineTool } from "../runtime/agent/tools.ts";
 import { pgBinDir, removeStalePgServers, startPgServer } from "../harness/pg_server.ts";
 import { Proc, runCli, until } from "../harness/procs.ts";
 

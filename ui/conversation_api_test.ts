@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { defineAgent } from "../runtime/agent.ts";
-import { connect } from "../runtime/client.ts";
-import type { TranscriptMessage } from "../runtime/transcript.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { connect } from "../runtime/client/client.ts";
+import type { TranscriptMessage } from "../runtime/model/transcript.ts";
 import { createUiApp } from "./server.ts";
 
 /** Answers each user message at once, quoting it. */

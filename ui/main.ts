@@ -12,10 +12,10 @@
  */
 
 import { parseArgs } from "node:util";
-import { Client } from "../runtime/client.ts";
-import { SystemClock } from "../runtime/clock.ts";
-import { DATA_DIR_WAIT_DEFAULT_S, integerIn, SettingsReader } from "../runtime/config.ts";
-import { StoreError } from "../runtime/errors.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { DATA_DIR_WAIT_DEFAULT_S, integerIn, SettingsReader } from "../runtime/settings/config.ts";
+import { StoreError } from "../runtime/base/errors.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { serveUi, UiError } from "./server.ts";
 

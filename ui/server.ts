@@ -13,13 +13,13 @@
  * GET  /api/runs/:id?before=S     the N steps before S (a page loading earlier steps)
  * GET  /api/runs/:id/value?field=F&seq=S   one clipped value whole
  * GET  /api/runs/:id/stream       server-sent events: the run's history, then its answers as they are written
- * GET  /static/display.js         the display rule of runtime/display.ts, for the page
+ * GET  /static/display.js         the display rule of runtime/base/display.ts, for the page
  * POST /api/runs/:id/cancel       POST /api/runs/:id/reopen
  * POST /api/calls/:key/resolve    {"action":"result","result":...} | {"action":"retry"} | {"action":"fail","reason":"..."}
  * ```
  *
  * What a request names (a run id, a call's key, a message id, a filter) is
- * checked by the client, by the one rule of runtime/ids.ts: a refusal of what
+ * checked by the client, by the one rule of runtime/base/ids.ts: a refusal of what
  * was given answers 400 with the client's code, never 500. A body is read up
  * to {@link BODY_BYTES_MAX} bytes (413 past it, reading stopped) and must be
  * UTF-8 JSON: no byte is read as U+FFFD, so two different ids never arrive as one.
@@ -37,14 +37,14 @@ import {
   type Resolution,
   RUN_STATUSES,
   type RunTimeline,
-} from "../runtime/client.ts";
-import { type CodeOf, hasCode, ownCode, RuntimeError } from "../runtime/errors.ts";
-import { ID_RULE, idProblem } from "../runtime/ids.ts";
-import { displayScript } from "../runtime/display.ts";
+} from "../runtime/client/client.ts";
+import { type CodeOf, hasCode, ownCode, RuntimeError } from "../runtime/base/errors.ts";
+import { ID_RULE, idProblem } from "../runtime/base/ids.ts";
+import { displayScript } from "../runtime/base/display.ts";
 import { WHOLE_VALUE_FIELDS, type WholeValueField } from "../runtime/store/overview.ts";
 import { isRunStatus, OPEN_RUN_STATUSES } from "../runtime/store/store.ts";
-import type { Json } from "../runtime/tools.ts";
-import type { StreamEvent } from "../runtime/stream.ts";
+import type { Json } from "../runtime/agent/tools.ts";
+import type { StreamEvent } from "../runtime/run/stream.ts";
 import { buildTimeline } from "./timeline.ts";
 // Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
 // checkout, a package download from JSR, a compiled binary).

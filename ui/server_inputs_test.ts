@@ -1,14 +1,14 @@
 /**
  * What the page takes from a request (issue 34, items 6 and 11), over real
  * HTTP: every path parameter, query filter and body id is checked by the
- * client's one rule (runtime/ids.ts) and refused with 400 and its code, never
+ * client's one rule (runtime/base/ids.ts) and refused with 400 and its code, never
  * a 500 or the database's text; a body is read as strict UTF-8 up to
  * BODY_BYTES_MAX bytes, and reading stops past it (413).
  */
 
 import assert from "node:assert/strict";
-import { defineAgent } from "../runtime/agent.ts";
-import { Client, connect } from "../runtime/client.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { Client, connect } from "../runtime/client/client.ts";
 import { bothStoresTest } from "../tests/_pg.ts";
 import { BODY_BYTES_MAX, createUiApp, serveUi } from "./server.ts";
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { defineAgent } from "../runtime/agent.ts";
-import { connect, RUN_STATUSES } from "../runtime/client.ts";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { connect, RUN_STATUSES } from "../runtime/client/client.ts";
 import { createUiApp, isLoopback, serveUi } from "./server.ts";
 import { buildTimeline } from "./timeline.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
@@ -135,7 +135,7 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
   const client = await connect({ memory: true });
   try {
     const { z } = await import("zod");
-    const { defineTool } = await import("../runtime/tools.ts");
+    const { defineTool } = await import("../runtime/agent/tools.ts");
     const guarded = defineAgent({
       name: "guarded",
       tools: [defineTool({

@@ -9,10 +9,10 @@
  * @module
  */
 
-import type { RunTimeline } from "../runtime/client.ts";
+import type { RunTimeline } from "../runtime/client/client.ts";
 import type { ApprovalView, Clipped, EffectView, JournalView } from "../runtime/store/overview.ts";
 import type { Rejection, RunStatus } from "../runtime/store/store.ts";
-import type { Json } from "../runtime/tools.ts";
+import type { Json } from "../runtime/agent/tools.ts";
 
 /** What happened in one step, in the lane of the epoch that wrote it. */
 export interface LaneEvent {

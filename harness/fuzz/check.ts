@@ -6,8 +6,8 @@
  * @module
  */
 
-import { spendOf } from "../../runtime/budget.ts";
-import { childRunId } from "../../runtime/family.ts";
+import { spendOf } from "../../runtime/agent/budget.ts";
+import { childRunId } from "../../runtime/families/family.ts";
 import { checkShape } from "../invariants.ts";
 import type { RunSnapshot } from "../sim.ts";
 import type { ScheduleBudget } from "./schedule.ts";

@@ -12,7 +12,7 @@
 
 import { reportTool } from "../../examples/jobs/agent.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
-import { type Agent, defineAgent } from "../../runtime/agent.ts";
+import { type Agent, defineAgent } from "../../runtime/agent/agent.ts";
 import type { AgentFactory } from "./run.ts";
 import { SIM_CLOUD_URL } from "../sim.ts";
 

@@ -29,9 +29,9 @@ import {
 } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 import { DEMO_GOAL } from "../../examples/provision/agent.ts";
 import { demoTools, type DemoToolsOptions } from "../../examples/provision/tools.ts";
-import { type Agent, defineAgent } from "../../runtime/agent.ts";
-import { describeError, ToolError } from "../../runtime/errors.ts";
-import { IDEMPOTENCY_KEY_META, mcpTools, REPLAYED_META } from "../../runtime/mcp.ts";
+import { type Agent, defineAgent } from "../../runtime/agent/agent.ts";
+import { describeError, ToolError } from "../../runtime/base/errors.ts";
+import { IDEMPOTENCY_KEY_META, mcpTools, REPLAYED_META } from "../../runtime/mcp/mcp.ts";
 import type { AgentFactory } from "./run.ts";
 import { SIM_CLOUD_URL } from "../sim.ts";
 

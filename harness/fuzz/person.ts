@@ -6,10 +6,10 @@
  * @module
  */
 
-import { Client, ClientError } from "../../runtime/client.ts";
-import { argsHash } from "../../runtime/executor.ts";
+import { Client, ClientError } from "../../runtime/client/client.ts";
+import { argsHash } from "../../runtime/step/act.ts";
 import type { ApprovalRow, RunStatus, SideEffectRow } from "../../runtime/store/store.ts";
-import type { Json, ToolRegistry } from "../../runtime/tools.ts";
+import type { Json, ToolRegistry } from "../../runtime/agent/tools.ts";
 import type { RunSnapshot, SimWorld } from "../sim.ts";
 import type { Fault, PersonAct } from "./schedule.ts";
 

@@ -8,13 +8,13 @@
  * @module
  */
 
-import type { Agent, AgentContext } from "../../runtime/agent.ts";
-import { callsOf } from "../../runtime/calls.ts";
-import { DEFAULT_RETRY } from "../../runtime/context.ts";
-import { SimulatedKill } from "../../runtime/crashpoints.ts";
-import type { FetchLike } from "../../runtime/planner.ts";
+import type { Agent, AgentContext } from "../../runtime/agent/agent.ts";
+import { callsOf } from "../../runtime/run/calls.ts";
+import { DEFAULT_RETRY } from "../../runtime/run/context.ts";
+import { SimulatedKill } from "../../runtime/base/crashpoints.ts";
+import type { FetchLike } from "../../runtime/model/planner.ts";
 import type { QueryOptions, SqlClient } from "../../runtime/store/driver.ts";
-import type { Tool, ToolRegistry } from "../../runtime/tools.ts";
+import type { Tool, ToolRegistry } from "../../runtime/agent/tools.ts";
 import { askModelUncounted, type PlantedDefects, plantInClient, type ToolPlantOptions } from "../defects.ts";
 import { FakeRemote } from "../fake_remote.ts";
 import { checkModelSpend, checkShape, type ModelSpend, ownerSeq } from "../invariants.ts";

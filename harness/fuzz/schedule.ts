@@ -14,7 +14,7 @@
  */
 
 import { MODEL_FAULT_MODES, type ModelFaultMode } from "../../mock/model.ts";
-import { ownCode, RuntimeError } from "../../runtime/errors.ts";
+import { ownCode, RuntimeError } from "../../runtime/base/errors.ts";
 import { seededRandom } from "../sim.ts";
 
 /** How a tool request is broken. */

@@ -14,8 +14,8 @@
  */
 
 import { demoTools } from "../../examples/provision/tools.ts";
-import { type Agent, defineAgent } from "../../runtime/agent.ts";
-import { agentTool } from "../../runtime/agent_tool.ts";
+import { type Agent, defineAgent } from "../../runtime/agent/agent.ts";
+import { agentTool } from "../../runtime/agent/agent_tool.ts";
 import type { AgentFactory } from "./run.ts";
 import { SIM_CLOUD_URL } from "../sim.ts";
 

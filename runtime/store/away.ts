@@ -9,7 +9,7 @@
  * @module
  */
 
-import { type CodeOf, StoreError } from "../errors.ts";
+import { type CodeOf, StoreError } from "../base/errors.ts";
 
 /**
  * SQLSTATEs of a server that is there but cannot serve now: the whole

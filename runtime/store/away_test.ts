@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
-import { isDatabaseAway, StoreError } from "../errors.ts";
+import { isDatabaseAway, StoreError } from "../base/errors.ts";
 import { databaseAwayError } from "./away.ts";
 import { openStore } from "./open.ts";
 import { openPostgres } from "./postgres.ts";

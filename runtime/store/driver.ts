@@ -8,7 +8,7 @@
  * @module
  */
 
-import { StoreError } from "../errors.ts";
+import { StoreError } from "../base/errors.ts";
 
 /** The minimal driver interface: parameterised queries and a script runner. */
 export interface SqlClient {

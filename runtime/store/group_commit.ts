@@ -31,9 +31,9 @@
  * @module
  */
 
-import { type Clock, startTimer, SystemClock } from "../clock.ts";
-import { MAX_ROW_TOKENS } from "../budget_types.ts";
-import { RuntimeError } from "../errors.ts";
+import { type Clock, startTimer, SystemClock } from "../base/clock.ts";
+import { MAX_ROW_TOKENS } from "../base/values.ts";
+import { RuntimeError } from "../base/errors.ts";
 import type { SqlClient } from "./driver.ts";
 import { queryRows, type Statement, statement } from "./sql.ts";
 

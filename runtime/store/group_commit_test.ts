@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { bothStoresTest } from "../../tests/_pg.ts";
-import { FencedError } from "../errors.ts";
+import { FencedError } from "../base/errors.ts";
 import { CountingClient, TapClient } from "./counting.ts";
 import { checkGroupCommitMs } from "./group_commit.ts";
 import { type Fence, Store } from "./store.ts";

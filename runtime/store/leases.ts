@@ -8,7 +8,7 @@
  * @module
  */
 
-import { StoreError } from "../errors.ts";
+import { StoreError } from "../base/errors.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type { Fence, NewRun, RunRow, TakenRun } from "./rows.ts";

@@ -14,7 +14,7 @@
  */
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
-import { StoreError } from "../errors.ts";
+import { StoreError } from "../base/errors.ts";
 import { databaseAwayError } from "./away.ts";
 import type { SqlClient } from "./driver.ts";
 import { queryRows, statement } from "./sql.ts";

@@ -5,7 +5,7 @@ import { MIGRATIONS, migrationScript, parseMigrations, SCHEMA_VERSION } from "./
 import { openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
-import { answerTokens } from "../budget.ts";
+import { answerTokens } from "../agent/budget.ts";
 
 // schema.sql as it stood before versions (tables in public, no schema_version),
 // with its own in-place upgrade lines: what a database created before this

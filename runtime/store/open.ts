@@ -6,12 +6,19 @@
  * @module
  */
 
-import type { Settings } from "../config.ts";
-import { StoreError } from "../errors.ts";
+import { StoreError } from "../base/errors.ts";
 import { databaseAwayError } from "./away.ts";
 import { type LockWait, openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
+
+/** Where a store is: a PostgreSQL URL, or else an embedded directory. */
+export interface StoreLocation {
+  /** A PostgreSQL URL; unset or empty for the embedded PGlite. */
+  databaseUrl?: string;
+  /** The embedded store's directory (its `pglite/` is the database). */
+  dataDir: string;
+}
 
 /**
  * Opens the store for `settings` and migrates it (or refuses a database newer
@@ -23,7 +30,7 @@ import { Store } from "./store.ts";
  * `isDatabaseAway` alone.
  */
 export async function openStore(
-  settings: Pick<Settings, "databaseUrl" | "dataDir">,
+  settings: StoreLocation,
   opts: { max?: number; lockWait?: LockWait } = {},
 ): Promise<Store> {
   if (settings.databaseUrl) {

@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { Json } from "../tools.ts";
+import type { Json } from "../base/values.ts";
 import type { SqlClient } from "./driver.ts";
 import type { ApprovalRow, EffectStatus, Rejection, RunStatus, SideEffectRow } from "./rows.ts";
 import { queryRows, type Statement, statement } from "./sql.ts";

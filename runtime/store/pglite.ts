@@ -9,8 +9,8 @@
  */
 
 import { PGlite, type Results } from "npm:@electric-sql/pglite@0.5.16";
-import { type Clock, SystemClock } from "../clock.ts";
-import { StoreError } from "../errors.ts";
+import { type Clock, SystemClock } from "../base/clock.ts";
+import { StoreError } from "../base/errors.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { QueryOptions, SqlClient } from "./driver.ts";
 

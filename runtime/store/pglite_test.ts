@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
-import { ManualClock } from "../clock.ts";
+import { ManualClock } from "../base/clock.ts";
 import { ANALYZE_FROM_BYTES, CHECK_EVERY, openPglite, PgliteClient, PgliteSession } from "./pglite.ts";
 import { Store } from "./store.ts";
 

@@ -17,17 +17,17 @@
  */
 
 import assert from "node:assert/strict";
-import { defineAgent } from "../agent.ts";
+import { defineAgent } from "../agent/agent.ts";
 import { MockCloud } from "../../mock/cloud.ts";
 import { MockModel } from "../../mock/model.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
-import { ManualClock } from "../clock.ts";
-import { workerFor } from "../context.ts";
-import { agentDeps, processDeps } from "../deps.ts";
-import { discardSink, Logger } from "../log.ts";
-import { runWorker } from "../loop.ts";
-import { OpenAIPlanner } from "../planner.ts";
-import { ToolRegistry } from "../tools.ts";
+import { ManualClock } from "../base/clock.ts";
+import { workerFor } from "../run/context.ts";
+import { agentDeps, processDeps } from "../run/deps.ts";
+import { discardSink, Logger } from "../base/log.ts";
+import { runWorker } from "../host/run_driver.ts";
+import { OpenAIPlanner } from "../model/planner.ts";
+import { ToolRegistry } from "../agent/tools.ts";
 import postgres from "npm:postgres@3.4.9";
 import { pgTest } from "../../tests/_pg.ts";
 import { openPglite } from "./pglite.ts";

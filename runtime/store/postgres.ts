@@ -5,8 +5,8 @@
  */
 
 import postgres from "npm:postgres@3.4.9";
-import { parseHostsUrl, redactUrl } from "../config.ts";
-import { StoreError } from "../errors.ts";
+import { parseHostsUrl, redactUrl } from "../base/urls.ts";
+import { StoreError } from "../base/errors.ts";
 import { driverCode } from "./away.ts";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import type { QueryOptions, SqlClient } from "./driver.ts";

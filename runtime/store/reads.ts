@@ -18,8 +18,8 @@ import type {
   SideEffectRow,
 } from "./rows.ts";
 import { queryRows, statement } from "./sql.ts";
-import type { Json } from "../tools.ts";
-import type { ModelParams } from "../transcript.ts";
+import type { Json } from "../base/values.ts";
+import type { ModelParams } from "../model/transcript.ts";
 
 const READ_RUN = statement("read-run", `select * from runs where run_id = $1`);
 

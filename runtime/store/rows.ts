@@ -6,9 +6,9 @@
  * @module
  */
 
-import type { Budget } from "../budget_types.ts";
-import type { Json } from "../tools.ts";
-import type { AssistantPart, ModelParams } from "../transcript.ts";
+import type { Budget } from "../base/values.ts";
+import type { Json } from "../base/values.ts";
+import type { AssistantPart, ModelParams } from "../model/transcript.ts";
 import type { ApprovalStatus, EffectStatus, JournalStatus, RemoteOutcome, RunStatus } from "./statuses.ts";
 
 // The statuses are declared once, in statuses.ts; every import of them from the rows keeps working.

@@ -19,10 +19,10 @@
  * @module
  */
 
-import { MAX_ROW_TOKENS } from "../budget_types.ts";
-import { FencedError } from "../errors.ts";
-import type { Json } from "../tools.ts";
-import type { ModelParams } from "../transcript.ts";
+import { MAX_ROW_TOKENS } from "../base/values.ts";
+import { FencedError } from "../base/errors.ts";
+import type { Json } from "../base/values.ts";
+import type { ModelParams } from "../model/transcript.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type {

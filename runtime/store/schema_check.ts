@@ -6,7 +6,7 @@
  * @module
  */
 
-import { StoreError } from "../errors.ts";
+import { StoreError } from "../base/errors.ts";
 import type { SqlClient } from "./driver.ts";
 import { assertNotNewer, readVersion, SCHEMA_VERSION, targetSchema } from "./migrate.ts";
 import { queryRows, statement } from "./sql.ts";

@@ -8,10 +8,10 @@
  * @module
  */
 
-import { isoTimestamp } from "../clock.ts";
+import { isoTimestamp } from "../base/clock.ts";
 import type { QueryOptions, SqlClient } from "./driver.ts";
 import { OPEN_RUN_STATUSES } from "./rows.ts";
-import { storableJson } from "./storable.ts";
+import { storableJson } from "../base/storable.ts";
 
 /** A statement: its name, stable however its text is formatted, its text, and what it is sent with. */
 export interface Statement<N extends string = string> {

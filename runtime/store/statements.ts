@@ -9,8 +9,8 @@
  */
 
 import type { QueryOptions } from "./driver.ts";
-import { CONVERSATION_STATEMENTS } from "./conversation.ts";
-import { FAMILY_STATEMENTS } from "./family.ts";
+import { CONVERSATION_STATEMENTS } from "./conversations.ts";
+import { FAMILY_STATEMENTS } from "./families.ts";
 import { GROUP_COMMIT_STATEMENTS } from "./group_commit.ts";
 import { LEASE_STATEMENTS } from "./leases.ts";
 import { MIGRATE_STATEMENTS } from "./migrate.ts";

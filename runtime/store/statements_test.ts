@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../agent.ts";
-import { Client } from "../client.ts";
-import { settle } from "../clock.ts";
-import { discardSink, Logger } from "../log.ts";
-import type { Planner } from "../planner.ts";
-import { defineTool } from "../tools.ts";
+import { defineAgent } from "../agent/agent.ts";
+import { Client } from "../client/client.ts";
+import { settle } from "../base/clock.ts";
+import { discardSink, Logger } from "../base/log.ts";
+import type { Planner } from "../model/planner.ts";
+import { defineTool } from "../agent/tools.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
 import { SimDb, SimWorld } from "../../harness/sim.ts";
 import { TapClient } from "./counting.ts";

@@ -22,8 +22,8 @@
 
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import type { SqlClient } from "./driver.ts";
-import { Conversations } from "./conversation.ts";
-import { Families } from "./family.ts";
+import { Conversations } from "./conversations.ts";
+import { Families } from "./families.ts";
 import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
 import { migrate, type MigrationResult } from "./migrate.ts";
@@ -44,15 +44,15 @@ export type { RunHistory, RunReads, WatchedRun } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
 export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";
-export type { ChildRow, Families, FamilyMember, NewChildRun } from "./family.ts";
-export { FAMILY_DEPTH_MAX } from "./family.ts";
+export type { ChildRow, Families, FamilyMember, NewChildRun } from "./families.ts";
+export { FAMILY_DEPTH_MAX } from "./families.ts";
 export type {
   AnswerOutcome,
   Conversations,
   MessageRow,
   MessageWithAnswer,
   SentMessage,
-} from "./conversation.ts";
+} from "./conversations.ts";
 
 /** Every statement the runtime runs, through one driver. */
 export class Store {

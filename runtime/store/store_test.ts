@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { pgTest } from "../../tests/_pg.ts";
-import { FencedError } from "../errors.ts";
+import { FencedError } from "../base/errors.ts";
 import { openPglite } from "./pglite.ts";
 import { type Fence, Store } from "./store.ts";
 import { claim, effectIntent, journalIntent } from "../../harness/direct_writes.ts";

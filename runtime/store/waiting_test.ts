@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { bothStoresTest, pgTest } from "../../tests/_pg.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
-import { FencedError } from "../errors.ts";
+import { FencedError } from "../base/errors.ts";
 import type { Fence, SideEffectRow, Store } from "./store.ts";
 
 const T0 = new Date(Date.UTC(2026, 0, 1));

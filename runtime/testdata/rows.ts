@@ -6,7 +6,7 @@
  */
 
 import type { Decision, JournalRow, Rejection, SideEffectRow } from "../store/store.ts";
-import type { Json } from "../tools.ts";
+import type { Json } from "../agent/tools.ts";
 
 const AT = new Date("2030-01-02T03:04:05Z");
 

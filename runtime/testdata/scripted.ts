@@ -1,5 +1,5 @@
-import type { Planner } from "../planner.ts";
-import type { DecideRequest, ModelAnswer } from "../transcript.ts";
+import type { Planner } from "../model/planner.ts";
+import type { DecideRequest, ModelAnswer } from "../model/transcript.ts";
 
 /** A planner answering `answers` in turn (the last one again when they run out), recording each request. */
 export function scripted(answers: ModelAnswer[]): { model: Planner; asked: DecideRequest[] } {

@@ -8,7 +8,7 @@
  */
 
 import { defineAgent } from "../../mod.ts";
-import { type McpServerOptions, mcpTools } from "../../runtime/mcp.ts";
+import { type McpServerOptions, mcpTools } from "../../runtime/mcp/mcp.ts";
 
 const STDIO_SERVER = new URL("../../mock/mcp_stdio_server.ts", import.meta.url).pathname;
 const CONFIG = new URL("../../deno.json", import.meta.url).pathname;

@@ -1,7 +1,7 @@
 // The page: plain JavaScript, no build step. Everything is drawn from the
 // JSON API with textContent (never innerHTML), every string through the
 // display rule the CLI uses (served as /static/display.js from
-// runtime/display.ts): a control, bidi or invisible character shows as its
+// runtime/base/display.ts): a control, bidi or invisible character shows as its
 // escape, marked. The runs list is redrawn every POLL_MS; a run's page asks
 // for what changed since it last looked, and stops once the run is finished.
 "use strict";

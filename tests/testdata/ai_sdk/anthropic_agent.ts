@@ -9,7 +9,7 @@
 
 import { createAnthropic } from "@ai-sdk/anthropic";
 import { ConfigError, defineAgent } from "../../../mod.ts";
-import { aiSdkPlanner } from "../../../runtime/planners/ai_sdk.ts";
+import { aiSdkPlanner } from "../../../runtime/model/ai_sdk.ts";
 import { demoTools } from "../../../examples/provision/tools.ts";
 
 function setting(env: Record<string, string | undefined>, name: string): string {

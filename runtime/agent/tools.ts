@@ -1,0 +1,613 @@
+/**
+ * Tools: what an agent can do. A tool is a name, a description, a schema for
+ * its arguments (zod, or any `safeParse` with the JSON Schema the model sees
+ * beside it), whether the remote honours an idempotency key, and a `run`
+ * function. The runtime never branches on a tool's name and never reads
+ * its arguments beyond validating them against the schema.
+ *
+ * @module
+ */
+
+import { z } from "npm:zod@4.6.7";
+import type { Budget, Json } from "../base/values.ts";
+import type { ToolDescription } from "../model/transcript.ts";
+import { type CodeOf, describeValue, RuntimeError, ToolError } from "../base/errors.ts";
+
+export { idempotencyKeyHeader } from "../base/http.ts";
+export type { Json, ToolDescription };
+
+/** What a tool's `run` receives besides its arguments. */
+export interface ToolContext {
+  /**
+   * `<run_id>:<seq>`: send it to the remote so a re-send is recognised. Over
+   * HTTP, send `Idempotency-Key: idempotencyKeyHeader(ctx.idempotencyKey)`
+   * (the IETF draft's quoted string).
+   */
+  idempotencyKey: string;
+  /** The run this call belongs to. */
+  runId: string;
+  /** The call's own seq (the calls of a decision at seq s own s, s+1, ...: calls.ts); its key is `<run_id>:<seq>`. */
+  seq: number;
+  /**
+   * 1 for the first request under this key, 2 for the first re-send, ...
+   * A re-send that asks how an accepted job stands ({@link ToolAccepted})
+   * counts a poll instead.
+   */
+  attempt: number;
+  /**
+   * How many times this call was re-sent to ask how a job its remote accepted
+   * stands ({@link ToolAccepted}): 0 (or absent) for the request that started
+   * it. The tool sends the same request under the same key each time; the
+   * remote answers the job's state.
+   */
+  polls?: number;
+  /** Aborts when the call times out or the worker stops. */
+  signal: AbortSignal;
+  /**
+   * The trace context of this call (`traceparent`) as HTTP headers, empty with
+   * telemetry off. Deno's `fetch` sends it by itself under `OTEL_DENO=true`;
+   * add these to requests that go another way (an in-process handler, a queue).
+   */
+  traceHeaders(): Record<string, string>;
+  /**
+   * Runs started by this call: filled in by the runtime for every call it
+   * makes (absent where a test calls a tool's `run` by hand). An agent used
+   * as a tool (`agentTool`) starts its child run here; other tools ignore it.
+   */
+  runs?: ChildRuns;
+}
+
+/**
+ * What a tool call may do with runs (`ToolContext.runs`): start the one child
+ * run it owns, and look one up. The child's id is the runtime's to choose,
+ * from the call's key (`<run_id>:<seq>` starts `<run_id>.<seq>`), so a re-sent
+ * call finds the child it started instead of starting a second.
+ */
+export interface ChildRuns {
+  /**
+   * Starts this call's child run of `agent` with `input` (as `checkInput`
+   * returns it: what is stored, and the goal the model is told), or finds
+   * it when an earlier request under this key started it, and returns it as
+   * it stands. Throws a permanent {@link ToolError} when the id cannot be
+   * derived (`AGENT_CHILD_ID_TOO_LONG`) or names a run that is not this
+   * call's child (`AGENT_CHILD_CONFLICT`).
+   */
+  startChild(
+    agent: string,
+    input: { input: Json; goal: string },
+    opts?: { budget?: Budget },
+  ): Promise<ChildRunInfo>;
+  /** A run, as a child is shown; undefined when there is none. */
+  get(runId: string): Promise<ChildRunInfo | undefined>;
+}
+
+/** A run as a tool call is shown it. */
+export interface ChildRunInfo {
+  /** The run. */
+  runId: string;
+  /** Its agent. */
+  agent: string;
+  /** Where it stands: `pending`, `running`, `waiting`, `blocked`, `done`, `failed` or `cancelled`. */
+  status: string;
+  /** Its final answer, once done. */
+  output: string | null;
+  /** Why it failed or was cancelled. */
+  error: string | null;
+  /** The run that started it, if any. */
+  parentRunId: string | null;
+  /** The key of the call that started it, if any. */
+  parentKey: string | null;
+}
+
+/** What a tool's `run` returns: the call is done ({@link ToolDone}), or its remote will finish it later ({@link ToolAccepted}). */
+export type ToolOutcome = ToolDone | ToolAccepted;
+
+/** The call is done: what the remote answered. */
+export interface ToolDone {
+  /** The remote's answer, stored and shown to the model. */
+  result: Json;
+  /**
+   * `created` when the remote did the work for this request, `already_done`
+   * when it recognised the key and returned what it stored earlier.
+   * Default `created`.
+   */
+  remote?: "created" | "already_done";
+  /** Absent: the call is done. */
+  accepted?: undefined;
+}
+
+/**
+ * The remote accepted the work and will finish it later (the HTTP 202
+ * pattern): the call waits, holding no worker's slot, and after
+ * `checkAfterMs` the runtime re-sends it under the same key, which asks the
+ * remote how the job stands (`ctx.polls` counts these). Each answer is
+ * again done, failed (a thrown {@link ToolError}), or accepted with when to
+ * look next, until the tool's `waitDeadlineMs` from the first accepted
+ * answer: the call then fails. A call that waits can also be settled from
+ * outside (`Client.settleCall`, `deno task settle`), by a webhook or a person.
+ *
+ * @example
+ * ```ts
+ * import { z } from "zod";
+ * import { ToolError } from "../base/errors.ts";
+ * import { defineTool, idempotencyKeyHeader } from "./tools.ts";
+ * const build = defineTool({
+ *   name: "build",
+ *   description: "Build a release; takes minutes.",
+ *   args: z.strictObject({ version: z.string() }),
+ *   waitDeadlineMs: 30 * 60_000,
+ *   // The same request each time: the remote knows the job by its key and answers how it stands.
+ *   run: async (args, ctx) => {
+ *     const res = await fetch("https://builds.example.com/releases", {
+ *       method: "POST",
+ *       headers: { "Idempotency-Key": idempotencyKeyHeader(ctx.idempotencyKey) },
+ *       body: JSON.stringify(args),
+ *       signal: ctx.signal,
+ *     });
+ *     if (!res.ok) throw new ToolError("BUILD_HTTP", `HTTP ${res.status}`, { transient: res.status >= 500 });
+ *     const body = await res.json();
+ *     if (res.status === 202) return { result: { job: body.id }, accepted: { checkAfterMs: 10_000 } };
+ *     return { result: body };
+ *   },
+ * });
+ * ```
+ */
+export interface ToolAccepted {
+  /** The remote's accepted answer (its job id, how far it got), stored as the call's result while it waits. */
+  result: Json;
+  /** When to ask again. */
+  accepted: {
+    /** Milliseconds until the call is re-sent to ask how the job stands: a positive integer (asked no later than the deadline). */
+    checkAfterMs: number;
+  };
+  /** Not said of an accepted call: the remote says it once it is done. */
+  remote?: undefined;
+}
+
+/** True when `outcome` says the remote accepted the work and will finish it later. */
+export function isAccepted(outcome: ToolOutcome): outcome is ToolAccepted {
+  return outcome.accepted !== undefined;
+}
+
+/**
+ * When, after `now`, to re-send a call its remote accepted: `now` plus its
+ * `checkAfterMs`, which must be a positive integer (the executor asks no
+ * later than the call's deadline, whatever the remote said); a tool that
+ * answers anything else has a bug, and the call fails for good with
+ * `TOOL_ACCEPTED_INVALID`.
+ */
+export function checkAtOf(tool: Tool, outcome: ToolAccepted, now: Date): Date {
+  const ms = (outcome.accepted as { checkAfterMs?: unknown } | null)?.checkAfterMs;
+  if (typeof ms !== "number" || !Number.isSafeInteger(ms) || ms < 1) {
+    throw new ToolError(
+      "TOOL_ACCEPTED_INVALID",
+      `${tool.name} answered that its remote accepted the call, but 'accepted.checkAfterMs' must be a ` +
+        `positive integer of milliseconds: current value is ${describeValue(ms)}`,
+      { transient: false },
+    );
+  }
+  return new Date(now.getTime() + ms);
+}
+
+/**
+ * The failure of a call whose remote had not finished the job by the call's
+ * deadline (`deadlineAt`: its tool's `waitDeadlineMs` after the first
+ * accepted answer): permanent, so the model is shown it.
+ */
+export function waitExpired(tool: Tool, key: string, deadlineAt: Date): ToolError {
+  return new ToolError(
+    "TOOL_WAIT_EXPIRED",
+    `${tool.name}: the remote accepted call ${key} but had not finished it by its deadline ` +
+      `${deadlineAt.toISOString()} (waitDeadlineMs ${tool.waitDeadlineMs} after it first accepted it)`,
+    { transient: false },
+  );
+}
+
+/**
+ * How a tool's calls ride out an outage: a request that fails for a reason
+ * an outage explains (a refused or reset connection, a timeout, a transient
+ * {@link ToolError}: 408, 409, 429, 5xx) is sent again under the same key,
+ * after a backoff, until `horizonMs` has passed since the call's first such
+ * failure; a wait longer than a moment lets the run go (no worker slot held)
+ * until the call is due.
+ */
+export interface ToolRetry {
+  /** How long failures are retried, from the first (counted in the database, across restarts). */
+  horizonMs?: number;
+  /** The first backoff; doubled for each failure, with jitter. */
+  backoffBaseMs?: number;
+  /** The longest backoff. */
+  backoffMaxMs?: number;
+}
+
+/** What a tool's `onGiveUp` function is told of a call it gives up. */
+export interface ToolGiveUp {
+  /** The call's key. */
+  idempotencyKey: string;
+  /** The last request's error. */
+  error: ToolError;
+  /** Failed requests recorded under the key. */
+  failures: number;
+  /** How long the call has been failing, in milliseconds. */
+  failingForMs: number;
+}
+
+/**
+ * The time a call its remote accepted is asked again: what the remote asked
+ * for, but no sooner than the tool's floor for a call asked `polls` times
+ * (`minCheckAfterMs`, doubled per poll, at most `floorMaxMs`). Returns the
+ * time and whether the floor raised it.
+ */
+export function checkAtWithFloor(
+  tool: Tool,
+  outcome: ToolAccepted,
+  polls: number,
+  floorMaxMs: number,
+  now: Date,
+): { at: Date; raised: boolean; floorMs: number } {
+  const asked = checkAtOf(tool, outcome, now);
+  const floorMs = Math.min(
+    Math.max(tool.minCheckAfterMs, floorMaxMs),
+    tool.minCheckAfterMs * 2 ** Math.min(Math.max(0, polls), 30),
+  );
+  const floor = new Date(now.getTime() + floorMs);
+  return asked >= floor ? { at: asked, raised: false, floorMs } : { at: floor, raised: true, floorMs };
+}
+
+/** What a tool's `reconcile` receives besides the call's arguments. */
+export interface ReconcileContext {
+  /** The call's key, `<run_id>:<seq>`: look the call up by it (sent as the remote's reference). */
+  idempotencyKey: string;
+  /** The run the call belongs to. */
+  runId: string;
+  /** The step the call belongs to. */
+  seq: number;
+  /** Requests sent under the key so far, the last one's outcome unknown. */
+  attempts: number;
+  /** Aborts when the check times out (`reconcileTimeoutMs`) or the worker stops. */
+  signal: AbortSignal;
+  /** The trace context of the check as HTTP headers (`traceparent`), empty with telemetry off. */
+  traceHeaders(): Record<string, string>;
+}
+
+/**
+ * What a tool's `reconcile` found out about a call whose outcome was unknown:
+ *
+ * - `happened`: the remote did it, and `result` is what it returned. The
+ *   call is confirmed with `remote = "reconciled"` and never sent again.
+ * - `not_happened`: the remote has no trace of it, so sending it now cannot
+ *   do the work twice. The runtime sends it (within `maxAttempts`).
+ * - `unknown`: the remote cannot say (the lookup failed, the job is still
+ *   running, two records match): the runtime does what it would have done
+ *   without a check, flags the call for a person (or, for a tool that takes
+ *   a key, stops at `maxAttempts`). `reason` is shown to that person.
+ *
+ * A `reconcile` that throws, answers anything else or outlasts
+ * `reconcileTimeoutMs` counts as `unknown`.
+ */
+export type Reconciliation =
+  | { status: "happened"; result: Json }
+  | { status: "not_happened" }
+  | { status: "unknown"; reason?: string };
+
+/**
+ * What the runtime needs of an argument schema: a zod schema (zod 4), seen
+ * structurally so the public API does not expose zod's own types.
+ */
+export interface ArgsSchema<Out = unknown> {
+  /** Parses without throwing, as zod's `safeParse` does. */
+  safeParse(input: unknown): { success: true; data: Out } | { success: false; error: unknown };
+}
+
+/** What {@link defineTool} takes. */
+export interface ToolSpec<A> {
+  /** 1-64 letters, digits, `_` or `-` (the chat-completions rule for function names). */
+  name: string;
+  /** Shown to the model. */
+  description: string;
+  /** The arguments' schema. Use `z.strictObject` so unknown fields are rejected, not dropped. */
+  args: ArgsSchema<A>;
+  /**
+   * The JSON Schema of the arguments, as the model is shown it. Default:
+   * derived from `args`, which must then be a zod schema. Give it when `args`
+   * is not zod but checks the same schema (an MCP server's `inputSchema`,
+   * checked by a JSON Schema validator: `runtime/mcp/mcp.ts`).
+   */
+  parameters?: Record<string, unknown>;
+  /**
+   * True (the default) when the remote honours the idempotency key, so a call
+   * whose outcome is unknown may be re-sent. False: such a call is flagged for
+   * a human instead.
+   */
+  idempotent?: boolean;
+  /** Per-request timeout, through `ctx.signal`. Default 30 000. */
+  timeoutMs?: number;
+  /**
+   * Requests under one key whose outcome no worker lived to record (each
+   * worker stopped mid-call) before the call is given up (`TOOL_GAVE_UP`, or
+   * flagged for a tool that takes no key). Failures a worker saw and recorded
+   * (a refused connection, a timeout, 5xx, 429) do not count here: they are
+   * retried until the retry horizon (`retry`). Default 4.
+   */
+  maxAttempts?: number;
+  /**
+   * How this tool's calls ride out an outage of its remote: each field given
+   * replaces the agent's (then the process's, `RETRY_HORIZON_S`, ...). See
+   * {@link ToolRetry}.
+   */
+  retry?: ToolRetry;
+  /**
+   * What becomes of a call still failing when its retry horizon has passed:
+   * `"fail-run"` (the default) fails the run `TOOL_GAVE_UP`; `"answer"` makes
+   * the failure the call's result, which the model sees (the run goes on);
+   * a function gives that answer's text. Choose an answer for a call that is
+   * safe to decide about again (a lookup), since the remote may have acted
+   * on a request whose answer was lost.
+   */
+  onGiveUp?: "fail-run" | "answer" | ((failure: ToolGiveUp) => string);
+  /**
+   * The least time, in milliseconds, before a call its remote accepted is
+   * asked again, whatever the remote says (`accepted.checkAfterMs`): doubled
+   * for each time it was asked, up to the tool's `backoffMaxMs`, so a remote
+   * that keeps saying "not yet, ask again at once" is asked less and less
+   * often. Default 1 000.
+   */
+  minCheckAfterMs?: number;
+  /**
+   * How long a call may wait on its remote after the remote first accepted
+   * it ({@link ToolAccepted}) before it fails as not finished in time.
+   * Default 3 600 000 (an hour).
+   */
+  waitDeadlineMs?: number;
+  /**
+   * Whether a person must approve a call before it is sent: always (`true`),
+   * or when this predicate on the validated arguments says so. An approval
+   * holds for the exact arguments it was given for, under the call's key.
+   */
+  approval?: boolean | ((args: A) => boolean);
+  /** Performs the call. Throw a {@link ToolError} to say whether a re-send may help. */
+  run(args: A, ctx: ToolContext): Promise<ToolOutcome>;
+  /**
+   * Asks the remote whether a call whose outcome is unknown happened, by its
+   * key (a lookup by the reference `run` sent): see {@link Reconciliation}.
+   * The runtime asks before it would flag a call of a tool that takes no key
+   * (after a crash or an unknown-outcome error), and before it gives up at
+   * `maxAttempts`; it asks once each time, and never sends while it asks.
+   * Read-only: it must not perform the call itself.
+   */
+  reconcile?(args: A, ctx: ReconcileContext): Promise<Reconciliation>;
+  /** Timeout of one `reconcile`, through `ctx.signal` (then it counts as `unknown`). Default `timeoutMs`. */
+  reconcileTimeoutMs?: number;
+}
+
+/** A tool as the runtime holds it. */
+export interface Tool {
+  /** The tool's unique name. */
+  readonly name: string;
+  /** Shown to the model. */
+  readonly description: string;
+  /** The arguments' schema (zod, or another `safeParse`). */
+  readonly args: ArgsSchema;
+  /** Whether the remote honours the idempotency key. */
+  readonly idempotent: boolean;
+  /** Per-request timeout. */
+  readonly timeoutMs: number;
+  /** Requests under one key whose outcome no worker recorded before the call is given up. */
+  readonly maxAttempts: number;
+  /** How its calls ride out an outage (each field unset: the agent's). */
+  readonly retry: ToolRetry;
+  /** What becomes of a call still failing past its retry horizon. */
+  readonly onGiveUp: "fail-run" | "answer" | ((failure: ToolGiveUp) => string);
+  /** The least time before an accepted call is asked again, doubled per poll. */
+  readonly minCheckAfterMs: number;
+  /** How long a call may wait on its remote after it first accepted the call. */
+  readonly waitDeadlineMs: number;
+  /** The JSON Schema the model sees: the spec's `parameters`, or derived from `args`. */
+  readonly parameters: Record<string, unknown>;
+  /** True when a call with these (validated) arguments needs a person's approval first. */
+  needsApproval(args: unknown): boolean;
+  /** Performs the call with arguments already checked against `args`. */
+  run(args: unknown, ctx: ToolContext): Promise<ToolOutcome>;
+  /** Looks a call up on the remote by its key, when the tool can ({@link ToolSpec.reconcile}). */
+  readonly reconcile?: (args: unknown, ctx: ReconcileContext) => Promise<Reconciliation>;
+  /** Timeout of one `reconcile`. */
+  readonly reconcileTimeoutMs: number;
+}
+
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/**
+ * Defines a tool.
+ *
+ * @example
+ * ```ts
+ * import { z } from "zod";
+ * import { defineTool } from "./tools.ts";
+ * const ping = defineTool({
+ *   name: "ping",
+ *   description: "Ping a host.",
+ *   args: z.strictObject({ host: z.string() }),
+ *   run: (args, ctx) => Promise.resolve({ result: `pong ${args.host} ${ctx.idempotencyKey}` }),
+ * });
+ * ```
+ */
+export function defineTool<A>(spec: ToolSpec<A>): Tool {
+  if (!TOOL_NAME.test(spec.name)) {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define a tool named ${JSON.stringify(spec.name)}: a name is 1-64 letters, digits, '_' or '-'`,
+    );
+  }
+  const timeoutMs = spec.timeoutMs ?? 30_000;
+  const maxAttempts = spec.maxAttempts ?? 4;
+  const reconcileTimeoutMs = spec.reconcileTimeoutMs ?? timeoutMs;
+  const waitDeadlineMs = spec.waitDeadlineMs ?? 3_600_000;
+  const minCheckAfterMs = spec.minCheckAfterMs ?? 1_000;
+  const positive = { timeoutMs, maxAttempts, reconcileTimeoutMs, waitDeadlineMs, minCheckAfterMs };
+  for (const [option, value] of Object.entries(positive)) {
+    if (!Number.isInteger(value) || value < 1) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${spec.name} as '${option}' must be a positive integer: current value is ${value}`,
+      );
+    }
+  }
+  const retry = toolRetry(spec.name, spec.retry);
+  const onGiveUp = spec.onGiveUp ?? "fail-run";
+  if (onGiveUp !== "fail-run" && onGiveUp !== "answer" && typeof onGiveUp !== "function") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'onGiveUp' must be "fail-run", "answer" or a function: current ` +
+        `value is ${describeValue(onGiveUp)}`,
+    );
+  }
+  const reconcile = spec.reconcile;
+  if (reconcile !== undefined && typeof reconcile !== "function") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'reconcile' must be a function: current value is ${typeof reconcile}`,
+    );
+  }
+  let parameters: Record<string, unknown>;
+  if (spec.parameters !== undefined) {
+    const given: unknown = spec.parameters;
+    if (given === null || typeof given !== "object" || Array.isArray(given)) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${spec.name} as 'parameters' must be a JSON Schema object: current value is ${
+          describeValue(given)
+        }`,
+      );
+    }
+    parameters = structuredClone(spec.parameters);
+  } else {
+    try {
+      parameters = z.toJSONSchema(spec.args as unknown as z.ZodType, { io: "input" }) as Record<
+        string,
+        unknown
+      >;
+    } catch (err) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${spec.name}: its argument schema cannot be expressed as JSON Schema (${
+          (err as Error).message
+        }); give its JSON Schema as 'parameters'`,
+        { cause: err },
+      );
+    }
+  }
+  delete parameters.$schema;
+  return {
+    name: spec.name,
+    description: spec.description,
+    args: spec.args,
+    idempotent: spec.idempotent ?? true,
+    timeoutMs,
+    maxAttempts,
+    retry,
+    onGiveUp,
+    minCheckAfterMs,
+    waitDeadlineMs,
+    parameters,
+    needsApproval: (args) =>
+      typeof spec.approval === "function" ? spec.approval(args as A) === true : spec.approval === true,
+    run: (args, ctx) => spec.run(args as A, ctx),
+    reconcile: reconcile && ((args, ctx) => reconcile.call(spec, args as A, ctx)),
+    reconcileTimeoutMs,
+  };
+}
+
+/** The result of checking a model's tool call against the registry. */
+export type CheckedCall =
+  | { ok: true; tool: Tool; args: unknown }
+  | { ok: false; code: Exclude<CodeOf<"Rejection">, "MODEL_UNSTORABLE">; message: string };
+
+/** The set of tools a run may use, by name. */
+export class ToolRegistry {
+  readonly #tools: Map<string, Tool>;
+  #descriptions?: ToolDescription[];
+
+  /** Registers `tools`; two tools with one name are an error. */
+  constructor(tools: Tool[]) {
+    this.#tools = new Map();
+    for (const tool of tools) {
+      if (this.#tools.has(tool.name)) {
+        throw new RuntimeError("TOOL_INVALID", `Two tools are named ${tool.name}: names must be unique`);
+      }
+      this.#tools.set(tool.name, tool);
+    }
+  }
+
+  /** The registered names, in registration order. */
+  get names(): string[] {
+    return [...this.#tools.keys()];
+  }
+
+  /** The tool named `name`, if registered. */
+  get(name: string): Tool | undefined {
+    return this.#tools.get(name);
+  }
+
+  /** The tools as a model is shown them, in registration order (built once: the registry never changes). */
+  descriptions(): ToolDescription[] {
+    // #11: asked for on every decision; one array serves them all, so a planner
+    // may key its serialised form on it. Callers only read it.
+    this.#descriptions ??= [...this.#tools.values()].map((t) => ({
+      name: t.name,
+      description: t.description,
+      parameters: t.parameters,
+    }));
+    return this.#descriptions;
+  }
+
+  /** Checks that `name` is registered and `args` fit its schema; returns the parsed arguments. */
+  check(name: string, args: unknown): CheckedCall {
+    const tool = this.#tools.get(name);
+    if (!tool) {
+      return {
+        ok: false,
+        code: "UNKNOWN_TOOL",
+        message: `Unknown tool ${JSON.stringify(name)}. Available tools: ${this.names.join(", ")}`,
+      };
+    }
+    const parsed = tool.args.safeParse(args);
+    if (!parsed.success) {
+      return {
+        ok: false,
+        code: "BAD_ARGS",
+        message: `Arguments for ${name} do not fit its schema: ${describeIssues(parsed.error)}`,
+      };
+    }
+    return { ok: true, tool, args: parsed.data };
+  }
+}
+
+function describeIssues(error: unknown): string {
+  return error instanceof z.ZodError ? z.prettifyError(error) : String(error);
+}
+
+/** A tool's `retry`, checked: each field given a whole number of milliseconds (the horizon from 0). */
+function toolRetry(name: string, given: ToolRetry | undefined): ToolRetry {
+  if (given === undefined) return {};
+  if (given === null || typeof given !== "object") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${name} as 'retry' must be an object: current value is ${describeValue(given)}`,
+    );
+  }
+  const out: ToolRetry = {};
+  for (const field of ["horizonMs", "backoffBaseMs", "backoffMaxMs"] as const) {
+    const value = given[field];
+    if (value === undefined) continue;
+    const least = field === "horizonMs" ? 0 : 1;
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < least) {
+      throw new RuntimeError(
+        "TOOL_INVALID",
+        `Cannot define tool ${name} as 'retry.${field}' must be an integer of milliseconds from ${least}: ` +
+          `current value is ${describeValue(value)}`,
+      );
+    }
+    out[field] = value;
+  }
+  return out;
+}

@@ -1,0 +1,263 @@
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { defineAgent } from "../agent/agent.ts";
+import { type Client, ClientError, connect } from "./client.ts";
+import { RuntimeError } from "../base/errors.ts";
+import type { Planner } from "../model/planner.ts";
+import { defineTool } from "../agent/tools.ts";
+import { claim, writeDecision } from "../../harness/direct_writes.ts";
+
+const effects: string[] = [];
+const model: Planner = {
+  describe: "script",
+  decide: (req) =>
+    Promise.resolve(
+      req.seq === 0
+        ? { kind: "tool", tool: "order", args: { sku: "tea", qty: 2 } }
+        : { kind: "done", message: `ordered for ${req.runId}` },
+    ),
+};
+const order = defineTool({
+  name: "order",
+  description: "Orders an item.",
+  args: z.strictObject({ sku: z.string(), qty: z.number().int().min(1) }),
+  run: (args, ctx) => {
+    effects.push(`${ctx.idempotencyKey} ${args.sku}x${args.qty}`);
+    return Promise.resolve({ result: { order: ctx.idempotencyKey } });
+  },
+});
+/** An agent with JSON input checked by a zod schema. */
+const shop = defineAgent({
+  name: "shop",
+  instructions: "Order what the input lists.",
+  tools: [order],
+  model,
+  input: z.strictObject({ customer: z.string(), items: z.array(z.string()).min(1) }),
+});
+
+const client: Client = await connect({ memory: true });
+
+Deno.test("start() checks the input against the agent, and wait() returns the final answer", async () => {
+  await assert.rejects(
+    client.start(shop, { runId: "bad-input", input: { customer: "ada" } }),
+    (e: RuntimeError) => e.code === "INPUT_INVALID" && /items/.test(e.message),
+  );
+  assert.equal(await client.get("bad-input"), undefined, "nothing is stored for refused input");
+  const run = await client.start(shop, { runId: "shop-1", input: { customer: "ada", items: ["tea"] } });
+  assert.equal(run.status, "pending");
+  assert.deepEqual(run.input, { customer: "ada", items: ["tea"] });
+  await assert.rejects(
+    client.start(shop, { runId: "shop-1", input: { customer: "bob", items: ["x"] } }),
+    (e: ClientError) => e.code === "RUN_EXISTS",
+  );
+  await assert.rejects(
+    client.wait("shop-1", { timeoutMs: 50, pollMs: 10 }),
+    (e: ClientError) => e.code === "WAIT_TIMEOUT" && /still pending/.test(e.message),
+  );
+  const worker = await client.startWorker([shop], { pollMs: 20 });
+  try {
+    const done = await client.wait("shop-1", { timeoutMs: 30_000, pollMs: 20 });
+    assert.equal(done.status, "done");
+    assert.equal(done.output, "ordered for shop-1");
+    assert.deepEqual(effects, ["shop-1:0 teax2"]);
+    const record = await client.inspect("shop-1");
+    assert.equal(record.journal.length, 2);
+    assert.equal(record.effects[0].status, "confirmed");
+    // The goal the model saw is the input as JSON text.
+    assert.equal(record.run.goal, JSON.stringify({ customer: "ada", items: ["tea"] }));
+  } finally {
+    await worker.stop();
+  }
+});
+
+Deno.test("list() pages newest first and filters; cancel() and reopen() report what they refuse", async () => {
+  for (let i = 0; i < 3; i++) {
+    await client.start(shop, { runId: `list-${i}`, input: { customer: "c", items: ["a"] } });
+  }
+  const page = await client.list({ search: "list-", limit: 2 });
+  assert.equal(page.total, 3);
+  assert.deepEqual(page.runs.map((r) => r.run_id), ["list-2", "list-1"]);
+  const cancelled = await client.cancel("list-0", { by: "ops", reason: "duplicate" });
+  assert.equal(cancelled.status, "cancelled");
+  assert.equal(cancelled.error, "cancelled by ops: duplicate");
+  await assert.rejects(client.cancel("list-0"), (e: ClientError) => e.code === "RUN_CLOSED");
+  assert.equal((await client.reopen("list-0")).status, "pending");
+  await assert.rejects(client.reopen("list-1"), (e: ClientError) => e.code === "NOT_REOPENABLE");
+  await assert.rejects(client.inspect("nope"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
+  await assert.rejects(client.wait("nope"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
+  await assert.rejects(
+    client.start(shop, { runId: "no spaces", input: { customer: "c", items: ["a"] } }),
+    (e: ClientError) => e.code === "BAD_RUN_ID",
+  );
+});
+
+/** A run of `tools.length` steps, each a call of that tool left flagged; blocked unless `block` is false. */
+async function flaggedRun(runId: string, tools: string[], block = true): Promise<void> {
+  const { store } = client;
+  const now = client.clock.now();
+  await store.createRun({ runId, agent: "shop", goal: "g" }, now);
+  const f = { runId, epoch: (await claim(store, runId, 0, "w", now))! };
+  for (const [seq, tool] of tools.entries()) {
+    await writeDecision(store, f, seq, { decision: { tool, args: {} } }, now);
+    const call = await store.effectIntentRow(f, { key: `${runId}:${seq}`, seq, tool, args: {} }, now);
+    await store.effectSettle(f, call, { status: "flagged", error: "its outcome is unknown" }, now);
+  }
+  if (block) await store.finishRun(f, "blocked", "needs a human", now);
+}
+
+/** A run whose call at seq 0 its remote accepted; the run let go for a minute, or (`person`) waiting for an approval. */
+async function waitingRun(runId: string, opts: { person?: boolean } = {}): Promise<void> {
+  const { store } = client;
+  const now = client.clock.now();
+  const later = new Date(now.getTime() + 60_000);
+  await store.createRun({ runId, agent: "shop", goal: "g" }, now);
+  const f = { runId, epoch: (await claim(store, runId, 0, "w", now))! };
+  await writeDecision(store, f, 0, { decision: { tool: "order", args: {} } }, now);
+  const sent = await store.effectIntentRow(f, { key: `${runId}:0`, seq: 0, tool: "order", args: {} }, now);
+  await store.effectWaiting(f, sent, { result: { job: 1 }, checkAt: later, deadlineAt: later });
+  if (opts.person) {
+    await writeDecision(store, f, 1, { decision: { tool: "order", args: {} } }, now);
+    await store.requestApproval(f, { key: `${runId}:1`, seq: 1, tool: "order", args: {}, hash: "h" }, now);
+  } else assert.equal(await store.waitRun(f, later, now), true);
+}
+
+Deno.test("wait() goes on waiting for a run asleep on its remote, not for one waiting on a person; settleCall() checks what it is given", async () => {
+  await waitingRun("asleep-1");
+  await waitingRun("asleep-2", { person: true });
+  const asleep = await client.get("asleep-1");
+  assert.deepEqual([asleep?.status, asleep?.wakeAt !== null], ["waiting", true]);
+  await assert.rejects(
+    client.wait("asleep-1", { timeoutMs: 200, pollMs: 20 }),
+    (e: ClientError) => e.code === "WAIT_TIMEOUT" && /still waiting/.test(e.message),
+  );
+  const person = await client.wait("asleep-2", { timeoutMs: 200, pollMs: 20 });
+  assert.deepEqual([person.status, person.wakeAt], ["waiting", null]);
+
+  for (const bad of [{}, { result: 1, error: "e" }, { error: "" }, { error: 5 }, null]) {
+    await assert.rejects(
+      client.settleCall("asleep-1:0", bad as never),
+      (e: ClientError) => e.code === "SETTLEMENT_INVALID" && /current value is/.test(e.message),
+      JSON.stringify(bad),
+    );
+  }
+  assert.equal((await client.store.getEffect("asleep-1:0"))?.status, "waiting", "nothing was settled");
+  const out = await client.settleCall("asleep-1:0", { result: null }, { by: "hook" });
+  assert.deepEqual([out.effect.status, out.effect.result, out.runStatus, out.woken], [
+    "confirmed",
+    null,
+    "waiting",
+    true,
+  ]);
+  await assert.rejects(
+    client.settleCall("asleep-1:1", { result: 1 }),
+    (e: ClientError) => e.code === "CALL_NOT_FOUND",
+  );
+});
+
+Deno.test("resolveMany() settles the flagged calls a filter names, only at the count confirmed, as resolve() would", async () => {
+  for (const id of ["bulk-a", "bulk-b", "bulk-c"]) await flaggedRun(id, ["charge"]);
+  await flaggedRun("bulk-mixed", ["charge", "refund"]);
+  await flaggedRun("bulk-open", ["charge"], false); // flagged, its worker not done blocking it yet
+
+  const listed = await client.flagged({ tool: "charge" });
+  assert.equal(listed.total, 4);
+  assert.deepEqual(listed.calls.map((c) => c.idempotency_key), [
+    "bulk-a:0",
+    "bulk-b:0",
+    "bulk-c:0",
+    "bulk-mixed:0",
+  ]);
+  assert.equal((await client.flagged({ tool: "charge" }, { limit: 1 })).calls.length, 1);
+  assert.equal((await client.flagged({ tool: "charge" }, { limit: 1 })).total, 4);
+  await assert.rejects(client.flagged({}), (e: ClientError) => e.code === "FILTER_REQUIRED");
+  await assert.rejects(client.flagged({ runId: "no spaces" }), (e: ClientError) => e.code === "BAD_RUN_ID");
+
+  // A count other than the one matching settles nothing.
+  await assert.rejects(
+    client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 3, by: "ops" }),
+    (e: ClientError) =>
+      e.code === "COUNT_CHANGED" &&
+      /^4 flagged call\(s\) of blocked runs match tool "charge"/.test(e.message),
+  );
+  assert.equal((await client.flagged({ tool: "charge" })).total, 4, "nothing was resolved");
+  await assert.rejects(
+    client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 0 }),
+    (e: ClientError) => e.code === "COUNT_INVALID" && /current value is 0/.test(e.message),
+  );
+
+  const out = await client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 4, by: "ops" });
+  assert.deepEqual(out.effects.map((e) => [e.idempotency_key, e.status, e.resolved_by]), [
+    ["bulk-a:0", "intent", "ops"],
+    ["bulk-b:0", "intent", "ops"],
+    ["bulk-c:0", "intent", "ops"],
+    ["bulk-mixed:0", "intent", "ops"],
+  ]);
+  for (const e of out.effects) assert.ok(e.resolved_at instanceof Date, "when, as resolve() records it");
+  assert.deepEqual(
+    out.unblocked,
+    ["bulk-a", "bulk-b", "bulk-c"],
+    "a run with another flagged call stays blocked",
+  );
+  for (const id of out.unblocked) assert.equal((await client.get(id))?.status, "pending");
+  assert.equal((await client.get("bulk-mixed"))?.status, "blocked");
+  assert.equal((await client.get("bulk-open"))?.status, "running");
+  assert.equal(
+    (await client.store.getEffect("bulk-open:0"))?.status,
+    "flagged",
+    "not a blocked run's: left alone",
+  );
+
+  const failed = await client.resolveMany({ runId: "bulk-mixed" }, {
+    action: "fail",
+    reason: "refund never sent",
+  }, {
+    expect: 1,
+    by: "ops",
+  });
+  assert.equal(
+    failed.effects[0].error,
+    "marked failed by ops: refund never sent",
+    "the same words as resolve()",
+  );
+  assert.deepEqual(failed.unblocked, ["bulk-mixed"]);
+  await assert.rejects(
+    client.resolveMany({ tool: "refund" }, { action: "result", result: "r-1" }, { expect: 1 }),
+    (e: ClientError) => e.code === "COUNT_CHANGED" && /^0 flagged/.test(e.message),
+  );
+});
+
+Deno.test("a text agent given something other than text says what it was given and what it takes", async (t) => {
+  const notes = defineAgent({ name: "notes", tools: [], model });
+  const cases: [unknown, RegExp][] = [
+    [42, /and a number \(42\) was given/],
+    [{}, /and an object \(\{\}\) was given/],
+    [[1, 2], /and an array \(\[1,2\]\) was given/],
+    [true, /and a boolean \(true\) was given/],
+    [null, /and null was given/],
+    ["", /and an empty string was given/],
+    [" \n", /and only whitespace was given/],
+    [undefined, /and no input was given/],
+    [{ long: "x".repeat(200) }, /\(\{"long":"x{71}\.\.\.\) was given/],
+  ];
+  for (const [input, given] of cases) {
+    await t.step((JSON.stringify(input) ?? "undefined").slice(0, 40), async () => {
+      await assert.rejects(client.start(notes, { runId: "text-in", input }), (e: RuntimeError) => {
+        assert.equal(e.code, "INPUT_INVALID");
+        assert.match(e.message, /^Agent notes takes text input \(a non-empty string\) and /);
+        assert.match(e.message, given);
+        return true;
+      });
+    });
+  }
+  assert.equal(await client.get("text-in"), undefined, "nothing is stored for refused input");
+});
+
+Deno.test("defineAgent() refuses a bad name, bad limits and duplicate tool names up front", () => {
+  assert.throws(() => defineAgent({ name: "has space", tools: [] }), /a name is 1-64 letters/);
+  assert.throws(() => defineAgent({ name: "a", tools: [], maxSteps: 0 }), /'maxSteps' must be an integer/);
+  assert.throws(() => defineAgent({ name: "a", tools: [order, order] }), /Two tools are named order/);
+});
+
+Deno.test.afterAll(async () => {
+  await client.close();
+});

@@ -1,0 +1,581 @@
+/**
+ * The worker loop: claim the run, settle what a crash left, then step until
+ * the model says done (or `maxSteps` is reached: `guard`). Every write is
+ * fenced on the epoch the claim produced; a refused write ends this worker.
+ *
+ * @module
+ */
+
+import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import type { ProcessDeps } from "../run/deps.ts";
+import { type Ended, failed, finished, valueOf } from "../run/ended.ts";
+import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "../base/errors.ts";
+import { SimulatedKill } from "../base/crashpoints.ts";
+import { BudgetError } from "../agent/budget.ts";
+import { act, BlockedError, SleepingError, WaitingError } from "../step/act.ts";
+import { callsOf, stepWidth } from "../run/calls.ts";
+import { decide, RetryingError } from "../step/decide.ts";
+import { closeRun, familyOf, ParentClosedError } from "../families/family.ts";
+import {
+  afterAnswer,
+  type ConversationState,
+  loadConversation,
+  type ParkedConversation,
+  resumeConversation,
+} from "../conversations/turns.ts";
+import { keepLease } from "./lease.ts";
+import { recover } from "../step/recovery.ts";
+import { ValueUnstorableError } from "../base/storable.ts";
+import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "../store/store.ts";
+import type { TracedStep } from "../run/telemetry.ts";
+import type { Json } from "../agent/tools.ts";
+import type { Budget } from "../agent/budget.ts";
+import type { ModelParams } from "../model/transcript.ts";
+
+/** Every way a worker's turn on a run can end. */
+export const WORKER_STATUSES = [
+  "done",
+  "failed",
+  "waiting",
+  "blocked",
+  "cancelled",
+  "fenced",
+  "stalled",
+  "lost_claim",
+] as const;
+
+/** How a worker's turn on a run ended. */
+export type WorkerStatus = typeof WORKER_STATUSES[number];
+
+/** The end of a worker's turn on a run. */
+export interface RunOutcome {
+  /** The run. */
+  runId: string;
+  /** How this worker's turn ended. */
+  status: WorkerStatus;
+  /** The run's status in the database as this worker last saw it. */
+  runStatus?: RunStatus;
+  /** True when the run was already closed before this worker started. */
+  alreadyClosed: boolean;
+  /** Tool calls decided so far (each owns a seq: a step with three calls counts three). */
+  steps: number;
+  /** Model requests paid for across the whole run. */
+  llmCalls: number;
+  /** Why the run failed, was blocked, or was lost. */
+  error?: string;
+  /** The model's final answer, for a done run. */
+  output?: string;
+  /** A conversation waiting for its next message: its rows, for the host that takes it again (host.ts). */
+  parked?: ParkedConversation;
+}
+
+/**
+ * The process exit code for an outcome, one of `EXIT_CODES` (exit_codes.ts, where every code is listed): 0 done,
+ * 1 failed, 3 fenced or lost, 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is settings
+ * that cannot work, 6 the supervisor gone, 7 the database away and 8 an error the loop does not classify
+ * ({@link WorkerError}): those never reach an outcome.)
+ */
+export function exitCodeOf(outcome: RunOutcome): number {
+  switch (outcome.status) {
+    case "done":
+      return 0;
+    case "failed":
+      return 1;
+    case "blocked":
+    case "waiting":
+      return 4;
+    case "cancelled":
+      return 5;
+    default:
+      return 3;
+  }
+}
+
+/** A run this worker has just claimed: the row after the claim, and what it looked like before. */
+export interface ClaimedRun {
+  /** The run as it is after the claim. */
+  run: RunRow;
+  /** The epoch the claim produced: every write is fenced on it. */
+  epoch: number;
+  /** Who held it before. */
+  previousOwner: string | null;
+  /** How old its lease was when it was claimed. */
+  leaseAgeMs?: number;
+  /**
+   * A conversation this host let go to wait for its next message, nobody
+   * having claimed it since: its rows as written, instead of a read of its
+   * history.
+   */
+  parked?: ParkedConversation;
+}
+
+/** The claims in a row that found no progress, as the claim returned them (1 for a healthy claim). */
+function stuckClaims(claimed: ClaimedRun): number {
+  return claimed.run.stuck_claims ?? 0;
+}
+
+/** The run to work on and, should it not exist yet, what to create it with. */
+export interface RunRequest {
+  /** The run. */
+  runId: string;
+  /** The text the model is given. */
+  goal: string;
+  /** The input as given; defaults to `goal`. */
+  input?: Json;
+  /** Ceilings on its spend, when it is created. */
+  budget?: Budget;
+  /** Its own model request parameters (over its agent's), when it is created. */
+  modelParams?: ModelParams;
+}
+
+/**
+ * Drives one run to its end (or until this worker loses it), creating it when
+ * it does not exist, and claiming it whatever its lease says: whoever starts
+ * a worker on a run by hand takes it over, and fencing makes any older worker
+ * harmless. Throws with `AGENT_MISMATCH` when the run belongs to another
+ * agent, and on an error the loop does not classify (an agent's code threw,
+ * the database refused a statement or went away), leaving the run intact for
+ * another worker: a {@link WorkerError} once its lease is released, the error
+ * itself when the database could not take the release. `deps` are the
+ * process's and the agent's side by side (`workerFor` in context.ts); the
+ * run's lease is kept with the one-run heartbeat (lease.ts).
+ */
+export async function runWorker(
+  deps: WorkerDeps,
+  request: RunRequest | string,
+  goal?: string,
+): Promise<RunOutcome> {
+  const req: RunRequest = typeof request === "string" ? { runId: request, goal: goal ?? "" } : request;
+  const { store, clock, log } = deps;
+  const runId = req.runId;
+  const run = await store.createOrGetRun(
+    {
+      runId,
+      agent: deps.agent,
+      goal: req.goal,
+      input: req.input,
+      budget: req.budget,
+      modelParams: req.modelParams,
+      conversationIdleMs: deps.conversation?.idleMs,
+    },
+    clock.now(),
+  );
+  if (run.agent !== deps.agent) {
+    throw new RuntimeError(
+      "AGENT_MISMATCH",
+      `Run ${runId} belongs to agent ${run.agent}, and this worker hosts ${deps.agent}: start it with that agent's module (--agent)`,
+    );
+  }
+  const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
+  // A run asleep on its remotes is claimed once its calls are due; one waiting for a person is not.
+  const asleepUntil = run.status === "waiting" && run.wake_at ? new Date(run.wake_at) : undefined;
+  const due = asleepUntil !== undefined && asleepUntil <= clock.now();
+  if (
+    run.status === "done" || run.status === "failed" || run.status === "cancelled" ||
+    run.status === "blocked" || (run.status === "waiting" && !due)
+  ) {
+    const { journal } = await store.loadHistory(runId);
+    const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
+    // Tool calls decided (each owns a seq), as a worker that drove the run to its end counts them.
+    const steps = journal.reduce((n, j) => n + (j.decision ? callsOf(j.decision, j.seq).length : 0), 0);
+    log.info(`already-${run.status}`, {
+      run: runId,
+      steps,
+      llm_calls: llmCalls,
+      error: run.error ?? undefined,
+    });
+    const status = run.status === "done" ? "done" : run.status;
+    return {
+      ...base,
+      status,
+      runStatus: run.status,
+      steps,
+      llmCalls,
+      error: run.error ?? undefined,
+      output: run.output ?? undefined,
+    };
+  }
+
+  const claim = await store.claimRun(runId, run.epoch, deps.owner, clock.now());
+  const epoch = claim?.epoch;
+  if (claim === undefined || epoch === undefined) {
+    telemetryOf(deps).lostClaim(deps.agent);
+    log.warn("fenced", { run: runId, reason: "another worker claimed the run first", seen_epoch: run.epoch });
+    return { ...base, alreadyClosed: false, status: "lost_claim" };
+  }
+  const stop = new AbortController();
+  const claimed: ClaimedRun = {
+    run: { ...run, epoch, owner: deps.owner, status: "running", stuck_claims: claim.stuck_claims },
+    epoch,
+    previousOwner: run.owner,
+    leaseAgeMs: run.heartbeat_at ? clock.now().getTime() - new Date(run.heartbeat_at).getTime() : undefined,
+  };
+  const heartbeat = keepLease(deps, { runId, epoch }, stop);
+  try {
+    return await driveRun(deps, claimed, stop);
+  } catch (err) {
+    if (err instanceof SimulatedKill) throw err;
+    // The heartbeat must not renew the lease this release clears.
+    heartbeat.stop();
+    const lease = await releaseAfterError(deps, { runId, epoch }, err);
+    // With the database gone, the lease lapses instead: the run is intact all the same.
+    if (lease === "kept") throw err;
+    throw new WorkerError(runId, err, lease);
+  } finally {
+    heartbeat.stop();
+  }
+}
+
+/**
+ * What became of a run's lease after an error the loop could not classify:
+ * `released` (cleared, so the next take retries the run at once), `not-held`
+ * (another worker took the run, or it was closed, meanwhile), or `kept` (the
+ * database did not take the release either: the lease lapses after `leaseMs`).
+ */
+export type LeaseAfterError = "released" | "not-held" | "kept";
+
+/**
+ * Lets go of a run after an error the loop could not classify (an agent's
+ * code threw, the database refused a statement or went away): the run is
+ * intact, so its lease is released, fenced on this worker's epoch, with the
+ * error kept on the run. A run that keeps failing this way is stopped by the
+ * bound on claims without progress, with this error in its message.
+ */
+export async function releaseAfterError(
+  deps: Pick<ProcessDeps, "store" | "clock" | "log">,
+  fence: Fence,
+  err: unknown,
+): Promise<LeaseAfterError> {
+  try {
+    return await deps.store.releaseRun(fence, describeError(err), deps.clock.now()) ? "released" : "not-held";
+  } catch (e) {
+    deps.log.warn("release-failed", { run: fence.runId, epoch: fence.epoch, error: describeError(e) });
+    return "kept";
+  }
+}
+
+/**
+ * A worker's turn on a run ended with an error the loop could not classify,
+ * while the database was there to take the release: the run is intact, and
+ * {@link WorkerError.lease} says what became of its lease. The error is the
+ * {@link Error.cause}.
+ */
+export class WorkerError extends RuntimeError {
+  /** The run. */
+  readonly runId: string;
+  /** Released for the next take, or already taken or closed by someone else. */
+  readonly lease: Exclude<LeaseAfterError, "kept">;
+  /** Wraps what `runId`'s worker threw. */
+  constructor(runId: string, cause: unknown, lease: Exclude<LeaseAfterError, "kept">) {
+    super(
+      "WORKER_ERROR",
+      `The worker on run ${runId} stopped at an error the runtime does not classify: ${describeError(cause)}`,
+      { cause },
+    );
+    this.name = "WorkerError";
+    this.runId = runId;
+    this.lease = lease;
+  }
+}
+
+/**
+ * Drives a run this worker has claimed: reads its history back, settles what
+ * a crash left, then steps until done, `guard`, or until `stop` aborts (the
+ * lease was refused or lost). Whoever calls it keeps the lease alive.
+ */
+export function driveRun(
+  deps: WorkerDeps,
+  claimed: ClaimedRun,
+  stop: AbortController,
+): Promise<RunOutcome> {
+  return telemetryOf(deps).attempt(traced(deps, claimed), () => driveClaimed(deps, claimed, stop));
+}
+
+function traced(deps: WorkerDeps, claimed: ClaimedRun) {
+  return {
+    runId: claimed.run.run_id,
+    agent: deps.agent,
+    epoch: claimed.epoch,
+    owner: deps.owner,
+    previousOwner: claimed.previousOwner,
+    leaseAgeMs: claimed.leaseAgeMs,
+  };
+}
+
+async function driveClaimed(
+  deps: WorkerDeps,
+  claimed: ClaimedRun,
+  stop: AbortController,
+): Promise<RunOutcome> {
+  const { store, log } = deps;
+  const tel = telemetryOf(deps);
+  const { run, epoch } = claimed;
+  const runId = run.run_id;
+  log.info("claimed", {
+    run: runId,
+    epoch,
+    owner: deps.owner,
+    previous_owner: claimed.previousOwner ?? undefined,
+    lease_age_ms: claimed.leaseAgeMs,
+  });
+
+  const limit = deps.maxClaimsWithoutProgress;
+  if (stuckClaims(claimed) > limit) {
+    // Its workers keep dying (or being stopped) before they get anywhere: a
+    // poison run. Stop it, with the reason, instead of restarting it forever.
+    // The error its last worker let it go with (releaseAfterError), when one did: the real cause.
+    const last = run.error ? ` The last of them stopped at: ${run.error}.` : "";
+    const error = `stuck: ${stuckClaims(claimed) - 1} workers in a row took this run and made no progress ` +
+      `(no decision or tool call settled); the limit is ${limit}.${last} See the log of its last workers, ` +
+      `then 'deno task reopen ${runId}' to try again`;
+    try {
+      await closeRun(deps, { fence: { runId, epoch }, family: familyOf(run) }, { status: "failed", error });
+    } catch (e) {
+      if (e instanceof FencedError) {
+        log.warn("fenced", { run: runId, epoch, reason: e.message });
+        return { runId, status: "fenced", alreadyClosed: false, steps: 0, llmCalls: 0, error: e.message };
+      }
+      throw e;
+    }
+    log.error("stuck", { run: runId, claims: stuckClaims(claimed), limit });
+    return {
+      runId,
+      status: "failed",
+      runStatus: "failed",
+      alreadyClosed: false,
+      steps: 0,
+      llmCalls: 0,
+      error,
+    };
+  }
+  // A run at epoch 1 was just claimed for the first time (every claim bumps
+  // the epoch, from 0 at creation), and every journal and tool-call row is
+  // written under a claimed epoch: it has no history, so it is not read (#11:
+  // one statement less for every fresh run). Any later claim reads it back.
+  // A parked conversation (this host let it go after an answer, and nobody took it since) has its rows
+  // in memory: only the messages sent since are read, and it goes on from its last answer.
+  const parked = claimed.parked;
+  const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.loadHistory(runId);
+  tel.lostAttempt(traced(deps, claimed), journal, effects);
+  const state: RunState = {
+    fence: { runId, epoch },
+    goal: run.goal,
+    journal: parked?.journal ?? new Map(journal.map((j) => [j.seq, j])),
+    effects: parked?.effects ?? new Map(effects.map((e) => [e.seq, e])),
+    llmCalls: parked?.llmCalls ?? journal.reduce((n, j) => n + j.llm_attempts, 0),
+    signal: stop.signal,
+    budget: run.budget ?? undefined,
+    modelParams: run.model_params ?? undefined,
+    reservedCalls: 0,
+    family: familyOf(run),
+    lastWorkerError: run.error ?? undefined,
+    conversation: parked
+      ? await resumeConversation(deps, runId, parked)
+      : await loadConversation(deps, run, epoch === 1),
+  };
+  const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
+    runId,
+    status,
+    alreadyClosed: false,
+    steps,
+    llmCalls: state.llmCalls,
+    error,
+  });
+  let seq = parked?.seq ?? 0;
+  // Closes the run after a failure; a refused close means another worker has it.
+  const close = async (
+    status: "failed" | "blocked" | "cancelled",
+    error: string,
+  ): Promise<RunOutcome | undefined> => {
+    try {
+      await closeRun(deps, state, { status, error });
+      return undefined;
+    } catch (e) {
+      if (e instanceof FencedError) return fenced(deps, state, e, seq);
+      throw e;
+    }
+  };
+  const stranded = effects.filter((e) => e.status === "intent").length;
+  const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
+  try {
+    // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
+    if (!parked) await tel.recover(recovery, () => recover(deps, state));
+    // Bounded by maxSteps: the guard closes the run. A step's decision is at `seq`; its calls own
+    // seqs seq .. seq + n - 1 (calls.ts), and the next decision is at seq + n.
+    for (let decisions = 0;; decisions++) {
+      // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
+      // before its next step: it must not even count another model request.
+      if (stop.signal.aborted) throw stop.signal.reason;
+      if (decisions >= deps.maxSteps) {
+        const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
+        log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: state.llmCalls });
+        await closeRun(deps, state, { status: "failed", error });
+        return { ...outcome("failed", seq, error), runStatus: "failed" };
+      }
+      const at = { fence: state.fence, seq };
+      const stepped = await tel.step(at, () => step(deps, state, at, () => outcome("done", seq)));
+      const ended = valueOf(stepped);
+      if (ended) return ended;
+      const decision = state.journal.get(seq)?.decision;
+      // A conversation went on with its next message: maxSteps bounds the decisions of each message.
+      if (decision && "done" in decision) decisions = -1;
+      seq += decision ? stepWidth(decision) : 1;
+    }
+  } catch (err) {
+    if (err instanceof SimulatedKill) throw err;
+    if (err instanceof FencedError) return fenced(deps, state, err, seq);
+    if (err instanceof WaitingError || err instanceof SleepingError || err instanceof RetryingError) {
+      // requestApprovals (or waitRun, or retryRun) already set the run to waiting and released it.
+      return { ...outcome("waiting", seq, err.message), runStatus: "waiting" };
+    }
+    if (err instanceof ParentClosedError) {
+      const lost = await close("cancelled", err.message);
+      if (lost) return lost;
+      log.warn("cancelled", { run: runId, seq, parent: err.ancestor, reason: err.message });
+      return { ...outcome("cancelled", seq, err.message), runStatus: "cancelled" };
+    }
+    if (err instanceof BlockedError) {
+      const lost = await close("blocked", err.message);
+      if (lost) return lost;
+      log.warn("blocked", { run: runId, key: err.key, reason: err.message });
+      return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
+    }
+    if (
+      err instanceof ModelError || err instanceof ToolError || err instanceof BudgetError || isRunFailure(err)
+    ) {
+      // A conversation that fails keeps its history: the person is told how to take it up again.
+      const error = describeError(err) +
+        (state.conversation
+          ? `. The conversation keeps its history: 'deno task reopen ${runId}' takes it up again`
+          : "");
+      const lost = await close("failed", error);
+      if (lost) return lost;
+      log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
+      return { ...outcome("failed", seq, error), runStatus: "failed" };
+    }
+    throw err;
+  }
+}
+
+/**
+ * One step: its decision, then its tool calls, or the run's close when the
+ * model says done (`done` gives the outcome then). Ends with the
+ * run's outcome when the run is done, with the step's rows either way.
+ */
+async function step(
+  deps: WorkerDeps,
+  state: RunState,
+  at: TracedStep,
+  done: () => RunOutcome,
+): Promise<Ended<RunOutcome | undefined>> {
+  const tel = telemetryOf(deps);
+  const { seq } = at;
+  const decided = await tel.decide({ ...at, before: state.journal.get(seq) }, () => decide(deps, state, seq));
+  if (!decided.ok) return decided;
+  const { decision, checked } = decided.value;
+  const journal = decided.rows.journal;
+  if ("done" in decision && state.conversation) {
+    const conversing = state as RunState & { conversation: ConversationState };
+    try {
+      const next = await afterAnswer(deps, conversing, seq, decision.message);
+      if (next === "next") return finished(undefined, { journal });
+      const parked: ParkedConversation | undefined = next === "waiting"
+        ? {
+          epoch: state.fence.epoch,
+          journal: state.journal,
+          effects: state.effects,
+          conversation: conversing.conversation,
+          llmCalls: state.llmCalls,
+          seq,
+        }
+        : undefined;
+      return finished(
+        { ...done(), status: next, runStatus: next, output: decision.message, ...(parked ? { parked } : {}) },
+        { journal },
+      );
+    } catch (error) {
+      return failed(error, { journal });
+    }
+  }
+  if ("done" in decision) {
+    try {
+      await closeRun(deps, state, { status: "done", error: null, output: decision.message });
+      deps.log.info("done", {
+        run: state.fence.runId,
+        steps: seq,
+        llm_calls: state.llmCalls,
+        output: decision.message,
+      });
+      return finished({ ...done(), runStatus: "done", output: decision.message }, { journal });
+    } catch (error) {
+      return failed(error, { journal });
+    }
+  }
+  // Bounded: each pass after the first follows a call settled from outside while the run was let go.
+  for (;;) {
+    const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
+    const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
+    if (acted.ok) return finished(undefined, rows);
+    const err = acted.error;
+    try {
+      if (err instanceof SleepingError) {
+        // The run sleeps until its first waiting call is due, holding no worker; unless one of them was
+        // settled from outside meanwhile: then the step goes on with the rows as they are now.
+        if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now(), err.message)) {
+          deps.log.info("sleeping", {
+            run: state.fence.runId,
+            seq,
+            keys: err.keys.join(","),
+            until: err.wakeAt,
+          });
+          return failed(err, rows);
+        }
+        await reloadEffects(deps, state);
+        continue;
+      }
+      // Waiting for a person and, in the same step, on a remote: taken again at the remote's time too.
+      if (err instanceof WaitingError && err.wakeAt) {
+        await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now());
+      }
+    } catch (e) {
+      return failed(e, rows);
+    }
+    return failed(err, rows);
+  }
+}
+
+/** Reads the run's tool calls again (one was settled from outside since the worker last read it). */
+async function reloadEffects(deps: WorkerDeps, state: RunState): Promise<void> {
+  const { effects } = await deps.store.loadHistory(state.fence.runId);
+  for (const e of effects) applyRow(state, e);
+}
+
+const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({
+  journal: Object.freeze([]),
+  effects: Object.freeze([]),
+});
+
+function isRunFailure(err: unknown): boolean {
+  // A value the store refused to write (storable.ts) fails the run where it is, with
+  // what was wrong: it is no outage, and another worker would meet the same value.
+  return err instanceof ValueUnstorableError ||
+    hasCode(err, "DECISION_INVALID");
+}
+
+function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {
+  const event = err.code === "FENCED" ? "fenced" : err.code === "STALLED" ? "stalled" : "stopped";
+  deps.log.warn(event, { run: state.fence.runId, seq, epoch: state.fence.epoch, reason: err.message });
+  const status: WorkerStatus = err.code === "FENCED"
+    ? "fenced"
+    : err.code === "STALLED"
+    ? "stalled"
+    : "cancelled";
+  return {
+    runId: state.fence.runId,
+    status,
+    alreadyClosed: false,
+    steps: seq,
+    llmCalls: state.llmCalls,
+    error: err.message,
+  };
+}

@@ -1,0 +1,130 @@
+/**
+ * What one worker incarnation holds while it drives one run: its process's
+ * and its agent's dependencies side by side (each built in deps.ts), and the
+ * run's state as read back from the database at claim time and extended only
+ * by rows this worker has committed since.
+ *
+ * @module
+ */
+
+import type { PreparedAgent } from "../agent/agent.ts";
+import type { Budget } from "../agent/budget.ts";
+import type { ConversationState } from "../agent/conversation_options.ts";
+import {
+  type AgentDeps,
+  agentDeps,
+  type AgentOptions,
+  type ProcessDeps,
+  processDeps,
+  type ProcessDepsOptions,
+} from "./deps.ts";
+import type { Fence, JournalRow, SideEffectRow } from "../store/store.ts";
+import type { Telemetry } from "./telemetry.ts";
+import type { ModelParams } from "../model/transcript.ts";
+
+// Where they were declared before process and agent came apart (deps.ts): importers keep working.
+export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } from "./deps.ts";
+export { backoffMs, retryDelayMs } from "../base/retry.ts";
+
+/**
+ * What the loop's functions read while a worker drives a run: its process's
+ * {@link ProcessDeps} and its agent's {@link AgentDeps} side by side, built
+ * once per agent with {@link workerFor} (`extends` checks that no name
+ * belongs to both).
+ */
+export interface WorkerDeps extends ProcessDeps, AgentDeps {
+}
+
+/** The deps of a worker in the process `proc` driving runs of `agent`. */
+export function workerFor(proc: ProcessDeps, agent: AgentDeps): WorkerDeps {
+  return { ...proc, ...agent };
+}
+
+/** The worker's telemetry. */
+export function telemetryOf(deps: WorkerDeps): Telemetry {
+  return deps.telemetry;
+}
+
+/** The run as this worker knows it. */
+export interface RunState {
+  /** The run and the epoch this worker holds. */
+  fence: Fence;
+  /** The run's goal, sent to the model. */
+  goal: string;
+  /** Journal rows by `seq`. */
+  journal: Map<number, JournalRow>;
+  /** Tool calls by `seq`. */
+  effects: Map<number, SideEffectRow>;
+  /** Model requests paid for across the whole run (sum of `llm_attempts`). */
+  llmCalls: number;
+  /** Aborts when this worker must stop (fenced, lease lost, done). */
+  signal: AbortSignal;
+  /** The run's ceilings, if any. */
+  budget?: Budget;
+  /** The run's own model request parameters (over its agent's), if any. */
+  modelParams?: ModelParams;
+  /** Calls of the step being carried out not yet sent, reserved against the tool-call ceiling (budget.ts). */
+  reservedCalls: number;
+  /**
+   * Where the run stands in a family of runs (family.ts): set for a child run
+   * and for a run that has started one; undefined for a run in no family,
+   * whose requests never read a family's spend.
+   */
+  family?: FamilyPlace;
+  /**
+   * The error the run's last worker let it go with (`runs.error` of a run
+   * still running: kept while claims find no progress), if any: a limit
+   * reached since names it as the likely cause.
+   */
+  lastWorkerError?: string;
+  /** For a run that converses: its messages, and the one being answered. */
+  conversation?: ConversationState;
+}
+
+/** Where a run stands in its family of runs, as its worker knows it. */
+export interface FamilyPlace {
+  /** The family's first run. */
+  rootRunId: string;
+  /** Its parent; null for the root. */
+  parentRunId: string | null;
+}
+
+/**
+ * Applies a row a write returned to the run's state: the one way a worker's
+ * knowledge of a step changes after the claim. The row replaces the step's
+ * journal row, or its tool call (one with an idempotency key).
+ */
+export function applyRow(
+  state: Pick<RunState, "journal" | "effects">,
+  row: JournalRow | SideEffectRow,
+): void {
+  if ("idempotency_key" in row) state.effects.set(row.seq, row);
+  else state.journal.set(row.seq, row);
+}
+
+/** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */
+export interface WorkerDepsOptions extends ProcessDepsOptions, AgentOptions {
+  /** The agent, with its tools and model built. */
+  agent: PreparedAgent;
+  /** Replaces the agent's instructions. */
+  instructions?: string;
+}
+
+/**
+ * Builds a worker's dependencies from one bag of options: {@link processDeps}
+ * and {@link agentDeps} with their defaults, side by side.
+ *
+ * @deprecated Kept for callers written before process and agent came apart:
+ * build the two with {@link processDeps} and {@link agentDeps} and join them
+ * with {@link workerFor}.
+ */
+export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
+  const deps = workerFor(processDeps(opts), agentDeps(opts.agent, opts));
+  if (opts.instructions !== undefined) deps.instructions = opts.instructions;
+  return deps;
+}
+
+/** The idempotency key of the call at `seq` of run `runId` (calls.ts: the calls of a step own consecutive seqs). */
+export function idempotencyKey(runId: string, seq: number): string {
+  return `${runId}:${seq}`;
+}

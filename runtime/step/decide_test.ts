@@ -1,0 +1,163 @@
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { defineAgent } from "../agent/agent.ts";
+import { type Client, connect } from "../client/client.ts";
+import { defineTool } from "../agent/tools.ts";
+import type { Planner } from "../model/planner.ts";
+import { scripted } from "../testdata/scripted.ts";
+
+const note = defineTool({
+  name: "note",
+  description: "Writes a note.",
+  args: z.strictObject({ text: z.string() }),
+  run: (args) => Promise.resolve({ result: { noted: args.text } }),
+});
+
+const client: Client = await connect({ memory: true });
+
+/** Runs one run of an agent with `model` to its end; returns what the journal holds. */
+async function runWith(name: string, model: Planner) {
+  const agent = defineAgent({ name, instructions: `Be ${name}.`, tools: [note], model });
+  const worker = await client.startWorker([agent], { pollMs: 10 });
+  try {
+    await client.start(agent, { runId: `${name}-1`, input: "Take a note." });
+    const finished = await client.wait(`${name}-1`, { timeoutMs: 30_000, pollMs: 10 });
+    return { finished, record: await client.inspect(`${name}-1`) };
+  } finally {
+    await worker.stop();
+  }
+}
+
+const usage = { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 };
+const call = { name: "note", args: { text: "hi" } };
+
+Deno.test("an answer with two tool calls is one step: both calls run under keys of their own, in one model request", async () => {
+  const { model, asked } = scripted([
+    { kind: "tool_calls", calls: [call, { id: "second", name: "note", args: { text: "there" } }], usage },
+    { kind: "done", text: "Noted.", usage },
+  ]);
+  const { finished, record } = await runWith("two-calls", model);
+  assert.equal(finished.status, "done");
+  assert.equal(finished.output, "Noted.");
+  assert.equal(asked.length, 2, "one request for the two calls, one for the answer");
+  assert.deepEqual(
+    record.journal.map((j) => j.seq),
+    [0, 2],
+    "the next decision is at seq 2: the calls own 0 and 1",
+  );
+  assert.deepEqual(record.journal[0].decision, {
+    calls: [{ tool: "note", args: { text: "hi" } }, { tool: "note", args: { text: "there" } }],
+  });
+  assert.deepEqual(record.journal[0].rejections, []);
+  assert.deepEqual(
+    record.effects.map((e) => [e.idempotency_key, e.status, e.result]),
+    [["two-calls-1:0", "confirmed", { noted: "hi" }], ["two-calls-1:1", "confirmed", { noted: "there" }]],
+  );
+  // The model sees one assistant turn with both calls, then each result matched by id, in the order asked.
+  assert.deepEqual(asked[1].transcript.slice(2), [
+    {
+      role: "assistant",
+      calls: [
+        { id: "call_0", name: "note", args: { text: "hi" } },
+        { id: "call_1", name: "note", args: { text: "there" } },
+      ],
+    },
+    { role: "tool", callId: "call_0", name: "note", failed: false, result: { noted: "hi" } },
+    { role: "tool", callId: "call_1", name: "note", failed: false, result: { noted: "there" } },
+  ]);
+});
+
+Deno.test("an answer with more calls than the agent's maxCallsPerStep is refused as MODEL_TOO_MANY_CALLS, counted, and asked again", async () => {
+  const { model, asked } = scripted([
+    { kind: "tool_calls", calls: [call, call, call], usage },
+    { kind: "tool_calls", calls: [call], usage },
+    { kind: "done", text: "Noted.", usage },
+  ]);
+  const agent = defineAgent({ name: "capped", tools: [note], model, maxCallsPerStep: 2 });
+  const worker = await client.startWorker([agent], { pollMs: 10 });
+  try {
+    await client.start(agent, { runId: "capped-1", input: "Take a note." });
+    const finished = await client.wait("capped-1", { timeoutMs: 30_000, pollMs: 10 });
+    assert.equal(finished.status, "done");
+  } finally {
+    await worker.stop();
+  }
+  const record = await client.inspect("capped-1");
+  const refusal = "The model asked for 3 tool calls at once; at most 2 per step are allowed";
+  assert.deepEqual(record.journal[0].rejections, [{ code: "MODEL_TOO_MANY_CALLS", message: refusal }]);
+  assert.equal(record.journal[0].llm_attempts, 2, "the refused answer was paid for");
+  assert.deepEqual(record.journal[0].usage, { prompt_tokens: 10, completion_tokens: 4, total_tokens: 14 });
+  assert.deepEqual(record.effects.map((e) => e.idempotency_key), ["capped-1:0"], "one call was made");
+  assert.deepEqual(asked[1].transcript.at(-1), {
+    role: "user",
+    text: `Your previous answer was refused (MODEL_TOO_MANY_CALLS): ${refusal}. ` +
+      "Answer again with calls to listed tools, or with no tool call when the goal is complete.",
+  });
+});
+
+Deno.test("one bad call refuses the whole answer: no call of it is sent, and the refusal names the call", async () => {
+  const { model, asked } = scripted([
+    { kind: "tool_calls", calls: [call, { name: "note", args: { text: 5 } }], usage },
+    { kind: "done", text: "Nothing.", usage },
+  ]);
+  const { finished, record } = await runWith("half-bad", model);
+  assert.equal(finished.status, "done");
+  assert.equal(record.effects.length, 0, "the good call was not sent on a refused answer");
+  assert.equal(record.journal[0].rejections[0].code, "BAD_ARGS");
+  assert.match(record.journal[0].rejections[0].message, /^call 2 of 2: /);
+  assert.equal(asked.length, 2);
+});
+
+Deno.test("an answer listing no tool calls is refused as MODEL_EMPTY and asked again", async () => {
+  const { model } = scripted([
+    { kind: "tool_calls", calls: [], text: "Thinking." },
+    { kind: "done", text: "Nothing to do." },
+  ]);
+  const { finished, record } = await runWith("no-calls", model);
+  assert.equal(finished.output, "Nothing to do.");
+  assert.deepEqual(record.journal[0].rejections.map((r) => r.code), ["MODEL_EMPTY"]);
+  assert.equal(record.effects.length, 0);
+});
+
+Deno.test("a planner is asked with the neutral transcript and tools, the call id derived from the step", async () => {
+  const { model, asked } = scripted([
+    { kind: "tool_calls", calls: [{ ...call, id: "the-models-own-id" }] },
+    { kind: "done", text: "Noted." },
+  ]);
+  await runWith("neutral", model);
+  assert.deepEqual(asked[0].tools, [{
+    name: "note",
+    description: "Writes a note.",
+    parameters: {
+      type: "object",
+      properties: { text: { type: "string" } },
+      required: ["text"],
+      additionalProperties: false,
+    },
+  }]);
+  assert.deepEqual(asked[1].transcript, [
+    { role: "system", text: "Be neutral." },
+    { role: "user", text: "Take a note." },
+    { role: "assistant", calls: [{ id: "call_0", name: "note", args: { text: "hi" } }] },
+    { role: "tool", callId: "call_0", name: "note", failed: false, result: { noted: "hi" } },
+  ]);
+  assert.equal(asked[1].tools, asked[0].tools, "one array per registry");
+});
+
+Deno.test("a planner answering in the shape before #23 ({ kind: 'tool' }, { kind: 'done', message }) still drives a run", async () => {
+  const { model } = scripted([
+    { kind: "tool", tool: "note", args: { text: "old" }, usage },
+    { kind: "done", message: "Noted the old way." },
+  ]);
+  const { finished, record } = await runWith("legacy", model);
+  assert.equal(finished.output, "Noted the old way.");
+  assert.deepEqual(record.journal.map((j) => j.decision), [
+    { tool: "note", args: { text: "old" } },
+    { done: true, message: "Noted the old way." },
+  ]);
+  assert.deepEqual(record.journal[0].usage, usage);
+});
+
+Deno.test.afterAll(async () => {
+  await client.close();
+});

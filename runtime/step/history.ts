@@ -1,0 +1,109 @@
+/**
+ * The conversation sent to the model, rebuilt from the run's rows: the goal,
+ * then for each decided step an assistant tool call and the tool's result,
+ * then, for the step being decided, why earlier answers were refused. Neutral
+ * ({@link TranscriptMessage}): each planner maps it to its own wire format.
+ *
+ * @module
+ */
+
+import type { RunState } from "../run/context.ts";
+import type { AssistantMessage, ProviderMetadata, TranscriptMessage } from "../model/transcript.ts";
+import { callsOf, type StepCall } from "../run/calls.ts";
+import type { Decision } from "../store/rows.ts";
+
+/** What a tool result says of a call whose outcome no row records (at intent, flagged, or never sent). */
+export const UNKNOWN_OUTCOME = "The outcome of this call is unknown";
+
+/** The id of the call at `seq`: derived from the journal, so every request (and restart) names it alike. */
+export function callId(seq: number): string {
+  return `call_${seq}`;
+}
+
+/**
+ * The transcript for deciding step `seq`, under the agent's `instructions`.
+ * In a conversation each earlier final answer is an assistant turn, followed
+ * by the message taken after it.
+ */
+export function buildTranscript(
+  state: Pick<RunState, "goal" | "journal" | "effects" | "conversation">,
+  seq: number,
+  instructions: string,
+): TranscriptMessage[] {
+  const transcript: TranscriptMessage[] = [
+    { role: "system", text: instructions },
+    { role: "user", text: state.goal },
+  ];
+  let answers = 0;
+  for (let s = 0; s < seq; s++) {
+    const decision = state.journal.get(s)?.decision;
+    if (!decision) continue;
+    if ("done" in decision && state.conversation) {
+      transcript.push({ role: "assistant", text: decision.message, calls: [] });
+      const next = state.conversation.messages[++answers];
+      if (next) transcript.push({ role: "user", text: next.text });
+      continue;
+    }
+    const calls = callsOf(decision, s);
+    if (calls.length === 0) continue;
+    // One assistant turn with every call of the step, then each call's result, in the order asked.
+    transcript.push(assistantTurn(decision, calls));
+    for (const c of calls) {
+      const id = callId(c.seq);
+      const effect = state.effects.get(c.seq);
+      // A confirmed call (sent, reconciled or resolved by a person) has its result; a failed one
+      // (the tool's error, or a person's denial) its reason; anything else is not known.
+      if (effect?.status === "confirmed") {
+        transcript.push({ role: "tool", callId: id, name: c.tool, failed: false, result: effect.result });
+      } else {
+        // Every write of a failed row gives its reason; the column alone allows none.
+        const error = effect?.status === "failed" ? effect.error ?? "The call failed" : UNKNOWN_OUTCOME;
+        transcript.push({ role: "tool", callId: id, name: c.tool, failed: true, error });
+      }
+    }
+  }
+  for (const rejection of state.journal.get(seq)?.rejections ?? []) {
+    transcript.push({
+      role: "user",
+      text: `Your previous answer was refused (${rejection.code}): ${rejection.message}. ` +
+        "Answer again with calls to listed tools, or with no tool call when the goal is complete.",
+    });
+  }
+  return transcript;
+}
+
+/**
+ * The assistant turn of a decided step: its calls, and, when the planner that
+ * decided it kept the answer's parts, those parts as they were journaled (a
+ * call's provider metadata on the call too, its text as `text`), so a planner
+ * that sends them back sends what the provider gave.
+ */
+function assistantTurn(decision: Decision, calls: readonly StepCall[]): AssistantMessage {
+  const parts = decision.parts;
+  if (parts === undefined) {
+    return {
+      role: "assistant",
+      calls: calls.map((c) => ({ id: callId(c.seq), name: c.tool, args: c.args })),
+    };
+  }
+  const metadata = new Map<number, ProviderMetadata>();
+  let text = "";
+  for (const p of parts) {
+    if (p.type === "call" && p.providerMetadata !== undefined) metadata.set(p.index, p.providerMetadata);
+    if (p.type === "text") text += p.text;
+  }
+  return {
+    role: "assistant",
+    ...(text !== "" ? { text } : {}),
+    calls: calls.map((c) => {
+      const providerMetadata = metadata.get(c.index);
+      return {
+        id: callId(c.seq),
+        name: c.tool,
+        args: c.args,
+        ...(providerMetadata ? { providerMetadata } : {}),
+      };
+    }),
+    parts,
+  };
+}

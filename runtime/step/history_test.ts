@@ -1,0 +1,118 @@
+import assert from "node:assert/strict";
+import { buildTranscript, callId, UNKNOWN_OUTCOME } from "./history.ts";
+import { effectRow, journalRow } from "../testdata/rows.ts";
+import type { Decision, JournalRow, SideEffectRow } from "../store/store.ts";
+
+const RUN = "h-1";
+const pay = (cents: number) => ({ tool: "pay", args: { cents } });
+
+function state(journal: JournalRow[], effects: SideEffectRow[] = []) {
+  return {
+    goal: "Pay the bills.",
+    journal: new Map(journal.map((j) => [j.seq, j])),
+    effects: new Map(effects.map((e) => [e.seq, e])),
+  };
+}
+
+Deno.test("buildTranscript() starts with the instructions and the goal", () => {
+  assert.deepEqual(buildTranscript(state([]), 0, "Be careful."), [
+    { role: "system", text: "Be careful." },
+    { role: "user", text: "Pay the bills." },
+  ]);
+});
+
+Deno.test("buildTranscript() shows each decided call with its outcome, matched by a call id derived from the step", async (t) => {
+  const cases: Array<[string, Partial<SideEffectRow> | undefined, Record<string, unknown>]> = [
+    ["confirmed: the result", { result: { paid: 5 }, remote: "created" }, {
+      failed: false,
+      result: { paid: 5 },
+    }],
+    ["a null result is a result", { result: null, remote: "already_done" }, { failed: false, result: null }],
+    ["reconciled: the result found", { result: "found", remote: "reconciled" }, {
+      failed: false,
+      result: "found",
+    }],
+    [
+      "flagged, then resolved by a person: the result given",
+      { result: { by: "hand" }, remote: "resolved", resolved_by: "ops", error: "flagged: unknown outcome" },
+      { failed: false, result: { by: "hand" } },
+    ],
+    [
+      "failed: the tool's error",
+      { status: "failed", error: "TOOL_PERMANENT: card declined" },
+      { failed: true, error: "TOOL_PERMANENT: card declined" },
+    ],
+    [
+      "denied by a person: the denial",
+      { status: "failed", error: "denied by alice: too expensive", attempts: 0 },
+      { failed: true, error: "denied by alice: too expensive" },
+    ],
+    [
+      "flagged, then marked failed by a person: the reason",
+      { status: "failed", error: "marked failed by ops: charged twice", remote: null },
+      { failed: true, error: "marked failed by ops: charged twice" },
+    ],
+    [
+      "flagged and unresolved: unknown",
+      { status: "flagged", error: "no idempotency key" },
+      { failed: true, error: UNKNOWN_OUTCOME },
+    ],
+    ["at intent: unknown", { status: "intent", confirmed_at: null }, {
+      failed: true,
+      error: UNKNOWN_OUTCOME,
+    }],
+    ["never sent (no row): unknown", undefined, { failed: true, error: UNKNOWN_OUTCOME }],
+  ];
+  for (const [name, row, outcome] of cases) {
+    await t.step(name, () => {
+      const effects = row ? [effectRow(RUN, 3, pay(5), row)] : [];
+      const transcript = buildTranscript(state([journalRow(RUN, 3, pay(5))], effects), 4, "i");
+      assert.deepEqual(transcript.slice(2), [
+        { role: "assistant", calls: [{ id: "call_3", name: "pay", args: { cents: 5 } }] },
+        { role: "tool", callId: "call_3", name: "pay", ...outcome },
+      ]);
+    });
+  }
+});
+
+Deno.test("buildTranscript() keeps only the steps before the one being decided, in order, skipping gaps", () => {
+  const done: Decision = { done: true, message: "earlier answer" };
+  const journal = [
+    journalRow(RUN, 0, pay(1)),
+    journalRow(RUN, 2, pay(2)), // step 1 has no row
+    journalRow(RUN, 3, done), // not a call: nothing to show
+    journalRow(RUN, 4, pay(4)), // the step being decided has a decision already: not shown
+  ];
+  const effects = [effectRow(RUN, 0, pay(1), { result: 1 }), effectRow(RUN, 2, pay(2), { result: 2 })];
+  const ids = buildTranscript(state(journal, effects), 4, "i").flatMap((m) =>
+    m.role === "assistant" ? m.calls.map((c) => c.id) : m.role === "tool" ? [m.callId] : []
+  );
+  assert.deepEqual(ids, ["call_0", "call_0", "call_2", "call_2"]);
+  assert.equal(callId(7), "call_7");
+});
+
+Deno.test("buildTranscript() ends with why each answer for this step was refused, in order", () => {
+  const journal = [
+    journalRow(RUN, 0, pay(1)),
+    journalRow(RUN, 1, null, [
+      { code: "UNKNOWN_TOOL", message: 'Unknown tool "refund". Available tools: pay' },
+      { code: "BAD_ARGS", message: "Arguments for pay do not fit its schema: cents must be a number" },
+    ]),
+  ];
+  const transcript = buildTranscript(state(journal, [effectRow(RUN, 0, pay(1), { result: 1 })]), 1, "i");
+  const again = "Answer again with calls to listed tools, or with no tool call when the goal is complete.";
+  assert.deepEqual(transcript.slice(-2), [
+    {
+      role: "user",
+      text:
+        `Your previous answer was refused (UNKNOWN_TOOL): Unknown tool "refund". Available tools: pay. ${again}`,
+    },
+    {
+      role: "user",
+      text:
+        "Your previous answer was refused (BAD_ARGS): Arguments for pay do not fit its schema: cents must be " +
+        `a number. ${again}`,
+    },
+  ]);
+  assert.equal(transcript.length, 6, "system, goal, the call, its result, two refusals");
+});

@@ -1,0 +1,99 @@
+/**
+ * Recovery: the first thing a worker does after claiming a run. A tool row
+ * left at `intent` is a call whose outcome nobody recorded (unless its last
+ * request's failure was recorded with a time to send it again: the step
+ * sends that one once due, with its other such calls); it is re-sent
+ * under its original idempotency key (the remote answers `already_done` if
+ * the first request reached it) unless it has used up its tool's
+ * `maxAttempts` (the run fails `TOOL_GAVE_UP`). A tool that takes no key is
+ * asked first (its `reconcile`) whether the call happened, and the call is
+ * flagged for a human when it cannot tell. Journal rows left at `intent`
+ * need nothing here: the loop decides those steps again, which is the one
+ * model call a lost answer costs.
+ *
+ * @module
+ */
+
+import type { RunState, WorkerDeps } from "../run/context.ts";
+import { valueOf } from "../run/ended.ts";
+import { BlockedError, flag, isAsleep, send } from "./act.ts";
+
+/** Settles every tool call a crash left at `intent`; prints the recovery block when there is history. */
+export async function recover(deps: WorkerDeps, state: RunState): Promise<void> {
+  const { log } = deps;
+  const runId = state.fence.runId;
+  const journal = [...state.journal.values()];
+  const effects = [...state.effects.values()].sort((a, b) => a.seq - b.seq);
+  if (journal.length === 0 && effects.length === 0) return;
+
+  const count = <T extends { status: string }>(rows: T[], status: string) =>
+    rows.filter((r) => r.status === status).length;
+  const before = state.llmCalls;
+  log.info("recovery", {
+    run: runId,
+    journal_confirmed: count(journal, "confirmed"),
+    journal_intent: count(journal, "intent"),
+    tools_confirmed: count(effects, "confirmed"),
+    tools_intent: count(effects, "intent"),
+    tools_failed: count(effects, "failed"),
+    tools_flagged: count(effects, "flagged"),
+  });
+
+  // Each stranded call is settled on its own; a flagged call (or one flagged now) blocks the run once
+  // every other call has been settled, and the first error that stops the worker stops recovery.
+  let blocked: BlockedError | undefined;
+  for (const row of effects) {
+    if (row.status === "flagged") {
+      blocked ??= new BlockedError(row.idempotency_key, row.error ?? "its outcome is unknown");
+      continue;
+    }
+    if (row.status !== "intent") continue;
+    // A call whose last request failed as in an outage, recorded with when it may go again: not stranded.
+    // The step's gate sends it (with the step's other such calls) once due, and lets the run sleep until then.
+    if (isAsleep(row)) continue;
+    const checked = deps.tools.check(row.tool, row.args);
+    if (!checked.ok) {
+      const reason = `it cannot be re-sent safely: ${checked.message}`;
+      await flag(deps, state, row, reason);
+      blocked ??= new BlockedError(row.idempotency_key, reason);
+      continue;
+    }
+    // A person who resolved the flag with --retry approved exactly one re-send:
+    // the approval is newer than the last intent. Once that re-send's intent
+    // is written (intent_at moves past resolved_at), a crash flags it again.
+    // A reopen allows one request past maxAttempts, until the next intent
+    // moves attempts past the count it recorded.
+    const resumed = {
+      approved: row.resolved_at !== null && new Date(row.resolved_at) > new Date(row.intent_at),
+      reopened: row.attempts_at_reopen === row.attempts,
+    };
+    const call = {
+      key: row.idempotency_key,
+      seq: row.seq,
+      tool: checked.tool,
+      rawArgs: row.args,
+      args: checked.args,
+      resumed,
+    };
+    log.info("reconciling", {
+      run: runId,
+      seq: row.seq,
+      key: row.idempotency_key,
+      tool: row.tool,
+      attempts: row.attempts,
+    });
+    const sent = await send(deps, state, call);
+    if (!sent.ok && sent.error instanceof BlockedError) {
+      blocked ??= sent.error;
+      continue;
+    }
+    const settled = valueOf(sent);
+    log.info("reconciled", {
+      run: runId,
+      key: row.idempotency_key,
+      outcome: settled.status === "confirmed" ? settled.remote : settled.status,
+    });
+  }
+  if (blocked) throw blocked;
+  log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: state.llmCalls });
+}
