@@ -2,7 +2,7 @@
  * How an agent converses, as `defineAgent({ conversation })` takes it: the
  * idle limit and the history hook, checked; and what a worker knows of a
  * conversation while it drives one. A leaf beside the agent, so the agent's
- * definition does not import the worker's loop (conversation.ts).
+ * definition does not import the worker's loop (conversations/turns.ts).
  *
  * @module
  */

@@ -1,6 +1,6 @@
 /**
  * Every setting's default, declared once: the commands' settings readers
- * (`config.ts`, `cli/supervise.ts`), the library (`defineAgent`, the worker
+ * (`settings/config.ts`, `cli/supervise.ts`), the library (`defineAgent`, the worker
  * host, `processDeps`) and docs/settings.md say the same numbers, and
  * `tests/defaults_test.ts` holds the page to them. The retry settings'
  * defaults are `DEFAULT_RETRY` in `retry.ts`, beside their policy.

@@ -4,10 +4,10 @@
  * and dropped rather than kept, and the request it answered is answered here
  * instead, with a JSON-RPC error that says so ({@link tooLargeAnswer}). The
  * MCP client then rejects that request as it would any error answer, and
- * `mcp_connection.ts` recognises the refusal ({@link tooLargeOf}) and fails
+ * `connection.ts` recognises the refusal ({@link tooLargeOf}) and fails
  * the call for good: the server did answer, so the outcome is known.
  *
- * Over stdio the limit is applied line by line (`mcp_stdio.ts`); over
+ * Over stdio the limit is applied line by line (`stdio.ts`); over
  * streamable HTTP to each response body (a JSON answer, whose request is
  * known from the request's body) or each event of a response stream
  * ({@link boundedResponse}). A line or an event past the limit is read past

@@ -519,7 +519,7 @@ function toolsOf(
 
 /**
  * A new transport of the kind `o` names. Over stdio and HTTP, a message past
- * `maxResultBytes` is refused as it arrives (`mcp_limit.ts`); over HTTP, each
+ * `maxResultBytes` is refused as it arrives (`limit.ts`); over HTTP, each
  * call's request ends with the call.
  */
 function transportOf(o: McpServerOptions, link: McpLink): Transport {

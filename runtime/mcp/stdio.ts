@@ -12,7 +12,7 @@
  * its newline comes; and a line past the limit is counted but not kept: its
  * bytes are read past while a small scan of its top level finds the id of
  * the request it answers (`TopLevelScan`), and that request is answered
- * with a refusal (`mcp_limit.ts`). The connection goes on.
+ * with a refusal (`limit.ts`). The connection goes on.
  *
  * @module
  */

@@ -481,7 +481,7 @@ export function parseCompletion(text: string): PlannerDecision {
     throw badAnswer("MODEL_NO_MESSAGE", "The model's first choice has no message", usage);
   }
   const calls = message.tool_calls;
-  // Every call is parsed: how many a step may hold is the runtime's rule (journal.ts), not the wire's.
+  // Every call is parsed: how many a step may hold is the runtime's rule (step/decide.ts), not the wire's.
   if (Array.isArray(calls) && calls.length > 0) {
     const text = contentText(message.content);
     return {

@@ -10,7 +10,7 @@
 import type { DecideRequest, ModelAnswer } from "./transcript.ts";
 
 // The contract's types and the planner that ships, from the one module that named them all before #23
-// (and that mod.ts exports them from). planners/openai.ts cannot import this module back: no cycle.
+// (and that mod.ts exports them from). openai.ts cannot import this module back: no cycle.
 export * from "./transcript.ts";
 export * from "./openai.ts";
 export { isTransientStatus } from "../base/http.ts";

@@ -5,7 +5,7 @@
  * tool calls, tool results matched by call id) and the tools the model may
  * call; a planner answers with a {@link PlannerDecision}. Each planner maps
  * both to and from its own wire format in its own file (chat completions:
- * `planners/openai.ts`).
+ * `openai.ts`).
  *
  * @module
  */

@@ -252,7 +252,7 @@ const LIST_RUNS = statement(
         order by r.created_at desc, r.run_id desc`,
 );
 const COUNT_RUNS = statement("count-runs", `select count(*)::int as n from runs r where ${LIST_WHERE}`);
-// A cancel is a family's statement (family.ts CANCEL_RUN): it cancels the run's descendants too.
+// A cancel is a family's statement (families.ts CANCEL_RUN): it cancels the run's descendants too.
 const REOPEN_RUN = statement(
   "reopen-run",
   `with r as (

@@ -234,7 +234,7 @@ const WAIT_RUN = statement(
 // using an answer given for those. An answer is final for its arguments: the
 // request of a step's key always carries the arguments of the step's confirmed
 // decision, which never changes, so a worker that reads an answer for its
-// arguments may use it without this statement (executor.ts).
+// arguments may use it without this statement (step/act.ts).
 const APPROVAL_COLUMNS_RENEWED = [
   "tool",
   "args",

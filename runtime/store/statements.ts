@@ -153,9 +153,9 @@ export const STATEMENTS: {
   readonly leases: readonly Statement<StatementName>[];
   /** The operators' reads and commands (`operators.ts`). */
   readonly operators: readonly Statement<StatementName>[];
-  /** Runs that call runs (`family.ts`). */
+  /** Runs that call runs (`families.ts`). */
   readonly families: readonly Statement<StatementName>[];
-  /** Conversations: messages sent, answered, and the waits between them (`conversation.ts`). */
+  /** Conversations: messages sent, answered, and the waits between them (`conversations.ts`). */
   readonly conversations: readonly Statement<StatementName>[];
   /** The web page's reads (`overview.ts`). */
   readonly overview: readonly Statement<StatementName>[];

@@ -6,7 +6,7 @@
  * - `run_writes.ts`: one run's fenced writes, as a worker decides and acts;
  * - `leases.ts`: creating, claiming, taking, keeping and letting go of runs;
  * - `operators.ts`: the operators' reads and commands, and retention;
- * - `family.ts`: runs that call runs: a child created, a family's spend, a
+ * - `families.ts`: runs that call runs: a child created, a family's spend, a
  *   family member closed, a cancel with its descendants;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
  * - `schema_check.ts` and `migrate.ts`: the schema.
