@@ -34,7 +34,7 @@ export {
 } from "./runtime/base/display.ts";
 
 // The client's page reads: what they take and return.
-export type { RunTimeline, StepRange } from "./runtime/client/client.ts";
+export type { RunTimeline, StepRange } from "./runtime/client/shapes.ts";
 export type {
   ApprovalView,
   Clipped,

@@ -110,17 +110,17 @@ export { traceHeaders } from "./runtime/base/trace.ts";
 export type { Budget } from "./runtime/agent/budget.ts";
 
 // The client, and the worker it hosts.
+export { Client, connect } from "./runtime/client/client.ts";
+export { ClientError } from "./runtime/base/errors.ts";
 export {
-  Client,
-  ClientError,
-  connect,
   type ConnectOptions,
   type PruneResult,
   type Resolution,
+  type RunCallOptions,
   type RunInfo,
   type RunRecord,
   type Settlement,
-} from "./runtime/client/client.ts";
+} from "./runtime/client/shapes.ts";
 export {
   type AnsweredApproval,
   type ApprovalRow,

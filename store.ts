@@ -61,7 +61,7 @@ export type {
   HistoryHook,
 } from "./runtime/agent/conversation_options.ts";
 export type { ParkedConversation } from "./runtime/conversations/turns.ts";
-export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client/client.ts";
+export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client/shapes.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export { listenThrough, type QueryOptions, type SqlClient } from "./runtime/store/driver.ts";
 // Group commit: the happy path's writes and closes of many runs in one statement (GROUP_COMMIT_MS).

@@ -38,17 +38,11 @@ import { userInfo } from "node:os";
 import { parseArgs } from "node:util";
 import type { Agent } from "../runtime/agent/agent.ts";
 import type { Budget } from "../runtime/agent/budget.ts";
-import {
-  Client,
-  ClientError,
-  type FlaggedFilter,
-  LIST_LIMIT_MAX,
-  REFUSED_INPUT_CODES,
-  type Resolution,
-  RESOLVE_BATCH_MAX,
-  type RunInfo,
-  type Settlement,
-} from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
+import { ClientError } from "../runtime/base/errors.ts";
+import { type FlaggedFilter, RESOLVE_BATCH_MAX } from "../runtime/store/store.ts";
+import { LIST_LIMIT_MAX, type Resolution, type RunInfo, type Settlement } from "../runtime/client/shapes.ts";
+import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
 import { callsOf } from "../runtime/run/calls.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/settings/config.ts";

@@ -47,7 +47,7 @@ const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
 /** `file` → its length in lines now, and why it is long. */
 const LONG_FILES: Record<string, { lines: number; why: string }> = {
   "runtime/client/client.ts": {
-    lines: 1140,
+    lines: 844,
     why: "debt: four audiences in one class (issue 35: split by audience)",
   },
   "runtime/step/act.ts": { lines: 1142, why: DEBT },
@@ -72,7 +72,6 @@ const LONG_FILES: Record<string, { lines: number; why: string }> = {
     lines: 543,
     why: "the operators' reads, each statement's SQL beside its caller",
   },
-  "runtime/store/leases.ts": { lines: 529, why: "the take's SQL and its long comment on the fair share" },
   "runtime/store/group_commit.ts": { lines: 525, why: "the grouped statements' SQL and the batching" },
   "runtime/run/telemetry.ts": { lines: 505, why: "debt: spans, metrics and their names in one file" },
   "runtime/run/stream.ts": { lines: 510, why: "debt: the stream's events and its reader in one file" },

@@ -8,7 +8,8 @@
 
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { Client, ClientError } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
+import { ClientError } from "../runtime/base/errors.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import { Store } from "../runtime/store/store.ts";
 import { bothStoresTest } from "./_pg.ts";

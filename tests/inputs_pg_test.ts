@@ -7,7 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { Client, ClientError } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
+import { ClientError } from "../runtime/base/errors.ts";
 import type { RunFilter } from "../runtime/store/store.ts";
 import { bothStoresTest, pgTest } from "./_pg.ts";
 import { Proc, until } from "../harness/procs.ts";

@@ -29,15 +29,11 @@
 
 import { Hono } from "npm:hono@4.13.19";
 import type { Context, Next } from "npm:hono@4.13.19";
-import {
-  type Client,
-  ClientError,
-  MESSAGE_CHARS_MAX,
-  REFUSED_INPUT_CODES,
-  type Resolution,
-  RUN_STATUSES,
-  type RunTimeline,
-} from "../runtime/client/client.ts";
+import { type Client } from "../runtime/client/client.ts";
+import { ClientError } from "../runtime/base/errors.ts";
+import { MESSAGE_CHARS_MAX, type Resolution, type RunTimeline } from "../runtime/client/shapes.ts";
+import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
+import { RUN_STATUSES } from "../runtime/store/store.ts";
 import { type CodeOf, hasCode, ownCode, RuntimeError } from "../runtime/base/errors.ts";
 import { ID_RULE, idProblem } from "../runtime/base/ids.ts";
 import { displayScript } from "../runtime/base/display.ts";

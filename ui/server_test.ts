@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { connect, RUN_STATUSES } from "../runtime/client/client.ts";
+import { connect } from "../runtime/client/client.ts";
+import { RUN_STATUSES } from "../runtime/store/store.ts";
 import { createUiApp, isLoopback, serveUi } from "./server.ts";
 import { buildTimeline } from "./timeline.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";

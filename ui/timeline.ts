@@ -9,7 +9,7 @@
  * @module
  */
 
-import type { RunTimeline } from "../runtime/client/client.ts";
+import type { RunTimeline } from "../runtime/client/shapes.ts";
 import type { ApprovalView, Clipped, EffectView, JournalView } from "../runtime/store/overview.ts";
 import type { Rejection, RunStatus } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/agent/tools.ts";

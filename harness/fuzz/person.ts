@@ -6,7 +6,8 @@
  * @module
  */
 
-import { Client, ClientError } from "../../runtime/client/client.ts";
+import { Client } from "../../runtime/client/client.ts";
+import { ClientError } from "../../runtime/base/errors.ts";
 import { argsHash } from "../../runtime/step/act.ts";
 import type { ApprovalRow, RunStatus, SideEffectRow } from "../../runtime/store/store.ts";
 import type { Json, ToolRegistry } from "../../runtime/agent/tools.ts";

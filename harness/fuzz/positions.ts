@@ -99,6 +99,7 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "list-approvals": "approval-read",
   "insert-run": "other",
   "take-runs": "other",
+  "take-family": "other",
   "heartbeat-many": "other",
   "remove-worker": "other",
   "frozen-workers": "other",

@@ -174,6 +174,17 @@ export class RuntimeError extends Error {
   }
 }
 
+/** A client call was refused: the run does not exist, is in the wrong state, ... `code` says which. */
+export class ClientError extends RuntimeError {
+  /** Which refusal: `RUN_NOT_FOUND`, `RUN_CLOSED`, ... */
+  declare readonly code: CodeOf<"ClientError">;
+  /** Creates a client error. */
+  constructor(code: CodeOf<"ClientError">, message: string, options?: ErrorOptions) {
+    super(code, message, options);
+    this.name = "ClientError";
+  }
+}
+
 /** A setting is missing, malformed or out of range. Exit code 2. */
 export class ConfigError extends RuntimeError {
   /** Always `CONFIG_INVALID`. */

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { BudgetError } from "../agent/budget.ts";
-import { ClientError } from "../client/client.ts";
+import { ClientError } from "./errors.ts";
 import { SimulatedKill } from "./crashpoints.ts";
 import {
   AbortedError,

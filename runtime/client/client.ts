@@ -15,17 +15,14 @@ import { checkModelParams } from "../model/params.ts";
 import { endpointPlanner } from "./model_endpoint.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import { type Clock, SystemClock } from "../base/clock.ts";
-import { type CodeOf, describeError, describeValue, type ErrorCode, RuntimeError } from "../base/errors.ts";
-import { ID_RULE, idProblem, isKey, isRunId, KEY_SHAPE, RUN_ID_SHAPE } from "../base/ids.ts";
+import { ClientError, describeError, describeValue } from "../base/errors.ts";
 import { WorkerHost, type WorkerOptions } from "../host/host.ts";
 import { openStore } from "../store/open.ts";
 import {
   agentsWithRuns,
   countByStatus,
   type RunTokens,
-  type RunView,
   runView,
-  type StepsView,
   stepsView,
   tokensByRun,
   wholeValue,
@@ -35,11 +32,7 @@ import { openPglite } from "../store/pglite.ts";
 import {
   type AnsweredApproval,
   type ApprovalRow,
-  type CallSettlement,
-  type EffectResolution,
   type FlaggedFilter,
-  type JournalRow,
-  type PrunedRows,
   RESOLVE_BATCH_MAX,
   type RunFilter,
   type RunRow,
@@ -48,190 +41,39 @@ import {
   type SideEffectRow,
   type Store,
 } from "../store/store.ts";
-import { isRunStatus, RUN_STATUSES, Store as StoreClass } from "../store/store.ts";
+import { Store as StoreClass } from "../store/store.ts";
 import type { Json } from "../agent/tools.ts";
 import type { StreamEvent } from "../run/stream.ts";
 import { type WatchOptions, watchRun } from "./watch.ts";
-
-/** Where the runs live. */
-export interface ConnectOptions {
-  /** PostgreSQL (`postgres://...`); the tables must exist (schema.sql). */
-  databaseUrl?: string;
-  /** The embedded database's directory (PGlite); used when `databaseUrl` is unset. */
-  dataDir?: string;
-  /** An in-memory embedded database (tests, examples); used when neither is set. */
-  memory?: boolean;
-  /** Time for timestamps and waits. Default: the system clock. */
-  clock?: Clock;
-  /** Connections in the PostgreSQL pool. Default 4. */
-  poolSize?: number;
-}
-
-/** A run as the client reports it. */
-export interface RunInfo {
-  /** The run's id. */
-  runId: string;
-  /** The agent that drives it. */
-  agent: string;
-  /** Where it stands. */
-  status: RunStatus;
-  /** Its input. */
-  input: Json | null;
-  /** The model's final answer, once done. */
-  output: string | null;
-  /** Why it failed, was blocked or cancelled. */
-  error: string | null;
-  /** The fencing epoch of its latest claim. */
-  epoch: number;
-  /** The worker that holds (or last held) it. */
-  owner: string | null;
-  /** When it was created. */
-  createdAt: Date;
-  /** When its status last changed. */
-  updatedAt: Date;
-  /** Its ceilings, if any. */
-  budget: Budget | null;
-  /** When a run waiting on its calls' remotes is taken again; null for any other (and one waiting for a person). */
-  wakeAt: Date | null;
-  /** The run whose tool call started this one (`agentTool`); null for a run started otherwise. */
-  parentRunId: string | null;
-  /** The key of that call. */
-  parentKey: string | null;
-  /**
-   * For a conversation: messages so far (the goal is message 0), and whether
-   * it waits for the next one now (its latest message answered, the answer in
-   * `output`); undefined for a run that is not one.
-   */
-  conversation?: { messages: number; idle: boolean; idleMs: number; ended: boolean };
-}
-
-/** A message of a conversation with its answer, as {@link Client.answers} lists them. */
-export interface ConversationTurn {
-  /** Its place: 0 for the goal, then in the order sent. */
-  seq: number;
-  /** The sender's id for it; null for the goal. */
-  messageId: string | null;
-  /** What was said. */
-  text: string;
-  /** When it was sent. */
-  sentAt: Date;
-  /** The answer; null while it is not answered. */
-  answer: string | null;
-  /** The journal step whose final answer it is. */
-  answerSeq: number | null;
-  /** When it was answered. */
-  answeredAt: Date | null;
-}
-
-/** What {@link Client.send} did. */
-export interface SendResult {
-  /** The run. */
-  runId: string;
-  /** The message's place in the conversation (1 for the first message after the goal). */
-  seq: number;
-  /** The message's id. */
-  messageId: string;
-  /** True when a send with this id had stored the message already: this one wrote nothing. */
-  duplicate: boolean;
-}
-
-/** The longest message {@link Client.send} takes, in characters. */
-export const MESSAGE_CHARS_MAX = 1_000_000;
-
-/** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
-export interface RunRecord {
-  /** The run row. */
-  run: RunRow;
-  /** Its decisions. */
-  journal: JournalRow[];
-  /** Its tool calls. */
-  effects: SideEffectRow[];
-  /** Its approval requests: who approved or denied what, when, and why. */
-  approvals: ApprovalRow[];
-  /** What it has spent: tokens (reported, plus reservations not yet settled), model requests, tool requests. */
-  spend: { tokens: number; modelCalls: number; toolCalls: number };
-  /**
-   * The runs its tool calls started (`agentTool`), in the order they were
-   * started: each child's id, agent, status, the key of the call that started
-   * it, and why it failed or was cancelled.
-   */
-  children: Pick<RunInfo, "runId" | "agent" | "status" | "parentKey" | "error">[];
-  /**
-   * What the run and all its descendants have spent together, for a run with
-   * child runs: what its budget holds them to. Undefined for a run with none.
-   */
-  familySpend?: { tokens: number; modelCalls: number; toolCalls: number };
-}
-
-export { type FlaggedFilter, RESOLVE_BATCH_MAX };
-
-/**
- * Which steps of a run a page reads: the last `last`; those from step `from`
- * on (when more than `limit` were written since, the last `limit`: a page
- * that fell behind starts over from the newest); or the `limit` steps before
- * step `before`.
- */
-export type StepRange =
-  | { last: number }
-  | { from: number; limit: number }
-  | { before: number; limit: number };
-
-/** A run's page: the run with its totals, and the steps of a {@link StepRange}. */
-export interface RunTimeline {
-  /** The run, long values clipped, with totals over every step. */
-  run: RunView;
-  /** The steps read, first to last (inclusive; `to < from` when none). */
-  from: number;
-  /** The last step read. */
-  to: number;
-  /** Their rows, and every approval request of the run still pending. */
-  steps: StepsView;
-}
-
-/** How a human settles a flagged tool call. */
-export type Resolution =
-  | { action: "result"; result: Json }
-  | { action: "retry" }
-  | { action: "fail"; reason?: string };
-
-/**
- * How a call waiting on its remote is settled from outside ({@link Client.settleCall}):
- * what the remote answered when the job ended, or why the job failed.
- */
-export type Settlement = { result: Json } | { error: string };
-
-/** A client call was refused: the run does not exist, is in the wrong state, ... `code` says which. */
-export class ClientError extends RuntimeError {
-  /** Which refusal: `RUN_NOT_FOUND`, `RUN_CLOSED`, ... */
-  declare readonly code: CodeOf<"ClientError">;
-  /** Creates a client error. */
-  constructor(code: CodeOf<"ClientError">, message: string, options?: ErrorOptions) {
-    super(code, message, options);
-    this.name = "ClientError";
-  }
-}
-
-/** Every run status, in the order a run moves through them (declared once, in the store). */
-export { RUN_STATUSES };
-
-/** What {@link Client.prune} removed (or, with `dryRun`, would remove). */
-export interface PruneResult extends PrunedRows {
-  /** The runs, by id. */
-  runs: string[];
-  /** Statements it took (0 for a dry run). */
-  batches: number;
-}
-
-/** The largest page {@link Client.list} returns. */
-export const LIST_LIMIT_MAX = 10_000;
-
-/**
- * Statuses in which a run will not move again without a person (`blocked`,
- * `waiting` for an approval) or at all. A run `waiting` with a wake time
- * waits on its calls' remotes and moves on by itself: {@link Client.wait}
- * goes on waiting for it.
- */
-export const SETTLED_STATUSES: readonly RunStatus[] = ["done", "failed", "cancelled", "blocked", "waiting"];
+import {
+  ConnectOptions,
+  ConversationTurn,
+  MESSAGE_CHARS_MAX,
+  PruneResult,
+  Resolution,
+  RunCallOptions,
+  RunInfo,
+  RunRecord,
+  RunTimeline,
+  SendResult,
+  SETTLED_STATUSES,
+  Settlement,
+  StepRange,
+} from "./shapes.ts";
+import {
+  checkBy,
+  checkFlaggedFilter,
+  checkId,
+  checkKey,
+  checkListFilter,
+  checkRunId,
+  checkSettlement,
+  describeFilter,
+  info,
+  notFound,
+  readEnv,
+  storedResolution,
+} from "./checks.ts";
 
 /**
  * The client over one database. Use {@link connect}. Every method checks the
@@ -263,7 +105,7 @@ export class Client {
     agent: Agent,
     opts: { runId?: string; input?: unknown; budget?: Budget; modelParams?: ModelParams } = {},
   ): Promise<RunInfo> {
-    const runId = opts.runId ?? `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
+    const runId = opts.runId ?? newRunId(agent);
     checkRunId(runId);
     const { input, goal } = checkInput(agent, opts.input);
     const budget = mergeBudget(agent.budget, checkBudget(opts.budget, `Run ${runId}`));
@@ -290,6 +132,40 @@ export class Client {
       );
     }
     return info(run);
+  }
+
+  /**
+   * Runs `agent` on `input` and returns the run once it is settled, as
+   * {@link Client.wait} does: done (its `output` the answer), failed,
+   * cancelled, or waiting on a person. When no live worker hosts the agent,
+   * this process hosts it for the call ({@link Client.startWorker}, with the
+   * agents its tools start), for this run and the runs under it only, and
+   * stops it once the run is settled.
+   * The run is as durable as any: with a `runId` that exists already (this
+   * agent's), the run is taken up where it stands instead of started again,
+   * so calling `run` again after a crash finishes it. `timeoutMs` (default
+   * ten minutes) bounds the wait; the run itself goes on.
+   */
+  async run(agent: Agent, input?: unknown, opts: RunCallOptions = {}): Promise<RunInfo> {
+    const { runId: given, budget, modelParams, timeoutMs = 600_000, signal, ...worker } = opts;
+    const runId = given ?? newRunId(agent);
+    checkRunId(runId);
+    // The worker first, so an agent that cannot be built (no model) is refused before a run is stored.
+    const hosted = (await this.hostedAgents()).includes(agent.name);
+    const host = hosted ? undefined : await this.startWorker([agent], { ...worker, family: runId });
+    try {
+      const existing = given === undefined ? undefined : await this.get(runId);
+      if (existing && existing.agent !== agent.name) {
+        throw new ClientError(
+          "RUN_EXISTS",
+          `Run ${runId} belongs to agent ${existing.agent}, not ${agent.name}: choose another run id`,
+        );
+      }
+      if (!existing) await this.start(agent, { runId, input, budget, modelParams });
+      return await this.wait(runId, { timeoutMs, signal, pollMs: host ? 20 : 100 });
+    } finally {
+      await host?.stop();
+    }
   }
 
   /** One run, or undefined. */
@@ -913,6 +789,8 @@ export class Client {
     opts: WorkerOptions & {
       /** What the agents' tools and models are built with. Default: this process's environment, `.data`, embedded. */
       context?: Partial<AgentContext>;
+      /** Takes only this run and the runs under it (see {@link WorkerHostOptions.family}). */
+      family?: string;
     } = {},
   ): Promise<WorkerHost> {
     const { context, ...hostOpts } = opts;
@@ -960,181 +838,7 @@ export async function connect(opts: ConnectOptions = {}): Promise<Client> {
   return new Client(store, opts.clock);
 }
 
-function readEnv(): Record<string, string | undefined> {
-  try {
-    return Deno.env.toObject();
-  } catch {
-    return {}; // no env permission: the agent's own settings must do
-  }
-}
-
-/** A settlement checked, as the store writes it: a failure carries who reported it. */
-function checkSettlement(settlement: Settlement, by: string): CallSettlement {
-  const s = settlement as { result?: unknown; error?: unknown };
-  const hasResult = s !== null && typeof s === "object" && "result" in s && s.result !== undefined;
-  const hasError = s !== null && typeof s === "object" && "error" in s && s.error !== undefined;
-  if (hasResult === hasError) {
-    throw new ClientError(
-      "SETTLEMENT_INVALID",
-      `A settlement is { result } (what the remote answered) or { error } (why the job failed), exactly one: ` +
-        `current value is ${describeValue(settlement)}`,
-    );
-  }
-  if (hasResult) return { result: s.result as Json };
-  if (typeof s.error !== "string" || s.error.trim() === "") {
-    throw new ClientError(
-      "SETTLEMENT_INVALID",
-      `A settlement's 'error' must be a non-empty text saying why the job failed: current value is ${
-        describeValue(s.error)
-      }`,
-    );
-  }
-  return { error: `reported failed by ${by}: ${s.error}` };
-}
-
-/** A resolution as the store writes it: a failure carries who marked it failed, and why. */
-function storedResolution(resolution: Resolution, by: string): EffectResolution {
-  return resolution.action === "fail"
-    ? { action: "fail", error: `marked failed by ${by}${resolution.reason ? `: ${resolution.reason}` : ""}` }
-    : resolution;
-}
-
-/** Refuses a bulk filter that names nothing (every flagged call at once is never what is meant). */
-function checkFlaggedFilter(filter: FlaggedFilter): void {
-  if (filter.tool === undefined && filter.runId === undefined) {
-    throw new ClientError(
-      "FILTER_REQUIRED",
-      "Name the flagged calls to take: a tool ('tool'), a run ('runId'), or both",
-    );
-  }
-  if (filter.runId !== undefined) checkRunId(filter.runId);
-  if (filter.tool !== undefined) checkId("tool name to filter by", filter.tool, "FILTER_INVALID");
-}
-
-function describeFilter(filter: FlaggedFilter): string {
-  return [
-    filter.tool === undefined ? "" : `tool ${JSON.stringify(filter.tool)}`,
-    filter.runId === undefined ? "" : `run ${filter.runId}`,
-  ].filter(Boolean).join(" and ");
-}
-
-/** The filter of {@link Client.list}, checked; throws `FILTER_INVALID` naming the field and the value seen. */
-function checkListFilter(filter: RunFilter): RunFilter {
-  const problem = (what: string, value: unknown) =>
-    new ClientError("FILTER_INVALID", `A run list's ${what}: current value is ${describeValue(value)}`);
-  const { limit, offset, status } = filter;
-  if (limit !== undefined && !(Number.isSafeInteger(limit) && limit >= 1 && limit <= LIST_LIMIT_MAX)) {
-    throw problem(`'limit' (runs per page) must be an integer from 1 to ${LIST_LIMIT_MAX}`, limit);
-  }
-  if (offset !== undefined && !(Number.isSafeInteger(offset) && offset >= 0)) {
-    throw problem("'offset' (runs to skip) must be an integer 0 or more", offset);
-  }
-  if (status !== undefined && !isRunStatus(status)) {
-    throw problem(`'status' must be one of ${RUN_STATUSES.join(", ")}`, status);
-  }
-  for (const key of ["agent", "search"] as const) {
-    const value = filter[key];
-    if (value !== undefined && typeof value !== "string") throw problem(`'${key}' must be a string`, value);
-    const reason = value === undefined ? undefined : idProblem(value);
-    if (reason !== undefined) {
-      throw problem(`'${key}' is refused, as ${reason} (a filter is ${ID_RULE})`, value);
-    }
-  }
-  return filter;
-}
-
-/**
- * Refusals of what a caller gave (an id, a message, a filter, an input, a
- * settlement), not of a run's state: the commands exit 2 on them, the page
- * answers 400.
- */
-export const REFUSED_INPUT_CODES: readonly ErrorCode[] = [
-  "BAD_RUN_ID",
-  "ID_INVALID",
-  "MESSAGE_INVALID",
-  "FILTER_INVALID",
-  "SETTLEMENT_INVALID",
-  "INPUT_INVALID",
-  "BUDGET_INVALID",
-];
-
-/**
- * Refuses (`BAD_RUN_ID`) what is not a run id, wherever one is given: no run
- * has another shape (every way a run is made checks it), so nothing else is
- * looked up, and no text the database refuses or changes reaches a statement.
- */
-function checkRunId(runId: unknown): void {
-  if (!isRunId(runId)) {
-    throw new ClientError(
-      "BAD_RUN_ID",
-      `A run id is ${RUN_ID_SHAPE}: current value is ${describeValue(runId)}`,
-    );
-  }
-}
-
-/** Refuses (`ID_INVALID`) what is not a tool call's key (`<run id>:<seq>`). */
-function checkKey(key: unknown): void {
-  if (!isKey(key)) {
-    throw new ClientError(
-      "ID_INVALID",
-      `A tool call's key is ${KEY_SHAPE}: current value is ${describeValue(key)}`,
-    );
-  }
-}
-
-/** Refuses an identifier that breaks the rule of ids.ts, with `code`, naming it `what` and saying why. */
-function checkId(
-  what: string,
-  value: unknown,
-  code: "ID_INVALID" | "MESSAGE_INVALID" | "FILTER_INVALID",
-): void {
-  const reason = idProblem(value);
-  if (reason === undefined) return;
-  throw new ClientError(
-    code,
-    `The ${what} ${describeValue(value)} is refused: ${reason}. An identifier is ${ID_RULE}`,
-  );
-}
-
-/** Who acts, as recorded (default `client`), checked by the rule of ids.ts (`ID_INVALID`). */
-function checkBy(by: string | undefined): string {
-  const name = by ?? "client";
-  checkId("name of who acts ('by')", name, "ID_INVALID");
-  return name;
-}
-
-function notFound(runId: string): ClientError {
-  return new ClientError("RUN_NOT_FOUND", `No run ${JSON.stringify(runId)}; 'deno task runs' lists them`);
-}
-
-function info(run: RunRow): RunInfo {
-  return {
-    runId: run.run_id,
-    agent: run.agent,
-    status: run.status,
-    input: run.input,
-    output: run.output,
-    error: run.error,
-    epoch: run.epoch,
-    owner: run.owner,
-    createdAt: new Date(run.created_at),
-    updatedAt: new Date(run.updated_at),
-    budget: run.budget ?? null,
-    wakeAt: run.wake_at ? new Date(run.wake_at) : null,
-    parentRunId: run.parent_run_id ?? null,
-    parentKey: run.parent_key ?? null,
-    ...(run.conversation_idle_ms === null || run.conversation_idle_ms === undefined ? {} : {
-      conversation: {
-        messages: run.message_count ?? 1,
-        idle: isIdle(run),
-        idleMs: run.conversation_idle_ms,
-        ended: run.conversation_ended_at !== null && run.conversation_ended_at !== undefined,
-      },
-    }),
-  };
-}
-
-/** A conversation waiting for its next message, its latest one answered. */
-function isIdle(run: RunRow): boolean {
-  return run.status === "waiting" && run.idle_since !== null && run.idle_since !== undefined;
+/** A new run's id: the agent's name and eight hex digits. */
+function newRunId(agent: Agent): string {
+  return `${agent.name}-${crypto.randomUUID().slice(0, 8)}`;
 }

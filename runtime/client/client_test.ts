@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
-import { type Client, ClientError, connect } from "./client.ts";
+import { type Client, connect } from "./client.ts";
+import { ClientError } from "../base/errors.ts";
 import { RuntimeError } from "../base/errors.ts";
 import type { Planner } from "../model/planner.ts";
 import { defineTool } from "../agent/tools.ts";
@@ -256,6 +257,63 @@ Deno.test("defineAgent() refuses a bad name, bad limits and duplicate tool names
   assert.throws(() => defineAgent({ name: "has space", tools: [] }), /a name is 1-64 letters/);
   assert.throws(() => defineAgent({ name: "a", tools: [], maxSteps: 0 }), /'maxSteps' must be an integer/);
   assert.throws(() => defineAgent({ name: "a", tools: [order, order] }), /Two tools are named order/);
+});
+
+Deno.test("run() starts, hosts the agent for the call when no worker does, and returns the answer; again, it takes the run up", async () => {
+  const before = effects.length;
+  await client.start(shop, { runId: "shop-bystander", input: { customer: "by", items: ["tea"] } });
+  const done = await client.run(shop, { customer: "cy", items: ["tea"] }, {
+    runId: "shop-run-1",
+    pollMs: 20,
+  });
+  assert.equal(done.status, "done");
+  assert.equal(done.output, "ordered for shop-run-1");
+  assert.deepEqual(effects.slice(before), ["shop-run-1:0 teax2"]);
+  assert.equal(
+    (await client.get("shop-bystander"))?.status,
+    "pending",
+    "the call's worker drives its run only",
+  );
+  assert.deepEqual(
+    await client.hostedAgents(),
+    [],
+    "the worker it hosted for the call told nobody it hosts shop",
+  );
+  // The same id again: the run is taken up where it stands (done), nothing is sent twice.
+  const again = await client.run(shop, { customer: "cy", items: ["tea"] }, {
+    runId: "shop-run-1",
+    pollMs: 20,
+  });
+  assert.equal(again.status, "done");
+  assert.equal(effects.length, before + 1);
+  // Another agent's run id is refused, and bad input before anything is stored.
+  const other = defineAgent({ name: "other", instructions: "x", tools: [order], model });
+  await assert.rejects(
+    client.run(other, "x", { runId: "shop-run-1" }),
+    (e: ClientError) => e.code === "RUN_EXISTS" && /belongs to agent shop/.test(e.message),
+  );
+  await assert.rejects(client.run(shop, { customer: "cy" }), (e: RuntimeError) => e.code === "INPUT_INVALID");
+});
+
+Deno.test("run() refuses an agent it cannot build (no model) before a run is stored", async () => {
+  const modelless = defineAgent({ name: "modelless", instructions: "x", tools: [order] });
+  await assert.rejects(
+    client.run(modelless, "x", { runId: "modelless-1", context: { env: {} } }),
+    (e: RuntimeError) => /has no model/.test(e.message) && /MODEL_URL/.test(e.message),
+  );
+  assert.equal(await client.get("modelless-1"), undefined);
+  assert.deepEqual(await client.hostedAgents(), []);
+});
+
+Deno.test("run() leaves the run to a live worker that hosts the agent", async () => {
+  const worker = await client.startWorker([shop], { pollMs: 20, owner: "the-fleet" });
+  try {
+    const done = await client.run(shop, { customer: "di", items: ["tea"] }, { runId: "shop-run-2" });
+    assert.equal(done.status, "done");
+    assert.equal(done.owner, "the-fleet", "driven by the worker already there, not one of the call's own");
+  } finally {
+    await worker.stop();
+  }
 });
 
 Deno.test.afterAll(async () => {

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
-import { Client, type ClientError, connect } from "../client/client.ts";
+import { Client, connect } from "../client/client.ts";
+import { type ClientError } from "../base/errors.ts";
 import { CountingClient } from "../store/counting.ts";
 import { ManualClock } from "../base/clock.ts";
 import { workerFor } from "../run/context.ts";

@@ -71,6 +71,12 @@ export interface WorkerHostOptions extends ProcessDepsOptions, WorkerOptions {
   agents: PreparedAgent[];
   /** Called with each run's outcome as it ends. */
   onOutcome?: (outcome: RunOutcome) => void;
+  /**
+   * Takes only the runs of the family rooted at this run (the run and the
+   * runs its tools start), and tells no peer it hosts the agents: a host that
+   * exists for one run (`client.run`). Unset: every takeable run of the agents.
+   */
+  family?: string;
 }
 
 /**
@@ -103,6 +109,7 @@ export class WorkerHost {
   readonly #capacity: number;
   readonly #pollMs: number;
   readonly #takeShare: TakeShare;
+  readonly #family?: string;
   readonly #startedAt: Date;
   readonly #onOutcome?: (outcome: RunOutcome) => void;
   readonly #held = new Map<string, Held>();
@@ -124,7 +131,7 @@ export class WorkerHost {
 
   /** Validates the options and builds the process's dependencies and each agent's. */
   constructor(opts: WorkerHostOptions) {
-    const { agents, runsPerWorker, pollMs, onOutcome, takeShare = "fair" } = opts;
+    const { agents, runsPerWorker, pollMs, onOutcome, takeShare = "fair", family } = opts;
     if (agents.length === 0) {
       throw new RuntimeError(
         "HOST_INVALID",
@@ -152,6 +159,7 @@ export class WorkerHost {
     this.#capacity = capacity;
     this.#pollMs = pollMs ?? DEFAULTS.pollMs;
     this.#takeShare = takeShare;
+    this.#family = family;
     this.#startedAt = proc.clock.now();
     this.#onOutcome = onOutcome;
     // One statement per beat renews every run held and this host's row in
@@ -276,7 +284,9 @@ export class WorkerHost {
     const now = clock.now();
     const agents = [...this.#deps.keys()];
     const staleBefore = new Date(now.getTime() - leaseMs);
-    const taken = this.#takeShare === "fair"
+    const taken = this.#family !== undefined
+      ? await store.takeFamily(owner, agents, this.#family, staleBefore, now, free)
+      : this.#takeShare === "fair"
       ? await store.takeShare({ owner, agents, staleBefore, now, free, capacity: this.#capacity })
       : await store.takeRuns(owner, agents, staleBefore, now, free);
     for (const run of taken) this.#drive(run);
@@ -286,7 +296,8 @@ export class WorkerHost {
   #worker() {
     return {
       name: this.#process.owner,
-      agents: [...this.#deps.keys()],
+      // A host for one run's family hosts the agents for nobody else: no peer counts it, no `run` relies on it.
+      agents: this.#family === undefined ? [...this.#deps.keys()] : [],
       capacity: this.#capacity,
       startedAt: this.#startedAt,
     };

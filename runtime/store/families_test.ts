@@ -312,3 +312,28 @@ bothStoresTest(
     assert.equal(await store.getRun("fam-x.0"), undefined);
   },
 );
+
+bothStoresTest(
+  "take-family takes the run and the runs under it only, never another run of the same agents",
+  async (store) => {
+    const f = await runningParent(store, "tf", at(0));
+    await sentCall(store, f, at(0));
+    await startChild(store, f, at(0));
+    await store.createRun({ runId: "tf-other", agent: "helper", goal: "g" }, at(0));
+    await store.createRun({ runId: "tf-other-boss", agent: "boss", goal: "g" }, at(0));
+    // The parent (its lease lapsed by 100) and its pending child: both taken, and nothing else.
+    assert.deepEqual(
+      (await store.takeFamily("host-f", ["boss", "helper"], "tf", at(100), at(101), 10)).map((r) => r.run_id)
+        .sort(),
+      ["tf", "tf.0"],
+    );
+    assert.equal((await store.takeFamily("host-f", ["boss", "helper"], "tf", at(50), at(201), 10)).length, 0);
+    assert.equal((await store.getRun("tf-other"))?.status, "pending");
+    assert.equal((await store.getRun("tf-other-boss"))?.status, "pending");
+    // A root of another family takes its own: the takeable runs are there for takeRuns.
+    assert.deepEqual(
+      (await store.takeRuns("host-g", ["boss", "helper"], at(50), at(301), 10)).map((r) => r.run_id).sort(),
+      ["tf-other", "tf-other-boss"],
+    );
+  },
+);

@@ -12,32 +12,8 @@ import { StoreError } from "../base/errors.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type { Fence, NewRun, RunRow, TakenRun } from "./rows.ts";
-import { CLAIMABLE_AT, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
-
-// A run's progress: confirmed decisions plus settled tool calls, the answers
-// of a call's remote that said its job is not done yet (a waiting call counts
-// the accepted answers it got: its polls, plus one once the last poll was
-// answered), and the failed requests a worker lived to record (an outage
-// ridden out: `failures`), so a run woken again and again while a job runs or
-// a remote is down is not taken for stuck, and one whose worker dies at every
-// request is. Every claim compares it with the mark the claim before left, to
-// count claims that found no progress (a run whose workers keep dying is
-// stopped at a bound).
-const progressOf = (runId: string) =>
-  `((select coalesce(sum(j.failures + case j.status when 'confirmed' then 1 else 0 end), 0)
-       from journal j where j.run_id = ${runId})
-  + (select coalesce(sum(e.failures + case e.status when 'intent' then e.polls when 'waiting' then e.polls + 1
-                                                      else 1 end), 0)
-       from side_effects e where e.run_id = ${runId}))::int`;
-
-// A claim's marks, from the progress `source.progress` counted: one more claim
-// without progress if it matches the mark the claim before left, else the first.
-// The error a worker left on the running run (releaseRun) is kept while claims
-// find no progress, so the bound on them can name it, and cleared by progress.
-const claimMarks = (source: string) =>
-  `stuck_claims = case when ${source}.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
-       error = case when ${source}.progress = runs.progress_mark then runs.error end,
-       progress_mark = ${source}.progress`;
+import { jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
+import { CLAIM, FIRST_CLAIM, TAKE_FAMILY, TAKE_RUNS } from "./claims.ts";
 
 // A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget, $7 model_params,
 // $8 a conversation's idle limit, whose goal is its message 0): the one insert that createRun and
@@ -58,170 +34,6 @@ const CREATE_OR_READ = statement(
               (select epoch from runs where run_id = $1 and not exists (select 1 from created)) as epoch`,
 );
 
-// A claim from epoch 0: the run was never claimed, so its progress and marks are 0 (see claimRun).
-const FIRST_CLAIM = statement(
-  "first-claim",
-  `update runs set epoch = 1, owner = $2, status = 'running',
-                heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
-                stuck_claims = 1, progress_mark = 0
-          where run_id = $1 and ${CLAIMABLE_AT("0")}`,
-);
-// The run's progress is counted once, in `p` (#11: set as two columns, it was
-// counted twice); same snapshot, same values. A run waiting on its calls'
-// remotes may be claimed once its wake time has come ($4, the claim's now).
-const CLAIM = statement(
-  "claim",
-  `update runs set epoch = epoch + 1, owner = $3, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
-              ${claimMarks("p")}
-         from (select ${progressOf("$1")} as progress) p
-        where run_id = $1 and ${CLAIMABLE_AT("$2", "$4::timestamptz")}
-        returning epoch, stuck_claims`,
-);
-// A run whose claims keep finding no progress waits longer each time ($4 the take's now).
-const NOT_BACKING_OFF = `(stuck_claims < 2
-                 or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')`;
-// What makes a run takeable, in the two kinds the take picks (and the fair
-// share counts): open (pending, or running with its lease expired before $3)
-// and woken (waiting on its calls' remotes, its wake time come by $4), both of
-// one of the agents `agents` (a text[] expression) and not backing off.
-const OPEN_TAKEABLE = (agents: string) =>
-  `status in ('pending', 'running') and agent = any(${agents})
-                and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
-                and ${NOT_BACKING_OFF}`;
-const WOKEN_TAKEABLE = (agents: string) =>
-  `status = 'waiting' and wake_at <= $4::timestamptz and agent = any(${agents})
-                and ${NOT_BACKING_OFF}`;
-// The take. Up to $5 runs (the free slots) of the agents $2, and with $6
-// (this host's capacity) no more than its fair share of each agent's work,
-// counted among the workers that can run it:
-//
-// - An agent's hosts are this host and the live workers whose `workers` row
-//   (beat since $3) names the agent. `pools` groups this host's agents by
-//   those peers: agents hosted by the same workers are one pool, divided
-//   together (with one pool, as when every worker hosts the same agents, this
-//   is one share over all of them). A worker that cannot run an agent counts
-//   for no part of its runs (#34 F3: counted, it halved the part of a host
-//   that alone could run them, and the other half stayed pending beside that
-//   host's free slots).
-// - A pool's share is enough to bring the runs this host holds to its part,
-//   by capacity, of what the pool's hosts hold (runs of any agent: a slot is
-//   taken whatever runs in it) plus the pool's takeable runs, at most $5:
-//     share = ceil((held by the pool's hosts + takeable) * capacity / their capacity) - held by this host
-//   The takeable runs are counted only up to the pool's free slots (past that
-//   every host fills up), each kind through its index in the pick's order
-//   (unordered, the planner read the whole backlog to count a few: 3,000
-//   pending runs for 12, plans_test.ts); a peer's held runs through the
-//   owner index, once per peer. Taking again with nothing changed takes
-//   nothing, so a host woken by every run it ends cannot nibble away its
-//   peers' part. The hosts of a pool count the same runs (its agents are
-//   those hosted by exactly these workers), so their parts add up to every
-//   takeable run: once each has polled, none is left while one of them has a
-//   free slot.
-// - A pool with no peer, and every pool when $6 is null (`takeRuns`), takes
-//   up to $5 and skips the counts: a scalar subquery in a `case` branch runs
-//   only when that branch is chosen, so a host alone pays one read of the
-//   small `workers` table.
-//
-// Each pool with a share picks its own runs (a lateral subquery: the runs of
-// a pool shared with peers cannot fill the window of a run this host alone
-// can take), and the longest waiting of all pools are taken, up to $5. In a
-// pool the share limits only the merge: each branch keeps `limit $5`, a
-// number its plan is made for (as `limit (select ...)` the planner must
-// guess, and with 3,000 runs pending it sorted them all instead of reading
-// the take-order index: plans_test.ts). So a fair take may hold locks on up
-// to $5 runs of each kind in each pool that it does not take, until the
-// statement ends; a racing take skips them for that moment and finds them at
-// its next poll. One pool (every worker hosting the same agents) walks the
-// indexes once, as a take over all its agents did. With several pools each
-// walks them: one index serves every agent, so a pool's walk passes the runs
-// of the host's other pools that waited longer, as any take passes those of
-// agents its host does not run (plans_test.ts allows for them).
-// The pick is a materialized CTE: as an `in (subquery)` the planner may run
-// the limited subquery more than once and take more than `limit` runs.
-// Each taken run's progress is counted once (#11: it was counted twice, once per column
-// set), and not at all for a run at epoch 0: never claimed, it has none (see claimRun).
-// Runs are taken in the order they have waited: a pending run since it was
-// created, an abandoned one since its last heartbeat (both through the
-// take-order index), a woken one since its wake time (through the wake-order
-// index). Each kind is picked and locked in its own branch, up to the limit,
-// and the longest waiting of both are taken: a lock cannot be taken across a
-// `union`, so each branch locks its own, and the few it picked and the
-// merge left (at most the limit) stay locked until the statement ends,
-// skipped by a racing take meanwhile.
-const TAKE_RUNS = statement(
-  "take-runs",
-  `with peers as materialized (
-         select name, capacity, agents,
-                (select count(*) from runs
-                  where status = 'running' and owner = workers.name and heartbeat_at >= $3::timestamptz)::int as held
-           from workers
-          where $6::int is not null and name <> $1 and heartbeat_at >= $3::timestamptz and agents && $2::text[]),
-       pools as materialized (
-         select grouped.agents, grouped.peer_names,
-                $6::int + (select coalesce(sum(peers.capacity), 0) from peers
-                            where peers.name = any(grouped.peer_names))::int as capacity_all,
-                ($6::int - $5::int) + (select coalesce(sum(peers.held), 0) from peers
-                                        where peers.name = any(grouped.peer_names))::int as held_all
-           from (select array_agg(agent order by agent) as agents, peer_names
-                   from (select mine.agent,
-                                array(select name from peers where mine.agent = any(peers.agents) order by name)
-                                  as peer_names
-                           from unnest($2::text[]) as mine(agent)) hosted
-                  group by peer_names) grouped),
-       shares as materialized (
-         select pools.agents,
-                case when cardinality(pools.peer_names) = 0 then $5::int
-                     else (select least($5::int, greatest(0,
-                                  ceil((pools.held_all + takeable.n)::numeric * $6::int / pools.capacity_all)::int
-                                  - ($6::int - $5::int)))
-                             from (select count(*)::int as n from (
-                                     (select 1 from runs where ${OPEN_TAKEABLE("pools.agents")}
-                                       order by coalesce(heartbeat_at, created_at), run_id
-                                       limit greatest(0, pools.capacity_all - pools.held_all))
-                                     union all
-                                     (select 1 from runs where ${WOKEN_TAKEABLE("pools.agents")}
-                                       order by wake_at, run_id
-                                       limit greatest(0, pools.capacity_all - pools.held_all))
-                                     limit greatest(0, pools.capacity_all - pools.held_all)) t) takeable)
-                end as n
-           from pools),
-       picked as materialized (
-         select pool_runs.* from shares cross join lateral (
-           select * from (
-             select * from (
-               select run_id, epoch as picked_epoch, owner as previous_owner,
-                      heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
-                 from runs
-                where ${OPEN_TAKEABLE("shares.agents")}
-                order by coalesce(heartbeat_at, created_at), run_id
-                limit $5
-                  for update skip locked) open_runs
-             union all
-             select * from (
-               select run_id, epoch, owner, heartbeat_at, wake_at
-                 from runs
-                where ${WOKEN_TAKEABLE("shares.agents")}
-                order by wake_at, run_id
-                limit $5
-                  for update skip locked) woken_runs) candidates
-            order by waited_since, run_id
-            limit shares.n) pool_runs
-          where shares.n > 0
-          order by pool_runs.waited_since, pool_runs.run_id
-          limit $5),
-       counted as (
-         select picked.*, case when picked_epoch = 0 then 0 else ${
-    progressOf("picked.run_id")
-  } end as progress
-           from picked)
-       update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
-              ${claimMarks("counted")}
-         from counted
-        where runs.run_id = counted.run_id
-        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`,
-);
 const HEARTBEAT_MANY = statement(
   "heartbeat-many",
   `with w as (
@@ -266,6 +78,7 @@ export const LEASE_STATEMENTS = [
   FIRST_CLAIM,
   CLAIM,
   TAKE_RUNS,
+  TAKE_FAMILY,
   HEARTBEAT_MANY,
   REMOVE_WORKER,
   RELEASE_OWNER_RUNS,
@@ -413,6 +226,28 @@ export class Leases {
       ts(now),
       limit,
       null,
+    ]);
+  }
+
+  /**
+   * A host for one run ({@link Leases.takeRuns} limited to a family): up to
+   * `limit` takeable runs of `agents` that are `root` or a run under it.
+   */
+  async takeFamily(
+    owner: string,
+    agents: readonly string[],
+    root: string,
+    staleBefore: Date,
+    now: Date,
+    limit: number,
+  ): Promise<TakenRun[]> {
+    return await queryRows<TakenRun>(this.#client, TAKE_FAMILY, [
+      owner,
+      agents,
+      ts(staleBefore),
+      ts(now),
+      limit,
+      root,
     ]);
   }
 

@@ -64,6 +64,7 @@ export type StatementName =
   | "first-claim"
   | "claim"
   | "take-runs"
+  | "take-family"
   | "heartbeat-many"
   | "remove-worker"
   | "release-owner-runs"

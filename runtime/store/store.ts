@@ -312,6 +312,11 @@ export class Store {
     return this.leases.claimRun(...args);
   }
 
+  /** {@link Leases.takeFamily}. */
+  takeFamily(...args: Parameters<Leases["takeFamily"]>): ReturnType<Leases["takeFamily"]> {
+    return this.leases.takeFamily(...args);
+  }
+
   /**
    * Worker host: takes and claims, in one statement, up to `limit` runs of the given agents. See
    * {@link Leases.takeRuns}.
