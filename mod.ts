@@ -8,27 +8,27 @@
  * re-sends stranded tool calls under the same idempotency key
  * (`<run_id>:<seq>`), so the remote answers with what it did the first time.
  *
- * The surface: {@link defineTool} and {@link defineAgent} describe an agent
- * (a tool's HTTP helpers and {@link ToolError} beside them); {@link connect}
- * gives a {@link Client} that starts runs, waits for them and steers them,
- * and hosts a worker in the process ({@link Client.startWorker}). A model is
- * any {@link Planner}: asked with a neutral transcript ({@link DecideRequest}),
- * it answers with a {@link PlannerDecision}; {@link OpenAIPlanner} speaks the
- * OpenAI-compatible chat-completions protocol. Then the clocks, the error
- * classes with their codes, and the crash points `CRASH_AT` names.
+ * The surface is what someone writing and running agents uses:
+ * {@link defineTool} and {@link defineAgent} describe an agent (a tool's HTTP
+ * helpers and {@link ToolError} beside them); {@link connect} gives a
+ * {@link Client}, whose {@link Client.run} runs an agent and waits for its
+ * answer, hosting it in this process when no worker does; the limits an agent
+ * and a run set; the logger; the error classes a caller branches on.
  *
- * The package's other paths serve other audiences: `./testing` is the kit
- * users test their agents with (mock model, mock cloud, simulator, fuzzer);
- * `./store` is for a store driver's author and whoever reads below the
- * client (the store, its rows and named statements, counting wrappers);
- * `./display` is for a page or a terminal that shows runs (the display rule
- * and the client's page reads); `./planners/openai` is the chat-completions
- * mapping, for a planner of one's own on that wire.
+ * The package's other paths serve other audiences: `./planner` is for a model
+ * of one's own (the `Planner` interface, the neutral transcript it is asked
+ * with, the chat-completions planner that ships); `./client` holds what the
+ * operators' calls of the client take and return; `./testing` is the kit users
+ * test their agents with (mock model, mock cloud, clocks, simulator, fuzzer);
+ * `./store` is for a store driver's author and whoever reads below the client
+ * (the store, its rows and named statements); `./display` is for a page or a
+ * terminal that shows runs.
  *
  * @example An agent with one tool, run durably on an in-memory database
  * ```ts
  * import { z } from "zod";
- * import { connect, defineAgent, defineTool, type Planner } from "./mod.ts";
+ * import { connect, defineAgent, defineTool } from "./mod.ts";
+ * import type { Planner } from "./runtime/model/planner.ts"; // the package's "/planner" path
  *
  * const sent: string[] = [];
  * const sendEmail = defineTool({
@@ -59,10 +59,7 @@
  *
  * const mailer = defineAgent({ name: "mailer", instructions: "Send the email asked for.", tools: [sendEmail], model });
  * const client = await connect({ memory: true });
- * const worker = await client.startWorker([mailer]);
- * const run = await client.start(mailer, { runId: "welcome-ada", input: "Welcome Ada" });
- * const finished = await client.wait(run.runId, { timeoutMs: 30_000 });
- * await worker.stop();
+ * const finished = await client.run(mailer, "Welcome Ada", { runId: "welcome-ada" });
  * await client.close();
  * if (finished.output !== "Sent one email." || sent[0] !== "welcome-ada:0 ada@example.test") {
  *   throw new Error(`unexpected: ${JSON.stringify(finished)} ${sent}`);
@@ -93,7 +90,6 @@ export {
   type Tool,
   type ToolAccepted,
   type ToolContext,
-  type ToolDescription,
   type ToolDone,
   type ToolGiveUp,
   type ToolOutcome,
@@ -107,34 +103,17 @@ export {
   serverErrorMessage,
 } from "./runtime/base/http.ts";
 export { traceHeaders } from "./runtime/base/trace.ts";
-export type { Budget } from "./runtime/agent/budget.ts";
+export type { FetchLike } from "./runtime/model/openai.ts";
 
-// The client, and the worker it hosts.
-export { Client, connect } from "./runtime/client/client.ts";
-export { ClientError } from "./runtime/base/errors.ts";
-export {
-  type ConnectOptions,
-  type PruneResult,
-  type Resolution,
-  type RunCallOptions,
-  type RunInfo,
-  type RunRecord,
-  type Settlement,
-} from "./runtime/client/shapes.ts";
-export {
-  type AnsweredApproval,
-  type ApprovalRow,
-  type FlaggedFilter,
-  type JournalRow,
-  RUN_STATUSES,
-  type RunFilter,
-  type RunRow,
-  type RunStatus,
-  type RunSummary,
-  type SideEffectRow,
-} from "./runtime/store/rows.ts";
-export { WorkerHost, type WorkerOptions } from "./runtime/host/host.ts";
+// The limits an agent and a run set.
+export type { Budget } from "./runtime/agent/budget.ts";
+export type { ModelParams, ReasoningEffort } from "./runtime/model/transcript.ts";
 export type { AgentOptions, ProcessSettings, RetryPolicy } from "./runtime/run/deps.ts";
+
+// Running agents: the client, and the worker it hosts.
+export { Client, connect } from "./runtime/client/client.ts";
+export type { ConnectOptions, RunCallOptions, RunInfo } from "./runtime/client/shapes.ts";
+export { WorkerHost, type WorkerOptions } from "./runtime/host/host.ts";
 export {
   type LogFields,
   type LogFormat,
@@ -144,29 +123,9 @@ export {
   type LogSink,
 } from "./runtime/base/log.ts";
 
-// Planners: the interface, the neutral conversation it is asked with, and the one that ships.
-export type { Planner } from "./runtime/model/planner.ts";
-export type {
-  AnswerCall,
-  AssistantMessage,
-  DecideRequest,
-  LegacyModelAnswer,
-  ModelAnswer,
-  ModelParams,
-  PlannerDecision,
-  ReasoningEffort,
-  SystemMessage,
-  ToolCall,
-  ToolResultMessage,
-  TranscriptMessage,
-  Usage,
-  UserMessage,
-} from "./runtime/model/transcript.ts";
-export { type FetchLike, OpenAIPlanner, type OpenAIPlannerOptions } from "./runtime/model/openai.ts";
-
-// Clocks, errors and their codes, crash points.
-export { type Clock, ManualClock, SystemClock } from "./runtime/base/clock.ts";
+// The errors a caller branches on, and their codes.
 export {
+  ClientError,
   type CodeOf,
   ConfigError,
   ERROR_CODES,
@@ -178,4 +137,3 @@ export {
   StoreError,
   ToolError,
 } from "./runtime/base/errors.ts";
-export { CRASH_POINTS, type CrashPoint } from "./runtime/base/crashpoints.ts";

@@ -8,7 +8,8 @@
  */
 
 import assert from "node:assert/strict";
-import { connect, type JournalRow, type SideEffectRow } from "../mod.ts";
+import { connect } from "../mod.ts";
+import type { JournalRow, SideEffectRow } from "../store.ts";
 import { serveAnthropic } from "../mock/anthropic.ts";
 import { serveMocks } from "../mock/server.ts";
 import { spawnWorker } from "../harness/pg.ts";

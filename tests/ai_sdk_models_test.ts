@@ -9,7 +9,8 @@
 import assert from "node:assert/strict";
 import { createAnthropic } from "@ai-sdk/anthropic";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
-import { connect, defineAgent, type JournalRow, Logger, ModelError } from "../mod.ts";
+import { connect, defineAgent, Logger, ModelError } from "../mod.ts";
+import type { JournalRow } from "../store.ts";
 import { aiSdkPlanner } from "../runtime/model/ai_sdk.ts";
 import { arraySink } from "../runtime/base/log.ts";
 import { DEFAULT_RETRY } from "../runtime/run/deps.ts";

@@ -19,6 +19,7 @@
 
 import { type Budget, MAX_ROW_TOKENS } from "../base/values.ts";
 import { RuntimeError } from "../base/errors.ts";
+import { invariant } from "../base/assert.ts";
 import type { JournalRow, SideEffectRow } from "../store/store.ts";
 
 export { type Budget, MAX_ROW_TOKENS };
@@ -229,58 +230,98 @@ export function checkModelRequest(
   }
 }
 
-/** What the tool-call checks read and keep: the run's ceilings and calls, and the step's calls not yet sent. */
-export interface ToolSpend extends Pick<RunSpend, "budget" | "effects"> {
-  /** Calls of the step being carried out that have no intent row yet: reserved against the ceiling. */
-  reservedCalls: number;
-}
+/** What the tool-call checks read: the run's ceilings and its calls. */
+export type ToolSpend = Pick<RunSpend, "budget" | "effects">;
 
 /**
- * Reserves the requests of a step's `calls` calls not yet sent, before any
- * of them goes out: throws {@link BudgetError} when they would pass the
- * tool-call ceiling together, so a step is never left half sent by its own
- * budget. The reservation is used up call by call ({@link checkToolRequest}).
+ * The tool requests reserved for a step's calls not yet sent, held against
+ * the tool-call ceiling so that a step is never left half sent by its own
+ * budget. One per run, changed only through its methods, each of which
+ * checks on entry and on exit that the reservation is a whole number of
+ * calls, never below zero, and that what the run spent and what it holds
+ * never pass the ceiling together ({@link invariant}: a broken one stops the
+ * run's turn as a bug).
  */
-export function reserveToolCalls(
-  state: ToolSpend,
-  calls: number,
-  family: readonly FamilyCeiling[] = NO_FAMILY,
-): void {
-  state.reservedCalls = 0;
-  checkFamilyToolCalls(state, calls, family);
-  const ceiling = state.budget?.toolCalls;
-  if (ceiling !== undefined) {
-    const spent = spendOf([], state.effects.values()).toolCalls;
-    if (spent + calls > ceiling) {
-      throw new BudgetError(
-        `budget: ${spent} tool requests made, the step asks for ${calls} calls at once, and the ceiling is ${ceiling}`,
-      );
-    }
+export class ToolCallReservation {
+  /** The run it belongs to, named by a broken invariant. */
+  readonly runId: string;
+  #held = 0;
+
+  /** An empty reservation for run `runId`. */
+  constructor(runId: string) {
+    this.runId = runId;
   }
-  state.reservedCalls = calls;
-}
 
-/**
- * Throws {@link BudgetError} when one more tool request would pass the
- * ceiling, counting the requests reserved for the step's calls not yet sent
- * (a retry may not take theirs). `first`: the call's first request, which
- * uses its own reservation.
- */
-export function checkToolRequest(
-  state: ToolSpend,
-  first: boolean,
-  family: readonly FamilyCeiling[] = NO_FAMILY,
-): void {
-  if (first && state.reservedCalls > 0) state.reservedCalls -= 1;
-  checkFamilyToolCalls(state, 1 + state.reservedCalls, family);
-  const ceiling = state.budget?.toolCalls;
-  if (ceiling === undefined) return;
-  const spent = spendOf([], state.effects.values()).toolCalls;
-  if (spent + 1 + state.reservedCalls > ceiling) {
-    const held = state.reservedCalls > 0
-      ? `, ${state.reservedCalls} more are reserved for this step's other calls`
-      : "";
-    throw new BudgetError(`budget: ${spent} tool requests made${held}, and the ceiling is ${ceiling}`);
+  /** Requests held for the step's calls not yet sent. */
+  get held(): number {
+    return this.#held;
+  }
+
+  /**
+   * Reserves the requests of a step's `calls` calls not yet sent, before any
+   * of them goes out: throws {@link BudgetError} when they would pass the
+   * run's or its family's tool-call ceiling together. Used up call by call
+   * ({@link ToolCallReservation.take}).
+   */
+  reserve(spend: ToolSpend, calls: number, family: readonly FamilyCeiling[] = NO_FAMILY): void {
+    invariant(Number.isInteger(calls) && calls >= 0, this.runId, `a step reserves ${calls} tool calls`);
+    this.#check(spend, "before a reservation");
+    this.#held = 0;
+    checkFamilyToolCalls(spend, calls, family);
+    const ceiling = spend.budget?.toolCalls;
+    if (ceiling !== undefined) {
+      const spent = spendOf([], spend.effects.values()).toolCalls;
+      if (spent + calls > ceiling) {
+        throw new BudgetError(
+          `budget: ${spent} tool requests made, the step asks for ${calls} calls at once, and the ceiling is ${ceiling}`,
+        );
+      }
+    }
+    this.#held = calls;
+    this.#check(spend, "after a reservation");
+  }
+
+  /**
+   * Throws {@link BudgetError} when one more tool request would pass the
+   * ceiling, counting the requests held for the step's calls not yet sent (a
+   * retry may not take theirs). `first`: the call's first request, which
+   * uses its own reservation.
+   */
+  take(spend: ToolSpend, first: boolean, family: readonly FamilyCeiling[] = NO_FAMILY): void {
+    this.#check(spend, "before a request");
+    if (first && this.#held > 0) this.#held -= 1;
+    checkFamilyToolCalls(spend, 1 + this.#held, family);
+    const ceiling = spend.budget?.toolCalls;
+    if (ceiling === undefined) return;
+    const spent = spendOf([], spend.effects.values()).toolCalls;
+    if (spent + 1 + this.#held > ceiling) {
+      const held = this.#held > 0 ? `, ${this.#held} more are reserved for this step's other calls` : "";
+      throw new BudgetError(`budget: ${spent} tool requests made${held}, and the ceiling is ${ceiling}`);
+    }
+    // The request about to be made is counted once its intent row is applied.
+    invariant(
+      spent + 1 + this.#held <= ceiling,
+      this.runId,
+      () => `${spent} requests made, one about to go and ${this.#held} held pass the ceiling ${ceiling}`,
+    );
+  }
+
+  /** The step has ended: nothing is held for it any more. */
+  release(): void {
+    this.#held = 0;
+  }
+
+  #check(spend: ToolSpend, when: string): void {
+    const held = this.#held;
+    invariant(Number.isInteger(held) && held >= 0, this.runId, () => `${held} tool calls held ${when}`);
+    const ceiling = spend.budget?.toolCalls;
+    if (ceiling === undefined || held === 0) return;
+    const spent = spendOf([], spend.effects.values()).toolCalls;
+    invariant(
+      spent + held <= ceiling,
+      this.runId,
+      () => `${spent} tool requests made and ${held} held pass the ceiling ${ceiling} ${when}`,
+    );
   }
 }
 

@@ -104,6 +104,7 @@ export const ERROR_CODES = {
   WorkerError: ["WORKER_ERROR"],
   ValueUnstorableError: ["VALUE_UNSTORABLE"],
   ParentClosedError: ["PARENT_CLOSED"],
+  InvariantError: ["INVARIANT_BROKEN"],
   ClientError: [
     "APPROVAL_NOT_FOUND",
     "BAD_RUN_ID",

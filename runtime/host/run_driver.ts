@@ -11,7 +11,7 @@ import type { ProcessDeps } from "../run/deps.ts";
 import { type Ended, failed, finished, valueOf } from "../run/ended.ts";
 import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
-import { BudgetError } from "../agent/budget.ts";
+import { BudgetError, ToolCallReservation } from "../agent/budget.ts";
 import { act, BlockedError, SleepingError, WaitingError } from "../step/act.ts";
 import { callsOf, stepWidth } from "../run/calls.ts";
 import { decide, RetryingError } from "../step/decide.ts";
@@ -366,7 +366,7 @@ async function driveClaimed(
     signal: stop.signal,
     budget: run.budget ?? undefined,
     modelParams: run.model_params ?? undefined,
-    reservedCalls: 0,
+    reservation: new ToolCallReservation(runId),
     family: familyOf(run),
     lastWorkerError: run.error ?? undefined,
     conversation: parked

@@ -247,3 +247,27 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
     await store.client.close();
   }
 });
+
+Deno.test("a broken invariant stops the run's turn as a bug: the worker lets the run go with the error on it, no call sent after it", async () => {
+  const { deps, store, cloud } = await setup();
+  try {
+    // A store that hands back another run's row for a tool call's intent: what no write may do.
+    const wrong = Object.create(store) as Store;
+    wrong.effectIntentRow = async (...args: Parameters<Store["effectIntentRow"]>) => ({
+      ...(await store.effectIntentRow(...args)),
+      run_id: "someone-else",
+    });
+    await assert.rejects(
+      runWorker({ ...deps, store: wrong }, "broken", "goal"),
+      (e: WorkerError) =>
+        e instanceof WorkerError &&
+        /Invariant broken in run broken: a row of run someone-else/.test(e.message),
+    );
+    const run = await store.getRun("broken");
+    assert.equal(run?.heartbeat_at, null, "the lease let go, for the next take");
+    assert.match(run?.error ?? "", /INVARIANT_BROKEN|Invariant broken in run broken/);
+    assert.deepEqual(cloud.created("broken:"), [], "the call whose intent came back wrong was never sent");
+  } finally {
+    await store.client.close();
+  }
+});

@@ -8,7 +8,8 @@
  */
 
 import type { PreparedAgent } from "../agent/agent.ts";
-import type { Budget } from "../agent/budget.ts";
+import type { Budget, ToolCallReservation } from "../agent/budget.ts";
+import { invariant } from "../base/assert.ts";
 import type { ConversationState } from "../agent/conversation_options.ts";
 import {
   type AgentDeps,
@@ -63,8 +64,8 @@ export interface RunState {
   budget?: Budget;
   /** The run's own model request parameters (over its agent's), if any. */
   modelParams?: ModelParams;
-  /** Calls of the step being carried out not yet sent, reserved against the tool-call ceiling (budget.ts). */
-  reservedCalls: number;
+  /** Tool requests held for the step's calls not yet sent, against the tool-call ceiling (budget.ts). */
+  reservation: ToolCallReservation;
   /**
    * Where the run stands in a family of runs (family.ts): set for a child run
    * and for a run that has started one; undefined for a run in no family,
@@ -92,14 +93,31 @@ export interface FamilyPlace {
 /**
  * Applies a row a write returned to the run's state: the one way a worker's
  * knowledge of a step changes after the claim. The row replaces the step's
- * journal row, or its tool call (one with an idempotency key).
+ * journal row, or its tool call (one with an idempotency key). Asserts what
+ * no write may break ({@link invariant}): the row is this run's, at a
+ * whole seq, and a confirmed row is never replaced by one that is not (a
+ * decision or a result once recorded stays recorded).
  */
 export function applyRow(
-  state: Pick<RunState, "journal" | "effects">,
+  state: Pick<RunState, "journal" | "effects" | "fence">,
   row: JournalRow | SideEffectRow,
 ): void {
-  if ("idempotency_key" in row) state.effects.set(row.seq, row);
-  else state.journal.set(row.seq, row);
+  const runId = state.fence.runId;
+  invariant(row.run_id === runId, runId, () => `a row of run ${row.run_id} applied to its state`);
+  invariant(Number.isInteger(row.seq) && row.seq >= 0, runId, () => `a row at seq ${row.seq}`);
+  const rows: Map<number, JournalRow | SideEffectRow> = "idempotency_key" in row
+    ? state.effects
+    : state.journal;
+  const before = rows.get(row.seq);
+  invariant(
+    before?.status !== "confirmed" || row.status === "confirmed",
+    runId,
+    () =>
+      `the confirmed ${
+        "idempotency_key" in row ? "tool call" : "decision"
+      } at seq ${row.seq} replaced by one ${row.status}`,
+  );
+  rows.set(row.seq, row);
 }
 
 /** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */

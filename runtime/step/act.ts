@@ -14,7 +14,7 @@
  */
 
 import { createHash } from "node:crypto";
-import { BudgetError, checkToolRequest, NO_FAMILY, reserveToolCalls } from "../agent/budget.ts";
+import { BudgetError, NO_FAMILY } from "../agent/budget.ts";
 import { childRunsFor, familyCeilings, ParentClosedError } from "../families/family.ts";
 import { callsOf, type StepCall } from "../run/calls.ts";
 import { deadline } from "../base/clock.ts";
@@ -192,7 +192,7 @@ export async function act(
     }
     // Every call of the step not yet sent is counted against the tool-call ceiling before any goes out.
     const unsent = gates.filter((g) => "call" in g && !state.effects.has(g.call.seq)).length;
-    reserveToolCalls(state, unsent, unsent > 0 ? await familyCeilings(deps, state) : NO_FAMILY);
+    state.reservation.reserve(state, unsent, unsent > 0 ? await familyCeilings(deps, state) : NO_FAMILY);
   } catch (error) {
     return failed(error, rows());
   }
@@ -216,7 +216,7 @@ export async function act(
   } catch (error) {
     errors.push(error);
   }
-  state.reservedCalls = 0;
+  state.reservation.release();
   // Calls whose remote accepted them and has not finished, or that failed as in an outage and are sent
   // again later: the step is not settled, and the run sleeps until the first of them is due (without a
   // worker), unless something worse ended the step.
@@ -610,7 +610,7 @@ async function sendCall(
         }
         if (verdict !== "send") return await carryOut(row, verdict);
       }
-      checkToolRequest(state, row === undefined, await familyCeilings(deps, state));
+      state.reservation.take(state, row === undefined, await familyCeilings(deps, state));
       const intent = await intentOrSettled(deps, state, call, row);
       if (intent.status === "confirmed" || intent.status === "failed") {
         row = intent;
