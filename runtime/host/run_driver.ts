@@ -6,28 +6,19 @@
  * @module
  */
 
-import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
 import type { ProcessDeps } from "../run/deps.ts";
-import { type Ended, failed, finished, valueOf } from "../run/ended.ts";
-import { describeError, FencedError, hasCode, ModelError, RuntimeError, ToolError } from "../base/errors.ts";
+import { valueOf } from "../run/ended.ts";
+import { describeError, FencedError, RuntimeError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
-import { BudgetError, ToolCallReservation } from "../agent/budget.ts";
-import { act, BlockedError, SleepingError, WaitingError } from "../step/act.ts";
+import { ToolCallReservation } from "../agent/budget.ts";
 import { callsOf, stepWidth } from "../run/calls.ts";
-import { decide, RetryingError } from "../step/decide.ts";
-import { closeRun, familyOf, ParentClosedError } from "../families/family.ts";
-import {
-  afterAnswer,
-  type ConversationState,
-  loadConversation,
-  type ParkedConversation,
-  resumeConversation,
-} from "../conversations/turns.ts";
+import { closeRun, familyOf } from "../families/family.ts";
+import { loadConversation, type ParkedConversation, resumeConversation } from "../conversations/turns.ts";
 import { keepLease } from "./lease.ts";
+import { runStep, stepEnd, type TurnEnd } from "../step/spine.ts";
 import { recover } from "../step/recovery.ts";
-import { ValueUnstorableError } from "../base/storable.ts";
 import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "../store/store.ts";
-import type { TracedStep } from "../run/telemetry.ts";
 import type { Json } from "../agent/tools.ts";
 import type { Budget } from "../agent/budget.ts";
 import type { ModelParams } from "../model/transcript.ts";
@@ -382,19 +373,6 @@ async function driveClaimed(
     error,
   });
   let seq = parked?.seq ?? 0;
-  // Closes the run after a failure; a refused close means another worker has it.
-  const close = async (
-    status: "failed" | "blocked" | "cancelled",
-    error: string,
-  ): Promise<RunOutcome | undefined> => {
-    try {
-      await closeRun(deps, state, { status, error });
-      return undefined;
-    } catch (e) {
-      if (e instanceof FencedError) return fenced(deps, state, e, seq);
-      throw e;
-    }
-  };
   const stranded = effects.filter((e) => e.status === "intent").length;
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
@@ -413,9 +391,8 @@ async function driveClaimed(
         return { ...outcome("failed", seq, error), runStatus: "failed" };
       }
       const at = { fence: state.fence, seq };
-      const stepped = await tel.step(at, () => step(deps, state, at, () => outcome("done", seq)));
-      const ended = valueOf(stepped);
-      if (ended) return ended;
+      const end = valueOf(await tel.step(at, () => runStep(deps, state, at)));
+      if (end.kind !== "next") return await endTurn(deps, state, seq, end);
       const decision = state.journal.get(seq)?.decision;
       // A conversation went on with its next message: maxSteps bounds the decisions of each message.
       if (decision && "done" in decision) decisions = -1;
@@ -423,144 +400,80 @@ async function driveClaimed(
     }
   } catch (err) {
     if (err instanceof SimulatedKill) throw err;
-    if (err instanceof FencedError) return fenced(deps, state, err, seq);
-    if (err instanceof WaitingError || err instanceof SleepingError || err instanceof RetryingError) {
-      // requestApprovals (or waitRun, or retryRun) already set the run to waiting and released it.
-      return { ...outcome("waiting", seq, err.message), runStatus: "waiting" };
+    const end = stepEnd(err);
+    if (end === undefined) throw err;
+    return await endTurn(deps, state, seq, end);
+  }
+}
+
+/** The worker's turn ends as the step did: the run closed, let go or lost, in one switch over the end. */
+async function endTurn(deps: WorkerDeps, state: RunState, seq: number, end: TurnEnd): Promise<RunOutcome> {
+  const { log } = deps;
+  const runId = state.fence.runId;
+  const outcome = (status: WorkerStatus, error?: string): RunOutcome => ({
+    runId,
+    status,
+    alreadyClosed: false,
+    steps: seq,
+    llmCalls: state.llmCalls,
+    error,
+  });
+  // Closes the run after a failure; a refused close means another worker has it.
+  const close = async (status: "failed" | "blocked" | "cancelled", error: string) => {
+    try {
+      await closeRun(deps, state, { status, error });
+      return undefined;
+    } catch (e) {
+      if (e instanceof FencedError) return fenced(deps, state, e, seq);
+      throw e;
     }
-    if (err instanceof ParentClosedError) {
-      const lost = await close("cancelled", err.message);
+  };
+  switch (end.kind) {
+    case "done":
+      return { ...outcome("done"), runStatus: "done", output: end.output };
+    case "answered":
+      return {
+        ...outcome("done"),
+        status: end.status,
+        runStatus: end.status,
+        output: end.output,
+        ...(end.parked ? { parked: end.parked } : {}),
+      };
+    case "fenced":
+      return fenced(deps, state, end.error, seq);
+    case "waiting":
+      // The stage that ended it already set the run to waiting and let it go.
+      return { ...outcome("waiting", end.reason), runStatus: "waiting" };
+    case "cancelled": {
+      const lost = await close("cancelled", end.reason);
       if (lost) return lost;
-      log.warn("cancelled", { run: runId, seq, parent: err.ancestor, reason: err.message });
-      return { ...outcome("cancelled", seq, err.message), runStatus: "cancelled" };
+      log.warn("cancelled", { run: runId, seq, parent: end.ancestor, reason: end.reason });
+      return { ...outcome("cancelled", end.reason), runStatus: "cancelled" };
     }
-    if (err instanceof BlockedError) {
-      const lost = await close("blocked", err.message);
+    case "blocked": {
+      const lost = await close("blocked", end.reason);
       if (lost) return lost;
-      log.warn("blocked", { run: runId, key: err.key, reason: err.message });
-      return { ...outcome("blocked", seq, err.message), runStatus: "blocked" };
+      log.warn("blocked", { run: runId, key: end.key, reason: end.reason });
+      return { ...outcome("blocked", end.reason), runStatus: "blocked" };
     }
-    if (
-      err instanceof ModelError || err instanceof ToolError || err instanceof BudgetError || isRunFailure(err)
-    ) {
+    case "failed": {
       // A conversation that fails keeps its history: the person is told how to take it up again.
-      const error = describeError(err) +
+      const error = describeError(end.error) +
         (state.conversation
           ? `. The conversation keeps its history: 'deno task reopen ${runId}' takes it up again`
           : "");
       const lost = await close("failed", error);
       if (lost) return lost;
       log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
-      return { ...outcome("failed", seq, error), runStatus: "failed" };
-    }
-    throw err;
-  }
-}
-
-/**
- * One step: its decision, then its tool calls, or the run's close when the
- * model says done (`done` gives the outcome then). Ends with the
- * run's outcome when the run is done, with the step's rows either way.
- */
-async function step(
-  deps: WorkerDeps,
-  state: RunState,
-  at: TracedStep,
-  done: () => RunOutcome,
-): Promise<Ended<RunOutcome | undefined>> {
-  const tel = telemetryOf(deps);
-  const { seq } = at;
-  const decided = await tel.decide({ ...at, before: state.journal.get(seq) }, () => decide(deps, state, seq));
-  if (!decided.ok) return decided;
-  const { decision, checked } = decided.value;
-  const journal = decided.rows.journal;
-  if ("done" in decision && state.conversation) {
-    const conversing = state as RunState & { conversation: ConversationState };
-    try {
-      const next = await afterAnswer(deps, conversing, seq, decision.message);
-      if (next === "next") return finished(undefined, { journal });
-      const parked: ParkedConversation | undefined = next === "waiting"
-        ? {
-          epoch: state.fence.epoch,
-          journal: state.journal,
-          effects: state.effects,
-          conversation: conversing.conversation,
-          llmCalls: state.llmCalls,
-          seq,
-        }
-        : undefined;
-      return finished(
-        { ...done(), status: next, runStatus: next, output: decision.message, ...(parked ? { parked } : {}) },
-        { journal },
-      );
-    } catch (error) {
-      return failed(error, { journal });
+      return { ...outcome("failed", error), runStatus: "failed" };
     }
   }
-  if ("done" in decision) {
-    try {
-      await closeRun(deps, state, { status: "done", error: null, output: decision.message });
-      deps.log.info("done", {
-        run: state.fence.runId,
-        steps: seq,
-        llm_calls: state.llmCalls,
-        output: decision.message,
-      });
-      return finished({ ...done(), runStatus: "done", output: decision.message }, { journal });
-    } catch (error) {
-      return failed(error, { journal });
-    }
-  }
-  // Bounded: each pass after the first follows a call settled from outside while the run was let go.
-  for (;;) {
-    const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
-    const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
-    if (acted.ok) return finished(undefined, rows);
-    const err = acted.error;
-    try {
-      if (err instanceof SleepingError) {
-        // The run sleeps until its first waiting call is due, holding no worker; unless one of them was
-        // settled from outside meanwhile: then the step goes on with the rows as they are now.
-        if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now(), err.message)) {
-          deps.log.info("sleeping", {
-            run: state.fence.runId,
-            seq,
-            keys: err.keys.join(","),
-            until: err.wakeAt,
-          });
-          return failed(err, rows);
-        }
-        await reloadEffects(deps, state);
-        continue;
-      }
-      // Waiting for a person and, in the same step, on a remote: taken again at the remote's time too.
-      if (err instanceof WaitingError && err.wakeAt) {
-        await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now());
-      }
-    } catch (e) {
-      return failed(e, rows);
-    }
-    return failed(err, rows);
-  }
-}
-
-/** Reads the run's tool calls again (one was settled from outside since the worker last read it). */
-async function reloadEffects(deps: WorkerDeps, state: RunState): Promise<void> {
-  const { effects } = await deps.store.loadHistory(state.fence.runId);
-  for (const e of effects) applyRow(state, e);
 }
 
 const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({
   journal: Object.freeze([]),
   effects: Object.freeze([]),
 });
-
-function isRunFailure(err: unknown): boolean {
-  // A value the store refused to write (storable.ts) fails the run where it is, with
-  // what was wrong: it is no outage, and another worker would meet the same value.
-  return err instanceof ValueUnstorableError ||
-    hasCode(err, "DECISION_INVALID");
-}
 
 function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {
   const event = err.code === "FENCED" ? "fenced" : err.code === "STALLED" ? "stalled" : "stopped";
