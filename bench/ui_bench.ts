@@ -36,7 +36,7 @@
  */
 
 import process from "node:process";
-import puppeteer from "puppeteer-core";
+import puppeteer from "npm:puppeteer-core@25.16.0";
 import { Client, connect } from "../runtime/client/client.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { commandFlags } from "../runtime/settings/config.ts";

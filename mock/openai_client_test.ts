@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import OpenAI from "openai";
+import OpenAI from "npm:openai@7.59.0";
 import { DONE_MESSAGE } from "./model.ts";
 import { serveMocks } from "./server.ts";
 

@@ -7,7 +7,7 @@
  * @module
  */
 
-import puppeteer, { type Browser } from "puppeteer-core";
+import puppeteer, { type Browser } from "npm:puppeteer-core@25.16.0";
 
 /** The Chromium found, or undefined. */
 export const CHROMIUM: string | undefined = [

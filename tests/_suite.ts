@@ -25,7 +25,8 @@ export const SUITE_FLAGS = [
 export function skipsByReason(lines: Iterable<string>): Map<string, string[]> {
   const out = new Map<string, string[]>();
   for (const raw of lines) {
-    // deno test prefixes a parallel file's output with its name and colours it.
+    // deno test prefixes a parallel file's output with its name and colours it (ESC [ ... m).
+    // deno-lint-ignore no-control-regex
     const line = raw.replace(/\x1b\[[0-9;]*m/g, "").replace(/^\.\/\S+ => /, "").trim();
     const m = /^skipped \((.+?)\): (.+)$/.exec(line);
     if (!m) continue;

@@ -7,8 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { createAnthropic } from "@ai-sdk/anthropic";
-import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { createAnthropic } from "npm:@ai-sdk/anthropic@4.0.105";
+import { createOpenAICompatible } from "npm:@ai-sdk/openai-compatible@3.0.92";
 import { connect, defineAgent, Logger, ModelError } from "../mod.ts";
 import type { JournalRow } from "../store.ts";
 import { aiSdkPlanner } from "../runtime/model/ai_sdk.ts";
@@ -22,8 +22,8 @@ import { serveAnthropic } from "../mock/anthropic.ts";
 import { ANTHROPIC_STEPS } from "./testdata/ai_sdk/script.ts";
 import { serveMocks } from "../mock/server.ts";
 import type { Agent } from "../runtime/agent/agent.ts";
-import { MockLanguageModelV3 } from "ai/test";
-import type { LanguageModelV3CallOptions, LanguageModelV3GenerateResult } from "@ai-sdk/provider";
+import { MockLanguageModelV3 } from "npm:ai@7.0.173/test";
+import type { LanguageModelV3CallOptions, LanguageModelV3GenerateResult } from "npm:@ai-sdk/provider@4.0.38";
 
 const FAST_RETRY = { ...DEFAULT_RETRY, backoffBaseMs: 2, backoffMaxMs: 10, retryAfterMaxMs: 20 };
 

@@ -185,8 +185,25 @@ async function makeProject(
   await Deno.writeTextFile(join(dir, "agent.ts"), fence(PAGE, "ts ignore", "defineAgent"));
   const install = await sh(dir, line(shLines(fence(PAGE, "sh", "deno install")), "deno install"), opts.env);
   assert.equal(install.code, 0, install.text);
+  const installed = await Deno.readTextFile(join(dir, "deno.lock"));
+  assert.match(installed, /"npm:ms@2\.1\.3"/, "the project's own package is in its own lockfile");
+  if (!opts.published) {
+    // From a checkout: what the library needs, and nothing of the tests', the benches' or the integrations'.
+    // (From a registry, `deno install` takes every export path's packages: the commands' and the kit's too.)
+    const npm = Object.keys(JSON.parse(installed).npm ?? {}).map((p) => p.replace(/@[^@]*$/, ""));
+    for (const heavy of ["puppeteer-core", "@modelcontextprotocol/sdk", "hono", "ai", "openai"]) {
+      assert.ok(
+        !npm.includes(heavy),
+        `deno install put ${heavy} in the project's lockfile: ${npm.join(", ")}`,
+      );
+    }
+    assert.ok(npm.length <= 5, `the library's npm packages and the project's: ${npm.join(", ")}`);
+  }
+  // The commands' own packages, with their first use, before the lockfile is frozen.
+  const first = line(shLines(fence(PAGE, "sh", "deno install")), "deno task run --help");
+  const commands = await sh(dir, first, opts.env);
+  assert.equal(commands.code, 0, commands.text);
   const lock = await Deno.readTextFile(join(dir, "deno.lock"));
-  assert.match(lock, /"npm:ms@2\.1\.3"/, "the project's own package is in its own lockfile");
   config.lock = { frozen: true };
   await Deno.writeTextFile(join(dir, "deno.json"), JSON.stringify(config, null, 2) + "\n");
   return { dir, lock };

@@ -12,7 +12,7 @@
  * Skipped, saying so, when no Chromium is installed (`apt-get install -y chromium`).
  */
 import assert from "node:assert/strict";
-import type { Browser, Page } from "puppeteer-core";
+import type { Browser, Page } from "npm:puppeteer-core@25.16.0";
 import { chromiumIgnore, launchChromium, screenshotPath } from "./_chromium.ts";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent/agent.ts";

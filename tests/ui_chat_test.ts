@@ -14,7 +14,7 @@
  */
 
 import assert from "node:assert/strict";
-import type { Browser, Page } from "puppeteer-core";
+import type { Browser, Page } from "npm:puppeteer-core@25.16.0";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent/agent.ts";
 import { connect } from "../runtime/client/client.ts";

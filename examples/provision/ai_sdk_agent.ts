@@ -13,7 +13,7 @@
  * @module
  */
 
-import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { createOpenAICompatible } from "npm:@ai-sdk/openai-compatible@3.0.92";
 import { ConfigError, defineAgent } from "../../mod.ts";
 import demo from "./agent.ts";
 

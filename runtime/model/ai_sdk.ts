@@ -29,7 +29,7 @@
  *
  * @example
  * ```ts
- * import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+ * import { createOpenAICompatible } from "npm:@ai-sdk/openai-compatible@3.0.92";
  * import { aiSdkPlanner } from "./ai_sdk.ts";
  * const model = createOpenAICompatible({ name: "local", baseURL: "http://127.0.0.1:11434/v1" })("llama3.1");
  * const planner = aiSdkPlanner(model, { params: { temperature: 0 } });
@@ -127,7 +127,7 @@ export interface AiSdkPlannerOptions {
  *
  * @example
  * ```ts
- * import { createAnthropic } from "@ai-sdk/anthropic";
+ * import { createAnthropic } from "npm:@ai-sdk/anthropic@4.0.105";
  * import { aiSdkPlanner } from "./ai_sdk.ts";
  * const anthropic = createAnthropic({ apiKey: "sk-ant-..." });
  * const planner = aiSdkPlanner(anthropic("claude-sonnet-4-5"), {

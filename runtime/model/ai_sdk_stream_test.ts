@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import type { LanguageModelV3Content, LanguageModelV3StreamPart } from "@ai-sdk/provider";
-import { MockLanguageModelV3 } from "ai/test";
+import type { LanguageModelV3Content, LanguageModelV3StreamPart } from "npm:@ai-sdk/provider@4.0.38";
+import { MockLanguageModelV3 } from "npm:ai@7.0.173/test";
 import { ModelError } from "../base/errors.ts";
 import type { DecideRequest } from "./transcript.ts";
 import { aiSdkPlanner } from "./ai_sdk.ts";

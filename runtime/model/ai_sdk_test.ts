@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import { APICallError, LoadAPIKeyError } from "@ai-sdk/provider";
+import { APICallError, LoadAPIKeyError } from "npm:@ai-sdk/provider@4.0.38";
 import type {
   LanguageModelV2,
   LanguageModelV3CallOptions,
   LanguageModelV3Content,
   LanguageModelV3GenerateResult,
-} from "@ai-sdk/provider";
-import { MockLanguageModelV3, MockLanguageModelV4 } from "ai/test";
+} from "npm:@ai-sdk/provider@4.0.38";
+import { MockLanguageModelV3, MockLanguageModelV4 } from "npm:ai@7.0.173/test";
 import { buildTranscript } from "../step/history.ts";
 import { ModelError } from "../base/errors.ts";
 import { effectRow, journalRow } from "../testdata/rows.ts";

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { createAnthropic } from "@ai-sdk/anthropic";
+import { createAnthropic } from "npm:@ai-sdk/anthropic@4.0.105";
 import { ConfigError, defineAgent } from "../../../mod.ts";
 import { aiSdkPlanner } from "../../../runtime/model/ai_sdk.ts";
 import { demoTools } from "../../../examples/provision/tools.ts";

@@ -7,8 +7,8 @@
  * @module
  */
 
-import { createAnthropic } from "@ai-sdk/anthropic";
-import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { createAnthropic } from "npm:@ai-sdk/anthropic@4.0.105";
+import { createOpenAICompatible } from "npm:@ai-sdk/openai-compatible@3.0.92";
 import type { AgentContext } from "../../../mod.ts";
 
 /** The providers, from the process's environment. */
