@@ -233,7 +233,9 @@ Deno.test({
     withEnv(async ({ pg, mocks, env }) => {
       mocks.model.setFaults({ delay_ms: SLOW.model });
       mocks.cloud.setFaults({ delay_ms: SLOW.cloud });
-      const settings = { ...env, WORKERS: "1", RUNS_PER_WORKER: "40", LEASE_S: "3", HEARTBEAT_S: "0.5" };
+      // A lease of 6 s: a host counts a peer for Y only while the peer's row beat within the lease, and a
+      // loaded runner (the whole suite at once) once delayed A's beat past 3 s at B's poll, so B took all Y.
+      const settings = { ...env, WORKERS: "1", RUNS_PER_WORKER: "40", LEASE_S: "6", HEARTBEAT_S: "0.5" };
       const [a, b] = [
         startSupervisor({ ...settings, SUPERVISOR: "host-a", AGENT: spreadModule("x_and_y.ts") }),
         startSupervisor({ ...settings, SUPERVISOR: "host-b", AGENT: spreadModule("y_only.ts") }),
