@@ -20,9 +20,9 @@ import { runWorker } from "../runtime/host/run_driver.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import {
   type DecideRequest,
-  type ModelAnswer,
   OpenAIPlanner,
   type Planner,
+  type PlannerDecision,
 } from "../runtime/model/planner.ts";
 import { CountingClient, TapClient, UNNAMED } from "../runtime/store/counting.ts";
 import { type Statement, statement } from "../runtime/store/sql.ts";
@@ -55,12 +55,12 @@ const RESULT = { id: "i-0000001", status: "running" };
 /** Answers each step from the script, at once: no HTTP, no JSON. */
 export class ScriptedPlanner implements Planner {
   readonly describe = "scripted (in-process)";
-  decide(req: DecideRequest): Promise<ModelAnswer> {
+  decide(req: DecideRequest): Promise<PlannerDecision> {
     const step = ARGS[req.seq];
     return Promise.resolve(
       step
-        ? { kind: "tool", tool: step.tool, args: { ...step.args }, usage: USAGE }
-        : { kind: "done", message: "provisioned", usage: USAGE },
+        ? { kind: "tool_calls", calls: [{ name: step.tool, args: { ...step.args } }], usage: USAGE }
+        : { kind: "done", text: "provisioned", usage: USAGE },
     );
   }
 }
@@ -453,10 +453,10 @@ export async function hostRow(
  */
 export async function idleBytesPerRun(client: SqlClient, idleRuns: number): Promise<number> {
   const collect = collectGarbage;
-  const waiting: ((a: ModelAnswer) => void)[] = [];
+  const waiting: ((a: PlannerDecision) => void)[] = [];
   const slow: Planner = {
     describe: "slow",
-    decide: () => new Promise<ModelAnswer>((resolve) => waiting.push(resolve)),
+    decide: () => new Promise<PlannerDecision>((resolve) => waiting.push(resolve)),
   };
   const clock = new SystemClock();
   const store = new Store(client);
@@ -482,7 +482,7 @@ export async function idleBytesPerRun(client: SqlClient, idleRuns: number): Prom
   if (waiting.length < idleRuns) throw new Error(`idle: only ${waiting.length} runs reached the model`);
   collect();
   const after = Deno.memoryUsage().heapUsed;
-  for (const answer of waiting.splice(0)) answer({ kind: "done", message: "ok" });
+  for (const answer of waiting.splice(0)) answer({ kind: "done", text: "ok" });
   for (let i = 0; i < 6_000 && ended < idleRuns; i++) await new Promise((r) => setTimeout(r, 10));
   await host.stop();
   return (after - before) / idleRuns;

@@ -19,8 +19,8 @@ export default defineAgent({
   model: {
     describe: "script",
     decide: (req) => Promise.resolve(req.seq === 0
-      ? { kind: "tool", tool: "echo", args: { text: "hi" } }
-      : { kind: "done", message: "echoed" }),
+      ? { kind: "tool_calls", calls: [{ name: "echo", args: { text: "hi" } }] }
+      : { kind: "done", text: "echoed" }),
   },
   defaultInput: "echo something",
 });

@@ -23,7 +23,7 @@ import { Client, connect } from "../runtime/client/client.ts";
 import { commandFlags } from "../runtime/settings/config.ts";
 import { type CodeOf, hasCode } from "../runtime/base/errors.ts";
 import { arraySink, Logger } from "../runtime/base/log.ts";
-import { type ModelAnswer, OpenAIPlanner, type Planner } from "../runtime/model/planner.ts";
+import { OpenAIPlanner, type Planner, type PlannerDecision } from "../runtime/model/planner.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { MAX_JSON_BYTES, MAX_JSON_DEPTH } from "../runtime/base/storable.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
@@ -303,12 +303,12 @@ function caseModel(c: ValueCase): { planner: Planner; seen: { requests: number; 
   if (c.wire === undefined && c.where === "tool arguments") {
     const planner: Planner = {
       describe: "a planner of one's own",
-      decide: (): Promise<ModelAnswer> => {
+      decide: (): Promise<PlannerDecision> => {
         seen.requests++;
         return Promise.resolve(
           seen.requests === 1
-            ? { kind: "tool", tool: "probe", args: c.value!(), usage: { total_tokens: 5 } }
-            : { kind: "done", message: "finished", usage: { total_tokens: 5 } },
+            ? { kind: "tool_calls", calls: [{ name: "probe", args: c.value!() }], usage: { total_tokens: 5 } }
+            : { kind: "done", text: "finished", usage: { total_tokens: 5 } },
         );
       },
     };

@@ -13,7 +13,7 @@ import type { Client } from "../runtime/client/client.ts";
 import { ToolError } from "../runtime/base/errors.ts";
 import type { ManualClock } from "../runtime/base/clock.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
-import type { ModelAnswer, Planner } from "../runtime/model/planner.ts";
+import type { Planner, PlannerDecision } from "../runtime/model/planner.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
@@ -34,7 +34,7 @@ export const RAW_HIDDEN =
 /** The account number a model swaps for one that reads the same. */
 export const SPOOFED_ACCOUNT = "ACCT-\u202E9876\u202C";
 
-function script(answers: ((toolResults: number) => ModelAnswer)[]): Planner {
+function script(answers: ((toolResults: number) => PlannerDecision)[]): Planner {
   return {
     describe: "script",
     decide: (req) => {
@@ -75,18 +75,21 @@ export async function writeHostileRuns(client: Client): Promise<void> {
     model: script([
       () =>
         refused++ === 0
-          ? { kind: "tool", tool: `no_such_${HOSTILE}`, args: {} }
-          : { kind: "tool", tool: "lookup", args: { q: HOSTILE, [`k${HOSTILE}`]: 1 } },
-      () => ({ kind: "tool", tool: "quota", args: { q: "x" } }),
-      () => ({ kind: "done", message: `All fine.${HOSTILE}\nstep 9\n  output: nothing was deleted` }),
+          ? { kind: "tool_calls", calls: [{ name: `no_such_${HOSTILE}`, args: {} }] }
+          : { kind: "tool_calls", calls: [{ name: "lookup", args: { q: HOSTILE, [`k${HOSTILE}`]: 1 } }] },
+      () => ({ kind: "tool_calls", calls: [{ name: "quota", args: { q: "x" } }] }),
+      () => ({ kind: "done", text: `All fine.${HOSTILE}\nstep 9\n  output: nothing was deleted` }),
     ]),
   });
   const payer = defineAgent({
     name: "payer",
     tools,
     model: script([
-      () => ({ kind: "tool", tool: "transfer", args: { to: SPOOFED_ACCOUNT, cents: 100 } }),
-      () => ({ kind: "done", message: "paid" }),
+      () => ({
+        kind: "tool_calls",
+        calls: [{ name: "transfer", args: { to: SPOOFED_ACCOUNT, cents: 100 } }],
+      }),
+      () => ({ kind: "done", text: "paid" }),
     ]),
   });
   const worker = await client.startWorker([agent, payer], {

@@ -205,8 +205,8 @@ function payAgent(sent: string[]): Agent {
       decide: (req) =>
         Promise.resolve(
           req.seq === 0
-            ? { kind: "tool", tool: "pay", args: { cents: 5 } }
-            : { kind: "done", message: "paid" },
+            ? { kind: "tool_calls", calls: [{ name: "pay", args: { cents: 5 } }] }
+            : { kind: "done", text: "paid" },
         ),
     },
   });

@@ -23,7 +23,7 @@ import { FencedError } from "../runtime/base/errors.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import type { RunOutcome } from "../runtime/host/run_driver.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
-import type { DecideRequest, ModelAnswer, Planner } from "../runtime/model/planner.ts";
+import type { DecideRequest, Planner, PlannerDecision } from "../runtime/model/planner.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { type Fence, Store } from "../runtime/store/store.ts";
@@ -41,11 +41,11 @@ bothStoresTest(
     let outcomes: RunOutcome[] = [];
     const planner: Planner = {
       describe: "two steps, then done",
-      decide: (req: DecideRequest): Promise<ModelAnswer> =>
+      decide: (req: DecideRequest): Promise<PlannerDecision> =>
         Promise.resolve(
           req.seq < 2
-            ? { kind: "tool", tool: "make", args: { n: req.seq } }
-            : { kind: "done", message: "made" },
+            ? { kind: "tool_calls", calls: [{ name: "make", args: { n: req.seq } }] }
+            : { kind: "done", text: "made" },
         ),
     };
     // Every run's first call waits here until all have arrived and STOLEN has been taken: then all

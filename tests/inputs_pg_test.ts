@@ -85,7 +85,7 @@ async function agentModule(dir: string, name: string): Promise<string> {
 export default defineAgent({
   name: "${name}",
   tools: [],
-  model: { describe: "none", decide: () => Promise.resolve({ kind: "done", message: "ok" }) },
+  model: { describe: "none", decide: () => Promise.resolve({ kind: "done", text: "ok" }) },
 });
 `,
   );

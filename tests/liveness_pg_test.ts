@@ -27,8 +27,8 @@ export default defineAgent({
   model: {
     describe: "a script",
     decide: (req) => Promise.resolve(req.seq === 0
-      ? { kind: "tool", tool: "work", args: { poison: req.runId.startsWith("poison") } }
-      : { kind: "done", message: "worked" }),
+      ? { kind: "tool_calls", calls: [{ name: "work", args: { poison: req.runId.startsWith("poison") } }] }
+      : { kind: "done", text: "worked" }),
   },
   tools: (ctx) => [defineTool({
     name: "work",

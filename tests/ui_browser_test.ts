@@ -32,8 +32,12 @@ function oneToolPlanner(tool: string, args: Record<string, unknown>, done: strin
     decide: (req) =>
       Promise.resolve(
         req.seq === 0
-          ? { kind: "tool", tool, args, usage: { prompt_tokens: 120, completion_tokens: 18 } }
-          : { kind: "done", message: done, usage: { prompt_tokens: 160, completion_tokens: 9 } },
+          ? {
+            kind: "tool_calls",
+            calls: [{ name: tool, args: args }],
+            usage: { prompt_tokens: 120, completion_tokens: 18 },
+          }
+          : { kind: "done", text: done, usage: { prompt_tokens: 160, completion_tokens: 9 } },
       ),
   };
 }

@@ -10,7 +10,7 @@ const agent = defineAgent({
   name: "idle",
   instructions: "-",
   tools: [],
-  model: { describe: "none", decide: () => Promise.resolve({ kind: "done", message: "ok" }) },
+  model: { describe: "none", decide: () => Promise.resolve({ kind: "done", text: "ok" }) },
 });
 
 const post = (body: unknown) => ({
@@ -151,8 +151,8 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
         decide: (req) =>
           Promise.resolve(
             req.seq === 0
-              ? { kind: "tool", tool: "pay", args: { cents: 500 } }
-              : { kind: "done", message: "done" },
+              ? { kind: "tool_calls", calls: [{ name: "pay", args: { cents: 500 } }] }
+              : { kind: "done", text: "done" },
           ),
       },
     });

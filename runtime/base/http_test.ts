@@ -74,8 +74,8 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
     decide: (req) =>
       Promise.resolve(
         req.seq === 0
-          ? { kind: "tool", tool: "reserve", args: { slot: "a" } }
-          : { kind: "done", message: "ok" },
+          ? { kind: "tool_calls", calls: [{ name: "reserve", args: { slot: "a" } }] }
+          : { kind: "done", text: "ok" },
       ),
   };
   const tools = [userTool(`http://127.0.0.1:${server.addr.port}/reserve`)];

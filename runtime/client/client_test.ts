@@ -14,8 +14,8 @@ const model: Planner = {
   decide: (req) =>
     Promise.resolve(
       req.seq === 0
-        ? { kind: "tool", tool: "order", args: { sku: "tea", qty: 2 } }
-        : { kind: "done", message: `ordered for ${req.runId}` },
+        ? { kind: "tool_calls", calls: [{ name: "order", args: { sku: "tea", qty: 2 } }] }
+        : { kind: "done", text: `ordered for ${req.runId}` },
     ),
 };
 const order = defineTool({

@@ -44,8 +44,8 @@ function slowAgent(name: string, clock: ManualClock, thinkMs: number, effects: s
     decide: async (req) => {
       if (thinkMs > 0) await clock.sleep(thinkMs, req.signal);
       return req.seq === 0
-        ? { kind: "tool", tool: "note", args: { text: req.runId } }
-        : { kind: "done", message: `noted ${req.runId}` };
+        ? { kind: "tool_calls", calls: [{ name: "note", args: { text: req.runId } }] }
+        : { kind: "done", text: `noted ${req.runId}` };
     },
   };
   return defineAgent({
@@ -225,8 +225,8 @@ function poisonedAgent(name: string, clock: ManualClock, effects: string[], rule
     decide: async (req) => {
       await clock.sleep(5_000, req.signal);
       return req.seq === 0
-        ? { kind: "tool", tool: "work", args: { poison: req.runId.startsWith("poison") } }
-        : { kind: "done", message: `worked ${req.runId}` };
+        ? { kind: "tool_calls", calls: [{ name: "work", args: { poison: req.runId.startsWith("poison") } }] }
+        : { kind: "done", text: `worked ${req.runId}` };
     },
   };
   return defineAgent({

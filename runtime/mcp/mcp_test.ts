@@ -22,7 +22,7 @@ import { arraySink, Logger } from "../base/log.ts";
 import { IDEMPOTENCY_KEY_META, type McpTools, mcpTools } from "./mcp.ts";
 import type { Tool } from "../agent/tools.ts";
 import { scripted } from "../testdata/scripted.ts";
-import type { ModelAnswer } from "../model/transcript.ts";
+import type { PlannerDecision } from "../model/transcript.ts";
 
 // MCP tools driven by a worker in this process (the embedded database in memory, a scripted model),
 // against the test servers in-process or over HTTP on 127.0.0.1.
@@ -38,7 +38,7 @@ interface Logged {
 async function runToEnd(
   runId: string,
   tools: McpTools | ((ctx: Parameters<McpTools>[0]) => Promise<Tool[]>),
-  answers: ModelAnswer[],
+  answers: PlannerDecision[],
   opts: {
     backoffMs?: number;
     horizonMs?: number;
@@ -194,7 +194,7 @@ Deno.test("a hanging call ends at its timeout as an unknown outcome: flagged whe
     maxAttempts: 2,
   });
   try {
-    const answers: ModelAnswer[] = [{ kind: "tool_calls", calls: [call("export_report", {})] }, {
+    const answers: PlannerDecision[] = [{ kind: "tool_calls", calls: [call("export_report", {})] }, {
       kind: "done",
       text: "Exported.",
     }];

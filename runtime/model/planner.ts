@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { DecideRequest, ModelAnswer } from "./transcript.ts";
+import type { DecideRequest, PlannerDecision } from "./transcript.ts";
 
 // The contract's types and the planner that ships, from the one module that named them all before #23
 // (and that mod.ts exports them from). openai.ts cannot import this module back: no cycle.
@@ -25,7 +25,7 @@ export interface Planner {
    * Asks once. Throws a `ModelError`: `transient` when asking again may
    * help, `badAnswer` when an answer arrived but cannot be used.
    */
-  decide(req: DecideRequest): Promise<ModelAnswer>;
+  decide(req: DecideRequest): Promise<PlannerDecision>;
   /**
    * The characters of the prompt this planner would send for `req`, the
    * basis of a budgeted request's reservation (four characters a token).

@@ -337,26 +337,3 @@ export type PlannerDecision =
     /** What the model's library warned of (a setting it ignored, say): logged as `model-warning`. */
     warnings?: string[];
   };
-
-/**
- * The one-call answer of planners written before {@link PlannerDecision}:
- * still taken as `{ kind: "tool_calls", calls: [{ name: tool, args }] }` and
- * `{ kind: "done", text: message }`.
- *
- * @deprecated Answer with a {@link PlannerDecision}.
- */
-export type LegacyModelAnswer =
-  | { kind: "tool"; tool: string; args: unknown; usage?: Usage }
-  | { kind: "done"; message: string; usage?: Usage };
-
-/** What a planner's `decide` returns: a {@link PlannerDecision} (or, deprecated, a {@link LegacyModelAnswer}). */
-export type ModelAnswer = PlannerDecision | LegacyModelAnswer;
-
-/** The {@link PlannerDecision} an answer stands for (a legacy answer rewritten; a neutral one as it is). */
-export function plannerDecision(answer: ModelAnswer): PlannerDecision {
-  if (answer.kind === "tool_calls") return answer;
-  if (answer.kind === "done") {
-    return "text" in answer ? answer : { kind: "done", text: answer.message, usage: answer.usage };
-  }
-  return { kind: "tool_calls", calls: [{ name: answer.tool, args: answer.args }], usage: answer.usage };
-}

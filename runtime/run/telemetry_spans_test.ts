@@ -18,7 +18,7 @@ import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { OtelTelemetry } from "./telemetry.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
-import type { ModelAnswer } from "../model/transcript.ts";
+import type { PlannerDecision } from "../model/transcript.ts";
 
 type Attrs = Record<string, unknown>;
 
@@ -82,7 +82,7 @@ function recorder() {
 }
 
 /** A planner answering `answers` in turn (the last one again when they run out). */
-function scripted(answers: ModelAnswer[]): Planner {
+function scripted(answers: PlannerDecision[]): Planner {
   let asked = 0;
   return {
     describe: "script",
@@ -113,7 +113,7 @@ Deno.test("spans and counters read a part's outcome from the rows it left, wheth
     backoffMaxMs: 1,
     horizonMs: 1,
   };
-  const run = (name: string, tools: Tool[], answers: ModelAnswer[]) => {
+  const run = (name: string, tools: Tool[], answers: PlannerDecision[]) => {
     const agent = { name, instructions: "Do it.", tools: [], maxSteps: 10 };
     const deps = workerFor(
       proc,
@@ -122,12 +122,12 @@ Deno.test("spans and counters read a part's outcome from the rows it left, wheth
     return runWorker(deps, `${name}-1`, "goal");
   };
   const usage = { prompt_tokens: 5, completion_tokens: 2 };
-  const answer = (name: string, args: unknown = {}): ModelAnswer => ({
+  const answer = (name: string, args: unknown = {}): PlannerDecision => ({
     kind: "tool_calls",
     calls: [{ name, args: args as never }],
     usage,
   });
-  const done: ModelAnswer = { kind: "done", text: "Done.", usage };
+  const done: PlannerDecision = { kind: "done", text: "Done.", usage };
   const unknown = () => Promise.reject(new ToolError("LOST", "the connection dropped", { transient: true }));
   try {
     await t.step("a keyless call with an unknown outcome, after a refused answer: flagged", async () => {

@@ -19,7 +19,6 @@ import {
   type DecideRequest,
   type ModelParams,
   type PlannerDecision,
-  plannerDecision,
   type TranscriptMessage,
 } from "../model/transcript.ts";
 import { mergeModelParams } from "../model/params.ts";
@@ -184,16 +183,14 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       try {
         answer = await telemetryOf(deps).modelCall(deps.planner.model, async () =>
           callCount(
-            plannerDecision(
-              await deps.planner.decide({
-                ...question,
-                ...(deltas ? { onDelta: deltas.push } : {}),
-                // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
-                get signal() {
-                  return timeout.signal;
-                },
-              }),
-            ),
+            await deps.planner.decide({
+              ...question,
+              ...(deltas ? { onDelta: deltas.push } : {}),
+              // Read only by a planner that uses it: the deadline arms its timer then (see deadline()).
+              get signal() {
+                return timeout.signal;
+              },
+            }),
             deps.maxCallsPerStep,
           ));
       } catch (err) {

@@ -144,20 +144,6 @@ Deno.test("a planner is asked with the neutral transcript and tools, the call id
   assert.equal(asked[1].tools, asked[0].tools, "one array per registry");
 });
 
-Deno.test("a planner answering in the shape before #23 ({ kind: 'tool' }, { kind: 'done', message }) still drives a run", async () => {
-  const { model } = scripted([
-    { kind: "tool", tool: "note", args: { text: "old" }, usage },
-    { kind: "done", message: "Noted the old way." },
-  ]);
-  const { finished, record } = await runWith("legacy", model);
-  assert.equal(finished.output, "Noted the old way.");
-  assert.deepEqual(record.journal.map((j) => j.decision), [
-    { tool: "note", args: { text: "old" } },
-    { done: true, message: "Noted the old way." },
-  ]);
-  assert.deepEqual(record.journal[0].usage, usage);
-});
-
 Deno.test.afterAll(async () => {
   await client.close();
 });

@@ -11,7 +11,7 @@ import type { RetryPolicy } from "../base/retry.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, type Tool, ToolRegistry, type ToolSpec } from "../agent/tools.ts";
-import type { DecideRequest, ModelAnswer } from "../model/transcript.ts";
+import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
 
 // Outages of minutes, driven by a manual clock: a remote (a tool's or the model's) that refuses every
 // request for a while. Each failure is recorded on its row; short waits are slept by the worker, longer
@@ -40,7 +40,7 @@ function planner(clock: ManualClock, upAtMs: number): Planner & { asked: number;
     describe: "script",
     asked: 0,
     seen: [] as DecideRequest[],
-    decide(req: DecideRequest): Promise<ModelAnswer> {
+    decide(req: DecideRequest): Promise<PlannerDecision> {
       p.asked++;
       p.seen.push(req);
       if (clock.now().getTime() < upAtMs) {

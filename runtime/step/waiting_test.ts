@@ -11,13 +11,13 @@ import type { Planner } from "../model/planner.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, idempotencyKeyHeader, type ToolOutcome, ToolRegistry } from "../agent/tools.ts";
-import type { ModelAnswer } from "../model/transcript.ts";
+import type { PlannerDecision } from "../model/transcript.ts";
 
 // Calls whose remote accepted them and finishes later, driven by a manual clock: each worker turn ends
 // with the run asleep, the clock moves, and the next turn asks the remote again under the same key.
 
 /** A planner answering `answers` in turn (the last one again when they run out). */
-function scripted(answers: ModelAnswer[]): { planner: Planner; asked: () => number } {
+function scripted(answers: PlannerDecision[]): { planner: Planner; asked: () => number } {
   let n = 0;
   return {
     planner: {
@@ -29,7 +29,7 @@ function scripted(answers: ModelAnswer[]): { planner: Planner; asked: () => numb
 }
 
 async function world(
-  answers: ModelAnswer[],
+  answers: PlannerDecision[],
   toolOpts: { waitDeadlineMs?: number; jobMs?: number; checkAfterMs?: number } = {},
 ) {
   const clock = new ManualClock();

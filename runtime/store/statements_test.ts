@@ -116,8 +116,8 @@ Deno.test("every statement the runtime sends has a name: a demo run, a resumed o
         decide: async (req) => {
           await world.clock.sleep(5_000, req.signal);
           return req.seq === 0
-            ? { kind: "tool", tool: "note", args: { text: req.runId } }
-            : { kind: "done", message: "noted" };
+            ? { kind: "tool_calls", calls: [{ name: "note", args: { text: req.runId } }] }
+            : { kind: "done", text: "noted" };
         },
       };
       const agent = defineAgent({

@@ -1,8 +1,8 @@
 import type { Planner } from "../model/planner.ts";
-import type { DecideRequest, ModelAnswer } from "../model/transcript.ts";
+import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
 
 /** A planner answering `answers` in turn (the last one again when they run out), recording each request. */
-export function scripted(answers: ModelAnswer[]): { model: Planner; asked: DecideRequest[] } {
+export function scripted(answers: PlannerDecision[]): { model: Planner; asked: DecideRequest[] } {
   const asked: DecideRequest[] = [];
   const model: Planner = {
     describe: "script",
