@@ -25,7 +25,7 @@ const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
   "runtime/step/act.ts act": { lines: 72, why: DEBT },
   "runtime/step/act.ts sendCall": { lines: 129, why: DEBT },
   "runtime/step/act.ts accepted": { lines: 72, why: DEBT },
-  "runtime/step/decide.ts decide": { lines: 239, why: DEBT },
+  "runtime/step/decide.ts decide": { lines: 237, why: DEBT },
   "runtime/host/run_driver.ts runWorker": { lines: 85, why: DEBT },
   "runtime/host/run_driver.ts driveClaimed": { lines: 112, why: DEBT },
   "runtime/mcp/mcp.ts checkOptions": { lines: 89, why: "one check per option, each with its own message" },
