@@ -177,8 +177,6 @@ export interface ParkedConversation {
   effects: Map<number, SideEffectRow>;
   /** Its messages, and the one last answered. */
   conversation: ConversationState;
-  /** Model requests paid for so far. */
-  llmCalls: number;
   /** The step of the last answer: a worker that takes the run again replays it, then takes the next message. */
   seq: number;
 }

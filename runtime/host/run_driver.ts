@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { llmCallsOf, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
 import type { ProcessDeps } from "../run/deps.ts";
 import { valueOf } from "../run/ended.ts";
 import { describeError, FencedError, RuntimeError } from "../base/errors.ts";
@@ -353,7 +353,6 @@ async function driveClaimed(
     goal: run.goal,
     journal: parked?.journal ?? new Map(journal.map((j) => [j.seq, j])),
     effects: parked?.effects ?? new Map(effects.map((e) => [e.seq, e])),
-    llmCalls: parked?.llmCalls ?? journal.reduce((n, j) => n + j.llm_attempts, 0),
     signal: stop.signal,
     budget: run.budget ?? undefined,
     modelParams: run.model_params ?? undefined,
@@ -369,7 +368,7 @@ async function driveClaimed(
     status,
     alreadyClosed: false,
     steps,
-    llmCalls: state.llmCalls,
+    llmCalls: llmCallsOf(state),
     error,
   });
   let seq = parked?.seq ?? 0;
@@ -386,7 +385,7 @@ async function driveClaimed(
       if (stop.signal.aborted) throw stop.signal.reason;
       if (decisions >= deps.maxSteps) {
         const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
-        log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: state.llmCalls });
+        log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: llmCallsOf(state) });
         await closeRun(deps, state, { status: "failed", error });
         return { ...outcome("failed", seq, error), runStatus: "failed" };
       }
@@ -415,7 +414,7 @@ async function endTurn(deps: WorkerDeps, state: RunState, seq: number, end: Turn
     status,
     alreadyClosed: false,
     steps: seq,
-    llmCalls: state.llmCalls,
+    llmCalls: llmCallsOf(state),
     error,
   });
   // Closes the run after a failure; a refused close means another worker has it.
@@ -464,7 +463,7 @@ async function endTurn(deps: WorkerDeps, state: RunState, seq: number, end: Turn
           : "");
       const lost = await close("failed", error);
       if (lost) return lost;
-      log.error("failed", { run: runId, seq, error, llm_calls: state.llmCalls });
+      log.error("failed", { run: runId, seq, error, llm_calls: llmCallsOf(state) });
       return { ...outcome("failed", error), runStatus: "failed" };
     }
   }
@@ -488,7 +487,7 @@ function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number
     status,
     alreadyClosed: false,
     steps: seq,
-    llmCalls: state.llmCalls,
+    llmCalls: llmCallsOf(state),
     error: err.message,
   };
 }

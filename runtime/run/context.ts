@@ -56,8 +56,6 @@ export interface RunState {
   journal: Map<number, JournalRow>;
   /** Tool calls by `seq`. */
   effects: Map<number, SideEffectRow>;
-  /** Model requests paid for across the whole run (sum of `llm_attempts`). */
-  llmCalls: number;
   /** Aborts when this worker must stop (fenced, lease lost, done). */
   signal: AbortSignal;
   /** The run's ceilings, if any. */
@@ -88,6 +86,17 @@ export interface FamilyPlace {
   rootRunId: string;
   /** Its parent; null for the root. */
   parentRunId: string | null;
+}
+
+/**
+ * Model requests paid for across the whole run: the sum of its journal rows'
+ * `llm_attempts`, derived from the rows rather than counted beside them, so
+ * it cannot drift from what the database holds.
+ */
+export function llmCallsOf(state: Pick<RunState, "journal">): number {
+  let n = 0;
+  for (const row of state.journal.values()) n += row.llm_attempts;
+  return n;
 }
 
 /**

@@ -8,7 +8,7 @@
  */
 
 import { deadline } from "../base/clock.ts";
-import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { applyRow, llmCallsOf, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
 import { AbortedError, ModelError, RuntimeError } from "../base/errors.ts";
 import { humanMs, nextTry } from "../base/retry.ts";
@@ -95,7 +95,12 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
   let row = state.journal.get(seq);
   try {
     if (row?.status === "confirmed" && row.decision) {
-      log.info("replayed", { run: runId, seq, ...describeDecision(row.decision), llm_calls: state.llmCalls });
+      log.info("replayed", {
+        run: runId,
+        seq,
+        ...describeDecision(row.decision),
+        llm_calls: llmCallsOf(state),
+      });
       return finished({ decision: row.decision }, { journal: row });
     }
     await crash.hit("before_decide", seq);
@@ -148,8 +153,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       row = current;
       applyRow(state, current);
       const attempt = current.llm_attempts;
-      state.llmCalls += 1;
-      log.info("deciding", { run: runId, seq, attempt, llm_calls: state.llmCalls });
+      log.info("deciding", { run: runId, seq, attempt, llm_calls: llmCallsOf(state) });
       // A refused answer is recorded (it was paid for: its usage and tokens count), and re-asked below the limit.
       const refuse = async (rejection: Rejection, usage: unknown): Promise<void> => {
         row = await reject(deps, state, current, { rejection, attempt, usage, reserve });
@@ -318,7 +322,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
       );
       row = confirmed;
       applyRow(state, confirmed);
-      log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: state.llmCalls });
+      log.info("decided", { run: runId, seq, ...describeDecision(decision), llm_calls: llmCallsOf(state) });
       await crash.hit("after_decide", seq);
       return finished({ decision, checked: calls.length > 0 ? checked : undefined }, { journal: confirmed });
     }
@@ -383,7 +387,7 @@ async function reject(
     code: rejection.code,
     reason: rejection.message,
     attempt,
-    llm_calls: state.llmCalls,
+    llm_calls: llmCallsOf(state),
   });
   return rejected;
 }

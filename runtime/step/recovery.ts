@@ -14,7 +14,7 @@
  * @module
  */
 
-import type { RunState, WorkerDeps } from "../run/context.ts";
+import { llmCallsOf, type RunState, type WorkerDeps } from "../run/context.ts";
 import { valueOf } from "../run/ended.ts";
 import { BlockedError, flag, isAsleep, send } from "./act.ts";
 
@@ -28,7 +28,7 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
 
   const count = <T extends { status: string }>(rows: T[], status: string) =>
     rows.filter((r) => r.status === status).length;
-  const before = state.llmCalls;
+  const before = llmCallsOf(state);
   log.info("recovery", {
     run: runId,
     journal_confirmed: count(journal, "confirmed"),
@@ -95,5 +95,5 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
     });
   }
   if (blocked) throw blocked;
-  log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: state.llmCalls });
+  log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: llmCallsOf(state) });
 }

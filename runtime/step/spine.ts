@@ -23,7 +23,7 @@
  * @module
  */
 
-import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { applyRow, llmCallsOf, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
 import type { TracedStep } from "../run/telemetry.ts";
 import { FencedError, hasCode, ModelError, ToolError } from "../base/errors.ts";
@@ -128,14 +128,13 @@ async function answer(deps: WorkerDeps, state: RunState, seq: number, output: st
         journal: state.journal,
         effects: state.effects,
         conversation: conversing.conversation,
-        llmCalls: state.llmCalls,
         seq,
       }
       : undefined;
     return { kind: "answered", output, status: next, ...(parked ? { parked } : {}) };
   }
   await closeRun(deps, state, { status: "done", error: null, output });
-  deps.log.info("done", { run: state.fence.runId, steps: seq, llm_calls: state.llmCalls, output });
+  deps.log.info("done", { run: state.fence.runId, steps: seq, llm_calls: llmCallsOf(state), output });
   return { kind: "done", output };
 }
 
