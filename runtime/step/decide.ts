@@ -95,12 +95,8 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
   let row = state.journal.get(seq);
   try {
     if (row?.status === "confirmed" && row.decision) {
-      log.info("replayed", {
-        run: runId,
-        seq,
-        ...describeDecision(row.decision),
-        llm_calls: llmCallsOf(state),
-      });
+      const calls = llmCallsOf(state);
+      log.info("replayed", { run: runId, seq, ...describeDecision(row.decision), llm_calls: calls });
       return finished({ decision: row.decision }, { journal: row });
     }
     await crash.hit("before_decide", seq);
