@@ -1,0 +1,141 @@
+/**
+ * What a worker settles after its claim, before its first step, on PGlite:
+ * a call a crash left at `intent` is re-sent under the same key (the remote
+ * that acted answers with what it did), a call whose arguments no longer
+ * parse is flagged rather than re-sent, and a flagged call blocks the run once
+ * the others are settled. A run with no history settles nothing.
+ */
+
+import assert from "node:assert/strict";
+import { z } from "zod";
+import { recover } from "./recovery.ts";
+import { BlockedError } from "./act.ts";
+import { ManualClock } from "../base/clock.ts";
+import { arraySink, Logger } from "../base/log.ts";
+import { type RunState, workerFor } from "../run/context.ts";
+import { agentDeps, processDeps } from "../run/deps.ts";
+import { ToolCallReservation } from "../agent/budget.ts";
+import { defineAgent } from "../agent/agent.ts";
+import { defineTool, type Json, ToolRegistry } from "../agent/tools.ts";
+import { openPglite } from "../store/pglite.ts";
+import { Store } from "../store/store.ts";
+import { claim, effectIntent, writeDecision } from "../../harness/direct_writes.ts";
+import type { Decision } from "../store/rows.ts";
+
+async function setup() {
+  const clock = new ManualClock();
+  const store = new Store(await openPglite());
+  await store.applySchema();
+  const lines: string[] = [];
+  // The remote: keyed, it remembers what it did under each key.
+  const done = new Map<string, string>();
+  const sent: string[] = [];
+  const note = defineTool({
+    name: "note",
+    description: "Saves a note.",
+    args: z.strictObject({ text: z.string() }),
+    run: ({ text }, ctx) => {
+      sent.push(ctx.idempotencyKey);
+      const first = !done.has(ctx.idempotencyKey);
+      if (first) done.set(ctx.idempotencyKey, `note:${text}`);
+      return Promise.resolve({
+        result: done.get(ctx.idempotencyKey)!,
+        remote: first ? "created" : "already_done",
+      });
+    },
+  });
+  const agent = defineAgent({ name: "notes", instructions: "x", tools: [note] });
+  const deps = workerFor(
+    processDeps({ store, clock, log: new Logger({ clock, sink: arraySink(lines) }), owner: "w2" }),
+    agentDeps({
+      agent,
+      planner: { describe: "none", decide: () => Promise.reject(new Error("recovery asks no model")) },
+      tools: new ToolRegistry([note]),
+    }),
+  );
+  /** A run whose decisions and call intents a first worker wrote before it died; claimed again by `w2`. */
+  const crashed = async (runId: string, calls: { seq: number; args: Json }[], decision: Decision) => {
+    await store.createRun({ runId, agent: "notes", goal: "g" }, clock.now());
+    const first = { runId, epoch: (await claim(store, runId, 0, "w1", clock.now()))! };
+    await writeDecision(store, first, 0, { decision }, clock.now());
+    for (const c of calls) {
+      await effectIntent(
+        store,
+        first,
+        { key: `${runId}:${c.seq}`, seq: c.seq, tool: "note", args: c.args },
+        clock.now(),
+      );
+    }
+    const epoch = (await claim(store, runId, first.epoch, "w2", clock.now()))!;
+    const { journal, effects } = await store.loadHistory(runId);
+    const state = {
+      fence: { runId, epoch },
+      goal: "g",
+      journal: new Map(journal.map((j) => [j.seq, j])),
+      effects: new Map(effects.map((e) => [e.seq, e])),
+      signal: new AbortController().signal,
+      reservation: new ToolCallReservation(runId),
+    } as unknown as RunState;
+    return state;
+  };
+  return { deps, store, lines, done, sent, crashed };
+}
+
+Deno.test("recover() re-sends a stranded call under its key, and the remote that acted answers as before", async () => {
+  const { deps, store, lines, done, sent, crashed } = await setup();
+  try {
+    done.set("r1:0", "note:hi"); // the remote acted before the crash; nobody recorded it
+    const state = await crashed("r1", [{ seq: 0, args: { text: "hi" } }], {
+      tool: "note",
+      args: { text: "hi" },
+    });
+    await recover(deps, state);
+    assert.deepEqual(sent, ["r1:0"], "one request, under the same key");
+    const row = await store.getEffect("r1:0");
+    assert.deepEqual([row?.status, row?.result, row?.remote], ["confirmed", "note:hi", "already_done"]);
+    assert.equal(state.effects.get(0)?.status, "confirmed", "the state holds the row the confirm wrote");
+    assert.match(lines.join("\n"), /event=recovery run=r1 .*tools_intent=1/);
+    assert.match(lines.join("\n"), /event=recovered run=r1/);
+  } finally {
+    await store.client.close();
+  }
+});
+
+Deno.test("recover() flags a call whose arguments no longer parse, and the run blocks on it once the rest are settled", async () => {
+  const { deps, store, sent, crashed } = await setup();
+  try {
+    const decision: Decision = {
+      calls: [{ tool: "note", args: { text: 7 } }, { tool: "note", args: { text: "ok" } }],
+    };
+    const state = await crashed(
+      "r2",
+      [{ seq: 0, args: { text: 7 } }, { seq: 1, args: { text: "ok" } }],
+      decision,
+    );
+    await assert.rejects(
+      recover(deps, state),
+      (e: BlockedError) =>
+        e instanceof BlockedError && e.key === "r2:0" && /cannot be re-sent safely/.test(e.message),
+    );
+    assert.deepEqual(sent, ["r2:1"], "the other call is settled first; the bad one is never sent");
+    assert.equal((await store.getEffect("r2:0"))?.status, "flagged");
+    assert.equal((await store.getEffect("r2:1"))?.status, "confirmed");
+  } finally {
+    await store.client.close();
+  }
+});
+
+Deno.test("recover() settles nothing and logs nothing for a run with no history", async () => {
+  const { deps, store, lines } = await setup();
+  try {
+    const state = {
+      fence: { runId: "fresh", epoch: 1 },
+      journal: new Map(),
+      effects: new Map(),
+    } as unknown as RunState;
+    await recover(deps, state);
+    assert.deepEqual(lines, []);
+  } finally {
+    await store.client.close();
+  }
+});
