@@ -236,11 +236,11 @@ export type ToolSpend = Pick<RunSpend, "budget" | "effects">;
 /**
  * The tool requests reserved for a step's calls not yet sent, held against
  * the tool-call ceiling so that a step is never left half sent by its own
- * budget. One per run, changed only through its methods, each of which
- * checks on entry and on exit that the reservation is a whole number of
- * calls, never below zero, and that what the run spent and what it holds
+ * budget. One per run, changed only through its methods. Each checks on
+ * entry (and `reserve` on exit too) that the reservation is a whole number
+ * of calls, never below zero, and that what the run spent and what it holds
  * never pass the ceiling together ({@link invariant}: a broken one stops the
- * run's turn as a bug).
+ * run's turn as a bug); what `take` leaves, its own refusal guarantees.
  */
 export class ToolCallReservation {
   /** The run it belongs to, named by a broken invariant. */
@@ -298,12 +298,6 @@ export class ToolCallReservation {
       const held = this.#held > 0 ? `, ${this.#held} more are reserved for this step's other calls` : "";
       throw new BudgetError(`budget: ${spent} tool requests made${held}, and the ceiling is ${ceiling}`);
     }
-    // The request about to be made is counted once its intent row is applied.
-    invariant(
-      spent + 1 + this.#held <= ceiling,
-      this.runId,
-      () => `${spent} requests made, one about to go and ${this.#held} held pass the ceiling ${ceiling}`,
-    );
   }
 
   /** The step has ended: nothing is held for it any more. */

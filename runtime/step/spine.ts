@@ -108,7 +108,7 @@ export async function runStep(deps: WorkerDeps, state: RunState, at: TracedStep)
     const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
     if (acted.ok) return finished({ kind: "next" }, rows);
     try {
-      if (await sleep(deps, state, seq, acted.error) === "settled-meanwhile") continue;
+      if (await sleep(deps, state, seq, acted.error)) continue;
     } catch (e) {
       return failed(e, rows);
     }
@@ -141,8 +141,8 @@ async function answer(deps: WorkerDeps, state: RunState, seq: number, output: st
 /**
  * After the calls could not all settle: a run whose calls wait on their
  * remotes sleeps until the first is due, holding no worker, unless one of
- * them was settled from outside meanwhile (then the rows are read again and
- * the step goes on: `settled-meanwhile`). A step waiting for a person and,
+ * them was settled from outside meanwhile: then the rows are read again and
+ * it returns true, for the step to go on. A step waiting for a person and,
  * in the same step, on a remote is taken again at the remote's time too.
  */
 async function sleep(
@@ -150,18 +150,18 @@ async function sleep(
   state: RunState,
   seq: number,
   err: unknown,
-): Promise<"asleep" | "settled-meanwhile" | "not-asleep"> {
+): Promise<boolean> {
   if (err instanceof SleepingError) {
     if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now(), err.message)) {
       deps.log.info("sleeping", { run: state.fence.runId, seq, keys: err.keys.join(","), until: err.wakeAt });
-      return "asleep";
+      return false;
     }
     const { effects } = await deps.store.loadHistory(state.fence.runId);
     for (const e of effects) applyRow(state, e);
-    return "settled-meanwhile";
+    return true;
   }
   if (err instanceof WaitingError && err.wakeAt) {
     await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now());
   }
-  return "not-asleep";
+  return false;
 }

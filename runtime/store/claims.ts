@@ -70,6 +70,39 @@ const OPEN_TAKEABLE = (agents: string) =>
 const WOKEN_TAKEABLE = (agents: string) =>
   `status = 'waiting' and wake_at <= $4::timestamptz and agent = any(${agents})
                 and ${NOT_BACKING_OFF}`;
+// The runs a take may claim, up to $5 of each kind: the open ones that match
+// `open` and the woken ones that match `woken`, each kind read through its
+// index in the take's order and locked, skipping those a racing take holds.
+const candidates = (open: string, woken: string) =>
+  `select * from (
+             select run_id, epoch as picked_epoch, owner as previous_owner,
+                    heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
+               from runs
+              where ${open}
+              order by coalesce(heartbeat_at, created_at), run_id
+              limit $5
+                for update skip locked) open_runs
+           union all
+           select * from (
+             select run_id, epoch, owner, heartbeat_at, wake_at
+               from runs
+              where ${woken}
+              order by wake_at, run_id
+              limit $5
+                for update skip locked) woken_runs`;
+// A take's claim of the runs it `picked` (a CTE before it), each counted for
+// progress once: a new epoch, the owner $1, `running`, a fresh heartbeat at $4.
+const CLAIM_PICKED = `counted as (
+         select picked.*, case when picked_epoch = 0 then 0 else ${
+  progressOf("picked.run_id")
+} end as progress
+           from picked)
+       update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
+              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
+              ${claimMarks("counted")}
+         from counted
+        where runs.run_id = counted.run_id
+        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`;
 // The take. Up to $5 runs (the free slots) of the agents $2, and with $6
 // (this host's capacity) no more than its fair share of each agent's work,
 // counted among the workers that can run it:
@@ -166,39 +199,15 @@ export const TAKE_RUNS = statement(
            from pools),
        picked as materialized (
          select pool_runs.* from shares cross join lateral (
-           select * from (
-             select * from (
-               select run_id, epoch as picked_epoch, owner as previous_owner,
-                      heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
-                 from runs
-                where ${OPEN_TAKEABLE("shares.agents")}
-                order by coalesce(heartbeat_at, created_at), run_id
-                limit $5
-                  for update skip locked) open_runs
-             union all
-             select * from (
-               select run_id, epoch, owner, heartbeat_at, wake_at
-                 from runs
-                where ${WOKEN_TAKEABLE("shares.agents")}
-                order by wake_at, run_id
-                limit $5
-                  for update skip locked) woken_runs) candidates
+           select * from (${
+    candidates(OPEN_TAKEABLE("shares.agents"), WOKEN_TAKEABLE("shares.agents"))
+  }) candidates
             order by waited_since, run_id
             limit shares.n) pool_runs
           where shares.n > 0
           order by pool_runs.waited_since, pool_runs.run_id
           limit $5),
-       counted as (
-         select picked.*, case when picked_epoch = 0 then 0 else ${
-    progressOf("picked.run_id")
-  } end as progress
-           from picked)
-       update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
-              ${claimMarks("counted")}
-         from counted
-        where runs.run_id = counted.run_id
-        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`,
+       ${CLAIM_PICKED}`,
 );
 // The take of one family: up to $5 runs of the agents $2 that are the run $6
 // or a run under it (`root_run_id`), by the same rules of what is takeable
@@ -207,34 +216,13 @@ export const TAKE_RUNS = statement(
 export const TAKE_FAMILY = statement(
   "take-family",
   `with picked as materialized (
-         select * from (
-           select * from (
-             select run_id, epoch as picked_epoch, owner as previous_owner,
-                    heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
-               from runs
-              where (run_id = $6 or root_run_id = $6) and ${OPEN_TAKEABLE("$2::text[]")}
-              order by coalesce(heartbeat_at, created_at), run_id
-              limit $5
-                for update skip locked) open_runs
-           union all
-           select * from (
-             select run_id, epoch, owner, heartbeat_at, wake_at
-               from runs
-              where (run_id = $6 or root_run_id = $6) and ${WOKEN_TAKEABLE("$2::text[]")}
-              order by wake_at, run_id
-              limit $5
-                for update skip locked) woken_runs) candidates
+         select * from (${
+    candidates(
+      `(run_id = $6 or root_run_id = $6) and ${OPEN_TAKEABLE("$2::text[]")}`,
+      `(run_id = $6 or root_run_id = $6) and ${WOKEN_TAKEABLE("$2::text[]")}`,
+    )
+  }) candidates
           order by waited_since, run_id
           limit $5),
-       counted as (
-         select picked.*, case when picked_epoch = 0 then 0 else ${
-    progressOf("picked.run_id")
-  } end as progress
-           from picked)
-       update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
-              heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
-              ${claimMarks("counted")}
-         from counted
-        where runs.run_id = counted.run_id
-        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`,
+       ${CLAIM_PICKED}`,
 );
