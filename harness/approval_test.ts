@@ -11,7 +11,7 @@ import { demoTools } from "../examples/provision/tools.ts";
 import { buildTranscript } from "../runtime/step/history.ts";
 import { chatMessages } from "../runtime/model/openai.ts";
 import type { Tool } from "../runtime/agent/tools.ts";
-import { argsHash } from "../runtime/step/act.ts";
+import { argsHash } from "../runtime/step/approvals.ts";
 import { Client } from "../runtime/client/client.ts";
 import { ClientError } from "../runtime/base/errors.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";

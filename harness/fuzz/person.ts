@@ -8,7 +8,7 @@
 
 import { Client } from "../../runtime/client/client.ts";
 import { ClientError } from "../../runtime/base/errors.ts";
-import { argsHash } from "../../runtime/step/act.ts";
+import { argsHash } from "../../runtime/step/approvals.ts";
 import type { ApprovalRow, RunStatus, SideEffectRow } from "../../runtime/store/store.ts";
 import type { Json, ToolRegistry } from "../../runtime/agent/tools.ts";
 import type { RunSnapshot, SimWorld } from "../sim.ts";

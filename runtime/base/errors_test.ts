@@ -14,7 +14,6 @@ import {
   StoreError,
   ToolError,
 } from "./errors.ts";
-import { BlockedError, SleepingError, WaitingError } from "../step/act.ts";
 import { WorkerError } from "../host/run_driver.ts";
 import { ParentClosedError } from "../families/family.ts";
 import { ValueUnstorableError } from "./storable.ts";
@@ -27,9 +26,6 @@ Deno.test("each error class carries a code its list in ERROR_CODES holds, and it
     [new AbortedError("x"), "AbortedError"],
     [new SimulatedKill("after_call", 1), "SimulatedKill"],
     [new BudgetError("x"), "BudgetError"],
-    [new BlockedError("r:1", "x"), "BlockedError"],
-    [new WaitingError([{ key: "r:1", tool: "t" }]), "WaitingError"],
-    [new SleepingError(["r:1"], new Date(0)), "SleepingError"],
     [new WorkerError("r", new Error("x"), "released"), "WorkerError"],
     [new ParentClosedError("r.0", "r", "cancelled"), "ParentClosedError"],
     [new ClientError("RUN_NOT_FOUND", "x"), "ClientError"],

@@ -4,7 +4,7 @@ import { defineAgent } from "../agent/agent.ts";
 import { loadSettings } from "../settings/config.ts";
 import { agentDeps } from "../run/deps.ts";
 import { ConfigError, hasCode } from "./errors.ts";
-import { toolPolicy } from "../step/act.ts";
+import { toolPolicy } from "../step/settle.ts";
 import { backoffMs, DEFAULT_RETRY, humanMs, nextTry, type RetryPolicy } from "./retry.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
 

@@ -310,35 +310,7 @@ async function driveClaimed(
     lease_age_ms: claimed.leaseAgeMs,
   });
 
-  const limit = deps.maxClaimsWithoutProgress;
-  if (stuckClaims(claimed) > limit) {
-    // Its workers keep dying (or being stopped) before they get anywhere: a
-    // poison run. Stop it, with the reason, instead of restarting it forever.
-    // The error its last worker let it go with (releaseAfterError), when one did: the real cause.
-    const last = run.error ? ` The last of them stopped at: ${run.error}.` : "";
-    const error = `stuck: ${stuckClaims(claimed) - 1} workers in a row took this run and made no progress ` +
-      `(no decision or tool call settled); the limit is ${limit}.${last} See the log of its last workers, ` +
-      `then 'deno task reopen ${runId}' to try again`;
-    try {
-      await closeRun(deps, { fence: { runId, epoch }, family: familyOf(run) }, { status: "failed", error });
-    } catch (e) {
-      if (e instanceof FencedError) {
-        log.warn("fenced", { run: runId, epoch, reason: e.message });
-        return { runId, status: "fenced", alreadyClosed: false, steps: 0, llmCalls: 0, error: e.message };
-      }
-      throw e;
-    }
-    log.error("stuck", { run: runId, claims: stuckClaims(claimed), limit });
-    return {
-      runId,
-      status: "failed",
-      runStatus: "failed",
-      alreadyClosed: false,
-      steps: 0,
-      llmCalls: 0,
-      error,
-    };
-  }
+  if (stuckClaims(claimed) > deps.maxClaimsWithoutProgress) return await stopStuck(deps, claimed);
   // A run at epoch 1 was just claimed for the first time (every claim bumps
   // the epoch, from 0 at creation), and every journal and tool-call row is
   // written under a claimed epoch: it has no history, so it is not read (#11:
@@ -358,7 +330,7 @@ async function driveClaimed(
     modelParams: run.model_params ?? undefined,
     reservation: new ToolCallReservation(runId),
     family: familyOf(run),
-    lastWorkerError: run.error ?? undefined,
+    errorAtClaim: run.error ?? undefined,
     conversation: parked
       ? await resumeConversation(deps, runId, parked)
       : await loadConversation(deps, run, epoch === 1),
@@ -376,7 +348,8 @@ async function driveClaimed(
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
     // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
-    if (!parked) await tel.recover(recovery, () => recover(deps, state));
+    const blocked = parked ? undefined : await tel.recover(recovery, () => recover(deps, state));
+    if (blocked) return await endTurn(deps, state, seq, blocked);
     // Bounded by maxSteps: the guard closes the run. A step's decision is at `seq`; its calls own
     // seqs seq .. seq + n - 1 (calls.ts), and the next decision is at seq + n.
     for (let decisions = 0;; decisions++) {
@@ -403,6 +376,34 @@ async function driveClaimed(
     if (end === undefined) throw err;
     return await endTurn(deps, state, seq, end);
   }
+}
+
+/**
+ * A run its workers keep dying on (or being stopped on) before they get
+ * anywhere: a poison run. Closed as failed, with the reason, instead of
+ * restarted forever.
+ */
+async function stopStuck(deps: WorkerDeps, claimed: ClaimedRun): Promise<RunOutcome> {
+  const { log } = deps;
+  const { run, epoch } = claimed;
+  const runId = run.run_id;
+  const limit = deps.maxClaimsWithoutProgress;
+  // The error its last worker let it go with (releaseAfterError), when one did: the real cause.
+  const last = run.error ? ` The last of them stopped at: ${run.error}.` : "";
+  const error = `stuck: ${stuckClaims(claimed) - 1} workers in a row took this run and made no progress ` +
+    `(no decision or tool call settled); the limit is ${limit}.${last} See the log of its last workers, ` +
+    `then 'deno task reopen ${runId}' to try again`;
+  try {
+    await closeRun(deps, { fence: { runId, epoch }, family: familyOf(run) }, { status: "failed", error });
+  } catch (e) {
+    if (e instanceof FencedError) {
+      log.warn("fenced", { run: runId, epoch, reason: e.message });
+      return { runId, status: "fenced", alreadyClosed: false, steps: 0, llmCalls: 0, error: e.message };
+    }
+    throw e;
+  }
+  log.error("stuck", { run: runId, claims: stuckClaims(claimed), limit });
+  return { runId, status: "failed", runStatus: "failed", alreadyClosed: false, steps: 0, llmCalls: 0, error };
 }
 
 /** The worker's turn ends as the step did: the run closed, let go or lost, in one switch over the end. */

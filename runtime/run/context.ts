@@ -71,11 +71,12 @@ export interface RunState {
    */
   family?: FamilyPlace;
   /**
-   * The error the run's last worker let it go with (`runs.error` of a run
-   * still running: kept while claims find no progress), if any: a limit
-   * reached since names it as the likely cause.
+   * The run's `error` column as the claim read it, like its goal: why its
+   * last worker let it go (kept while claims find no progress), if it said.
+   * Read, never written, by the step: a limit reached names it as the likely
+   * cause.
    */
-  lastWorkerError?: string;
+  errorAtClaim?: string;
   /** For a run that converses: its messages, and the one being answered. */
   conversation?: ConversationState;
 }

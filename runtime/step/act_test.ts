@@ -7,7 +7,9 @@
 
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { argsHash, isAsleep, toolPolicy } from "./act.ts";
+import { isAsleep } from "./act.ts";
+import { argsHash } from "./approvals.ts";
+import { toolPolicy } from "./settle.ts";
 import { DEFAULT_RETRY } from "../base/retry.ts";
 import { defineTool } from "../agent/tools.ts";
 import { effectRow } from "../testdata/rows.ts";

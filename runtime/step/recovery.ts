@@ -16,15 +16,29 @@
 
 import { llmCallsOf, type RunState, type WorkerDeps } from "../run/context.ts";
 import { valueOf } from "../run/ended.ts";
-import { BlockedError, flag, isAsleep, send } from "./act.ts";
+import type { SideEffectRow } from "../store/store.ts";
+import { blockedBy, isAsleep } from "./act.ts";
+import { send } from "./send.ts";
+import { flag } from "./settle.ts";
 
-/** Settles every tool call a crash left at `intent`; prints the recovery block when there is history. */
-export async function recover(deps: WorkerDeps, state: RunState): Promise<void> {
+/** The run cannot go on until a person looks at the flagged call `key`. */
+export interface Blocked {
+  kind: "blocked";
+  key: string;
+  reason: string;
+}
+
+/**
+ * Settles every tool call a crash left at `intent`; prints the recovery
+ * block when there is history. Returns the run blocked by its first flagged
+ * call, once every other call has been settled, or undefined when it may go on.
+ */
+export async function recover(deps: WorkerDeps, state: RunState): Promise<Blocked | undefined> {
   const { log } = deps;
   const runId = state.fence.runId;
   const journal = [...state.journal.values()];
   const effects = [...state.effects.values()].sort((a, b) => a.seq - b.seq);
-  if (journal.length === 0 && effects.length === 0) return;
+  if (journal.length === 0 && effects.length === 0) return undefined;
 
   const count = <T extends { status: string }>(rows: T[], status: string) =>
     rows.filter((r) => r.status === status).length;
@@ -41,10 +55,10 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
 
   // Each stranded call is settled on its own; a flagged call (or one flagged now) blocks the run once
   // every other call has been settled, and the first error that stops the worker stops recovery.
-  let blocked: BlockedError | undefined;
+  let blocked: SideEffectRow | undefined;
   for (const row of effects) {
     if (row.status === "flagged") {
-      blocked ??= new BlockedError(row.idempotency_key, row.error ?? "its outcome is unknown");
+      blocked ??= row;
       continue;
     }
     if (row.status !== "intent") continue;
@@ -53,9 +67,7 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
     if (isAsleep(row)) continue;
     const checked = deps.tools.check(row.tool, row.args);
     if (!checked.ok) {
-      const reason = `it cannot be re-sent safely: ${checked.message}`;
-      await flag(deps, state, row, reason);
-      blocked ??= new BlockedError(row.idempotency_key, reason);
+      blocked ??= await flag(deps, state, row, `it cannot be re-sent safely: ${checked.message}`);
       continue;
     }
     // A person who resolved the flag with --retry approved exactly one re-send:
@@ -82,18 +94,18 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<void> 
       tool: row.tool,
       attempts: row.attempts,
     });
-    const sent = await send(deps, state, call);
-    if (!sent.ok && sent.error instanceof BlockedError) {
-      blocked ??= sent.error;
+    const settled = valueOf(await send(deps, state, call));
+    if (settled.status === "flagged") {
+      blocked ??= settled;
       continue;
     }
-    const settled = valueOf(sent);
     log.info("reconciled", {
       run: runId,
       key: row.idempotency_key,
       outcome: settled.status === "confirmed" ? settled.remote : settled.status,
     });
   }
-  if (blocked) throw blocked;
+  if (blocked) return blockedBy(blocked);
   log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: llmCallsOf(state) });
+  return undefined;
 }

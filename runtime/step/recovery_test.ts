@@ -9,7 +9,6 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { recover } from "./recovery.ts";
-import { BlockedError } from "./act.ts";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { type RunState, workerFor } from "../run/context.ts";
@@ -112,10 +111,12 @@ Deno.test("recover() flags a call whose arguments no longer parse, and the run b
       [{ seq: 0, args: { text: 7 } }, { seq: 1, args: { text: "ok" } }],
       decision,
     );
-    await assert.rejects(
-      recover(deps, state),
-      (e: BlockedError) =>
-        e instanceof BlockedError && e.key === "r2:0" && /cannot be re-sent safely/.test(e.message),
+    const blocked = await recover(deps, state);
+    assert.equal(blocked?.kind, "blocked");
+    assert.equal(blocked?.key, "r2:0");
+    assert.match(
+      blocked?.reason ?? "",
+      /r2:0 needs a human: it cannot be re-sent safely: [^]*deno task resolve r2:0/,
     );
     assert.deepEqual(sent, ["r2:1"], "the other call is settled first; the bad one is never sent");
     assert.equal((await store.getEffect("r2:0"))?.status, "flagged");
@@ -133,7 +134,7 @@ Deno.test("recover() settles nothing and logs nothing for a run with no history"
       journal: new Map(),
       effects: new Map(),
     } as unknown as RunState;
-    await recover(deps, state);
+    assert.equal(await recover(deps, state), undefined);
     assert.deepEqual(lines, []);
   } finally {
     await store.client.close();

@@ -15,10 +15,12 @@
  *    the run go until the first is due (`waitRun`), unless one of them was
  *    settled from outside meanwhile: then the step goes on with its rows.
  *
- * However it ends, a step ends in one {@link StepEnd}. The stages still say
- * some ends by throwing (a fence refused, a call waiting for a person, a run
- * failed); {@link stepEnd} is the one place that reads those errors as ends,
- * so the driver switches over one union instead of a ladder of classes.
+ * However it ends, a step ends in one {@link StepEnd}, and each stage in a
+ * value of its own (`DecideEnd`, `ActEnd`): a run that waits, sleeps or is
+ * blocked is an outcome, not an exception. What fails or loses the run (a
+ * fence refused, a model or tool given up on) is carried as the `failed` of
+ * an {@link Ended}; {@link stepEnd} reads those errors as ends, so the driver
+ * switches over one union instead of a ladder of classes.
  *
  * @module
  */
@@ -31,8 +33,8 @@ import { ValueUnstorableError } from "../base/storable.ts";
 import { BudgetError } from "../agent/budget.ts";
 import { closeRun, ParentClosedError } from "../families/family.ts";
 import { afterAnswer, type ConversationState, type ParkedConversation } from "../conversations/turns.ts";
-import { decide, RetryingError } from "./decide.ts";
-import { act, BlockedError, SleepingError, WaitingError } from "./act.ts";
+import { decide } from "./decide.ts";
+import { act, type ActEnd } from "./act.ts";
 
 /** How a step, or the run's turn at it, ended: the one value the run driver reads. */
 export type StepEnd =
@@ -57,20 +59,15 @@ export type StepEnd =
 export type TurnEnd = Exclude<StepEnd, { kind: "next" }>;
 
 /**
- * Reads an error a stage threw as the end it says, or undefined for an error
- * no stage throws on purpose (an agent's code, a statement the database
- * refused): the driver lets the run go with it, for another worker.
+ * Reads an error a stage ended with as the end it says, or undefined for an
+ * error no stage ends with on purpose (an agent's code, a statement the
+ * database refused): the driver lets the run go with it, for another worker.
  */
 export function stepEnd(err: unknown): TurnEnd | undefined {
   if (err instanceof FencedError) return { kind: "fenced", error: err };
-  // The stage that threw these already set the run to waiting and let it go.
-  if (err instanceof WaitingError || err instanceof SleepingError || err instanceof RetryingError) {
-    return { kind: "waiting", reason: err.message };
-  }
   if (err instanceof ParentClosedError) {
     return { kind: "cancelled", ancestor: err.ancestor, reason: err.message };
   }
-  if (err instanceof BlockedError) return { kind: "blocked", key: err.key, reason: err.message };
   // A value the store refused to write (storable.ts) fails the run where it is: no outage, and another
   // worker would meet the same value.
   if (
@@ -85,34 +82,35 @@ export function stepEnd(err: unknown): TurnEnd | undefined {
 /**
  * One step at `at.seq`: its decision, then the run's close or its next
  * message when the model answers, else its tool calls. Ends with the step's
- * {@link StepEnd} and the rows it wrote; an error no stage throws on purpose
- * ends it as `failed` of {@link Ended}, for the driver to read.
+ * {@link StepEnd} and the rows it wrote; an error no stage ends with on
+ * purpose ends it as `failed` of {@link Ended}, for the driver to read.
  */
 export async function runStep(deps: WorkerDeps, state: RunState, at: TracedStep): Promise<Ended<StepEnd>> {
   const tel = telemetryOf(deps);
   const { seq } = at;
   const decided = await tel.decide({ ...at, before: state.journal.get(seq) }, () => decide(deps, state, seq));
   if (!decided.ok) return decided;
-  const { decision, checked } = decided.value;
   const journal = decided.rows.journal;
-  if ("done" in decision) {
+  const d = decided.value;
+  if (d.kind === "retrying") return finished({ kind: "waiting", reason: d.reason }, { journal });
+  if ("done" in d.decision) {
     try {
-      return finished(await answer(deps, state, seq, decision.message), { journal });
+      return finished(await answer(deps, state, seq, d.decision.message), { journal });
     } catch (error) {
       return failed(error, { journal });
     }
   }
   // Bounded: each pass after the first follows a call settled from outside while the run was let go.
   for (;;) {
-    const acted = await tel.act(at, () => act(deps, state, seq, { decision, checked }));
+    const acted = await tel.act(at, () => act(deps, state, seq, d));
     const rows = { journal, effect: acted.rows.effect, effects: acted.rows.effects };
-    if (acted.ok) return finished({ kind: "next" }, rows);
+    if (!acted.ok) return failed(acted.error, rows);
     try {
-      if (await sleep(deps, state, seq, acted.error)) continue;
+      const end = await afterActing(deps, state, seq, acted.value);
+      if (end) return finished(end, rows);
     } catch (e) {
       return failed(e, rows);
     }
-    return failed(acted.error, rows);
   }
 }
 
@@ -139,29 +137,41 @@ async function answer(deps: WorkerDeps, state: RunState, seq: number, output: st
 }
 
 /**
- * After the calls could not all settle: a run whose calls wait on their
- * remotes sleeps until the first is due, holding no worker, unless one of
- * them was settled from outside meanwhile: then the rows are read again and
- * it returns true, for the step to go on. A step waiting for a person and,
- * in the same step, on a remote is taken again at the remote's time too.
+ * The step's end once its calls have gone as far as they go this turn, or
+ * undefined to act again. A run whose calls wait on their remotes sleeps
+ * until the first is due, holding no worker, unless one of them was settled
+ * from outside meanwhile: then the rows are read again and the step goes on.
+ * A step waiting for a person and, in the same step, on a remote is taken
+ * again at the remote's time too.
  */
-async function sleep(
+async function afterActing(
   deps: WorkerDeps,
   state: RunState,
   seq: number,
-  err: unknown,
-): Promise<boolean> {
-  if (err instanceof SleepingError) {
-    if (await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now(), err.message)) {
-      deps.log.info("sleeping", { run: state.fence.runId, seq, keys: err.keys.join(","), until: err.wakeAt });
-      return false;
+  end: ActEnd,
+): Promise<StepEnd | undefined> {
+  switch (end.kind) {
+    case "settled":
+      return { kind: "next" };
+    case "blocked":
+      return end;
+    case "approval":
+      // The approval statement set the run to waiting and let it go.
+      if (end.wakeAt) await deps.store.waitRun(state.fence, end.wakeAt, deps.clock.now());
+      return { kind: "waiting", reason: end.reason };
+    case "asleep": {
+      if (await deps.store.waitRun(state.fence, end.wakeAt, deps.clock.now(), end.reason)) {
+        deps.log.info("sleeping", {
+          run: state.fence.runId,
+          seq,
+          keys: end.keys.join(","),
+          until: end.wakeAt,
+        });
+        return { kind: "waiting", reason: end.reason };
+      }
+      const { effects } = await deps.store.loadHistory(state.fence.runId);
+      for (const e of effects) applyRow(state, e);
+      return undefined;
     }
-    const { effects } = await deps.store.loadHistory(state.fence.runId);
-    for (const e of effects) applyRow(state, e);
-    return true;
   }
-  if (err instanceof WaitingError && err.wakeAt) {
-    await deps.store.waitRun(state.fence, err.wakeAt, deps.clock.now());
-  }
-  return false;
 }

@@ -1,27 +1,22 @@
+/**
+ * The step's ends: an error a stage ends with on purpose is read as one end
+ * of the one union the driver switches over; waits, sleeps and blocks are
+ * not errors at all, so no error reads as them.
+ */
+
 import assert from "node:assert/strict";
 import { stepEnd } from "./spine.ts";
-import { BlockedError, SleepingError, WaitingError } from "./act.ts";
-import { RetryingError } from "./decide.ts";
+import { blockedBy } from "./act.ts";
+import { pendingReason } from "./approvals.ts";
 import { FencedError, ModelError, RuntimeError, ToolError } from "../base/errors.ts";
 import { BudgetError } from "../agent/budget.ts";
 import { ParentClosedError } from "../families/family.ts";
 import { InvariantError } from "../base/assert.ts";
+import { effectRow } from "../testdata/rows.ts";
 
-Deno.test("stepEnd() reads each error a stage throws on purpose as one end, and no other error", () => {
-  const at = new Date("2030-01-01T00:00:00Z");
+Deno.test("stepEnd() reads each error a stage ends with on purpose as one end, and no other error", () => {
   const fenced = new FencedError("FENCED", "another worker holds it");
   assert.deepEqual(stepEnd(fenced), { kind: "fenced", error: fenced });
-  for (
-    const err of [
-      new WaitingError([{ key: "r:0", tool: "pay" }]),
-      new SleepingError(["r:0"], at),
-      new RetryingError(at, "the model is down"),
-    ]
-  ) {
-    assert.deepEqual(stepEnd(err), { kind: "waiting", reason: err.message });
-  }
-  const blocked = new BlockedError("r:1", "no key");
-  assert.deepEqual(stepEnd(blocked), { kind: "blocked", key: "r:1", reason: blocked.message });
   const parent = new ParentClosedError("r.0", "r", "cancelled");
   assert.deepEqual(stepEnd(parent), { kind: "cancelled", ancestor: "r", reason: parent.message });
   for (
@@ -38,4 +33,28 @@ Deno.test("stepEnd() reads each error a stage throws on purpose as one end, and 
   for (const err of [new Error("agent code threw"), new InvariantError("r", "x"), "a string"]) {
     assert.equal(stepEnd(err), undefined);
   }
+});
+
+Deno.test("a flagged call blocks the run with its reason and the commands that resolve it", () => {
+  const row = effectRow("r", 1, { tool: "pay", args: {} }, { status: "flagged", error: "no key" });
+  const end = blockedBy(row);
+  assert.equal(end.kind, "blocked");
+  assert.equal(end.key, "r:1");
+  assert.match(
+    end.reason,
+    /^Tool call r:1 needs a human: no key\. .*'deno task resolve r:1 --result <json>'/,
+  );
+  // A flagged row with no reason recorded still says what is wrong.
+  assert.match(blockedBy({ ...row, error: null }).reason, /its outcome is unknown/);
+});
+
+Deno.test("calls waiting for a person are named, with the commands that answer the first", () => {
+  assert.equal(
+    pendingReason([{ key: "r:0", tool: "pay" }]),
+    "Tool call r:0 (pay) waits for a person: 'deno task approve r:0' or 'deno task deny r:0 --reason TEXT'",
+  );
+  assert.match(
+    pendingReason([{ key: "r:0", tool: "pay" }, { key: "r:1", tool: "ship" }]),
+    /^Tool calls r:0 \(pay\), r:1 \(ship\) wait for a person: 'deno task approve r:0'/,
+  );
 });
