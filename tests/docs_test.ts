@@ -214,12 +214,12 @@ Deno.test("ARCHITECTURE.md names only files and functions that exist, and the ch
   assert.match(markdown, /`step\/decide\.ts` `decide`/, "the walk names the decision's stage");
   assert.deepEqual(
     await architectureProblems(
-      "| `step/` | base | `decide.ts`, `walk.ts` |\n| send | `step/act.ts` `sendCall`, `sendTwice` | x |\n" +
+      "| `step/` | base | `decide.ts`, `walk.ts` |\n| send | `step/send.ts` `sendCall`, `sendTwice` | x |\n" +
         "| close | `step/gone.ts` `f` | x |\n| `nowhere/` | x | `a.ts` |",
     ),
     [
       "step/: runtime/step/walk.ts does not exist",
-      "step/act.ts: declares no sendTwice",
+      "step/send.ts: declares no sendTwice",
       "step/gone.ts: does not exist",
       "nowhere/: no such folder",
     ],

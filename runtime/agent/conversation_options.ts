@@ -80,10 +80,13 @@ export function checkConversation(value: unknown, what: string): ConversationOpt
 export interface ConversationState {
   /** The run's idle limit. */
   idleMs: number;
-  /** Messages by seq (0: the goal), as read at the claim and extended as answers take new ones. */
-  messages: MessageRow[];
+  /**
+   * Messages by seq (0: the goal), as read at the claim and extended as answers take new ones; replaced,
+   * never changed in place (`applyMessages` in run/context.ts).
+   */
+  readonly messages: readonly MessageRow[];
   /** The message being answered: the number of final answers the loop has passed. */
-  turn: number;
+  readonly turn: number;
   /** Values the history hook remembered ({@link HistoryContext.remember}), by key, as read or written. */
   memos: Map<string, Json>;
 }

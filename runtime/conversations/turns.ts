@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { RunState, WorkerDeps } from "../run/context.ts";
+import { applyMessages, type RunState, type WorkerDeps } from "../run/context.ts";
 import type { ConversationState } from "../agent/conversation_options.ts";
 import { FencedError, RuntimeError } from "../base/errors.ts";
 import type { MessageRow } from "../store/conversations.ts";
@@ -83,22 +83,22 @@ export async function afterAnswer(
   }
   // Reads the messages sent since the worker last looked (only those: per answer, one short read).
   const taken = async (): Promise<AfterAnswer> => {
-    const last = conv.messages[conv.messages.length - 1].seq;
-    conv.messages.push(...await store.messagesAfter(state.fence.runId, last));
-    if (conv.messages.length <= k + 1) {
+    const messages = state.conversation.messages;
+    const since = await store.messagesAfter(state.fence.runId, messages[messages.length - 1].seq);
+    if (messages.length + since.length <= k + 1) {
       throw new FencedError(
         "STALLED",
         `Run ${state.fence.runId} counts a message after message ${k} that its messages table does not hold`,
       );
     }
-    conv.turn = k + 1;
+    applyMessages(state, since, k + 1);
     deps.log.info("message-taken", { run: state.fence.runId, message: k + 1, seq: seq + 1 });
     return "next";
   };
   if (message.answer_seq === seq && message.answered_at) {
     // A replay: the answer is recorded. Messages the worker read at its claim come next.
     if (k + 1 < conv.messages.length) {
-      conv.turn = k + 1;
+      applyMessages(state, [], k + 1);
       return "next";
     }
     const now = deps.clock.now();
@@ -121,8 +121,7 @@ export async function afterAnswer(
     idleUntil: new Date(answeredAt.getTime() + conv.idleMs),
   });
   if (!out) throw await deps.store.refusal(state.fence, `answer message ${k}`);
-  message.answer_seq = seq;
-  message.answered_at = answeredAt;
+  applyMessages(state, [{ ...message, answer_seq: seq, answered_at: answeredAt }]);
   if (out.status === "waiting") {
     deps.log.info("answered", {
       run: state.fence.runId,
@@ -181,7 +180,10 @@ export interface ParkedConversation {
   seq: number;
 }
 
-/** A parked conversation taken again: the messages sent since it was let go, read and appended. */
+/**
+ * A parked conversation taken again: the messages sent since it was let go,
+ * read and appended to a copy (the parked one stays as it was let go).
+ */
 export async function resumeConversation(
   deps: Pick<WorkerDeps, "store">,
   runId: string,
@@ -189,8 +191,8 @@ export async function resumeConversation(
 ): Promise<ConversationState> {
   const conv = parked.conversation;
   const last = conv.messages[conv.messages.length - 1].seq;
-  conv.messages.push(...await deps.store.conversations.messagesAfter(runId, last));
-  return conv;
+  const since = await deps.store.conversations.messagesAfter(runId, last);
+  return { ...conv, messages: [...conv.messages, ...since], memos: new Map(conv.memos) };
 }
 
 /** The largest key {@link HistoryContext.remember} takes, in characters. */

@@ -323,8 +323,9 @@ async function driveClaimed(
   const state: RunState = {
     fence: { runId, epoch },
     goal: run.goal,
-    journal: parked?.journal ?? new Map(journal.map((j) => [j.seq, j])),
-    effects: parked?.effects ?? new Map(effects.map((e) => [e.seq, e])),
+    // A parked conversation's rows are copied: the turn taken now never changes what was let go.
+    journal: new Map(parked ? parked.journal : journal.map((j) => [j.seq, j])),
+    effects: new Map(parked ? parked.effects : effects.map((e) => [e.seq, e])),
     signal: stop.signal,
     budget: run.budget ?? undefined,
     modelParams: run.model_params ?? undefined,

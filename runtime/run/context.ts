@@ -19,7 +19,7 @@ import {
   processDeps,
   type ProcessDepsOptions,
 } from "./deps.ts";
-import type { Fence, JournalRow, SideEffectRow } from "../store/store.ts";
+import type { Fence, JournalRow, MessageRow, SideEffectRow } from "../store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
 import type { ModelParams } from "../model/transcript.ts";
 
@@ -128,6 +128,38 @@ export function applyRow(
       } at seq ${row.seq} replaced by one ${row.status}`,
   );
   rows.set(row.seq, row);
+}
+
+/**
+ * Applies message rows a read or a write returned to a conversing run's
+ * state, the way {@link applyRow} applies a step's rows: each replaces the
+ * message at its seq or comes next after the last; `turn`, when given, is
+ * the message now being answered. The conversation is replaced, never
+ * changed in place, so a copy kept elsewhere (a parked conversation) stays
+ * as it was. Asserts that the messages stay numbered 0, 1, 2, ... and that
+ * the turn is one of them.
+ */
+export function applyMessages(
+  state: Pick<RunState, "fence" | "conversation">,
+  rows: readonly MessageRow[],
+  turn?: number,
+): void {
+  const runId = state.fence.runId;
+  const conv = state.conversation;
+  invariant(conv !== undefined, runId, () => "messages applied to a run that does not converse");
+  const messages = [...conv.messages];
+  for (const row of rows) {
+    invariant(row.run_id === runId, runId, () => `a message of run ${row.run_id} applied to its state`);
+    invariant(
+      Number.isInteger(row.seq) && row.seq >= 0 && row.seq <= messages.length,
+      runId,
+      () => `message ${row.seq} applied after ${messages.length} messages`,
+    );
+    messages[row.seq] = row;
+  }
+  const next = turn ?? conv.turn;
+  invariant(next >= 0 && next < messages.length, runId, () => `turn ${next} of ${messages.length} messages`);
+  state.conversation = { ...conv, messages, turn: next };
 }
 
 /** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */
