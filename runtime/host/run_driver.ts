@@ -315,15 +315,14 @@ async function driveClaimed(
   // the epoch, from 0 at creation), and every journal and tool-call row is
   // written under a claimed epoch: it has no history, so it is not read (#11:
   // one statement less for every fresh run). Any later claim reads it back.
-  // A parked conversation (this host let it go after an answer, and nobody took it since) has its rows
-  // in memory: only the messages sent since are read, and it goes on from its last answer.
+  // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory,
+  // copied so this turn never changes what was let go: it reads only the messages sent since.
   const parked = claimed.parked;
   const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state: RunState = {
     fence: { runId, epoch },
     goal: run.goal,
-    // A parked conversation's rows are copied: the turn taken now never changes what was let go.
     journal: new Map(parked ? parked.journal : journal.map((j) => [j.seq, j])),
     effects: new Map(parked ? parked.effects : effects.map((e) => [e.seq, e])),
     signal: stop.signal,
