@@ -21,9 +21,6 @@ const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
     lines: 96,
     why: "one read per setting, in the order of the settings table",
   },
-  "runtime/conversations/turns.ts afterAnswer": { lines: 80, why: DEBT },
-  "runtime/host/run_driver.ts runWorker": { lines: 85, why: DEBT },
-  "runtime/host/run_driver.ts driveClaimed": { lines: 84, why: DEBT },
   "runtime/mcp/mcp.ts checkOptions": { lines: 89, why: "one check per option, each with its own message" },
   "runtime/mcp/mcp.ts toolsOf": { lines: 96, why: DEBT },
   "runtime/mcp/connection.ts McpConnection.#failure": { lines: 112, why: DEBT },
@@ -34,7 +31,6 @@ const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
   },
   "runtime/model/_ai_sdk_wire.ts aiSdkAnswer": { lines: 136, why: "one case per part type of the answer" },
   "runtime/model/openai.ts OpenAIPlanner.decide": { lines: 88, why: DEBT },
-  "runtime/step/recovery.ts recover": { lines: 76, why: DEBT },
   "runtime/agent/tools.ts defineTool": { lines: 85, why: DEBT },
   "runtime/client/watch.ts watchRun": { lines: 122, why: DEBT },
 };

@@ -219,12 +219,21 @@ function failSpan(span: Span, err: unknown): void {
 
 /**
  * Describes on `span` how its work ended: `describe` reads the rows it left,
- * and an error it ended with is recorded as a thrown one would be. Returns
- * `ended` as it came.
+ * and an error it ended with is recorded as a thrown one would be. A tool
+ * call it left flagged (its outcome unknown: a person must look) marks the
+ * span as an error too, with the flag's reason, though nothing was thrown.
+ * Returns `ended` as it came.
  */
 function endedOn<T>(span: Span, ended: Ended<T>, describe: (rows: StepRows) => void): Ended<T> {
   describe(ended.rows);
-  if (!ended.ok) failSpan(span, ended.error);
+  if (!ended.ok) {
+    failSpan(span, ended.error);
+    return ended;
+  }
+  const flagged = [ended.rows.effect, ...(ended.rows.effects ?? [])].find((e) => e?.status === "flagged");
+  if (flagged) {
+    span.setStatus({ code: SpanStatusCode.ERROR, message: `flagged: ${flagged.error ?? "its outcome is unknown"}` });
+  }
   return ended;
 }
 
