@@ -50,21 +50,6 @@ export type { Ended, Failed, Finished, StepRows } from "./ended.ts";
 /** The instrumentation scope's name. */
 export const SCOPE = "agent-runtime";
 
-/**
- * What the span wrappers took of the run before they learned outcomes from
- * what the work returned: the fence, and the rows this worker knows.
- *
- * @deprecated No wrapper takes it now: see {@link TracedStep}.
- */
-export interface TracedState {
-  /** The run and the epoch this worker holds. */
-  fence: Fence;
-  /** Journal rows by seq. */
-  journal: Map<number, JournalRow>;
-  /** Tool calls by seq. */
-  effects: Map<number, SideEffectRow>;
-}
-
 /** A step, as its spans name it. */
 export interface TracedStep {
   /** The run and the epoch this worker holds. */
@@ -232,7 +217,10 @@ function endedOn<T>(span: Span, ended: Ended<T>, describe: (rows: StepRows) => v
   }
   const flagged = [ended.rows.effect, ...(ended.rows.effects ?? [])].find((e) => e?.status === "flagged");
   if (flagged) {
-    span.setStatus({ code: SpanStatusCode.ERROR, message: `flagged: ${flagged.error ?? "its outcome is unknown"}` });
+    span.setStatus({
+      code: SpanStatusCode.ERROR,
+      message: `flagged: ${flagged.error ?? "its outcome is unknown"}`,
+    });
   }
   return ended;
 }
