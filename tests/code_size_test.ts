@@ -25,7 +25,6 @@ const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
     lines: 89,
     why: "one check per option, each with its own message",
   },
-  "runtime/mcp/connection.ts McpConnection.#failure": { lines: 112, why: DEBT },
   "runtime/model/params.ts checkModelParams": { lines: 94, why: "one check per request parameter" },
   "runtime/model/_ai_sdk_stream.ts gatherStream": {
     lines: 110,
@@ -52,7 +51,7 @@ const LONG_FILES: Record<string, { lines: number; why: string }> = {
   "runtime/model/_ai_sdk_wire.ts": { lines: 651, why: "the AI SDK's wire format both ways" },
   "runtime/agent/tools.ts": { lines: 565, why: DEBT },
   "runtime/mcp/connection.ts": {
-    lines: 556,
+    lines: 550,
     why: "debt: connecting, failures and reconnecting in one class",
   },
   "runtime/store/overview.ts": {
