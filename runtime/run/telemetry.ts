@@ -157,13 +157,12 @@ export const NO_TELEMETRY: Telemetry = Object.freeze({
 
 /** True when `OTEL_DENO` turns Deno's OpenTelemetry on (`true` or `1`). */
 export function telemetryEnabled(env?: Record<string, string | undefined>): boolean {
-  let v: string | undefined;
   try {
-    v = env ? env.OTEL_DENO : Deno.env.get("OTEL_DENO");
+    const v = env ? env.OTEL_DENO : Deno.env.get("OTEL_DENO");
+    return v === "true" || v === "1";
   } catch {
     return false; // no env permission: off
   }
-  return v === "true" || v === "1";
 }
 
 /** {@link OtelTelemetry} when `OTEL_DENO` is on, else {@link NO_TELEMETRY}. */
@@ -188,12 +187,8 @@ export function runTraceId(runId: string): string {
 /** The context every span of a run descends from: a remote parent in the run's trace. */
 function runContext(runId: string): Context {
   const traceId = runTraceId(runId);
-  return trace.setSpanContext(ROOT_CONTEXT, {
-    traceId,
-    spanId: traceId.slice(0, 16),
-    traceFlags: TraceFlags.SAMPLED,
-    isRemote: true,
-  });
+  const parent = { traceId, spanId: traceId.slice(0, 16), traceFlags: TraceFlags.SAMPLED, isRemote: true };
+  return trace.setSpanContext(ROOT_CONTEXT, parent);
 }
 
 /** Marks `span` as ended by `err`. */
