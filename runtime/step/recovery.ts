@@ -92,7 +92,7 @@ async function resend(deps: WorkerDeps, state: RunState, row: SideEffectRow): Pr
   };
   const key = row.idempotency_key;
   const call = { key, seq: row.seq, tool: checked.tool, rawArgs: row.args, args: checked.args, resumed };
-  log.info("reconciling", {
+  log.info("resending", {
     run: state.fence.runId,
     seq: row.seq,
     key,
@@ -102,7 +102,7 @@ async function resend(deps: WorkerDeps, state: RunState, row: SideEffectRow): Pr
   const settled = valueOf(await send(deps, state, call));
   if (settled.status !== "flagged") {
     const outcome = settled.status === "confirmed" ? settled.remote : settled.status;
-    log.info("reconciled", { run: state.fence.runId, key, outcome });
+    log.info("resent", { run: state.fence.runId, key, outcome });
   }
   return settled;
 }
