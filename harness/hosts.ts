@@ -10,9 +10,9 @@
  * {@link removeStaleHosts} deletes what a killed earlier run left behind
  * (its pid no longer alive), never what a live process made (another copy of
  * the suite running beside this one), and {@link HostNetwork.close} deletes
- * what this run made, pass or fail. A /24 is picked and put on the bridge
- * under a file lock ({@link SUBNET_LOCK}), so two processes making networks
- * at once never pick the same one. Needs root and the `ip` command
+ * what this run made, pass or fail. Picking a /24 and removing stale hosts
+ * happen under a file lock ({@link HOSTS_LOCK}), so two processes making
+ * networks at once never pick the same one. Needs root and the `ip` command
  * ({@link hostsSkipReason}).
  *
  * @module
@@ -25,15 +25,16 @@ export const HOSTS_PREFIX = "arh";
 /** The /16 the harness takes its /24s from: 10.213.N.0/24. */
 const NET16 = "10.213";
 /**
- * The file locked (`flock`) from the moment a network looks for a free /24
- * until its bridge holds an address on it: without it, two processes making
- * networks at once both see the same /24 free and both take it. The kernel
- * lets go of the lock when its holder dies, so a killed run never leaves it
- * held; the file itself stays (removing a lock file others may be waiting on
- * would let two holders in). In `/tmp`, not `TMPDIR`: the addresses are the
- * machine's, so the lock must be one for every process on it.
+ * The file locked (`flock`) while a network looks for a free /24 until its
+ * bridge holds an address on it, and while stale hosts are removed: without
+ * it, two processes making networks at once both see the same /24 free and
+ * both take it, and two removing the same stale namespace trip over each
+ * other. The kernel lets go of the lock when its holder dies, so a killed run
+ * never leaves it held; the file itself stays (removing a lock file others
+ * may be waiting on would let two holders in). In `/tmp`, not `TMPDIR`: the
+ * addresses are the machine's, so the lock must be one for every process.
  */
-export const SUBNET_LOCK = "/tmp/agent-runtime-hosts.lock";
+export const HOSTS_LOCK = "/tmp/agent-runtime-hosts.lock";
 
 /** Why the host tests cannot run here (not root, no `ip`), or undefined when they can. */
 export function hostsSkipReason(): string | undefined {
@@ -81,10 +82,30 @@ async function ourLinks(): Promise<string[]> {
 
 /**
  * Deletes the namespaces and links an earlier run left behind (their owner
- * pid is gone), killing whatever still runs in those namespaces. Returns
- * what it removed.
+ * pid is gone), killing whatever still runs in those namespaces, holding
+ * {@link HOSTS_LOCK}. Returns what it removed.
  */
-export async function removeStaleHosts(): Promise<string[]> {
+export function removeStaleHosts(): Promise<string[]> {
+  return underHostsLock(removeStale);
+}
+
+/**
+ * Runs `fn` holding {@link HOSTS_LOCK}. Not reentrant: a second open of the
+ * file is a lock of its own, so `fn` must not call this again.
+ */
+async function underHostsLock<T>(fn: () => Promise<T>): Promise<T> {
+  const lock = await Deno.open(HOSTS_LOCK, { create: true, write: true });
+  try {
+    await lock.lock(true);
+    return await fn();
+  } finally {
+    // Closing the file lets go of the lock.
+    lock.close();
+  }
+}
+
+/** {@link removeStaleHosts}, for a caller that holds the lock. */
+async function removeStale(): Promise<string[]> {
   const removed: string[] = [];
   for (const ns of await ourNamespaces()) {
     if (alive(ownerPid(ns)!)) continue;
@@ -187,15 +208,13 @@ export class HostNetwork {
   }
 
   /**
-   * Under {@link SUBNET_LOCK}: removes stale hosts, picks a /24 no interface
+   * Under {@link HOSTS_LOCK}: removes stale hosts, picks a /24 no interface
    * uses and makes the bridge with its `.1` on it, so the next process to
    * look sees the /24 taken. The hosts are named, not yet made.
    */
-  static async #bridged(count: number): Promise<HostNetwork> {
-    const lock = await Deno.open(SUBNET_LOCK, { create: true, write: true });
-    try {
-      await lock.lock(true);
-      await removeStaleHosts();
+  static #bridged(count: number): Promise<HostNetwork> {
+    return underHostsLock(async () => {
+      await removeStale();
       const used = await ip("-4", "-o", "addr", "show");
       const free = Array.from({ length: 250 }, (_, i) => i + 1)
         .find((n) => !used.includes(` ${NET16}.${n}.`));
@@ -218,10 +237,7 @@ export class HostNetwork {
         throw err;
       }
       return net;
-    } finally {
-      // Closing the file lets go of the lock.
-      lock.close();
-    }
+    });
   }
 
   /** Cuts `host` off: the root end of its link goes down, so nothing it sends arrives (nor is answered). */
