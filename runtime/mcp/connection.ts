@@ -34,7 +34,16 @@ import { isTransientStatus } from "../base/http.ts";
 import type { Logger } from "../base/log.ts";
 import { describeBytes, type RefusedMessage, tooLargeOf } from "./limit.ts";
 import { StdioClosedError } from "./stdio.ts";
-import type { Json, ReconcileContext, Reconciliation, ToolContext, ToolOutcome } from "../agent/tools.ts";
+import {
+  couldNotConnect,
+  errorTextOf,
+  fingerprint,
+  mcpErrorText,
+  pause,
+  raced,
+  resultOf,
+} from "./answers.ts";
+import type { ReconcileContext, Reconciliation, ToolContext, ToolOutcome } from "../agent/tools.ts";
 
 /** The `_meta` field of a `tools/call` request that holds the call's idempotency key (see `mcp.ts`). */
 export const IDEMPOTENCY_KEY_META = "agent-runtime/idempotency-key";
@@ -75,8 +84,6 @@ const START_DELAYS_MS = [250, 1_000];
 const MAX_LIST_PAGES = 100;
 /** Calls whose request is known never to have left, remembered at most (the oldest are forgotten). */
 const MAX_UNSENT = 10_000;
-/** The longest text of an `isError` answer kept in the call's error. */
-const MAX_ERROR_TEXT = 4_000;
 /** MCP's JSON-RPC codes that say the server refused the request without acting on it. */
 const REFUSALS: ReadonlySet<number> = new Set([
   ErrorCode.ParseError,
@@ -92,82 +99,6 @@ const ACCEPT_ANY: jsonSchemaValidator = {
     errorMessage: undefined,
   }),
 };
-
-/** Waits `ms` (real time: a process is starting), or until `signal` aborts. */
-function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", stop);
-      resolve();
-    }, ms);
-    const stop = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    signal?.addEventListener("abort", stop, { once: true });
-  });
-}
-
-/** `p`, or the reason `signal` aborts with, whichever comes first. */
-function raced<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (!signal) return p;
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const abort = () => reject(signal.reason);
-    signal.addEventListener("abort", abort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
-  });
-}
-
-/**
- * True when `err` says a connection was never made (refused, no such host):
- * nothing was sent. Read from the error's text, as `fetch` gives nothing
- * better; anything else counts as a request that may have gone out.
- */
-function couldNotConnect(err: unknown): boolean {
-  const refused = /connection refused|ECONNREFUSED|tcp connect error|dns error|failed to lookup address/i;
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    if (refused.test(e.message)) return true;
-  }
-  return false;
-}
-
-/** A result the model is shown: the structured content, else the text, else the content as it came. */
-function resultOf(r: CallToolResult): Json {
-  if (r.structuredContent !== undefined) return r.structuredContent as Json;
-  const content: readonly { type: string; text?: string }[] = r.content ?? [];
-  if (content.length > 0 && content.every((c) => c.type === "text")) {
-    return content.map((c) => c.text ?? "").join("\n");
-  }
-  return content as unknown as Json;
-}
-
-/**
- * An MCP error's text, its code said once: the SDK puts `MCP error <code>: `
- * before the message, and a server that threw an `McpError` sent a message
- * that already began so, which the client wrapped again.
- */
-function mcpErrorText(err: McpError): string {
-  const prefix = /^MCP error -?\d+: /;
-  let text = err.message;
-  while (prefix.test(text)) text = text.replace(prefix, "");
-  return `MCP error ${err.code}: ${text}`;
-}
-
-/** The text of an `isError` answer, as the call's error. */
-function errorTextOf(r: CallToolResult): string {
-  const content: readonly { type: string; text?: string }[] = r.content ?? [];
-  const text = content.length > 0 && content.every((c) => c.type === "text")
-    ? content.map((c) => c.text ?? "").join("\n")
-    : JSON.stringify(r.structuredContent ?? content);
-  return text.length > MAX_ERROR_TEXT ? `${text.slice(0, MAX_ERROR_TEXT)}...` : text;
-}
-
-/** What a list says of each tool, to tell a changed tool from an unchanged one. */
-function fingerprint(t: ListedTool): string {
-  return JSON.stringify([t.inputSchema, t.annotations ?? null]);
-}
 
 /**
  * One process's connection to one server: connected when the tools are
