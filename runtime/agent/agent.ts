@@ -133,7 +133,7 @@ export interface AgentSpec<I = string> {
   retry?: Partial<RetryPolicy>;
   /**
    * Makes each run a conversation: after each final answer it waits (holding
-   * no worker slot) for the next message a person sends (`client.send`), up to
+   * no worker slot) for the next message a person sends (`client.conversations.send`), up to
    * `idleMs`; `history` may trim what is sent to the model.
    */
   conversation?: ConversationOptions;
