@@ -77,8 +77,8 @@ export {
   type AgentModel,
   type AgentSpec,
   defineAgent,
-  type ModelEndpoint,
 } from "./runtime/agent/agent.ts";
+export type { ModelEndpoint } from "./runtime/model/endpoint.ts";
 export { type AgentTool, agentTool, type AgentToolOptions } from "./runtime/agent/agent_tool.ts";
 export {
   type ArgsSchema,

@@ -16,7 +16,7 @@ import { type Agent, type AgentContext, checkInput, prepareAgent } from "../agen
 import { withChildAgents } from "../agent/agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget } from "../agent/budget.ts";
 import { checkModelParams } from "../model/params.ts";
-import { endpointPlanner } from "./model_endpoint.ts";
+import { endpointPlanner } from "../model/endpoint.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import { type Clock, SystemClock } from "../base/clock.ts";
 import { ClientError } from "../base/errors.ts";
@@ -200,7 +200,7 @@ export class Client {
    * client's database and drives them until {@link WorkerHost.stop}. An agent
    * that names an endpoint (or nothing) is given an OpenAI-compatible client
    * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`, by the rule
-   * of `model_endpoint.ts` (what the agent names wins). The agents
+   * of `model/endpoint.ts` (what the agent names wins). The agents
    * their tools start runs of (`agentTool`) are hosted with them.
    */
   async startWorker(
