@@ -248,7 +248,12 @@ pgTest(
     const agent = payAgent(sent);
     const workerStore = new SlowReader(await openPostgres(pg.url));
     const person = new Client(pg.store);
-    const worker = await new Client(workerStore).startWorker([agent], { pollMs: 20, log: quiet });
+    // Group commit off: a grouped store is a new Store over the same driver, without SlowReader's hook.
+    const worker = await new Client(workerStore).startWorker([agent], {
+      pollMs: 20,
+      log: quiet,
+      groupCommitMs: 0,
+    });
     try {
       await reopenedWhileWaiting(person, agent, "slow-1");
       // The worker has read the request (pending); the person approves on another connection before it acts.
@@ -277,9 +282,11 @@ pgTest(
     const workerStore = new SlowReader(await openPostgres(named(pg.url, tag)));
     const person = new Client(new Store(await openPostgres(named(pg.url, tag))));
     const holder = postgres(pg.url, { max: 1, onnotice: () => {} });
-    // No heartbeat while the lock is held: only the two statements under test queue on it.
+    // No heartbeat while the lock is held: only the two statements under test queue on it. Group commit off:
+    // a grouped store is a new Store over the same driver, without SlowReader's hook.
     const worker = await new Client(workerStore).startWorker([agent], {
       pollMs: 20,
+      groupCommitMs: 0,
       log: quiet,
       heartbeatMs: 600_000,
       leaseMs: 1_200_000,

@@ -20,6 +20,7 @@ import { endpointPlanner } from "../model/endpoint.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import { type Clock, SystemClock } from "../base/clock.ts";
 import { ClientError } from "../base/errors.ts";
+import { DEFAULTS } from "../base/defaults.ts";
 import { WorkerHost, type WorkerOptions } from "../host/host.ts";
 import { openStore } from "../store/open.ts";
 import { openPglite } from "../store/pglite.ts";
@@ -216,7 +217,7 @@ export class Client {
     // The host's log is the tools' too (an MCP server's tool list changing is reported in it).
     const ctx: AgentContext = {
       env: readEnv(),
-      dataDir: ".data",
+      dataDir: DEFAULTS.dataDir,
       embedded: true,
       log: hostOpts.log,
       ...context,
@@ -224,9 +225,10 @@ export class Client {
     const prepare = (a: Agent) => prepareAgent(a, ctx, (e) => endpointPlanner(a, e, ctx.env));
     // The agents these agents call (agentTool) are hosted too: a child run is driven where its parent is.
     const prepared = await withChildAgents(await Promise.all(agents.map(prepare)), prepare);
+    // Every setting the host's own default (DEFAULTS, as the commands'): a run this client makes takeable
+    // wakes the host at once (#wakeHosts), so an in-process host has no need of a shorter poll.
     const host = new WorkerHost({
       clock: this.clock,
-      pollMs: 200,
       ...hostOpts,
       store: this.store,
       agents: prepared,
@@ -256,7 +258,7 @@ export class Client {
 export async function connect(opts: ConnectOptions = {}): Promise<Client> {
   let store: Store;
   if (opts.databaseUrl || opts.dataDir) {
-    store = await openStore({ databaseUrl: opts.databaseUrl, dataDir: opts.dataDir ?? ".data" }, {
+    store = await openStore({ databaseUrl: opts.databaseUrl, dataDir: opts.dataDir ?? DEFAULTS.dataDir }, {
       max: opts.poolSize ?? 4,
     });
   } else {

@@ -389,7 +389,7 @@ Deno.test("a conversation that fails keeps its history: its error and a send bot
       assert.equal(err.code, "CONVERSATION_ENDED");
       assert.match(
         err.message,
-        /it is failed \(TOOL_GAVE_UP: .*\); 'deno task reopen cf' \(client\.reopen\) takes it up again with its history, then send again$/,
+        /it is failed \(TOOL_GAVE_UP: .*\); 'deno task reopen cf' \(client\.operators\.reopen\) takes it up again with its history, then send again$/,
       );
       return true;
     },
