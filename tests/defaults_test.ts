@@ -179,6 +179,16 @@ Deno.test("the settings table at the head of config.ts states the defaults the c
  */
 const SENTENCES: { file: string; says: RegExp; value: number }[] = [
   { file: "README.md", says: /at most `TOOL_CONCURRENCY`, (\d+)\)/g, value: DEFAULTS.toolConcurrency },
+  {
+    file: "README.md",
+    says: /fenced on its own epoch \(`GROUP_COMMIT_MS=(\d+)`\)/g,
+    value: DEFAULTS.groupCommitMs,
+  },
+  {
+    file: "docs/operating.md",
+    says: /# on by default: GROUP_COMMIT_MS=(\d+)/g,
+    value: DEFAULTS.groupCommitMs,
+  },
   { file: "docs/agents.md", says: /`maxCallsPerStep` \(default (\d+)/g, value: DEFAULTS.maxCallsPerStep },
   { file: "docs/agents.md", says: /`toolConcurrency` \(default (\d+)/g, value: DEFAULTS.toolConcurrency },
   { file: "docs/operating.md", says: /\(0 to 100, default (\d+);/g, value: DEFAULTS.groupCommitMs },

@@ -202,7 +202,11 @@ export class Client {
    * that names an endpoint (or nothing) is given an OpenAI-compatible client
    * from the endpoint and `MODEL_URL`, `MODEL`, `MODEL_API_KEY`, by the rule
    * of `model/endpoint.ts` (what the agent names wins). The agents
-   * their tools start runs of (`agentTool`) are hosted with them.
+   * their tools start runs of (`agentTool`) are hosted with them. Every
+   * option left unset is the `worker` command's default (`DEFAULTS`: a 3 s
+   * poll, group commit on; `groupCommitMs: 0` turns it off); a run this
+   * client makes takeable (started, reopened, resolved, settled, answered,
+   * sent a message) is taken at once, not at the next poll.
    */
   async startWorker(
     agents: Agent[],
