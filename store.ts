@@ -154,9 +154,6 @@ export { PAYLOAD_TEXT_MAX, StreamChannel } from "./runtime/store/notify.ts";
 export {
   decodeDelta,
   type Delta,
-  DELTA_BATCH_MS,
-  DeltaPublisher,
-  type DeltaPublisherOptions,
   encodeDelta,
   type FollowedRun,
   STREAM_END_STATUSES,
@@ -164,4 +161,5 @@ export {
   StreamFollower,
   type TextGap,
 } from "./runtime/run/stream.ts";
+export { DELTA_BATCH_MS, DeltaPublisher, type DeltaPublisherOptions } from "./runtime/run/deltas.ts";
 export { type WatchOptions, watchRun } from "./runtime/client/watch.ts";

@@ -14,7 +14,7 @@
 export { type Clock, ManualClock, SystemClock } from "./runtime/base/clock.ts";
 export { CRASH_POINTS, type CrashPoint } from "./runtime/base/crashpoints.ts";
 export type { CrashPlan, KillPoint } from "./runtime/base/crashpoints.ts";
-export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/host/run_driver.ts";
+export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/host/outcome.ts";
 export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
 export {
   type Charge,

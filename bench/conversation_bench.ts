@@ -37,7 +37,7 @@ import { Client } from "../runtime/client/client.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
-import type { RunOutcome } from "../runtime/host/run_driver.ts";
+import type { RunOutcome } from "../runtime/host/outcome.ts";
 import type { Planner } from "../runtime/model/planner.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";

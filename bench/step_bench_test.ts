@@ -52,13 +52,14 @@ Deno.test("bench: the PGlite rows run, the replayed row sends the runtime's 17 s
   // Each runtime row against the whole-run floor, steps/s and CPU/step.
   assert.match(
     lines.find((l) => l.includes("against pglite 1 raw SQL, whole run")) ?? "",
-    /runtime SQL, replayed \d\.\d\d \(\d\.\d\d\), runtime, no wire \d\.\d\d \(\d\.\d\d\)/,
+    // Any ratio the machine gives: a busy machine's CPU ratio can pass 10.
+    /runtime SQL, replayed \d+\.\d\d \(\d+\.\d\d\), runtime, no wire \d+\.\d\d \(\d+\.\d\d\)/,
   );
   // --turns: each turn's ratios, then per row the median of them.
   assert.equal(lines.filter((l) => /^ {2}turn \d+: .* steps\/s; x raw [\d.]+ \/ /.test(l)).length, 2);
   assert.match(
     lines.find((l) => l.includes("pglite 1 runtime, no wire: x raw turn by turn")) ?? "",
-    /median \d\.\d\d \(\d\.\d\d-\d\.\d\d\)/,
+    /median \d+\.\d\d \(\d+\.\d\d-\d+\.\d\d\)/,
   );
 });
 

@@ -27,7 +27,8 @@ import { CRASH_POINTS, CrashPoints } from "../runtime/base/crashpoints.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/base/errors.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
-import { exitCodeOf, runWorker, WorkerError } from "../runtime/host/run_driver.ts";
+import { runWorker, WorkerError } from "../runtime/host/run_driver.ts";
+import { exitCodeOf } from "../runtime/host/outcome.ts";
 import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
 

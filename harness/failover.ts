@@ -83,11 +83,16 @@ export interface FailoverOptions {
   readyTimeoutMs?: number;
 }
 
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
+/**
+ * `count` free TCP ports on 127.0.0.1, all different: each is held until
+ * every one is picked (picked and let go one by one, the second may be the
+ * first again).
+ */
+function freePorts(count: number): number[] {
+  const held = Array.from({ length: count }, () => Deno.listen({ hostname: "127.0.0.1", port: 0 }));
+  const ports = held.map((l) => (l.addr as Deno.NetAddr).port);
+  for (const l of held) l.close();
+  return ports;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -182,7 +187,7 @@ export class FailoverCluster {
     const dir = await Deno.makeTempDir({ prefix: "failover-" });
     await Deno.chmod(dir, 0o755);
     await chown(dir);
-    const [pm, p1, p2] = [freePort(), freePort(), freePort()];
+    const [pm, p1, p2] = freePorts(3);
     const cluster = new FailoverCluster(
       dir,
       { name: "monitor", port: pm, pgdata: `${dir}/monitor` },

@@ -8,8 +8,12 @@
  *
  * Everything carries the creating process's pid in its name (`arh<pid>...`):
  * {@link removeStaleHosts} deletes what a killed earlier run left behind
- * (its pid no longer alive), and {@link HostNetwork.close} deletes what this
- * run made, pass or fail. Needs root and the `ip` command ({@link hostsSkipReason}).
+ * (its pid no longer alive), never what a live process made (another copy of
+ * the suite running beside this one), and {@link HostNetwork.close} deletes
+ * what this run made, pass or fail. Picking a /24 and removing stale hosts
+ * happen under a file lock ({@link HOSTS_LOCK}), so two processes making
+ * networks at once never pick the same one. Needs root and the `ip` command
+ * ({@link hostsSkipReason}).
  *
  * @module
  */
@@ -20,6 +24,17 @@ import { alive, Proc } from "./procs.ts";
 export const HOSTS_PREFIX = "arh";
 /** The /16 the harness takes its /24s from: 10.213.N.0/24. */
 const NET16 = "10.213";
+/**
+ * The file locked (`flock`) while a network looks for a free /24 until its
+ * bridge holds an address on it, and while stale hosts are removed: without
+ * it, two processes making networks at once both see the same /24 free and
+ * both take it, and two removing the same stale namespace trip over each
+ * other. The kernel lets go of the lock when its holder dies, so a killed run
+ * never leaves it held; the file itself stays (removing a lock file others
+ * may be waiting on would let two holders in). In `/tmp`, not `TMPDIR`: the
+ * addresses are the machine's, so the lock must be one for every process.
+ */
+export const HOSTS_LOCK = "/tmp/agent-runtime-hosts.lock";
 
 /** Why the host tests cannot run here (not root, no `ip`), or undefined when they can. */
 export function hostsSkipReason(): string | undefined {
@@ -67,10 +82,30 @@ async function ourLinks(): Promise<string[]> {
 
 /**
  * Deletes the namespaces and links an earlier run left behind (their owner
- * pid is gone), killing whatever still runs in those namespaces. Returns
- * what it removed.
+ * pid is gone), killing whatever still runs in those namespaces, holding
+ * {@link HOSTS_LOCK}. Returns what it removed.
  */
-export async function removeStaleHosts(): Promise<string[]> {
+export function removeStaleHosts(): Promise<string[]> {
+  return underHostsLock(removeStale);
+}
+
+/**
+ * Runs `fn` holding {@link HOSTS_LOCK}. Not reentrant: a second open of the
+ * file is a lock of its own, so `fn` must not call this again.
+ */
+async function underHostsLock<T>(fn: () => Promise<T>): Promise<T> {
+  const lock = await Deno.open(HOSTS_LOCK, { create: true, write: true });
+  try {
+    await lock.lock(true);
+    return await fn();
+  } finally {
+    // Closing the file lets go of the lock.
+    lock.close();
+  }
+}
+
+/** {@link removeStaleHosts}, for a caller that holds the lock. */
+async function removeStale(): Promise<string[]> {
   const removed: string[] = [];
   for (const ns of await ourNamespaces()) {
     if (alive(ownerPid(ns)!)) continue;
@@ -152,31 +187,15 @@ export class HostNetwork {
     }
     const reason = hostsSkipReason();
     if (reason) throw new Error(`Cannot make hosts: ${reason}`);
-    await removeStaleHosts();
-    const used = await ip("-4", "-o", "addr", "show");
-    const free = Array.from({ length: 250 }, (_, i) => i + 1)
-      .find((n) => !used.includes(` ${NET16}.${n}.`));
-    if (free === undefined) throw new Error(`Cannot make hosts: every ${NET16}.N.0/24 is in use`);
-    const base = `${NET16}.${free}`;
+    const net = await HostNetwork.#bridged(opts.hosts);
     const tag = `${HOSTS_PREFIX}${Deno.pid}`;
-    const bridge = `${tag}b`;
-    const hosts: Host[] = Array.from({ length: opts.hosts }, (_, i) => ({
-      index: i,
-      netns: `${tag}-${i}`,
-      address: `${base}.${10 + i}`,
-      rootLink: `${tag}v${i}`,
-    }));
-    const net = new HostNetwork(hosts, bridge, `${base}.1`, `${base}.0/24`);
     try {
-      await ip("link", "add", bridge, "type", "bridge");
-      await ip("addr", "add", `${net.rootAddress}/24`, "dev", bridge);
-      await ip("link", "set", bridge, "up");
-      for (const h of hosts) {
+      for (const h of net.hosts) {
         const inner = `${tag}i${h.index}`;
         await ip("netns", "add", h.netns);
         await ip("link", "add", h.rootLink, "type", "veth", "peer", "name", inner);
         await ip("link", "set", inner, "netns", h.netns);
-        await ip("link", "set", h.rootLink, "master", bridge, "up");
+        await ip("link", "set", h.rootLink, "master", net.bridge, "up");
         await ip("-n", h.netns, "link", "set", "lo", "up");
         await ip("-n", h.netns, "addr", "add", `${h.address}/24`, "dev", inner);
         await ip("-n", h.netns, "link", "set", inner, "up");
@@ -186,6 +205,39 @@ export class HostNetwork {
       throw err;
     }
     return net;
+  }
+
+  /**
+   * Under {@link HOSTS_LOCK}: removes stale hosts, picks a /24 no interface
+   * uses and makes the bridge with its `.1` on it, so the next process to
+   * look sees the /24 taken. The hosts are named, not yet made.
+   */
+  static #bridged(count: number): Promise<HostNetwork> {
+    return underHostsLock(async () => {
+      await removeStale();
+      const used = await ip("-4", "-o", "addr", "show");
+      const free = Array.from({ length: 250 }, (_, i) => i + 1)
+        .find((n) => !used.includes(` ${NET16}.${n}.`));
+      if (free === undefined) throw new Error(`Cannot make hosts: every ${NET16}.N.0/24 is in use`);
+      const base = `${NET16}.${free}`;
+      const tag = `${HOSTS_PREFIX}${Deno.pid}`;
+      const hosts: Host[] = Array.from({ length: count }, (_, i) => ({
+        index: i,
+        netns: `${tag}-${i}`,
+        address: `${base}.${10 + i}`,
+        rootLink: `${tag}v${i}`,
+      }));
+      const net = new HostNetwork(hosts, `${tag}b`, `${base}.1`, `${base}.0/24`);
+      try {
+        await ip("link", "add", net.bridge, "type", "bridge");
+        await ip("addr", "add", `${net.rootAddress}/24`, "dev", net.bridge);
+        await ip("link", "set", net.bridge, "up");
+      } catch (err) {
+        await net.close();
+        throw err;
+      }
+      return net;
+    });
   }
 
   /** Cuts `host` off: the root end of its link goes down, so nothing it sends arrives (nor is answered). */

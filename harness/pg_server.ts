@@ -118,15 +118,15 @@ export async function startPgServer(
       `${data}/pg_hba.conf`,
       ["local all all trust", ...(opts.hba ?? []), `host all all ${opts.trustCidr} trust`, ""].join("\n"),
     );
-    const port = freePort(opts.listen);
-    const settings = [
-      `-c listen_addresses=${opts.listen}`,
-      `-p ${port}`,
-      `-k ${dir}`,
-      "-c fsync=off",
-      "-c max_connections=200",
-    ].join(" ");
+    let port = 0;
     const start = async () => {
+      const settings = [
+        `-c listen_addresses=${opts.listen}`,
+        `-p ${port}`,
+        `-k ${dir}`,
+        "-c fsync=off",
+        "-c max_connections=200",
+      ].join(" ");
       await asPostgres([
         `${bin}/pg_ctl`,
         "-D",
@@ -144,12 +144,29 @@ export async function startPgServer(
       await asPostgres([`${bin}/pg_ctl`, "-D", data, "-m", mode, "-w", "stop"]);
       started = false;
     };
-    await start();
+    // The port was free when picked, but another process (another copy of the suite) may bind it before
+    // the server does: then the server's log says so, and another port is tried. Bounded: five picks.
+    for (let pick = 1;; pick++) {
+      port = freePort(opts.listen);
+      const logged = await logSize(`${dir}/server.log`);
+      try {
+        await start();
+        break;
+      } catch (err) {
+        const log = await Deno.readTextFile(`${dir}/server.log`).catch(() => "");
+        if (pick >= 5 || !log.slice(logged).includes("Address already in use")) throw err;
+      }
+    }
     return { url: `postgres://postgres@${opts.listen}:${port}/postgres`, dir, stop, start, close };
   } catch (err) {
     await close();
     throw err;
   }
+}
+
+/** The length of the file at `path` in characters (0 when there is none yet). */
+async function logSize(path: string): Promise<number> {
+  return (await Deno.readTextFile(path).catch(() => "")).length;
 }
 
 async function chown(path: string, user: string): Promise<void> {

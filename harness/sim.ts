@@ -33,7 +33,8 @@ import {
   SimulatedKill,
 } from "../runtime/base/crashpoints.ts";
 import { Logger } from "../runtime/base/log.ts";
-import { type RunOutcome, runWorker } from "../runtime/host/run_driver.ts";
+import { runWorker } from "../runtime/host/run_driver.ts";
+import type { RunOutcome } from "../runtime/host/outcome.ts";
 import { type FetchLike, OpenAIPlanner, type Planner } from "../runtime/model/planner.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
 import {

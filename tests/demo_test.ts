@@ -62,7 +62,7 @@ async function proveAfterCall(env: Record<string, string>, run: string, created:
   assertDone(second, run);
   const confirmed0 = events(second, "confirmed").find((l) => l.includes("seq=0"));
   assert.match(confirmed0 ?? "", new RegExp(`key=${run}:0 result=i-\\d+ remote=already_done`));
-  assert.match(events(second, "reconciled")[0] ?? "", /key=\S+:0 outcome=already_done/);
+  assert.match(events(second, "resent")[0] ?? "", /key=\S+:0 outcome=already_done/);
   assert.equal(await created(), 3, "one resource per key");
 }
 

@@ -21,7 +21,7 @@ import { defineAgent } from "../runtime/agent/agent.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { FencedError } from "../runtime/base/errors.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
-import type { RunOutcome } from "../runtime/host/run_driver.ts";
+import type { RunOutcome } from "../runtime/host/outcome.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
 import type { DecideRequest, Planner, PlannerDecision } from "../runtime/model/planner.ts";
 import { CountingClient } from "../runtime/store/counting.ts";

@@ -38,7 +38,7 @@ Deno.test("every line of a real run, its crash and its restart, parses as strict
       assert.match(fields.level, /^(debug|info|warn|error)$/, line);
       events.add(fields.event);
     }
-    for (const event of ["claimed", "decided", "intent", "confirmed", "crash", "reconciled", "done"]) {
+    for (const event of ["claimed", "decided", "intent", "confirmed", "crash", "resent", "done"]) {
       assert.ok(events.has(event), `an event=${event} line: ${[...events].join(",")}`);
     }
     const crash = lines.map(parseLogfmt).find((f) => f?.event === "crash");

@@ -287,7 +287,11 @@ async function assertSupervised(
 /**
  * A registry holding one version of this package, as JSR serves it to Deno:
  * the package's versions, the version's manifest (each file's checksum) and
- * exports, and the files, exactly `files`.
+ * exports, and the files, exactly `files`. Served under a path of its own
+ * (`http://127.0.0.1:PORT/<random>/`): Deno keeps what it downloads by URL
+ * in a cache every checkout on the machine shares, and a port is used again
+ * sooner or later, so without the path a run could be given the files an
+ * earlier run (another checkout, another commit) served at that port.
  */
 async function serveRegistry(files: string[]): Promise<{ url: string; close(): Promise<void> }> {
   const config = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
@@ -302,7 +306,8 @@ async function serveRegistry(files: string[]): Promise<{ url: string; close(): P
     manifest[`/${file}`] = { size: bytes.length, checksum: `sha256-${hex}` };
     bodies.set(file, bytes);
   }
-  const base = `/@${scope}/${name}/`;
+  const root = `/${crypto.randomUUID()}/`;
+  const base = `${root}@${scope}/${name}/`;
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
     const path = new URL(req.url).pathname;
     if (path === `${base}meta.json`) {
@@ -314,7 +319,7 @@ async function serveRegistry(files: string[]): Promise<{ url: string; close(): P
       : undefined;
     return body ? new Response(body) : new Response("not found", { status: 404 });
   });
-  return { url: `http://127.0.0.1:${server.addr.port}/`, close: () => server.shutdown() };
+  return { url: `http://127.0.0.1:${server.addr.port}${root}`, close: () => server.shutdown() };
 }
 
 Deno.test("the README's lines on a project of its own are the page's: the links, the import, the run task", () => {

@@ -92,7 +92,7 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
       assert.equal(cloud.requests().by_path["/v1/charges"], before, "no request sent by the restart");
       assert.equal((await row("rc-kill")).remote, "reconciled");
       assert.equal(cloud.charges("rc-kill:0").length, 1);
-      assert.deepEqual(w.events("reconciled").map((x) => x.outcome), ["reconciled"]);
+      assert.deepEqual(w.events("resent").map((x) => x.outcome), ["reconciled"]);
     });
 
     await t.step(

@@ -170,40 +170,6 @@ export function isAccepted(outcome: ToolOutcome): outcome is ToolAccepted {
 }
 
 /**
- * When, after `now`, to re-send a call its remote accepted: `now` plus its
- * `checkAfterMs`, which must be a positive integer (the executor asks no
- * later than the call's deadline, whatever the remote said); a tool that
- * answers anything else has a bug, and the call fails for good with
- * `TOOL_ACCEPTED_INVALID`.
- */
-export function checkAtOf(tool: Tool, outcome: ToolAccepted, now: Date): Date {
-  const ms = (outcome.accepted as { checkAfterMs?: unknown } | null)?.checkAfterMs;
-  if (typeof ms !== "number" || !Number.isSafeInteger(ms) || ms < 1) {
-    throw new ToolError(
-      "TOOL_ACCEPTED_INVALID",
-      `${tool.name} answered that its remote accepted the call, but 'accepted.checkAfterMs' must be a ` +
-        `positive integer of milliseconds: current value is ${describeValue(ms)}`,
-      { transient: false },
-    );
-  }
-  return new Date(now.getTime() + ms);
-}
-
-/**
- * The failure of a call whose remote had not finished the job by the call's
- * deadline (`deadlineAt`: its tool's `waitDeadlineMs` after the first
- * accepted answer): permanent, so the model is shown it.
- */
-export function waitExpired(tool: Tool, key: string, deadlineAt: Date): ToolError {
-  return new ToolError(
-    "TOOL_WAIT_EXPIRED",
-    `${tool.name}: the remote accepted call ${key} but had not finished it by its deadline ` +
-      `${deadlineAt.toISOString()} (waitDeadlineMs ${tool.waitDeadlineMs} after it first accepted it)`,
-    { transient: false },
-  );
-}
-
-/**
  * How a tool's calls ride out an outage: a request that fails for a reason
  * an outage explains (a refused or reset connection, a timeout, a transient
  * {@link ToolError}: 408, 409, 429, 5xx) is sent again under the same key,
@@ -230,28 +196,6 @@ export interface ToolGiveUp {
   failures: number;
   /** How long the call has been failing, in milliseconds. */
   failingForMs: number;
-}
-
-/**
- * The time a call its remote accepted is asked again: what the remote asked
- * for, but no sooner than the tool's floor for a call asked `polls` times
- * (`minCheckAfterMs`, doubled per poll, at most `floorMaxMs`). Returns the
- * time and whether the floor raised it.
- */
-export function checkAtWithFloor(
-  tool: Tool,
-  outcome: ToolAccepted,
-  polls: number,
-  floorMaxMs: number,
-  now: Date,
-): { at: Date; raised: boolean; floorMs: number } {
-  const asked = checkAtOf(tool, outcome, now);
-  const floorMs = Math.min(
-    Math.max(tool.minCheckAfterMs, floorMaxMs),
-    tool.minCheckAfterMs * 2 ** Math.min(Math.max(0, polls), 30),
-  );
-  const floor = new Date(now.getTime() + floorMs);
-  return asked >= floor ? { at: asked, raised: false, floorMs } : { at: floor, raised: true, floorMs };
 }
 
 /** What a tool's `reconcile` receives besides the call's arguments. */
@@ -468,35 +412,7 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
       `Cannot define tool ${spec.name} as 'reconcile' must be a function: current value is ${typeof reconcile}`,
     );
   }
-  let parameters: Record<string, unknown>;
-  if (spec.parameters !== undefined) {
-    const given: unknown = spec.parameters;
-    if (given === null || typeof given !== "object" || Array.isArray(given)) {
-      throw new RuntimeError(
-        "TOOL_INVALID",
-        `Cannot define tool ${spec.name} as 'parameters' must be a JSON Schema object: current value is ${
-          describeValue(given)
-        }`,
-      );
-    }
-    parameters = structuredClone(spec.parameters);
-  } else {
-    try {
-      parameters = z.toJSONSchema(spec.args as unknown as z.ZodType, { io: "input" }) as Record<
-        string,
-        unknown
-      >;
-    } catch (err) {
-      throw new RuntimeError(
-        "TOOL_INVALID",
-        `Cannot define tool ${spec.name}: its argument schema cannot be expressed as JSON Schema (${
-          (err as Error).message
-        }); give its JSON Schema as 'parameters'`,
-        { cause: err },
-      );
-    }
-  }
-  delete parameters.$schema;
+  const parameters = parametersOf(spec);
   return {
     name: spec.name,
     description: spec.description,
@@ -515,6 +431,42 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     reconcile: reconcile && ((args, ctx) => reconcile.call(spec, args as A, ctx)),
     reconcileTimeoutMs,
   };
+}
+
+/**
+ * The JSON Schema of a tool's arguments, as the model is shown it: the one
+ * given as `parameters` (copied), or its zod schema's, without `$schema`.
+ */
+function parametersOf<A>(spec: ToolSpec<A>): Record<string, unknown> {
+  const given: unknown = spec.parameters;
+  if (given !== undefined && (given === null || typeof given !== "object" || Array.isArray(given))) {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'parameters' must be a JSON Schema object: current value is ${
+        describeValue(given)
+      }`,
+    );
+  }
+  const parameters = given !== undefined
+    ? structuredClone(given) as Record<string, unknown>
+    : zodParameters(spec.name, spec.args as unknown as z.ZodType);
+  delete parameters.$schema;
+  return parameters;
+}
+
+/** The JSON Schema of a zod schema, or why there is none. */
+function zodParameters(name: string, args: z.ZodType): Record<string, unknown> {
+  try {
+    return z.toJSONSchema(args, { io: "input" }) as Record<string, unknown>;
+  } catch (err) {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${name}: its argument schema cannot be expressed as JSON Schema (${
+        (err as Error).message
+      }); give its JSON Schema as 'parameters'`,
+      { cause: err },
+    );
+  }
 }
 
 /** The result of checking a model's tool call against the registry. */

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { ToolError } from "../base/errors.ts";
-import { checkAtOf, defineTool, isAccepted, type ToolOutcome, ToolRegistry, waitExpired } from "./tools.ts";
+import { defineTool, isAccepted, type ToolOutcome, ToolRegistry } from "./tools.ts";
+import { checkAtOf, waitExpired } from "./accepted.ts";
 
 const echo = defineTool({
   name: "echo",

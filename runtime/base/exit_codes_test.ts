@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { EXIT_CODES } from "./exit_codes.ts";
-import { exitCodeOf, WORKER_STATUSES, type WorkerStatus } from "../host/run_driver.ts";
+import { exitCodeOf, WORKER_STATUSES, type WorkerStatus } from "../host/outcome.ts";
 
 Deno.test("every exit code is a different small number, and each outcome's code is the one listed for it", async (t) => {
   const codes = Object.values(EXIT_CODES);

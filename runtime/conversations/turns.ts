@@ -81,20 +81,7 @@ export async function afterAnswer(
       `Run ${state.fence.runId} holds a final answer at step ${seq} for message ${k}, which was never sent`,
     );
   }
-  // Reads the messages sent since the worker last looked (only those: per answer, one short read).
-  const taken = async (): Promise<AfterAnswer> => {
-    const messages = state.conversation.messages;
-    const since = await store.messagesAfter(state.fence.runId, messages[messages.length - 1].seq);
-    if (messages.length + since.length <= k + 1) {
-      throw new FencedError(
-        "STALLED",
-        `Run ${state.fence.runId} counts a message after message ${k} that its messages table does not hold`,
-      );
-    }
-    applyMessages(state, since, k + 1);
-    deps.log.info("message-taken", { run: state.fence.runId, message: k + 1, seq: seq + 1 });
-    return "next";
-  };
+  const taken = () => takeNext(deps, state, seq);
   if (message.answer_seq === seq && message.answered_at) {
     // A replay: the answer is recorded. Messages the worker read at its claim come next.
     if (k + 1 < conv.messages.length) {
@@ -136,14 +123,34 @@ export async function afterAnswer(
     deps.log.info("conversation-ended", { run: state.fence.runId, messages: k + 1, reason: "closed" });
     return "done";
   }
-  deps.log.info("answered", {
-    run: state.fence.runId,
-    message: k,
-    seq,
-    queued: out.messageCount - k - 1,
-    output: answer,
-  });
+  const queued = out.messageCount - k - 1;
+  deps.log.info("answered", { run: state.fence.runId, message: k, seq, queued, output: answer });
   return await taken();
+}
+
+/**
+ * The next message, once the one answered at `seq` is: read with those sent
+ * since the worker last looked (only those: per answer, one short read).
+ */
+async function takeNext(
+  deps: Pick<WorkerDeps, "store" | "log">,
+  state: RunState & { conversation: ConversationState },
+  seq: number,
+): Promise<AfterAnswer> {
+  const { messages, turn: k } = state.conversation;
+  const since = await deps.store.conversations.messagesAfter(
+    state.fence.runId,
+    messages[messages.length - 1].seq,
+  );
+  if (messages.length + since.length <= k + 1) {
+    throw new FencedError(
+      "STALLED",
+      `Run ${state.fence.runId} counts a message after message ${k} that its messages table does not hold`,
+    );
+  }
+  applyMessages(state, since, k + 1);
+  deps.log.info("message-taken", { run: state.fence.runId, message: k + 1, seq: seq + 1 });
+  return "next";
 }
 
 /** After a refused idle end: another message came (go on with it), or the run is no longer this worker's. */

@@ -30,7 +30,8 @@ import {
 import { describeError, FencedError, RuntimeError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
 import { LeaseKeeper } from "./lease.ts";
-import { driveRun, releaseAfterError, type RunOutcome } from "./run_driver.ts";
+import { driveRun, releaseAfterError } from "./run_driver.ts";
+import type { RunOutcome } from "./outcome.ts";
 import type { ParkedConversation } from "../conversations/turns.ts";
 import type { Fence, TakenRun } from "../store/store.ts";
 import { TAKE_SHARES, type TakeShare } from "../base/take_share.ts";

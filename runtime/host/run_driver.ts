@@ -16,71 +16,13 @@ import { callsOf, stepWidth } from "../run/calls.ts";
 import { closeRun, familyOf } from "../families/family.ts";
 import { loadConversation, type ParkedConversation, resumeConversation } from "../conversations/turns.ts";
 import { keepLease } from "./lease.ts";
-import { runStep, stepEnd, type TurnEnd } from "../step/spine.ts";
+import { runStep, stepEnd } from "../step/spine.ts";
+import { endTurn, type RunOutcome } from "./outcome.ts";
 import { recover } from "../step/recovery.ts";
 import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "../store/store.ts";
 import type { Json } from "../agent/tools.ts";
 import type { Budget } from "../agent/budget.ts";
 import type { ModelParams } from "../model/transcript.ts";
-
-/** Every way a worker's turn on a run can end. */
-export const WORKER_STATUSES = [
-  "done",
-  "failed",
-  "waiting",
-  "blocked",
-  "cancelled",
-  "fenced",
-  "stalled",
-  "lost_claim",
-] as const;
-
-/** How a worker's turn on a run ended. */
-export type WorkerStatus = typeof WORKER_STATUSES[number];
-
-/** The end of a worker's turn on a run. */
-export interface RunOutcome {
-  /** The run. */
-  runId: string;
-  /** How this worker's turn ended. */
-  status: WorkerStatus;
-  /** The run's status in the database as this worker last saw it. */
-  runStatus?: RunStatus;
-  /** True when the run was already closed before this worker started. */
-  alreadyClosed: boolean;
-  /** Tool calls decided so far (each owns a seq: a step with three calls counts three). */
-  steps: number;
-  /** Model requests paid for across the whole run. */
-  llmCalls: number;
-  /** Why the run failed, was blocked, or was lost. */
-  error?: string;
-  /** The model's final answer, for a done run. */
-  output?: string;
-  /** A conversation waiting for its next message: its rows, for the host that takes it again (host.ts). */
-  parked?: ParkedConversation;
-}
-
-/**
- * The process exit code for an outcome, one of `EXIT_CODES` (exit_codes.ts, where every code is listed): 0 done,
- * 1 failed, 3 fenced or lost, 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is settings
- * that cannot work, 6 the supervisor gone, 7 the database away and 8 an error the loop does not classify
- * ({@link WorkerError}): those never reach an outcome.)
- */
-export function exitCodeOf(outcome: RunOutcome): number {
-  switch (outcome.status) {
-    case "done":
-      return 0;
-    case "failed":
-      return 1;
-    case "blocked":
-    case "waiting":
-      return 4;
-    case "cancelled":
-      return 5;
-    default:
-      return 3;
-  }
-}
 
 /** A run this worker has just claimed: the row after the claim, and what it looked like before. */
 export interface ClaimedRun {
@@ -157,42 +99,14 @@ export async function runWorker(
       `Run ${runId} belongs to agent ${run.agent}, and this worker hosts ${deps.agent}: start it with that agent's module (--agent)`,
     );
   }
-  const base = { runId, alreadyClosed: true, steps: 0, llmCalls: 0 } as const;
-  // A run asleep on its remotes is claimed once its calls are due; one waiting for a person is not.
-  const asleepUntil = run.status === "waiting" && run.wake_at ? new Date(run.wake_at) : undefined;
-  const due = asleepUntil !== undefined && asleepUntil <= clock.now();
-  if (
-    run.status === "done" || run.status === "failed" || run.status === "cancelled" ||
-    run.status === "blocked" || (run.status === "waiting" && !due)
-  ) {
-    const { journal } = await store.loadHistory(runId);
-    const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
-    // Tool calls decided (each owns a seq), as a worker that drove the run to its end counts them.
-    const steps = journal.reduce((n, j) => n + (j.decision ? callsOf(j.decision, j.seq).length : 0), 0);
-    log.info(`already-${run.status}`, {
-      run: runId,
-      steps,
-      llm_calls: llmCalls,
-      error: run.error ?? undefined,
-    });
-    const status = run.status === "done" ? "done" : run.status;
-    return {
-      ...base,
-      status,
-      runStatus: run.status,
-      steps,
-      llmCalls,
-      error: run.error ?? undefined,
-      output: run.output ?? undefined,
-    };
-  }
-
+  const ended = await notToDrive(deps, run);
+  if (ended) return ended;
   const claim = await store.claimRun(runId, run.epoch, deps.owner, clock.now());
   const epoch = claim?.epoch;
   if (claim === undefined || epoch === undefined) {
     telemetryOf(deps).lostClaim(deps.agent);
     log.warn("fenced", { run: runId, reason: "another worker claimed the run first", seen_epoch: run.epoch });
-    return { ...base, alreadyClosed: false, status: "lost_claim" };
+    return { runId, alreadyClosed: false, steps: 0, llmCalls: 0, status: "lost_claim" };
   }
   const stop = new AbortController();
   const claimed: ClaimedRun = {
@@ -215,6 +129,42 @@ export async function runWorker(
   } finally {
     heartbeat.stop();
   }
+}
+
+/**
+ * The outcome for a run no worker drives now: closed, blocked, or waiting
+ * for a person or for a time not yet come; undefined for a run to claim (a
+ * run asleep on its remotes is claimed once its calls are due).
+ */
+async function notToDrive(deps: WorkerDeps, run: RunRow): Promise<RunOutcome | undefined> {
+  const { store, clock, log } = deps;
+  const runId = run.run_id;
+  // A run asleep on its remotes is claimed once its calls are due; one waiting for a person is not.
+  const asleepUntil = run.status === "waiting" && run.wake_at ? new Date(run.wake_at) : undefined;
+  const due = asleepUntil !== undefined && asleepUntil <= clock.now();
+  const held = ["done", "failed", "cancelled", "blocked"].includes(run.status) ||
+    (run.status === "waiting" && !due);
+  if (!held) return undefined;
+  const { journal } = await store.loadHistory(runId);
+  const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
+  // Tool calls decided (each owns a seq), as a worker that drove the run to its end counts them.
+  const steps = journal.reduce((n, j) => n + (j.decision ? callsOf(j.decision, j.seq).length : 0), 0);
+  log.info(`already-${run.status}`, {
+    run: runId,
+    steps,
+    llm_calls: llmCalls,
+    error: run.error ?? undefined,
+  });
+  return {
+    runId,
+    alreadyClosed: true,
+    status: run.status as Exclude<RunStatus, "pending" | "running">,
+    runStatus: run.status,
+    steps,
+    llmCalls,
+    error: run.error ?? undefined,
+    output: run.output ?? undefined,
+  };
 }
 
 /**
@@ -315,34 +265,11 @@ async function driveClaimed(
   // the epoch, from 0 at creation), and every journal and tool-call row is
   // written under a claimed epoch: it has no history, so it is not read (#11:
   // one statement less for every fresh run). Any later claim reads it back.
-  // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory,
-  // copied so this turn never changes what was let go: it reads only the messages sent since.
+  // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory.
   const parked = claimed.parked;
   const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
-  const state: RunState = {
-    fence: { runId, epoch },
-    goal: run.goal,
-    journal: new Map(parked ? parked.journal : journal.map((j) => [j.seq, j])),
-    effects: new Map(parked ? parked.effects : effects.map((e) => [e.seq, e])),
-    signal: stop.signal,
-    budget: run.budget ?? undefined,
-    modelParams: run.model_params ?? undefined,
-    reservation: new ToolCallReservation(runId),
-    family: familyOf(run),
-    errorAtClaim: run.error ?? undefined,
-    conversation: parked
-      ? await resumeConversation(deps, runId, parked)
-      : await loadConversation(deps, run, epoch === 1),
-  };
-  const outcome = (status: WorkerStatus, steps: number, error?: string): RunOutcome => ({
-    runId,
-    status,
-    alreadyClosed: false,
-    steps,
-    llmCalls: llmCallsOf(state),
-    error,
-  });
+  const state = await stateAtClaim(deps, claimed, { journal, effects }, stop.signal);
   let seq = parked?.seq ?? 0;
   const stranded = effects.filter((e) => e.status === "intent").length;
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
@@ -360,7 +287,16 @@ async function driveClaimed(
         const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
         log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: llmCallsOf(state) });
         await closeRun(deps, state, { status: "failed", error });
-        return { ...outcome("failed", seq, error), runStatus: "failed" };
+        const llmCalls = llmCallsOf(state);
+        return {
+          runId,
+          status: "failed",
+          runStatus: "failed",
+          alreadyClosed: false,
+          steps: seq,
+          llmCalls,
+          error,
+        };
       }
       const at = { fence: state.fence, seq };
       const end = valueOf(await tel.step(at, () => runStep(deps, state, at)));
@@ -376,6 +312,37 @@ async function driveClaimed(
     if (end === undefined) throw err;
     return await endTurn(deps, state, seq, end);
   }
+}
+
+/**
+ * The run's state as this worker starts it: its rows as read at the claim
+ * (or, for a parked conversation, as this host let it go, copied so this turn
+ * never changes what was let go), its ceilings and parameters, and its
+ * conversation with the messages sent since.
+ */
+async function stateAtClaim(
+  deps: WorkerDeps,
+  claimed: ClaimedRun,
+  history: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] },
+  signal: AbortSignal,
+): Promise<RunState> {
+  const { run, epoch, parked } = claimed;
+  const runId = run.run_id;
+  return {
+    fence: { runId, epoch },
+    goal: run.goal,
+    journal: new Map(parked ? parked.journal : history.journal.map((j) => [j.seq, j])),
+    effects: new Map(parked ? parked.effects : history.effects.map((e) => [e.seq, e])),
+    signal,
+    budget: run.budget ?? undefined,
+    modelParams: run.model_params ?? undefined,
+    reservation: new ToolCallReservation(runId),
+    family: familyOf(run),
+    errorAtClaim: run.error ?? undefined,
+    conversation: parked
+      ? await resumeConversation(deps, runId, parked)
+      : await loadConversation(deps, run, epoch === 1),
+  };
 }
 
 /**
@@ -406,89 +373,7 @@ async function stopStuck(deps: WorkerDeps, claimed: ClaimedRun): Promise<RunOutc
   return { runId, status: "failed", runStatus: "failed", alreadyClosed: false, steps: 0, llmCalls: 0, error };
 }
 
-/** The worker's turn ends as the step did: the run closed, let go or lost, in one switch over the end. */
-async function endTurn(deps: WorkerDeps, state: RunState, seq: number, end: TurnEnd): Promise<RunOutcome> {
-  const { log } = deps;
-  const runId = state.fence.runId;
-  const outcome = (status: WorkerStatus, error?: string): RunOutcome => ({
-    runId,
-    status,
-    alreadyClosed: false,
-    steps: seq,
-    llmCalls: llmCallsOf(state),
-    error,
-  });
-  // Closes the run after a failure; a refused close means another worker has it.
-  const close = async (status: "failed" | "blocked" | "cancelled", error: string) => {
-    try {
-      await closeRun(deps, state, { status, error });
-      return undefined;
-    } catch (e) {
-      if (e instanceof FencedError) return fenced(deps, state, e, seq);
-      throw e;
-    }
-  };
-  switch (end.kind) {
-    case "done":
-      return { ...outcome("done"), runStatus: "done", output: end.output };
-    case "answered":
-      return {
-        ...outcome("done"),
-        status: end.status,
-        runStatus: end.status,
-        output: end.output,
-        ...(end.parked ? { parked: end.parked } : {}),
-      };
-    case "fenced":
-      return fenced(deps, state, end.error, seq);
-    case "waiting":
-      // The stage that ended it already set the run to waiting and let it go.
-      return { ...outcome("waiting", end.reason), runStatus: "waiting" };
-    case "cancelled": {
-      const lost = await close("cancelled", end.reason);
-      if (lost) return lost;
-      log.warn("cancelled", { run: runId, seq, parent: end.ancestor, reason: end.reason });
-      return { ...outcome("cancelled", end.reason), runStatus: "cancelled" };
-    }
-    case "blocked": {
-      const lost = await close("blocked", end.reason);
-      if (lost) return lost;
-      log.warn("blocked", { run: runId, key: end.key, reason: end.reason });
-      return { ...outcome("blocked", end.reason), runStatus: "blocked" };
-    }
-    case "failed": {
-      // A conversation that fails keeps its history: the person is told how to take it up again.
-      const error = describeError(end.error) +
-        (state.conversation
-          ? `. The conversation keeps its history: 'deno task reopen ${runId}' takes it up again`
-          : "");
-      const lost = await close("failed", error);
-      if (lost) return lost;
-      log.error("failed", { run: runId, seq, error, llm_calls: llmCallsOf(state) });
-      return { ...outcome("failed", error), runStatus: "failed" };
-    }
-  }
-}
-
 const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({
   journal: Object.freeze([]),
   effects: Object.freeze([]),
 });
-
-function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {
-  const event = err.code === "FENCED" ? "fenced" : err.code === "STALLED" ? "stalled" : "stopped";
-  deps.log.warn(event, { run: state.fence.runId, seq, epoch: state.fence.epoch, reason: err.message });
-  const status: WorkerStatus = err.code === "FENCED"
-    ? "fenced"
-    : err.code === "STALLED"
-    ? "stalled"
-    : "cancelled";
-  return {
-    runId: state.fence.runId,
-    status,
-    alreadyClosed: false,
-    steps: seq,
-    llmCalls: llmCallsOf(state),
-    error: err.message,
-  };
-}

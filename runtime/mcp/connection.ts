@@ -126,12 +126,9 @@ function raced<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
  * better; anything else counts as a request that may have gone out.
  */
 function couldNotConnect(err: unknown): boolean {
+  const refused = /connection refused|ECONNREFUSED|tcp connect error|dns error|failed to lookup address/i;
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    if (
-      /connection refused|ECONNREFUSED|tcp connect error|dns error|failed to lookup address/i.test(e.message)
-    ) {
-      return true;
-    }
+    if (refused.test(e.message)) return true;
   }
   return false;
 }
@@ -374,9 +371,7 @@ export class McpConnection {
     if (result.isError === true) {
       const text = errorTextOf(result);
       if (await this.#gone(client, name, ctx.signal)) throw this.#vanished(what, `with an error: ${text}`);
-      throw new ToolError("MCP_TOOL_ERROR", `${what} answered with an error: ${text}`, {
-        transient: false,
-      });
+      throw new ToolError("MCP_TOOL_ERROR", `${what} answered with an error: ${text}`, { transient: false });
     }
     const replayed = (result._meta as Record<string, unknown> | undefined)?.[REPLAYED_META] === true;
     return { result: resultOf(result), remote: replayed ? "already_done" : "created" };
@@ -441,55 +436,7 @@ export class McpConnection {
     ctx: ToolContext,
   ): Promise<ToolError> {
     const unknown = "the call's outcome is unknown";
-    if (err instanceof McpError) {
-      const tooLarge = tooLargeOf(err);
-      if (tooLarge !== undefined) {
-        const size = tooLarge.whole
-          ? describeBytes(tooLarge.bytes)
-          : `more than ${describeBytes(tooLarge.limitBytes)}`;
-        return new ToolError(
-          "TOOL_RESULT_TOO_LARGE",
-          `${what} answered with ${size}, over this server's limit of ${
-            describeBytes(tooLarge.limitBytes)
-          } ` +
-            "(maxResultBytes): the answer was not kept. The server did answer, so the call is failed for good " +
-            "and not sent again; have the tool return less (a page, a summary), or raise maxResultBytes " +
-            "in the server's mcpTools options (at most 64 MiB)",
-          { transient: false, cause: err },
-        );
-      }
-      if (err.code === ErrorCode.ConnectionClosed) {
-        await this.#drop(client, "the connection closed during a call");
-        return new ToolError(
-          "MCP_CONNECTION_LOST",
-          `${what}: the connection closed before it answered; ${unknown}`,
-          {
-            transient: true,
-            cause: err,
-          },
-        );
-      }
-      if (err.code === ErrorCode.RequestTimeout) {
-        return new ToolError("MCP_TIMEOUT", `${what} did not answer in time; ${unknown}`, {
-          transient: true,
-          cause: err,
-        });
-      }
-      if (REFUSALS.has(err.code)) {
-        const text = mcpErrorText(err);
-        if (await this.#gone(client, name, ctx.signal)) {
-          return this.#vanished(what, `with a refusal: ${text}`);
-        }
-        return new ToolError("MCP_REFUSED", `${what} refused the call: ${text}`, {
-          transient: false,
-          cause: err,
-        });
-      }
-      return new ToolError("MCP_SERVER_ERROR", `${what} failed: ${mcpErrorText(err)}; ${unknown}`, {
-        transient: true,
-        cause: err,
-      });
-    }
+    if (err instanceof McpError) return await this.#refusedOrLost(err, client, name, what, ctx);
     if (err instanceof StreamableHTTPError && err.code === 404) {
       // The server no longer knows this session (it restarted): it did not take the request.
       this.#remember(ctx.idempotencyKey, ctx.attempt);
@@ -497,10 +444,7 @@ export class McpConnection {
       return new ToolError(
         "MCP_UNREACHABLE",
         `${what}: the server dropped the session; the request was not taken`,
-        {
-          transient: true,
-          cause: err,
-        },
+        { transient: true, cause: err },
       );
     }
     if (err instanceof StreamableHTTPError && err.code !== undefined) {
@@ -508,10 +452,7 @@ export class McpConnection {
       return new ToolError(
         "MCP_HTTP",
         `${what} answered HTTP ${err.code}: ${err.message}${transient ? `; ${unknown}` : ""}`,
-        {
-          transient,
-          cause: err,
-        },
+        { transient, cause: err },
       );
     }
     if (
@@ -525,10 +466,7 @@ export class McpConnection {
       return new ToolError(
         "MCP_UNREACHABLE",
         `${what} could not be reached (${describeError(err)}); the request was not sent`,
-        {
-          transient: true,
-          cause: err,
-        },
+        { transient: true, cause: err },
       );
     }
     if (Array.isArray((err as { issues?: unknown } | null)?.issues)) {
@@ -540,7 +478,63 @@ export class McpConnection {
       );
     }
     await this.#drop(client, describeError(err));
-    return new ToolError("MCP_CONNECTION_LOST", `${what}: ${describeError(err)}; ${unknown}`, {
+    const lost = `${what}: ${describeError(err)}; ${unknown}`;
+    return new ToolError("MCP_CONNECTION_LOST", lost, { transient: true, cause: err });
+  }
+
+  /**
+   * The error an MCP error answer becomes: an answer over the size limit
+   * (failed for good), a closed connection or a timeout (the outcome
+   * unknown), a refusal (a tool the server no longer lists has vanished), or
+   * the server's own failure.
+   */
+  async #refusedOrLost(
+    err: McpError,
+    client: Client,
+    name: string,
+    what: string,
+    ctx: ToolContext,
+  ): Promise<ToolError> {
+    const unknown = "the call's outcome is unknown";
+    const tooLarge = tooLargeOf(err);
+    if (tooLarge !== undefined) {
+      const size = tooLarge.whole
+        ? describeBytes(tooLarge.bytes)
+        : `more than ${describeBytes(tooLarge.limitBytes)}`;
+      return new ToolError(
+        "TOOL_RESULT_TOO_LARGE",
+        `${what} answered with ${size}, over this server's limit of ${describeBytes(tooLarge.limitBytes)} ` +
+          "(maxResultBytes): the answer was not kept. The server did answer, so the call is failed for good " +
+          "and not sent again; have the tool return less (a page, a summary), or raise maxResultBytes " +
+          "in the server's mcpTools options (at most 64 MiB)",
+        { transient: false, cause: err },
+      );
+    }
+    if (err.code === ErrorCode.ConnectionClosed) {
+      await this.#drop(client, "the connection closed during a call");
+      return new ToolError(
+        "MCP_CONNECTION_LOST",
+        `${what}: the connection closed before it answered; ${unknown}`,
+        { transient: true, cause: err },
+      );
+    }
+    if (err.code === ErrorCode.RequestTimeout) {
+      return new ToolError("MCP_TIMEOUT", `${what} did not answer in time; ${unknown}`, {
+        transient: true,
+        cause: err,
+      });
+    }
+    if (REFUSALS.has(err.code)) {
+      const text = mcpErrorText(err);
+      if (await this.#gone(client, name, ctx.signal)) {
+        return this.#vanished(what, `with a refusal: ${text}`);
+      }
+      return new ToolError("MCP_REFUSED", `${what} refused the call: ${text}`, {
+        transient: false,
+        cause: err,
+      });
+    }
+    return new ToolError("MCP_SERVER_ERROR", `${what} failed: ${mcpErrorText(err)}; ${unknown}`, {
       transient: true,
       cause: err,
     });

@@ -42,7 +42,7 @@ import type { Tool as ListedTool } from "npm:@modelcontextprotocol/sdk@1.32.2/ty
 import { AjvJsonSchemaValidator } from "npm:@modelcontextprotocol/sdk@1.32.2/validation/ajv";
 import type { AgentContext } from "../agent/agent.ts";
 import { SystemClock } from "../base/clock.ts";
-import { describeError, describeValue, RuntimeError } from "../base/errors.ts";
+import { describeError, RuntimeError } from "../base/errors.ts";
 import { Logger } from "../base/log.ts";
 import {
   IDEMPOTENCY_KEY_META as KEY_META,
@@ -50,14 +50,31 @@ import {
   type McpLink,
   REPLAYED_META as REPLAYED,
 } from "./connection.ts";
-import {
-  boundedResponse,
-  DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX,
-  describeBytes,
-  MAX_RESULT_BYTES_LIMIT,
-} from "./limit.ts";
+import { boundedResponse, DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX } from "./limit.ts";
 import { McpStdioTransport } from "./stdio.ts";
-import type { FetchLike } from "../model/planner.ts";
+import {
+  checkOptions,
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_TIMEOUT_MS,
+  describeServer,
+  type McpServerOptions,
+  type McpToolAnnotations,
+  type McpToolInfo,
+  type McpToolSelector,
+  TOOL_NAME,
+} from "./options.ts";
+
+export type {
+  McpCommonOptions,
+  McpHttpOptions,
+  McpServerOptions,
+  McpStdioOptions,
+  McpToolAnnotations,
+  McpToolInfo,
+  McpToolSelector,
+  McpTransport,
+  McpTransportOptions,
+} from "./options.ts";
 import { type ArgsSchema, defineTool, type Tool } from "../agent/tools.ts";
 
 /**
@@ -84,115 +101,6 @@ export const REPLAYED_META: "agent-runtime/idempotent-replayed" = REPLAYED;
  * `TOOL_RESULT_TOO_LARGE`.
  */
 export const DEFAULT_MAX_RESULT_BYTES: number = DEFAULT_MAX;
-
-/** A tool's annotations as its server lists them: hints, from a server that may not deserve trust. */
-export interface McpToolAnnotations {
-  /** A human-readable title. */
-  title?: string;
-  /** The tool changes nothing (MCP's default: false). */
-  readOnlyHint?: boolean;
-  /** The tool may destroy or overwrite (MCP's default: true). */
-  destructiveHint?: boolean;
-  /** The same call again has no further effect (MCP's default: false). */
-  idempotentHint?: boolean;
-  /** The tool reaches beyond the server (MCP's default: true). */
-  openWorldHint?: boolean;
-}
-
-/** A tool as its MCP server lists it, as the options' predicates are shown it. */
-export interface McpToolInfo {
-  /** Its name on the server (before any `prefix`). */
-  name: string;
-  /** Its title, if the server gives one. */
-  title?: string;
-  /** What it does, as the server says. */
-  description?: string;
-  /** The JSON Schema of its arguments. */
-  inputSchema: Record<string, unknown>;
-  /** The server's hints. */
-  annotations?: McpToolAnnotations;
-}
-
-/** Which tools of a server an option applies to: their names on the server, or a test of each listed tool. */
-export type McpToolSelector = readonly string[] | ((tool: McpToolInfo) => boolean);
-
-/** What every kind of server takes (see {@link mcpTools}). */
-export interface McpCommonOptions {
-  /** The server's name in log lines and errors. Default: the name the server gives itself. */
-  name?: string;
-  /** Put before every tool's name (`tickets_` gives `tickets_create`); letters, digits, `_`, `-`. Default none. */
-  prefix?: string;
-  /** The tools the agent is given. Default: every tool the server lists. */
-  include?: McpToolSelector;
-  /**
-   * Tools that may be sent again after an unknown outcome: their server acts
-   * once per idempotency key (it honours {@link IDEMPOTENCY_KEY_META}), or
-   * they change nothing. Any other tool's call is flagged for a person then.
-   */
-  safeToResend?: McpToolSelector;
-  /**
-   * Trust this server's `readOnlyHint` and `idempotentHint`: a tool with
-   * either is safe to re-send. Default false, as the MCP specification asks
-   * of a client that does not know the server.
-   */
-  trustHints?: boolean;
-  /** Tools whose every call waits for a person's approval before it is sent. Default none. */
-  approval?: McpToolSelector;
-  /** Milliseconds a call may take (a timeout is an unknown outcome). Default 30 000. */
-  timeoutMs?: number;
-  /** Requests under one key before the run fails (for tools safe to re-send). Default 4. */
-  maxAttempts?: number;
-  /** Milliseconds to connect and list the tools, each time the process does. Default 10 000. */
-  connectTimeoutMs?: number;
-  /**
-   * The most bytes one message from the server may take as it arrives (over
-   * stdio a line, over HTTP a JSON body or one event of a stream): a larger
-   * answer to a call is refused as it arrives, without being kept, and fails
-   * the call for good with `TOOL_RESULT_TOO_LARGE` (the model is told; the
-   * call is not sent again). Default {@link DEFAULT_MAX_RESULT_BYTES}
-   * (10 MiB), at most 64 MiB (what the store keeps in one value). Not for
-   * `transport`, which bounds its own messages.
-   */
-  maxResultBytes?: number;
-  /** How this client introduces itself. Default `{ name: "agent-runtime", version: "0.1.0" }`. */
-  clientInfo?: { name: string; version: string };
-}
-
-/** A server started as a command and spoken to over its stdin and stdout. */
-export interface McpStdioOptions extends McpCommonOptions {
-  /** The program, e.g. `npx` or `Deno.execPath()`. */
-  command: string;
-  /** Its arguments. */
-  args?: readonly string[];
-  /** Added to the small environment the MCP SDK passes on (`HOME`, `PATH`, `USER`, ...). */
-  env?: Record<string, string>;
-  /** Its working directory. */
-  cwd?: string;
-  /** Where its stderr goes: this process's (`inherit`, the default) or nowhere (`ignore`). */
-  stderr?: "inherit" | "ignore";
-}
-
-/** A server reached over MCP's streamable HTTP. */
-export interface McpHttpOptions extends McpCommonOptions {
-  /** Its endpoint, e.g. `https://tickets.example.com/mcp`. */
-  url: string | URL;
-  /** Sent with every request (an `Authorization` header). Keep secrets in the environment. */
-  headers?: Record<string, string>;
-  /** Sends the requests instead of the global `fetch` (an in-process server in tests). */
-  fetch?: FetchLike;
-}
-
-/** The MCP SDK's client transport (its `Transport`): what {@link McpTransportOptions.transport} returns. */
-export type McpTransport = Transport;
-
-/** A server reached through a transport of your own (the SDK's `InMemoryTransport`, a WebSocket). */
-export interface McpTransportOptions extends McpCommonOptions {
-  /** Opens a fresh transport: called on the first connect and on every reconnect. */
-  transport: () => McpTransport;
-}
-
-/** Where an MCP server is and how the agent treats its tools. */
-export type McpServerOptions = McpStdioOptions | McpHttpOptions | McpTransportOptions;
 
 /**
  * An agent's `tools` from one MCP server: call it with the process's
@@ -293,117 +201,6 @@ export function mcpTools(options: McpServerOptions | ((ctx: AgentContext) => Mcp
   });
 }
 
-const PREFIX = /^[A-Za-z0-9_-]{0,63}$/;
-const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
-const DEFAULT_TIMEOUT_MS = 30_000;
-const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
-
-/** Every problem with `o`, thrown together (`MCP_INVALID`). */
-function checkOptions(o: McpServerOptions): void {
-  const problems: string[] = [];
-  const given = o as Partial<McpStdioOptions & McpHttpOptions & McpTransportOptions> | null;
-  if (given === null || typeof given !== "object") {
-    throw new RuntimeError(
-      "MCP_INVALID",
-      `Cannot use an MCP server as its options must be an object: current value is ${describeValue(given)}`,
-    );
-  }
-  const kinds = [given.command !== undefined, given.url !== undefined, given.transport !== undefined];
-  if (kinds.filter(Boolean).length !== 1) {
-    problems.push("give exactly one of 'command' (stdio), 'url' (streamable HTTP) or 'transport'");
-  }
-  if (given.command !== undefined && (typeof given.command !== "string" || given.command === "")) {
-    problems.push(`'command' must be a non-empty string: current value is ${describeValue(given.command)}`);
-  }
-  if (
-    given.args !== undefined && !(Array.isArray(given.args) && given.args.every((a) => typeof a === "string"))
-  ) {
-    problems.push(`'args' must be an array of strings: current value is ${describeValue(given.args)}`);
-  }
-  if (given.url !== undefined) {
-    let ok = false;
-    try {
-      const u = new URL(given.url);
-      ok = u.protocol === "http:" || u.protocol === "https:";
-    } catch {
-      ok = false;
-    }
-    if (!ok) {
-      problems.push(
-        `'url' must be an http or https URL: current value is ${describeValue(String(given.url))}`,
-      );
-    }
-  }
-  if (given.transport !== undefined && typeof given.transport !== "function") {
-    problems.push(
-      `'transport' must be a function returning a transport: current value is ${typeof given.transport}`,
-    );
-  }
-  if (given.prefix !== undefined && (typeof given.prefix !== "string" || !PREFIX.test(given.prefix))) {
-    problems.push(
-      `'prefix' must be up to 63 letters, digits, '_' or '-': current value is ${
-        describeValue(given.prefix)
-      }`,
-    );
-  }
-  for (const name of ["include", "safeToResend", "approval"] as const) {
-    const v = given[name];
-    if (
-      v !== undefined && typeof v !== "function" &&
-      !(Array.isArray(v) && v.every((n) => typeof n === "string"))
-    ) {
-      problems.push(
-        `'${name}' must be an array of tool names or a function of a tool: current value is ${
-          describeValue(v)
-        }`,
-      );
-    }
-  }
-  if (given.trustHints !== undefined && typeof given.trustHints !== "boolean") {
-    problems.push(`'trustHints' must be true or false: current value is ${describeValue(given.trustHints)}`);
-  }
-  for (const name of ["timeoutMs", "maxAttempts", "connectTimeoutMs"] as const) {
-    const v = given[name];
-    if (v !== undefined && !(Number.isSafeInteger(v) && v >= 1)) {
-      problems.push(`'${name}' must be a positive integer: current value is ${describeValue(v)}`);
-    }
-  }
-  const max = given.maxResultBytes;
-  if (max !== undefined && !(Number.isSafeInteger(max) && max >= 1 && max <= MAX_RESULT_BYTES_LIMIT)) {
-    problems.push(
-      `'maxResultBytes' must be an integer from 1 to ${MAX_RESULT_BYTES_LIMIT} (${
-        describeBytes(MAX_RESULT_BYTES_LIMIT)
-      }, the most the store keeps in one value): current value is ${describeValue(max)}`,
-    );
-  }
-  if (max !== undefined && given.transport !== undefined) {
-    problems.push(
-      "'maxResultBytes' is for a 'command' or 'url' server: a 'transport' bounds its own messages",
-    );
-  }
-  if (problems.length > 0) {
-    throw new RuntimeError(
-      "MCP_INVALID",
-      `Cannot use MCP server ${describeServer(given)} as ${problems.join("; ")}`,
-    );
-  }
-}
-
-/** The server as the options name it, before it has said its own name. */
-function describeServer(o: Partial<McpStdioOptions & McpHttpOptions>): string {
-  if (typeof o.name === "string" && o.name !== "") return o.name;
-  if (typeof o.command === "string") return [o.command, ...(o.args ?? [])].join(" ").slice(0, 120);
-  if (o.url !== undefined) {
-    try {
-      const u = new URL(o.url);
-      return `${u.origin}${u.pathname}`;
-    } catch {
-      return String(o.url);
-    }
-  }
-  return "(transport)";
-}
-
 function selects(selector: McpToolSelector | undefined, tool: McpToolInfo): boolean {
   if (selector === undefined) return false;
   return typeof selector === "function" ? selector(tool) === true : selector.includes(tool.name);
@@ -428,93 +225,97 @@ function toolsOf(
 ): Tool[] {
   const validator = new AjvJsonSchemaValidator();
   const server = conn.server;
-  const prefix = opts.prefix ?? "";
   const tools: Tool[] = [];
   const names = new Map<string, string>();
-  const safe: string[] = [];
-  const flagged: string[] = [];
-  const skip = (tool: string, reason: string) => log.warn("mcp-tool-skipped", { server, tool, reason });
   for (const t of listed) {
     const info = infoOf(t);
     if (opts.include !== undefined && !selects(opts.include, info)) continue;
-    // MCP names may hold '.', '/' and more; an agent's tool name is the chat-completions rule.
-    const name = `${prefix}${t.name.replace(/[^A-Za-z0-9_-]/g, "_")}`;
-    if (!TOOL_NAME.test(name)) {
-      skip(
-        t.name,
-        `its name as the agent's tool, ${JSON.stringify(name)}, is not 1-64 letters, digits, '_' or '-'`,
-      );
-      continue;
-    }
-    const other = names.get(name);
-    if (other !== undefined) {
-      throw new RuntimeError(
-        "MCP_INVALID",
-        `Cannot use MCP server ${server} as its tools ${JSON.stringify(other)} and ${
-          JSON.stringify(t.name)
-        } ` +
-          `both become the agent's tool ${name}: leave one out with 'include'`,
-      );
-    }
-    if (t.execution?.taskSupport === "required") {
-      skip(t.name, "it can only be called as an MCP task, which this client does not do");
-      continue;
-    }
-    const schema: Record<string, unknown> = { ...(t.inputSchema as Record<string, unknown>) };
-    delete schema.$schema;
-    let check: ReturnType<AjvJsonSchemaValidator["getValidator"]>;
-    try {
-      check = validator.getValidator(schema);
-    } catch (err) {
-      skip(t.name, `its inputSchema cannot be compiled: ${describeError(err)}`);
-      continue;
-    }
-    names.set(name, t.name);
-    const hinted = opts.trustHints === true &&
-      (info.annotations?.readOnlyHint === true || info.annotations?.idempotentHint === true);
-    const idempotent = selects(opts.safeToResend, info) || hinted;
-    (idempotent ? safe : flagged).push(name);
-    const args: ArgsSchema<Record<string, unknown>> = {
-      safeParse: (input) => {
-        const r = check(input);
-        return r.valid
-          ? { success: true, data: input as Record<string, unknown> }
-          : { success: false, error: `${r.errorMessage} (the server's inputSchema)` };
-      },
-    };
-    const needsApproval = selects(opts.approval, info);
-    tools.push(defineTool({
-      name,
-      description: info.description ?? info.title ?? info.annotations?.title ??
-        `Tool ${t.name} of ${server}.`,
-      args,
-      parameters: schema,
-      idempotent,
-      timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
-      maxAttempts: opts.maxAttempts,
-      approval: needsApproval,
-      run: (a, ctx) => conn.call(t.name, name, a, ctx),
-      // A call of a tool not safe to re-send is sent again only when this process knows its
-      // last request never left: MCP offers no way to ask a server whether it acted.
-      reconcile: idempotent ? undefined : (_a, ctx) => Promise.resolve(conn.reconcile(name, ctx)),
-      reconcileTimeoutMs: 1_000,
-    }));
+    const made = agentTool(conn, opts, t, { validator, names });
+    if (typeof made === "string") log.warn("mcp-tool-skipped", { server, tool: t.name, reason: made });
+    else tools.push(made);
   }
   for (const option of ["include", "safeToResend", "approval"] as const) {
     const selector = opts[option];
     if (!Array.isArray(selector)) continue;
     const unlisted = selector.filter((n) => !listed.some((t) => t.name === n));
-    if (unlisted.length > 0) {
-      log.warn("mcp-names-unlisted", { server, option, names: unlisted.join(",") });
-    }
+    if (unlisted.length > 0) log.warn("mcp-names-unlisted", { server, option, names: unlisted.join(",") });
   }
   log.info("mcp-tools-listed", {
     server,
     tools: tools.map((t) => t.name).join(","),
-    safe_to_resend: safe.join(",") || undefined,
-    flagged_if_unknown: flagged.join(",") || undefined,
+    safe_to_resend: tools.filter((t) => t.idempotent).map((t) => t.name).join(",") || undefined,
+    flagged_if_unknown: tools.filter((t) => !t.idempotent).map((t) => t.name).join(",") || undefined,
   });
   return tools;
+}
+
+/**
+ * The agent's tool for the server's tool `t`, or why it is left out: a name
+ * that is no agent tool's name, a tool only callable as an MCP task, an
+ * inputSchema that cannot be compiled. Two server tools that would become
+ * one agent tool refuse the server (`names`: agent tool → server tool).
+ */
+function agentTool(
+  conn: McpConnection,
+  opts: McpServerOptions,
+  t: ListedTool,
+  seen: { validator: AjvJsonSchemaValidator; names: Map<string, string> },
+): Tool | string {
+  const info = infoOf(t);
+  // MCP names may hold '.', '/' and more; an agent's tool name is the chat-completions rule.
+  const name = `${opts.prefix ?? ""}${t.name.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+  if (!TOOL_NAME.test(name)) {
+    return `its name as the agent's tool, ${JSON.stringify(name)}, is not 1-64 letters, digits, '_' or '-'`;
+  }
+  const other = seen.names.get(name);
+  if (other !== undefined) {
+    throw new RuntimeError(
+      "MCP_INVALID",
+      `Cannot use MCP server ${conn.server} as its tools ${JSON.stringify(other)} and ${
+        JSON.stringify(t.name)
+      } ` +
+        `both become the agent's tool ${name}: leave one out with 'include'`,
+    );
+  }
+  if (t.execution?.taskSupport === "required") {
+    return "it can only be called as an MCP task, which this client does not do";
+  }
+  const schema: Record<string, unknown> = { ...(t.inputSchema as Record<string, unknown>) };
+  delete schema.$schema;
+  let check: ReturnType<AjvJsonSchemaValidator["getValidator"]>;
+  try {
+    check = seen.validator.getValidator(schema);
+  } catch (err) {
+    return `its inputSchema cannot be compiled: ${describeError(err)}`;
+  }
+  seen.names.set(name, t.name);
+  const hinted = opts.trustHints === true &&
+    (info.annotations?.readOnlyHint === true || info.annotations?.idempotentHint === true);
+  const idempotent = selects(opts.safeToResend, info) || hinted;
+  const args: ArgsSchema<Record<string, unknown>> = {
+    safeParse: (input) => {
+      const r = check(input);
+      return r.valid
+        ? { success: true, data: input as Record<string, unknown> }
+        : { success: false, error: `${r.errorMessage} (the server's inputSchema)` };
+    },
+  };
+  return defineTool({
+    name,
+    description: info.description ?? info.title ?? info.annotations?.title ??
+      `Tool ${t.name} of ${conn.server}.`,
+    args,
+    parameters: schema,
+    idempotent,
+    timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    maxAttempts: opts.maxAttempts,
+    approval: selects(opts.approval, info),
+    run: (a, ctx) => conn.call(t.name, name, a, ctx),
+    // A call of a tool not safe to re-send is sent again only when this process knows its
+    // last request never left: MCP offers no way to ask a server whether it acted.
+    reconcile: idempotent ? undefined : (_a, ctx) => Promise.resolve(conn.reconcile(name, ctx)),
+    reconcileTimeoutMs: 1_000,
+  });
 }
 
 /**

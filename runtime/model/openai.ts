@@ -12,20 +12,16 @@
  * @module
  */
 
-import { type CodeOf, ModelError } from "../base/errors.ts";
+import { ModelError } from "../base/errors.ts";
 import { traceHeaders } from "../base/trace.ts";
 import { isTransientStatus, parseRetryAfter, serverErrorMessage } from "../base/http.ts";
 import { secretForms } from "../base/log.ts";
 import type { Json } from "../base/values.ts";
 import { CompletionAccumulator, type SseEvent, SseParser } from "./sse.ts";
-import type {
-  AnswerCall,
-  DecideRequest,
-  PlannerDecision,
-  ToolDescription,
-  TranscriptMessage,
-  Usage,
-} from "./transcript.ts";
+import { badAnswer, parseCompletion } from "./_openai_answer.ts";
+
+export { parseCompletion };
+import type { DecideRequest, PlannerDecision, ToolDescription, TranscriptMessage } from "./transcript.ts";
 
 /** A chat message in the chat-completions format. */
 export type ChatMessage =
@@ -238,46 +234,14 @@ export class OpenAIPlanner {
 
   /** Sends one chat-completions request and parses the answer. */
   async decide(req: DecideRequest): Promise<PlannerDecision> {
-    const headers = new Headers(this.#opts.headers);
-    headers.set("content-type", "application/json");
-    // Deno's fetch sends the trace context itself (OTEL_DENO); a handler called in-process needs it here.
-    if (this.#opts.fetch) { for (const [k, v] of Object.entries(traceHeaders())) headers.set(k, v); }
-    // The run (and agent) travel as headers: a gateway or the mock can attribute
-    // requests without a body field that some servers refuse.
-    headers.set("x-agent-run", req.runId);
-    if (req.agent) headers.set("x-agent-name", req.agent);
-    if (this.#opts.apiKey) headers.set("authorization", `Bearer ${this.#opts.apiKey}`);
-    // Only what every server family accepts. No `parallel_tool_calls` (reasoning
-    // models and some servers refuse it: the runtime refuses a second call
-    // itself), no `user` (deprecated by OpenAI), no `tool_choice` ("auto" is the
-    // default with tools, and vLLM refuses it unless started with a flag), and
-    // no empty `tools` list (OpenAI refuses `[]`).
-    // The tools' schemas are the same on every request of a registry: serialised once (#11).
-    // A budgeted request carries its answer's cap, in the one field chosen (never both).
-    const cap = req.maxOutputTokens === undefined
-      ? ""
-      : `,${JSON.stringify(this.#opts.maxTokensField ?? "max_tokens")}:${
-        Math.max(1, Math.floor(req.maxOutputTokens))
-      }`;
-    // The request's parameters, in the wire's names, `extra` merged in as given.
-    const wireParams = chatParams(req.params);
-    const paramsJson = Object.entries(wireParams).map(([k, v]) =>
-      `,${JSON.stringify(k)}:${JSON.stringify(v)}`
-    )
-      .join("");
-    // Streamed only when someone watches (req.onDelta): the answer is the same either way.
-    const streamed = req.onDelta !== undefined;
-    const body = `{"model":${JSON.stringify(this.#opts.model)},"messages":${
-      JSON.stringify(chatMessages(req.transcript))
-    }${req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : ""}${cap}${paramsJson}${
-      streamed ? STREAM_FIELDS : ""
-    }}`;
+    const { body, wireParams, capped, streamed } = this.#body(req);
     const url = this.#url;
-    const where = () => this.#mask(shownUrl(url));
     let res: Response;
     let text: string;
     try {
-      res = await this.#fetch(new Request(url, { method: "POST", headers, body, signal: req.signal }));
+      res = await this.#fetch(
+        new Request(url, { method: "POST", headers: this.#headers(req), body, signal: req.signal }),
+      );
       if (streamed && res.ok && isEventStream(res)) {
         return parseCompletion(JSON.stringify(await this.#readStream(res, req.onDelta!)));
       }
@@ -286,44 +250,102 @@ export class OpenAIPlanner {
       if (err instanceof ModelError) throw err;
       throw new ModelError(
         "MODEL_UNREACHABLE",
-        `The model at ${where()} could not be reached: ${this.#mask((err as Error).message)}`,
+        `The model at ${this.#mask(shownUrl(url))} could not be reached: ${
+          this.#mask((err as Error).message)
+        }`,
         { transient: true, cause: err },
       );
     }
-    if (res.status < 200 || res.status >= 300) {
-      const transient = isTransientStatus(res.status);
-      const said = serverErrorMessage(text) ?? text.slice(0, 200);
-      let message = `The model at ${where()} answered HTTP ${res.status}${said ? `: ${said}` : ""}`;
-      if (res.status === 404 && !/(^|\/)v1(\/|$)/.test(new URL(this.#opts.url).pathname)) {
-        message += `. The base URL's path has no /v1 segment: most servers serve the API under /v1 ` +
-          `(try MODEL_URL=${this.#mask(shownUrl(withV1(this.#opts.url)))})`;
-      }
-      const refused = res.status === 400 ? refusedParams(text, said ?? "", Object.keys(wireParams)) : [];
-      if (refused.length > 0) {
-        throw new ModelError(
-          "MODEL_PARAMS_REFUSED",
-          `${message.replace(/\.+$/, "")}. The server refused the request parameter${
-            refused.length > 1 ? "s" : ""
-          } ${refused.map((k) => `${k}=${JSON.stringify(wireParams[k])}`).join(", ")}: remove or change ${
-            refused.length > 1 ? "them" : "it"
-          } in the agent's modelParams or the run's (MODEL_PARAMS), or use a model that takes ${
-            refused.length > 1 ? "them" : "it"
-          }`,
-        );
-      }
-      const field = this.#opts.maxTokensField ?? "max_tokens";
-      if (res.status === 400 && cap !== "" && /max_(completion_)?tokens/.test(said ?? "")) {
-        const other = field === "max_tokens" ? "max_completion_tokens" : "max_tokens";
-        message +=
-          `. The request capped its answer with ${field} (the run has a token budget); if the server ` +
-          `wants ${other}, set MODEL_MAX_TOKENS_FIELD=${other} (or maxTokensField in the agent's model)`;
-      }
-      throw new ModelError("MODEL_HTTP", message, {
-        transient,
-        retryAfterMs: transient ? parseRetryAfter(res.headers.get("retry-after"), this.#now()) : undefined,
-      });
-    }
+    if (res.status < 200 || res.status >= 300) throw this.#httpError(res, text, wireParams, capped);
     return parseCompletion(text);
+  }
+
+  /** The request's headers: the run (and agent) travel as headers, with the trace context and the key. */
+  #headers(req: DecideRequest): Headers {
+    const headers = new Headers(this.#opts.headers);
+    headers.set("content-type", "application/json");
+    // Deno's fetch sends the trace context itself (OTEL_DENO); a handler called in-process needs it here.
+    if (this.#opts.fetch) { for (const [k, v] of Object.entries(traceHeaders())) headers.set(k, v); }
+    // A gateway or the mock can attribute requests without a body field that some servers refuse.
+    headers.set("x-agent-run", req.runId);
+    if (req.agent) headers.set("x-agent-name", req.agent);
+    if (this.#opts.apiKey) headers.set("authorization", `Bearer ${this.#opts.apiKey}`);
+    return headers;
+  }
+
+  /**
+   * The request's body. Only what every server family accepts. No
+   * `parallel_tool_calls` (reasoning models and some servers refuse it: the
+   * runtime refuses a second call itself), no `user` (deprecated by OpenAI), no
+   * `tool_choice` ("auto" is the default with tools, and vLLM refuses it unless
+   * started with a flag), and no empty `tools` list (OpenAI refuses `[]`). The
+   * tools' schemas are the same on every request of a registry: serialised once
+   * (#11). A budgeted request carries its answer's cap, in the one field chosen
+   * (never both); the parameters go in the wire's names, `extra` merged in as
+   * given. Streamed only when someone watches (`onDelta`): the answer is the
+   * same either way.
+   */
+  #body(
+    req: DecideRequest,
+  ): { body: string; wireParams: Record<string, unknown>; capped: boolean; streamed: boolean } {
+    const capped = req.maxOutputTokens !== undefined;
+    const cap = capped
+      ? `,${JSON.stringify(this.#opts.maxTokensField ?? "max_tokens")}:${
+        Math.max(1, Math.floor(req.maxOutputTokens!))
+      }`
+      : "";
+    const wireParams = chatParams(req.params);
+    const paramsJson = Object.entries(wireParams).map(([k, v]) =>
+      `,${JSON.stringify(k)}:${JSON.stringify(v)}`
+    ).join("");
+    const streamed = req.onDelta !== undefined;
+    const tools = req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : "";
+    const messages = JSON.stringify(chatMessages(req.transcript));
+    const body = `{"model":${
+      JSON.stringify(this.#opts.model)
+    },"messages":${messages}${tools}${cap}${paramsJson}${streamed ? STREAM_FIELDS : ""}}`;
+    return { body, wireParams, capped, streamed };
+  }
+
+  /**
+   * The error for an answer with an error status, saying what to change where
+   * it can tell: a base URL without /v1, a parameter the server refused, a cap
+   * in the field the server does not take.
+   */
+  #httpError(res: Response, text: string, wireParams: Record<string, unknown>, capped: boolean): ModelError {
+    const transient = isTransientStatus(res.status);
+    const said = serverErrorMessage(text) ?? text.slice(0, 200);
+    let message = `The model at ${this.#mask(shownUrl(this.#url))} answered HTTP ${res.status}${
+      said ? `: ${said}` : ""
+    }`;
+    if (res.status === 404 && !/(^|\/)v1(\/|$)/.test(new URL(this.#opts.url).pathname)) {
+      message += `. The base URL's path has no /v1 segment: most servers serve the API under /v1 ` +
+        `(try MODEL_URL=${this.#mask(shownUrl(withV1(this.#opts.url)))})`;
+    }
+    const refused = res.status === 400 ? refusedParams(text, said ?? "", Object.keys(wireParams)) : [];
+    if (refused.length > 0) {
+      const them = refused.length > 1 ? "them" : "it";
+      return new ModelError(
+        "MODEL_PARAMS_REFUSED",
+        `${message.replace(/\.+$/, "")}. The server refused the request parameter${
+          refused.length > 1 ? "s" : ""
+        } ${
+          refused.map((k) => `${k}=${JSON.stringify(wireParams[k])}`).join(", ")
+        }: remove or change ${them} in the agent's modelParams or the run's (MODEL_PARAMS), or use a model that ` +
+          `takes ${them}`,
+      );
+    }
+    const field = this.#opts.maxTokensField ?? "max_tokens";
+    if (res.status === 400 && capped && /max_(completion_)?tokens/.test(said ?? "")) {
+      const other = field === "max_tokens" ? "max_completion_tokens" : "max_tokens";
+      message +=
+        `. The request capped its answer with ${field} (the run has a token budget); if the server ` +
+        `wants ${other}, set MODEL_MAX_TOKENS_FIELD=${other} (or maxTokensField in the agent's model)`;
+    }
+    return new ModelError("MODEL_HTTP", message, {
+      transient,
+      retryAfterMs: transient ? parseRetryAfter(res.headers.get("retry-after"), this.#now()) : undefined,
+    });
   }
 
   /**
@@ -443,123 +465,4 @@ function withV1(base: string): URL {
   const url = new URL(base);
   url.pathname = url.pathname.replace(/\/+$/, "") + "/v1";
   return url;
-}
-
-function badAnswer(code: CodeOf<"ModelError">, message: string, usage?: Usage): ModelError {
-  return new ModelError(code, message, {
-    badAnswer: true,
-    usage: usage as Record<string, unknown> | undefined,
-  });
-}
-
-/**
- * Parses a chat-completions response body into a {@link PlannerDecision}:
- * every tool call of the first choice, or its text as the final answer.
- * Throws a `badAnswer` {@link ModelError} (carrying the usage reported) for
- * an answer that cannot be used.
- */
-export function parseCompletion(text: string): PlannerDecision {
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw badAnswer(
-      "MODEL_NOT_JSON",
-      `The model's answer is not JSON: ${JSON.stringify(text.slice(0, 120))}`,
-    );
-  }
-  const b = (body ?? {}) as { choices?: unknown; usage?: Usage };
-  const usage = b.usage && typeof b.usage === "object" ? b.usage : undefined;
-  if (!Array.isArray(b.choices) || b.choices.length === 0) {
-    // Some gateways answer 200 with an error object in place of choices: show what it said.
-    const said = serverErrorMessage(text);
-    throw badAnswer("MODEL_NO_CHOICES", `The model's answer has no choices${said ? `: ${said}` : ""}`, usage);
-  }
-  const first = b.choices[0] as { message?: Record<string, unknown> } | null;
-  const message = first && typeof first === "object" ? first.message : undefined;
-  if (!message || typeof message !== "object") {
-    throw badAnswer("MODEL_NO_MESSAGE", "The model's first choice has no message", usage);
-  }
-  const calls = message.tool_calls;
-  // Every call is parsed: how many a step may hold is the runtime's rule (step/decide.ts), not the wire's.
-  if (Array.isArray(calls) && calls.length > 0) {
-    const text = contentText(message.content);
-    return {
-      kind: "tool_calls",
-      calls: calls.map((call) => answerCall(call, usage)),
-      ...(text.trim() !== "" ? { text } : {}),
-      usage,
-    };
-  }
-  // No tool call: a final answer, unless the answer is unusable. A refusal, an
-  // answer cut off by the token limit, or an empty one is not "done": it is
-  // refused and re-asked (within the limit) like any other bad answer.
-  const finish = (first as { finish_reason?: unknown }).finish_reason;
-  if (typeof message.refusal === "string" && message.refusal.trim() !== "") {
-    throw badAnswer(
-      "MODEL_REFUSED",
-      `The model refused: ${JSON.stringify(message.refusal.slice(0, 200))}`,
-      usage,
-    );
-  }
-  if (finish === "length") {
-    throw badAnswer(
-      "MODEL_TRUNCATED",
-      "The model's answer was cut off by its token limit (finish_reason length); answer in fewer words",
-      usage,
-    );
-  }
-  if (finish === "content_filter") {
-    throw badAnswer("MODEL_FILTERED", "The model's answer was withheld by a content filter", usage);
-  }
-  const content = contentText(message.content);
-  if (content.trim() === "") {
-    throw badAnswer(
-      "MODEL_EMPTY",
-      "The model's answer has neither a tool call nor any text: call one tool, or say what was done",
-      usage,
-    );
-  }
-  return { kind: "done", text: content, usage };
-}
-
-/** One entry of `tool_calls` as a neutral call, or the refusal of a malformed one. */
-function answerCall(call: unknown, usage: Usage | undefined): AnswerCall {
-  const c = call as { id?: unknown; function?: { name?: unknown; arguments?: unknown } } | null;
-  const fn = c && typeof c === "object" ? c.function : undefined;
-  if (!fn || typeof fn.name !== "string") {
-    throw badAnswer("MODEL_BAD_TOOL_CALL", "The model's tool call has no function name", usage);
-  }
-  let args: unknown = {};
-  if (typeof fn.arguments === "string" && fn.arguments.trim() !== "") {
-    try {
-      args = JSON.parse(fn.arguments);
-    } catch {
-      throw badAnswer(
-        "MODEL_ARGS_NOT_JSON",
-        `The arguments of the model's call to ${fn.name} are not JSON: ${
-          JSON.stringify(fn.arguments.slice(0, 120))
-        }`,
-        usage,
-      );
-    }
-  } else if (fn.arguments !== null && typeof fn.arguments === "object") {
-    // Ollama's native API (and some of its compatible answers) sends the arguments as an object.
-    args = fn.arguments;
-  }
-  const id = (c as { id?: unknown }).id;
-  return { ...(typeof id === "string" ? { id } : {}), name: fn.name, args };
-}
-
-/** The text of a message's content: a string, or an array of parts whose text parts are joined. */
-function contentText(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) return "";
-  return content
-    .map((part) =>
-      part !== null && typeof part === "object" && typeof (part as { text?: unknown }).text === "string"
-        ? (part as { text: string }).text
-        : ""
-    )
-    .join("");
 }

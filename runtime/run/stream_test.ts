@@ -2,14 +2,8 @@ import assert from "node:assert/strict";
 import { ManualClock } from "../base/clock.ts";
 import { PAYLOAD_TEXT_MAX } from "../store/notify.ts";
 import type { JournalRow, RunRow, SideEffectRow } from "../store/store.ts";
-import {
-  decodeDelta,
-  type Delta,
-  DeltaPublisher,
-  encodeDelta,
-  type StreamEvent,
-  StreamFollower,
-} from "./stream.ts";
+import { decodeDelta, type Delta, encodeDelta, type StreamEvent, StreamFollower } from "./stream.ts";
+import { DeltaPublisher } from "./deltas.ts";
 
 const call = { runId: "r", epoch: 1, seq: 2, attempt: 1 };
 

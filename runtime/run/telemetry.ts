@@ -50,21 +50,6 @@ export type { Ended, Failed, Finished, StepRows } from "./ended.ts";
 /** The instrumentation scope's name. */
 export const SCOPE = "agent-runtime";
 
-/**
- * What the span wrappers took of the run before they learned outcomes from
- * what the work returned: the fence, and the rows this worker knows.
- *
- * @deprecated No wrapper takes it now: see {@link TracedStep}.
- */
-export interface TracedState {
-  /** The run and the epoch this worker holds. */
-  fence: Fence;
-  /** Journal rows by seq. */
-  journal: Map<number, JournalRow>;
-  /** Tool calls by seq. */
-  effects: Map<number, SideEffectRow>;
-}
-
 /** A step, as its spans name it. */
 export interface TracedStep {
   /** The run and the epoch this worker holds. */
@@ -172,13 +157,12 @@ export const NO_TELEMETRY: Telemetry = Object.freeze({
 
 /** True when `OTEL_DENO` turns Deno's OpenTelemetry on (`true` or `1`). */
 export function telemetryEnabled(env?: Record<string, string | undefined>): boolean {
-  let v: string | undefined;
   try {
-    v = env ? env.OTEL_DENO : Deno.env.get("OTEL_DENO");
+    const v = env ? env.OTEL_DENO : Deno.env.get("OTEL_DENO");
+    return v === "true" || v === "1";
   } catch {
     return false; // no env permission: off
   }
-  return v === "true" || v === "1";
 }
 
 /** {@link OtelTelemetry} when `OTEL_DENO` is on, else {@link NO_TELEMETRY}. */
@@ -203,12 +187,8 @@ export function runTraceId(runId: string): string {
 /** The context every span of a run descends from: a remote parent in the run's trace. */
 function runContext(runId: string): Context {
   const traceId = runTraceId(runId);
-  return trace.setSpanContext(ROOT_CONTEXT, {
-    traceId,
-    spanId: traceId.slice(0, 16),
-    traceFlags: TraceFlags.SAMPLED,
-    isRemote: true,
-  });
+  const parent = { traceId, spanId: traceId.slice(0, 16), traceFlags: TraceFlags.SAMPLED, isRemote: true };
+  return trace.setSpanContext(ROOT_CONTEXT, parent);
 }
 
 /** Marks `span` as ended by `err`. */
@@ -219,12 +199,24 @@ function failSpan(span: Span, err: unknown): void {
 
 /**
  * Describes on `span` how its work ended: `describe` reads the rows it left,
- * and an error it ended with is recorded as a thrown one would be. Returns
- * `ended` as it came.
+ * and an error it ended with is recorded as a thrown one would be. A tool
+ * call it left flagged (its outcome unknown: a person must look) marks the
+ * span as an error too, with the flag's reason, though nothing was thrown.
+ * Returns `ended` as it came.
  */
 function endedOn<T>(span: Span, ended: Ended<T>, describe: (rows: StepRows) => void): Ended<T> {
   describe(ended.rows);
-  if (!ended.ok) failSpan(span, ended.error);
+  if (!ended.ok) {
+    failSpan(span, ended.error);
+    return ended;
+  }
+  const flagged = [ended.rows.effect, ...(ended.rows.effects ?? [])].find((e) => e?.status === "flagged");
+  if (flagged) {
+    span.setStatus({
+      code: SpanStatusCode.ERROR,
+      message: `flagged: ${flagged.error ?? "its outcome is unknown"}`,
+    });
+  }
   return ended;
 }
 

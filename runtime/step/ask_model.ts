@@ -12,7 +12,7 @@ import { type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
 import { AbortedError, ModelError } from "../base/errors.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
 import type { JournalRow, Rejection } from "../store/store.ts";
-import { DeltaPublisher } from "../run/stream.ts";
+import { DeltaPublisher } from "../run/deltas.ts";
 
 /** An answer refused as unusable: recorded (it was paid for), and the model asked again. */
 export interface Refused {

@@ -65,47 +65,44 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<Blocke
     // A call whose last request failed as in an outage, recorded with when it may go again: not stranded.
     // The step's gate sends it (with the step's other such calls) once due, and lets the run sleep until then.
     if (isAsleep(row)) continue;
-    const checked = deps.tools.check(row.tool, row.args);
-    if (!checked.ok) {
-      blocked ??= await flag(deps, state, row, `it cannot be re-sent safely: ${checked.message}`);
-      continue;
-    }
-    // A person who resolved the flag with --retry approved exactly one re-send:
-    // the approval is newer than the last intent. Once that re-send's intent
-    // is written (intent_at moves past resolved_at), a crash flags it again.
-    // A reopen allows one request past maxAttempts, until the next intent
-    // moves attempts past the count it recorded.
-    const resumed = {
-      approved: row.resolved_at !== null && new Date(row.resolved_at) > new Date(row.intent_at),
-      reopened: row.attempts_at_reopen === row.attempts,
-    };
-    const call = {
-      key: row.idempotency_key,
-      seq: row.seq,
-      tool: checked.tool,
-      rawArgs: row.args,
-      args: checked.args,
-      resumed,
-    };
-    log.info("reconciling", {
-      run: runId,
-      seq: row.seq,
-      key: row.idempotency_key,
-      tool: row.tool,
-      attempts: row.attempts,
-    });
-    const settled = valueOf(await send(deps, state, call));
-    if (settled.status === "flagged") {
-      blocked ??= settled;
-      continue;
-    }
-    log.info("reconciled", {
-      run: runId,
-      key: row.idempotency_key,
-      outcome: settled.status === "confirmed" ? settled.remote : settled.status,
-    });
+    const settled = await resend(deps, state, row);
+    if (settled.status === "flagged") blocked ??= settled;
   }
   if (blocked) return blockedBy(blocked);
   log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: llmCallsOf(state) });
   return undefined;
+}
+
+/**
+ * Re-sends a call a crash left at `intent` under its key, as far as it may go
+ * ({@link send}), and returns its row as that left it: flagged at once when
+ * its arguments no longer parse.
+ */
+async function resend(deps: WorkerDeps, state: RunState, row: SideEffectRow): Promise<SideEffectRow> {
+  const { log } = deps;
+  const checked = deps.tools.check(row.tool, row.args);
+  if (!checked.ok) return await flag(deps, state, row, `it cannot be re-sent safely: ${checked.message}`);
+  // A person who resolved the flag with --retry approved exactly one re-send: the approval is newer than
+  // the last intent. Once that re-send's intent is written (intent_at moves past resolved_at), a crash
+  // flags it again. A reopen allows one request past maxAttempts, until the next intent moves attempts
+  // past the count it recorded.
+  const resumed = {
+    approved: row.resolved_at !== null && new Date(row.resolved_at) > new Date(row.intent_at),
+    reopened: row.attempts_at_reopen === row.attempts,
+  };
+  const key = row.idempotency_key;
+  const call = { key, seq: row.seq, tool: checked.tool, rawArgs: row.args, args: checked.args, resumed };
+  log.info("resending", {
+    run: state.fence.runId,
+    seq: row.seq,
+    key,
+    tool: row.tool,
+    attempts: row.attempts,
+  });
+  const settled = valueOf(await send(deps, state, call));
+  if (settled.status !== "flagged") {
+    const outcome = settled.status === "confirmed" ? settled.remote : settled.status;
+    log.info("resent", { run: state.fence.runId, key, outcome });
+  }
+  return settled;
 }

@@ -22,7 +22,8 @@ import { SimulatedKill } from "../base/crashpoints.ts";
 import { humanMs, nextTry } from "../base/retry.ts";
 import { toStorable } from "../base/storable.ts";
 import type { SideEffectRow } from "../store/store.ts";
-import { isAccepted, type ToolOutcome, waitExpired } from "../agent/tools.ts";
+import { isAccepted, type ToolOutcome } from "../agent/tools.ts";
+import { waitExpired } from "../agent/accepted.ts";
 import { accepted, confirm, failCall, flag, type PreparedCall, toolPolicy } from "./settle.ts";
 import { giveUp, unknownOutcome, unknownRequests, type Verdict } from "./unknown.ts";
 

@@ -12,7 +12,8 @@ import { definedFields, type RetryPolicy } from "../base/retry.ts";
 import { ToolError } from "../base/errors.ts";
 import { toStorable } from "../base/storable.ts";
 import type { SideEffectRow } from "../store/store.ts";
-import { checkAtWithFloor, type Json, type Tool, type ToolAccepted, waitExpired } from "../agent/tools.ts";
+import type { Json, Tool, ToolAccepted } from "../agent/tools.ts";
+import { checkAtWithFloor, waitExpired } from "../agent/accepted.ts";
 
 /** A call ready to send: its row's identity and its parsed arguments. */
 export interface PreparedCall {
