@@ -3,7 +3,7 @@
  * that came from a model, a tool or a user (every code point that would be
  * invisible, or would change how the text around it is drawn, written as a
  * visible escape), and the views the client's page reads return
- * (`client.timeline`, `client.overview`, `client.wholeValue`): a run and a
+ * (`client.reads`: `timeline`, `overview`, `wholeValue`): a run and a
  * range of its steps with long values clipped. The runtime's own web page,
  * CLI and logs show everything through this rule.
  *

@@ -17,8 +17,9 @@
  *
  * The package's other paths serve other audiences: `./planner` is for a model
  * of one's own (the `Planner` interface, the neutral transcript it is asked
- * with, the chat-completions planner that ships); `./client` holds what the
- * operators' calls of the client take and return; `./testing` is the kit users
+ * with, the chat-completions planner that ships); `./client` holds the
+ * client's other parts (`client.operators`, `client.reads`,
+ * `client.conversations`) and what their calls take and return; `./testing` is the kit users
  * test their agents with (mock model, mock cloud, clocks, simulator, fuzzer);
  * `./store` is for a store driver's author and whoever reads below the client
  * (the store, its rows and named statements); `./display` is for a page or a
@@ -76,8 +77,8 @@ export {
   type AgentModel,
   type AgentSpec,
   defineAgent,
-  type ModelEndpoint,
 } from "./runtime/agent/agent.ts";
+export type { ModelEndpoint } from "./runtime/model/endpoint.ts";
 export { type AgentTool, agentTool, type AgentToolOptions } from "./runtime/agent/agent_tool.ts";
 export {
   type ArgsSchema,

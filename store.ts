@@ -20,7 +20,7 @@
  * const embedded = await connect({ memory: true });
  * const counting = new CountingClient(embedded.store.client);
  * const client = new Client(new Store(counting));
- * await client.list();
+ * await client.reads.list();
  * if (counting.total === 0) throw new Error("nothing counted");
  * for (const name of counting.counts.keys()) {
  *   if (!isStatementName(name)) throw new Error(`a statement without a name: ${name}`);

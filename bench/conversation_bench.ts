@@ -1,7 +1,7 @@
 /**
  * `deno task bench:conversation`: what a long conversation costs, turn by
  * turn. One run of a conversing agent is sent `--turns` messages (default
- * 500), one after the other, through `client.send`; a {@link WorkerHost}
+ * 500), one after the other, through `client.conversations.send`; a {@link WorkerHost}
  * (production's shape) takes the woken run, decides a tool call, runs it,
  * decides the answer, and lets the run wait for the next message. The model
  * and the tool are in this process (no HTTP), so the figures are the
@@ -167,7 +167,9 @@ async function runtimeTurns(
       const done = new Promise<RunOutcome>((r) => answered = r);
       const t0 = performance.now();
       if (n === 0) await client.start(agent, { runId, input: `message 0 of the bench conversation` });
-      else await client.send(runId, `message ${n} of the bench conversation`, { messageId: `m${n}` });
+      else {await client.conversations.send(runId, `message ${n} of the bench conversation`, {
+          messageId: `m${n}`,
+        });}
       host.wake();
       const outcome = await done;
       const ms = performance.now() - t0;

@@ -242,7 +242,7 @@ async function measure(store: Store, transport: Transport): Promise<Row[]> {
       const beatGapMs = Math.max(...around.slice(1).map((t, j) => t - around[j]));
       release();
       const held = await client.wait(holderId, { timeoutMs: 60_000, pollMs: 10 });
-      const effect = (await client.inspect(exporterId)).effects[0];
+      const effect = (await client.reads.inspect(exporterId)).effects[0];
       const code = events(fromLine, "tool-failed")[0]?.code;
       const ownLeaseLost = events(fromLine, "lease-lost").some((l) => l.run === exporterId);
       const outcome = effect?.status === "confirmed"

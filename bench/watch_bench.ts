@@ -137,7 +137,7 @@ async function buildConversation(store: Store, messages: number): Promise<string
     await client.start(chat, { runId, input: "message 0" });
     await client.wait(runId, { timeoutMs: 60_000, pollMs: 5 });
     for (let i = 1; i < messages; i++) {
-      await client.send(runId, `message ${i}: ${"x".repeat(100)}`, { messageId: `m${i}` });
+      await client.conversations.send(runId, `message ${i}: ${"x".repeat(100)}`, { messageId: `m${i}` });
       worker.wake();
       await client.wait(runId, { timeoutMs: 60_000, pollMs: 5 });
     }

@@ -20,7 +20,7 @@ import { type Clock, SystemClock } from "../runtime/base/clock.ts";
 import { AGENT_LOAD_DEFAULT_S } from "../runtime/settings/config.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/base/errors.ts";
 import { displayText } from "../runtime/base/display.ts";
-import { describeEndpoint, resolveEndpoint } from "../runtime/client/model_endpoint.ts";
+import { describeEndpoint, resolveEndpoint } from "../runtime/model/endpoint.ts";
 import { OpenAIPlanner, type Planner } from "../runtime/model/planner.ts";
 import { MockModel } from "../mock/model.ts";
 
@@ -178,7 +178,7 @@ function mockParallel(raw: string | undefined): number {
 /**
  * Builds every agent's tools and model for this process. An agent naming an
  * endpoint (or nothing) gets an OpenAI-compatible client from it and the
- * `MODEL_*` settings (runtime/client/model_endpoint.ts: what the agent names wins);
+ * `MODEL_*` settings (runtime/model/endpoint.ts: what the agent names wins);
  * when neither gives a URL, the embedded default uses an in-process mock
  * model whose counters persist under `DATA_DIR`, and a fleet process refuses
  * with a clear message. The agents their tools start runs of (`agentTool`)

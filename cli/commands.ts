@@ -136,9 +136,9 @@ export async function runs(
   const limit = filter.limit ?? 50;
   const page = filter.page ?? 1;
   const { runs: rows, total } = await asCommand(() =>
-    ctx.client.list({ ...filter, limit, offset: (page - 1) * limit })
+    ctx.client.reads.list({ ...filter, limit, offset: (page - 1) * limit })
   );
-  const hosted = new Set(await ctx.client.hostedAgents());
+  const hosted = new Set(await ctx.client.reads.hostedAgents());
   const now = ctx.client.clock.now().getTime();
   const table = [[
     "RUN",
@@ -259,7 +259,7 @@ function tokens(usage: Json | null): string | undefined {
  */
 export async function inspect(ctx: CommandContext, runId: string): Promise<void> {
   const { run, journal, effects, approvals, spend, children, familySpend } = await asCommand(() =>
-    ctx.client.inspect(runId)
+    ctx.client.reads.inspect(runId)
   );
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
   const approvalBySeq = new Map(approvals.map((a) => [a.seq, a]));
@@ -293,7 +293,7 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
   p(`  created ${iso(run.created_at)}  updated ${iso(run.updated_at)}  heartbeat ${iso(run.heartbeat_at)}`);
   if (run.error) p(...fieldLines("  error: ", run.error));
   if (run.conversation_idle_ms !== null && run.conversation_idle_ms !== undefined) {
-    const turns = await asCommand(() => ctx.client.answers(runId));
+    const turns = await asCommand(() => ctx.client.conversations.answers(runId));
     p(`  conversation: ${run.message_count ?? turns.length} messages  idle_ms=${run.conversation_idle_ms}${
       run.conversation_ended_at ? `  closed ${iso(run.conversation_ended_at)}` : ""
     }${run.status === "waiting" && run.idle_since ? "  waiting for the next message" : ""}`);
@@ -474,7 +474,7 @@ export async function resolve(
   key: string,
   resolution: Resolution,
 ): Promise<SideEffectRow> {
-  const out = await asCommand(() => ctx.client.resolve(key, resolution, { by: ctx.actor }));
+  const out = await asCommand(() => ctx.client.operators.resolve(key, resolution, { by: ctx.actor }));
   printer(ctx)(
     `resolved  key=${key}  status=${out.effect.status}  remote=${out.effect.remote ?? "-"}  by=${
       formatValue(ctx.actor)
@@ -500,7 +500,9 @@ export async function resolveMany(
     filter.runId === undefined ? "" : `  run=${filter.runId}`
   }  action=${resolution.action}`;
   if ("dryRun" in opts) {
-    const { calls, total } = await asCommand(() => ctx.client.flagged(filter, { limit: RESOLVE_BATCH_MAX }));
+    const { calls, total } = await asCommand(() =>
+      ctx.client.operators.flagged(filter, { limit: RESOLVE_BATCH_MAX })
+    );
     p(`dry-run  would resolve ${total} flagged call(s) of blocked runs${what}`);
     for (const e of calls) {
       p(`  ${e.idempotency_key}  tool=${e.tool}  run=${e.run_id}  attempts=${e.attempts}  args=${
@@ -515,7 +517,7 @@ export async function resolveMany(
     return calls;
   }
   const out = await asCommand(() =>
-    ctx.client.resolveMany(filter, resolution, { expect: opts.expect, by: ctx.actor })
+    ctx.client.operators.resolveMany(filter, resolution, { expect: opts.expect, by: ctx.actor })
   );
   const released = new Set(out.unblocked);
   for (const e of out.effects) {
@@ -537,7 +539,7 @@ export async function settle(
   key: string,
   settlement: Settlement,
 ): Promise<SideEffectRow> {
-  const out = await asCommand(() => ctx.client.settleCall(key, settlement, { by: ctx.actor }));
+  const out = await asCommand(() => ctx.client.operators.settleCall(key, settlement, { by: ctx.actor }));
   printer(ctx)(
     `settled  key=${key}  status=${out.effect.status}  remote=${out.effect.remote ?? "-"}  by=${
       formatValue(ctx.actor)
@@ -548,7 +550,7 @@ export async function settle(
 
 /** Cancels a run and its open descendants (the child runs its calls started); a worker holding one stops at its next write. */
 export async function cancel(ctx: CommandContext, runId: string): Promise<RunInfo> {
-  const run = await asCommand(() => ctx.client.cancel(runId, { by: ctx.actor }));
+  const run = await asCommand(() => ctx.client.operators.cancel(runId, { by: ctx.actor }));
   printer(ctx)(
     `cancelled  run=${runId}  epoch=${run.epoch}  owner=${run.owner ?? "-"}${
       run.descendants.length > 0 ? `  with=${run.descendants.join(",")}` : ""
@@ -563,7 +565,7 @@ export async function cancel(ctx: CommandContext, runId: string): Promise<RunInf
  * `intent` under its original key, so nothing done before is done again.
  */
 export async function reopen(ctx: CommandContext, runId: string): Promise<RunInfo> {
-  const run = await asCommand(() => ctx.client.reopen(runId));
+  const run = await asCommand(() => ctx.client.operators.reopen(runId));
   printer(ctx)(
     `reopened  run=${runId}  status=${run.status}  epoch=${run.epoch}  by=${formatValue(ctx.actor)}`,
   );
@@ -581,13 +583,15 @@ export async function send(
 ): Promise<void> {
   const p = printer(ctx);
   if (opts.end) {
-    const run = await asCommand(() => ctx.client.endConversation(runId));
+    const run = await asCommand(() => ctx.client.conversations.endConversation(runId));
     p(`ended  run=${runId}  status=${run.status}${
       run.status === "done" ? "" : "  (after its current answer)"
     }`);
     return;
   }
-  const sent = await asCommand(() => ctx.client.send(runId, opts.message!, { messageId: opts.messageId }));
+  const sent = await asCommand(() =>
+    ctx.client.conversations.send(runId, opts.message!, { messageId: opts.messageId })
+  );
   p(
     `sent  run=${runId}  message=${sent.seq}  message_id=${formatValue(sent.messageId)}${
       sent.duplicate ? "  duplicate=true (sent before: nothing written)" : ""
@@ -826,7 +830,7 @@ export async function prune(
   before: Date,
   opts: { dryRun?: boolean; batchSize?: number },
 ): Promise<void> {
-  const out = await asCommand(() => ctx.client.prune(before, opts));
+  const out = await asCommand(() => ctx.client.operators.prune(before, opts));
   const verb = opts.dryRun ? "would delete" : "deleted";
   const p = printer(ctx);
   p(
@@ -1133,8 +1137,8 @@ export async function main(
       case "deny": {
         const row = await asCommand(() =>
           command === "approve"
-            ? ctx.client.approve(target, { by: ctx.actor })
-            : ctx.client.deny(target, { by: ctx.actor, reason: v.reason })
+            ? ctx.client.operators.approve(target, { by: ctx.actor })
+            : ctx.client.operators.deny(target, { by: ctx.actor, reason: v.reason })
         );
         printer(ctx)(
           `${row.status}  key=${row.idempotency_key}  tool=${row.tool}  args=${formatValue(row.args)}  by=${

@@ -469,7 +469,7 @@ Deno.test("settle confirms or fails a waiting call from outside, records who, an
     ]);
 
     await waitingRun(store, "set-3");
-    await ctx.client.cancel("set-3");
+    await ctx.client.operators.cancel("set-3");
     await assert.rejects(
       settle(ctx, "set-3:0", { result: 1 }),
       (err: CommandError) => err.code === "RUN_CLOSED" && /deno task reopen set-3/.test(err.message),
@@ -600,7 +600,7 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
     await store.cancelRun("pr-recent", "cancelled", clock.now());
     const cutoff = new Date(clock.now().getTime() - 30 * 86_400_000);
 
-    const dry = await ctx.client.prune(cutoff, { dryRun: true });
+    const dry = await ctx.client.operators.prune(cutoff, { dryRun: true });
     assert.deepEqual(dry.runs.filter((r) => r.startsWith("pr-")), ["pr-cancel", "pr-done", "pr-failed"]);
     assert.ok(await store.getRun("pr-done"), "a dry run deletes nothing");
 

@@ -190,8 +190,8 @@ async function untilDone(w: SimWorld, client: Client, runId: string): Promise<vo
           requests.map((r) => `${r.idempotency_key} ${r.status}`).join(", ")
         }): nothing will ever wake it`,
       );
-      await client.approve(pending.idempotency_key, { by: "person" });
-    } else if (run?.status === "cancelled") await client.reopen(runId);
+      await client.operators.approve(pending.idempotency_key, { by: "person" });
+    } else if (run?.status === "cancelled") await client.operators.reopen(runId);
     else if (run?.status === "pending") await w.spawn({ runId }).exit;
     else assert.fail(`run ${runId} is ${run?.status}`);
   }
@@ -201,8 +201,8 @@ async function untilDone(w: SimWorld, client: Client, runId: string): Promise<vo
 /** A run waiting for approval, cancelled and reopened: its request is pending while a worker replays it. */
 async function reopenedWhileWaiting(w: SimWorld, client: Client, runId: string): Promise<void> {
   assert.equal(await exitStatus(w, runId), "waiting");
-  await client.cancel(runId, { by: "bob" });
-  await client.reopen(runId);
+  await client.operators.cancel(runId, { by: "bob" });
+  await client.operators.reopen(runId);
 }
 
 Deno.test("an answer given between any two statements of a worker's turn is never lost", async (t) => {
@@ -228,9 +228,10 @@ Deno.test("an answer given between any two statements of a worker's turn is neve
         await reopenedWhileWaiting(w, client, runId);
         const act = async (n: number) => {
           if (n !== k) return;
-          if (action === "approve") await client.approve(`${runId}:0`, { by: "alice" });
-          else if (action === "deny") await client.deny(`${runId}:0`, { by: "alice", reason: "no" });
-          else await client.cancel(runId, { by: "carol" });
+          if (action === "approve") await client.operators.approve(`${runId}:0`, { by: "alice" });
+          else if (action === "deny") {
+            await client.operators.deny(`${runId}:0`, { by: "alice", reason: "no" });
+          } else await client.operators.cancel(runId, { by: "carol" });
         };
         await w.spawn({ runId, hooks: { wrapStore: (client) => landBefore(client, act) } }).exit;
         // The answer may also land after the worker's last statement.
@@ -258,9 +259,12 @@ Deno.test("a closed run's call cannot be answered: RUN_CLOSED, the request stays
   const w = await world();
   const client = new Client(w.observer, w.clock);
   assert.equal(await exitStatus(w, "ap-4"), "waiting");
-  await client.cancel("ap-4", { by: "bob" });
+  await client.operators.cancel("ap-4", { by: "bob" });
   for (
-    const answer of [() => client.approve("ap-4:0", { by: "a" }), () => client.deny("ap-4:0", { by: "a" })]
+    const answer of [
+      () => client.operators.approve("ap-4:0", { by: "a" }),
+      () => client.operators.deny("ap-4:0", { by: "a" }),
+    ]
   ) {
     await assert.rejects(answer(), (e) => {
       assert.ok(e instanceof ClientError);
@@ -278,10 +282,10 @@ Deno.test("a closed run's call cannot be answered: RUN_CLOSED, the request stays
   assert.equal((await w.observer.getRun("ap-4"))?.status, "cancelled");
 
   // Reopened, the run asks again and sends nothing until a person answers for the open run.
-  await client.reopen("ap-4");
+  await client.operators.reopen("ap-4");
   assert.equal(await exitStatus(w, "ap-4"), "waiting");
   assert.equal((await w.snapshot("ap-4")).created.length, 0, "nothing was sent on the refused approval");
-  const answered = await client.approve("ap-4:0", { by: "alice" });
+  const answered = await client.operators.approve("ap-4:0", { by: "alice" });
   assert.equal(answered.status, "approved");
   assert.equal(answered.run_status, "pending", "the run's real status after the answer");
   assert.equal(await exitStatus(w, "ap-4"), "done");

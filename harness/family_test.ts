@@ -142,7 +142,7 @@ Deno.test("cancelling a parent cancels the children it waits on, in the same ope
       [`${P}.1`, "waiting"],
     ]);
     const client = new Client(world.observer, world.clock);
-    const cancelled = await client.cancel(P, { by: "ops", reason: "not needed" });
+    const cancelled = await client.operators.cancel(P, { by: "ops", reason: "not needed" });
     assert.deepEqual([cancelled.status, cancelled.descendants], ["cancelled", [`${P}.0`, `${P}.1`]]);
     for (const id of [`${P}.0`, `${P}.1`]) {
       const run = await client.get(id);
@@ -155,7 +155,7 @@ Deno.test("cancelling a parent cancels the children it waits on, in the same ope
     const after = await driveFamily(world, familyAgents(new KeyedRemote(), asked), { create: false });
     assert.deepEqual(after.exits, []);
     await assert.rejects(
-      client.approve(`${P}.0:0`),
+      client.operators.approve(`${P}.0:0`),
       (e: Error & { code?: string }) => e.code === "RUN_CLOSED",
     );
   } finally {
@@ -212,7 +212,7 @@ Deno.test("a run that holds a child's id but is not that call's child is refused
     const client = new Client(world.observer, world.clock);
     await client.start(agents.byName.get("researcher")!.agent, { runId: `${P}.0`, input: "someone else's" });
     // Cancelled so no worker takes it: it is someone else's run all the same.
-    await client.cancel(`${P}.0`);
+    await client.operators.cancel(`${P}.0`);
     const drive = await driveFamily(world, agents);
     const root = drive.runs.find((r) => r.run_id === P)!;
     assert.equal(root.status, "done");

@@ -126,7 +126,7 @@ export async function rideOutages(opts: OutageOptions): Promise<OutageReport> {
       const holding = new Map<string, { since: number; epoch: number }>();
       // Bounded by the outage's length.
       while (Date.now() - downAt < phase.downMs) {
-        const rows = (await client.list({ limit: 1000 })).runs.filter((r) => runIds.includes(r.run_id));
+        const rows = (await client.reads.list({ limit: 1000 })).runs.filter((r) => runIds.includes(r.run_id));
         const now = Date.now();
         for (const r of rows) {
           const held = r.status === "running" && r.heartbeat_at !== null;
@@ -143,7 +143,7 @@ export async function rideOutages(opts: OutageOptions): Promise<OutageReport> {
       }
       let failuresRecorded = 0;
       for (const runId of runIds) {
-        const { journal, effects } = await client.inspect(runId);
+        const { journal, effects } = await client.reads.inspect(runId);
         failuresRecorded += [...journal, ...effects].reduce((n, r) => n + r.failures, 0);
       }
       if (phase.remote === "shop") shopServer = serveShop(shop, shopPort);
@@ -153,7 +153,9 @@ export async function rideOutages(opts: OutageOptions): Promise<OutageReport> {
       note(`phase ${i + 1}: the ${phase.remote} is back`);
       await until(
         async () => {
-          const rows = (await client.list({ limit: 1000 })).runs.filter((r) => runIds.includes(r.run_id));
+          const rows = (await client.reads.list({ limit: 1000 })).runs.filter((r) =>
+            runIds.includes(r.run_id)
+          );
           return rows.length === runIds.length &&
             rows.every((r) => ["done", "failed", "cancelled"].includes(r.status));
         },

@@ -376,7 +376,7 @@ export async function tryCase(client: Client, c: ValueCase, runId: string): Prom
       return { outcome: "refused (INPUT_INVALID)", requests: seen.requests, problems };
     }
     const run = await client.wait(runId, { timeoutMs: 60_000, pollMs: 10 });
-    const { journal, effects } = await client.inspect(runId);
+    const { journal, effects } = await client.reads.inspect(runId);
     if (run.status !== "done") problems.push(`the run ended ${run.status}: ${run.error}`);
     // Answered where it arose: one claim, no worker lost to it.
     if (run.epoch !== 1) problems.push(`the run took ${run.epoch} claims`);

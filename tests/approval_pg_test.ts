@@ -235,8 +235,8 @@ function named(url: string, name: string): string {
 async function reopenedWhileWaiting(client: Client, agent: Agent, runId: string): Promise<void> {
   await client.start(agent, { runId, input: "pay" });
   assert.equal((await client.wait(runId, { timeoutMs: 30_000, pollMs: 20 })).status, "waiting");
-  await client.cancel(runId, { by: "bob" });
-  await client.reopen(runId);
+  await client.operators.cancel(runId, { by: "bob" });
+  await client.operators.reopen(runId);
 }
 
 const quiet = new Logger({ clock: new SystemClock(), sink: discardSink });
@@ -248,13 +248,18 @@ pgTest(
     const agent = payAgent(sent);
     const workerStore = new SlowReader(await openPostgres(pg.url));
     const person = new Client(pg.store);
-    const worker = await new Client(workerStore).startWorker([agent], { pollMs: 20, log: quiet });
+    // Group commit off: a grouped store is a new Store over the same driver, without SlowReader's hook.
+    const worker = await new Client(workerStore).startWorker([agent], {
+      pollMs: 20,
+      log: quiet,
+      groupCommitMs: 0,
+    });
     try {
       await reopenedWhileWaiting(person, agent, "slow-1");
       // The worker has read the request (pending); the person approves on another connection before it acts.
       let answered: AnsweredApproval | undefined;
       workerStore.afterRead = async () => {
-        answered = await person.approve("slow-1:0", { by: "alice" });
+        answered = await person.operators.approve("slow-1:0", { by: "alice" });
       };
       const end = await person.wait("slow-1", { timeoutMs: 30_000, pollMs: 20 });
       assert.equal(answered?.status, "approved");
@@ -277,9 +282,11 @@ pgTest(
     const workerStore = new SlowReader(await openPostgres(named(pg.url, tag)));
     const person = new Client(new Store(await openPostgres(named(pg.url, tag))));
     const holder = postgres(pg.url, { max: 1, onnotice: () => {} });
-    // No heartbeat while the lock is held: only the two statements under test queue on it.
+    // No heartbeat while the lock is held: only the two statements under test queue on it. Group commit off:
+    // a grouped store is a new Store over the same driver, without SlowReader's hook.
     const worker = await new Client(workerStore).startWorker([agent], {
       pollMs: 20,
+      groupCommitMs: 0,
       log: quiet,
       heartbeatMs: 600_000,
       leaseMs: 1_200_000,
@@ -310,7 +317,7 @@ pgTest(
               });
             });
             if (first === "answer") {
-              answer = person.approve(`${runId}:0`, { by: "alice" });
+              answer = person.operators.approve(`${runId}:0`, { by: "alice" });
               await until(
                 async () => (await waiters()) === 1,
                 "the answer to queue on the run's lock",
@@ -325,7 +332,7 @@ pgTest(
               "the request to queue on the run's lock",
               20_000,
             );
-            answer = person.approve(`${runId}:0`, { by: "alice" });
+            answer = person.operators.approve(`${runId}:0`, { by: "alice" });
           }
           await until(
             async () => (await waiters()) === 2,
@@ -371,13 +378,13 @@ pgTest(
       // lands anywhere in the worker's replay of the run; a fifth of the answers are denials.
       const plans = ids.map((id) => ({ id, pauseMs: Math.floor(random() * 30), deny: random() < 0.2 }));
       const outcomes = await Promise.all(plans.map(async ({ id, pauseMs, deny }) => {
-        await people[0].cancel(id, { by: "bob" });
-        await people[0].reopen(id);
+        await people[0].operators.cancel(id, { by: "bob" });
+        await people[0].operators.reopen(id);
         await new Promise((r) => setTimeout(r, pauseMs));
         const key = `${id}:0`;
         return deny
-          ? await people[1].deny(key, { by: "alice", reason: "no" }).then(() => "denied")
-          : await people[1].approve(key, { by: "alice" }).then(() => "approved");
+          ? await people[1].operators.deny(key, { by: "alice", reason: "no" }).then(() => "denied")
+          : await people[1].operators.approve(key, { by: "alice" }).then(() => "approved");
       }));
       const ended: string[] = [];
       for (const id of ids) {

@@ -94,8 +94,8 @@ async function runOne(client: Client, agent: ReturnType<typeof noteAgent>, runId
   try {
     await client.start(agent, { runId, input: "note sixty numbers" });
     const run = await client.wait(runId, { timeoutMs: 60_000, pollMs: 20 });
-    const record = await client.inspect(runId);
-    const listed = (await client.list({ search: runId })).runs[0];
+    const record = await client.reads.inspect(runId);
+    const listed = (await client.reads.list({ search: runId })).runs[0];
     return { run, record, listed };
   } finally {
     await worker.stop();

@@ -82,18 +82,18 @@ pgTest(
       mocks.cloud.setFaults({ path: "/v1/servers", delay_ms: 0 });
 
       // Message 4 through the client in this process.
-      assert.equal((await client.send("talk", messages[4], { messageId: "m4" })).seq, 4);
+      assert.equal((await client.conversations.send("talk", messages[4], { messageId: "m4" })).seq, 4);
       await until(async () => (await client.get("talk"))?.conversation?.messages === 5, "message 4 counted");
       assert.equal((await client.wait("talk", { timeoutMs: 60_000 })).output, answerText(4, messages[4]));
       const ended = await runCli(["send", "talk", "--end"], env);
       assert.equal(ended.code, 0, ended.out);
 
-      const turns = await client.answers("talk");
+      const turns = await client.conversations.answers("talk");
       assert.deepEqual(
         turns.map((t) => [t.seq, t.text, t.answer, t.answerSeq]),
         messages.map((text, n) => [n, text, answerText(n, text), 2 * n + 1]),
       );
-      const record = await client.inspect("talk");
+      const record = await client.reads.inspect("talk");
       assert.equal(record.run.status, "done");
       assert.deepEqual(record.journal.map((j) => j.llm_attempts), Array(10).fill(1), "each step bought once");
       assert.equal(model.requests.length, 10);

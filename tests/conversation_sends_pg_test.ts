@@ -18,7 +18,9 @@ bothStoresTest(
     );
     const client = new Client(store, new SystemClock());
     const ids = Array.from({ length: 24 }, (_, i) => `m${i % 12}`); // every id sent twice, at once
-    const sent = await Promise.all(ids.map((id) => client.send("race", `text of ${id}`, { messageId: id })));
+    const sent = await Promise.all(
+      ids.map((id) => client.conversations.send("race", `text of ${id}`, { messageId: id })),
+    );
     const byId = new Map<string, number[]>();
     for (const s of sent) byId.set(s.messageId, [...(byId.get(s.messageId) ?? []), s.seq]);
     for (const [id, seqs] of byId) assert.equal(new Set(seqs).size, 1, `${id}: one message`);
@@ -28,7 +30,7 @@ bothStoresTest(
     );
     assert.equal(sent.filter((s) => s.duplicate).length, 12);
     assert.equal((await client.get("race"))?.conversation?.messages, 13);
-    const turns = await client.answers("race");
+    const turns = await client.conversations.answers("race");
     assert.deepEqual(turns.map((t) => t.seq), Array.from({ length: 13 }, (_, i) => i));
   },
 );

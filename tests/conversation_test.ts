@@ -70,11 +70,11 @@ Deno.test("five messages on the embedded default, the worker SIGKILLed mid-call 
     // Every answer once, in order.
     const client = await connect({ dataDir: `${dir}/data` });
     try {
-      const turns = await client.answers("talk");
+      const turns = await client.conversations.answers("talk");
       assert.deepEqual(turns.map((t) => [t.seq, t.text, t.answer, t.answerSeq]), [
         ...messages.map((text, n) => [n, text, answerText(n, text), 2 * n + 1]),
       ]);
-      const record = await client.inspect("talk");
+      const record = await client.reads.inspect("talk");
       assert.equal(record.run.status, "done");
       assert.equal(record.run.output, answerText(4, messages[4]));
       // Each decided step bought once: one model request per journal row, ten in all.

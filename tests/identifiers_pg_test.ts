@@ -28,7 +28,7 @@ bothStoresTest(
       const [messageId, text] of [["id-\ud800", "first message"], ["id-\udbff", "second, different message"]]
     ) {
       await assert.rejects(
-        client.send("sur-1", text, { messageId }),
+        client.conversations.send("sur-1", text, { messageId }),
         (err: ClientError) => {
           assert.equal(err.code, "MESSAGE_INVALID", String(err));
           assert.match(
@@ -40,10 +40,14 @@ bothStoresTest(
       );
     }
     // What they would have become is refused too: a lossy decoding upstream leaves it.
-    await assert.rejects(client.send("sur-1", "third", { messageId: "id-\ufffd" }), {
+    await assert.rejects(client.conversations.send("sur-1", "third", { messageId: "id-\ufffd" }), {
       code: "MESSAGE_INVALID",
     });
-    assert.deepEqual((await client.answers("sur-1")).map((m) => m.seq), [0], "nothing was stored");
+    assert.deepEqual(
+      (await client.conversations.answers("sur-1")).map((m) => m.seq),
+      [0],
+      "nothing was stored",
+    );
   },
 );
 
@@ -55,16 +59,18 @@ bothStoresTest(
     const ids = ["caf\u00e9", "cafe\u0301", "m", "m ", "m\u{10FFFF}", "m\u{10FFFE}", "m\uFFFF", "m\u202e"];
     const seqs = [];
     for (const messageId of ids) {
-      const sent = await client.send("distinct-1", `text of ${JSON.stringify(messageId)}`, { messageId });
+      const sent = await client.conversations.send("distinct-1", `text of ${JSON.stringify(messageId)}`, {
+        messageId,
+      });
       assert.equal(sent.duplicate, false, JSON.stringify(messageId));
       seqs.push(sent.seq);
     }
     assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6, 7, 8]);
-    const turns = (await client.answers("distinct-1")).slice(1);
+    const turns = (await client.conversations.answers("distinct-1")).slice(1);
     assert.deepEqual(turns.map((m) => m.messageId), ids, "each id read back as it was sent");
     // A retry is still one message: its own seq, not another's.
     for (const [i, messageId] of ids.entries()) {
-      const again = await client.send("distinct-1", "again", { messageId });
+      const again = await client.conversations.send("distinct-1", "again", { messageId });
       assert.deepEqual([again.seq, again.duplicate], [i + 1, true], JSON.stringify(messageId));
     }
   },
@@ -83,42 +89,54 @@ bothStoresTest(
         ["get", () => client.get(bad), "BAD_RUN_ID"],
         ["wait", () => client.wait(bad), "BAD_RUN_ID"],
         ["stream", () => client.stream(bad).next(), "BAD_RUN_ID"],
-        ["inspect", () => client.inspect(bad), "BAD_RUN_ID"],
-        ["children", () => client.children(bad), "BAD_RUN_ID"],
-        ["timeline", () => client.timeline(bad, { steps: { last: 5 }, maxChars: 100 }), "BAD_RUN_ID"],
-        ["wholeValue", () => client.wholeValue(bad, "input"), "BAD_RUN_ID"],
-        ["cancel", () => client.cancel(bad), "BAD_RUN_ID"],
-        ["reopen", () => client.reopen(bad), "BAD_RUN_ID"],
-        ["approvals", () => client.approvals(bad), "BAD_RUN_ID"],
-        ["send", () => client.send(bad, "hi"), "BAD_RUN_ID"],
-        ["answers", () => client.answers(bad), "BAD_RUN_ID"],
-        ["endConversation", () => client.endConversation(bad), "BAD_RUN_ID"],
-        ["flagged by run", () => client.flagged({ runId: bad }), "BAD_RUN_ID"],
-        ["overview of runs", () => client.overview({ runIds: ["r-1", bad] }), "BAD_RUN_ID"],
+        ["inspect", () => client.reads.inspect(bad), "BAD_RUN_ID"],
+        ["children", () => client.reads.children(bad), "BAD_RUN_ID"],
+        ["timeline", () => client.reads.timeline(bad, { steps: { last: 5 }, maxChars: 100 }), "BAD_RUN_ID"],
+        ["wholeValue", () => client.reads.wholeValue(bad, "input"), "BAD_RUN_ID"],
+        ["cancel", () => client.operators.cancel(bad), "BAD_RUN_ID"],
+        ["reopen", () => client.operators.reopen(bad), "BAD_RUN_ID"],
+        ["approvals", () => client.operators.approvals(bad), "BAD_RUN_ID"],
+        ["send", () => client.conversations.send(bad, "hi"), "BAD_RUN_ID"],
+        ["answers", () => client.conversations.answers(bad), "BAD_RUN_ID"],
+        ["endConversation", () => client.conversations.endConversation(bad), "BAD_RUN_ID"],
+        ["flagged by run", () => client.operators.flagged({ runId: bad }), "BAD_RUN_ID"],
+        ["overview of runs", () => client.reads.overview({ runIds: ["r-1", bad] }), "BAD_RUN_ID"],
         // A tool call's key.
-        ["resolve", () => client.resolve(key, { action: "retry" }), "ID_INVALID"],
-        ["settleCall", () => client.settleCall(key, { result: 1 }), "ID_INVALID"],
-        ["approve", () => client.approve(key), "ID_INVALID"],
-        ["deny", () => client.deny(key), "ID_INVALID"],
+        ["resolve", () => client.operators.resolve(key, { action: "retry" }), "ID_INVALID"],
+        ["settleCall", () => client.operators.settleCall(key, { result: 1 }), "ID_INVALID"],
+        ["approve", () => client.operators.approve(key), "ID_INVALID"],
+        ["deny", () => client.operators.deny(key), "ID_INVALID"],
         // Who acts.
-        ["cancel by", () => client.cancel("r-1", { by: bad }), "ID_INVALID"],
-        ["resolve by", () => client.resolve("r-1:0", { action: "retry" }, { by: bad }), "ID_INVALID"],
-        ["settleCall by", () => client.settleCall("r-1:0", { result: 1 }, { by: bad }), "ID_INVALID"],
-        ["approve by", () => client.approve("r-1:0", { by: bad }), "ID_INVALID"],
-        ["deny by", () => client.deny("r-1:0", { by: bad }), "ID_INVALID"],
+        ["cancel by", () => client.operators.cancel("r-1", { by: bad }), "ID_INVALID"],
+        [
+          "resolve by",
+          () => client.operators.resolve("r-1:0", { action: "retry" }, { by: bad }),
+          "ID_INVALID",
+        ],
+        [
+          "settleCall by",
+          () => client.operators.settleCall("r-1:0", { result: 1 }, { by: bad }),
+          "ID_INVALID",
+        ],
+        ["approve by", () => client.operators.approve("r-1:0", { by: bad }), "ID_INVALID"],
+        ["deny by", () => client.operators.deny("r-1:0", { by: bad }), "ID_INVALID"],
         [
           "resolveMany by",
-          () => client.resolveMany({ runId: "r-1" }, { action: "retry" }, { expect: 1, by: bad }),
+          () => client.operators.resolveMany({ runId: "r-1" }, { action: "retry" }, { expect: 1, by: bad }),
           "ID_INVALID",
         ],
         // A message's id.
-        ["send's message id", () => client.send("r-1", "hi", { messageId: bad }), "MESSAGE_INVALID"],
+        [
+          "send's message id",
+          () => client.conversations.send("r-1", "hi", { messageId: bad }),
+          "MESSAGE_INVALID",
+        ],
         // What a list is filtered by.
-        ["list by agent", () => client.list({ agent: bad }), "FILTER_INVALID"],
-        ["list by search", () => client.list({ search: bad }), "FILTER_INVALID"],
-        ["overview by agent", () => client.overview({ agent: bad }), "FILTER_INVALID"],
-        ["overview by search", () => client.overview({ search: bad }), "FILTER_INVALID"],
-        ["flagged by tool", () => client.flagged({ tool: bad }), "FILTER_INVALID"],
+        ["list by agent", () => client.reads.list({ agent: bad }), "FILTER_INVALID"],
+        ["list by search", () => client.reads.list({ search: bad }), "FILTER_INVALID"],
+        ["overview by agent", () => client.reads.overview({ agent: bad }), "FILTER_INVALID"],
+        ["overview by search", () => client.reads.overview({ search: bad }), "FILTER_INVALID"],
+        ["flagged by tool", () => client.operators.flagged({ tool: bad }), "FILTER_INVALID"],
       ];
       for (const [what, call, code] of calls) {
         await t.step(`${what} ${JSON.stringify(bad)}`, async () => {
@@ -142,7 +160,7 @@ bothStoresTest(
   async (store) => {
     const client = new Client(store);
     await client.start(plain, { runId: "why-1", input: "x" });
-    const run = await client.cancel("why-1", { by: "ops", reason: "a\u0000b \ud800" });
+    const run = await client.operators.cancel("why-1", { by: "ops", reason: "a\u0000b \ud800" });
     assert.equal(run.status, "cancelled");
     assert.equal(run.error, "cancelled by ops: a\\u0000b \ufffd");
   },

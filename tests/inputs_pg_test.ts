@@ -41,7 +41,7 @@ bothStoresTest(
     ];
     for (const [filter, message] of refused) {
       await t.step(JSON.stringify(filter, (_k, v) => Number.isNaN(v) ? "NaN" : v), async () => {
-        await assert.rejects(client.list(filter), (err: ClientError) => {
+        await assert.rejects(client.reads.list(filter), (err: ClientError) => {
           assert.ok(err instanceof ClientError, String(err));
           assert.equal(err.code, "FILTER_INVALID");
           assert.match(err.message, message);
@@ -49,9 +49,9 @@ bothStoresTest(
         });
       });
     }
-    const page = await client.list({ limit: 10_000, offset: 0, status: "pending" });
+    const page = await client.reads.list({ limit: 10_000, offset: 0, status: "pending" });
     assert.deepEqual(page.runs.map((r) => r.run_id), ["l-1"]);
-    assert.equal((await client.list({ status: "waiting" })).total, 0);
+    assert.equal((await client.reads.list({ status: "waiting" })).total, 0);
   },
 );
 
@@ -127,7 +127,7 @@ pgTest(
           "the row to name the second worker's agent",
           30_000,
         );
-        assert.deepEqual(await new Client(pg.store).hostedAgents(), ["beta"], "what `runs` reads");
+        assert.deepEqual(await new Client(pg.store).reads.hostedAgents(), ["beta"], "what `runs` reads");
       } finally {
         second.kill("SIGTERM");
         assert.equal(await second.status, 0, second.lines.join("\n"));

@@ -60,7 +60,7 @@ Deno.test({
       }
       assert.ok(await pg.store.createRun({ runId: "rep-settle", agent: "reports", goal: "By hand." }, now));
       const statuses = async () => {
-        const { runs } = await client.list({ limit: 1000 });
+        const { runs } = await client.reads.list({ limit: 1000 });
         return new Map(runs.map((r) => [r.run_id, r.status]));
       };
       // Ten slots, 101 runs: each run's job is accepted and its run let go, so all of them get taken.
@@ -92,7 +92,7 @@ Deno.test({
       const mid = await statuses();
       const doneReports = [...mid].filter(([id, st]) => id.startsWith("rep-") && st === "done").length;
       // Settled from outside: a webhook says the job is done.
-      const settled = await client.settleCall(
+      const settled = await client.operators.settleCall(
         "rep-settle:0",
         { result: { url: "https://reports/by-hand" } },
         {

@@ -133,7 +133,7 @@ bothStoresTest(
       assert.equal(held.status, "done");
 
       assert.equal(end.status, "done", JSON.stringify(end));
-      const record = await client.inspect("exporter");
+      const record = await client.reads.inspect("exporter");
       const [twelve, twenty, count] = record.effects;
       for (const [e, bytes] of [[twelve, "12,000,0"], [twenty, "20,000,0"]] as const) {
         assert.deepEqual([e.status, e.attempts], ["failed", 1], JSON.stringify(e));

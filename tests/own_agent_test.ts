@@ -127,7 +127,7 @@ Deno.test({
       // One effect per key on the user's own server, though the first request was sent twice.
       assert.deepEqual([...notes.byKey.keys()].sort(), ["own-1:0", "own-1:1"]);
       assert.ok(notes.requests.filter((k) => k === "own-1:0").length >= 2, "the stranded call was re-sent");
-      const { effects } = await client.inspect("own-1");
+      const { effects } = await client.reads.inspect("own-1");
       assert.deepEqual(effects.map((e) => [e.idempotency_key, e.status, e.result]), [
         ["own-1:0", "confirmed", "note-1"],
         ["own-1:1", "confirmed", "note-2"],

@@ -266,7 +266,7 @@ async function assertSupervised(
     const done = await client.wait("s1", { timeoutMs: 60_000 });
     assert.equal(done.status, "done");
     assert.equal(done.output, "Saved the reminder.");
-    const { effects } = await client.inspect("s1");
+    const { effects } = await client.reads.inspect("s1");
     assert.deepEqual(effects.map((e) => [e.idempotency_key, e.status, e.result]), [
       ["s1:0", "confirmed", TWO_DAYS_MS],
     ]);

@@ -46,18 +46,18 @@ bothStoresTest(
     await plainDone(store, "plain-1", new Date(old.getTime() + 1000));
     const cutoff = new Date(Date.now() - 30 * DAY_MS);
 
-    const dry = await client.prune(cutoff, { dryRun: true });
+    const dry = await client.operators.prune(cutoff, { dryRun: true });
     assert.deepEqual(dry.runs, ["pa-1", "plain-1"]);
     assert.deepEqual([dry.journal, dry.effects, dry.approvals], [2, 0, 1]);
     assert.equal((await store.listApprovals("pa-1")).length, 1, "a dry run deletes nothing");
 
-    const out = await client.prune(cutoff, { batchSize: 1 });
+    const out = await client.operators.prune(cutoff, { batchSize: 1 });
     assert.deepEqual(out.runs, ["pa-1", "plain-1"]);
     assert.deepEqual([out.journal, out.effects, out.approvals, out.batches], [2, 0, 1, 2]);
     assert.equal(await store.getRun("pa-1"), undefined);
     assert.equal(await store.getRun("plain-1"), undefined);
     assert.equal((await store.listApprovals("pa-1")).length, 0, "its approval rows went with it");
-    assert.deepEqual((await client.prune(cutoff)).runs, [], "nothing is left to prune");
+    assert.deepEqual((await client.operators.prune(cutoff)).runs, [], "nothing is left to prune");
   },
 );
 

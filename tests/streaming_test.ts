@@ -107,7 +107,7 @@ Deno.test("on PGlite, a watcher in the worker's process sees the answer streamed
     assert.ok(first("tool_calls") < first("tool_result"));
     assert.ok(first("tool_result") < first("delta"));
     assert.ok(kinds.lastIndexOf("delta") < first("answer"));
-    const record = await client.inspect("stream-1");
+    const record = await client.reads.inspect("stream-1");
     assert.equal(record.journal[1].llm_attempts, 2, "the broken answer was paid for and asked again once");
   } finally {
     await worker.stop();
@@ -524,10 +524,10 @@ Deno.test("deno task watch ends when a conversation waits for its next message, 
     const following = watchCommand(client, "chat-1", { line: (l) => followed.push(l), write: () => {} }, {
       follow: true,
     });
-    await client.send("chat-1", "second", { messageId: "m2" });
+    await client.conversations.send("chat-1", "second", { messageId: "m2" });
     worker.wake();
     await client.wait("chat-1", { pollMs: 10 });
-    await client.endConversation("chat-1");
+    await client.conversations.endConversation("chat-1");
     assert.equal(await following, "done");
     assert.deepEqual(followed.filter((l) => l.startsWith("answer")), [
       'answer  seq=0  "re: hello"',

@@ -80,10 +80,20 @@ Deno.test("mod.ts stays a surface learned in minutes: its count is pinned, far u
   ) {
     assert.ok(pinned["."].includes(name), `mod.ts exports ${name}`);
   }
-  // A model of one's own, the operators' rows and the store's insides are other audiences'.
+  // A model of one's own, the operators', the page's and a conversation's calls (the client's other parts,
+  // reached as client.operators, client.reads, client.conversations), and the store's insides are other
+  // audiences'.
   const elsewhere: Record<string, string[]> = {
     "./planner": ["Planner", "DecideRequest", "PlannerDecision", "OpenAIPlanner", "TranscriptMessage"],
-    "./client": ["RunRecord", "Resolution", "Settlement", "PruneResult"],
+    "./client": [
+      "OperatorClient",
+      "ReadClient",
+      "ConversationClient",
+      "RunRecord",
+      "Resolution",
+      "Settlement",
+      "PruneResult",
+    ],
     "./store": ["Store", "SqlClient", "STATEMENTS", "JournalRow", "SideEffectRow", "RunRow"],
     "./testing": ["ManualClock", "SystemClock", "CRASH_POINTS"],
   };

@@ -1,5 +1,5 @@
 /**
- * The page's reads of one run (Client.timeline and Client.wholeValue over the
+ * The page's reads of one run (client.reads.timeline and wholeValue over the
  * store's statements in overview.ts): a range of steps (the last N, from a
  * step on, before a step), values over the limit clipped in SQL with their
  * length, the whole value on request, totals over every step, and approvals
@@ -20,7 +20,7 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
   await writeLongRun(client.store, clock, { runId: "long-1", steps: STEPS });
   const maxChars = MAX;
 
-  const last = await client.timeline("long-1", { steps: { last: 50 }, maxChars });
+  const last = await client.reads.timeline("long-1", { steps: { last: 50 }, maxChars });
   assert.deepEqual([last.from, last.to], [STEPS - 49, STEPS], "the last 50 steps");
   assert.equal(last.steps.journal.length, 50);
   assert.equal(last.steps.effects.length, 49, "the final answer has no tool call");
@@ -47,14 +47,14 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
   );
 
   // What a page polls for: the steps from the last one it holds on.
-  const poll = await client.timeline("long-1", { steps: { from: STEPS, limit: 50 }, maxChars });
+  const poll = await client.reads.timeline("long-1", { steps: { from: STEPS, limit: 50 }, maxChars });
   assert.deepEqual([poll.from, poll.to, poll.steps.journal.length], [STEPS, STEPS, 1]);
   assert.ok(JSON.stringify(poll).length < 3_000, `a poll is ${JSON.stringify(poll).length} bytes`);
   // A page that fell more than a page behind starts over from the newest.
-  const behind = await client.timeline("long-1", { steps: { from: 10, limit: 50 }, maxChars });
+  const behind = await client.reads.timeline("long-1", { steps: { from: 10, limit: 50 }, maxChars });
   assert.deepEqual([behind.from, behind.to], [STEPS - 49, STEPS]);
 
-  const early = await client.timeline("long-1", { steps: { before: 10, limit: 50 }, maxChars });
+  const early = await client.reads.timeline("long-1", { steps: { before: 10, limit: 50 }, maxChars });
   assert.deepEqual([early.from, early.to], [0, 9], "earlier steps stop at the first");
   const j3 = early.steps.journal.find((j) => j.seq === 3)!;
   assert.ok(
@@ -67,17 +67,22 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
   assert.deepEqual(early.steps.effects.find((e) => e.seq === 5)!.result, { value: { ok: 5 } });
 
   // Whole on request, exactly as stored.
-  assert.equal(await client.wholeValue("long-1", "output"), BIG);
-  assert.equal(await client.wholeValue("long-1", "decision.message", STEPS), BIG);
-  assert.deepEqual(await client.wholeValue("long-1", "decision.args", 3), { n: 3, pad: "x".repeat(1_500) });
-  assert.deepEqual(await client.wholeValue("long-1", "call.result", 4), { text: BIG });
-  assert.equal(await client.wholeValue("long-1", "error"), null);
-  await assert.rejects(client.wholeValue("long-1", "call.args", STEPS + 5), { code: "RUN_NOT_FOUND" });
-  await assert.rejects(client.timeline("nope", { steps: { last: 5 }, maxChars }), { code: "RUN_NOT_FOUND" });
+  assert.equal(await client.reads.wholeValue("long-1", "output"), BIG);
+  assert.equal(await client.reads.wholeValue("long-1", "decision.message", STEPS), BIG);
+  assert.deepEqual(await client.reads.wholeValue("long-1", "decision.args", 3), {
+    n: 3,
+    pad: "x".repeat(1_500),
+  });
+  assert.deepEqual(await client.reads.wholeValue("long-1", "call.result", 4), { text: BIG });
+  assert.equal(await client.reads.wholeValue("long-1", "error"), null);
+  await assert.rejects(client.reads.wholeValue("long-1", "call.args", STEPS + 5), { code: "RUN_NOT_FOUND" });
+  await assert.rejects(client.reads.timeline("nope", { steps: { last: 5 }, maxChars }), {
+    code: "RUN_NOT_FOUND",
+  });
 
   // A run with no step yet reads none.
   await client.store.createRun({ runId: "empty-1", agent: "long", goal: "go" }, clock.now());
-  const empty = await client.timeline("empty-1", { steps: { last: 50 }, maxChars });
+  const empty = await client.reads.timeline("empty-1", { steps: { last: 50 }, maxChars });
   assert.deepEqual([empty.run.min_seq, empty.steps.journal.length, empty.to < empty.from], [null, 0, true]);
 
   // An approval: pending wherever it is, then who decided it, when.
@@ -91,7 +96,7 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
     { key: "appr-1:0", seq: 0, tool: "transfer", args, hash: "h" },
     clock.now(),
   );
-  const waiting = await client.timeline("appr-1", { steps: { before: 0, limit: 5 }, maxChars });
+  const waiting = await client.reads.timeline("appr-1", { steps: { before: 0, limit: 5 }, maxChars });
   assert.equal(waiting.steps.journal.length, 0, "no step in the range asked for");
   assert.deepEqual(
     waiting.steps.approvals.map((a) => [a.idempotency_key, a.status, a.args]),
@@ -99,8 +104,8 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
     "a pending approval is read wherever it is",
   );
   await clock.advance(1_000);
-  await client.approve("appr-1:0", { by: "alice" });
-  const decided = await client.timeline("appr-1", { steps: { last: 5 }, maxChars });
+  await client.operators.approve("appr-1:0", { by: "alice" });
+  const decided = await client.reads.timeline("appr-1", { steps: { last: 5 }, maxChars });
   const a = decided.steps.approvals[0];
   assert.deepEqual([a.status, a.decided_by, a.decided_at?.getTime()], [
     "approved",

@@ -129,7 +129,7 @@ Deno.test({
       });
       await client.start(idle, { runId: "note-7", input: "Water the plants" });
       await client.start(idle, { runId: "note-8", input: "Buy milk" });
-      await client.cancel("note-8", { by: "ui-test", reason: "not needed" });
+      await client.operators.cancel("note-8", { by: "ui-test", reason: "not needed" });
 
       await t.step("the runs list shows the crashed-and-resumed run", async () => {
         await page.goto(ui.url, { waitUntil: "domcontentloaded" });
@@ -182,7 +182,7 @@ Deno.test({
           `document.querySelector("#run-status")?.textContent === "done"`,
           { timeout: 20_000 },
         );
-        const run = await client.inspect("charge-42");
+        const run = await client.reads.inspect("charge-42");
         assert.equal(run.run.status, "done");
         assert.equal(run.effects[0].status, "confirmed");
         assert.deepEqual(run.effects[0].result, { charge: "ch_0042" });

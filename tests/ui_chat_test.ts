@@ -167,7 +167,7 @@ Deno.test({
       await page.screenshot({ path: screenshotPath("ui-chat.png", dir) });
 
       // What the page showed is what the database holds: four messages, each answered once.
-      const turns = await client.answers("support-1");
+      const turns = await client.conversations.answers("support-1");
       assert.deepEqual(turns.map((m) => m.answer), [
         ANSWERS.goal,
         ANSWERS.first,

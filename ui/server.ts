@@ -282,8 +282,8 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       agent: q.agent || undefined,
       search: q.search || undefined,
     };
-    const { runs, total } = await client.list({ ...filter, limit, offset: (page - 1) * limit });
-    const { counts, agents, tokens } = await client.overview({
+    const { runs, total } = await client.reads.list({ ...filter, limit, offset: (page - 1) * limit });
+    const { counts, agents, tokens } = await client.reads.overview({
       agent: filter.agent,
       search: filter.search,
       runIds: runs.map((r) => r.run_id),
@@ -335,14 +335,14 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       : q.before !== undefined
       ? { before: boundedInt(q.before, "before", 0, 1_000_000_000, 0), limit }
       : { last: limit };
-    const t = await client.timeline(c.req.param("id"), { steps, maxChars: CLIP_CHARS });
+    const t = await client.reads.timeline(c.req.param("id"), { steps, maxChars: CLIP_CHARS });
     // Calls waiting for a person's yes or no, offered only while the run is open: a closed run's
     // calls are not answered (RUN_CLOSED) until it is reopened.
     const open = OPEN_RUN_STATUSES.includes(t.run.status);
     const approvals = (open ? t.steps.approvals : []).filter((a) => a.status === "pending")
       .map((a) => ({ key: a.idempotency_key, seq: a.seq, tool: a.tool, args: a.args }));
     // The runs its calls started (agentTool): linked from the run's card, as its parent is.
-    const children = (await client.children(t.run.run_id)).map((ch) => ({
+    const children = (await client.reads.children(t.run.run_id)).map((ch) => ({
       runId: ch.runId,
       agent: ch.agent,
       status: ch.status,
@@ -398,7 +398,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     if (run.conversation_idle_ms === null || run.conversation_idle_ms === undefined) return {};
     const count = run.message_count ?? 1;
     const fromSeq = from ?? Math.max(0, count - CONVERSATION_TURNS);
-    const turns = await client.answers(run.run_id, { fromSeq, limit: CONVERSATION_TURNS });
+    const turns = await client.conversations.answers(run.run_id, { fromSeq, limit: CONVERSATION_TURNS });
     const clip = (text: string | null) =>
       text === null || text.length <= CLIP_CHARS ? text : `${text.slice(0, CLIP_CHARS)}…`;
     return {
@@ -414,7 +414,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
   };
 
   app.get("/api/runs/:id/messages", async (c) => {
-    const t = await client.timeline(c.req.param("id"), { steps: { last: 0 }, maxChars: CLIP_CHARS });
+    const t = await client.reads.timeline(c.req.param("id"), { steps: { last: 0 }, maxChars: CLIP_CHARS });
     const from = boundedInt(c.req.query("from"), "from", 0, 1_000_000_000, 0);
     const out = await conversationOf(t.run, from);
     if (!("conversation" in out)) {
@@ -423,7 +423,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     return c.json(out.conversation);
   });
 
-  // A conversation's next message, as `client.send` takes it: {text, messageId} (messageId optional;
+  // A conversation's next message, as `client.conversations.send` takes it: {text, messageId} (messageId optional;
   // the same id sent again is one message).
   app.post("/api/runs/:id/messages", async (c) => {
     const body = await jsonBody(c);
@@ -436,7 +436,9 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     if (body.messageId !== undefined && typeof body.messageId !== "string") {
       throw new UiError("UI_BAD_REQUEST", "messageId must be a string");
     }
-    return c.json(await client.send(c.req.param("id"), body.text, { messageId: body.messageId }));
+    return c.json(
+      await client.conversations.send(c.req.param("id"), body.text, { messageId: body.messageId }),
+    );
   });
 
   // One value the timeline clipped, whole, for a person who asked to see it.
@@ -449,7 +451,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       );
     }
     const seq = c.req.query("seq");
-    const value = await client.wholeValue(
+    const value = await client.reads.wholeValue(
       c.req.param("id"),
       field as WholeValueField,
       seq === undefined ? undefined : boundedInt(seq, "seq", 0, 1_000_000_000, 0),
@@ -460,13 +462,13 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
   app.post("/api/runs/:id/cancel", async (c) => {
     const body = await jsonBody(c);
     const reason = typeof body.reason === "string" ? body.reason : undefined;
-    return c.json(await client.cancel(c.req.param("id"), { by: actor, reason }));
+    return c.json(await client.operators.cancel(c.req.param("id"), { by: actor, reason }));
   });
 
-  app.post("/api/runs/:id/reopen", async (c) => c.json(await client.reopen(c.req.param("id"))));
+  app.post("/api/runs/:id/reopen", async (c) => c.json(await client.operators.reopen(c.req.param("id"))));
 
   app.post("/api/calls/:key/approve", async (c) => {
-    const row = await client.approve(c.req.param("key"), { by: actor });
+    const row = await client.operators.approve(c.req.param("key"), { by: actor });
     return c.json({ key: row.idempotency_key, status: row.status });
   });
 
@@ -475,7 +477,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     const reason = typeof body.reason === "string" && body.reason.trim() !== ""
       ? body.reason
       : "denied in the web page";
-    const row = await client.deny(c.req.param("key"), { by: actor, reason });
+    const row = await client.operators.deny(c.req.param("key"), { by: actor, reason });
     return c.json({ key: row.idempotency_key, status: row.status });
   });
 
@@ -495,7 +497,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
         }`,
       );
     }
-    const out = await client.resolve(c.req.param("key"), resolution, { by: actor });
+    const out = await client.operators.resolve(c.req.param("key"), resolution, { by: actor });
     return c.json({ key: out.effect.idempotency_key, status: out.effect.status, unblocked: out.unblocked });
   });
 

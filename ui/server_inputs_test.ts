@@ -130,7 +130,11 @@ bothStoresTest(
         assert.deepEqual([res.status, body.code], [400, "UI_BAD_REQUEST"], body.message);
         assert.match(body.message, /^The body is not UTF-8 text/);
       }
-      assert.deepEqual((await client.answers("talk")).map((m) => m.seq), [0], "no message was stored");
+      assert.deepEqual(
+        (await client.conversations.answers("talk")).map((m) => m.seq),
+        [0],
+        "no message was stored",
+      );
       const ok = await send(JSON.stringify({ text: "hi", messageId: "id-\u{1F600}" }));
       assert.deepEqual(await ok.json(), {
         runId: "talk",

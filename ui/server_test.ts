@@ -25,7 +25,7 @@ Deno.test("the page's API lists runs with counts, and refuses what it must", asy
   try {
     await client.start(agent, { runId: "a-1", input: "x" });
     await client.start(agent, { runId: "a-2", input: "y" });
-    await client.cancel("a-2");
+    await client.operators.cancel("a-2");
     const app = await createUiApp({ client });
     await t.step("lists runs newest first with counts per status and the agents", async () => {
       const res = await app.request("/api/runs", local);
@@ -123,7 +123,9 @@ Deno.test("the page's API lists runs with counts, and refuses what it must", asy
       },
     );
     await t.step("a run's timeline has one lane per epoch", async () => {
-      const timeline = buildTimeline(await client.timeline("a-1", { steps: { last: 50 }, maxChars: 100 }));
+      const timeline = buildTimeline(
+        await client.reads.timeline("a-1", { steps: { last: 50 }, maxChars: 100 }),
+      );
       assert.deepEqual(timeline.epochs, []);
       assert.equal(timeline.run.status, "pending");
     });
@@ -177,7 +179,7 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
       assert.deepEqual(await denied.json(), { key: "pay-2:0", status: "denied" });
       assert.equal((await client.wait("pay-1", { timeoutMs: 10_000, pollMs: 20 })).status, "done");
       assert.equal((await client.wait("pay-2", { timeoutMs: 10_000, pollMs: 20 })).status, "done");
-      const record = await client.inspect("pay-2");
+      const record = await client.reads.inspect("pay-2");
       assert.match(record.effects[0].error ?? "", /^denied by .*: too much$/);
       const twice = await app.request("/api/calls/pay-1:0/approve", post({}));
       assert.equal((await twice.json()).code, "NOT_PENDING");
@@ -185,14 +187,14 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
       // A cancelled run's call is offered to nobody, and answering it anyway is refused.
       await client.start(guarded, { runId: "pay-3", input: "pay" });
       assert.equal((await client.wait("pay-3", { timeoutMs: 10_000, pollMs: 20 })).status, "waiting");
-      await client.cancel("pay-3");
+      await client.operators.cancel("pay-3");
       const closed = await (await app.request("/api/runs/pay-3", local)).json();
       assert.equal(closed.run.status, "cancelled");
       assert.deepEqual(closed.approvals, [], "no approve or deny on a closed run");
       const refused = await app.request("/api/calls/pay-3:0/approve", post({}));
       assert.equal(refused.status, 409);
       assert.equal((await refused.json()).code, "RUN_CLOSED");
-      assert.equal((await client.approvals("pay-3"))[0].status, "pending", "the request is kept");
+      assert.equal((await client.operators.approvals("pay-3"))[0].status, "pending", "the request is kept");
     } finally {
       await worker.stop();
     }

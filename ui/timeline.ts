@@ -1,5 +1,5 @@
 /**
- * A run's page data, shaped from {@link Client.timeline}: the run, its
+ * A run's page data, shaped from `client.reads.timeline`: the run, its
  * totals, and a range of its steps, one row per step, each event tagged with
  * the worker epoch that wrote it, so a crash (a new epoch) and what the next
  * worker did after it sit side by side in their lanes. Long values arrive

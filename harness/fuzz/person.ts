@@ -98,16 +98,16 @@ export class Person {
     const runId = this.#runId;
     try {
       if (act === "cancel") {
-        return `cancel: run ${(await this.#client.cancel(runId, { by: "person" })).status}`;
+        return `cancel: run ${(await this.#client.operators.cancel(runId, { by: "person" })).status}`;
       }
-      if (act === "reopen") return `reopen: run ${(await this.#client.reopen(runId)).status}`;
+      if (act === "reopen") return `reopen: run ${(await this.#client.operators.reopen(runId)).status}`;
       const requests = await this.#world.observer.listApprovals(runId);
       const request = requests.find((r) => r.status === "pending") ?? requests.at(-1);
       if (!request) return `${act}: no request yet`;
       const key = request.idempotency_key;
       const answered = act === "approve"
-        ? await this.#client.approve(key, { by: "person" })
-        : await this.#client.deny(key, { by: "person", reason: "the schedule says no" });
+        ? await this.#client.operators.approve(key, { by: "person" })
+        : await this.#client.operators.deny(key, { by: "person", reason: "the schedule says no" });
       return `${act} ${key}: ${answered.status}, run ${answered.run_status}`;
     } catch (err) {
       if (err instanceof ClientError) return `${act}: ${err.code}`;

@@ -19,6 +19,7 @@ import { describeValue, RuntimeError } from "../base/errors.ts";
 import { type StorableValue, toStorable } from "../base/storable.ts";
 import type { Logger } from "../base/log.ts";
 import type { Planner } from "../model/planner.ts";
+import type { ModelEndpoint } from "../model/endpoint.ts";
 import { checkModelParams } from "../model/params.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import { type AiSdkLanguageModel, aiSdkPlanner, isLanguageModel } from "../model/ai_sdk.ts";
@@ -49,35 +50,6 @@ export interface AgentContext {
    * server's) close it then. Absent where the process's end closes them.
    */
   signal?: AbortSignal;
-}
-
-/**
- * An OpenAI-compatible chat-completions endpoint. What it names is used as
- * named; the `MODEL_*` settings fill only what it leaves unset, and none of
- * them when its `url` is on another server than `MODEL_URL`'s (they are that
- * server's: `model_endpoint.ts`).
- */
-export interface ModelEndpoint {
-  /** Base URL, e.g. `https://api.openai.com/v1`; a URL with no path gets `/v1`. */
-  url?: string;
-  /** The model name sent with each request. */
-  model?: string;
-  /**
-   * The environment variable holding the API key; the key itself never lives
-   * in code. Unset: `MODEL_API_KEY`, unless `MODEL_URL` names another server
-   * (then no key is sent).
-   */
-  apiKeyEnv?: string;
-  /** Extra headers on every request (OpenRouter's `HTTP-Referer`, say). Keep secrets in the environment. */
-  headers?: Record<string, string>;
-  /** Extra query parameters on every request (Azure's `api-version`). */
-  query?: Record<string, string>;
-  /**
-   * The field that caps a budgeted request's answer: `max_tokens` (default)
-   * or `max_completion_tokens` (OpenAI's reasoning models); unset,
-   * `MODEL_MAX_TOKENS_FIELD` may set it.
-   */
-  maxTokensField?: "max_tokens" | "max_completion_tokens";
 }
 
 /**
@@ -133,7 +105,7 @@ export interface AgentSpec<I = string> {
   retry?: Partial<RetryPolicy>;
   /**
    * Makes each run a conversation: after each final answer it waits (holding
-   * no worker slot) for the next message a person sends (`client.send`), up to
+   * no worker slot) for the next message a person sends (`client.conversations.send`), up to
    * `idleMs`; `history` may trim what is sent to the model.
    */
   conversation?: ConversationOptions;

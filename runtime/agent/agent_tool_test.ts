@@ -95,7 +95,7 @@ Deno.test("client.startWorker() with the top agent alone drives its children and
     const done = await client.wait("t", { timeoutMs: 30_000, pollMs: 50 });
     assert.equal(done.status, "done");
     assert.equal(done.output, "top: middle: leaf: hi from t.0.0:0 + leaf: hi from t.1:0");
-    const { runs } = await client.list();
+    const { runs } = await client.reads.list();
     assert.deepEqual(runs.map((r) => [r.run_id, r.status, r.parent_run_id]).sort(), [
       ["t", "done", null],
       ["t.0", "done", "t"],

@@ -43,7 +43,7 @@ export interface ToolDone {
  * again done, failed (a thrown {@link ToolError}), or accepted with when to
  * look next, until the tool's `waitDeadlineMs` from the first accepted
  * answer: the call then fails. A call that waits can also be settled from
- * outside (`Client.settleCall`, `deno task settle`), by a webhook or a person.
+ * outside (`client.operators.settleCall`, `deno task settle`), by a webhook or a person.
  *
  * @example
  * ```ts

@@ -1,14 +1,13 @@
 /**
  * Every setting's default, declared once: the commands' settings readers
  * (`settings/config.ts`, `cli/supervise.ts`), the library (`defineAgent`, the worker
- * host, `processDeps`) and docs/settings.md say the same numbers, and
- * `tests/defaults_test.ts` holds the page to them. The retry settings'
+ * host and so `client.startWorker`, `processDeps`) and the docs (docs/settings.md,
+ * the settings table of `config.ts`, the README, docs/agents.md) say the same numbers, and
+ * `tests/defaults_test.ts` holds the docs and the library to them. The retry settings'
  * defaults are `DEFAULT_RETRY` in `retry.ts`, beside their policy.
  *
- * One exception is deliberate for now and said where it applies:
- * `client.startWorker` polls every 200 ms unless told (a host in the
- * caller's own process, usually a test or a script, where a run it starts
- * should not wait out a 3 s poll) and groups no writes unless told.
+ * One exception is left, said where it applies: `processDeps` (the single-run path and the harness)
+ * groups no writes unless told; a worker host does, as the commands do.
  *
  * @module
  */

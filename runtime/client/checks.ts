@@ -78,7 +78,7 @@ export function describeFilter(filter: FlaggedFilter): string {
   ].filter(Boolean).join(" and ");
 }
 
-/** The filter of {@link Client.list}, checked; throws `FILTER_INVALID` naming the field and the value seen. */
+/** The filter of {@link ReadClient.list}, checked; throws `FILTER_INVALID` naming the field and the value seen. */
 export function checkListFilter(filter: RunFilter): RunFilter {
   const problem = (what: string, value: unknown) =>
     new ClientError("FILTER_INVALID", `A run list's ${what}: current value is ${describeValue(value)}`);

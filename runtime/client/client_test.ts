@@ -1,12 +1,17 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
-import { type Client, connect } from "./client.ts";
+import { Client, connect } from "./client.ts";
 import { ClientError } from "../base/errors.ts";
 import { RuntimeError } from "../base/errors.ts";
 import type { Planner } from "../model/planner.ts";
 import { defineTool } from "../agent/tools.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
+import { ManualClock } from "../base/clock.ts";
+import { arraySink, Logger } from "../base/log.ts";
+import { DEFAULTS } from "../base/defaults.ts";
+import { CountingClient } from "../store/counting.ts";
+import { Store } from "../store/store.ts";
 
 const effects: string[] = [];
 const model: Planner = {
@@ -61,7 +66,7 @@ Deno.test("start() checks the input against the agent, and wait() returns the fi
     assert.equal(done.status, "done");
     assert.equal(done.output, "ordered for shop-1");
     assert.deepEqual(effects, ["shop-1:0 teax2"]);
-    const record = await client.inspect("shop-1");
+    const record = await client.reads.inspect("shop-1");
     assert.equal(record.journal.length, 2);
     assert.equal(record.effects[0].status, "confirmed");
     // The goal the model saw is the input as JSON text.
@@ -75,16 +80,16 @@ Deno.test("list() pages newest first and filters; cancel() and reopen() report w
   for (let i = 0; i < 3; i++) {
     await client.start(shop, { runId: `list-${i}`, input: { customer: "c", items: ["a"] } });
   }
-  const page = await client.list({ search: "list-", limit: 2 });
+  const page = await client.reads.list({ search: "list-", limit: 2 });
   assert.equal(page.total, 3);
   assert.deepEqual(page.runs.map((r) => r.run_id), ["list-2", "list-1"]);
-  const cancelled = await client.cancel("list-0", { by: "ops", reason: "duplicate" });
+  const cancelled = await client.operators.cancel("list-0", { by: "ops", reason: "duplicate" });
   assert.equal(cancelled.status, "cancelled");
   assert.equal(cancelled.error, "cancelled by ops: duplicate");
-  await assert.rejects(client.cancel("list-0"), (e: ClientError) => e.code === "RUN_CLOSED");
-  assert.equal((await client.reopen("list-0")).status, "pending");
-  await assert.rejects(client.reopen("list-1"), (e: ClientError) => e.code === "NOT_REOPENABLE");
-  await assert.rejects(client.inspect("nope"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
+  await assert.rejects(client.operators.cancel("list-0"), (e: ClientError) => e.code === "RUN_CLOSED");
+  assert.equal((await client.operators.reopen("list-0")).status, "pending");
+  await assert.rejects(client.operators.reopen("list-1"), (e: ClientError) => e.code === "NOT_REOPENABLE");
+  await assert.rejects(client.reads.inspect("nope"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
   await assert.rejects(client.wait("nope"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
   await assert.rejects(
     client.start(shop, { runId: "no spaces", input: { customer: "c", items: ["a"] } }),
@@ -136,13 +141,13 @@ Deno.test("wait() goes on waiting for a run asleep on its remote, not for one wa
 
   for (const bad of [{}, { result: 1, error: "e" }, { error: "" }, { error: 5 }, null]) {
     await assert.rejects(
-      client.settleCall("asleep-1:0", bad as never),
+      client.operators.settleCall("asleep-1:0", bad as never),
       (e: ClientError) => e.code === "SETTLEMENT_INVALID" && /current value is/.test(e.message),
       JSON.stringify(bad),
     );
   }
   assert.equal((await client.store.getEffect("asleep-1:0"))?.status, "waiting", "nothing was settled");
-  const out = await client.settleCall("asleep-1:0", { result: null }, { by: "hook" });
+  const out = await client.operators.settleCall("asleep-1:0", { result: null }, { by: "hook" });
   assert.deepEqual([out.effect.status, out.effect.result, out.runStatus, out.woken], [
     "confirmed",
     null,
@@ -150,7 +155,7 @@ Deno.test("wait() goes on waiting for a run asleep on its remote, not for one wa
     true,
   ]);
   await assert.rejects(
-    client.settleCall("asleep-1:1", { result: 1 }),
+    client.operators.settleCall("asleep-1:1", { result: 1 }),
     (e: ClientError) => e.code === "CALL_NOT_FOUND",
   );
 });
@@ -160,7 +165,7 @@ Deno.test("resolveMany() settles the flagged calls a filter names, only at the c
   await flaggedRun("bulk-mixed", ["charge", "refund"]);
   await flaggedRun("bulk-open", ["charge"], false); // flagged, its worker not done blocking it yet
 
-  const listed = await client.flagged({ tool: "charge" });
+  const listed = await client.operators.flagged({ tool: "charge" });
   assert.equal(listed.total, 4);
   assert.deepEqual(listed.calls.map((c) => c.idempotency_key), [
     "bulk-a:0",
@@ -168,25 +173,31 @@ Deno.test("resolveMany() settles the flagged calls a filter names, only at the c
     "bulk-c:0",
     "bulk-mixed:0",
   ]);
-  assert.equal((await client.flagged({ tool: "charge" }, { limit: 1 })).calls.length, 1);
-  assert.equal((await client.flagged({ tool: "charge" }, { limit: 1 })).total, 4);
-  await assert.rejects(client.flagged({}), (e: ClientError) => e.code === "FILTER_REQUIRED");
-  await assert.rejects(client.flagged({ runId: "no spaces" }), (e: ClientError) => e.code === "BAD_RUN_ID");
+  assert.equal((await client.operators.flagged({ tool: "charge" }, { limit: 1 })).calls.length, 1);
+  assert.equal((await client.operators.flagged({ tool: "charge" }, { limit: 1 })).total, 4);
+  await assert.rejects(client.operators.flagged({}), (e: ClientError) => e.code === "FILTER_REQUIRED");
+  await assert.rejects(
+    client.operators.flagged({ runId: "no spaces" }),
+    (e: ClientError) => e.code === "BAD_RUN_ID",
+  );
 
   // A count other than the one matching settles nothing.
   await assert.rejects(
-    client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 3, by: "ops" }),
+    client.operators.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 3, by: "ops" }),
     (e: ClientError) =>
       e.code === "COUNT_CHANGED" &&
       /^4 flagged call\(s\) of blocked runs match tool "charge"/.test(e.message),
   );
-  assert.equal((await client.flagged({ tool: "charge" })).total, 4, "nothing was resolved");
+  assert.equal((await client.operators.flagged({ tool: "charge" })).total, 4, "nothing was resolved");
   await assert.rejects(
-    client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 0 }),
+    client.operators.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 0 }),
     (e: ClientError) => e.code === "COUNT_INVALID" && /current value is 0/.test(e.message),
   );
 
-  const out = await client.resolveMany({ tool: "charge" }, { action: "retry" }, { expect: 4, by: "ops" });
+  const out = await client.operators.resolveMany({ tool: "charge" }, { action: "retry" }, {
+    expect: 4,
+    by: "ops",
+  });
   assert.deepEqual(out.effects.map((e) => [e.idempotency_key, e.status, e.resolved_by]), [
     ["bulk-a:0", "intent", "ops"],
     ["bulk-b:0", "intent", "ops"],
@@ -208,7 +219,7 @@ Deno.test("resolveMany() settles the flagged calls a filter names, only at the c
     "not a blocked run's: left alone",
   );
 
-  const failed = await client.resolveMany({ runId: "bulk-mixed" }, {
+  const failed = await client.operators.resolveMany({ runId: "bulk-mixed" }, {
     action: "fail",
     reason: "refund never sent",
   }, {
@@ -222,7 +233,7 @@ Deno.test("resolveMany() settles the flagged calls a filter names, only at the c
   );
   assert.deepEqual(failed.unblocked, ["bulk-mixed"]);
   await assert.rejects(
-    client.resolveMany({ tool: "refund" }, { action: "result", result: "r-1" }, { expect: 1 }),
+    client.operators.resolveMany({ tool: "refund" }, { action: "result", result: "r-1" }, { expect: 1 }),
     (e: ClientError) => e.code === "COUNT_CHANGED" && /^0 flagged/.test(e.message),
   );
 });
@@ -275,7 +286,7 @@ Deno.test("run() starts, hosts the agent for the call when no worker does, and r
     "the call's worker drives its run only",
   );
   assert.deepEqual(
-    await client.hostedAgents(),
+    await client.reads.hostedAgents(),
     [],
     "the worker it hosted for the call told nobody it hosts shop",
   );
@@ -302,7 +313,7 @@ Deno.test("run() refuses an agent it cannot build (no model) before a run is sto
     (e: RuntimeError) => /has no model/.test(e.message) && /MODEL_URL/.test(e.message),
   );
   assert.equal(await client.get("modelless-1"), undefined);
-  assert.deepEqual(await client.hostedAgents(), []);
+  assert.deepEqual(await client.reads.hostedAgents(), []);
 });
 
 Deno.test("run() leaves the run to a live worker that hosts the agent", async () => {
@@ -313,6 +324,76 @@ Deno.test("run() leaves the run to a live worker that hosts the agent", async ()
     assert.equal(done.owner, "the-fleet", "driven by the worker already there, not one of the call's own");
   } finally {
     await worker.stop();
+  }
+});
+
+Deno.test("startWorker() hosts with the commands' defaults (group commit on, the 3 s poll) unless told, and on a clock that never moves its runs still finish", async (t) => {
+  const note = defineTool({
+    name: "note",
+    description: "Notes a word.",
+    args: z.strictObject({ word: z.string() }),
+    run: (args) => Promise.resolve({ result: args.word }),
+  });
+  const noter = defineAgent({
+    name: "noter",
+    tools: [note],
+    model: {
+      describe: "script",
+      decide: (req) =>
+        Promise.resolve(
+          req.seq === 0
+            ? { kind: "tool_calls", calls: [{ name: "note", args: { word: req.runId } }] }
+            : { kind: "done", text: `noted ${req.runId}` },
+        ),
+    },
+  });
+  // A ManualClock nobody advances: the host's poll, its heartbeat and a grouped write's bound never come due.
+  // The runs finish all the same: a run this client starts wakes its host (no poll needed), and a write
+  // that waits for a group statement in flight goes out when that statement returns, not when the clock says.
+  const clock = new ManualClock();
+  const embedded = await connect({ memory: true });
+  const counting = new CountingClient(embedded.store.client);
+  const still = new Client(new Store(counting), clock);
+  const settled = async (ids: string[]) => {
+    // Bounded, in real time (the clock stands still): eight runs of two steps take well under a second.
+    for (let i = 0; i < 1_000; i++) {
+      const runs = await Promise.all(ids.map((id) => still.get(id)));
+      if (runs.every((r) => r?.status === "done")) return;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error(`not done: ${JSON.stringify(await Promise.all(ids.map((id) => still.get(id))))}`);
+  };
+  const host = async (opts: { groupCommitMs?: number }, prefix: string) => {
+    const lines: string[] = [];
+    counting.reset();
+    const worker = await still.startWorker([noter], {
+      log: new Logger({ clock, sink: arraySink(lines) }),
+      ...opts,
+    });
+    try {
+      const ids = [1, 2, 3, 4, 5, 6, 7, 8].map((n) => `${prefix}-${n}`);
+      await Promise.all(ids.map((runId) => still.start(noter, { runId, input: "note it" })));
+      await settled(ids);
+      assert.equal(clock.now().getTime(), new ManualClock().now().getTime(), "the clock never moved");
+    } finally {
+      await worker.stop();
+    }
+    return lines.find((l) => l.includes("event=worker "))!;
+  };
+  try {
+    await t.step("by default: DEFAULTS' poll and group commit", async () => {
+      const line = await host({}, "grouped");
+      assert.match(line, new RegExp(`poll_ms=${DEFAULTS.pollMs}\\b`));
+      assert.match(line, new RegExp(`group_commit_ms=${DEFAULTS.groupCommitMs}\\b`));
+      assert.ok((counting.counts.get("group-write") ?? 0) > 0, "eight runs at once shared statements");
+    });
+    await t.step("groupCommitMs: 0 turns it off", async () => {
+      const line = await host({ groupCommitMs: 0 }, "alone");
+      assert.doesNotMatch(line, /group_commit_ms/);
+      assert.equal(counting.counts.get("group-write"), undefined, "every write alone");
+    });
+  } finally {
+    await embedded.close();
   }
 });
 

@@ -74,7 +74,7 @@ export interface RunInfo {
   conversation?: { messages: number; idle: boolean; idleMs: number; ended: boolean };
 }
 
-/** A message of a conversation with its answer, as {@link Client.answers} lists them. */
+/** A message of a conversation with its answer, as {@link ConversationClient.answers} lists them. */
 export interface ConversationTurn {
   /** Its place: 0 for the goal, then in the order sent. */
   seq: number;
@@ -92,7 +92,7 @@ export interface ConversationTurn {
   answeredAt: Date | null;
 }
 
-/** What {@link Client.send} did. */
+/** What {@link ConversationClient.send} did. */
 export interface SendResult {
   /** The run. */
   runId: string;
@@ -104,7 +104,7 @@ export interface SendResult {
   duplicate: boolean;
 }
 
-/** The longest message {@link Client.send} takes, in characters. */
+/** The longest message {@link ConversationClient.send} takes, in characters. */
 export const MESSAGE_CHARS_MAX = 1_000_000;
 
 /** One run's whole record: the run, its decisions, its tool calls and its approval requests, by step. */
@@ -162,7 +162,7 @@ export type Resolution =
   | { action: "fail"; reason?: string };
 
 /**
- * How a call waiting on its remote is settled from outside ({@link Client.settleCall}):
+ * How a call waiting on its remote is settled from outside ({@link OperatorClient.settleCall}):
  * what the remote answered when the job ended, or why the job failed.
  */
 export type Settlement = { result: Json } | { error: string };
@@ -183,7 +183,7 @@ export interface RunCallOptions extends Omit<WorkerOptions, "store" | "agents"> 
   context?: Partial<AgentContext>;
 }
 
-/** What {@link Client.prune} removed (or, with `dryRun`, would remove). */
+/** What {@link OperatorClient.prune} removed (or, with `dryRun`, would remove). */
 export interface PruneResult extends PrunedRows {
   /** The runs, by id. */
   runs: string[];
@@ -191,7 +191,7 @@ export interface PruneResult extends PrunedRows {
   batches: number;
 }
 
-/** The largest page {@link Client.list} returns. */
+/** The largest page {@link ReadClient.list} returns. */
 export const LIST_LIMIT_MAX = 10_000;
 
 /**

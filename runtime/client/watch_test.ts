@@ -101,7 +101,7 @@ Deno.test("an idle conversation's watcher reads its history once, then no row of
     await base.start(chat, { runId: "idle-chat", input: "message 0" });
     await base.wait("idle-chat", { timeoutMs: 20_000, pollMs: 5 });
     for (let i = 1; i < 30; i++) {
-      await base.send("idle-chat", `message ${i}`, { messageId: `m${i}` });
+      await base.conversations.send("idle-chat", `message ${i}`, { messageId: `m${i}` });
       worker.wake();
       await base.wait("idle-chat", { timeoutMs: 20_000, pollMs: 5 });
     }

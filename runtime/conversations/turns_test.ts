@@ -115,10 +115,10 @@ Deno.test("a conversation answers its goal, waits for the next message without a
   assert.equal(idle?.conversation?.idle, true);
   assert.equal((await w.client.wait("c1", { timeoutMs: 0 })).output, "answered: hello");
 
-  const sent = await w.client.send("c1", "and the second", { messageId: "m1" });
+  const sent = await w.client.conversations.send("c1", "and the second", { messageId: "m1" });
   assert.deepEqual(sent, { runId: "c1", seq: 1, messageId: "m1", duplicate: false });
   assert.equal((await w.client.get("c1"))?.conversation?.idle, false, "a send wakes the run");
-  const again = await w.client.send("c1", "and the second", { messageId: "m1" });
+  const again = await w.client.conversations.send("c1", "and the second", { messageId: "m1" });
   assert.deepEqual(again, { ...sent, duplicate: true }, "a retried send is one message");
 
   const second = await runWorker(w.deps("w2"), "c1");
@@ -144,7 +144,7 @@ Deno.test("a conversation answers its goal, waits for the next message without a
   );
   assert.equal(w.model.asked.length, 4, "each step bought once");
 
-  const turns = await w.client.answers("c1");
+  const turns = await w.client.conversations.answers("c1");
   assert.deepEqual(turns.map((t) => [t.seq, t.messageId, t.text, t.answer, t.answerSeq]), [
     [0, null, "hello", "answered: hello", 1],
     [1, "m1", "and the second", "answered: and the second", 3],
@@ -158,7 +158,7 @@ Deno.test("a message sent while the run works is queued, then answered after the
     onNote: async () => {
       if (sentOnce) return;
       sentOnce = true;
-      await ref.client!.send("c2", "queued one", { messageId: "q" });
+      await ref.client!.conversations.send("c2", "queued one", { messageId: "q" });
     },
   });
   ref.client = w.client;
@@ -167,7 +167,7 @@ Deno.test("a message sent while the run works is queued, then answered after the
   assert.equal(out.status, "waiting");
   assert.equal(out.output, "answered: queued one");
   assert.deepEqual(w.notes, ["first", "queued one"]);
-  const turns = await w.client.answers("c2");
+  const turns = await w.client.conversations.answers("c2");
   assert.deepEqual(turns.map((t) => t.answer), ["answered: first", "answered: queued one"]);
   assert.ok(w.lines.some((l) => l.includes("message-taken")));
 });
@@ -176,9 +176,9 @@ Deno.test("a restart mid-conversation replays what the database holds and asks t
   await using w = await world();
   await w.client.start(w.agent, { runId: "c3", input: "one" });
   await runWorker(w.deps("w1"), "c3");
-  await w.client.send("c3", "two", { messageId: "2" });
+  await w.client.conversations.send("c3", "two", { messageId: "2" });
   await runWorker(w.deps("w1"), "c3");
-  await w.client.send("c3", "three", { messageId: "3" });
+  await w.client.conversations.send("c3", "three", { messageId: "3" });
   const asked = w.model.asked.length;
   // A new worker (another process) on the woken run reads the whole history back.
   const out = await runWorker(w.deps("w9"), "c3");
@@ -205,20 +205,31 @@ Deno.test("a conversation idle past its limit ends done with its last answer; a 
   const run = await w.client.get("c4");
   assert.equal(run?.status, "done");
   assert.equal(run?.output, "answered: hi");
-  await assert.rejects(w.client.send("c4", "too late"), (e: ClientError) => e.code === "CONVERSATION_ENDED");
+  await assert.rejects(
+    w.client.conversations.send("c4", "too late"),
+    (e: ClientError) => e.code === "CONVERSATION_ENDED",
+  );
 
   await w.client.start(w.agent, { runId: "c5", input: "hi" });
   await runWorker(w.deps("w1"), "c5");
-  const closed = await w.client.endConversation("c5");
+  const closed = await w.client.conversations.endConversation("c5");
   assert.equal(closed.status, "done");
   assert.equal(closed.output, "answered: hi");
-  await assert.rejects(w.client.send("c5", "more"), (e: ClientError) => e.code === "CONVERSATION_ENDED");
-  await assert.rejects(w.client.endConversation("c5"), (e: ClientError) => e.code === "CONVERSATION_ENDED");
+  await assert.rejects(
+    w.client.conversations.send("c5", "more"),
+    (e: ClientError) => e.code === "CONVERSATION_ENDED",
+  );
+  await assert.rejects(
+    w.client.conversations.endConversation("c5"),
+    (e: ClientError) => e.code === "CONVERSATION_ENDED",
+  );
 });
 
 Deno.test("a conversation closed while it works ends after its current answer", async () => {
   const ref: { client?: Client } = {};
-  await using w = await world({ onNote: async () => void await ref.client!.endConversation("c6") });
+  await using w = await world({
+    onNote: async () => void await ref.client!.conversations.endConversation("c6"),
+  });
   ref.client = w.client;
   await w.client.start(w.agent, { runId: "c6", input: "hi" });
   const out = await runWorker(w.deps("w1"), "c6");
@@ -230,10 +241,19 @@ Deno.test("send refuses a run that does not converse, an unknown run and an empt
   await using w = await world();
   const plain = defineAgent({ name: "plain", tools: [] });
   await w.client.start(plain, { runId: "p1", input: "x" });
-  await assert.rejects(w.client.send("p1", "hello"), (e: ClientError) => e.code === "NOT_A_CONVERSATION");
-  await assert.rejects(w.client.send("nope", "hello"), (e: ClientError) => e.code === "RUN_NOT_FOUND");
+  await assert.rejects(
+    w.client.conversations.send("p1", "hello"),
+    (e: ClientError) => e.code === "NOT_A_CONVERSATION",
+  );
+  await assert.rejects(
+    w.client.conversations.send("nope", "hello"),
+    (e: ClientError) => e.code === "RUN_NOT_FOUND",
+  );
   await w.client.start(w.agent, { runId: "c7", input: "x" });
-  await assert.rejects(w.client.send("c7", "  "), (e: ClientError) => e.code === "MESSAGE_INVALID");
+  await assert.rejects(
+    w.client.conversations.send("c7", "  "),
+    (e: ClientError) => e.code === "MESSAGE_INVALID",
+  );
   assert.throws(
     () => defineAgent({ name: "bad", tools: [], conversation: { idleMs: 0 } }),
     /conversation.idleMs' must be an integer/,
@@ -245,12 +265,12 @@ Deno.test("the history hook trims what is sent; what is stored stays complete", 
   await using w = await world({ history: keepLast(2) });
   await w.client.start(w.agent, { runId: "c8", input: "one" });
   await runWorker(w.deps("w1"), "c8");
-  await w.client.send("c8", "two");
+  await w.client.conversations.send("c8", "two");
   await runWorker(w.deps("w1"), "c8");
   for (const req of w.model.asked) assert.ok(req.transcript.length <= 3);
-  const turns = await w.client.answers("c8");
+  const turns = await w.client.conversations.answers("c8");
   assert.deepEqual(turns.map((t) => t.text), ["one", "two"]);
-  const record = await w.client.inspect("c8");
+  const record = await w.client.reads.inspect("c8");
   assert.equal(record.journal.length, 4);
 });
 
@@ -273,14 +293,18 @@ Deno.test("a worker host takes its parked conversation again from memory: only t
     await client.wait("e1", { timeoutMs: 20_000, pollMs: 10 });
     for (const text of ["two", "three"]) {
       counting.reset();
-      await client.send("e1", text);
+      await client.conversations.send("e1", text);
       worker.wake();
       await until(async () => (await client.get("e1"))?.conversation?.idle === true);
       assert.equal((await client.get("e1"))?.output, `re: ${text}`);
       assert.equal(counting.counts.get("read-history"), undefined, "the history is not read again");
       assert.equal(counting.counts.get("read-messages"), 1, "only the messages sent since");
     }
-    assert.deepEqual((await client.answers("e1")).map((t) => t.answer), ["re: one", "re: two", "re: three"]);
+    assert.deepEqual((await client.conversations.answers("e1")).map((t) => t.answer), [
+      "re: one",
+      "re: two",
+      "re: three",
+    ]);
   } finally {
     await worker.stop();
     await client.close();
@@ -317,12 +341,12 @@ Deno.test("a summary the history hook remembers is bought once: another worker r
   await using w = await world({ history: summarise });
   await w.client.start(w.agent, { runId: "s1", input: "one" });
   await runWorker(w.deps("w1"), "s1");
-  await w.client.send("s1", "two");
+  await w.client.conversations.send("s1", "two");
   await runWorker(w.deps("w1"), "s1");
   assert.equal(bought, 1, "bought once for both steps of message 1");
   // Another worker (a restart) on a new message: the summary before message 1 is not bought again, and the
   // summary before message 2 is bought once.
-  await w.client.send("s1", "three");
+  await w.client.conversations.send("s1", "three");
   await runWorker(w.deps("w2"), "s1");
   assert.equal(bought, 2);
   assert.ok(w.lines.some((l) => l.includes("event=memo-replayed run=s1 key=summary-before-1")), "replayed");
@@ -340,7 +364,7 @@ Deno.test("a summary the history hook remembers is bought once: another worker r
     ["summary-before-2", 1, "confirmed"],
   ]);
   // What is stored stays complete.
-  assert.deepEqual((await w.client.answers("s1")).map((t) => t.text), ["one", "two", "three"]);
+  assert.deepEqual((await w.client.conversations.answers("s1")).map((t) => t.text), ["one", "two", "three"]);
 });
 
 Deno.test("a conversation that fails keeps its history: its error and a send both say to reopen it, and a reopen goes on", async () => {
@@ -352,23 +376,26 @@ Deno.test("a conversation that fails keeps its history: its error and a send bot
   });
   await w.client.start(w.agent, { runId: "cf", input: "first" });
   assert.equal((await runWorker(w.deps("w1"), "cf")).status, "waiting");
-  await w.client.send("cf", "second", { messageId: "m1" });
+  await w.client.conversations.send("cf", "second", { messageId: "m1" });
   const failed = await runWorker(w.deps("w2"), "cf");
   assert.equal(failed.status, "failed");
   assert.match(
     failed.error ?? "",
     /^TOOL_GAVE_UP: .*\. The conversation keeps its history: 'deno task reopen cf' takes it up again$/,
   );
-  await assert.rejects(w.client.send("cf", "third", { messageId: "m2" }), (err: ClientError) => {
-    assert.equal(err.code, "CONVERSATION_ENDED");
-    assert.match(
-      err.message,
-      /it is failed \(TOOL_GAVE_UP: .*\); 'deno task reopen cf' \(client\.reopen\) takes it up again with its history, then send again$/,
-    );
-    return true;
-  });
+  await assert.rejects(
+    w.client.conversations.send("cf", "third", { messageId: "m2" }),
+    (err: ClientError) => {
+      assert.equal(err.code, "CONVERSATION_ENDED");
+      assert.match(
+        err.message,
+        /it is failed \(TOOL_GAVE_UP: .*\); 'deno task reopen cf' \(client\.operators\.reopen\) takes it up again with its history, then send again$/,
+      );
+      return true;
+    },
+  );
   down = false;
-  await w.client.reopen("cf");
+  await w.client.operators.reopen("cf");
   const resumed = await runWorker(w.deps("w3"), "cf");
   assert.equal(resumed.status, "waiting");
   assert.equal(

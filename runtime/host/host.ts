@@ -45,8 +45,16 @@ import { DEFAULTS } from "../base/defaults.ts";
 export interface WorkerOptions extends Partial<ProcessSettings>, AgentOptions {
   /** The most runs held at once. Default {@link DEFAULT_RUNS_PER_WORKER}. */
   runsPerWorker?: number;
-  /** How often to look for runs when idle. Default 3 000 (`client.startWorker`: 200). */
+  /** How often to look for runs when idle, in ms. Default {@link DEFAULTS}' `pollMs` (`POLL_S`, 3 s). */
   pollMs?: number;
+  /**
+   * Group commit (`GROUP_COMMIT_MS`): the longest, in ms, one of the host's
+   * writes waits to share a statement and a commit with its other runs'
+   * writes (`store/group_commit.ts`). Default {@link DEFAULTS}'
+   * `groupCommitMs` (2), as the commands'; 0 turns it off, every write alone.
+   * A write that finds no statement in flight never waits.
+   */
+  groupCommitMs?: number;
   /**
    * How much of the takeable work one poll takes: `fair` (the default) no
    * more than this host's share by capacity of each agent's runs among the
@@ -154,7 +162,8 @@ export class WorkerHost {
         }`,
       );
     }
-    const proc = processDeps(opts);
+    // Group commit is on for a host unless turned off, as for the commands' workers (one default, DEFAULTS).
+    const proc = processDeps({ ...opts, groupCommitMs: opts.groupCommitMs ?? DEFAULTS.groupCommitMs });
     this.#process = proc;
     this.#deps = new Map(agents.map((a) => [a.agent.name, workerFor(proc, agentDeps(a, opts))]));
     this.#capacity = capacity;

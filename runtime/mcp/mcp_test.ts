@@ -61,7 +61,7 @@ async function runToEnd(
     const running = opts.whileRunning?.(events);
     const end = await client.wait(runId, { timeoutMs: 30_000, pollMs: 10 });
     await running;
-    return { end, record: await client.inspect(runId), events, asked };
+    return { end, record: await client.reads.inspect(runId), events, asked };
   } finally {
     await worker.stop();
   }

@@ -22,7 +22,7 @@ async function runWith(name: string, model: Planner) {
   try {
     await client.start(agent, { runId: `${name}-1`, input: "Take a note." });
     const finished = await client.wait(`${name}-1`, { timeoutMs: 30_000, pollMs: 10 });
-    return { finished, record: await client.inspect(`${name}-1`) };
+    return { finished, record: await client.reads.inspect(`${name}-1`) };
   } finally {
     await worker.stop();
   }
@@ -82,7 +82,7 @@ Deno.test("an answer with more calls than the agent's maxCallsPerStep is refused
   } finally {
     await worker.stop();
   }
-  const record = await client.inspect("capped-1");
+  const record = await client.reads.inspect("capped-1");
   const refusal = "The model asked for 3 tool calls at once; at most 2 per step are allowed";
   assert.deepEqual(record.journal[0].rejections, [{ code: "MODEL_TOO_MANY_CALLS", message: refusal }]);
   assert.equal(record.journal[0].llm_attempts, 2, "the refused answer was paid for");

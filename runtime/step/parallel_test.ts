@@ -44,7 +44,7 @@ async function runToEnd(
   try {
     await client.start(agent, { runId, input: "Write the notes.", budget });
     const end = await client.wait(runId, { timeoutMs: 30_000, pollMs: 10 });
-    return { end, record: await client.inspect(runId) };
+    return { end, record: await client.reads.inspect(runId) };
   } finally {
     await worker.stop();
   }
@@ -85,7 +85,7 @@ Deno.test("three calls of one step run at once, bounded by toolConcurrency, each
     ["par-bound-1:2", "confirmed", "c"],
   ]);
   assert.deepEqual(record.journal.map((j) => j.seq), [0, 3]);
-  const listed = (await client.list({ search: "par-bound-1" })).runs[0];
+  const listed = (await client.reads.list({ search: "par-bound-1" })).runs[0];
   assert.equal(listed.steps, 3, "the runs list counts the step's three calls");
 });
 
@@ -109,13 +109,13 @@ Deno.test("a call that needs approval waits while the others of its step run; ap
     const waiting = await client.wait("par-approve-1", { timeoutMs: 30_000, pollMs: 10 });
     assert.equal(waiting.status, "waiting");
     assert.deepEqual(r.requests.map((q) => q.key).sort(), ["par-approve-1:0", "par-approve-1:2"]);
-    const mid = await client.inspect("par-approve-1");
+    const mid = await client.reads.inspect("par-approve-1");
     assert.deepEqual(mid.approvals.map((a) => [a.idempotency_key, a.status]), [[
       "par-approve-1:1",
       "pending",
     ]]);
     assert.deepEqual(mid.effects.map((e) => e.seq), [0, 2], "the guarded call has no row before its yes");
-    await client.approve("par-approve-1:1", { by: "alice" });
+    await client.operators.approve("par-approve-1:1", { by: "alice" });
     const end = await client.wait("par-approve-1", { timeoutMs: 30_000, pollMs: 10 });
     assert.equal(end.status, "done");
   } finally {
@@ -142,11 +142,11 @@ Deno.test("two calls that need approval are asked about together, and a denial i
   try {
     await client.start(agent, { runId: "par-two-asks-1", input: "Write." });
     await client.wait("par-two-asks-1", { timeoutMs: 30_000, pollMs: 10 });
-    const mid = await client.inspect("par-two-asks-1");
+    const mid = await client.reads.inspect("par-two-asks-1");
     assert.deepEqual(mid.approvals.map((a) => [a.seq, a.status]), [[0, "pending"], [1, "pending"]]);
-    await client.deny("par-two-asks-1:0", { by: "bob", reason: "not this one" });
+    await client.operators.deny("par-two-asks-1:0", { by: "bob", reason: "not this one" });
     // One request still pending: the run is taken again, and waits again on the other.
-    await client.approve("par-two-asks-1:1", { by: "bob" });
+    await client.operators.approve("par-two-asks-1:1", { by: "bob" });
     const end = await client.wait("par-two-asks-1", { timeoutMs: 30_000, pollMs: 10 });
     assert.equal(end.status, "done");
   } finally {
@@ -157,7 +157,7 @@ Deno.test("two calls that need approval are asked about together, and a denial i
     ["par-two-asks-1:1"],
     "the denied call never reached the remote",
   );
-  const record = await client.inspect("par-two-asks-1");
+  const record = await client.reads.inspect("par-two-asks-1");
   assert.deepEqual(record.effects.map((e) => [e.seq, e.status, e.attempts]), [[0, "failed", 0], [
     1,
     "confirmed",

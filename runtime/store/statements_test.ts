@@ -139,13 +139,17 @@ Deno.test("every statement the runtime sends has a name: a demo run, a resumed o
         pollMs: 1_000,
       });
       // Bounded: a few clock steps take both runs, renew their leases and finish them.
-      for (let i = 0; i < 40 && (await client.list({ agent: "namer", status: "done" })).total < 2; i++) {
+      for (
+        let i = 0;
+        i < 40 && (await client.reads.list({ agent: "namer", status: "done" })).total < 2;
+        i++
+      ) {
         await world.advance(1_000);
         await settle();
       }
-      assert.deepEqual(await client.hostedAgents(), ["namer"]);
+      assert.deepEqual(await client.reads.hostedAgents(), ["namer"]);
       await host.stop();
-      assert.equal((await client.list({ agent: "namer", status: "done" })).total, 2);
+      assert.equal((await client.reads.list({ agent: "namer", status: "done" })).total, 2);
       for (const name of ["insert-run", "take-runs", "heartbeat-many", "remove-worker", "hosted-agents"]) {
         assert.ok(seen.has(name), `${name} was not sent: ${[...seen.keys()]}`);
       }
@@ -181,26 +185,26 @@ Deno.test("every statement the runtime sends has a name: a demo run, a resumed o
           now(),
         );
 
-        await client.list({ status: "blocked" });
+        await client.reads.list({ status: "blocked" });
         await client.get("ops-one");
-        await client.inspect("ops-one");
-        await client.overview({ runIds: ["ops-one"] });
-        await client.timeline("ops-one", { steps: { last: 10 }, maxChars: 100 });
-        await client.wholeValue("ops-one", "call.args", 0);
-        await client.approvals("ops-wait");
-        await client.deny("ops-wait:0", { by: "ops", reason: "no" });
-        await client.resolve("ops-one:0", { action: "retry" }, { by: "ops" });
-        const flagged = await client.flagged({ runId: "ops-many" });
-        await client.resolveMany({ runId: "ops-many" }, { action: "fail", reason: "gone" }, {
+        await client.reads.inspect("ops-one");
+        await client.reads.overview({ runIds: ["ops-one"] });
+        await client.reads.timeline("ops-one", { steps: { last: 10 }, maxChars: 100 });
+        await client.reads.wholeValue("ops-one", "call.args", 0);
+        await client.operators.approvals("ops-wait");
+        await client.operators.deny("ops-wait:0", { by: "ops", reason: "no" });
+        await client.operators.resolve("ops-one:0", { action: "retry" }, { by: "ops" });
+        const flagged = await client.operators.flagged({ runId: "ops-many" });
+        await client.operators.resolveMany({ runId: "ops-many" }, { action: "fail", reason: "gone" }, {
           by: "ops",
           expect: flagged.total,
         });
-        await client.cancel("ops-wait", { by: "ops" });
-        await client.reopen("ops-wait");
-        await client.cancel("ops-wait", { by: "ops" });
+        await client.operators.cancel("ops-wait", { by: "ops" });
+        await client.operators.reopen("ops-wait");
+        await client.operators.cancel("ops-wait", { by: "ops" });
         const later = new Date(now().getTime() + 1_000);
-        await client.prune(later, { dryRun: true });
-        await client.prune(later);
+        await client.operators.prune(later, { dryRun: true });
+        await client.operators.prune(later);
         assert.deepEqual(unnamed(seen), []);
         for (
           const name of [

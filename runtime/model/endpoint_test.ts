@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
-import type { ModelEndpoint } from "../agent/agent.ts";
 import { hasCode } from "../base/errors.ts";
-import { resolveEndpoint } from "./model_endpoint.ts";
+import { type ModelEndpoint, resolveEndpoint } from "./endpoint.ts";
 
 const SETTINGS = {
   MODEL_URL: "https://shared.example/v1",

@@ -24,7 +24,6 @@
  * @module
  */
 
-import type { Agent, ModelEndpoint } from "../agent/agent.ts";
 import { redactUrl } from "../base/urls.ts";
 import { RuntimeError } from "../base/errors.ts";
 import { parseKeyValues } from "../base/http.ts";
@@ -34,7 +33,36 @@ import {
   OpenAIPlanner,
   type OpenAIPlannerOptions,
   type Planner,
-} from "../model/planner.ts";
+} from "./planner.ts";
+
+/**
+ * An OpenAI-compatible chat-completions endpoint. What it names is used as
+ * named; the `MODEL_*` settings fill only what it leaves unset, and none of
+ * them when its `url` is on another server than `MODEL_URL`'s (they are that
+ * server's: {@link resolveEndpoint}).
+ */
+export interface ModelEndpoint {
+  /** Base URL, e.g. `https://api.openai.com/v1`; a URL with no path gets `/v1`. */
+  url?: string;
+  /** The model name sent with each request. */
+  model?: string;
+  /**
+   * The environment variable holding the API key; the key itself never lives
+   * in code. Unset: `MODEL_API_KEY`, unless `MODEL_URL` names another server
+   * (then no key is sent).
+   */
+  apiKeyEnv?: string;
+  /** Extra headers on every request (OpenRouter's `HTTP-Referer`, say). Keep secrets in the environment. */
+  headers?: Record<string, string>;
+  /** Extra query parameters on every request (Azure's `api-version`). */
+  query?: Record<string, string>;
+  /**
+   * The field that caps a budgeted request's answer: `max_tokens` (default)
+   * or `max_completion_tokens` (OpenAI's reasoning models); unset,
+   * `MODEL_MAX_TOKENS_FIELD` may set it.
+   */
+  maxTokensField?: "max_tokens" | "max_completion_tokens";
+}
 
 /** An agent's endpoint with the settings applied: what its planner is built with. */
 export interface ResolvedEndpoint {
@@ -60,7 +88,7 @@ function originOf(url: string): string | undefined {
  * `max_tokens` or `max_completion_tokens`.
  */
 export function resolveEndpoint(
-  agent: Pick<Agent, "name">,
+  agent: { name: string },
   endpoint: ModelEndpoint,
   env: Record<string, string | undefined>,
 ): ResolvedEndpoint {
@@ -163,7 +191,7 @@ function missingModel(
  * settings, by {@link resolveEndpoint}'s rule.
  */
 export function endpointPlanner(
-  agent: Pick<Agent, "name">,
+  agent: { name: string },
   endpoint: ModelEndpoint,
   env: Record<string, string | undefined>,
 ): Planner {
