@@ -154,6 +154,8 @@ async function runtimeTurns(
     heartbeatMs: 60_000,
     leaseMs: 600_000,
     pollMs: 5,
+    // Each write alone: the statements a message costs are counted by name.
+    groupCommitMs: 0,
     agents: [{ agent, planner: planner(sent), tools: new ToolRegistry([note]) } as never],
     onOutcome: (o) => answered?.(o),
   }).start();
