@@ -270,47 +270,7 @@ export async function* watchRun(
   const settings = watchSettings(runId, opts);
   const follower = new StreamFollower(runId);
   const buffer = new DeltaBuffer({ pieces: settings.bufferPieces, chars: settings.bufferChars });
-  let ring: (() => void) | undefined;
-  let heardText = false;
-  let ping = "";
-  let pinged: (() => void) | undefined;
-  let closed = false;
-  const unlisten = await store.stream.listen((payload) => {
-    if (closed) return;
-    if (payload === ping) return pinged?.();
-    const d = decodeDelta(payload);
-    if (d === undefined || d.runId !== runId) return;
-    heardText = true;
-    buffer.push(d);
-    ring?.();
-  });
-  // Waits until every notification committed before now has arrived: the journal's answer can be read
-  // before the last pieces of its text are delivered (another connection), but a notification of ours,
-  // sent after the read, arrives after them (notifications are delivered in commit order).
-  const sync = async () => {
-    ping = JSON.stringify({ v: 1, ping: crypto.randomUUID() });
-    const heard = new Promise<void>((resolve) => pinged = resolve);
-    const nap = new AbortController();
-    try {
-      // A watcher that cannot notify goes on without the wait: the text it shows may then end early.
-      const sent = await store.stream.notify(ping).then(() => true, () => false);
-      if (sent) await Promise.race([heard, clock.sleep(SYNC_WAIT_MS, nap.signal).catch(() => undefined)]);
-    } finally {
-      nap.abort();
-      pinged = undefined;
-    }
-  };
-  // Sleeps until `untilMs`, new text, or the signal.
-  const napUntil = async (untilMs: number) => {
-    const nap = new AbortController();
-    await Promise.race([
-      // The nap is aborted once the race is over: its rejection means nothing.
-      clock.sleep(Math.max(0, untilMs - clock.now().getTime()), nap.signal).catch(() => undefined),
-      new Promise<void>((resolve) => ring = resolve),
-    ]);
-    ring = undefined;
-    nap.abort();
-  };
+  const channel = await Listening.open(store, clock, runId, buffer);
   let first = true;
   const read = async (): Promise<RunRead | undefined> => {
     const run = await store.reads.watchRun(runId);
@@ -321,7 +281,7 @@ export async function* watchRun(
     first = false;
     return { run, ...rows };
   };
-  const stop = () => ring?.();
+  const stop = () => channel.wake();
   opts.signal?.addEventListener("abort", stop);
   try {
     let nextReadAt = -Infinity;
@@ -337,27 +297,16 @@ export async function* watchRun(
         try {
           got = await read();
         } catch (err) {
-          if (!isUnreachable(err)) throw err;
-          outage ??= { sinceMs: now, failures: 0 };
-          outage.failures++;
-          const message = (err as Error)?.message ?? String(err);
-          if (now - outage.sinceMs >= settings.retryForMs) {
-            throw new StoreError(
-              "DB_UNREACHABLE",
-              `Cannot watch run ${runId}: the database could not be read for ${now - outage.sinceMs} ms ` +
-                `(${outage.failures} reads; the last failed with: ${message}). Watch it again once the database is back`,
-              { cause: err },
-            );
-          }
+          outage = stillAway(err, outage, now, runId, settings.retryForMs);
           const retryInMs = unreachableBackoffMs(outage.failures);
           nextReadAt = now + retryInMs;
-          yield { type: "unreachable", error: message, retryInMs };
+          yield { type: "unreachable", error: (err as Error)?.message ?? String(err), retryInMs };
           continue;
         }
         outage = undefined;
         if (!got) return;
         const deciding = follower.newlyDecided(got.journal);
-        if (deciding.size > 0 && heardText) await sync();
+        if (deciding.size > 0 && channel.heardText) await channel.sync();
         yield* tellRead(follower, got, buffer.takeAll(), deciding);
         if (follower.ended) return;
         nextReadAt = clock.now().getTime() + (follower.waiting ? settings.idlePollMs : settings.pollMs);
@@ -372,13 +321,119 @@ export async function* watchRun(
       }
       // A new call's text is read for at once, unless the database is away (then at the next try).
       if (buffer.length > 0 && outage === undefined) continue;
-      await napUntil(nextReadAt);
+      await channel.napUntil(nextReadAt);
     }
   } finally {
-    closed = true;
     opts.signal?.removeEventListener("abort", stop);
-    // With the database away there is nothing left to unlisten: its connection is gone with it.
-    await unlisten().catch((err) => {
+    await channel.close();
+  }
+}
+
+/**
+ * A read that failed while the database is away: the outage counted from
+ * its first failed read, and given up past `retryForMs` (`DB_UNREACHABLE`).
+ * Any other error is thrown as it is.
+ */
+function stillAway(
+  err: unknown,
+  outage: { sinceMs: number; failures: number } | undefined,
+  now: number,
+  runId: string,
+  retryForMs: number,
+): { sinceMs: number; failures: number } {
+  if (!isUnreachable(err)) throw err;
+  const away = { sinceMs: outage?.sinceMs ?? now, failures: (outage?.failures ?? 0) + 1 };
+  if (now - away.sinceMs >= retryForMs) {
+    throw new StoreError(
+      "DB_UNREACHABLE",
+      `Cannot watch run ${runId}: the database could not be read for ${now - away.sinceMs} ms ` +
+        `(${away.failures} reads; the last failed with: ${
+          (err as Error)?.message ?? String(err)
+        }). Watch it ` +
+        `again once the database is back`,
+      { cause: err },
+    );
+  }
+  return away;
+}
+
+/**
+ * A watcher's side of the notification channel: a run's text as it arrives,
+ * into the watcher's buffer; a ping to wait on every notification committed
+ * before it; and a nap that new text (or {@link Listening.wake}) ends.
+ */
+class Listening {
+  /** True once any text of the run has arrived. */
+  heardText = false;
+  #ring?: () => void;
+  #ping = "";
+  #pinged?: () => void;
+  #closed = false;
+  #unlisten: () => Promise<void> = () => Promise.resolve();
+
+  private constructor(private readonly store: Store, private readonly clock: Clock) {}
+
+  /** Listens for `runId`'s text, pushing each piece into `buffer`. */
+  static async open(store: Store, clock: Clock, runId: string, buffer: DeltaBuffer): Promise<Listening> {
+    const l = new Listening(store, clock);
+    l.#unlisten = await store.stream.listen((payload) => {
+      if (l.#closed) return;
+      if (payload === l.#ping) return l.#pinged?.();
+      const d = decodeDelta(payload);
+      if (d === undefined || d.runId !== runId) return;
+      l.heardText = true;
+      buffer.push(d);
+      l.#ring?.();
+    });
+    return l;
+  }
+
+  /**
+   * Waits until every notification committed before now has arrived: the
+   * journal's answer can be read before the last pieces of its text are
+   * delivered (another connection), but a notification of ours, sent after
+   * the read, arrives after them (notifications are delivered in commit order).
+   */
+  async sync(): Promise<void> {
+    this.#ping = JSON.stringify({ v: 1, ping: crypto.randomUUID() });
+    const heard = new Promise<void>((resolve) => this.#pinged = resolve);
+    const nap = new AbortController();
+    try {
+      // A watcher that cannot notify goes on without the wait: the text it shows may then end early.
+      const sent = await this.store.stream.notify(this.#ping).then(() => true, () => false);
+      if (sent) {
+        await Promise.race([
+          heard,
+          this.clock.sleep(SYNC_WAIT_MS, nap.signal).catch(() => undefined),
+        ]);
+      }
+    } finally {
+      nap.abort();
+      this.#pinged = undefined;
+    }
+  }
+
+  /** Sleeps until `untilMs`, new text, or {@link wake}. */
+  async napUntil(untilMs: number): Promise<void> {
+    const nap = new AbortController();
+    await Promise.race([
+      // The nap is aborted once the race is over: its rejection means nothing.
+      this.clock.sleep(Math.max(0, untilMs - this.clock.now().getTime()), nap.signal).catch(() => undefined),
+      new Promise<void>((resolve) => this.#ring = resolve),
+    ]);
+    this.#ring = undefined;
+    nap.abort();
+  }
+
+  /** Ends a nap at once. */
+  wake(): void {
+    this.#ring?.();
+  }
+
+  /** Stops listening. With the database away there is nothing to unlisten: its connection is gone with it. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#unlisten().catch((err) => {
       if (!isUnreachable(err)) throw err;
     });
   }
