@@ -39,10 +39,6 @@ const LONG_FILES: Record<string, { lines: number; why: string }> = {
     lines: 962,
     why: "every write of a run, each statement's SQL beside its caller",
   },
-  "runtime/settings/config.ts": {
-    lines: 576,
-    why: "debt: the settings reader and its table; one default per setting (issue 35)",
-  },
   "runtime/model/_ai_sdk_wire.ts": { lines: 651, why: "the AI SDK's wire format both ways" },
   "runtime/store/overview.ts": {
     lines: 543,
