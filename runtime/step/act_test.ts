@@ -1,17 +1,13 @@
 /**
  * The parts of acting on a decision that are rules of their own: the hash an
- * approval is bound to, which calls are asleep until their time, and whose
- * retry policy a call follows. How a step's calls are sent, settled, waited
- * on and given up on is proven end to end in harness/ and tests/.
+ * approval is bound to, and which calls are asleep until their time. How one
+ * call is sent and settled is proven beside send.ts and settle.ts, and a
+ * step's calls together end to end in harness/ and tests/.
  */
 
 import assert from "node:assert/strict";
-import { z } from "zod";
 import { isAsleep } from "./act.ts";
 import { argsHash } from "./approvals.ts";
-import { toolPolicy } from "./settle.ts";
-import { DEFAULT_RETRY } from "../base/retry.ts";
-import { defineTool } from "../agent/tools.ts";
 import { effectRow } from "../testdata/rows.ts";
 
 Deno.test("argsHash() is the sha-256 of the canonical JSON: key order at any depth never changes it, a value does", async () => {
@@ -33,18 +29,4 @@ Deno.test("isAsleep() is true for a call waiting on its remote or failed as in a
   assert.equal(isAsleep(effectRow("r", 0, call, { status: "intent", check_at: null })), false, "stranded");
   assert.equal(isAsleep(effectRow("r", 0, call, { status: "confirmed", check_at: at })), false);
   assert.equal(isAsleep(undefined), false);
-});
-
-Deno.test("toolPolicy() takes the tool's own retry fields over its agent's, and only those it sets", () => {
-  const tool = defineTool({
-    name: "pay",
-    description: "Pays.",
-    args: z.strictObject({}),
-    run: () => Promise.resolve({ result: "ok" }),
-    retry: { horizonMs: 60_000 },
-  });
-  const agentPolicy = { ...DEFAULT_RETRY, horizonMs: 3_600_000, backoffBaseMs: 250 };
-  const policy = toolPolicy({ retry: agentPolicy }, tool);
-  assert.equal(policy.horizonMs, 60_000);
-  assert.equal(policy.backoffBaseMs, 250, "what the tool leaves unset is its agent's");
 });
