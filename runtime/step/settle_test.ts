@@ -13,9 +13,7 @@ import assert from "node:assert/strict";
 import { accepted, confirm, failCall, flag, toolPolicy } from "./settle.ts";
 import { ToolError } from "../base/errors.ts";
 import { DEFAULT_RETRY } from "../base/retry.ts";
-import type { RunState } from "../run/context.ts";
-import type { SideEffectRow } from "../store/rows.ts";
-import { stepWorld, textTool } from "../testdata/step_world.ts";
+import { comparable, stepWorld, textTool } from "../testdata/step_world.ts";
 
 const w = await stepWorld();
 Deno.test.afterAll(() => w.close());
@@ -23,25 +21,7 @@ Deno.test.afterAll(() => w.close());
 const render = textTool({ name: "render", waitDeadlineMs: 60_000 });
 const deps = w.deps({ tools: [render] });
 
-const ms = (d: Date | string | null) => d === null ? null : new Date(d).getTime();
-/** The fields a settling write sets, comparable. */
-const view = (r: SideEffectRow | undefined) =>
-  r && {
-    status: r.status,
-    result: r.result,
-    remote: r.remote,
-    error: r.error,
-    attempts: r.attempts,
-    polls: r.polls,
-    check_at: ms(r.check_at),
-    wait_deadline_at: ms(r.wait_deadline_at),
-  };
-
-/** Asserts `row` is what the database holds for it and what the run's state holds. */
-async function heldEverywhere(state: RunState, row: SideEffectRow): Promise<void> {
-  assert.deepEqual(view(row), view(await w.store.getEffect(row.idempotency_key)), "as stored");
-  assert.equal(state.effects.get(row.seq), row, "applied to the run's state");
-}
+const ms = (d: Date | null) => d === null ? null : d.getTime();
 
 Deno.test("toolPolicy() takes the tool's own retry fields over its agent's, and only those it sets", () => {
   const tool = textTool({ name: "pay", retry: { horizonMs: 60_000 } });
@@ -59,12 +39,12 @@ Deno.test("confirm(), failCall() and flag() each return the row as stored, appli
     [confirmed.status, confirmed.result, confirmed.remote, confirmed.error],
     ["confirmed", { url: "r/1" }, "already_done", null],
   );
-  await heldEverywhere(state, confirmed);
+  await w.held(state, confirmed);
 
   const declined = new ToolError("RENDER_REFUSED", "the title is too long", { transient: false });
   const failed = await failCall(deps, state, await w.intent(state, b), declined);
   assert.deepEqual([failed.status, failed.error], ["failed", "the title is too long"]);
-  await heldEverywhere(state, failed);
+  await w.held(state, failed);
   assert.equal(
     w.events("tool-failed").filter((l) => / key=settle-1:1 .*code=RENDER_REFUSED /.test(l)).length,
     1,
@@ -72,7 +52,7 @@ Deno.test("confirm(), failCall() and flag() each return the row as stored, appli
 
   const flagged = await flag(deps, state, await w.intent(state, c), "nobody can tell whether it rendered");
   assert.deepEqual([flagged.status, flagged.error], ["flagged", "nobody can tell whether it rendered"]);
-  await heldEverywhere(state, flagged);
+  await w.held(state, flagged);
 });
 
 Deno.test("accepted() puts the call to sleep until when its remote asked, its deadline fixed by the first answer", async () => {
@@ -83,17 +63,18 @@ Deno.test("accepted() puts the call to sleep until when its remote asked, its de
     result: { job: "j1" },
     accepted: { checkAfterMs: 5_000 },
   });
-  assert.deepEqual(view(row), {
+  assert.deepEqual(comparable(row), {
     status: "waiting",
     result: { job: "j1" },
     remote: null,
     error: null,
     attempts: 1,
     polls: 0,
+    failures: 0,
     check_at: t0 + 5_000,
     wait_deadline_at: t0 + 60_000,
   });
-  await heldEverywhere(state, row);
+  await w.held(state, row);
 });
 
 Deno.test("accepted() asks again no sooner than the tool's floor, however soon the remote asks", async () => {
@@ -108,7 +89,7 @@ Deno.test("accepted() asks again no sooner than the tool's floor, however soon t
     w.events("check-after-raised").filter((l) => / key=settle-3:0 .*asked_ms=1 /.test(l)).length,
     1,
   );
-  await heldEverywhere(state, row);
+  await w.held(state, row);
 });
 
 Deno.test("accepted() never sleeps past the call's deadline, and past it fails TOOL_WAIT_EXPIRED", async () => {
@@ -124,7 +105,7 @@ Deno.test("accepted() never sleeps past the call's deadline, and past it fails T
   // Asked again (a poll), the remote says 50 s more: the call sleeps only until its deadline, at 60 s.
   const capped = await accepted(deps, state, call, await w.intent(state, call), job);
   assert.deepEqual([capped.status, capped.polls, ms(capped.check_at)], ["waiting", 1, t0 + 60_000]);
-  await heldEverywhere(state, capped);
+  await w.held(state, capped);
   await w.clock.advance(10_000);
   const expired = await accepted(deps, state, call, await w.intent(state, call), job);
   assert.equal(expired.status, "failed");
@@ -136,7 +117,7 @@ Deno.test("accepted() never sleeps past the call's deadline, and past it fails T
     w.events("tool-failed").filter((l) => / key=settle-4:0 .*code=TOOL_WAIT_EXPIRED /.test(l)).length,
     1,
   );
-  await heldEverywhere(state, expired);
+  await w.held(state, expired);
 });
 
 Deno.test("accepted() fails the call for good when the answer is no valid wait or cannot be stored", async (t) => {
@@ -162,7 +143,7 @@ Deno.test("accepted() fails the call for good when the answer is no valid wait o
       assert.equal(row.check_at, null, "a failed call sleeps on nothing");
       const line = w.events("tool-failed").find((l) => l.includes(` key=${call.key} `));
       assert.match(line ?? "", new RegExp(` code=${c.code} `));
-      await heldEverywhere(state, row);
+      await w.held(state, row);
     });
   }
 });

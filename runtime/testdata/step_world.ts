@@ -8,6 +8,7 @@
  * @module
  */
 
+import assert from "node:assert/strict";
 import { z } from "zod";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
@@ -30,6 +31,23 @@ export function textTool(spec: Partial<ToolSpec<{ text: string }>> & { name: str
     run: () => Promise.resolve({ result: "ok" }),
     ...spec,
   });
+}
+
+const ms = (d: Date | string | null) => d === null ? null : new Date(d).getTime();
+
+/** The fields of a tool call's row its writes set, comparable (times as milliseconds). */
+export function comparable(r: SideEffectRow | undefined) {
+  return r && {
+    status: r.status,
+    result: r.result,
+    remote: r.remote,
+    error: r.error,
+    attempts: r.attempts,
+    polls: r.polls,
+    failures: r.failures,
+    check_at: ms(r.check_at),
+    wait_deadline_at: ms(r.wait_deadline_at),
+  };
 }
 
 /** Opens the database and returns the world; close it with `close()`. */
@@ -99,10 +117,27 @@ export async function stepWorld() {
     return row;
   };
 
+  /** Asserts that `row` is what the database holds under its key, and the row the run's state holds. */
+  const held = async (state: RunState, row: SideEffectRow): Promise<void> => {
+    assert.deepEqual(comparable(row), comparable(await store.getEffect(row.idempotency_key)), "as stored");
+    assert.equal(state.effects.get(row.seq), row, "applied to the run's state");
+  };
+
   /** The log lines of `event` so far. */
   const events = (event: string): string[] => lines.filter((l) => l.includes(` event=${event} `));
 
-  return { clock, store, lines, deps, running, callOf, intent, events, close: () => store.client.close() };
+  return {
+    clock,
+    store,
+    lines,
+    deps,
+    running,
+    callOf,
+    intent,
+    held,
+    events,
+    close: () => store.client.close(),
+  };
 }
 
 /** What {@link stepWorld} returns. */
