@@ -65,9 +65,11 @@ Deno.test("askApprovals() leaves the run waiting on pending requests, then goes 
   assert.deepEqual([run?.status, run?.heartbeat_at], ["waiting", null], "waiting, holding no worker");
   assert.equal(w.events("waiting-for-approval").filter((l) => l.includes(" run=appr-1 ")).length, 2);
 
-  const now = w.clock.now();
-  await w.store.decideApproval("appr-1:0", "approved", "alice", null, now);
-  await w.store.decideApproval("appr-1:1", "denied", "bob", "too much", now);
+  // One answered, one not: the run waits again, on that one alone.
+  await w.store.decideApproval("appr-1:1", "denied", "bob", "too much", w.clock.now());
+  state = await claimedAgain(state);
+  assert.deepEqual(await askApprovals(deps, state, asks), { pending: [{ key: "appr-1:0", tool: "pay" }] });
+  await w.store.decideApproval("appr-1:0", "approved", "alice", null, w.clock.now());
   state = await claimedAgain(state);
   const answered = await askApprovals(deps, state, asks);
   assert.ok(Array.isArray(answered));

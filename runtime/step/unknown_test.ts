@@ -139,6 +139,8 @@ Deno.test("unknownRequests() counts the requests no worker recorded an outcome f
   const call = { tool: "pay", args: {} };
   assert.equal(unknownRequests(effectRow("r", 0, call, { attempts: 3, failures: 1 })), 2);
   assert.equal(unknownRequests(effectRow("r", 0, call, { attempts: 2, failures: 2 })), 0);
+  // A poll of a call its remote accepted counts no attempt, but its failure is recorded: never below 0.
+  assert.equal(unknownRequests(effectRow("r", 0, call, { attempts: 1, polls: 3, failures: 3 })), 0);
 });
 
 Deno.test("giveUp() ends a call past its horizon as its tool's onGiveUp says", async (t) => {
