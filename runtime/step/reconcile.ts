@@ -12,6 +12,7 @@ import { deadline } from "../base/clock.ts";
 import { type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
 import { describeError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
+import { toStorable } from "../base/storable.ts";
 import type { Json, Reconciliation, Tool } from "../agent/tools.ts";
 
 /** The call to ask about. */
@@ -51,7 +52,7 @@ export async function askRemote(
   deps.log.info("reconcile-answered", {
     ...where,
     answer: answer.status,
-    result: answer.status === "happened" ? answer.result : undefined,
+    result: answer.status === "happened" ? logged(answer.result) : undefined,
     reason: answer.status === "unknown" ? answer.reason : undefined,
   });
   return answer;
@@ -94,6 +95,16 @@ async function ask(
     signal.removeEventListener("abort", stop);
     timeout.cancel();
   }
+}
+
+/**
+ * A found result as a log line may hold it: as it would be stored, or why it
+ * cannot be. The logger writes JSON, which throws on a BigInt or a cycle;
+ * the caller, not the log line, decides what an unstorable result means.
+ */
+function logged(result: Json): Json {
+  const stored = toStorable(result, { writeOut: true });
+  return stored.ok ? stored.value : `(cannot be stored: it holds ${stored.reason})`;
 }
 
 /** The answer as one of the three shapes, or `unknown` saying what was wrong with it. */

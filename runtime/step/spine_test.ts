@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import { stepEnd } from "./spine.ts";
 import { blockedBy } from "./act.ts";
-import { pendingReason } from "./approvals.ts";
 import { FencedError, ModelError, RuntimeError, ToolError } from "../base/errors.ts";
 import { BudgetError } from "../agent/budget.ts";
 import { ParentClosedError } from "../families/family.ts";
@@ -46,15 +45,4 @@ Deno.test("a flagged call blocks the run with its reason and the commands that r
   );
   // A flagged row with no reason recorded still says what is wrong.
   assert.match(blockedBy({ ...row, error: null }).reason, /its outcome is unknown/);
-});
-
-Deno.test("calls waiting for a person are named, with the commands that answer the first", () => {
-  assert.equal(
-    pendingReason([{ key: "r:0", tool: "pay" }]),
-    "Tool call r:0 (pay) waits for a person: 'deno task approve r:0' or 'deno task deny r:0 --reason TEXT'",
-  );
-  assert.match(
-    pendingReason([{ key: "r:0", tool: "pay" }, { key: "r:1", tool: "ship" }]),
-    /^Tool calls r:0 \(pay\), r:1 \(ship\) wait for a person: 'deno task approve r:0'/,
-  );
 });
