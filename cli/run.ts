@@ -199,6 +199,8 @@ export async function main(
         leaseMs: settings.leaseMs,
         streamDeltas: settings.streamDeltas,
         groupCommitMs: settings.groupCommitMs,
+        // Not POLL_S: the children are created by the parent's tool calls in this process, which do not wake
+        // this host, so it looks often (a foreground run's children would each wait a poll otherwise).
         pollMs: 200,
         agents: prepared.slice(1),
         maxSteps: settings.maxSteps,
