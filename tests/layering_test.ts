@@ -185,3 +185,26 @@ Deno.test("the folder table is the layout: each folder on disk is declared, each
     assert.ok(!e.isFile, `runtime/${e.name} is in no folder`);
   }
 });
+
+/** The names that occur in more than one of `paths`, each with its paths. */
+function sharedNames(paths: readonly string[]): string[] {
+  const byName = new Map<string, string[]>();
+  for (const p of paths) byName.set(p.split("/").pop()!, [...(byName.get(p.split("/").pop()!) ?? []), p]);
+  return [...byName].filter(([, ps]) => ps.length > 1).map(([name, ps]) => `${name}: ${ps.join(", ")}`);
+}
+
+Deno.test("no two files of the library share a name: a name says which file it is", async () => {
+  const files: string[] = [];
+  const walk = async (dir: string): Promise<void> => {
+    for await (const e of Deno.readDir(`${ROOT}/${dir}`)) {
+      if (e.isDirectory && e.name !== "testdata") await walk(`${dir}/${e.name}`);
+      else if (e.isFile && e.name.endsWith(".ts")) files.push(`${dir}/${e.name}`);
+    }
+  };
+  await walk("runtime");
+  assert.deepEqual(sharedNames(files), []);
+  // And the check sees a shared name when there is one: a second reads.ts, as the client once had.
+  assert.deepEqual(sharedNames([...files.sort(), "runtime/client/reads.ts"]), [
+    "reads.ts: runtime/store/reads.ts, runtime/client/reads.ts",
+  ]);
+});

@@ -4,9 +4,9 @@
  * own: start a run, run an agent to its answer, get, wait for and follow a
  * run, host a worker in this process (the embedded way to run agents without
  * a supervisor). The operators' calls are `client.operators`
- * (`operators.ts`), the page's and the commands' reads `client.reads`
- * (`reads.ts`), a conversation's calls `client.conversations`
- * (`conversations.ts`). The CLI commands and the page are thin wrappers over
+ * (`operator_client.ts`), the page's and the commands' reads `client.reads`
+ * (`read_client.ts`), a conversation's calls `client.conversations`
+ * (`conversation_client.ts`). The CLI commands and the page are thin wrappers over
  * them, and so is anything a user builds.
  *
  * @module
@@ -29,9 +29,9 @@ import type { StreamEvent } from "../run/stream.ts";
 import { type WatchOptions, watchRun } from "./watch.ts";
 import { type ConnectOptions, type RunCallOptions, type RunInfo, SETTLED_STATUSES } from "./shapes.ts";
 import { checkRunId, info, notFound, readEnv } from "./checks.ts";
-import { OperatorClient } from "./operators.ts";
-import { ReadClient } from "./reads.ts";
-import { ConversationClient } from "./conversations.ts";
+import { OperatorClient } from "./operator_client.ts";
+import { ReadClient } from "./read_client.ts";
+import { ConversationClient } from "./conversation_client.ts";
 
 /**
  * The client over one database. Use {@link connect}. Its own calls are the

@@ -32,6 +32,6 @@
  */
 
 export * from "./shapes.ts";
-export { OperatorClient } from "./operators.ts";
-export { ReadClient } from "./reads.ts";
-export { ConversationClient } from "./conversations.ts";
+export { OperatorClient } from "./operator_client.ts";
+export { ReadClient } from "./read_client.ts";
+export { ConversationClient } from "./conversation_client.ts";

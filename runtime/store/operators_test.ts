@@ -7,7 +7,7 @@
  * at intent allowed one more request; the runs list pages newest first with
  * its counts; prune deletes finished runs older than the cutoff, with their
  * rows, and a dry run deletes nothing. Time is a ManualClock. On PGlite and
- * PostgreSQL. (A call settled from outside is `waiting_test.ts`'s.)
+ * PostgreSQL. (A call settled from outside is `waits_test.ts`'s.)
  */
 
 import assert from "node:assert/strict";
