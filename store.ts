@@ -41,6 +41,8 @@ export {
   type RunReads,
   type RunWrites,
   Store,
+  type StoreAudiences,
+  type StoreOptions,
   type WatchedRun,
 } from "./runtime/store/store.ts";
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.

@@ -86,7 +86,7 @@ async function main(): Promise<void> {
     console.log(`settings: lease=${timing.LEASE_S}s poll=${timing.POLL_S}s heartbeat=${timing.HEARTBEAT_S}s`);
     for (let i = 0; i < trials; i++) {
       const runId = `parent-${i}`;
-      await pg.store.createRun({ runId: runId, agent: "provision", goal: "bench" }, new Date());
+      await pg.store.leases.createRun({ runId: runId, agent: "provision", goal: "bench" }, new Date());
       // The supervisor picks it up at its next poll.
       await waitClaim(sup, runId, 1, 60_000);
       // The worker process that claimed it (worker hosts take runs themselves).

@@ -92,7 +92,7 @@ function oneCall(call: () => { name: string; args: Record<string, unknown> }): P
 
 /** `store` with the start of each heartbeat statement noted in `beats`: a wrapper from outside. */
 function watchingBeats(store: Store, beats: number[]): Store {
-  return new Proxy(store, {
+  const leases = new Proxy(store.leases, {
     get(target, prop) {
       const value = Reflect.get(target, prop, target);
       if (typeof value !== "function") return value;
@@ -103,6 +103,7 @@ function watchingBeats(store: Store, beats: number[]): Store {
       };
     },
   });
+  return store.withAudiences({ leases });
 }
 
 /** The HTTP test servers in a process of their own; its URL, and how to stop it. */

@@ -71,7 +71,7 @@ async function reset(client: SqlClient): Promise<void> {
 async function submit(store: Store, n: number, prefix: string, agent = AGENT): Promise<void> {
   const now = new Date();
   for (let i = 0; i < n; i++) {
-    await store.createRun({ runId: `${prefix}-${i}`, agent, goal: "g" }, now);
+    await store.leases.createRun({ runId: `${prefix}-${i}`, agent, goal: "g" }, now);
   }
 }
 
@@ -131,7 +131,7 @@ async function statementMs(
   const store = new Store(client);
   await submit(store, 100, `stmt-${kind}-${round}`);
   for (const name of kind === "fair-peer" ? ["w", "w-peer"] : ["w"]) {
-    await store.heartbeatMany(
+    await store.leases.heartbeatMany(
       { name, agents: [AGENT], capacity: 100, startedAt: new Date() },
       [],
       new Date(),
@@ -199,7 +199,7 @@ async function burstXY(client: SqlClient, rule: TakeShare, round: number) {
   await submit(store, 20, `xy-x-${rule}-${round}`, AGENT_X);
   await a.poll();
   await b.poll();
-  const runs = (await store.listRuns({ limit: 100 })).runs;
+  const runs = (await store.operators.listRuns({ limit: 100 })).runs;
   const held = (owner: string, agent: string) =>
     runs.filter((r) => r.status === "running" && r.owner === owner && r.agent === agent).length;
   const seen = {

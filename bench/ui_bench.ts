@@ -73,7 +73,7 @@ async function writeRun(
   opts: { runId: string; steps: number; answer?: string; open?: boolean },
 ): Promise<void> {
   const clock = new SystemClock();
-  await store.createRun({ runId: opts.runId, agent: "bench", goal: "go" }, clock.now());
+  await store.leases.createRun({ runId: opts.runId, agent: "bench", goal: "go" }, clock.now());
   const epoch = (await claim(store, opts.runId, 0, "bench", clock.now()))!;
   const f = { runId: opts.runId, epoch };
   const usage = { prompt_tokens: 120, completion_tokens: 20 };
@@ -81,9 +81,13 @@ async function writeRun(
     const args = { name: `server-${seq}`, size: "small" };
     const key = `${opts.runId}:${seq}`;
     await writeDecision(store, f, seq, { decision: { tool: "create_server", args }, usage }, clock.now());
-    const call = await store.effectIntentRow(f, { key, seq, tool: "create_server", args }, clock.now());
+    const call = await store.writes.effectIntentRow(
+      f,
+      { key, seq, tool: "create_server", args },
+      clock.now(),
+    );
     if (opts.open && seq === opts.steps - 1) return; // the last call's outcome is not known yet
-    await store.effectConfirm(
+    await store.writes.effectConfirm(
       f,
       call,
       { result: { id: `i-${seq}`, ip: "10.0.0.1" }, remote: "created" },
@@ -98,7 +102,7 @@ async function writeRun(
     { decision: { done: true, message: answer }, usage },
     clock.now(),
   );
-  await store.finishRun(f, "done", null, clock.now(), answer);
+  await store.writes.finishRun(f, "done", null, clock.now(), answer);
 }
 
 async function main(args: string[]): Promise<number> {

@@ -287,7 +287,7 @@ export async function main(args: string[]): Promise<number> {
   const sandbox = await createSandbox(url, { prefix: "bench_watch", max: 4 });
   try {
     const runId = await buildConversation(sandbox.store, messages);
-    const history = await sandbox.store.loadHistory(runId);
+    const history = await sandbox.store.reads.loadHistory(runId);
     console.log(
       `  the conversation: ${history.journal.length + history.effects.length} rows, ` +
         `${(JSON.stringify(history).length / 1_048_576).toFixed(2)} MB as JSON`,

@@ -39,7 +39,7 @@ async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<voi
 
 /** A run blocked on a flagged call at seq 1 (of `tool`), after a confirmed call at seq 0. */
 async function blockedRun(store: Store, runId: string, tool = "create_server"): Promise<void> {
-  await store.createRun({ runId: runId, agent: "provision", goal: "goal" }, clock.now());
+  await store.leases.createRun({ runId: runId, agent: "provision", goal: "goal" }, clock.now());
   const epoch = (await claim(store, runId, 0, "w1", clock.now()))!;
   const f = { runId, epoch };
   const calls: SideEffectRow[] = [];
@@ -51,7 +51,7 @@ async function blockedRun(store: Store, runId: string, tool = "create_server"): 
       tokens: { released: 0, spent: answerTokens(usage, 0) },
     }, clock.now());
     calls.push(
-      await store.effectIntentRow(f, {
+      await store.writes.effectIntentRow(f, {
         key: `${runId}:${seq}`,
         seq,
         tool: seq === 1 ? tool : "create_server",
@@ -59,9 +59,9 @@ async function blockedRun(store: Store, runId: string, tool = "create_server"): 
       }, clock.now()),
     );
   }
-  await store.effectConfirm(f, calls[0], { result: "i-1", remote: "created" }, clock.now());
-  await store.effectSettle(f, calls[1], { status: "flagged", error: "outcome unknown" }, clock.now());
-  await store.finishRun(f, "blocked", "needs a human", clock.now());
+  await store.writes.effectConfirm(f, calls[0], { result: "i-1", remote: "created" }, clock.now());
+  await store.writes.effectSettle(f, calls[1], { status: "flagged", error: "outcome unknown" }, clock.now());
+  await store.writes.finishRun(f, "blocked", "needs a human", clock.now());
 }
 
 Deno.test("submit creates a pending run and refuses a duplicate id", async () => {
@@ -87,7 +87,10 @@ Deno.test("submit creates a pending run and refuses a duplicate id", async () =>
 Deno.test("runs prints a table with steps, model calls and flagged calls", async () => {
   await withStore(async (ctx, out) => {
     await blockedRun(ctx.client.store, "tab-1");
-    await ctx.client.store.createRun({ runId: "tab-2", agent: "provision", goal: "goal" }, clock.now());
+    await ctx.client.store.leases.createRun(
+      { runId: "tab-2", agent: "provision", goal: "goal" },
+      clock.now(),
+    );
     await claim(ctx.client.store, "tab-2", 0, "w2", clock.now());
     await clock.advance(2_500);
     await runs(ctx, { search: "tab-" });
@@ -118,7 +121,7 @@ Deno.test("runs pages newest first, filters, and says when nobody hosts a pendin
   await withStore(async (ctx, out) => {
     for (let i = 0; i < 5; i++) {
       await clock.advance(1);
-      await ctx.client.store.createRun(
+      await ctx.client.store.leases.createRun(
         { runId: `page-${i}`, agent: "nobody-hosts-me", goal: "g" },
         clock.now(),
       );
@@ -159,7 +162,7 @@ Deno.test("resolve --result confirms a flagged call as resolved, records who, an
     assert.equal(e.result, "i-9");
     assert.equal(e.resolved_by, "alice");
     assert.equal(e.resolved_at?.getTime(), clock.now().getTime());
-    const run = await ctx.client.store.getRun("res-1");
+    const run = await ctx.client.store.reads.getRun("res-1");
     assert.equal(run?.status, "pending");
     assert.equal(run?.heartbeat_at, null, "a supervisor takes it at its next poll");
     await assert.rejects(
@@ -180,8 +183,8 @@ Deno.test("resolve --retry puts the call back at intent and --fail marks it fail
     const failed = await resolve(ctx, "res-3:1", { action: "fail", reason: "checked: never created" });
     assert.equal(failed.status, "failed");
     assert.match(failed.error ?? "", /marked failed by alice: checked: never created/);
-    assert.equal((await ctx.client.store.getRun("res-2"))?.status, "pending");
-    assert.equal((await ctx.client.store.getRun("res-3"))?.status, "pending");
+    assert.equal((await ctx.client.store.reads.getRun("res-2"))?.status, "pending");
+    assert.equal((await ctx.client.store.reads.getRun("res-3"))?.status, "pending");
     await assert.rejects(
       resolve(ctx, "res-9:0", { action: "retry" }),
       (e: CommandError) => e.code === "CALL_NOT_FOUND",
@@ -204,7 +207,7 @@ Deno.test("resolve --tool lists with --dry-run, then settles them all at the con
     );
     assert.match(out.at(-1)!, /--expect 3 instead of --dry-run$/);
     assert.equal(
-      (await ctx.client.store.getEffect("bulk-1:1"))?.status,
+      (await ctx.client.store.reads.getEffect("bulk-1:1"))?.status,
       "flagged",
       "a dry run changes nothing",
     );
@@ -232,7 +235,7 @@ Deno.test("resolve --tool lists with --dry-run, then settles them all at the con
       "resolved 3 flagged call(s)  tool=charge_card  action=retry  runs_unblocked=3",
     );
     for (const id of ["bulk-1", "bulk-2", "bulk-3"]) {
-      assert.equal((await ctx.client.store.getRun(id))?.status, "pending");
+      assert.equal((await ctx.client.store.reads.getRun(id))?.status, "pending");
     }
   });
 });
@@ -321,7 +324,7 @@ Deno.test("the commands refuse a NUL, a lone surrogate or U+FFFD in a run id, a 
 async function waitingRun(store: Store, runId: string, opts: { person?: boolean } = {}): Promise<void> {
   const now = clock.now();
   const later = (s: number) => new Date(now.getTime() + s * 1000);
-  await store.createRun({ runId, agent: "provision", goal: "goal" }, now);
+  await store.leases.createRun({ runId, agent: "provision", goal: "goal" }, now);
   const f = { runId, epoch: (await claim(store, runId, 0, "w1", now))! };
   await writeDecision(
     store,
@@ -330,24 +333,28 @@ async function waitingRun(store: Store, runId: string, opts: { person?: boolean 
     { decision: { tool: "create_server", args: { name: "s0" } }, usage: null },
     now,
   );
-  const sent = await store.effectIntentRow(
+  const sent = await store.writes.effectIntentRow(
     f,
     { key: `${runId}:0`, seq: 0, tool: "create_server", args: {} },
     now,
   );
-  await store.effectWaiting(f, sent, { result: { job: "j-1" }, checkAt: later(30), deadlineAt: later(3600) });
+  await store.writes.effectWaiting(f, sent, {
+    result: { job: "j-1" },
+    checkAt: later(30),
+    deadlineAt: later(3600),
+  });
   if (opts.person) {
     await writeDecision(store, f, 1, {
       decision: { tool: "create_server", args: { name: "s1" } },
       usage: null,
     }, now);
-    await store.requestApproval(
+    await store.writes.requestApproval(
       f,
       { key: `${runId}:1`, seq: 1, tool: "create_server", args: {}, hash: "h" },
       now,
     );
   } else {
-    assert.equal(await store.waitRun(f, later(30), now), true);
+    assert.equal(await store.writes.waitRun(f, later(30), now), true);
   }
 }
 
@@ -387,18 +394,18 @@ Deno.test("runs and inspect say what a run waiting out an outage waits for, sinc
     const store = ctx.client.store;
     const now = clock.now();
     const later = new Date(now.getTime() + 45_000);
-    await store.createRun({ runId: "out-1", agent: "provision", goal: "goal" }, now);
+    await store.leases.createRun({ runId: "out-1", agent: "provision", goal: "goal" }, now);
     const f = { runId: "out-1", epoch: (await claim(store, "out-1", 0, "w1", now))! };
     await writeDecision(store, f, 0, {
       decision: { tool: "create_server", args: { name: "s0" } },
       usage: null,
     }, now);
-    const sent = await store.effectIntentRow(
+    const sent = await store.writes.effectIntentRow(
       f,
       { key: "out-1:0", seq: 0, tool: "create_server", args: {} },
       now,
     );
-    await store.effectFailure(f, sent, {
+    await store.writes.effectFailure(f, sent, {
       error: "TOOL_NETWORK: POST /v1/servers got no answer",
       retryAt: later,
     }, now);
@@ -406,7 +413,7 @@ Deno.test("runs and inspect say what a run waiting out an outage waits for, sinc
       `${now.toISOString()} (last: TOOL_NETWORK: POST /v1/servers got no answer), sent again under its key at ` +
       later.toISOString();
     assert.equal(
-      await store.waitRun(f, later, now, reason),
+      await store.writes.waitRun(f, later, now, reason),
       true,
       "a call due again wakes the run, as a job does",
     );
@@ -447,7 +454,7 @@ Deno.test("settle confirms or fails a waiting call from outside, records who, an
       /^settled {2}key=set-1:0 {2}status=confirmed {2}remote=resolved {2}by=alice {2}run=set-1 {2}run_status=waiting {2}woken=now$/,
     );
     assert.deepEqual(
-      (await store.getRun("set-1"))?.wake_at,
+      (await store.reads.getRun("set-1"))?.wake_at,
       clock.now(),
       "a worker takes it at its next look",
     );
@@ -511,35 +518,41 @@ Deno.test("settle refuses a missing key, both flags or neither, and --result tha
 
 Deno.test("cancel closes a run; its worker's next fenced write is refused as closed", async () => {
   await withStore(async (ctx, out) => {
-    await ctx.client.store.createRun({ runId: "can-1", agent: "provision", goal: "goal" }, clock.now());
+    await ctx.client.store.leases.createRun(
+      { runId: "can-1", agent: "provision", goal: "goal" },
+      clock.now(),
+    );
     const epoch = (await claim(ctx.client.store, "can-1", 0, "w1", clock.now()))!;
     await cancel(ctx, "can-1");
     assert.match(out[0], /^cancelled {2}run=can-1/);
-    const run = await ctx.client.store.getRun("can-1");
+    const run = await ctx.client.store.reads.getRun("can-1");
     assert.equal(run?.status, "cancelled");
     assert.equal(run?.error, "cancelled by alice");
     await assert.rejects(
       journalIntent(ctx.client.store, { runId: "can-1", epoch }, 0, clock.now()),
       (e: FencedError) => e.code === "RUN_CLOSED",
     );
-    assert.equal(await ctx.client.store.heartbeat({ runId: "can-1", epoch }, clock.now()), false);
+    assert.equal(await ctx.client.store.writes.heartbeat({ runId: "can-1", epoch }, clock.now()), false);
     await assert.rejects(cancel(ctx, "can-1"), (e: CommandError) => e.code === "RUN_CLOSED");
   });
 });
 
 Deno.test("reopen puts a cancelled or failed run back to pending with a fresh epoch to claim, and nothing else", async () => {
   await withStore(async (ctx, out) => {
-    await ctx.client.store.createRun({ runId: "reo-1", agent: "provision", goal: "goal" }, clock.now());
+    await ctx.client.store.leases.createRun(
+      { runId: "reo-1", agent: "provision", goal: "goal" },
+      clock.now(),
+    );
     const epoch = (await claim(ctx.client.store, "reo-1", 0, "w1", clock.now()))!;
     await cancel(ctx, "reo-1");
     await reopen(ctx, "reo-1");
     assert.match(out.at(-1)!, /^reopened {2}run=reo-1 {2}status=pending {2}epoch=1 {2}by=alice$/);
-    const run = await ctx.client.store.getRun("reo-1");
+    const run = await ctx.client.store.reads.getRun("reo-1");
     assert.equal(run?.status, "pending");
     assert.equal(run?.error, null);
     assert.equal(run?.heartbeat_at, null);
     // The old worker stays fenced out: its epoch is claimable only through a new claim.
-    assert.equal(await ctx.client.store.heartbeat({ runId: "reo-1", epoch }, clock.now()), false);
+    assert.equal(await ctx.client.store.writes.heartbeat({ runId: "reo-1", epoch }, clock.now()), false);
     assert.equal(await claim(ctx.client.store, "reo-1", epoch, "w2", clock.now()), epoch + 1);
     await assert.rejects(reopen(ctx, "reo-1"), (e: CommandError) => e.code === "NOT_REOPENABLE");
     await assert.rejects(reopen(ctx, "nope"), (e: CommandError) => e.code === "RUN_NOT_FOUND");
@@ -579,7 +592,7 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
     // Finished long ago: done (with rows), failed, cancelled. Open: pending, running, blocked.
     await blockedRun(store, "pr-blocked");
     for (const id of ["pr-done", "pr-failed", "pr-cancel", "pr-pending", "pr-running"]) {
-      await store.createRun({ runId: id, agent: "provision", goal: "g" }, old);
+      await store.leases.createRun({ runId: id, agent: "provision", goal: "g" }, old);
     }
     const e = (await claim(store, "pr-done", 0, "w", old))!;
     await writeDecision(
@@ -589,20 +602,20 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
       { decision: { done: true, message: "ok" } },
       old,
     );
-    await store.finishRun({ runId: "pr-done", epoch: e }, "done", null, old, "ok");
+    await store.writes.finishRun({ runId: "pr-done", epoch: e }, "done", null, old, "ok");
     const f = (await claim(store, "pr-failed", 0, "w", old))!;
-    await store.finishRun({ runId: "pr-failed", epoch: f }, "failed", "boom", old);
-    await store.cancelRun("pr-cancel", "cancelled", old);
+    await store.writes.finishRun({ runId: "pr-failed", epoch: f }, "failed", "boom", old);
+    await store.families.cancel("pr-cancel", "cancelled", old);
     await claim(store, "pr-running", 0, "w", old);
     await clock.advance(40 * 86_400_000);
     // One finished only recently: younger than the cutoff, it stays.
-    await store.createRun({ runId: "pr-recent", agent: "provision", goal: "g" }, clock.now());
-    await store.cancelRun("pr-recent", "cancelled", clock.now());
+    await store.leases.createRun({ runId: "pr-recent", agent: "provision", goal: "g" }, clock.now());
+    await store.families.cancel("pr-recent", "cancelled", clock.now());
     const cutoff = new Date(clock.now().getTime() - 30 * 86_400_000);
 
     const dry = await ctx.client.operators.prune(cutoff, { dryRun: true });
     assert.deepEqual(dry.runs.filter((r) => r.startsWith("pr-")), ["pr-cancel", "pr-done", "pr-failed"]);
-    assert.ok(await store.getRun("pr-done"), "a dry run deletes nothing");
+    assert.ok(await store.reads.getRun("pr-done"), "a dry run deletes nothing");
 
     await prune(ctx, cutoff, { batchSize: 2 });
     // Other tests of this file leave finished runs of their own in the shared store: only this test's are asked of.
@@ -617,13 +630,13 @@ Deno.test("prune deletes finished runs older than the cutoff with their rows, in
       /deleted: runs=\d+ {2}journal_rows=\d+ {2}tool_rows=\d+ {2}approval_rows=\d+ {2}batches=\d+/,
     );
     for (const id of ["pr-done", "pr-failed", "pr-cancel"]) {
-      assert.equal(await store.getRun(id), undefined, id);
+      assert.equal(await store.reads.getRun(id), undefined, id);
     }
-    assert.equal((await store.loadHistory("pr-done")).journal.length, 0, "its rows went with it");
+    assert.equal((await store.reads.loadHistory("pr-done")).journal.length, 0, "its rows went with it");
     for (const id of ["pr-blocked", "pr-pending", "pr-running", "pr-recent"]) {
-      assert.ok(await store.getRun(id), `${id} is open or recent and stays`);
+      assert.ok(await store.reads.getRun(id), `${id} is open or recent and stays`);
     }
-    assert.equal((await store.loadHistory("pr-blocked")).effects.length, 2);
+    assert.equal((await store.reads.loadHistory("pr-blocked")).effects.length, 2);
     // A pruned run read by a command: a clear answer, not a crash.
     await assert.rejects(inspect(ctx, "pr-done"), (err: CommandError) => err.code === "RUN_NOT_FOUND");
   });

@@ -212,7 +212,7 @@ export async function main(
     // process waits for it, as a worker host would, instead of exiting. Bounded by the calls' deadlines.
     for (;;) {
       const outcome = await runWorker(deps, request);
-      const waiting = outcome.status === "waiting" ? await store.getRun(request.runId) : undefined;
+      const waiting = outcome.status === "waiting" ? await store.reads.getRun(request.runId) : undefined;
       // A conversation waiting for its next message is answered: this process is done with it (exit 4).
       let wakeAt = waiting?.idle_since ? undefined : waiting?.wake_at;
       if (!wakeAt) return exitCodeOf(outcome);
@@ -227,7 +227,7 @@ export async function main(
       // Bounded by the wake time read each pass.
       while (wakeAt && new Date(wakeAt).getTime() > clock.now().getTime()) {
         await clock.sleep(Math.min(1_000, new Date(wakeAt).getTime() - clock.now().getTime()));
-        wakeAt = (await store.getRun(request.runId))?.wake_at ?? undefined;
+        wakeAt = (await store.reads.getRun(request.runId))?.wake_at ?? undefined;
       }
     }
   } catch (err) {

@@ -47,7 +47,7 @@ Deno.test("a call that needs approval waits, holding no worker; approve lets it 
   assert.equal(waiting.run?.status, "waiting");
   assert.equal(waiting.run?.heartbeat_at, null, "released: no lease held");
   assert.equal(waiting.created.length, 0, "nothing was sent");
-  const request = await w.observer.getApproval("ap-1:0");
+  const request = await w.observer.reads.getApproval("ap-1:0");
   assert.equal(request?.status, "pending");
   assert.equal(request?.args_hash, await argsHash({ name: "srv-1", spec: "small" }));
   assert.ok(
@@ -56,16 +56,22 @@ Deno.test("a call that needs approval waits, holding no worker; approve lets it 
     ),
   );
 
-  const approved = await w.observer.decideApproval("ap-1:0", "approved", "alice", null, w.clock.now());
+  const approved = await w.observer.operators.decideApproval(
+    "ap-1:0",
+    "approved",
+    "alice",
+    null,
+    w.clock.now(),
+  );
   assert.equal(approved.decided, true);
   assert.equal(approved.approval?.decided_by, "alice");
   assert.equal(approved.runStatus, "pending");
-  assert.equal((await w.observer.getRun("ap-1"))?.status, "pending", "taken up again at once");
+  assert.equal((await w.observer.reads.getRun("ap-1"))?.status, "pending", "taken up again at once");
   assert.equal(await exitStatus(w, "ap-1"), "done");
   const done = await w.snapshot("ap-1");
   assert.deepEqual(done.created.map((c) => c.key), ["ap-1:0", "ap-1:1", "ap-1:2"], "one effect per key");
   assert.equal(w.model.calls("ap-1"), 4, "the decision was not bought again");
-  const late = await w.observer.decideApproval("ap-1:0", "denied", "bob", "late", w.clock.now());
+  const late = await w.observer.operators.decideApproval("ap-1:0", "denied", "bob", "late", w.clock.now());
   assert.equal(late.decided, false);
   assert.equal(late.approval?.status, "approved", "the first answer stands");
 });
@@ -73,7 +79,7 @@ Deno.test("a call that needs approval waits, holding no worker; approve lets it 
 Deno.test("deny: the call is never sent, and the model is shown the refusal as the tool's result", async () => {
   const w = await world();
   assert.equal(await exitStatus(w, "ap-2"), "waiting");
-  await w.observer.decideApproval("ap-2:0", "denied", "alice", "too expensive", w.clock.now());
+  await w.observer.operators.decideApproval("ap-2:0", "denied", "alice", "too expensive", w.clock.now());
   assert.equal(await exitStatus(w, "ap-2"), "done");
   const snap = await w.snapshot("ap-2");
   const denied = snap.effects.find((e) => e.seq === 0)!;
@@ -111,7 +117,7 @@ Deno.test("a crash between the approval and the call, or between the call and it
       const w = await world();
       const runId = `ap-${point}`;
       assert.equal(await exitStatus(w, runId), "waiting");
-      await w.observer.decideApproval(`${runId}:0`, "approved", "alice", null, w.clock.now());
+      await w.observer.operators.decideApproval(`${runId}:0`, "approved", "alice", null, w.clock.now());
       assert.equal(await exitStatus(w, runId, { crashAt: point, crashSeq: 0 }), `killed@${point}`);
       assert.equal(await exitStatus(w, runId), "done");
       const snap = await w.snapshot(runId);
@@ -128,7 +134,7 @@ Deno.test("a crash between the approval and the call, or between the call and it
 Deno.test("an approval given for other arguments is not used: the call is asked about again", async () => {
   const w = await world();
   // Seed an approval for the same key but other arguments (say, an earlier version of the request).
-  await w.observer.createRun({ runId: "ap-3", agent: "provision", goal: "g" }, w.clock.now());
+  await w.observer.leases.createRun({ runId: "ap-3", agent: "provision", goal: "g" }, w.clock.now());
   await w.observer.client.query(
     `insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at, decided_by,
                             decided_at, epoch)
@@ -137,7 +143,7 @@ Deno.test("an approval given for other arguments is not used: the call is asked 
     [await argsHash({ name: "srv-999", spec: "large" }), w.clock.now().toISOString()],
   );
   assert.equal(await exitStatus(w, "ap-3"), "waiting");
-  const request = await w.observer.getApproval("ap-3:0");
+  const request = await w.observer.reads.getApproval("ap-3:0");
   assert.equal(request?.status, "pending", "asked again");
   assert.equal(request?.args_hash, await argsHash({ name: "srv-1", spec: "small" }));
   assert.equal(request?.decided_by, null);
@@ -179,10 +185,10 @@ function landBefore(client: SqlClient, before: (n: number) => Promise<void>): Sq
 async function untilDone(w: SimWorld, client: Client, runId: string): Promise<void> {
   // Bounded: a person's answer or a worker's turn each round.
   for (let round = 0; round < 12; round++) {
-    const run = await w.observer.getRun(runId);
+    const run = await w.observer.reads.getRun(runId);
     if (run?.status === "done") return;
     if (run?.status === "waiting") {
-      const requests = await w.observer.listApprovals(runId);
+      const requests = await w.observer.reads.listApprovals(runId);
       const pending = requests.find((r) => r.status === "pending");
       assert.ok(
         pending,
@@ -238,7 +244,7 @@ Deno.test("an answer given between any two statements of a worker's turn is neve
         if (k > statements) await act(k);
         await untilDone(w, client, runId);
         const done = await w.snapshot(runId);
-        const request = await w.observer.getApproval(`${runId}:0`);
+        const request = await w.observer.reads.getApproval(`${runId}:0`);
         const sent = done.created.map((c) => c.key);
         if (action === "deny") {
           assert.deepEqual(sent, [`${runId}:1`, `${runId}:2`], "the denied call was never sent");
@@ -275,11 +281,11 @@ Deno.test("a closed run's call cannot be answered: RUN_CLOSED, the request stays
     });
   }
   assert.equal(
-    (await w.observer.getApproval("ap-4:0"))?.status,
+    (await w.observer.reads.getApproval("ap-4:0"))?.status,
     "pending",
     "the request is kept, unanswered",
   );
-  assert.equal((await w.observer.getRun("ap-4"))?.status, "cancelled");
+  assert.equal((await w.observer.reads.getRun("ap-4"))?.status, "cancelled");
 
   // Reopened, the run asks again and sends nothing until a person answers for the open run.
   await client.operators.reopen("ap-4");

@@ -25,7 +25,7 @@ export async function claim(
   owner: string,
   now: Date,
 ): Promise<number | undefined> {
-  return (await store.claimRun(runId, seenEpoch, owner, now))?.epoch;
+  return (await store.leases.claimRun(runId, seenEpoch, owner, now))?.epoch;
 }
 
 /**
@@ -33,7 +33,7 @@ export async function claim(
  * the fence; returns the step's `llm_attempts`, or throws a `FencedError`.
  */
 export async function journalIntent(store: Store, f: Fence, seq: number, now: Date): Promise<number> {
-  return (await store.journalIntentRow(f, seq, now)).llm_attempts;
+  return (await store.writes.journalIntentRow(f, seq, now)).llm_attempts;
 }
 
 /**
@@ -46,7 +46,7 @@ export async function effectIntent(
   e: { key: string; seq: number; tool: string; args: Json },
   now: Date,
 ): Promise<number> {
-  return (await store.effectIntentRow(f, e, now)).attempts;
+  return (await store.writes.effectIntentRow(f, e, now)).attempts;
 }
 
 /**
@@ -61,6 +61,6 @@ export async function writeDecision(
   decided: { decision: Decision; usage?: Json; tokens?: TokenSettlement },
   now: Date,
 ): Promise<JournalRow> {
-  const intent = await store.journalIntentRow(f, seq, now);
-  return await store.journalConfirm(f, intent, { usage: undefined, ...decided }, now);
+  const intent = await store.writes.journalIntentRow(f, seq, now);
+  return await store.writes.journalConfirm(f, intent, { usage: undefined, ...decided }, now);
 }

@@ -219,7 +219,7 @@ export async function driveFamily(
   if (opts.create !== false) await spawnFor(FAMILY_ROOT, agents.parent.name);
   const max = opts.maxIncarnations ?? 60;
   for (let i = 0; i < max; i++) {
-    const { runs } = await world.observer.listRuns({ limit: 100 });
+    const { runs } = await world.observer.operators.listRuns({ limit: 100 });
     const now = world.clock.now().getTime();
     const due = runs
       .filter((r) =>
@@ -237,6 +237,6 @@ export async function driveFamily(
     if (wakes.length === 0) break;
     await world.advance(Math.max(1, Math.min(...wakes) - now));
   }
-  const { runs } = await world.observer.listRuns({ limit: 100 });
+  const { runs } = await world.observer.operators.listRuns({ limit: 100 });
   return { exits, killed, runs: runs.sort((a, b) => a.run_id.localeCompare(b.run_id)) };
 }

@@ -47,7 +47,7 @@ function cases(): (FamilyKill & { reached: boolean })[] {
 
 /** Requests a run's model was asked, as the journal counts them. */
 async function paidRequests(world: SimWorld, runId: string): Promise<number> {
-  const { journal } = await world.observer.loadHistory(runId);
+  const { journal } = await world.observer.reads.loadHistory(runId);
   return journal.reduce((n, j) => n + j.llm_attempts, 0);
 }
 
@@ -103,7 +103,7 @@ Deno.test("a parent with two child agents, killed at every crash point of its ca
         ]);
         // One resource per key of the children's calls; the parent's calls start runs, not resources.
         assert.deepEqual([...remote.created.keys()].sort(), [`${P}.0:0`, `${P}.1:0`]);
-        const { effects } = await world.observer.loadHistory(P);
+        const { effects } = await world.observer.reads.loadHistory(P);
         assert.deepEqual(
           effects.map((e) => [e.idempotency_key, e.status, e.result]),
           [[`${P}:0`, "confirmed", "researcher:found alpha"], [`${P}:1`, "confirmed", "writer:found beta"]],
@@ -193,7 +193,7 @@ Deno.test("a model-request ceiling on the parent stops its children, then the pa
     for (const r of drive.runs) total += await paidRequests(world, r.run_id);
     assert.equal(total, 4, "the family made exactly as many model requests as its root allows");
     // The second child's call failed for good, with the child's error, before the parent was stopped.
-    const { effects } = await world.observer.loadHistory(P);
+    const { effects } = await world.observer.reads.loadHistory(P);
     assert.match(
       effects[1].error ?? "",
       /AGENT_CHILD_FAILED|Agent writer \(run fam\.1\) failed: BUDGET_EXCEEDED/,
@@ -216,7 +216,7 @@ Deno.test("a run that holds a child's id but is not that call's child is refused
     const drive = await driveFamily(world, agents);
     const root = drive.runs.find((r) => r.run_id === P)!;
     assert.equal(root.status, "done");
-    const { effects } = await world.observer.loadHistory(P);
+    const { effects } = await world.observer.reads.loadHistory(P);
     assert.equal(effects[0].status, "failed");
     assert.match(
       effects[0].error ?? "",

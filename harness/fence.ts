@@ -36,7 +36,7 @@
 import { demoTools } from "../examples/provision/tools.ts";
 import type { CrashPoint } from "../runtime/base/crashpoints.ts";
 import type { FetchLike } from "../runtime/model/planner.ts";
-import type { QueryOptions, SqlClient, Store } from "../runtime/store/store.ts";
+import type { QueryOptions, RunWrites, SqlClient, Store } from "../runtime/store/store.ts";
 import { defineTool, type Tool } from "../runtime/agent/tools.ts";
 import type { GroupCommitStats } from "../runtime/store/group_commit.ts";
 import { type Baseline, baselineOf, checkInvariants } from "./invariants.ts";
@@ -122,9 +122,9 @@ export interface FenceOptions {
   mate?: boolean;
 }
 
-/** A call of a process's store, by method, and (optionally) which of its calls. */
+/** A call of a process's fenced writes (its store's `writes`), by method, and (optionally) which of its calls. */
 interface StoreCall {
-  method: keyof Store & string;
+  method: keyof RunWrites & string;
   when?: (args: unknown[]) => boolean;
 }
 
@@ -236,7 +236,7 @@ const SCENARIOS: Record<GuardedWrite, Scenario> = {
       if (first.kind !== "exited" || first.outcome.status !== "waiting") {
         return `the first worker ended ${exitStatus(first)}, expected waiting`;
       }
-      const denied = await world.observer.decideApproval(
+      const denied = await world.observer.operators.decideApproval(
         `${runId}:1`,
         "denied",
         "alice",
@@ -287,7 +287,7 @@ function exitStatus(exit: SimExit): string {
 const SETTLED_STATUS = { done: "done", blocked: "blocked", waiting: "waiting", denied: "done" } as const;
 
 /**
- * A layer on a process's store that holds the first call matching `call`
+ * A layer on a process's store whose writes hold the first call matching `call`
  * until `release`: the process frozen just before that write. `reached`
  * resolves once a call is held.
  */
@@ -301,10 +301,10 @@ function holdBefore(call: StoreCall): {
   const opened = new Promise<void>((r) => release = r);
   const reached = new Promise<void>((r) => reach = r);
   let held = false;
-  const layer = (store: Store): Store =>
-    new Proxy(store, {
+  const layer = (store: Store): Store => {
+    const writes = new Proxy(store.writes, {
       get(target, prop) {
-        // Bound to the store itself: its methods use private fields, which a proxy does not carry.
+        // Bound to the writes themselves: their methods use private fields, which a proxy does not carry.
         const value = Reflect.get(target, prop, target);
         if (typeof value !== "function") return value;
         const bound = value.bind(target);
@@ -319,6 +319,9 @@ function holdBefore(call: StoreCall): {
         };
       },
     });
+    // The same store (its group commit is its writes') but for the writes, layered.
+    return store.withAudiences({ writes });
+  };
   return { layer, reached, release };
 }
 
@@ -333,7 +336,7 @@ export async function measureBaseline(db: SimDb): Promise<Baseline> {
 /** Everything the scenario compares before and after A wakes: the run's rows, its approvals, the remotes. */
 async function observe(world: SimWorld, runId: string): Promise<string> {
   const snapshot = await world.snapshot(runId);
-  return JSON.stringify({ ...snapshot, approvals: await world.observer.listApprovals(runId) });
+  return JSON.stringify({ ...snapshot, approvals: await world.observer.reads.listApprovals(runId) });
 }
 
 /** Waits up to {@link WAKE_TURNS} event-loop turns for `proc` to end; its exit, or undefined. */
@@ -527,9 +530,9 @@ async function checkSettled(
 ): Promise<string[]> {
   const problems: string[] = [];
   if (s.runEnds === "waiting") {
-    const approval = await world.observer.getApproval(`${runId}:1`);
+    const approval = await world.observer.reads.getApproval(`${runId}:1`);
     if (approval?.status !== "pending") return [`the approval is ${approval?.status}, expected pending`];
-    await world.observer.decideApproval(`${runId}:1`, "approved", "alice", null, world.clock.now());
+    await world.observer.operators.decideApproval(`${runId}:1`, "approved", "alice", null, world.clock.now());
     const c = await world.spawn({ name: "C", runId }).exit;
     if (c.kind !== "exited" || c.outcome.status !== "done") {
       return [`C ended ${exitStatus(c)}, expected done`];

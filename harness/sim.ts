@@ -324,8 +324,8 @@ export async function readSnapshot(
   cloud: MockCloud,
   runId: string,
 ): Promise<RunSnapshot> {
-  const run = await store.getRun(runId);
-  const { journal, effects } = await store.loadHistory(runId);
+  const run = await store.reads.getRun(runId);
+  const { journal, effects } = await store.reads.loadHistory(runId);
   const prefix = `${runId}:`;
   const requestsByKey = Object.fromEntries(
     Object.entries(cloud.requests().by_key).filter(([key]) => key.startsWith(prefix)),

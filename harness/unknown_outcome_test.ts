@@ -81,7 +81,7 @@ Deno.test("a reopen allows exactly one request past maxAttempts: a kill during i
     "killed",
     "failed",
   ]);
-  assert.ok(await world.observer.reopenRun("ma2", world.clock.now()));
+  assert.ok(await world.observer.operators.reopenRun("ma2", world.clock.now()));
   assert.deepEqual(
     await crashEach(world, "ma2", "after_call", 1),
     ["killed"],
@@ -92,7 +92,7 @@ Deno.test("a reopen allows exactly one request past maxAttempts: a kill during i
   assert.equal(snap.requestsByKey["ma2:0"], 5);
   assert.match(snap.run?.error ?? "", /was sent 5 times \(maxAttempts is 4\)/);
 
-  assert.ok(await world.observer.reopenRun("ma2", world.clock.now()));
+  assert.ok(await world.observer.operators.reopenRun("ma2", world.clock.now()));
   assert.equal(await clean(), "done");
   snap = await world.snapshot("ma2");
   assert.equal(snap.requestsByKey["ma2:0"], 6);
@@ -164,7 +164,7 @@ Deno.test("a keyless call its reconcile never finds stops at maxAttempts as fail
   );
   assert.equal(world.cloud.charges("rc-never:0").length, 0);
 
-  assert.ok(await world.observer.reopenRun("rc-never", world.clock.now()));
+  assert.ok(await world.observer.operators.reopenRun("rc-never", world.clock.now()));
   assert.equal(await finish(world, world.spawn({ runId: "rc-never" })), "done");
   snap = await world.snapshot("rc-never");
   assert.deepEqual([snap.effects[0].remote, snap.effects[0].attempts], ["created", 5]);

@@ -188,7 +188,7 @@ export class Supervisor {
     const now = this.#o.clock.now();
     let frozen: { name: string; heartbeat_at: Date }[];
     try {
-      frozen = await this.#o.store.frozenWorkers(
+      frozen = await this.#o.store.leases.frozenWorkers(
         live.map((s) => s.workerName),
         new Date(now.getTime() - this.#o.leaseMs),
       );
@@ -295,8 +295,8 @@ export class Supervisor {
     // it as a peer with free slots at once rather than after the lease.
     let released: string[] = [];
     try {
-      released = await store.releaseRuns(workerName, clock.now());
-      await store.removeWorker(workerName);
+      released = await store.leases.releaseRuns(workerName, clock.now());
+      await store.leases.removeWorker(workerName);
     } catch (e) {
       log.warn("release-failed", { worker: workerName, error: describeError(e) });
     }

@@ -4,6 +4,7 @@ import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
 import { arraySink, Logger } from "../runtime/base/log.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
+import { Leases } from "../runtime/store/leases.ts";
 import { type SpawnWorker, Supervisor, type WorkerHandle } from "./supervisor.ts";
 import { claim } from "../harness/direct_writes.ts";
 
@@ -62,7 +63,7 @@ function setup(workers = 2, name = "sup") {
 
 /** A run claimed by `owner` at epoch 1, with a heartbeat at `at`. */
 async function held(runId: string, owner: string, at: Date): Promise<number> {
-  await store.createRun({ runId, agent: "provision", goal: "g" }, at);
+  await store.leases.createRun({ runId, agent: "provision", goal: "g" }, at);
   const epoch = await claim(store, runId, 0, owner, at);
   assert.equal(epoch, 1);
   return epoch;
@@ -84,17 +85,21 @@ Deno.test("the supervisor keeps its workers alive and hands a dead one's runs on
   assert.equal(fake.workers.length, 3, "a replacement was started at once");
   assert.equal(fake.workers[2].workerName, "sup-a/w0.2");
   for (const id of ["heal-1", "heal-2"]) {
-    const run = await store.getRun(id);
+    const run = await store.reads.getRun(id);
     assert.equal(run?.heartbeat_at, null, `${id}: lease cleared, takeable now`);
     assert.equal(run?.epoch, 1, "the epoch is the next taker's to bump");
   }
-  assert.notEqual((await store.getRun("other"))?.heartbeat_at, null, "a live worker's run is untouched");
+  assert.notEqual(
+    (await store.reads.getRun("other"))?.heartbeat_at,
+    null,
+    "a live worker's run is untouched",
+  );
   const resuming = lines.filter((l) => l.includes(" event=resuming "));
   assert.equal(resuming.length, 2);
   assert.match(resuming[0], /run=heal-1 pid=1003 worker=sup-a\/w0\.2/);
   assert.ok(lines.some((l) => /event=worker-exited worker=sup-a\/w0\.1 pid=1001 code=137/.test(l)));
   // The replacement takes them (one statement takes and claims).
-  const taken = await store.takeRuns(
+  const taken = await store.leases.takeRuns(
     "sup-a/w0.2",
     ["provision"],
     new Date(clock.now().getTime() - 12_000),
@@ -178,7 +183,7 @@ Deno.test("a worker that exits 7 (its database away) is restarted, with the cras
 /** What a worker host's heartbeat writes: its own row in `workers`, and the leases in `fences`. */
 async function heartbeat(workerName: string, at: Date, fences: { runId: string; epoch: number }[] = []) {
   const worker = { name: workerName, agents: ["provision"], capacity: 10, startedAt: at };
-  return await store.heartbeatMany(worker, fences, at);
+  return await store.leases.heartbeatMany(worker, fences, at);
 }
 
 Deno.test("a frozen worker (its own heartbeat stopped) is killed and replaced; its runs are released", async () => {
@@ -202,7 +207,7 @@ Deno.test("a frozen worker (its own heartbeat stopped) is killed and replaced; i
     lines.join("\n"),
   );
   assert.equal(fake.workers.length, 2);
-  assert.equal((await store.getRun("frozen-1"))?.heartbeat_at, null);
+  assert.equal((await store.reads.getRun("frozen-1"))?.heartbeat_at, null);
   await sup.stop();
   await running;
 });
@@ -220,7 +225,7 @@ Deno.test("a worker that heartbeats is not killed because one of its runs' lease
     await settle();
   }
   await sup.settled();
-  const run = await store.getRun("dropped-1");
+  const run = await store.reads.getRun("dropped-1");
   assert.ok(
     clock.now().getTime() - new Date(run!.heartbeat_at!).getTime() >= 30_000,
     "the run's lease is stale",
@@ -246,10 +251,12 @@ Deno.test.afterAll(async () => {
 // supervisor's polls, and the first poll after it killed every healthy worker as frozen.
 Deno.test("after the database was away, no worker is judged frozen until a lease after it answers again", async () => {
   let down = false;
-  const flaky = Object.create(store) as Store;
-  flaky.frozenWorkers = (names, before) =>
-    down ? Promise.reject(new Error("write CONNECTION_CLOSED")) : store.frozenWorkers(names, before);
-  flaky.releaseRuns = (owner, at) => store.releaseRuns(owner, at);
+  class FlakyLeases extends Leases {
+    override frozenWorkers(...args: Parameters<Leases["frozenWorkers"]>) {
+      return down ? Promise.reject(new Error("write CONNECTION_CLOSED")) : super.frozenWorkers(...args);
+    }
+  }
+  const flaky = store.withAudiences({ leases: new FlakyLeases(store.client) });
   const clock = new ManualClock();
   const lines: string[] = [];
   const fake = fakeSpawner();

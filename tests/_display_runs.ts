@@ -104,7 +104,7 @@ export async function writeHostileRuns(client: Client): Promise<void> {
     for (const id of ["hostile-1", "hostile-2", "hostile-3"]) await client.wait(id, { timeoutMs: 30_000 });
     // Through the store: the client refuses a control character in who acts (runtime/base/ids.ts), and a row
     // written by anything else (an older version, a hand-written statement) must still be shown escaped.
-    await client.store.decideApproval(
+    await client.store.operators.decideApproval(
       "hostile-3:0",
       "denied",
       `bob${HOSTILE}`,
@@ -135,19 +135,19 @@ export async function writeLongRun(
   opts: { runId: string; steps: number },
 ): Promise<void> {
   const { runId, steps } = opts;
-  await store.createRun({ runId, agent: "long", goal: "go" }, clock.now());
+  await store.leases.createRun({ runId, agent: "long", goal: "go" }, clock.now());
   const epoch = (await claim(store, runId, 0, "w1", clock.now()))!;
   const f = { runId, epoch };
   const usage = { prompt_tokens: 2, completion_tokens: 1 };
   for (let seq = 0; seq < steps; seq++) {
     const args = { n: seq, pad: seq === 3 ? "x".repeat(1_500) : "" };
     await writeDecision(store, f, seq, { decision: { tool: "tick", args }, usage }, clock.now());
-    const call = await store.effectIntentRow(
+    const call = await store.writes.effectIntentRow(
       f,
       { key: `${runId}:${seq}`, seq, tool: "tick", args },
       clock.now(),
     );
-    await store.effectConfirm(
+    await store.writes.effectConfirm(
       f,
       call,
       { result: seq === 4 ? { text: BIG } : { ok: seq }, remote: "created" },
@@ -155,5 +155,5 @@ export async function writeLongRun(
     );
   }
   await writeDecision(store, f, steps, { decision: { done: true, message: BIG }, usage }, clock.now());
-  await store.finishRun(f, "done", null, clock.now(), BIG);
+  await store.writes.finishRun(f, "done", null, clock.now(), BIG);
 }

@@ -102,13 +102,13 @@ pgTest(
       CLOUD_URL: mocks.cloudUrl,
     });
     try {
-      await pg.store.createRun({ runId: "poison", agent: "provision", goal: "g" }, new Date());
+      await pg.store.leases.createRun({ runId: "poison", agent: "provision", goal: "g" }, new Date());
       await until(
-        async () => (await pg.store.getRun("poison"))?.status === "failed",
+        async () => (await pg.store.reads.getRun("poison"))?.status === "failed",
         "the run to fail",
         30_000,
       );
-      const run = await pg.store.getRun("poison");
+      const run = await pg.store.reads.getRun("poison");
       assert.match(run?.error ?? "", /MODEL_GAVE_UP: .*MODEL_UNSTORABLE/);
       assert.equal(mocks.model.calls("poison"), 4, "four paid requests, no more");
       assert.equal(mocks.cloud.created().length, 0);

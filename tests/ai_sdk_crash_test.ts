@@ -25,7 +25,7 @@ async function rowsOf(
 ): Promise<{ journal: JournalRow[]; effects: SideEffectRow[] }> {
   const client = await connect({ dataDir });
   try {
-    return await client.store.loadHistory(runId);
+    return await client.store.reads.loadHistory(runId);
   } finally {
     await client.close();
   }

@@ -37,7 +37,7 @@ async function runToEnd(agent: Agent, runId: string) {
     try {
       await client.start(agent, { runId });
       const run = await client.wait(runId, { timeoutMs: 30_000, pollMs: 20 });
-      const { journal, effects } = await client.store.loadHistory(runId);
+      const { journal, effects } = await client.store.reads.loadHistory(runId);
       const events = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
       return { run, journal, effects, events, lines };
     } finally {

@@ -15,7 +15,8 @@ import { Client } from "../runtime/client/client.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
-import { type AnsweredApproval, type ApprovalRow, Store } from "../runtime/store/store.ts";
+import { type AnsweredApproval, type ApprovalRow, type SqlClient, Store } from "../runtime/store/store.ts";
+import { RunReads } from "../runtime/store/reads.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
 import { pgTest } from "./_pg.ts";
 import { runCli, startSupervisor, until } from "../harness/procs.ts";
@@ -67,11 +68,11 @@ pgTest(
       const sup = startSupervisor({ ...env, DATABASE_URL: pg.url, WORKERS: "1", RUNS_PER_WORKER: "1" });
       try {
         for (const id of ["gate-a", "gate-b"]) {
-          await pg.store.createRun({ runId: id, agent: "guarded", goal: "provision" }, new Date());
+          await pg.store.leases.createRun({ runId: id, agent: "guarded", goal: "provision" }, new Date());
         }
         // One worker with one slot: both runs reach their approval only if the first one let the slot go.
         await until(async () => {
-          const { runs } = await pg.store.listRuns({ status: "waiting", limit: 10 });
+          const { runs } = await pg.store.operators.listRuns({ status: "waiting", limit: 10 });
           return runs.length === 2;
         }, "both runs to wait for approval");
         assert.equal(mocks.cloud.created().length, 0, "nothing sent before a person said yes");
@@ -82,7 +83,7 @@ pgTest(
         const deny = await runCli(["deny", "gate-b:0", "--reason", "not this week", "--by", "bob"], env);
         assert.equal(deny.code, 0, deny.out);
         await until(async () => {
-          const { runs } = await pg.store.listRuns({ status: "done", limit: 10 });
+          const { runs } = await pg.store.operators.listRuns({ status: "done", limit: 10 });
           return runs.length === 2;
         }, "both runs to finish");
 
@@ -92,7 +93,7 @@ pgTest(
           ["gate-a:0", "gate-a:1", "gate-a:2", "gate-b:1", "gate-b:2"],
           "one effect per key",
         );
-        const { effects } = await pg.store.loadHistory("gate-b");
+        const { effects } = await pg.store.reads.loadHistory("gate-b");
         assert.equal(effects[0].status, "failed");
         assert.equal(effects[0].error, "denied by bob: not this week");
         assert.equal(effects[0].attempts, 0);
@@ -120,7 +121,7 @@ pgTest(
         assert.equal(resumed.code, 0, resumed.out);
         const keys = mocks.cloud.created().map((c) => c.key).filter((k) => k.startsWith(`${runId}:`)).sort();
         assert.deepEqual(keys, [`${runId}:0`, `${runId}:1`, `${runId}:2`], `${point}: one effect per key`);
-        const { effects } = await pg.store.loadHistory(runId);
+        const { effects } = await pg.store.reads.loadHistory(runId);
         assert.equal(effects[0].remote, point === "after_call" ? "already_done" : "created");
       }
     }),
@@ -131,7 +132,10 @@ pgTest(
   (pg) =>
     withGuarded(pg, async (env, mocks) => {
       // A person approved create_server for other arguments under this key (an earlier request, say).
-      await pg.store.createRun({ runId: "other-args", agent: "guarded", goal: "provision" }, new Date());
+      await pg.store.leases.createRun(
+        { runId: "other-args", agent: "guarded", goal: "provision" },
+        new Date(),
+      );
       await pg.store.client.query(
         `insert into approvals (idempotency_key, run_id, seq, tool, args, args_hash, status, requested_at,
                               decided_by, decided_at, epoch)
@@ -141,7 +145,7 @@ pgTest(
       const run = await runCli(["run"], { ...env, RUN_ID: "other-args" });
       assert.equal(run.code, 4, run.out);
       assert.match(run.out, /event=waiting-for-approval run=other-args .*asked_before="for other arguments"/);
-      const request = await pg.store.getApproval("other-args:0");
+      const request = await pg.store.reads.getApproval("other-args:0");
       assert.equal(request?.status, "pending");
       assert.notEqual(request?.args_hash, "not-these");
       assert.equal(mocks.cloud.created().length, 0, "nothing was sent on the strength of the other approval");
@@ -164,7 +168,11 @@ pgTest(
         );
         assert.equal(refused.out.trim().split("\n").length, 1, `one line, no stack trace: ${refused.out}`);
       }
-      assert.equal((await pg.store.getApproval("closed-1:0"))?.status, "pending", "the request is kept");
+      assert.equal(
+        (await pg.store.reads.getApproval("closed-1:0"))?.status,
+        "pending",
+        "the request is kept",
+      );
 
       // Reopened, the run asks again instead of sending the call nobody approved while it was open.
       assert.equal((await runCli(["reopen", "closed-1"], env)).code, 0);
@@ -212,8 +220,8 @@ function payAgent(sent: string[]): Agent {
   });
 }
 
-/** A store whose reads of an approval request call `afterRead` (once armed) before the worker sees the row. */
-class SlowReader extends Store {
+/** Reads whose reads of an approval request call `afterRead` (once armed) before the worker sees the row. */
+class SlowReads extends RunReads {
   afterRead?: () => Promise<void>;
   override async getApproval(key: string): Promise<ApprovalRow | undefined> {
     const row = await super.getApproval(key);
@@ -222,6 +230,12 @@ class SlowReader extends Store {
     await hook?.();
     return row;
   }
+}
+
+/** A store on `client` whose reads are {@link SlowReads}, and those reads. */
+function slowReader(client: SqlClient): { store: Store; reads: SlowReads } {
+  const reads = new SlowReads(client);
+  return { store: new Store(client, { reads }), reads };
 }
 
 /** The database URL with a connection name, so a test can find its own sessions in pg_stat_activity. */
@@ -246,9 +260,9 @@ pgTest(
   async (pg) => {
     const sent: string[] = [];
     const agent = payAgent(sent);
-    const workerStore = new SlowReader(await openPostgres(pg.url));
+    const { store: workerStore, reads: slowReads } = slowReader(await openPostgres(pg.url));
     const person = new Client(pg.store);
-    // Group commit off: a grouped store is a new Store over the same driver, without SlowReader's hook.
+    // Group commit off: the worker's writes go alone (a grouped store would keep these reads).
     const worker = await new Client(workerStore).startWorker([agent], {
       pollMs: 20,
       log: quiet,
@@ -258,7 +272,7 @@ pgTest(
       await reopenedWhileWaiting(person, agent, "slow-1");
       // The worker has read the request (pending); the person approves on another connection before it acts.
       let answered: AnsweredApproval | undefined;
-      workerStore.afterRead = async () => {
+      slowReads.afterRead = async () => {
         answered = await person.operators.approve("slow-1:0", { by: "alice" });
       };
       const end = await person.wait("slow-1", { timeoutMs: 30_000, pollMs: 20 });
@@ -279,11 +293,11 @@ pgTest(
     const sent: string[] = [];
     const agent = payAgent(sent);
     const tag = `apr-${crypto.randomUUID().slice(0, 8)}`;
-    const workerStore = new SlowReader(await openPostgres(named(pg.url, tag)));
+    const { store: workerStore, reads: slowReads } = slowReader(await openPostgres(named(pg.url, tag)));
     const person = new Client(new Store(await openPostgres(named(pg.url, tag))));
     const holder = postgres(pg.url, { max: 1, onnotice: () => {} });
     // No heartbeat while the lock is held: only the two statements under test queue on it. Group commit off:
-    // a grouped store is a new Store over the same driver, without SlowReader's hook.
+    // the worker's writes go alone (a grouped store would keep these reads).
     const worker = await new Client(workerStore).startWorker([agent], {
       pollMs: 20,
       groupCommitMs: 0,
@@ -308,7 +322,7 @@ pgTest(
           let release!: () => void;
           let holding: Promise<unknown> | undefined;
           let answer: Promise<AnsweredApproval> | undefined;
-          workerStore.afterRead = async () => {
+          slowReads.afterRead = async () => {
             await new Promise<void>((locked) => {
               holding = holder.begin(async (tx) => {
                 await tx`select 1 from runs where run_id = ${runId} for update`;
@@ -390,7 +404,7 @@ pgTest(
       for (const id of ids) {
         const end = await people[0].wait(id, { timeoutMs: 60_000, pollMs: 20 });
         if (end.status !== "done") {
-          ended.push(`${id} ${end.status} (${(await pg.store.getApproval(`${id}:0`))?.status})`);
+          ended.push(`${id} ${end.status} (${(await pg.store.reads.getApproval(`${id}:0`))?.status})`);
         }
       }
       assert.deepEqual(

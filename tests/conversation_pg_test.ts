@@ -42,7 +42,7 @@ pgTest(
       };
       sup = startSupervisor({ ...env, WORKERS: "1" });
       const messages = ["hello", "and another", "a third one", "sent while it works", "the last"];
-      await pg.store.createRun(
+      await pg.store.leases.createRun(
         { runId: "talk", agent: "chat", goal: messages[0], conversationIdleMs: 600_000 },
         new Date(),
       );

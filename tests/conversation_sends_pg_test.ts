@@ -12,7 +12,7 @@ import { bothStoresTest } from "./_pg.ts";
 bothStoresTest(
   "concurrent sends are numbered one after the other, and a retried id is one message",
   async (store) => {
-    await store.createRun(
+    await store.leases.createRun(
       { runId: "race", agent: "chat", goal: "hi", conversationIdleMs: 60_000 },
       new Date(),
     );

@@ -88,7 +88,7 @@ async function assertEffectsOnce(store: Store, mocks: RunningMocks, runIds: stri
   const keys = created.map((c) => c.key);
   assert.equal(new Set(keys).size, keys.length, `a key created two resources: ${keys.sort().join(",")}`);
   for (const runId of runIds) {
-    const { effects } = await store.loadHistory(runId);
+    const { effects } = await store.reads.loadHistory(runId);
     assert.deepEqual(effects.map((e) => [e.seq, e.status]), [[0, "confirmed"], [1, "confirmed"], [
       2,
       "confirmed",
@@ -116,7 +116,7 @@ async function outageUnderSupervisor(mode: "fast" | "immediate"): Promise<void> 
     mocks.cloud.setFaults({ delay_ms: 300 });
     const runIds = Array.from({ length: 12 }, (_, i) => `outage-${i}`);
     for (const id of runIds) {
-      assert.ok(await store.createRun({ runId: id, agent: "provision", goal: "outage" }, new Date()));
+      assert.ok(await store.leases.createRun({ runId: id, agent: "provision", goal: "outage" }, new Date()));
     }
     const env = {
       DATABASE_URL: server.url,
@@ -296,9 +296,9 @@ Deno.test({
       );
       const store = await openStore({ databaseUrl: url, dataDir: "" }, { max: 1 });
       try {
-        await store.createRun({ runId: "after-promotion", agent: "provision", goal: "g" }, new Date());
+        await store.leases.createRun({ runId: "after-promotion", agent: "provision", goal: "g" }, new Date());
         await until(
-          async () => (await store.getRun("after-promotion"))?.status === "done",
+          async () => (await store.reads.getRun("after-promotion"))?.status === "done",
           "the run to finish",
           60_000,
         );

@@ -103,7 +103,9 @@ Deno.test({
       store = await openStore({ databaseUrl: cluster.url, dataDir: "" }, { max: 2 });
       const runIds = Array.from({ length: RUNS }, (_, i) => `fo-${String(i).padStart(3, "0")}`);
       for (const id of runIds) {
-        assert.ok(await store.createRun({ runId: id, agent: "provision", goal: "failover" }, new Date()));
+        assert.ok(
+          await store.leases.createRun({ runId: id, agent: "provision", goal: "failover" }, new Date()),
+        );
       }
       // Slow enough remotes that every run is in the middle of its steps when the primary dies.
       mocks.model.setFaults({ delay_ms: 600 });
@@ -286,7 +288,7 @@ Deno.test({
             "update runs set epoch = epoch - 1, status = 'running' where run_id = $1 returning epoch",
             [rewound],
           );
-          const again = await store!.claimRun(rewound, epoch, "planted", new Date());
+          const again = await store!.leases.claimRun(rewound, epoch, "planted", new Date());
           assert.ok(again, `the planted claim of ${rewound} was refused`);
           const found = failoverProblems(
             before,

@@ -21,10 +21,10 @@ pgTest(
       const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
       const outcome = await runWorker(w.deps, "pg-drop", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
-      assert.equal((await db.store.getRun("pg-drop"))?.status, "done");
+      assert.equal((await db.store.reads.getRun("pg-drop"))?.status, "done");
       const created = mocks.cloud.created();
       assert.deepEqual(created.map((r) => r.key), ["pg-drop:0", "pg-drop:1", "pg-drop:2"]);
-      const { effects } = await db.store.loadHistory("pg-drop");
+      const { effects } = await db.store.reads.loadHistory("pg-drop");
       assert.deepEqual(
         effects.map((e) => [e.idempotency_key, e.status, e.remote, e.attempts, e.result]),
         created.map((r) => [r.key, "confirmed", "already_done", 2, r.id]),
@@ -52,7 +52,7 @@ pgTest(
       const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
       const outcome = await runWorker(w.deps, "pg-4xx", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
-      const { journal, effects } = await db.store.loadHistory("pg-4xx");
+      const { journal, effects } = await db.store.reads.loadHistory("pg-4xx");
       assert.equal(journal[0].llm_attempts, 2);
       assert.deepEqual(journal[0].rejections.map((r) => r.code), ["MODEL_TOO_MANY_CALLS"]);
       assert.equal(effects[0].status, "failed");

@@ -57,9 +57,9 @@ Deno.test({
       // Every model answer is slow: the kill lands while both children are being decided.
       mocks.model.setFaults({ delay_ms: 1_500 });
       assert.ok(
-        await pg.store.createRun({ runId: "t1", agent: "team", goal: "Plan the launch." }, new Date()),
+        await pg.store.leases.createRun({ runId: "t1", agent: "team", goal: "Plan the launch." }, new Date()),
       );
-      const status = async (id: string) => (await pg.store.getRun(id))?.status;
+      const status = async (id: string) => (await pg.store.reads.getRun(id))?.status;
       await until(
         async () =>
           (await status("t1")) === "waiting" && (await status("t1.0")) === "running" &&
@@ -73,13 +73,13 @@ Deno.test({
       w = worker();
       await until(async () => (await status("t1")) === "done", "the family to finish", 60_000);
 
-      const { runs } = await pg.store.listRuns({ limit: 10 });
+      const { runs } = await pg.store.operators.listRuns({ limit: 10 });
       assert.deepEqual(
         runs.map((r) => [r.run_id, r.status, r.parent_run_id, r.parent_key]).sort(),
         [["t1", "done", null, null], ["t1.0", "done", "t1", "t1:0"], ["t1.1", "done", "t1", "t1:1"]],
         w.lines.join("\n"),
       );
-      const { effects } = await pg.store.loadHistory("t1");
+      const { effects } = await pg.store.reads.loadHistory("t1");
       assert.deepEqual(effects.map((e) => [e.idempotency_key, e.status, e.result]), [
         ["t1:0", "confirmed", "researcher ok"],
         ["t1:1", "confirmed", "writer ok"],
@@ -87,10 +87,10 @@ Deno.test({
       const notes = [...Deno.readDirSync(`${dir}/notes`)].map((e) => e.name).sort();
       assert.deepEqual(notes, ["t1.0_0.md", "t1.1_0.md"], "one note per key");
       // The parent's decisions were bought once each: the kill hit the children, and it slept through it.
-      const parent = await pg.store.loadHistory("t1");
+      const parent = await pg.store.reads.loadHistory("t1");
       assert.deepEqual(parent.journal.map((j) => j.llm_attempts), [1, 1]);
       for (const child of ["t1.0", "t1.1"]) {
-        const { journal } = await pg.store.loadHistory(child);
+        const { journal } = await pg.store.reads.loadHistory(child);
         // At most one answer lost per child, to the kill.
         assert.ok(
           journal.reduce((n, j) => n + j.llm_attempts, 0) <= 3,

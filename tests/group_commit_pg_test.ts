@@ -62,8 +62,8 @@ bothStoresTest(
           created.set(call.idempotencyKey, (created.get(call.idempotencyKey) ?? 0) + 1);
           if (args.n === 0 && ++arrived === RUNS) {
             // Another worker takes one run while its first call is out: its confirm must be refused.
-            const run = await base.getRun(STOLEN);
-            await base.claimRun(STOLEN, run!.epoch, "thief", clock.now());
+            const run = await base.reads.getRun(STOLEN);
+            await base.leases.claimRun(STOLEN, run!.epoch, "thief", clock.now());
             allArrived();
           }
           if (args.n === 0) await released;
@@ -73,7 +73,10 @@ bothStoresTest(
     ];
     const agent = defineAgent({ name: "grouped", tools, model: planner });
     for (let i = 0; i < RUNS; i++) {
-      await base.createRun({ runId: `gc-${i}`, agent: "grouped", goal: "make two things" }, clock.now());
+      await base.leases.createRun(
+        { runId: `gc-${i}`, agent: "grouped", goal: "make two things" },
+        clock.now(),
+      );
     }
     const counting = new CountingClient(base.client);
     // Grouped already, so the host uses this store as it is, and its group commit's counts can be read.
@@ -99,13 +102,13 @@ bothStoresTest(
 
     const byRun = new Map(outcomes.map((o) => [o.runId, o]));
     assert.equal(byRun.get(STOLEN)?.status, "fenced");
-    const stolen = await base.loadHistory(STOLEN);
+    const stolen = await base.reads.loadHistory(STOLEN);
     assert.deepEqual(stolen.effects.map((e) => e.status), ["intent"], "the fenced confirm wrote nothing");
     for (let i = 0; i < RUNS; i++) {
       const runId = `gc-${i}`;
       if (runId === STOLEN) continue;
       assert.equal(byRun.get(runId)?.status, "done", `${runId}: ${JSON.stringify(byRun.get(runId))}`);
-      const { journal, effects } = await base.loadHistory(runId);
+      const { journal, effects } = await base.reads.loadHistory(runId);
       assert.deepEqual(journal.map((j) => j.status), ["confirmed", "confirmed", "confirmed"]);
       assert.deepEqual(effects.map((e) => [e.status, e.remote]), [["confirmed", "created"], [
         "confirmed",
@@ -146,8 +149,8 @@ pgTest(
         [tag],
       ))[0].n;
     const claimed = async (runId: string): Promise<Fence> => {
-      await pg.store.createRun({ runId, agent: "provision", goal: "goal" }, at);
-      const c = await pg.store.claimRun(runId, 0, "host", at);
+      await pg.store.leases.createRun({ runId, agent: "provision", goal: "goal" }, at);
+      const c = await pg.store.leases.claimRun(runId, 0, "host", at);
       return { runId, epoch: c!.epoch };
     };
     // The stale write is x's, the valid one y's: one kind of write (the held runs may be inlined in the
@@ -155,14 +158,14 @@ pgTest(
     const cases = [
       {
         name: "two journal intents",
-        stale: (x: Fence) => grouped.journalIntentRow(x, 0, at, { fresh: true }),
-        valid: (y: Fence) => grouped.journalIntentRow(y, 0, at, { fresh: true }),
+        stale: (x: Fence) => grouped.writes.journalIntentRow(x, 0, at, { fresh: true }),
+        valid: (y: Fence) => grouped.writes.journalIntentRow(y, 0, at, { fresh: true }),
       },
       {
         name: "a tool intent and a journal intent",
         stale: (x: Fence) =>
-          grouped.effectIntentRow(x, { key: `${x.runId}:0`, seq: 0, tool: "t", args: {} }, at, true),
-        valid: (y: Fence) => grouped.journalIntentRow(y, 0, at, { fresh: true }),
+          grouped.writes.effectIntentRow(x, { key: `${x.runId}:0`, seq: 0, tool: "t", args: {} }, at, true),
+        valid: (y: Fence) => grouped.writes.journalIntentRow(y, 0, at, { fresh: true }),
       },
     ];
     try {
@@ -209,7 +212,10 @@ pgTest(
             { grouped: stats.grouped - before.grouped, refused: stats.refused - before.refused },
             { grouped: 2, refused: 1 },
           );
-          const [hx, hy] = [await pg.store.loadHistory(x.runId), await pg.store.loadHistory(y.runId)];
+          const [hx, hy] = [
+            await pg.store.reads.loadHistory(x.runId),
+            await pg.store.reads.loadHistory(y.runId),
+          ];
           assert.deepEqual([hx.journal.length, hx.effects.length], [0, 0], "the stale write left no row");
           assert.deepEqual(hy.journal.map((j) => [j.status, j.epoch]), [["intent", y.epoch]]);
         });

@@ -118,12 +118,12 @@ function ownerHost(owner: string | null | undefined): string {
 
 /** The runs `host` holds now, with their confirmed tool calls (`steps`). */
 async function openRunsOf(scene: Scene, host: Host): Promise<RunSummary[]> {
-  const { runs } = await scene.sandbox.store.listRuns({ status: "running", limit: 100_000 });
+  const { runs } = await scene.sandbox.store.operators.listRuns({ status: "running", limit: 100_000 });
   return runs.filter((r) => ownerHost(r.owner) === `host-${host.index}`);
 }
 
 async function doneCount(scene: Scene): Promise<number> {
-  return (await scene.sandbox.store.listRuns({ status: "done", limit: 1 })).total;
+  return (await scene.sandbox.store.operators.listRuns({ status: "done", limit: 1 })).total;
 }
 
 function snapshots(scene: Scene): Promise<RunSnapshot[]> {
@@ -144,7 +144,7 @@ async function sessionsFrom(scene: Scene, host: Host): Promise<number> {
 async function allTaken(scene: Scene, host: Host, held: string[]): Promise<boolean> {
   const { store } = scene.sandbox;
   for (const id of held) {
-    const run = await store.getRun(id);
+    const run = await store.reads.getRun(id);
     if (run?.status === "running" && ownerHost(run.owner) === `host-${host.index}`) return false;
     if (run?.status === "pending") return false;
   }
@@ -211,7 +211,7 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   let target = net.hosts[0];
   const started = Date.now();
   await mapLimit(scene.runIds, 8, async (runId) => {
-    assert.ok(await store.createRun({ runId, agent: "provision", goal: "hosts" }, new Date()));
+    assert.ok(await store.leases.createRun({ runId, agent: "provision", goal: "hosts" }, new Date()));
   });
   // In flight: a host holds runs, some part-way through (a tool call confirmed, two to go). The fault
   // lands on the first host seen so, whichever the take gave the runs to.

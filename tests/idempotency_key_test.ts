@@ -27,7 +27,7 @@ Deno.test("the Idempotency-Key draft end to end through the demo tools", async (
   const worker = (opts: Partial<Parameters<typeof testWorker>[1]> = {}) =>
     testWorker(store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl, ...opts });
   const effect = async (runId: string, seq: number) => {
-    const { effects } = await store.loadHistory(runId);
+    const { effects } = await store.reads.loadHistory(runId);
     const row = effects.find((e) => e.seq === seq);
     assert.ok(row, `run ${runId} has a tool row for seq ${seq}`);
     return row;

@@ -22,7 +22,7 @@ bothStoresTest(
     t,
   ) => {
     const client = new Client(store);
-    await store.createRun({ runId: "l-1", agent: "a", goal: "g" }, new Date());
+    await store.leases.createRun({ runId: "l-1", agent: "a", goal: "g" }, new Date());
     const refused: [RunFilter, RegExp][] = [
       [{ limit: -1 }, /'limit' .* from 1 to 10000: current value is -1$/],
       [{ limit: 0 }, /'limit' .*: current value is 0$/],
@@ -62,11 +62,19 @@ bothStoresTest(
   ) => {
     const first = new Date(Date.UTC(2026, 0, 1));
     const later = new Date(first.getTime() + 60_000);
-    await store.heartbeatMany({ name: "w", agents: ["alpha"], capacity: 10, startedAt: first }, [], first);
-    assert.deepEqual(await store.hostedAgents(first), ["alpha"]);
+    await store.leases.heartbeatMany(
+      { name: "w", agents: ["alpha"], capacity: 10, startedAt: first },
+      [],
+      first,
+    );
+    assert.deepEqual(await store.leases.hostedAgents(first), ["alpha"]);
     // The process died without removing its row; a new one starts under the same name.
-    await store.heartbeatMany({ name: "w", agents: ["beta"], capacity: 5, startedAt: later }, [], later);
-    assert.deepEqual(await store.hostedAgents(first), ["beta"]);
+    await store.leases.heartbeatMany(
+      { name: "w", agents: ["beta"], capacity: 5, startedAt: later },
+      [],
+      later,
+    );
+    assert.deepEqual(await store.leases.hostedAgents(first), ["beta"]);
     const rows = await store.client.query<{ agents: string[]; capacity: number; started_at: Date }>(
       `select agents, capacity, started_at from workers where name = 'w'`,
     );

@@ -55,10 +55,12 @@ Deno.test({
       const now = new Date();
       for (let i = 0; i < REPORTS; i++) {
         assert.ok(
-          await pg.store.createRun({ runId: `rep-${i}`, agent: "reports", goal: `Report ${i}.` }, now),
+          await pg.store.leases.createRun({ runId: `rep-${i}`, agent: "reports", goal: `Report ${i}.` }, now),
         );
       }
-      assert.ok(await pg.store.createRun({ runId: "rep-settle", agent: "reports", goal: "By hand." }, now));
+      assert.ok(
+        await pg.store.leases.createRun({ runId: "rep-settle", agent: "reports", goal: "By hand." }, now),
+      );
       const statuses = async () => {
         const { runs } = await client.reads.list({ limit: 1000 });
         return new Map(runs.map((r) => [r.run_id, r.status]));
@@ -78,7 +80,10 @@ Deno.test({
       // Meanwhile the worker's slots are free: other runs go through.
       for (let i = 0; i < NOTES; i++) {
         assert.ok(
-          await pg.store.createRun({ runId: `note-${i}`, agent: "notes", goal: `Note ${i}.` }, new Date()),
+          await pg.store.leases.createRun(
+            { runId: `note-${i}`, agent: "notes", goal: `Note ${i}.` },
+            new Date(),
+          ),
         );
       }
       await until(
@@ -117,7 +122,7 @@ Deno.test({
       const jobs = mocks.cloud.jobs();
       assert.equal(jobs.length, REPORTS + 1, "one job per call, never a second under a key");
       for (let i = 0; i < REPORTS; i++) {
-        const { effects, journal } = await pg.store.loadHistory(`rep-${i}`);
+        const { effects, journal } = await pg.store.reads.loadHistory(`rep-${i}`);
         assert.equal(effects.length, 1);
         const e = effects[0];
         assert.equal(e.status, "confirmed", `rep-${i}`);
@@ -126,7 +131,7 @@ Deno.test({
         assert.equal((e.result as { status?: string }).status, "done");
         assert.deepEqual(journal.map((j) => j.llm_attempts), [1, 1], "each decision bought once");
       }
-      const byHand = (await pg.store.loadHistory("rep-settle")).effects[0];
+      const byHand = (await pg.store.reads.loadHistory("rep-settle")).effects[0];
       assert.deepEqual([byHand.status, byHand.remote, byHand.resolved_by], [
         "confirmed",
         "resolved",

@@ -102,7 +102,7 @@ Deno.test({
     withWorld(5_000, async ({ pg, agentPath, work }) => {
       const fine = Array.from({ length: 8 }, (_, i) => `fine-${i}`);
       for (const id of ["poison-1", ...fine]) {
-        assert.ok(await pg.store.createRun({ runId: id, agent: "mixed", goal: "work" }, new Date()));
+        assert.ok(await pg.store.leases.createRun({ runId: id, agent: "mixed", goal: "work" }, new Date()));
       }
       let sup: Proc | undefined;
       try {
@@ -115,7 +115,7 @@ Deno.test({
           HEARTBEAT_S: "0.3",
         });
         const finished = async () => {
-          const runs = (await pg.store.listRuns({ limit: 100 })).runs;
+          const runs = (await pg.store.operators.listRuns({ limit: 100 })).runs;
           return runs.filter((r) => r.status === "done").length === fine.length &&
             runs.some((r) => r.run_id === "poison-1" && r.status === "failed");
         };
@@ -133,7 +133,7 @@ Deno.test({
         assert.ok(
           errors.every((e) => e.lease === "released" && e.error === "TypeError: the approval rule broke"),
         );
-        const poison = await pg.store.getRun("poison-1");
+        const poison = await pg.store.reads.getRun("poison-1");
         assert.match(
           poison?.error ?? "",
           /^stuck: 5 workers in a row .*The last of them stopped at: TypeError: the approval rule broke\./,
@@ -163,7 +163,7 @@ Deno.test({
       assert.equal(line?.lease, "released");
       assert.match(line?.note ?? "", /^the run is intact and released: fix the cause, then start it again/);
       assert.ok(!out.includes("infrastructure-error") && !out.includes("database is back"), out);
-      const run = await pg.store.getRun("poison-cli");
+      const run = await pg.store.reads.getRun("poison-cli");
       assert.equal(run?.status, "running");
       assert.equal(run?.heartbeat_at, null, "takeable at once");
       assert.equal(run?.error, "TypeError: the approval rule broke");
@@ -187,8 +187,12 @@ Deno.test({
         POLL_S: "0.2",
       }, { args: ["worker"] });
       try {
-        assert.ok(await pg.store.createRun({ runId: "steal-1", agent: "mixed", goal: "work" }, new Date()));
-        assert.ok(await pg.store.createRun({ runId: "keep-1", agent: "mixed", goal: "work" }, new Date()));
+        assert.ok(
+          await pg.store.leases.createRun({ runId: "steal-1", agent: "mixed", goal: "work" }, new Date()),
+        );
+        assert.ok(
+          await pg.store.leases.createRun({ runId: "keep-1", agent: "mixed", goal: "work" }, new Date()),
+        );
         // Both runs are held at epoch 1, their calls in flight.
         await until(() => Promise.resolve(work.requests.length === 2), "both calls to go out");
         const thiefLease = new Date(Date.now() + 3_600_000);
@@ -197,13 +201,13 @@ Deno.test({
         // The worker's own row is renewed by the same statement as its leases: once it is newer than
         // the steal, a heartbeat made after the steal has run (twice, to be sure).
         const beatAfter = async (after: Date) => {
-          const [row] = await pg.store.frozenWorkers(["robbed"], new Date(Date.now() + 86_400_000));
+          const [row] = await pg.store.leases.frozenWorkers(["robbed"], new Date(Date.now() + 86_400_000));
           return row !== undefined && row.heartbeat_at.getTime() > after.getTime();
         };
         await until(() => beatAfter(stolenAt), "a heartbeat after the steal");
         const firstBeat = new Date();
         await until(() => beatAfter(firstBeat), "a second heartbeat after the steal");
-        const stolen = await pg.store.getRun("steal-1");
+        const stolen = await pg.store.reads.getRun("steal-1");
         assert.equal(stolen?.owner, "thief");
         assert.equal(stolen?.epoch, 2);
         assert.equal(
@@ -211,7 +215,7 @@ Deno.test({
           thiefLease.getTime(),
           "the stale worker renewed a lease it lost",
         );
-        const kept = await pg.store.getRun("keep-1");
+        const kept = await pg.store.reads.getRun("keep-1");
         assert.ok(kept!.heartbeat_at!.getTime() > stolenAt.getTime(), "the run it still holds was renewed");
         assert.ok(
           worker.events("heartbeat-refused").some((e) => e.run === "steal-1" && e.epoch === "1"),

@@ -29,7 +29,7 @@ const LEASE_MS = 3_000;
 
 /** `store`, with the start time of each heartbeat statement noted in `beats` (a wrapper from outside). */
 function watchingBeats(store: Store, beats: number[]): Store {
-  return new Proxy(store, {
+  const leases = new Proxy(store.leases, {
     get(target, prop) {
       const value = Reflect.get(target, prop, target);
       if (typeof value !== "function") return value;
@@ -42,6 +42,7 @@ function watchingBeats(store: Store, beats: number[]): Store {
       return value.bind(target);
     },
   });
+  return store.withAudiences({ leases });
 }
 
 bothStoresTest(
@@ -128,7 +129,7 @@ bothStoresTest(
       assert.deepEqual(events("lease-lost"), []);
       assert.deepEqual(events("heartbeat-failed"), []);
       assert.equal(events("claimed").filter((l) => l.run === "holder").length, 1);
-      assert.equal((await client.store.getRun("holder"))?.epoch, 1);
+      assert.equal((await client.store.reads.getRun("holder"))?.epoch, 1);
       assert.equal(heldSends, 1);
       assert.equal(held.status, "done");
 

@@ -24,7 +24,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
   const worker = (opts: Partial<Parameters<typeof testWorker>[1]> = {}) =>
     testWorker(store, { modelUrl: proxy.url, cloudUrl: mocks.cloudUrl, ...opts });
   const journalRow = async (runId: string, seq: number) => {
-    const { journal } = await store.loadHistory(runId);
+    const { journal } = await store.reads.loadHistory(runId);
     const row = journal.find((j) => j.seq === seq);
     assert.ok(row, `run ${runId} has a journal row for seq ${seq}`);
     return row;
@@ -79,7 +79,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       assert.equal(outcome.status, "done");
       const answers = exchangesOf(runId).map((x) => JSON.parse(x.body));
       assert.equal(answers.length, 5);
-      const { journal } = await store.loadHistory(runId);
+      const { journal } = await store.reads.loadHistory(runId);
       // Step 0 paid for two answers (the refused one and the decision), steps 1-3 for one each.
       assert.deepEqual(journal[0].usage, addUsage(answers[0].usage, answers[1].usage));
       for (let seq = 1; seq <= 3; seq++) assert.deepEqual(journal[seq].usage, answers[seq + 1].usage);
@@ -100,7 +100,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         const w = worker({ retry: { maxModelAttempts: 3 } });
         const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
         assert.equal(outcome.status, "failed");
-        const run = await store.getRun(runId);
+        const run = await store.reads.getRun(runId);
         assert.equal(run?.status, "failed");
         assert.match(
           run?.error ?? "",
@@ -155,7 +155,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
         assert.equal(outcome.status, "failed");
         assert.match(
-          (await store.getRun(runId))?.error ?? "",
+          (await store.reads.getRun(runId))?.error ?? "",
           /^MODEL_GAVE_UP: The model failed \d+ requests for step 0 over \d+ ms \(the retry horizon is 100 ms, counted from the first failure, across restarts\); last error: MODEL_HTTP: The model at http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions answered HTTP 502/,
         );
         const row = await journalRow(runId, 0);
@@ -175,7 +175,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
       assert.equal(outcome.status, "failed");
       assert.match(
-        (await store.getRun(runId))?.error ?? "",
+        (await store.reads.getRun(runId))?.error ?? "",
         /MODEL_HTTP: The model at \S+ answered HTTP 401/,
       );
       assert.equal((await journalRow(runId, 0)).llm_attempts, 1);

@@ -82,7 +82,7 @@ async function parametersReachTheWire(client: Client) {
       assert.equal(body.max_tokens, 300);
       assert.equal(body.top_p, undefined, "a parameter nobody set is not sent");
     }
-    const { journal } = await client.store.loadHistory("tuned-1");
+    const { journal } = await client.store.reads.loadHistory("tuned-1");
     assert.equal(journal.length, 3);
     for (const row of journal) {
       assert.deepEqual(row.params, {
@@ -172,7 +172,7 @@ Deno.test("client.start() refuses wrong request parameters, naming each, and cre
         return true;
       },
     );
-    assert.equal(await client.store.getRun("tuned-3"), undefined);
+    assert.equal(await client.store.reads.getRun("tuned-3"), undefined);
   } finally {
     await client.close();
   }
@@ -191,7 +191,7 @@ Deno.test("a run asking for eight answers per request (extra.n) is refused befor
         return true;
       },
     );
-    assert.equal(await client.store.getRun("tuned-n8"), undefined, "no run");
+    assert.equal(await client.store.reads.getRun("tuned-n8"), undefined, "no run");
     assert.throws(
       () => defineAgent({ name: "many", tools: [], modelParams: { extra: { n: 8 } } }),
       /Cannot define agent "many": .*'extra' may not set n to 8/,

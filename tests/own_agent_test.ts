@@ -168,7 +168,7 @@ Deno.test({
     try {
       await sup.waitFor((l) => parseLine(l)?.event === "worker", "the worker's start line");
       for (const id of runIds) {
-        await pg.store.createRun({ runId: id, agent: "provision", goal: "provision" }, new Date());
+        await pg.store.leases.createRun({ runId: id, agent: "provision", goal: "provision" }, new Date());
       }
       await until(
         () => Promise.resolve(new Set(sup.events("claimed").map((e) => e.run)).size === 100),
@@ -184,8 +184,9 @@ Deno.test({
       Deno.kill(victim, "SIGKILL");
       await until(
         async () => {
-          const { runs } = await pg.store.listRuns({ status: "done", limit: 1 });
-          return runs.length > 0 && (await pg.store.listRuns({ status: "done", limit: 1 })).total === 100;
+          const { runs } = await pg.store.operators.listRuns({ status: "done", limit: 1 });
+          return runs.length > 0 &&
+            (await pg.store.operators.listRuns({ status: "done", limit: 1 })).total === 100;
         },
         "all 100 runs to finish",
         120_000,
@@ -205,7 +206,7 @@ Deno.test({
       assert.equal(new Set(created.map((c) => c.key)).size, created.length, "a key created two resources");
       assert.equal(created.length, 300);
       for (const id of runIds) {
-        const { journal, effects } = await pg.store.loadHistory(id);
+        const { journal, effects } = await pg.store.reads.loadHistory(id);
         assert.deepEqual(
           journal.map((j) => j.status),
           ["confirmed", "confirmed", "confirmed", "confirmed"],

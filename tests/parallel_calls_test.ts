@@ -78,7 +78,9 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "par1-sup-" });
     try {
       mocks.model.setScript(TWO_NOTES);
-      assert.ok(await pg.store.createRun({ runId: "par1", agent: "notes", goal: "Two notes." }, new Date()));
+      assert.ok(
+        await pg.store.leases.createRun({ runId: "par1", agent: "notes", goal: "Two notes." }, new Date()),
+      );
       const sup = startSupervisor({
         DATABASE_URL: pg.url,
         AGENT,
@@ -88,13 +90,16 @@ Deno.test({
         WORKERS: "1",
       });
       try {
-        await until(async () => (await pg.store.getRun("par1"))?.status === "done", "the run to finish");
+        await until(
+          async () => (await pg.store.reads.getRun("par1"))?.status === "done",
+          "the run to finish",
+        );
         sup.kill("SIGTERM");
         assert.equal(await sup.status, 0, sup.lines.join("\n"));
       } finally {
         await sup.close();
       }
-      const { journal, effects } = await pg.store.loadHistory("par1");
+      const { journal, effects } = await pg.store.reads.loadHistory("par1");
       assert.deepEqual(journal.map((j) => [j.seq, j.status, j.llm_attempts]), [[0, "confirmed", 1], [
         2,
         "confirmed",

@@ -17,23 +17,23 @@ const DAY_MS = 86_400_000;
 
 /** A run that asked for approval of a call and was then cancelled while it waited, at `at`. */
 async function cancelledWhileWaiting(store: Store, runId: string, at: Date): Promise<void> {
-  await store.createRun({ runId, agent: "guarded", goal: "pay" }, at);
+  await store.leases.createRun({ runId, agent: "guarded", goal: "pay" }, at);
   const f = { runId, epoch: (await claim(store, runId, 0, "w1", at))! };
   await writeDecision(store, f, 0, { decision: { tool: "pay", args: { cents: 5 } } }, at);
-  await store.requestApproval(
+  await store.writes.requestApproval(
     f,
     { key: `${runId}:0`, seq: 0, tool: "pay", args: { cents: 5 }, hash: "h" },
     at,
   );
-  assert.ok(await store.cancelRun(runId, "cancelled by alice", at));
+  assert.ok(await store.families.cancel(runId, "cancelled by alice", at));
 }
 
 /** A run that finished plainly at `at`: one confirmed decision, no tool call. */
 async function plainDone(store: Store, runId: string, at: Date): Promise<void> {
-  await store.createRun({ runId, agent: "plain", goal: "g" }, at);
+  await store.leases.createRun({ runId, agent: "plain", goal: "g" }, at);
   const f = { runId, epoch: (await claim(store, runId, 0, "w1", at))! };
   await writeDecision(store, f, 0, { decision: { done: true, message: "ok" } }, at);
-  await store.finishRun(f, "done", null, at, "ok");
+  await store.writes.finishRun(f, "done", null, at, "ok");
 }
 
 bothStoresTest(
@@ -49,14 +49,14 @@ bothStoresTest(
     const dry = await client.operators.prune(cutoff, { dryRun: true });
     assert.deepEqual(dry.runs, ["pa-1", "plain-1"]);
     assert.deepEqual([dry.journal, dry.effects, dry.approvals], [2, 0, 1]);
-    assert.equal((await store.listApprovals("pa-1")).length, 1, "a dry run deletes nothing");
+    assert.equal((await store.reads.listApprovals("pa-1")).length, 1, "a dry run deletes nothing");
 
     const out = await client.operators.prune(cutoff, { batchSize: 1 });
     assert.deepEqual(out.runs, ["pa-1", "plain-1"]);
     assert.deepEqual([out.journal, out.effects, out.approvals, out.batches], [2, 0, 1, 2]);
-    assert.equal(await store.getRun("pa-1"), undefined);
-    assert.equal(await store.getRun("plain-1"), undefined);
-    assert.equal((await store.listApprovals("pa-1")).length, 0, "its approval rows went with it");
+    assert.equal(await store.reads.getRun("pa-1"), undefined);
+    assert.equal(await store.reads.getRun("plain-1"), undefined);
+    assert.equal((await store.reads.listApprovals("pa-1")).length, 0, "its approval rows went with it");
     assert.deepEqual((await client.operators.prune(cutoff)).runs, [], "nothing is left to prune");
   },
 );

@@ -41,7 +41,7 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
     });
     return w;
   };
-  const row = async (runId: string) => (await store.loadHistory(runId)).effects[0];
+  const row = async (runId: string) => (await store.reads.loadHistory(runId)).effects[0];
   try {
     await t.step(
       "an answer lost after the charge: reconcile finds it, no second charge, nobody asked",

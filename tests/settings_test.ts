@@ -159,7 +159,7 @@ Deno.test({
         out.includes(`schema version ${SCHEMA_VERSION + 1}, newer than this program's ${SCHEMA_VERSION}`),
         out,
       );
-      assert.equal((await db.store.listRuns({})).total, 0, "nothing was written");
+      assert.equal((await db.store.operators.listRuns({})).total, 0, "nothing was written");
     } finally {
       await db.drop();
     }
@@ -227,9 +227,9 @@ Deno.test({
       assert.match(out, /level=error event=failed run=secrets .*MODEL_GAVE_UP/);
       assert.ok(!out.includes(password), "the output shows the database password");
       assert.ok(!out.includes(apiKey), "the output shows the API key");
-      const run = await db.store.getRun("secrets");
+      const run = await db.store.reads.getRun("secrets");
       assert.equal(run?.status, "failed");
-      const { journal } = await db.store.loadHistory("secrets");
+      const { journal } = await db.store.reads.loadHistory("secrets");
       const rows = JSON.stringify({ run, journal });
       assert.ok(!rows.includes(apiKey) && !rows.includes(password), "the rows hold a secret");
     } finally {

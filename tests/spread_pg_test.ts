@@ -81,8 +81,8 @@ async function assertDoneOnce(pg: PgSchema, mocks: RunningMocks, runIds: string[
   assert.equal(new Set(keys).size, keys.length, "a key created two resources");
   assert.equal(created.length, runIds.length * 3, "three resources a run, no more");
   for (const runId of runIds) {
-    assert.equal((await pg.store.getRun(runId))?.status, "done", runId);
-    const { effects } = await pg.store.loadHistory(runId);
+    assert.equal((await pg.store.reads.getRun(runId))?.status, "done", runId);
+    const { effects } = await pg.store.reads.loadHistory(runId);
     assert.deepEqual(effects.map((e) => e.status), ["confirmed", "confirmed", "confirmed"], runId);
     for (const e of effects) {
       const remote = created.filter((c) => c.key === e.idempotency_key);
@@ -109,7 +109,9 @@ async function submit(pg: PgSchema, prefix: string, agents: Record<string, numbe
   for (const [agent, n] of Object.entries(agents)) {
     for (let i = 0; i < n; i++) {
       const runId = agent === "provision" ? `${prefix}-${i}` : `${prefix}-${agent}-${i}`;
-      assert.ok(await pg.store.createRun({ runId, agent: `${HELD_BACK}${agent}`, goal: prefix }, new Date()));
+      assert.ok(
+        await pg.store.leases.createRun({ runId, agent: `${HELD_BACK}${agent}`, goal: prefix }, new Date()),
+      );
       ids.push(runId);
     }
   }
@@ -125,7 +127,7 @@ async function submit(pg: PgSchema, prefix: string, agents: Record<string, numbe
 async function spreadLine(pg: PgSchema, sups: Proc[], label: string): Promise<string> {
   const claims = [...firstClaims(sups)].sort().map(([w, runs]) => `${w}=${runs.length}`).join(" ");
   const owners = new Map<string, number>();
-  for (const r of (await pg.store.listRuns({ limit: 1000 })).runs) {
+  for (const r of (await pg.store.operators.listRuns({ limit: 1000 })).runs) {
     owners.set(r.owner!, (owners.get(r.owner!) ?? 0) + 1);
   }
   const table = [...owners].sort().map(([w, n]) => `${w}=${n}`).join(" ");
@@ -154,7 +156,7 @@ Deno.test({
         await until(async () => (await workerRows(pg)).length === 2, "both workers to register");
         const runIds = await submit(pg, "spread", { provision: 24 });
         await until(
-          async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 24,
+          async () => (await pg.store.operators.listRuns({ status: "done", limit: 1 })).total === 24,
           "24 runs done",
         );
         const line = await spreadLine(pg, [sup], "2 workers, 24 runs");
@@ -194,7 +196,7 @@ Deno.test({
         await until(async () => (await workerRows(pg)).length === 4, "four workers to register");
         const runIds = await submit(pg, "hosts", { provision: 40 });
         await until(
-          async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 40,
+          async () => (await pg.store.operators.listRuns({ status: "done", limit: 1 })).total === 40,
           "40 runs done",
         );
         const line = await spreadLine(pg, sups, "2 hosts x 2 workers, 40 runs");
@@ -247,7 +249,7 @@ Deno.test({
         // stayed pending while A had 20 free slots, until A's own runs ended.
         const runIds = await submit(pg, "mixed", { "agent-y": 20, "agent-x": 20 });
         await until(
-          async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 40,
+          async () => (await pg.store.operators.listRuns({ status: "done", limit: 1 })).total === 40,
           "40 runs done",
         );
         const line = await spreadLine(pg, [a, b], "host A (X, Y) and host B (Y), 20 X and 20 Y runs");
@@ -313,7 +315,7 @@ Deno.test({
         await until(async () => (await workerRows(pg)).length === 2, "both workers to register");
         const runIds = await submit(pg, "greedy", { provision: 24 });
         await until(
-          async () => (await pg.store.listRuns({ status: "done", limit: 1 })).total === 24,
+          async () => (await pg.store.operators.listRuns({ status: "done", limit: 1 })).total === 24,
           "24 runs done",
         );
         const line = await spreadLine(pg, [sup], "TAKE_SHARE=all, 2 workers, 24 runs");

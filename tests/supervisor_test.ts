@@ -41,7 +41,7 @@ async function withEnv(fn: (e: Env) => Promise<void>): Promise<void> {
 }
 
 async function allDone(store: Store, n: number): Promise<boolean> {
-  const rows = (await store.listRuns({ limit: 1000 })).runs;
+  const rows = (await store.operators.listRuns({ limit: 1000 })).runs;
   return rows.length === n && rows.every((r) => r.status === "done");
 }
 
@@ -51,7 +51,7 @@ async function assertCleanRuns(store: Store, mocks: RunningMocks, runIds: string
   const keys = created.map((c) => c.key);
   assert.equal(new Set(keys).size, keys.length, `a key created two resources: ${keys.join(",")}`);
   for (const runId of runIds) {
-    const { journal, effects } = await store.loadHistory(runId);
+    const { journal, effects } = await store.reads.loadHistory(runId);
     assert.deepEqual(journal.map((j) => [j.seq, j.status]), [0, 1, 2, 3].map((s) => [s, "confirmed"]), runId);
     assert.deepEqual(effects.map((e) => [e.seq, e.status]), [0, 1, 2].map((s) => [s, "confirmed"]), runId);
     for (const e of effects) {
@@ -101,7 +101,7 @@ Deno.test({
         assert.match(claims[0].previous_owner, /:\d+$/, "taken over from the hand-started worker");
         const confirmed = sup.events("confirmed").find((e) => e.key === "selfheal:0");
         assert.equal(confirmed?.remote, "already_done");
-        const { effects } = await pg.store.loadHistory("selfheal");
+        const { effects } = await pg.store.reads.loadHistory("selfheal");
         assert.equal(effects[0].remote, "already_done");
         await assertCleanRuns(pg.store, mocks, ["selfheal"]);
       } finally {
@@ -128,9 +128,13 @@ Deno.test({
         await Promise.all(killed.map((w) => w.close()));
       }
       for (const id of runIds.slice(3)) {
-        assert.ok(await pg.store.createRun({ runId: id, agent: "provision", goal: "drain" }, new Date()));
+        assert.ok(
+          await pg.store.leases.createRun({ runId: id, agent: "provision", goal: "drain" }, new Date()),
+        );
       }
-      const stale = (await pg.store.listRuns({ limit: 1000 })).runs.filter((r) => r.status === "running");
+      const stale = (await pg.store.operators.listRuns({ limit: 1000 })).runs.filter((r) =>
+        r.status === "running"
+      );
       assert.equal(stale.length, 3);
 
       const sup = startSupervisor({ ...env, WORKERS: "2", RUNS_PER_WORKER: "4" });
@@ -152,7 +156,7 @@ Deno.test({
 
 /** What the unfinished runs and the supervisors were doing: for a timeout's message. */
 async function unfinished(store: Store, sups: Proc[]): Promise<string> {
-  const rows = (await store.listRuns({ limit: 1000 })).runs.filter((r) => r.status !== "done");
+  const rows = (await store.operators.listRuns({ limit: 1000 })).runs.filter((r) => r.status !== "done");
   const runs = rows.map((r) => JSON.stringify(r)).join("\n");
   const logs = sups.map((p, i) => `supervisor ${i}, last lines:\n${p.lines.slice(-60).join("\n")}`).join(
     "\n",
@@ -174,7 +178,7 @@ function twoSupervisors(extra: Record<string, string>): Promise<void> {
     mocks.model.setFaults({ delay_ms: 100 });
     const runIds = Array.from({ length: 30 }, (_, i) => `pair-${i}`);
     for (const id of runIds) {
-      assert.ok(await pg.store.createRun({ runId: id, agent: "provision", goal: "pair" }, new Date()));
+      assert.ok(await pg.store.leases.createRun({ runId: id, agent: "provision", goal: "pair" }, new Date()));
     }
     const settings = {
       ...env,
@@ -264,7 +268,7 @@ Deno.test({
       // Slow tool calls keep the workers busy while the supervisor is stopped.
       mocks.cloud.setFaults({ delay_ms: 5000 });
       for (const id of ["term-0", "term-1", "term-2"]) {
-        await pg.store.createRun({ runId: id, agent: "provision", goal: "term" }, new Date());
+        await pg.store.leases.createRun({ runId: id, agent: "provision", goal: "term" }, new Date());
       }
       const sup = startSupervisor(env);
       try {
@@ -281,7 +285,7 @@ Deno.test({
         assert.equal(sup.events("stopped").filter((e) => e.name).length, 1, sup.lines.join("\n"));
         assert.equal(sup.events("release-failed").length, 0, sup.lines.join("\n"));
         // Nothing finished: the runs wait, open and takeable at once, for the next worker.
-        const runs = (await pg.store.listRuns({ limit: 1000 })).runs;
+        const runs = (await pg.store.operators.listRuns({ limit: 1000 })).runs;
         assert.ok(runs.every((r) => r.status === "running" && r.heartbeat_at === null), JSON.stringify(runs));
       } finally {
         await sup.close();

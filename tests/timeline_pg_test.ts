@@ -81,17 +81,17 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
   });
 
   // A run with no step yet reads none.
-  await client.store.createRun({ runId: "empty-1", agent: "long", goal: "go" }, clock.now());
+  await client.store.leases.createRun({ runId: "empty-1", agent: "long", goal: "go" }, clock.now());
   const empty = await client.reads.timeline("empty-1", { steps: { last: 50 }, maxChars });
   assert.deepEqual([empty.run.min_seq, empty.steps.journal.length, empty.to < empty.from], [null, 0, true]);
 
   // An approval: pending wherever it is, then who decided it, when.
-  await client.store.createRun({ runId: "appr-1", agent: "long", goal: "go" }, clock.now());
+  await client.store.leases.createRun({ runId: "appr-1", agent: "long", goal: "go" }, clock.now());
   const epoch = (await claim(client.store, "appr-1", 0, "w1", clock.now()))!;
   const f = { runId: "appr-1", epoch };
   const args = { to: "ACCT-\u202E9876\u202C", cents: 100 };
   await writeDecision(client.store, f, 0, { decision: { tool: "transfer", args } }, clock.now());
-  await client.store.requestApproval(
+  await client.store.writes.requestApproval(
     f,
     { key: "appr-1:0", seq: 0, tool: "transfer", args, hash: "h" },
     clock.now(),

@@ -22,7 +22,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
   const worker = (opts: Partial<Parameters<typeof testWorker>[1]> = {}) =>
     testWorker(store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl, ...opts });
   const effect = async (runId: string, seq: number) => {
-    const { effects } = await store.loadHistory(runId);
+    const { effects } = await store.reads.loadHistory(runId);
     const row = effects.find((e) => e.seq === seq);
     assert.ok(row, `run ${runId} has a tool row for seq ${seq}`);
     return row;
@@ -34,7 +34,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       const w = worker();
       const outcome = await runWorker(w.deps, "t-503", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
-      assert.equal((await store.getRun("t-503"))?.status, "done");
+      assert.equal((await store.reads.getRun("t-503"))?.status, "done");
       const row = await effect("t-503", 0);
       assert.equal(row.status, "confirmed");
       assert.equal(row.attempts, 3);
@@ -108,7 +108,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         assert.equal(outcome.status, "done");
         const created = cloud.created("t-drop:");
         assert.deepEqual(created.map((r) => r.key), ["t-drop:0", "t-drop:1", "t-drop:2"]);
-        const { effects } = await store.loadHistory("t-drop");
+        const { effects } = await store.reads.loadHistory("t-drop");
         assert.equal(effects.length, 3);
         for (const row of effects) {
           assert.equal(row.status, "confirmed");
@@ -132,7 +132,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         const w = worker({ retry: { horizonMs: 100 } });
         const outcome = await runWorker(w.deps, "t-gaveup", DEFAULT_GOAL);
         assert.equal(outcome.status, "failed");
-        const run = await store.getRun("t-gaveup");
+        const run = await store.reads.getRun("t-gaveup");
         assert.equal(run?.status, "failed");
         assert.match(
           run?.error ?? "",
@@ -165,9 +165,13 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         cloud.clearFaults();
 
         // deno task reopen t-reopen: the run resumes where it stopped, its history kept.
-        const reopened = await store.reopenRun("t-reopen", new Date());
+        const reopened = await store.operators.reopenRun("t-reopen", new Date());
         assert.equal(reopened?.status, "pending");
-        assert.equal(await store.reopenRun("t-reopen", new Date()), undefined, "only a failed run reopens");
+        assert.equal(
+          await store.operators.reopenRun("t-reopen", new Date()),
+          undefined,
+          "only a failed run reopens",
+        );
         const again = worker({ retry: { horizonMs: 0 } });
         assert.equal((await runWorker(again.deps, "t-reopen", DEFAULT_GOAL)).status, "done");
         const row = await effect("t-reopen", 0);
@@ -189,7 +193,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         const row = await effect("t-refused", 0);
         assert.ok(row.attempts >= 2);
         assert.equal(row.failures, row.attempts);
-        assert.match((await store.getRun("t-refused"))?.error ?? "", /TOOL_GAVE_UP.*got no answer/);
+        assert.match((await store.reads.getRun("t-refused"))?.error ?? "", /TOOL_GAVE_UP.*got no answer/);
         assert.equal(w.events("retrying").length, row.attempts - 1);
       },
     );
@@ -228,7 +232,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       const w = worker({ nonIdempotent: ["create_server"] });
       const outcome = await runWorker(w.deps, "t-flag", DEFAULT_GOAL);
       assert.equal(outcome.status, "blocked");
-      const run = await store.getRun("t-flag");
+      const run = await store.reads.getRun("t-flag");
       assert.equal(run?.status, "blocked");
       assert.match(run?.error ?? "", /needs a human/);
       const row = await effect("t-flag", 0);
@@ -246,7 +250,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       assert.equal((await runWorker(again.deps, "t-flag", DEFAULT_GOAL)).status, "blocked");
       assert.equal(cloud.requests().by_key["t-flag:0"], 1);
       // A human checks the remote and approves one re-send (deno task resolve t-flag:0 --retry).
-      assert.ok(await store.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
+      assert.ok(await store.operators.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
       const crashing = worker({ nonIdempotent: ["create_server"] });
       crashing.deps.crash = new CrashPoints({ crashAt: "after_intent", crashSeq: 0, stallMs: 0 }, {
         log: crashing.deps.log,
@@ -264,7 +268,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       assert.equal(cloud.requests().by_key["t-flag:0"], 1);
 
       // Approved again, this time nothing crashes: one re-send, the remote recognises the key.
-      assert.ok(await store.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
+      assert.ok(await store.operators.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
       const last = worker({ nonIdempotent: ["create_server"] });
       assert.equal((await runWorker(last.deps, "t-flag", DEFAULT_GOAL)).status, "done");
       const row2 = await effect("t-flag", 0);

@@ -247,7 +247,7 @@ Deno.test({
           await page.waitForSelector('[data-approval-step="hostile-2:0"] [data-status="approved"]');
           assert.match(await text(page, '[data-approval-step="hostile-2:0"]'), /approved by ui at \d{4}-/);
           assert.match(await text(page, ".cell"), /approval.*approved by ui/);
-          assert.equal((await client.store.getApproval("hostile-2:0"))?.decided_by, "ui");
+          assert.equal((await client.store.reads.getApproval("hostile-2:0"))?.decided_by, "ui");
         },
       );
 
@@ -255,10 +255,10 @@ Deno.test({
         const store = client.store;
         const now = () => client.clock.now();
         const args = { to: "ACCT-1", memo: `${"m".repeat(3_000)}\u202e` };
-        await store.createRun({ runId: "long-approval", agent: "payer", goal: "pay" }, now());
+        await store.leases.createRun({ runId: "long-approval", agent: "payer", goal: "pay" }, now());
         const f = { runId: "long-approval", epoch: (await claim(store, "long-approval", 0, "w", now()))! };
         await writeDecision(store, f, 0, { decision: { tool: "transfer", args } }, now());
-        await store.requestApproval(
+        await store.writes.requestApproval(
           f,
           { key: "long-approval:0", seq: 0, tool: "transfer", args, hash: "h" },
           now(),

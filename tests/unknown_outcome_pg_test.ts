@@ -36,7 +36,7 @@ function worker(env: Record<string, string>): Proc {
 }
 
 async function statuses(pg: PgSchema): Promise<string[]> {
-  const { runs } = await pg.store.listRuns({ search: "pay-", limit: 100 });
+  const { runs } = await pg.store.operators.listRuns({ search: "pay-", limit: 100 });
   return runs.map((r) => r.status);
 }
 
@@ -59,7 +59,7 @@ async function killMidCall(
   };
   mocks.cloud.setFaults({ path: "/v1/charges", ...faults });
   for (const runId of ids) {
-    await pg.store.createRun({ runId, agent: "payments", goal: "Charge 12.99." }, new Date());
+    await pg.store.leases.createRun({ runId, agent: "payments", goal: "Charge 12.99." }, new Date());
   }
   const first = worker(env);
   try {
@@ -101,7 +101,9 @@ pgTest(
         RUNS + 5,
         "only the uncharged were sent again",
       );
-      const rows = await Promise.all(ids.map(async (id) => (await pg.store.loadHistory(id)).effects[0]));
+      const rows = await Promise.all(
+        ids.map(async (id) => (await pg.store.reads.loadHistory(id)).effects[0]),
+      );
       for (const e of rows) {
         assert.equal(e.resolved_by, null, "nobody resolved anything");
         assert.equal(e.remote, charged.includes(e.run_id) ? "reconciled" : "created");
@@ -169,7 +171,7 @@ pgTest(
       }
       for (const id of ids) {
         assert.equal(mocks.cloud.charges(`${id}:0`).length, 1, `one charge for ${id}`);
-        const e = (await pg.store.loadHistory(id)).effects[0];
+        const e = (await pg.store.reads.loadHistory(id)).effects[0];
         assert.deepEqual([e.status, e.remote, e.attempts, e.resolved_by], ["confirmed", "created", 2, "ops"]);
       }
     } finally {
@@ -197,15 +199,15 @@ pgTest(
       }
       assert.deepEqual(codes, [137, 137, 137, 137, 1, 1, 1]);
       assert.equal(mocks.cloud.requests().by_key["ma1:0"], 4, "the tool's limit, across seven processes");
-      const run = await pg.store.getRun("ma1");
+      const run = await pg.store.reads.getRun("ma1");
       assert.match(run?.error ?? "", /^TOOL_GAVE_UP: Tool call ma1:0 \(create_server\) was sent 4 times/);
-      assert.equal((await pg.store.loadHistory("ma1")).effects[0].status, "intent");
+      assert.equal((await pg.store.reads.loadHistory("ma1")).effects[0].status, "intent");
 
       assert.equal((await runCli(["reopen", "ma1"], env)).code, 0);
       const resumed = await runCli(["run"], env);
       assert.equal(resumed.code, 0, resumed.out);
       assert.equal(mocks.cloud.requests().by_key["ma1:0"], 5);
-      const e = (await pg.store.loadHistory("ma1")).effects[0];
+      const e = (await pg.store.reads.loadHistory("ma1")).effects[0];
       assert.deepEqual([e.status, e.remote], ["confirmed", "already_done"]);
       assert.equal(mocks.cloud.created("ma1:0").length, 1);
     } finally {

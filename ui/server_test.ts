@@ -210,22 +210,37 @@ Deno.test("a step riding out an outage says so on its run's page: the model's or
     const now = client.clock.now();
     const later = (s: number) => new Date(now.getTime() + s * 1000);
     for (const id of ["out-model", "out-tool"]) {
-      await store.createRun({ runId: id, agent: "idle", goal: "g" }, now);
+      await store.leases.createRun({ runId: id, agent: "idle", goal: "g" }, now);
     }
     // The model's server refuses twice.
     const fm = { runId: "out-model", epoch: (await claim(store, "out-model", 0, "w", now))! };
-    let asked = await store.journalIntentRow(fm, 0, now);
-    asked = await store.journalFailure(fm, asked, { error: "connect ECONNREFUSED <b>", released: 0 }, now);
-    await store.journalFailure(fm, asked, { error: "connect ECONNREFUSED <b>", released: 0 }, later(1));
+    let asked = await store.writes.journalIntentRow(fm, 0, now);
+    asked = await store.writes.journalFailure(
+      fm,
+      asked,
+      { error: "connect ECONNREFUSED <b>", released: 0 },
+      now,
+    );
+    await store.writes.journalFailure(
+      fm,
+      asked,
+      { error: "connect ECONNREFUSED <b>", released: 0 },
+      later(1),
+    );
     // The tool's remote answers 503 once.
     const ft = { runId: "out-tool", epoch: (await claim(store, "out-tool", 0, "w", now))! };
     await writeDecision(store, ft, 0, { decision: { tool: "lookup", args: {} } }, now);
-    const sent = await store.effectIntentRow(
+    const sent = await store.writes.effectIntentRow(
       ft,
       { key: "out-tool:0", seq: 0, tool: "lookup", args: {} },
       now,
     );
-    await store.effectFailure(ft, sent, { error: "HTTP 503 from the shop", retryAt: later(30) }, later(2));
+    await store.writes.effectFailure(
+      ft,
+      sent,
+      { error: "HTTP 503 from the shop", retryAt: later(30) },
+      later(2),
+    );
     const app = await createUiApp({ client });
     const gaps = async (id: string) =>
       (await (await app.request(`/api/runs/${id}`, local)).json()).steps[0].gaps.join("\n") as string;
@@ -252,26 +267,30 @@ Deno.test("a call waiting on its remote shows on its run's page with when it is 
     const { store } = client;
     const now = client.clock.now();
     const later = (s: number) => new Date(now.getTime() + s * 1000);
-    await store.createRun({ runId: "job-1", agent: "idle", goal: "g" }, now);
+    await store.leases.createRun({ runId: "job-1", agent: "idle", goal: "g" }, now);
     const f = { runId: "job-1", epoch: (await claim(store, "job-1", 0, "w", now))! };
     await writeDecision(store, f, 0, { decision: { tool: "build", args: {} } }, now);
-    const sent = await store.effectIntentRow(f, { key: "job-1:0", seq: 0, tool: "build", args: {} }, now);
-    const waiting = await store.effectWaiting(f, sent, {
+    const sent = await store.writes.effectIntentRow(
+      f,
+      { key: "job-1:0", seq: 0, tool: "build", args: {} },
+      now,
+    );
+    const waiting = await store.writes.effectWaiting(f, sent, {
       result: { job: "b-1" },
       checkAt: later(30),
       deadlineAt: later(3600),
     });
-    const poll = await store.effectIntentRow(
+    const poll = await store.writes.effectIntentRow(
       f,
       { key: "job-1:0", seq: 0, tool: "build", args: {} },
       later(30),
     );
-    await store.effectWaiting(f, poll, {
+    await store.writes.effectWaiting(f, poll, {
       result: waiting.result!,
       checkAt: later(60),
       deadlineAt: later(3600),
     });
-    assert.equal(await store.waitRun(f, later(60), later(30)), true);
+    assert.equal(await store.writes.waitRun(f, later(60), later(30)), true);
     const app = await createUiApp({ client });
     const page = await (await app.request("/api/runs/job-1", local)).json();
     assert.deepEqual([page.run.status, page.run.wakeAt], ["waiting", later(60).toISOString()]);

@@ -64,7 +64,7 @@ export class Person {
 
   /** True when the run has an approval request nobody has answered. */
   async asks(): Promise<boolean> {
-    return (await this.#world.observer.listApprovals(this.#runId)).some((r) => r.status === "pending");
+    return (await this.#world.observer.reads.listApprovals(this.#runId)).some((r) => r.status === "pending");
   }
 
   /**
@@ -77,7 +77,7 @@ export class Person {
       return true;
     }
     if (status !== "waiting") return false;
-    const requests = await this.#world.observer.listApprovals(this.#runId);
+    const requests = await this.#world.observer.reads.listApprovals(this.#runId);
     if (!requests.some((r) => r.status === "pending")) {
       this.#run.problems.push(
         `run ${this.#runId} waits, yet its approval requests are all answered (${
@@ -101,7 +101,7 @@ export class Person {
         return `cancel: run ${(await this.#client.operators.cancel(runId, { by: "person" })).status}`;
       }
       if (act === "reopen") return `reopen: run ${(await this.#client.operators.reopen(runId)).status}`;
-      const requests = await this.#world.observer.listApprovals(runId);
+      const requests = await this.#world.observer.reads.listApprovals(runId);
       const request = requests.find((r) => r.status === "pending") ?? requests.at(-1);
       if (!request) return `${act}: no request yet`;
       const key = request.idempotency_key;
@@ -124,7 +124,7 @@ export class Person {
   async #answerFor(e: SideEffectRow, requests?: ApprovalRow[]): Promise<string> {
     const request = requests
       ? requests.find((r) => r.idempotency_key === e.idempotency_key)
-      : await this.#world.observer.getApproval(e.idempotency_key);
+      : await this.#world.observer.reads.getApproval(e.idempotency_key);
     if (!request) return "no request";
     return request.args_hash === await argsHash(e.args) ? request.status : "a request for other arguments";
   }
@@ -133,7 +133,7 @@ export class Person {
   async checkSend(req: Request, proc: string): Promise<void> {
     if (!this.#checkSends) return;
     const key = req.headers.get("idempotency-key");
-    const effect = key === null ? undefined : await this.#world.observer.getEffect(key);
+    const effect = key === null ? undefined : await this.#world.observer.reads.getEffect(key);
     if (!effect || !this.#needsApproval(effect)) return;
     const answer = await this.#answerFor(effect);
     if (answer !== "approved") {
@@ -149,7 +149,7 @@ export class Person {
    * keys a person denied (their calls end `failed`, never sent).
    */
   async afterRun(final: RunSnapshot): Promise<Set<string>> {
-    const requests = await this.#world.observer.listApprovals(this.#runId);
+    const requests = await this.#world.observer.reads.listApprovals(this.#runId);
     const denied = new Set<string>();
     for (const e of final.effects.filter((e) => this.#needsApproval(e))) {
       const answer = await this.#answerFor(e, requests);

@@ -618,7 +618,7 @@ export async function runSchedule(
   const clean = target.clean.get(parallel);
   // A planted keyFromStep finds a call's step in the journal, through the harness's own handle (uncounted).
   const plant: ToolPlantOptions = {
-    firstCallOf: async (id, seq) => ownerSeq((await world.observer.loadHistory(id)).journal, seq),
+    firstCallOf: async (id, seq) => ownerSeq((await world.observer.reads.loadHistory(id)).journal, seq),
   };
   const world: SimWorld = await SimWorld.open(db, {
     seed: schedule.seed,
@@ -821,7 +821,7 @@ async function nextOfFamily(
   runId: string,
   settle: () => Promise<void>,
 ): Promise<"again" | "closed" | "stop"> {
-  const runs = (await world.observer.listRuns({ limit: 100 })).runs.filter((r) =>
+  const runs = (await world.observer.operators.listRuns({ limit: 100 })).runs.filter((r) =>
     r.run_id === runId || r.run_id.startsWith(`${runId}.`)
   );
   const root = runs.find((r) => r.run_id === runId);
@@ -876,7 +876,7 @@ async function familySnapshot(
   runId: string,
   fake: FakeRemote | undefined,
 ): Promise<FamilySnapshot> {
-  const ids = (await world.observer.listRuns({ limit: 100 })).runs
+  const ids = (await world.observer.operators.listRuns({ limit: 100 })).runs
     .map((r) => r.run_id)
     .filter((id) => id.startsWith(`${runId}.`))
     .sort();

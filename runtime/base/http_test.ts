@@ -89,7 +89,7 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
     // ends with the run waiting until the Retry-After is over, and the next sends it again.
     const first = await runWorker(deps, "r409", "reserve a slot");
     assert.equal(first.status, "waiting", lines.join("\n"));
-    const waiting = await store.getRun("r409");
+    const waiting = await store.reads.getRun("r409");
     assert.equal(waiting?.heartbeat_at, null);
     assert.equal(new Date(waiting!.wake_at!).getTime() - clock.now().getTime(), 7_000);
     await clock.advance(7_000);
@@ -109,7 +109,7 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
       retrying ?? "",
       /code=RESERVE_HTTP error="HTTP 409: .*" delay_ms=7000 retry_after_ms=7000 at=\S+ gives_up_at=\S+$/,
     );
-    const { effects } = await store.loadHistory("r409");
+    const { effects } = await store.reads.loadHistory("r409");
     assert.equal(effects[0].status, "confirmed");
     assert.equal(effects[0].attempts, 2);
     assert.equal(effects[0].result, "slot-1");

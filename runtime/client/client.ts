@@ -82,7 +82,7 @@ export class Client {
     const { input, goal } = checkInput(agent, opts.input);
     const budget = mergeBudget(agent.budget, checkBudget(opts.budget, `Run ${runId}`));
     const modelParams = checkModelParams(opts.modelParams, `Cannot start run ${runId}`);
-    const created = await this.store.createRun(
+    const created = await this.store.leases.createRun(
       {
         runId,
         agent: agent.name,
@@ -94,7 +94,7 @@ export class Client {
       },
       this.clock.now(),
     );
-    const run = await this.store.getRun(runId);
+    const run = await this.store.reads.getRun(runId);
     if (!created || !run) {
       throw new ClientError(
         "RUN_EXISTS",
@@ -144,7 +144,7 @@ export class Client {
   /** One run, or undefined. */
   async get(runId: string): Promise<RunInfo | undefined> {
     checkRunId(runId);
-    const run = await this.store.getRun(runId);
+    const run = await this.store.reads.getRun(runId);
     return run ? info(run) : undefined;
   }
 

@@ -101,14 +101,14 @@ Deno.test("list() pages newest first and filters; cancel() and reopen() report w
 async function flaggedRun(runId: string, tools: string[], block = true): Promise<void> {
   const { store } = client;
   const now = client.clock.now();
-  await store.createRun({ runId, agent: "shop", goal: "g" }, now);
+  await store.leases.createRun({ runId, agent: "shop", goal: "g" }, now);
   const f = { runId, epoch: (await claim(store, runId, 0, "w", now))! };
   for (const [seq, tool] of tools.entries()) {
     await writeDecision(store, f, seq, { decision: { tool, args: {} } }, now);
-    const call = await store.effectIntentRow(f, { key: `${runId}:${seq}`, seq, tool, args: {} }, now);
-    await store.effectSettle(f, call, { status: "flagged", error: "its outcome is unknown" }, now);
+    const call = await store.writes.effectIntentRow(f, { key: `${runId}:${seq}`, seq, tool, args: {} }, now);
+    await store.writes.effectSettle(f, call, { status: "flagged", error: "its outcome is unknown" }, now);
   }
-  if (block) await store.finishRun(f, "blocked", "needs a human", now);
+  if (block) await store.writes.finishRun(f, "blocked", "needs a human", now);
 }
 
 /** A run whose call at seq 0 its remote accepted; the run let go for a minute, or (`person`) waiting for an approval. */
@@ -116,15 +116,23 @@ async function waitingRun(runId: string, opts: { person?: boolean } = {}): Promi
   const { store } = client;
   const now = client.clock.now();
   const later = new Date(now.getTime() + 60_000);
-  await store.createRun({ runId, agent: "shop", goal: "g" }, now);
+  await store.leases.createRun({ runId, agent: "shop", goal: "g" }, now);
   const f = { runId, epoch: (await claim(store, runId, 0, "w", now))! };
   await writeDecision(store, f, 0, { decision: { tool: "order", args: {} } }, now);
-  const sent = await store.effectIntentRow(f, { key: `${runId}:0`, seq: 0, tool: "order", args: {} }, now);
-  await store.effectWaiting(f, sent, { result: { job: 1 }, checkAt: later, deadlineAt: later });
+  const sent = await store.writes.effectIntentRow(
+    f,
+    { key: `${runId}:0`, seq: 0, tool: "order", args: {} },
+    now,
+  );
+  await store.writes.effectWaiting(f, sent, { result: { job: 1 }, checkAt: later, deadlineAt: later });
   if (opts.person) {
     await writeDecision(store, f, 1, { decision: { tool: "order", args: {} } }, now);
-    await store.requestApproval(f, { key: `${runId}:1`, seq: 1, tool: "order", args: {}, hash: "h" }, now);
-  } else assert.equal(await store.waitRun(f, later, now), true);
+    await store.writes.requestApproval(
+      f,
+      { key: `${runId}:1`, seq: 1, tool: "order", args: {}, hash: "h" },
+      now,
+    );
+  } else assert.equal(await store.writes.waitRun(f, later, now), true);
 }
 
 Deno.test("wait() goes on waiting for a run asleep on its remote, not for one waiting on a person; settleCall() checks what it is given", async () => {
@@ -146,7 +154,7 @@ Deno.test("wait() goes on waiting for a run asleep on its remote, not for one wa
       JSON.stringify(bad),
     );
   }
-  assert.equal((await client.store.getEffect("asleep-1:0"))?.status, "waiting", "nothing was settled");
+  assert.equal((await client.store.reads.getEffect("asleep-1:0"))?.status, "waiting", "nothing was settled");
   const out = await client.operators.settleCall("asleep-1:0", { result: null }, { by: "hook" });
   assert.deepEqual([out.effect.status, out.effect.result, out.runStatus, out.woken], [
     "confirmed",
@@ -214,7 +222,7 @@ Deno.test("resolveMany() settles the flagged calls a filter names, only at the c
   assert.equal((await client.get("bulk-mixed"))?.status, "blocked");
   assert.equal((await client.get("bulk-open"))?.status, "running");
   assert.equal(
-    (await client.store.getEffect("bulk-open:0"))?.status,
+    (await client.store.reads.getEffect("bulk-open:0"))?.status,
     "flagged",
     "not a blocked run's: left alone",
   );

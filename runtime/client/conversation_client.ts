@@ -69,7 +69,7 @@ export class ConversationClient {
    */
   async answers(runId: string, opts: { fromSeq?: number; limit?: number } = {}): Promise<ConversationTurn[]> {
     checkRunId(runId);
-    const run = await this.#store.getRun(runId);
+    const run = await this.#store.reads.getRun(runId);
     if (!run) throw notFound(runId);
     if (run.conversation_idle_ms === null || run.conversation_idle_ms === undefined) {
       throw await this.#notConversing(runId, "list the answers of");
@@ -125,7 +125,7 @@ export class ConversationClient {
 
   /** Why a conversation refused `what`: no such run, not a conversation, or ended. */
   async #notConversing(runId: string, what: string): Promise<ClientError> {
-    const run = await this.#store.getRun(runId);
+    const run = await this.#store.reads.getRun(runId);
     if (!run) return notFound(runId);
     if (run.conversation_idle_ms === null || run.conversation_idle_ms === undefined) {
       return new ClientError(

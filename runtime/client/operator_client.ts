@@ -71,7 +71,7 @@ export class OperatorClient {
     const why = `cancelled by ${checkBy(opts.by)}${opts.reason ? `: ${opts.reason}` : ""}`;
     const out = await this.#store.families.cancel(runId, why, this.#clock.now());
     if (!out) {
-      const existing = await this.#store.getRun(runId);
+      const existing = await this.#store.reads.getRun(runId);
       throw existing
         ? new ClientError("RUN_CLOSED", `Run ${runId} is ${existing.status} already; nothing to cancel`)
         : notFound(runId);
@@ -86,9 +86,9 @@ export class OperatorClient {
    */
   async reopen(runId: string): Promise<RunInfo> {
     checkRunId(runId);
-    const run = await this.#store.reopenRun(runId, this.#clock.now());
+    const run = await this.#store.operators.reopenRun(runId, this.#clock.now());
     if (!run) {
-      const existing = await this.#store.getRun(runId);
+      const existing = await this.#store.reads.getRun(runId);
       throw existing
         ? new ClientError(
           "NOT_REOPENABLE",
@@ -112,12 +112,17 @@ export class OperatorClient {
   ): Promise<{ effect: SideEffectRow; unblocked: boolean }> {
     checkKey(key);
     const by = checkBy(opts.by);
-    const out = await this.#store.resolveEffect(key, storedResolution(resolution, by), by, this.#clock.now());
+    const out = await this.#store.operators.resolveEffect(
+      key,
+      storedResolution(resolution, by),
+      by,
+      this.#clock.now(),
+    );
     if (out) {
       if (out.unblocked) this.#wakeHosts();
       return out;
     }
-    const e = await this.#store.getEffect(key);
+    const e = await this.#store.reads.getEffect(key);
     if (!e) {
       throw new ClientError(
         "CALL_NOT_FOUND",
@@ -130,7 +135,7 @@ export class OperatorClient {
         `Tool call ${key} is ${e.status}, not flagged: nothing to resolve`,
       );
     }
-    const run = await this.#store.getRun(e.run_id);
+    const run = await this.#store.reads.getRun(e.run_id);
     throw new ClientError(
       "RUN_NOT_BLOCKED",
       `Tool call ${key} is flagged but run ${e.run_id} is ${run?.status}, not blocked: ` +
@@ -158,7 +163,7 @@ export class OperatorClient {
     checkKey(key);
     const by = checkBy(opts.by);
     const stored = checkSettlement(settlement, by);
-    const out = await this.#store.settleCall(key, stored, by, this.#clock.now());
+    const out = await this.#store.operators.settleCall(key, stored, by, this.#clock.now());
     if (!out.effect || !out.runStatus) {
       throw new ClientError(
         "CALL_NOT_FOUND",
@@ -207,7 +212,7 @@ export class OperatorClient {
         `'limit' must be an integer from 1 to ${RESOLVE_BATCH_MAX}: current value is ${limit}`,
       );
     }
-    return await this.#store.flaggedCalls(filter, limit);
+    return await this.#store.operators.flaggedCalls(filter, limit);
   }
 
   /**
@@ -234,7 +239,7 @@ export class OperatorClient {
       );
     }
     const by = checkBy(opts.by);
-    const out = await this.#store.resolveEffects(filter, storedResolution(resolution, by), {
+    const out = await this.#store.operators.resolveEffects(filter, storedResolution(resolution, by), {
       by,
       now: this.#clock.now(),
       expect,
@@ -277,7 +282,7 @@ export class OperatorClient {
   /** The approval requests of a run, by step. */
   async approvals(runId: string): Promise<ApprovalRow[]> {
     checkRunId(runId);
-    return await this.#store.listApprovals(runId);
+    return await this.#store.reads.listApprovals(runId);
   }
 
   async #decide(
@@ -287,7 +292,7 @@ export class OperatorClient {
     reason: string | null,
   ): Promise<AnsweredApproval> {
     checkKey(key);
-    const { approval, decided, runStatus } = await this.#store.decideApproval(
+    const { approval, decided, runStatus } = await this.#store.operators.decideApproval(
       key,
       decision,
       checkBy(by),
@@ -342,14 +347,14 @@ export class OperatorClient {
       batches: 0,
     };
     if (opts.dryRun) {
-      const seen = await this.#store.pruneRuns(before, maxRuns, true);
+      const seen = await this.#store.operators.pruneRuns(before, maxRuns, true);
       return { ...seen, batches: 0 };
     }
     // Bounded by maxRuns: each batch deletes at least one run or ends the loop.
     while (out.runs.length < maxRuns) {
       let batch;
       try {
-        batch = await this.#store.pruneRuns(before, Math.min(batchSize, maxRuns - out.runs.length));
+        batch = await this.#store.operators.pruneRuns(before, Math.min(batchSize, maxRuns - out.runs.length));
       } catch (err) {
         // The failed batch's statement rolled back whole; the batches before it stay deleted.
         throw new ClientError(

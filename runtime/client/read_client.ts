@@ -49,7 +49,7 @@ export class ReadClient {
    * or an unknown `status`.
    */
   async list(filter: RunFilter = {}): Promise<{ runs: RunSummary[]; total: number }> {
-    return await this.#store.listRuns(checkListFilter(filter));
+    return await this.#store.operators.listRuns(checkListFilter(filter));
   }
 
   /**
@@ -78,7 +78,7 @@ export class ReadClient {
    * `leaseMs` (default the lease's, {@link DEFAULTS}).
    */
   async hostedAgents(leaseMs: number = DEFAULTS.leaseMs): Promise<string[]> {
-    return await this.#store.hostedAgents(new Date(this.#clock.now().getTime() - leaseMs));
+    return await this.#store.leases.hostedAgents(new Date(this.#clock.now().getTime() - leaseMs));
   }
 
   /**
@@ -87,10 +87,10 @@ export class ReadClient {
    */
   async inspect(runId: string): Promise<RunRecord> {
     checkRunId(runId);
-    const run = await this.#store.getRun(runId);
+    const run = await this.#store.reads.getRun(runId);
     if (!run) throw notFound(runId);
-    const { journal, effects } = await this.#store.loadHistory(runId);
-    const approvals = await this.#store.listApprovals(runId);
+    const { journal, effects } = await this.#store.reads.loadHistory(runId);
+    const approvals = await this.#store.reads.listApprovals(runId);
     const children = await this.children(runId);
     const spend = spendOf(journal, effects);
     return {

@@ -245,7 +245,7 @@ Deno.test("a watcher rides out a database that refuses its reads, then goes on f
     const now = new Date();
     const f = { runId: "away", epoch: (await claim(base.store, "away", 0, "w", now))! };
     await writeDecision(base.store, f, 0, { decision: { done: true, message: "the answer" } }, now);
-    await base.store.finishRun(f, "done", null, now, "the answer");
+    await base.store.writes.finishRun(f, "done", null, now, "the answer");
     reads.fail = undefined;
     for (let i = 0; i < 40 && w.events.at(-1)?.type !== "status"; i++) {
       await clock.advance(250);

@@ -107,7 +107,7 @@ export async function afterAnswer(
     answeredAt,
     idleUntil: new Date(answeredAt.getTime() + conv.idleMs),
   });
-  if (!out) throw await deps.store.refusal(state.fence, `answer message ${k}`);
+  if (!out) throw await deps.store.writes.refusal(state.fence, `answer message ${k}`);
   applyMessages(state, [{ ...message, answer_seq: seq, answered_at: answeredAt }]);
   if (out.status === "waiting") {
     deps.log.info("answered", {
@@ -161,7 +161,7 @@ async function nextOrRefused(
 ): Promise<AfterAnswer> {
   const run = await deps.store.conversations.run(state.fence.runId);
   if (!run || run.epoch !== state.fence.epoch || run.status !== "running") {
-    throw await deps.store.refusal(state.fence, "end an idle conversation");
+    throw await deps.store.writes.refusal(state.fence, "end an idle conversation");
   }
   return await taken();
 }
@@ -228,7 +228,7 @@ export async function remember<T extends Json>(
   if (memos.has(key)) return memos.get(key) as T;
   const store = deps.store.conversations;
   const row = await store.memoIntent(state.fence, key, deps.clock.now());
-  if (!row) throw await deps.store.refusal(state.fence, `remember ${key}`);
+  if (!row) throw await deps.store.writes.refusal(state.fence, `remember ${key}`);
   if (row.status === "confirmed") {
     deps.log.info("memo-replayed", { run: state.fence.runId, key });
     memos.set(key, row.value as Json);
@@ -237,7 +237,7 @@ export async function remember<T extends Json>(
   deps.log.info("memo", { run: state.fence.runId, key, attempt: row.attempts });
   const value = await compute();
   const done = await store.memoConfirm(state.fence, key, value, deps.clock.now());
-  if (!done) throw await deps.store.refusal(state.fence, `remember ${key}`);
+  if (!done) throw await deps.store.writes.refusal(state.fence, `remember ${key}`);
   memos.set(key, done.value as Json);
   return done.value as T;
 }

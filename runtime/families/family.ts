@@ -133,7 +133,7 @@ export function childRunsFor(
       return childInfo(run);
     },
     get: async (runId) => {
-      const run = await deps.store.getRun(runId);
+      const run = await deps.store.reads.getRun(runId);
       return run ? childInfo(run) : undefined;
     },
   };
@@ -231,7 +231,7 @@ export async function closeRun(
   const output = end.output ?? null;
   // A blocked run is not closed: it waits for a person, and its family with it.
   if (!state.family || end.status === "blocked") {
-    await store.finishRun(state.fence, end.status, end.error, clock.now(), output);
+    await store.writes.finishRun(state.fence, end.status, end.error, clock.now(), output);
     return;
   }
   const done = await store.families.finish(
@@ -243,7 +243,7 @@ export async function closeRun(
       orphaned: `cancelled with run ${state.fence.runId}, which ended ${end.status}`,
     },
     clock.now(),
-    (f, what) => store.refusal(f, what),
+    (f, what) => store.writes.refusal(f, what),
   );
   if (done.woken || done.cancelled.length > 0) {
     deps.log.info("family-closed", {

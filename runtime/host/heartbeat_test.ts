@@ -13,10 +13,11 @@ import { arraySink, Logger } from "../base/log.ts";
 import { runWorker } from "./run_driver.ts";
 import { OpenAIPlanner } from "../model/planner.ts";
 import { type Fence, Store } from "../store/store.ts";
+import { RunWrites } from "../store/run_writes.ts";
 import { ToolRegistry } from "../agent/tools.ts";
 
-/** A store whose heartbeats can be made to fail, as if the database were gone. */
-class FlakyHeartbeatStore extends Store {
+/** A run's writes whose heartbeats can be made to fail, as if the database were gone. */
+class FlakyHeartbeatWrites extends RunWrites {
   heartbeatDown = false;
   override heartbeat(f: Fence, now: Date): Promise<boolean> {
     if (this.heartbeatDown) {
@@ -65,19 +66,20 @@ pgTest("a worker whose run is cancelled stops at its next heartbeat, mid tool ca
     60_000,
     10,
   );
-  assert.ok(await pg.store.cancelRun("hb-cancel", "cancelled by test", new Date()));
+  assert.ok(await pg.store.families.cancel("hb-cancel", "cancelled by test", new Date()));
   const outcome = await worker;
   cloud.releaseHung();
   assert.equal(outcome.status, "cancelled");
   assert.ok(lines.some((l) => / level=warn event=heartbeat-refused run=hb-cancel/.test(l)), lines.join("\n"));
   assert.ok(lines.some((l) => / level=warn event=stopped run=hb-cancel/.test(l)), lines.join("\n"));
-  const { effects } = await pg.store.loadHistory("hb-cancel");
+  const { effects } = await pg.store.reads.loadHistory("hb-cancel");
   assert.equal(effects[0].status, "intent", "nothing was confirmed after the cancel");
-  assert.equal((await pg.store.getRun("hb-cancel"))?.status, "cancelled");
+  assert.equal((await pg.store.reads.getRun("hb-cancel"))?.status, "cancelled");
 });
 
 pgTest("a worker that cannot heartbeat for longer than the lease stops acting on the run", async (pg) => {
-  const store = new FlakyHeartbeatStore(pg.store.client);
+  const writes = new FlakyHeartbeatWrites(pg.store.client);
+  const store = new Store(pg.store.client, { writes });
   const lines: string[] = [];
   const { deps: d, cloud } = await deps(store, lines, 200);
   const worker = runWorker(d, "hb-lost", "goal");
@@ -87,12 +89,12 @@ pgTest("a worker that cannot heartbeat for longer than the lease stops acting on
     60_000,
     10,
   );
-  store.heartbeatDown = true;
+  writes.heartbeatDown = true;
   const outcome = await worker;
   cloud.releaseHung();
   assert.equal(outcome.status, "stalled");
   assert.ok(lines.some((l) => / level=error event=lease-lost run=hb-lost/.test(l)), lines.join("\n"));
-  const { journal, effects } = await pg.store.loadHistory("hb-lost");
+  const { journal, effects } = await pg.store.reads.loadHistory("hb-lost");
   assert.equal(effects[0].status, "intent");
   assert.equal(journal.length, 1, "no further step was started");
 });

@@ -180,8 +180,8 @@ export class WorkerHost {
       crash: proc.crash,
       heartbeatMs: proc.heartbeatMs,
       leaseMs: proc.leaseMs,
-      renew: (fences, now) => proc.store.heartbeatMany(this.#worker(), fences, now),
-      refusal: (f) => proc.store.refusal(f, "heartbeat"),
+      renew: (fences, now) => proc.store.leases.heartbeatMany(this.#worker(), fences, now),
+      refusal: (f) => proc.store.writes.refusal(f, "heartbeat"),
       onRenewed: () => this.#registered = true,
       subject: { owner: proc.owner },
       beatWhenIdle: true,
@@ -275,8 +275,8 @@ export class WorkerHost {
     await Promise.all([...this.#held.values()].map((h) => h.done));
     await Promise.all(this.#loops);
     try {
-      await store.releaseRuns(owner, clock.now());
-      await store.removeWorker(owner);
+      await store.leases.releaseRuns(owner, clock.now());
+      await store.leases.removeWorker(owner);
     } catch (err) {
       log.warn("release-failed", { owner, error: describeError(err) });
     }
@@ -295,10 +295,10 @@ export class WorkerHost {
     const agents = [...this.#deps.keys()];
     const staleBefore = new Date(now.getTime() - leaseMs);
     const taken = this.#family !== undefined
-      ? await store.takeFamily(owner, agents, this.#family, staleBefore, now, free)
+      ? await store.leases.takeFamily(owner, agents, this.#family, staleBefore, now, free)
       : this.#takeShare === "fair"
-      ? await store.takeShare({ owner, agents, staleBefore, now, free, capacity: this.#capacity })
-      : await store.takeRuns(owner, agents, staleBefore, now, free);
+      ? await store.leases.takeShare({ owner, agents, staleBefore, now, free, capacity: this.#capacity })
+      : await store.leases.takeRuns(owner, agents, staleBefore, now, free);
     for (const run of taken) this.#drive(run);
     return taken.length;
   }
@@ -322,7 +322,7 @@ export class WorkerHost {
         // process hosts (`runs` reads it), and the supervisor judges a worker
         // frozen by that row's heartbeat, so a host holding runs must have one.
         if (!this.#registered) {
-          await this.#process.store.heartbeatMany(this.#worker(), [], this.#process.clock.now());
+          await this.#process.store.leases.heartbeatMany(this.#worker(), [], this.#process.clock.now());
           this.#registered = true;
         }
         // Full when it took a run for every free slot; a fair share short of

@@ -93,9 +93,9 @@ Deno.test("a worker host drives many runs at once and renews all their leases wi
   const effects: string[] = [];
   const agent = slowAgent("noter", clock, 5_000, effects);
   for (let i = 0; i < 12; i++) {
-    await store.createRun({ runId: `many-${i}`, agent: "noter", goal: "note it" }, clock.now());
+    await store.leases.createRun({ runId: `many-${i}`, agent: "noter", goal: "note it" }, clock.now());
   }
-  await store.createRun({ runId: "not-mine", agent: "someone-else", goal: "x" }, clock.now());
+  await store.leases.createRun({ runId: "not-mine", agent: "someone-else", goal: "x" }, clock.now());
   const h = host(agent, clock, lines, 8).start();
   await settle();
   assert.equal(h.active, 8, "it takes as many runs as it has slots");
@@ -104,25 +104,29 @@ Deno.test("a worker host drives many runs at once and renews all their leases wi
   await settle();
   const heartbeats = db.names.filter((n) => n === "heartbeat-many");
   assert.equal(heartbeats.length, 1, "one statement renews eight leases");
-  const renewed = (await store.listRuns({ agent: "noter", limit: 100 })).runs.filter((r) =>
+  const renewed = (await store.operators.listRuns({ agent: "noter", limit: 100 })).runs.filter((r) =>
     r.heartbeat_at && new Date(r.heartbeat_at).getTime() === clock.now().getTime()
   );
   assert.equal(renewed.length, 8);
 
   await until(
-    async () => (await store.listRuns({ agent: "noter", status: "done", limit: 100 })).total === 12,
+    async () => (await store.operators.listRuns({ agent: "noter", status: "done", limit: 100 })).total === 12,
     clock,
   );
   assert.deepEqual(effects.sort(), Array.from({ length: 12 }, (_, i) => `many-${i}:0`).sort());
   assert.equal(
-    (await store.getRun("not-mine"))?.status,
+    (await store.reads.getRun("not-mine"))?.status,
     "pending",
     "a run of an agent it does not host waits",
   );
-  assert.equal((await store.getRun("many-3"))?.output, "noted many-3", "the final answer is stored");
-  assert.deepEqual(await store.hostedAgents(new Date(clock.now().getTime() - 12_000)), ["noter"]);
+  assert.equal((await store.reads.getRun("many-3"))?.output, "noted many-3", "the final answer is stored");
+  assert.deepEqual(await store.leases.hostedAgents(new Date(clock.now().getTime() - 12_000)), ["noter"]);
   await h.stop();
-  assert.deepEqual(await store.hostedAgents(new Date(0)), [], "a stopped host leaves the workers table");
+  assert.deepEqual(
+    await store.leases.hostedAgents(new Date(0)),
+    [],
+    "a stopped host leaves the workers table",
+  );
 });
 
 Deno.test("a refused renewal stops only that run; a stopped host frees its runs for the next taker", async () => {
@@ -131,12 +135,12 @@ Deno.test("a refused renewal stops only that run; a stopped host frees its runs 
   const effects: string[] = [];
   const agent = slowAgent("canceller", clock, 10_000, effects);
   for (const id of ["keep-1", "keep-2", "cancel-me"]) {
-    await store.createRun({ runId: id, agent: "canceller", goal: "note it" }, clock.now());
+    await store.leases.createRun({ runId: id, agent: "canceller", goal: "note it" }, clock.now());
   }
   const h = host(agent, clock, lines, 10, "host-2").start();
   await settle();
   assert.equal(h.active, 3);
-  await store.cancelRun("cancel-me", "cancelled by test", clock.now());
+  await store.families.cancel("cancel-me", "cancelled by test", clock.now());
   await clock.advance(3_000);
   await settle();
   assert.ok(lines.some((l) => /event=heartbeat-refused run=cancel-me/.test(l)), lines.join("\n"));
@@ -144,11 +148,11 @@ Deno.test("a refused renewal stops only that run; a stopped host frees its runs 
   assert.equal(effects.length, 0);
   await h.stop();
   for (const id of ["keep-1", "keep-2"]) {
-    const run = await store.getRun(id);
+    const run = await store.reads.getRun(id);
     assert.equal(run?.status, "running");
     assert.equal(run?.heartbeat_at, null, `${id} is takeable at once`);
   }
-  const taken = await store.takeRuns("host-3", ["canceller"], clock.now(), clock.now(), 10);
+  const taken = await store.leases.takeRuns("host-3", ["canceller"], clock.now(), clock.now(), 10);
   assert.deepEqual(taken.map((r) => [r.run_id, r.epoch]).sort(), [["keep-1", 2], ["keep-2", 2]]);
 });
 
@@ -190,7 +194,7 @@ Deno.test("a host takes the next run as soon as it is woken, even by a wake that
     leaseMs: 12_000,
   }).start();
   const done = async (n: number) =>
-    (await store.listRuns({ agent: "doorbell", status: "done", limit: 100 })).total === n;
+    (await store.operators.listRuns({ agent: "doorbell", status: "done", limit: 100 })).total === n;
   const eventually = async (check: () => Promise<boolean>) => {
     // Bounded: real turns of the event loop, the clock standing still.
     for (let i = 0; i < 200 && !(await check()); i++) await settle(1);
@@ -200,12 +204,12 @@ Deno.test("a host takes the next run as soon as it is woken, even by a wake that
   assert.ok(
     await eventually(() => Promise.resolve(gated.names.includes("take-runs"))),
   );
-  await store.createRun({ runId: "bell-1", agent: "doorbell", goal: "note it" }, clock.now());
+  await store.leases.createRun({ runId: "bell-1", agent: "doorbell", goal: "note it" }, clock.now());
   h.wake(); // while polling: the nap after this poll must end at once
   gated.release();
   assert.ok(await eventually(() => done(1)), lines.join("\n"));
   // Napping now: a wake ends the nap.
-  await store.createRun({ runId: "bell-2", agent: "doorbell", goal: "note it" }, clock.now());
+  await store.leases.createRun({ runId: "bell-2", agent: "doorbell", goal: "note it" }, clock.now());
   h.wake();
   assert.ok(await eventually(() => done(2)), lines.join("\n"));
   assert.equal(clock.now().getTime(), new ManualClock().now().getTime(), "the clock never moved");
@@ -262,13 +266,16 @@ Deno.test("a run that throws an unclassified error is let go and retried up to t
   const agent = poisonedAgent("poisoned", clock, effects, ruleCalls);
   const fine = ["fine-1", "fine-2", "fine-3", "fine-4"];
   for (const id of ["poison-1", ...fine]) {
-    await store.createRun({ runId: id, agent: "poisoned", goal: "work" }, clock.now());
+    await store.leases.createRun({ runId: id, agent: "poisoned", goal: "work" }, clock.now());
   }
   const startMs = clock.now().getTime();
   const h = host(agent, clock, lines, 10, "host-poison").start();
-  await until(async () => (await store.getRun("poison-1"))?.status === "failed", clock);
+  await until(async () => (await store.reads.getRun("poison-1"))?.status === "failed", clock);
   const failedAfterMs = clock.now().getTime() - startMs;
-  await until(async () => (await store.listRuns({ agent: "poisoned", status: "done" })).total === 4, clock);
+  await until(
+    async () => (await store.operators.listRuns({ agent: "poisoned", status: "done" })).total === 4,
+    clock,
+  );
   await h.stop();
 
   // The healthy runs: each claimed once by the one host, its call sent once.
@@ -289,7 +296,7 @@ Deno.test("a run that throws an unclassified error is let go and retried up to t
     errors.every((l) => /error="TypeError: the approval rule broke" lease=released$/.test(l)),
     errors[0],
   );
-  const run = await store.getRun("poison-1");
+  const run = await store.reads.getRun("poison-1");
   assert.match(
     run?.error ?? "",
     /^stuck: 5 workers in a row took this run and made no progress .*the limit is 5\. The last of them stopped at: TypeError: the approval rule broke\./,
@@ -301,8 +308,8 @@ Deno.test("a host's heartbeat never renews a lease it no longer holds: after a s
   const lines: string[] = [];
   const effects: string[] = [];
   const agent = slowAgent("stolen", clock, 60_000, effects);
-  await store.createRun({ runId: "steal-me", agent: "stolen", goal: "note it" }, clock.now());
-  await store.createRun({ runId: "keep-me", agent: "stolen", goal: "note it" }, clock.now());
+  await store.leases.createRun({ runId: "steal-me", agent: "stolen", goal: "note it" }, clock.now());
+  await store.leases.createRun({ runId: "keep-me", agent: "stolen", goal: "note it" }, clock.now());
   const h = host(agent, clock, lines, 10, "host-robbed").start();
   await settle();
   assert.equal(h.active, 2);
@@ -311,7 +318,7 @@ Deno.test("a host's heartbeat never renews a lease it no longer holds: after a s
   assert.equal(await claim(store, "steal-me", 1, "thief", thiefLease), 2);
   await clock.advance(3_000); // the host's next heartbeat: one statement for both runs it held
   await settle();
-  const stolen = await store.getRun("steal-me");
+  const stolen = await store.reads.getRun("steal-me");
   assert.equal(stolen?.owner, "thief");
   assert.equal(stolen?.epoch, 2);
   assert.equal(
@@ -319,7 +326,11 @@ Deno.test("a host's heartbeat never renews a lease it no longer holds: after a s
     thiefLease.getTime(),
     "the stale host renewed a lease it lost",
   );
-  assert.equal((await store.getRun("keep-me"))?.heartbeat_at?.getTime(), clock.now().getTime(), "renewed");
+  assert.equal(
+    (await store.reads.getRun("keep-me"))?.heartbeat_at?.getTime(),
+    clock.now().getTime(),
+    "renewed",
+  );
   assert.ok(
     lines.some((l) =>
       /event=heartbeat-refused run=steal-me epoch=1 reason="Write refused \(heartbeat\)/.test(l)
@@ -329,7 +340,7 @@ Deno.test("a host's heartbeat never renews a lease it no longer holds: after a s
   assert.equal(h.active, 1, "the stolen run's model request was cut off");
   await h.stop();
   assert.equal(
-    (await store.getRun("steal-me"))?.heartbeat_at?.getTime(),
+    (await store.reads.getRun("steal-me"))?.heartbeat_at?.getTime(),
     thiefLease.getTime(),
     "nor at stop",
   );
@@ -348,7 +359,7 @@ Deno.test("the bound on claims without progress holds on a host's take: a run fa
   ) => {
     for (let i = 0; i < n; i++) {
       await clock.advance(61_000); // past the take's growing wait for a run without progress (at most 60 s)
-      const taken = await store.takeRuns(
+      const taken = await store.leases.takeRuns(
         "ghost",
         [agent],
         new Date(clock.now().getTime() - 12_000),
@@ -357,7 +368,7 @@ Deno.test("the bound on claims without progress holds on a host's take: a run fa
       );
       assert.deepEqual(taken.map((r) => r.run_id), [runId]);
       if (progress && i === n - 1) await progress({ runId, epoch: taken[0].epoch });
-      await store.releaseRuns("ghost", clock.now());
+      await store.leases.releaseRuns("ghost", clock.now());
     }
   };
   /** Starts a host on `agent`, runs it until `runId` is closed, and returns the run. */
@@ -374,16 +385,19 @@ Deno.test("the bound on claims without progress holds on a host's take: a run fa
       leaseMs: 12_000,
       maxClaimsWithoutProgress: limit,
     }).start();
-    await until(async () => !["pending", "running"].includes((await store.getRun(runId))!.status), clock);
+    await until(
+      async () => !["pending", "running"].includes((await store.reads.getRun(runId))!.status),
+      clock,
+    );
     await h.stop();
-    return { run: (await store.getRun(runId))!, lines };
+    return { run: (await store.reads.getRun(runId))!, lines };
   };
 
   await t.step(
     `${limit} takes without progress, then the host's: it fails the run, sending nothing`,
     async () => {
       const effects: string[] = [];
-      await store.createRun({ runId: "bound-at", agent: "bound-at", goal: "note it" }, clock.now());
+      await store.leases.createRun({ runId: "bound-at", agent: "bound-at", goal: "note it" }, clock.now());
       await ghostTakes("bound-at", "bound-at", limit);
       const { run, lines } = await hostTakes(slowAgent("bound-at", clock, 0, effects), "bound-at");
       assert.equal(run.status, "failed");
@@ -402,7 +416,10 @@ Deno.test("the bound on claims without progress holds on a host's take: a run fa
 
   await t.step(`${limit - 1} takes without progress, then the host's: at the bound, it goes on`, async () => {
     const effects: string[] = [];
-    await store.createRun({ runId: "bound-below", agent: "bound-below", goal: "note it" }, clock.now());
+    await store.leases.createRun(
+      { runId: "bound-below", agent: "bound-below", goal: "note it" },
+      clock.now(),
+    );
     await ghostTakes("bound-below", "bound-below", limit - 1);
     const { run } = await hostTakes(slowAgent("bound-below", clock, 0, effects), "bound-below");
     assert.equal(run.status, "done", run.error ?? "");
@@ -411,7 +428,10 @@ Deno.test("the bound on claims without progress holds on a host's take: a run fa
 
   await t.step("progress in between starts the count again", async () => {
     const effects: string[] = [];
-    await store.createRun({ runId: "bound-reset", agent: "bound-reset", goal: "note it" }, clock.now());
+    await store.leases.createRun(
+      { runId: "bound-reset", agent: "bound-reset", goal: "note it" },
+      clock.now(),
+    );
     // The last of these takes commits a decision before its worker dies: progress.
     await ghostTakes("bound-reset", "bound-reset", limit, async (f) => {
       await writeDecision(
@@ -456,7 +476,7 @@ function sharingHost(
 /** Runs of `agent` held now, by owner. */
 async function heldBy(agent: string): Promise<Record<string, number>> {
   const held: Record<string, number> = {};
-  for (const r of (await store.listRuns({ agent, status: "running", limit: 1000 })).runs) {
+  for (const r of (await store.operators.listRuns({ agent, status: "running", limit: 1000 })).runs) {
     held[r.owner!] = (held[r.owner!] ?? 0) + 1;
   }
   return held;
@@ -471,7 +491,7 @@ Deno.test("two live hosts take 20 new runs half each, whichever looks first (TAK
   const b = sharingHost(agent, clock, lines, { owner: "spread-b", runsPerWorker: 100 }).start();
   await settle(); // both registered, found nothing, and nap
   for (let i = 0; i < 20; i++) {
-    await store.createRun({ runId: `spread-${i}`, agent: "spreader", goal: "note it" }, clock.now());
+    await store.leases.createRun({ runId: `spread-${i}`, agent: "spreader", goal: "note it" }, clock.now());
   }
   a.wake(); // the first to look would have taken all twenty under the rule `all`
   await settle();
@@ -481,7 +501,8 @@ Deno.test("two live hosts take 20 new runs half each, whichever looks first (TAK
   assert.deepEqual(await heldBy("spreader"), { "spread-a": 10, "spread-b": 10 });
   assert.equal(a.active + b.active, 20);
   await until(
-    async () => (await store.listRuns({ agent: "spreader", status: "done", limit: 100 })).total === 20,
+    async () =>
+      (await store.operators.listRuns({ agent: "spreader", status: "done", limit: 100 })).total === 20,
     clock,
   );
   assert.deepEqual(effects.sort(), Array.from({ length: 20 }, (_, i) => `spread-${i}:0`).sort(), "each once");
@@ -498,7 +519,7 @@ Deno.test("under TAKE_SHARE=all the first host to look takes every new run and i
     .start();
   await settle();
   for (let i = 0; i < 20; i++) {
-    await store.createRun({ runId: `grab-${i}`, agent: "grabber", goal: "note it" }, clock.now());
+    await store.leases.createRun({ runId: `grab-${i}`, agent: "grabber", goal: "note it" }, clock.now());
   }
   a.wake();
   await settle();
@@ -514,7 +535,7 @@ Deno.test("a host alone fills its 100 slots from a backlog with one take stateme
   const lines: string[] = [];
   const agent = slowAgent("filler", clock, 60_000, []);
   for (let i = 0; i < 130; i++) {
-    await store.createRun({ runId: `fill-${i}`, agent: "filler", goal: "note it" }, clock.now());
+    await store.leases.createRun({ runId: `fill-${i}`, agent: "filler", goal: "note it" }, clock.now());
   }
   db.names.length = 0;
   const h = sharingHost(agent, clock, lines, { owner: "filler-1", runsPerWorker: 100 }).start();

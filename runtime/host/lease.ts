@@ -218,8 +218,8 @@ export function keepLease(
     heartbeatMs: deps.heartbeatMs,
     leaseMs: deps.leaseMs,
     // The keeper holds this run only: one answer for it.
-    renew: (fences, now) => store.heartbeat(fences[0], now),
-    refusal: (f) => store.refusal(f, "heartbeat"),
+    renew: (fences, now) => store.writes.heartbeat(fences[0], now),
+    refusal: (f) => store.writes.refusal(f, "heartbeat"),
     subject: { run: fence.runId },
   }).start();
   keeper.hold(fence, stop);

@@ -81,7 +81,7 @@ export async function runWorker(
   const req: RunRequest = typeof request === "string" ? { runId: request, goal: goal ?? "" } : request;
   const { store, clock, log } = deps;
   const runId = req.runId;
-  const run = await store.createOrGetRun(
+  const run = await store.leases.createOrGetRun(
     {
       runId,
       agent: deps.agent,
@@ -101,7 +101,7 @@ export async function runWorker(
   }
   const ended = await notToDrive(deps, run);
   if (ended) return ended;
-  const claim = await store.claimRun(runId, run.epoch, deps.owner, clock.now());
+  const claim = await store.leases.claimRun(runId, run.epoch, deps.owner, clock.now());
   const epoch = claim?.epoch;
   if (claim === undefined || epoch === undefined) {
     telemetryOf(deps).lostClaim(deps.agent);
@@ -145,7 +145,7 @@ async function notToDrive(deps: WorkerDeps, run: RunRow): Promise<RunOutcome | u
   const held = ["done", "failed", "cancelled", "blocked"].includes(run.status) ||
     (run.status === "waiting" && !due);
   if (!held) return undefined;
-  const { journal } = await store.loadHistory(runId);
+  const { journal } = await store.reads.loadHistory(runId);
   const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
   // Tool calls decided (each owns a seq), as a worker that drove the run to its end counts them.
   const steps = journal.reduce((n, j) => n + (j.decision ? callsOf(j.decision, j.seq).length : 0), 0);
@@ -188,7 +188,9 @@ export async function releaseAfterError(
   err: unknown,
 ): Promise<LeaseAfterError> {
   try {
-    return await deps.store.releaseRun(fence, describeError(err), deps.clock.now()) ? "released" : "not-held";
+    return await deps.store.writes.releaseRun(fence, describeError(err), deps.clock.now())
+      ? "released"
+      : "not-held";
   } catch (e) {
     deps.log.warn("release-failed", { run: fence.runId, epoch: fence.epoch, error: describeError(e) });
     return "kept";
@@ -267,7 +269,7 @@ async function driveClaimed(
   // one statement less for every fresh run). Any later claim reads it back.
   // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory.
   const parked = claimed.parked;
-  const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.loadHistory(runId);
+  const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.reads.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state = await stateAtClaim(deps, claimed, { journal, effects }, stop.signal);
   let seq = parked?.seq ?? 0;

@@ -12,6 +12,7 @@ import { OpenAIPlanner } from "../model/planner.ts";
 import { CountingClient } from "../store/counting.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
+import { RunWrites } from "../store/run_writes.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
 
 async function setup() {
@@ -86,7 +87,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
     await t.step("a resumed run pays one history read, both tables in one statement", async () => {
       const first = await runWorker({ ...deps, maxSteps: 1 }, "resumed", "goal");
       assert.equal(first.status, "failed"); // guard, after one tool step
-      await store.reopenRun("resumed", deps.clock.now());
+      await store.operators.reopenRun("resumed", deps.clock.now());
       counting.reset();
       const outcome = await runWorker(deps, "resumed", "goal");
       assert.equal(outcome.status, "done");
@@ -110,7 +111,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
     await t.step("the DNS record targets the server decided at step 0", async () => {
       const dns = cloud.created("clean:").find((c) => c.kind === "dns_record");
       assert.equal(dns?.payload.target, "srv-1");
-      const { journal } = await store.loadHistory("clean");
+      const { journal } = await store.reads.loadHistory("clean");
       assert.deepEqual(journal.map((j) => j.status), ["confirmed", "confirmed", "confirmed", "confirmed"]);
       assert.ok(journal.every((j) => j.usage !== null), "token usage is stored per step");
     });
@@ -138,7 +139,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         const outcome = await runWorker({ ...deps, maxSteps: 2 }, "guarded", "goal");
         assert.equal(outcome.status, "failed");
         assert.match(outcome.error ?? "", /MAX_STEPS=2/);
-        assert.equal((await store.getRun("guarded"))?.status, "failed");
+        assert.equal((await store.reads.getRun("guarded"))?.status, "failed");
         assert.ok(lines.some((l) => /level=warn event=guard run=guarded max_steps=2/.test(l)));
         assert.equal(cloud.created("guarded:").length, 2);
       },
@@ -169,7 +170,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         }
         const outcome = await running;
         assert.equal(outcome.status, "done");
-        const { effects } = await store.loadHistory("flaky");
+        const { effects } = await store.reads.loadHistory("flaky");
         assert.equal(effects[0].status, "confirmed");
         assert.equal(effects[0].attempts, 2);
         assert.equal(effects[0].remote, "already_done");
@@ -202,7 +203,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
           err.message,
           /^The worker on run rule stopped at .*: TypeError: the approval rule broke$/,
         );
-        const run = await store.getRun("rule");
+        const run = await store.reads.getRun("rule");
         assert.equal(run?.status, "running");
         assert.equal(run?.heartbeat_at, null, "takeable at once");
         assert.equal(run?.error, "TypeError: the approval rule broke");
@@ -251,19 +252,20 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
 Deno.test("a broken invariant stops the run's turn as a bug: the worker lets the run go with the error on it, no call sent after it", async () => {
   const { deps, store, cloud } = await setup();
   try {
-    // A store that hands back another run's row for a tool call's intent: what no write may do.
-    const wrong = Object.create(store) as Store;
-    wrong.effectIntentRow = async (...args: Parameters<Store["effectIntentRow"]>) => ({
-      ...(await store.effectIntentRow(...args)),
-      run_id: "someone-else",
-    });
+    // A store whose writes hand back another run's row for a tool call's intent: what no write may do.
+    class WrongWrites extends RunWrites {
+      override async effectIntentRow(...args: Parameters<RunWrites["effectIntentRow"]>) {
+        return { ...(await super.effectIntentRow(...args)), run_id: "someone-else" };
+      }
+    }
+    const wrong = store.withAudiences({ writes: new WrongWrites(store.client) });
     await assert.rejects(
       runWorker({ ...deps, store: wrong }, "broken", "goal"),
       (e: WorkerError) =>
         e instanceof WorkerError &&
         /Invariant broken in run broken: a row of run someone-else/.test(e.message),
     );
-    const run = await store.getRun("broken");
+    const run = await store.reads.getRun("broken");
     assert.equal(run?.heartbeat_at, null, "the lease let go, for the next take");
     assert.match(run?.error ?? "", /INVARIANT_BROKEN|Invariant broken in run broken/);
     assert.deepEqual(cloud.created("broken:"), [], "the call whose intent came back wrong was never sent");

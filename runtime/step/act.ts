@@ -300,7 +300,7 @@ async function gateOf(
   // The read is only a shortcut: an answer for these arguments is final (see the comment at
   // REQUEST_APPROVAL in the store), so it is used at once; anything else is asked (askApprovals).
   const hash = await argsHash(c.args);
-  const approval = await deps.store.getApproval(key);
+  const approval = await deps.store.reads.getApproval(key);
   if (approval && approval.args_hash === hash && approval.status !== "pending") {
     if (approval.status === "denied") return { kind: "denied", call, approval };
     logApproved(deps, state, call, approval);

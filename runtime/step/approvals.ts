@@ -73,7 +73,7 @@ export async function askApprovals(
   state: RunState,
   asks: readonly Ask[],
 ): Promise<Answered[] | Pending> {
-  const asked = await deps.store.requestApprovals(
+  const asked = await deps.store.writes.requestApprovals(
     state.fence,
     asks.map((g) => ({
       key: g.call.key,
@@ -144,7 +144,7 @@ export async function denied(
     const error = `denied by ${approval.decided_by ?? "a person"}${
       approval.reason ? `: ${approval.reason}` : ""
     }`;
-    const row = await deps.store.effectDenied(
+    const row = await deps.store.writes.effectDenied(
       state.fence,
       { key: call.key, seq: call.seq, tool: call.tool.name, args: call.rawArgs },
       error,

@@ -28,7 +28,7 @@ const ask = async (state: RunState, seq: number, args: Json) => {
 
 /** The run, pending again after a person's answer, claimed by the next worker (state as it read it). */
 async function claimedAgain(state: RunState): Promise<RunState> {
-  const claimed = await w.store.claimRun(state.fence.runId, state.fence.epoch, "w1", w.clock.now());
+  const claimed = await w.store.leases.claimRun(state.fence.runId, state.fence.epoch, "w1", w.clock.now());
   assert.ok(claimed, "the answer let the run be claimed");
   return { ...state, fence: { runId: state.fence.runId, epoch: claimed.epoch } };
 }
@@ -61,22 +61,22 @@ Deno.test("askApprovals() leaves the run waiting on pending requests, then goes 
   assert.deepEqual(await askApprovals(deps, state, asks), {
     pending: [{ key: "appr-1:0", tool: "pay" }, { key: "appr-1:1", tool: "pay" }],
   });
-  const run = await w.store.getRun("appr-1");
+  const run = await w.store.reads.getRun("appr-1");
   assert.deepEqual([run?.status, run?.heartbeat_at], ["waiting", null], "waiting, holding no worker");
   assert.equal(w.events("waiting-for-approval").filter((l) => l.includes(" run=appr-1 ")).length, 2);
 
   // One answered, one not: the run waits again, on that one alone.
-  await w.store.decideApproval("appr-1:1", "denied", "bob", "too much", w.clock.now());
+  await w.store.operators.decideApproval("appr-1:1", "denied", "bob", "too much", w.clock.now());
   state = await claimedAgain(state);
   assert.deepEqual(await askApprovals(deps, state, asks), { pending: [{ key: "appr-1:0", tool: "pay" }] });
-  await w.store.decideApproval("appr-1:0", "approved", "alice", null, w.clock.now());
+  await w.store.operators.decideApproval("appr-1:0", "approved", "alice", null, w.clock.now());
   state = await claimedAgain(state);
   const answered = await askApprovals(deps, state, asks);
   assert.ok(Array.isArray(answered));
   assert.deepEqual(answered.map((a) => [a.kind, a.call.key]), [["send", "appr-1:0"], ["denied", "appr-1:1"]]);
   const no = answered[1].kind === "denied" ? answered[1].approval : undefined;
   assert.deepEqual([no?.decided_by, no?.reason], ["bob", "too much"]);
-  assert.equal((await w.store.getRun("appr-1"))?.status, "running", "the run is still this worker's");
+  assert.equal((await w.store.reads.getRun("appr-1"))?.status, "running", "the run is still this worker's");
   assert.equal(w.events("approved").filter((l) => / key=appr-1:0 .*by=alice$/.test(l)).length, 1);
 });
 
@@ -84,12 +84,12 @@ Deno.test("askApprovals() never uses an answer given for other arguments: the ca
   let state = await w.running("appr-2");
   const first = await ask(state, 0, { text: "10 EUR" });
   assert.ok("pending" in await askApprovals(deps, state, [first]));
-  await w.store.decideApproval("appr-2:0", "approved", "alice", null, w.clock.now());
+  await w.store.operators.decideApproval("appr-2:0", "approved", "alice", null, w.clock.now());
   state = await claimedAgain(state);
-  const before = await w.store.getApproval("appr-2:0");
+  const before = await w.store.reads.getApproval("appr-2:0");
   const other = { ...await ask(state, 0, { text: "10000 EUR" }), before };
   assert.deepEqual(await askApprovals(deps, state, [other]), { pending: [{ key: "appr-2:0", tool: "pay" }] });
-  const now = await w.store.getApproval("appr-2:0");
+  const now = await w.store.reads.getApproval("appr-2:0");
   assert.deepEqual([now?.status, now?.args_hash, now?.decided_by], ["pending", other.hash, null]);
   assert.match(
     w.events("waiting-for-approval").at(-1) ?? "",

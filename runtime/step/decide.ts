@@ -176,7 +176,7 @@ async function prepare(deps: WorkerDeps, state: RunState, seq: number): Promise<
 
 /** Commits the request's intent (the attempt counted, its tokens reserved) and returns the row. */
 async function intend(deps: WorkerDeps, state: RunState, seq: number, request: Request): Promise<JournalRow> {
-  const intent = await deps.store.journalIntentRow(state.fence, seq, deps.clock.now(), {
+  const intent = await deps.store.writes.journalIntentRow(state.fence, seq, deps.clock.now(), {
     reserveTokens: request.reserve,
     fresh: state.journal.get(seq) === undefined,
     params: request.sent,
@@ -206,7 +206,7 @@ async function afterOutage(
   const now = clock.now();
   // An error status from the server is an answer that cost nothing: its reservation goes back.
   const recorded = { error: `${e.code}: ${e.message}`, released: e.code === "MODEL_HTTP" ? reserve : 0 };
-  const failure = await deps.store.journalFailure(state.fence, intent, recorded, now);
+  const failure = await deps.store.writes.journalFailure(state.fence, intent, recorded, now);
   applyRow(state, failure);
   const seen = {
     failures: failure.failures,
@@ -248,7 +248,7 @@ async function afterOutage(
     `Waiting until ${next.at.toISOString()}: the model's request for step ${seq} failed ${times} ` +
     `since ${failure.failing_since?.toISOString()} (last: ${e.code}: ${e.message}); asked again at ` +
     `${next.at.toISOString()}, given up at ${next.givesUpAt.toISOString()}`;
-  await deps.store.retryRun(state.fence, next.at, reason, now);
+  await deps.store.writes.retryRun(state.fence, next.at, reason, now);
   return { kind: "retrying", wakeAt: next.at, reason };
 }
 
@@ -311,7 +311,7 @@ async function confirmDecision(
 ): Promise<Extract<DecideEnd, { kind: "decided" }>> {
   const usage = addUsage(intent.usage, paid.usage);
   const tokens = { released: paid.reserve, spent: answerTokens(paid.usage, paid.reserve) };
-  const confirmed = await deps.store.journalConfirm(
+  const confirmed = await deps.store.writes.journalConfirm(
     state.fence,
     intent,
     { decision, usage, tokens },
@@ -362,7 +362,7 @@ async function refuse(
 ): Promise<void> {
   const usage = paid === undefined ? undefined : addUsage(intent.usage, paid);
   const tokens = { released: reserve, spent: answerTokens(paid, reserve) };
-  const rejected = await deps.store.journalReject(state.fence, intent, { rejection, usage, tokens });
+  const rejected = await deps.store.writes.journalReject(state.fence, intent, { rejection, usage, tokens });
   applyRow(state, rejected);
   const attempt = intent.llm_attempts;
   deps.log.warn("rejected", {

@@ -127,7 +127,7 @@ async function ride(w: World, id: string): Promise<{ outcome: RunOutcome; waits:
   for (let i = 0; i < 200; i++) {
     const outcome = await turn(w, id);
     if (outcome.status !== "waiting") return { outcome, waits };
-    const run = await w.store.getRun(id);
+    const run = await w.store.reads.getRun(id);
     assert.equal(run?.status, "waiting");
     assert.equal(run?.heartbeat_at, null, "a run waiting out an outage holds no lease, so no worker slot");
     assert.ok(run?.wake_at, "it says until when");
@@ -148,7 +148,7 @@ Deno.test("a tool whose remote is down for ten minutes is sent again under its k
     // the worker (no more than holdSlotMaxMs, 2 s); from 3 s on the run is let go, up to the 60 s cap.
     assert.deepEqual(waits.slice(0, 6), [3_000, 6_000, 12_000, 24_000, 45_000, 45_000]);
     assert.ok(waits.every((ms) => ms <= 60_000), `no wait past the cap: ${waits}`);
-    const { effects } = await w.store.loadHistory("o1");
+    const { effects } = await w.store.reads.loadHistory("o1");
     const call = effects[0];
     assert.equal(call.status, "confirmed");
     assert.equal(call.remote, "created", "the remote acted once, on the request that reached it");
@@ -173,7 +173,7 @@ Deno.test("a tool still failing at its retry horizon fails the run TOOL_GAVE_UP,
     );
     // The last request went out at the horizon, not a backoff past it.
     assert.equal(w.clock.now().getTime() - w.start, 5 * MINUTE);
-    const { effects } = await w.store.loadHistory("o2");
+    const { effects } = await w.store.reads.loadHistory("o2");
     assert.equal(effects[0].status, "intent", "its outcome is unknown: left at intent");
     assert.equal(w.shop.acted.size, 0);
   } finally {
@@ -195,7 +195,7 @@ Deno.test("a tool may let a failure past its horizon become its answer: the mode
       2 * MINUTE,
       "the tool's own horizon wins over the agent's",
     );
-    const { effects } = await w.store.loadHistory("o3");
+    const { effects } = await w.store.reads.loadHistory("o3");
     assert.equal(effects[0].status, "failed");
     assert.match(effects[0].error ?? "", /^lookup is unavailable: its request failed \d+ times over 2 min/);
     const told = w.model.seen.at(-1)!.transcript.find((m) => m.role === "tool");
@@ -211,7 +211,7 @@ Deno.test("a model whose server is down for ten minutes is asked again until it 
     const { outcome, waits } = await ride(w, "m1");
     assert.equal(outcome.status, "done", w.lines.join("\n"));
     assert.deepEqual(waits.slice(0, 4), [3_000, 6_000, 12_000, 24_000]);
-    const { journal } = await w.store.loadHistory("m1");
+    const { journal } = await w.store.reads.loadHistory("m1");
     assert.equal(journal.length, 2);
     assert.equal(
       journal[0].llm_attempts,
@@ -234,7 +234,7 @@ Deno.test("a model down past its retry horizon fails MODEL_GAVE_UP; the horizon 
     let outcome = await turn(w, "m2", "w1");
     assert.equal(outcome.status, "waiting");
     for (let i = 2; i < 200 && outcome.status === "waiting"; i++) {
-      const run = await w.store.getRun("m2");
+      const run = await w.store.reads.getRun("m2");
       await w.clock.advance(new Date(run!.wake_at!).getTime() - w.clock.now().getTime());
       outcome = await turn(w, "m2", `w${i}`);
     }
@@ -273,7 +273,7 @@ Deno.test("a tool error with Retry-After is waited as the remote asked, within t
   try {
     const first = await turn(w, "o5");
     assert.equal(first.status, "waiting");
-    const run = await w.store.getRun("o5");
+    const run = await w.store.reads.getRun("o5");
     assert.equal(new Date(run!.wake_at!).getTime() - w.clock.now().getTime(), 90_000);
   } finally {
     await w.store.client.close();

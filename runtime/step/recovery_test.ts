@@ -54,7 +54,7 @@ async function setup() {
   );
   /** A run whose decisions and call intents a first worker wrote before it died; claimed again by `w2`. */
   const crashed = async (runId: string, calls: { seq: number; args: Json }[], decision: Decision) => {
-    await store.createRun({ runId, agent: "notes", goal: "g" }, clock.now());
+    await store.leases.createRun({ runId, agent: "notes", goal: "g" }, clock.now());
     const first = { runId, epoch: (await claim(store, runId, 0, "w1", clock.now()))! };
     await writeDecision(store, first, 0, { decision }, clock.now());
     for (const c of calls) {
@@ -66,7 +66,7 @@ async function setup() {
       );
     }
     const epoch = (await claim(store, runId, first.epoch, "w2", clock.now()))!;
-    const { journal, effects } = await store.loadHistory(runId);
+    const { journal, effects } = await store.reads.loadHistory(runId);
     const state = {
       fence: { runId, epoch },
       goal: "g",
@@ -90,7 +90,7 @@ Deno.test("recover() re-sends a stranded call under its key, and the remote that
     });
     await recover(deps, state);
     assert.deepEqual(sent, ["r1:0"], "one request, under the same key");
-    const row = await store.getEffect("r1:0");
+    const row = await store.reads.getEffect("r1:0");
     assert.deepEqual([row?.status, row?.result, row?.remote], ["confirmed", "note:hi", "already_done"]);
     assert.equal(state.effects.get(0)?.status, "confirmed", "the state holds the row the confirm wrote");
     assert.match(lines.join("\n"), /event=recovery run=r1 .*tools_intent=1/);
@@ -119,8 +119,8 @@ Deno.test("recover() flags a call whose arguments no longer parse, and the run b
       /r2:0 needs a human: it cannot be re-sent safely: [^]*deno task resolve r2:0/,
     );
     assert.deepEqual(sent, ["r2:1"], "the other call is settled first; the bad one is never sent");
-    assert.equal((await store.getEffect("r2:0"))?.status, "flagged");
-    assert.equal((await store.getEffect("r2:1"))?.status, "confirmed");
+    assert.equal((await store.reads.getEffect("r2:0"))?.status, "flagged");
+    assert.equal((await store.reads.getEffect("r2:1"))?.status, "confirmed");
   } finally {
     await store.client.close();
   }

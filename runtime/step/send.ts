@@ -236,7 +236,7 @@ async function intentOrSettled(
 ): Promise<SideEffectRow> {
   const { key, seq, tool } = call;
   try {
-    const intent = await deps.store.effectIntentRow(
+    const intent = await deps.store.writes.effectIntentRow(
       state.fence,
       { key, seq, tool: tool.name, args: call.rawArgs },
       deps.clock.now(),
@@ -246,7 +246,7 @@ async function intentOrSettled(
     return intent;
   } catch (err) {
     if (row?.status !== "waiting" || !hasCode(err, "STALLED")) throw err;
-    const now = await deps.store.getEffect(key);
+    const now = await deps.store.reads.getEffect(key);
     if (now?.run_id !== state.fence.runId || (now.status !== "confirmed" && now.status !== "failed")) {
       throw err;
     }
@@ -291,7 +291,7 @@ async function scheduleAgain(
     now,
     deps.random,
   );
-  const failure = await deps.store.effectFailure(
+  const failure = await deps.store.writes.effectFailure(
     state.fence,
     row,
     { error: `${error.code}: ${error.message}`, retryAt: next.kind === "again" ? next.at : now },

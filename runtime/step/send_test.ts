@@ -137,7 +137,12 @@ Deno.test("send() goes on with a call settled from outside while it was asleep, 
   const call = w.callOf(state, 0, tool);
   assert.equal((await leftAt(await send(deps, state, call), state)).status, "waiting");
   await w.clock.advance(30_000);
-  const out = await w.store.settleCall(call.key, { result: { url: "by-hand" } }, "alice", w.clock.now());
+  const out = await w.store.operators.settleCall(
+    call.key,
+    { result: { url: "by-hand" } },
+    "alice",
+    w.clock.now(),
+  );
   assert.equal(out.settled, true);
   const row = await leftAt(await send(deps, state, call), state);
   assert.deepEqual([row.status, row.result, row.remote], ["confirmed", { url: "by-hand" }, "resolved"]);

@@ -51,7 +51,7 @@ export async function failCall(
   row: SideEffectRow,
   e: ToolError,
 ): Promise<SideEffectRow> {
-  const settled = await deps.store.effectSettle(
+  const settled = await deps.store.writes.effectSettle(
     state.fence,
     row,
     { status: "failed", error: e.message },
@@ -126,7 +126,7 @@ export async function accepted(
       ),
     );
   }
-  const row = await deps.store.effectWaiting(state.fence, intent, {
+  const row = await deps.store.writes.effectWaiting(state.fence, intent, {
     result: stored.value,
     checkAt,
     deadlineAt,
@@ -153,7 +153,12 @@ export async function confirm(
   result: Json,
   remote: "created" | "already_done" | "reconciled",
 ): Promise<SideEffectRow> {
-  const confirmed = await deps.store.effectConfirm(state.fence, row, { result, remote }, deps.clock.now());
+  const confirmed = await deps.store.writes.effectConfirm(
+    state.fence,
+    row,
+    { result, remote },
+    deps.clock.now(),
+  );
   applyRow(state, confirmed);
   deps.log.info("confirmed", {
     run: state.fence.runId,
@@ -176,7 +181,7 @@ export async function flag(
   row: SideEffectRow,
   reason: string,
 ): Promise<SideEffectRow> {
-  const flagged = await deps.store.effectSettle(
+  const flagged = await deps.store.writes.effectSettle(
     state.fence,
     row,
     { status: "flagged", error: reason },

@@ -157,10 +157,10 @@ async function afterActing(
       return end;
     case "approval":
       // The approval statement set the run to waiting and let it go.
-      if (end.wakeAt) await deps.store.waitRun(state.fence, end.wakeAt, deps.clock.now());
+      if (end.wakeAt) await deps.store.writes.waitRun(state.fence, end.wakeAt, deps.clock.now());
       return { kind: "waiting", reason: end.reason };
     case "asleep": {
-      if (await deps.store.waitRun(state.fence, end.wakeAt, deps.clock.now(), end.reason)) {
+      if (await deps.store.writes.waitRun(state.fence, end.wakeAt, deps.clock.now(), end.reason)) {
         deps.log.info("sleeping", {
           run: state.fence.runId,
           seq,
@@ -169,7 +169,7 @@ async function afterActing(
         });
         return { kind: "waiting", reason: end.reason };
       }
-      const { effects } = await deps.store.loadHistory(state.fence.runId);
+      const { effects } = await deps.store.reads.loadHistory(state.fence.runId);
       for (const e of effects) applyRow(state, e);
       return undefined;
     }

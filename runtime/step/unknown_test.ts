@@ -132,7 +132,7 @@ Deno.test("unknownOutcome() sends, reconciles, flags, waits or gives up, as the 
       assert.equal(counter.asked, lookups, "lookups made");
     });
   }
-  assert.deepEqual(await w.store.getEffect("unknown-1:0"), before, "no verdict wrote anything");
+  assert.deepEqual(await w.store.reads.getEffect("unknown-1:0"), before, "no verdict wrote anything");
 });
 
 Deno.test("unknownRequests() counts the requests no worker recorded an outcome for", () => {
@@ -151,14 +151,14 @@ Deno.test("giveUp() ends a call past its horizon as its tool's onGiveUp says", a
   const giveUpOn = async (tool: ReturnType<typeof pay>["tool"]) => {
     const call = w.callOf(state, seq++, tool);
     const intent = await w.intent(state, call);
-    const failed = await w.store.effectFailure(state.fence, intent, {
+    const failed = await w.store.writes.effectFailure(state.fence, intent, {
       error: down.message,
       retryAt: w.clock.now(),
     }, w.clock.now());
     return { key: call.key, end: await giveUp(deps, state, call, failed, down, 3_600_000).catch((e) => e) };
   };
   const stored = async (key: string) => {
-    const r = await w.store.getEffect(key);
+    const r = await w.store.reads.getEffect(key);
     return [r?.status, r?.remote ?? r?.error];
   };
 

@@ -89,11 +89,11 @@ Deno.test("a call its remote accepted: the run sleeps without a worker, is asked
   try {
     const first = await runWorker(w.deps, "r1", "Render two reports.");
     assert.equal(first.status, "waiting");
-    const asleep = await w.store.getRun("r1");
+    const asleep = await w.store.reads.getRun("r1");
     assert.equal(asleep?.status, "waiting");
     assert.equal(asleep?.heartbeat_at, null, "no worker holds a sleeping run: its lease is let go");
     assert.equal(asleep?.wake_at?.getTime(), w.clock.now().getTime() + 30_000);
-    let { effects } = await w.store.loadHistory("r1");
+    let { effects } = await w.store.reads.loadHistory("r1");
     assert.deepEqual(effects.map((e) => [e.idempotency_key, e.status, e.attempts, e.polls]), [
       ["r1:0", "waiting", 1, 0],
       ["r1:1", "waiting", 1, 0],
@@ -106,7 +106,7 @@ Deno.test("a call its remote accepted: the run sleeps without a worker, is asked
     await w.clock.advance(20_000);
     const done = await runWorker(w.deps, "r1", "Render two reports.");
     assert.equal(done.status, "done", w.lines.join("\n"));
-    ({ effects } = await w.store.loadHistory("r1"));
+    ({ effects } = await w.store.reads.loadHistory("r1"));
     assert.deepEqual(effects.map((e) => [e.status, e.attempts, e.polls]), [["confirmed", 1, 1], [
       "confirmed",
       1,
@@ -130,11 +130,11 @@ Deno.test("a call not done by its tool's waitDeadlineMs fails TOOL_WAIT_EXPIRED 
   try {
     assert.equal((await runWorker(w.deps, "r2", "x")).status, "waiting");
     // The remote said 60 s; the call is asked again at its deadline, 20 s, and no later.
-    assert.equal((await w.store.getRun("r2"))?.wake_at?.getTime(), w.clock.now().getTime() + 20_000);
+    assert.equal((await w.store.reads.getRun("r2"))?.wake_at?.getTime(), w.clock.now().getTime() + 20_000);
     await w.clock.advance(20_000);
     const end = await runWorker(w.deps, "r2", "x");
     assert.equal(end.status, "done", w.lines.join("\n"));
-    const e = (await w.store.loadHistory("r2")).effects[0];
+    const e = (await w.store.reads.loadHistory("r2")).effects[0];
     assert.equal(e.status, "failed");
     assert.match(
       e.error ?? "",
@@ -153,11 +153,16 @@ Deno.test("a call settled from outside while its run sleeps: the run is woken an
   }]);
   try {
     assert.equal((await runWorker(w.deps, "r3", "x")).status, "waiting");
-    const out = await w.store.settleCall("r3:0", { result: { url: "by-hand" } }, "alice", w.clock.now());
+    const out = await w.store.operators.settleCall(
+      "r3:0",
+      { result: { url: "by-hand" } },
+      "alice",
+      w.clock.now(),
+    );
     assert.equal(out.effect?.status, "confirmed");
     const end = await runWorker(w.deps, "r3", "x");
     assert.equal(end.status, "done", w.lines.join("\n"));
-    const e = (await w.store.loadHistory("r3")).effects[0];
+    const e = (await w.store.reads.loadHistory("r3")).effects[0];
     assert.deepEqual([e.status, e.remote, e.result], ["confirmed", "resolved", { url: "by-hand" }]);
     assert.equal(w.cloud.requests().by_path["/v1/jobs"], 1, "the remote was not asked again");
   } finally {
@@ -175,11 +180,16 @@ Deno.test("a settle that lands between the worker taking the run and its re-send
     await w.clock.advance(30_000);
     // The worker is due and takes the run; just before its re-send's intent is written, a webhook settles
     // the call (planted from outside, around the store's write, as the adversarial pass's race did).
-    const intent = w.store.effectIntentRow.bind(w.store);
+    const intent = w.store.writes.effectIntentRow.bind(w.store.writes);
     let planted = 0;
-    w.store.effectIntentRow = async (...args: Parameters<typeof intent>) => {
+    w.store.writes.effectIntentRow = async (...args: Parameters<typeof intent>) => {
       if (args[1].key === "r4:0" && planted++ === 0) {
-        const out = await w.store.settleCall("r4:0", { result: { url: "webhook" } }, "hook", w.clock.now());
+        const out = await w.store.operators.settleCall(
+          "r4:0",
+          { result: { url: "webhook" } },
+          "hook",
+          w.clock.now(),
+        );
         assert.equal(out.settled, true);
       }
       return await intent(...args);
@@ -191,7 +201,7 @@ Deno.test("a settle that lands between the worker taking the run and its re-send
       w.lines.some((l) => / event=settled-meanwhile run=r4 seq=0 key=r4:0 status=confirmed by=hook$/.test(l)),
     );
     assert.ok(!w.lines.some((l) => / event=stalled /.test(l)), "the worker did not stop");
-    const e = (await w.store.loadHistory("r4")).effects[0];
+    const e = (await w.store.reads.loadHistory("r4")).effects[0];
     assert.deepEqual([e.status, e.remote, e.result], ["confirmed", "resolved", { url: "webhook" }]);
     assert.equal(w.cloud.requests().by_path["/v1/jobs"], 1, "the remote was not asked again");
     assert.equal(w.asked(), 2, "the next decision was asked once");
@@ -210,7 +220,7 @@ Deno.test("a remote that says 'ask again in 1 ms' is asked no sooner than the fl
     let end = await runWorker(w.deps, "r5", "x");
     // Bounded: the call's deadline ends it; 200 turns would mean no floor.
     for (let i = 0; i < 200 && end.status === "waiting"; i++) {
-      const run = await w.store.getRun("r5");
+      const run = await w.store.reads.getRun("r5");
       const wait = new Date(run!.wake_at!).getTime() - w.clock.now().getTime();
       waits.push(wait);
       await w.clock.advance(wait);
@@ -219,7 +229,7 @@ Deno.test("a remote that says 'ask again in 1 ms' is asked no sooner than the fl
     assert.equal(end.status, "done");
     // 1 s, then doubled per poll up to the backoff cap (60 s), and never past the deadline (60 s in all).
     assert.deepEqual(waits, [1_000, 2_000, 4_000, 8_000, 16_000, 29_000]);
-    const e = (await w.store.loadHistory("r5")).effects[0];
+    const e = (await w.store.reads.loadHistory("r5")).effects[0];
     // The last wake is the deadline itself: the call fails there without a request.
     assert.equal(
       e.polls,

@@ -19,9 +19,9 @@ const LEASE_MS = 10_000;
 
 /** Creates `runId` of `agent` at `now` and, with `owner`, claims it: its fence. */
 async function made(store: Store, runId: string, agent: string, now: Date, owner?: string): Promise<Fence> {
-  await store.createRun({ runId, agent, goal: "g" }, now);
+  await store.leases.createRun({ runId, agent, goal: "g" }, now);
   if (owner === undefined) return { runId, epoch: 0 };
-  return { runId, epoch: (await store.claimRun(runId, 0, owner, now))!.epoch };
+  return { runId, epoch: (await store.leases.claimRun(runId, 0, owner, now))!.epoch };
 }
 
 /** A take's runs by id (it claims the longest waiting, but sends them back in no set order). */
@@ -33,7 +33,7 @@ bothStoresTest("claims and takes", async (store, t) => {
   const ms = (n: number) => new Date(Date.UTC(2026, 0, 1) + n);
   const stale = () => new Date(clock.now().getTime() - LEASE_MS);
   const take = async (agents: string[], limit: number) =>
-    byId(await store.takeRuns("taker", agents, stale(), clock.now(), limit));
+    byId(await store.leases.takeRuns("taker", agents, stale(), clock.now(), limit));
 
   await t.step(
     "a take claims the longest waiting first, up to its limit, and passes the rest by",
@@ -43,16 +43,16 @@ bothStoresTest("claims and takes", async (store, t) => {
       await made(store, "t-pending-1", "order", clock.now()); // waits from 1000
       await clock.advance(1_000);
       const woken = await made(store, "t-woken", "order", clock.now(), "w-old");
-      await store.retryRun(woken, ms(3_000), "model down", clock.now()); // waits from 3000
+      await store.writes.retryRun(woken, ms(3_000), "model down", clock.now()); // waits from 3000
       await clock.advance(2_000);
       await made(store, "t-pending-4", "order", clock.now()); // waits from 4000
       const woken5 = await made(store, "t-woken-5", "order", clock.now(), "w-old");
-      await store.retryRun(woken5, ms(5_000), "model down", clock.now()); // waits from 5000
+      await store.writes.retryRun(woken5, ms(5_000), "model down", clock.now()); // waits from 5000
       const asleep = await made(store, "t-asleep", "order", clock.now(), "w-old");
-      await store.retryRun(asleep, ms(60_000), "model down", clock.now());
+      await store.writes.retryRun(asleep, ms(60_000), "model down", clock.now());
       const person = await made(store, "t-person", "order", clock.now(), "w-old");
       const ask = { key: "t-person:0", seq: 0, tool: "pay", args: {}, hash: "h" };
-      assert.equal((await store.requestApproval(person, ask, clock.now())).waiting, true);
+      assert.equal((await store.writes.requestApproval(person, ask, clock.now())).waiting, true);
       await made(store, "t-other-agent", "other", ms(0));
       await clock.advance(LEASE_MS);
       await made(store, "t-live", "order", clock.now(), "w-live");
@@ -76,7 +76,7 @@ bothStoresTest("claims and takes", async (store, t) => {
         ]);
       }
       assert.deepEqual(await take(["order"], 3), [], "a live lease, a later wake time, a person's answer");
-      assert.equal((await store.getRun("t-person"))?.status, "waiting");
+      assert.equal((await store.reads.getRun("t-person"))?.status, "waiting");
     },
   );
 
@@ -84,10 +84,10 @@ bothStoresTest("claims and takes", async (store, t) => {
     "a claim counts progress: stuck claims grow and keep the error until a step is made",
     async () => {
       const f = await made(store, "t-stuck", "stuck", clock.now(), "w1");
-      assert.equal(await store.releaseRun(f, "worker crashed", clock.now()), true);
-      const again = await store.claimRun("t-stuck", f.epoch, "w2", clock.now());
+      assert.equal(await store.writes.releaseRun(f, "worker crashed", clock.now()), true);
+      const again = await store.leases.claimRun("t-stuck", f.epoch, "w2", clock.now());
       assert.deepEqual(again, { epoch: 2, stuck_claims: 2 });
-      assert.equal((await store.getRun("t-stuck"))?.error, "worker crashed", "kept to name the cause");
+      assert.equal((await store.reads.getRun("t-stuck"))?.error, "worker crashed", "kept to name the cause");
       await writeDecision(
         store,
         { runId: "t-stuck", epoch: 2 },
@@ -95,10 +95,16 @@ bothStoresTest("claims and takes", async (store, t) => {
         { decision: { tool: "x", args: {} } },
         clock.now(),
       );
-      assert.deepEqual(await store.claimRun("t-stuck", 2, "w3", clock.now()), { epoch: 3, stuck_claims: 1 });
-      const run = await store.getRun("t-stuck");
+      assert.deepEqual(await store.leases.claimRun("t-stuck", 2, "w3", clock.now()), {
+        epoch: 3,
+        stuck_claims: 1,
+      });
+      const run = await store.reads.getRun("t-stuck");
       assert.deepEqual([run?.error, run?.progress_mark], [null, 1]);
-      assert.deepEqual(await store.claimRun("t-stuck", 3, "w4", clock.now()), { epoch: 4, stuck_claims: 2 });
+      assert.deepEqual(await store.leases.claimRun("t-stuck", 3, "w4", clock.now()), {
+        epoch: 4,
+        stuck_claims: 2,
+      });
     },
   );
 
@@ -106,15 +112,15 @@ bothStoresTest("claims and takes", async (store, t) => {
     const f = await made(store, "t-backoff", "backoff", clock.now(), "w1");
     const second = {
       runId: f.runId,
-      epoch: (await store.claimRun(f.runId, f.epoch, "w2", clock.now()))!.epoch,
+      epoch: (await store.leases.claimRun(f.runId, f.epoch, "w2", clock.now()))!.epoch,
     };
-    await store.releaseRun(second, "died", clock.now()); // two claims without progress: 500 ms
+    await store.writes.releaseRun(second, "died", clock.now()); // two claims without progress: 500 ms
     await clock.advance(499);
     assert.deepEqual(await take(["backoff"], 5), []);
     await clock.advance(2);
     const [taken] = await take(["backoff"], 5);
     assert.deepEqual([taken?.run_id, taken?.stuck_claims], ["t-backoff", 3]);
-    await store.releaseRun({ runId: f.runId, epoch: taken.epoch }, "died", clock.now()); // now 1000 ms
+    await store.writes.releaseRun({ runId: f.runId, epoch: taken.epoch }, "died", clock.now()); // now 1000 ms
     await clock.advance(999);
     assert.deepEqual(await take(["backoff"], 5), []);
     await clock.advance(2);
@@ -125,11 +131,11 @@ bothStoresTest("claims and takes", async (store, t) => {
     "a waiting run is claimed only once its wake time has come, which the claim clears",
     async () => {
       const f = await made(store, "t-wake", "wake", clock.now(), "w1");
-      await store.retryRun(f, new Date(clock.now().getTime() + 5_000), "model down", clock.now());
-      assert.equal(await store.claimRun("t-wake", f.epoch, "w2", clock.now()), undefined);
+      await store.writes.retryRun(f, new Date(clock.now().getTime() + 5_000), "model down", clock.now());
+      assert.equal(await store.leases.claimRun("t-wake", f.epoch, "w2", clock.now()), undefined);
       await clock.advance(5_000);
-      assert.equal((await store.claimRun("t-wake", f.epoch, "w2", clock.now()))?.epoch, f.epoch + 1);
-      const run = await store.getRun("t-wake");
+      assert.equal((await store.leases.claimRun("t-wake", f.epoch, "w2", clock.now()))?.epoch, f.epoch + 1);
+      const run = await store.reads.getRun("t-wake");
       assert.deepEqual([run?.status, run?.wake_at, run?.owner], ["running", null, "w2"]);
     },
   );
@@ -137,7 +143,7 @@ bothStoresTest("claims and takes", async (store, t) => {
   await t.step("a family's take claims its root and the runs under it, and no other run", async () => {
     const root = await made(store, "t-root", "boss", clock.now(), "w1");
     await writeDecision(store, root, 0, { decision: { tool: "helper", args: {} } }, clock.now());
-    await store.effectIntentRow(
+    await store.writes.effectIntentRow(
       root,
       { key: "t-root:0", seq: 0, tool: "helper", args: {} },
       clock.now(),
@@ -147,15 +153,15 @@ bothStoresTest("claims and takes", async (store, t) => {
     const child = { runId: "t-root.0", agent: "helper", goal: "g", input: "g", parentKey: "t-root:0" };
     await store.families.createChild(root, child, clock.now());
     await made(store, "t-stranger", "helper", ms(0));
-    await store.releaseRun(root, "host stopped", clock.now());
+    await store.writes.releaseRun(root, "host stopped", clock.now());
     const taken = byId(
-      await store.takeFamily("solo", ["boss", "helper"], "t-root", stale(), clock.now(), 10),
+      await store.leases.takeFamily("solo", ["boss", "helper"], "t-root", stale(), clock.now(), 10),
     );
     assert.deepEqual(taken.map((r) => [r.run_id, r.owner, r.epoch]), [["t-root", "solo", 2], [
       "t-root.0",
       "solo",
       1,
     ]]);
-    assert.equal((await store.getRun("t-stranger"))?.status, "pending");
+    assert.equal((await store.reads.getRun("t-stranger"))?.status, "pending");
   });
 });

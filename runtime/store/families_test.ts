@@ -19,7 +19,7 @@ const HOUR_S = 3600;
 
 /** A running run (claimed at `now`) with step 0 decided as a call of `helper`. */
 async function runningParent(store: Store, runId: string, now = T0): Promise<Fence> {
-  await store.createRun({ runId, agent: "boss", goal: "goal" }, now);
+  await store.leases.createRun({ runId, agent: "boss", goal: "goal" }, now);
   const f = { runId, epoch: (await claim(store, runId, 0, "w1", now))! };
   await writeDecision(
     store,
@@ -33,7 +33,7 @@ async function runningParent(store: Store, runId: string, now = T0): Promise<Fen
 
 /** The call at step 0 of `f`'s run, sent (at intent). */
 async function sentCall(store: Store, f: Fence, now = T0): Promise<SideEffectRow> {
-  return await store.effectIntentRow(
+  return await store.writes.effectIntentRow(
     f,
     { key: `${f.runId}:0`, seq: 0, tool: "helper", args: { task: "t" } },
     now,
@@ -75,7 +75,7 @@ bothStoresTest(
       ["fam-a.0", "pending", "fam-a", "fam-a:0", "fam-a"],
     );
     assert.equal(
-      (await store.getRun("fam-a"))?.root_run_id,
+      (await store.reads.getRun("fam-a"))?.root_run_id,
       "fam-a",
       "a root names itself once it has a child",
     );
@@ -96,7 +96,7 @@ bothStoresTest(
     assert.deepEqual([grand.run.parent_run_id, grand.run.root_run_id], ["fam-a.0", "fam-a"]);
 
     // A parent no longer running under this worker starts nothing.
-    await store.cancelRun("fam-a", "cancelled by test", at(10));
+    await store.families.cancel("fam-a", "cancelled by test", at(10));
     await assert.rejects(
       store.families.createChild(f, {
         runId: "fam-a.1",
@@ -107,7 +107,7 @@ bothStoresTest(
       }, at(11)),
       (e: FencedError) => e instanceof FencedError && e.code === "RUN_CLOSED",
     );
-    assert.equal(await store.getRun("fam-a.1"), undefined);
+    assert.equal(await store.reads.getRun("fam-a.1"), undefined);
   },
 );
 
@@ -117,9 +117,9 @@ bothStoresTest("a family's spend is read per run, through its root", async (stor
   await startChild(store, f);
   const c = await claimChild(store, "fam-s.0");
   await writeDecision(store, c, 0, { decision: { tool: "x", args: {} }, usage: undefined }, T0);
-  await store.journalIntentRow(c, 1, T0, { reserveTokens: 500, fresh: true });
-  await store.effectIntentRow(c, { key: "fam-s.0:0", seq: 0, tool: "x", args: {} }, T0, true);
-  await store.createRun({ runId: "other", agent: "boss", goal: "g" }, T0);
+  await store.writes.journalIntentRow(c, 1, T0, { reserveTokens: 500, fresh: true });
+  await store.writes.effectIntentRow(c, { key: "fam-s.0:0", seq: 0, tool: "x", args: {} }, T0, true);
+  await store.leases.createRun({ runId: "other", agent: "boss", goal: "g" }, T0);
   const family = await store.families.readFamily("fam-s");
   assert.deepEqual(
     family.map((m) => [m.run_id, m.parent_run_id, m.status, m.model_calls, m.tool_calls, m.tokens]),
@@ -133,29 +133,29 @@ bothStoresTest(
     const f = await runningParent(store, "fam-w");
     const sent = await sentCall(store, f);
     await startChild(store, f);
-    await store.effectWaiting(f, sent, {
+    await store.writes.effectWaiting(f, sent, {
       result: { run: "fam-w.0" },
       checkAt: at(300),
       deadlineAt: at(HOUR_S),
     });
-    assert.equal(await store.waitRun(f, at(300), at(1)), true);
-    assert.equal((await store.getRun("fam-w"))?.wake_at?.getTime(), at(300).getTime());
+    assert.equal(await store.writes.waitRun(f, at(300), at(1)), true);
+    assert.equal((await store.reads.getRun("fam-w"))?.wake_at?.getTime(), at(300).getTime());
 
     const c = await claimChild(store, "fam-w.0", at(2));
     const end = await store.families.finish(
       c,
       { status: "done", error: null, output: "the answer", orphaned: "x" },
       at(20),
-      (fence, what) => store.refusal(fence, what),
+      (fence, what) => store.writes.refusal(fence, what),
     );
     assert.deepEqual(end, { woken: true, cancelled: [] });
-    const parent = await store.getRun("fam-w");
+    const parent = await store.reads.getRun("fam-w");
     assert.deepEqual([parent?.status, parent?.wake_at?.getTime()], ["waiting", at(20).getTime()]);
-    assert.equal((await store.getEffect("fam-w:0"))?.check_at?.getTime(), at(20).getTime());
-    const child = await store.getRun("fam-w.0");
+    assert.equal((await store.reads.getEffect("fam-w:0"))?.check_at?.getTime(), at(20).getTime());
+    const child = await store.reads.getRun("fam-w.0");
     assert.deepEqual([child?.status, child?.output], ["done", "the answer"]);
     // Taken at once.
-    assert.deepEqual((await store.takeRuns("w3", ["boss"], at(20), at(20), 10)).map((r) => r.run_id), [
+    assert.deepEqual((await store.leases.takeRuns("w3", ["boss"], at(20), at(20), 10)).map((r) => r.run_id), [
       "fam-w",
     ]);
     // Refused once it is not this worker's any more.
@@ -164,7 +164,7 @@ bothStoresTest(
         c,
         { status: "done", error: null, output: "again", orphaned: "x" },
         at(21),
-        (fence, what) => store.refusal(fence, what),
+        (fence, what) => store.writes.refusal(fence, what),
       ),
       (e: FencedError) => e instanceof FencedError && e.code === "RUN_CLOSED",
     );
@@ -183,17 +183,17 @@ bothStoresTest(
       c,
       { status: "done", error: null, output: "early", orphaned: "x" },
       at(2),
-      (fence, what) => store.refusal(fence, what),
+      (fence, what) => store.writes.refusal(fence, what),
     );
-    const waiting = await store.effectWaiting(f, sent, {
+    const waiting = await store.writes.effectWaiting(f, sent, {
       result: { run: "fam-r.0" },
       checkAt: at(300),
       deadlineAt: at(HOUR_S),
     });
     assert.equal(waiting.status, "waiting");
-    assert.equal((await store.getEffect("fam-r:0"))?.check_at?.getTime(), at(2).getTime());
-    assert.equal(await store.waitRun(f, at(300), at(3)), true);
-    assert.equal((await store.getRun("fam-r"))?.wake_at?.getTime(), at(2).getTime());
+    assert.equal((await store.reads.getEffect("fam-r:0"))?.check_at?.getTime(), at(2).getTime());
+    assert.equal(await store.writes.waitRun(f, at(300), at(3)), true);
+    assert.equal((await store.reads.getRun("fam-r"))?.wake_at?.getTime(), at(2).getTime());
   },
 );
 
@@ -212,7 +212,7 @@ bothStoresTest(
       { decision: { tool: "helper", args: { task: "u" } }, usage: undefined },
       T0,
     );
-    await store.effectIntentRow(
+    await store.writes.effectIntentRow(
       c,
       { key: "fam-p.0:0", seq: 0, tool: "helper", args: { task: "u" } },
       T0,
@@ -223,26 +223,26 @@ bothStoresTest(
       f,
       { status: "failed", error: "boom", output: null, orphaned: "cancelled with fam-p, which failed" },
       at(5),
-      (fence, what) => store.refusal(fence, what),
+      (fence, what) => store.writes.refusal(fence, what),
     );
     assert.deepEqual(end, { woken: false, cancelled: ["fam-p.0", "fam-p.0.0"] });
     for (const id of ["fam-p.0", "fam-p.0.0"]) {
-      const r = await store.getRun(id);
+      const r = await store.reads.getRun(id);
       assert.deepEqual([r?.status, r?.error], ["cancelled", "cancelled with fam-p, which failed"]);
     }
     // A child's worker is stopped by its next write.
-    assert.equal(await store.heartbeat(c, at(6)), false);
+    assert.equal(await store.writes.heartbeat(c, at(6)), false);
 
     // A cancel of a middle run: its subtree goes with it, and the parent waiting on it is woken.
     const g = await runningParent(store, "fam-c");
     const sent = await sentCall(store, g);
     await startChild(store, g);
-    await store.effectWaiting(g, sent, {
+    await store.writes.effectWaiting(g, sent, {
       result: { run: "fam-c.0" },
       checkAt: at(300),
       deadlineAt: at(HOUR_S),
     });
-    assert.equal(await store.waitRun(g, at(300), at(1)), true);
+    assert.equal(await store.writes.waitRun(g, at(300), at(1)), true);
     const gc = await claimChild(store, "fam-c.0");
     await writeDecision(
       store,
@@ -251,7 +251,7 @@ bothStoresTest(
       { decision: { tool: "helper", args: { task: "u" } }, usage: undefined },
       T0,
     );
-    await store.effectIntentRow(
+    await store.writes.effectIntentRow(
       gc,
       { key: "fam-c.0:0", seq: 0, tool: "helper", args: { task: "u" } },
       T0,
@@ -264,9 +264,9 @@ bothStoresTest(
       "cancelled by ops",
       ["fam-c.0.0"],
     ]);
-    assert.equal((await store.getRun("fam-c.0.0"))?.error, "cancelled with fam-c.0: cancelled by ops");
+    assert.equal((await store.reads.getRun("fam-c.0.0"))?.error, "cancelled with fam-c.0: cancelled by ops");
     assert.deepEqual(
-      [(await store.getRun("fam-c"))?.status, (await store.getRun("fam-c"))?.wake_at?.getTime()],
+      [(await store.reads.getRun("fam-c"))?.status, (await store.reads.getRun("fam-c"))?.wake_at?.getTime()],
       ["waiting", at(7).getTime()],
     );
     // The root's cancel takes what is left open.
@@ -293,23 +293,23 @@ bothStoresTest(
       c,
       { status: "done", error: null, output: "ok", orphaned: "x" },
       at(1),
-      (fence, what) => store.refusal(fence, what),
+      (fence, what) => store.writes.refusal(fence, what),
     );
     // The child is finished and old, its root still open: neither goes.
-    assert.deepEqual((await store.pruneRuns(at(HOUR_S), 10, true)).runs, []);
+    assert.deepEqual((await store.operators.pruneRuns(at(HOUR_S), 10, true)).runs, []);
     await store.families.finish(
       f,
       { status: "done", error: null, output: "ok", orphaned: "x" },
       at(2),
-      (fence, what) => store.refusal(fence, what),
+      (fence, what) => store.writes.refusal(fence, what),
     );
     // Both finished: but the root is not old enough yet for a cut at 2 s, so neither goes.
-    assert.deepEqual((await store.pruneRuns(at(2), 10, true)).runs, []);
-    const dry = await store.pruneRuns(at(HOUR_S), 10, true);
+    assert.deepEqual((await store.operators.pruneRuns(at(2), 10, true)).runs, []);
+    const dry = await store.operators.pruneRuns(at(HOUR_S), 10, true);
     assert.deepEqual([dry.runs, dry.journal, dry.effects], [["fam-x", "fam-x.0"], 1, 1]);
-    const pruned = await store.pruneRuns(at(HOUR_S), 10);
+    const pruned = await store.operators.pruneRuns(at(HOUR_S), 10);
     assert.deepEqual(pruned.runs, ["fam-x", "fam-x.0"]);
-    assert.equal(await store.getRun("fam-x.0"), undefined);
+    assert.equal(await store.reads.getRun("fam-x.0"), undefined);
   },
 );
 
@@ -319,20 +319,26 @@ bothStoresTest(
     const f = await runningParent(store, "tf", at(0));
     await sentCall(store, f, at(0));
     await startChild(store, f, at(0));
-    await store.createRun({ runId: "tf-other", agent: "helper", goal: "g" }, at(0));
-    await store.createRun({ runId: "tf-other-boss", agent: "boss", goal: "g" }, at(0));
+    await store.leases.createRun({ runId: "tf-other", agent: "helper", goal: "g" }, at(0));
+    await store.leases.createRun({ runId: "tf-other-boss", agent: "boss", goal: "g" }, at(0));
     // The parent (its lease lapsed by 100) and its pending child: both taken, and nothing else.
     assert.deepEqual(
-      (await store.takeFamily("host-f", ["boss", "helper"], "tf", at(100), at(101), 10)).map((r) => r.run_id)
+      (await store.leases.takeFamily("host-f", ["boss", "helper"], "tf", at(100), at(101), 10)).map((r) =>
+        r.run_id
+      )
         .sort(),
       ["tf", "tf.0"],
     );
-    assert.equal((await store.takeFamily("host-f", ["boss", "helper"], "tf", at(50), at(201), 10)).length, 0);
-    assert.equal((await store.getRun("tf-other"))?.status, "pending");
-    assert.equal((await store.getRun("tf-other-boss"))?.status, "pending");
+    assert.equal(
+      (await store.leases.takeFamily("host-f", ["boss", "helper"], "tf", at(50), at(201), 10)).length,
+      0,
+    );
+    assert.equal((await store.reads.getRun("tf-other"))?.status, "pending");
+    assert.equal((await store.reads.getRun("tf-other-boss"))?.status, "pending");
     // A root of another family takes its own: the takeable runs are there for takeRuns.
     assert.deepEqual(
-      (await store.takeRuns("host-g", ["boss", "helper"], at(50), at(301), 10)).map((r) => r.run_id).sort(),
+      (await store.leases.takeRuns("host-g", ["boss", "helper"], at(50), at(301), 10)).map((r) => r.run_id)
+        .sort(),
       ["tf-other", "tf-other-boss"],
     );
   },

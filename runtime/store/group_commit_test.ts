@@ -13,8 +13,8 @@ async function claimed(store: Store, prefix: string, n: number): Promise<Fence[]
   const fences: Fence[] = [];
   for (let i = 0; i < n; i++) {
     const runId = `${prefix}-${i}`;
-    await store.createRun({ runId, agent: "provision", goal: "goal" }, T0);
-    const c = await store.claimRun(runId, 0, "host", at(1));
+    await store.leases.createRun({ runId, agent: "provision", goal: "goal" }, T0);
+    const c = await store.leases.claimRun(runId, 0, "host", at(1));
     fences.push({ runId, epoch: c!.epoch });
   }
   return fences;
@@ -32,12 +32,12 @@ bothStoresTest(
     const fences = await claimed(store, "g", 4);
     const { grouped, counting } = groupedCounting(store);
     // Another worker claims g-2: its epoch moves past the one this host holds.
-    await store.claimRun("g-2", fences[2].epoch, "thief", at(2));
+    await store.leases.claimRun("g-2", fences[2].epoch, "thief", at(2));
 
     await t.step("journal intents: three written in one statement, g-2's refused as FENCED", async () => {
       counting.reset();
       const outcomes = await Promise.allSettled(
-        fences.map((f) => grouped.journalIntentRow(f, 0, at(3), { fresh: true })),
+        fences.map((f) => grouped.writes.journalIntentRow(f, 0, at(3), { fresh: true })),
       );
       assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "fulfilled", "rejected", "fulfilled"]);
       const refused = (outcomes[2] as PromiseRejectedResult).reason;
@@ -47,10 +47,10 @@ bothStoresTest(
       assert.equal(counting.counts.get("group-write"), 1);
       assert.equal(counting.counts.get("journal-intent") ?? 0, 0);
       assert.deepEqual(grouped.writes.group?.stats, { groupStatements: 1, grouped: 4, refused: 1, alone: 0 });
-      const { journal } = await store.loadHistory("g-2");
+      const { journal } = await store.reads.loadHistory("g-2");
       assert.equal(journal.length, 0, "the fenced run has no journal row");
       for (const i of [0, 1, 3]) {
-        const row = (await store.loadHistory(`g-${i}`)).journal[0];
+        const row = (await store.reads.loadHistory(`g-${i}`)).journal[0];
         assert.deepEqual([row.status, row.epoch, row.llm_attempts], ["intent", fences[i].epoch, 1]);
         const ok = (outcomes[i] as PromiseFulfilledResult<typeof row>).value;
         assert.deepEqual({ ...ok, intent_at: ok.intent_at.getTime() }, {
@@ -65,15 +65,17 @@ bothStoresTest(
       "journal confirms, tool intents, tool confirms: one statement each, all written",
       async () => {
         counting.reset();
-        const held = await Promise.all(live.map(async (f) => (await store.loadHistory(f.runId)).journal[0]));
+        const held = await Promise.all(
+          live.map(async (f) => (await store.reads.loadHistory(f.runId)).journal[0]),
+        );
         await Promise.all(live.map((f, i) =>
-          grouped.journalConfirm(f, held[i], {
+          grouped.writes.journalConfirm(f, held[i], {
             decision: { tool: "create_server", args: { n: i } },
             usage: { inputTokens: 1 },
           }, at(4))
         ));
         const effects = await Promise.all(live.map((f) =>
-          grouped.effectIntentRow(
+          grouped.writes.effectIntentRow(
             f,
             { key: `${f.runId}:0`, seq: 0, tool: "create_server", args: {} },
             at(5),
@@ -82,12 +84,12 @@ bothStoresTest(
         ));
         await Promise.all(
           live.map((f, i) =>
-            grouped.effectConfirm(f, effects[i], { result: { id: i }, remote: "created" }, at(6))
+            grouped.writes.effectConfirm(f, effects[i], { result: { id: i }, remote: "created" }, at(6))
           ),
         );
         assert.equal(counting.counts.get("group-write"), 3);
         for (const [i, f] of live.entries()) {
-          const { journal, effects } = await store.loadHistory(f.runId);
+          const { journal, effects } = await store.reads.loadHistory(f.runId);
           assert.deepEqual(journal[0].decision, { tool: "create_server", args: { n: i } });
           assert.equal(journal[0].status, "confirmed");
           assert.deepEqual([effects[0].status, effects[0].result, effects[0].remote], [
@@ -104,12 +106,12 @@ bothStoresTest(
       async () => {
         const more = await claimed(store, "h", 3);
         const rows = await Promise.all(
-          more.map((f) => grouped.journalIntentRow(f, 0, at(7), { fresh: true })),
+          more.map((f) => grouped.writes.journalIntentRow(f, 0, at(7), { fresh: true })),
         );
-        await store.cancelRun("h-1", "by a person", at(8));
+        await store.families.cancel("h-1", "by a person", at(8));
         counting.reset();
         const outcomes = await Promise.allSettled(more.map((f, i) =>
-          grouped.journalConfirm(
+          grouped.writes.journalConfirm(
             f,
             rows[i],
             { decision: { done: true, message: "m" }, usage: undefined },
@@ -122,7 +124,7 @@ bothStoresTest(
         );
         assert.equal(((outcomes[1] as PromiseRejectedResult).reason as FencedError).code, "RUN_CLOSED");
         assert.equal(counting.counts.get("group-write"), 1);
-        assert.equal((await store.loadHistory("h-1")).journal[0].status, "intent");
+        assert.equal((await store.reads.loadHistory("h-1")).journal[0].status, "intent");
       },
     );
 
@@ -130,8 +132,8 @@ bothStoresTest(
       const f = live[0];
       counting.reset();
       const [a, b] = await Promise.all([
-        grouped.journalIntentRow(f, 0, at(10), { fresh: true }).catch((e) => e),
-        grouped.journalIntentRow(live[1], 1, at(10), { fresh: true }),
+        grouped.writes.journalIntentRow(f, 0, at(10), { fresh: true }).catch((e) => e),
+        grouped.writes.journalIntentRow(live[1], 1, at(10), { fresh: true }),
       ]);
       // g-0's seq 0 is confirmed: the upsert finds it not at intent, so the write is refused as STALLED.
       assert.ok(a instanceof FencedError);
@@ -145,15 +147,15 @@ bothStoresTest(
       "closes ride the statement with another run's confirm; the closed run that moved on is refused",
       async () => {
         const runs = await claimed(store, "f", 4);
-        const open = await grouped.journalIntentRow(runs[3], 0, at(12), { fresh: true });
+        const open = await grouped.writes.journalIntentRow(runs[3], 0, at(12), { fresh: true });
         // f-1 is taken by another worker: its close under the old epoch must not end the new holder's run.
-        await store.claimRun("f-1", runs[1].epoch, "thief", at(12));
+        await store.leases.claimRun("f-1", runs[1].epoch, "thief", at(12));
         counting.reset();
         const outcomes = await Promise.allSettled([
-          grouped.finishRun(runs[0], "done", null, at(13), "all provisioned"),
-          grouped.finishRun(runs[1], "done", null, at(13), "stale"),
-          grouped.finishRun(runs[2], "failed", "BUDGET_EXCEEDED: tokens", at(13)),
-          grouped.journalConfirm(
+          grouped.writes.finishRun(runs[0], "done", null, at(13), "all provisioned"),
+          grouped.writes.finishRun(runs[1], "done", null, at(13), "stale"),
+          grouped.writes.finishRun(runs[2], "failed", "BUDGET_EXCEEDED: tokens", at(13)),
+          grouped.writes.journalConfirm(
             runs[3],
             open,
             { decision: { tool: "t", args: {} }, usage: undefined },
@@ -164,20 +166,20 @@ bothStoresTest(
         assert.equal(((outcomes[1] as PromiseRejectedResult).reason as FencedError).code, "FENCED");
         assert.equal(counting.counts.get("group-write"), 1);
         assert.equal(counting.counts.get("finish-run") ?? 0, 0);
-        const [f0, f1, f2, f3] = await Promise.all(runs.map((f) => store.getRun(f.runId)));
+        const [f0, f1, f2, f3] = await Promise.all(runs.map((f) => store.reads.getRun(f.runId)));
         assert.deepEqual([f0!.status, f0!.output, f0!.error], ["done", "all provisioned", null]);
         assert.equal(f0!.updated_at.getTime(), at(13).getTime());
         assert.deepEqual([f1!.status, f1!.epoch, f1!.output], ["running", runs[1].epoch + 1, null]);
         assert.deepEqual([f2!.status, f2!.error], ["failed", "BUDGET_EXCEEDED: tokens"]);
         assert.equal(f3!.status, "running");
-        assert.equal((await store.loadHistory("f-3")).journal[0].status, "confirmed");
+        assert.equal((await store.reads.loadHistory("f-3")).journal[0].status, "confirmed");
       },
     );
 
     await t.step("one write alone goes out at once as its single-row statement", async () => {
       counting.reset();
       const [f] = await claimed(store, "solo", 1);
-      await grouped.journalIntentRow(f, 0, at(11), { fresh: true });
+      await grouped.writes.journalIntentRow(f, 0, at(11), { fresh: true });
       assert.equal(counting.counts.get("group-write") ?? 0, 0);
       assert.equal(counting.counts.get("journal-intent"), 1);
     });
@@ -195,17 +197,17 @@ bothStoresTest(
     // An epoch the int column cannot hold makes the whole statement fail (22003), as it would alone.
     const bad: Fence = { runId: "v-1", epoch: 2 ** 31 };
     const outcomes = await Promise.allSettled([
-      grouped.journalIntentRow(fences[0], 0, at(3), { fresh: true }),
-      grouped.journalIntentRow(bad, 0, at(3), { fresh: true }),
-      grouped.journalIntentRow(fences[2], 0, at(3), { fresh: true }),
+      grouped.writes.journalIntentRow(fences[0], 0, at(3), { fresh: true }),
+      grouped.writes.journalIntentRow(bad, 0, at(3), { fresh: true }),
+      grouped.writes.journalIntentRow(fences[2], 0, at(3), { fresh: true }),
     ]);
     assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "rejected", "fulfilled"]);
     // One group statement carried the three, then each went again alone.
     assert.deepEqual(sent, ["group-write", "journal-intent", "journal-intent", "journal-intent"]);
     assert.deepEqual(grouped.writes.group?.stats, { groupStatements: 1, grouped: 3, refused: 0, alone: 3 });
-    assert.equal((await store.loadHistory("v-0")).journal.length, 1);
-    assert.equal((await store.loadHistory("v-1")).journal.length, 0);
-    assert.equal((await store.loadHistory("v-2")).journal.length, 1);
+    assert.equal((await store.reads.loadHistory("v-0")).journal.length, 1);
+    assert.equal((await store.reads.loadHistory("v-1")).journal.length, 0);
+    assert.equal((await store.reads.loadHistory("v-2")).journal.length, 1);
   },
 );
 

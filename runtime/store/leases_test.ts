@@ -23,14 +23,14 @@ bothStoresTest("leases: claims, heartbeats, workers and release", async (store, 
   const host = (name: string, agents = ["lease"]) => ({ name, agents, capacity: 4, startedAt: clock.now() });
 
   await t.step("a conversation's row as createOrGetRun returns it is the row it wrote", async () => {
-    const made = await store.createOrGetRun(
+    const made = await store.leases.createOrGetRun(
       { runId: "l-chat", agent: "lease", goal: "hello", conversationIdleMs: 60_000 },
       clock.now(),
     );
-    assert.deepStrictEqual(made, await store.getRun("l-chat"));
+    assert.deepStrictEqual(made, await store.reads.getRun("l-chat"));
     assert.deepEqual([made.message_count, made.conversation_idle_ms, made.epoch], [1, 60_000, 0]);
     assert.equal(
-      await store.createRun({ runId: "l-chat", agent: "lease", goal: "again" }, clock.now()),
+      await store.leases.createRun({ runId: "l-chat", agent: "lease", goal: "again" }, clock.now()),
       false,
     );
   });
@@ -38,17 +38,20 @@ bothStoresTest("leases: claims, heartbeats, workers and release", async (store, 
   await t.step(
     "claimRun() moves the epoch it read by one, and refuses a stale epoch or a closed run",
     async () => {
-      await store.createRun({ runId: "l-cas", agent: "lease", goal: "g" }, clock.now());
-      assert.deepEqual(await store.claimRun("l-cas", 0, "w1", clock.now()), { epoch: 1, stuck_claims: 1 });
-      assert.equal(await store.claimRun("l-cas", 0, "w2", clock.now()), undefined, "epoch 0 is gone");
+      await store.leases.createRun({ runId: "l-cas", agent: "lease", goal: "g" }, clock.now());
+      assert.deepEqual(await store.leases.claimRun("l-cas", 0, "w1", clock.now()), {
+        epoch: 1,
+        stuck_claims: 1,
+      });
+      assert.equal(await store.leases.claimRun("l-cas", 0, "w2", clock.now()), undefined, "epoch 0 is gone");
       await clock.advance(1_000);
-      const second = await store.claimRun("l-cas", 1, "w2", clock.now());
+      const second = await store.leases.claimRun("l-cas", 1, "w2", clock.now());
       assert.equal(second?.epoch, 2);
-      const run = await store.getRun("l-cas");
+      const run = await store.reads.getRun("l-cas");
       assert.deepEqual([run?.owner, run?.status, run?.heartbeat_at], ["w2", "running", clock.now()]);
-      await store.finishRun({ runId: "l-cas", epoch: 2 }, "done", null, clock.now(), "ok");
+      await store.writes.finishRun({ runId: "l-cas", epoch: 2 }, "done", null, clock.now(), "ok");
       assert.equal(
-        await store.claimRun("l-cas", 2, "w3", clock.now()),
+        await store.leases.claimRun("l-cas", 2, "w3", clock.now()),
         undefined,
         "a done run is not claimed",
       );
@@ -59,61 +62,73 @@ bothStoresTest("leases: claims, heartbeats, workers and release", async (store, 
     "heartbeatMany() renews the runs held at their epochs, and a moved epoch is FENCED",
     async () => {
       for (const id of ["l-kept", "l-lost"]) {
-        await store.createRun({ runId: id, agent: "lease", goal: "g" }, clock.now());
+        await store.leases.createRun({ runId: id, agent: "lease", goal: "g" }, clock.now());
       }
-      const kept = { runId: "l-kept", epoch: (await store.claimRun("l-kept", 0, "w1", clock.now()))!.epoch };
-      const lost = { runId: "l-lost", epoch: (await store.claimRun("l-lost", 0, "w1", clock.now()))!.epoch };
+      const kept = {
+        runId: "l-kept",
+        epoch: (await store.leases.claimRun("l-kept", 0, "w1", clock.now()))!.epoch,
+      };
+      const lost = {
+        runId: "l-lost",
+        epoch: (await store.leases.claimRun("l-lost", 0, "w1", clock.now()))!.epoch,
+      };
       await clock.advance(2_000);
       const takenAt = clock.now();
-      await store.claimRun("l-lost", lost.epoch, "w2", takenAt);
+      await store.leases.claimRun("l-lost", lost.epoch, "w2", takenAt);
       await clock.advance(3_000);
-      assert.deepEqual(await store.heartbeatMany(host("w1"), [kept, lost], clock.now()), ["l-kept"]);
-      assert.deepEqual((await store.getRun("l-kept"))?.heartbeat_at, clock.now());
-      assert.deepEqual((await store.getRun("l-lost"))?.heartbeat_at, takenAt, "the new holder's lease stays");
-      assert.equal(await store.heartbeat(lost, clock.now()), false);
-      const refused = await store.refusal(lost, "heartbeat");
+      assert.deepEqual(await store.leases.heartbeatMany(host("w1"), [kept, lost], clock.now()), ["l-kept"]);
+      assert.deepEqual((await store.reads.getRun("l-kept"))?.heartbeat_at, clock.now());
+      assert.deepEqual(
+        (await store.reads.getRun("l-lost"))?.heartbeat_at,
+        takenAt,
+        "the new holder's lease stays",
+      );
+      assert.equal(await store.writes.heartbeat(lost, clock.now()), false);
+      const refused = await store.writes.refusal(lost, "heartbeat");
       assert.ok(refused instanceof FencedError);
       assert.equal(refused.code, "FENCED");
     },
   );
 
   await t.step("frozenWorkers() and hostedAgents() read the workers' own heartbeats", async () => {
-    await store.heartbeatMany(host("w-frozen", ["mail"]), [], clock.now());
+    await store.leases.heartbeatMany(host("w-frozen", ["mail"]), [], clock.now());
     await clock.advance(LEASE_MS + 1);
     const beatAt = clock.now();
-    await store.heartbeatMany(host("w-live", ["lease", "pay"]), [], beatAt);
-    await store.heartbeatMany(host("w-live2", ["pay"]), [], beatAt);
-    assert.deepEqual(await store.hostedAgents(staleBefore()), ["lease", "pay"]);
-    const frozen = await store.frozenWorkers(["w-frozen", "w-live", "w-nobody"], staleBefore());
+    await store.leases.heartbeatMany(host("w-live", ["lease", "pay"]), [], beatAt);
+    await store.leases.heartbeatMany(host("w-live2", ["pay"]), [], beatAt);
+    assert.deepEqual(await store.leases.hostedAgents(staleBefore()), ["lease", "pay"]);
+    const frozen = await store.leases.frozenWorkers(["w-frozen", "w-live", "w-nobody"], staleBefore());
     assert.deepEqual(frozen, [{ name: "w-frozen", heartbeat_at: new Date(beatAt.getTime() - LEASE_MS - 1) }]);
     // A worker restarted under its name describes the new process: its agents replace the old.
-    await store.heartbeatMany(host("w-live", ["ship"]), [], clock.now());
-    assert.deepEqual(await store.hostedAgents(staleBefore()), ["pay", "ship"]);
-    await store.removeWorker("w-live");
-    await store.removeWorker("w-live2");
-    assert.deepEqual(await store.hostedAgents(staleBefore()), []);
+    await store.leases.heartbeatMany(host("w-live", ["ship"]), [], clock.now());
+    assert.deepEqual(await store.leases.hostedAgents(staleBefore()), ["pay", "ship"]);
+    await store.leases.removeWorker("w-live");
+    await store.leases.removeWorker("w-live2");
+    assert.deepEqual(await store.leases.hostedAgents(staleBefore()), []);
   });
 
   await t.step(
     "releaseRuns() clears a dead owner's running leases, epoch kept, for a take at once",
     async () => {
       const ids = ["l-dead-1", "l-dead-2", "l-dead-done", "l-alive"];
-      for (const id of ids) await store.createRun({ runId: id, agent: "gone", goal: "g" }, clock.now());
-      for (const id of ids.slice(0, 3)) {
-        await store.claimRun(id, 0, "dead", clock.now());
+      for (const id of ids) {
+        await store.leases.createRun({ runId: id, agent: "gone", goal: "g" }, clock.now());
       }
-      await store.claimRun("l-alive", 0, "alive", clock.now());
-      await store.finishRun({ runId: "l-dead-done", epoch: 1 }, "done", null, clock.now(), "ok");
+      for (const id of ids.slice(0, 3)) {
+        await store.leases.claimRun(id, 0, "dead", clock.now());
+      }
+      await store.leases.claimRun("l-alive", 0, "alive", clock.now());
+      await store.writes.finishRun({ runId: "l-dead-done", epoch: 1 }, "done", null, clock.now(), "ok");
       await clock.advance(1_000);
-      assert.deepEqual(await store.releaseRuns("dead", clock.now()), ["l-dead-1", "l-dead-2"]);
-      const released = await store.getRun("l-dead-1");
+      assert.deepEqual(await store.leases.releaseRuns("dead", clock.now()), ["l-dead-1", "l-dead-2"]);
+      const released = await store.reads.getRun("l-dead-1");
       assert.deepEqual(
         [released?.status, released?.epoch, released?.owner, released?.heartbeat_at, released?.updated_at],
         ["running", 1, "dead", null, clock.now()],
       );
-      assert.equal((await store.getRun("l-dead-done"))?.status, "done");
+      assert.equal((await store.reads.getRun("l-dead-done"))?.status, "done");
       // Well within the lease, only the released runs are takeable.
-      const taken = await store.takeRuns("heir", ["gone"], staleBefore(), clock.now(), 10);
+      const taken = await store.leases.takeRuns("heir", ["gone"], staleBefore(), clock.now(), 10);
       assert.deepEqual(taken.map((r) => [r.run_id, r.epoch, r.previous_owner]), [
         ["l-dead-1", 2, "dead"],
         ["l-dead-2", 2, "dead"],

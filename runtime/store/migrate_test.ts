@@ -43,11 +43,11 @@ async function assertMigrated(store: Store, schema: string): Promise<void> {
     "name",
     "started_at",
   ]);
-  const run = await store.getRun("old-run");
+  const run = await store.reads.getRun("old-run");
   assert.equal(run?.goal, "keep me");
   assert.equal(run?.status, "done");
   assert.equal(run?.epoch, 3);
-  assert.deepEqual((await store.loadHistory("old-run")).journal.map((j) => j.decision), [{
+  assert.deepEqual((await store.reads.loadHistory("old-run")).journal.map((j) => j.decision), [{
     done: true,
     message: "ok",
   }]);
@@ -206,7 +206,7 @@ Deno.test("migration 5 counts a step of an older database by the budget's rule, 
       );
     }
     assert.deepEqual(await store.migrate(), { schema: "agent_runtime", from: 4, to: SCHEMA_VERSION });
-    const { journal } = await store.loadHistory("old-run");
+    const { journal } = await store.reads.loadHistory("old-run");
     assert.deepEqual(
       journal.slice(1).map((j) => j.spent_tokens),
       usages.map((u) => answerTokens(u, 0)),
@@ -240,16 +240,16 @@ Deno.test("migration 6 lets a call wait and a run wake, and leaves an older data
     );
     assert.deepEqual(await store.migrate(), { schema: "agent_runtime", from: 5, to: SCHEMA_VERSION });
     await store.checkSchema();
-    const [call] = (await store.loadHistory("old-run")).effects;
+    const [call] = (await store.reads.loadHistory("old-run")).effects;
     assert.deepEqual(
       [call.status, call.attempts, call.polls, call.check_at, call.wait_deadline_at],
       ["intent", 2, 0, null, null],
     );
-    assert.equal((await store.getRun("old-run"))?.wake_at, null);
+    assert.equal((await store.reads.getRun("old-run"))?.wake_at, null);
     await store.client.run(
       `update side_effects set status = 'waiting', check_at = '2026-01-02' where idempotency_key = 'old-run:0'`,
     );
-    assert.equal((await store.getEffect("old-run:0"))?.status, "waiting");
+    assert.equal((await store.reads.getEffect("old-run:0"))?.status, "waiting");
     const index = await store.client.query<{ def: string }>(
       `select indexdef as def from pg_indexes where indexname = 'runs_wake_order'`,
     );
@@ -279,7 +279,7 @@ Deno.test("migration 7 lets a run have a parent, and leaves an older database's 
     );
     assert.deepEqual(await store.migrate(), { schema: "agent_runtime", from: 6, to: SCHEMA_VERSION });
     await store.checkSchema();
-    const run = await store.getRun("old-run");
+    const run = await store.reads.getRun("old-run");
     assert.deepEqual([run?.parent_run_id, run?.parent_key, run?.root_run_id], [null, null, null]);
     const indexes = await store.client.query<{ name: string; def: string }>(
       `select indexname as name, indexdef as def from pg_indexes where indexname in ('runs_parent', 'runs_root')

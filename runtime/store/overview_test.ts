@@ -31,29 +31,29 @@ const ANSWER = "the answer is long";
  */
 async function viewedRun(store: Store, clock: ManualClock): Promise<void> {
   const now = () => clock.now();
-  await store.createRun({ runId: "v-1", agent: "view", goal: "g", input: LONG_INPUT }, now());
-  const f = { runId: "v-1", epoch: (await store.claimRun("v-1", 0, "w1", now()))!.epoch };
+  await store.leases.createRun({ runId: "v-1", agent: "view", goal: "g", input: LONG_INPUT }, now());
+  const f = { runId: "v-1", epoch: (await store.leases.claimRun("v-1", 0, "w1", now()))!.epoch };
   const usage0 = { prompt_tokens: 100, completion_tokens: 20 };
   await writeDecision(store, f, 0, { decision: { tool: "search", args: { q: "hi" } }, usage: usage0 }, now());
-  const search = await store.effectIntentRow(
+  const search = await store.writes.effectIntentRow(
     f,
     { key: "v-1:0", seq: 0, tool: "search", args: { q: "hi" } },
     now(),
   );
-  await store.effectConfirm(f, search, { result: { hits: [1, 2, 3] }, remote: "created" }, now());
+  await store.writes.effectConfirm(f, search, { result: { hits: [1, 2, 3] }, remote: "created" }, now());
   const calls = [{ tool: "a", args: {} }, { tool: "b", args: {} }];
   await writeDecision(store, f, 1, {
     decision: { calls },
     usage: { prompt_tokens: 50, completion_tokens: "?" },
   }, now());
-  const a = await store.effectIntentRow(f, { key: "v-1:1", seq: 1, tool: "a", args: {} }, now());
-  await store.effectSettle(f, a, { status: "flagged", error: "outcome unknown" }, now());
-  await store.effectIntentRow(f, { key: "v-1:2", seq: 2, tool: "b", args: {} }, now());
+  const a = await store.writes.effectIntentRow(f, { key: "v-1:1", seq: 1, tool: "a", args: {} }, now());
+  await store.writes.effectSettle(f, a, { status: "flagged", error: "outcome unknown" }, now());
+  await store.writes.effectIntentRow(f, { key: "v-1:2", seq: 2, tool: "b", args: {} }, now());
   const ask = (seq: number) => ({ key: `v-1:${seq}`, seq, tool: "pay", args: { eur: 5 }, hash: "h" });
-  await store.requestApprovals(f, [ask(0), ask(2)], now());
-  await store.decideApproval("v-1:0", "approved", "ana", null, now());
-  const again = { runId: "v-1", epoch: (await store.claimRun("v-1", f.epoch, "w2", now()))!.epoch };
-  await store.finishRun(again, "done", null, now(), ANSWER);
+  await store.writes.requestApprovals(f, [ask(0), ask(2)], now());
+  await store.operators.decideApproval("v-1:0", "approved", "ana", null, now());
+  const again = { runId: "v-1", epoch: (await store.leases.claimRun("v-1", f.epoch, "w2", now()))!.epoch };
+  await store.writes.finishRun(again, "done", null, now(), ANSWER);
 }
 
 bothStoresTest("the web page's reads", async (store, t) => {
@@ -62,12 +62,12 @@ bothStoresTest("the web page's reads", async (store, t) => {
   await t.step("runs per status, the agents with runs, and tokens per run count what is there", async () => {
     assert.deepEqual([await countByStatus(store.client), await agentsWithRuns(store.client)], [{}, []]);
     for (const id of ["c-a1", "c-a2", "c-a3"]) {
-      await store.createRun({ runId: id, agent: "alpha", goal: "g" }, clock.now());
+      await store.leases.createRun({ runId: id, agent: "alpha", goal: "g" }, clock.now());
     }
-    await store.createRun({ runId: "c-b1", agent: "beta", goal: "g" }, clock.now());
-    const a2 = { runId: "c-a2", epoch: (await store.claimRun("c-a2", 0, "w", clock.now()))!.epoch };
-    const a3 = { runId: "c-a3", epoch: (await store.claimRun("c-a3", 0, "w", clock.now()))!.epoch };
-    await store.finishRun(a3, "done", null, clock.now(), "ok");
+    await store.leases.createRun({ runId: "c-b1", agent: "beta", goal: "g" }, clock.now());
+    const a2 = { runId: "c-a2", epoch: (await store.leases.claimRun("c-a2", 0, "w", clock.now()))!.epoch };
+    const a3 = { runId: "c-a3", epoch: (await store.leases.claimRun("c-a3", 0, "w", clock.now()))!.epoch };
+    await store.writes.finishRun(a3, "done", null, clock.now(), "ok");
     assert.deepEqual(await countByStatus(store.client), { pending: 2, running: 1, done: 1 });
     assert.deepEqual(await countByStatus(store.client, { agent: "alpha" }), {
       pending: 1,

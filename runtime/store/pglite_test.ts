@@ -72,11 +72,13 @@ Deno.test("a PGlite store vacuums its runs table at every look, and never inside
       (await db.query<{ n: number }>(
         `select coalesce(vacuum_count, 0)::int as n from pg_stat_user_tables where relname = 'runs'`,
       )).rows[0]?.n ?? 0;
-    await store.createOrGetRun({ runId: "long", agent: "a", goal: "g" }, new Date());
-    await store.claimRun("long", 0, "w", new Date());
+    await store.leases.createOrGetRun({ runId: "long", agent: "a", goal: "g" }, new Date());
+    await store.leases.claimRun("long", 0, "w", new Date());
     const before = await vacuums();
     // A long run's heartbeats: each rewrites its row.
-    for (let i = 0; i < 25; i++) assert.ok(await store.heartbeat({ runId: "long", epoch: 1 }, new Date()));
+    for (let i = 0; i < 25; i++) {
+      assert.ok(await store.writes.heartbeat({ runId: "long", epoch: 1 }, new Date()));
+    }
     assert.ok((await vacuums()) >= before + 2, "a vacuum at each look (every 10 statements)");
     // Inside a transaction a handle holds open, the look skips the vacuum: it would fail, and every
     // statement after it in the transaction would fail too.
@@ -135,7 +137,7 @@ Deno.test("openPglite() waits for a directory another handle holds, saying so on
     assert.ok(opened, "opened once the holder closed");
     const store = new Store(opened);
     await store.applySchema();
-    assert.deepEqual((await store.listRuns()).runs, []);
+    assert.deepEqual((await store.operators.listRuns()).runs, []);
     assert.equal(waits.length, 1, "the wait is said once, not at every try");
   } finally {
     await opened?.close();

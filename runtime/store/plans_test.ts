@@ -145,11 +145,11 @@ async function widePlans(
   // (the history read, both heartbeats), on a database as fresh as a
   // laptop's first `deno task run`.
   assert.equal((await runWorker(deps, "planned", "goal")).status, "done");
-  await store.createRun({ runId: "resumed", agent: "provision", goal: "g" }, clock.now());
+  await store.leases.createRun({ runId: "resumed", agent: "provision", goal: "g" }, clock.now());
   const epoch = (await claim(store, "resumed", 0, "w-plans", clock.now()))!;
-  await store.loadHistory("resumed");
-  await store.heartbeat({ runId: "resumed", epoch }, clock.now());
-  await store.heartbeatMany(
+  await store.reads.loadHistory("resumed");
+  await store.writes.heartbeat({ runId: "resumed", epoch }, clock.now());
+  await store.leases.heartbeatMany(
     { name: "w-plans", agents: ["provision"], capacity: 4, startedAt: clock.now() },
     [{ runId: "resumed", epoch }],
     clock.now(),
@@ -157,14 +157,17 @@ async function widePlans(
   // A takeover: a claim from an epoch past 0 (it counts the run's progress).
   assert.equal(await claim(store, "resumed", epoch, "w-plans-2", clock.now()), epoch + 1);
   // A worker host's take, of a run submitted before.
-  await store.createRun({ runId: "queued", agent: "provision", goal: "g" }, clock.now());
+  await store.leases.createRun({ runId: "queued", agent: "provision", goal: "g" }, clock.now());
   const staleBefore = new Date(clock.now().getTime() - 12_000);
-  assert.equal((await store.takeRuns("w-plans", ["provision"], staleBefore, clock.now(), 4)).length, 1);
+  assert.equal(
+    (await store.leases.takeRuns("w-plans", ["provision"], staleBefore, clock.now(), 4)).length,
+    1,
+  );
   // Fair takes (`takeShare`, the same text): beside a live peer hosting "provision", whose runs are
   // then shared by capacity (so counted), and of a host whose agents fall in two pools, "provision"
   // shared with that peer and "helper" hosted by no peer. Their parameters are kept apart, as the
   // recording keeps the first seen for a text.
-  await store.heartbeatMany(
+  await store.leases.heartbeatMany(
     { name: "w-peer", agents: ["provision"], capacity: 8, startedAt: clock.now() },
     [],
     clock.now(),
@@ -175,39 +178,50 @@ async function widePlans(
     { name: "plan_check_fair_take_two_pools", agents: ["provision", "helper"] },
   ];
   for (const { agents } of fairTakes) {
-    assert.equal((await store.takeShare({ ...fairTake, agents })).length, 0);
+    assert.equal((await store.leases.takeShare({ ...fairTake, agents })).length, 0);
   }
   // A run whose call waits on its remote: accepted, let go until its wake time, taken again
   // then (a claim of one run, as a worker started by hand makes it), asked again, and settled
   // from outside.
   const call = { key: "waits:0", seq: 0, tool: "create_server", args: {} };
-  await store.createRun({ runId: "waits", agent: "provision", goal: "g" }, clock.now());
+  await store.leases.createRun({ runId: "waits", agent: "provision", goal: "g" }, clock.now());
   const w = { runId: "waits", epoch: (await claim(store, "waits", 0, "w-plans", clock.now()))! };
   const later = (s: number) => new Date(clock.now().getTime() + s * 1000);
-  const sent = await store.effectIntentRow(w, call, clock.now(), true);
-  await store.effectWaiting(w, sent, { result: { job: "j" }, checkAt: later(30), deadlineAt: later(3600) });
-  assert.equal(await store.waitRun(w, later(30), clock.now()), true);
-  const woken = (await store.claimRun("waits", w.epoch, "w-plans", later(30)))!;
+  const sent = await store.writes.effectIntentRow(w, call, clock.now(), true);
+  await store.writes.effectWaiting(w, sent, {
+    result: { job: "j" },
+    checkAt: later(30),
+    deadlineAt: later(3600),
+  });
+  assert.equal(await store.writes.waitRun(w, later(30), clock.now()), true);
+  const woken = (await store.leases.claimRun("waits", w.epoch, "w-plans", later(30)))!;
   const w2 = { runId: "waits", epoch: woken.epoch };
-  const poll = await store.effectIntentRow(w2, call, later(30));
-  await store.effectWaiting(w2, poll, { result: { job: "j" }, checkAt: later(60), deadlineAt: later(3600) });
-  assert.equal((await store.settleCall("waits:0", { result: "i-1" }, "hook", later(40))).settled, true);
-  assert.equal(await store.waitRun(w2, later(60), later(40)), false);
+  const poll = await store.writes.effectIntentRow(w2, call, later(30));
+  await store.writes.effectWaiting(w2, poll, {
+    result: { job: "j" },
+    checkAt: later(60),
+    deadlineAt: later(3600),
+  });
+  assert.equal(
+    (await store.operators.settleCall("waits:0", { result: "i-1" }, "hook", later(40))).settled,
+    true,
+  );
+  assert.equal(await store.writes.waitRun(w2, later(60), later(40)), false);
   // A worker host's group statements (group_commit.ts): each kind of write alone in a batch of two runs,
   // then two kinds in one batch, as a host whose runs are at different points of their steps sends them.
   const grouped = store.grouped({ maxWaitMs: 2, clock });
   const pair: Fence[] = [];
   for (const runId of ["g-a", "g-b", "g-c", "g-d"]) {
-    await store.createRun({ runId, agent: "provision", goal: "g" }, clock.now());
+    await store.leases.createRun({ runId, agent: "provision", goal: "g" }, clock.now());
     pair.push({ runId, epoch: (await claim(store, runId, 0, "w-plans", clock.now()))! });
   }
   const [ga, gb, gc, gd] = pair;
   const intents = await Promise.all(
-    [ga, gb].map((f) => grouped.journalIntentRow(f, 0, clock.now(), { fresh: true })),
+    [ga, gb].map((f) => grouped.writes.journalIntentRow(f, 0, clock.now(), { fresh: true })),
   );
   await Promise.all(
     [ga, gb].map((f, i) =>
-      grouped.journalConfirm(
+      grouped.writes.journalConfirm(
         f,
         intents[i],
         { decision: { tool: "t", args: {} }, usage: undefined },
@@ -217,20 +231,25 @@ async function widePlans(
   );
   const calls = await Promise.all(
     [ga, gb].map((f) =>
-      grouped.effectIntentRow(f, { key: `${f.runId}:0`, seq: 0, tool: "t", args: {} }, clock.now(), true)
+      grouped.writes.effectIntentRow(
+        f,
+        { key: `${f.runId}:0`, seq: 0, tool: "t", args: {} },
+        clock.now(),
+        true,
+      )
     ),
   );
   await Promise.all(
     [ga, gb].map((f, i) =>
-      grouped.effectConfirm(f, calls[i], { result: { id: 1 }, remote: "created" }, clock.now())
+      grouped.writes.effectConfirm(f, calls[i], { result: { id: 1 }, remote: "created" }, clock.now())
     ),
   );
   await Promise.all([
-    grouped.finishRun(ga, "done", null, clock.now(), "ok"),
-    grouped.journalIntentRow(gc, 0, clock.now(), { fresh: true }),
-    grouped.effectIntentRow(gd, { key: "g-d:0", seq: 0, tool: "t", args: {} }, clock.now(), true),
+    grouped.writes.finishRun(ga, "done", null, clock.now(), "ok"),
+    grouped.writes.journalIntentRow(gc, 0, clock.now(), { fresh: true }),
+    grouped.writes.effectIntentRow(gd, { key: "g-d:0", seq: 0, tool: "t", args: {} }, clock.now(), true),
   ]);
-  await Promise.all([gb, gc].map((f) => grouped.finishRun(f, "done", null, clock.now(), "ok")));
+  await Promise.all([gb, gc].map((f) => grouped.writes.finishRun(f, "done", null, clock.now(), "ok")));
   const groupTexts = [...rec.seen.keys()].filter((text) => text.includes("held as ("));
   assert.equal(groupTexts.length, 6, `recorded ${groupTexts.length} group statements`);
   const take = [...rec.seen.keys()].find((text) => text.includes("for update skip locked"))!;

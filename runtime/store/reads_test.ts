@@ -16,20 +16,20 @@ import type { Fence, Store } from "./store.ts";
 
 /** Creates `runId` and claims it: its fence. */
 async function held(store: Store, runId: string, now: Date, conversationIdleMs?: number): Promise<Fence> {
-  await store.createRun({ runId, agent: "reader", goal: "g", conversationIdleMs }, now);
-  return { runId, epoch: (await store.claimRun(runId, 0, "w1", now))!.epoch };
+  await store.leases.createRun({ runId, agent: "reader", goal: "g", conversationIdleMs }, now);
+  return { runId, epoch: (await store.leases.claimRun(runId, 0, "w1", now))!.epoch };
 }
 
 bothStoresTest("reads of one run's rows", async (store, t) => {
   const clock = new ManualClock(Date.UTC(2026, 0, 1));
 
   await t.step("what does not exist reads as undefined or empty", async () => {
-    assert.equal(await store.getRun("r-none"), undefined);
+    assert.equal(await store.reads.getRun("r-none"), undefined);
     assert.equal(await store.reads.watchRun("r-none"), undefined);
-    assert.equal(await store.getEffect("r-none:0"), undefined);
-    assert.equal(await store.getApproval("r-none:0"), undefined);
-    assert.equal((await store.listApprovals("r-none")).length, 0);
-    assert.deepEqual(await store.loadHistory("r-none"), { journal: [], effects: [] });
+    assert.equal(await store.reads.getEffect("r-none:0"), undefined);
+    assert.equal(await store.reads.getApproval("r-none:0"), undefined);
+    assert.equal((await store.reads.listApprovals("r-none")).length, 0);
+    assert.deepEqual(await store.reads.loadHistory("r-none"), { journal: [], effects: [] });
   });
 
   await t.step("the history is each table's rows by step, as the writes returned them", async () => {
@@ -41,31 +41,36 @@ bothStoresTest("reads of one run's rows", async (store, t) => {
         await writeDecision(store, f, seq, { decision: { tool: "note", args: { seq } } }, clock.now()),
       );
     }
-    const asking = await store.journalIntentRow(f, 2, clock.now());
+    const asking = await store.writes.journalIntentRow(f, 2, clock.now());
     // Step 1's call is written before step 0's: the read orders them.
-    const call1 = await store.effectIntentRow(
+    const call1 = await store.writes.effectIntentRow(
       f,
       { key: "r-hist:1", seq: 1, tool: "note", args: {} },
       clock.now(),
     );
-    const call0 = await store.effectIntentRow(
+    const call0 = await store.writes.effectIntentRow(
       f,
       { key: "r-hist:0", seq: 0, tool: "note", args: {} },
       clock.now(),
     );
-    const done0 = await store.effectConfirm(f, call0, { result: { ok: 1 }, remote: "created" }, clock.now());
+    const done0 = await store.writes.effectConfirm(
+      f,
+      call0,
+      { result: { ok: 1 }, remote: "created" },
+      clock.now(),
+    );
 
-    const history = await store.loadHistory("r-hist");
+    const history = await store.reads.loadHistory("r-hist");
     assert.deepStrictEqual(history, { journal: [...steps, asking], effects: [done0, call1] });
     const later = await store.reads.historyFrom("r-hist", 1);
     assert.deepStrictEqual(later, { journal: [steps[1], asking], effects: [call1] });
     assert.deepEqual(await store.reads.historyFrom("r-hist", 3), { journal: [], effects: [] });
-    assert.deepStrictEqual(await store.getEffect("r-hist:0"), done0);
+    assert.deepStrictEqual(await store.reads.getEffect("r-hist:0"), done0);
   });
 
   await t.step("a watcher's look is status, epoch, error and whether a conversation is idle", async () => {
     const failing = await held(store, "r-watch", clock.now());
-    await store.finishRun(failing, "failed", "model refused", clock.now(), "partial answer");
+    await store.writes.finishRun(failing, "failed", "model refused", clock.now(), "partial answer");
     assert.deepEqual(await store.reads.watchRun("r-watch"), {
       status: "failed",
       epoch: 1,
@@ -74,7 +79,7 @@ bothStoresTest("reads of one run's rows", async (store, t) => {
     });
 
     const retrying = await held(store, "r-retry", clock.now());
-    await store.retryRun(retrying, new Date(clock.now().getTime() + 5_000), "model down", clock.now());
+    await store.writes.retryRun(retrying, new Date(clock.now().getTime() + 5_000), "model down", clock.now());
     assert.deepEqual(await store.reads.watchRun("r-retry"), {
       status: "waiting",
       epoch: 1,
@@ -109,15 +114,15 @@ bothStoresTest("reads of one run's rows", async (store, t) => {
       args: { seq },
       hash: `h${seq}`,
     });
-    const asked = await store.requestApprovals(f, [ask("r-ask", 4), ask("r-ask", 3)], clock.now());
-    await store.requestApprovals(other, [ask("r-ask-other", 0)], clock.now());
+    const asked = await store.writes.requestApprovals(f, [ask("r-ask", 4), ask("r-ask", 3)], clock.now());
+    await store.writes.requestApprovals(other, [ask("r-ask-other", 0)], clock.now());
     // A plain array: postgres.js sends back its own subclass, which a strict comparison tells apart.
-    const listed = [...await store.listApprovals("r-ask")];
+    const listed = [...await store.reads.listApprovals("r-ask")];
     assert.deepEqual(listed.map((a) => [a.idempotency_key, a.status, a.args_hash]), [
       ["r-ask:3", "pending", "h3"],
       ["r-ask:4", "pending", "h4"],
     ]);
     assert.deepStrictEqual(listed, asked.approvals);
-    assert.deepStrictEqual(await store.getApproval("r-ask:4"), listed[1]);
+    assert.deepStrictEqual(await store.reads.getApproval("r-ask:4"), listed[1]);
   });
 });

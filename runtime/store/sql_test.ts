@@ -116,13 +116,13 @@ bothStoresTest("RUNNING_AT, CLAIMABLE_AT and FENCE match exactly the rows they s
   await t.step("FENCE: holds for the epoch of the latest claim while the run is running", async () => {
     const held = async (epoch: number) =>
       (await store.client.query<{ held: boolean }>(`select ${FENCE} as held`, ["f-1", epoch]))[0].held;
-    await store.createRun({ runId: "f-1", agent: "a", goal: "g" }, T0);
+    await store.leases.createRun({ runId: "f-1", agent: "a", goal: "g" }, T0);
     assert.equal(await held(0), false, "a pending run is held by nobody");
     const first = (await claim(store, "f-1", 0, "w1", T0))!;
     assert.equal(await held(first), true);
     const second = (await claim(store, "f-1", first, "w2", T0))!;
     assert.deepEqual([await held(first), await held(second)], [false, true]);
-    await store.finishRun({ runId: "f-1", epoch: second }, "done", null, T0, "ok");
+    await store.writes.finishRun({ runId: "f-1", epoch: second }, "done", null, T0, "ok");
     assert.equal(await held(second), false, "a closed run fences every epoch");
   });
 });

@@ -160,26 +160,26 @@ Deno.test("every statement the runtime sends has a name: a demo run, a resumed o
       async () => {
         // A blocked run with two flagged calls, and a run waiting for approval, written as a worker would.
         const blocked = async (runId: string, calls: number) => {
-          await store.createRun({ runId, agent: "ops", goal: "g" }, now());
+          await store.leases.createRun({ runId, agent: "ops", goal: "g" }, now());
           const f = { runId, epoch: (await claim(store, runId, 0, "w", now()))! };
           for (let seq = 0; seq < calls; seq++) {
             await writeDecision(store, f, seq, { decision: { tool: "t", args: {} } }, now());
-            const call = await store.effectIntentRow(
+            const call = await store.writes.effectIntentRow(
               f,
               { key: `${runId}:${seq}`, seq, tool: "t", args: {} },
               now(),
             );
-            await store.effectSettle(f, call, { status: "flagged", error: "unknown outcome" }, now());
+            await store.writes.effectSettle(f, call, { status: "flagged", error: "unknown outcome" }, now());
           }
-          await store.finishRun(f, "blocked", "flagged", now());
+          await store.writes.finishRun(f, "blocked", "flagged", now());
           return f;
         };
         await blocked("ops-one", 1);
         await blocked("ops-many", 2);
-        await store.createRun({ runId: "ops-wait", agent: "ops", goal: "g" }, now());
+        await store.leases.createRun({ runId: "ops-wait", agent: "ops", goal: "g" }, now());
         const w = { runId: "ops-wait", epoch: (await claim(store, "ops-wait", 0, "w", now()))! };
         await writeDecision(store, w, 0, { decision: { tool: "t", args: { a: 1 } } }, now());
-        await store.requestApproval(
+        await store.writes.requestApproval(
           w,
           { key: "ops-wait:0", seq: 0, tool: "t", args: { a: 1 }, hash: "h" },
           now(),

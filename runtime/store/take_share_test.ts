@@ -15,7 +15,7 @@ const LEASE_S = 12;
 /** `n` pending runs of `agent` named `<prefix>-<i>`, created a second apart from `at(0)`. */
 async function pending(store: Store, prefix: string, n: number, agent = "share"): Promise<void> {
   for (let i = 0; i < n; i++) {
-    assert.ok(await store.createRun({ runId: `${prefix}-${i}`, agent, goal: "g" }, at(i / 1000)));
+    assert.ok(await store.leases.createRun({ runId: `${prefix}-${i}`, agent, goal: "g" }, at(i / 1000)));
   }
 }
 
@@ -27,7 +27,7 @@ async function beat(
   now: Date,
   agents = ["share"],
 ): Promise<void> {
-  await store.heartbeatMany({ name, agents, capacity, startedAt: at(0) }, [], now);
+  await store.leases.heartbeatMany({ name, agents, capacity, startedAt: at(0) }, [], now);
 }
 
 /** One fair take by `owner` holding `held` of `capacity`, at `now`: how many it took. */
@@ -39,7 +39,7 @@ async function share(
   now: Date,
   agents = ["share"],
 ): Promise<number> {
-  const taken = await store.takeShare({
+  const taken = await store.leases.takeShare({
     owner,
     agents,
     staleBefore: new Date(now.getTime() - LEASE_S * 1000),
@@ -74,8 +74,12 @@ bothStoresTest(
       "taking again with nothing changed takes nothing: a host woken by each run it ends leaves its peer's part",
     );
     assert.equal(await share(store, "w-b", 100, 0, at(3)), 10, "the peer's part waited for it");
-    assert.equal((await store.listRuns({ status: "pending", limit: 100 })).total, 0, "nothing is left over");
-    const owners = (await store.listRuns({ limit: 100 })).runs.map((r) => r.owner);
+    assert.equal(
+      (await store.operators.listRuns({ status: "pending", limit: 100 })).total,
+      0,
+      "nothing is left over",
+    );
+    const owners = (await store.operators.listRuns({ limit: 100 })).runs.map((r) => r.owner);
     assert.equal(owners.filter((o) => o === "w-a").length, 10);
     assert.equal(owners.filter((o) => o === "w-b").length, 10);
   },
@@ -94,7 +98,7 @@ bothStoresTest("the share follows capacity and what each worker holds already", 
   await pending(store, "cap2", 8);
   assert.equal(await share(store, "w-small", 10, 5, at(4)), 2);
   assert.equal(await share(store, "w-big", 30, 15, at(4)), 6);
-  assert.equal((await store.listRuns({ status: "pending", limit: 100 })).total, 0);
+  assert.equal((await store.operators.listRuns({ status: "pending", limit: 100 })).total, 0);
 });
 
 bothStoresTest("a peer whose row is a lease old, or that hosts other agents, is no peer", async (store) => {
@@ -109,7 +113,7 @@ bothStoresTest("a peer's abandoned runs count as takeable, not as held", async (
   await pending(store, "aband", 10);
   await beat(store, "w-b", 100, at(1));
   // w-b took all ten (the rule `all`), then stopped renewing their leases but kept its row fresh.
-  assert.equal((await store.takeRuns("w-b", ["share"], at(-LEASE_S), at(1), 100)).length, 10);
+  assert.equal((await store.leases.takeRuns("w-b", ["share"], at(-LEASE_S), at(1), 100)).length, 10);
   await beat(store, "w-b", 100, at(20));
   await beat(store, "w-a", 100, at(20));
   // Held by all: 0 (w-b's leases are 19 s old); takeable: 10; w-a's share ceil(10 * 100/200) = 5.
@@ -119,7 +123,7 @@ bothStoresTest("a peer's abandoned runs count as takeable, not as held", async (
 /** How many runs each owner holds, `owner=n` sorted, with the pending ones as `-`. */
 async function holders(store: Store): Promise<string> {
   const by = new Map<string, number>();
-  for (const r of (await store.listRuns({ limit: 1000 })).runs) {
+  for (const r of (await store.operators.listRuns({ limit: 1000 })).runs) {
     const who = r.status === "pending" ? "-" : `${r.owner}:${r.agent}`;
     by.set(who, (by.get(who) ?? 0) + 1);
   }
@@ -148,7 +152,7 @@ bothStoresTest(
     // 20 Y runs, then 40 X runs: the Y runs waited longer.
     await pending(store, "y", 20, "y");
     for (let i = 0; i < 40; i++) {
-      assert.ok(await store.createRun({ runId: `x-${i}`, agent: "x", goal: "g" }, at(1 + i / 1000)));
+      assert.ok(await store.leases.createRun({ runId: `x-${i}`, agent: "x", goal: "g" }, at(1 + i / 1000)));
     }
     // A: every X run (no peer hosts X) and its half of Y, ceil(20 * 100 / 200) = 10.
     assert.equal(await share(store, "host-a", 100, 0, at(2), ["x", "y"]), 50);
@@ -190,7 +194,7 @@ bothStoresTest(
     // One part of the 20 runs, ceil(20 * 100 / 200) = 10, not a part of each agent's less what it holds.
     assert.equal(await share(store, "w-a", 100, 0, at(2), ["x", "y"]), 10);
     assert.equal(await share(store, "w-b", 100, 0, at(2), ["x", "y"]), 10);
-    assert.equal((await store.listRuns({ status: "pending", limit: 100 })).total, 0);
+    assert.equal((await store.operators.listRuns({ status: "pending", limit: 100 })).total, 0);
   },
 );
 
@@ -206,7 +210,7 @@ bothStoresTest("with every worker full, the backlog waits; a freed slot takes on
 bothStoresTest("a take with free slots out of range is refused before any statement", async (store) => {
   await assert.rejects(
     () =>
-      store.takeShare({
+      store.leases.takeShare({
         owner: "w",
         agents: ["share"],
         staleBefore: at(0),

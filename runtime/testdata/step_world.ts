@@ -83,8 +83,8 @@ export async function stepWorld() {
 
   /** Creates run `runId` and claims it for `w1`: the state a worker holds with no history. */
   const running = async (runId: string): Promise<RunState> => {
-    await store.createRun({ runId, agent: "steps", goal: "g" }, clock.now());
-    const claimed = await store.claimRun(runId, 0, "w1", clock.now());
+    await store.leases.createRun({ runId, agent: "steps", goal: "g" }, clock.now());
+    const claimed = await store.leases.claimRun(runId, 0, "w1", clock.now());
     if (!claimed) throw new Error(`run ${runId} could not be claimed`);
     return {
       fence: { runId, epoch: claimed.epoch },
@@ -107,7 +107,7 @@ export async function stepWorld() {
 
   /** Writes the intent of `call`'s next request, as the step does before sending it, and applies it. */
   const intent = async (state: RunState, call: PreparedCall): Promise<SideEffectRow> => {
-    const row = await store.effectIntentRow(
+    const row = await store.writes.effectIntentRow(
       state.fence,
       { key: call.key, seq: call.seq, tool: call.tool.name, args: call.rawArgs },
       clock.now(),
@@ -119,7 +119,11 @@ export async function stepWorld() {
 
   /** Asserts that `row` is what the database holds under its key, and the row the run's state holds. */
   const held = async (state: RunState, row: SideEffectRow): Promise<void> => {
-    assert.deepEqual(comparable(row), comparable(await store.getEffect(row.idempotency_key)), "as stored");
+    assert.deepEqual(
+      comparable(row),
+      comparable(await store.reads.getEffect(row.idempotency_key)),
+      "as stored",
+    );
     assert.equal(state.effects.get(row.seq), row, "applied to the run's state");
   };
 
