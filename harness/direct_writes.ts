@@ -4,8 +4,8 @@
  * a claim that returns only the epoch, intents that return only their
  * attempt count, and a step's decision (intent and confirm) in one call. The
  * runtime itself uses the store's own methods, which return the whole row
- * ({@link Store.claimRun}, {@link Store.journalIntentRow},
- * {@link Store.journalConfirm}, {@link Store.effectIntentRow}).
+ * ({@link Leases.claimRun}, {@link RunWrites.journalIntentRow},
+ * {@link RunWrites.journalConfirm}, {@link RunWrites.effectIntentRow}).
  *
  * @module
  */

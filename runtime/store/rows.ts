@@ -16,7 +16,7 @@ export * from "./statuses.ts";
 
 /**
  * The tables whose rows belong to a run (each has a foreign key to `runs`),
- * with the name under which `Store.pruneRuns` counts what it deleted
+ * with the name under which `Operators.pruneRuns` counts what it deleted
  * from each. A table added to schema.sql with a key to runs belongs here, or
  * prune could delete no run that has such a row (tests/prune_pg_test.ts compares
  * this list with the foreign keys in the catalog).
@@ -274,7 +274,7 @@ export interface AnsweredApproval extends ApprovalRow {
   run_status: RunStatus;
 }
 
-/** What `Store.decideApproval` found and did. */
+/** What `Operators.decideApproval` found and did. */
 export interface ApprovalAnswer {
   /** The request as it stands after the statement; undefined when there is none for the key. */
   approval: ApprovalRow | undefined;
@@ -321,7 +321,7 @@ export interface TakenRun extends RunRow {
   previous_heartbeat_at: Date | null;
 }
 
-/** Filters and paging of `Store.listRuns`. */
+/** Filters and paging of `Operators.listRuns`. */
 export interface RunFilter {
   /** Only runs in this status. */
   status?: RunStatus;
@@ -377,7 +377,7 @@ export type EffectResolution =
  */
 export type CallSettlement = { result: Json } | { error: string };
 
-/** What `Store.settleCall` found and did. */
+/** What `Operators.settleCall` found and did. */
 export interface SettledCall {
   /** The call as it stands after the statement; undefined when there is none for the key. */
   effect: SideEffectRow | undefined;
