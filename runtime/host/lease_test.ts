@@ -213,11 +213,15 @@ Deno.test("keepLease() renews one run with the one-run heartbeat statement and n
   const calls: string[] = [];
   let down = false;
   const store = {
-    heartbeat: (f: Fence) => {
-      calls.push(`heartbeat ${f.runId}@${f.epoch}`);
-      return down ? Promise.reject(new StoreError("DB_UNREACHABLE", "gone")) : Promise.resolve(true);
+    writes: {
+      heartbeat: (f: Fence) => {
+        calls.push(`heartbeat ${f.runId}@${f.epoch}`);
+        return down ? Promise.reject(new StoreError("DB_UNREACHABLE", "gone")) : Promise.resolve(true);
+      },
     },
-    heartbeatMany: () => Promise.reject(new Error("a single run's lease is renewed on its own")),
+    leases: {
+      heartbeatMany: () => Promise.reject(new Error("a single run's lease is renewed on its own")),
+    },
   } as unknown as Store;
   const stop = new AbortController();
   const lease = keepLease(
