@@ -208,3 +208,19 @@ Deno.test("no two files of the library share a name: a name says which file it i
     "reads.ts: runtime/store/reads.ts, runtime/client/reads.ts",
   ]);
 });
+
+Deno.test("every module of step/ and store/ has its test beside it", async () => {
+  const missing: string[] = [];
+  for (const dir of ["runtime/step", "runtime/store"]) {
+    const names = new Set<string>();
+    for await (const e of Deno.readDir(`${ROOT}/${dir}`)) if (e.isFile) names.add(e.name);
+    for (const name of names) {
+      if (
+        name.endsWith(".ts") && !name.endsWith("_test.ts") && !names.has(name.replace(/\.ts$/, "_test.ts"))
+      ) {
+        missing.push(`${dir}/${name}`);
+      }
+    }
+  }
+  assert.deepEqual(missing.sort(), []);
+});

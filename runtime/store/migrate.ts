@@ -86,12 +86,18 @@ const SCHEMA_VERSION_READ = statement(
 /** Every statement of this file, for the catalogue in `statements.ts`. */
 export const MIGRATE_STATEMENTS = [SEARCH_PATH, VERSION_TABLE, SCHEMA_VERSION_READ] as const;
 
+/**
+ * A name of `search_path` as the server reads it: a quoted one as written, an
+ * unquoted one with its ASCII letters in lower case (`search_path=MyApp` in a
+ * URL is the schema `myapp`, where the migration must put the tables).
+ */
+const identifier = (e: string): string =>
+  /^".*"$/.test(e) ? e.slice(1, -1).replaceAll('""', '"') : e.replace(/[A-Z]/g, (c) => c.toLowerCase());
+
 /** The schema unqualified names resolve to: the first entry of `search_path` other than `$user`. */
 export async function targetSchema(client: SqlClient): Promise<string> {
   const [row] = await queryRows<{ path: string }>(client, SEARCH_PATH, []);
-  const entries = (row?.path ?? "").split(",").map((e) =>
-    e.trim().replace(/^"(.*)"$/, "$1").replaceAll('""', '"')
-  )
+  const entries = (row?.path ?? "").split(",").map((e) => identifier(e.trim()))
     .filter((e) => e !== "" && e !== "$user");
   if (entries.length === 0) {
     throw new StoreError(
