@@ -26,7 +26,10 @@ bothStoresTest("conversations: sends, answers, idle ends, closes and memos", asy
   const later = (ms: number) => new Date(clock.now().getTime() + ms);
   /** A new conversation (goal "hello"), claimed once: its fence. */
   const started = async (runId: string): Promise<Fence> => {
-    await store.createRun({ runId, agent: "chat", goal: "hello", conversationIdleMs: IDLE_MS }, clock.now());
+    await store.leases.createRun(
+      { runId, agent: "chat", goal: "hello", conversationIdleMs: IDLE_MS },
+      clock.now(),
+    );
     return { runId, epoch: (await claim(store, runId, 0, "w", clock.now()))! };
   };
   const send = (runId: string, messageId: string, text: string) =>
@@ -38,7 +41,7 @@ bothStoresTest("conversations: sends, answers, idle ends, closes and memos", asy
     return await chat.answer(f, a);
   };
   const runOf = async (runId: string) => {
-    const r = await store.getRun(runId);
+    const r = await store.reads.getRun(runId);
     return [r?.status, r?.message_count, r?.idle_since, r?.wake_at];
   };
 
@@ -54,8 +57,8 @@ bothStoresTest("conversations: sends, answers, idle ends, closes and memos", asy
     const stored = await chat.messagesAfter("c-send", -1);
     assert.deepEqual(stored.map((m) => [m.seq, m.message_id, m.text]), [[1, "m1", "one"], [2, "m2", "two"]]);
     assert.deepEqual((await chat.messagesAfter("c-send", 1)).map((m) => m.seq), [2]);
-    assert.equal((await store.getRun("c-send"))?.message_count, 3, "the goal and two messages");
-    await store.createRun({ runId: "c-task", agent: "chat", goal: "g" }, clock.now());
+    assert.equal((await store.reads.getRun("c-send"))?.message_count, 3, "the goal and two messages");
+    await store.leases.createRun({ runId: "c-task", agent: "chat", goal: "g" }, clock.now());
     assert.equal(await send("c-task", "m1", "x"), undefined, "a run that is no conversation takes none");
   });
 
@@ -72,7 +75,7 @@ bothStoresTest("conversations: sends, answers, idle ends, closes and memos", asy
         [0, "hello", null, 0, answeredAt, "hi there"],
       );
       assert.deepEqual(await runOf("c-answer"), ["waiting", 1, answeredAt, later(IDLE_MS)]);
-      assert.equal((await store.getRun("c-answer"))?.output, "hi there");
+      assert.equal((await store.reads.getRun("c-answer"))?.output, "hi there");
       const stale = { runId: "c-answer", epoch: f.epoch - 1 };
       const a = { message: 0, answerSeq: 0, answer: "x", answeredAt, idleUntil: answeredAt };
       assert.equal(await chat.answer(stale, a), undefined, "an old epoch is refused");
@@ -118,7 +121,7 @@ bothStoresTest("conversations: sends, answers, idle ends, closes and memos", asy
       const h = { runId: "c-idle", epoch: (await claim(store, "c-idle", g.epoch, "w", clock.now()))! };
       assert.equal(await chat.endIdle(h, 1, clock.now()), true);
       assert.deepEqual(await runOf("c-idle"), ["done", 2, null, null]);
-      assert.equal((await store.getRun("c-idle"))?.heartbeat_at, null);
+      assert.equal((await store.reads.getRun("c-idle"))?.heartbeat_at, null);
       assert.equal(await send("c-idle", "m2", "late"), undefined, "an ended conversation takes no message");
     },
   );
@@ -135,7 +138,7 @@ bothStoresTest("conversations: sends, answers, idle ends, closes and memos", asy
     assert.equal(await send("c-busy-end", "m1", "wait"), undefined, "a closed conversation takes no message");
     assert.deepEqual(await answer(f, 0, 0, "bye"), { status: "done", messageCount: 1 });
     assert.deepEqual(await runOf("c-busy-end"), ["done", 1, null, null]);
-    await store.createRun({ runId: "c-plain", agent: "chat", goal: "g" }, clock.now());
+    await store.leases.createRun({ runId: "c-plain", agent: "chat", goal: "g" }, clock.now());
     assert.equal(await chat.end("c-plain", clock.now()), undefined, "not a conversation");
   });
 
@@ -175,7 +178,10 @@ pgTest("two sends of one id that race store one message, the later finding the e
   const admin = postgres(pg.url, { max: 2, onnotice: () => {} });
   try {
     const now = new Date(Date.UTC(2026, 0, 1));
-    await senders.createRun({ runId: "race", agent: "chat", goal: "g", conversationIdleMs: IDLE_MS }, now);
+    await senders.leases.createRun(
+      { runId: "race", agent: "chat", goal: "g", conversationIdleMs: IDLE_MS },
+      now,
+    );
     const holder = await admin.reserve();
     await holder.unsafe("begin");
     await holder.unsafe("select 1 from runs where run_id = 'race' for update");
@@ -191,7 +197,7 @@ pgTest("two sends of one id that race store one message, the later finding the e
     const sent = await both;
     assert.deepEqual(sent.map((s) => s?.duplicate).sort(), [false, true]);
     assert.deepEqual(sent[0]?.message, sent[1]?.message);
-    assert.equal((await senders.getRun("race"))?.message_count, 2, "the goal and one message");
+    assert.equal((await senders.reads.getRun("race"))?.message_count, 2, "the goal and one message");
   } finally {
     await admin.end({ timeout: 1 });
     await senders.client.close();

@@ -31,7 +31,7 @@ Deno.test("without a database URL the store is PGlite under DATA_DIR/pglite, kee
     try {
       assert.equal(first.describe, `pglite:${dir}/pglite`);
       await first.checkSchema();
-      await first.createRun({ runId: "kept", agent: "a", goal: "still here" }, T0);
+      await first.leases.createRun({ runId: "kept", agent: "a", goal: "still here" }, T0);
       const held = await refusal(openStore({ dataDir: dir }));
       assert.equal(held.code, "DATA_DIR_LOCKED", "one process per directory, refused at once");
     } finally {
@@ -40,7 +40,7 @@ Deno.test("without a database URL the store is PGlite under DATA_DIR/pglite, kee
     const again = await openStore({ databaseUrl: "", dataDir: dir });
     try {
       assert.deepEqual(await again.migrate(), { schema: "agent_runtime", from: V, to: V });
-      assert.equal((await again.getRun("kept"))?.goal, "still here");
+      assert.equal((await again.reads.getRun("kept"))?.goal, "still here");
     } finally {
       await again.client.close();
     }
@@ -81,7 +81,7 @@ Deno.test({
       try {
         assert.equal(store.describe, `postgres:${u.hostname}:${u.port || 5432}${u.pathname}`);
         assert.deepEqual(await store.migrate(), { schema, from: V, to: V });
-        assert.equal(await store.createRun({ runId: "r", agent: "a", goal: "g" }, T0), true);
+        assert.equal(await store.leases.createRun({ runId: "r", agent: "a", goal: "g" }, T0), true);
       } finally {
         await store.client.close();
       }

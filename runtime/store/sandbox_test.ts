@@ -82,7 +82,7 @@ Deno.test({
       } finally {
         await other.close();
       }
-      assert.equal((await sb.store.getRun("from-other"))?.goal, "g");
+      assert.equal((await sb.store.reads.getRun("from-other"))?.goal, "g");
     });
   },
 });
@@ -96,16 +96,19 @@ Deno.test({
     await withSandboxes(make, async ([a, b]) => {
       schemas.push(a.schema, b.schema);
       assert.notEqual(a.schema, b.schema);
-      assert.equal(await a.store.createRun({ runId: "same", agent: "x", goal: "in a" }, T0), true);
-      assert.equal(await b.store.createRun({ runId: "same", agent: "x", goal: "in b" }, T0), true);
-      assert.equal(await a.store.createRun({ runId: "only-a", agent: "x", goal: "g" }, T0), true);
-      assert.equal((await a.store.getRun("same"))?.goal, "in a");
-      assert.equal((await b.store.getRun("same"))?.goal, "in b");
-      assert.equal(await b.store.getRun("only-a"), undefined);
+      assert.equal(await a.store.leases.createRun({ runId: "same", agent: "x", goal: "in a" }, T0), true);
+      assert.equal(await b.store.leases.createRun({ runId: "same", agent: "x", goal: "in b" }, T0), true);
+      assert.equal(await a.store.leases.createRun({ runId: "only-a", agent: "x", goal: "g" }, T0), true);
+      assert.equal((await a.store.reads.getRun("same"))?.goal, "in a");
+      assert.equal((await b.store.reads.getRun("same"))?.goal, "in b");
+      assert.equal(await b.store.reads.getRun("only-a"), undefined);
       await a.drop();
       assert.deepEqual(await present([a.schema, b.schema]), [b.schema], "a's schema went, b's stayed");
-      await assert.rejects(a.store.getRun("same"), (e: { code?: string }) => e.code === "CONNECTION_ENDED");
-      assert.equal((await b.store.getRun("same"))?.goal, "in b", "b's rows are untouched");
+      await assert.rejects(
+        a.store.reads.getRun("same"),
+        (e: { code?: string }) => e.code === "CONNECTION_ENDED",
+      );
+      assert.equal((await b.store.reads.getRun("same"))?.goal, "in b", "b's rows are untouched");
       await a.drop(); // dropped again in withSandboxes' finally: nothing happens
     });
     assert.deepEqual(await present(schemas), [], "both gone");
