@@ -13,10 +13,10 @@ import { MockCloud } from "../mock/cloud.ts";
 import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
-import { type WorkerDeps, workerFor } from "../runtime/run/context.ts";
+import { type RunDeps, runDepsFor } from "../runtime/run/context.ts";
 import { agentDeps, processDeps } from "../runtime/run/deps.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import {
   type DecideRequest,
@@ -93,11 +93,11 @@ function benchWorker(opts: {
   agent: { planner: Planner; tools: Tool[] };
   tag: string;
   telemetry?: Telemetry;
-}): WorkerDeps {
+}): RunDeps {
   const clock = new SystemClock();
   const log = new Logger({ clock, sink: discardSink });
   const { planner, tools } = opts.agent;
-  return workerFor(
+  return runDepsFor(
     processDeps({
       store: opts.store,
       clock,
@@ -283,7 +283,7 @@ export async function recordRun(client: SqlClient, token: string): Promise<Recor
     const withTime = params.flatMap((v, i) => typeof v === "string" && TIMESTAMP.test(v) ? [i] : []);
     recorded.push({ rows, name: opts?.name ?? UNNAMED, text, params, withRunId, withTime });
   });
-  const outcome = await runWorker(
+  const outcome = await claimAndDrive(
     benchWorker({
       store: new Store(recorder),
       agent: { planner: new ScriptedPlanner(), tools: scriptedTools() },
@@ -345,7 +345,7 @@ export async function replayRow(
   return { label, runs, concurrency, ...t, statements };
 }
 
-/** The runtime's single-run path (`runWorker`, as `deno task run` drives it), `concurrency` runs at once. */
+/** The runtime's single-run path (`claimAndDrive`, as `deno task run` drives it), `concurrency` runs at once. */
 export async function runtimeRow(
   label: string,
   client: SqlClient,
@@ -361,7 +361,7 @@ export async function runtimeRow(
   // Warm up (JIT, a prepared statement on each connection) on runs that are not counted.
   const warm = crypto.randomUUID().slice(0, 8);
   await fanOut(warmRuns(concurrency), concurrency, async (i) => {
-    await runWorker(deps, `warm-${warm}-${i}`, "bench");
+    await claimAndDrive(deps, `warm-${warm}-${i}`, "bench");
   });
   counting.reset();
   collectGarbage();
@@ -369,7 +369,7 @@ export async function runtimeRow(
   times?.start();
   const t = await timed(() =>
     fanOut(runs, concurrency, async (i) => {
-      const outcome = await runWorker(deps, `b-${prefix}-${i}`, "bench");
+      const outcome = await claimAndDrive(deps, `b-${prefix}-${i}`, "bench");
       if (outcome.status !== "done") throw new Error(`run ${i} ended ${outcome.status}: ${outcome.error}`);
     }), server);
   times?.stop(runs);

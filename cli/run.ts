@@ -21,13 +21,13 @@
 
 import { checkInput } from "../runtime/agent/agent.ts";
 import type { Settings } from "../runtime/settings/config.ts";
-import { workerFor } from "../runtime/run/context.ts";
+import { runDepsFor } from "../runtime/run/context.ts";
 import { agentDeps, DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, processDeps } from "../runtime/run/deps.ts";
 import { CRASH_POINTS, CrashPoints } from "../runtime/base/crashpoints.ts";
 import { ConfigError, describeError, hasCode, RuntimeError } from "../runtime/base/errors.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
-import { runWorker, WorkerError } from "../runtime/host/run_driver.ts";
+import { claimAndDrive, WorkerError } from "../runtime/host/run_driver.ts";
 import { exitCodeOf } from "../runtime/host/outcome.ts";
 import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
 import { openStoreLogged, reportConfigError, startProcess } from "./process.ts";
@@ -180,7 +180,7 @@ export async function main(
       groupCommitMs: settings.groupCommitMs,
     });
     // MAX_STEPS, when set, replaces the agent's own maxSteps.
-    const deps = workerFor(
+    const deps = runDepsFor(
       proc,
       agentDeps(agent, {
         maxSteps: settings.maxSteps,
@@ -211,7 +211,7 @@ export async function main(
     // A run asleep on its remotes (a job that finishes later) is taken again when its calls are due: this
     // process waits for it, as a worker host would, instead of exiting. Bounded by the calls' deadlines.
     for (;;) {
-      const outcome = await runWorker(deps, request);
+      const outcome = await claimAndDrive(deps, request);
       const waiting = outcome.status === "waiting" ? await store.reads.getRun(request.runId) : undefined;
       // A conversation waiting for its next message is answered: this process is done with it (exit 4).
       let wakeAt = waiting?.idle_since ? undefined : waiting?.wake_at;

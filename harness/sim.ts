@@ -22,7 +22,7 @@ import { demoTools } from "../examples/provision/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { type Clock, ManualClock } from "../runtime/base/clock.ts";
 import type { Agent, AgentContext } from "../runtime/agent/agent.ts";
-import { type WorkerDeps, workerFor } from "../runtime/run/context.ts";
+import { type RunDeps, runDepsFor } from "../runtime/run/context.ts";
 import { agentDeps, processDeps, type RetryPolicy } from "../runtime/run/deps.ts";
 import { describeError, ownCode, RuntimeError } from "../runtime/base/errors.ts";
 import {
@@ -33,7 +33,7 @@ import {
   SimulatedKill,
 } from "../runtime/base/crashpoints.ts";
 import { Logger } from "../runtime/base/log.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import type { RunOutcome } from "../runtime/host/outcome.ts";
 import { type FetchLike, OpenAIPlanner, type Planner } from "../runtime/model/planner.ts";
 import { PgliteClient, PgliteSession } from "../runtime/store/pglite.ts";
@@ -342,7 +342,7 @@ export async function readSnapshot(
 
 /** How an incarnation ended. */
 export type SimExit =
-  /** `runWorker` returned (done, fenced, lost_claim, ...). */
+  /** `claimAndDrive` returned (done, fenced, lost_claim, ...). */
   | { kind: "exited"; outcome: RunOutcome }
   /** Killed at a crash point. */
   | { kind: "killed"; point: KillPoint; seq: number }
@@ -505,8 +505,8 @@ export class SimProcess {
           : new OpenAIPlanner({ url: SIM_MODEL_URL, model: "mock-planner", fetch: modelFetch }),
         tools: new ToolRegistry(tools),
       };
-      const deps: WorkerDeps = workerFor(proc, agentDeps(prepared, { retry: hooks.retry }));
-      return runWorker(deps, {
+      const deps: RunDeps = runDepsFor(proc, agentDeps(prepared, { retry: hooks.retry }));
+      return claimAndDrive(deps, {
         runId: opts.runId,
         goal: opts.goal ?? DEMO_GOAL,
         budget: agent.budget,

@@ -8,7 +8,7 @@
  */
 
 import { SystemClock } from "../runtime/base/clock.ts";
-import { type WorkerDeps, workerFor } from "../runtime/run/context.ts";
+import { type RunDeps, runDepsFor } from "../runtime/run/context.ts";
 import { agentDeps, DEFAULT_RETRY, processDeps, type RetryPolicy } from "../runtime/run/deps.ts";
 import { arraySink, Logger } from "../runtime/base/log.ts";
 import { OpenAIPlanner } from "../runtime/model/planner.ts";
@@ -41,7 +41,7 @@ export interface TestWorkerOptions {
 
 /** A worker's dependencies and the lines it logged (JSON lines). */
 export interface TestWorker {
-  deps: WorkerDeps;
+  deps: RunDeps;
   lines: string[];
   /** The logged events, parsed. */
   events(name?: string): LogEvent[];
@@ -72,7 +72,7 @@ export function testWorker(store: Store, opts: TestWorkerOptions): TestWorker {
       maxAttempts: opts.toolMaxAttempts ?? tool.maxAttempts,
     }),
   );
-  const deps = workerFor(
+  const deps = runDepsFor(
     processDeps({ store, clock, log, owner: "test-worker", heartbeatMs: 60_000, leaseMs: 120_000 }),
     agentDeps({
       agent: demoAgent,

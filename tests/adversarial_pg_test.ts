@@ -7,10 +7,10 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import demoAgent from "../examples/provision/agent.ts";
 import { serveMocks } from "../mock/server.ts";
-import { workerFor } from "../runtime/run/context.ts";
+import { runDepsFor } from "../runtime/run/context.ts";
 import { agentDeps, processDeps } from "../runtime/run/deps.ts";
 import { arraySink, Logger } from "../runtime/base/log.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { OpenAIPlanner } from "../runtime/model/planner.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { Store } from "../runtime/store/store.ts";
@@ -43,7 +43,7 @@ pgTest(
             planner: new OpenAIPlanner({ url: mocks.modelUrl, model: "m" }),
             tools: new ToolRegistry(demoTools({ cloudUrl: mocks.cloudUrl })),
           });
-          return runWorker(workerFor(proc, agent), { runId, goal: "race" });
+          return claimAndDrive(runDepsFor(proc, agent), { runId, goal: "race" });
         }));
         const statuses = outcomes.map((o) => o.status).sort();
         // Usually one wins the claim and the other loses it. One that reads the run after the

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { pgTest } from "./_pg.ts";
 import { testWorker } from "./_worker.ts";
 
@@ -19,7 +19,7 @@ pgTest(
         mocks.cloud.setFaults({ path, drop_after_act_next: 1 });
       }
       const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
-      const outcome = await runWorker(w.deps, "pg-drop", DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, "pg-drop", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       assert.equal((await db.store.reads.getRun("pg-drop"))?.status, "done");
       const created = mocks.cloud.created();
@@ -50,7 +50,7 @@ pgTest(
       mocks.cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 400 });
       mocks.model.setFaults({ mode: "too_many_calls", mode_next: 1 });
       const w = testWorker(db.store, { modelUrl: mocks.modelUrl, cloudUrl: mocks.cloudUrl });
-      const outcome = await runWorker(w.deps, "pg-4xx", DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, "pg-4xx", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       const { journal, effects } = await db.store.reads.loadHistory("pg-4xx");
       assert.equal(journal[0].llm_attempts, 2);

@@ -12,7 +12,7 @@ import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { cloudCreate } from "../examples/provision/tools.ts";
 import { ToolError } from "../runtime/base/errors.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { recordingProxy, testWorker } from "./_worker.ts";
@@ -37,7 +37,7 @@ Deno.test("the Idempotency-Key draft end to end through the demo tools", async (
       cloud.clearFaults();
       const proxy = recordingProxy(mocks.cloudUrl);
       try {
-        const outcome = await runWorker(worker({ cloudUrl: proxy.url }).deps, "t-quoted", DEFAULT_GOAL);
+        const outcome = await claimAndDrive(worker({ cloudUrl: proxy.url }).deps, "t-quoted", DEFAULT_GOAL);
         assert.equal(outcome.status, "done");
         assert.deepEqual(proxy.exchanges.map((x) => x.headers.get("idempotency-key")), [
           '"t-quoted:0"',
@@ -67,7 +67,7 @@ Deno.test("the Idempotency-Key draft end to end through the demo tools", async (
         });
         while ((cloud.requests().by_key["t-409:0"] ?? 0) < 1) await new Promise((r) => setTimeout(r, 2));
         const w = worker();
-        const outcome = await runWorker(w.deps, "t-409", DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, "t-409", DEFAULT_GOAL);
         assert.equal((await earlier).status, 201);
         assert.equal(outcome.status, "done");
         const row = await effect("t-409", 0);
@@ -88,7 +88,7 @@ Deno.test("the Idempotency-Key draft end to end through the demo tools", async (
       cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 429, retry_after_s: 1 });
       cloud.setFaults({ path: "/v1/databases", fail_next: 1, fail_status: 503, retry_after_s: 3600 });
       const w = worker({ retry: { retryAfterMaxMs: 200 } });
-      assert.equal((await runWorker(w.deps, "t-retry-after", DEFAULT_GOAL)).status, "done");
+      assert.equal((await claimAndDrive(w.deps, "t-retry-after", DEFAULT_GOAL)).status, "done");
       assert.deepEqual(
         w.events("retrying").map((e) => [e.key, e.retry_after_ms, e.delay_ms]),
         [["t-retry-after:0", 1000, 200], ["t-retry-after:1", 3_600_000, 200]],
@@ -101,7 +101,7 @@ Deno.test("the Idempotency-Key draft end to end through the demo tools", async (
       model.setFaults({ fail_next: 1, fail_status: 503, retry_after_s: 1 });
       const w = worker();
       const started = performance.now();
-      assert.equal((await runWorker(w.deps, "t-model-ra", DEFAULT_GOAL)).status, "done");
+      assert.equal((await claimAndDrive(w.deps, "t-model-ra", DEFAULT_GOAL)).status, "done");
       assert.ok(performance.now() - started >= 950, "the worker waited the second the model asked for");
       const [retry] = w.events("model-retry");
       assert.equal(retry.retry_after_ms, 1000);
@@ -121,7 +121,7 @@ Deno.test("the Idempotency-Key draft end to end through the demo tools", async (
         });
         await earlier.body?.cancel();
         const w = worker();
-        assert.equal((await runWorker(w.deps, "t-reused", DEFAULT_GOAL)).status, "done");
+        assert.equal((await claimAndDrive(w.deps, "t-reused", DEFAULT_GOAL)).status, "done");
         const row = await effect("t-reused", 0);
         assert.equal(row.status, "failed");
         assert.equal(row.attempts, 1);

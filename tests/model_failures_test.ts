@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import type { ModelFaultMode } from "../mock/model.ts";
 import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { addUsage } from "../runtime/model/usage.ts";
@@ -47,7 +47,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         model.clearFaults();
         model.setFaults({ mode, mode_next: 1 });
         const w = worker();
-        const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, runId, DEFAULT_GOAL);
         assert.equal(outcome.status, "done");
         assert.equal(outcome.llmCalls, 5, "one re-ask on top of a clean run's four requests");
         assert.equal(model.calls(runId), 5);
@@ -75,7 +75,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       const runId = "m-usage";
       model.clearFaults();
       model.setFaults({ mode: "bad_args", mode_next: 1 });
-      const outcome = await runWorker(worker().deps, runId, DEFAULT_GOAL);
+      const outcome = await claimAndDrive(worker().deps, runId, DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       const answers = exchangesOf(runId).map((x) => JSON.parse(x.body));
       assert.equal(answers.length, 5);
@@ -98,7 +98,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         model.clearFaults();
         model.setFaults({ mode: "unknown_tool", mode_next: 10 });
         const w = worker({ retry: { maxModelAttempts: 3 } });
-        const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, runId, DEFAULT_GOAL);
         assert.equal(outcome.status, "failed");
         const run = await store.reads.getRun(runId);
         assert.equal(run?.status, "failed");
@@ -123,7 +123,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       model.clearFaults();
       model.setFaults({ fail_next: 2, fail_status: 503 });
       const w = worker();
-      const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, runId, DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       const row = await journalRow(runId, 0);
       assert.equal(row.llm_attempts, 3);
@@ -140,7 +140,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
 
       model.setFaults({ fail_next: 1, fail_status: 429 });
       const w2 = worker();
-      assert.equal((await runWorker(w2.deps, "m-429", DEFAULT_GOAL)).status, "done");
+      assert.equal((await claimAndDrive(w2.deps, "m-429", DEFAULT_GOAL)).status, "done");
       assert.equal((await journalRow("m-429", 0)).llm_attempts, 2);
       assert.match(String(w2.events("model-retry")[0].error), /HTTP 429/);
     });
@@ -152,7 +152,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
         model.clearFaults();
         model.setFaults({ fail_next: 10_000, fail_status: 502 });
         const w = worker({ retry: { horizonMs: 100 } });
-        const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, runId, DEFAULT_GOAL);
         assert.equal(outcome.status, "failed");
         assert.match(
           (await store.reads.getRun(runId))?.error ?? "",
@@ -172,7 +172,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       model.clearFaults();
       model.setFaults({ fail_next: 1, fail_status: 401 });
       const w = worker();
-      const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, runId, DEFAULT_GOAL);
       assert.equal(outcome.status, "failed");
       assert.match(
         (await store.reads.getRun(runId))?.error ?? "",
@@ -188,7 +188,7 @@ Deno.test("model failures through the mock model over HTTP, on PGlite", async (t
       model.clearFaults();
       model.setFaults({ hang_next: 1 });
       const w = worker({ modelUrl: mocks.modelUrl, retry: { modelTimeoutMs: 150 } });
-      const outcome = await runWorker(w.deps, runId, DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, runId, DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       assert.equal((await journalRow(runId, 0)).llm_attempts, 2);
       assert.equal(model.calls(runId), 5);

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { chargeCard } from "../examples/payments/agent.ts";
 import { serveMocks } from "../mock/server.ts";
 import { CrashPoints, SimulatedKill } from "../runtime/base/crashpoints.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import type { Tool } from "../runtime/agent/tools.ts";
@@ -49,7 +49,7 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
         cloud.clearFaults();
         cloud.setFaults({ path: "/v1/charges", drop_after_act_next: 1 });
         const w = worker();
-        assert.equal((await runWorker(w.deps, "rc-drop", GOAL)).status, "done");
+        assert.equal((await claimAndDrive(w.deps, "rc-drop", GOAL)).status, "done");
         const charges = cloud.charges("rc-drop:0");
         assert.equal(charges.length, 1);
         const e = await row("rc-drop");
@@ -72,7 +72,7 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
         cloud.clearFaults();
         cloud.setFaults({ path: "/v1/charges", hang_next: 1 });
         const w = worker(undefined, { toolTimeoutMs: 200 });
-        assert.equal((await runWorker(w.deps, "rc-hang", GOAL)).status, "done");
+        assert.equal((await claimAndDrive(w.deps, "rc-hang", GOAL)).status, "done");
         const e = await row("rc-hang");
         assert.equal(e.remote, "created");
         assert.equal(e.attempts, 2);
@@ -84,11 +84,14 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
 
     await t.step("killed after the charge: the restart's reconcile confirms it without sending", async () => {
       cloud.clearFaults();
-      await assert.rejects(runWorker(killAt(worker(), "after_call").deps, "rc-kill", GOAL), SimulatedKill);
+      await assert.rejects(
+        claimAndDrive(killAt(worker(), "after_call").deps, "rc-kill", GOAL),
+        SimulatedKill,
+      );
       assert.equal((await row("rc-kill")).status, "intent");
       const before = cloud.requests().by_path["/v1/charges"];
       const w = worker();
-      assert.equal((await runWorker(w.deps, "rc-kill", GOAL)).status, "done");
+      assert.equal((await claimAndDrive(w.deps, "rc-kill", GOAL)).status, "done");
       assert.equal(cloud.requests().by_path["/v1/charges"], before, "no request sent by the restart");
       assert.equal((await row("rc-kill")).remote, "reconciled");
       assert.equal(cloud.charges("rc-kill:0").length, 1);
@@ -100,12 +103,12 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
       async () => {
         cloud.clearFaults();
         await assert.rejects(
-          runWorker(killAt(worker(), "after_intent").deps, "rc-early", GOAL),
+          claimAndDrive(killAt(worker(), "after_intent").deps, "rc-early", GOAL),
           SimulatedKill,
         );
         assert.equal(cloud.charges("rc-early:0").length, 0);
         const w = worker();
-        assert.equal((await runWorker(w.deps, "rc-early", GOAL)).status, "done");
+        assert.equal((await claimAndDrive(w.deps, "rc-early", GOAL)).status, "done");
         const e = await row("rc-early");
         assert.deepEqual([e.remote, e.attempts], ["created", 2]);
         assert.equal(cloud.charges("rc-early:0").length, 1);
@@ -123,7 +126,7 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
           ...tool,
           reconcile: () => Promise.reject(new Error("lookup is down")),
         }), { retry: { horizonMs: 100 } });
-        assert.equal((await runWorker(w.deps, "rc-throw", GOAL)).status, "blocked");
+        assert.equal((await claimAndDrive(w.deps, "rc-throw", GOAL)).status, "blocked");
         const e = await row("rc-throw");
         assert.equal(e.status, "flagged");
         assert.match(
@@ -143,21 +146,24 @@ Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGl
 
     await t.step("an answer of another shape cannot tell either", async () => {
       cloud.clearFaults();
-      await assert.rejects(runWorker(killAt(worker(), "after_call").deps, "rc-odd", GOAL), SimulatedKill);
+      await assert.rejects(claimAndDrive(killAt(worker(), "after_call").deps, "rc-odd", GOAL), SimulatedKill);
       const w = worker((tool) => ({
         ...tool,
         reconcile: () => Promise.resolve({ status: "maybe" } as never),
       }));
-      assert.equal((await runWorker(w.deps, "rc-odd", GOAL)).status, "blocked");
+      assert.equal((await claimAndDrive(w.deps, "rc-odd", GOAL)).status, "blocked");
       assert.match((await row("rc-odd")).error ?? "", /its reconcile answered \{"status":"maybe"\}, not/);
       assert.equal(cloud.charges("rc-odd:0").length, 1);
     });
 
     await t.step("without reconcile the same kill blocks the run, as before", async () => {
       cloud.clearFaults();
-      await assert.rejects(runWorker(killAt(worker(), "after_call").deps, "rc-none", GOAL), SimulatedKill);
+      await assert.rejects(
+        claimAndDrive(killAt(worker(), "after_call").deps, "rc-none", GOAL),
+        SimulatedKill,
+      );
       const w = worker((tool) => ({ ...tool, reconcile: undefined }));
-      assert.equal((await runWorker(w.deps, "rc-none", GOAL)).status, "blocked");
+      assert.equal((await claimAndDrive(w.deps, "rc-none", GOAL)).status, "blocked");
       assert.match(
         (await row("rc-none")).error ?? "",
         /its outcome is unknown and charge_card takes no idempotency key$/,

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { CrashPoints, SimulatedKill } from "../runtime/base/crashpoints.ts";
-import { runWorker } from "../runtime/host/run_driver.ts";
+import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { closedPort, recordingProxy, testWorker } from "./_worker.ts";
@@ -32,7 +32,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       cloud.clearFaults();
       cloud.setFaults({ path: "/v1/servers", fail_next: 2, fail_status: 503 });
       const w = worker();
-      const outcome = await runWorker(w.deps, "t-503", DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, "t-503", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       assert.equal((await store.reads.getRun("t-503"))?.status, "done");
       const row = await effect("t-503", 0);
@@ -54,7 +54,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       cloud.setFaults({ path: "/v1/servers", fail_next: 1, fail_status: 429 });
       cloud.setFaults({ path: "/v1/databases", fail_next: 1, fail_status: 408 });
       const w = worker();
-      const outcome = await runWorker(w.deps, "t-429", DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, "t-429", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       assert.equal((await effect("t-429", 0)).attempts, 2);
       assert.equal((await effect("t-429", 1)).attempts, 2);
@@ -68,7 +68,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       cloud.clearFaults();
       cloud.setFaults({ path: "/v1/databases", hang_next: 1 });
       const w = worker({ toolTimeoutMs: 150 });
-      const outcome = await runWorker(w.deps, "t-hang", DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, "t-hang", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       const row = await effect("t-hang", 1);
       assert.equal(row.status, "confirmed");
@@ -86,7 +86,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       cloud.clearFaults();
       cloud.setFaults({ path: "/v1/dns_records", garbage_next: 1 });
       const w = worker();
-      const outcome = await runWorker(w.deps, "t-garbage", DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, "t-garbage", DEFAULT_GOAL);
       assert.equal(outcome.status, "done");
       const row = await effect("t-garbage", 2);
       assert.equal(row.attempts, 2);
@@ -104,7 +104,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
           cloud.setFaults({ path, drop_after_act_next: 1 });
         }
         const w = worker();
-        const outcome = await runWorker(w.deps, "t-drop", DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, "t-drop", DEFAULT_GOAL);
         assert.equal(outcome.status, "done");
         const created = cloud.created("t-drop:");
         assert.deepEqual(created.map((r) => r.key), ["t-drop:0", "t-drop:1", "t-drop:2"]);
@@ -130,7 +130,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         cloud.clearFaults();
         cloud.setFaults({ path: "/v1/servers", fail_next: 10_000, fail_status: 503 });
         const w = worker({ retry: { horizonMs: 100 } });
-        const outcome = await runWorker(w.deps, "t-gaveup", DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, "t-gaveup", DEFAULT_GOAL);
         assert.equal(outcome.status, "failed");
         const run = await store.reads.getRun("t-gaveup");
         assert.equal(run?.status, "failed");
@@ -159,7 +159,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         // The remote acts and the answer is lost; with no horizon the call is given up at that failure.
         cloud.setFaults({ path: "/v1/servers", drop_after_act_next: 1 });
         const w = worker({ retry: { horizonMs: 0 } });
-        assert.equal((await runWorker(w.deps, "t-reopen", DEFAULT_GOAL)).status, "failed");
+        assert.equal((await claimAndDrive(w.deps, "t-reopen", DEFAULT_GOAL)).status, "failed");
         assert.equal((await effect("t-reopen", 0)).status, "intent");
         assert.equal(cloud.created("t-reopen:0").length, 1, "the remote did act on the last attempt");
         cloud.clearFaults();
@@ -173,7 +173,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
           "only a failed run reopens",
         );
         const again = worker({ retry: { horizonMs: 0 } });
-        assert.equal((await runWorker(again.deps, "t-reopen", DEFAULT_GOAL)).status, "done");
+        assert.equal((await claimAndDrive(again.deps, "t-reopen", DEFAULT_GOAL)).status, "done");
         const row = await effect("t-reopen", 0);
         assert.equal(row.status, "confirmed");
         assert.equal(row.remote, "already_done");
@@ -188,7 +188,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       "a cloud nobody listens on: network errors retried until the horizon, then the run fails",
       async () => {
         const w = worker({ cloudUrl: `http://127.0.0.1:${closedPort()}`, retry: { horizonMs: 50 } });
-        const outcome = await runWorker(w.deps, "t-refused", DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, "t-refused", DEFAULT_GOAL);
         assert.equal(outcome.status, "failed");
         const row = await effect("t-refused", 0);
         assert.ok(row.attempts >= 2);
@@ -204,7 +204,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       const proxy = recordingProxy(mocks.modelUrl);
       try {
         const w = worker({ modelUrl: proxy.url });
-        const outcome = await runWorker(w.deps, "t-422", DEFAULT_GOAL);
+        const outcome = await claimAndDrive(w.deps, "t-422", DEFAULT_GOAL);
         assert.equal(outcome.status, "done");
         const row = await effect("t-422", 1);
         assert.equal(row.status, "failed");
@@ -230,7 +230,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
       cloud.clearFaults();
       cloud.setFaults({ path: "/v1/servers", drop_after_act_next: 1 });
       const w = worker({ nonIdempotent: ["create_server"] });
-      const outcome = await runWorker(w.deps, "t-flag", DEFAULT_GOAL);
+      const outcome = await claimAndDrive(w.deps, "t-flag", DEFAULT_GOAL);
       assert.equal(outcome.status, "blocked");
       const run = await store.reads.getRun("t-flag");
       assert.equal(run?.status, "blocked");
@@ -247,7 +247,7 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
 
       // A second worker does not touch it either.
       const again = worker({ nonIdempotent: ["create_server"] });
-      assert.equal((await runWorker(again.deps, "t-flag", DEFAULT_GOAL)).status, "blocked");
+      assert.equal((await claimAndDrive(again.deps, "t-flag", DEFAULT_GOAL)).status, "blocked");
       assert.equal(cloud.requests().by_key["t-flag:0"], 1);
       // A human checks the remote and approves one re-send (deno task resolve t-flag:0 --retry).
       assert.ok(await store.operators.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
@@ -257,20 +257,20 @@ Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t)
         clock: crashing.deps.clock,
         kill: (point, seq) => Promise.reject(new SimulatedKill(point, seq)),
       });
-      await assert.rejects(runWorker(crashing.deps, "t-flag", DEFAULT_GOAL), SimulatedKill);
+      await assert.rejects(claimAndDrive(crashing.deps, "t-flag", DEFAULT_GOAL), SimulatedKill);
       assert.equal((await effect("t-flag", 0)).attempts, 2, "the approved re-send's intent was written");
       assert.equal(cloud.requests().by_key["t-flag:0"], 1, "and it died before sending");
 
       // The approval was used up by that intent: after the crash the call is flagged again, not re-sent.
       const after = worker({ nonIdempotent: ["create_server"] });
-      assert.equal((await runWorker(after.deps, "t-flag", DEFAULT_GOAL)).status, "blocked");
+      assert.equal((await claimAndDrive(after.deps, "t-flag", DEFAULT_GOAL)).status, "blocked");
       assert.equal((await effect("t-flag", 0)).status, "flagged");
       assert.equal(cloud.requests().by_key["t-flag:0"], 1);
 
       // Approved again, this time nothing crashes: one re-send, the remote recognises the key.
       assert.ok(await store.operators.resolveEffect("t-flag:0", { action: "retry" }, "ops", new Date()));
       const last = worker({ nonIdempotent: ["create_server"] });
-      assert.equal((await runWorker(last.deps, "t-flag", DEFAULT_GOAL)).status, "done");
+      assert.equal((await claimAndDrive(last.deps, "t-flag", DEFAULT_GOAL)).status, "done");
       const row2 = await effect("t-flag", 0);
       assert.equal(row2.status, "confirmed");
       assert.equal(row2.remote, "already_done");

@@ -2,12 +2,12 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
 import { ManualClock } from "./clock.ts";
-import { workerFor } from "../run/context.ts";
+import { runDepsFor } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { ModelError, ToolError } from "./errors.ts";
 import { idempotencyKeyHeader, isTransientStatus, parseRetryAfter } from "./http.ts";
 import { arraySink, Logger } from "./log.ts";
-import { runWorker } from "../host/run_driver.ts";
+import { claimAndDrive } from "../host/run_driver.ts";
 import { OpenAIPlanner, type Planner } from "../model/planner.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
@@ -80,20 +80,20 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
   };
   const tools = [userTool(`http://127.0.0.1:${server.addr.port}/reserve`)];
   const agent = defineAgent({ name: "reserver", tools, model: planner, maxSteps: 4 });
-  const deps = workerFor(
+  const deps = runDepsFor(
     processDeps({ store, clock, log, owner: "w1", random: () => 0.5 }),
     agentDeps({ agent, planner, tools: new ToolRegistry(tools) }),
   );
   try {
     // A wait of 7 s lets the run go (it is longer than a worker sleeps holding the slot): the first turn
     // ends with the run waiting until the Retry-After is over, and the next sends it again.
-    const first = await runWorker(deps, "r409", "reserve a slot");
+    const first = await claimAndDrive(deps, "r409", "reserve a slot");
     assert.equal(first.status, "waiting", lines.join("\n"));
     const waiting = await store.reads.getRun("r409");
     assert.equal(waiting?.heartbeat_at, null);
     assert.equal(new Date(waiting!.wake_at!).getTime() - clock.now().getTime(), 7_000);
     await clock.advance(7_000);
-    const running = runWorker(deps, "r409", "reserve a slot");
+    const running = claimAndDrive(deps, "r409", "reserve a slot");
     let ended = false;
     running.finally(() => ended = true).catch(() => {});
     // The remote answers in real time; the manual clock only moves the heartbeat along.

@@ -10,7 +10,7 @@
  * @module
  */
 
-import { applyMessages, type RunState, type WorkerDeps } from "../run/context.ts";
+import { applyMessages, type RunDeps, type RunState } from "../run/context.ts";
 import type { ConversationState } from "../agent/conversation_options.ts";
 import { FencedError, RuntimeError } from "../base/errors.ts";
 import type { MessageRow } from "../store/conversations.ts";
@@ -28,7 +28,7 @@ export {
 
 /** Reads a conversation's messages back at a claim (one statement); undefined for a run that is not one. */
 export async function loadConversation(
-  deps: Pick<WorkerDeps, "store">,
+  deps: Pick<RunDeps, "store">,
   run: RunRow,
   fresh: boolean,
 ): Promise<ConversationState | undefined> {
@@ -66,7 +66,7 @@ export type AfterAnswer = "next" | "waiting" | "done";
  * not written again. Throws a {@link FencedError} when the fence refuses.
  */
 export async function afterAnswer(
-  deps: Pick<WorkerDeps, "store" | "clock" | "log">,
+  deps: Pick<RunDeps, "store" | "clock" | "log">,
   state: RunState & { conversation: ConversationState },
   seq: number,
   answer: string,
@@ -133,7 +133,7 @@ export async function afterAnswer(
  * since the worker last looked (only those: per answer, one short read).
  */
 async function takeNext(
-  deps: Pick<WorkerDeps, "store" | "log">,
+  deps: Pick<RunDeps, "store" | "log">,
   state: RunState & { conversation: ConversationState },
   seq: number,
 ): Promise<AfterAnswer> {
@@ -155,7 +155,7 @@ async function takeNext(
 
 /** After a refused idle end: another message came (go on with it), or the run is no longer this worker's. */
 async function nextOrRefused(
-  deps: Pick<WorkerDeps, "store">,
+  deps: Pick<RunDeps, "store">,
   state: RunState,
   taken: () => Promise<AfterAnswer>,
 ): Promise<AfterAnswer> {
@@ -192,7 +192,7 @@ export interface ParkedConversation {
  * read and appended to a copy (the parked one stays as it was let go).
  */
 export async function resumeConversation(
-  deps: Pick<WorkerDeps, "store">,
+  deps: Pick<RunDeps, "store">,
   runId: string,
   parked: ParkedConversation,
 ): Promise<ConversationState> {
@@ -211,7 +211,7 @@ const MEMO_KEY_MAX = 200;
  * written first (fenced), then `compute` runs, then its value is written.
  */
 export async function remember<T extends Json>(
-  deps: Pick<WorkerDeps, "store" | "clock" | "log">,
+  deps: Pick<RunDeps, "store" | "clock" | "log">,
   state: Pick<RunState, "fence"> & { conversation: ConversationState },
   key: string,
   compute: () => Promise<T>,

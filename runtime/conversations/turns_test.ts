@@ -5,10 +5,10 @@ import { Client, connect } from "../client/client.ts";
 import { type ClientError } from "../base/errors.ts";
 import { CountingClient } from "../store/counting.ts";
 import { ManualClock } from "../base/clock.ts";
-import { workerFor } from "../run/context.ts";
+import { runDepsFor } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { runWorker } from "../host/run_driver.ts";
+import { claimAndDrive } from "../host/run_driver.ts";
 import type { Planner } from "../model/planner.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
@@ -82,7 +82,7 @@ async function world(
   });
   const model = notingModel();
   const deps = (owner: string) =>
-    workerFor(
+    runDepsFor(
       processDeps({ store, clock, log, owner, random: () => 0.5 }),
       agentDeps({ agent, planner: model.planner, tools: new ToolRegistry([note]) } as never, {
         retry: opts.retry,
@@ -106,7 +106,7 @@ Deno.test("a conversation answers its goal, waits for the next message without a
   await using w = await world();
   const started = await w.client.start(w.agent, { runId: "c1", input: "hello" });
   assert.deepEqual(started.conversation, { messages: 1, idle: false, idleMs: 60_000, ended: false });
-  const first = await runWorker(w.deps("w1"), "c1");
+  const first = await claimAndDrive(w.deps("w1"), "c1");
   assert.equal(first.status, "waiting");
   assert.equal(first.output, "answered: hello");
   const idle = await w.client.get("c1");
@@ -121,7 +121,7 @@ Deno.test("a conversation answers its goal, waits for the next message without a
   const again = await w.client.conversations.send("c1", "and the second", { messageId: "m1" });
   assert.deepEqual(again, { ...sent, duplicate: true }, "a retried send is one message");
 
-  const second = await runWorker(w.deps("w2"), "c1");
+  const second = await claimAndDrive(w.deps("w2"), "c1");
   assert.equal(second.status, "waiting");
   assert.equal(second.output, "answered: and the second");
   assert.deepEqual(w.notes, ["hello", "and the second"]);
@@ -163,7 +163,7 @@ Deno.test("a message sent while the run works is queued, then answered after the
   });
   ref.client = w.client;
   await w.client.start(w.agent, { runId: "c2", input: "first" });
-  const out = await runWorker(w.deps("w1"), "c2");
+  const out = await claimAndDrive(w.deps("w1"), "c2");
   assert.equal(out.status, "waiting");
   assert.equal(out.output, "answered: queued one");
   assert.deepEqual(w.notes, ["first", "queued one"]);
@@ -175,13 +175,13 @@ Deno.test("a message sent while the run works is queued, then answered after the
 Deno.test("a restart mid-conversation replays what the database holds and asks the model nothing twice", async () => {
   await using w = await world();
   await w.client.start(w.agent, { runId: "c3", input: "one" });
-  await runWorker(w.deps("w1"), "c3");
+  await claimAndDrive(w.deps("w1"), "c3");
   await w.client.conversations.send("c3", "two", { messageId: "2" });
-  await runWorker(w.deps("w1"), "c3");
+  await claimAndDrive(w.deps("w1"), "c3");
   await w.client.conversations.send("c3", "three", { messageId: "3" });
   const asked = w.model.asked.length;
   // A new worker (another process) on the woken run reads the whole history back.
-  const out = await runWorker(w.deps("w9"), "c3");
+  const out = await claimAndDrive(w.deps("w9"), "c3");
   assert.equal(out.output, "answered: three");
   assert.equal(w.model.asked.length, asked + 2, "only the new message's two steps are decided");
   assert.deepEqual(w.notes, ["one", "two", "three"]);
@@ -196,11 +196,11 @@ Deno.test("a restart mid-conversation replays what the database holds and asks t
 Deno.test("a conversation idle past its limit ends done with its last answer; a closed one refuses messages", async () => {
   await using w = await world({ idleMs: 5_000 });
   await w.client.start(w.agent, { runId: "c4", input: "hi" });
-  await runWorker(w.deps("w1"), "c4");
-  const early = await runWorker(w.deps("w1"), "c4");
+  await claimAndDrive(w.deps("w1"), "c4");
+  const early = await claimAndDrive(w.deps("w1"), "c4");
   assert.equal(early.alreadyClosed, true, "not taken before its idle limit");
   await w.clock.advance(5_000);
-  const ended = await runWorker(w.deps("w1"), "c4");
+  const ended = await claimAndDrive(w.deps("w1"), "c4");
   assert.equal(ended.status, "done");
   const run = await w.client.get("c4");
   assert.equal(run?.status, "done");
@@ -211,7 +211,7 @@ Deno.test("a conversation idle past its limit ends done with its last answer; a 
   );
 
   await w.client.start(w.agent, { runId: "c5", input: "hi" });
-  await runWorker(w.deps("w1"), "c5");
+  await claimAndDrive(w.deps("w1"), "c5");
   const closed = await w.client.conversations.endConversation("c5");
   assert.equal(closed.status, "done");
   assert.equal(closed.output, "answered: hi");
@@ -232,7 +232,7 @@ Deno.test("a conversation closed while it works ends after its current answer", 
   });
   ref.client = w.client;
   await w.client.start(w.agent, { runId: "c6", input: "hi" });
-  const out = await runWorker(w.deps("w1"), "c6");
+  const out = await claimAndDrive(w.deps("w1"), "c6");
   assert.equal(out.status, "done");
   assert.equal((await w.client.get("c6"))?.status, "done");
 });
@@ -264,9 +264,9 @@ Deno.test("the history hook trims what is sent; what is stored stays complete", 
   const keepLast = (n: number): HistoryHook => (t) => [t[0], ...t.slice(1).slice(-n)];
   await using w = await world({ history: keepLast(2) });
   await w.client.start(w.agent, { runId: "c8", input: "one" });
-  await runWorker(w.deps("w1"), "c8");
+  await claimAndDrive(w.deps("w1"), "c8");
   await w.client.conversations.send("c8", "two");
-  await runWorker(w.deps("w1"), "c8");
+  await claimAndDrive(w.deps("w1"), "c8");
   for (const req of w.model.asked) assert.ok(req.transcript.length <= 3);
   const turns = await w.client.conversations.answers("c8");
   assert.deepEqual(turns.map((t) => t.text), ["one", "two"]);
@@ -340,14 +340,14 @@ Deno.test("a summary the history hook remembers is bought once: another worker r
   };
   await using w = await world({ history: summarise });
   await w.client.start(w.agent, { runId: "s1", input: "one" });
-  await runWorker(w.deps("w1"), "s1");
+  await claimAndDrive(w.deps("w1"), "s1");
   await w.client.conversations.send("s1", "two");
-  await runWorker(w.deps("w1"), "s1");
+  await claimAndDrive(w.deps("w1"), "s1");
   assert.equal(bought, 1, "bought once for both steps of message 1");
   // Another worker (a restart) on a new message: the summary before message 1 is not bought again, and the
   // summary before message 2 is bought once.
   await w.client.conversations.send("s1", "three");
-  await runWorker(w.deps("w2"), "s1");
+  await claimAndDrive(w.deps("w2"), "s1");
   assert.equal(bought, 2);
   assert.ok(w.lines.some((l) => l.includes("event=memo-replayed run=s1 key=summary-before-1")), "replayed");
   const last = w.model.asked[w.model.asked.length - 1].transcript;
@@ -375,9 +375,9 @@ Deno.test("a conversation that fails keeps its history: its error and a send bot
       down && text === "second" ? Promise.reject(new TypeError("fetch failed")) : Promise.resolve(),
   });
   await w.client.start(w.agent, { runId: "cf", input: "first" });
-  assert.equal((await runWorker(w.deps("w1"), "cf")).status, "waiting");
+  assert.equal((await claimAndDrive(w.deps("w1"), "cf")).status, "waiting");
   await w.client.conversations.send("cf", "second", { messageId: "m1" });
-  const failed = await runWorker(w.deps("w2"), "cf");
+  const failed = await claimAndDrive(w.deps("w2"), "cf");
   assert.equal(failed.status, "failed");
   assert.match(
     failed.error ?? "",
@@ -396,7 +396,7 @@ Deno.test("a conversation that fails keeps its history: its error and a send bot
   );
   down = false;
   await w.client.operators.reopen("cf");
-  const resumed = await runWorker(w.deps("w3"), "cf");
+  const resumed = await claimAndDrive(w.deps("w3"), "cf");
   assert.equal(resumed.status, "waiting");
   assert.equal(
     resumed.output,

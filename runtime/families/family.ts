@@ -27,7 +27,7 @@
 
 import { RUN_ID_PATTERN } from "../base/ids.ts";
 import { type FamilyCeiling, NO_FAMILY, type Spend } from "../agent/budget.ts";
-import type { FamilyPlace, RunState, WorkerDeps } from "../run/context.ts";
+import type { FamilyPlace, RunDeps, RunState } from "../run/context.ts";
 import { RuntimeError, ToolError } from "../base/errors.ts";
 import type { FamilyMember, Fence, RunRow } from "../store/store.ts";
 import type { ChildRunInfo, ChildRuns } from "../agent/tools.ts";
@@ -94,7 +94,7 @@ function childInfo(run: RunRow): ChildRunInfo {
  * (`state.family`), so its later requests are held to the family's ceilings.
  */
 export function childRunsFor(
-  deps: Pick<WorkerDeps, "store" | "clock" | "log">,
+  deps: Pick<RunDeps, "store" | "clock" | "log">,
   state: Pick<RunState, "fence" | "family">,
   call: { key: string; seq: number },
 ): ChildRuns {
@@ -149,7 +149,7 @@ const ZERO: Spend = Object.freeze({ tokens: 0, modelCalls: 0, toolCalls: 0 });
  * when an ancestor is closed. None for a run in no family (no statement).
  */
 export async function familyCeilings(
-  deps: Pick<WorkerDeps, "store">,
+  deps: Pick<RunDeps, "store">,
   state: Pick<RunState, "fence" | "family" | "budget">,
 ): Promise<readonly FamilyCeiling[]> {
   if (!state.family) return NO_FAMILY;
@@ -223,7 +223,7 @@ function minus(a: Spend, b: Spend): Spend {
  * the status written; throws `FencedError` when refused.
  */
 export async function closeRun(
-  deps: Pick<WorkerDeps, "store" | "clock" | "log">,
+  deps: Pick<RunDeps, "store" | "clock" | "log">,
   state: Pick<RunState, "fence" | "family">,
   end: { status: "done" | "failed" | "blocked" | "cancelled"; error: string | null; output?: string | null },
 ): Promise<void> {

@@ -6,11 +6,11 @@ import { MockModel } from "../../mock/model.ts";
 import { until } from "../../harness/procs.ts";
 import { pgTest } from "../../tests/_pg.ts";
 import { SystemClock } from "../base/clock.ts";
-import { type WorkerDeps, workerFor } from "../run/context.ts";
+import { type RunDeps, runDepsFor } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { StoreError } from "../base/errors.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { runWorker } from "./run_driver.ts";
+import { claimAndDrive } from "./run_driver.ts";
 import { OpenAIPlanner } from "../model/planner.ts";
 import { type Fence, Store } from "../store/store.ts";
 import { RunWrites } from "../store/run_writes.ts";
@@ -35,7 +35,7 @@ async function deps(
   store: Store,
   lines: string[],
   leaseMs: number,
-): Promise<{ deps: WorkerDeps; cloud: MockCloud }> {
+): Promise<{ deps: RunDeps; cloud: MockCloud }> {
   const clock = new SystemClock();
   const log = new Logger({ clock, sink: arraySink(lines) });
   const model = await MockModel.open({});
@@ -44,7 +44,7 @@ async function deps(
   cloud.setFaults({ path: "/v1/servers", delay_ms: 60_000 });
   return {
     cloud,
-    deps: workerFor(
+    deps: runDepsFor(
       processDeps({ store, clock, log, owner: "w1", heartbeatMs: 20, leaseMs, random: () => 0.5 }),
       agentDeps({
         agent: demoAgent,
@@ -58,7 +58,7 @@ async function deps(
 pgTest("a worker whose run is cancelled stops at its next heartbeat, mid tool call", async (pg) => {
   const lines: string[] = [];
   const { deps: d, cloud } = await deps(pg.store, lines, 30_000);
-  const worker = runWorker(d, "hb-cancel", "goal");
+  const worker = claimAndDrive(d, "hb-cancel", "goal");
   // Bounded: the worker reaches the hanging call within a few round trips.
   await until(
     () => Promise.resolve(lines.some((l) => l.includes("calling"))),
@@ -82,7 +82,7 @@ pgTest("a worker that cannot heartbeat for longer than the lease stops acting on
   const store = new Store(pg.store.client, { writes });
   const lines: string[] = [];
   const { deps: d, cloud } = await deps(store, lines, 200);
-  const worker = runWorker(d, "hb-lost", "goal");
+  const worker = claimAndDrive(d, "hb-lost", "goal");
   await until(
     () => Promise.resolve(lines.some((l) => l.includes("calling"))),
     "the worker's tool call",

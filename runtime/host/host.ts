@@ -18,7 +18,7 @@
 
 import type { PreparedAgent } from "../agent/agent.ts";
 import { startTimer } from "../base/clock.ts";
-import { type WorkerDeps, workerFor } from "../run/context.ts";
+import { type RunDeps, runDepsFor } from "../run/context.ts";
 import {
   agentDeps,
   type AgentOptions,
@@ -113,7 +113,7 @@ export class WorkerHost {
   /** What this process has: one store, clock, log, name, crash plan and lease timings for every agent. */
   readonly #process: ProcessDeps;
   /** Each hosted agent's worker deps, by agent name: the process's, beside that agent's. */
-  readonly #deps: Map<string, WorkerDeps>;
+  readonly #deps: Map<string, RunDeps>;
   readonly #leases: LeaseKeeper;
   readonly #capacity: number;
   readonly #pollMs: number;
@@ -165,7 +165,7 @@ export class WorkerHost {
     // Group commit is on for a host unless turned off, as for the commands' workers (one default, DEFAULTS).
     const proc = processDeps({ ...opts, groupCommitMs: opts.groupCommitMs ?? DEFAULTS.groupCommitMs });
     this.#process = proc;
-    this.#deps = new Map(agents.map((a) => [a.agent.name, workerFor(proc, agentDeps(a, opts))]));
+    this.#deps = new Map(agents.map((a) => [a.agent.name, runDepsFor(proc, agentDeps(a, opts))]));
     this.#capacity = capacity;
     this.#pollMs = pollMs ?? DEFAULTS.pollMs;
     this.#takeShare = takeShare;

@@ -201,7 +201,7 @@ export class LeaseKeeper {
 }
 
 /**
- * Keeps the lease of the one run a worker drives by itself (`runWorker`):
+ * Keeps the lease of the one run a worker drives by itself (`claimAndDrive`):
  * the one-run heartbeat statement every `heartbeatMs`, from now until
  * `stop()`.
  */

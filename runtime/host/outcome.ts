@@ -6,7 +6,7 @@
  * @module
  */
 
-import { llmCallsOf, type RunState, type WorkerDeps } from "../run/context.ts";
+import { llmCallsOf, type RunDeps, type RunState } from "../run/context.ts";
 import { describeError, FencedError } from "../base/errors.ts";
 import { closeRun } from "../families/family.ts";
 import type { ParkedConversation } from "../conversations/turns.ts";
@@ -74,7 +74,7 @@ export function exitCodeOf(outcome: RunOutcome): number {
 
 /** The worker's turn ends as the step did: the run closed, let go or lost, in one switch over the end. */
 export async function endTurn(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   seq: number,
   end: TurnEnd,
@@ -141,7 +141,7 @@ export async function endTurn(
   }
 }
 
-export function fenced(deps: WorkerDeps, state: RunState, err: FencedError, seq: number): RunOutcome {
+export function fenced(deps: RunDeps, state: RunState, err: FencedError, seq: number): RunOutcome {
   const event = err.code === "FENCED" ? "fenced" : err.code === "STALLED" ? "stalled" : "stopped";
   deps.log.warn(event, { run: state.fence.runId, seq, epoch: state.fence.epoch, reason: err.message });
   const status: WorkerStatus = err.code === "FENCED"

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { llmCallsOf, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { llmCallsOf, type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
 import type { ProcessDeps } from "../run/deps.ts";
 import { valueOf } from "../run/ended.ts";
 import { describeError, FencedError, RuntimeError } from "../base/errors.ts";
@@ -70,11 +70,11 @@ export interface RunRequest {
  * the database refused a statement or went away), leaving the run intact for
  * another worker: a {@link WorkerError} once its lease is released, the error
  * itself when the database could not take the release. `deps` are the
- * process's and the agent's side by side (`workerFor` in context.ts); the
+ * process's and the agent's side by side (`runDepsFor` in context.ts); the
  * run's lease is kept with the one-run heartbeat (lease.ts).
  */
-export async function runWorker(
-  deps: WorkerDeps,
+export async function claimAndDrive(
+  deps: RunDeps,
   request: RunRequest | string,
   goal?: string,
 ): Promise<RunOutcome> {
@@ -136,7 +136,7 @@ export async function runWorker(
  * for a person or for a time not yet come; undefined for a run to claim (a
  * run asleep on its remotes is claimed once its calls are due).
  */
-async function notToDrive(deps: WorkerDeps, run: RunRow): Promise<RunOutcome | undefined> {
+async function notToDrive(deps: RunDeps, run: RunRow): Promise<RunOutcome | undefined> {
   const { store, clock, log } = deps;
   const runId = run.run_id;
   // A run asleep on its remotes is claimed once its calls are due; one waiting for a person is not.
@@ -227,14 +227,14 @@ export class WorkerError extends RuntimeError {
  * lease was refused or lost). Whoever calls it keeps the lease alive.
  */
 export function driveRun(
-  deps: WorkerDeps,
+  deps: RunDeps,
   claimed: ClaimedRun,
   stop: AbortController,
 ): Promise<RunOutcome> {
   return telemetryOf(deps).attempt(traced(deps, claimed), () => driveClaimed(deps, claimed, stop));
 }
 
-function traced(deps: WorkerDeps, claimed: ClaimedRun) {
+function traced(deps: RunDeps, claimed: ClaimedRun) {
   return {
     runId: claimed.run.run_id,
     agent: deps.agent,
@@ -246,7 +246,7 @@ function traced(deps: WorkerDeps, claimed: ClaimedRun) {
 }
 
 async function driveClaimed(
-  deps: WorkerDeps,
+  deps: RunDeps,
   claimed: ClaimedRun,
   stop: AbortController,
 ): Promise<RunOutcome> {
@@ -323,7 +323,7 @@ async function driveClaimed(
  * conversation with the messages sent since.
  */
 async function stateAtClaim(
-  deps: WorkerDeps,
+  deps: RunDeps,
   claimed: ClaimedRun,
   history: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] },
   signal: AbortSignal,
@@ -352,7 +352,7 @@ async function stateAtClaim(
  * anywhere: a poison run. Closed as failed, with the reason, instead of
  * restarted forever.
  */
-async function stopStuck(deps: WorkerDeps, claimed: ClaimedRun): Promise<RunOutcome> {
+async function stopStuck(deps: RunDeps, claimed: ClaimedRun): Promise<RunOutcome> {
   const { log } = deps;
   const { run, epoch } = claimed;
   const runId = run.run_id;

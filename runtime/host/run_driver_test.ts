@@ -4,10 +4,10 @@ import demoAgent from "../../examples/provision/agent.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
 import { MockModel } from "../../mock/model.ts";
 import { ManualClock } from "../base/clock.ts";
-import { workerFor } from "../run/context.ts";
+import { runDepsFor } from "../run/context.ts";
 import { agentDeps, DEFAULT_RETRY, processDeps } from "../run/deps.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { runWorker, WorkerError } from "./run_driver.ts";
+import { claimAndDrive, WorkerError } from "./run_driver.ts";
 import { OpenAIPlanner } from "../model/planner.ts";
 import { CountingClient } from "../store/counting.ts";
 import { openPglite } from "../store/pglite.ts";
@@ -25,7 +25,7 @@ async function setup() {
   const cloud = await MockCloud.open({ now: () => clock.now() });
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });
-  const deps = workerFor(
+  const deps = runDepsFor(
     processDeps({ store, clock, log, owner: "w1", random: () => 0.5 }),
     agentDeps({
       agent: demoAgent,
@@ -36,11 +36,11 @@ async function setup() {
   return { deps, counting, store, model, cloud, lines };
 }
 
-Deno.test("runWorker() drives the demo to done with four statements a step and none re-read", async (t) => {
+Deno.test("claimAndDrive() drives the demo to done with four statements a step and none re-read", async (t) => {
   const { deps, counting, store, model, cloud, lines } = await setup();
   try {
     await t.step("a clean run: 3 tool steps, 4 model calls, 3 resources", async () => {
-      const outcome = await runWorker(deps, "clean", "goal");
+      const outcome = await claimAndDrive(deps, "clean", "goal");
       assert.equal(outcome.status, "done");
       assert.equal(outcome.steps, 3);
       assert.equal(outcome.llmCalls, 4);
@@ -85,11 +85,11 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
     );
 
     await t.step("a resumed run pays one history read, both tables in one statement", async () => {
-      const first = await runWorker({ ...deps, maxSteps: 1 }, "resumed", "goal");
+      const first = await claimAndDrive({ ...deps, maxSteps: 1 }, "resumed", "goal");
       assert.equal(first.status, "failed"); // guard, after one tool step
       await store.operators.reopenRun("resumed", deps.clock.now());
       counting.reset();
-      const outcome = await runWorker(deps, "resumed", "goal");
+      const outcome = await claimAndDrive(deps, "resumed", "goal");
       assert.equal(outcome.status, "done");
       // create-or-read (the insert finds the run), the run's row (`select`: a new run's row is the one
       // the insert wrote, an existing one's is read), claim, the history read, steps 1 and 2 (step 0
@@ -118,7 +118,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
 
     await t.step("a second worker on a done run does nothing and says so", async () => {
       counting.reset();
-      const again = await runWorker(deps, "clean", "goal");
+      const again = await claimAndDrive(deps, "clean", "goal");
       assert.equal(again.status, "done");
       assert.equal(again.alreadyClosed, true);
       assert.equal(again.llmCalls, 4);
@@ -136,7 +136,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
     await t.step(
       "MAX_STEPS stops a run that does not finish (guard) and fails it with the reason",
       async () => {
-        const outcome = await runWorker({ ...deps, maxSteps: 2 }, "guarded", "goal");
+        const outcome = await claimAndDrive({ ...deps, maxSteps: 2 }, "guarded", "goal");
         assert.equal(outcome.status, "failed");
         assert.match(outcome.error ?? "", /MAX_STEPS=2/);
         assert.equal((await store.reads.getRun("guarded"))?.status, "failed");
@@ -160,7 +160,11 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
             return outcome;
           },
         });
-        const running = runWorker({ ...deps, tools: new ToolRegistry([flaky, ...rest]) }, "flaky", "goal");
+        const running = claimAndDrive(
+          { ...deps, tools: new ToolRegistry([flaky, ...rest]) },
+          "flaky",
+          "goal",
+        );
         // The re-send waits out a backoff on the manual clock: move time on until the run ends.
         let ended = false;
         running.finally(() => ended = true).catch(() => {});
@@ -193,7 +197,7 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
           run: (args, ctx) => server.run(args, ctx),
         });
         const poisoned = { ...deps, tools: new ToolRegistry([broken, ...rest]) };
-        const err = await runWorker(poisoned, "rule", "goal").then(
+        const err = await claimAndDrive(poisoned, "rule", "goal").then(
           () => assert.fail("the run went on past a throwing rule"),
           (e) => e as WorkerError,
         );
@@ -209,9 +213,9 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         assert.equal(run?.error, "TypeError: the approval rule broke");
         // Each start again is one more claim: the first decided (progress), five more find none.
         for (let i = 0; i < 5; i++) {
-          await assert.rejects(runWorker(poisoned, "rule", "goal"), WorkerError);
+          await assert.rejects(claimAndDrive(poisoned, "rule", "goal"), WorkerError);
         }
-        const stuck = await runWorker(poisoned, "rule", "goal");
+        const stuck = await claimAndDrive(poisoned, "rule", "goal");
         assert.equal(stuck.status, "failed");
         assert.match(
           stuck.error ?? "",
@@ -234,9 +238,9 @@ Deno.test("runWorker() drives the demo to done with four statements a step and n
         };
         // Each claim pays one request (counted before it is sent), which throws: the run is let go.
         for (let i = 0; i < DEFAULT_RETRY.maxModelAttempts; i++) {
-          await assert.rejects(runWorker(throwing, "planner", "goal"), WorkerError);
+          await assert.rejects(claimAndDrive(throwing, "planner", "goal"), WorkerError);
         }
-        const outcome = await runWorker(throwing, "planner", "goal");
+        const outcome = await claimAndDrive(throwing, "planner", "goal");
         assert.equal(outcome.status, "failed");
         assert.match(
           outcome.error ?? "",
@@ -260,7 +264,7 @@ Deno.test("a broken invariant stops the run's turn as a bug: the worker lets the
     }
     const wrong = store.withAudiences({ writes: new WrongWrites(store.client) });
     await assert.rejects(
-      runWorker({ ...deps, store: wrong }, "broken", "goal"),
+      claimAndDrive({ ...deps, store: wrong }, "broken", "goal"),
       (e: WorkerError) =>
         e instanceof WorkerError &&
         /Invariant broken in run broken: a row of run someone-else/.test(e.message),

@@ -7,18 +7,10 @@
  * @module
  */
 
-import type { PreparedAgent } from "../agent/agent.ts";
 import type { Budget, ToolCallReservation } from "../agent/budget.ts";
 import { invariant } from "../base/assert.ts";
 import type { ConversationState } from "../agent/conversation_options.ts";
-import {
-  type AgentDeps,
-  agentDeps,
-  type AgentOptions,
-  type ProcessDeps,
-  processDeps,
-  type ProcessDepsOptions,
-} from "./deps.ts";
+import type { AgentDeps, ProcessDeps } from "./deps.ts";
 import type { Fence, JournalRow, MessageRow, SideEffectRow } from "../store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
 import type { ModelParams } from "../model/transcript.ts";
@@ -30,19 +22,19 @@ export { backoffMs, retryDelayMs } from "../base/retry.ts";
 /**
  * What the loop's functions read while a worker drives a run: its process's
  * {@link ProcessDeps} and its agent's {@link AgentDeps} side by side, built
- * once per agent with {@link workerFor} (`extends` checks that no name
+ * once per agent with {@link runDepsFor} (`extends` checks that no name
  * belongs to both).
  */
-export interface WorkerDeps extends ProcessDeps, AgentDeps {
+export interface RunDeps extends ProcessDeps, AgentDeps {
 }
 
 /** The deps of a worker in the process `proc` driving runs of `agent`. */
-export function workerFor(proc: ProcessDeps, agent: AgentDeps): WorkerDeps {
+export function runDepsFor(proc: ProcessDeps, agent: AgentDeps): RunDeps {
   return { ...proc, ...agent };
 }
 
 /** The worker's telemetry. */
-export function telemetryOf(deps: WorkerDeps): Telemetry {
+export function telemetryOf(deps: RunDeps): Telemetry {
   return deps.telemetry;
 }
 
@@ -160,28 +152,6 @@ export function applyMessages(
   const next = turn ?? conv.turn;
   invariant(next >= 0 && next < messages.length, runId, () => `turn ${next} of ${messages.length} messages`);
   state.conversation = { ...conv, messages, turn: next };
-}
-
-/** What {@link workerDeps} takes: a store and a prepared agent; everything else has a default. */
-export interface WorkerDepsOptions extends ProcessDepsOptions, AgentOptions {
-  /** The agent, with its tools and model built. */
-  agent: PreparedAgent;
-  /** Replaces the agent's instructions. */
-  instructions?: string;
-}
-
-/**
- * Builds a worker's dependencies from one bag of options: {@link processDeps}
- * and {@link agentDeps} with their defaults, side by side.
- *
- * @deprecated Kept for callers written before process and agent came apart:
- * build the two with {@link processDeps} and {@link agentDeps} and join them
- * with {@link workerFor}.
- */
-export function workerDeps(opts: WorkerDepsOptions): WorkerDeps {
-  const deps = workerFor(processDeps(opts), agentDeps(opts.agent, opts));
-  if (opts.instructions !== undefined) deps.instructions = opts.instructions;
-  return deps;
 }
 
 /** The idempotency key of the call at `seq` of run `runId` (calls.ts: the calls of a step own consecutive seqs). */

@@ -8,11 +8,11 @@ import assert from "node:assert/strict";
 import { metrics, trace } from "npm:@opentelemetry/api@1.10.0";
 import { z } from "zod";
 import { SystemClock } from "../base/clock.ts";
-import { workerFor } from "./context.ts";
+import { runDepsFor } from "./context.ts";
 import { agentDeps, processDeps } from "./deps.ts";
 import { ToolError } from "../base/errors.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { runWorker } from "../host/run_driver.ts";
+import { claimAndDrive } from "../host/run_driver.ts";
 import type { Planner } from "../model/planner.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
@@ -115,11 +115,11 @@ Deno.test("spans and counters read a part's outcome from the rows it left, wheth
   };
   const run = (name: string, tools: Tool[], answers: PlannerDecision[]) => {
     const agent = { name, instructions: "Do it.", tools: [], maxSteps: 10 };
-    const deps = workerFor(
+    const deps = runDepsFor(
       proc,
       agentDeps({ agent, planner: scripted(answers), tools: new ToolRegistry(tools) } as never, { retry }),
     );
-    return runWorker(deps, `${name}-1`, "goal");
+    return claimAndDrive(deps, `${name}-1`, "goal");
   };
   const usage = { prompt_tokens: 5, completion_tokens: 2 };
   const answer = (name: string, args: unknown = {}): PlannerDecision => ({

@@ -15,7 +15,7 @@
 import { BudgetError, NO_FAMILY } from "../agent/budget.ts";
 import { familyCeilings, ParentClosedError } from "../families/family.ts";
 import { callsOf, type StepCall } from "../run/calls.ts";
-import { idempotencyKey, type RunState, type WorkerDeps } from "../run/context.ts";
+import { idempotencyKey, type RunDeps, type RunState } from "../run/context.ts";
 import { type Ended, failed, finished, type StepRows } from "../run/ended.ts";
 import { AbortedError, FencedError, hasCode, RuntimeError, ToolError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
@@ -56,7 +56,7 @@ type Gate =
  * settled. Ends with the step's rows as its last writes left them.
  */
 export async function act(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   seq: number,
   decided: Decided,
@@ -94,7 +94,7 @@ export async function act(
 
 /** Every call's gate, in seq order: the calls a decision this worker just made were checked by decide(). */
 async function gatesOf(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   calls: readonly StepCall[],
   decided: Decided,
@@ -112,7 +112,7 @@ async function gatesOf(
 }
 
 /** What a gate comes to: a settled or sleeping call as it is, a denial recorded, or the call sent. */
-function carry(deps: WorkerDeps, state: RunState, gate: Gate): Promise<Ended<SideEffectRow>> {
+function carry(deps: RunDeps, state: RunState, gate: Gate): Promise<Ended<SideEffectRow>> {
   if (gate.kind === "settled" || gate.kind === "asleep") {
     return Promise.resolve(finished(gate.row, { effect: gate.row }));
   }
@@ -128,7 +128,7 @@ function carry(deps: WorkerDeps, state: RunState, gate: Gate): Promise<Ended<Sid
  * the run sleep until the first is due; else the step is settled.
  */
 function endOf(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   calls: readonly StepCall[],
   errors: readonly unknown[],
@@ -190,7 +190,7 @@ export function isAsleep(row: SideEffectRow | undefined): row is SideEffectRow &
 }
 
 /** What a call asleep until its `check_at` waits for, in words for people (the runs list shows it). */
-function whyAsleep(deps: WorkerDeps, row: SideEffectRow): string {
+function whyAsleep(deps: RunDeps, row: SideEffectRow): string {
   const at = new Date(row.check_at!).toISOString();
   if (row.status === "waiting") {
     return `${row.idempotency_key} (${row.tool}) waits on its remote, asked again at ${at}`;
@@ -261,7 +261,7 @@ async function inPool<T, R>(
  * or denied. Checks its arguments first: bad arguments never reach a remote.
  */
 async function gateOf(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   c: StepCall,
   checkedNow: { tool: Tool; args: unknown } | undefined,
@@ -311,7 +311,7 @@ async function gateOf(
 
 /** Sends a call that has passed its gate: the `before_intent` point, then {@link send}. */
 async function intendAndSend(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
 ): Promise<Ended<SideEffectRow>> {

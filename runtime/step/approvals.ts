@@ -8,7 +8,7 @@
  */
 
 import { createHash } from "node:crypto";
-import { applyRow, type RunState, type WorkerDeps } from "../run/context.ts";
+import { applyRow, type RunDeps, type RunState } from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
 import { RuntimeError } from "../base/errors.ts";
 import type { ApprovalRow, SideEffectRow } from "../store/store.ts";
@@ -69,7 +69,7 @@ export function argsHash(value: Json): Promise<string> {
  * (the statement set the run to waiting and released it).
  */
 export async function askApprovals(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   asks: readonly Ask[],
 ): Promise<Answered[] | Pending> {
@@ -119,7 +119,7 @@ export async function askApprovals(
 
 /** Logs the answer a call goes on with. */
 export function logApproved(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   approval: ApprovalRow,
@@ -135,7 +135,7 @@ export function logApproved(
 
 /** Records a person's denial as the call's result (a failed row the model sees). */
 export async function denied(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   approval: ApprovalRow,

@@ -8,7 +8,7 @@
  */
 
 import { deadline } from "../base/clock.ts";
-import { type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
 import { AbortedError, ModelError } from "../base/errors.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
 import type { JournalRow, Rejection } from "../store/store.ts";
@@ -34,7 +34,7 @@ export type Asked =
  * unusable, or a failure an outage explains; throws any other failure.
  */
 export async function ask(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   intent: JournalRow,
   question: DecideRequest,

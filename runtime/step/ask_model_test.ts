@@ -14,7 +14,7 @@ import { ask } from "./ask_model.ts";
 import { AbortedError, ModelError } from "../base/errors.ts";
 import type { Planner } from "../model/planner.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
-import type { RunState, WorkerDeps } from "../run/context.ts";
+import type { RunDeps, RunState } from "../run/context.ts";
 import { decodeDelta } from "../run/stream.ts";
 import { journalRow } from "../testdata/rows.ts";
 import { stepWorld } from "../testdata/step_world.ts";
@@ -30,7 +30,7 @@ function model(decide: (req: DecideRequest) => Promise<PlannerDecision>) {
 }
 
 /** Asks the model of `deps` once, for step 3 of `state`'s run, on its second attempt. */
-function askOnce(deps: WorkerDeps, state: RunState) {
+function askOnce(deps: RunDeps, state: RunState) {
   const question: DecideRequest = {
     runId: state.fence.runId,
     seq: 3,

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { applyRow, llmCallsOf, type RunState, type WorkerDeps } from "../run/context.ts";
+import { applyRow, llmCallsOf, type RunDeps, type RunState } from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
 import { ModelError } from "../base/errors.ts";
 import { humanMs, nextTry } from "../base/retry.ts";
@@ -77,7 +77,7 @@ interface Request {
  * the model asked again, or an outage recorded and the request tried again
  * later. Ends with the step's journal row as its last write left it.
  */
-export async function decide(deps: WorkerDeps, state: RunState, seq: number): Promise<Ended<DecideEnd>> {
+export async function decide(deps: RunDeps, state: RunState, seq: number): Promise<Ended<DecideEnd>> {
   const rows = () => ({ journal: state.journal.get(seq) });
   try {
     const row = state.journal.get(seq);
@@ -128,7 +128,7 @@ export async function decide(deps: WorkerDeps, state: RunState, seq: number): Pr
  * a reason an outage does not explain: the run fails `MODEL_GAVE_UP`, naming
  * the last refusal and why its last worker let it go, if it did.
  */
-function giveUpIfSpent(deps: WorkerDeps, state: RunState, seq: number): void {
+function giveUpIfSpent(deps: RunDeps, state: RunState, seq: number): void {
   const row = state.journal.get(seq);
   if (unexplained(row) < deps.retry.maxModelAttempts) return;
   const last = row?.rejections.at(-1);
@@ -149,7 +149,7 @@ function giveUpIfSpent(deps: WorkerDeps, state: RunState, seq: number): void {
  * and the budget's; with a budget (the run's, held to its family's ceilings
  * too), the request's worst case, to be reserved in the intent's own write.
  */
-async function prepare(deps: WorkerDeps, state: RunState, seq: number): Promise<Request> {
+async function prepare(deps: RunDeps, state: RunState, seq: number): Promise<Request> {
   // A run of a family is held to its family's ceilings too (one read; none for any other run).
   const family = await familyCeilings(deps, state);
   const budget = reservationBudget(state.budget, family);
@@ -175,7 +175,7 @@ async function prepare(deps: WorkerDeps, state: RunState, seq: number): Promise<
 }
 
 /** Commits the request's intent (the attempt counted, its tokens reserved) and returns the row. */
-async function intend(deps: WorkerDeps, state: RunState, seq: number, request: Request): Promise<JournalRow> {
+async function intend(deps: RunDeps, state: RunState, seq: number, request: Request): Promise<JournalRow> {
   const intent = await deps.store.writes.journalIntentRow(state.fence, seq, deps.clock.now(), {
     reserveTokens: request.reserve,
     fresh: state.journal.get(seq) === undefined,
@@ -195,7 +195,7 @@ async function intend(deps: WorkerDeps, state: RunState, seq: number, request: R
  * past the horizon (`MODEL_GAVE_UP`).
  */
 async function afterOutage(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   intent: JournalRow,
   e: ModelError,
@@ -261,7 +261,7 @@ async function afterOutage(
  * so no call of a step is sent on an answer the model must give again.
  */
 function checkAnswer(
-  deps: WorkerDeps,
+  deps: RunDeps,
   seq: number,
   answer: PlannerDecision,
 ): Refused | { kind: "decided" } & Decided {
@@ -303,7 +303,7 @@ function checkAnswer(
 
 /** Commits the decision (every answer the step paid for counts, refused ones included) and returns it. */
 async function confirmDecision(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   intent: JournalRow,
   { decision, checked }: Decided,
@@ -354,7 +354,7 @@ export function describeDecision(decision: Decision): Record<string, unknown> {
  * one, the run fails `MODEL_GAVE_UP`.
  */
 async function refuse(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   intent: JournalRow,
   { rejection, usage: paid }: Refused,
@@ -397,7 +397,7 @@ function smaller(a: number | undefined, b: number | undefined): number | undefin
 
 /** The transcript for step `seq` as sent: rebuilt from the rows, then through the conversation's history hook. */
 async function sentHistory(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   seq: number,
 ): Promise<TranscriptMessage[]> {

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { ManualClock } from "../base/clock.ts";
-import { workerFor } from "../run/context.ts";
+import { runDepsFor } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { ModelError, ToolError } from "../base/errors.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { runWorker } from "../host/run_driver.ts";
+import { claimAndDrive } from "../host/run_driver.ts";
 import type { RunOutcome } from "../host/outcome.ts";
 import type { Planner } from "../model/planner.ts";
 import type { RetryPolicy } from "../base/retry.ts";
@@ -88,7 +88,7 @@ async function world(opts: {
   const model = planner(clock, start + (opts.modelDownMs ?? 0));
   // A fresh process each time (new deps on the same database), as a worker restarted by a supervisor is.
   const deps = (owner = "w1") =>
-    workerFor(
+    runDepsFor(
       processDeps({ store, clock, log, owner, random: () => 0.5, heartbeatMs: 3_000, leaseMs: 12_000 }),
       agentDeps(
         {
@@ -110,7 +110,7 @@ type World = Awaited<ReturnType<typeof world>>;
  */
 async function turn(w: World, id: string, owner = "w1"): Promise<RunOutcome> {
   let ended = false;
-  const p = runWorker(w.deps(owner), id, "Where is order A1?").finally(() => ended = true);
+  const p = claimAndDrive(w.deps(owner), id, "Where is order A1?").finally(() => ended = true);
   // Bounded: each pass wakes a sleeper or lets the turn's own work run.
   for (let i = 0; i < 10_000 && !ended; i++) {
     await new Promise((r) => setTimeout(r, 0));

@@ -9,7 +9,7 @@
  */
 
 import { deadline } from "../base/clock.ts";
-import { type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
 import { describeError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
 import { toStorable } from "../base/storable.ts";
@@ -39,7 +39,7 @@ export type Asked = Reconciliation & { unasked?: boolean };
  * is stopping (a kill, a lost lease): then nothing may be settled.
  */
 export async function askRemote(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: ReconcileQuestion,
 ): Promise<Asked | undefined> {
@@ -59,7 +59,7 @@ export async function askRemote(
 }
 
 async function ask(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: ReconcileQuestion,
   reconcile: NonNullable<Tool["reconcile"]>,

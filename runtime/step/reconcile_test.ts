@@ -10,7 +10,7 @@ import { askRemote, type ReconcileQuestion } from "./reconcile.ts";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { NO_TELEMETRY } from "../run/telemetry.ts";
-import type { RunState, WorkerDeps } from "../run/context.ts";
+import type { RunDeps, RunState } from "../run/context.ts";
 import { defineTool, type ToolSpec } from "../agent/tools.ts";
 import { z } from "zod";
 
@@ -30,7 +30,7 @@ function setup(reconcile?: ToolSpec<{ n: number }>["reconcile"], reconcileTimeou
     reconcileTimeoutMs,
   });
   const call: ReconcileQuestion = { key: "r1:0", seq: 0, tool, args: { n: 1 }, attempts: 2 };
-  const ask = () => askRemote(deps as unknown as WorkerDeps, state as unknown as RunState, call);
+  const ask = () => askRemote(deps as unknown as RunDeps, state as unknown as RunState, call);
   return { clock, lines, stop, ask };
 }
 

@@ -14,7 +14,7 @@
  * @module
  */
 
-import { llmCallsOf, type RunState, type WorkerDeps } from "../run/context.ts";
+import { llmCallsOf, type RunDeps, type RunState } from "../run/context.ts";
 import { valueOf } from "../run/ended.ts";
 import type { SideEffectRow } from "../store/store.ts";
 import { blockedBy, isAsleep } from "./act.ts";
@@ -33,7 +33,7 @@ export interface Blocked {
  * block when there is history. Returns the run blocked by its first flagged
  * call, once every other call has been settled, or undefined when it may go on.
  */
-export async function recover(deps: WorkerDeps, state: RunState): Promise<Blocked | undefined> {
+export async function recover(deps: RunDeps, state: RunState): Promise<Blocked | undefined> {
   const { log } = deps;
   const runId = state.fence.runId;
   const journal = [...state.journal.values()];
@@ -78,7 +78,7 @@ export async function recover(deps: WorkerDeps, state: RunState): Promise<Blocke
  * ({@link send}), and returns its row as that left it: flagged at once when
  * its arguments no longer parse.
  */
-async function resend(deps: WorkerDeps, state: RunState, row: SideEffectRow): Promise<SideEffectRow> {
+async function resend(deps: RunDeps, state: RunState, row: SideEffectRow): Promise<SideEffectRow> {
   const { log } = deps;
   const checked = deps.tools.check(row.tool, row.args);
   if (!checked.ok) return await flag(deps, state, row, `it cannot be re-sent safely: ${checked.message}`);

@@ -11,7 +11,7 @@ import { z } from "zod";
 import { recover } from "./recovery.ts";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { type RunState, workerFor } from "../run/context.ts";
+import { runDepsFor, type RunState } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { ToolCallReservation } from "../agent/budget.ts";
 import { defineAgent } from "../agent/agent.ts";
@@ -44,7 +44,7 @@ async function setup() {
     },
   });
   const agent = defineAgent({ name: "notes", instructions: "x", tools: [note] });
-  const deps = workerFor(
+  const deps = runDepsFor(
     processDeps({ store, clock, log: new Logger({ clock, sink: arraySink(lines) }), owner: "w2" }),
     agentDeps({
       agent,

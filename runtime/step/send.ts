@@ -15,7 +15,7 @@
 
 import { childRunsFor, familyCeilings } from "../families/family.ts";
 import { deadline } from "../base/clock.ts";
-import { applyRow, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { applyRow, type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
 import { AbortedError, describeError, hasCode, ToolError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
@@ -33,7 +33,7 @@ import { giveUp, unknownOutcome, unknownRequests, type Verdict } from "./unknown
  * before the request goes out. Ends with the call's row as its last write
  * left it: settled, or with the error that stopped it.
  */
-export function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Promise<Ended<SideEffectRow>> {
+export function send(deps: RunDeps, state: RunState, call: PreparedCall): Promise<Ended<SideEffectRow>> {
   return telemetryOf(deps).toolCall(
     {
       fence: state.fence,
@@ -57,7 +57,7 @@ export function send(deps: WorkerDeps, state: RunState, call: PreparedCall): Pro
  * failure an outage explains by the retry horizon.
  */
 async function sendCall(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
 ): Promise<Ended<SideEffectRow>> {
@@ -91,7 +91,7 @@ async function sendCall(
  * "again" for one more request (a short wait already slept here).
  */
 async function request(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
 ): Promise<SideEffectRow | "again"> {
@@ -131,7 +131,7 @@ async function request(
  * "send", "again", or the row the call is left at.
  */
 async function lookUpFirst(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   row: SideEffectRow,
@@ -168,7 +168,7 @@ async function lookUpFirst(
  * sees it. Returns "again", or the row the call is left at.
  */
 async function afterFailure(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   intent: SideEffectRow,
@@ -207,7 +207,7 @@ async function afterFailure(
  * flagged.)
  */
 async function notSent(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   row: SideEffectRow,
   verdict: Verdict,
@@ -229,7 +229,7 @@ async function notSent(
  * stopping (SETTLE_CALL in the store's operators.ts describes the race).
  */
 async function intentOrSettled(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   row: SideEffectRow | undefined,
@@ -272,7 +272,7 @@ async function intentOrSettled(
  * passed (`give-up`).
  */
 async function scheduleAgain(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   row: SideEffectRow,
@@ -318,7 +318,7 @@ async function scheduleAgain(
 }
 
 async function callTool(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   intent: SideEffectRow,

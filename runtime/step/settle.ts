@@ -7,7 +7,7 @@
  * @module
  */
 
-import { applyRow, type RunState, type WorkerDeps } from "../run/context.ts";
+import { applyRow, type RunDeps, type RunState } from "../run/context.ts";
 import { definedFields, type RetryPolicy } from "../base/retry.ts";
 import { ToolError } from "../base/errors.ts";
 import { toStorable } from "../base/storable.ts";
@@ -40,13 +40,13 @@ export interface Resumed {
 }
 
 /** The retry policy of `tool`'s calls: its own fields over its agent's (and the process's). */
-export function toolPolicy(deps: Pick<WorkerDeps, "retry">, tool: Tool): RetryPolicy {
+export function toolPolicy(deps: Pick<RunDeps, "retry">, tool: Tool): RetryPolicy {
   return { ...deps.retry, ...definedFields(tool.retry) };
 }
 
 /** Records a permanent failure of the call `row` (the model sees it) and returns the row as the write left it. */
 export async function failCall(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   row: SideEffectRow,
   e: ToolError,
@@ -78,7 +78,7 @@ export async function failCall(
  * `TOOL_ACCEPTED_INVALID`.
  */
 export async function accepted(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   intent: SideEffectRow,
@@ -147,7 +147,7 @@ export async function accepted(
 
 /** Commits the outcome of the call `row` and returns the row as the write left it, applied to the run's state. */
 export async function confirm(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   row: SideEffectRow,
   result: Json,
@@ -176,7 +176,7 @@ export async function confirm(
  * the run blocked, once its other calls have settled.
  */
 export async function flag(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   row: SideEffectRow,
   reason: string,

@@ -25,7 +25,7 @@
  * @module
  */
 
-import { applyRow, llmCallsOf, type RunState, telemetryOf, type WorkerDeps } from "../run/context.ts";
+import { applyRow, llmCallsOf, type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
 import type { TracedStep } from "../run/telemetry.ts";
 import { FencedError, hasCode, ModelError, ToolError } from "../base/errors.ts";
@@ -85,7 +85,7 @@ export function stepEnd(err: unknown): TurnEnd | undefined {
  * {@link StepEnd} and the rows it wrote; an error no stage ends with on
  * purpose ends it as `failed` of {@link Ended}, for the driver to read.
  */
-export async function runStep(deps: WorkerDeps, state: RunState, at: TracedStep): Promise<Ended<StepEnd>> {
+export async function runStep(deps: RunDeps, state: RunState, at: TracedStep): Promise<Ended<StepEnd>> {
   const tel = telemetryOf(deps);
   const { seq } = at;
   const decided = await tel.decide({ ...at, before: state.journal.get(seq) }, () => decide(deps, state, seq));
@@ -115,7 +115,7 @@ export async function runStep(deps: WorkerDeps, state: RunState, at: TracedStep)
 }
 
 /** The model answered: a conversation records it and waits for its next message; any other run closes. */
-async function answer(deps: WorkerDeps, state: RunState, seq: number, output: string): Promise<StepEnd> {
+async function answer(deps: RunDeps, state: RunState, seq: number, output: string): Promise<StepEnd> {
   if (state.conversation) {
     const conversing = state as RunState & { conversation: ConversationState };
     const next = await afterAnswer(deps, conversing, seq, output);
@@ -145,7 +145,7 @@ async function answer(deps: WorkerDeps, state: RunState, seq: number, output: st
  * again at the remote's time too.
  */
 async function afterActing(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   seq: number,
   end: ActEnd,

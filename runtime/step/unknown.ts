@@ -9,7 +9,7 @@
  * @module
  */
 
-import { type RunState, type WorkerDeps } from "../run/context.ts";
+import { type RunDeps, type RunState } from "../run/context.ts";
 import { ToolError } from "../base/errors.ts";
 import { humanMs } from "../base/retry.ts";
 import { toStorable } from "../base/storable.ts";
@@ -56,7 +56,7 @@ export type Verdict = { reconciled: Json } | { flag: string } | { later: string 
  *   none only when `reconcile` says it did not happen, and flagged otherwise.
  */
 export async function unknownOutcome(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   seen: Unknown,
@@ -132,7 +132,7 @@ export function unknownRequests(row: SideEffectRow): number {
  * (`TOOL_UNAVAILABLE`). Returns the call's row as its last write left it.
  */
 export async function giveUp(
-  deps: WorkerDeps,
+  deps: RunDeps,
   state: RunState,
   call: PreparedCall,
   row: SideEffectRow,

@@ -2,11 +2,11 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import { MockCloud } from "../../mock/cloud.ts";
 import { ManualClock } from "../base/clock.ts";
-import { workerFor } from "../run/context.ts";
+import { runDepsFor } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { ToolError } from "../base/errors.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { runWorker } from "../host/run_driver.ts";
+import { claimAndDrive } from "../host/run_driver.ts";
 import type { Planner } from "../model/planner.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
@@ -66,7 +66,7 @@ async function world(
     },
   });
   const { planner, asked } = scripted(answers);
-  const deps = workerFor(
+  const deps = runDepsFor(
     processDeps({ store, clock, log, owner: "w1", random: () => 0.5 }),
     agentDeps(
       {
@@ -87,7 +87,7 @@ Deno.test("a call its remote accepted: the run sleeps without a worker, is asked
     { kind: "done", text: "Rendered." },
   ]);
   try {
-    const first = await runWorker(w.deps, "r1", "Render two reports.");
+    const first = await claimAndDrive(w.deps, "r1", "Render two reports.");
     assert.equal(first.status, "waiting");
     const asleep = await w.store.reads.getRun("r1");
     assert.equal(asleep?.status, "waiting");
@@ -99,12 +99,12 @@ Deno.test("a call its remote accepted: the run sleeps without a worker, is asked
       ["r1:1", "waiting", 1, 0],
     ]);
     // Before it is due, a worker does not take it.
-    const early = await runWorker(w.deps, "r1", "Render two reports.");
+    const early = await claimAndDrive(w.deps, "r1", "Render two reports.");
     assert.equal(early.alreadyClosed, true);
     await w.clock.advance(10_000);
-    assert.equal((await runWorker(w.deps, "r1", "x")).alreadyClosed, true);
+    assert.equal((await claimAndDrive(w.deps, "r1", "x")).alreadyClosed, true);
     await w.clock.advance(20_000);
-    const done = await runWorker(w.deps, "r1", "Render two reports.");
+    const done = await claimAndDrive(w.deps, "r1", "Render two reports.");
     assert.equal(done.status, "done", w.lines.join("\n"));
     ({ effects } = await w.store.reads.loadHistory("r1"));
     assert.deepEqual(effects.map((e) => [e.status, e.attempts, e.polls]), [["confirmed", 1, 1], [
@@ -128,11 +128,11 @@ Deno.test("a call not done by its tool's waitDeadlineMs fails TOOL_WAIT_EXPIRED 
     { waitDeadlineMs: 20_000, jobMs: 60_000 },
   );
   try {
-    assert.equal((await runWorker(w.deps, "r2", "x")).status, "waiting");
+    assert.equal((await claimAndDrive(w.deps, "r2", "x")).status, "waiting");
     // The remote said 60 s; the call is asked again at its deadline, 20 s, and no later.
     assert.equal((await w.store.reads.getRun("r2"))?.wake_at?.getTime(), w.clock.now().getTime() + 20_000);
     await w.clock.advance(20_000);
-    const end = await runWorker(w.deps, "r2", "x");
+    const end = await claimAndDrive(w.deps, "r2", "x");
     assert.equal(end.status, "done", w.lines.join("\n"));
     const e = (await w.store.reads.loadHistory("r2")).effects[0];
     assert.equal(e.status, "failed");
@@ -152,7 +152,7 @@ Deno.test("a call settled from outside while its run sleeps: the run is woken an
     text: "Rendered.",
   }]);
   try {
-    assert.equal((await runWorker(w.deps, "r3", "x")).status, "waiting");
+    assert.equal((await claimAndDrive(w.deps, "r3", "x")).status, "waiting");
     const out = await w.store.operators.settleCall(
       "r3:0",
       { result: { url: "by-hand" } },
@@ -160,7 +160,7 @@ Deno.test("a call settled from outside while its run sleeps: the run is woken an
       w.clock.now(),
     );
     assert.equal(out.effect?.status, "confirmed");
-    const end = await runWorker(w.deps, "r3", "x");
+    const end = await claimAndDrive(w.deps, "r3", "x");
     assert.equal(end.status, "done", w.lines.join("\n"));
     const e = (await w.store.reads.loadHistory("r3")).effects[0];
     assert.deepEqual([e.status, e.remote, e.result], ["confirmed", "resolved", { url: "by-hand" }]);
@@ -176,7 +176,7 @@ Deno.test("a settle that lands between the worker taking the run and its re-send
     text: "Rendered.",
   }]);
   try {
-    assert.equal((await runWorker(w.deps, "r4", "x")).status, "waiting");
+    assert.equal((await claimAndDrive(w.deps, "r4", "x")).status, "waiting");
     await w.clock.advance(30_000);
     // The worker is due and takes the run; just before its re-send's intent is written, a webhook settles
     // the call (planted from outside, around the store's write, as the adversarial pass's race did).
@@ -194,7 +194,7 @@ Deno.test("a settle that lands between the worker taking the run and its re-send
       }
       return await intent(...args);
     };
-    const end = await runWorker(w.deps, "r4", "x");
+    const end = await claimAndDrive(w.deps, "r4", "x");
     assert.equal(planted, 1, "the settle landed inside the turn");
     assert.equal(end.status, "done", w.lines.join("\n"));
     assert.ok(
@@ -217,14 +217,14 @@ Deno.test("a remote that says 'ask again in 1 ms' is asked no sooner than the fl
   );
   try {
     const waits: number[] = [];
-    let end = await runWorker(w.deps, "r5", "x");
+    let end = await claimAndDrive(w.deps, "r5", "x");
     // Bounded: the call's deadline ends it; 200 turns would mean no floor.
     for (let i = 0; i < 200 && end.status === "waiting"; i++) {
       const run = await w.store.reads.getRun("r5");
       const wait = new Date(run!.wake_at!).getTime() - w.clock.now().getTime();
       waits.push(wait);
       await w.clock.advance(wait);
-      end = await runWorker(w.deps, "r5", "x");
+      end = await claimAndDrive(w.deps, "r5", "x");
     }
     assert.equal(end.status, "done");
     // 1 s, then doubled per poll up to the backoff cap (60 s), and never past the deadline (60 s in all).

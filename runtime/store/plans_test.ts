@@ -22,10 +22,10 @@ import { MockCloud } from "../../mock/cloud.ts";
 import { MockModel } from "../../mock/model.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
 import { ManualClock } from "../base/clock.ts";
-import { workerFor } from "../run/context.ts";
+import { runDepsFor } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { discardSink, Logger } from "../base/log.ts";
-import { runWorker } from "../host/run_driver.ts";
+import { claimAndDrive } from "../host/run_driver.ts";
 import { OpenAIPlanner } from "../model/planner.ts";
 import { ToolRegistry } from "../agent/tools.ts";
 import postgres from "npm:postgres@3.4.9";
@@ -127,7 +127,7 @@ async function widePlans(
   const cloud = await MockCloud.open({ now: () => clock.now() });
   const tools = demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler });
   const planner = new OpenAIPlanner({ url: "http://model/v1", model: "m", fetch: model.handler });
-  const deps = workerFor(
+  const deps = runDepsFor(
     processDeps({
       store,
       clock,
@@ -144,7 +144,7 @@ async function widePlans(
   // Every statement of one run, and what a resumed run, a run waiting on its remote and a worker host add
   // (the history read, both heartbeats), on a database as fresh as a
   // laptop's first `deno task run`.
-  assert.equal((await runWorker(deps, "planned", "goal")).status, "done");
+  assert.equal((await claimAndDrive(deps, "planned", "goal")).status, "done");
   await store.leases.createRun({ runId: "resumed", agent: "provision", goal: "g" }, clock.now());
   const epoch = (await claim(store, "resumed", 0, "w-plans", clock.now()))!;
   await store.reads.loadHistory("resumed");

@@ -13,7 +13,7 @@ import { z } from "zod";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import type { RetryPolicy } from "../base/retry.ts";
-import { applyRow, type RunState, type WorkerDeps, workerFor } from "../run/context.ts";
+import { applyRow, type RunDeps, runDepsFor, type RunState } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { ToolCallReservation } from "../agent/budget.ts";
 import { defineTool, type Json, type Tool, ToolRegistry, type ToolSpec } from "../agent/tools.ts";
@@ -62,8 +62,8 @@ export async function stepWorld() {
   /** The deps of worker `w1` driving an agent with `tools` (and `planner`, and `retry` over the defaults). */
   const deps = (
     opts: { tools?: Tool[]; planner?: Planner; retry?: Partial<RetryPolicy>; maxCallsPerStep?: number } = {},
-  ): WorkerDeps =>
-    workerFor(
+  ): RunDeps =>
+    runDepsFor(
       processDeps({ store, clock, log, owner: "w1", random: () => 0.5 }),
       agentDeps(
         {
