@@ -37,7 +37,12 @@ export function pause(ms: number, signal: AbortSignal | undefined): Promise<void
 /** `p`, or the reason `signal` aborts with, whichever comes first. */
 export function raced<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (!signal) return p;
-  if (signal.aborted) return Promise.reject(signal.reason);
+  if (signal.aborted) {
+    // Nobody waits for `p` now: a failure of it later (a connection refused) must not go unhandled, which
+    // would end the process.
+    p.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
   return new Promise<T>((resolve, reject) => {
     const abort = () => reject(signal.reason);
     signal.addEventListener("abort", abort, { once: true });
