@@ -14,6 +14,7 @@ import { bothStoresTest } from "../../tests/_pg.ts";
 import { StoreError } from "../base/errors.ts";
 import { CountingClient } from "./counting.ts";
 import { listenThrough, type SqlClient } from "./driver.ts";
+import { guarded } from "../testdata/guarded.ts";
 
 /** A driver that answers nothing, with or without `listen`. */
 function fakeDriver(describe: string, listen?: SqlClient["listen"]): SqlClient {
@@ -53,19 +54,6 @@ Deno.test("listenThrough() refuses a driver without listen with a rejected promi
     });
   }
 });
-
-/** Resolves with `p`; rejects should it not settle within 10 s (only a failure waits that long). */
-async function guarded(p: Promise<void>, what: string): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const guard = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} never arrived`)), 10_000);
-  });
-  try {
-    await Promise.race([p, guard]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 bothStoresTest("a payload reaches a listener through wrappers, until it unsubscribes", async (store) => {
   const wrapped = new CountingClient(new CountingClient(store.client));

@@ -13,6 +13,7 @@ import { StoreError } from "../base/errors.ts";
 import { CountingClient } from "./counting.ts";
 import type { SqlClient } from "./driver.ts";
 import { PAYLOAD_TEXT_MAX, StreamChannel } from "./notify.ts";
+import { guarded } from "../testdata/guarded.ts";
 
 /** Gathers payloads; `wait()` resolves once `done(got)` holds, failing after `guardMs` should it never. */
 function collect(done: (got: string[]) => boolean, guardMs = 10_000) {
@@ -23,18 +24,8 @@ function collect(done: (got: string[]) => boolean, guardMs = 10_000) {
     got.push(p);
     if (done(got)) resolve();
   };
-  const wait = async () => {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    // Only a failure waits this long: on success the payload ends the wait first.
-    const guard = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`Expected payloads never arrived: got ${got}`)), guardMs);
-    });
-    try {
-      await Promise.race([arrived, guard]);
-    } finally {
-      clearTimeout(timer);
-    }
-  };
+  // Only a failure waits out the bound: on success the payload ends the wait first.
+  const wait = () => guarded(arrived, () => `Expected payloads (got ${got})`, guardMs);
   return { got, onPayload, wait };
 }
 

@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import { pgIgnore, pgTest, TEST_DATABASE_URL } from "../../tests/_pg.ts";
 import { StoreError } from "../base/errors.ts";
 import { describeTarget, openPostgres } from "./postgres.ts";
+import { guarded } from "../testdata/guarded.ts";
 
 const PASSWORD = "pw-s3cret";
 
@@ -25,19 +26,6 @@ async function refusal(url: string): Promise<StoreError> {
   assert.ok(err instanceof StoreError, String(err));
   assert.ok(!`${err.message}\n${err.stack}`.includes(PASSWORD), err.message);
   return err;
-}
-
-/** Resolves when `p` does; rejects should it not within 10 s (only a failure waits that long). */
-async function guarded(p: Promise<void>, what: string): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const guard = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} never arrived`)), 10_000);
-  });
-  try {
-    await Promise.race([p, guard]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 Deno.test("describeTarget() names host, port and database, never the password", () => {
