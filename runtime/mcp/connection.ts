@@ -84,6 +84,8 @@ const START_DELAYS_MS = [250, 1_000];
 const MAX_LIST_PAGES = 100;
 /** Calls whose request is known never to have left, remembered at most (the oldest are forgotten). */
 const MAX_UNSENT = 10_000;
+/** What an error says of a call whose request may have reached the server. */
+const UNKNOWN_OUTCOME = "the call's outcome is unknown";
 /** MCP's JSON-RPC codes that say the server refused the request without acting on it. */
 const REFUSALS: ReadonlySet<number> = new Set([
   ErrorCode.ParseError,
@@ -366,7 +368,6 @@ export class McpConnection {
     what: string,
     ctx: ToolContext,
   ): Promise<ToolError> {
-    const unknown = "the call's outcome is unknown";
     if (err instanceof McpError) return await this.#refusedOrLost(err, client, name, what, ctx);
     if (err instanceof StreamableHTTPError && err.code === 404) {
       // The server no longer knows this session (it restarted): it did not take the request.
@@ -382,7 +383,7 @@ export class McpConnection {
       const transient = isTransientStatus(err.code);
       return new ToolError(
         "MCP_HTTP",
-        `${what} answered HTTP ${err.code}: ${err.message}${transient ? `; ${unknown}` : ""}`,
+        `${what} answered HTTP ${err.code}: ${err.message}${transient ? `; ${UNKNOWN_OUTCOME}` : ""}`,
         { transient, cause: err },
       );
     }
@@ -404,12 +405,12 @@ export class McpConnection {
       // The server answered, but not with a tool result (the SDK's schema of one refused it).
       return new ToolError(
         "MCP_SERVER_ERROR",
-        `${what} answered something that is not a tool result (${describeError(err)}); ${unknown}`,
+        `${what} answered something that is not a tool result (${describeError(err)}); ${UNKNOWN_OUTCOME}`,
         { transient: true, cause: err },
       );
     }
     await this.#drop(client, describeError(err));
-    const lost = `${what}: ${describeError(err)}; ${unknown}`;
+    const lost = `${what}: ${describeError(err)}; ${UNKNOWN_OUTCOME}`;
     return new ToolError("MCP_CONNECTION_LOST", lost, { transient: true, cause: err });
   }
 
@@ -426,7 +427,6 @@ export class McpConnection {
     what: string,
     ctx: ToolContext,
   ): Promise<ToolError> {
-    const unknown = "the call's outcome is unknown";
     const tooLarge = tooLargeOf(err);
     if (tooLarge !== undefined) {
       const size = tooLarge.whole
@@ -445,12 +445,12 @@ export class McpConnection {
       await this.#drop(client, "the connection closed during a call");
       return new ToolError(
         "MCP_CONNECTION_LOST",
-        `${what}: the connection closed before it answered; ${unknown}`,
+        `${what}: the connection closed before it answered; ${UNKNOWN_OUTCOME}`,
         { transient: true, cause: err },
       );
     }
     if (err.code === ErrorCode.RequestTimeout) {
-      return new ToolError("MCP_TIMEOUT", `${what} did not answer in time; ${unknown}`, {
+      return new ToolError("MCP_TIMEOUT", `${what} did not answer in time; ${UNKNOWN_OUTCOME}`, {
         transient: true,
         cause: err,
       });
@@ -465,7 +465,7 @@ export class McpConnection {
         cause: err,
       });
     }
-    return new ToolError("MCP_SERVER_ERROR", `${what} failed: ${mcpErrorText(err)}; ${unknown}`, {
+    return new ToolError("MCP_SERVER_ERROR", `${what} failed: ${mcpErrorText(err)}; ${UNKNOWN_OUTCOME}`, {
       transient: true,
       cause: err,
     });

@@ -112,11 +112,8 @@ export async function decide(deps: RunDeps, state: RunState, seq: number): Promi
         await refuse(deps, state, intent, checked, request.reserve);
         continue;
       }
-      const { usage } = (asked as { answer: PlannerDecision }).answer;
-      return finished(
-        await confirmDecision(deps, state, intent, checked, { usage, reserve: request.reserve }),
-        rows(),
-      );
+      const paid = { usage: checked.usage, reserve: request.reserve };
+      return finished(await confirmDecision(deps, state, intent, checked, paid), rows());
     }
   } catch (error) {
     return failed(error, rows());
@@ -264,7 +261,7 @@ function checkAnswer(
   deps: RunDeps,
   seq: number,
   answer: PlannerDecision,
-): Refused | { kind: "decided" } & Decided {
+): Refused | { kind: "decided"; usage: unknown } & Decided {
   // The answer's parts (reasoning and its signature, provider metadata) go with it when the planner kept
   // them, and only then: a decision of a planner that keeps none is stored as it always was.
   const parts = answer.parts !== undefined && answer.parts.length > 0 ? { parts: answer.parts } : {};
@@ -298,7 +295,7 @@ function checkAnswer(
     }
     checked.push({ tool: check.tool, args: check.args });
   }
-  return { kind: "decided", decision, checked: calls.length > 0 ? checked : undefined };
+  return { kind: "decided", decision, checked: calls.length > 0 ? checked : undefined, usage: answer.usage };
 }
 
 /** Commits the decision (every answer the step paid for counts, refused ones included) and returns it. */
