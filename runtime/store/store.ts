@@ -1,5 +1,5 @@
 /**
- * The store: every SQL statement the runtime runs, behind one facade. The
+ * The store: every SQL statement the runtime runs, by audience. The
  * statements live with the audience they serve, each declared once with its
  * name (`statements.ts` lists them all):
  *
