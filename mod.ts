@@ -9,13 +9,16 @@
  * (`<run_id>:<seq>`), so the remote answers with what it did the first time.
  *
  * The surface is what someone writing and running agents uses:
- * {@link defineTool} and {@link defineAgent} describe an agent (a tool's HTTP
- * helpers and {@link ToolError} beside them); {@link connect} gives a
+ * {@link defineTool} and {@link defineAgent} describe an agent ({@link ToolError}
+ * beside them, for a tool's failures); {@link connect} gives a
  * {@link Client}, whose {@link Client.run} runs an agent and waits for its
  * answer, hosting it in this process when no worker does; the limits an agent
  * and a run set; the logger; the error classes a caller branches on.
  *
- * The package's other paths serve other audiences: `./planner` is for a model
+ * The package's other paths serve other audiences: `./tools` is for a tool's
+ * author going further (the helpers for calling an HTTP remote under the
+ * idempotency key, each outcome and option by name, reconciling, child runs,
+ * a program's own error codes); `./planner` is for a model
  * of one's own (the `Planner` interface, the neutral transcript it is asked
  * with, the chat-completions planner that ships); `./client` holds the
  * client's other parts (`client.operators`, `client.reads`,
@@ -79,32 +82,16 @@ export {
   defineAgent,
 } from "./runtime/agent/agent.ts";
 export type { ModelEndpoint } from "./runtime/model/endpoint.ts";
-export { type AgentTool, agentTool, type AgentToolOptions } from "./runtime/agent/agent_tool.ts";
+export { type AgentTool, agentTool } from "./runtime/agent/agent_tool.ts";
 export {
   type ArgsSchema,
-  type ChildRunInfo,
-  type ChildRuns,
   defineTool,
   type Json,
-  type ReconcileContext,
-  type Reconciliation,
   type Tool,
-  type ToolAccepted,
   type ToolContext,
-  type ToolDone,
-  type ToolGiveUp,
   type ToolOutcome,
-  type ToolRetry,
   type ToolSpec,
 } from "./runtime/agent/tools.ts";
-export {
-  idempotencyKeyHeader,
-  isTransientStatus,
-  parseRetryAfter,
-  serverErrorMessage,
-} from "./runtime/base/http.ts";
-export { traceHeaders } from "./runtime/base/trace.ts";
-export type { FetchLike } from "./runtime/model/openai.ts";
 
 // The limits an agent and a run set.
 export type { Budget } from "./runtime/agent/budget.ts";
@@ -127,13 +114,10 @@ export {
 // The errors a caller branches on, and their codes.
 export {
   ClientError,
-  type CodeOf,
   ConfigError,
   ERROR_CODES,
   type ErrorCode,
   ModelError,
-  type OwnCode,
-  ownCode,
   RuntimeError,
   StoreError,
   ToolError,

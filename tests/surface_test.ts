@@ -71,10 +71,11 @@ Deno.test("mod.ts stays a surface learned in minutes: its count is pinned, far u
   const pinned = JSON.parse(await Deno.readTextFile(PINNED)) as Record<string, string[]>;
   // A deliberate bound, not a measurement: a name added to mod.ts past it belongs on another export path.
   // 95 until #35, which moved the planner's contract to ./planner, the operators' shapes to ./client and
-  // ./store, and the clocks and crash points to ./testing. What stays: defining agents and tools, a tool's
-  // HTTP helpers, the limits, running (connect, Client, the worker, the logger), and the errors with their
-  // codes. A type a kept name refers to stays with it (ToolContext's ChildRuns, Logger's LoggerOptions).
-  assert.ok(pinned["."].length <= 60, `mod.ts exports ${pinned["."].length} names`);
+  // ./store, the clocks and crash points to ./testing, and a tool author's further names (HTTP helpers, each
+  // outcome and option by name, reconciling, child runs, own error codes) to ./tools. What stays: defining
+  // agents and tools, the limits, running (connect, Client, the worker, the logger), and the errors with
+  // their codes.
+  assert.ok(pinned["."].length <= 42, `mod.ts exports ${pinned["."].length} names`);
   for (
     const name of ["defineAgent", "defineTool", "connect", "Client", "WorkerHost", "ToolError", "Budget"]
   ) {
@@ -96,6 +97,13 @@ Deno.test("mod.ts stays a surface learned in minutes: its count is pinned, far u
     ],
     "./store": ["Store", "SqlClient", "STATEMENTS", "JournalRow", "SideEffectRow", "RunRow"],
     "./testing": ["ManualClock", "SystemClock", "CRASH_POINTS"],
+    "./tools": [
+      "idempotencyKeyHeader",
+      "isTransientStatus",
+      "parseRetryAfter",
+      "ToolAccepted",
+      "ReconcileContext",
+    ],
   };
   for (const [path, names] of Object.entries(elsewhere)) {
     for (const name of names) {

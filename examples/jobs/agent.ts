@@ -15,15 +15,8 @@
  */
 
 import { z } from "npm:zod@4.6.7";
-import {
-  type AgentContext,
-  defineAgent,
-  defineTool,
-  type FetchLike,
-  idempotencyKeyHeader,
-  type Tool,
-  ToolError,
-} from "../../mod.ts";
+import { type AgentContext, defineAgent, defineTool, type Tool, ToolError } from "../../mod.ts";
+import { type FetchLike, idempotencyKeyHeader } from "../../tools.ts";
 import { demoCloud } from "../provision/agent.ts";
 import { cloudJson } from "../provision/tools.ts";
 

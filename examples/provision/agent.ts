@@ -13,7 +13,8 @@
  * @module
  */
 
-import { type AgentContext, ConfigError, defineAgent, type FetchLike } from "../../mod.ts";
+import { type AgentContext, ConfigError, defineAgent } from "../../mod.ts";
+import type { FetchLike } from "../../tools.ts";
 import { MockCloud } from "../../mock/cloud.ts";
 import { demoTools } from "./tools.ts";
 

@@ -11,17 +11,19 @@
 import { z } from "npm:zod@4.6.7";
 import {
   defineTool,
-  type FetchLike,
-  idempotencyKeyHeader,
-  isTransientStatus,
   type Json,
-  parseRetryAfter,
-  serverErrorMessage,
   type Tool,
   type ToolContext,
   ToolError,
   type ToolOutcome,
 } from "../../mod.ts";
+import {
+  type FetchLike,
+  idempotencyKeyHeader,
+  isTransientStatus,
+  parseRetryAfter,
+  serverErrorMessage,
+} from "../../tools.ts";
 
 /** Options of {@link demoTools}. */
 export interface DemoToolsOptions {

@@ -5,14 +5,8 @@
 // model can tell the customer; a ticket is an effect, so it is never given up silently: the run fails and
 // 'deno task reopen' sends it again under the same key once the shop is back.
 import { z } from "zod";
-import {
-  defineAgent,
-  defineTool,
-  idempotencyKeyHeader,
-  isTransientStatus,
-  parseRetryAfter,
-  ToolError,
-} from "../../mod.ts";
+import { defineAgent, defineTool, ToolError } from "../../mod.ts";
+import { idempotencyKeyHeader, isTransientStatus, parseRetryAfter } from "../../tools.ts";
 
 /** A refused answer as a tool error: transient (retried) for 408, 409, 429 and 5xx, with its Retry-After. */
 async function refused(res: Response, what: string): Promise<never> {
