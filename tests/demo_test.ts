@@ -29,7 +29,7 @@ function assertDone(r: Ended, run: string): void {
   assert.match(
     r.lines.filter((l) => l.trim() !== "").at(-1) ?? "",
     new RegExp(
-      ` level=info event=done run=${run} steps=3 llm_calls=4 output="Provisioned a server, a database and a DNS record."$`,
+      ` level=info event=done run=${run} tool_calls=3 llm_calls=4 output="Provisioned a server, a database and a DNS record."$`,
     ),
   );
 }
@@ -75,7 +75,7 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
   };
   try {
     await t.step(
-      "a clean run ends done steps=3 llm_calls=4, and a second start of it says it is already done",
+      "a clean run ends done tool_calls=3 llm_calls=4, and a second start of it says it is already done",
       async () => {
         const first = await runWorkerToEnd(env);
         // No RUN_ID: a new run with a generated id (its keys cannot collide with another database's).
@@ -90,7 +90,7 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
         assert.equal(again.code, 0);
         assert.match(
           events(again, "already-done")[0] ?? "",
-          new RegExp(`run=${runId} steps=3 llm_calls=4`),
+          new RegExp(`run=${runId} tool_calls=3 llm_calls=4`),
         );
         const other = await runWorkerToEnd(env);
         assert.ok(
@@ -150,7 +150,7 @@ Deno.test("the demo's parallel variant (MOCK_MODEL_PARALLEL=2): the server and t
     assert.equal(second.code, 0, second.lines.join("\n"));
     assert.match(
       second.lines.filter((l) => l.trim() !== "").at(-1) ?? "",
-      / event=done run=par-demo steps=3 llm_calls=3 output="Provisioned a server, a database and a DNS record."$/,
+      / event=done run=par-demo tool_calls=3 llm_calls=3 output="Provisioned a server, a database and a DNS record."$/,
     );
     assert.ok(
       events(second, "confirmed").some((l) => /key=par-demo:1 .*remote=already_done/.test(l)),
