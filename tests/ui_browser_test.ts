@@ -140,7 +140,7 @@ Deno.test({
         );
         assert.equal(row[1], "done");
         assert.equal(row[2], "provision");
-        assert.equal(row[3], "3", "steps");
+        assert.equal(row[3], "3", "tool calls");
         assert.equal(row[4], "4", "model calls");
         assert.equal(row[6], "2", "epoch: two worker attempts");
         assert.match(await text(page, '[data-count="blocked"]'), /blocked 1/);

@@ -163,6 +163,7 @@ Deno.test("a turn's outcome counts the run's tool calls, not its seq: the second
   const turns = await w.client.conversations.answers("c7");
   assert.deepEqual(turns.map((t) => t.answerSeq), [1, 3]);
   assert.deepEqual([second.toolCalls, second.llmCalls], [2, 4], "the first answer is no tool call");
+  assert.equal((await w.client.reads.list({ search: "c7" })).runs[0].tool_calls, 2);
   await w.client.conversations.endConversation("c7");
   const closed = await claimAndDrive(w.deps("w1"), "c7");
   assert.deepEqual([closed.alreadyClosed, closed.toolCalls], [true, 2]);
