@@ -166,6 +166,7 @@ Deno.test({
         );
         assert.match(step0[0], /^1:decision.*decided create_server/);
         assert.match(step0[1], /^2:tool.*create_server confirmed \(already_done\), attempt 2/);
+        assert.match(await text(page, "#totals"), /^3 tool calls · 4 model calls · tokens /);
         await page.setViewport({ width: 1280, height: 900 });
         await page.screenshot({
           path: shot("ui-run.png"),
