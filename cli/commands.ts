@@ -43,7 +43,7 @@ import { ClientError } from "../runtime/base/errors.ts";
 import { type FlaggedFilter, RESOLVE_BATCH_MAX } from "../runtime/store/store.ts";
 import { LIST_LIMIT_MAX, type Resolution, type RunInfo, type Settlement } from "../runtime/client/shapes.ts";
 import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
-import { callsOf } from "../runtime/run/calls.ts";
+import { callsOf, toolCallsIn } from "../runtime/run/calls.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/settings/config.ts";
 import { displayText, hiddenIn } from "../runtime/base/display.ts";
@@ -147,7 +147,7 @@ export async function runs(
     "EPOCH",
     "OWNER",
     "HEARTBEAT",
-    "STEPS",
+    "TOOL_CALLS",
     "LLM_CALLS",
     "FLAGGED",
     "TOKENS",
@@ -170,7 +170,7 @@ export async function runs(
       r.heartbeat_at && (r.status === "running" || r.status === "pending")
         ? `${((now - new Date(r.heartbeat_at).getTime()) / 1000).toFixed(1)}s ago`
         : "-",
-      String(r.steps),
+      String(r.tool_calls),
       String(r.llm_calls),
       String(r.flagged),
       // Spend against the budget, when the run has a token ceiling.
@@ -344,8 +344,12 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     if (call && !j) p(`  call ${call.index + 1} of the decision at step ${seq - call.index}: ${call.tool}`);
     for (const gap of [...gaps(j, e, call !== undefined), ...approvalGaps(a)]) p(`  !! ${gap}`);
   }
+  // Steps are decisions (journal rows with one); each of a decision's calls owns a seq, as each answer does.
+  const steps = journal.filter((j) => j.decision).length;
   const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
-  p(`total  steps=${seqs.length}  llm_calls=${llmCalls}  tokens=${prompt}+${completion}`);
+  p(`total  steps=${steps}  tool_calls=${
+    toolCallsIn(journal)
+  }  llm_calls=${llmCalls}  tokens=${prompt}+${completion}`);
 }
 
 function decisionLines(j: JournalRow): string[] {

@@ -96,7 +96,7 @@ Deno.test("runs prints a table with steps, model calls and flagged calls", async
     await runs(ctx, { search: "tab-" });
     assert.match(
       out[0],
-      /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+STEPS\s+LLM_CALLS\s+FLAGGED\s+TOKENS$/,
+      /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+TOOL_CALLS\s+LLM_CALLS\s+FLAGGED\s+TOKENS$/,
     );
     const row = (run: string) => out.find((l) => l.startsWith(run))!.split(/\s{2,}/);
     // A blocked run has no live worker, so its lease age is not shown.
@@ -144,8 +144,38 @@ Deno.test("inspect shows each step's decision, tool call, tokens and what is lef
     assert.match(text, /tool {6}confirmed {2}create_server {2}key=ins-1:0 .*remote=created {2}result="i-1"/);
     assert.match(text, /tool {6}flagged .*key=ins-1:1/);
     assert.match(text, /!! flagged: 'deno task resolve ins-1:1/);
-    assert.match(text, /total {2}steps=2 {2}llm_calls=2 {2}tokens=20\+10/);
+    assert.match(text, /total {2}steps=2 {2}tool_calls=2 {2}llm_calls=2 {2}tokens=20\+10/);
     await assert.rejects(inspect(ctx, "nope"), (e: CommandError) => e.code === "RUN_NOT_FOUND");
+  });
+});
+
+Deno.test("inspect counts a step of three calls as one step and three tool calls; the runs list, three tool calls", async () => {
+  await withStore(async (ctx, out) => {
+    const store = ctx.client.store;
+    await store.leases.createRun({ runId: "ins-par", agent: "provision", goal: "goal" }, clock.now());
+    const f = { runId: "ins-par", epoch: (await claim(store, "ins-par", 0, "w1", clock.now()))! };
+    const calls = ["create_server", "create_database", "create_dns_record"].map((tool) => ({
+      tool,
+      args: {},
+    }));
+    await writeDecision(store, f, 0, { decision: { calls } }, clock.now());
+    for (const [seq, { tool }] of calls.entries()) {
+      const call = await store.writes.effectIntentRow(
+        f,
+        { key: `ins-par:${seq}`, seq, tool, args: {} },
+        clock.now(),
+      );
+      await store.writes.effectConfirm(f, call, { result: `r-${seq}`, remote: "created" }, clock.now());
+    }
+    // The answer owns seq 3: four seqs, two steps (decisions), three tool calls.
+    await writeDecision(store, f, 3, { decision: { done: true, message: "Three at once." } }, clock.now());
+    await store.writes.finishRun(f, "done", null, clock.now(), "Three at once.");
+    await inspect(ctx, "ins-par");
+    assert.match(out.join("\n"), /^total {2}steps=2 {2}tool_calls=3 {2}llm_calls=2 {2}tokens=0\+0$/m);
+    out.length = 0;
+    await runs(ctx, { search: "ins-par" });
+    const [head, row] = out.map((l) => l.split(/\s{2,}/));
+    assert.equal(row[head.indexOf("TOOL_CALLS")], "3", out.join("\n"));
   });
 });
 

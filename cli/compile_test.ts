@@ -53,7 +53,7 @@ export default defineAgent({
     assert.equal(out.code, 0, text);
     assert.match(text, /backends .*agent=echoer/);
     assert.match(text, /event=confirmed run=c1 seq=0 key=c1:0 result=hi remote=created/);
-    assert.match(text, /event=done run=c1 steps=1/);
+    assert.match(text, /event=done run=c1 tool_calls=1/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

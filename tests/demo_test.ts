@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
 import { serveMocks } from "../mock/server.ts";
 import { freshSchema, pgIgnore } from "./_pg.ts";
-import { parseLine, runWorkerToEnd } from "../harness/procs.ts";
+import { parseLine, runCli, runWorkerToEnd } from "../harness/procs.ts";
 
 type Ended = { code: number; lines: string[] };
 
@@ -29,7 +29,7 @@ function assertDone(r: Ended, run: string): void {
   assert.match(
     r.lines.filter((l) => l.trim() !== "").at(-1) ?? "",
     new RegExp(
-      ` level=info event=done run=${run} steps=3 llm_calls=4 output="Provisioned a server, a database and a DNS record."$`,
+      ` level=info event=done run=${run} tool_calls=3 llm_calls=4 output="Provisioned a server, a database and a DNS record."$`,
     ),
   );
 }
@@ -75,7 +75,7 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
   };
   try {
     await t.step(
-      "a clean run ends done steps=3 llm_calls=4, and a second start of it says it is already done",
+      "a clean run ends done tool_calls=3 llm_calls=4, and a second start of it says it is already done",
       async () => {
         const first = await runWorkerToEnd(env);
         // No RUN_ID: a new run with a generated id (its keys cannot collide with another database's).
@@ -86,11 +86,15 @@ Deno.test("the embedded default survives kill -9 at after_decide and after_call"
           events(first, "backends")[0] ?? "",
           /store=pglite:\S+ model=in-process-mock agent=provision/,
         );
+        // Four steps (decisions: three calls, then the answer), three tool calls.
+        const inspected = await runCli(["inspect", runId], env);
+        assert.equal(inspected.code, 0, inspected.out);
+        assert.match(inspected.out, /^total {2}steps=4 {2}tool_calls=3 {2}llm_calls=4 {2}tokens=\d+\+\d+$/m);
         const again = await runWorkerToEnd({ ...env, RUN_ID: runId });
         assert.equal(again.code, 0);
         assert.match(
           events(again, "already-done")[0] ?? "",
-          new RegExp(`run=${runId} steps=3 llm_calls=4`),
+          new RegExp(`run=${runId} tool_calls=3 llm_calls=4`),
         );
         const other = await runWorkerToEnd(env);
         assert.ok(
@@ -150,8 +154,12 @@ Deno.test("the demo's parallel variant (MOCK_MODEL_PARALLEL=2): the server and t
     assert.equal(second.code, 0, second.lines.join("\n"));
     assert.match(
       second.lines.filter((l) => l.trim() !== "").at(-1) ?? "",
-      / event=done run=par-demo steps=3 llm_calls=3 output="Provisioned a server, a database and a DNS record."$/,
+      / event=done run=par-demo tool_calls=3 llm_calls=3 output="Provisioned a server, a database and a DNS record."$/,
     );
+    // Three steps (the server and the database in one, the DNS record, the answer) over four seqs; three calls.
+    const inspected = await runCli(["inspect", "par-demo"], { DATA_DIR: dir });
+    assert.equal(inspected.code, 0, inspected.out);
+    assert.match(inspected.out, /^total {2}steps=3 {2}tool_calls=3 {2}llm_calls=3 {2}tokens=\d+\+\d+$/m);
     assert.ok(
       events(second, "confirmed").some((l) => /key=par-demo:1 .*remote=already_done/.test(l)),
       second.lines.join("\n"),

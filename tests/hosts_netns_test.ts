@@ -219,7 +219,7 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
     async () => {
       for (const h of net.hosts) {
         const open = await openRunsOf(scene, h);
-        if (open.length >= IN_FLIGHT_AT_FAULT && open.some((r) => r.steps === 1)) {
+        if (open.length >= IN_FLIGHT_AT_FAULT && open.some((r) => r.tool_calls === 1)) {
           target = h;
           return true;
         }
@@ -241,7 +241,7 @@ async function faultScene(scene: Scene, fault: Fault): Promise<void> {
   // Host-0 writes nothing more until it is woken or restored: what it holds now, it has lost.
   const atFault = await openRunsOf(scene, target);
   const held = atFault.map((r) => r.run_id);
-  const partWay = atFault.filter((r) => r.steps >= 1).length;
+  const partWay = atFault.filter((r) => r.tool_calls >= 1).length;
   assert.ok(held.length >= 1, `${name} held no run when the fault landed`);
   // Rows confirmed by now must be the same at the end.
   const earlier = [await snapshots(scene)];

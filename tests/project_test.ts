@@ -355,7 +355,7 @@ Deno.test("a project of its own runs the demo, its own agent with its own npm pa
     await t.step("the demo, its data in the project's folder", async () => {
       const r = await sh(dir, line(commands, "deno task run  "));
       assert.equal(r.code, 0, r.text);
-      assert.match(r.text, /event=done run=provision-[0-9a-f]{8} steps=3 /);
+      assert.match(r.text, /event=done run=provision-[0-9a-f]{8} tool_calls=3 /);
       assert.ok(
         await exists(join(dir, ".data", "pglite")),
         "the embedded database is in the project's .data/",
@@ -370,7 +370,7 @@ Deno.test("a project of its own runs the demo, its own agent with its own npm pa
         r.text,
         new RegExp(`event=confirmed run=r1 seq=0 key=r1:0 result=${TWO_DAYS_MS} remote=created`),
       );
-      assert.match(r.text, /event=done run=r1 steps=1 .*output="Saved the reminder."/);
+      assert.match(r.text, /event=done run=r1 tool_calls=1 .*output="Saved the reminder."/);
     });
 
     await t.step(
@@ -386,7 +386,7 @@ Deno.test("a project of its own runs the demo, its own agent with its own npm pa
         const resume = await sh(dir, line(commands, "deno task run --agent ./agent.ts --run-id r2 "));
         assert.equal(resume.code, 0, resume.text);
         assert.match(resume.text, new RegExp(`key=r2:0 result=${TWO_DAYS_MS} remote=already_done`));
-        assert.match(resume.text, /event=done run=r2 steps=1 /);
+        assert.match(resume.text, /event=done run=r2 tool_calls=1 /);
         const saved = [];
         for await (const e of Deno.readDir(join(dir, ".data", "reminders"))) saved.push(e.name);
         assert.deepEqual(saved.sort(), ["r1_0.json", "r2_0.json"]);
@@ -407,7 +407,7 @@ Deno.test("a project of its own runs the demo, its own agent with its own npm pa
         "the decision is replayed",
       );
       assert.match(resume.text, /key=demo:0 tool=create_server attempt=1/, "and its tool called once");
-      assert.match(resume.text, /event=done run=demo steps=3 /);
+      assert.match(resume.text, /event=done run=demo tool_calls=3 /);
       const cloud = JSON.parse(await Deno.readTextFile(join(dir, ".data", "mock-cloud.json"))) as {
         resources: { key: string }[];
       };
@@ -438,7 +438,7 @@ Deno.test("a project of its own runs the demo, its own agent with its own npm pa
         const bin = await sh(dir, "deno run -A --unstable-no-legacy-abort dist/entry.ts run --run-id b1");
         assert.equal(bin.code, 0, bin.text);
         assert.match(bin.text, /event=backends .*agent=reminders/);
-        assert.match(bin.text, /event=done run=b1 steps=1 /);
+        assert.match(bin.text, /event=done run=b1 tool_calls=1 /);
       },
     );
 
@@ -469,7 +469,7 @@ Deno.test("a project of its own runs the demo, its own agent with its own npm pa
           `deno run -A --unstable-no-legacy-abort --config deno.json ${main} run --agent ./agent.ts --run-id p1`,
         );
         assert.equal(given.code, 0, given.text);
-        assert.match(given.text, /event=done run=p1 steps=1 /);
+        assert.match(given.text, /event=done run=p1 tool_calls=1 /);
       },
     );
 
@@ -532,7 +532,7 @@ Deno.test("the published package, from a registry: its entry points and the page
         r.text,
         new RegExp(`event=confirmed run=j1 seq=0 key=j1:0 result=${TWO_DAYS_MS} remote=created`),
       );
-      assert.match(r.text, /event=done run=j1 steps=1 /);
+      assert.match(r.text, /event=done run=j1 tool_calls=1 /);
     });
     await t.step(
       "the page's files come with the package's modules, not from a disk beside them",
@@ -545,7 +545,7 @@ Deno.test("the published package, from a registry: its entry points and the page
       assert.match(entry, /import \{ agentsOf, main \} from "jsr:@agent-runtime\/agent-runtime@0\.1\/cli";/);
       const bin = await sh(dir, "deno run -A --unstable-no-legacy-abort dist/entry.ts run --run-id jb1", env);
       assert.equal(bin.code, 0, bin.text);
-      assert.match(bin.text, /event=done run=jb1 steps=1 /);
+      assert.match(bin.text, /event=done run=jb1 tool_calls=1 /);
     });
     await t.step({
       name:

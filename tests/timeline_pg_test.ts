@@ -26,7 +26,7 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
   assert.equal(last.steps.effects.length, 49, "the final answer has no tool call");
   assert.deepEqual(
     [
-      last.run.tool_steps,
+      last.run.tool_calls,
       last.run.llm_calls,
       last.run.input_tokens,
       last.run.output_tokens,

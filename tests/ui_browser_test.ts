@@ -140,7 +140,7 @@ Deno.test({
         );
         assert.equal(row[1], "done");
         assert.equal(row[2], "provision");
-        assert.equal(row[3], "3", "steps");
+        assert.equal(row[3], "3", "tool calls");
         assert.equal(row[4], "4", "model calls");
         assert.equal(row[6], "2", "epoch: two worker attempts");
         assert.match(await text(page, '[data-count="blocked"]'), /blocked 1/);
@@ -166,6 +166,7 @@ Deno.test({
         );
         assert.match(step0[0], /^1:decision.*decided create_server/);
         assert.match(step0[1], /^2:tool.*create_server confirmed \(already_done\), attempt 2/);
+        assert.match(await text(page, "#totals"), /^3 tool calls · 4 model calls · tokens /);
         await page.setViewport({ width: 1280, height: 900 });
         await page.screenshot({
           path: shot("ui-run.png"),

@@ -306,7 +306,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
         parentRunId: r.parent_run_id ?? null,
         epoch: r.epoch,
         owner: r.owner,
-        steps: r.steps,
+        toolCalls: r.tool_calls,
         llmCalls: r.llm_calls,
         flagged: r.flagged,
         inputTokens: tokens.get(r.run_id)?.input ?? 0,

@@ -120,8 +120,8 @@ export interface Timeline {
   };
   /** The lanes: epochs 1..run.epoch, the last {@link MAX_LANES} when there are more (older ones fold into the first). */
   epochs: number[];
-  /** Totals over every step, not only those sent. */
-  totals: { steps: number; llmCalls: number; inputTokens: number; outputTokens: number; flagged: number };
+  /** Totals over every step, not only those sent (`toolCalls`: a step of three calls counts three). */
+  totals: { toolCalls: number; llmCalls: number; inputTokens: number; outputTokens: number; flagged: number };
   /** The run's first and last step, and the steps sent (`to < from` when none). */
   range: { minSeq: number | null; maxSeq: number | null; from: number; to: number };
   /** The steps sent, in order. */
@@ -312,7 +312,7 @@ export function buildTimeline(t: RunTimeline): Timeline {
     },
     epochs,
     totals: {
-      steps: run.tool_steps,
+      toolCalls: run.tool_calls,
       llmCalls: run.llm_calls,
       inputTokens: run.input_tokens,
       outputTokens: run.output_tokens,

@@ -22,7 +22,7 @@ Deno.test("every exit code is a different small number, and each outcome's code 
   };
   for (const status of WORKER_STATUSES) {
     await t.step(`${status}: ${expected[status]}`, () => {
-      const outcome = { runId: "r", status, alreadyClosed: false, steps: 0, llmCalls: 0 };
+      const outcome = { runId: "r", status, alreadyClosed: false, toolCalls: 0, llmCalls: 0 };
       assert.equal(exitCodeOf(outcome), expected[status]);
     });
   }

@@ -7,10 +7,10 @@ const T0 = Date.UTC(2026, 10, 29, 12, 0, 0);
 Deno.test("Logger writes strict logfmt: `ts=… level=… event=… key=value`", () => {
   const lines: string[] = [];
   const log = new Logger({ clock: new ManualClock(T0), sink: arraySink(lines) });
-  log.info("done", { run: "run1", steps: 3, llm_calls: 4 });
+  log.info("done", { run: "run1", tool_calls: 3, llm_calls: 4 });
   log.warn("fenced", { run: "r", skipped: undefined });
   assert.deepEqual(lines, [
-    "ts=2026-11-29T12:00:00.000Z level=info event=done run=run1 steps=3 llm_calls=4",
+    "ts=2026-11-29T12:00:00.000Z level=info event=done run=run1 tool_calls=3 llm_calls=4",
     "ts=2026-11-29T12:00:00.000Z level=warn event=fenced run=r",
   ]);
 });

@@ -151,6 +151,25 @@ Deno.test("a conversation answers its goal, waits for the next message without a
   ]);
 });
 
+Deno.test("a turn's outcome counts the run's tool calls, not its seq: the second turn's is 2, its answer at seq 3", async () => {
+  await using w = await world();
+  await w.client.start(w.agent, { runId: "c7", input: "one" });
+  const first = await claimAndDrive(w.deps("w1"), "c7");
+  assert.deepEqual([first.status, first.toolCalls, first.llmCalls], ["waiting", 1, 2]);
+  await w.client.conversations.send("c7", "two", { messageId: "2" });
+  const second = await claimAndDrive(w.deps("w1"), "c7");
+  assert.equal(second.status, "waiting");
+  // seq 0 the first note, 1 its answer, 2 the second note, 3 its answer: two calls, the answers none.
+  const turns = await w.client.conversations.answers("c7");
+  assert.deepEqual(turns.map((t) => t.answerSeq), [1, 3]);
+  assert.deepEqual([second.toolCalls, second.llmCalls], [2, 4], "the first answer is no tool call");
+  assert.equal((await w.client.reads.list({ search: "c7" })).runs[0].tool_calls, 2);
+  await w.client.conversations.endConversation("c7");
+  const closed = await claimAndDrive(w.deps("w1"), "c7");
+  assert.deepEqual([closed.alreadyClosed, closed.toolCalls], [true, 2]);
+  assert.match(w.lines.at(-1)!, /event=already-done run=c7 tool_calls=2 llm_calls=4/);
+});
+
 Deno.test("a message sent while the run works is queued, then answered after the current answer, in the same turn", async () => {
   const ref: { client?: Client } = {};
   let sentOnce = false;

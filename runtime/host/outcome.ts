@@ -6,7 +6,7 @@
  * @module
  */
 
-import { llmCallsOf, type RunDeps, type RunState } from "../run/context.ts";
+import { llmCallsOf, type RunDeps, type RunState, toolCallsOf } from "../run/context.ts";
 import { describeError, FencedError } from "../base/errors.ts";
 import { closeRun } from "../families/family.ts";
 import type { ParkedConversation } from "../conversations/turns.ts";
@@ -38,8 +38,11 @@ export interface RunOutcome {
   runStatus?: RunStatus;
   /** True when the run was already closed before this worker started. */
   alreadyClosed: boolean;
-  /** Tool calls decided so far (each owns a seq: a step with three calls counts three). */
-  steps: number;
+  /**
+   * Tool calls decided across the run so far, from its journal's decisions: a
+   * decision (a step) of three calls counts three, an answer none.
+   */
+  toolCalls: number;
   /** Model requests paid for across the whole run. */
   llmCalls: number;
   /** Why the run failed, was blocked, or was lost. */
@@ -85,7 +88,7 @@ export async function endTurn(
     runId,
     status,
     alreadyClosed: false,
-    steps: seq,
+    toolCalls: toolCallsOf(state),
     llmCalls: llmCallsOf(state),
     error,
   });
@@ -153,7 +156,7 @@ export function fenced(deps: RunDeps, state: RunState, err: FencedError, seq: nu
     runId: state.fence.runId,
     status,
     alreadyClosed: false,
-    steps: seq,
+    toolCalls: toolCallsOf(state),
     llmCalls: llmCallsOf(state),
     error: err.message,
   };

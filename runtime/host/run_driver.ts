@@ -6,13 +6,13 @@
  * @module
  */
 
-import { llmCallsOf, type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
+import { llmCallsOf, type RunDeps, type RunState, telemetryOf, toolCallsOf } from "../run/context.ts";
 import type { ProcessDeps } from "../run/deps.ts";
 import { valueOf } from "../run/ended.ts";
 import { describeError, FencedError, RuntimeError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
 import { ToolCallReservation } from "../agent/budget.ts";
-import { callsOf, stepWidth } from "../run/calls.ts";
+import { stepWidth, toolCallsIn } from "../run/calls.ts";
 import { closeRun, familyOf } from "../families/family.ts";
 import { loadConversation, type ParkedConversation, resumeConversation } from "../conversations/turns.ts";
 import { keepLease } from "./lease.ts";
@@ -106,7 +106,7 @@ export async function claimAndDrive(
   if (claim === undefined || epoch === undefined) {
     telemetryOf(deps).lostClaim(deps.agent);
     log.warn("fenced", { run: runId, reason: "another worker claimed the run first", seen_epoch: run.epoch });
-    return { runId, alreadyClosed: false, steps: 0, llmCalls: 0, status: "lost_claim" };
+    return { runId, alreadyClosed: false, toolCalls: 0, llmCalls: 0, status: "lost_claim" };
   }
   const stop = new AbortController();
   const claimed: ClaimedRun = {
@@ -147,11 +147,11 @@ async function notToDrive(deps: RunDeps, run: RunRow): Promise<RunOutcome | unde
   if (!held) return undefined;
   const { journal } = await store.reads.loadHistory(runId);
   const llmCalls = journal.reduce((n, j) => n + j.llm_attempts, 0);
-  // Tool calls decided (each owns a seq), as a worker that drove the run to its end counts them.
-  const steps = journal.reduce((n, j) => n + (j.decision ? callsOf(j.decision, j.seq).length : 0), 0);
+  // Tool calls decided, as a worker that drove the run to its end counts them.
+  const toolCalls = toolCallsIn(journal);
   log.info(`already-${run.status}`, {
     run: runId,
-    steps,
+    tool_calls: toolCalls,
     llm_calls: llmCalls,
     error: run.error ?? undefined,
   });
@@ -160,7 +160,7 @@ async function notToDrive(deps: RunDeps, run: RunRow): Promise<RunOutcome | unde
     alreadyClosed: true,
     status: run.status as Exclude<RunStatus, "pending" | "running">,
     runStatus: run.status,
-    steps,
+    toolCalls,
     llmCalls,
     error: run.error ?? undefined,
     output: run.output ?? undefined,
@@ -295,7 +295,7 @@ async function driveClaimed(
           status: "failed",
           runStatus: "failed",
           alreadyClosed: false,
-          steps: seq,
+          toolCalls: toolCallsOf(state),
           llmCalls,
           error,
         };
@@ -367,12 +367,20 @@ async function stopStuck(deps: RunDeps, claimed: ClaimedRun): Promise<RunOutcome
   } catch (e) {
     if (e instanceof FencedError) {
       log.warn("fenced", { run: runId, epoch, reason: e.message });
-      return { runId, status: "fenced", alreadyClosed: false, steps: 0, llmCalls: 0, error: e.message };
+      return { runId, status: "fenced", alreadyClosed: false, toolCalls: 0, llmCalls: 0, error: e.message };
     }
     throw e;
   }
   log.error("stuck", { run: runId, claims: stuckClaims(claimed), limit });
-  return { runId, status: "failed", runStatus: "failed", alreadyClosed: false, steps: 0, llmCalls: 0, error };
+  return {
+    runId,
+    status: "failed",
+    runStatus: "failed",
+    alreadyClosed: false,
+    toolCalls: 0,
+    llmCalls: 0,
+    error,
+  };
 }
 
 const NO_HISTORY: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] } = Object.freeze({

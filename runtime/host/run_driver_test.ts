@@ -39,10 +39,10 @@ async function setup() {
 Deno.test("claimAndDrive() drives the demo to done with four statements a step and none re-read", async (t) => {
   const { deps, counting, store, model, cloud, lines } = await setup();
   try {
-    await t.step("a clean run: 3 tool steps, 4 model calls, 3 resources", async () => {
+    await t.step("a clean run: 3 tool calls, 4 model calls, 3 resources", async () => {
       const outcome = await claimAndDrive(deps, "clean", "goal");
       assert.equal(outcome.status, "done");
-      assert.equal(outcome.steps, 3);
+      assert.equal(outcome.toolCalls, 3);
       assert.equal(outcome.llmCalls, 4);
       assert.equal(model.calls("clean"), 4);
       assert.deepEqual(cloud.created("clean:").map((c) => c.key), ["clean:0", "clean:1", "clean:2"]);
@@ -123,7 +123,7 @@ Deno.test("claimAndDrive() drives the demo to done with four statements a step a
       assert.equal(again.alreadyClosed, true);
       assert.equal(again.llmCalls, 4);
       assert.equal(model.calls("clean"), 4);
-      assert.match(lines.at(-1)!, /event=already-done run=clean steps=3 llm_calls=4/);
+      assert.match(lines.at(-1)!, /event=already-done run=clean tool_calls=3 llm_calls=4/);
       // Reads only: the run, found by the insert that wrote nothing, and its history (the reply counts
       // its steps and model calls).
       assert.deepEqual(
@@ -248,6 +248,40 @@ Deno.test("claimAndDrive() drives the demo to done with four statements a step a
         );
       },
     );
+  } finally {
+    await store.client.close();
+  }
+});
+
+Deno.test("a step of three calls is one decision and three tool calls: the outcome, the done line and a second start say tool_calls=3", async () => {
+  const { deps, store, model, cloud, lines } = await setup();
+  try {
+    model.setScript({
+      run: "par",
+      steps: [{
+        calls: [
+          { tool: "create_server", args: { name: "srv-1", spec: "small" } },
+          { tool: "create_database", args: { name: "db-1", engine: "postgres", size_gb: 10 } },
+          {
+            tool: "create_dns_record",
+            args: { hostname: "app.example.test", record_type: "CNAME", target: "srv-1" },
+          },
+        ],
+      }, { answer: "All three at once." }],
+    });
+    const outcome = await claimAndDrive(deps, "par", "goal");
+    assert.equal(outcome.status, "done", outcome.error);
+    assert.deepEqual([outcome.toolCalls, outcome.llmCalls], [3, 2]);
+    const { journal } = await store.reads.loadHistory("par");
+    assert.deepEqual(journal.map((j) => j.seq), [0, 3], "two decisions: the three calls', then the answer's");
+    assert.match(
+      lines.find((l) => l.includes(" event=done ")) ?? "",
+      /event=done run=par tool_calls=3 llm_calls=2 /,
+    );
+    const again = await claimAndDrive(deps, "par", "goal");
+    assert.deepEqual([again.alreadyClosed, again.toolCalls, again.llmCalls], [true, 3, 2]);
+    assert.match(lines.at(-1)!, /event=already-done run=par tool_calls=3 llm_calls=2/);
+    assert.deepEqual(cloud.created("par:").map((c) => c.key).sort(), ["par:0", "par:1", "par:2"]);
   } finally {
     await store.client.close();
   }

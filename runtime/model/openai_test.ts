@@ -76,7 +76,7 @@ Deno.test("OpenAIPlanner masks its API key in whatever the provider sends back",
 });
 
 // Regression (issue #9): a truncated answer with no content, an empty tool_calls list
-// and a refusal each ended the run "done steps=0" with nothing done.
+// and a refusal each ended the run "done" with no tool call and nothing done.
 Deno.test("parseCompletion() refuses truncated, empty and refused answers instead of taking them as done", () => {
   const answer = (message: Record<string, unknown>, finish_reason = "stop") =>
     JSON.stringify({ choices: [{ message: { role: "assistant", ...message }, finish_reason }] });

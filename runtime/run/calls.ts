@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { Decision } from "../store/rows.ts";
+import type { Decision, JournalRow } from "../store/rows.ts";
 import type { Json } from "../agent/tools.ts";
 
 /** One call of a decision with the seq it owns. */
@@ -32,6 +32,18 @@ export function callsOf(decision: Decision, seq: number): StepCall[] {
     return decision.calls.map((c, index) => ({ seq: seq + index, index, tool: c.tool, args: c.args }));
   }
   return [];
+}
+
+/**
+ * The tool calls decided in `journal`: each decision's {@link callsOf}, so a
+ * decision of three calls counts three and an answer none. Never a seq: a
+ * seq is owned by each answer too (a conversation's earlier answers among
+ * them), so the next seq counts more than the calls.
+ */
+export function toolCallsIn(journal: Iterable<Pick<JournalRow, "seq" | "decision">>): number {
+  let n = 0;
+  for (const j of journal) if (j.decision) n += callsOf(j.decision, j.seq).length;
+  return n;
 }
 
 /** How many seqs `decision` takes: one per call, one for done; the next decision is that far on. */

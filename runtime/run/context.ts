@@ -14,6 +14,7 @@ import type { AgentDeps, ProcessDeps } from "./deps.ts";
 import type { Fence, JournalRow, MessageRow, SideEffectRow } from "../store/store.ts";
 import type { Telemetry } from "./telemetry.ts";
 import type { ModelParams } from "../model/transcript.ts";
+import { toolCallsIn } from "./calls.ts";
 
 // Where they were declared before process and agent came apart (deps.ts): importers keep working.
 export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } from "./deps.ts";
@@ -90,6 +91,15 @@ export function llmCallsOf(state: Pick<RunState, "journal">): number {
   let n = 0;
   for (const row of state.journal.values()) n += row.llm_attempts;
   return n;
+}
+
+/**
+ * Tool calls decided across the whole run, from its journal's decisions
+ * ({@link toolCallsIn}), derived from the rows like {@link llmCallsOf}: a
+ * decision of three calls counts three, an answer none.
+ */
+export function toolCallsOf(state: Pick<RunState, "journal">): number {
+  return toolCallsIn(state.journal.values());
 }
 
 /**

@@ -113,7 +113,7 @@ export interface Telemetry {
   /** False for the no-op. */
   readonly enabled: boolean;
   /** One worker attempt on a run, claim to exit; `fn`'s outcome is recorded on it. */
-  attempt<T extends { status: string; steps: number; llmCalls: number }>(
+  attempt<T extends { status: string; toolCalls: number; llmCalls: number }>(
     a: TracedAttempt,
     fn: () => Promise<T>,
   ): Promise<T>;
@@ -296,7 +296,7 @@ export class OtelTelemetry implements Telemetry {
   }
 
   /** {@inheritDoc Telemetry.attempt} */
-  attempt<T extends { status: string; steps: number; llmCalls: number }>(
+  attempt<T extends { status: string; toolCalls: number; llmCalls: number }>(
     a: TracedAttempt,
     fn: () => Promise<T>,
   ): Promise<T> {
@@ -315,7 +315,7 @@ export class OtelTelemetry implements Telemetry {
       const out = await fn();
       span.setAttributes({
         "agent.attempt.outcome": out.status,
-        "agent.run.steps": out.steps,
+        "agent.run.tool_calls": out.toolCalls,
         "agent.run.llm_calls": out.llmCalls,
       });
       if (out.status === "fenced" || out.status === "stalled") {

@@ -86,7 +86,7 @@ Deno.test("three calls of one step run at once, bounded by toolConcurrency, each
   ]);
   assert.deepEqual(record.journal.map((j) => j.seq), [0, 3]);
   const listed = (await client.reads.list({ search: "par-bound-1" })).runs[0];
-  assert.equal(listed.steps, 3, "the runs list counts the step's three calls");
+  assert.equal(listed.tool_calls, 3, "the runs list counts the step's three calls");
 });
 
 Deno.test("a call that needs approval waits while the others of its step run; approved, only it is sent", async () => {

@@ -25,7 +25,14 @@
  * @module
  */
 
-import { applyRow, llmCallsOf, type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
+import {
+  applyRow,
+  llmCallsOf,
+  type RunDeps,
+  type RunState,
+  telemetryOf,
+  toolCallsOf,
+} from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
 import type { TracedStep } from "../run/telemetry.ts";
 import { FencedError, hasCode, ModelError, ToolError } from "../base/errors.ts";
@@ -132,7 +139,12 @@ async function answer(deps: RunDeps, state: RunState, seq: number, output: strin
     return { kind: "answered", output, status: next, ...(parked ? { parked } : {}) };
   }
   await closeRun(deps, state, { status: "done", error: null, output });
-  deps.log.info("done", { run: state.fence.runId, steps: seq, llm_calls: llmCallsOf(state), output });
+  deps.log.info("done", {
+    run: state.fence.runId,
+    tool_calls: toolCallsOf(state),
+    llm_calls: llmCallsOf(state),
+    output,
+  });
   return { kind: "done", output };
 }
 

@@ -233,20 +233,20 @@ const LIST_RUNS = statement(
   "list-runs",
   `with page as (select * from runs r where ${LIST_WHERE}
                        order by r.created_at desc, r.run_id desc limit $4 offset $5)
-       select r.*, coalesce(j.steps, 0)::int as steps, coalesce(j.llm_calls, 0)::int as llm_calls,
-              coalesce(j.tokens, 0)::float8 as tokens, coalesce(e.tool_calls, 0)::int as tool_calls,
+       select r.*, coalesce(j.tool_calls, 0)::int as tool_calls, coalesce(j.llm_calls, 0)::int as llm_calls,
+              coalesce(j.tokens, 0)::float8 as tokens, coalesce(e.tool_requests, 0)::int as tool_requests,
               coalesce(e.flagged, 0)::int as flagged
          from page r
          left join (select run_id,
                            coalesce(sum(case when status <> 'confirmed' then 0 when decision ? 'tool' then 1
                                              when decision ? 'calls' then jsonb_array_length(decision->'calls')
-                                             else 0 end), 0)::int as steps,
+                                             else 0 end), 0)::int as tool_calls,
                            sum(llm_attempts)::int as llm_calls,
                            -- What the budget counts (budget.ts rowTokens): the columns, not usage.
                            sum(spent_tokens + reserved_tokens)::float8 as tokens
                       from journal where run_id in (select run_id from page) group by run_id) j on j.run_id = r.run_id
          left join (select run_id, (count(*) filter (where status = 'flagged'))::int as flagged,
-                           sum(attempts)::int as tool_calls
+                           sum(attempts)::int as tool_requests
                       from side_effects where run_id in (select run_id from page) group by run_id) e
                 on e.run_id = r.run_id
         order by r.created_at desc, r.run_id desc`,

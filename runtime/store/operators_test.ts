@@ -220,10 +220,14 @@ bothStoresTest("the operators' reads and commands", async (store, t) => {
     await store.writes.finishRun(first, "done", null, now(), "ok");
     const page = await store.operators.listRuns({ search: "l-", limit: 2 });
     assert.equal(page.total, 3);
-    assert.deepEqual(page.runs.map((r) => [r.run_id, r.steps, r.llm_calls, r.tokens, r.flagged]), [
-      ["l-3", 0, 0, 0, 0],
-      ["l-2", 3, 1, 40, 0],
-    ]);
+    // l-2's three calls are decided and none sent yet: three tool calls, no tool request.
+    assert.deepEqual(
+      page.runs.map((r) => [r.run_id, r.tool_calls, r.llm_calls, r.tokens, r.tool_requests, r.flagged]),
+      [
+        ["l-3", 0, 0, 0, 0, 0],
+        ["l-2", 3, 1, 40, 0, 0],
+      ],
+    );
     const rest = await store.operators.listRuns({ search: "l-", limit: 2, offset: 2 });
     assert.deepEqual([rest.runs.map((r) => r.run_id), rest.total], [["l-1"], 3]);
     const done = await store.operators.listRuns({ search: "l-", status: "done" });

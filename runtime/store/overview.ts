@@ -99,8 +99,8 @@ export interface RunView {
   output: Clipped<string | null>;
   /** Why it failed, was blocked or cancelled. */
   error: Clipped<string | null>;
-  /** Tool calls of confirmed decisions (what the runs list counts as steps; a decision of three calls counts 3). */
-  tool_steps: number;
+  /** Tool calls of confirmed decisions, as the runs list counts them (a decision of three calls counts 3). */
+  tool_calls: number;
   /** Model requests paid for, over every step. */
   llm_calls: number;
   /** Prompt tokens reported, over every step. */
@@ -269,7 +269,7 @@ const RUN_VIEW = statement(
             r.parent_run_id, r.parent_key,
             r.conversation_idle_ms, r.message_count, r.idle_since, r.conversation_ended_at,
             ${clipped("input", "r.input")}, ${clipped("output")}, ${clipped("error")},
-            js.tool_steps, js.llm_calls, js.input_tokens, js.output_tokens, es.flagged,
+            js.tool_calls, js.llm_calls, js.input_tokens, js.output_tokens, es.flagged,
             least(js.min_seq, es.min_seq) as min_seq, greatest(js.max_seq, es.max_seq) as max_seq
        from runs r
        ${clipFrom("input", "r.input::text")}
@@ -278,7 +278,7 @@ const RUN_VIEW = statement(
        cross join lateral (
          select coalesce(sum(case when j.status <> 'confirmed' then 0 when j.decision ? 'tool' then 1
                                   when j.decision ? 'calls' then jsonb_array_length(j.decision->'calls')
-                                  else 0 end), 0)::int as tool_steps,
+                                  else 0 end), 0)::int as tool_calls,
                 coalesce(sum(j.llm_attempts), 0)::int as llm_calls,
                 coalesce(sum(${usageField("prompt_tokens")}), 0)::bigint::int as input_tokens,
                 coalesce(sum(${usageField("completion_tokens")}), 0)::bigint::int as output_tokens,
@@ -368,7 +368,7 @@ export async function runView(
     input: unclip(r, "input"),
     output: unclip(r, "output"),
     error: unclip(r, "error"),
-    tool_steps: Number(r.tool_steps),
+    tool_calls: Number(r.tool_calls),
     llm_calls: Number(r.llm_calls),
     input_tokens: Number(r.input_tokens),
     output_tokens: Number(r.output_tokens),

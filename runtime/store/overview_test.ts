@@ -110,7 +110,7 @@ bothStoresTest("the web page's reads", async (store, t) => {
       }],
     );
     assert.deepEqual(
-      [view?.tool_steps, view?.llm_calls, view?.input_tokens, view?.output_tokens, view?.flagged],
+      [view?.tool_calls, view?.llm_calls, view?.input_tokens, view?.output_tokens, view?.flagged],
       [3, 2, 150, 20, 1],
       "a call of step 0 and two of step 1; a usage field that is no number counts nothing",
     );

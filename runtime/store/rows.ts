@@ -343,18 +343,18 @@ export interface Fence {
   epoch: number;
 }
 
-/** A run with its step counts, for listings. */
+/** A run with its counts, for listings. */
 export interface RunSummary extends RunRow {
-  /** Tool calls of its confirmed decisions (a decision of three calls counts three). */
-  steps: number;
+  /** Tool calls of its confirmed decisions (a decision of three calls counts three, an answer none). */
+  tool_calls: number;
   /** Model requests paid for across the run. */
   llm_calls: number;
   /** Tool calls waiting for a human. */
   flagged: number;
   /** Model tokens spent or reserved (what the token budget counts). */
   tokens: number;
-  /** Tool requests sent, re-sends included. */
-  tool_calls: number;
+  /** Tool requests sent, re-sends included (what the `toolCalls` ceiling counts). */
+  tool_requests: number;
 }
 
 /** Which flagged calls a bulk resolve takes: those matching every field given. */
