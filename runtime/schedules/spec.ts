@@ -11,6 +11,7 @@
 import { DEFAULTS } from "../base/defaults.ts";
 import { RuntimeError } from "../base/errors.ts";
 import { cronRecurrence, intervalRecurrence, parseEvery, type Recurrence } from "./recurrence.ts";
+import { CATCH_UP_RULES, type CatchUpRule, OVERLAP_RULES, type OverlapRule } from "../store/schedules.ts";
 
 /**
  * A schedule's name: a letter or digit, then up to 46 letters, digits, `.`,
@@ -18,15 +19,8 @@ import { cronRecurrence, intervalRecurrence, parseEvery, type Recurrence } from 
  */
 export const SCHEDULE_NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,46}$/;
 
-/** What happens to an occurrence that comes while the schedule's last run is open. */
-export const OVERLAP_RULES = ["skip", "queue", "allow"] as const;
-/** An overlap rule: `skip` it, `queue` it (one at most, started when the last run closes), `allow` it. */
-export type OverlapRule = typeof OVERLAP_RULES[number];
-
-/** Which late occurrences are started after an outage. */
-export const CATCH_UP_RULES = ["none", "last", "all"] as const;
-/** A catch-up rule: `none` of them, the `last` of them, or `all` of them (the latest `catchUpMax`). */
-export type CatchUpRule = typeof CATCH_UP_RULES[number];
+export { CATCH_UP_RULES, OVERLAP_RULES };
+export type { CatchUpRule, OverlapRule };
 
 /** The largest `catchUpMax`, and the most runs one tick starts for one schedule. */
 export const CATCH_UP_MAX_LIMIT = 100;
