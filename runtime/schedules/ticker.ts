@@ -14,7 +14,8 @@
  * then; one created through the same client wakes it at once), and no longer
  * than `queueCheckMs` while an occurrence is queued behind an open run. A
  * database that cannot be reached is logged and tried again after a growing
- * pause; the occurrences it made late are caught up by each schedule's rule.
+ * pause (500 ms doubled, at most 5 s); the occurrences it made late are
+ * caught up by each schedule's rule.
  *
  * @module
  */
@@ -29,8 +30,10 @@ import { occurrenceRunId, recurrenceOf } from "./spec.ts";
 
 /** Schedules read by one pass; a full batch is followed by another pass at once. */
 const DUE_BATCH = 100;
-/** The first pause after a pass that failed, in ms; doubled after each failure in a row, up to `checkMs`. */
+/** The first pause after a pass that failed, in ms; doubled after each failure in a row, up to RETRY_MAX_MS. */
 const RETRY_FIRST_MS = 500;
+/** The longest pause after a failed pass, in ms: a database back from an outage is ticked within this. */
+const RETRY_MAX_MS = 5_000;
 
 /** Options of a {@link ScheduleTicker}. */
 export interface TickerOptions {
@@ -203,7 +206,7 @@ export class ScheduleTicker {
         failures = 0;
       } catch (err) {
         failures++;
-        waitMs = Math.min(this.#o.checkMs, RETRY_FIRST_MS * 2 ** Math.min(failures - 1, 20));
+        waitMs = Math.min(this.#o.checkMs, RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.min(failures - 1, 20));
         log.warn("schedule-tick-failed", { name: this.#o.name, error: describeError(err), retry_ms: waitMs });
       }
       await this.#nap(waitMs);
