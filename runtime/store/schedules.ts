@@ -23,72 +23,113 @@ import type { SqlClient } from "./driver.ts";
 import type { RunStatus } from "./statuses.ts";
 import { jsonParam, OPEN_STATUSES, queryRows, runWrite, statement, textParam, ts } from "./sql.ts";
 
-/** What happens to an occurrence that comes while the schedule's last run is open. */
-export const OVERLAP_RULES = ["skip", "queue", "allow"] as const;
 /** An overlap rule: `skip` it, `queue` it (one at most, started when the last run closes), `allow` it. */
-export type OverlapRule = typeof OVERLAP_RULES[number];
+export type OverlapRule = "skip" | "queue" | "allow";
+/** What happens to an occurrence that comes while the schedule's last run is open. */
+export const OVERLAP_RULES: readonly OverlapRule[] = ["skip", "queue", "allow"];
 
-/** Which occurrences an outage made late are started. */
-export const CATCH_UP_RULES = ["none", "last", "all"] as const;
 /** A catch-up rule: `none` of them, the `last` of them, or `all` of them (the latest `catchUpMax`). */
-export type CatchUpRule = typeof CATCH_UP_RULES[number];
+export type CatchUpRule = "none" | "last" | "all";
+/** Which occurrences an outage made late are started. */
+export const CATCH_UP_RULES: readonly CatchUpRule[] = ["none", "last", "all"];
 
 /** A schedule as written: its timing, checked, and what its runs start with. */
 export interface NewSchedule {
+  /** Its name (schedules/spec.ts's rule). */
   name: string;
+  /** The agent whose runs it starts. */
   agent: string;
+  /** A cron expression, or null for an interval. */
   cron: string | null;
+  /** An interval in ms, or null for a cron expression. */
   everyMs: number | null;
+  /** The IANA zone the cron expression is read in. */
   zone: string;
+  /** What an occurrence does while the last run is open. */
   overlap: OverlapRule;
+  /** Which occurrences an outage made late are started. */
   catchUp: CatchUpRule;
+  /** The most late occurrences `catchUp: "all"` starts. */
   catchUpMax: number;
+  /** How late an occurrence may start and still be on time, in ms. */
   graceMs: number;
+  /** Each run's goal. */
   goal: string;
+  /** Each run's input. */
   input: Json;
+  /** Each run's ceilings. */
   budget?: Budget;
+  /** Each run's model request parameters. */
   modelParams?: ModelParams;
+  /** For a conversation: each run's idle limit. */
   conversationIdleMs?: number;
   /** The first occurrence after now, by the timing written: next_at of a new schedule, or of one whose timing changed. */
   nextAt: Date;
 }
 
-/** A row of `schedules`, as the reads give it. */
+/** A row of `schedules`, as the reads give it (schema.sql says what each column holds). */
 export interface ScheduleRow {
+  /** Its name. */
   name: string;
+  /** The agent whose runs it starts. */
   agent: string;
+  /** A cron expression, or null for an interval. */
   cron: string | null;
+  /** An interval in ms, or null for a cron expression. */
   every_ms: number | null;
+  /** The IANA zone the cron expression is read in. */
   zone: string;
+  /** What an occurrence does while the last run is open. */
   overlap: OverlapRule;
+  /** Which occurrences an outage made late are started. */
   catch_up: CatchUpRule;
+  /** The most late occurrences `all` starts. */
   catch_up_max: number;
+  /** How late an occurrence may start and still be on time, in ms. */
   grace_ms: number;
+  /** Each run's goal. */
   goal: string;
+  /** Each run's input. */
   input: Json | null;
+  /** Each run's ceilings. */
   budget: Budget | null;
+  /** Each run's model request parameters. */
   model_params: ModelParams | null;
+  /** For a conversation: each run's idle limit. */
   conversation_idle_ms: number | null;
+  /** False while paused. */
   enabled: boolean;
+  /** The next occurrence not yet handled. */
   next_at: Date;
+  /** The latest occurrence handled. */
   last_at: Date | null;
+  /** The run it started last. */
   last_run_id: string | null;
+  /** An occurrence queued behind that run. */
   queued_at: Date | null;
+  /** Occurrences not started. */
   skipped: number;
+  /** Bumped by every write. */
   revision: number;
+  /** When it was created. */
   created_at: Date;
+  /** When it was last written. */
   updated_at: Date;
 }
 
 /** One of a schedule's latest runs. */
 export interface ScheduledRun {
+  /** `<schedule>@<occurrence>`. */
   run_id: string;
+  /** Where it stands. */
   status: RunStatus;
+  /** The occurrence it was started for. */
   scheduled_at: Date;
 }
 
 /** A schedule with its latest runs, newest first. */
 export interface ScheduleView extends ScheduleRow {
+  /** Its latest runs, newest first. */
   last_runs: ScheduledRun[];
 }
 
@@ -106,13 +147,17 @@ export type DueSchedule =
 
 /** One tick of one schedule, as the ticker decided it (schedules/plan.ts). */
 export interface ScheduleTick {
+  /** The schedule. */
   name: string;
   /** The revision the ticker read: the tick is written only if it is still the schedule's. */
   revision: number;
+  /** The next occurrence not yet handled, after the tick. */
   nextAt: Date;
+  /** The occurrence queued after the tick (null: none). */
   queuedAt: Date | null;
   /** The latest occurrence handled, if any. */
   lastAt: Date | null;
+  /** Occurrences the tick skipped. */
   skipped: number;
   /** The occurrences that start a run, with their run ids, earliest first. */
   runs: { runId: string; at: Date }[];
