@@ -209,7 +209,7 @@ async function drawList() {
     h("div", { class: "filters" }, search, agent),
     h("div", { class: "scroll" }, table),
     pager,
-    schedules.length ? schedulesView(schedules) : "",
+    ...(schedules.length ? schedulesView(schedules) : []),
   );
   if (focused === "search") search.focus();
   return true;
