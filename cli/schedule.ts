@@ -120,8 +120,16 @@ function nextText(s: ScheduleInfo): string {
   return s.queuedAt ? `${at}, ${utc(s.queuedAt)} queued` : at;
 }
 
-/** Prints the schedules as a table, and each one's last runs under it. */
-export function printSchedules(schedules: ScheduleInfo[], print: (line: string) => void): void {
+/**
+ * Prints the schedules as a table, each one's last runs under it, and, for
+ * an agent none of the live workers in `hosted` hosts, that its schedules
+ * wait for one (no process that could tick them runs).
+ */
+export function printSchedules(
+  schedules: ScheduleInfo[],
+  print: (line: string) => void,
+  hosted?: readonly string[],
+): void {
   const table = [["SCHEDULE", "AGENT", "WHEN", "OVERLAP", "CATCH-UP", "NEXT", "SKIPPED"]];
   for (const s of schedules) {
     table.push([s.name, s.agent, whenText(s), s.overlap, s.catchUp, nextText(s), String(s.skipped)]);
@@ -132,6 +140,16 @@ export function printSchedules(schedules: ScheduleInfo[], print: (line: string) 
   if (schedules.length === 0) print("(no schedules)");
   for (const s of schedules.filter((s) => s.lastRuns.length > 0)) {
     print(displayText(`${s.name}: ${s.lastRuns.map((r) => `${r.runId} ${r.status}`).join(", ")}`));
+  }
+  const unhosted = new Set(
+    schedules.filter((s) => s.enabled && !hosted?.includes(s.agent)).map((s) => s.agent),
+  );
+  for (const agent of hosted === undefined ? [] : [...unhosted].sort()) {
+    print(
+      displayText(
+        `waiting: no live worker hosts agent ${agent}; its schedules tick once a supervisor or worker does`,
+      ),
+    );
   }
 }
 
@@ -316,7 +334,11 @@ export async function scheduleCommand(
       return;
     }
     case "list":
-      printSchedules(await asCommand(() => s.list({ lastRuns: o.lastRuns })), o.print);
+      printSchedules(
+        await asCommand(() => s.list({ lastRuns: o.lastRuns })),
+        o.print,
+        await client.reads.hostedAgents(),
+      );
       return;
     case "pause":
       await asCommand(() => s.pause(name));

@@ -59,12 +59,13 @@ Deno.test("schedule add, list, pause, resume and remove print what they did", as
       "tick            provision  every 30s                                allow    all       2026-12-04T20:00:30Z                     0",
       "weekday-report  provision  cron 0 9 * * MON-FRI (America/New_York)  skip     last      2026-12-07T14:00:00Z (2026-12-07 09:00)  0",
       "tick: tick@20261204T200030Z pending",
+      "waiting: no live worker hosts agent provision; its schedules tick once a supervisor or worker does",
     ]);
     assert.deepEqual(await command("pause", "tick"), ["paused  name=tick"]);
     assert.match((await command("list", ""))[1], /^tick .* paused +0$/);
     assert.deepEqual(await command("resume", "tick"), ["resumed  name=tick  next=2026-12-04T20:00:30Z"]);
     assert.deepEqual(await command("remove", "tick"), ["removed  name=tick  (its runs stay)"]);
-    assert.equal((await command("list", "")).length, 2);
+    assert.equal((await command("list", "")).length, 3);
   } finally {
     await store.client.close();
   }
