@@ -149,6 +149,7 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "schedules-due": "other",
   "schedules-next": "other",
   "schedule-tick": "other",
+  "schedules-channel": "other",
 };
 
 /** The position of a statement sent with `opts`. */

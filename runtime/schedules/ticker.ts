@@ -10,9 +10,10 @@
  * is one run whoever ticks it, and however often.
  *
  * Between passes the ticker sleeps until the earliest next occurrence, never
- * longer than `checkMs` (a schedule created by another process is seen by
- * then; one created through the same client wakes it at once), and no longer
- * than `queueCheckMs` while an occurrence is queued behind an open run. A
+ * longer than `checkMs`, and no longer than `queueCheckMs` while an
+ * occurrence is queued behind an open run. A schedule written or resumed by
+ * any process wakes it at once (the store's notification channel); were a
+ * notification lost, `checkMs` bounds how late it is seen. A
  * database that cannot be reached is logged and tried again after a growing
  * pause (500 ms doubled, at most 5 s); the occurrences it made late are
  * caught up by each schedule's rule.
@@ -85,7 +86,7 @@ export class ScheduleTicker {
 
   /** Starts ticking. */
   start(): this {
-    this.#loop ??= this.#run();
+    this.#loop ??= Promise.all([this.#run(), this.#listen()]).then(() => {});
     return this;
   }
 
@@ -211,6 +212,26 @@ export class ScheduleTicker {
       }
       await this.#nap(waitMs);
     }
+  }
+
+  /**
+   * Wakes the ticker whenever a schedule is written or resumed, by any
+   * process (the store's notification channel), until it stops. A driver
+   * that cannot listen leaves the ticker to its bounded sleep.
+   */
+  async #listen(): Promise<void> {
+    let unlisten: (() => Promise<void>) | undefined;
+    try {
+      unlisten = await this.#o.store.schedules.listen(() => this.wake());
+    } catch (err) {
+      // A driver that cannot listen, or a database away at start: `checkMs` bounds the sleep anyway.
+      this.#o.log.info("schedule-listen-unavailable", { name: this.#o.name, error: describeError(err) });
+      return;
+    }
+    if (!this.#stop.signal.aborted) {
+      await new Promise((resolve) => this.#stop.signal.addEventListener("abort", resolve, { once: true }));
+    }
+    await unlisten().catch(() => {});
   }
 
   /** Sleeps `ms`, or until {@link ScheduleTicker.wake} (at once if a wake came since the last nap). */

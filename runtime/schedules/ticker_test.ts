@@ -104,6 +104,28 @@ Deno.test("the ticker on PGlite with a ManualClock", async (t) => {
       }
     });
 
+    await t.step(
+      "a schedule written elsewhere wakes a sleeping ticker through the store's channel",
+      async () => {
+        const clock = new ManualClock(T0 + 300);
+        const tk = ticker(base, clock, "a6").start();
+        try {
+          await until(
+            () => clock.nextWakeAtMs === T0 + 300 + 10_000,
+            "the ticker's bounded sleep (nothing due)",
+          );
+          // Written through the store, as another process would: no client wakes this ticker, the channel does.
+          await put(base, clock, "woken", "a6", { every: "2s", overlap: "allow" });
+          await until(
+            () => clock.nextWakeAtMs === T0 + 2_000,
+            "the sleep to the new schedule's first occurrence",
+          );
+        } finally {
+          await tk.stop();
+        }
+      },
+    );
+
     await t.step("three tickers at once start each occurrence once", async () => {
       const clock = new ManualClock(T0);
       await put(base, clock, "many", "a2", { every: "1s", overlap: "allow" });

@@ -19,7 +19,7 @@
 
 import type { Budget, Json } from "../base/values.ts";
 import type { ModelParams } from "../model/transcript.ts";
-import type { SqlClient } from "./driver.ts";
+import { listenThrough, type SqlClient } from "./driver.ts";
 import type { RunStatus } from "./statuses.ts";
 import { jsonParam, OPEN_STATUSES, queryRows, runWrite, statement, textParam, ts } from "./sql.ts";
 
@@ -170,9 +170,16 @@ const ROW_COLUMNS =
   `${COLUMNS}, goal, input, budget, model_params, conversation_idle_ms, enabled, next_at, last_at,
   last_run_id, queued_at, skipped, revision, created_at, updated_at`;
 
+// The schedules' notification channel, one per schema as the stream's (notify.ts): a schedule written or
+// resumed is said on it, so the tickers of every process listening look at once, not at their next look.
+const CHANNEL_EXPR =
+  `left('ar_schedules_' || regexp_replace(lower(current_schema()), '[^a-z0-9_]', '_', 'g'), 63)`;
+const CHANNEL = statement("schedules-channel", `select ${CHANNEL_EXPR} as channel`);
+
 const PUT = statement(
   "schedule-put",
-  `insert into schedules (name, agent, cron, every_ms, zone, overlap, catch_up, catch_up_max, grace_ms, goal,
+  `with written as (
+   insert into schedules (name, agent, cron, every_ms, zone, overlap, catch_up, catch_up_max, grace_ms, goal,
                           input, budget, model_params, conversation_idle_ms, next_at, created_at, updated_at)
    values ($1, $2, $3, $4::bigint, $5, $6, $7, $8, $9, $10, $11::text::jsonb, $12::text::jsonb, $13::text::jsonb,
            $14::int, $15::timestamptz, $16::timestamptz, $16::timestamptz)
@@ -188,7 +195,8 @@ const PUT = statement(
                     then excluded.next_at else schedules.next_at end,
      revision = schedules.revision + 1, updated_at = excluded.updated_at
    -- xmax is 0 on a row this statement inserted, and set on one it updated (the row's old version's locker).
-   returning (xmax = 0) as created`,
+   returning (xmax = 0) as created)
+   select created, pg_notify(${CHANNEL_EXPR}, $1)::text as said from written`,
 );
 
 const LIST = statement(
@@ -216,9 +224,13 @@ const PAUSE = statement(
 const RESUME = statement(
   "schedule-resume",
   // The occurrences of the pause are not caught up: it goes on from the first after now.
-  `update schedules set enabled = true, next_at = $2::timestamptz, revision = revision + 1,
-          updated_at = $3::timestamptz
-    where name = $1 and not enabled`,
+  `with resumed as (
+     update schedules set enabled = true, next_at = $2::timestamptz, revision = revision + 1,
+            updated_at = $3::timestamptz
+      where name = $1 and not enabled
+      returning 1)
+   select r.n as resumed, case when r.n > 0 then pg_notify(${CHANNEL_EXPR}, $1)::text end as said
+     from (select count(*)::int as n from resumed) r`,
 );
 
 const REMOVE = statement("schedule-remove", `delete from schedules where name = $1`);
@@ -262,7 +274,7 @@ const TICK = statement(
 );
 
 /** Every statement of this file, for the catalogue in `statements.ts`. */
-export const SCHEDULE_STATEMENTS = [PUT, LIST, PAUSE, RESUME, REMOVE, DUE, NEXT_DUE, TICK] as const;
+export const SCHEDULE_STATEMENTS = [PUT, LIST, PAUSE, RESUME, REMOVE, DUE, NEXT_DUE, TICK, CHANNEL] as const;
 
 /** Reads a `last_runs` element's time, which JSON carries as text. */
 function viewOf(row: ScheduleView): ScheduleView {
@@ -319,7 +331,18 @@ export class Schedules {
 
   /** Resumes a paused schedule from `nextAt`; false when there is none of that name paused. */
   async resume(name: string, nextAt: Date, now: Date): Promise<boolean> {
-    return (await runWrite(this.#client, RESUME, [name, ts(nextAt), ts(now)])) === 1;
+    const [row] = await queryRows<{ resumed: number }>(this.#client, RESUME, [name, ts(nextAt), ts(now)]);
+    return row?.resumed === 1;
+  }
+
+  /**
+   * Calls `onWrite` with a schedule's name whenever one is written or
+   * resumed, by any process on this schema, until the returned function is
+   * called; `STREAM_UNSUPPORTED` for a driver that cannot listen.
+   */
+  async listen(onWrite: (name: string) => void): Promise<() => Promise<void>> {
+    const [row] = await queryRows<{ channel: string }>(this.#client, CHANNEL, []);
+    return await listenThrough(this.#client, row.channel, onWrite);
   }
 
   /** Removes the schedule (its runs stay); false when there is none of that name. */

@@ -3,12 +3,14 @@
  * replaced by name (its place kept unless its timing changed), listed with
  * its latest runs, paused and resumed, removed; the due read; and a tick,
  * written only at the revision read, inserting its runs in the same
- * statement and never a run twice. On PGlite and PostgreSQL.
+ * statement and never a run twice; a write or a resume said on the
+ * schedules' channel. On PGlite and PostgreSQL.
  */
 
 import assert from "node:assert/strict";
 import { bothStoresTest } from "../../tests/_pg.ts";
 import type { NewSchedule, Store } from "./store.ts";
+import { guarded } from "../testdata/guarded.ts";
 
 const T0 = new Date("2026-12-06T09:00:00Z");
 const at = (s: number) => new Date(T0.getTime() + s * 1000);
@@ -142,5 +144,35 @@ bothStoresTest(
     assert.equal(await store.schedules.remove("nightly"), false);
     assert.equal((await store.schedules.list()).length, 0);
     assert.ok(await store.reads.getRun("nightly@x"));
+  },
+);
+
+bothStoresTest(
+  "a schedule written or resumed is said on the schedules' channel, with its name",
+  async (store) => {
+    const heard: string[] = [];
+    const unlisten = await store.schedules.listen((name) => heard.push(name));
+    try {
+      await store.schedules.put(schedule({ name: "said" }), T0);
+      await store.schedules.put(schedule({ name: "said", goal: "again" }), T0);
+      await store.schedules.pause("said", T0);
+      assert.equal(await store.schedules.resume("said", at(60), T0), true);
+      assert.equal(await store.schedules.resume("said", at(60), T0), false, "not paused: nothing said");
+      await guarded(
+        (async () => {
+          // Bounded by guarded.
+          while (heard.length < 3) await new Promise((r) => setTimeout(r, 5));
+        })(),
+        () => `three notifications (heard ${JSON.stringify(heard)})`,
+      );
+      await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(
+        heard,
+        ["said", "said", "said"],
+        "two writes and a resume; no pause, no resume of a running one",
+      );
+    } finally {
+      await unlisten();
+    }
   },
 );

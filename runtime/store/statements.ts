@@ -126,6 +126,7 @@ export type StatementName =
   | "schedules-due"
   | "schedules-next"
   | "schedule-tick"
+  | "schedules-channel"
   // schema
   | "search-path"
   | "schema-version-table"
