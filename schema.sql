@@ -306,3 +306,59 @@ alter table journal add column if not exists failing_since timestamptz;
 alter table journal add column if not exists error text;
 alter table side_effects add column if not exists failures integer not null default 0;
 alter table side_effects add column if not exists failing_since timestamptz;
+
+-- migration 11: schedules
+-- A schedule starts runs of an agent at the occurrences of a cron expression
+-- (five fields, read in zone's wall clock) or of an interval (every_ms: the
+-- multiples of it since the epoch), exactly one of the two. Each occurrence
+-- is at most one run, whose id is '<name>@<occurrence in UTC, to the
+-- second>' (nightly@20261206T090000Z): the run's primary key is what makes
+-- two tickers, a restart or a failover start it once. A tick reads the due
+-- schedules and writes each with one statement that moves next_at on only
+-- if revision is still the one it read (a compare-and-swap, as a claim's on
+-- the epoch) and inserts the occurrences' runs in the same statement.
+create table if not exists schedules (
+  -- 1-47 letters, digits, '.', '_' or '-' (schedules/spec.ts), so '<name>@<time>' is a run id.
+  name          text primary key,
+  -- The agent whose runs it starts; only processes hosting the agent tick it.
+  agent         text not null,
+  cron          text,
+  every_ms      bigint,
+  -- The IANA time zone the cron expression is read in ('UTC' for an interval).
+  zone          text not null,
+  -- An occurrence while the last run is open: skipped, queued (one waits), or started.
+  overlap       text not null check (overlap in ('skip', 'queue', 'allow')),
+  -- Occurrences more than grace_ms late (an outage): none started, the last, or all (the latest catch_up_max).
+  catch_up      text not null check (catch_up in ('none', 'last', 'all')),
+  catch_up_max  integer not null check (catch_up_max between 1 and 100),
+  grace_ms      integer not null check (grace_ms >= 0),
+  -- What each run is started with, as client.start would store it: the goal, the input as given, the
+  -- run's ceilings (the agent's merged in), model request parameters, a conversation's idle limit.
+  goal          text not null,
+  input         jsonb,
+  budget        jsonb,
+  model_params  jsonb,
+  conversation_idle_ms integer,
+  -- False while paused: not ticked; resuming starts again from the next occurrence after it.
+  enabled       boolean not null default true,
+  -- The next occurrence not yet handled (started, queued or skipped).
+  next_at       timestamptz not null,
+  -- The latest occurrence handled, the run started last, and an occurrence queued behind that run.
+  last_at       timestamptz,
+  last_run_id   text,
+  queued_at     timestamptz,
+  -- Occurrences not started: missed and not caught up, or skipped by the overlap rule.
+  skipped       integer not null default 0,
+  -- Bumped by every write: a tick writes only if it is still the one it read.
+  revision      integer not null default 0,
+  created_at    timestamptz not null,
+  updated_at    timestamptz not null,
+  check ((cron is null) <> (every_ms is null))
+);
+-- A due read goes by next_at among the enabled schedules.
+create index if not exists schedules_due on schedules (next_at) where enabled;
+
+-- A run a schedule started names the schedule and its occurrence; its last runs are read by them.
+alter table runs add column if not exists schedule text;
+alter table runs add column if not exists scheduled_at timestamptz;
+create index if not exists runs_schedule on runs (schedule, scheduled_at) where schedule is not null;

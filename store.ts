@@ -63,6 +63,18 @@ export type {
   HistoryHook,
 } from "./runtime/agent/conversation_options.ts";
 export type { ParkedConversation } from "./runtime/conversations/turns.ts";
+// Schedules: written and listed, and the tickers' due reads and ticks (runtime/schedules/ decides them).
+export {
+  CATCH_UP_RULES,
+  type DueSchedule,
+  type NewSchedule,
+  OVERLAP_RULES,
+  type ScheduledRun,
+  type ScheduleRow,
+  type Schedules,
+  type ScheduleTick,
+  type ScheduleView,
+} from "./runtime/store/schedules.ts";
 export { type ConversationTurn, MESSAGE_CHARS_MAX, type SendResult } from "./runtime/client/shapes.ts";
 export type { MigrationResult } from "./runtime/store/migrate.ts";
 export { listenThrough, type QueryOptions, type SqlClient } from "./runtime/store/driver.ts";

@@ -679,7 +679,7 @@ async function openWaiting(open: () => Promise<Store>, clock: SystemClock): Prom
  * Turns a client's refusal into a command error: exit 1, or 2 (as a bad flag)
  * for a refusal of what was given (an id, an input, a filter: REFUSED_INPUT_CODES).
  */
-async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
+export async function asCommand<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {

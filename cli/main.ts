@@ -9,6 +9,7 @@
  * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
  * deno run -A cli/main.ts submit|runs|inspect|resolve|settle|approve|deny|cancel|reopen|prune|send ...
+ * deno run -A cli/main.ts schedule add|list|pause|resume|remove ...
  * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
  * deno run -A cli/main.ts migrate|fuzz|compile|crash-matrix|bench ...
  * ```
@@ -23,6 +24,7 @@ import { main as runMain } from "./run.ts";
 import { main as migrateMain } from "./migrate.ts";
 import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "./supervise.ts";
+import { main as scheduleMain } from "./schedule.ts";
 import { main as uiMain } from "../ui/main.ts";
 
 export type { LoadedAgents } from "./agents.ts";
@@ -47,6 +49,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here
   approve       approve a tool call that waits for a person
   deny          deny a tool call that waits for a person
   send          send a conversation its next message (--message TEXT), or close it (--end)
+  schedule      start an agent's runs on a schedule: add, list, pause, resume, remove
   migrate       bring the tables up to this program's schema version (every process also does it at start)
   fuzz          crash-fuzz the demo agent under many schedules, checked against the invariants
   compile       build one binary for an agent module (--agent PATH)
@@ -73,6 +76,8 @@ export async function main(
       return await superviseMain(rest, env, preloaded);
     case "ui":
       return await uiMain(rest, env);
+    case "schedule":
+      return await scheduleMain(rest, env, console.log, preloaded);
     case "migrate":
       return await migrateMain(rest, env);
     case "compile":

@@ -21,6 +21,10 @@
  * builds the agents' tools and models as a worker would, so a missing setting
  * is reported once, here, instead of by every worker.
  *
+ * It also ticks the schedules of the agents it supervises (`client.schedules`,
+ * `deno task schedule`): each occurrence starts one run, which its workers
+ * take, however many supervisors tick at once.
+ *
  * On SIGINT or SIGTERM it sends SIGTERM to its workers, waits for them and
  * exits 0. It does not restart itself; run it under a process manager (the
  * README shows a systemd unit).
@@ -50,6 +54,7 @@ import type { Store } from "../runtime/store/store.ts";
 import type { TakeShare } from "../runtime/base/take_share.ts";
 import { processSpawner } from "../supervisor/spawn.ts";
 import { Supervisor } from "../supervisor/supervisor.ts";
+import { ScheduleTicker } from "../runtime/schedules/ticker.ts";
 import { DEFAULTS } from "../runtime/base/defaults.ts";
 
 /**
@@ -165,6 +170,9 @@ usage: deno task supervise [--flag value ...]   (every flag is also an environme
 The rest of the environment (MODEL_URL, MODEL, MODEL_API_KEY, CLOUD_URL, an agent's own
 settings) passes to the workers.
 
+It also ticks the schedules of the agents in --agent (deno task schedule): each occurrence starts one run,
+however many supervisors tick.
+
 A database that is away (at start, or later) is waited for; workers wait for it too.
 
 exit codes: 0 stopped, 2 settings that cannot work (a malformed value, a password or role refused, a database that
@@ -240,6 +248,7 @@ export async function main(
     return 0;
   }
   let settings: SupervisorSettings;
+  let agentNames: string[];
   try {
     settings = loadSupervisorSettings(args, env, {
       hostname: hostname(),
@@ -249,6 +258,7 @@ export async function main(
     // Build the agents as a worker under this supervisor would, so a missing
     // setting is said once here rather than by every worker it starts.
     const { agents } = await loadAgents(settings.agentModule, { preloaded, timeoutMs: settings.agentLoadMs });
+    agentNames = agents.map((a) => a.name);
     // The check's connections (an MCP server's tools are listed) are closed once it is done.
     const checked = new AbortController();
     try {
@@ -284,7 +294,7 @@ export async function main(
       return store;
     }
     try {
-      return await supervise(settings, { store, clock, log, stopping: stopping.signal });
+      return await supervise(settings, { store, clock, log, stopping: stopping.signal, agents: agentNames });
     } finally {
       await store.client.close();
     }
@@ -294,12 +304,16 @@ export async function main(
   }
 }
 
-/** Keeps the workers alive until `stopping` aborts (or every worker refused its settings); returns the exit code. */
+/**
+ * Keeps the workers alive until `stopping` aborts (or every worker refused its settings), and ticks the
+ * schedules of `agents` meanwhile (beside any other supervisor's or host's ticker); returns the exit code.
+ */
 async function supervise(
   settings: SupervisorSettings,
-  ctx: { store: Store; clock: Clock; log: Logger; stopping: AbortSignal },
+  ctx: { store: Store; clock: Clock; log: Logger; stopping: AbortSignal; agents: string[] },
 ): Promise<number> {
   const { store, clock, log } = ctx;
+  const ticker = new ScheduleTicker({ store, clock, log, agents: ctx.agents, name: settings.name });
   const supervisor = new Supervisor({
     store,
     clock,
@@ -318,7 +332,11 @@ async function supervise(
   ctx.stopping.addEventListener("abort", stop, { once: true });
   try {
     // A signal that came while the store opened: no worker is started.
-    if (!ctx.stopping.aborted) await supervisor.run();
+    if (!ctx.stopping.aborted) {
+      ticker.start();
+      await supervisor.run();
+    }
+    await ticker.stop();
     log.info("stopped", { name: settings.name });
     return supervisor.refused ? EXIT_CODES.settings : EXIT_CODES.done;
   } finally {

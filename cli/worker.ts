@@ -5,6 +5,9 @@
  * per heartbeat. A supervisor keeps `WORKERS` of these alive; one can also be
  * started by hand next to others on the same PostgreSQL.
  *
+ * Started alone (not by a supervisor, which ticks them itself) it also ticks
+ * the schedules of its agents (`deno task schedule`).
+ *
  * On SIGINT or SIGTERM it stops its runs at their next step, clears their
  * leases so another worker takes them at once, and exits 0.
  *
@@ -25,6 +28,7 @@ import { CrashPoints } from "../runtime/base/crashpoints.ts";
 import { AbortedError, ConfigError, hasCode } from "../runtime/base/errors.ts";
 import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
+import { ScheduleTicker } from "../runtime/schedules/ticker.ts";
 import type { Logger } from "../runtime/base/log.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { describeModels, loadAgents, type LoadedAgents, prepareAgents } from "./agents.ts";
@@ -49,6 +53,8 @@ ${
   RUN_USAGE.split("\n\nexit codes:")[0].split("\n").slice(4)
     .filter((l) => !l.includes("--runs-per-worker N, --poll-s")).join("\n")
 }
+
+Started alone (not by a supervisor, which does it), it also ticks its agents' schedules (deno task schedule).
 
 A database or a tools' server that is away at start is waited for (database-unavailable, tools-unreachable:
 again after 1 s, 2 s, 4 s, ...); SIGINT, SIGTERM or a closed stdin end the wait.
@@ -110,6 +116,16 @@ export async function main(
       maxSteps: settings.maxSteps,
       toolConcurrency: settings.toolConcurrency,
       retry: settings.retry,
+      // Alone, it ticks its agents' schedules; a supervisor's workers (EXIT_ON_STDIN_EOF=1) leave it to the supervisor.
+      companions: settings.exitOnStdinEof ? [] : [
+        new ScheduleTicker({
+          store,
+          clock,
+          log,
+          agents: prepared.map((p) => p.agent.name),
+          name: settings.worker,
+        }),
+      ],
     });
     log.info("backends", {
       store: store.describe,

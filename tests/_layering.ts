@@ -157,8 +157,10 @@ export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
   host: ["base", "model", "store", "agent", "run", "families", "conversations", "step"],
   // MCP servers' tools as an agent's tools.
   mcp: ["base", "model", "agent"],
+  // Schedules: cron and intervals in a time zone, one tick's plan, the ticker that starts their runs.
+  schedules: ["base", "model", "store"],
   // What application code, operators and the page call.
-  client: ["base", "model", "store", "agent", "run", "host"],
+  client: ["base", "model", "store", "agent", "run", "host", "schedules"],
 };
 
 /** The library's rules in this repository. */

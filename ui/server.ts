@@ -320,6 +320,28 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     });
   });
 
+  // The schedules, each with its next occurrence and its last runs (the list page shows them under the runs).
+  app.get("/api/schedules", async (c) => {
+    const lastRuns = boundedInt(c.req.query().lastRuns, "lastRuns", 5, 100);
+    const schedules = await client.schedules.list({ lastRuns });
+    return c.json({
+      schedules: schedules.map((s) => ({
+        name: s.name,
+        agent: s.agent,
+        cron: s.cron,
+        every: s.every,
+        zone: s.zone,
+        overlap: s.overlap,
+        catchUp: s.catchUp,
+        enabled: s.enabled,
+        nextAt: s.nextAt?.toISOString() ?? null,
+        queuedAt: s.queuedAt?.toISOString() ?? null,
+        skipped: s.skipped,
+        lastRuns: s.lastRuns.map((r) => ({ ...r, scheduledAt: r.scheduledAt.toISOString() })),
+      })),
+    });
+  });
+
   // A run's page: the run and a range of its steps. A page asks for its last
   // steps first, then polls for those from the last step it holds on (a step
   // before the run's last never changes: the executor finishes a step before it

@@ -5,6 +5,9 @@ import { RUN_STATUSES } from "../runtime/store/store.ts";
 import { createUiApp, isLoopback, serveUi } from "./server.ts";
 import { buildTimeline } from "./timeline.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
+import { ManualClock } from "../runtime/base/clock.ts";
+import { Logger } from "../runtime/base/log.ts";
+import { ScheduleTicker } from "../runtime/schedules/ticker.ts";
 
 const agent = defineAgent({
   name: "idle",
@@ -346,6 +349,71 @@ Deno.test("an IPv6 host is bracketed once in the page's address, given with brac
         await ui.close();
       }
     }
+  } finally {
+    await client.close();
+  }
+});
+
+Deno.test("the page's API lists the schedules with their next occurrence and last runs", async () => {
+  const clock = new ManualClock(Date.UTC(2026, 11, 6, 8, 59, 59));
+  const client = await connect({ memory: true, clock });
+  try {
+    await client.schedules.set(agent, {
+      name: "nightly",
+      cron: "0 9 * * *",
+      zone: "Europe/Berlin",
+      input: "x",
+    });
+    await client.schedules.set(agent, { name: "often", every: "1s", overlap: "allow", input: "y" });
+    await client.schedules.pause("nightly");
+    await clock.advance(1_000);
+    const ticker = new ScheduleTicker({
+      store: client.store,
+      clock,
+      log: new Logger({ clock, sink: () => {} }),
+      agents: ["idle"],
+    });
+    assert.deepEqual((await ticker.tick()).started, ["often@20261206T090000Z"]);
+    const app = await createUiApp({ client });
+    const body = await (await app.request("/api/schedules", local)).json();
+    assert.deepEqual(body.schedules, [
+      {
+        name: "nightly",
+        agent: "idle",
+        cron: "0 9 * * *",
+        every: null,
+        zone: "Europe/Berlin",
+        overlap: "skip",
+        catchUp: "last",
+        enabled: false,
+        nextAt: null,
+        queuedAt: null,
+        skipped: 0,
+        lastRuns: [],
+      },
+      {
+        name: "often",
+        agent: "idle",
+        cron: null,
+        every: "1s",
+        zone: "UTC",
+        overlap: "allow",
+        catchUp: "last",
+        enabled: true,
+        nextAt: "2026-12-06T09:00:01.000Z",
+        queuedAt: null,
+        skipped: 0,
+        lastRuns: [{
+          runId: "often@20261206T090000Z",
+          status: "pending",
+          scheduledAt: "2026-12-06T09:00:00.000Z",
+        }],
+      },
+    ]);
+    assert.equal(
+      (await (await app.request("/api/schedules?lastRuns=0", local)).json()).code,
+      "UI_BAD_REQUEST",
+    );
   } finally {
     await client.close();
   }

@@ -140,6 +140,16 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   // Streamed text is no state: a fault there costs watchers a piece, never the run anything.
   "stream-channel": "other",
   "notify-stream": "other",
+  // Schedules: the tickers' and the schedule commands' statements, none a run's fenced write.
+  "schedule-put": "other",
+  "schedule-list": "other",
+  "schedule-pause": "other",
+  "schedule-resume": "other",
+  "schedule-remove": "other",
+  "schedules-due": "other",
+  "schedules-next": "other",
+  "schedule-tick": "other",
+  "schedules-channel": "other",
 };
 
 /** The position of a statement sent with `opts`. */

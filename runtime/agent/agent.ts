@@ -149,7 +149,7 @@ export const DEFAULT_INSTRUCTIONS =
   "do not depend on each other's results. " +
   "When the goal is complete, answer with a short summary and no tool call.";
 
-/** An agent name (and a run id): a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
+/** An agent name: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
 export const NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /**

@@ -38,4 +38,16 @@ export const DEFAULTS = {
   maxCallsPerStep: 16,
   /** An agent's `toolConcurrency` (`TOOL_CONCURRENCY`): calls of one step in flight at once. */
   toolConcurrency: 4,
+  /** A schedule's `zone`: the time zone its cron expression is read in. */
+  scheduleZone: "UTC",
+  /** A schedule's `overlap`: an occurrence that comes while the schedule's last run is open is skipped. */
+  scheduleOverlap: "skip",
+  /** A schedule's `catchUp`: after an outage, the latest missed occurrence is started. */
+  scheduleCatchUp: "last",
+  /** A schedule's `catchUpMax`: the most missed occurrences `catchUp: "all"` starts after one outage. */
+  scheduleCatchUpMax: 10,
+  /** A schedule's `graceMs`: how late an occurrence may start and still count as on time (an interval's: at most its length). */
+  scheduleGraceMs: 60_000,
+  /** How long a ticker waits at most before it reads the schedules again (one created elsewhere is seen by then), in ms. */
+  scheduleCheckMs: 10_000,
 } as const;

@@ -39,18 +39,22 @@
 /** The longest identifier taken from outside, in UTF-16 code units: a message id, who acts, a filter. */
 export const ID_CHARS_MAX = 200;
 
-/** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. */
-export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/**
+ * A run id: a letter or digit, then up to 63 letters, digits, `.`, `_`, `-`
+ * or `@`. A schedule's runs are named `<schedule>@<occurrence>`
+ * (`nightly@20261206T090000Z`), a child run `<parent>.<seq>`.
+ */
+export const RUN_ID_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
 
 /** {@link RUN_ID_PATTERN} in words, for a refusal. */
 export const RUN_ID_SHAPE =
-  "1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit";
+  "1-64 characters of letters, digits, '.', '_', '-' or '@', starting with a letter or digit";
 
 /**
  * A tool call's idempotency key (and its approval request's): `<run id>:<seq>`,
  * the seq a decimal integer without leading zeros (`demo:0`, `demo.3:12`).
  */
-export const KEY_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}:(?:0|[1-9][0-9]{0,9})$/;
+export const KEY_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}:(?:0|[1-9][0-9]{0,9})$/;
 
 /** {@link KEY_PATTERN} in words, for a refusal. */
 export const KEY_SHAPE = "<run id>:<seq>, such as demo:0 ('deno task inspect RUN' shows a run's keys)";

@@ -48,13 +48,17 @@ Deno.test("the identifier rule refuses what the database refuses or changes, con
 
 Deno.test("run ids and keys have their narrower shapes, which the rule implies", async (t) => {
   await t.step("run ids", () => {
-    for (const id of ["a", "demo-1", "A.b_c-9", "x".repeat(64)]) assert.ok(isRunId(id), id);
-    for (const id of ["", "-a", "a b", "x".repeat(65), "a\u0000b", "id-\ud800", "a:0", 5]) {
+    for (const id of ["a", "demo-1", "A.b_c-9", "nightly@20261206T090000Z", "x".repeat(64)]) {
+      assert.ok(isRunId(id), id);
+    }
+    for (const id of ["", "-a", "@a", "a b", "x".repeat(65), "a\u0000b", "id-\ud800", "a:0", 5]) {
       assert.ok(!isRunId(id), JSON.stringify(id));
     }
   });
   await t.step("keys", () => {
-    for (const key of ["demo:0", "demo.3:12", `${"x".repeat(64)}:2147483647`]) assert.ok(isKey(key), key);
+    for (const key of ["demo:0", "demo.3:12", "nightly@20261206T090000Z:1", `${"x".repeat(64)}:2147483647`]) {
+      assert.ok(isKey(key), key);
+    }
     for (
       const key of ["demo", "demo:", "demo:01", "demo:-1", ":0", "a b:0", "a\u0000:0", "a:0\u202e", "a:0:1"]
     ) {

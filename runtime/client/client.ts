@@ -32,6 +32,9 @@ import { checkRunId, info, notFound, readEnv } from "./checks.ts";
 import { OperatorClient } from "./operator_client.ts";
 import { ReadClient } from "./read_client.ts";
 import { ConversationClient } from "./conversation_client.ts";
+import { ScheduleClient } from "./schedule_client.ts";
+import { ScheduleTicker } from "../schedules/ticker.ts";
+import { Logger } from "../base/log.ts";
 
 /**
  * The client over one database. Use {@link connect}. Its own calls are the
@@ -53,8 +56,12 @@ export class Client {
   readonly reads: ReadClient;
   /** A conversation's calls: send a message, read the answers, close it. */
   readonly conversations: ConversationClient;
+  /** Schedules: set, list, pause, resume, remove. */
+  readonly schedules: ScheduleClient;
   // The worker hosts this client started and that still run: a call that makes a run takeable wakes them.
   readonly #hosts = new Set<WorkerHost>();
+  // The schedule tickers of those hosts: a schedule written through this client wakes them.
+  readonly #tickers = new Set<ScheduleTicker>();
 
   /** Wraps an open store. */
   constructor(store: Store, clock: Clock = new SystemClock()) {
@@ -64,6 +71,11 @@ export class Client {
     this.operators = new OperatorClient({ store, clock, wakeHosts });
     this.reads = new ReadClient({ store, clock });
     this.conversations = new ConversationClient({ store, clock, wakeHosts });
+    this.schedules = new ScheduleClient({
+      store,
+      clock,
+      wakeTickers: () => this.#tickers.forEach((t) => t.wake()),
+    });
   }
 
   /**
@@ -206,7 +218,10 @@ export class Client {
    * option left unset is the `worker` command's default (`DEFAULTS`: a 3 s
    * poll, group commit on; `groupCommitMs: 0` turns it off); a run this
    * client makes takeable (started, reopened, resolved, settled, answered,
-   * sent a message) is taken at once, not at the next poll.
+   * sent a message) is taken at once, not at the next poll. Unless
+   * `schedules: false`, the host also ticks its agents' schedules
+   * (`client.schedules`): it starts their runs at their occurrences, which is
+   * safe beside any number of other tickers.
    */
   async startWorker(
     agents: Agent[],
@@ -215,9 +230,11 @@ export class Client {
       context?: Partial<AgentContext>;
       /** Takes only this run and the runs under it (see {@link WorkerHostOptions.family}). */
       family?: string;
+      /** Tick the agents' schedules in this process. Default true (false for a host of one run's `family`). */
+      schedules?: boolean;
     } = {},
   ): Promise<WorkerHost> {
-    const { context, ...hostOpts } = opts;
+    const { context, schedules, ...hostOpts } = opts;
     // The host's log is the tools' too (an MCP server's tool list changing is reported in it).
     const ctx: AgentContext = {
       env: readEnv(),
@@ -231,14 +248,29 @@ export class Client {
     const prepared = await withChildAgents(await Promise.all(agents.map(prepare)), prepare);
     // Every setting the host's own default (DEFAULTS, as the commands'): a run this client makes takeable
     // wakes the host at once (#wakeHosts), so an in-process host has no need of a shorter poll.
+    const ticker = (schedules ?? hostOpts.family === undefined)
+      ? new ScheduleTicker({
+        store: this.store,
+        clock: this.clock,
+        log: hostOpts.log ?? new Logger({ clock: this.clock }),
+        agents: prepared.map((a) => a.agent.name),
+        name: hostOpts.owner ?? `worker:${Deno.pid}`,
+        onStarted: () => this.#wakeHosts(),
+      })
+      : undefined;
     const host = new WorkerHost({
       clock: this.clock,
       ...hostOpts,
       store: this.store,
       agents: prepared,
+      companions: ticker ? [ticker] : [],
     }).start();
     this.#hosts.add(host);
-    const forget = () => this.#hosts.delete(host);
+    if (ticker) this.#tickers.add(ticker);
+    const forget = () => {
+      this.#hosts.delete(host);
+      if (ticker) this.#tickers.delete(ticker);
+    };
     host.finished.then(forget, forget);
     return host;
   }

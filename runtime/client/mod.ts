@@ -1,6 +1,7 @@
 /**
  * The client's other audiences (the package's `./client` path): the classes
- * behind `client.operators`, `client.reads` and `client.conversations`, and
+ * behind `client.operators`, `client.reads`, `client.conversations` and
+ * `client.schedules`, and
  * what their calls take and return (a run's record and timeline, a
  * resolution, a settlement, a prune's result, a conversation's turns, the
  * limits on a list and a message). The application's calls (`connect`,
@@ -35,3 +36,7 @@ export * from "./shapes.ts";
 export { OperatorClient } from "./operator_client.ts";
 export { ReadClient } from "./read_client.ts";
 export { ConversationClient } from "./conversation_client.ts";
+export { ScheduleClient } from "./schedule_client.ts";
+export type { ScheduledRunInfo, ScheduleInfo, ScheduleOptions } from "./schedule_client.ts";
+export type { CatchUpRule, OverlapRule } from "../store/store.ts";
+export type { ScheduleTiming } from "../schedules/spec.ts";

@@ -86,6 +86,19 @@ export interface WorkerHostOptions extends ProcessDepsOptions, WorkerOptions {
    * exists for one run (`client.run`). Unset: every takeable run of the agents.
    */
   family?: string;
+  /**
+   * What lives as long as the host (a schedule ticker for its agents, which
+   * `client.startWorker` adds): started with it, stopped when it stops.
+   */
+  companions?: readonly HostCompanion[];
+}
+
+/** Something a {@link WorkerHost} starts and stops with itself. */
+export interface HostCompanion {
+  /** Starts it. */
+  start(): unknown;
+  /** Stops it; resolves once it has stopped. */
+  stop(): Promise<void>;
 }
 
 /**
@@ -121,6 +134,7 @@ export class WorkerHost {
   readonly #family?: string;
   readonly #startedAt: Date;
   readonly #onOutcome?: (outcome: RunOutcome) => void;
+  readonly #companions: readonly HostCompanion[];
   readonly #held = new Map<string, Held>();
   // Conversations this host let go to wait for their next message, by run: taken again by this host with
   // nobody's claim in between, they go on from these rows (run_driver.ts). Bounded: the oldest is dropped.
@@ -172,6 +186,7 @@ export class WorkerHost {
     this.#family = family;
     this.#startedAt = proc.clock.now();
     this.#onOutcome = onOutcome;
+    this.#companions = opts.companions ?? [];
     // One statement per beat renews every run held and this host's row in
     // `workers`, which the beat renews even while no run is held.
     this.#leases = new LeaseKeeper({
@@ -224,7 +239,7 @@ export class WorkerHost {
       // Said only when on: the writes of the runs it holds share statements (GROUP_COMMIT_MS).
       ...(this.#process.groupCommitMs ? { group_commit_ms: this.#process.groupCommitMs } : {}),
     });
-    this.#loops = [this.#takeLoop(), this.#heartbeats()];
+    this.#loops = [this.#takeLoop(), this.#heartbeats(), this.#withCompanions()];
     return this;
   }
 
@@ -413,6 +428,19 @@ export class WorkerHost {
   #forget(runId: string, held: Held): void {
     if (this.#held.get(runId) === held) this.#held.delete(runId);
     held.release();
+  }
+
+  /** Starts the companions; once the host stops (or is killed), stops them and resolves. */
+  #withCompanions(): Promise<void> {
+    if (this.#companions.length === 0) return Promise.resolve();
+    for (const c of this.#companions) c.start();
+    return new Promise((resolve) => {
+      this.#stop.signal.addEventListener(
+        "abort",
+        () => void Promise.all(this.#companions.map((c) => c.stop())).then(() => resolve()),
+        { once: true },
+      );
+    });
   }
 
   /** Beats until the host stops; resolves once the beat on its way, if any, has ended. */

@@ -47,7 +47,7 @@ import { integerIn, SettingsReader } from "./reader.ts";
 
 export { commandFlags, FlagError, flagOf, flagProblem, integerIn, SettingsReader };
 
-/** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-` (declared in ids.ts). */
+/** A run id: a letter or digit, then up to 63 letters, digits, `.`, `_`, `-` or `@` (declared in ids.ts). */
 export { RUN_ID_PATTERN };
 
 /** Validated settings of a worker. */

@@ -130,6 +130,8 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     parent_run_id: null,
     parent_key: null,
     root_run_id: null,
+    schedule: null,
+    scheduled_at: null,
   };
 }
 

@@ -89,6 +89,10 @@ export interface RunRow {
   idle_since?: Date | null;
   /** When a conversation was closed while it worked (it ends after its current answer); null otherwise. */
   conversation_ended_at?: Date | null;
+  /** The schedule that started the run (`<schedule>@<occurrence>`); null for a run started otherwise. */
+  schedule?: string | null;
+  /** The occurrence of that schedule the run was started for; null for a run started otherwise. */
+  scheduled_at?: Date | null;
 }
 
 /**

@@ -1,5 +1,5 @@
 /**
- * The row types (`rows.ts`, and `conversations.ts`'s two) against the tables
+ * The row types (`rows.ts`, `conversations.ts`'s two, `schedules.ts`'s) against the tables
  * schema.sql makes, on PGlite and PostgreSQL. Each key list below must name
  * every key of its row type and no other, or this file does not compile;
  * the test then compares each list with the columns the real database has,
@@ -14,6 +14,7 @@ import assert from "node:assert/strict";
 import { bothStoresTest } from "../../tests/_pg.ts";
 import type { MemoRow, MessageRow } from "./conversations.ts";
 import type { ApprovalRow, JournalRow, RunRow, SideEffectRow } from "./rows.ts";
+import type { ScheduleRow } from "./schedules.ts";
 
 /** Every key of `T`, each once: a missing or an unknown key does not compile. */
 type KeysOf<T> = Record<keyof Required<T>, 1>;
@@ -43,6 +44,8 @@ const RUN = {
   message_count: 1,
   idle_since: 1,
   conversation_ended_at: 1,
+  schedule: 1,
+  scheduled_at: 1,
 } satisfies KeysOf<RunRow>;
 
 const JOURNAL = {
@@ -124,6 +127,32 @@ const MEMO = {
   confirmed_at: 1,
 } satisfies KeysOf<MemoRow>;
 
+const SCHEDULE = {
+  name: 1,
+  agent: 1,
+  cron: 1,
+  every_ms: 1,
+  zone: 1,
+  overlap: 1,
+  catch_up: 1,
+  catch_up_max: 1,
+  grace_ms: 1,
+  goal: 1,
+  input: 1,
+  budget: 1,
+  model_params: 1,
+  conversation_idle_ms: 1,
+  enabled: 1,
+  next_at: 1,
+  last_at: 1,
+  last_run_id: 1,
+  queued_at: 1,
+  skipped: 1,
+  revision: 1,
+  created_at: 1,
+  updated_at: 1,
+} satisfies KeysOf<ScheduleRow>;
+
 /** Each table of the schema, with the keys of its row type, or null for one the store reads with no row type. */
 const TABLES: Record<string, Record<string, 1> | null> = {
   runs: RUN,
@@ -132,6 +161,7 @@ const TABLES: Record<string, Record<string, 1> | null> = {
   approvals: APPROVAL,
   messages: MESSAGE,
   memos: MEMO,
+  schedules: SCHEDULE,
   workers: null, // read field by field (leases.ts), never as a row
   schema_version: null, // migrate.ts's own
 };

@@ -20,6 +20,7 @@ import { OVERVIEW_STATEMENTS } from "./overview.ts";
 import { READ_STATEMENTS } from "./reads.ts";
 import { RUN_WRITE_STATEMENTS } from "./run_writes.ts";
 import { SCHEMA_CHECK_STATEMENTS } from "./schema_check.ts";
+import { SCHEDULE_STATEMENTS } from "./schedules.ts";
 import type { Statement } from "./sql.ts";
 
 /**
@@ -116,6 +117,16 @@ export type StatementName =
   | "whole-value-call-error"
   | "whole-value-approval-args"
   | "whole-value-approval-reason"
+  // schedules
+  | "schedule-put"
+  | "schedule-list"
+  | "schedule-pause"
+  | "schedule-resume"
+  | "schedule-remove"
+  | "schedules-due"
+  | "schedules-next"
+  | "schedule-tick"
+  | "schedules-channel"
   // schema
   | "search-path"
   | "schema-version-table"
@@ -137,7 +148,8 @@ type DeclaredName =
   | (typeof OVERVIEW_STATEMENTS)[number]["name"]
   | (typeof MIGRATE_STATEMENTS)[number]["name"]
   | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"]
-  | (typeof NOTIFY_STATEMENTS)[number]["name"];
+  | (typeof NOTIFY_STATEMENTS)[number]["name"]
+  | (typeof SCHEDULE_STATEMENTS)[number]["name"];
 
 // A statement whose name is not listed in StatementName does not fit in STATEMENTS below; a listed name no
 // statement is declared under makes this line fail to compile.
@@ -164,6 +176,8 @@ export const STATEMENTS: {
   readonly schema: readonly Statement<StatementName>[];
   /** The stream channel's notifications (`notify.ts`). */
   readonly stream: readonly Statement<StatementName>[];
+  /** Schedules, and the tickers' reads and ticks (`schedules.ts`). */
+  readonly schedules: readonly Statement<StatementName>[];
 } = {
   runWrites: [...RUN_WRITE_STATEMENTS, ...GROUP_COMMIT_STATEMENTS],
   reads: READ_STATEMENTS,
@@ -174,6 +188,7 @@ export const STATEMENTS: {
   overview: OVERVIEW_STATEMENTS,
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
   stream: NOTIFY_STATEMENTS,
+  schedules: SCHEDULE_STATEMENTS,
 };
 
 /** Every statement of the store, in one list. */

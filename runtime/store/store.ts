@@ -9,6 +9,7 @@
  * - `families.ts`: runs that call runs: a child created, a family's spend, a
  *   family member closed, a cancel with its descendants;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
+ * - `schedules.ts`: schedules written and listed, and the tickers' reads and ticks;
  * - `schema_check.ts` and `migrate.ts`: the schema.
  *
  * Row types are in `rows.ts`, the fragments statements share (the fence) in
@@ -34,6 +35,7 @@ import { StreamChannel } from "./notify.ts";
 import { RunReads } from "./reads.ts";
 import { RunWrites } from "./run_writes.ts";
 import { checkSchema } from "./schema_check.ts";
+import { Schedules } from "./schedules.ts";
 
 export { SCHEMA_SQL };
 export type { QueryOptions, SqlClient } from "./driver.ts";
@@ -46,6 +48,18 @@ export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
 export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./families.ts";
+export { CATCH_UP_RULES, OVERLAP_RULES } from "./schedules.ts";
+export type {
+  CatchUpRule,
+  DueSchedule,
+  NewSchedule,
+  OverlapRule,
+  ScheduledRun,
+  ScheduleRow,
+  Schedules,
+  ScheduleTick,
+  ScheduleView,
+} from "./schedules.ts";
 export { FAMILY_DEPTH_MAX } from "./families.ts";
 export type {
   AnswerOutcome,
@@ -71,6 +85,8 @@ export interface StoreAudiences {
   stream?: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   conversations?: Conversations;
+  /** Schedules: written, listed, paused, and ticked. */
+  schedules?: Schedules;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -97,6 +113,8 @@ export class Store {
   readonly stream: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   readonly conversations: Conversations;
+  /** Schedules: written, listed, paused, and ticked. */
+  readonly schedules: Schedules;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -120,6 +138,7 @@ export class Store {
     this.families = opts.families ?? new Families(client);
     this.stream = opts.stream ?? new StreamChannel(client);
     this.conversations = opts.conversations ?? new Conversations(client);
+    this.schedules = opts.schedules ?? new Schedules(client);
   }
 
   /**
@@ -142,7 +161,7 @@ export class Store {
    * writes' group commit among them, shared with it.
    */
   withAudiences(audiences: StoreAudiences): Store {
-    const { reads, writes, leases, operators, families, stream, conversations } = this;
+    const { reads, writes, leases, operators, families, stream, conversations, schedules } = this;
     return new Store(this.client, {
       reads,
       writes,
@@ -151,6 +170,7 @@ export class Store {
       families,
       stream,
       conversations,
+      schedules,
       ...audiences,
     });
   }

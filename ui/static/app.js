@@ -117,7 +117,7 @@ async function drawList() {
   if (s.status) q.set("status", s.status);
   if (s.agent) q.set("agent", s.agent);
   if (s.search) q.set("search", s.search);
-  const data = await api(`/api/runs?${q}`);
+  const [data, { schedules }] = await Promise.all([api(`/api/runs?${q}`), api("/api/schedules")]);
   const all = Object.values(data.counts).reduce((a, b) => a + b, 0);
   const chips = h(
     "div",
@@ -209,9 +209,64 @@ async function drawList() {
     h("div", { class: "filters" }, search, agent),
     h("div", { class: "scroll" }, table),
     pager,
+    ...(schedules.length ? schedulesView(schedules) : []),
   );
   if (focused === "search") search.focus();
   return true;
+}
+
+/** The schedules: when each fires, its next occurrence, its last runs (links to them). */
+function schedulesView(schedules) {
+  const rows = schedules.map((s) =>
+    h(
+      "tr",
+      { "data-schedule": s.name },
+      h("td", {}, s.name),
+      h("td", {}, s.agent),
+      h(
+        "td",
+        { class: "mono" },
+        s.cron !== null ? `${s.cron}${s.zone === "UTC" ? "" : ` (${s.zone})`}` : `every ${s.every}`,
+      ),
+      h("td", {}, `${s.overlap} / ${s.catchUp}`),
+      h(
+        "td",
+        {},
+        s.enabled ? time(s.nextAt) : badge("paused"),
+        s.queuedAt ? h("span", { class: "muted" }, ` (${time(s.queuedAt)} queued)`) : "",
+      ),
+      h("td", { class: "num" }, s.skipped),
+      h(
+        "td",
+        {},
+        s.lastRuns.length
+          ? s.lastRuns.map((r) =>
+            h(
+              "div",
+              { "data-run": r.runId },
+              h("a", { href: `/runs/${encodeURIComponent(r.runId)}` }, r.runId),
+              " ",
+              badge(r.status),
+            )
+          )
+          : h("span", { class: "muted" }, "none yet"),
+      ),
+    )
+  );
+  const heads = ["schedule", "agent", "when", "overlap / catch-up", "next (UTC)", "skipped", "last runs"];
+  return [
+    h("h2", {}, "Schedules"),
+    h(
+      "div",
+      { class: "scroll" },
+      h(
+        "table",
+        { id: "schedules" },
+        h("thead", {}, h("tr", {}, heads.map((t) => h("th", { class: t === "skipped" ? "num" : "" }, t)))),
+        h("tbody", {}, rows),
+      ),
+    ),
+  ];
 }
 
 // ---- one run -------------------------------------------------------------
