@@ -9,6 +9,8 @@
  * - `families.ts`: runs that call runs: a child created, a family's spend, a
  *   family member closed, a cancel with its descendants;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
+ * - `versions.ts`: which version of its agent drives each run, and the moves
+ *   between versions;
  * - `schema_check.ts` and `migrate.ts`: the schema.
  *
  * Row types are in `rows.ts`, the fragments statements share (the fence) in
@@ -34,6 +36,7 @@ import { StreamChannel } from "./notify.ts";
 import { RunReads } from "./reads.ts";
 import { RunWrites } from "./run_writes.ts";
 import { checkSchema } from "./schema_check.ts";
+import { Versions } from "./versions.ts";
 
 export { SCHEMA_SQL };
 export type { QueryOptions, SqlClient } from "./driver.ts";
@@ -41,6 +44,8 @@ export * from "./rows.ts";
 export { RESOLVE_BATCH_MAX } from "./operators.ts";
 export type { Leases } from "./leases.ts";
 export type { Operators } from "./operators.ts";
+export type { KnownVersion, RunToCheck, Versions } from "./versions.ts";
+export type { ClaimVersion, TakeVersions, WorkerRow } from "./leases.ts";
 export type { RunHistory, RunReads, WatchedRun } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
@@ -71,6 +76,8 @@ export interface StoreAudiences {
   stream?: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   conversations?: Conversations;
+  /** Versions: which version drives each run, and the moves between them. */
+  versions?: Versions;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -97,6 +104,8 @@ export class Store {
   readonly stream: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   readonly conversations: Conversations;
+  /** Versions: which version drives each run, and the moves between them. */
+  readonly versions: Versions;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -120,6 +129,7 @@ export class Store {
     this.families = opts.families ?? new Families(client);
     this.stream = opts.stream ?? new StreamChannel(client);
     this.conversations = opts.conversations ?? new Conversations(client);
+    this.versions = opts.versions ?? new Versions(client);
   }
 
   /**
@@ -142,7 +152,7 @@ export class Store {
    * writes' group commit among them, shared with it.
    */
   withAudiences(audiences: StoreAudiences): Store {
-    const { reads, writes, leases, operators, families, stream, conversations } = this;
+    const { reads, writes, leases, operators, families, stream, conversations, versions } = this;
     return new Store(this.client, {
       reads,
       writes,
@@ -151,6 +161,7 @@ export class Store {
       families,
       stream,
       conversations,
+      versions,
       ...audiences,
     });
   }
