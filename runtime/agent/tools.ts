@@ -11,7 +11,7 @@
 import { z } from "npm:zod@4.6.7";
 import type { Json } from "../base/values.ts";
 import type { ToolDescription } from "../model/transcript.ts";
-import { type CodeOf, describeValue, RuntimeError, ToolError } from "../base/errors.ts";
+import { type CodeOf, describeValue, RuntimeError, type ToolError } from "../base/errors.ts";
 import type { ToolContext } from "./tool_context.ts";
 
 export { idempotencyKeyHeader } from "../base/http.ts";

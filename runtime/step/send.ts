@@ -234,7 +234,7 @@ async function intentOrSettled(
   call: PreparedCall,
   row: SideEffectRow | undefined,
 ): Promise<SideEffectRow> {
-  const { key, seq, tool } = call;
+  const { key, seq } = call;
   try {
     const intent = await deps.store.writes.effectIntentRow(
       state.fence,
