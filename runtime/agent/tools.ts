@@ -11,7 +11,7 @@
 import { z } from "npm:zod@4.6.7";
 import type { Json } from "../base/values.ts";
 import type { ToolDescription } from "../model/transcript.ts";
-import { type CodeOf, describeValue, RuntimeError, type ToolError } from "../base/errors.ts";
+import { type CodeOf, describeValue, RuntimeError } from "../base/errors.ts";
 import type { ToolContext } from "./tool_context.ts";
 
 export { idempotencyKeyHeader } from "../base/http.ts";
@@ -117,7 +117,7 @@ export interface ToolSpec<A> {
    * tool's schema (defaults applied) before it is sent. See docs/versions.md.
    */
   replaces?: readonly string[];
-  /** Performs the call. Throw a {@link ToolError} to say whether a re-send may help. */
+  /** Performs the call. Throw a `ToolError` (`mod.ts`) to say whether a re-send may help. */
   run(args: A, ctx: ToolContext): Promise<ToolOutcome>;
   /**
    * Asks the remote whether a call whose outcome is unknown happened, by its
