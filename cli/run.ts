@@ -235,6 +235,11 @@ export async function main(
       log.error("wrong-agent", { run: request.runId, error: err.message });
       return EXIT_CODES.settings;
     }
+    // The run stays on the version that started it: this module cannot take it, now or on a restart.
+    if (hasCode(err, "VERSION_MISMATCH")) {
+      log.error("wrong-version", { run: request.runId, error: err.message });
+      return EXIT_CODES.settings;
+    }
     if (err instanceof WorkerError) {
       // Not the database (it took the release): the agent's code threw, or a
       // statement was refused. Saying "once the database is back" would be false.

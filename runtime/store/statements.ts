@@ -122,6 +122,7 @@ export type StatementName =
   | "mark-moves"
   | "request-move"
   | "move-back"
+  | "release-for-move"
   | "live-take-keys"
   | "version-order"
   | "runs-to-check"

@@ -71,6 +71,12 @@ const MOVE_BACK = statement(
               status = 'pending', heartbeat_at = null, error = $5, updated_at = $6::timestamptz
         where run_id = $1 and ${RUNNING_AT("$2")}`,
 );
+// A holder lets a run go for a worker of the version it is to move to: pending, no lease.
+const RELEASE_FOR_MOVE = statement(
+  "release-for-move",
+  `update runs set status = 'pending', heartbeat_at = null, updated_at = $3::timestamptz
+        where run_id = $1 and ${RUNNING_AT("$2")}`,
+);
 const LIVE_KEYS = statement(
   "live-take-keys",
   `select distinct unnest(take_keys) as key from workers where heartbeat_at >= $1::timestamptz order by 1`,
@@ -96,6 +102,7 @@ export const VERSION_STATEMENTS = [
   MARK_MOVES,
   REQUEST_MOVE,
   MOVE_BACK,
+  RELEASE_FOR_MOVE,
   LIVE_KEYS,
   VERSION_ORDER,
   RUNS_TO_CHECK,
@@ -191,6 +198,14 @@ export class Versions {
   async moveBack(f: Fence, back: string, refusedBy: string, reason: string, now: Date): Promise<boolean> {
     return (await runWrite(this.#client, MOVE_BACK, [f.runId, f.epoch, back, refusedBy, reason, ts(now)])) ===
       1;
+  }
+
+  /**
+   * A holder lets a run go, pending, for a worker of the version it is to
+   * move to. Fenced on the holder's epoch; false when the run is no longer held so.
+   */
+  async releaseForMove(f: Fence, now: Date): Promise<boolean> {
+    return (await runWrite(this.#client, RELEASE_FOR_MOVE, [f.runId, f.epoch, ts(now)])) === 1;
   }
 
   /** The take keys (`agent@version`) of the workers whose heartbeat is newer than `staleBefore`. */
