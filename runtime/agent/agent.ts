@@ -349,6 +349,11 @@ export function preparedVersion(prepared: Pick<PreparedAgent, "agent" | "tools" 
     versionDigest(prepared.agent.instructions, prepared.tools.all);
 }
 
+/** Builds an agent's tools for this process (and nothing else: the replay check calls none of them). */
+export async function buildTools(agent: Agent, ctx: AgentContext): Promise<ToolRegistry> {
+  return new ToolRegistry(typeof agent.tools === "function" ? await agent.tools(ctx) : agent.tools);
+}
+
 /**
  * Builds an agent's tools and model for this process. `fallbackModel` is
  * asked for a planner when the agent names an endpoint or nothing (the
@@ -359,7 +364,7 @@ export async function prepareAgent(
   ctx: AgentContext,
   fallbackModel: (endpoint: ModelEndpoint) => Planner | Promise<Planner>,
 ): Promise<PreparedAgent> {
-  const tools = new ToolRegistry(typeof agent.tools === "function" ? await agent.tools(ctx) : agent.tools);
+  const tools = await buildTools(agent, ctx);
   let planner: Planner;
   if (isPlanner(agent.model)) planner = agent.model;
   else if (isLanguageModel(agent.model)) planner = aiSdkPlanner(agent.model); // an agent not made by defineAgent
