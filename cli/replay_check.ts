@@ -11,7 +11,7 @@
  * @module
  */
 
-import { type AgentContext, buildTools } from "../runtime/agent/agent.ts";
+import type { AgentContext } from "../runtime/agent/agent.ts";
 import { commandFlags, integerIn } from "../runtime/settings/config.ts";
 import { ConfigError, describeError, StoreError } from "../runtime/base/errors.ts";
 import { displayText } from "../runtime/base/display.ts";
@@ -79,7 +79,7 @@ export async function main(
     store = await openStore({ databaseUrl, dataDir });
     let problems = 0;
     for (const agent of chosen) {
-      const report = await replayCheck(store, { agent, tools: await buildTools(agent, ctx) }, { finished });
+      const report = await replayCheck(store, agent, { finished, context: ctx });
       problems += report.problems.length;
       for (const line of reportLines(report)) print(displayText(line));
     }

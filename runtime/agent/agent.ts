@@ -26,7 +26,7 @@ import { type AiSdkLanguageModel, aiSdkPlanner, isLanguageModel } from "../model
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
 import { DEFAULTS } from "../base/defaults.ts";
-import { checkOnNewVersion, checkVersion, type OnNewVersion, versionDigest } from "./version.ts";
+import { checkOnNewVersion, checkVersion, versionDigest } from "./version.ts";
 
 /** What a process knows when it builds an agent's tools and model. */
 export interface AgentContext {
@@ -125,7 +125,7 @@ export interface AgentSpec<I = string> {
    * decided call is carried by the new version's tool of its name or the one
    * that `replaces` it). Recorded with each run when it starts.
    */
-  onNewVersion?: OnNewVersion;
+  onNewVersion?: "stay" | "move";
 }
 
 /** An agent, as {@link defineAgent} returns it. */
@@ -159,7 +159,7 @@ export interface Agent {
   /** Its version, if it gives one (else each process computes the digest from the tools it builds). */
   readonly version?: string;
   /** What its runs do when a newer version is deployed. */
-  readonly onNewVersion?: OnNewVersion;
+  readonly onNewVersion?: "stay" | "move";
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }

@@ -35,3 +35,4 @@ export * from "./shapes.ts";
 export { OperatorClient } from "./operator_client.ts";
 export { ReadClient } from "./read_client.ts";
 export { ConversationClient } from "./conversation_client.ts";
+export { type VersionedRun, versionWait } from "./version_wait.ts";

@@ -11,7 +11,15 @@
  * @module
  */
 
-import { type PreparedAgent, preparedVersion } from "../agent/agent.ts";
+import {
+  type Agent,
+  type AgentContext,
+  buildTools,
+  type PreparedAgent,
+  preparedVersion,
+} from "../agent/agent.ts";
+import { DEFAULTS } from "../base/defaults.ts";
+import { readEnv } from "./checks.ts";
 import { type CarryProblem, carryProblems } from "../run/carry.ts";
 import { callsOf } from "../run/calls.ts";
 import type { Store } from "../store/store.ts";
@@ -49,14 +57,55 @@ export interface ReplayReport {
 }
 
 /**
- * Reads the runs of `prepared`'s agent (its open runs, and the `finished`
- * latest) and checks every decided call of their journals against its tools,
+ * Reads the runs of `agent` in `store` (its open runs, and the `finished`
+ * latest) and checks every decided call of their journals against the tools
+ * of `agent` (the new module's), built as a worker builds them with
+ * `opts.context` (default: this process's environment, `.data`, embedded),
  * calling nothing. A problem whose step is not `settled`, in an open run,
  * would stop the run from moving to this version (it would go back to its
  * own); a settled one is history, shown to the model only, but says that this
  * version could not have carried such a step.
+ *
+ * @example A rename without `replaces` is listed; with it, nothing is
+ * ```ts
+ * import { z } from "zod";
+ * import { connect, defineAgent, defineTool } from "../../mod.ts";
+ * import { replayCheck } from "../../testing.ts";
+ *
+ * const note = (name: string, replaces?: string[]) =>
+ *   defineTool({
+ *     name,
+ *     description: "Saves a note.",
+ *     args: z.strictObject({ title: z.string() }),
+ *     replaces,
+ *     run: () => Promise.resolve({ result: "ok" }),
+ *   });
+ * const client = await connect();
+ * await client.store.leases.createRun({ runId: "r1", agent: "notes", goal: "g" }, new Date());
+ * const claimed = await client.store.leases.claimRun("r1", 0, "w", new Date());
+ * const f = { runId: "r1", epoch: claimed!.epoch };
+ * const intent = await client.store.writes.journalIntentRow(f, 0, new Date());
+ * await client.store.writes.journalConfirm(f, intent, { decision: { tool: "write_note", args: { title: "t" } } }, new Date());
+ * const renamed = await replayCheck(client.store, defineAgent({ name: "notes", tools: [note("save_note")] }));
+ * const carried = await replayCheck(
+ *   client.store,
+ *   defineAgent({ name: "notes", tools: [note("save_note", ["write_note"])] }),
+ * );
+ * await client.close();
+ * if (renamed.problems.length !== 1 || carried.problems.length !== 0) throw new Error("unexpected");
+ * ```
  */
 export async function replayCheck(
+  store: Store,
+  agent: Agent,
+  opts: ReplayCheckOptions & { context?: Partial<AgentContext> } = {},
+): Promise<ReplayReport> {
+  const ctx: AgentContext = { env: readEnv(), dataDir: DEFAULTS.dataDir, embedded: true, ...opts.context };
+  return await checkJournals(store, { agent, tools: await buildTools(agent, ctx) }, opts);
+}
+
+/** {@link replayCheck} with the agent's tools built already. */
+export async function checkJournals(
   store: Store,
   prepared: Pick<PreparedAgent, "agent" | "tools" | "version">,
   opts: ReplayCheckOptions = {},
