@@ -85,7 +85,8 @@ export interface ReplayReport {
  * const claimed = await client.store.leases.claimRun("r1", 0, "w", new Date());
  * const f = { runId: "r1", epoch: claimed!.epoch };
  * const intent = await client.store.writes.journalIntentRow(f, 0, new Date());
- * await client.store.writes.journalConfirm(f, intent, { decision: { tool: "write_note", args: { title: "t" } } }, new Date());
+ * const decision = { tool: "write_note", args: { title: "t" } }; // a step decided by the old module
+ * await client.store.writes.journalConfirm(f, intent, { decision, usage: undefined }, new Date());
  * const renamed = await replayCheck(client.store, defineAgent({ name: "notes", tools: [note("save_note")] }));
  * const carried = await replayCheck(
  *   client.store,
