@@ -53,11 +53,19 @@ const VERSION_AT_CLAIM = (version: string, mayMove: string, now: string) => {
               move_to = case when runs.move_to = ${version} then null else runs.move_to end`;
 };
 
+// A single claim writes down the version it claims at (store/versions.ts), if new, in the same
+// statement: the order versions were first seen in is known without a process hosting them.
+const SEEN_AT_CLAIM = (version: string, now: string) =>
+  `with seen as (insert into agent_versions (agent, version, first_seen_at)
+                 select agent, ${version}, ${now} from runs where run_id = $1 and ${version} is not null
+                 on conflict (agent, version) do nothing)`;
+
 // A claim from epoch 0: the run was never claimed, so its progress and marks are 0 (see claimRun).
 // $4 the version it is claimed at (null: as it is), $5 whether that version lets it move.
 export const FIRST_CLAIM = statement(
   "first-claim",
-  `update runs set epoch = 1, owner = $2, status = 'running',
+  `${SEEN_AT_CLAIM("$4::text", "$3::timestamptz")}
+       update runs set epoch = 1, owner = $2, status = 'running',
                 heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
                 stuck_claims = 1, progress_mark = 0,
                 ${VERSION_AT_CLAIM("$4::text", "$5::boolean", "$3::timestamptz")}
@@ -69,7 +77,8 @@ export const FIRST_CLAIM = statement(
 // $5 the version it is claimed at (null: as it is), $6 whether that version lets it move.
 export const CLAIM = statement(
   "claim",
-  `update runs set epoch = epoch + 1, owner = $3, status = 'running',
+  `${SEEN_AT_CLAIM("$5::text", "$4::timestamptz")}
+       update runs set epoch = epoch + 1, owner = $3, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
               ${claimMarks("p")},
               ${VERSION_AT_CLAIM("$5::text", "$6::boolean", "$4::timestamptz")}
