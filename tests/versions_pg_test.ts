@@ -103,8 +103,10 @@ Deno.test({
     const started = Date.now();
     const t = () => `${((Date.now() - started) / 1000).toFixed(1)}s`;
     try {
-      // Each call takes a while at the cloud, so the runs are in flight when the deploy begins.
+      // Each call takes a while at the cloud, a DNS record longer, so every run is in flight when the deploy
+      // begins: the first batch creating its DNS record, the second further back.
       mocks.cloud.setFaults({ delay_ms: 3_000 });
+      mocks.cloud.setFaults({ path: "/v1/dns_records", delay_ms: 15_000 });
       const old = ["v1-a", "v1-b", "v1-c"].map((name) => worker(w, "v1.ts", name));
       procs.push(...old);
       const v1 = await versionsOf(old);
@@ -134,7 +136,13 @@ Deno.test({
         200,
       );
       await submit(ids.slice(RUNS / 2));
-      await until(async () => (await inFlight()) === RUNS, "every run taken by version 1", 120_000, 200);
+      await until(
+        async () =>
+          (await count(`select count(*)::int as n from runs where agent_version is not null`)) === RUNS,
+        "every run taken by version 1",
+        120_000,
+        200,
+      );
       // The deploy: version 2's workers start beside version 1's.
       const fresh = ["v2-a", "v2-b"].map((name) => worker(w, "v2.ts", name));
       procs.push(...fresh);
@@ -171,6 +179,8 @@ Deno.test({
       const killedMidCall = old[1].events("calling").at(-1)!.key;
       assert.equal(await old[1].status, 137);
       console.log(`${t()} v1-a stopped; v1-b SIGKILLed while calling ${killedMidCall}`);
+      mocks.cloud.setFaults({ delay_ms: 1_000 });
+      mocks.cloud.setFaults({ path: "/v1/dns_records", delay_ms: 1_000 });
       // The last of version 1 finishes the runs that stay (and the killed worker's), then stops.
       const stayDone = async () =>
         (await pg.store.operators.listRuns({ agent: "deploy", status: "done", limit: 1 })).total === RUNS / 2;
