@@ -268,6 +268,11 @@ Deno.test({
           `(most in one run: ${stats.maxV1DecisionsAfterDeploy}) killed_mid_call=${killedMidCall} ` +
           `resent_outcome=${resent[0].outcome}`,
       );
+      // What the workers said of the moves: one line of each kind.
+      for (const event of ["moves-marked", "moving", "moved"]) {
+        const line = procs.flatMap((p) => p.lines).find((l) => l.includes(` event=${event} `));
+        console.log(line?.replace(/^ts=\S+ /, "") ?? `(no ${event} line)`);
+      }
       for (const p of fresh) p.kill("SIGTERM");
       for (const p of fresh) assert.equal(await p.status, 0);
     } finally {

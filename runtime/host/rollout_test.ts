@@ -201,3 +201,34 @@ Deno.test("a moved run whose decided step version 2 cannot carry goes back to ve
   assert.equal(lines.filter((l) => /event=move-refused run=refused/.test(l)).length, 1);
   assert.equal((await store.reads.getRun("refused"))!.agent_version, "1");
 });
+
+Deno.test("one host running both versions moves the runs that may move from the old to the new itself", async () => {
+  const clock = new ManualClock();
+  const sent: Sent = new Map();
+  const lines: string[] = [];
+  for (const id of ["both-0", "both-1"]) {
+    await store.leases.createRun({ runId: id, agent: "both", goal: "g" }, clock.now());
+  }
+  // Started on version 1, before version 2 is known.
+  const old = host("both-old", [agent("both", 1, "move", clock, sent)], clock, lines).start();
+  await until(async () => sent.size === 2, clock, "the first calls sent");
+  await old.stop();
+  const side = host(
+    "both-side",
+    [agent("both", 1, "move", clock, sent), agent("both", 2, "move", clock, sent)],
+    clock,
+    lines,
+  )
+    .start();
+  await until(
+    async () => (await store.operators.listRuns({ agent: "both", status: "done", limit: 10 })).total === 2,
+    clock,
+    "both done",
+  );
+  await side.stop();
+  for (const id of ["both-0", "both-1"]) {
+    const run = (await store.reads.getRun(id))!;
+    assert.deepEqual([run.agent_version, run.moved_from, run.owner], ["2", "1", "both-side"], id);
+    assert.deepEqual(sent.get(`${id}:1`), [{ tool: "publish@2", args: { id, channel: "web" } }], id);
+  }
+});
