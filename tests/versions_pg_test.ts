@@ -105,8 +105,8 @@ Deno.test({
     try {
       // Each call takes a while at the cloud, a DNS record longer, so every run is in flight when the deploy
       // begins: the first batch creating its DNS record, the second further back.
-      mocks.cloud.setFaults({ delay_ms: 3_000 });
-      mocks.cloud.setFaults({ path: "/v1/dns_records", delay_ms: 15_000 });
+      mocks.cloud.setFaults({ delay_ms: 2_000 });
+      mocks.cloud.setFaults({ path: "/v1/dns_records", delay_ms: 12_000 });
       const old = ["v1-a", "v1-b", "v1-c"].map((name) => worker(w, "v1.ts", name));
       procs.push(...old);
       const v1 = await versionsOf(old);
