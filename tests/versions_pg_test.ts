@@ -181,13 +181,18 @@ Deno.test({
       console.log(`${t()} v1-a stopped; v1-b SIGKILLed while calling ${killedMidCall}`);
       mocks.cloud.setFaults({ delay_ms: 1_000 });
       mocks.cloud.setFaults({ path: "/v1/dns_records", delay_ms: 1_000 });
-      // The last of version 1 finishes the runs that stay (and the killed worker's), then stops.
-      const stayDone = async () =>
-        (await pg.store.operators.listRuns({ agent: "deploy", status: "done", limit: 1 })).total === RUNS / 2;
-      await until(stayDone, "every run that stays done", 180_000, 250);
+      // The last of version 1 finishes the runs that stay (and the killed worker's), and settles the calls it
+      // sent of the runs that move; it stops once no open run is on version 1, as an operator reads in `runs`.
+      const onV1 = () =>
+        count(
+          `select count(*)::int as n from runs where status <> 'done' and agent_version in ('${
+            versionOf(v1, "deploy")
+          }', '${versionOf(v1, "deploy-rolling")}')`,
+        );
+      await until(async () => (await onV1()) === 0, "no open run on version 1", 180_000, 250);
       old[2].kill("SIGTERM");
       assert.equal(await old[2].status, 0);
-      console.log(`${t()} every run that stays is done; v1-c stopped`);
+      console.log(`${t()} every run that stays is done, no open run on version 1; v1-c stopped`);
       await until(
         async () => (await pg.store.operators.listRuns({ status: "done", limit: 1 })).total === RUNS,
         "every run done",

@@ -77,7 +77,7 @@ export function versionDigest(instructions: string, tools: readonly Tool[]): str
 }
 
 /** JSON with every object's keys sorted, so one value always gives one text. */
-function canonicalJson(value: unknown): string {
+export function canonicalJson(value: unknown): string {
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
   const obj = value as Record<string, unknown>;

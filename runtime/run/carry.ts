@@ -7,7 +7,10 @@
  * says it `replaces` that name, its arguments checked against that tool's
  * schema (defaults applied) before any intent row. A call already sent and
  * not settled is settled by the version that sent it: the request must be the
- * same under its key, and another version's tool may send another.
+ * same under its key, and another version's tool may send another. Only when
+ * no live worker hosts that version does a run with such a call reach a new
+ * version (store/claims.ts), which settles it only if it would send the same
+ * request: a tool of the same name, its arguments taken as they are.
  *
  * The worker of the new version checks this before it goes on with a moved
  * run (and sends the run back when a call cannot be carried); the replay
@@ -17,7 +20,8 @@
  * @module
  */
 
-import type { ToolRegistry } from "../agent/tools.ts";
+import type { Json, ToolRegistry } from "../agent/tools.ts";
+import { canonicalJson } from "../agent/version.ts";
 import type { JournalRow, SideEffectRow } from "../store/rows.ts";
 import { callsOf } from "./calls.ts";
 
@@ -31,6 +35,23 @@ export interface CarryProblem {
   settled: boolean;
   /** Why it cannot be carried, in a sentence. */
   problem: string;
+}
+
+/**
+ * True when this version would send a call already sent as `tool` with
+ * `args` as the same request: a tool of that very name (not one that
+ * replaces it), whose schema takes the arguments as they are (no default
+ * added, nothing changed). Else why not. (What its `run` makes of them is
+ * code no check can read: a tool whose request changes keeps its name only
+ * if it keeps its request.)
+ */
+function sameRequest(tools: ToolRegistry, tool: string, args: Json): true | string {
+  const checked = tools.check(tool, args);
+  if (!checked.ok) return checked.message;
+  if (canonicalJson(checked.args) !== canonicalJson(args)) {
+    return `its schema makes the arguments ${canonicalJson(checked.args)}`;
+  }
+  return true;
 }
 
 /** A call's row that needs nothing more: its outcome is recorded. */
@@ -62,14 +83,18 @@ export function carryProblems(
     for (const c of calls) {
       const row = rows.effects.get(c.seq);
       if (row && !isSettled(row) && opts.sentBy !== undefined) {
-        problems.push({
-          seq: c.seq,
-          tool: c.tool,
-          settled,
-          problem:
-            `its call ${row.idempotency_key} was sent by version ${opts.sentBy} and is ${row.status}: ` +
-            "the version that sent it settles it (the same request under its key)",
-        });
+        const same = sameRequest(tools, c.tool, row.args);
+        if (same !== true) {
+          problems.push({
+            seq: c.seq,
+            tool: c.tool,
+            settled,
+            problem:
+              `its call ${row.idempotency_key} was sent by version ${opts.sentBy} and is ${row.status}, ` +
+              `and this version would not send the same request under its key (${same}): the version that sent ` +
+              "it settles it",
+          });
+        }
         continue;
       }
       const checked = tools.check(c.tool, c.args, { carried: true });

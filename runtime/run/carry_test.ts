@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineTool, ToolRegistry } from "../agent/tools.ts";
+import { defineTool, type Json, ToolRegistry } from "../agent/tools.ts";
 import type { JournalRow, SideEffectRow } from "../store/store.ts";
 import { carryProblems } from "./carry.ts";
 
@@ -52,12 +52,37 @@ Deno.test("carryProblems() leaves a call sent and not settled to the version tha
     const moved = carryProblems(tools, { journal, effects }, { sentBy: "v1" });
     assert.match(
       moved[0].problem,
-      new RegExp(`sent by version v1 and is ${status}: the version that sent it`),
+      new RegExp(`sent by version v1 and is ${status}, and this version would not send the same request`),
     );
   }
   assert.deepEqual(
     carryProblems(tools, { journal, effects: new Map() }, { sentBy: "v1" }),
     [],
     "not sent: carried",
+  );
+});
+
+Deno.test("carryProblems() lets a moved run's call in flight be settled only by the same request", () => {
+  const registry = new ToolRegistry([
+    defineTool({
+      name: "publish",
+      description: "Publishes.",
+      args: z.strictObject({ id: z.string(), channel: z.string().default("web") }),
+      run: () => Promise.resolve({ result: "ok" }),
+    }),
+  ]);
+  const sent = (args: Json) => new Map([[0, { ...call(0, "intent"), tool: "publish", args }]]);
+  const journal = (args: Json) => [step(0, { tool: "publish", args })];
+  const same = { id: "p", channel: "web" };
+  assert.deepEqual(
+    carryProblems(registry, { journal: journal(same), effects: sent(same) }, { sentBy: "v1" }),
+    [],
+  );
+  const changed = carryProblems(registry, { journal: journal({ id: "p" }), effects: sent({ id: "p" }) }, {
+    sentBy: "v1",
+  });
+  assert.match(
+    changed[0].problem,
+    /would not send the same request under its key \(its schema makes the arguments/,
   );
 });

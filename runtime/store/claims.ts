@@ -92,11 +92,16 @@ const NOT_BACKING_OFF = `(stuck_claims < 2
 // Which workers may take a run: its take key, `agent@version` (agent/version.ts).
 // The version is the one it is to move to (move_to) once none of its calls is
 // in flight (a call sent and not settled is settled by the version that sent
-// it), else its own; none (`agent@`) for a run no worker has taken yet.
+// it, while a live worker ($3) hosts that version: with none left, the new
+// version settles it if it can send the same request, host/moves.ts), else
+// its own; none (`agent@`) for a run no worker has taken yet.
 const TAKE_KEY = `(runs.agent || '@' || coalesce(
-                    case when runs.move_to is not null and not exists (
-                           select 1 from side_effects f
-                            where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                    case when runs.move_to is not null and (
+                           not exists (select 1 from side_effects f
+                                        where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                           or not exists (select 1 from workers v
+                                           where v.heartbeat_at >= $3::timestamptz
+                                             and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
                          then runs.move_to end,
                     runs.agent_version, ''))`;
 // A run one of `keys` (a text[] expression) names: by its take key, or by its
