@@ -146,7 +146,6 @@ export async function runs(
   const table = [[
     "RUN",
     "AGENT",
-    "VERSION",
     "STATUS",
     "EPOCH",
     "OWNER",
@@ -155,6 +154,7 @@ export async function runs(
     "LLM_CALLS",
     "FLAGGED",
     "TOKENS",
+    "VERSION",
   ]];
   // Why each open run no live worker can take waits: runs waiting for the same thing are said once.
   const waiting = new Map<string, string[]>();
@@ -169,7 +169,6 @@ export async function runs(
           rows.some((p) => p.run_id === r.parent_run_id) ? "" : ` (of ${r.parent_run_id})`
         }`,
       r.agent,
-      versionText(r),
       statusText(r),
       String(r.epoch),
       r.owner ?? "-",
@@ -182,6 +181,7 @@ export async function runs(
       String(r.flagged),
       // Spend against the budget, when the run has a token ceiling.
       r.budget?.tokens ? `${r.tokens}/${r.budget.tokens}` : String(r.tokens),
+      versionText(r),
     ]);
   }
   // Each cell on one line, escaped before the widths are measured, so the columns line up as shown.
@@ -197,11 +197,8 @@ export async function runs(
     }`,
   );
   for (const [why, ids] of waiting) {
-    p(`waiting: ${
-      ids.length === 1
-        ? ids[0]
-        : `${ids.length} runs (${ids.slice(0, 3).join(", ")}${ids.length > 3 ? ", ..." : ""})`
-    }: ${why}`);
+    const runs = `${ids.slice(0, 3).join(", ")}${ids.length > 3 ? ", ..." : ""}`;
+    p(`waiting: ${why}; ${ids.length === 1 ? "run" : `${ids.length} runs`}: ${runs}`);
   }
   // A run asleep on a timer says what for (its remote's job, or an outage ridden out) and until when.
   for (const r of rows) {

@@ -41,7 +41,7 @@ export function versionWait(
   if (at === null && to === null) {
     return hosted.has(takeKey(run.agent, null))
       ? undefined
-      : `no live worker hosts agent ${run.agent}: it starts when one does (--agent)`;
+      : `no live worker hosts agent ${run.agent}: its runs wait until one does (--agent)`;
   }
   if (to !== null) {
     if (hosted.has(takeKey(run.agent, to))) return undefined;
