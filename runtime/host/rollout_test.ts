@@ -119,7 +119,7 @@ Deno.test("a rollout: runs that may move go on on version 2 at their next decisi
 
   const old = host("old", v1, clock, lines).start();
   // Every run is in flight on version 1: its first call sent, its second decision being asked.
-  await until(async () => sent.size === ids.length, clock, "every first call sent");
+  await until(() => Promise.resolve(sent.size === ids.length), clock, "every first call sent");
   const fresh = host("new", v2, clock, lines).start();
   await until(
     async () => (await store.operators.listRuns({ status: "done", limit: 100 })).total === ids.length,
@@ -211,7 +211,7 @@ Deno.test("one host running both versions moves the runs that may move from the 
   }
   // Started on version 1, before version 2 is known.
   const old = host("both-old", [agent("both", 1, "move", clock, sent)], clock, lines).start();
-  await until(async () => sent.size === 2, clock, "the first calls sent");
+  await until(() => Promise.resolve(sent.size === 2), clock, "the first calls sent");
   await old.stop();
   const side = host(
     "both-side",
