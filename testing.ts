@@ -5,7 +5,8 @@
  * idempotency keys (and a keyless charges endpoint to look calls up in, for a
  * tool's `reconcile`), the deterministic simulator (simulated processes on one
  * PGlite with a manual clock), the crash fuzzer with its fake remote, and a
- * PostgreSQL schema sandbox. Import it in
+ * PostgreSQL schema sandbox, and the replay check (a new agent module
+ * against the journals of the runs in a database, calling nothing). Import it in
  * tests, not in production code: `mod.ts` is the runtime.
  *
  * @module
@@ -16,6 +17,13 @@ export { CRASH_POINTS, type CrashPoint } from "./runtime/base/crashpoints.ts";
 export type { CrashPlan, KillPoint } from "./runtime/base/crashpoints.ts";
 export { type RunOutcome, WORKER_STATUSES, type WorkerStatus } from "./runtime/host/outcome.ts";
 export { createSandbox, type SchemaSandbox } from "./runtime/store/sandbox.ts";
+export {
+  replayCheck,
+  type ReplayCheckOptions,
+  type ReplayProblem,
+  type ReplayReport,
+} from "./runtime/client/replay_check.ts";
+export type { CarryProblem } from "./runtime/run/carry.ts";
 export {
   type Charge,
   type CloudFaultSpec,

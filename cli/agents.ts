@@ -32,8 +32,12 @@ export interface LoadedAgents {
   where: string;
 }
 
-/** What `--agent` means: a path (relative to the working directory) or a URL, as a module specifier. */
+/**
+ * What `--agent` means: a path (relative to the working directory) or a URL, as a module specifier; for a
+ * list of modules (`old.ts,new.ts`), each of them, comma-separated.
+ */
 export function agentSpecifier(path: string): string {
+  if (path.includes(",")) return path.split(",").map((p) => agentSpecifier(p.trim())).join(",");
   if (/^(file|https?|npm|jsr):/.test(path)) return path;
   return pathToFileURL(isAbsolute(path) ? path : resolve(Deno.cwd(), path)).href;
 }
@@ -89,6 +93,15 @@ export async function loadAgents(
     // A literal import, so a compiled binary carries the demo.
     const mod = await import("../examples/provision/agent.ts");
     return { agents: agentsOf(mod, "examples/provision/agent.ts"), where: "demo" };
+  }
+  // Several modules (`old.ts,new.ts`): a worker hosting the old version of an agent beside the new during a
+  // rollout (docs/versions.md). One name in two modules is two versions of one agent.
+  if (path.includes(",")) {
+    const agents: Agent[] = [];
+    for (const one of path.split(",").map((p) => p.trim()).filter((p) => p !== "")) {
+      agents.push(...(await loadAgents(one, opts)).agents);
+    }
+    return { agents, where: path };
   }
   const timeoutMs = opts.timeoutMs ?? AGENT_LOAD_DEFAULT_S * 1000;
   const stop = new AbortController();

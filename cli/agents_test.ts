@@ -111,3 +111,20 @@ Deno.test("importProblem() cuts a long line of source around the column and show
   );
   assert.ok(!hidden.includes("\u202e"), hidden);
 });
+
+Deno.test("--agent old.ts,new.ts loads both modules: one agent at two versions, hosted side by side", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "agents_test_" });
+  try {
+    for (const v of ["1", "2"]) {
+      await Deno.writeTextFile(
+        `${dir}/v${v}.ts`,
+        `import { defineAgent } from "${MOD_TS}";\nexport default defineAgent({ name: "notes", version: "${v}", tools: [] });\n`,
+      );
+    }
+    const { agents, where } = await loadAgents(`${dir}/v1.ts, ${dir}/v2.ts`);
+    assert.deepEqual(agents.map((a) => `${a.name}@${a.version}`), ["notes@1", "notes@2"]);
+    assert.equal(where, `${dir}/v1.ts, ${dir}/v2.ts`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -13,6 +13,7 @@
  * deno task cancel   RUN                            # stop a run; its worker stops at its next write
  * deno task reopen   RUN                            # a failed or cancelled run back to pending
  * deno task send     RUN --message TEXT [--message-id ID] [--wait] | --end   # a conversation's next message
+ * deno task move     --agent-name A --to V [--from V] [--run RUN]   # runs to another version at their next decision
  * ```
  *
  * They work on PostgreSQL (`DATABASE_URL`) and on the embedded database under
@@ -75,6 +76,8 @@ import type { ModelParams } from "../runtime/model/transcript.ts";
 import { loadAgents, type LoadedAgents } from "./agents.ts";
 import { DATABASE_BACKOFF, waitAtStart } from "./start_wait.ts";
 import { watchCommand } from "./watch.ts";
+import { versionWait } from "../runtime/client/version_wait.ts";
+import { DEFAULTS } from "../runtime/base/defaults.ts";
 
 export type { Resolution };
 
@@ -138,7 +141,7 @@ export async function runs(
   const { runs: rows, total } = await asCommand(() =>
     ctx.client.reads.list({ ...filter, limit, offset: (page - 1) * limit })
   );
-  const hosted = new Set(await ctx.client.reads.hostedAgents());
+  const live = await ctx.client.reads.hostedVersions();
   const now = ctx.client.clock.now().getTime();
   const table = [[
     "RUN",
@@ -151,10 +154,13 @@ export async function runs(
     "LLM_CALLS",
     "FLAGGED",
     "TOKENS",
+    "VERSION",
   ]];
-  const waiting = new Set<string>();
+  // Why each open run no live worker can take waits: runs waiting for the same thing are said once.
+  const waiting = new Map<string, string[]>();
   for (const { run: r, depth } of asTree(rows)) {
-    if (r.status === "pending" && !hosted.has(r.agent)) waiting.add(r.agent);
+    const why = versionWait(r, live, new Date(now - DEFAULTS.leaseMs));
+    if (why !== undefined) waiting.set(why, [...(waiting.get(why) ?? []), r.run_id]);
     table.push([
       // A child run (agentTool) is shown under its parent, indented; one whose parent is on another page names it.
       depth === 0
@@ -175,6 +181,7 @@ export async function runs(
       String(r.flagged),
       // Spend against the budget, when the run has a token ceiling.
       r.budget?.tokens ? `${r.tokens}/${r.budget.tokens}` : String(r.tokens),
+      versionText(r),
     ]);
   }
   // Each cell on one line, escaped before the widths are measured, so the columns line up as shown.
@@ -189,13 +196,22 @@ export async function runs(
       page < pages ? ` (--page ${page + 1} for more)` : ""
     }`,
   );
-  for (const agent of [...waiting].sort()) {
-    p(`waiting: no live worker hosts agent ${agent}; its pending runs wait until one does (--agent)`);
+  for (const [why, ids] of waiting) {
+    const runs = `${ids.slice(0, 3).join(", ")}${ids.length > 3 ? ", ..." : ""}`;
+    p(`waiting: ${why}; ${ids.length === 1 ? "run" : `${ids.length} runs`}: ${runs}`);
   }
   // A run asleep on a timer says what for (its remote's job, or an outage ridden out) and until when.
   for (const r of rows) {
     if (r.status === "waiting" && r.wake_at && r.error) p(displayText(`${r.run_id}: ${clip(r.error, 240)}`));
   }
+}
+
+/**
+ * A run's version as the list shows it: the version (`-` before a worker has
+ * taken it), `->` the one it is to move to, `*` when it may move by itself.
+ */
+export function versionText(run: Pick<RunRow, "agent_version" | "move_to" | "may_move">): string {
+  return `${run.agent_version ?? "-"}${run.may_move ? "*" : ""}${run.move_to ? `->${run.move_to}` : ""}`;
 }
 
 /** `text` cut to `max` characters, with an ellipsis when cut. */
@@ -253,6 +269,22 @@ function tokens(usage: Json | null): string | undefined {
   return `${u.prompt_tokens ?? "?"}+${u.completion_tokens ?? "?"}`;
 }
 
+/** What `inspect` says of a run's version: which, whether it may move, its last move, a move asked, why it waits. */
+export function versionLines(run: RunRow, live: readonly string[]): string[] {
+  const lines = [
+    `  version: ${
+      run.agent_version ?? "- (not started: the first worker to take it starts it on its version)"
+    }${run.agent_version ? `  ${run.may_move ? "moves to newer versions" : "stays on its version"}` : ""}${
+      run.moved_from ? `  moved from ${run.moved_from} at ${iso(run.moved_at)}` : ""
+    }`,
+  ];
+  if (run.move_to) lines.push(`  move: to ${run.move_to} at its next decision`);
+  if (run.move_refused) lines.push(`  move refused: ${run.move_refused} could not carry its decided step`);
+  const why = versionWait(run, live, new Date(Date.now() - DEFAULTS.leaseMs));
+  if (why) lines.push(`  waiting: ${why}`);
+  return lines;
+}
+
 /**
  * Prints one run's timeline: each step's decision, approval request and tool
  * call, and any gap a crash (or a wait for a person) left.
@@ -268,6 +300,7 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
   p(`run ${run.run_id}  agent=${run.agent}  status=${statusText(run)}  epoch=${run.epoch}  owner=${
     run.owner ?? "-"
   }`);
+  p(...versionLines(run, await ctx.client.reads.hostedVersions()));
   if (run.parent_run_id) p(`  parent: ${run.parent_run_id}  call=${run.parent_key ?? "-"}`);
   for (const c of children) {
     p(`  child: ${c.runId}  agent=${c.agent}  status=${c.status}  call=${c.parentKey ?? "-"}`);
@@ -762,6 +795,13 @@ export const COMMAND_USAGE: Record<string, string> = {
 A batch that fails is rolled back whole; prune then stops with one line saying what was deleted before it.`,
   reopen: `usage: deno task reopen RUN
   Puts a failed or cancelled run back to pending, history kept: it resumes under its original keys.`,
+  move: `usage: deno task move --agent-name NAME --to VERSION [--from VERSION] [--run RUN]
+  Moves the open runs of an agent (at version --from, and the run --run, when given) to version --to at
+  their next decision, whether their agent lets them move or not: a worker of their version lets each go
+  at its next decision (a decided step is carried out first; a call in flight is settled by the version
+  that sent it), and a worker of --to takes it, checking it can carry the run's decided step (or sending
+  it back, with why). 'deno task runs' shows each run's version; 'deno task replay-check' what a version
+  cannot carry (docs/versions.md).`,
   send: `usage: deno task send RUN --message TEXT [--message-id ID] [--wait]
        deno task send RUN --end
   Sends a conversation (a run of an agent with 'conversation') its next message, and wakes it; sent
@@ -811,6 +851,8 @@ const OPTIONS = {
   follow: { type: "boolean" },
   message: { type: "string" },
   "message-id": { type: "string" },
+  to: { type: "string" },
+  from: { type: "string" },
   wait: { type: "boolean" },
   end: { type: "boolean" },
   help: { type: "boolean", short: "h" },
@@ -826,6 +868,21 @@ export function parseCutoff(raw: string, now: Date): Date | undefined {
   if (!/^\d{4}-\d{2}-\d{2}/.test(raw)) return undefined;
   const date = new Date(raw);
   return Number.isNaN(date.getTime()) ? undefined : date;
+}
+
+/** Moves runs between versions at their next decision, and says which, and whether a worker hosts the version. */
+export async function move(
+  ctx: CommandContext,
+  request: { agent: string; to: string; from?: string; runId?: string },
+): Promise<void> {
+  const out = await asCommand(() => ctx.client.operators.move(request));
+  const p = printer(ctx);
+  p(`move  agent=${out.agent}  to=${out.to}  runs=${out.runs.length}  (each at its next decision)`);
+  for (const r of out.runs.slice(0, 20)) p(`  ${r.runId}  from=${r.from ?? "-"}`);
+  if (out.runs.length > 20) p(`  ... and ${out.runs.length - 20} more`);
+  if (!out.hosted && out.runs.length > 0) {
+    p(`no live worker hosts ${out.agent}@${out.to}: the runs wait for one, pending (start a worker with that module)`);
+  }
 }
 
 /** Deletes finished runs older than `before` (or says which it would) and prints what it removed. */
@@ -873,6 +930,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   deny: ["reason"],
   settle: ["result", "error"],
   send: ["message", "message-id", "wait", "end"],
+  move: ["agent-name", "to", "from", "run"],
 };
 
 /** Runs one command (`args[0]`); returns the exit code. */
@@ -911,10 +969,13 @@ export async function main(
     return 0;
   }
   const [target, ...rest] = parsed.positionals;
-  if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune"].includes(command))) {
+  if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune", "move"].includes(command))) {
     return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
   }
   if (command === "deny" && !v.reason) return usage("deny needs --reason TEXT: the model is shown it");
+  if (command === "move" && (v["agent-name"] === undefined || v.to === undefined)) {
+    return usage("move needs --agent-name NAME and --to VERSION");
+  }
   const bulk: FlaggedFilter | undefined =
     command === "resolve" && (v.tool !== undefined || v.run !== undefined)
       ? { tool: v.tool, runId: v.run }
@@ -1153,6 +1214,9 @@ export async function main(
       }
       case "prune":
         await prune(ctx, cutoff!, { dryRun: v["dry-run"] === true, batchSize });
+        break;
+      case "move":
+        await move(ctx, { agent: v["agent-name"]!, to: v.to!, from: v.from, runId: v.run });
         break;
     }
     return 0;

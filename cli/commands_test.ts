@@ -12,6 +12,7 @@ import {
   CommandError,
   inspect,
   main,
+  move,
   prune,
   reopen,
   resolve,
@@ -91,16 +92,29 @@ Deno.test("runs prints a table with steps, model calls and flagged calls", async
       { runId: "tab-2", agent: "provision", goal: "goal" },
       clock.now(),
     );
-    await claim(ctx.client.store, "tab-2", 0, "w2", clock.now());
+    // Claimed by a worker of version v7, whose runs may move (`*`).
+    await ctx.client.store.leases.claimRun("tab-2", 0, "w2", clock.now(), { version: "v7", mayMove: true });
     await clock.advance(2_500);
     await runs(ctx, { search: "tab-" });
     assert.match(
       out[0],
-      /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+TOOL_CALLS\s+LLM_CALLS\s+FLAGGED\s+TOKENS$/,
+      /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+TOOL_CALLS\s+LLM_CALLS\s+FLAGGED\s+TOKENS\s+VERSION$/,
     );
     const row = (run: string) => out.find((l) => l.startsWith(run))!.split(/\s{2,}/);
     // A blocked run has no live worker, so its lease age is not shown.
-    assert.deepEqual(row("tab-1"), ["tab-1", "provision", "blocked", "1", "w1", "-", "2", "2", "1", "30"]);
+    assert.deepEqual(row("tab-1"), [
+      "tab-1",
+      "provision",
+      "blocked",
+      "1",
+      "w1",
+      "-",
+      "2",
+      "2",
+      "1",
+      "30",
+      "-",
+    ]);
     assert.deepEqual(row("tab-2"), [
       "tab-2",
       "provision",
@@ -112,6 +126,7 @@ Deno.test("runs prints a table with steps, model calls and flagged calls", async
       "0",
       "0",
       "0",
+      "v7*",
     ]);
     assert.equal(out.at(-1), "2 of 2 runs, newest first; page 1 of 1");
   });
@@ -683,4 +698,52 @@ Deno.test("prune refuses a malformed cutoff with one line and exit 2", async () 
   } finally {
     console.error = original;
   }
+});
+
+Deno.test("runs and inspect say which version a run waits for; move sends it to another at its next decision", async () => {
+  await withStore(async (ctx, out) => {
+    const store = ctx.client.store;
+    await store.leases.createRun({ runId: "ver-1", agent: "provision", goal: "goal" }, clock.now());
+    const claimed = await store.leases.claimRun("ver-1", 0, "w-old", clock.now(), {
+      version: "v1",
+      mayMove: false,
+    });
+    await store.writes.releaseRun({ runId: "ver-1", epoch: claimed!.epoch }, "", clock.now());
+    // A live worker of version v2 only.
+    await store.leases.heartbeatMany(
+      {
+        name: "w-new",
+        agents: ["provision"],
+        capacity: 4,
+        startedAt: clock.now(),
+        takeKeys: ["provision@v2"],
+      },
+      [],
+      clock.now(),
+    );
+    await runs(ctx, { search: "ver-" });
+    assert.equal(out.find((l) => l.startsWith("ver-1"))!.split(/\s{2,}/).at(-1), "v1");
+    assert.equal(
+      out.at(-1),
+      "waiting: on provision@v1, which no live worker hosts (live: provision@v2): start a worker with the module " +
+        "of version v1, or move it: deno task move --agent-name provision --to <version> --run ver-1; run: ver-1",
+    );
+    out.length = 0;
+    assert.equal(await main(["move", "--to", "v2"], {}, (l) => out.push(l)), 2, "move needs --agent-name");
+    await move(ctx, { agent: "provision", to: "v2", runId: "ver-1" });
+    assert.deepEqual(out, [
+      "move  agent=provision  to=v2  runs=1  (each at its next decision)",
+      "  ver-1  from=v1",
+    ]);
+    out.length = 0;
+    await inspect(ctx, "ver-1");
+    assert.deepEqual(out.slice(1, 3), [
+      "  version: v1  stays on its version",
+      "  move: to v2 at its next decision",
+    ]);
+    await assert.rejects(
+      move(ctx, { agent: "provision", to: "has space" }),
+      (e: CommandError) => e.code === "MOVE_INVALID" && /'to' must be a version/.test(e.message),
+    );
+  });
 });

@@ -22,6 +22,7 @@ import { compile } from "./compile.ts";
 import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
 import { main as runMain } from "./run.ts";
 import { main as migrateMain } from "./migrate.ts";
+import { main as replayCheckMain } from "./replay_check.ts";
 import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "./supervise.ts";
 import { main as scheduleMain } from "./schedule.ts";
@@ -50,6 +51,8 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here
   deny          deny a tool call that waits for a person
   send          send a conversation its next message (--message TEXT), or close it (--end)
   schedule      start an agent's runs on a schedule: add, list, pause, resume, remove
+  move          move runs to another version of their agent at their next decision
+  replay-check  which decided steps of the runs a new agent module could not carry (before a deploy, in CI)
   migrate       bring the tables up to this program's schema version (every process also does it at start)
   fuzz          crash-fuzz the demo agent under many schedules, checked against the invariants
   compile       build one binary for an agent module (--agent PATH)
@@ -80,6 +83,8 @@ export async function main(
       return await scheduleMain(rest, env, console.log, preloaded);
     case "migrate":
       return await migrateMain(rest, env);
+    case "replay-check":
+      return await replayCheckMain(rest, env);
     case "compile":
       return await compile(rest);
     case "fuzz":

@@ -19,7 +19,7 @@
  * @module
  */
 
-import { checkInput } from "../runtime/agent/agent.ts";
+import { checkInput, preparedVersion } from "../runtime/agent/agent.ts";
 import type { Settings } from "../runtime/settings/config.ts";
 import { runDepsFor } from "../runtime/run/context.ts";
 import { agentDeps, DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, processDeps } from "../runtime/run/deps.ts";
@@ -167,7 +167,7 @@ export async function main(
       // The agents it calls (agentTool) are hosted here too, each with its own model.
       ...(prepared.length > 1 ? { models: describeModels(prepared, models) } : {}),
     });
-    log.info("registry", { tools: agent.tools.names.join(",") });
+    log.info("registry", { tools: agent.tools.names.join(","), version: preparedVersion(agent) });
     const proc = processDeps({
       store,
       clock,
@@ -233,6 +233,11 @@ export async function main(
   } catch (err) {
     if (hasCode(err, "AGENT_MISMATCH")) {
       log.error("wrong-agent", { run: request.runId, error: err.message });
+      return EXIT_CODES.settings;
+    }
+    // The run stays on the version that started it: this module cannot take it, now or on a restart.
+    if (hasCode(err, "VERSION_MISMATCH")) {
+      log.error("wrong-version", { run: request.runId, error: err.message });
       return EXIT_CODES.settings;
     }
     if (err instanceof WorkerError) {

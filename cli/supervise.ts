@@ -148,7 +148,7 @@ export const SUPERVISE_USAGE = `agent-runtime supervise: keeps worker processes 
 usage: deno task supervise [--flag value ...]   (every flag is also an environment variable: --poll-s is POLL_S)
 
   --database-url URL         PostgreSQL shared by the workers (required)
-  --agent PATH               the agent module the workers host (default: the demo)
+  --agent PATH               the agent module the workers host (default: the demo); PATH,PATH for several
   --workers N                worker processes (default: the number of cores)
   --runs-per-worker N        runs each worker holds at once (default 100)
   --poll-s S                 how often workers look for runs, and the supervisor for frozen workers (default 3)

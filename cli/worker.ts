@@ -41,7 +41,8 @@ export const WORKER_USAGE = `agent-runtime worker: one process hosting many runs
 
 usage: deno task worker [--flag value ...]   (every flag is also an environment variable: --poll-s is POLL_S)
 
-  --agent PATH               the agent module (default: the demo)
+  --agent PATH               the agent module (default: the demo); PATH,PATH hosts several, e.g. an agent's old
+                             version beside its new one during a rollout (docs/versions.md)
   --runs-per-worker N        runs held at once (default 100)
   --poll-s S                 how often an idle worker looks for runs (default 3)
   --take-share fair|all      fair: a poll takes no more than this worker's share by capacity among the live

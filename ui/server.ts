@@ -42,6 +42,8 @@ import { isRunStatus, OPEN_RUN_STATUSES } from "../runtime/store/store.ts";
 import type { Json } from "../runtime/agent/tools.ts";
 import type { StreamEvent } from "../runtime/run/stream.ts";
 import { buildTimeline } from "./timeline.ts";
+import { versionWait } from "../runtime/client/version_wait.ts";
+import { DEFAULTS } from "../runtime/base/defaults.ts";
 // Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
 // checkout, a package download from JSR, a compiled binary).
 import APP_JS from "./static/app.js" with { type: "text" };
@@ -289,6 +291,8 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       runIds: runs.map((r) => r.run_id),
     });
     const now = client.clock.now().getTime();
+    const live = await client.reads.hostedVersions();
+    const staleBefore = new Date(now - DEFAULTS.leaseMs);
     return c.json({
       now: new Date(now).toISOString(),
       readOnly: opts.readOnly === true,
@@ -302,6 +306,11 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       runs: runs.map((r) => ({
         runId: r.run_id,
         agent: r.agent,
+        version: r.agent_version ?? null,
+        mayMove: r.may_move ?? false,
+        moveTo: r.move_to ?? null,
+        // Why no live worker takes it, when none does (a version nobody hosts).
+        waitingFor: versionWait(r, live, staleBefore) ?? null,
         status: r.status,
         parentRunId: r.parent_run_id ?? null,
         epoch: r.epoch,
@@ -370,10 +379,28 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       status: ch.status,
       key: ch.parentKey,
     }));
+    // Its version, its moves, and why no live worker takes it when none does.
+    const row = await client.store.reads.getRun(t.run.run_id);
+    const version = row
+      ? {
+        current: row.agent_version ?? null,
+        mayMove: row.may_move ?? false,
+        moveTo: row.move_to ?? null,
+        movedFrom: row.moved_from ?? null,
+        movedAt: row.moved_at ? new Date(row.moved_at).toISOString() : null,
+        moveRefused: row.move_refused ?? null,
+        waitingFor: versionWait(
+          row,
+          await client.reads.hostedVersions(),
+          new Date(client.clock.now().getTime() - DEFAULTS.leaseMs),
+        ) ?? null,
+      }
+      : null;
     return c.json({
       readOnly: opts.readOnly === true,
       now: client.clock.now().toISOString(),
       ...buildTimeline(t),
+      version,
       approvals,
       children,
       ...(await conversationOf(t.run)),

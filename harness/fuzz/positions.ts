@@ -69,6 +69,9 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   // They write the lease's column, as the heartbeat does: one position with it.
   "release-run": "heartbeat",
   "release-owner-runs": "heartbeat",
+  // A run let go for a worker of the version it moves to, or sent back to its own: the lease's column too.
+  "release-for-move": "heartbeat",
+  "move-back": "heartbeat",
   "finish-run": "finish",
   // A conversation's answer lets the run wait for its next message; its idle end closes it.
   "answer-message": "wait",
@@ -104,6 +107,12 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "remove-worker": "other",
   "frozen-workers": "other",
   "hosted-agents": "other",
+  "register-versions": "other",
+  "mark-moves": "other",
+  "request-move": "other",
+  "live-take-keys": "other",
+  "version-order": "other",
+  "runs-to-check": "other",
   "list-runs": "other",
   "count-runs": "other",
   "approval-decide": "other",

@@ -26,6 +26,7 @@ import { type AiSdkLanguageModel, aiSdkPlanner, isLanguageModel } from "../model
 import type { ArgsSchema, Json, Tool } from "./tools.ts";
 import { ToolRegistry } from "./tools.ts";
 import { DEFAULTS } from "../base/defaults.ts";
+import { checkOnNewVersion, checkVersion, versionDigest } from "./version.ts";
 
 /** What a process knows when it builds an agent's tools and model. */
 export interface AgentContext {
@@ -109,6 +110,22 @@ export interface AgentSpec<I = string> {
    * `idleMs`; `history` may trim what is sent to the model.
    */
   conversation?: ConversationOptions;
+  /**
+   * The agent's version, recorded with every run a worker of it starts: 1-64
+   * letters, digits, `.`, `_`, `+` or `-`. Omitted: a digest of its
+   * instructions and of each tool's name, argument schema and `replaces`, so
+   * any change the model sees or a tool's arguments is a new version. See
+   * docs/versions.md.
+   */
+  version?: string;
+  /**
+   * What its runs do when a newer version of the agent is deployed: `stay`
+   * (the default) on the version that started them, taken only by workers
+   * hosting it; or `move` to the newer version at their next decision (a
+   * decided call is carried by the new version's tool of its name or the one
+   * that `replaces` it). Recorded with each run when it starts.
+   */
+  onNewVersion?: "stay" | "move";
 }
 
 /** An agent, as {@link defineAgent} returns it. */
@@ -139,6 +156,10 @@ export interface Agent {
   readonly conversation?: ConversationOptions;
   /** Its retry settings, over the process's, if it sets any. */
   readonly retry?: Partial<RetryPolicy>;
+  /** Its version, if it gives one (else each process computes the digest from the tools it builds). */
+  readonly version?: string;
+  /** What its runs do when a newer version is deployed. */
+  readonly onNewVersion?: "stay" | "move";
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }
@@ -233,6 +254,10 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     modelParams: checkModelParams(spec.modelParams, `Cannot define agent ${JSON.stringify(spec.name)}`),
     conversation: checkConversation(spec.conversation, `Cannot define agent ${JSON.stringify(spec.name)}`),
     retry: checkRetryPolicy(spec.retry, `Cannot define agent ${JSON.stringify(spec.name)}`),
+    ...(spec.version === undefined
+      ? {}
+      : { version: checkVersion(spec.version, `Cannot define agent ${JSON.stringify(spec.name)}`) }),
+    onNewVersion: checkOnNewVersion(spec.onNewVersion, `Cannot define agent ${JSON.stringify(spec.name)}`),
   });
 }
 
@@ -310,6 +335,23 @@ export interface PreparedAgent {
   tools: ToolRegistry;
   /** Its model. */
   planner: Planner;
+  /**
+   * Its version in this process: the agent's own, or the digest of its
+   * instructions and the tools built here (agent/version.ts). Absent on a
+   * value built by hand: {@link preparedVersion} computes it then.
+   */
+  version?: string;
+}
+
+/** The version of a prepared agent: the one it carries, the agent's own, or the digest of its tools. */
+export function preparedVersion(prepared: Pick<PreparedAgent, "agent" | "tools" | "version">): string {
+  return prepared.version ?? prepared.agent.version ??
+    versionDigest(prepared.agent.instructions, prepared.tools.all);
+}
+
+/** Builds an agent's tools for this process (and nothing else: the replay check calls none of them). */
+export async function buildTools(agent: Agent, ctx: AgentContext): Promise<ToolRegistry> {
+  return new ToolRegistry(typeof agent.tools === "function" ? await agent.tools(ctx) : agent.tools);
 }
 
 /**
@@ -322,7 +364,7 @@ export async function prepareAgent(
   ctx: AgentContext,
   fallbackModel: (endpoint: ModelEndpoint) => Planner | Promise<Planner>,
 ): Promise<PreparedAgent> {
-  const tools = new ToolRegistry(typeof agent.tools === "function" ? await agent.tools(ctx) : agent.tools);
+  const tools = await buildTools(agent, ctx);
   let planner: Planner;
   if (isPlanner(agent.model)) planner = agent.model;
   else if (isLanguageModel(agent.model)) planner = aiSdkPlanner(agent.model); // an agent not made by defineAgent
@@ -330,7 +372,7 @@ export async function prepareAgent(
     const built = await agent.model(ctx);
     planner = isLanguageModel(built) ? aiSdkPlanner(built) : built;
   } else planner = await fallbackModel(agent.model ?? {});
-  return { agent, tools, planner };
+  return { agent, tools, planner, version: preparedVersion({ agent, tools }) };
 }
 
 /**

@@ -11,147 +11,29 @@
 import { z } from "npm:zod@4.6.7";
 import type { Json } from "../base/values.ts";
 import type { ToolDescription } from "../model/transcript.ts";
-import { type CodeOf, describeValue, RuntimeError, ToolError } from "../base/errors.ts";
+import { type CodeOf, describeValue, RuntimeError } from "../base/errors.ts";
 import type { ToolContext } from "./tool_context.ts";
 
 export { idempotencyKeyHeader } from "../base/http.ts";
 export type { Json, ToolDescription };
 export type { ChildRunInfo, ChildRuns, ToolContext } from "./tool_context.ts";
-
-/** What a tool's `run` returns: the call is done ({@link ToolDone}), or its remote will finish it later ({@link ToolAccepted}). */
-export type ToolOutcome = ToolDone | ToolAccepted;
-
-/** The call is done: what the remote answered. */
-export interface ToolDone {
-  /** The remote's answer, stored and shown to the model. */
-  result: Json;
-  /**
-   * `created` when the remote did the work for this request, `already_done`
-   * when it recognised the key and returned what it stored earlier.
-   * Default `created`.
-   */
-  remote?: "created" | "already_done";
-  /** Absent: the call is done. */
-  accepted?: undefined;
-}
-
-/**
- * The remote accepted the work and will finish it later (the HTTP 202
- * pattern): the call waits, holding no worker's slot, and after
- * `checkAfterMs` the runtime re-sends it under the same key, which asks the
- * remote how the job stands (`ctx.polls` counts these). Each answer is
- * again done, failed (a thrown {@link ToolError}), or accepted with when to
- * look next, until the tool's `waitDeadlineMs` from the first accepted
- * answer: the call then fails. A call that waits can also be settled from
- * outside (`client.operators.settleCall`, `deno task settle`), by a webhook or a person.
- *
- * @example
- * ```ts
- * import { z } from "zod";
- * import { ToolError } from "../base/errors.ts";
- * import { defineTool, idempotencyKeyHeader } from "./tools.ts";
- * const build = defineTool({
- *   name: "build",
- *   description: "Build a release; takes minutes.",
- *   args: z.strictObject({ version: z.string() }),
- *   waitDeadlineMs: 30 * 60_000,
- *   // The same request each time: the remote knows the job by its key and answers how it stands.
- *   run: async (args, ctx) => {
- *     const res = await fetch("https://builds.example.com/releases", {
- *       method: "POST",
- *       headers: { "Idempotency-Key": idempotencyKeyHeader(ctx.idempotencyKey) },
- *       body: JSON.stringify(args),
- *       signal: ctx.signal,
- *     });
- *     if (!res.ok) throw new ToolError("BUILD_HTTP", `HTTP ${res.status}`, { transient: res.status >= 500 });
- *     const body = await res.json();
- *     if (res.status === 202) return { result: { job: body.id }, accepted: { checkAfterMs: 10_000 } };
- *     return { result: body };
- *   },
- * });
- * ```
- */
-export interface ToolAccepted {
-  /** The remote's accepted answer (its job id, how far it got), stored as the call's result while it waits. */
-  result: Json;
-  /** When to ask again. */
-  accepted: {
-    /** Milliseconds until the call is re-sent to ask how the job stands: a positive integer (asked no later than the deadline). */
-    checkAfterMs: number;
-  };
-  /** Not said of an accepted call: the remote says it once it is done. */
-  remote?: undefined;
-}
-
-/** True when `outcome` says the remote accepted the work and will finish it later. */
-export function isAccepted(outcome: ToolOutcome): outcome is ToolAccepted {
-  return outcome.accepted !== undefined;
-}
-
-/**
- * How a tool's calls ride out an outage: a request that fails for a reason
- * an outage explains (a refused or reset connection, a timeout, a transient
- * {@link ToolError}: 408, 409, 429, 5xx) is sent again under the same key,
- * after a backoff, until `horizonMs` has passed since the call's first such
- * failure; a wait longer than a moment lets the run go (no worker slot held)
- * until the call is due.
- */
-export interface ToolRetry {
-  /** How long failures are retried, from the first (counted in the database, across restarts). */
-  horizonMs?: number;
-  /** The first backoff; doubled for each failure, with jitter. */
-  backoffBaseMs?: number;
-  /** The longest backoff. */
-  backoffMaxMs?: number;
-}
-
-/** What a tool's `onGiveUp` function is told of a call it gives up. */
-export interface ToolGiveUp {
-  /** The call's key. */
-  idempotencyKey: string;
-  /** The last request's error. */
-  error: ToolError;
-  /** Failed requests recorded under the key. */
-  failures: number;
-  /** How long the call has been failing, in milliseconds. */
-  failingForMs: number;
-}
-
-/** What a tool's `reconcile` receives besides the call's arguments. */
-export interface ReconcileContext {
-  /** The call's key, `<run_id>:<seq>`: look the call up by it (sent as the remote's reference). */
-  idempotencyKey: string;
-  /** The run the call belongs to. */
-  runId: string;
-  /** The step the call belongs to. */
-  seq: number;
-  /** Requests sent under the key so far, the last one's outcome unknown. */
-  attempts: number;
-  /** Aborts when the check times out (`reconcileTimeoutMs`) or the worker stops. */
-  signal: AbortSignal;
-  /** The trace context of the check as HTTP headers (`traceparent`), empty with telemetry off. */
-  traceHeaders(): Record<string, string>;
-}
-
-/**
- * What a tool's `reconcile` found out about a call whose outcome was unknown:
- *
- * - `happened`: the remote did it, and `result` is what it returned. The
- *   call is confirmed with `remote = "reconciled"` and never sent again.
- * - `not_happened`: the remote has no trace of it, so sending it now cannot
- *   do the work twice. The runtime sends it (within `maxAttempts`).
- * - `unknown`: the remote cannot say (the lookup failed, the job is still
- *   running, two records match): the runtime does what it would have done
- *   without a check, flags the call for a person (or, for a tool that takes
- *   a key, stops at `maxAttempts`). `reason` is shown to that person.
- *
- * A `reconcile` that throws, answers anything else or outlasts
- * `reconcileTimeoutMs` counts as `unknown`.
- */
-export type Reconciliation =
-  | { status: "happened"; result: Json }
-  | { status: "not_happened" }
-  | { status: "unknown"; reason?: string };
+export { isAccepted } from "./tool_outcomes.ts";
+export type {
+  ReconcileContext,
+  Reconciliation,
+  ToolAccepted,
+  ToolDone,
+  ToolGiveUp,
+  ToolOutcome,
+  ToolRetry,
+} from "./tool_outcomes.ts";
+import type {
+  ReconcileContext,
+  Reconciliation,
+  ToolGiveUp,
+  ToolOutcome,
+  ToolRetry,
+} from "./tool_outcomes.ts";
 
 /**
  * What the runtime needs of an argument schema: a zod schema (zod 4), seen
@@ -228,7 +110,14 @@ export interface ToolSpec<A> {
    * holds for the exact arguments it was given for, under the call's key.
    */
   approval?: boolean | ((args: A) => boolean);
-  /** Performs the call. Throw a {@link ToolError} to say whether a re-send may help. */
+  /**
+   * The names this tool had in earlier versions of its agent (a rename): a
+   * call decided for one of them, not yet sent when its run moved to this
+   * version, is carried by this tool, its arguments checked against this
+   * tool's schema (defaults applied) before it is sent. See docs/versions.md.
+   */
+  replaces?: readonly string[];
+  /** Performs the call. Throw a `ToolError` (`mod.ts`) to say whether a re-send may help. */
   run(args: A, ctx: ToolContext): Promise<ToolOutcome>;
   /**
    * Asks the remote whether a call whose outcome is unknown happened, by its
@@ -267,6 +156,8 @@ export interface Tool {
   readonly waitDeadlineMs: number;
   /** The JSON Schema the model sees: the spec's `parameters`, or derived from `args`. */
   readonly parameters: Record<string, unknown>;
+  /** The names it had in earlier versions of its agent, whose decided calls it carries. */
+  readonly replaces?: readonly string[];
   /** True when a call with these (validated) arguments needs a person's approval first. */
   needsApproval(args: unknown): boolean;
   /** Performs the call with arguments already checked against `args`. */
@@ -332,6 +223,7 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     );
   }
   const parameters = parametersOf(spec);
+  const replaces = replacesOf(spec);
   return {
     name: spec.name,
     description: spec.description,
@@ -344,12 +236,26 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     minCheckAfterMs,
     waitDeadlineMs,
     parameters,
+    replaces,
     needsApproval: (args) =>
       typeof spec.approval === "function" ? spec.approval(args as A) === true : spec.approval === true,
     run: (args, ctx) => spec.run(args as A, ctx),
     reconcile: reconcile && ((args, ctx) => reconcile.call(spec, args as A, ctx)),
     reconcileTimeoutMs,
   };
+}
+
+/** A tool's `replaces`, checked: tool names, none its own. */
+function replacesOf<A>(spec: ToolSpec<A>): readonly string[] {
+  const given: unknown = spec.replaces;
+  if (given === undefined) return [];
+  const problem = (what: string) =>
+    new RuntimeError("TOOL_INVALID", `Cannot define tool ${spec.name} as 'replaces' ${what}`);
+  if (!Array.isArray(given) || !given.every((n) => typeof n === "string" && TOOL_NAME.test(n))) {
+    throw problem(`must be an array of tool names: current value is ${describeValue(given)}`);
+  }
+  if (given.includes(spec.name)) throw problem(`names the tool itself (${spec.name})`);
+  return Object.freeze([...new Set(given as string[])]);
 }
 
 /**
@@ -396,9 +302,14 @@ export type CheckedCall =
 /** The set of tools a run may use, by name. */
 export class ToolRegistry {
   readonly #tools: Map<string, Tool>;
+  /** The tool that carries each name an earlier version had (its `replaces`). */
+  readonly #carriers = new Map<string, Tool>();
   #descriptions?: ToolDescription[];
 
-  /** Registers `tools`; two tools with one name are an error. */
+  /**
+   * Registers `tools`; two tools with one name are an error, and so are two
+   * tools replacing one name, or a tool replacing the name of another.
+   */
   constructor(tools: Tool[]) {
     this.#tools = new Map();
     for (const tool of tools) {
@@ -407,6 +318,25 @@ export class ToolRegistry {
       }
       this.#tools.set(tool.name, tool);
     }
+    for (const tool of tools) {
+      for (const old of tool.replaces ?? []) {
+        const other = this.#tools.get(old) ?? this.#carriers.get(old);
+        if (other) {
+          throw new RuntimeError(
+            "TOOL_INVALID",
+            `Tool ${tool.name} replaces ${old}, which ${
+              other.name === old ? "is a tool of this version" : `${other.name} replaces too`
+            }: a name is carried by one tool`,
+          );
+        }
+        this.#carriers.set(old, tool);
+      }
+    }
+  }
+
+  /** The tools, in registration order. */
+  get all(): Tool[] {
+    return [...this.#tools.values()];
   }
 
   /** The registered names, in registration order. */
@@ -431,14 +361,28 @@ export class ToolRegistry {
     return this.#descriptions;
   }
 
-  /** Checks that `name` is registered and `args` fit its schema; returns the parsed arguments. */
-  check(name: string, args: unknown): CheckedCall {
-    const tool = this.#tools.get(name);
+  /**
+   * The tool that carries a call decided for `name`: the tool of that name,
+   * else the one that replaces it (an earlier version's name), if any.
+   */
+  carrier(name: string): Tool | undefined {
+    return this.#tools.get(name) ?? this.#carriers.get(name);
+  }
+
+  /**
+   * Checks that `name` is registered and `args` fit its schema; returns the
+   * parsed arguments. A decided call (`carried`) may also name a tool of an
+   * earlier version that one of these replaces; a model's fresh answer may not.
+   */
+  check(name: string, args: unknown, opts: { carried?: boolean } = {}): CheckedCall {
+    const tool = opts.carried ? this.carrier(name) : this.#tools.get(name);
     if (!tool) {
       return {
         ok: false,
         code: "UNKNOWN_TOOL",
-        message: `Unknown tool ${JSON.stringify(name)}. Available tools: ${this.names.join(", ")}`,
+        message: `Unknown tool ${JSON.stringify(name)}${
+          opts.carried ? ", and no tool of this version replaces it" : ""
+        }. Available tools: ${this.names.join(", ")}`,
       };
     }
     const parsed = tool.args.safeParse(args);
@@ -446,7 +390,9 @@ export class ToolRegistry {
       return {
         ok: false,
         code: "BAD_ARGS",
-        message: `Arguments for ${name} do not fit its schema: ${describeIssues(parsed.error)}`,
+        message: `Arguments for ${name}${
+          tool.name === name ? "" : ` (carried by ${tool.name})`
+        } do not fit its schema: ${describeIssues(parsed.error)}`,
       };
     }
     return { ok: true, tool, args: parsed.data };

@@ -19,6 +19,7 @@ Deno.test("every exit code is a different small number, and each outcome's code 
     fenced: EXIT_CODES.fenced,
     stalled: EXIT_CODES.fenced,
     lost_claim: EXIT_CODES.fenced,
+    moved: EXIT_CODES.fenced,
   };
   for (const status of WORKER_STATUSES) {
     await t.step(`${status}: ${expected[status]}`, () => {

@@ -17,6 +17,8 @@ import {
 } from "../store/store.ts";
 import { isRunStatus, RUN_STATUSES } from "../store/store.ts";
 import type { Json } from "../agent/tools.ts";
+import { NAME_PATTERN } from "../agent/agent.ts";
+import { VERSION_PATTERN } from "../agent/version.ts";
 import type { Resolution, RunInfo, Settlement } from "./shapes.ts";
 import { LIST_LIMIT_MAX } from "./shapes.ts";
 
@@ -184,6 +186,14 @@ export function info(run: RunRow): RunInfo {
     wakeAt: run.wake_at ? new Date(run.wake_at) : null,
     parentRunId: run.parent_run_id ?? null,
     parentKey: run.parent_key ?? null,
+    version: {
+      current: run.agent_version ?? null,
+      mayMove: run.may_move ?? false,
+      moveTo: run.move_to ?? null,
+      movedFrom: run.moved_from ?? null,
+      movedAt: run.moved_at ? new Date(run.moved_at) : null,
+      moveRefused: run.move_refused ?? null,
+    },
     ...(run.conversation_idle_ms === null || run.conversation_idle_ms === undefined ? {} : {
       conversation: {
         messages: run.message_count ?? 1,
@@ -198,4 +208,24 @@ export function info(run: RunRow): RunInfo {
 /** A conversation waiting for its next message, its latest one answered. */
 export function isIdle(run: RunRow): boolean {
   return run.status === "waiting" && run.idle_since !== null && run.idle_since !== undefined;
+}
+
+/** Checks an operator's move: an agent name and versions by their rules (`MOVE_INVALID` naming what is wrong). */
+export function checkMove(move: { agent: unknown; to: unknown; from?: unknown }): void {
+  const problems: string[] = [];
+  if (typeof move.agent !== "string" || !NAME_PATTERN.test(move.agent)) {
+    problems.push(`'agent' must be an agent's name: current value is ${describeValue(move.agent)}`);
+  }
+  for (const field of ["to", "from"] as const) {
+    const v = move[field];
+    if (v === undefined && field === "from") continue;
+    if (typeof v !== "string" || !VERSION_PATTERN.test(v)) {
+      problems.push(
+        `'${field}' must be a version (1-64 letters, digits, '.', '_', '+' or '-'): current value is ${
+          describeValue(v)
+        }`,
+      );
+    }
+  }
+  if (problems.length > 0) throw new ClientError("MOVE_INVALID", `Cannot move runs: ${problems.join("; ")}`);
 }

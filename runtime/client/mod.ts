@@ -40,3 +40,4 @@ export { ScheduleClient } from "./schedule_client.ts";
 export type { ScheduledRunInfo, ScheduleInfo, ScheduleOptions } from "./schedule_client.ts";
 export type { CatchUpRule, OverlapRule } from "../store/store.ts";
 export type { ScheduleTiming } from "../schedules/spec.ts";
+export { type VersionedRun, versionWait } from "./version_wait.ts";

@@ -24,11 +24,14 @@ import {
   type SideEffectRow,
   type Store,
 } from "../store/store.ts";
-import type { PruneResult, Resolution, RunInfo, Settlement } from "./shapes.ts";
+import type { MoveResult, PruneResult, Resolution, RunInfo, Settlement } from "./shapes.ts";
+import { DEFAULTS } from "../base/defaults.ts";
+import { takeKey } from "../agent/version.ts";
 import {
   checkBy,
   checkFlaggedFilter,
   checkKey,
+  checkMove,
   checkRunId,
   checkSettlement,
   describeFilter,
@@ -77,6 +80,31 @@ export class OperatorClient {
         : notFound(runId);
     }
     return { ...info(out.run), descendants: out.cancelled };
+  }
+
+  /**
+   * Moves the open runs of `agent` (at version `from`, and the run `runId`,
+   * when given) to version `to` at their next decision, whether their agent
+   * lets them move or not: a worker of their version lets each go at its
+   * next decision (a decided step is carried out first; a call in flight is
+   * settled by the version that sent it), and a worker of `to` takes it. A
+   * run not started yet is started on `to`. Says whether a live worker hosts
+   * `to` now (the runs wait for one, pending, if not). `MOVE_INVALID` for a
+   * malformed agent name or version. Reached from `deno task move`.
+   */
+  async move(move: { agent: string; to: string; from?: string; runId?: string }): Promise<MoveResult> {
+    checkMove(move);
+    if (move.runId !== undefined) checkRunId(move.runId);
+    const now = this.#clock.now();
+    const rows = await this.#store.versions.requestMove(move, now);
+    const live = await this.#store.versions.liveKeys(new Date(now.getTime() - DEFAULTS.leaseMs));
+    this.#wakeHosts();
+    return {
+      agent: move.agent,
+      to: move.to,
+      runs: rows.map((r) => ({ runId: r.run_id, from: r.agent_version })),
+      hosted: live.includes(takeKey(move.agent, move.to)),
+    };
   }
 
   /**

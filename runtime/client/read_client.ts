@@ -82,6 +82,16 @@ export class ReadClient {
   }
 
   /**
+   * The versions live workers take runs of, as `agent@version` (and
+   * `agent@` for an agent's runs not started yet): a worker whose heartbeat
+   * is younger than `leaseMs` (default the lease's). What says why a pending
+   * run waits ({@link versionWait}).
+   */
+  async hostedVersions(leaseMs: number = DEFAULTS.leaseMs): Promise<string[]> {
+    return await this.#store.versions.liveKeys(new Date(this.#clock.now().getTime() - leaseMs));
+  }
+
+  /**
    * A run with its decisions, tool calls, approval requests, spend
    * (against its budget, if any) and child runs. Throws `RUN_NOT_FOUND`.
    */

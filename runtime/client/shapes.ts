@@ -72,6 +72,36 @@ export interface RunInfo {
    * `output`); undefined for a run that is not one.
    */
   conversation?: { messages: number; idle: boolean; idleMs: number; ended: boolean };
+  /** The version of its agent that drives it, and its moves between versions (docs/versions.md). */
+  version: RunVersion;
+}
+
+/** A run's version, as {@link RunInfo.version} gives it. */
+export interface RunVersion {
+  /** The version that drives it; null until a worker first takes it (it is started on that worker's). */
+  current: string | null;
+  /** True when the version that started it lets it move to a newer one at its next decision. */
+  mayMove: boolean;
+  /** The version it is to move to at its next decision; null: none asked. */
+  moveTo: string | null;
+  /** The version it last moved from, and when; null if it never moved. */
+  movedFrom: string | null;
+  /** When it last moved. */
+  movedAt: Date | null;
+  /** A version that could not carry its decided step (it went back); null: none. */
+  moveRefused: string | null;
+}
+
+/** What {@link OperatorClient.move} did: the runs it asked to move, and whether a live worker hosts the version. */
+export interface MoveResult {
+  /** The agent. */
+  agent: string;
+  /** The version they move to at their next decision. */
+  to: string;
+  /** Each run asked to move, with the version it is at (null: not started yet). */
+  runs: { runId: string; from: string | null }[];
+  /** True when a live worker hosts `agent@to` now; else the runs wait for one, pending. */
+  hosted: boolean;
 }
 
 /** A message of a conversation with its answer, as {@link ConversationClient.answers} lists them. */

@@ -18,7 +18,7 @@
 
 import type { PreparedAgent } from "../agent/agent.ts";
 import { startTimer } from "../base/clock.ts";
-import { type RunDeps, runDepsFor } from "../run/context.ts";
+import { runDepsFor } from "../run/context.ts";
 import {
   agentDeps,
   type AgentOptions,
@@ -35,6 +35,7 @@ import type { RunOutcome } from "./outcome.ts";
 import type { ParkedConversation } from "../conversations/turns.ts";
 import type { Fence, TakenRun } from "../store/store.ts";
 import { TAKE_SHARES, type TakeShare } from "../base/take_share.ts";
+import { HostedVersions } from "./hosted_versions.ts";
 import { DEFAULTS } from "../base/defaults.ts";
 
 /**
@@ -119,14 +120,16 @@ interface Held {
   done: Promise<void>;
   /** Ends the renewal of its lease. */
   release: () => void;
+  /** The version the run is to move to at its next decision, as its claim and then each heartbeat said. */
+  moveTo: string | null;
 }
 
 /** Takes runs of its agents and drives up to `runsPerWorker` of them at once. */
 export class WorkerHost {
   /** What this process has: one store, clock, log, name, crash plan and lease timings for every agent. */
   readonly #process: ProcessDeps;
-  /** Each hosted agent's worker deps, by agent name: the process's, beside that agent's. */
-  readonly #deps: Map<string, RunDeps>;
+  /** Each hosted agent's worker deps, by version: the process's, beside that version's. */
+  readonly #versions: HostedVersions;
   readonly #leases: LeaseKeeper;
   readonly #capacity: number;
   readonly #pollMs: number;
@@ -179,7 +182,8 @@ export class WorkerHost {
     // Group commit is on for a host unless turned off, as for the commands' workers (one default, DEFAULTS).
     const proc = processDeps({ ...opts, groupCommitMs: opts.groupCommitMs ?? DEFAULTS.groupCommitMs });
     this.#process = proc;
-    this.#deps = new Map(agents.map((a) => [a.agent.name, runDepsFor(proc, agentDeps(a, opts))]));
+    // One agent may be hosted at several versions (the old module beside the new during a rollout).
+    this.#versions = new HostedVersions(agents.map((a) => runDepsFor(proc, agentDeps(a, opts))));
     this.#capacity = capacity;
     this.#pollMs = pollMs ?? DEFAULTS.pollMs;
     this.#takeShare = takeShare;
@@ -195,7 +199,7 @@ export class WorkerHost {
       crash: proc.crash,
       heartbeatMs: proc.heartbeatMs,
       leaseMs: proc.leaseMs,
-      renew: (fences, now) => proc.store.leases.heartbeatMany(this.#worker(), fences, now),
+      renew: (fences, now) => this.#beat(fences, now),
       refusal: (f) => proc.store.writes.refusal(f, "heartbeat"),
       onRenewed: () => this.#registered = true,
       subject: { owner: proc.owner },
@@ -231,7 +235,8 @@ export class WorkerHost {
   start(): this {
     this.#process.log.info("worker", {
       owner: this.#process.owner,
-      agents: [...this.#deps.keys()].join(","),
+      agents: this.#versions.agents.join(","),
+      versions: this.#versions.versions.join(","),
       runs_per_worker: this.#capacity,
       poll_ms: this.#pollMs,
       take_share: this.#takeShare,
@@ -307,25 +312,46 @@ export class WorkerHost {
     if (this.stopping || free <= 0) return 0;
     const { store, clock, owner, leaseMs } = this.#process;
     const now = clock.now();
-    const agents = [...this.#deps.keys()];
+    const agents = this.#versions.takeKeys();
+    const versions = this.#versions.takeVersions();
     const staleBefore = new Date(now.getTime() - leaseMs);
     const taken = this.#family !== undefined
-      ? await store.leases.takeFamily(owner, agents, this.#family, staleBefore, now, free)
+      ? await store.leases.takeFamily(owner, agents, this.#family, staleBefore, now, free, versions)
       : this.#takeShare === "fair"
-      ? await store.leases.takeShare({ owner, agents, staleBefore, now, free, capacity: this.#capacity })
-      : await store.leases.takeRuns(owner, agents, staleBefore, now, free);
+      ? await store.leases.takeShare({
+        owner,
+        agents,
+        staleBefore,
+        now,
+        free,
+        capacity: this.#capacity,
+        versions,
+      })
+      : await store.leases.takeRuns(owner, agents, staleBefore, now, free, versions);
     for (const run of taken) this.#drive(run);
     return taken.length;
   }
 
   #worker() {
+    const hosts = this.#family === undefined;
     return {
       name: this.#process.owner,
       // A host for one run's family hosts the agents for nobody else: no peer counts it, no `run` relies on it.
-      agents: this.#family === undefined ? [...this.#deps.keys()] : [],
+      agents: hosts ? this.#versions.agents : [],
       capacity: this.#capacity,
       startedAt: this.#startedAt,
+      takeKeys: hosts ? this.#versions.takeKeys() : [],
     };
+  }
+
+  /** One heartbeat: renews the runs held and this host's row; notes which runs are to move, and where. */
+  async #beat(fences: readonly Fence[], now: Date): Promise<string[]> {
+    const rows = await this.#process.store.leases.beat(this.#worker(), fences, now);
+    for (const row of rows) {
+      const held = this.#held.get(row.run_id);
+      if (held) held.moveTo = row.move_to;
+    }
+    return rows.map((r) => r.run_id);
   }
 
   async #takeLoop(): Promise<void> {
@@ -340,6 +366,13 @@ export class WorkerHost {
           await this.#process.store.leases.heartbeatMany(this.#worker(), [], this.#process.clock.now());
           this.#registered = true;
         }
+        // The order of the versions it runs, then the runs of older ones that may move marked (not by
+        // a host for one run's family, which takes no others).
+        await this.#versions.refresh(this.#process.store, this.#process.clock.now(), {
+          mark: this.#family === undefined,
+          markEveryMs: this.#pollMs,
+          log: this.#process.log,
+        });
         // Full when it took a run for every free slot; a fair share short of
         // that leaves the rest to its peers, so it naps like an idle host.
         const free = this.#capacity - this.#held.size;
@@ -356,11 +389,21 @@ export class WorkerHost {
   }
 
   #drive(run: TakenRun): void {
-    const deps = this.#deps.get(run.agent)!;
+    // The take started or moved the run at a version this host runs.
+    const deps = this.#versions.depsFor(run);
     const stop = new AbortController();
     const fence = { runId: run.run_id, epoch: run.epoch };
     const now = this.#process.clock.now().getTime();
-    const held: Held = { fence, stop, done: Promise.resolve(), release: this.#leases.hold(fence, stop) };
+    const held: Held = {
+      fence,
+      stop,
+      done: Promise.resolve(),
+      release: this.#leases.hold(fence, stop),
+      moveTo: run.move_to ?? null,
+    };
+    const movedFrom = run.previous_version && run.previous_version !== run.agent_version
+      ? run.previous_version
+      : undefined;
     this.#held.set(run.run_id, held);
     // Parked here under the epoch just before this claim's, by this host: nobody else had it meanwhile.
     const parked = this.#parked.get(run.run_id);
@@ -378,6 +421,8 @@ export class WorkerHost {
             ? now - new Date(run.previous_heartbeat_at).getTime()
             : undefined,
           ...(resume ? { parked: resume } : {}),
+          ...(movedFrom ? { movedFrom } : {}),
+          moveTo: () => held.moveTo,
         }, stop);
         if (outcome.parked) this.#park(run.run_id, outcome.parked);
         this.#onOutcome?.(outcome);

@@ -23,6 +23,7 @@ export const WORKER_STATUSES = [
   "fenced",
   "stalled",
   "lost_claim",
+  "moved",
 ] as const;
 
 /** How a worker's turn on a run ended. */
@@ -55,7 +56,7 @@ export interface RunOutcome {
 
 /**
  * The process exit code for an outcome, one of `EXIT_CODES` (exit_codes.ts, where every code is listed): 0 done,
- * 1 failed, 3 fenced or lost, 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is settings
+ * 1 failed, 3 fenced or lost (or let go for a worker of another version: moved), 4 blocked or waiting for an approval (a person must act), 5 cancelled. (2 is settings
  * that cannot work, 6 the supervisor gone, 7 the database away and 8 an error the loop does not classify
  * ({@link WorkerError}): those never reach an outcome.)
  */

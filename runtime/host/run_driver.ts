@@ -19,6 +19,7 @@ import { keepLease } from "./lease.ts";
 import { runStep, stepEnd } from "../step/spine.ts";
 import { endTurn, type RunOutcome } from "./outcome.ts";
 import { recover } from "../step/recovery.ts";
+import { moveAtDecision, refuseMove, versionForClaim } from "./moves.ts";
 import type { Fence, JournalRow, RunRow, RunStatus, SideEffectRow } from "../store/store.ts";
 import type { Json } from "../agent/tools.ts";
 import type { Budget } from "../agent/budget.ts";
@@ -40,6 +41,14 @@ export interface ClaimedRun {
    * history.
    */
   parked?: ParkedConversation;
+  /** The version the run stood at before this claim moved it to this worker's (host/moves.ts). */
+  movedFrom?: string;
+  /**
+   * The version the run is to move to at its next decision, if any, as this
+   * worker last heard (its claim, then each heartbeat): at that decision it
+   * lets the run go for a worker of that version.
+   */
+  moveTo?: () => string | null | undefined;
 }
 
 /** The claims in a row that found no progress, as the claim returned them (1 for a healthy claim). */
@@ -101,7 +110,11 @@ export async function claimAndDrive(
   }
   const ended = await notToDrive(deps, run);
   if (ended) return ended;
-  const claim = await store.leases.claimRun(runId, run.epoch, deps.owner, clock.now());
+  await versionForClaim(deps, run);
+  const claim = await store.leases.claimRun(runId, run.epoch, deps.owner, clock.now(), {
+    version: deps.version,
+    mayMove: deps.mayMove,
+  });
   const epoch = claim?.epoch;
   if (claim === undefined || epoch === undefined) {
     telemetryOf(deps).lostClaim(deps.agent);
@@ -114,6 +127,8 @@ export async function claimAndDrive(
     epoch,
     previousOwner: run.owner,
     leaseAgeMs: run.heartbeat_at ? clock.now().getTime() - new Date(run.heartbeat_at).getTime() : undefined,
+    ...(run.agent_version && run.agent_version !== deps.version ? { movedFrom: run.agent_version } : {}),
+    moveTo: () => run.move_to === deps.version ? null : run.move_to,
   };
   const heartbeat = keepLease(deps, { runId, epoch }, stop);
   try {
@@ -254,14 +269,7 @@ async function driveClaimed(
   const tel = telemetryOf(deps);
   const { run, epoch } = claimed;
   const runId = run.run_id;
-  log.info("claimed", {
-    run: runId,
-    epoch,
-    owner: deps.owner,
-    previous_owner: claimed.previousOwner ?? undefined,
-    lease_age_ms: claimed.leaseAgeMs,
-  });
-
+  logClaimed(deps, claimed);
   if (stuckClaims(claimed) > deps.maxClaimsWithoutProgress) return await stopStuck(deps, claimed);
   // A run at epoch 1 was just claimed for the first time (every claim bumps
   // the epoch, from 0 at creation), and every journal and tool-call row is
@@ -276,6 +284,11 @@ async function driveClaimed(
   const stranded = effects.filter((e) => e.status === "intent").length;
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
+    // Moved here from another version: carried only if this version can carry its decided step.
+    const refused = claimed.movedFrom === undefined
+      ? undefined
+      : await refuseMove(deps, state, claimed.movedFrom);
+    if (refused) return refused;
     // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
     const blocked = parked ? undefined : await tel.recover(recovery, () => recover(deps, state));
     if (blocked) return await endTurn(deps, state, seq, blocked);
@@ -285,6 +298,8 @@ async function driveClaimed(
       // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
       // before its next step: it must not even count another model request.
       if (stop.signal.aborted) throw stop.signal.reason;
+      const leaving = await moveAtDecision(deps, state, seq, claimed.moveTo);
+      if (leaving) return leaving;
       if (decisions >= deps.maxSteps) {
         const error = `guard: the model did not finish within MAX_STEPS=${deps.maxSteps} steps`;
         log.warn("guard", { run: runId, max_steps: deps.maxSteps, llm_calls: llmCallsOf(state) });
@@ -314,6 +329,17 @@ async function driveClaimed(
     if (end === undefined) throw err;
     return await endTurn(deps, state, seq, end);
   }
+}
+
+/** The `claimed` line: the run, its new epoch, who holds it, who did, the version it moved from. */
+function logClaimed(deps: RunDeps, claimed: ClaimedRun): void {
+  deps.log.info("claimed", {
+    run: claimed.run.run_id,
+    epoch: claimed.epoch,
+    owner: deps.owner,
+    previous_owner: claimed.previousOwner ?? undefined,
+    lease_age_ms: claimed.leaseAgeMs,
+  });
 }
 
 /**

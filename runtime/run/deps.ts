@@ -21,7 +21,7 @@
  */
 
 import type { ConversationOptions } from "../agent/conversation_options.ts";
-import type { PreparedAgent } from "../agent/agent.ts";
+import { type PreparedAgent, preparedVersion } from "../agent/agent.ts";
 import { type Clock, SystemClock } from "../base/clock.ts";
 import { CrashPoints } from "../base/crashpoints.ts";
 import { Logger } from "../base/log.ts";
@@ -119,6 +119,10 @@ export function processDeps(opts: ProcessDepsOptions): ProcessDeps {
 export interface AgentDeps {
   /** The agent's name, recorded with runs it creates; a run of another agent is refused. */
   agent: string;
+  /** The agent's version in this process (agent/version.ts), recorded with each run it starts. */
+  version: string;
+  /** True when the agent lets its runs move to a newer version at their next decision (`onNewVersion: "move"`). */
+  mayMove: boolean;
   /** The system prompt. */
   instructions: string;
   /** The model. */
@@ -169,6 +173,8 @@ export interface AgentOptions {
 export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): AgentDeps {
   return {
     agent: prepared.agent.name,
+    version: preparedVersion(prepared),
+    mayMove: prepared.agent.onNewVersion === "move",
     instructions: prepared.agent.instructions,
     planner: prepared.planner,
     tools: prepared.tools,

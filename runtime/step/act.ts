@@ -195,7 +195,7 @@ function whyAsleep(deps: RunDeps, row: SideEffectRow): string {
   if (row.status === "waiting") {
     return `${row.idempotency_key} (${row.tool}) waits on its remote, asked again at ${at}`;
   }
-  const tool = deps.tools.get(row.tool);
+  const tool = deps.tools.carrier(row.tool);
   const since = row.failing_since ? new Date(row.failing_since) : undefined;
   const givesUp = tool && since
     ? `; given up at ${new Date(since.getTime() + toolPolicy(deps, tool).horizonMs).toISOString()}`
@@ -287,14 +287,25 @@ async function gateOf(
     return { kind: "asleep", row: existing };
   }
   // A decision this worker has just made was checked by decide() (#11: not parsed twice).
-  const checked = checkedNow ? { ok: true as const, ...checkedNow } : deps.tools.check(c.tool, c.args);
+  // A replayed decision's call is carried by this version's tool of its name, or by the one that replaces it
+  // (a run moved to this version), its arguments checked against that tool's schema before any intent row.
+  const checked = checkedNow
+    ? { ok: true as const, ...checkedNow }
+    : deps.tools.check(c.tool, c.args, { carried: true });
   if (!checked.ok) {
     throw new RuntimeError(
       "DECISION_INVALID",
       `The decision of step ${c.seq} cannot be carried out: ${checked.message}`,
     );
   }
-  const call: PreparedCall = { key, seq: c.seq, tool: checked.tool, rawArgs: c.args, args: checked.args };
+  const call: PreparedCall = {
+    key,
+    seq: c.seq,
+    tool: checked.tool,
+    ...(checked.tool.name === c.tool ? {} : { decidedTool: c.tool }),
+    rawArgs: c.args,
+    args: checked.args,
+  };
   // A call with a row was past its approval when the row was written.
   if (existing || !checked.tool.needsApproval(checked.args)) return { kind: "send", call };
   // The read is only a shortcut: an answer for these arguments is final (see the comment at

@@ -13,7 +13,7 @@ import { type Ended, failed, finished } from "../run/ended.ts";
 import { RuntimeError } from "../base/errors.ts";
 import type { ApprovalRow, SideEffectRow } from "../store/store.ts";
 import type { Json } from "../agent/tools.ts";
-import type { PreparedCall } from "./settle.ts";
+import { decidedName, type PreparedCall } from "./settle.ts";
 
 /** A call to ask a person about: its arguments' hash, and the request already made for it, if any. */
 export interface Ask {
@@ -78,7 +78,7 @@ export async function askApprovals(
     asks.map((g) => ({
       key: g.call.key,
       seq: g.call.seq,
-      tool: g.call.tool.name,
+      tool: decidedName(g.call),
       args: g.call.rawArgs,
       hash: g.hash,
     })),
@@ -146,7 +146,7 @@ export async function denied(
     }`;
     const row = await deps.store.writes.effectDenied(
       state.fence,
-      { key: call.key, seq: call.seq, tool: call.tool.name, args: call.rawArgs },
+      { key: call.key, seq: call.seq, tool: decidedName(call), args: call.rawArgs },
       error,
       deps.clock.now(),
     );

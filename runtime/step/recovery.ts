@@ -80,7 +80,7 @@ export async function recover(deps: RunDeps, state: RunState): Promise<Blocked |
  */
 async function resend(deps: RunDeps, state: RunState, row: SideEffectRow): Promise<SideEffectRow> {
   const { log } = deps;
-  const checked = deps.tools.check(row.tool, row.args);
+  const checked = deps.tools.check(row.tool, row.args, { carried: true });
   if (!checked.ok) return await flag(deps, state, row, `it cannot be re-sent safely: ${checked.message}`);
   // A person who resolved the flag with --retry approved exactly one re-send: the approval is newer than
   // the last intent. Once that re-send's intent is written (intent_at moves past resolved_at), a crash
@@ -91,7 +91,15 @@ async function resend(deps: RunDeps, state: RunState, row: SideEffectRow): Promi
     reopened: row.attempts_at_reopen === row.attempts,
   };
   const key = row.idempotency_key;
-  const call = { key, seq: row.seq, tool: checked.tool, rawArgs: row.args, args: checked.args, resumed };
+  const call = {
+    key,
+    seq: row.seq,
+    tool: checked.tool,
+    ...(checked.tool.name === row.tool ? {} : { decidedTool: row.tool }),
+    rawArgs: row.args,
+    args: checked.args,
+    resumed,
+  };
   log.info("resending", {
     run: state.fence.runId,
     seq: row.seq,

@@ -24,7 +24,7 @@ import { toStorable } from "../base/storable.ts";
 import type { SideEffectRow } from "../store/store.ts";
 import { isAccepted, type ToolOutcome } from "../agent/tools.ts";
 import { waitExpired } from "../agent/accepted.ts";
-import { accepted, confirm, failCall, flag, type PreparedCall, toolPolicy } from "./settle.ts";
+import { accepted, confirm, decidedName, failCall, flag, type PreparedCall, toolPolicy } from "./settle.ts";
 import { giveUp, unknownOutcome, unknownRequests, type Verdict } from "./unknown.ts";
 
 /**
@@ -234,11 +234,11 @@ async function intentOrSettled(
   call: PreparedCall,
   row: SideEffectRow | undefined,
 ): Promise<SideEffectRow> {
-  const { key, seq, tool } = call;
+  const { key, seq } = call;
   try {
     const intent = await deps.store.writes.effectIntentRow(
       state.fence,
-      { key, seq, tool: tool.name, args: call.rawArgs },
+      { key, seq, tool: decidedName(call), args: call.rawArgs },
       deps.clock.now(),
       row === undefined,
     );

@@ -20,6 +20,12 @@ export interface PreparedCall {
   key: string;
   seq: number;
   tool: Tool;
+  /**
+   * The tool's name as the step decided it, when the call is carried by a
+   * tool that replaces that name (a run moved to a newer version): the row
+   * records the call as decided. Absent: `tool.name`.
+   */
+  decidedTool?: string;
   /** As decided (stored, and compared by the remote). */
   rawArgs: Json;
   /** As parsed by the tool's schema (what `run` receives). */
@@ -29,6 +35,11 @@ export interface PreparedCall {
    * person said about it since its last request.
    */
   resumed?: Resumed;
+}
+
+/** The tool name a call's rows record: as the step decided it (see {@link PreparedCall.decidedTool}). */
+export function decidedName(call: Pick<PreparedCall, "tool" | "decidedTool">): string {
+  return call.decidedTool ?? call.tool.name;
 }
 
 /** What a person said about a call left at `intent` since its last request. */

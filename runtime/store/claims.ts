@@ -36,22 +36,52 @@ const claimMarks = (source: string) =>
        error = case when ${source}.progress = runs.progress_mark then runs.error end,
        progress_mark = ${source}.progress`;
 
+// A claim's record of the version it drives the run at (`version`, a text
+// expression; null keeps the run's): a run no worker has taken is started on
+// it (`may_move` from its agent's policy, `mayMove`); a run at another version
+// has moved to it (moved_from, moved_at at `now`, a move asked for done, an
+// earlier refusal forgotten). On the right of `set`, columns are the old row's.
+const VERSION_AT_CLAIM = (version: string, mayMove: string, now: string) => {
+  const moved = `(runs.agent_version is not null and ${version} is not null
+                  and ${version} is distinct from runs.agent_version)`;
+  return `agent_version = coalesce(${version}, runs.agent_version),
+              may_move = case when runs.agent_version is null and ${version} is not null
+                              then coalesce(${mayMove}, false) else runs.may_move end,
+              moved_from = case when ${moved} then runs.agent_version else runs.moved_from end,
+              moved_at = case when ${moved} then ${now} else runs.moved_at end,
+              move_refused = case when ${moved} then null else runs.move_refused end,
+              move_to = case when runs.move_to = ${version} then null else runs.move_to end`;
+};
+
+// A single claim writes down the version it claims at (store/versions.ts), if new, in the same
+// statement: the order versions were first seen in is known without a process hosting them.
+const SEEN_AT_CLAIM = (version: string, now: string) =>
+  `with seen as (insert into agent_versions (agent, version, first_seen_at)
+                 select agent, ${version}, ${now} from runs where run_id = $1 and ${version} is not null
+                 on conflict (agent, version) do nothing)`;
+
 // A claim from epoch 0: the run was never claimed, so its progress and marks are 0 (see claimRun).
+// $4 the version it is claimed at (null: as it is), $5 whether that version lets it move.
 export const FIRST_CLAIM = statement(
   "first-claim",
-  `update runs set epoch = 1, owner = $2, status = 'running',
+  `${SEEN_AT_CLAIM("$4::text", "$3::timestamptz")}
+       update runs set epoch = 1, owner = $2, status = 'running',
                 heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
-                stuck_claims = 1, progress_mark = 0
+                stuck_claims = 1, progress_mark = 0,
+                ${VERSION_AT_CLAIM("$4::text", "$5::boolean", "$3::timestamptz")}
           where run_id = $1 and ${CLAIMABLE_AT("0")}`,
 );
 // The run's progress is counted once, in `p` (#11: set as two columns, it was
 // counted twice); same snapshot, same values. A run waiting on its calls'
 // remotes may be claimed once its wake time has come ($4, the claim's now).
+// $5 the version it is claimed at (null: as it is), $6 whether that version lets it move.
 export const CLAIM = statement(
   "claim",
-  `update runs set epoch = epoch + 1, owner = $3, status = 'running',
+  `${SEEN_AT_CLAIM("$5::text", "$4::timestamptz")}
+       update runs set epoch = epoch + 1, owner = $3, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
-              ${claimMarks("p")}
+              ${claimMarks("p")},
+              ${VERSION_AT_CLAIM("$5::text", "$6::boolean", "$4::timestamptz")}
          from (select ${progressOf("$1")} as progress) p
         where run_id = $1 and ${CLAIMABLE_AT("$2", "$4::timestamptz")}
         returning epoch, stuck_claims`,
@@ -59,16 +89,35 @@ export const CLAIM = statement(
 // A run whose claims keep finding no progress waits longer each time ($4 the take's now).
 const NOT_BACKING_OFF = `(stuck_claims < 2
                  or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')`;
+// Which workers may take a run: its take key, `agent@version` (agent/version.ts).
+// The version is the one it is to move to (move_to) once none of its calls is
+// in flight (a call sent and not settled is settled by the version that sent
+// it, while a live worker ($3) hosts that version: with none left, the new
+// version settles it if it can send the same request, host/moves.ts), else
+// its own; none (`agent@`) for a run no worker has taken yet.
+const TAKE_KEY = `(runs.agent || '@' || coalesce(
+                    case when runs.move_to is not null and (
+                           not exists (select 1 from side_effects f
+                                        where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                           or not exists (select 1 from workers v
+                                           where v.heartbeat_at >= $3::timestamptz
+                                             and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
+                         then runs.move_to end,
+                    runs.agent_version, ''))`;
+// A run one of `keys` (a text[] expression) names: by its take key, or by its
+// agent's bare name, which takes a run at whatever version it is (a caller
+// that knows no versions: the store's own tests).
+const HOSTED_BY = (keys: string) => `(runs.agent = any(${keys}) or ${TAKE_KEY} = any(${keys}))`;
 // What makes a run takeable, in the two kinds the take picks (and the fair
 // share counts): open (pending, or running with its lease expired before $3)
-// and woken (waiting on its calls' remotes, its wake time come by $4), both of
-// one of the agents `agents` (a text[] expression) and not backing off.
-const OPEN_TAKEABLE = (agents: string) =>
-  `status in ('pending', 'running') and agent = any(${agents})
+// and woken (waiting on its calls' remotes, its wake time come by $4), both
+// hosted by one of `keys` and not backing off.
+const OPEN_TAKEABLE = (keys: string) =>
+  `status in ('pending', 'running') and ${HOSTED_BY(keys)}
                 and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
                 and ${NOT_BACKING_OFF}`;
-const WOKEN_TAKEABLE = (agents: string) =>
-  `status = 'waiting' and wake_at <= $4::timestamptz and agent = any(${agents})
+const WOKEN_TAKEABLE = (keys: string) =>
+  `status = 'waiting' and wake_at <= $4::timestamptz and ${HOSTED_BY(keys)}
                 and ${NOT_BACKING_OFF}`;
 // The runs a take may claim, up to $5 of each kind: the open ones that match
 // `open` and the woken ones that match `woken`, each kind read through its
@@ -76,7 +125,8 @@ const WOKEN_TAKEABLE = (agents: string) =>
 const candidates = (open: string, woken: string) =>
   `select * from (
              select run_id, epoch as picked_epoch, owner as previous_owner,
-                    heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since
+                    heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since,
+                    agent as picked_agent, agent_version as previous_version, ${TAKE_KEY} as take_key
                from runs
               where ${open}
               order by coalesce(heartbeat_at, created_at), run_id
@@ -84,28 +134,47 @@ const candidates = (open: string, woken: string) =>
                 for update skip locked) open_runs
            union all
            select * from (
-             select run_id, epoch, owner, heartbeat_at, wake_at
+             select run_id, epoch, owner, heartbeat_at, wake_at, agent, agent_version, ${TAKE_KEY}
                from runs
               where ${woken}
               order by wake_at, run_id
               limit $5
                 for update skip locked) woken_runs`;
+// The version a take drives a picked run at: its take key's, or for a run no
+// worker has taken, the one $7 (`agent@version` each) names for its agent
+// (the newest this host hosts); null keeps the run as it is (a caller that
+// knows no versions).
+const VERSION_NOW = `coalesce(nullif(split_part(picked.take_key, '@', 2), ''),
+                  (select split_part(b, '@', 2) from unnest($7::text[]) b
+                    where split_part(b, '@', 1) = picked.picked_agent limit 1))`;
 // A take's claim of the runs it `picked` (a CTE before it), each counted for
-// progress once: a new epoch, the owner $1, `running`, a fresh heartbeat at $4.
+// progress once: a new epoch, the owner $1, `running`, a fresh heartbeat at $4,
+// and the version it is driven at (a run started, or moved: VERSION_AT_CLAIM;
+// $8 the `agent@version` keys whose agent lets its runs move).
 const CLAIM_PICKED = `counted as (
          select picked.*, case when picked_epoch = 0 then 0 else ${
   progressOf("picked.run_id")
-} end as progress
+} end as progress, ${VERSION_NOW} as version_now
            from picked)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
-              ${claimMarks("counted")}
+              ${claimMarks("counted")},
+              ${
+  VERSION_AT_CLAIM(
+    "counted.version_now",
+    "(runs.agent || '@' || counted.version_now) = any($8::text[])",
+    "$4::timestamptz",
+  )
+}
          from counted
         where runs.run_id = counted.run_id
-        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at`;
+        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at, counted.previous_version`;
 // The take. Up to $5 runs (the free slots) of the agents $2, and with $6
 // (this host's capacity) no more than its fair share of each agent's work,
-// counted among the workers that can run it:
+// counted among the workers that can run it. An "agent" here is a take key
+// (TAKE_KEY: `agent@version`, `agent@` for runs not started yet), as this host
+// and its peers' `workers.take_keys` list them, so the workers of one version
+// share its runs and a worker of another version counts for no part of them:
 //
 // - An agent's hosts are this host and the live workers whose `workers` row
 //   (beat since $3) names the agent. `pools` groups this host's agents by
@@ -163,11 +232,12 @@ const CLAIM_PICKED = `counted as (
 export const TAKE_RUNS = statement(
   "take-runs",
   `with peers as materialized (
-         select name, capacity, agents,
+         select name, capacity, take_keys,
                 (select count(*) from runs
                   where status = 'running' and owner = workers.name and heartbeat_at >= $3::timestamptz)::int as held
            from workers
-          where $6::int is not null and name <> $1 and heartbeat_at >= $3::timestamptz and agents && $2::text[]),
+          where $6::int is not null and name <> $1 and heartbeat_at >= $3::timestamptz
+            and take_keys && $2::text[]),
        pools as materialized (
          select grouped.agents, grouped.peer_names,
                 $6::int + (select coalesce(sum(peers.capacity), 0) from peers
@@ -176,7 +246,7 @@ export const TAKE_RUNS = statement(
                                         where peers.name = any(grouped.peer_names))::int as held_all
            from (select array_agg(agent order by agent) as agents, peer_names
                    from (select mine.agent,
-                                array(select name from peers where mine.agent = any(peers.agents) order by name)
+                                array(select name from peers where mine.agent = any(peers.take_keys) order by name)
                                   as peer_names
                            from unnest($2::text[]) as mine(agent)) hosted
                   group by peer_names) grouped),

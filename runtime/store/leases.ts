@@ -34,21 +34,25 @@ const CREATE_OR_READ = statement(
               (select epoch from runs where run_id = $1 and not exists (select 1 from created)) as epoch`,
 );
 
+// Each renewed run comes back with the version it is to move to, if any
+// (move_to: an operator's move, or a newer version's worker's), so its holder
+// lets it go at its next decision for a worker of that version.
 const HEARTBEAT_MANY = statement(
   "heartbeat-many",
   `with w as (
-         insert into workers (name, agents, capacity, started_at, heartbeat_at)
-         values ($1, $2::text[], $3, $4::timestamptz, $5::timestamptz)
+         insert into workers (name, agents, capacity, started_at, heartbeat_at, take_keys)
+         values ($1, $2::text[], $3, $4::timestamptz, $5::timestamptz, $8::text[])
          -- A name is reused by a worker restarted under it (--worker NAME): the row then
          -- describes the process that heartbeats now, its agents included.
          on conflict (name) do update set agents = excluded.agents, capacity = excluded.capacity,
-                                          started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at
+                                          started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
+                                          take_keys = excluded.take_keys
          returning 1)
        update runs set heartbeat_at = $5::timestamptz
         where run_id = any($6::text[])
           and ${RUNNING_AT("($7::int[])[array_position($6::text[], runs.run_id)]")}
           and exists (select 1 from w)
-        returning runs.run_id`,
+        returning runs.run_id, runs.move_to`,
   // Once per heartbeat for up to a host's worth of runs: planned for the ids it holds each
   // time, since a generic plan made on a small table scans all of it (plans_test.ts, PostgreSQL).
   { planEachTime: true },
@@ -70,6 +74,44 @@ const HOSTED_AGENTS = statement(
   "hosted-agents",
   `select distinct unnest(agents) as agent from workers where heartbeat_at >= $1::timestamptz`,
 );
+
+/** A worker's row in `workers`, as its heartbeat writes it. */
+export interface WorkerRow {
+  /** Its name (`runs.owner` of the runs it holds). */
+  name: string;
+  /** The agents it hosts, by name. */
+  agents: readonly string[];
+  /** The runs it may hold at once. */
+  capacity: number;
+  /** When the process started. */
+  startedAt: Date;
+  /**
+   * The runs it takes, as take keys (`agent@version`, `agent@`: agent/version.ts).
+   * Default `agents`: the names, which take a run at whatever version it is.
+   */
+  takeKeys?: readonly string[];
+}
+
+/**
+ * The versions a take drives the runs it takes at: `bind` names, for each
+ * agent, the version (`agent@version`) a run no worker has taken is started
+ * on; `movable` the `agent@version` keys whose agent lets its runs move. Unset:
+ * runs keep the version they have, and one never taken stays without one.
+ */
+export interface TakeVersions {
+  /** The version each agent's new runs are started on, as `agent@version`. */
+  bind?: readonly string[];
+  /** The `agent@version` keys whose runs may move to a newer version. */
+  movable?: readonly string[];
+}
+
+/** The version a single claim drives a run at (`Leases.claimRun`). */
+export interface ClaimVersion {
+  /** The version: a run not started yet is started on it; a run at another version moves to it. */
+  version: string;
+  /** Whether that version lets the runs it starts move to a newer one. */
+  mayMove: boolean;
+}
 
 /** Every statement of this file, for the catalogue in `statements.ts`. */
 export const LEASE_STATEMENTS = [
@@ -132,6 +174,12 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     root_run_id: null,
     schedule: null,
     scheduled_at: null,
+    agent_version: null,
+    may_move: false,
+    move_to: null,
+    moved_from: null,
+    moved_at: null,
+    move_refused: null,
   };
 }
 
@@ -185,7 +233,9 @@ export class Leases {
     seenEpoch: number,
     owner: string,
     now: Date,
+    version?: ClaimVersion,
   ): Promise<{ epoch: number; stuck_claims: number } | undefined> {
+    const v = [version?.version ?? null, version?.mayMove ?? null];
     if (seenEpoch === 0) {
       // A run at epoch 0 was never claimed: every journal, tool-call and
       // approval row is written under a claimed epoch, and only a claim moves
@@ -193,7 +243,7 @@ export class Leases {
       // without progress, as the general statement would count (#11: without
       // its two counts). What it writes is known, so nothing is sent back
       // (#11: on PGlite, decoding a returned row is JavaScript work).
-      const written = await runWrite(this.#client, FIRST_CLAIM, [runId, owner, ts(now)]);
+      const written = await runWrite(this.#client, FIRST_CLAIM, [runId, owner, ts(now), ...v]);
       return written === 1 ? { epoch: 1, stuck_claims: 1 } : undefined;
     }
     const rows = await queryRows<{ epoch: number; stuck_claims: number }>(this.#client, CLAIM, [
@@ -201,6 +251,7 @@ export class Leases {
       seenEpoch,
       owner,
       ts(now),
+      ...v,
     ]);
     return rows[0];
   }
@@ -220,6 +271,7 @@ export class Leases {
     staleBefore: Date,
     now: Date,
     limit: number,
+    versions: TakeVersions = {},
   ): Promise<TakenRun[]> {
     return await queryRows<TakenRun>(this.#client, TAKE_RUNS, [
       owner,
@@ -228,6 +280,8 @@ export class Leases {
       ts(now),
       limit,
       null,
+      versions.bind ?? null,
+      versions.movable ?? null,
     ]);
   }
 
@@ -242,6 +296,7 @@ export class Leases {
     staleBefore: Date,
     now: Date,
     limit: number,
+    versions: TakeVersions = {},
   ): Promise<TakenRun[]> {
     return await queryRows<TakenRun>(this.#client, TAKE_FAMILY, [
       owner,
@@ -250,6 +305,8 @@ export class Leases {
       ts(now),
       limit,
       root,
+      versions.bind ?? null,
+      versions.movable ?? null,
     ]);
   }
 
@@ -271,6 +328,8 @@ export class Leases {
     now: Date;
     free: number;
     capacity: number;
+    /** The versions it starts and moves runs at (see {@link TakeVersions}). */
+    versions?: TakeVersions;
   }): Promise<TakenRun[]> {
     const { owner, agents, staleBefore, now, free, capacity } = take;
     if (!Number.isInteger(free) || !Number.isInteger(capacity) || free < 0 || free > capacity) {
@@ -286,6 +345,8 @@ export class Leases {
       ts(now),
       free,
       capacity,
+      take.versions?.bind ?? null,
+      take.versions?.movable ?? null,
     ]);
   }
 
@@ -294,12 +355,20 @@ export class Leases {
    * (each fenced on its own epoch) and its own row in `workers`. Returns the
    * runs whose lease was renewed; any other was taken over, closed or cancelled.
    */
-  async heartbeatMany(
-    worker: { name: string; agents: readonly string[]; capacity: number; startedAt: Date },
+  async heartbeatMany(worker: WorkerRow, fences: readonly Fence[], now: Date): Promise<string[]> {
+    return (await this.beat(worker, fences, now)).map((r) => r.run_id);
+  }
+
+  /**
+   * {@link Leases.heartbeatMany}, each renewed run with the version it is to
+   * move to at its next decision (`move_to`), or null.
+   */
+  async beat(
+    worker: WorkerRow,
     fences: readonly Fence[],
     now: Date,
-  ): Promise<string[]> {
-    const rows = await queryRows<{ run_id: string }>(this.#client, HEARTBEAT_MANY, [
+  ): Promise<{ run_id: string; move_to: string | null }[]> {
+    return await queryRows<{ run_id: string; move_to: string | null }>(this.#client, HEARTBEAT_MANY, [
       worker.name,
       worker.agents,
       worker.capacity,
@@ -307,8 +376,8 @@ export class Leases {
       ts(now),
       fences.map((f) => f.runId),
       fences.map((f) => f.epoch),
+      worker.takeKeys ?? worker.agents,
     ]);
-    return rows.map((r) => r.run_id);
   }
 
   /** Worker host: removes its row from `workers` as it stops. */

@@ -42,6 +42,7 @@ async function assertMigrated(store: Store, schema: string): Promise<void> {
     "heartbeat_at",
     "name",
     "started_at",
+    "take_keys",
   ]);
   const run = await store.reads.getRun("old-run");
   assert.equal(run?.goal, "keep me");

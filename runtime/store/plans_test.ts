@@ -267,7 +267,7 @@ async function widePlans(
     statements.push({
       name,
       text: take,
-      params: [owner, agents, staleBefore, now, free, capacity],
+      params: [owner, agents, staleBefore, now, free, capacity, null, null],
       // A pool's walk of the take-order index passes the runs of the host's other pools that
       // waited longer (one index serves every agent): the 1,000 of "provision" queued before the
       // first of "helper", below. leases.ts says so beside the take.

@@ -93,6 +93,18 @@ export interface RunRow {
   schedule?: string | null;
   /** The occurrence of that schedule the run was started for; null for a run started otherwise. */
   scheduled_at?: Date | null;
+  /** The version of its agent that drives it (agent/version.ts); null until a worker first takes it. */
+  agent_version?: string | null;
+  /** True when the version that started it lets it move to a newer version at its next decision. */
+  may_move?: boolean;
+  /** The version it is to move to at its next decision (an operator's move, or a newer version's); null: none. */
+  move_to?: string | null;
+  /** The version it last moved from; null if it never moved. */
+  moved_from?: string | null;
+  /** When it last moved. */
+  moved_at?: Date | null;
+  /** A version that could not carry its decided step (it went back); null: none. */
+  move_refused?: string | null;
 }
 
 /**
@@ -323,6 +335,8 @@ export interface TakenRun extends RunRow {
   previous_owner: string | null;
   /** The heartbeat before this take. */
   previous_heartbeat_at: Date | null;
+  /** Its version before this take (null: never taken); `agent_version` differs when the take moved it. */
+  previous_version?: string | null;
 }
 
 /** Filters and paging of `Operators.listRuns`. */

@@ -46,6 +46,12 @@ const RUN = {
   conversation_ended_at: 1,
   schedule: 1,
   scheduled_at: 1,
+  agent_version: 1,
+  may_move: 1,
+  move_to: 1,
+  moved_from: 1,
+  moved_at: 1,
+  move_refused: 1,
 } satisfies KeysOf<RunRow>;
 
 const JOURNAL = {
@@ -163,6 +169,7 @@ const TABLES: Record<string, Record<string, 1> | null> = {
   memos: MEMO,
   schedules: SCHEDULE,
   workers: null, // read field by field (leases.ts), never as a row
+  agent_versions: null, // read field by field (versions.ts), never as a row
   schema_version: null, // migrate.ts's own
 };
 

@@ -41,6 +41,12 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "conversation_ended_at",
     "schedule",
     "scheduled_at",
+    "agent_version",
+    "may_move",
+    "move_to",
+    "moved_from",
+    "moved_at",
+    "move_refused",
   ],
   journal: [
     "run_id",
@@ -83,7 +89,8 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "failures",
     "failing_since",
   ],
-  workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
+  workers: ["name", "agents", "capacity", "started_at", "heartbeat_at", "take_keys"],
+  agent_versions: ["agent", "version", "first_seen_at", "seen_order"],
   messages: ["run_id", "seq", "message_id", "text", "created_at", "answer_seq", "answered_at"],
   memos: ["run_id", "key", "status", "value", "attempts", "epoch", "intent_at", "confirmed_at"],
   schedules: [

@@ -22,6 +22,7 @@ import { RUN_WRITE_STATEMENTS } from "./run_writes.ts";
 import { SCHEMA_CHECK_STATEMENTS } from "./schema_check.ts";
 import { SCHEDULE_STATEMENTS } from "./schedules.ts";
 import type { Statement } from "./sql.ts";
+import { VERSION_STATEMENTS } from "./versions.ts";
 
 /**
  * The name of one of the store's statements. Spelt out here as well as
@@ -127,6 +128,15 @@ export type StatementName =
   | "schedules-next"
   | "schedule-tick"
   | "schedules-channel"
+  // versions
+  | "register-versions"
+  | "mark-moves"
+  | "request-move"
+  | "move-back"
+  | "release-for-move"
+  | "live-take-keys"
+  | "version-order"
+  | "runs-to-check"
   // schema
   | "search-path"
   | "schema-version-table"
@@ -149,7 +159,8 @@ type DeclaredName =
   | (typeof MIGRATE_STATEMENTS)[number]["name"]
   | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"]
   | (typeof NOTIFY_STATEMENTS)[number]["name"]
-  | (typeof SCHEDULE_STATEMENTS)[number]["name"];
+  | (typeof SCHEDULE_STATEMENTS)[number]["name"]
+  | (typeof VERSION_STATEMENTS)[number]["name"];
 
 // A statement whose name is not listed in StatementName does not fit in STATEMENTS below; a listed name no
 // statement is declared under makes this line fail to compile.
@@ -172,6 +183,8 @@ export const STATEMENTS: {
   readonly conversations: readonly Statement<StatementName>[];
   /** The web page's reads (`overview.ts`). */
   readonly overview: readonly Statement<StatementName>[];
+  /** Which version drives each run, and the moves between versions (`versions.ts`). */
+  readonly versions: readonly Statement<StatementName>[];
   /** The schema's version and columns (`migrate.ts`, `schema_check.ts`). */
   readonly schema: readonly Statement<StatementName>[];
   /** The stream channel's notifications (`notify.ts`). */
@@ -186,6 +199,7 @@ export const STATEMENTS: {
   families: FAMILY_STATEMENTS,
   conversations: CONVERSATION_STATEMENTS,
   overview: OVERVIEW_STATEMENTS,
+  versions: VERSION_STATEMENTS,
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
   stream: NOTIFY_STATEMENTS,
   schedules: SCHEDULE_STATEMENTS,

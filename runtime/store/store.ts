@@ -10,6 +10,8 @@
  *   family member closed, a cancel with its descendants;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
  * - `schedules.ts`: schedules written and listed, and the tickers' reads and ticks;
+ * - `versions.ts`: which version of its agent drives each run, and the moves
+ *   between versions;
  * - `schema_check.ts` and `migrate.ts`: the schema.
  *
  * Row types are in `rows.ts`, the fragments statements share (the fence) in
@@ -36,6 +38,7 @@ import { RunReads } from "./reads.ts";
 import { RunWrites } from "./run_writes.ts";
 import { checkSchema } from "./schema_check.ts";
 import { Schedules } from "./schedules.ts";
+import { Versions } from "./versions.ts";
 
 export { SCHEMA_SQL };
 export type { QueryOptions, SqlClient } from "./driver.ts";
@@ -43,6 +46,8 @@ export * from "./rows.ts";
 export { RESOLVE_BATCH_MAX } from "./operators.ts";
 export type { Leases } from "./leases.ts";
 export type { Operators } from "./operators.ts";
+export type { KnownVersion, RunToCheck, Versions } from "./versions.ts";
+export type { ClaimVersion, TakeVersions, WorkerRow } from "./leases.ts";
 export type { RunHistory, RunReads, WatchedRun } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
@@ -87,6 +92,8 @@ export interface StoreAudiences {
   conversations?: Conversations;
   /** Schedules: written, listed, paused, and ticked. */
   schedules?: Schedules;
+  /** Versions: which version drives each run, and the moves between them. */
+  versions?: Versions;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -115,6 +122,8 @@ export class Store {
   readonly conversations: Conversations;
   /** Schedules: written, listed, paused, and ticked. */
   readonly schedules: Schedules;
+  /** Versions: which version drives each run, and the moves between them. */
+  readonly versions: Versions;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -139,6 +148,7 @@ export class Store {
     this.stream = opts.stream ?? new StreamChannel(client);
     this.conversations = opts.conversations ?? new Conversations(client);
     this.schedules = opts.schedules ?? new Schedules(client);
+    this.versions = opts.versions ?? new Versions(client);
   }
 
   /**
@@ -161,7 +171,7 @@ export class Store {
    * writes' group commit among them, shared with it.
    */
   withAudiences(audiences: StoreAudiences): Store {
-    const { reads, writes, leases, operators, families, stream, conversations, schedules } = this;
+    const { reads, writes, leases, operators, families, stream, conversations, schedules, versions } = this;
     return new Store(this.client, {
       reads,
       writes,
@@ -171,6 +181,7 @@ export class Store {
       stream,
       conversations,
       schedules,
+      versions,
       ...audiences,
     });
   }

@@ -160,6 +160,12 @@ async function drawList() {
       ),
       h("td", {}, badge(r.status), r.flagged ? h("span", { class: "muted" }, ` ${r.flagged} flagged`) : ""),
       h("td", {}, r.agent),
+      h(
+        "td",
+        { class: "mono", title: r.waitingFor ?? "" },
+        `${r.version ?? "-"}${r.mayMove ? "*" : ""}${r.moveTo ? ` → ${r.moveTo}` : ""}`,
+        r.waitingFor ? h("span", { class: "muted" }, " (no worker)") : "",
+      ),
       h("td", { class: "num" }, r.toolCalls),
       h("td", { class: "num" }, r.llmCalls),
       h("td", { class: "num" }, r.inputTokens + r.outputTokens ? `${r.inputTokens}+${r.outputTokens}` : "-"),
@@ -173,6 +179,7 @@ async function drawList() {
     "run",
     "status",
     "agent",
+    "version",
     "tool calls",
     "model calls",
     "tokens in+out",
@@ -184,11 +191,11 @@ async function drawList() {
   const table = h(
     "table",
     { id: "runs" },
-    h("thead", {}, h("tr", {}, heads.map((t, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : "" }, t)))),
+    h("thead", {}, h("tr", {}, heads.map((t, i) => h("th", { class: i >= 4 && i <= 7 ? "num" : "" }, t)))),
     h(
       "tbody",
       {},
-      rows.length ? rows : h("tr", {}, h("td", { colspan: 10, class: "muted" }, "No runs match.")),
+      rows.length ? rows : h("tr", {}, h("td", { colspan: 11, class: "muted" }, "No runs match.")),
     ),
   );
   const pager = h(
@@ -653,6 +660,30 @@ function drawCard() {
       { class: "kv" },
       h("dt", {}, "agent"),
       h("dd", {}, r.agent),
+      t.version
+        ? [
+          h("dt", {}, "version"),
+          h(
+            "dd",
+            { id: "run-version", class: "mono" },
+            `${t.version.current ?? "- (not started)"}`,
+            h(
+              "span",
+              { class: "muted" },
+              `${
+                t.version.current ? (t.version.mayMove ? " · moves to newer versions" : " · stays on it") : ""
+              }${
+                t.version.movedFrom
+                  ? ` · moved from ${t.version.movedFrom} at ${time(t.version.movedAt)}`
+                  : ""
+              }${t.version.moveTo ? ` · to move to ${t.version.moveTo} at its next decision` : ""}${
+                t.version.moveRefused ? ` · ${t.version.moveRefused} could not carry it` : ""
+              }`,
+            ),
+            t.version.waitingFor ? h("div", { class: "rejected" }, `waiting: ${t.version.waitingFor}`) : "",
+          ),
+        ]
+        : "",
       h("dt", {}, "input"),
       h("dd", {}, input),
       hasOutput
