@@ -609,9 +609,9 @@ export async function runSchedule(
   // rows that slow every statement down; a truncate every 64 schedules keeps the tables small.
   await db.exec(
     ++counter.runs % 64 === 0
-      ? "truncate runs, journal, side_effects, workers, approvals, messages, memos"
+      ? "truncate runs, journal, side_effects, workers, approvals, messages, memos, signals"
       : "delete from approvals; delete from side_effects; delete from journal; delete from messages; " +
-        "delete from memos; delete from runs; delete from workers",
+        "delete from memos; delete from signals; delete from runs; delete from workers",
   );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
   const parallel = schedule.parallel ?? 1;

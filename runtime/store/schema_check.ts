@@ -39,6 +39,9 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "message_count",
     "idle_since",
     "conversation_ended_at",
+    "signals_sent",
+    "signal_waits",
+    "signal_waits_epoch",
   ],
   journal: [
     "run_id",
@@ -80,10 +83,13 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "polls",
     "failures",
     "failing_since",
+    "wait_signal",
+    "signals_seen",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
   messages: ["run_id", "seq", "message_id", "text", "created_at", "answer_seq", "answered_at"],
   memos: ["run_id", "key", "status", "value", "attempts", "epoch", "intent_at", "confirmed_at"],
+  signals: ["run_id", "seq", "signal_id", "name", "payload", "sent_at", "consumed_by", "consumed_at"],
   approvals: [
     "idempotency_key",
     "run_id",

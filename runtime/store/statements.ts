@@ -20,6 +20,7 @@ import { OVERVIEW_STATEMENTS } from "./overview.ts";
 import { READ_STATEMENTS } from "./reads.ts";
 import { RUN_WRITE_STATEMENTS } from "./run_writes.ts";
 import { SCHEMA_CHECK_STATEMENTS } from "./schema_check.ts";
+import { SIGNAL_STATEMENTS } from "./signals.ts";
 import type { Statement } from "./sql.ts";
 
 /**
@@ -97,6 +98,11 @@ export type StatementName =
   | "list-answers"
   | "memo-intent"
   | "memo-confirm"
+  // signals
+  | "send-signal"
+  | "take-signal"
+  | "list-signals"
+  | "read-signal"
   // overview
   | "count-by-status"
   | "agents-with-runs"
@@ -134,6 +140,7 @@ type DeclaredName =
   | (typeof OPERATOR_STATEMENTS)[number]["name"]
   | (typeof FAMILY_STATEMENTS)[number]["name"]
   | (typeof CONVERSATION_STATEMENTS)[number]["name"]
+  | (typeof SIGNAL_STATEMENTS)[number]["name"]
   | (typeof OVERVIEW_STATEMENTS)[number]["name"]
   | (typeof MIGRATE_STATEMENTS)[number]["name"]
   | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"]
@@ -158,6 +165,8 @@ export const STATEMENTS: {
   readonly families: readonly Statement<StatementName>[];
   /** Conversations: messages sent, answered, and the waits between them (`conversations.ts`). */
   readonly conversations: readonly Statement<StatementName>[];
+  /** Signals: sent to a run, taken by its calls (`signals.ts`). */
+  readonly signals: readonly Statement<StatementName>[];
   /** The web page's reads (`overview.ts`). */
   readonly overview: readonly Statement<StatementName>[];
   /** The schema's version and columns (`migrate.ts`, `schema_check.ts`). */
@@ -171,6 +180,7 @@ export const STATEMENTS: {
   operators: OPERATOR_STATEMENTS,
   families: FAMILY_STATEMENTS,
   conversations: CONVERSATION_STATEMENTS,
+  signals: SIGNAL_STATEMENTS,
   overview: OVERVIEW_STATEMENTS,
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
   stream: NOTIFY_STATEMENTS,

@@ -8,6 +8,8 @@
  * - `operators.ts`: the operators' reads and commands, and retention;
  * - `families.ts`: runs that call runs: a child created, a family's spend, a
  *   family member closed, a cancel with its descendants;
+ * - `conversations.ts`: a conversation's messages, answers and idle waits;
+ * - `signals.ts`: named events sent to a run, and a call's take of one;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
  * - `schema_check.ts` and `migrate.ts`: the schema.
  *
@@ -25,6 +27,7 @@
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import type { SqlClient } from "./driver.ts";
 import { Conversations } from "./conversations.ts";
+export type { SentSignal, SignalRow, Signals, SignalTake } from "./signals.ts";
 import { Families } from "./families.ts";
 import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
@@ -34,6 +37,7 @@ import { StreamChannel } from "./notify.ts";
 import { RunReads } from "./reads.ts";
 import { RunWrites } from "./run_writes.ts";
 import { checkSchema } from "./schema_check.ts";
+import { Signals } from "./signals.ts";
 
 export { SCHEMA_SQL };
 export type { QueryOptions, SqlClient } from "./driver.ts";
@@ -71,6 +75,8 @@ export interface StoreAudiences {
   stream?: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   conversations?: Conversations;
+  /** Signals: sent to a run, taken by its calls. */
+  signals?: Signals;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -97,6 +103,8 @@ export class Store {
   readonly stream: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   readonly conversations: Conversations;
+  /** Signals: sent to a run, taken by its calls. */
+  readonly signals: Signals;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -120,6 +128,7 @@ export class Store {
     this.families = opts.families ?? new Families(client);
     this.stream = opts.stream ?? new StreamChannel(client);
     this.conversations = opts.conversations ?? new Conversations(client);
+    this.signals = opts.signals ?? new Signals(client);
   }
 
   /**
@@ -142,7 +151,7 @@ export class Store {
    * writes' group commit among them, shared with it.
    */
   withAudiences(audiences: StoreAudiences): Store {
-    const { reads, writes, leases, operators, families, stream, conversations } = this;
+    const { reads, writes, leases, operators, families, stream, conversations, signals } = this;
     return new Store(this.client, {
       reads,
       writes,
@@ -151,6 +160,7 @@ export class Store {
       families,
       stream,
       conversations,
+      signals,
       ...audiences,
     });
   }
