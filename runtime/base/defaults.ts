@@ -38,4 +38,8 @@ export const DEFAULTS = {
   maxCallsPerStep: 16,
   /** An agent's `toolConcurrency` (`TOOL_CONCURRENCY`): calls of one step in flight at once. */
   toolConcurrency: 4,
+  /** `waitForSignal`'s `deadlineMs`: how long one of its calls waits for the signal, in ms (a day). */
+  signalWaitDeadlineMs: 86_400_000,
+  /** `sleepTool`'s `maxMs`: the longest one of its calls may sleep, in ms (a day). */
+  sleepMaxMs: 86_400_000,
 } as const;

@@ -39,6 +39,7 @@ import type {
 import { FENCE, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
 import type { Statement } from "./sql.ts";
 import type { GroupCommit, GroupedWrite } from "./group_commit.ts";
+import { freshEffectRow, freshJournalRow } from "./fresh_rows.ts";
 
 const NO_TOKENS: TokenSettlement = Object.freeze({ released: 0, spent: 0 });
 
@@ -307,68 +308,6 @@ export const RUN_WRITE_STATEMENTS = [
   EFFECT_FAILURE,
   RETRY_RUN,
 ] as const;
-
-// The rows a fresh intent's plain insert writes, from the very values the
-// statement was given (no placeholder: `now` is the `intent_at` written, the
-// defaults are the schema's).
-function freshJournalRow(
-  f: Fence,
-  seq: number,
-  now: Date,
-  reserveTokens: number,
-  params: ModelParams | null,
-): JournalRow {
-  return {
-    run_id: f.runId,
-    seq,
-    status: "intent",
-    decision: null,
-    llm_attempts: 1,
-    usage: null,
-    rejections: [],
-    epoch: f.epoch,
-    intent_at: now,
-    confirmed_at: null,
-    reserved_tokens: reserveTokens,
-    spent_tokens: 0,
-    params,
-    failures: 0,
-    failing_since: null,
-    error: null,
-  };
-}
-
-function freshEffectRow(
-  f: Fence,
-  e: { key: string; seq: number; tool: string; args: Json },
-  now: Date,
-): SideEffectRow {
-  return {
-    idempotency_key: e.key,
-    run_id: f.runId,
-    seq: e.seq,
-    tool: e.tool,
-    args: e.args,
-    status: "intent",
-    result: null,
-    remote: null,
-    error: null,
-    attempts: 1,
-    epoch: f.epoch,
-    intent_at: now,
-    confirmed_at: null,
-    resolved_by: null,
-    resolved_at: null,
-    attempts_at_reopen: null,
-    check_at: null,
-    wait_deadline_at: null,
-    polls: 0,
-    failures: 0,
-    failing_since: null,
-    wait_signal: null,
-    signals_seen: null,
-  };
-}
 
 /**
  * A JSON parameter and the value its text reads back as: what a row built

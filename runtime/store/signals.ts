@@ -23,7 +23,7 @@ import { FencedError } from "../base/errors.ts";
 import type { Json } from "../base/values.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
-import type { Fence } from "./rows.ts";
+import type { Fence, SideEffectRow } from "./rows.ts";
 import { jsonParam, OPEN_STATUSES, queryRows, RUNNING_AT, statement, ts } from "./sql.ts";
 
 /** A row of `signals`: one named event sent to a run. */
@@ -60,8 +60,8 @@ export interface SentSignal {
 export type SignalTake =
   /** The signal the call now holds; `again` when an earlier request under its key had taken it. */
   | { kind: "taken"; signal: SignalRow; again: boolean }
-  /** None: the call's row now records the name it waits for and the count it saw. */
-  | { kind: "none" };
+  /** None: the call's row now records the name it waits for and the count it saw (`row`, as written). */
+  | { kind: "none"; row: SideEffectRow };
 
 // $1 run, $2 name, $3 signal id, $4 payload, $5 now. A duplicate id (committed before this statement's
 // snapshot) writes nothing and returns the stored row; a racing duplicate fails the insert (23505), the
@@ -124,7 +124,7 @@ const TAKE_SIGNAL = statement(
           where idempotency_key = $3 and exists (select 1 from call)
             and not exists (select 1 from mine) and not exists (select 1 from took)
          returning 1)
-  select x.*, (select count(*) from call)::int as held
+  select x.*, (select count(*) from call)::int as held, (select signals_sent from run) as seen
     from (select 1) one
     left join (select mine.*, true as again from mine union all select took.*, false as again from took) x on true`,
 );
@@ -178,23 +178,23 @@ export class Signals {
   }
 
   /**
-   * The look of the call `key` (at `intent`, under this worker's fence `f`)
-   * for a signal named `name`: the one its key took before, or the oldest
-   * not taken (taken now), or none (the call's row then records what it
-   * waits for). Throws {@link FencedError} when the run is not this
-   * worker's (`FENCED`, `RUN_CLOSED`) or the call is not at `intent`
-   * (`STALLED`).
+   * The look of the call `row` (as this worker holds it, at `intent`, under
+   * its fence `f`) for a signal named `name`: the one its key took before, or
+   * the oldest not taken (taken now), or none (the call's row then records
+   * what it waits for, and comes back as written). Throws
+   * {@link FencedError} when the run is not this worker's (`FENCED`,
+   * `RUN_CLOSED`) or the call is not at `intent` (`STALLED`).
    */
-  async take(f: Fence, call: { key: string; name: string }, now: Date): Promise<SignalTake> {
-    const rows = await queryRows<Partial<SignalRow> & { again: boolean | null; held: number }>(
-      this.#client,
-      TAKE_SIGNAL,
-      [f.runId, f.epoch, call.key, call.name, ts(now)],
-    );
-    const [row] = rows;
-    if (!row || row.held === 0) throw await this.#refusal(f, call.key);
-    if (row.seq === null || row.seq === undefined) return { kind: "none" };
-    const { again, held: _held, ...signal } = row;
+  async take(f: Fence, row: SideEffectRow, name: string, now: Date): Promise<SignalTake> {
+    const key = row.idempotency_key;
+    const [found] = await queryRows<
+      Partial<SignalRow> & { again: boolean | null; held: number; seen: number | null }
+    >(this.#client, TAKE_SIGNAL, [f.runId, f.epoch, key, name, ts(now)]);
+    if (!found || found.held === 0 || row.run_id !== f.runId) throw await this.#refusal(f, key);
+    const { again, held: _held, seen, ...signal } = found;
+    if (signal.seq === null || signal.seq === undefined) {
+      return { kind: "none", row: { ...row, wait_signal: name, signals_seen: seen } };
+    }
     return { kind: "taken", signal: signal as SignalRow, again: again === true };
   }
 

@@ -77,14 +77,14 @@ bothStoresTest("signals: sends, takes, and the wake of a run asleep on them", as
       await send(store, "s-take", "paid", "p1", 1);
       await send(store, "s-take", "other", "o1", 2);
       await send(store, "s-take", "paid", "p2", 3);
-      const took = await store.signals.take(f, { key: row.idempotency_key, name: "paid" }, at(10));
+      const took = await store.signals.take(f, row, "paid", at(10));
       assert.ok(took.kind === "taken");
       assert.deepEqual([took.signal.signal_id, took.again, took.signal.consumed_by], [
         "p1",
         false,
         "s-take:0",
       ]);
-      const again = await store.signals.take(f, { key: row.idempotency_key, name: "paid" }, at(11));
+      const again = await store.signals.take(f, row, "paid", at(11));
       assert.ok(again.kind === "taken");
       assert.deepEqual([again.signal.signal_id, again.again], ["p1", true], "a re-send gets the same signal");
       // Another call of the run takes the next one, never p1.
@@ -94,7 +94,7 @@ bothStoresTest("signals: sends, takes, and the wake of a run asleep on them", as
         tool: "wait",
         args: {},
       }, T0);
-      const next = await store.signals.take(f, { key: second.idempotency_key, name: "paid" }, at(12));
+      const next = await store.signals.take(f, second, "paid", at(12));
       assert.ok(next.kind === "taken");
       assert.equal(next.signal.signal_id, "p2");
       const third = await store.writes.effectIntentRow(
@@ -102,15 +102,15 @@ bothStoresTest("signals: sends, takes, and the wake of a run asleep on them", as
         { key: "s-take:2", seq: 2, tool: "wait", args: {} },
         T0,
       );
-      assert.deepEqual(await store.signals.take(f, { key: third.idempotency_key, name: "paid" }, at(13)), {
-        kind: "none",
-      });
+      const none = await store.signals.take(f, third, "paid", at(13));
+      assert.ok(none.kind === "none");
       const marked = await store.reads.getEffect("s-take:2");
       assert.deepEqual(
         [marked?.wait_signal, marked?.signals_seen],
         ["paid", 3],
         "the name and the count it saw",
       );
+      assert.deepStrictEqual(none.row, marked, "the row comes back as written");
       assert.equal((await store.signals.get("s-take", "o1"))?.consumed_by, null, "another name is left");
     },
   );
@@ -118,22 +118,21 @@ bothStoresTest("signals: sends, takes, and the wake of a run asleep on them", as
   await t.step("take() is fenced on the run and the call's row", async () => {
     const { f, row } = await lookingCall(store, "s-fence");
     await send(store, "s-fence", "paid", "p1");
-    const key = row.idempotency_key;
     await assert.rejects(
-      store.signals.take({ ...f, epoch: f.epoch + 1 }, { key, name: "paid" }, at(2)),
+      store.signals.take({ ...f, epoch: f.epoch + 1 }, row, "paid", at(2)),
       code("FENCED"),
     );
     await store.writes.effectConfirm(f, row, { result: null, remote: "created" }, at(2));
-    await assert.rejects(store.signals.take(f, { key, name: "paid" }, at(3)), code("STALLED"));
+    await assert.rejects(store.signals.take(f, row, "paid", at(3)), code("STALLED"));
     await store.families.cancel("s-fence", "stop", at(3));
-    await assert.rejects(store.signals.take(f, { key, name: "paid" }, at(4)), code("RUN_CLOSED"));
+    await assert.rejects(store.signals.take(f, row, "paid", at(4)), code("RUN_CLOSED"));
     assert.equal((await store.signals.get("s-fence", "p1"))?.consumed_by, null, "nothing was taken");
   });
 
   await t.step("a send wakes a run asleep on its name, at once, and marks the waiting call due", async () => {
     const { f, row } = await lookingCall(store, "s-wake");
     assert.equal(
-      (await store.signals.take(f, { key: row.idempotency_key, name: "paid" }, at(1))).kind,
+      (await store.signals.take(f, row, "paid", at(1))).kind,
       "none",
     );
     assert.equal(await sleepOn(store, f, (await store.reads.getEffect(row.idempotency_key))!), true);
@@ -160,7 +159,7 @@ bothStoresTest("signals: sends, takes, and the wake of a run asleep on them", as
   await t.step("a send the look missed wakes the run as it is let go, and marks the call due", async () => {
     const { f, row } = await lookingCall(store, "s-missed");
     assert.equal(
-      (await store.signals.take(f, { key: row.idempotency_key, name: "paid" }, at(1))).kind,
+      (await store.signals.take(f, row, "paid", at(1))).kind,
       "none",
     );
     // The signal comes after the look and before the sleep: the run is running, so the send wakes nothing.
@@ -193,7 +192,7 @@ pgTest("a send and a sleep that race leave the run woken, in either order", asyn
       const runId = `race-${first}`;
       const { f, row } = await lookingCall(racers, runId);
       assert.equal(
-        (await racers.signals.take(f, { key: row.idempotency_key, name: "paid" }, at(1))).kind,
+        (await racers.signals.take(f, row, "paid", at(1))).kind,
         "none",
       );
       // The worker's two writes after a look that found none: its call waiting, then the run let go.
