@@ -85,6 +85,7 @@ export function callWaitsFor(
         deps.log.info("signal-timed-out", { ...log, deadline: until.toISOString() });
         return { kind: "timed-out", name, deadline: until } satisfies SignalWait;
       }
+      deps.log.info("signal-waiting", { ...log, until: until?.toISOString() ?? "its tool's waitDeadlineMs" });
       const keep: KeptWait = { waiting_for_signal: name, until: until?.toISOString() ?? null };
       // With no deadline of its own, the tool's waitDeadlineMs bounds it (the step asks no later).
       const afterMs = until ? until.getTime() - now.getTime() : call.tool.waitDeadlineMs;

@@ -14,7 +14,7 @@ import { z } from "npm:zod@4.6.7";
 import { DEFAULTS } from "../base/defaults.ts";
 import { describeValue, RuntimeError, ToolError } from "../base/errors.ts";
 import { isSignalName, SIGNAL_NAME_SHAPE } from "../base/ids.ts";
-import type { ToolContext } from "../agent/tool_context.ts";
+import type { SleepWait, ToolContext } from "../agent/tool_context.ts";
 import { defineTool, type Tool, type ToolOutcome } from "../agent/tools.ts";
 
 /**
@@ -33,8 +33,7 @@ export interface WaitForSignalOptions {
   description?: string;
   /**
    * How long one call waits for the signal, from its first wait, in
-   * milliseconds; the model may ask for less (`max_wait_s`). Default
-   * 86 400 000 (a day).
+   * milliseconds. Default 86 400 000 (a day).
    */
   deadlineMs?: number;
   /**
@@ -96,24 +95,18 @@ export function waitForSignal(signal: string, opts: WaitForSignalOptions = {}): 
       }`,
     );
   }
-  const maxS = Math.max(1, Math.floor(deadlineMs / 1000));
-  return defineTool<{ max_wait_s?: number }>({
+  const deadlineS = Math.max(1, Math.round(deadlineMs / 1000));
+  return defineTool<Record<string, never>>({
     name,
     description: opts.description ??
-      `Waits until the event "${signal}" is sent to this task, and answers with what it carried. Waits at ` +
-        `most ${maxS} s (less if you give max_wait_s), then answers that it timed out.`,
-    args: z.strictObject({
-      max_wait_s: z.number().int().min(1).max(maxS).optional().describe(
-        `Wait at most this many seconds (at most ${maxS})`,
-      ),
-    }),
+      `Waits until the event "${signal}" is sent to this task, and answers with what it carried; answers ` +
+        `that it timed out if none comes within ${deadlineS} s.`,
+    args: z.strictObject({}),
     waitDeadlineMs: deadlineMs + WAIT_LATE_MS,
     minCheckAfterMs: 1,
     approval: opts.approval,
-    run: async (args, ctx): Promise<ToolOutcome> => {
-      const wait = await waitsOf(ctx, name).waitForSignal(signal, {
-        deadlineMs: args.max_wait_s === undefined ? deadlineMs : Math.min(deadlineMs, args.max_wait_s * 1000),
-      });
+    run: async (_args, ctx): Promise<ToolOutcome> => {
+      const wait = await waitsOf(ctx, name).waitForSignal(signal, { deadlineMs });
       if (wait.kind === "waiting") return wait.outcome;
       if (wait.kind === "received") {
         const { signalId, payload, sentAt } = wait.signal;
@@ -138,47 +131,58 @@ export function waitForSignal(signal: string, opts: WaitForSignalOptions = {}): 
 export interface SleepToolOptions {
   /** The tool's name. Default `sleep`. */
   name?: string;
-  /** What the model is told the tool does. Default: it pauses the task until a time, at most `maxMs`. */
+  /** What the model is told the tool does. Default: it pauses the task, at most `maxMs`. */
   description?: string;
   /** The longest one call may sleep, in milliseconds. Default 86 400 000 (a day). */
   maxMs?: number;
+  /**
+   * What the model gives: `"seconds"` (the default), how long to pause from
+   * the call's first request; or `"until"`, an ISO 8601 time to pause until.
+   */
+  takes?: "seconds" | "until";
 }
 
 /**
- * A tool that pauses the run until a time the model gives (`seconds` from
- * its first request, or `until`, an ISO 8601 time), at most `maxMs`, holding
- * no worker's slot, and answers `{ slept_until }` once it has passed. The
- * time is fixed by the call's first request and kept across crashes: the run
- * goes on at that time, once.
+ * A tool that pauses the run holding no worker's slot, at most `maxMs`, and
+ * answers `{ slept_until }` once the time has passed: for the `seconds` the
+ * model gives (from the call's first request), or until the time it gives
+ * (`takes: "until"`). The time is fixed by the call's first request and kept
+ * across crashes: the run goes on at that time, once.
  */
 export function sleepTool(opts: SleepToolOptions = {}): Tool {
   const name = opts.name ?? "sleep";
   const maxMs = positiveMs(name, "maxMs", opts.maxMs ?? DEFAULTS.sleepMaxMs);
   const maxS = Math.max(1, Math.floor(maxMs / 1000));
-  return defineTool<{ seconds?: number; until?: string }>({
-    name,
+  const common = { name, waitDeadlineMs: maxMs + WAIT_LATE_MS, minCheckAfterMs: 1 };
+  const answer = (slept: SleepWait): ToolOutcome =>
+    slept.kind === "waiting" ? slept.outcome : { result: { slept_until: slept.at.toISOString() } };
+  if (opts.takes === "until") {
+    return defineTool<{ until: string }>({
+      ...common,
+      description: opts.description ??
+        `Pauses this task until a time (at most ${maxS} s from now), then answers.`,
+      args: z.strictObject({
+        until: z.string().describe("An ISO 8601 time to pause until, such as 2026-01-01T09:00:00Z"),
+      }),
+      run: async (args, ctx) => answer(await waitsOf(ctx, name).sleepUntil(args.until, { maxMs })),
+    });
+  }
+  if (opts.takes !== undefined && opts.takes !== "seconds") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${name} as 'takes' must be "seconds" or "until": current value is ${
+        describeValue(opts.takes)
+      }`,
+    );
+  }
+  return defineTool<{ seconds: number }>({
+    ...common,
     description: opts.description ??
-      `Pauses this task until a time, then answers. Give either seconds (at most ${maxS}) or until (an ` +
-        `ISO 8601 time, at most ${maxS} s from now).`,
+      `Pauses this task for a number of seconds (at most ${maxS}), then answers.`,
     args: z.strictObject({
-      seconds: z.number().int().min(0).max(maxS).optional().describe("How many seconds to pause"),
-      until: z.string().optional().describe("An ISO 8601 time to pause until, such as 2026-01-01T09:00:00Z"),
+      seconds: z.number().int().min(0).max(maxS).describe(`How many seconds to pause (at most ${maxS})`),
     }),
-    waitDeadlineMs: maxMs + WAIT_LATE_MS,
-    minCheckAfterMs: 1,
-    run: async (args, ctx): Promise<ToolOutcome> => {
-      if ((args.seconds === undefined) === (args.until === undefined)) {
-        throw new ToolError("SLEEP_INVALID", `${name} takes either seconds or until, not both nor neither`, {
-          transient: false,
-        });
-      }
-      const waits = waitsOf(ctx, name);
-      const slept = args.until === undefined
-        ? await waits.sleepFor(args.seconds! * 1000)
-        : await waits.sleepUntil(args.until, { maxMs });
-      if (slept.kind === "waiting") return slept.outcome;
-      return { result: { slept_until: slept.at.toISOString() } };
-    },
+    run: async (args, ctx) => answer(await waitsOf(ctx, name).sleepFor(args.seconds * 1000)),
   });
 }
 

@@ -156,9 +156,9 @@ Deno.test("waits that hold no slot: signals and sleeps through the step", async 
       async () => {
         for (const onTimeout of ["answer", "fail"] as const) {
           const runId = `sig-timeout-${onTimeout}`;
-          const script = scripted([call("wait_for_paid", { max_wait_s: 30 }), done]);
+          const script = scripted([call("wait_for_paid"), done]);
           const deps = w.deps(
-            [waitForSignal("paid", { deadlineMs: 10 * MINUTE, onTimeout })],
+            [waitForSignal("paid", { deadlineMs: 30_000, onTimeout })],
             script.planner,
           );
           assert.equal((await claimAndDrive(deps, runId, "g")).status, "waiting");
@@ -166,7 +166,7 @@ Deno.test("waits that hold no slot: signals and sleeps through the step", async 
           assert.deepEqual(
             (await w.store.reads.getRun(runId))?.wake_at,
             deadline,
-            "the model's shorter wait",
+            "its deadline",
           );
           await w.clock.advance(30_000);
           assert.equal((await claimAndDrive(deps, runId, "g")).status, "done", w.lines.join("\n"));
@@ -206,18 +206,25 @@ Deno.test("waits that hold no slot: signals and sleeps through the step", async 
       assert.deepEqual([effect.status, effect.result], ["confirmed", {
         slept_until: new Date(t0 + 90_000).toISOString(),
       }]);
-      // Until a time, bounded by maxMs; both or neither refused (the model sees why).
-      const bounded = scripted([
-        call("sleep", { until: new Date(t0 + 3 * 86_400_000).toISOString() }),
-        call("sleep", {}),
+      // Until a time the model gives (takes: "until"): slept until then; too far, or no time, refused.
+      const until = sleepTool({ takes: "until", maxMs: 3_600_000 });
+      const at = new Date(w.clock.now().getTime() + 600_000).toISOString();
+      const script2 = scripted([
+        call("sleep", { until: new Date(w.clock.now().getTime() + 2 * 3_600_000).toISOString() }),
+        call("sleep", { until: "tomorrow" }),
+        call("sleep", { until: at }),
         done,
       ]);
-      const nap2 = await claimAndDrive(w.deps([sleepTool()], bounded.planner), "nap-2", "g");
-      assert.equal(nap2.status, "done", JSON.stringify((await w.store.reads.loadHistory("nap-2")).effects));
-      const errors = (await w.store.reads.loadHistory("nap-2")).effects.map((e) => [e.status, e.error]);
-      assert.equal(errors.length, 2);
-      assert.match(errors[0][1] ?? "", /cannot sleep until .*: that is more than 86400000 ms from now/);
-      assert.match(errors[1][1] ?? "", /takes either seconds or until/);
+      const deps2 = w.deps([until], script2.planner);
+      assert.equal((await claimAndDrive(deps2, "nap-2", "g")).status, "waiting");
+      assert.deepEqual((await w.store.reads.getRun("nap-2"))?.wake_at, new Date(at));
+      await w.clock.advance(600_000);
+      assert.equal((await claimAndDrive(deps2, "nap-2", "g")).status, "done");
+      const effects = (await w.store.reads.loadHistory("nap-2")).effects;
+      assert.deepEqual(effects.map((e) => e.status), ["failed", "failed", "confirmed"]);
+      assert.match(effects[0].error ?? "", /cannot sleep until .*: that is more than 3600000 ms from now/);
+      assert.match(effects[1].error ?? "", /cannot sleep until "tomorrow": give a Date or an ISO 8601 time/);
+      assert.deepEqual(effects[2].result, { slept_until: at });
     });
 
     await t.step(
