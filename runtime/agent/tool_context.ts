@@ -70,7 +70,7 @@ export interface ToolContext {
    *   run: async (args, ctx) => {
    *     const got = await ctx.waitForSignal!(`paid-${args.order}`, { deadlineMs: 86_400_000 });
    *     if (got.kind === "waiting") return got.outcome;
-   *     if (got.kind === "timed-out") return { result: { paid: false } };
+   *     if (got.kind === "timed-out") return { result: { paid: false, payment: null } };
    *     return { result: { paid: true, payment: got.signal.payload } };
    *   },
    * });
