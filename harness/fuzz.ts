@@ -68,6 +68,8 @@ import { defineTool, type Tool, ToolRegistry } from "../runtime/agent/tools.ts";
 import { type PlantedDefects, plantInToolContext, type ToolPlantOptions } from "./defects.ts";
 import { SimDb } from "./sim.ts";
 import type { FuzzSignal } from "./fuzz/person.ts";
+
+export type { FuzzSignal };
 import {
   type AgentFactory,
   type ChildAgent,
