@@ -404,3 +404,47 @@ create index if not exists runs_movable on runs (agent, agent_version)
 -- runs it cannot take; `runs` and the page read them to say which version of
 -- a pending run no live worker hosts.
 alter table workers add column if not exists take_keys text[] not null default '{}';
+-- migration 13: signals
+-- A named event sent to a run from outside (client.signal, `deno task
+-- signal`) is a signals row, kept until one of the run's tool calls takes
+-- it: a call that waits for a signal (ctx.waitForSignal, the waitForSignal
+-- tool) takes the oldest of its name no call has taken, recording its own key
+-- in consumed_by, so a re-send under that key gets the same signal and no
+-- signal is taken twice. signal_id is the sender's (a retried send with it is
+-- one signal); seq numbers a run's signals in the order they came, from
+-- runs.signals_sent, which each send bumps in the statement that inserts the
+-- row. A call that found none waits ('waiting', holding no worker): its row
+-- records the name it waits for (wait_signal) and the run's signals_sent it
+-- had seen (signals_seen). The run that sleeps on such calls records their
+-- names (signal_waits) and the epoch it slept at (signal_waits_epoch): a send
+-- of one of those names to the run asleep at that epoch wakes it and marks the
+-- waiting calls due. A send that comes while the call looks is caught by the
+-- count: the statement that lets the run sleep finds signals_sent past what a
+-- waiting call had seen, and wakes it at once.
+alter table runs add column if not exists signals_sent integer not null default 0;
+alter table runs add column if not exists signal_waits text[];
+alter table runs add column if not exists signal_waits_epoch integer;
+alter table side_effects add column if not exists wait_signal text;
+alter table side_effects add column if not exists signals_seen integer;
+
+create table if not exists signals (
+  run_id       text not null references runs (run_id),
+  -- The signal's place among the run's: 1, 2, ... in the order they came.
+  seq          integer not null check (seq >= 1),
+  -- The sender's id for it: a retried send with it is one signal.
+  signal_id    text not null,
+  -- What happened ("payment-received"): a call waits for signals by name.
+  name         text not null,
+  -- What the sender said with it, as JSON; null when it said nothing.
+  payload      jsonb,
+  sent_at      timestamptz not null,
+  -- The key of the tool call that took it, '<run_id>:<seq>'; null while none has.
+  consumed_by  text,
+  consumed_at  timestamptz,
+  primary key (run_id, seq),
+  unique (run_id, signal_id)
+);
+-- A waiting call looks for the oldest signal of its name not yet taken, and a
+-- re-sent call for the one it took.
+create index if not exists signals_unconsumed on signals (run_id, name, seq) where consumed_by is null;
+create index if not exists signals_consumed_by on signals (consumed_by) where consumed_by is not null;

@@ -59,6 +59,8 @@ export type {
   MessageWithAnswer,
   SentMessage,
 } from "./runtime/store/conversations.ts";
+// Signals: named events sent to a run, and a call's take of one.
+export type { SentSignal, SignalRow, Signals, SignalTake } from "./runtime/store/signals.ts";
 export type {
   ConversationOptions,
   ConversationState,

@@ -85,6 +85,7 @@ export {
   type FuzzFailure,
   type FuzzOptions,
   type FuzzReport,
+  type FuzzSignal,
   type ModelFault,
   type PersonAct,
   type Schedule,

@@ -6,7 +6,10 @@
  * kind of outcome a tool returns, by name; how a tool's calls ride out an
  * outage and what becomes of them past it; what a tool's `reconcile` is given
  * and answers; the child runs a tool may start; an agent offered as a tool;
- * and the codes a program names its own failures with.
+ * the waits a call may make holding no worker's slot (a signal sent to its
+ * run, a time: `ctx.waitForSignal`, `ctx.sleepUntil`, `ctx.sleepFor`) and the
+ * two tools built on them, {@link waitForSignal} and {@link sleepTool}; and
+ * the codes a program names its own failures with.
  *
  * `mod.ts` keeps what every agent's author uses: `defineTool`, `ToolContext`,
  * `ToolOutcome` (the union of the outcomes named here), `ToolError`.
@@ -84,6 +87,21 @@ export type {
   ToolRetry,
 } from "./runtime/agent/tools.ts";
 export type { AgentToolOptions } from "./runtime/agent/agent_tool.ts";
+
+// Waits that hold no worker's slot: a signal sent to the run, a time.
+export type {
+  ReceivedSignal,
+  SignalWait,
+  SignalWaitOptions,
+  SleepWait,
+  WaitingOutcome,
+} from "./runtime/agent/tool_context.ts";
+export {
+  sleepTool,
+  type SleepToolOptions,
+  waitForSignal,
+  type WaitForSignalOptions,
+} from "./runtime/signals/wait_tools.ts";
 
 // A program's own error codes, outside ERROR_CODES.
 export { type CodeOf, type OwnCode, ownCode } from "./runtime/base/errors.ts";

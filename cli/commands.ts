@@ -14,6 +14,7 @@
  * deno task reopen   RUN                            # a failed or cancelled run back to pending
  * deno task send     RUN --message TEXT [--message-id ID] [--wait] | --end   # a conversation's next message
  * deno task move     --agent-name A --to V [--from V] [--run RUN]   # runs to another version at their next decision
+ * deno task signal   RUN NAME [--payload JSON] [--id ID]   # a named event, taken by a call that waits for it
  * ```
  *
  * They work on PostgreSQL (`DATABASE_URL`) and on the embedded database under
@@ -338,6 +339,13 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
       if (t.answer !== null) p(...fieldLines("    answer: ", t.answer));
     }
   }
+  const signals = await asCommand(() => ctx.client.reads.signals(runId));
+  for (const sig of signals) {
+    p(`  signal ${sig.seq}  ${formatValue(sig.name)}  id=${formatValue(sig.signalId)}  sent ${
+      iso(sig.sentAt)
+    }  ${sig.takenBy === null ? "not taken yet" : `taken by ${sig.takenBy} at ${iso(sig.takenAt)}`}`);
+    if (sig.payload !== null) p(...fieldLines("    payload: ", JSON.stringify(sig.payload)));
+  }
   let prompt = 0;
   let completion = 0;
   // Every decided call owns a seq (calls.ts): a call not sent yet is shown at its seq too.
@@ -644,6 +652,29 @@ export async function send(
   for (const line of lines) p(line);
 }
 
+/** Sends a run the signal `name` (idempotent by `signalId`) and says whether it woke a call waiting for it. */
+export async function signal(
+  ctx: CommandContext,
+  runId: string,
+  name: string,
+  opts: { payload?: Json; signalId?: string },
+): Promise<void> {
+  const sent = await asCommand(() =>
+    ctx.client.signal(runId, name, opts.payload ?? null, { signalId: opts.signalId })
+  );
+  printer(ctx)(
+    `signalled  run=${runId}  signal=${formatValue(sent.name)}  seq=${sent.seq}  signal_id=${
+      formatValue(sent.signalId)
+    }${
+      sent.duplicate
+        ? "  duplicate=true (sent before: nothing written)"
+        : sent.woken
+        ? "  woken=true (a call was waiting for it)"
+        : "  kept (a call that waits for it takes it)"
+    }`,
+  );
+}
+
 /**
  * Follows a run (`cli/watch.ts`) until it ends or Ctrl-C. Its text goes to
  * the terminal as it arrives when the lines go to the console; otherwise
@@ -812,6 +843,14 @@ A batch that fails is rolled back whole; prune then stops with one line saying w
   --end               close the conversation: at once when it waits, else after its current answer
   Refused (NOT_A_CONVERSATION) for a run whose agent does not converse, (CONVERSATION_ENDED) for one
   closed, idle past its limit, failed or cancelled.`,
+  signal: `usage: deno task signal RUN NAME [--payload JSON] [--id ID]
+  Sends a run a named event (payment-received): kept until one of its calls that waits for NAME takes
+  it (the waitForSignal tool, ctx.waitForSignal), each signal by one call; a call waiting for it now is
+  woken at once. A run that is not closed takes signals.
+  --payload JSON      what the event carries, as JSON (default null)
+  --id ID             the signal's id: the same id sent again is one signal (default: a random one)
+  Refused (RUN_NOT_FOUND) for no such run, (RUN_CLOSED) for one done, failed or cancelled,
+  (SIGNAL_INVALID) for a name, id or payload the runtime refuses.`,
 };
 
 const COMMON =
@@ -855,6 +894,8 @@ const OPTIONS = {
   from: { type: "string" },
   wait: { type: "boolean" },
   end: { type: "boolean" },
+  payload: { type: "string" },
+  id: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -931,6 +972,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
   settle: ["result", "error"],
   send: ["message", "message-id", "wait", "end"],
   move: ["agent-name", "to", "from", "run"],
+  signal: ["payload", "id"],
 };
 
 /** Runs one command (`args[0]`); returns the exit code. */
@@ -969,8 +1011,25 @@ export async function main(
     return 0;
   }
   const [target, ...rest] = parsed.positionals;
+  // `signal RUN NAME` is the one command with two.
+  const signalName = command === "signal" ? rest.shift() : undefined;
   if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune", "move"].includes(command))) {
     return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
+  }
+  let payload: Json | undefined;
+  if (command === "signal") {
+    if (!target || signalName === undefined) return usage("signal needs a run id and a signal name");
+    if (v.payload !== undefined) {
+      try {
+        payload = JSON.parse(v.payload) as Json;
+      } catch {
+        return usage(
+          `--payload must be JSON, e.g. '{"cents":500}' or '"ok"': current value is ${
+            JSON.stringify(v.payload)
+          }`,
+        );
+      }
+    }
   }
   if (command === "deny" && !v.reason) return usage("deny needs --reason TEXT: the model is shown it");
   if (command === "move" && (v["agent-name"] === undefined || v.to === undefined)) {
@@ -1191,6 +1250,9 @@ export async function main(
         break;
       case "send":
         await send(ctx, target, { message: v.message, messageId: v["message-id"], wait: v.wait, end: v.end });
+        break;
+      case "signal":
+        await signal(ctx, target, signalName!, { payload, signalId: v.id });
         break;
       case "cancel":
         await cancel(ctx, target);

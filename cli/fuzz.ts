@@ -15,6 +15,8 @@ import {
   FuzzError,
   jobsAgent,
   mcpAgent,
+  SIGNALS_TARGET_SIGNAL,
+  signalsAgent,
   teamAgent,
 } from "../harness/fuzz.ts";
 import { commandFlags } from "../runtime/settings/config.ts";
@@ -33,9 +35,12 @@ the parent's wait, the children's steps, the wake at a child's close and the par
 With --target mcp it fuzzes the demo's tools served by an MCP server in each process (connected and listed
 by every process, each call sent to the cloud under the key in its _meta), so faults land where the server
 calls the cloud and the client sees an unknown outcome; its create_database needs approval as the demo's.
+With --target signals it fuzzes an agent whose first tool waits for a signal (waitForSignal) beside
+create_server: a person sends the signal where the schedule says (the signal family: before the wait,
+while a call looks, after it, every send under one id) and whenever the run rests waiting for it.
 
 usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,stall] [--max-faults N]
-                      [--parallel 1,2,3] [--target demo|jobs|team|mcp] [--defect name] [--transcript FILE]
+                      [--parallel 1,2,3] [--target demo|jobs|team|mcp|signals] [--defect name] [--transcript FILE]
                       [--keep-going] [--group-commit-ms MS]
 
   --schedules N      schedules to run (default 500)
@@ -45,13 +50,14 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
                      budget (a token ceiling on about half the schedules, with usage faults),
                      approval (a person's acts; the demo's create_database needs approval),
                      outage (the model or the cloud refusing connections for 1 to 30 minutes, on
-                     about a third of the schedules)
+                     about a third of the schedules), signal (the signal sent between statements;
+                     --target signals)
   --max-faults N     faults a schedule may hold (default 4)
   --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
                      3: the demo is one step of three calls)
   --target NAME      the agent fuzzed: demo (default), jobs (calls that wait on their remote), team
-                     (a parent with two child agents; default faults kill,stall,cloud,model,outage) or mcp
-                     (the demo's tools through an MCP server)
+                     (a parent with two child agents; default faults kill,stall,cloud,model,outage), mcp
+                     (the demo's tools through an MCP server) or signals (a wait for a signal)
   --defect NAME      plant a bug (the fuzzer's own tests; repeatable)
   --transcript FILE  write every schedule's transcript to FILE
   --keep-going       keep going after the first violation
@@ -117,13 +123,16 @@ export async function main(args: string[]): Promise<number> {
     }
     defects[d as keyof PlantedDefects] = true;
   }
-  const targets = { demo: demoAgent, jobs: jobsAgent, team: teamAgent, mcp: mcpAgent };
+  const targets = { demo: demoAgent, jobs: jobsAgent, team: teamAgent, mcp: mcpAgent, signals: signalsAgent };
   if (!Object.hasOwn(targets, values.target)) {
-    console.error(`fuzz: --target must be demo, jobs, team or mcp: current value is ${values.target}`);
+    console.error(
+      `fuzz: --target must be demo, jobs, team, mcp or signals: current value is ${values.target}`,
+    );
     return 2;
   }
   const jobs = values.target === "jobs";
   const team = values.target === "team";
+  const signals = values.target === "signals";
   const target = values.target === "demo" ? "" : ` --target ${values.target}`;
   const replay = values.replay;
   const schedules = Number(values.schedules);
@@ -140,7 +149,8 @@ export async function main(args: string[]): Promise<number> {
     seed,
     replay,
     remote: "mock-cloud",
-    approvalTool: jobs || team ? undefined : DEMO_APPROVAL_TOOL,
+    approvalTool: jobs || team || signals ? undefined : DEMO_APPROVAL_TOOL,
+    ...(signals ? { signal: SIGNALS_TARGET_SIGNAL } : {}),
     maxFaults: Number(values["max-faults"]),
     parallel: parallel.map(Number),
     // A budget on the family is the family test's (harness/family_test.ts); the team's schedules draw none.

@@ -8,8 +8,8 @@
  * deno run -A @agent-runtime/agent-runtime/cli run [--agent PATH] ...  # one run in this process (the demo)
  * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
- * deno run -A cli/main.ts submit|runs|inspect|resolve|settle|approve|deny|cancel|reopen|prune|send ...
  * deno run -A cli/main.ts schedule add|list|pause|resume|remove ...
+ * deno run -A cli/main.ts submit|runs|inspect|resolve|settle|approve|deny|cancel|reopen|prune|send|signal ...
  * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
  * deno run -A cli/main.ts migrate|fuzz|compile|crash-matrix|bench ...
  * ```
@@ -53,6 +53,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here
   schedule      start an agent's runs on a schedule: add, list, pause, resume, remove
   move          move runs to another version of their agent at their next decision
   replay-check  which decided steps of the runs a new agent module could not carry (before a deploy, in CI)
+  signal        send a run a named event (RUN NAME [--payload JSON]), taken by a call that waits for it
   migrate       bring the tables up to this program's schema version (every process also does it at start)
   fuzz          crash-fuzz the demo agent under many schedules, checked against the invariants
   compile       build one binary for an agent module (--agent PATH)

@@ -23,8 +23,12 @@
  * call (`CRASH_SEQ` 0, 1, 2) while the step's other calls are in flight; the
  * model points at seq 0 and 3.
  *
+ * With `--signals` it runs the matrix of a run that waits for a signal instead
+ * (`signal_matrix.ts`).
+ *
  * ```sh
  * deno task crash-matrix [--model ai-sdk] [--parallel 3] [--transcript FILE] [--postgres [--database-url URL] [--concurrency 4]]
+ * deno task crash-matrix --signals [--transcript FILE]
  * ```
  *
  * @module
@@ -421,6 +425,9 @@ usage: deno task crash-matrix [--flag value ...]
   --database-url URL         PostgreSQL for --postgres (env DATABASE_URL, then TEST_DATABASE_URL)
   --concurrency N            cases at once with --postgres (default 4)
   --group-commit-ms MS       group commit on in the workers, a write waiting at most MS (default 0: off)
+  --signals                  the matrix of a run that waits for a signal (harness/signal_matrix.ts): every
+                             point on each of its steps, the signal sent before the wait, during it, or
+                             waking it (in-process)
 
 exit codes: 0 every case passed, 1 a case failed, 2 bad arguments`;
 
@@ -435,6 +442,7 @@ export async function main(args: string[]): Promise<number> {
     model: { type: "string", default: "openai" },
     points: { type: "string" },
     "group-commit-ms": { type: "string", default: "0" },
+    signals: { type: "boolean", default: false },
     help: { type: "boolean", short: "h" },
   });
   if ("exit" in flags) return flags.exit;
@@ -489,6 +497,13 @@ export async function main(args: string[]): Promise<number> {
   };
   const databaseUrl = values["database-url"] ?? Deno.env.get("DATABASE_URL") ??
     Deno.env.get("TEST_DATABASE_URL");
+  if (values.signals) {
+    if (values.postgres || points || parallel !== 1 || model !== "openai") {
+      console.error("crash-matrix: --signals takes no --postgres, --points, --parallel or --model");
+      return 2;
+    }
+    return await signalMain(groupCommitMs, values.transcript);
+  }
   if (values.postgres && !databaseUrl) {
     console.error(
       "crash-matrix: --postgres needs a PostgreSQL server: set DATABASE_URL or TEST_DATABASE_URL, or pass --database-url",
@@ -522,6 +537,26 @@ export async function main(args: string[]): Promise<number> {
   if (values.transcript) await Deno.writeTextFile(values.transcript, result.transcript);
   console.log(summaryLine(result));
   return result.failed > 0 ? 1 : 0;
+}
+
+/** `--signals`: the signal matrix (loaded on demand), one row per case and its summary line. */
+async function signalMain(groupCommitMs: number, transcript: string | undefined): Promise<number> {
+  const { formatSignalRow, runSignalMatrix, signalSummaryLine } = await import("./signal_matrix.ts");
+  console.log(`timing  ${ROW_HEADER}`);
+  const db = await SimDb.open({ groupCommitMs });
+  try {
+    const result = await runSignalMatrix(db, { onCase: (r) => console.log(formatSignalRow(r)) });
+    for (const c of result.cases.filter((c) => c.verdict === "failed")) {
+      console.log(
+        `\nFAILED ${c.timing} ${c.point} seq=${c.seq} run=${c.runId}:\n  ${c.problems.join("\n  ")}`,
+      );
+    }
+    if (transcript) await Deno.writeTextFile(transcript, result.transcript);
+    console.log(signalSummaryLine(result));
+    return result.failed > 0 ? 1 : 0;
+  } finally {
+    await db.close();
+  }
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

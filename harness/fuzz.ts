@@ -26,6 +26,13 @@
  *   just before the 9th statement; `deny@wait#1`, `cancel@wait#1`: the first
  *   time the run waits for approval, the person denies or cancels instead of
  *   approving (for an agent with a tool that needs approval).
+ * - `signal@stmt#9`: a person sends the run the signal its agent waits for
+ *   just before the 9th statement (before the wait, while a call looks, or
+ *   after it), every send of a schedule under one id (a second is a
+ *   duplicate); with no process alive, a run resting on a call that waits for
+ *   a signal never sent is sent it (for an agent that waits for one: the
+ *   `signals` target), and one that sleeps past a signal sent and untaken is
+ *   a lost wake-up.
  * - `parallel=3` (first in the list): the mock model answers up to three
  *   calls at once, so the demo is one step of three calls sent concurrently
  *   and the faults above land inside it (a kill with one call confirmed and
@@ -60,6 +67,9 @@ import type { FetchLike } from "../runtime/model/planner.ts";
 import { defineTool, type Tool, ToolRegistry } from "../runtime/agent/tools.ts";
 import { type PlantedDefects, plantInToolContext, type ToolPlantOptions } from "./defects.ts";
 import { SimDb } from "./sim.ts";
+import type { FuzzSignal } from "./fuzz/person.ts";
+
+export type { FuzzSignal };
 import {
   type AgentFactory,
   type ChildAgent,
@@ -96,6 +106,7 @@ export type { AgentFactory, ScheduleResult } from "./fuzz/run.ts";
 export { DEMO_APPROVAL_TOOL, demoAgent } from "./fuzz/demo_target.ts";
 export { JOB_TARGET_DURATIONS_MS, jobsAgent } from "./fuzz/jobs_target.ts";
 export { teamAgent } from "./fuzz/team_target.ts";
+export { SIGNALS_TARGET_SIGNAL, signalsAgent } from "./fuzz/signals_target.ts";
 export { mcpAgent } from "./fuzz/mcp_target.ts";
 
 /** Options of {@link fuzz}. */
@@ -136,6 +147,13 @@ export interface FuzzOptions {
    * for a person adds the `approval` family to the default draw.
    */
   approvalTool?: string;
+  /**
+   * The signal the agent waits for (a `waitForSignal` tool of it): a person
+   * sends it whenever the run rests waiting for it, and the `signal` family
+   * sends it between statements (before the wait, during it, after it), every
+   * send under one id.
+   */
+  signal?: FuzzSignal;
   /** What answers the tools: a fresh `FakeRemote` (fake_remote.ts) per schedule (default) or the demo's mock cloud. */
   remote?: "fake" | "mock-cloud";
   /** Goal of each run. Default: the agent's default input, else a generic goal. */
@@ -274,6 +292,7 @@ async function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Promise<
     goal,
     defects: opts.defects,
     approvalTool: opts.approvalTool,
+    ...(opts.signal ? { signal: opts.signal } : {}),
     registry: new ToolRegistry(wrap(probeTools, {})),
     clean: new Map(),
     ...(children.size > 0 ? { children } : {}),
@@ -299,7 +318,16 @@ function approvalFamilies(
         `give a tool 'approval', or name one in 'approvalTool'`,
     );
   }
-  return requested ?? FAULT_FAMILIES.filter((f) => f !== "approval" || asks);
+  if (requested?.includes("signal") && !target.signal) {
+    throw new FuzzError(
+      "FUZZ_OPTION_INVALID",
+      `Cannot fuzz with the 'signal' family as agent ${target.agent.name} waits for no signal: give 'signal'`,
+    );
+  }
+  return requested ??
+    FAULT_FAMILIES.filter((f) =>
+      (f !== "approval" || asks) && (f !== "signal" || target.signal !== undefined)
+    );
 }
 
 /**

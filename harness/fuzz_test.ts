@@ -16,6 +16,8 @@ import {
   FuzzError,
   jobsAgent,
   mcpAgent,
+  SIGNALS_TARGET_SIGNAL,
+  signalsAgent,
   teamAgent,
 } from "./fuzz.ts";
 import { checkPolls } from "./fuzz/check.ts";
@@ -130,6 +132,30 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         assert.match(hit, / fired at stmt#\d+ wait \(/);
         assert.match(hit, / fired at cloud#\d+ \/v1\/jobs \(/);
         for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 15, JSON.stringify(report.parallel));
+      },
+    );
+
+    await t.step(
+      "a wait for a signal: 30 schedules of the signals target find no violation, the signal sent before, during and after the wait",
+      async () => {
+        const report = await fuzz(signalsAgent, {
+          db,
+          seed: 36,
+          schedules: 30,
+          remote: "mock-cloud",
+          signal: SIGNALS_TARGET_SIGNAL,
+          faults: ["kill", "stall", "signal"],
+          transcript: true,
+        });
+        assert.deepEqual(report.failures.map((f) => f.text), []);
+        const hit = report.transcript!.join("\n");
+        // The person sends the signal at rest (the run waits for it) and between statements, every send
+        // after the first a duplicate; the signal is taken under the wait's key, again after a crash.
+        assert.match(hit, /~~~ person: signal approved approval-1: seq=1 woken/);
+        assert.match(hit, /~~~ person: signal approved approval-1: seq=1 duplicate/);
+        assert.match(hit, /~~~ fault signal@stmt#\d+ fired at /);
+        assert.match(hit, / event=signal-taken .* again=true/);
+        assert.ok((report.kinds["signal@stmt"] ?? 0) >= 5, JSON.stringify(report.kinds));
       },
     );
 

@@ -74,7 +74,9 @@ export function checkInvariants(
  * run its budget stopped (`failed` with `BUDGET_EXCEEDED`) passes as a clean
  * run's beginning: fewer steps, the last maybe still at intent, no done-step.
  * A call whose key is in `denied` (a person said no) must instead be `failed`,
- * never sent, with no effect at the remote.
+ * never sent, with no effect at the remote. A call of a tool in `local` acts
+ * on no remote (it waits for a signal or a time): it must be confirmed, and
+ * no remote effect is looked for under its key.
  */
 export function checkShape(
   final: RunSnapshot,
@@ -86,6 +88,7 @@ export function checkShape(
     tools?: string[];
     budgetStop?: boolean;
     denied?: ReadonlySet<string>;
+    local?: ReadonlySet<string>;
   },
 ): string[] {
   const problems: string[] = [];
@@ -162,6 +165,7 @@ export function checkShape(
       continue;
     }
     if (e.status !== "confirmed") problems.push(`tool call ${key} is ${e.status}, expected confirmed`);
+    if (opts.local?.has(e.tool)) continue;
     const resource = final.created.find((r) => r.key === key);
     if (!resource) problems.push(`the cloud holds no resource under ${key}`);
     else if (resource.kind === "job") {

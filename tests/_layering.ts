@@ -151,10 +151,12 @@ export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
   // Runs that start runs, and runs that converse: each a concern a step calls into.
   families: ["base", "model", "store", "agent", "run"],
   conversations: ["base", "model", "store", "agent", "run"],
+  // Calls that wait for a signal sent to their run, or for a time, holding no slot: a concern send.ts calls into.
+  signals: ["base", "model", "store", "agent", "run"],
   // One step: decide (the model call), act and send (the tool calls), recovery, reconcile, history.
-  step: ["base", "model", "store", "agent", "run", "families", "conversations"],
+  step: ["base", "model", "store", "agent", "run", "families", "conversations", "signals"],
   // Processes: the worker host, leases, the single run's driver.
-  host: ["base", "model", "store", "agent", "run", "families", "conversations", "step"],
+  host: ["base", "model", "store", "agent", "run", "families", "conversations", "signals", "step"],
   // MCP servers' tools as an agent's tools.
   mcp: ["base", "model", "agent"],
   // Schedules: cron and intervals in a time zone, one tick's plan, the ticker that starts their runs.

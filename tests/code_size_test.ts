@@ -36,7 +36,7 @@ const LONG_FUNCTIONS: Record<string, { lines: number; why: string }> = {
 /** `file` → its length in lines now, and why it is long. */
 const LONG_FILES: Record<string, { lines: number; why: string }> = {
   "runtime/store/run_writes.ts": {
-    lines: 962,
+    lines: 921,
     why: "every write of a run, each statement's SQL beside its caller",
   },
   "runtime/model/_ai_sdk_wire.ts": { lines: 651, why: "the AI SDK's wire format both ways" },

@@ -214,6 +214,12 @@ const SENTENCES: { file: string; says: RegExp; value: number }[] = [
   },
   { file: "runtime/host/host.ts", says: /\(`POLL_S`, (\d+) s\)/g, value: DEFAULTS.pollMs / 1000 },
   {
+    file: "docs/signals.md",
+    says: /`deadlineMs` \(default (\d+) ms, a day\)/g,
+    value: DEFAULTS.signalWaitDeadlineMs,
+  },
+  { file: "docs/signals.md", says: /`maxMs`, default (\d+) ms,/g, value: DEFAULTS.sleepMaxMs },
+  {
     file: "runtime/host/host.ts",
     says: /`groupCommitMs` \((\d+)\), as the commands'/g,
     value: DEFAULTS.groupCommitMs,

@@ -1,7 +1,9 @@
 /**
- * The person at the run (the `approval` family of faults): answers its
- * approval requests, cancels and reopens it where the schedule says, and
- * checks the invariants of approvals as the run goes.
+ * The person at the run (the `approval` and `signal` families of faults):
+ * answers its approval requests, cancels and reopens it where the schedule
+ * says, sends it the signal its target waits for (where the schedule says,
+ * and whenever the run rests waiting for it), and checks the invariants of
+ * approvals and signals as the run goes.
  *
  * @module
  */
@@ -11,8 +13,21 @@ import { ClientError } from "../../runtime/base/errors.ts";
 import { argsHash } from "../../runtime/step/approvals.ts";
 import type { ApprovalRow, RunStatus, SideEffectRow } from "../../runtime/store/store.ts";
 import type { Json, ToolRegistry } from "../../runtime/agent/tools.ts";
+import type { RunRow } from "../../runtime/store/store.ts";
 import type { RunSnapshot, SimWorld } from "../sim.ts";
 import type { Fault, PersonAct } from "./schedule.ts";
+
+/** The signal a fuzz target waits for: the tool that waits, the signal's name, and what every send carries. */
+export interface FuzzSignal {
+  /** The tool whose calls wait for it (`waitForSignal`). */
+  tool: string;
+  /** The signal's name. */
+  name: string;
+  /** The id every send uses: a send after the first is a duplicate. */
+  id: string;
+  /** What it carries. */
+  payload: Json;
+}
 
 /** What the person needs of the schedule being run. */
 export interface PersonRun {
@@ -44,11 +59,20 @@ export class Person {
   readonly #runId: string;
   readonly #tools: ToolRegistry;
   readonly #checkSends: boolean;
+  readonly #signal?: FuzzSignal;
 
   constructor(
-    opts: { run: PersonRun; world: SimWorld; runId: string; tools: ToolRegistry; checkSends: boolean },
+    opts: {
+      run: PersonRun;
+      world: SimWorld;
+      runId: string;
+      tools: ToolRegistry;
+      checkSends: boolean;
+      signal?: FuzzSignal;
+    },
   ) {
     this.#run = opts.run;
+    this.#signal = opts.signal;
     this.#world = opts.world;
     this.#client = new Client(opts.world.observer, opts.world.clock);
     this.#runId = opts.runId;
@@ -62,9 +86,37 @@ export class Person {
     if (f?.kind === "person") this.#world.note(`~~~ person: ${await this.#act(f.act)}`);
   }
 
-  /** True when the run has an approval request nobody has answered. */
+  /** True when the run has an approval request nobody has answered, or a call waits for a signal never sent. */
   async asks(): Promise<boolean> {
+    if (this.#signal && (await this.#signalState()).unsent) return true;
     return (await this.#world.observer.reads.listApprovals(this.#runId)).some((r) => r.status === "pending");
+  }
+
+  /** Whether a call of the run waits for the target's signal, and whether it was ever sent (and is untaken). */
+  async #signalState(): Promise<{ unsent: boolean; untaken: boolean }> {
+    const signal = this.#signal!;
+    const { effects } = await this.#world.observer.reads.loadHistory(this.#runId);
+    const waits = effects.some((e) => e.status === "waiting" && e.wait_signal === signal.name);
+    const sent = await this.#world.observer.signals.get(this.#runId, signal.id);
+    return { unsent: waits && !sent, untaken: waits && sent !== undefined && sent.consumed_by === null };
+  }
+
+  /**
+   * Before the run is let sleep until `row.wake_at`: a call that waits for a
+   * signal that is there and taken by none must not sleep past now (it would
+   * wait for a send that came already: a lost wake-up).
+   */
+  async checkWoken(row: RunRow): Promise<void> {
+    if (!this.#signal || !row.wake_at || new Date(row.wake_at) <= this.#world.clock.now()) return;
+    const { untaken } = await this.#signalState();
+    if (untaken) {
+      this.#run.problems.push(
+        `run ${this.#runId} sleeps until ${
+          new Date(row.wake_at).toISOString()
+        } with a call waiting for signal ` +
+          `${this.#signal.name}, which was sent and is taken by none: a lost wake-up`,
+      );
+    }
   }
 
   /**
@@ -77,6 +129,11 @@ export class Person {
       return true;
     }
     if (status !== "waiting") return false;
+    // A call waits for the signal, and none was ever sent: the person sends it (the wait's `during`).
+    if (this.#signal && (await this.#signalState()).unsent) {
+      this.#world.note(`~~~ person: ${await this.#act("signal")}`);
+      return true;
+    }
     const requests = await this.#world.observer.reads.listApprovals(this.#runId);
     if (!requests.some((r) => r.status === "pending")) {
       this.#run.problems.push(
@@ -101,6 +158,14 @@ export class Person {
         return `cancel: run ${(await this.#client.operators.cancel(runId, { by: "person" })).status}`;
       }
       if (act === "reopen") return `reopen: run ${(await this.#client.operators.reopen(runId)).status}`;
+      if (act === "signal") {
+        const s = this.#signal;
+        if (!s) return "signal: the target waits for none";
+        const sent = await this.#client.signal(runId, s.name, s.payload, { signalId: s.id });
+        return `signal ${s.name} ${s.id}: seq=${sent.seq}${sent.duplicate ? " duplicate" : ""}${
+          sent.woken ? " woken" : ""
+        }`;
+      }
       const requests = await this.#world.observer.reads.listApprovals(runId);
       const request = requests.find((r) => r.status === "pending") ?? requests.at(-1);
       if (!request) return `${act}: no request yet`;
@@ -129,6 +194,33 @@ export class Person {
     return request.args_hash === await argsHash(e.args) ? request.status : "a request for other arguments";
   }
 
+  /**
+   * After the run: one signal (every send under one id), taken at most by one
+   * call of the waiting tool; a call that answered with a signal holds that
+   * one, under its own key, with what it carried.
+   */
+  async #checkSignals(final: RunSnapshot): Promise<void> {
+    const s = this.#signal!;
+    const signals = await this.#world.observer.signals.list(this.#runId);
+    const problem = (what: string) =>
+      this.#run.problems.push(`signal ${s.id} of run ${this.#runId}: ${what}`);
+    if (signals.length > 1) problem(`${signals.length} signals stored for one id`);
+    const taken = signals[0]?.consumed_by ?? null;
+    const waits = final.effects.filter((e) => e.tool === s.tool);
+    if (taken !== null && !waits.some((e) => e.idempotency_key === taken)) {
+      problem(`taken by ${taken}, which is no call of ${s.tool}`);
+    }
+    for (const e of waits.filter((e) => e.status === "confirmed")) {
+      const got = e.result as { signal_id?: unknown; payload?: unknown; timed_out?: unknown } | null;
+      if (got?.timed_out === true) continue;
+      if (got?.signal_id !== s.id || JSON.stringify(got.payload) !== JSON.stringify(s.payload)) {
+        problem(`call ${e.idempotency_key} answered ${JSON.stringify(e.result)}`);
+      } else if (taken !== e.idempotency_key) {
+        problem(`call ${e.idempotency_key} answered with it, but it is taken by ${taken ?? "none"}`);
+      }
+    }
+  }
+
   /** As a tool request goes out: if its call needs approval, it must hold one for its exact arguments. */
   async checkSend(req: Request, proc: string): Promise<void> {
     if (!this.#checkSends) return;
@@ -149,6 +241,7 @@ export class Person {
    * keys a person denied (their calls end `failed`, never sent).
    */
   async afterRun(final: RunSnapshot): Promise<Set<string>> {
+    if (this.#signal) await this.#checkSignals(final);
     const requests = await this.#world.observer.reads.listApprovals(this.#runId);
     const denied = new Set<string>();
     for (const e of final.effects.filter((e) => this.#needsApproval(e))) {

@@ -34,6 +34,8 @@ export type Position =
   | "read-run"
   | "approval-request"
   | "approval-read"
+  /** A call's look for a signal sent to its run (it takes one, or records what it waits for). */
+  | "signal-take"
   /** One statement carrying the writes of several runs, or of one run's parallel calls (group commit). */
   | "group-write"
   | "other"
@@ -81,6 +83,11 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "read-messages": "other",
   "list-answers": "other",
   "memo-intent": "journal-intent",
+  // A signal sent from outside; a call's look for one, a fenced write of the call's worker inside its request.
+  "send-signal": "other",
+  "take-signal": "signal-take",
+  "list-signals": "other",
+  "read-signal": "other",
   "memo-confirm": "journal-confirm",
   // A family member's close is its finish (with its parent woken and its descendants cancelled).
   "finish-family-run": "finish",

@@ -37,7 +37,7 @@ import {
 } from "./check.ts";
 import { statementName } from "../../runtime/store/statements.ts";
 import type { GroupedWrite } from "../../runtime/store/group_commit.ts";
-import { Person } from "./person.ts";
+import { type FuzzSignal, Person } from "./person.ts";
 import { isWrite, type Position, positionOf } from "./positions.ts";
 import {
   type CleanRun,
@@ -117,6 +117,8 @@ export interface Target {
   clean: Map<number, TargetClean>;
   /** The tool the fuzzer made need approval, if any. */
   approvalTool?: string;
+  /** The signal the agent waits for, if it does: the person sends it (the `signal` family). */
+  signal?: FuzzSignal;
   /** The tools as the fuzzer runs them, to check calls against (their schemas, whether they need approval). */
   registry: ToolRegistry;
   /**
@@ -609,9 +611,9 @@ export async function runSchedule(
   // rows that slow every statement down; a truncate every 64 schedules keeps the tables small.
   await db.exec(
     ++counter.runs % 64 === 0
-      ? "truncate runs, journal, side_effects, workers, approvals, messages, memos"
+      ? "truncate runs, journal, side_effects, workers, approvals, messages, memos, signals"
       : "delete from approvals; delete from side_effects; delete from journal; delete from messages; " +
-        "delete from memos; delete from runs; delete from workers",
+        "delete from memos; delete from signals; delete from runs; delete from workers",
   );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
   const parallel = schedule.parallel ?? 1;
@@ -644,6 +646,7 @@ export async function runSchedule(
     // Tool requests are checked as they go out once the run is known to ask for approval.
     checkSends: target.approvalTool !== undefined ||
       [...target.clean.values()].some((c) => (c.waits ?? 0) > 0),
+    signal: target.signal,
   });
   world.note(`=== schedule ${encodeSchedule(schedule)} run=${runId}`);
   const settle = () => turns.next();
@@ -675,6 +678,7 @@ export async function runSchedule(
       // first call is due, and a new worker takes it up, as a worker host's take would. A person's
       // request pending beside it is answered first.
       if (status === "waiting" && row?.wake_at && !(await run.person.asks())) {
+        await run.person.checkWoken(row);
         const dueInMs = new Date(row.wake_at).getTime() - world.clock.now().getTime();
         if (run.procs.length >= MAX_INCARNATIONS) {
           run.problems.push(`the run was still asleep on its remotes after ${MAX_INCARNATIONS} incarnations`);
@@ -751,6 +755,7 @@ export async function runSchedule(
         tools: clean?.tools,
         budgetStop: schedule.budget !== undefined,
         denied,
+        local: target.signal ? new Set([target.signal.tool]) : undefined,
       }),
       ...checkModelSpend(final, run.spend),
       ...checkBudget(final, schedule.budget, run.answers),

@@ -31,9 +31,12 @@ export const MODEL_FAULTS: readonly ModelFault[] = ["5xx", "timeout", ...MODEL_F
 export type UsageFault = "none" | "negative" | "oversized";
 /** Every {@link UsageFault}. */
 export const USAGE_FAULTS: readonly UsageFault[] = ["none", "negative", "oversized"];
-/** What a person does to a run: answers its approval request, cancels it, or reopens it. */
-export type PersonAct = "approve" | "deny" | "cancel" | "reopen";
-/** Every {@link PersonAct}. */
+/**
+ * What a person does to a run: answers its approval request, cancels it, reopens it, or (`signal`)
+ * sends it the signal its target waits for, under the one id every send of a schedule uses.
+ */
+export type PersonAct = "approve" | "deny" | "cancel" | "reopen" | "signal";
+/** Every {@link PersonAct} of the `approval` family (a signal is the `signal` family's). */
 export const PERSON_ACTS: readonly PersonAct[] = ["approve", "deny", "cancel", "reopen"];
 
 /** One fault of a schedule, aimed at a position counted across all its processes (from 1). */
@@ -54,9 +57,10 @@ export type Fault =
 /**
  * The families of faults a fuzz may draw from (`budget`: a ceiling on the run,
  * and usage faults; `approval`: a person's acts, for an agent with a tool that
- * needs approval).
+ * needs approval; `signal`: the signal sent between two statements, before,
+ * during or after the wait, for an agent that waits for one).
  */
-export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget" | "approval" | "outage";
+export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget" | "approval" | "outage" | "signal";
 /** Every {@link FaultFamily}. */
 export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "kill",
@@ -66,6 +70,7 @@ export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "budget",
   "approval",
   "outage",
+  "signal",
 ];
 
 /** A schedule's budget: a token ceiling with each answer's cap, and maybe a ceiling on model requests. */
@@ -188,7 +193,7 @@ export function decodeSchedule(text: string): Schedule {
       faults.push({ kind: "usage", n: Number(m[1]), fault: m[2] as UsageFault });
     } else if (budget === undefined && faults.length === 0 && (budget = decodeBudget(part)) !== undefined) {
       // The budget, first in the list.
-    } else if ((m = part.match(/^(approve|deny|cancel|reopen)@(stmt|wait)#(\d+)$/))) {
+    } else if ((m = part.match(/^(approve|deny|cancel|reopen|signal)@(stmt|wait)#(\d+)$/))) {
       faults.push({ kind: "person", act: m[1] as PersonAct, at: m[2] as "stmt" | "wait", n: Number(m[3]) });
     } else {
       throw bad(`the fault ${JSON.stringify(part)} is not one the fuzzer knows`);
@@ -249,6 +254,8 @@ export function drawSchedule(
       f = { kind: "cloud", n: upTo(Math.ceil(clean.cloud * 1.5)), fault: pick(CLOUD_FAULTS) };
     } else if (family === "approval") {
       f = drawPersonAct(random, clean);
+    } else if (family === "signal") {
+      f = { kind: "person", act: "signal", at: "stmt", n: upTo(Math.ceil(clean.stmts * 1.5)) };
     } else {
       f = { kind: "model", n: upTo(Math.ceil(clean.model * 1.5)), fault: pick(MODEL_FAULTS) };
     }

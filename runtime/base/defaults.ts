@@ -50,4 +50,8 @@ export const DEFAULTS = {
   scheduleGraceMs: 60_000,
   /** How long a ticker waits at most before it reads the schedules again (one created elsewhere is seen by then), in ms. */
   scheduleCheckMs: 10_000,
+  /** `waitForSignal`'s `deadlineMs`: how long one of its calls waits for the signal, in ms (a day). */
+  signalWaitDeadlineMs: 86_400_000,
+  /** `sleepTool`'s `maxMs`: the longest one of its calls may sleep, in ms (a day). */
+  sleepMaxMs: 86_400_000,
 } as const;

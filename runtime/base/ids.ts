@@ -20,9 +20,9 @@
  * Anything that passes is stored as given, character for character: no
  * trimming, no normalization (`é` and `e` with a combining accent are two
  * ids). Format characters (bidi marks, zero-width joiners) pass; the display
- * rule (display.ts) shows them as escapes. Run ids and keys have a narrower
- * shape on top ({@link RUN_ID_PATTERN}, {@link KEY_PATTERN}), which the rule
- * implies. A leaf: it imports nothing.
+ * rule (display.ts) shows them as escapes. Run ids, keys and signal names
+ * have a narrower shape on top ({@link RUN_ID_PATTERN}, {@link KEY_PATTERN},
+ * {@link SIGNAL_NAME_PATTERN}), which the rule implies. A leaf: it imports nothing.
  *
  * @example
  * ```ts
@@ -58,6 +58,22 @@ export const KEY_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}:(?:0|[1-9]
 
 /** {@link KEY_PATTERN} in words, for a refusal. */
 export const KEY_SHAPE = "<run id>:<seq>, such as demo:0 ('deno task inspect RUN' shows a run's keys)";
+
+/**
+ * A signal's name (`payment-received`, `ci.finished`): a letter or digit, then
+ * up to 127 letters, digits, `.`, `_`, `-` or `:`. A call waits for signals
+ * by name, so a name is plain text a person types the same way twice.
+ */
+export const SIGNAL_NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/** {@link SIGNAL_NAME_PATTERN} in words, for a refusal. */
+export const SIGNAL_NAME_SHAPE =
+  "1-128 characters of letters, digits, '.', '_', '-' or ':', starting with a letter or digit";
+
+/** True for a signal's name ({@link SIGNAL_NAME_PATTERN}); such a text passes {@link idProblem} too. */
+export function isSignalName(value: unknown): value is string {
+  return typeof value === "string" && SIGNAL_NAME_PATTERN.test(value);
+}
 
 /** {@link idProblem}'s rule in words, for a refusal. */
 export const ID_RULE =

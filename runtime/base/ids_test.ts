@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { ID_CHARS_MAX, idProblem, isKey, isRunId } from "./ids.ts";
+import { ID_CHARS_MAX, idProblem, isKey, isRunId, isSignalName } from "./ids.ts";
 
 Deno.test("the identifier rule takes well-formed text of any script as it is", async (t) => {
   const taken: [string, string][] = [
@@ -46,7 +46,7 @@ Deno.test("the identifier rule refuses what the database refuses or changes, con
   }
 });
 
-Deno.test("run ids and keys have their narrower shapes, which the rule implies", async (t) => {
+Deno.test("run ids, keys and signal names have their narrower shapes, which the rule implies", async (t) => {
   await t.step("run ids", () => {
     for (const id of ["a", "demo-1", "A.b_c-9", "nightly@20261206T090000Z", "x".repeat(64)]) {
       assert.ok(isRunId(id), id);
@@ -65,8 +65,16 @@ Deno.test("run ids and keys have their narrower shapes, which the rule implies",
       assert.ok(!isKey(key), JSON.stringify(key));
     }
   });
-  await t.step("anything either shape takes passes the rule", () => {
-    for (const id of ["demo-1", "x".repeat(64), `${"x".repeat(64)}:2147483647`]) {
+  await t.step("signal names", () => {
+    for (const name of ["paid", "payment-received", "ci.finished", "Order:42_done", "x".repeat(128)]) {
+      assert.ok(isSignalName(name), name);
+    }
+    for (const name of ["", "-paid", "paid now", "x".repeat(129), "a\u0000b", "pay\u00e9", "a/b", 7]) {
+      assert.ok(!isSignalName(name), JSON.stringify(name));
+    }
+  });
+  await t.step("anything a shape takes passes the rule", () => {
+    for (const id of ["demo-1", "x".repeat(64), `${"x".repeat(64)}:2147483647`, "ci.finished:x".repeat(9)]) {
       assert.equal(idProblem(id), undefined);
     }
   });

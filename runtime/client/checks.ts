@@ -7,7 +7,17 @@
  */
 
 import { ClientError, describeValue, type ErrorCode } from "../base/errors.ts";
-import { ID_RULE, idProblem, isKey, isRunId, KEY_SHAPE, RUN_ID_SHAPE } from "../base/ids.ts";
+import {
+  ID_RULE,
+  idProblem,
+  isKey,
+  isRunId,
+  isSignalName,
+  KEY_SHAPE,
+  RUN_ID_SHAPE,
+  SIGNAL_NAME_SHAPE,
+} from "../base/ids.ts";
+import { toStorable } from "../base/storable.ts";
 import {
   type CallSettlement,
   type EffectResolution,
@@ -20,7 +30,7 @@ import type { Json } from "../agent/tools.ts";
 import { NAME_PATTERN } from "../agent/agent.ts";
 import { VERSION_PATTERN } from "../agent/version.ts";
 import type { Resolution, RunInfo, Settlement } from "./shapes.ts";
-import { LIST_LIMIT_MAX } from "./shapes.ts";
+import { LIST_LIMIT_MAX, SIGNAL_PAYLOAD_BYTES_MAX } from "./shapes.ts";
 
 export function readEnv(): Record<string, string | undefined> {
   try {
@@ -164,6 +174,45 @@ export function checkBy(by: string | undefined): string {
   const name = by ?? "client";
   checkId("name of who acts ('by')", name, "ID_INVALID");
   return name;
+}
+
+/**
+ * A signal's name, id and payload, checked (`SIGNAL_INVALID`): a name of the
+ * signal names' shape, an id by the identifier rule, a payload that is JSON
+ * the database stores as it is, at most {@link SIGNAL_PAYLOAD_BYTES_MAX}
+ * bytes. Returns the payload as it will read back.
+ */
+export function checkSignal(name: unknown, signalId: unknown, payload: unknown): Json {
+  if (!isSignalName(name)) {
+    throw new ClientError(
+      "SIGNAL_INVALID",
+      `A signal's name is ${SIGNAL_NAME_SHAPE}: current value is ${describeValue(name)}`,
+    );
+  }
+  const reason = idProblem(signalId);
+  if (reason !== undefined) {
+    throw new ClientError(
+      "SIGNAL_INVALID",
+      `The signal id ${describeValue(signalId)} is refused: ${reason}. An identifier is ${ID_RULE}`,
+    );
+  }
+  const stored = toStorable(payload);
+  if (!stored.ok) {
+    throw new ClientError(
+      "SIGNAL_INVALID",
+      `Signal ${name}'s payload cannot be stored: it holds ${stored.reason}; send JSON (strings without ` +
+        `lone surrogates or NUL, finite numbers)`,
+    );
+  }
+  const bytes = new TextEncoder().encode(stored.json).length;
+  if (bytes > SIGNAL_PAYLOAD_BYTES_MAX) {
+    throw new ClientError(
+      "SIGNAL_INVALID",
+      `Signal ${name}'s payload is ${bytes} bytes of JSON, more than ${SIGNAL_PAYLOAD_BYTES_MAX}: send a ` +
+        `reference to it (a URL, an id) instead`,
+    );
+  }
+  return stored.value;
 }
 
 export function notFound(runId: string): ClientError {

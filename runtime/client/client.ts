@@ -27,8 +27,14 @@ import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import type { StreamEvent } from "../run/stream.ts";
 import { type WatchOptions, watchRun } from "./watch.ts";
-import { type ConnectOptions, type RunCallOptions, type RunInfo, SETTLED_STATUSES } from "./shapes.ts";
-import { checkRunId, info, notFound, readEnv } from "./checks.ts";
+import {
+  type ConnectOptions,
+  type RunCallOptions,
+  type RunInfo,
+  SETTLED_STATUSES,
+  type SignalResult,
+} from "./shapes.ts";
+import { checkRunId, checkSignal, info, notFound, readEnv } from "./checks.ts";
 import { OperatorClient } from "./operator_client.ts";
 import { ReadClient } from "./read_client.ts";
 import { ConversationClient } from "./conversation_client.ts";
@@ -117,6 +123,52 @@ export class Client {
     }
     this.#wakeHosts();
     return info(run);
+  }
+
+  /**
+   * Sends the run `runId` the signal `name` (`payment-received`), with
+   * `payload` (JSON, at most `SIGNAL_PAYLOAD_BYTES_MAX`, 1 000 000 bytes;
+   * default null): kept until one of the run's calls that waits for that name takes
+   * it, each signal by one call, whether a call waits for it now or only
+   * later. A call waiting for it is woken at once. A send with the
+   * `signalId` of an earlier one (default: a random id) is that signal:
+   * nothing is written and the answer says `duplicate`. A run not closed
+   * takes signals (pending, running, waiting, blocked). Throws
+   * `RUN_NOT_FOUND`, `RUN_CLOSED`, `BAD_RUN_ID`, `SIGNAL_INVALID` (a name,
+   * an id or a payload the runtime refuses).
+   */
+  async signal(
+    runId: string,
+    name: string,
+    payload: unknown = null,
+    opts: { signalId?: string } = {},
+  ): Promise<SignalResult> {
+    checkRunId(runId);
+    const signalId = opts.signalId ?? crypto.randomUUID();
+    const checked = checkSignal(name, signalId, payload);
+    const sent = await this.store.signals.send({ runId, name, signalId, payload: checked }, this.clock.now());
+    if (!sent) {
+      const run = await this.store.reads.getRun(runId);
+      if (!run) throw notFound(runId);
+      throw new ClientError(
+        "RUN_CLOSED",
+        `Cannot send signal ${name} to run ${runId}: it is ${run.status}${
+          run.error ? ` (${run.error})` : ""
+        }, ` +
+          `and a closed run takes no signal`,
+      );
+    }
+    if (sent.woken) this.#wakeHosts();
+    const { signal } = sent;
+    return {
+      runId,
+      name: signal.name,
+      signalId,
+      seq: signal.seq,
+      sentAt: new Date(signal.sent_at),
+      duplicate: sent.duplicate,
+      woken: sent.woken,
+    };
   }
 
   /**

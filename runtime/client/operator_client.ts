@@ -372,6 +372,7 @@ export class OperatorClient {
       approvals: 0,
       messages: 0,
       memos: 0,
+      signals: 0,
       batches: 0,
     };
     if (opts.dryRun) {
@@ -400,6 +401,7 @@ export class OperatorClient {
       out.approvals += batch.approvals;
       out.messages += batch.messages;
       out.memos += batch.memos;
+      out.signals += batch.signals;
       out.batches++;
       if (batch.runs.length < batchSize) break;
     }

@@ -1,8 +1,8 @@
 /**
  * What the page and the commands read of runs: a page of runs with its
  * counts, the agents live workers host, one run's whole record, its child
- * runs, a range of its steps with long values clipped, and a clipped value
- * whole. `deno task runs` and `inspect`, and the page (`ui/server.ts`), are
+ * runs, the signals sent to it, a range of its steps with long values
+ * clipped, and a clipped value whole. `deno task runs` and `inspect`, and the page (`ui/server.ts`), are
  * thin wrappers over it. Reached as `client.reads`. Nothing here writes.
  *
  * @module
@@ -24,7 +24,7 @@ import {
   type WholeValueField,
 } from "../store/overview.ts";
 import type { RunFilter, RunRow, RunStatus, RunSummary, Store } from "../store/store.ts";
-import type { RunInfo, RunRecord, RunTimeline, StepRange } from "./shapes.ts";
+import type { RunInfo, RunRecord, RunTimeline, SignalInfo, StepRange } from "./shapes.ts";
 import { checkListFilter, checkRunId, notFound } from "./checks.ts";
 
 /**
@@ -149,6 +149,25 @@ export class ReadClient {
       status: c.status,
       parentKey: c.parent_key,
       error: c.error,
+    }));
+  }
+
+  /**
+   * The signals sent to `runId` (`client.signal`), in the order they came,
+   * each with the call that took it, if one has: up to `limit` (default
+   * 1 000) after `afterSeq` (default 0). Throws `BAD_RUN_ID`.
+   */
+  async signals(runId: string, opts: { afterSeq?: number; limit?: number } = {}): Promise<SignalInfo[]> {
+    checkRunId(runId);
+    const rows = await this.#store.signals.list(runId, opts);
+    return rows.map((s) => ({
+      seq: s.seq,
+      name: s.name,
+      signalId: s.signal_id,
+      payload: s.payload,
+      sentAt: new Date(s.sent_at),
+      takenBy: s.consumed_by,
+      takenAt: s.consumed_at ? new Date(s.consumed_at) : null,
     }));
   }
 

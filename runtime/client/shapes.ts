@@ -134,6 +134,45 @@ export interface SendResult {
   duplicate: boolean;
 }
 
+/** What {@link Client.signal} did. */
+export interface SignalResult {
+  /** The run it was sent to. */
+  runId: string;
+  /** The signal's name. */
+  name: string;
+  /** The sender's id for it (given, or made up by the send). */
+  signalId: string;
+  /** Its place among the run's signals, from 1 (the earlier one's, for a duplicate). */
+  seq: number;
+  /** When it was sent (the earlier send's time, for a duplicate). */
+  sentAt: Date;
+  /** True when a send with this id had stored it already: this one wrote nothing. */
+  duplicate: boolean;
+  /** True when the run slept on calls waiting for this name and was woken by this send. */
+  woken: boolean;
+}
+
+/** A signal sent to a run, as {@link ReadClient.signals} lists it. */
+export interface SignalInfo {
+  /** Its place among the run's signals, from 1. */
+  seq: number;
+  /** Its name. */
+  name: string;
+  /** The sender's id for it. */
+  signalId: string;
+  /** What the sender said with it; null when it said nothing. */
+  payload: Json | null;
+  /** When it was sent. */
+  sentAt: Date;
+  /** The key of the tool call that took it (`<run>:<seq>`); null while none has. */
+  takenBy: string | null;
+  /** When it was taken. */
+  takenAt: Date | null;
+}
+
+/** The largest payload {@link Client.signal} takes, in bytes of its JSON text. */
+export const SIGNAL_PAYLOAD_BYTES_MAX = 1_000_000;
+
 /** The longest message {@link ConversationClient.send} takes, in characters. */
 export const MESSAGE_CHARS_MAX = 1_000_000;
 

@@ -192,6 +192,10 @@ export function isAsleep(row: SideEffectRow | undefined): row is SideEffectRow &
 /** What a call asleep until its `check_at` waits for, in words for people (the runs list shows it). */
 function whyAsleep(deps: RunDeps, row: SideEffectRow): string {
   const at = new Date(row.check_at!).toISOString();
+  if (row.status === "waiting" && row.wait_signal) {
+    return `${row.idempotency_key} (${row.tool}) waits for signal ${row.wait_signal} (a send wakes it), ` +
+      `looked at again at ${at}`;
+  }
   if (row.status === "waiting") {
     return `${row.idempotency_key} (${row.tool}) waits on its remote, asked again at ${at}`;
   }

@@ -14,6 +14,7 @@
  */
 
 import { childRunsFor, familyCeilings } from "../families/family.ts";
+import { type CallWaits, callWaitsFor } from "../signals/call_waits.ts";
 import { deadline } from "../base/clock.ts";
 import { applyRow, type RunDeps, type RunState, telemetryOf } from "../run/context.ts";
 import { type Ended, failed, finished } from "../run/ended.ts";
@@ -114,11 +115,13 @@ async function request(
   try {
     outcome = storedOutcome(await callTool(deps, state, call, intent), call);
   } catch (err) {
-    return await afterFailure(deps, state, call, intent, err);
+    return await afterFailure(deps, state, call, state.effects.get(seq) ?? intent, err);
   }
   await crash.hit("after_call", seq);
-  if (isAccepted(outcome)) return await accepted(deps, state, call, intent, outcome);
-  const confirmed = await confirm(deps, state, intent, outcome.result, outcome.remote ?? "created");
+  // The row as the state holds it: a wait the tool made may have written to it (what it waits for).
+  const held = state.effects.get(seq) ?? intent;
+  if (isAccepted(outcome)) return await accepted(deps, state, call, held, outcome);
+  const confirmed = await confirm(deps, state, held, outcome.result, outcome.remote ?? "created");
   await crash.hit("after_confirm", seq);
   return confirmed;
 }
@@ -332,6 +335,9 @@ async function callTool(
         transient: true,
       }),
   );
+  // Built when a tool asks for a wait (a signal, a time): no other call pays for it.
+  let waits: CallWaits | undefined;
+  const waitsOf = () => waits ??= callWaitsFor(deps, state, call);
   try {
     return await call.tool.run(call.args, {
       idempotencyKey: call.key,
@@ -348,6 +354,9 @@ async function callTool(
       get runs() {
         return childRunsFor(deps, state, call);
       },
+      waitForSignal: (name, opts) => waitsOf().waitForSignal(name, opts),
+      sleepUntil: (time, opts) => waitsOf().sleepUntil(time, opts),
+      sleepFor: (ms) => waitsOf().sleepFor(ms),
     });
   } catch (err) {
     const timedOut = timeout.expired();

@@ -55,7 +55,15 @@ bothStoresTest("the operators' reads and commands", async (store, t) => {
       await clock.advance(60_000);
       await store.writes.finishRun(await held(store, "p-recent", now()), "done", null, now(), "ok");
       const cutoff = new Date(now().getTime() - 1_000);
-      const expected = { runs: ["p-old"], journal: 1, effects: 1, approvals: 0, messages: 0, memos: 0 };
+      const expected = {
+        runs: ["p-old"],
+        journal: 1,
+        effects: 1,
+        approvals: 0,
+        messages: 0,
+        memos: 0,
+        signals: 0,
+      };
       assert.deepEqual(await store.operators.pruneRuns(cutoff, 10, true), expected);
       assert.equal(await statusOf("p-old"), "failed", "a dry run deletes nothing");
       assert.deepEqual(await store.operators.pruneRuns(cutoff, 10), expected);

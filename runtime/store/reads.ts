@@ -34,13 +34,14 @@ const historyText = (from: string) =>
               null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
               null::text as remote, null::int as attempts,
               null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen,
-              null::timestamptz as check_at, null::timestamptz as wait_deadline_at, null::int as polls
+              null::timestamptz as check_at, null::timestamptz as wait_deadline_at, null::int as polls,
+              null::text as wait_signal, null::int as signals_seen
          from journal where run_id = $1${from}
        union all
        select 'e', run_id, seq, status, epoch, intent_at, confirmed_at, failures, failing_since, error,
               null, null, null, null, null, null, null,
               idempotency_key, tool, args, result, remote, attempts, resolved_by, resolved_at,
-              attempts_at_reopen, check_at, wait_deadline_at, polls
+              attempts_at_reopen, check_at, wait_deadline_at, polls, wait_signal, signals_seen
          from side_effects where run_id = $1${from}
        order by tbl desc, seq`;
 const READ_HISTORY = statement("read-history", historyText(""));
@@ -103,6 +104,8 @@ interface HistoryRow {
   check_at: Date | null;
   wait_deadline_at: Date | null;
   polls: number | null;
+  wait_signal: string | null;
+  signals_seen: number | null;
 }
 
 /** A run's journal and tool-call rows, by `seq`. */
@@ -173,6 +176,8 @@ function splitHistory(rows: HistoryRow[]): RunHistory {
         wait_deadline_at: r.wait_deadline_at,
         polls: r.polls ?? 0,
         failures,
+        wait_signal: r.wait_signal,
+        signals_seen: r.signals_seen,
         failing_since,
       });
     }

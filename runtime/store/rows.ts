@@ -27,6 +27,7 @@ export const RUN_ROW_TABLES = {
   approvals: "approvals",
   messages: "messages",
   memos: "memos",
+  signals: "signals",
 } as const;
 
 /** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
@@ -105,6 +106,12 @@ export interface RunRow {
   moved_at?: Date | null;
   /** A version that could not carry its decided step (it went back); null: none. */
   move_refused?: string | null;
+  /** Signals sent to the run so far (each send bumps it, and numbers its signal by it). */
+  signals_sent?: number;
+  /** The names of the signals its calls waited for when it last slept on them; null when it never did. */
+  signal_waits?: string[] | null;
+  /** The epoch it slept on those calls at: a send wakes it only while it still sleeps at that epoch. */
+  signal_waits_epoch?: number | null;
 }
 
 /**
@@ -254,6 +261,13 @@ export interface SideEffectRow {
   failures: number;
   /** When the first of {@link SideEffectRow.failures} was recorded; null before any. */
   failing_since: Date | null;
+  /**
+   * The name of the signal the call waits for (signals.ts): set when a look
+   * for one found none; null for a call that waits for no signal.
+   */
+  wait_signal: string | null;
+  /** The run's `signals_sent` that look saw: a send after it wakes the call. */
+  signals_seen: number | null;
 }
 
 /** A row of `approvals`: a person's yes or no to one tool call, bound to its key and exact arguments. */

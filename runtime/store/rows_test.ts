@@ -1,5 +1,6 @@
 /**
  * The row types (`rows.ts`, `conversations.ts`'s two, `schedules.ts`'s) against the tables
+ * The row types (`rows.ts`, `conversations.ts`'s two and `signals.ts`'s) against the tables
  * schema.sql makes, on PGlite and PostgreSQL. Each key list below must name
  * every key of its row type and no other, or this file does not compile;
  * the test then compares each list with the columns the real database has,
@@ -15,6 +16,7 @@ import { bothStoresTest } from "../../tests/_pg.ts";
 import type { MemoRow, MessageRow } from "./conversations.ts";
 import type { ApprovalRow, JournalRow, RunRow, SideEffectRow } from "./rows.ts";
 import type { ScheduleRow } from "./schedules.ts";
+import type { SignalRow } from "./signals.ts";
 
 /** Every key of `T`, each once: a missing or an unknown key does not compile. */
 type KeysOf<T> = Record<keyof Required<T>, 1>;
@@ -52,6 +54,9 @@ const RUN = {
   moved_from: 1,
   moved_at: 1,
   move_refused: 1,
+  signals_sent: 1,
+  signal_waits: 1,
+  signal_waits_epoch: 1,
 } satisfies KeysOf<RunRow>;
 
 const JOURNAL = {
@@ -95,6 +100,8 @@ const SIDE_EFFECT = {
   polls: 1,
   failures: 1,
   failing_since: 1,
+  wait_signal: 1,
+  signals_seen: 1,
 } satisfies KeysOf<SideEffectRow>;
 
 const APPROVAL = {
@@ -158,6 +165,16 @@ const SCHEDULE = {
   created_at: 1,
   updated_at: 1,
 } satisfies KeysOf<ScheduleRow>;
+const SIGNAL = {
+  run_id: 1,
+  seq: 1,
+  signal_id: 1,
+  name: 1,
+  payload: 1,
+  sent_at: 1,
+  consumed_by: 1,
+  consumed_at: 1,
+} satisfies KeysOf<SignalRow>;
 
 /** Each table of the schema, with the keys of its row type, or null for one the store reads with no row type. */
 const TABLES: Record<string, Record<string, 1> | null> = {
@@ -168,6 +185,7 @@ const TABLES: Record<string, Record<string, 1> | null> = {
   messages: MESSAGE,
   memos: MEMO,
   schedules: SCHEDULE,
+  signals: SIGNAL,
   workers: null, // read field by field (leases.ts), never as a row
   agent_versions: null, // read field by field (versions.ts), never as a row
   schema_version: null, // migrate.ts's own

@@ -39,6 +39,7 @@ import type {
 import { FENCE, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
 import type { Statement } from "./sql.ts";
 import type { GroupCommit, GroupedWrite } from "./group_commit.ts";
+import { freshEffectRow, freshJournalRow } from "./fresh_rows.ts";
 
 const NO_TOKENS: TokenSettlement = Object.freeze({ released: 0, spent: 0 });
 
@@ -182,22 +183,40 @@ const RETRY_RUN = statement(
 // Both statements lock the run's row first, then the call's, so they run one
 // after the other for a run; the call is read with a locking read, which sees
 // its latest row, not this statement's snapshot (see REQUEST_APPROVAL below).
+// Calls waiting for a signal (signals.ts): the run records their names and
+// this epoch, so a send of one of them wakes it; and the run's signals_sent is
+// read under the row lock a send's update takes too, so a send this worker's
+// look missed is found here: the run then wakes at once, and the calls that
+// looked before it are marked due.
 const WAIT_RUN = statement(
   "wait-run",
   `with run as (
-         select 1 from runs where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
+         select signals_sent from runs where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
             for no key update),
        calls as (
-         select e.check_at from side_effects e
+         select e.status, e.check_at, e.wait_signal, e.signals_seen from side_effects e
           where e.run_id = $1 and (e.status = 'waiting' or (e.status = 'intent' and e.check_at is not null))
             and exists (select 1 from run)
             for share),
+       heard as (
+         select 1 from calls
+          where status = 'waiting' and wait_signal is not null and signals_seen < (select signals_sent from run)),
        w as (
-         update runs set status = 'waiting', wake_at = least($3::timestamptz, (select min(check_at) from calls)),
+         update runs set status = 'waiting',
+                wake_at = case when exists (select 1 from heard) then $4::timestamptz
+                               else least($3::timestamptz, (select min(check_at) from calls)) end,
+                signal_waits = (select array_agg(distinct wait_signal) from calls
+                                 where status = 'waiting' and wait_signal is not null),
+                signal_waits_epoch = $2,
                 heartbeat_at = null,
                 updated_at = $4::timestamptz, error = $5
           where run_id = $1 and (epoch = $2 and status in ('running', 'waiting')) is true
             and exists (select 1 from calls)
+         returning 1),
+       due as (
+         update side_effects set check_at = $4::timestamptz
+          where run_id = $1 and status = 'waiting' and wait_signal is not null
+            and signals_seen < (select signals_sent from run) and exists (select 1 from w)
          returning 1)
        select exists (select 1 from run) as held, exists (select 1 from w) as waiting`,
 );
@@ -289,66 +308,6 @@ export const RUN_WRITE_STATEMENTS = [
   EFFECT_FAILURE,
   RETRY_RUN,
 ] as const;
-
-// The rows a fresh intent's plain insert writes, from the very values the
-// statement was given (no placeholder: `now` is the `intent_at` written, the
-// defaults are the schema's).
-function freshJournalRow(
-  f: Fence,
-  seq: number,
-  now: Date,
-  reserveTokens: number,
-  params: ModelParams | null,
-): JournalRow {
-  return {
-    run_id: f.runId,
-    seq,
-    status: "intent",
-    decision: null,
-    llm_attempts: 1,
-    usage: null,
-    rejections: [],
-    epoch: f.epoch,
-    intent_at: now,
-    confirmed_at: null,
-    reserved_tokens: reserveTokens,
-    spent_tokens: 0,
-    params,
-    failures: 0,
-    failing_since: null,
-    error: null,
-  };
-}
-
-function freshEffectRow(
-  f: Fence,
-  e: { key: string; seq: number; tool: string; args: Json },
-  now: Date,
-): SideEffectRow {
-  return {
-    idempotency_key: e.key,
-    run_id: f.runId,
-    seq: e.seq,
-    tool: e.tool,
-    args: e.args,
-    status: "intent",
-    result: null,
-    remote: null,
-    error: null,
-    attempts: 1,
-    epoch: f.epoch,
-    intent_at: now,
-    confirmed_at: null,
-    resolved_by: null,
-    resolved_at: null,
-    attempts_at_reopen: null,
-    check_at: null,
-    wait_deadline_at: null,
-    polls: 0,
-    failures: 0,
-    failing_since: null,
-  };
-}
 
 /**
  * A JSON parameter and the value its text reads back as: what a row built

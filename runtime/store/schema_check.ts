@@ -47,6 +47,9 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "moved_from",
     "moved_at",
     "move_refused",
+    "signals_sent",
+    "signal_waits",
+    "signal_waits_epoch",
   ],
   journal: [
     "run_id",
@@ -88,6 +91,8 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "polls",
     "failures",
     "failing_since",
+    "wait_signal",
+    "signals_seen",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at", "take_keys"],
   agent_versions: ["agent", "version", "first_seen_at", "seen_order"],
@@ -118,6 +123,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "created_at",
     "updated_at",
   ],
+  signals: ["run_id", "seq", "signal_id", "name", "payload", "sent_at", "consumed_by", "consumed_at"],
   approvals: [
     "idempotency_key",
     "run_id",

@@ -21,6 +21,7 @@ import { READ_STATEMENTS } from "./reads.ts";
 import { RUN_WRITE_STATEMENTS } from "./run_writes.ts";
 import { SCHEMA_CHECK_STATEMENTS } from "./schema_check.ts";
 import { SCHEDULE_STATEMENTS } from "./schedules.ts";
+import { SIGNAL_STATEMENTS } from "./signals.ts";
 import type { Statement } from "./sql.ts";
 import { VERSION_STATEMENTS } from "./versions.ts";
 
@@ -99,6 +100,11 @@ export type StatementName =
   | "list-answers"
   | "memo-intent"
   | "memo-confirm"
+  // signals
+  | "send-signal"
+  | "take-signal"
+  | "list-signals"
+  | "read-signal"
   // overview
   | "count-by-status"
   | "agents-with-runs"
@@ -155,6 +161,7 @@ type DeclaredName =
   | (typeof OPERATOR_STATEMENTS)[number]["name"]
   | (typeof FAMILY_STATEMENTS)[number]["name"]
   | (typeof CONVERSATION_STATEMENTS)[number]["name"]
+  | (typeof SIGNAL_STATEMENTS)[number]["name"]
   | (typeof OVERVIEW_STATEMENTS)[number]["name"]
   | (typeof MIGRATE_STATEMENTS)[number]["name"]
   | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"]
@@ -181,6 +188,8 @@ export const STATEMENTS: {
   readonly families: readonly Statement<StatementName>[];
   /** Conversations: messages sent, answered, and the waits between them (`conversations.ts`). */
   readonly conversations: readonly Statement<StatementName>[];
+  /** Signals: sent to a run, taken by its calls (`signals.ts`). */
+  readonly signals: readonly Statement<StatementName>[];
   /** The web page's reads (`overview.ts`). */
   readonly overview: readonly Statement<StatementName>[];
   /** Which version drives each run, and the moves between versions (`versions.ts`). */
@@ -198,6 +207,7 @@ export const STATEMENTS: {
   operators: OPERATOR_STATEMENTS,
   families: FAMILY_STATEMENTS,
   conversations: CONVERSATION_STATEMENTS,
+  signals: SIGNAL_STATEMENTS,
   overview: OVERVIEW_STATEMENTS,
   versions: VERSION_STATEMENTS,
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],

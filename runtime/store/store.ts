@@ -8,6 +8,8 @@
  * - `operators.ts`: the operators' reads and commands, and retention;
  * - `families.ts`: runs that call runs: a child created, a family's spend, a
  *   family member closed, a cancel with its descendants;
+ * - `conversations.ts`: a conversation's messages, answers and idle waits;
+ * - `signals.ts`: named events sent to a run, and a call's take of one;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
  * - `schedules.ts`: schedules written and listed, and the tickers' reads and ticks;
  * - `versions.ts`: which version of its agent drives each run, and the moves
@@ -28,6 +30,7 @@
 import SCHEMA_SQL from "../../schema.sql" with { type: "text" };
 import type { SqlClient } from "./driver.ts";
 import { Conversations } from "./conversations.ts";
+export type { SentSignal, SignalRow, Signals, SignalTake } from "./signals.ts";
 import { Families } from "./families.ts";
 import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
@@ -39,6 +42,7 @@ import { RunWrites } from "./run_writes.ts";
 import { checkSchema } from "./schema_check.ts";
 import { Schedules } from "./schedules.ts";
 import { Versions } from "./versions.ts";
+import { Signals } from "./signals.ts";
 
 export { SCHEMA_SQL };
 export type { QueryOptions, SqlClient } from "./driver.ts";
@@ -94,6 +98,8 @@ export interface StoreAudiences {
   schedules?: Schedules;
   /** Versions: which version drives each run, and the moves between them. */
   versions?: Versions;
+  /** Signals: sent to a run, taken by its calls. */
+  signals?: Signals;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -124,6 +130,8 @@ export class Store {
   readonly schedules: Schedules;
   /** Versions: which version drives each run, and the moves between them. */
   readonly versions: Versions;
+  /** Signals: sent to a run, taken by its calls. */
+  readonly signals: Signals;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -149,6 +157,7 @@ export class Store {
     this.conversations = opts.conversations ?? new Conversations(client);
     this.schedules = opts.schedules ?? new Schedules(client);
     this.versions = opts.versions ?? new Versions(client);
+    this.signals = opts.signals ?? new Signals(client);
   }
 
   /**
@@ -171,7 +180,18 @@ export class Store {
    * writes' group commit among them, shared with it.
    */
   withAudiences(audiences: StoreAudiences): Store {
-    const { reads, writes, leases, operators, families, stream, conversations, schedules, versions } = this;
+    const {
+      reads,
+      writes,
+      leases,
+      operators,
+      families,
+      stream,
+      conversations,
+      schedules,
+      versions,
+      signals,
+    } = this;
     return new Store(this.client, {
       reads,
       writes,
@@ -182,6 +202,7 @@ export class Store {
       conversations,
       schedules,
       versions,
+      signals,
       ...audiences,
     });
   }

@@ -66,6 +66,8 @@ export function effectRow(
     polls: 0,
     failures: 0,
     failing_since: null,
+    wait_signal: null,
+    signals_seen: null,
     ...row,
   };
 }
