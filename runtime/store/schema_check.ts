@@ -39,6 +39,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "message_count",
     "idle_since",
     "conversation_ended_at",
+    "labels",
   ],
   journal: [
     "run_id",
@@ -82,6 +83,20 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "failing_since",
   ],
   workers: ["name", "agents", "capacity", "started_at", "heartbeat_at"],
+  limit_keys: ["key", "described", "hold_until", "probing", "probe_id", "holds", "updated_at"],
+  limit_reservations: [
+    "id",
+    "key",
+    "run_id",
+    "epoch",
+    "seq",
+    "taken_at",
+    "released_at",
+    "input_tokens",
+    "output_tokens",
+  ],
+  limit_waiters: ["key", "run_id", "grp", "since"],
+  limit_groups: ["key", "grp", "served_at"],
   messages: ["run_id", "seq", "message_id", "text", "created_at", "answer_seq", "answered_at"],
   memos: ["run_id", "key", "status", "value", "attempts", "epoch", "intent_at", "confirmed_at"],
   approvals: [

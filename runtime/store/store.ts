@@ -9,6 +9,8 @@
  * - `families.ts`: runs that call runs: a child created, a family's spend, a
  *   family member closed, a cancel with its descendants;
  * - `reads.ts`: reads of one run's rows, which every audience makes;
+ * - `limits.ts`: limits shared by the fleet: reservations taken under a
+ *   key before a request, released after it, waited for;
  * - `schema_check.ts` and `migrate.ts`: the schema.
  *
  * Row types are in `rows.ts`, the fragments statements share (the fence) in
@@ -28,6 +30,7 @@ import { Conversations } from "./conversations.ts";
 import { Families } from "./families.ts";
 import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
+import { Limits } from "./limits.ts";
 import { migrate, type MigrationResult } from "./migrate.ts";
 import { Operators } from "./operators.ts";
 import { StreamChannel } from "./notify.ts";
@@ -40,6 +43,7 @@ export type { QueryOptions, SqlClient } from "./driver.ts";
 export * from "./rows.ts";
 export { RESOLVE_BATCH_MAX } from "./operators.ts";
 export type { Leases } from "./leases.ts";
+export type { LimitAsk, LimitKeyView, LimitRefusal, LimitRelease, Limits, LimitTake } from "./limits.ts";
 export type { Operators } from "./operators.ts";
 export type { RunHistory, RunReads, WatchedRun } from "./reads.ts";
 export type { JournalIntent, RunWrites } from "./run_writes.ts";
@@ -71,6 +75,8 @@ export interface StoreAudiences {
   stream?: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   conversations?: Conversations;
+  /** Limits shared by the fleet: reservations taken, released, waited for. */
+  limits?: Limits;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -97,6 +103,8 @@ export class Store {
   readonly stream: StreamChannel;
   /** Conversations: messages, answers, idle waits. */
   readonly conversations: Conversations;
+  /** Limits shared by the fleet: reservations taken, released, waited for (`limits.ts`). */
+  readonly limits: Limits;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -120,6 +128,7 @@ export class Store {
     this.families = opts.families ?? new Families(client);
     this.stream = opts.stream ?? new StreamChannel(client);
     this.conversations = opts.conversations ?? new Conversations(client);
+    this.limits = opts.limits ?? new Limits(client);
   }
 
   /**
@@ -142,7 +151,7 @@ export class Store {
    * writes' group commit among them, shared with it.
    */
   withAudiences(audiences: StoreAudiences): Store {
-    const { reads, writes, leases, operators, families, stream, conversations } = this;
+    const { reads, writes, leases, operators, families, stream, conversations, limits } = this;
     return new Store(this.client, {
       reads,
       writes,
@@ -151,6 +160,7 @@ export class Store {
       families,
       stream,
       conversations,
+      limits,
       ...audiences,
     });
   }
