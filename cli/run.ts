@@ -186,6 +186,7 @@ export async function main(
         maxSteps: settings.maxSteps,
         toolConcurrency: settings.toolConcurrency,
         retry: settings.retry,
+        limits: settings.limits,
       }),
     );
     // The agents this agent calls (agentTool) are hosted beside it, so its child runs are driven here too.
@@ -206,6 +207,7 @@ export async function main(
         maxSteps: settings.maxSteps,
         toolConcurrency: settings.toolConcurrency,
         retry: settings.retry,
+        limits: settings.limits,
       }).start()
       : undefined;
     // A run asleep on its remotes (a job that finishes later) is taken again when its calls are due: this

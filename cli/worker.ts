@@ -110,6 +110,7 @@ export async function main(
       maxSteps: settings.maxSteps,
       toolConcurrency: settings.toolConcurrency,
       retry: settings.retry,
+      limits: settings.limits,
     });
     log.info("backends", {
       store: store.describe,

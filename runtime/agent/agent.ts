@@ -15,6 +15,7 @@
 import { checkConversation, type ConversationOptions } from "./conversation_options.ts";
 import { checkRetryPolicy, type RetryPolicy } from "../base/retry.ts";
 import { type Budget, checkBudget } from "./budget.ts";
+import { checkLimits, type Limit } from "./limits.ts";
 import { describeValue, RuntimeError } from "../base/errors.ts";
 import { type StorableValue, toStorable } from "../base/storable.ts";
 import type { Logger } from "../base/log.ts";
@@ -109,6 +110,13 @@ export interface AgentSpec<I = string> {
    * `idleMs`; `history` may trim what is sent to the model.
    */
   conversation?: ConversationOptions;
+  /**
+   * Limits shared by every worker of every host on its model, provider,
+   * tools, or a label its runs carry: requests, input and output tokens per
+   * minute, calls in flight (docs/limits.md). A run that must wait holds no
+   * slot. The process's `LIMITS` are held beside them.
+   */
+  limits?: readonly Limit[];
 }
 
 /** An agent, as {@link defineAgent} returns it. */
@@ -139,6 +147,8 @@ export interface Agent {
   readonly conversation?: ConversationOptions;
   /** Its retry settings, over the process's, if it sets any. */
   readonly retry?: Partial<RetryPolicy>;
+  /** Its limits shared by the fleet (empty: none). */
+  readonly limits: readonly Limit[];
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }
@@ -233,6 +243,13 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     modelParams: checkModelParams(spec.modelParams, `Cannot define agent ${JSON.stringify(spec.name)}`),
     conversation: checkConversation(spec.conversation, `Cannot define agent ${JSON.stringify(spec.name)}`),
     retry: checkRetryPolicy(spec.retry, `Cannot define agent ${JSON.stringify(spec.name)}`),
+    limits: (() => {
+      try {
+        return checkLimits(spec.limits, `Cannot define agent ${JSON.stringify(spec.name)}`);
+      } catch (err) {
+        throw problem((err as Error).message.replace(/^Cannot define agent [^:]*: /, ""));
+      }
+    })(),
   });
 }
 

@@ -38,4 +38,10 @@ export const DEFAULTS = {
   maxCallsPerStep: 16,
   /** An agent's `toolConcurrency` (`TOOL_CONCURRENCY`): calls of one step in flight at once. */
   toolConcurrency: 4,
+  /** A limit's `windowS`: the window its per-minute amounts are held over, in seconds. */
+  limitWindowS: 60,
+  /** The output tokens a model request is reserved for under an output-token limit when it sets no cap. */
+  limitOutputEstimate: 4_096,
+  /** How long a run refused a call in flight waits, in ms, unless a release wakes it sooner. */
+  limitRetryMs: 2_000,
 } as const;

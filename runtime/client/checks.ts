@@ -183,6 +183,7 @@ export function info(run: RunRow): RunInfo {
     wakeAt: run.wake_at ? new Date(run.wake_at) : null,
     parentRunId: run.parent_run_id ?? null,
     parentKey: run.parent_key ?? null,
+    labels: run.labels ?? null,
     ...(run.conversation_idle_ms === null || run.conversation_idle_ms === undefined ? {} : {
       conversation: {
         messages: run.message_count ?? 1,

@@ -89,6 +89,8 @@ export interface RunRow {
   idle_since?: Date | null;
   /** When a conversation was closed while it worked (it ends after its current answer); null otherwise. */
   conversation_ended_at?: Date | null;
+  /** The labels it was started with (`{ tenant: "acme" }`), which limits may key on; null for none. */
+  labels?: Record<string, string> | null;
 }
 
 /**
@@ -300,6 +302,8 @@ export interface NewRun {
   modelParams?: ModelParams;
   /** For a conversation: its idle limit (the goal is then its message 0). */
   conversationIdleMs?: number;
+  /** Its labels (`{ tenant: "acme" }`), checked by the caller. */
+  labels?: Readonly<Record<string, string>>;
 }
 
 /**

@@ -43,6 +43,7 @@ const RUN = {
   message_count: 1,
   idle_since: 1,
   conversation_ended_at: 1,
+  labels: 1,
 } satisfies KeysOf<RunRow>;
 
 const JOURNAL = {
@@ -133,6 +134,11 @@ const TABLES: Record<string, Record<string, 1> | null> = {
   messages: MESSAGE,
   memos: MEMO,
   workers: null, // read field by field (leases.ts), never as a row
+  // Limits shared by the fleet: written and read by limit_take and limits.ts's statements, never as rows.
+  limit_keys: null,
+  limit_reservations: null,
+  limit_waiters: null,
+  limit_groups: null,
   schema_version: null, // migrate.ts's own
 };
 
