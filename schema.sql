@@ -334,14 +334,14 @@ create table if not exists limit_keys (
   updated_at   timestamptz not null
 );
 
--- One row per request taken under a key. Its taken time counts it in the
--- per-minute windows for as long as it is in them (a request that may have
--- reached the provider counts, however it ended); its tokens are the request's
--- estimate until released, then what its answer used. Unreleased, it holds a
--- call in flight while its run is running under the epoch that took it with a
--- live lease: a worker that dies holds nothing past its lease, nor past the
--- supervisor's release of its runs. Rows out of every window and no longer
--- held are deleted by the takes of their key.
+-- One row per request taken under a key. It counts in the key's per-minute
+-- windows from its take until a window after its release (limit_window: a
+-- request that may have reached the provider counts, however it ended); its
+-- tokens are the request's estimate until released, then what its answer used.
+-- Unreleased, it holds a call in flight while its run is running under the
+-- epoch that took it with a live lease: a worker that dies holds nothing past
+-- its lease, nor past the supervisor's release of its runs. Rows out of every
+-- window and no longer held are deleted by the takes of their key.
 create table if not exists limit_reservations (
   id            bigint generated always as identity primary key,
   key           text not null,
@@ -351,7 +351,12 @@ create table if not exists limit_reservations (
   taken_at      timestamptz not null,
   released_at   timestamptz,
   input_tokens  integer not null default 0,
-  output_tokens integer not null default 0
+  output_tokens integer not null default 0,
+  -- The hold its release recorded: its answer said when to come back (a 429 or 503 with Retry-After).
+  held_until    timestamptz,
+  -- The reservation id drawn when that hold was written, under the key's lock: a reservation of the
+  -- key with a greater id was taken after the hold was in force (and must not be before its end).
+  held_after    bigint
 );
 create index if not exists limit_reservations_window on limit_reservations (key, taken_at);
 create index if not exists limit_reservations_open on limit_reservations (key) where released_at is null;
@@ -377,6 +382,32 @@ create table if not exists limit_groups (
   primary key (key, grp)
 );
 
+-- What a key's window holds at p_now: each request taken under it, with when
+-- it leaves the window (p_win after its release; one in flight, a window from
+-- now at least; one unreleased whose holder is gone, a window after its lease
+-- could have ended: p_stale is the oldest live heartbeat), its tokens, and
+-- whether it is a call in flight now (unreleased, its run running under the
+-- epoch that took it, its lease live). Read through the two indexes below.
+create or replace function limit_window(p_key text, p_now timestamptz, p_win interval, p_stale timestamptz)
+  returns table (leaves timestamptz, input_tokens bigint, output_tokens bigint, live boolean)
+  language sql stable
+  set search_path from current
+as $window$
+  select case when r.released_at is not null then r.released_at
+              when l.live then p_now
+              else r.taken_at + (p_now - p_stale) end + p_win,
+         r.input_tokens::bigint, r.output_tokens::bigint, r.released_at is null and l.live
+    from limit_reservations r
+    cross join lateral (
+      select exists (select 1 from runs u where u.run_id = r.run_id
+                        and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true)
+             as live) l
+   where r.key = p_key
+     and (r.released_at > p_now - p_win
+          or (r.released_at is null and (l.live or r.taken_at > p_stale - p_win)))
+$window$;
+create index if not exists limit_reservations_released on limit_reservations (key, released_at);
+
 -- Takes one reservation under each key of p_asks (a JSON array, one object a
 -- key: key, grp, described, window_ms, requests, input_tokens, output_tokens,
 -- in_flight, est_in, est_out; a limit left out is none), all or none, for the
@@ -384,13 +415,24 @@ create table if not exists limit_groups (
 -- it must read what other takes committed while it waited for the keys'
 -- locks: a statement reads one snapshot, taken before it waits, while each
 -- statement of a volatile function takes its own. The keys are locked in
--- order, so takes of the same keys queue instead of deadlocking. Returns the
--- reservations' ids, or the first key in order that refused, why, and when the
--- run may try again: at the end of a hold, when enough of the window has aged,
--- or p_retry_ms on for calls in flight (a release wakes the first waiter
--- sooner). A run is refused while ready waiters of the key ahead of it in the
--- fair order would take what is free: those running, or waiting and due
--- since p_stale (a due waiter nobody takes stops counting after that).
+-- order, so takes of the same keys queue instead of deadlocking.
+--
+-- A request counts in a key's window from its take until a window after its
+-- release (while in flight, it counts): the provider saw it somewhere in
+-- between, so no window of the provider's, wherever it falls, holds more than
+-- the limit, however long the request took to reach it. One unreleased whose
+-- holder is gone counts until a window after its holder's lease could have
+-- ended (p_stale is the oldest live heartbeat).
+--
+-- Returns the reservations' ids, or the first key in order that refused, why,
+-- and when the run may try again: at the end of a hold, when enough of the
+-- window has aged for the waiters ahead and this one, or p_retry_ms on for
+-- calls in flight (a release wakes the first waiter sooner). A run is refused
+-- while the waiters of the key ahead of it in the fair order would take what
+-- is free: what frees is kept for them, each woken at the time its place comes
+-- round. A waiter counts while its run is running, pending, or waiting with a
+-- wake time after p_stale (one due longer ago than that, which nobody takes,
+-- stops holding the others up).
 create or replace function limit_take(p_asks jsonb, p_run text, p_epoch integer, p_seq integer,
                                       p_now timestamptz, p_stale timestamptz, p_retry_ms integer)
   returns table (granted boolean, ids text[], key text, wake_at timestamptz, why text)
@@ -442,16 +484,11 @@ begin
       due := p_now + p_retry_ms * interval '1 millisecond'; why := 'probe';
     end if;
     if due is null then
-      select count(*), coalesce(sum(r.input_tokens), 0), coalesce(sum(r.output_tokens), 0)
-        into used_req, used_in, used_out
-        from limit_reservations r where r.key = k and r.taken_at > p_now - win;
-      flying := 0;
-      if a->>'in_flight' is not null then
-        select count(*) into flying from limit_reservations r join runs u on u.run_id = r.run_id
-         where r.key = k and r.released_at is null
-           and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true;
-      end if;
-      -- Ready waiters ahead in the fair order: by place in their group, then the group served longest ago.
+      select count(*), coalesce(sum(w.input_tokens), 0), coalesce(sum(w.output_tokens), 0),
+             count(*) filter (where w.live)
+        into used_req, used_in, used_out, flying
+        from limit_window(k, p_now, win, p_stale) w;
+      -- Live waiters ahead in the fair order: by place in their group, then the group served longest ago.
       with q as (
         select w.run_id, w.grp, w.since,
                row_number() over (partition by w.grp order by w.since, w.run_id) as place,
@@ -467,7 +504,7 @@ begin
       select count(*) into ahead from q join runs r on r.run_id = q.run_id cross join me
        where q.run_id <> p_run
          and ((r.status = 'running' and r.heartbeat_at >= p_stale) or r.status = 'pending'
-              or (r.status = 'waiting' and r.wake_at <= p_now and r.wake_at > p_stale))
+              or (r.status = 'waiting' and r.wake_at > p_stale))
          and (q.place, q.served, q.grp, q.since, q.run_id) < (me.place, me.served, g, me.since, p_run);
       free := least(coalesce((a->>'requests')::integer - used_req, 2147483647),
                     coalesce((a->>'in_flight')::integer - flying, 2147483647)) - ahead;
@@ -475,27 +512,33 @@ begin
         if a->>'in_flight' is not null and (a->>'in_flight')::integer - flying - ahead < 1 then
           due := p_now + p_retry_ms * interval '1 millisecond'; why := 'in_flight';
         else
-          -- When enough requests have left the window for those ahead and this one.
-          select r.taken_at + win into due from limit_reservations r
-           where r.key = k and r.taken_at > p_now - win
-           order by r.taken_at, r.id offset greatest(0, used_req + ahead - (a->>'requests')::integer) limit 1;
-          due := coalesce(due, p_now + win); why := case when ahead > 0 then 'queue' else 'requests' end;
+          -- When enough requests have left the window for those ahead and this one: the k-th to leave
+          -- it does, or, deeper in the queue, its like in a later window (the window's pattern taken to
+          -- repeat), so waiters wake one after another in their order, not all at once.
+          ahead := used_req + ahead - (a->>'requests')::integer;
+          if used_req = 0 then
+            due := p_now + win * (ahead / (a->>'requests')::integer + 1);
+          else
+            select w.leaves + win * (ahead / used_req) into due from limit_window(k, p_now, win, p_stale) w
+             order by w.leaves offset ahead % used_req limit 1;
+          end if;
+          why := case when ahead >= used_req or used_req < (a->>'requests')::integer then 'queue' else 'requests' end;
         end if;
       elsif a->>'input_tokens' is not null and used_in > 0
             and used_in + (a->>'est_in')::bigint > (a->>'input_tokens')::bigint then
-        select t.taken_at + win into due from (
-          select r.taken_at, sum(r.input_tokens) over (order by r.taken_at, r.id) as gone
-            from limit_reservations r where r.key = k and r.taken_at > p_now - win) t
+        select t.leaves into due from (
+          select w.leaves, sum(w.input_tokens) over (order by w.leaves rows unbounded preceding) as gone
+            from limit_window(k, p_now, win, p_stale) w) t
          where used_in - t.gone + (a->>'est_in')::bigint <= (a->>'input_tokens')::bigint
-         order by t.taken_at limit 1;
+         order by t.leaves limit 1;
         due := coalesce(due, p_now + win); why := 'input_tokens';
       elsif a->>'output_tokens' is not null and used_out > 0
             and used_out + (a->>'est_out')::bigint > (a->>'output_tokens')::bigint then
-        select t.taken_at + win into due from (
-          select r.taken_at, sum(r.output_tokens) over (order by r.taken_at, r.id) as gone
-            from limit_reservations r where r.key = k and r.taken_at > p_now - win) t
+        select t.leaves into due from (
+          select w.leaves, sum(w.output_tokens) over (order by w.leaves rows unbounded preceding) as gone
+            from limit_window(k, p_now, win, p_stale) w) t
          where used_out - t.gone + (a->>'est_out')::bigint <= (a->>'output_tokens')::bigint
-         order by t.taken_at limit 1;
+         order by t.leaves limit 1;
         due := coalesce(due, p_now + win); why := 'output_tokens';
       end if;
     end if;
@@ -528,9 +571,9 @@ begin
     -- What no window holds and nobody holds goes.
     delete from limit_reservations r
      where r.key = k and r.taken_at < p_now - greatest(win, interval '1 minute')
-       and (r.released_at is not null or not exists (
+       and (r.released_at < p_now - greatest(win, interval '1 minute') or (r.released_at is null and not exists (
          select 1 from runs u where u.run_id = r.run_id
-            and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true));
+            and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true)));
   end loop;
   return query select true, taken, null::text, null::timestamptz, null::text;
 end

@@ -26,35 +26,46 @@ const LIMIT_TAKE = statement(
 
 // A request ended: its reservations released ($1 ids) and settled to the tokens its answer used ($3, $4;
 // null keeps the estimate: an answer lost or refused is counted at it). $5: a provider's Retry-After
-// end, holding the keys $6 for the whole fleet (a 429 while held extends the hold and starts none);
-// without one, a probe that ends opens its key again. Then the first $8 runs waiting for each of the
-// keys $7 (those with calls in flight) and of a key opened again are woken now ($2): capacity freed.
+// end, holding the keys $6 for the whole fleet (a 429 while held extends the hold and starts none),
+// and recorded on the reservations under them with an id drawn under the key's lock (held_after: a
+// reservation with a greater id was taken after the hold was in force); without one, a probe that
+// ends opens its key again.
+// Then the first $8 runs asleep waiting for the keys $7 (those with calls in flight) or a key opened
+// again, in the queue's fair order, are woken now ($2): capacity freed.
 // The reservations are this worker's by id alone, not fenced: a worker fenced off its run holds
 // nothing any more, and settling its tokens is only more exact. Waking is a hint, as a parent woken
 // by its child is: the run is waiting, and a claim fences whoever takes it.
 const LIMIT_RELEASE = statement(
   "limit-release",
-  `with released as (
-         update limit_reservations set released_at = $2::timestamptz,
-                input_tokens = coalesce($3::int, input_tokens), output_tokens = coalesce($4::int, output_tokens)
-          where id = any($1::bigint[]) and released_at is null
-         returning key),
-       held as (
+  `with held as (
          update limit_keys set hold_until = greatest(coalesce(hold_until, $2::timestamptz), $5::timestamptz),
                 probing = true, probe_id = null, updated_at = $2::timestamptz,
                 holds = holds + case when hold_until is null or hold_until <= $2::timestamptz then 1 else 0 end
           where $5::timestamptz is not null and key = any($6::text[])
+         returning key, nextval(pg_get_serial_sequence('limit_reservations', 'id')) as after),
+       released as (
+         update limit_reservations r set released_at = $2::timestamptz,
+                input_tokens = coalesce($3::int, input_tokens), output_tokens = coalesce($4::int, output_tokens),
+                held_until = case when r.key = any($6::text[]) then $5::timestamptz end,
+                held_after = (select h.after from held h where h.key = r.key)
+          where id = any($1::bigint[]) and released_at is null
          returning key),
        opened as (
          update limit_keys set probing = false, probe_id = null, updated_at = $2::timestamptz
           where $5::timestamptz is null and probe_id = any($1::bigint[])
          returning key),
+       queue as (
+         select w.run_id, w.grp, w.since,
+                row_number() over (partition by w.key, w.grp order by w.since, w.run_id) as place,
+                coalesce(g.served_at, '-infinity'::timestamptz) as served
+           from limit_waiters w left join limit_groups g on g.key = w.key and g.grp = w.grp
+          where w.key in (select key from opened union select unnest($7::text[]))),
        woken as (
          update runs set wake_at = $2::timestamptz
           where run_id in (
-                  select w.run_id from limit_waiters w
-                   where w.key in (select key from opened union select unnest($7::text[]))
-                   order by w.since, w.run_id limit $8::int)
+                  select q.run_id from queue q join runs u on u.run_id = q.run_id
+                   where u.status = 'waiting' and u.wake_at > $2::timestamptz
+                   order by q.place, q.served, q.grp, q.since, q.run_id limit $8::int)
             and status = 'waiting' and wake_at > $2::timestamptz
          returning 1)
        select (select count(*) from released)::int as released, (select count(*) from held)::int as held,

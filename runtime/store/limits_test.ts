@@ -64,18 +64,26 @@ CASES.push([
   async (store) => {
     const runs = await Promise.all(["r1", "r2", "r3", "r4"].map((id) => running(store, id)));
     const limit = ask("model:m", { requests: 3 });
-    granted(await take(store, runs[0], [limit], 0));
-    granted(await take(store, runs[1], [limit], 100));
-    granted(await take(store, runs[2], [limit], 200));
+    // Each request answered 50 ms after its take: it counts until a window after its release.
+    for (const [i, ms] of [[0, 0], [1, 100], [2, 200]]) {
+      await store.limits.release(granted(await take(store, runs[i], [limit], ms)), at(ms + 50));
+    }
     const no = refused(await take(store, runs[3], [limit], 300));
     assert.equal(no.key, "model:m");
     assert.equal(no.why, "requests");
-    assert.deepEqual(no.wakeAt, at(1_000), "when the first request leaves the window");
-    refused(await take(store, runs[3], [limit], 999));
-    granted(await take(store, runs[3], [limit], 1_001));
+    assert.deepEqual(no.wakeAt, at(1_050), "a window after the first request's release");
+    refused(await take(store, runs[3], [limit], 1_049));
+    granted(await take(store, runs[3], [limit], 1_051));
     // Released or not, a request counts in its window: it may have reached the provider.
-    const fresh = await running(store, "r5", at(1_050));
-    refused(await take(store, fresh, [limit], 1_050));
+    const fresh = await running(store, "r5", at(1_100));
+    refused(await take(store, fresh, [limit], 1_100));
+    // One in flight counts for as long as it is: a window from now at least.
+    const [r6, r7] = await Promise.all(["r6", "r7"].map((id) => running(store, id, at(1_100))));
+    granted(await take(store, fresh, [limit], 1_260));
+    granted(await take(store, r6, [limit], 1_260));
+    const waited = refused(await take(store, r7, [limit], 1_300));
+    assert.equal(waited.why, "requests");
+    assert.deepEqual(waited.wakeAt, at(2_300), "three in flight: each counted until a window from now");
   },
 ]);
 
@@ -118,7 +126,7 @@ CASES.push([
     const first = granted(await take(store, a, [limit], 0));
     const no = refused(await take(store, b, [limit], 10));
     assert.equal(no.why, "input_tokens");
-    assert.deepEqual(no.wakeAt, at(60_000), "when the first request's tokens leave the window");
+    assert.deepEqual(no.wakeAt, at(60_010), "the request in flight counted until a window from now at least");
     await store.limits.release(first, at(20), { inputTokens: 100, outputTokens: 50 });
     granted(await take(store, b, [limit], 30));
     // A request alone larger than the limit goes when the window is empty, rather than never.
@@ -164,28 +172,33 @@ CASES.push([
 CASES.push([
   "the queue is fair: waiters are served round-robin across a label's values, each group in order",
   async (store) => {
-    // One request a second; tenant a queued three runs before tenant b queued one.
+    // One request a second, each answered at once; tenant a queued three runs before tenant b queued one.
+    const served = async (store: Store, f: Fence, asks: LimitAsk[], ms: number) =>
+      await store.limits.release(granted(await take(store, f, asks, ms)), at(ms));
     const limit = (grp: string) => ask("model:m", { requests: 1, group: grp });
     const holder = await running(store, "holder");
-    granted(await take(store, holder, [limit("a")], 0));
+    await served(store, holder, [limit("a")], 0);
     const [a1, a2, a3, b1] = await Promise.all(["a1", "a2", "a3", "b1"].map((id) => running(store, id)));
     for (const [f, g, ms] of [[a1, "a", 10], [a2, "a", 20], [a3, "a", 30], [b1, "b", 40]] as const) {
       refused(await take(store, f, [limit(g)], ms));
     }
-    // Every waiter is running (ready) at 1_000: b's first (a was served last, by the holder), then a's in order.
+    // Every waiter is running at 1_000: b's first (a was served last, by the holder), then a's in order.
     refused(await take(store, a2, [limit("a")], 1_000));
     refused(await take(store, a1, [limit("a")], 1_000));
-    granted(await take(store, b1, [limit("b")], 1_000));
+    await served(store, b1, [limit("b")], 1_000);
     const queued = refused(await take(store, a2, [limit("a")], 2_000));
     assert.equal(queued.why, "queue");
-    granted(await take(store, a1, [limit("a")], 2_000));
-    granted(await take(store, a2, [limit("a")], 3_000));
-    granted(await take(store, a3, [limit("a")], 4_000));
-    // A waiter that is not ready (asleep until later, not yet due) does not hold up a ready one.
+    await served(store, a1, [limit("a")], 2_000);
+    await served(store, a2, [limit("a")], 3_000);
+    await served(store, a3, [limit("a")], 4_000);
+    // A waiter asleep until its place comes round holds it; one due longer ago than the lease, which nobody
+    // takes (no worker hosts its agent), holds nobody up.
     const [c1, c2] = await Promise.all(["c1", "c2"].map((id) => running(store, id, at(4_000))));
-    refused(await take(store, c1, [limit("c")], 4_100));
-    assert.ok(await store.limits.waitRun(c1, at(9_000), "waiting for model:m", at(4_100)));
-    granted(await take(store, c2, [limit("c")], 5_000));
+    const asleep = refused(await take(store, c1, [limit("c")], 4_100));
+    assert.deepEqual(asleep.wakeAt, at(5_000));
+    assert.ok(await store.limits.waitRun(c1, asleep.wakeAt, "waiting for model:m", at(4_100)));
+    assert.equal(refused(await take(store, c2, [limit("c")], 5_000)).why, "queue");
+    await served(store, c2, [limit("c")], 5_000 + LEASE_MS + 1);
   },
 ]);
 

@@ -94,6 +94,8 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "released_at",
     "input_tokens",
     "output_tokens",
+    "held_until",
+    "held_after",
   ],
   limit_waiters: ["key", "run_id", "grp", "since"],
   limit_groups: ["key", "grp", "served_at"],
