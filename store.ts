@@ -45,6 +45,15 @@ export {
   type StoreOptions,
   type WatchedRun,
 } from "./runtime/store/store.ts";
+// Limits shared by the fleet: reservations taken under a key, released, waited for, shown.
+export type {
+  LimitAsk,
+  LimitKeyView,
+  LimitRefusal,
+  LimitRelease,
+  Limits,
+  LimitTake,
+} from "./runtime/store/store.ts";
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/families.ts";
 // Conversations: messages sent and answered, and how an agent converses (defineAgent's `conversation`).

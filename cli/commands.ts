@@ -139,6 +139,8 @@ export async function runs(
     ctx.client.reads.list({ ...filter, limit, offset: (page - 1) * limit })
   );
   const hosted = new Set(await ctx.client.reads.hostedAgents());
+  const waitingRuns = rows.filter((r) => r.status === "waiting" && r.wake_at).map((r) => r.run_id);
+  const limited = await ctx.client.reads.waitingFor(waitingRuns);
   const now = ctx.client.clock.now().getTime();
   const table = [[
     "RUN",
@@ -163,7 +165,7 @@ export async function runs(
           rows.some((p) => p.run_id === r.parent_run_id) ? "" : ` (of ${r.parent_run_id})`
         }`,
       r.agent,
-      statusText(r),
+      statusText(r, limited.get(r.run_id)),
       String(r.epoch),
       r.owner ?? "-",
       // A lease only means something while the run is open.
@@ -242,9 +244,40 @@ const iso = (d: Date | null | undefined): string => d ? new Date(d).toISOString(
  * A run's status as a person reads it: a waiting run says what it waits for,
  * its calls' remotes (until its wake time) or a person.
  */
-export function statusText(run: Pick<RunRow, "status" | "wake_at">): string {
+export function statusText(run: Pick<RunRow, "status" | "wake_at">, limits?: readonly string[]): string {
   if (run.status !== "waiting") return run.status;
+  if (run.wake_at && limits && limits.length > 0) {
+    return `waiting for ${limits.join(", ")} until ${iso(run.wake_at)}`;
+  }
   return run.wake_at ? `waiting until ${iso(run.wake_at)}` : "waiting for a person";
+}
+
+/** Prints the keys of the limits shared by the fleet: each one's limit, use, waiting runs and hold. */
+export async function limits(ctx: CommandContext): Promise<void> {
+  const keys = await asCommand(() => ctx.client.reads.limits());
+  const now = ctx.client.clock.now().getTime();
+  const table = [["KEY", "LIMIT", "IN_FLIGHT", "LAST_MINUTE", "WAITING", "HELD", "HOLDS"]];
+  for (const k of keys) {
+    const held = k.hold_until && new Date(k.hold_until).getTime() > now
+      ? `until ${iso(k.hold_until)}`
+      : k.probing
+      ? "one request tries"
+      : "-";
+    table.push([
+      k.key,
+      k.described ?? "-",
+      String(k.in_flight),
+      String(k.last_minute),
+      String(k.waiting),
+      held,
+      String(k.holds),
+    ]);
+  }
+  const cells = table.map((row) => row.map((c) => displayText(c)));
+  const widths = cells[0].map((_, i) => Math.max(...cells.map((row) => row[i].length)));
+  const p = printer(ctx);
+  for (const row of cells) p(row.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd());
+  if (keys.length === 0) p("(no limit has been taken: none declared, or no request yet)");
 }
 
 function tokens(usage: Json | null): string | undefined {
@@ -711,6 +744,10 @@ export const COMMAND_USAGE: Record<string, string> = {
   --search TEXT       only run ids containing TEXT
   --limit N           runs per page, 1 to ${LIST_LIMIT_MAX} (default 50)
   --page N            which page, 1 to ${PAGE_MAX} (default 1)`,
+  limits: `usage: deno task limits
+  Lists the keys of the limits shared by the fleet (defineAgent's limits, LIMITS): each one's limit, calls
+  in flight, requests in the last minute, runs waiting for it, and a provider's hold (a 429 with
+  Retry-After holds the key for every worker). See docs/limits.md.`,
   inspect: `usage: deno task inspect RUN
   Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
   watch: `usage: deno task watch RUN [--json] [--follow]
@@ -859,6 +896,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
     "model-params",
   ],
   runs: ["status", "agent-name", "search", "limit", "page"],
+  limits: [],
   inspect: [],
   watch: ["json", "follow"],
   resolve: ["result", "retry", "fail", "reason", "tool", "run", "dry-run", "expect"],
@@ -907,7 +945,7 @@ export async function main(
     return 0;
   }
   const [target, ...rest] = parsed.positionals;
-  if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune"].includes(command))) {
+  if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune", "limits"].includes(command))) {
     return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
   }
   if (command === "deny" && !v.reason) return usage("deny needs --reason TEXT: the model is shown it");
@@ -1110,6 +1148,9 @@ export async function main(
           limit: limit as number | undefined,
           page: page as number | undefined,
         });
+        break;
+      case "limits":
+        await limits(ctx);
         break;
       case "inspect":
         await inspect(ctx, target);

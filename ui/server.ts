@@ -288,6 +288,12 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       search: filter.search,
       runIds: runs.map((r) => r.run_id),
     });
+    // Which limit each run asleep on a timer waits for, and the limits' keys (none declared: one
+    // statement that finds nothing).
+    const waitingFor = await client.reads.waitingFor(
+      runs.filter((r) => r.status === "waiting" && r.wake_at).map((r) => r.run_id),
+    );
+    const limits = await client.reads.limits();
     const now = client.clock.now().getTime();
     return c.json({
       now: new Date(now).toISOString(),
@@ -316,6 +322,19 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
         heartbeatAgeMs: r.heartbeat_at && (r.status === "running" || r.status === "pending")
           ? now - new Date(r.heartbeat_at).getTime()
           : null,
+        wakeAt: r.wake_at ? new Date(r.wake_at).toISOString() : null,
+        waitingFor: waitingFor.get(r.run_id) ?? [],
+      })),
+      limits: limits.map((k) => ({
+        key: k.key,
+        limit: k.described,
+        inFlight: k.in_flight,
+        lastMinute: k.last_minute,
+        waiting: k.waiting,
+        heldUntil: k.hold_until && new Date(k.hold_until).getTime() > now
+          ? new Date(k.hold_until).toISOString()
+          : null,
+        holds: k.holds,
       })),
     });
   });

@@ -43,5 +43,5 @@ export const DEFAULTS = {
   /** The output tokens a model request is reserved for under an output-token limit when it sets no cap. */
   limitOutputEstimate: 4_096,
   /** How long a run refused a call in flight waits, in ms, unless a release wakes it sooner. */
-  limitRetryMs: 2_000,
+  limitRetryMs: 1_000,
 } as const;

@@ -158,7 +158,19 @@ async function drawList() {
         h("a", { href: `/runs/${encodeURIComponent(r.runId)}` }, r.runId),
         r.parentRunId ? h("span", { class: "muted" }, ` child of ${r.parentRunId}`) : "",
       ),
-      h("td", {}, badge(r.status), r.flagged ? h("span", { class: "muted" }, ` ${r.flagged} flagged`) : ""),
+      h(
+        "td",
+        {},
+        badge(r.status),
+        r.flagged ? h("span", { class: "muted" }, ` ${r.flagged} flagged`) : "",
+        r.waitingFor.length
+          ? h(
+            "span",
+            { class: "muted", "data-limit": r.waitingFor.join(",") },
+            ` for ${r.waitingFor.join(", ")}`,
+          )
+          : "",
+      ),
       h("td", {}, r.agent),
       h("td", { class: "num" }, r.steps),
       h("td", { class: "num" }, r.llmCalls),
@@ -202,6 +214,36 @@ async function drawList() {
       "older",
     ),
   );
+  // The limits shared by the fleet, when any was taken: what each key holds and who waits for it.
+  const limits = data.limits.length === 0 ? "" : h(
+    "table",
+    { id: "limits" },
+    h(
+      "thead",
+      {},
+      h("tr", {}, ["limit", "", "in flight", "last minute", "waiting", "held"].map((t) => h("th", {}, t))),
+    ),
+    h(
+      "tbody",
+      {},
+      data.limits.map((k) =>
+        h(
+          "tr",
+          { "data-key": k.key },
+          h("td", { class: "mono" }, k.key),
+          h("td", { class: "muted" }, k.limit ?? ""),
+          h("td", { class: "num" }, k.inFlight),
+          h("td", { class: "num" }, k.lastMinute),
+          h("td", { class: "num" }, k.waiting),
+          h(
+            "td",
+            {},
+            k.heldUntil ? `until ${k.heldUntil} (${k.holds} holds)` : k.holds ? `${k.holds} holds` : "-",
+          ),
+        )
+      ),
+    ),
+  );
   const focused = document.activeElement?.id;
   main.replaceChildren(
     h("h2", {}, "Runs"),
@@ -209,6 +251,7 @@ async function drawList() {
     h("div", { class: "filters" }, search, agent),
     h("div", { class: "scroll" }, table),
     pager,
+    limits,
   );
   if (focused === "search") search.focus();
   return true;
