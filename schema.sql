@@ -408,6 +408,21 @@ as $window$
 $window$;
 create index if not exists limit_reservations_released on limit_reservations (key, released_at);
 
+-- A key's queue in its fair order: each waiter's place in its group (by when
+-- it first waited), and when its group was last served; served in order of
+-- place, then the group served longest ago, so groups take turns.
+create or replace function limit_queue(p_key text)
+  returns table (run_id text, grp text, since timestamptz, place bigint, served timestamptz)
+  language sql stable
+  set search_path from current
+as $queue$
+  select w.run_id, w.grp, w.since,
+         row_number() over (partition by w.grp order by w.since, w.run_id),
+         coalesce(gr.served_at, '-infinity'::timestamptz)
+    from limit_waiters w left join limit_groups gr on gr.key = w.key and gr.grp = w.grp
+   where w.key = p_key
+$queue$;
+
 -- Takes one reservation under each key of p_asks (a JSON array, one object a
 -- key: key, grp, described, window_ms, requests, input_tokens, output_tokens,
 -- in_flight, est_in, est_out; a limit left out is none), all or none, for the
@@ -453,6 +468,7 @@ declare
   flying integer;
   ahead integer;
   free integer;
+  room integer;
   due timestamptz;
   rid bigint;
   taken text[] := '{}';
@@ -488,13 +504,8 @@ begin
              count(*) filter (where w.live)
         into used_req, used_in, used_out, flying
         from limit_window(k, p_now, win, p_stale) w;
-      -- Live waiters ahead in the fair order: by place in their group, then the group served longest ago.
-      with q as (
-        select w.run_id, w.grp, w.since,
-               row_number() over (partition by w.grp order by w.since, w.run_id) as place,
-               coalesce(gr.served_at, '-infinity'::timestamptz) as served
-          from limit_waiters w left join limit_groups gr on gr.key = w.key and gr.grp = w.grp
-         where w.key = k),
+      -- Live waiters ahead in the fair order.
+      with q as (select * from limit_queue(k)),
       me as (
         select coalesce((select q.place from q where q.run_id = p_run),
                         (select count(*) + 1 from q where q.grp = g)) as place,
@@ -506,8 +517,9 @@ begin
          and ((r.status = 'running' and r.heartbeat_at >= p_stale) or r.status = 'pending'
               or (r.status = 'waiting' and r.wake_at > p_stale))
          and (q.place, q.served, q.grp, q.since, q.run_id) < (me.place, me.served, g, me.since, p_run);
-      free := least(coalesce((a->>'requests')::integer - used_req, 2147483647),
-                    coalesce((a->>'in_flight')::integer - flying, 2147483647)) - ahead;
+      room := least(coalesce((a->>'requests')::integer - used_req, 2147483647),
+                    coalesce((a->>'in_flight')::integer - flying, 2147483647));
+      free := room - ahead;
       if free < 1 then
         if a->>'in_flight' is not null and (a->>'in_flight')::integer - flying - ahead < 1 then
           due := p_now + p_retry_ms * interval '1 millisecond'; why := 'in_flight';
@@ -523,6 +535,19 @@ begin
              order by w.leaves offset ahead % used_req limit 1;
           end if;
           why := case when ahead >= used_req or used_req < (a->>'requests')::integer then 'queue' else 'requests' end;
+        end if;
+        -- What is free now is kept for the waiters ahead: those asleep until later (their wake time was
+        -- reckoned from a place further back) are woken now, so it does not stand idle until then.
+        -- Rows another statement holds are skipped, not waited for: a hint never deadlocks a take.
+        if room > 0 then
+          update runs u set wake_at = p_now
+           where u.run_id in (
+                   select r.run_id from runs r
+                    where r.run_id in (
+                            select q.run_id from limit_queue(k) q where q.run_id <> p_run
+                             order by q.place, q.served, q.grp, q.since, q.run_id limit room)
+                      and r.status = 'waiting' and r.wake_at > p_now
+                      for update skip locked);
         end if;
       elsif a->>'input_tokens' is not null and used_in > 0
             and used_in + (a->>'est_in')::bigint > (a->>'input_tokens')::bigint then

@@ -30,8 +30,9 @@ const LIMIT_TAKE = statement(
 // and recorded on the reservations under them with an id drawn under the key's lock (held_after: a
 // reservation with a greater id was taken after the hold was in force); without one, a probe that
 // ends opens its key again.
-// Then the first $8 runs asleep waiting for the keys $7 (those with calls in flight) or a key opened
-// again, in the queue's fair order, are woken now ($2): capacity freed.
+// Then of the first $8 waiters in the queue's fair order (limit_queue) of the keys $7 (those with calls
+// in flight) or a key opened again, those asleep are woken now ($2): capacity freed. Rows another
+// statement holds are skipped, not waited for: a hint never deadlocks a release.
 // The reservations are this worker's by id alone, not fenced: a worker fenced off its run holds
 // nothing any more, and settling its tokens is only more exact. Waking is a hint, as a parent woken
 // by its child is: the run is waiting, and a claim fences whoever takes it.
@@ -54,19 +55,17 @@ const LIMIT_RELEASE = statement(
          update limit_keys set probing = false, probe_id = null, updated_at = $2::timestamptz
           where $5::timestamptz is null and probe_id = any($1::bigint[])
          returning key),
-       queue as (
-         select w.run_id, w.grp, w.since,
-                row_number() over (partition by w.key, w.grp order by w.since, w.run_id) as place,
-                coalesce(g.served_at, '-infinity'::timestamptz) as served
-           from limit_waiters w left join limit_groups g on g.key = w.key and g.grp = w.grp
-          where w.key in (select key from opened union select unnest($7::text[]))),
        woken as (
          update runs set wake_at = $2::timestamptz
           where run_id in (
-                  select q.run_id from queue q join runs u on u.run_id = q.run_id
-                   where u.status = 'waiting' and u.wake_at > $2::timestamptz
-                   order by q.place, q.served, q.grp, q.since, q.run_id limit $8::int)
-            and status = 'waiting' and wake_at > $2::timestamptz
+                  select u.run_id from runs u
+                   where u.run_id in (
+                           select q.run_id
+                             from (select key from opened union select unnest($7::text[])) k
+                            cross join lateral limit_queue(k.key) q
+                            order by q.place, q.served, q.grp, q.since, q.run_id limit $8::int)
+                     and u.status = 'waiting' and u.wake_at > $2::timestamptz
+                     for update skip locked)
          returning 1)
        select (select count(*) from released)::int as released, (select count(*) from held)::int as held,
               (select count(*) from woken)::int as woken`,
