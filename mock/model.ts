@@ -367,8 +367,12 @@ export class MockModel {
   handler = async (req: Request): Promise<Response> => {
     const url = new URL(req.url);
     switch (`${req.method} ${url.pathname}`) {
-      case "POST /v1/chat/completions":
-        return await this.#handleCompletion(req);
+      case "POST /v1/chat/completions": {
+        const arrived: { arrival?: Arrival } = {};
+        const res = await this.#handleCompletion(req, arrived);
+        if (arrived.arrival) arrived.arrival.status = res.status;
+        return res;
+      }
       case "GET /v1/models":
         // What clients (and `openai.models.list()`) call to check an endpoint.
         return jsonResponse(200, {
@@ -489,7 +493,7 @@ export class MockModel {
     this.#release = new AbortController();
   }
 
-  async #handleCompletion(req: Request): Promise<Response> {
+  async #handleCompletion(req: Request, arrived: { arrival?: Arrival }): Promise<Response> {
     const text = await req.text();
     let body: unknown;
     try {
@@ -504,7 +508,8 @@ export class MockModel {
     const agent = req.headers.get("x-agent-name") || undefined;
     const n = this.#countCall(run);
     // The rate limit comes first, as a provider's gateway refuses before the model is reached.
-    const retryAfterS = this.#rate.arrive(run, this.#now().getTime());
+    const { retryAfterS, arrival } = this.#rate.arrive(run, this.#now().getTime());
+    arrived.arrival = arrival;
     if (retryAfterS !== undefined) {
       return openAIErrorResponse(429, "rate_limit_exceeded", "mock model rate limit: too many requests", {
         "Retry-After": String(retryAfterS),

@@ -915,10 +915,12 @@ Deno.test("a rate limit answers 429 with Retry-After past its requests in a slid
     assert.equal(await status("c"), 200);
   });
   await t.step("the arrivals say when and how each was answered; a refused one counted as a call", () => {
-    assert.deepEqual(model.arrivals().map((a) => [a.run, a.status]), [["a", 200], ["b", 200], ["c", 429], [
-      "c",
-      200,
-    ]]);
+    assert.deepEqual(model.arrivals().map((a) => [a.run, a.limited, a.status]), [
+      ["a", false, 200],
+      ["b", false, 200],
+      ["c", true, 429],
+      ["c", false, 200],
+    ]);
     assert.equal(model.calls("c"), 2);
     assert.equal(busiestWindow(model.arrivals(), 1_000), 2);
     assert.equal(busiestWindow(model.arrivals(), 1_000, true), 3);

@@ -22,8 +22,10 @@ export interface Arrival {
   at_ms: number;
   /** The run it named (`x-agent-run`). */
   run: string;
-  /** 429 if refused by the rate limit, else 200 (the answer itself may still be a fault). */
-  status: 200 | 429;
+  /** True when the rate limit refused it (answered 429). */
+  limited: boolean;
+  /** The HTTP status it was answered with (a fault's, a 429 of the rate limit's, 200). */
+  status: number;
 }
 
 /** The longest arrival log kept: older arrivals are dropped (a test reads them as it goes). */
@@ -60,10 +62,11 @@ export class RateLimiter {
   }
 
   /**
-   * Records an arrival of `run` at `nowMs`: undefined when it may be
-   * answered, or the whole seconds to send as `Retry-After` (at least 1).
+   * Records an arrival of `run` at `nowMs` (its `status` set by the caller
+   * once answered): with the whole seconds to send as `Retry-After` (at
+   * least 1) when the limit refuses it.
    */
-  arrive(run: string, nowMs: number): number | undefined {
+  arrive(run: string, nowMs: number): { retryAfterS?: number; arrival: Arrival } {
     const spec = this.#spec;
     let retryAfterS: number | undefined;
     if (spec !== undefined) {
@@ -76,9 +79,10 @@ export class RateLimiter {
         this.#answered.push(nowMs);
       }
     }
-    this.#arrivals.push({ at_ms: nowMs, run, status: retryAfterS === undefined ? 200 : 429 });
+    const arrival: Arrival = { at_ms: nowMs, run, limited: retryAfterS !== undefined, status: 429 };
+    this.#arrivals.push(arrival);
     if (this.#arrivals.length > ARRIVALS_MAX) this.#arrivals.shift();
-    return retryAfterS;
+    return retryAfterS === undefined ? { arrival } : { retryAfterS, arrival };
   }
 
   /** Every arrival so far (a copy), oldest first. */
@@ -88,12 +92,12 @@ export class RateLimiter {
 }
 
 /**
- * The most arrivals of `arrivals` (answered ones, unless `all`) in any window
+ * The most arrivals of `arrivals` (those the limit let through, unless `all`) in any window
  * of `windowMs` that ends at an arrival: the rate the provider saw at its
  * busiest.
  */
 export function busiestWindow(arrivals: readonly Arrival[], windowMs: number, all = false): number {
-  const times = arrivals.filter((a) => all || a.status === 200).map((a) => a.at_ms).sort((a, b) => a - b);
+  const times = arrivals.filter((a) => all || !a.limited).map((a) => a.at_ms).sort((a, b) => a - b);
   let best = 0;
   let start = 0;
   for (let end = 0; end < times.length; end++) {

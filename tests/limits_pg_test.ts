@@ -130,8 +130,8 @@ async function assertDoneOnce(pg: PgSchema, mocks: RunningMocks, runIds: string[
 }
 
 /** Each tenant's share of the model requests answered while both still had requests to make. */
-function shares(arrivals: { at_ms: number; run: string; status: number }[]) {
-  const answered = arrivals.filter((a) => a.status === 200 && a.run.startsWith("lim-"));
+function shares(arrivals: { at_ms: number; run: string; limited: boolean }[]) {
+  const answered = arrivals.filter((a) => !a.limited && a.run.startsWith("lim-"));
   const last = (t: string) =>
     Math.max(...answered.filter((a) => a.run.startsWith(`lim-${t}-`)).map((a) => a.at_ms));
   const contended = Math.min(last("a"), last("b"));
@@ -207,15 +207,31 @@ Deno.test({
       );
       const heldForMs = Date.now() - killedAt;
 
-      // The provider squeezes: a quarter of its rate for three seconds, once a third of the runs are done.
-      await until(async () => (await doneCount(pg)) >= RUNS / 3, "a third done", 120_000);
+      // Once a third of the runs are done, one request is answered 429 with Retry-After: 2 (one run's 429):
+      // the key is held for every worker for two seconds.
+      await until(async () => (await doneCount(pg)) >= RUNS / 3, "a third done", 240_000);
+      const holdsBefore = (await modelKey(pg, leaseMs)).holds;
+      mocks.model.setFaults({ fail_next: 1, fail_status: 429, retry_after_s: 2 });
+      await until(
+        async () => mocks.model.arrivals().some((a) => !a.limited && a.status === 429),
+        "the 429",
+        30_000,
+        20,
+      );
+      const once = mocks.model.arrivals().find((a) => !a.limited && a.status === 429)!;
+      await new Promise((r) => setTimeout(r, 2_500));
+      const onceHolds = (await modelKey(pg, leaseMs)).holds - holdsBefore;
+      const duringHold = mocks.model.arrivals().filter((a) =>
+        a.at_ms > once.at_ms && a.at_ms < once.at_ms + 2_000
+      );
+      // Then the provider squeezes: a quarter of its rate for three seconds.
       mocks.model.setRateLimit({ requests: RATE / 4, windowMs: 1_000 });
       const squeezedAt = Date.now();
       await new Promise((r) => setTimeout(r, 3_000));
       mocks.model.setRateLimit({ requests: RATE, windowMs: 1_000 });
       const squeezeEnd = Date.now();
 
-      await until(async () => (await doneCount(pg)) === RUNS, `${RUNS} runs done`, 600_000, 200);
+      await until(async () => (await doneCount(pg)) === RUNS, `${RUNS} runs done`, 900_000, 200);
       const tookMs = Date.now() - started;
       stop.abort();
       const seen = await sampled;
@@ -226,7 +242,10 @@ Deno.test({
       const outside = arrivals.filter((a) => a.at_ms < squeezedAt || a.at_ms > squeezeEnd + 2_000);
       const busiest = busiestWindow(outside, 1_000, true);
       const refused = arrivals.filter((a) => a.status === 429);
-      const outsideSqueeze = outside.filter((a) => a.status === 429);
+      const outsideSqueeze = outside.filter((a) =>
+        a.status === 429 && !(a.at_ms === once.at_ms && a.run === once.run)
+      );
+      const squeezed = arrivals.filter((a) => a.limited && a.at_ms >= squeezedAt);
       const takenWhileHeld = await whileHeld(pg, "model:mock-planner");
       const delays = await arrivalDelays(pg, arrivals);
       if (Deno.env.get("LIMITS_DEBUG")) await debugBusiest(pg, outside);
@@ -241,7 +260,9 @@ Deno.test({
       console.log(
         `limits: ${RUNS} runs, ${SUPERVISORS}x${WORKERS} workers of ${RUNS_PER_WORKER} slots, took ${tookMs} ms; ` +
           `model requests ${arrivals.length}, busiest second ${busiest} (provider ${RATE}, declared ${DECLARED}); ` +
-          `429s ${refused.length} (${outsideSqueeze.length} outside the squeeze), holds ${model.holds}, ` +
+          `one 429 with Retry-After 2 s: holds ${onceHolds}, requests arriving in its hold ${duringHold.length} ` +
+          `(already on their way), none of them 429; the squeeze: ${squeezed.length} 429s; 429s in all ` +
+          `${refused.length} (${outsideSqueeze.length} elsewhere), holds ${model.holds}, ` +
           `requests taken while held ${takenWhileHeld}; take-to-arrival ms p50 ${delays.p50} p90 ${delays.p90}; ` +
           `parked at once at most ${seen.parkedMax} (slots ${SUPERVISORS * WORKERS * RUNS_PER_WORKER}), ` +
           `parked holding a lease ${seen.parkedLeased}; SIGKILLed ${killed!.owner} held ${
@@ -255,7 +276,9 @@ Deno.test({
           } ms); left open ${leftover.open}, waiters ${leftover.waiters}`,
       );
       assert.ok(busiest <= RATE, `the provider saw ${busiest} requests in one second, past its ${RATE}`);
-      assert.ok(model.holds >= 1, "the squeeze's 429s held the key");
+      assert.equal(onceHolds, 1, "the one 429 held the key once");
+      assert.ok(model.holds >= 2, "the squeeze's 429s held the key");
+      assert.equal(outsideSqueeze.length, 0, "a 429 outside the squeeze and the one");
       assert.equal(takenWhileHeld, 0, "a request taken while its key was held");
       assert.ok(seen.parkedMax > SUPERVISORS * WORKERS * RUNS_PER_WORKER, "more runs parked than slots");
       assert.equal(seen.parkedLeased, 0, "a parked run held a lease");
@@ -324,6 +347,12 @@ async function debugBusiest(pg: PgSchema, arrivals: { at_ms: number; run: string
   );
   console.log(win.map((a) => `${a.run}@${a.at_ms - win[0].at_ms}`).join(" "));
   console.log(rows.map((r) => `${r.run_id}@${Math.round(Number(r.at_ms) - win[0].at_ms)}`).join(" "));
+}
+
+/** The model's key as `limits` shows it. */
+async function modelKey(pg: PgSchema, leaseMs: number) {
+  const keys = await pg.store.limits.list(new Date(), new Date(Date.now() - leaseMs));
+  return keys.find((k) => k.key === "model:mock-planner") ?? { holds: 0 };
 }
 
 async function doneCount(pg: PgSchema): Promise<number> {
