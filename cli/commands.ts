@@ -43,6 +43,7 @@ import { ClientError } from "../runtime/base/errors.ts";
 import { type FlaggedFilter, RESOLVE_BATCH_MAX } from "../runtime/store/store.ts";
 import { LIST_LIMIT_MAX, type Resolution, type RunInfo, type Settlement } from "../runtime/client/shapes.ts";
 import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
+import { checkLabels } from "../runtime/base/limits.ts";
 import { callsOf } from "../runtime/run/calls.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/settings/config.ts";
@@ -119,11 +120,21 @@ export function fieldLines(label: string, text: string): string[] {
 export async function submit(
   ctx: CommandContext,
   agent: Agent,
-  opts: { runId?: string; input?: unknown; budget?: Budget; modelParams?: ModelParams },
+  opts: {
+    runId?: string;
+    input?: unknown;
+    budget?: Budget;
+    modelParams?: ModelParams;
+    labels?: Record<string, string>;
+  },
 ): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.start(agent, opts));
   printer(ctx)(
-    `submitted  run=${run.runId}  agent=${run.agent}  status=pending  input=${formatValue(run.input)}`,
+    `submitted  run=${run.runId}  agent=${run.agent}  status=pending  input=${formatValue(run.input)}${
+      run.labels
+        ? `  labels=${Object.entries(run.labels).map(([k, v]) => `${k}=${v}`).join(",")}`
+        : ""
+    }`,
   );
   return run;
 }
@@ -734,6 +745,8 @@ export const COMMAND_USAGE: Record<string, string> = {
   --input JSON        JSON input, for an agent with an input schema (env INPUT)
   --budget-tokens N, --budget-model-calls N, --budget-tool-calls N
                       ceilings for this run (integers 1 or more), over the agent's budget
+  --labels k=v,k2=v2  the run's labels (or a JSON object), which limits may key on and be fair across,
+                      e.g. tenant=acme (docs/limits.md)
   --model-params JSON the run's own model request parameters, over the agent's (env MODEL_PARAMS),
                       e.g. '{"temperature":0.2,"maxOutputTokens":800}'
   (env AGENT_LOAD_S: how long the agent module may take to import, default 30 s)`,
@@ -834,6 +847,7 @@ const OPTIONS = {
   "budget-model-calls": { type: "string" },
   "budget-tool-calls": { type: "string" },
   "model-params": { type: "string" },
+  labels: { type: "string" },
   "finished-before": { type: "string" },
   "dry-run": { type: "boolean" },
   batch: { type: "string" },
@@ -894,6 +908,7 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
     "budget-model-calls",
     "budget-tool-calls",
     "model-params",
+    "labels",
   ],
   runs: ["status", "agent-name", "search", "limit", "page"],
   limits: [],
@@ -1073,6 +1088,12 @@ export async function main(
   let agent: Agent | undefined;
   let input: unknown;
   let modelParams: ModelParams | undefined;
+  let labels: Record<string, string> | undefined;
+  if (command === "submit" && v.labels !== undefined) {
+    const parsed = parseLabels(v.labels);
+    if (typeof parsed === "string") return usage(parsed);
+    labels = parsed;
+  }
   if (command === "submit") {
     try {
       const load = new SettingsReader({ AGENT_LOAD_S: env.AGENT_LOAD_S || undefined });
@@ -1138,6 +1159,7 @@ export async function main(
           input,
           budget: Object.keys(budget).length > 0 ? budget : undefined,
           modelParams,
+          ...(labels ? { labels } : {}),
         });
         break;
       case "runs":
@@ -1203,6 +1225,33 @@ export async function main(
     return 1;
   } finally {
     await client.close().catch(() => {}); // a connection already lost: the line above said why
+  }
+}
+
+/** `--labels`: `k=v,k2=v2` or a JSON object, checked as a run's labels; a problem as a string. */
+function parseLabels(raw: string): Record<string, string> | string {
+  let value: unknown;
+  if (raw.trim().startsWith("{")) {
+    try {
+      value = JSON.parse(raw);
+    } catch {
+      return `--labels must be k=v,k2=v2 or a JSON object: current value is ${
+        JSON.stringify(raw.slice(0, 80))
+      }`;
+    }
+  } else {
+    const pairs = raw.split(",").map((p) => p.split("="));
+    if (pairs.some((p) => p.length !== 2)) {
+      return `--labels must be k=v,k2=v2 or a JSON object: current value is ${
+        JSON.stringify(raw.slice(0, 80))
+      }`;
+    }
+    value = Object.fromEntries(pairs.map(([k, v]) => [k.trim(), v.trim()]));
+  }
+  try {
+    return { ...checkLabels(value, "--labels") };
+  } catch (err) {
+    return (err as Error).message;
   }
 }
 

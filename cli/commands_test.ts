@@ -601,7 +601,7 @@ Deno.test("limits lists each key's limit, use, waiting runs and hold; runs says 
     }
     const ask = {
       key: "model:gpt-x",
-      described: "1 requests per 60 s",
+      described: "1 request per 60 s",
       windowMs: 60_000,
       requests: 1,
       estimatedInput: 10,
@@ -627,7 +627,7 @@ Deno.test("limits lists each key's limit, use, waiting runs and hold; runs says 
     const [head, row] = out.splice(0);
     assert.match(head, /^KEY +LIMIT +IN_FLIGHT +LAST_MINUTE +WAITING +HELD +HOLDS$/);
     const until = new Date(now.getTime() + 30_000).toISOString();
-    assert.match(row, new RegExp(`^model:gpt-x  1 requests per 60 s  0 +1 +1 +until ${until}  1$`));
+    assert.match(row, new RegExp(`^model:gpt-x  1 request per 60 s  0 +1 +1 +until ${until}  1$`));
     await runs(ctx, { search: "lim-" });
     assert.ok(out.some((l) => /^lim-2 .* waiting for model:gpt-x until /.test(l)), out.join("\n"));
     assert.equal((await ctx.client.get("lim-1"))?.labels?.tenant, "acme");

@@ -136,10 +136,12 @@ function tighter(a: LimitAsk, b: LimitAsk): LimitAsk {
 export function describeAsk(
   a: Pick<LimitAsk, "windowMs" | "requests" | "inputTokens" | "outputTokens" | "inFlight">,
 ): string {
+  const count = (n: number | undefined, what: string) =>
+    n === undefined ? undefined : `${n} ${what}${n === 1 ? "" : "s"}`;
   const per = [
-    a.requests === undefined ? undefined : `${a.requests} requests`,
-    a.inputTokens === undefined ? undefined : `${a.inputTokens} input tokens`,
-    a.outputTokens === undefined ? undefined : `${a.outputTokens} output tokens`,
+    count(a.requests, "request"),
+    count(a.inputTokens, "input token"),
+    count(a.outputTokens, "output token"),
   ].filter((p) => p !== undefined);
   const window = a.windowMs % 1000 === 0 ? `${a.windowMs / 1000} s` : `${a.windowMs} ms`;
   return [

@@ -142,7 +142,7 @@ Deno.test("toolAsks(): a call falls under its tool's limits; a limit under one r
     inFlight: 1,
   }], "x");
   assert.deepEqual(toolAsks(limits, "create_server").map((a) => [a.key, a.requests, a.described]), [
-    ["tool:create_server", 1, "1 requests per 1 s"],
+    ["tool:create_server", 1, "1 request per 1 s"],
   ]);
   assert.deepEqual(toolAsks(limits, "create_database"), []);
   assert.equal(describeAsk({ windowMs: 1_500, inFlight: 2 }), "2 in flight");

@@ -116,6 +116,7 @@ export const REFUSED_INPUT_CODES: readonly ErrorCode[] = [
   "SETTLEMENT_INVALID",
   "INPUT_INVALID",
   "BUDGET_INVALID",
+  "LABELS_INVALID",
 ];
 
 /**

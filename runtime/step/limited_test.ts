@@ -21,6 +21,7 @@ import type { Planner } from "../model/planner.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
 import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
+import { TapClient } from "../store/counting.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
 import type { Limit } from "../agent/limits.ts";
 import type { CrashPlan } from "../base/crashpoints.ts";
@@ -100,7 +101,7 @@ Deno.test("a model request past its limit lets the run go waiting for the key, a
   assert.equal(new Date(waiting.wake_at!).getTime(), t0 + 1_000);
   assert.match(
     waiting.error!,
-    /^Waiting until .* for the limit on model:m \(1 requests per 1 s\): the model's request for step 1 waits for a request of the window to age out$/,
+    /^Waiting until .* for the limit on model:m \(1 request per 1 s\): the model's request for step 1 waits for a request of the window to age out$/,
   );
   await clock.advance(1_000);
   assert.equal((await drive(d, "m-1")).status, "done");
@@ -217,4 +218,46 @@ Deno.test("an agent without limits sends no statement about them", async () => {
   assert.equal((await claimAndDrive(d, { runId: "free-1", goal: "g" })).status, "done");
   assert.deepEqual(calls, []);
   assert.equal(lines.slice(before).filter((l) => l.includes("event=limited")).length, 0);
+});
+
+Deno.test("what a run costs under limits: a take and a release for each limited request, and no other statement", async () => {
+  const sent = async (runId: string, limits: Limit[]) => {
+    const names: string[] = [];
+    const tapped = new Store(new TapClient(store.client, ({ opts }) => void names.push(opts?.name ?? "?")));
+    const d = runDepsFor(
+      processDeps({ store: tapped, clock, log, owner: "w1", random: () => 0.5 }),
+      agentDeps(
+        {
+          agent: { name: "limited", instructions: "Test.", tools: [], maxSteps: 10, limits },
+          planner: model({ steps: 1 }).planner,
+          tools: new ToolRegistry([note]),
+        } as never,
+      ),
+    );
+    await clock.advance(60_000); // every earlier test's window has aged
+    assert.equal((await claimAndDrive(d, { runId, goal: "g" })).status, "done");
+    return names;
+  };
+  const free = await sent("cost-0", []);
+  const modelOnly = await sent("cost-1", [{ model: "m", requestsPerMinute: 1_000 }]);
+  const both = await sent("cost-2", [{ model: "m", requestsPerMinute: 1_000 }, {
+    tool: "note",
+    inFlight: 5,
+  }]);
+  const more = (names: string[]) => {
+    const extra = [...names];
+    for (const n of free) extra.splice(extra.indexOf(n), 1);
+    return extra.sort();
+  };
+  // Two model requests (one decides the call, one the answer) and one tool call.
+  assert.deepEqual(more(modelOnly), ["limit-release", "limit-release", "limit-take", "limit-take"]);
+  assert.deepEqual(more(both), [
+    "limit-release",
+    "limit-release",
+    "limit-release",
+    "limit-take",
+    "limit-take",
+    "limit-take",
+  ]);
+  assert.equal(free.length, 9, "3 a run, 4 for the tool step, 2 for the answer");
 });
