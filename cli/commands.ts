@@ -131,9 +131,7 @@ export async function submit(
   const run = await asCommand(() => ctx.client.start(agent, opts));
   printer(ctx)(
     `submitted  run=${run.runId}  agent=${run.agent}  status=pending  input=${formatValue(run.input)}${
-      run.labels
-        ? `  labels=${Object.entries(run.labels).map(([k, v]) => `${k}=${v}`).join(",")}`
-        : ""
+      run.labels ? `  labels=${Object.entries(run.labels).map(([k, v]) => `${k}=${v}`).join(",")}` : ""
     }`,
   );
   return run;

@@ -213,7 +213,7 @@ Deno.test({
       const holdsBefore = (await modelKey(pg, leaseMs)).holds;
       mocks.model.setFaults({ fail_next: 1, fail_status: 429, retry_after_s: 2 });
       await until(
-        async () => mocks.model.arrivals().some((a) => !a.limited && a.status === 429),
+        () => Promise.resolve(mocks.model.arrivals().some((a) => !a.limited && a.status === 429)),
         "the 429",
         30_000,
         20,
