@@ -43,7 +43,7 @@ import { ClientError } from "../runtime/base/errors.ts";
 import { type FlaggedFilter, RESOLVE_BATCH_MAX } from "../runtime/store/store.ts";
 import { LIST_LIMIT_MAX, type Resolution, type RunInfo, type Settlement } from "../runtime/client/shapes.ts";
 import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
-import { checkLabels } from "../runtime/base/limits.ts";
+import { checkLabels } from "../runtime/base/limit_spec.ts";
 import { callsOf } from "../runtime/run/calls.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/settings/config.ts";

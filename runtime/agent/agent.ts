@@ -15,7 +15,7 @@
 import { checkConversation, type ConversationOptions } from "./conversation_options.ts";
 import { checkRetryPolicy, type RetryPolicy } from "../base/retry.ts";
 import { type Budget, checkBudget } from "./budget.ts";
-import { checkLimits, type Limit } from "./limits.ts";
+import { checkLimits, type Limit } from "./limit_asks.ts";
 import { describeValue, RuntimeError } from "../base/errors.ts";
 import { type StorableValue, toStorable } from "../base/storable.ts";
 import type { Logger } from "../base/log.ts";
@@ -243,13 +243,7 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     modelParams: checkModelParams(spec.modelParams, `Cannot define agent ${JSON.stringify(spec.name)}`),
     conversation: checkConversation(spec.conversation, `Cannot define agent ${JSON.stringify(spec.name)}`),
     retry: checkRetryPolicy(spec.retry, `Cannot define agent ${JSON.stringify(spec.name)}`),
-    limits: (() => {
-      try {
-        return checkLimits(spec.limits, `Cannot define agent ${JSON.stringify(spec.name)}`);
-      } catch (err) {
-        throw problem((err as Error).message.replace(/^Cannot define agent [^:]*: /, ""));
-      }
-    })(),
+    limits: checkLimits(spec.limits, `Cannot define agent ${JSON.stringify(spec.name)}`, "AGENT_INVALID"),
   });
 }
 

@@ -15,7 +15,7 @@
 import { type Agent, type AgentContext, checkInput, prepareAgent } from "../agent/agent.ts";
 import { withChildAgents } from "../agent/agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget } from "../agent/budget.ts";
-import { checkLabels } from "../agent/limits.ts";
+import { checkLabels } from "../agent/limit_asks.ts";
 import { checkModelParams } from "../model/params.ts";
 import { endpointPlanner } from "../model/endpoint.ts";
 import type { ModelParams } from "../model/transcript.ts";

@@ -8,7 +8,7 @@
 
 import type { AgentContext } from "../agent/agent.ts";
 import type { Budget } from "../agent/budget.ts";
-export type { Limit } from "../agent/limits.ts";
+export type { Limit } from "../agent/limit_asks.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import type { Clock } from "../base/clock.ts";
 import type { WorkerOptions } from "../host/host.ts";

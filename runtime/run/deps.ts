@@ -21,7 +21,7 @@
  */
 
 import type { ConversationOptions } from "../agent/conversation_options.ts";
-import { type Limit, NO_LIMITS } from "../agent/limits.ts";
+import { type Limit, NO_LIMITS } from "../agent/limit_asks.ts";
 import type { PreparedAgent } from "../agent/agent.ts";
 import { type Clock, SystemClock } from "../base/clock.ts";
 import { CrashPoints } from "../base/crashpoints.ts";

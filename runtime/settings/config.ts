@@ -42,7 +42,7 @@ import type { TakeShare } from "../base/take_share.ts";
 import { parseModelParams } from "../model/params.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import type { RetryPolicy } from "../base/retry.ts";
-import { type Limit, parseLimits } from "../base/limits.ts";
+import { type Limit, parseLimits } from "../base/limit_spec.ts";
 import { DEFAULTS } from "../base/defaults.ts";
 import { commandFlags, FlagError, flagOf, flagProblem } from "./flags.ts";
 import { integerIn, SettingsReader } from "./reader.ts";
@@ -281,7 +281,6 @@ export function loadSettings(
       }`,
     );
   }
-  const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
   const apiKey = r.str("MODEL_API_KEY");
   if (apiKey !== undefined && [...apiKey].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f)) {
     // Never echoed: it is a secret, and a newline in it is a copy-paste slip.
@@ -319,7 +318,7 @@ export function loadSettings(
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),
     crash: {
       crashAt: crashAt !== undefined && isCrashPoint(crashAt) ? crashAt : undefined,
-      crashSeq,
+      crashSeq: r.int("CRASH_SEQ", 0, 0, 10_000),
       stallAt: stallAt !== undefined && isCrashPoint(stallAt) ? stallAt : undefined,
       stallMs: r.int("STALL_MS", DEFAULTS.stallMs, 0, 86_400_000),
     },

@@ -38,7 +38,7 @@ import { familyCeilings } from "../families/family.ts";
 import { toStorable } from "../base/storable.ts";
 import { ask, type Asked, type Refused } from "./ask_model.ts";
 import { type HeldLimits, type Limited, releaseLimits, takeLimits, waitForLimit } from "./limited.ts";
-import { modelAsks } from "../agent/limits.ts";
+import { modelAsks } from "../agent/limit_asks.ts";
 import type { LimitAsk } from "../store/store.ts";
 
 /** What `act` needs of a step's decision. */

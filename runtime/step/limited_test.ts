@@ -23,7 +23,7 @@ import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { TapClient } from "../store/counting.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
-import type { Limit } from "../agent/limits.ts";
+import type { Limit } from "../agent/limit_asks.ts";
 import type { CrashPlan } from "../base/crashpoints.ts";
 
 const clock = new ManualClock();

@@ -27,7 +27,7 @@ import { waitExpired } from "../agent/accepted.ts";
 import { accepted, confirm, failCall, flag, type PreparedCall, toolPolicy } from "./settle.ts";
 import { giveUp, unknownOutcome, unknownRequests, type Verdict } from "./unknown.ts";
 import { type Limited, releaseLimits, takeLimits } from "./limited.ts";
-import { toolAsks } from "../agent/limits.ts";
+import { toolAsks } from "../agent/limit_asks.ts";
 
 /**
  * How one call's sending ended for this worker: with its row as its last

@@ -3,7 +3,7 @@
  * (`defineAgent({ limits })`) or on a process (`LIMITS`, the same list as
  * JSON). Each names what it holds (a model, a provider, a tool, or a label a
  * run carries) and any of requests, input tokens and output tokens per minute
- * and calls in flight (the declaration and its checks: `base/limits.ts`).
+ * and calls in flight (the declaration and its checks: `base/limit_spec.ts`).
  * This module turns a request into what it asks of the store: one
  * {@link LimitAsk} per key it falls under.
  *
@@ -17,7 +17,7 @@
  */
 
 import { DEFAULTS } from "../base/defaults.ts";
-import type { Limit } from "../base/limits.ts";
+import type { Limit } from "../base/limit_spec.ts";
 import type { LimitAsk } from "../store/store.ts";
 
 export {
@@ -27,7 +27,7 @@ export {
   type Limit,
   NO_LIMITS,
   parseLimits,
-} from "../base/limits.ts";
+} from "../base/limit_spec.ts";
 
 /** What a model request is, for its limits: its model, provider, the run's labels, its estimate. */
 export interface ModelRequestLimits {

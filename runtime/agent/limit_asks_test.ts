@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { checkLabels, checkLimits, describeAsk, modelAsks, parseLimits, toolAsks } from "./limits.ts";
+import { checkLabels, checkLimits, describeAsk, modelAsks, parseLimits, toolAsks } from "./limit_asks.ts";
 import { defineAgent } from "./agent.ts";
 import { RuntimeError } from "../base/errors.ts";
 

@@ -2,7 +2,7 @@
  * A limit shared by the fleet as a user declares it (on an agent, or on a
  * process as `LIMITS`), a run's labels, and their checks: leaves the settings
  * reader and the agent both use. What a request asks of the store under them
- * is `agent/limits.ts`'s.
+ * is `agent/limit_asks.ts`'s.
  *
  * @module
  */
@@ -16,7 +16,7 @@ import { RuntimeError } from "./errors.ts";
  *
  * @example
  * ```ts
- * import type { Limit } from "./limits.ts";
+ * import type { Limit } from "./limit_spec.ts";
  * const limits: Limit[] = [
  *   { model: "gpt-4o", requestsPerMinute: 50, inputTokensPerMinute: 400_000 },
  *   { tool: "create_server", inFlight: 4 },
@@ -61,18 +61,19 @@ export const LABEL_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 
 /**
  * Checks a list of limits, every problem reported at once; returns them
- * frozen (an empty list for none). Throws `LIMITS_INVALID`, each problem
- * naming the limit by its place in the list.
+ * frozen (an empty list for none). Throws `code` (`LIMITS_INVALID`; a
+ * definition's `AGENT_INVALID`), each problem naming the limit by its place
+ * in the list, after `where`.
  */
-export function checkLimits(limits: unknown, where: string): readonly Limit[] {
+export function checkLimits(
+  limits: unknown,
+  where: string,
+  code: "LIMITS_INVALID" | "AGENT_INVALID" = "LIMITS_INVALID",
+): readonly Limit[] {
   if (limits === undefined) return NO_LIMITS;
-  if (!Array.isArray(limits)) {
-    throw new RuntimeError("LIMITS_INVALID", `${where}: 'limits' must be an array of limits`);
-  }
+  if (!Array.isArray(limits)) throw new RuntimeError(code, `${where}: 'limits' must be an array of limits`);
   const problems = limits.flatMap((l, i) => limitProblems(l).map((p) => `limit ${i}: ${p}`));
-  if (problems.length > 0) {
-    throw new RuntimeError("LIMITS_INVALID", `${where}: ${problems.join("; ")}`);
-  }
+  if (problems.length > 0) throw new RuntimeError(code, `${where}: ${problems.join("; ")}`);
   return Object.freeze(limits.map((l) => Object.freeze({ ...l }) as Limit));
 }
 
