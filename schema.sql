@@ -448,3 +448,299 @@ create table if not exists signals (
 -- re-sent call for the one it took.
 create index if not exists signals_unconsumed on signals (run_id, name, seq) where consumed_by is null;
 create index if not exists signals_consumed_by on signals (consumed_by) where consumed_by is not null;
+-- migration 14: limits shared by the fleet
+-- Limits on requests per minute, input and output tokens per minute and calls
+-- in flight, keyed by a model, a provider, a tool, or a value of a label a run
+-- carries (runtime/agent/limits.ts). A request takes a reservation under every
+-- key it falls under before it goes out (limit_take, below), all or none, and
+-- releases it when it ends, settled to the tokens its answer used.
+--
+-- A run's labels ({"tenant": "acme"}), given when it is started; null: none.
+alter table runs add column if not exists labels jsonb;
+
+-- One row per key a limit was taken under: what the provider said of it.
+create table if not exists limit_keys (
+  -- 'model:<name>', 'provider:<name>', 'tool:<name>' or 'label:<name>=<value>'.
+  key          text primary key,
+  -- The limit as the last take described it, for people (`limits`, the page).
+  described    text,
+  -- A 429 (or 503) with Retry-After stopped the key for the whole fleet until
+  -- then; after it, one request (the probe, probe_id) goes alone until it ends
+  -- without another, so a hold costs at most one more 429 (probing).
+  hold_until   timestamptz,
+  probing      boolean not null default false,
+  probe_id     bigint,
+  -- Holds started (a 429 while the key was held extends that hold, and counts none).
+  holds        integer not null default 0,
+  updated_at   timestamptz not null
+);
+
+-- One row per request taken under a key. It counts in the key's per-minute
+-- windows from its take until a window after its release (limit_window: a
+-- request that may have reached the provider counts, however it ended); its
+-- tokens are the request's estimate until released, then what its answer used.
+-- Unreleased, it holds a call in flight while its run is running under the
+-- epoch that took it with a live lease: a worker that dies holds nothing past
+-- its lease, nor past the supervisor's release of its runs. Rows out of every
+-- window and no longer held are deleted by the takes of their key.
+create table if not exists limit_reservations (
+  id            bigint generated always as identity primary key,
+  key           text not null,
+  run_id        text not null,
+  epoch         integer not null,
+  seq           integer not null,
+  taken_at      timestamptz not null,
+  released_at   timestamptz,
+  input_tokens  integer not null default 0,
+  output_tokens integer not null default 0,
+  -- The hold its release recorded: its answer said when to come back (a 429 or 503 with Retry-After).
+  held_until    timestamptz,
+  -- The reservation id drawn when that hold was written, under the key's lock: a reservation of the
+  -- key with a greater id was taken after the hold was in force (and must not be before its end).
+  held_after    bigint
+);
+create index if not exists limit_reservations_window on limit_reservations (key, taken_at);
+create index if not exists limit_reservations_open on limit_reservations (key) where released_at is null;
+
+-- One row per run waiting for a key: the queue a take serves fairly. since is
+-- the first refusal (kept across refusals, so a run keeps its place); grp the
+-- value of the limit's fairBy label ('' for none): waiters are served
+-- round-robin across groups, in order of since within one. A run that closed
+-- leaves the queue at the next take of the key.
+create table if not exists limit_waiters (
+  key          text not null,
+  run_id       text not null,
+  grp          text not null,
+  since        timestamptz not null,
+  primary key (key, run_id)
+);
+
+-- When each group of a key was last served, for the round-robin.
+create table if not exists limit_groups (
+  key          text not null,
+  grp          text not null,
+  served_at    timestamptz not null,
+  primary key (key, grp)
+);
+
+-- What a key's window holds at p_now: each request taken under it, with when
+-- it leaves the window (p_win after its release; one in flight, a window from
+-- now at least; one unreleased whose holder is gone, a window after its lease
+-- could have ended: p_stale is the oldest live heartbeat), its tokens, and
+-- whether it is a call in flight now (unreleased, its run running under the
+-- epoch that took it, its lease live). Read through the two indexes below.
+create or replace function limit_window(p_key text, p_now timestamptz, p_win interval, p_stale timestamptz)
+  returns table (leaves timestamptz, input_tokens bigint, output_tokens bigint, live boolean)
+  language sql stable
+  set search_path from current
+as $window$
+  select case when r.released_at is not null then r.released_at
+              when l.live then p_now
+              else r.taken_at + (p_now - p_stale) end + p_win,
+         r.input_tokens::bigint, r.output_tokens::bigint, r.released_at is null and l.live
+    from limit_reservations r
+    cross join lateral (
+      select exists (select 1 from runs u where u.run_id = r.run_id
+                        and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true)
+             as live) l
+   where r.key = p_key
+     and (r.released_at > p_now - p_win
+          or (r.released_at is null and (l.live or r.taken_at > p_stale - p_win)))
+$window$;
+create index if not exists limit_reservations_released on limit_reservations (key, released_at);
+
+-- A key's queue in its fair order: each waiter's place in its group (by when
+-- it first waited), and when its group was last served; served in order of
+-- place, then the group served longest ago, so groups take turns.
+create or replace function limit_queue(p_key text)
+  returns table (run_id text, grp text, since timestamptz, place bigint, served timestamptz)
+  language sql stable
+  set search_path from current
+as $queue$
+  select w.run_id, w.grp, w.since,
+         row_number() over (partition by w.grp order by w.since, w.run_id),
+         coalesce(gr.served_at, '-infinity'::timestamptz)
+    from limit_waiters w left join limit_groups gr on gr.key = w.key and gr.grp = w.grp
+   where w.key = p_key
+$queue$;
+
+-- Takes one reservation under each key of p_asks (a JSON array, one object a
+-- key: key, grp, described, window_ms, requests, input_tokens, output_tokens,
+-- in_flight, est_in, est_out; a limit left out is none), all or none, for the
+-- request at p_seq of run p_run at epoch p_epoch. It is a function because
+-- it must read what other takes committed while it waited for the keys'
+-- locks: a statement reads one snapshot, taken before it waits, while each
+-- statement of a volatile function takes its own. The keys are locked in
+-- order, so takes of the same keys queue instead of deadlocking.
+--
+-- A request counts in a key's window from its take until a window after its
+-- release (while in flight, it counts): the provider saw it somewhere in
+-- between, so no window of the provider's, wherever it falls, holds more than
+-- the limit, however long the request took to reach it. One unreleased whose
+-- holder is gone counts until a window after its holder's lease could have
+-- ended (p_stale is the oldest live heartbeat).
+--
+-- Returns the reservations' ids, or the first key in order that refused, why,
+-- and when the run may try again: at the end of a hold, when enough of the
+-- window has aged for the waiters ahead and this one, or p_retry_ms on for
+-- calls in flight (a release wakes the first waiter sooner). A run is refused
+-- while the waiters of the key ahead of it in the fair order would take what
+-- is free: what frees is kept for them, each woken at the time its place comes
+-- round. A waiter counts while its run is running, pending, or waiting with a
+-- wake time after p_stale (one due longer ago than that, which nobody takes,
+-- stops holding the others up).
+create or replace function limit_take(p_asks jsonb, p_run text, p_epoch integer, p_seq integer,
+                                      p_now timestamptz, p_stale timestamptz, p_retry_ms integer)
+  returns table (granted boolean, ids text[], key text, wake_at timestamptz, why text)
+  language plpgsql volatile
+  set search_path from current
+as $take$
+declare
+  a jsonb;
+  k text;
+  g text;
+  win interval;
+  held timestamptz;
+  is_probing boolean;
+  probe bigint;
+  used_req integer;
+  used_in bigint;
+  used_out bigint;
+  flying integer;
+  ahead integer;
+  free integer;
+  room integer;
+  due timestamptz;
+  rid bigint;
+  taken text[] := '{}';
+begin
+  perform 1 from runs where run_id = p_run and (epoch = p_epoch and status = 'running') is true for share;
+  if not found then
+    return query select false, null::text[], null::text, null::timestamptz, 'fenced'::text;
+    return;
+  end if;
+  for a in select value from jsonb_array_elements(p_asks) order by value->>'key' loop
+    insert into limit_keys as lk (key, described, updated_at) values (a->>'key', a->>'described', p_now)
+      on conflict on constraint limit_keys_pkey do nothing;
+    perform 1 from limit_keys lk where lk.key = a->>'key' for update;
+  end loop;
+  for a in select value from jsonb_array_elements(p_asks) order by value->>'key' loop
+    k := a->>'key';
+    g := coalesce(a->>'grp', '');
+    win := (a->>'window_ms')::integer * interval '1 millisecond';
+    select lk.hold_until, lk.probing, lk.probe_id into held, is_probing, probe from limit_keys lk where lk.key = k;
+    delete from limit_waiters w where w.key = k and not exists (
+      select 1 from runs r where r.run_id = w.run_id and r.status in ('pending', 'running', 'waiting'));
+    due := null;
+    if held > p_now then
+      due := held; why := 'held';
+    elsif is_probing and probe is not null and exists (
+        select 1 from limit_reservations r join runs u on u.run_id = r.run_id
+         where r.id = probe and r.released_at is null
+           and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true) then
+      due := p_now + p_retry_ms * interval '1 millisecond'; why := 'probe';
+    end if;
+    if due is null then
+      select count(*), coalesce(sum(w.input_tokens), 0), coalesce(sum(w.output_tokens), 0),
+             count(*) filter (where w.live)
+        into used_req, used_in, used_out, flying
+        from limit_window(k, p_now, win, p_stale) w;
+      -- Live waiters ahead in the fair order.
+      with q as (select * from limit_queue(k)),
+      me as (
+        select coalesce((select q.place from q where q.run_id = p_run),
+                        (select count(*) + 1 from q where q.grp = g)) as place,
+               coalesce((select gr.served_at from limit_groups gr where gr.key = k and gr.grp = g),
+                        '-infinity'::timestamptz) as served,
+               coalesce((select q.since from q where q.run_id = p_run), p_now) as since)
+      select count(*) into ahead from q join runs r on r.run_id = q.run_id cross join me
+       where q.run_id <> p_run
+         and ((r.status = 'running' and r.heartbeat_at >= p_stale) or r.status = 'pending'
+              or (r.status = 'waiting' and r.wake_at > p_stale))
+         and (q.place, q.served, q.grp, q.since, q.run_id) < (me.place, me.served, g, me.since, p_run);
+      room := least(coalesce((a->>'requests')::integer - used_req, 2147483647),
+                    coalesce((a->>'in_flight')::integer - flying, 2147483647));
+      free := room - ahead;
+      if free < 1 then
+        if a->>'in_flight' is not null and (a->>'in_flight')::integer - flying - ahead < 1 then
+          due := p_now + p_retry_ms * interval '1 millisecond'; why := 'in_flight';
+        else
+          -- When enough requests have left the window for those ahead and this one: the k-th to leave
+          -- it does, or, deeper in the queue, its like in a later window (the window's pattern taken to
+          -- repeat), so waiters wake one after another in their order, not all at once.
+          ahead := used_req + ahead - (a->>'requests')::integer;
+          if used_req = 0 then
+            due := p_now + win * (ahead / (a->>'requests')::integer + 1);
+          else
+            select w.leaves + win * (ahead / used_req) into due from limit_window(k, p_now, win, p_stale) w
+             order by w.leaves offset ahead % used_req limit 1;
+          end if;
+          why := case when ahead >= used_req or used_req < (a->>'requests')::integer then 'queue' else 'requests' end;
+        end if;
+        -- What is free now is kept for the waiters ahead: those asleep until later (their wake time was
+        -- reckoned from a place further back) are woken now, so it does not stand idle until then.
+        -- Rows another statement holds are skipped, not waited for: a hint never deadlocks a take.
+        if room > 0 then
+          update runs u set wake_at = p_now
+           where u.run_id in (
+                   select r.run_id from runs r
+                    where r.run_id in (
+                            select q.run_id from limit_queue(k) q where q.run_id <> p_run
+                             order by q.place, q.served, q.grp, q.since, q.run_id limit room)
+                      and r.status = 'waiting' and r.wake_at > p_now
+                      for update skip locked);
+        end if;
+      elsif a->>'input_tokens' is not null and used_in > 0
+            and used_in + (a->>'est_in')::bigint > (a->>'input_tokens')::bigint then
+        select t.leaves into due from (
+          select w.leaves, sum(w.input_tokens) over (order by w.leaves rows unbounded preceding) as gone
+            from limit_window(k, p_now, win, p_stale) w) t
+         where used_in - t.gone + (a->>'est_in')::bigint <= (a->>'input_tokens')::bigint
+         order by t.leaves limit 1;
+        due := coalesce(due, p_now + win); why := 'input_tokens';
+      elsif a->>'output_tokens' is not null and used_out > 0
+            and used_out + (a->>'est_out')::bigint > (a->>'output_tokens')::bigint then
+        select t.leaves into due from (
+          select w.leaves, sum(w.output_tokens) over (order by w.leaves rows unbounded preceding) as gone
+            from limit_window(k, p_now, win, p_stale) w) t
+         where used_out - t.gone + (a->>'est_out')::bigint <= (a->>'output_tokens')::bigint
+         order by t.leaves limit 1;
+        due := coalesce(due, p_now + win); why := 'output_tokens';
+      end if;
+    end if;
+    if due is not null then
+      insert into limit_waiters as lw (key, run_id, grp, since) values (k, p_run, g, p_now)
+        on conflict on constraint limit_waiters_pkey do nothing;
+      return query select false, null::text[], k, due, why;
+      return;
+    end if;
+  end loop;
+  for a in select value from jsonb_array_elements(p_asks) order by value->>'key' loop
+    k := a->>'key';
+    g := coalesce(a->>'grp', '');
+    win := (a->>'window_ms')::integer * interval '1 millisecond';
+    insert into limit_reservations (key, run_id, epoch, seq, taken_at, input_tokens, output_tokens)
+      values (k, p_run, p_epoch, p_seq, p_now, coalesce((a->>'est_in')::integer, 0),
+              coalesce((a->>'est_out')::integer, 0))
+      returning id into rid;
+    taken := taken || rid::text;
+    delete from limit_waiters w where w.key = k and w.run_id = p_run;
+    if a->>'grp' is not null then
+      insert into limit_groups as lg (key, grp, served_at) values (k, g, p_now)
+        on conflict on constraint limit_groups_pkey do update set served_at = excluded.served_at;
+    end if;
+    update limit_keys lk set probe_id = rid, updated_at = p_now
+     where lk.key = k and lk.probing and (lk.probe_id is null or not exists (
+       select 1 from limit_reservations r join runs u on u.run_id = r.run_id
+        where r.id = lk.probe_id and r.released_at is null
+          and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true));
+    -- What no window holds and nobody holds goes.
+    delete from limit_reservations r
+     where r.key = k and r.taken_at < p_now - greatest(win, interval '1 minute')
+       and (r.released_at < p_now - greatest(win, interval '1 minute') or (r.released_at is null and not exists (
+         select 1 from runs u where u.run_id = r.run_id
+            and (u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true)));
+  end loop;
+  return query select true, taken, null::text, null::timestamptz, null::text;
+end
+$take$;

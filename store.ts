@@ -48,6 +48,15 @@ export {
 // Which version of its agent drives each run, the moves between versions, and the takes by version.
 export type { KnownVersion, RunToCheck, Versions } from "./runtime/store/versions.ts";
 export type { ClaimVersion, TakeVersions, WorkerRow } from "./runtime/store/leases.ts";
+// Limits shared by the fleet: reservations taken under a key, released, waited for, shown.
+export type {
+  LimitAsk,
+  LimitKeyView,
+  LimitRefusal,
+  LimitRelease,
+  Limits,
+  LimitTake,
+} from "./runtime/store/store.ts";
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/families.ts";
 // Conversations: messages sent and answered, and how an agent converses (defineAgent's `conversation`).

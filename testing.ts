@@ -36,12 +36,15 @@ export {
   type ResourceKind,
 } from "./mock/cloud.ts";
 export {
+  type Arrival,
+  busiestWindow,
   MockModel,
   type MockModelOptions,
   type MockScripts,
   type ModelCallCounts,
   type ModelFaultMode,
   type ModelFaultSpec,
+  type RateLimitSpec,
   type ScriptAnswerStep,
   type ScriptCallsStep,
   type ScriptSpec,

@@ -45,6 +45,7 @@ import { ClientError } from "../runtime/base/errors.ts";
 import { type FlaggedFilter, RESOLVE_BATCH_MAX } from "../runtime/store/store.ts";
 import { LIST_LIMIT_MAX, type Resolution, type RunInfo, type Settlement } from "../runtime/client/shapes.ts";
 import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
+import { checkLabels } from "../runtime/base/limit_spec.ts";
 import { callsOf, toolCallsIn } from "../runtime/run/calls.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
 import { AGENT_LOAD_DEFAULT_S, flagProblem, integerIn, SettingsReader } from "../runtime/settings/config.ts";
@@ -123,11 +124,19 @@ export function fieldLines(label: string, text: string): string[] {
 export async function submit(
   ctx: CommandContext,
   agent: Agent,
-  opts: { runId?: string; input?: unknown; budget?: Budget; modelParams?: ModelParams },
+  opts: {
+    runId?: string;
+    input?: unknown;
+    budget?: Budget;
+    modelParams?: ModelParams;
+    labels?: Record<string, string>;
+  },
 ): Promise<RunInfo> {
   const run = await asCommand(() => ctx.client.start(agent, opts));
   printer(ctx)(
-    `submitted  run=${run.runId}  agent=${run.agent}  status=pending  input=${formatValue(run.input)}`,
+    `submitted  run=${run.runId}  agent=${run.agent}  status=pending  input=${formatValue(run.input)}${
+      run.labels ? `  labels=${Object.entries(run.labels).map(([k, v]) => `${k}=${v}`).join(",")}` : ""
+    }`,
   );
   return run;
 }
@@ -143,6 +152,9 @@ export async function runs(
     ctx.client.reads.list({ ...filter, limit, offset: (page - 1) * limit })
   );
   const live = await ctx.client.reads.hostedVersions();
+  const hosted = new Set(await ctx.client.reads.hostedAgents());
+  const waitingRuns = rows.filter((r) => r.status === "waiting" && r.wake_at).map((r) => r.run_id);
+  const limited = await ctx.client.reads.waitingFor(waitingRuns);
   const now = ctx.client.clock.now().getTime();
   const table = [[
     "RUN",
@@ -170,7 +182,7 @@ export async function runs(
           rows.some((p) => p.run_id === r.parent_run_id) ? "" : ` (of ${r.parent_run_id})`
         }`,
       r.agent,
-      statusText(r),
+      statusText(r, limited.get(r.run_id)),
       String(r.epoch),
       r.owner ?? "-",
       // A lease only means something while the run is open.
@@ -259,9 +271,40 @@ const iso = (d: Date | null | undefined): string => d ? new Date(d).toISOString(
  * A run's status as a person reads it: a waiting run says what it waits for,
  * its calls' remotes (until its wake time) or a person.
  */
-export function statusText(run: Pick<RunRow, "status" | "wake_at">): string {
+export function statusText(run: Pick<RunRow, "status" | "wake_at">, limits?: readonly string[]): string {
   if (run.status !== "waiting") return run.status;
+  if (run.wake_at && limits && limits.length > 0) {
+    return `waiting for ${limits.join(", ")} until ${iso(run.wake_at)}`;
+  }
   return run.wake_at ? `waiting until ${iso(run.wake_at)}` : "waiting for a person";
+}
+
+/** Prints the keys of the limits shared by the fleet: each one's limit, use, waiting runs and hold. */
+export async function limits(ctx: CommandContext): Promise<void> {
+  const keys = await asCommand(() => ctx.client.reads.limits());
+  const now = ctx.client.clock.now().getTime();
+  const table = [["KEY", "LIMIT", "IN_FLIGHT", "LAST_MINUTE", "WAITING", "HELD", "HOLDS"]];
+  for (const k of keys) {
+    const held = k.hold_until && new Date(k.hold_until).getTime() > now
+      ? `until ${iso(k.hold_until)}`
+      : k.probing
+      ? "one request tries"
+      : "-";
+    table.push([
+      k.key,
+      k.described ?? "-",
+      String(k.in_flight),
+      String(k.last_minute),
+      String(k.waiting),
+      held,
+      String(k.holds),
+    ]);
+  }
+  const cells = table.map((row) => row.map((c) => displayText(c)));
+  const widths = cells[0].map((_, i) => Math.max(...cells.map((row) => row[i].length)));
+  const p = printer(ctx);
+  for (const row of cells) p(row.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd());
+  if (keys.length === 0) p("(no limit has been taken: none declared, or no request yet)");
 }
 
 function tokens(usage: Json | null): string | undefined {
@@ -769,6 +812,8 @@ export const COMMAND_USAGE: Record<string, string> = {
   --input JSON        JSON input, for an agent with an input schema (env INPUT)
   --budget-tokens N, --budget-model-calls N, --budget-tool-calls N
                       ceilings for this run (integers 1 or more), over the agent's budget
+  --labels k=v,k2=v2  the run's labels (or a JSON object), which limits may key on and be fair across,
+                      e.g. tenant=acme (docs/limits.md)
   --model-params JSON the run's own model request parameters, over the agent's (env MODEL_PARAMS),
                       e.g. '{"temperature":0.2,"maxOutputTokens":800}'
   (env AGENT_LOAD_S: how long the agent module may take to import, default 30 s)`,
@@ -779,6 +824,10 @@ export const COMMAND_USAGE: Record<string, string> = {
   --search TEXT       only run ids containing TEXT
   --limit N           runs per page, 1 to ${LIST_LIMIT_MAX} (default 50)
   --page N            which page, 1 to ${PAGE_MAX} (default 1)`,
+  limits: `usage: deno task limits
+  Lists the keys of the limits shared by the fleet (defineAgent's limits, LIMITS): each one's limit, calls
+  in flight, requests in the last minute, runs waiting for it, and a provider's hold (a 429 with
+  Retry-After holds the key for every worker). See docs/limits.md.`,
   inspect: `usage: deno task inspect RUN
   Prints one run's timeline: each step's decision and tool call, and any gap a crash left.`,
   watch: `usage: deno task watch RUN [--json] [--follow]
@@ -880,6 +929,7 @@ const OPTIONS = {
   "budget-model-calls": { type: "string" },
   "budget-tool-calls": { type: "string" },
   "model-params": { type: "string" },
+  labels: { type: "string" },
   "finished-before": { type: "string" },
   "dry-run": { type: "boolean" },
   batch: { type: "string" },
@@ -959,8 +1009,10 @@ export const COMMAND_FLAGS: Record<string, readonly (keyof typeof OPTIONS)[]> = 
     "budget-model-calls",
     "budget-tool-calls",
     "model-params",
+    "labels",
   ],
   runs: ["status", "agent-name", "search", "limit", "page"],
+  limits: [],
   inspect: [],
   watch: ["json", "follow"],
   resolve: ["result", "retry", "fail", "reason", "tool", "run", "dry-run", "expect"],
@@ -1013,7 +1065,10 @@ export async function main(
   const [target, ...rest] = parsed.positionals;
   // `signal RUN NAME` is the one command with two.
   const signalName = command === "signal" ? rest.shift() : undefined;
-  if (rest.length > 0 || (target !== undefined && ["submit", "runs", "prune", "move"].includes(command))) {
+  if (
+    rest.length > 0 ||
+    (target !== undefined && ["submit", "runs", "prune", "move", "limits"].includes(command))
+  ) {
     return usage(`unexpected argument ${JSON.stringify(rest[0] ?? target)}`);
   }
   let payload: Json | undefined;
@@ -1159,6 +1214,12 @@ export async function main(
   let agent: Agent | undefined;
   let input: unknown;
   let modelParams: ModelParams | undefined;
+  let labels: Record<string, string> | undefined;
+  if (command === "submit" && v.labels !== undefined) {
+    const parsed = parseLabels(v.labels);
+    if (typeof parsed === "string") return usage(parsed);
+    labels = parsed;
+  }
   if (command === "submit") {
     try {
       const load = new SettingsReader({ AGENT_LOAD_S: env.AGENT_LOAD_S || undefined });
@@ -1224,6 +1285,7 @@ export async function main(
           input,
           budget: Object.keys(budget).length > 0 ? budget : undefined,
           modelParams,
+          ...(labels ? { labels } : {}),
         });
         break;
       case "runs":
@@ -1234,6 +1296,9 @@ export async function main(
           limit: limit as number | undefined,
           page: page as number | undefined,
         });
+        break;
+      case "limits":
+        await limits(ctx);
         break;
       case "inspect":
         await inspect(ctx, target);
@@ -1292,6 +1357,33 @@ export async function main(
     return 1;
   } finally {
     await client.close().catch(() => {}); // a connection already lost: the line above said why
+  }
+}
+
+/** `--labels`: `k=v,k2=v2` or a JSON object, checked as a run's labels; a problem as a string. */
+function parseLabels(raw: string): Record<string, string> | string {
+  let value: unknown;
+  if (raw.trim().startsWith("{")) {
+    try {
+      value = JSON.parse(raw);
+    } catch {
+      return `--labels must be k=v,k2=v2 or a JSON object: current value is ${
+        JSON.stringify(raw.slice(0, 80))
+      }`;
+    }
+  } else {
+    const pairs = raw.split(",").map((p) => p.split("="));
+    if (pairs.some((p) => p.length !== 2)) {
+      return `--labels must be k=v,k2=v2 or a JSON object: current value is ${
+        JSON.stringify(raw.slice(0, 80))
+      }`;
+    }
+    value = Object.fromEntries(pairs.map(([k, v]) => [k.trim(), v.trim()]));
+  }
+  try {
+    return { ...checkLabels(value, "--labels") };
+  } catch (err) {
+    return (err as Error).message;
   }
 }
 

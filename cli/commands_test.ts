@@ -11,6 +11,7 @@ import {
   type CommandContext,
   CommandError,
   inspect,
+  limits,
   main,
   move,
   prune,
@@ -624,6 +625,58 @@ Deno.test("the commands refuse to open the embedded database while another handl
     2,
     "needs one of the three flags",
   );
+});
+
+Deno.test("limits lists each key's limit, use, waiting runs and hold; runs says which limit a run waits for", async () => {
+  await withStore(async (ctx, out) => {
+    const store = ctx.client.store;
+    await limits(ctx);
+    assert.deepEqual(out.splice(0), [
+      "KEY  LIMIT  IN_FLIGHT  LAST_MINUTE  WAITING  HELD  HOLDS",
+      "(no limit has been taken: none declared, or no request yet)",
+    ]);
+    const now = clock.now();
+    const fences = [];
+    for (const runId of ["lim-1", "lim-2"]) {
+      await store.leases.createRun(
+        { runId, agent: "provision", goal: "goal", labels: { tenant: "acme" } },
+        now,
+      );
+      fences.push({ runId, epoch: (await claim(store, runId, 0, "w1", now))! });
+    }
+    const ask = {
+      key: "model:gpt-x",
+      described: "1 request per 60 s",
+      windowMs: 60_000,
+      requests: 1,
+      estimatedInput: 10,
+      estimatedOutput: 10,
+    };
+    const at = { now, staleBefore: new Date(now.getTime() - 12_000), retryMs: 1_000 };
+    const taken = await store.limits.take(fences[0], 0, [ask], at);
+    assert.equal(taken.kind, "granted");
+    const refused = await store.limits.take(fences[1], 0, [ask], at);
+    assert.equal(refused.kind, "refused");
+    assert.ok(
+      await store.limits.waitRun(
+        fences[1],
+        (refused as { wakeAt: Date }).wakeAt,
+        "Waiting ... for the limit on model:gpt-x",
+        now,
+      ),
+    );
+    await store.limits.release((taken as { ids: string[] }).ids, now, {
+      hold: { until: new Date(now.getTime() + 30_000), keys: ["model:gpt-x"] },
+    });
+    await limits(ctx);
+    const [head, row] = out.splice(0);
+    assert.match(head, /^KEY +LIMIT +IN_FLIGHT +LAST_MINUTE +WAITING +HELD +HOLDS$/);
+    const until = new Date(now.getTime() + 30_000).toISOString();
+    assert.match(row, new RegExp(`^model:gpt-x  1 request per 60 s  0 +1 +1 +until ${until}  1$`));
+    await runs(ctx, { search: "lim-" });
+    assert.ok(out.some((l) => /^lim-2 .* waiting for model:gpt-x until /.test(l)), out.join("\n"));
+    assert.equal((await ctx.client.get("lim-1"))?.labels?.tenant, "acme");
+  });
 });
 
 Deno.test.afterAll(async () => {

@@ -9,7 +9,7 @@
  * deno run -A cli/main.ts worker [--agent PATH] ...     # one process hosting many runs
  * deno run -A cli/main.ts supervise [--agent PATH] ...  # keeps WORKERS worker processes alive
  * deno run -A cli/main.ts schedule add|list|pause|resume|remove ...
- * deno run -A cli/main.ts submit|runs|inspect|resolve|settle|approve|deny|cancel|reopen|prune|send|signal ...
+ * deno run -A cli/main.ts submit|runs|limits|inspect|resolve|settle|approve|deny|cancel|reopen|prune|send|signal ...
  * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
  * deno run -A cli/main.ts migrate|fuzz|compile|crash-matrix|bench ...
  * ```
@@ -41,6 +41,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here
   supervise     keep WORKERS worker processes alive on PostgreSQL
   submit        create a pending run
   runs          list runs, newest first
+  limits        the limits shared by the fleet: use, runs waiting, a provider's hold
   inspect       one run's timeline, step by step
   watch         follow a run as it happens: its answer as the model writes it
   resolve       settle a flagged tool call, or all of one tool or run (--tool, --run)

@@ -72,6 +72,8 @@ usage: deno task run [--flag value ...]     (every flag is also an environment v
   --retry-backoff-ms MS, --retry-backoff-max-s S
                              the first wait between those requests, doubled each time up to the cap (default 500,
                              60); an agent's or a tool's own retry settings win over these
+  --limits JSON              limits shared by the fleet, held beside each agent's: a JSON array, e.g.
+                             '[{"model":"gpt-4o","requestsPerMinute":50}]' (docs/limits.md)
   --runs-per-worker N, --poll-s S, --take-share R   worker host settings ('worker --help'); accepted, unused here
 
 exit codes: 0 done, 1 failed, 2 settings that cannot work (a malformed value, a password or role refused, a
@@ -186,6 +188,7 @@ export async function main(
         maxSteps: settings.maxSteps,
         toolConcurrency: settings.toolConcurrency,
         retry: settings.retry,
+        limits: settings.limits,
       }),
     );
     // The agents this agent calls (agentTool) are hosted beside it, so its child runs are driven here too.
@@ -206,6 +209,7 @@ export async function main(
         maxSteps: settings.maxSteps,
         toolConcurrency: settings.toolConcurrency,
         retry: settings.retry,
+        limits: settings.limits,
       }).start()
       : undefined;
     // A run asleep on its remotes (a job that finishes later) is taken again when its calls are due: this

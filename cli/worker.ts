@@ -127,6 +127,7 @@ export async function main(
           name: settings.worker,
         }),
       ],
+      limits: settings.limits,
     });
     log.info("backends", {
       store: store.describe,

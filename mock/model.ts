@@ -17,8 +17,10 @@ import { errorResponse, garbageResponse, jsonResponse, openAIErrorResponse } fro
 import { commonRoute, isPlainObject, optionalCount, readJsonObject } from "./json_input.ts";
 import { argsFromSchema } from "./schema_args.ts";
 import { type MockStreamOptions, streamedAnswer } from "./model_stream.ts";
+import { type Arrival, RateLimiter, type RateLimitSpec } from "./rate_limit.ts";
 
 export type { MockChunk, MockStreamOptions } from "./model_stream.ts";
+export { type Arrival, busiestWindow, type RateLimitSpec } from "./rate_limit.ts";
 
 /** Options of {@linkcode MockModel.open}. */
 export interface MockModelOptions {
@@ -47,6 +49,13 @@ export interface MockModelOptions {
    * delay.
    */
   stream?: MockStreamOptions;
+  /**
+   * A provider's rate limit: at most `requests` answered in any sliding
+   * `windowMs`; a request past it is answered 429 with a `Retry-After` of
+   * whole seconds until there is room, as a provider does (see
+   * {@linkcode MockModel.setRateLimit}). Default none.
+   */
+  rateLimit?: RateLimitSpec;
 }
 
 /**
@@ -282,6 +291,8 @@ export class MockModel {
   #release = new AbortController();
   /** How `stream: true` requests are answered. */
   #stream: MockStreamOptions = {};
+  /** The rate limit, if set, and the log of every request's arrival. */
+  #rate = new RateLimiter();
 
   private constructor(
     state: ModelState,
@@ -304,6 +315,25 @@ export class MockModel {
   }
 
   /**
+   * Sets the provider's rate limit (undefined lifts it): at most `requests`
+   * answered in any sliding `windowMs`, a request past it answered 429 with
+   * `Retry-After`. Over HTTP: `POST /_rate_limit` with the spec, `DELETE` to
+   * lift it. Throws a `TypeError` for a malformed spec.
+   */
+  setRateLimit(spec: RateLimitSpec | undefined): void {
+    this.#rate.set(spec);
+  }
+
+  /**
+   * Every chat request's arrival, oldest first, with its time and whether
+   * the rate limit refused it (`GET /arrivals` over HTTP): the rate the
+   * provider saw, to be read second by second.
+   */
+  arrivals(): Arrival[] {
+    return this.#rate.arrivals();
+  }
+
+  /**
    * Creates a model, loading the counters at `opts.statePath` when they exist.
    * Throws a `TypeError` when `opts.scripts` or `opts.parallel` is malformed.
    */
@@ -319,13 +349,15 @@ export class MockModel {
     }
     const file = opts.statePath === undefined ? undefined : new DurableJsonFile<ModelState>(opts.statePath);
     const state = (await file?.read()) ?? { calls: { total: 0, by_run: {} } };
-    return new MockModel(state, file, {
+    const model = new MockModel(state, file, {
       now: opts.now ?? (() => new Date()),
       scripts,
       parallel,
       refuseParams: [...(opts.refuseParams ?? [])],
       stream: opts.stream,
     });
+    model.setRateLimit(opts.rateLimit);
+    return model;
   }
 
   /**
@@ -335,8 +367,12 @@ export class MockModel {
   handler = async (req: Request): Promise<Response> => {
     const url = new URL(req.url);
     switch (`${req.method} ${url.pathname}`) {
-      case "POST /v1/chat/completions":
-        return await this.#handleCompletion(req);
+      case "POST /v1/chat/completions": {
+        const arrived: { arrival?: Arrival } = {};
+        const res = await this.#handleCompletion(req, arrived);
+        if (arrived.arrival) arrived.arrival.status = res.status;
+        return res;
+      }
       case "GET /v1/models":
         // What clients (and `openai.models.list()`) call to check an endpoint.
         return jsonResponse(200, {
@@ -351,6 +387,13 @@ export class MockModel {
         return await this.#handleSetScript(req);
       case "DELETE /_scripts":
         this.clearScripts();
+        return jsonResponse(200, { ok: true });
+      case "GET /arrivals":
+        return jsonResponse(200, this.arrivals());
+      case "POST /_rate_limit":
+        return await this.#handleSetRateLimit(req);
+      case "DELETE /_rate_limit":
+        this.setRateLimit(undefined);
         return jsonResponse(200, { ok: true });
     }
     const faults = {
@@ -450,7 +493,7 @@ export class MockModel {
     this.#release = new AbortController();
   }
 
-  async #handleCompletion(req: Request): Promise<Response> {
+  async #handleCompletion(req: Request, arrived: { arrival?: Arrival }): Promise<Response> {
     const text = await req.text();
     let body: unknown;
     try {
@@ -464,6 +507,14 @@ export class MockModel {
       (isPlainObject(body) && typeof body.user === "string" && body.user !== "" ? body.user : "anonymous");
     const agent = req.headers.get("x-agent-name") || undefined;
     const n = this.#countCall(run);
+    // The rate limit comes first, as a provider's gateway refuses before the model is reached.
+    const { retryAfterS, arrival } = this.#rate.arrive(run, this.#now().getTime());
+    arrived.arrival = arrival;
+    if (retryAfterS !== undefined) {
+      return openAIErrorResponse(429, "rate_limit_exceeded", "mock model rate limit: too many requests", {
+        "Retry-After": String(retryAfterS),
+      });
+    }
 
     const faults = this.#faults;
     if (faults.delay_ms) await sleep(faults.delay_ms, req.signal);
@@ -517,6 +568,18 @@ export class MockModel {
       });
     }
     return jsonResponse(200, answer);
+  }
+
+  async #handleSetRateLimit(req: Request): Promise<Response> {
+    const spec = await readJsonObject(req);
+    if (spec === undefined) return errorResponse(400, "bad_json", "The body must be a JSON object");
+    try {
+      this.setRateLimit(spec as unknown as RateLimitSpec);
+    } catch (err) {
+      if (err instanceof TypeError) return errorResponse(400, "bad_rate_limit", err.message);
+      throw err;
+    }
+    return jsonResponse(200, this.#rate.spec ?? {});
   }
 
   async #handleSetScript(req: Request): Promise<Response> {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { z } from "zod";
 import {
+  busiestWindow,
   DONE_MESSAGE,
   MockModel,
   NOTHING_TO_DO_MESSAGE,
@@ -891,5 +892,62 @@ Deno.test("a malformed calls step or parallel setting is refused with a message 
       MockModel.open({ scripts: { byAgent: { a: [] }, parallel: { byAgent: { a: 2 } } } }),
       /listed in both byAgent and parallel.byAgent/,
     );
+  });
+});
+
+Deno.test("a rate limit answers 429 with Retry-After past its requests in a sliding window, and logs every arrival", async (t) => {
+  let nowMs = Date.parse("2030-01-02T03:04:05Z");
+  const model = await MockModel.open({
+    now: () => new Date(nowMs),
+    rateLimit: { requests: 2, windowMs: 1_000 },
+  });
+  const status = async (run: string) => (await model.handler(chat(START, run))).status;
+  await t.step("two answered in the window, the third refused until the first leaves it", async () => {
+    assert.equal(await status("a"), 200);
+    nowMs += 400;
+    assert.equal(await status("b"), 200);
+    nowMs += 100;
+    const refused = await model.handler(chat(START, "c"));
+    assert.equal(refused.status, 429);
+    assert.equal(refused.headers.get("retry-after"), "1", "whole seconds until the window has room");
+    assert.equal((await refused.json()).error.code, "rate_limit_exceeded");
+    nowMs += 500; // the first left the window at +1000
+    assert.equal(await status("c"), 200);
+  });
+  await t.step("the arrivals say when and how each was answered; a refused one counted as a call", () => {
+    assert.deepEqual(model.arrivals().map((a) => [a.run, a.limited, a.status]), [
+      ["a", false, 200],
+      ["b", false, 200],
+      ["c", true, 429],
+      ["c", false, 200],
+    ]);
+    assert.equal(model.calls("c"), 2);
+    assert.equal(busiestWindow(model.arrivals(), 1_000), 2);
+    assert.equal(busiestWindow(model.arrivals(), 1_000, true), 3);
+  });
+  await t.step("set and lifted over HTTP, a bad spec refused", async () => {
+    const mocks = await serveMocks({ model });
+    try {
+      const base = mocks.modelUrl.replace(/\/v1$/, "");
+      const bad = await fetch(`${base}/_rate_limit`, {
+        method: "POST",
+        body: JSON.stringify({ requests: 0 }),
+      });
+      assert.equal(bad.status, 400);
+      assert.match((await bad.json()).message, /'requests' must be a positive integer/);
+      const set = await fetch(`${base}/_rate_limit`, {
+        method: "POST",
+        body: JSON.stringify({ requests: 1, windowMs: 60_000 }),
+      });
+      assert.deepEqual(await set.json(), { requests: 1, windowMs: 60_000 });
+      assert.equal(await status("d"), 200);
+      assert.equal(await status("e"), 429);
+      await (await fetch(`${base}/_rate_limit`, { method: "DELETE" })).body?.cancel();
+      assert.equal(await status("e"), 200);
+      const arrivals = await (await fetch(`${base}/arrivals`)).json();
+      assert.equal(arrivals.length, 7);
+    } finally {
+      await mocks.close();
+    }
   });
 });

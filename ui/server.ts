@@ -290,6 +290,12 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
       search: filter.search,
       runIds: runs.map((r) => r.run_id),
     });
+    // Which limit each run asleep on a timer waits for, and the limits' keys (none declared: one
+    // statement that finds nothing).
+    const waitingFor = await client.reads.waitingFor(
+      runs.filter((r) => r.status === "waiting" && r.wake_at).map((r) => r.run_id),
+    );
+    const limits = await client.reads.limits();
     const now = client.clock.now().getTime();
     const live = await client.reads.hostedVersions();
     const staleBefore = new Date(now - DEFAULTS.leaseMs);
@@ -310,7 +316,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
         mayMove: r.may_move ?? false,
         moveTo: r.move_to ?? null,
         // Why no live worker takes it, when none does (a version nobody hosts).
-        waitingFor: versionWait(r, live, staleBefore) ?? null,
+        noWorker: versionWait(r, live, staleBefore) ?? null,
         status: r.status,
         parentRunId: r.parent_run_id ?? null,
         epoch: r.epoch,
@@ -325,6 +331,19 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
         heartbeatAgeMs: r.heartbeat_at && (r.status === "running" || r.status === "pending")
           ? now - new Date(r.heartbeat_at).getTime()
           : null,
+        wakeAt: r.wake_at ? new Date(r.wake_at).toISOString() : null,
+        waitingFor: waitingFor.get(r.run_id) ?? [],
+      })),
+      limits: limits.map((k) => ({
+        key: k.key,
+        limit: k.described,
+        inFlight: k.in_flight,
+        lastMinute: k.last_minute,
+        waiting: k.waiting,
+        heldUntil: k.hold_until && new Date(k.hold_until).getTime() > now
+          ? new Date(k.hold_until).toISOString()
+          : null,
+        holds: k.holds,
       })),
     });
   });

@@ -38,6 +38,10 @@ export type Position =
   | "signal-take"
   /** One statement carrying the writes of several runs, or of one run's parallel calls (group commit). */
   | "group-write"
+  /** A reservation taken under a limit shared by the fleet (fenced: it writes only for the run's holder). */
+  | "limit-take"
+  /** Reservations released: not fenced (a reservation is its holder's by id, and a fenced one holds nothing). */
+  | "limit-release"
   | "other"
   /** A statement sent without one of the store's names: nothing the runtime sends is. */
   | "unnamed";
@@ -166,6 +170,12 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "schedules-next": "other",
   "schedule-tick": "other",
   "schedules-channel": "other",
+  "limit-take": "limit-take",
+  "limit-release": "limit-release",
+  // It lets the run go while it waits for a limit: a fenced write, as wait-run is.
+  "limit-wait-run": "wait",
+  "list-limits": "other",
+  "limit-waiting-for": "other",
 };
 
 /** The position of a statement sent with `opts`. */
@@ -190,6 +200,7 @@ const WRITES: ReadonlySet<Position> = new Set<Position>([
   "finish",
   "child-create",
   "approval-request",
+  "limit-take",
 ]);
 
 /** True for a position where a worker writes its run under its epoch: a fenced worker must write none. */

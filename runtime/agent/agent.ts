@@ -15,6 +15,7 @@
 import { checkConversation, type ConversationOptions } from "./conversation_options.ts";
 import { checkRetryPolicy, type RetryPolicy } from "../base/retry.ts";
 import { type Budget, checkBudget } from "./budget.ts";
+import { checkLimits, type Limit } from "./limit_asks.ts";
 import { describeValue, RuntimeError } from "../base/errors.ts";
 import { type StorableValue, toStorable } from "../base/storable.ts";
 import type { Logger } from "../base/log.ts";
@@ -126,6 +127,13 @@ export interface AgentSpec<I = string> {
    * that `replaces` it). Recorded with each run when it starts.
    */
   onNewVersion?: "stay" | "move";
+  /**
+   * Limits shared by every worker of every host on its model, provider,
+   * tools, or a label its runs carry: requests, input and output tokens per
+   * minute, calls in flight (docs/limits.md). A run that must wait holds no
+   * slot. The process's `LIMITS` are held beside them.
+   */
+  limits?: readonly Limit[];
 }
 
 /** An agent, as {@link defineAgent} returns it. */
@@ -160,6 +168,8 @@ export interface Agent {
   readonly version?: string;
   /** What its runs do when a newer version is deployed. */
   readonly onNewVersion?: "stay" | "move";
+  /** Its limits shared by the fleet (empty: none). */
+  readonly limits: readonly Limit[];
   /** Marks the object as an agent (a module's default export is checked for it). */
   readonly kind: "agent";
 }
@@ -258,6 +268,7 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
       ? {}
       : { version: checkVersion(spec.version, `Cannot define agent ${JSON.stringify(spec.name)}`) }),
     onNewVersion: checkOnNewVersion(spec.onNewVersion, `Cannot define agent ${JSON.stringify(spec.name)}`),
+    limits: checkLimits(spec.limits, `Cannot define agent ${JSON.stringify(spec.name)}`, "AGENT_INVALID"),
   });
 }
 

@@ -54,4 +54,10 @@ export const DEFAULTS = {
   signalWaitDeadlineMs: 86_400_000,
   /** `sleepTool`'s `maxMs`: the longest one of its calls may sleep, in ms (a day). */
   sleepMaxMs: 86_400_000,
+  /** A limit's `windowS`: the window its per-minute amounts are held over, in seconds. */
+  limitWindowS: 60,
+  /** The output tokens a model request is reserved for under an output-token limit when it sets no cap. */
+  limitOutputEstimate: 4_096,
+  /** How long a run refused a call in flight waits, in ms, unless a release wakes it sooner. */
+  limitRetryMs: 1_000,
 } as const;

@@ -129,6 +129,7 @@ export const REFUSED_INPUT_CODES: readonly ErrorCode[] = [
   "INPUT_INVALID",
   "BUDGET_INVALID",
   "SCHEDULE_INVALID",
+  "LABELS_INVALID",
 ];
 
 /**
@@ -243,6 +244,7 @@ export function info(run: RunRow): RunInfo {
       movedAt: run.moved_at ? new Date(run.moved_at) : null,
       moveRefused: run.move_refused ?? null,
     },
+    labels: run.labels ?? null,
     ...(run.conversation_idle_ms === null || run.conversation_idle_ms === undefined ? {} : {
       conversation: {
         messages: run.message_count ?? 1,

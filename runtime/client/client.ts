@@ -15,6 +15,7 @@
 import { type Agent, type AgentContext, checkInput, prepareAgent } from "../agent/agent.ts";
 import { withChildAgents } from "../agent/agent_tool.ts";
 import { type Budget, checkBudget, mergeBudget } from "../agent/budget.ts";
+import { checkLabels } from "../agent/limit_asks.ts";
 import { checkModelParams } from "../model/params.ts";
 import { endpointPlanner } from "../model/endpoint.ts";
 import type { ModelParams } from "../model/transcript.ts";
@@ -88,18 +89,27 @@ export class Client {
    * Starts a run of `agent` (it stays `pending` until a worker hosting the
    * agent takes it). The input is checked against the agent first; a run id
    * is generated when none is given. `modelParams` are the run's own request
-   * parameters, over the agent's (`MODEL_PARAMS_INVALID` when wrong). Throws
-   * `RUN_EXISTS` for a taken id.
+   * parameters, over the agent's (`MODEL_PARAMS_INVALID` when wrong);
+   * `labels` are stored on the run (`{ tenant: "acme" }`), for limits to key
+   * on and be fair across (`LABELS_INVALID` when wrong). Throws `RUN_EXISTS`
+   * for a taken id.
    */
   async start(
     agent: Agent,
-    opts: { runId?: string; input?: unknown; budget?: Budget; modelParams?: ModelParams } = {},
+    opts: {
+      runId?: string;
+      input?: unknown;
+      budget?: Budget;
+      modelParams?: ModelParams;
+      labels?: Record<string, string>;
+    } = {},
   ): Promise<RunInfo> {
     const runId = opts.runId ?? newRunId(agent);
     checkRunId(runId);
     const { input, goal } = checkInput(agent, opts.input);
     const budget = mergeBudget(agent.budget, checkBudget(opts.budget, `Run ${runId}`));
     const modelParams = checkModelParams(opts.modelParams, `Cannot start run ${runId}`);
+    const labels = checkLabels(opts.labels, `Cannot start run ${runId}`);
     const created = await this.store.leases.createRun(
       {
         runId,
@@ -109,6 +119,7 @@ export class Client {
         budget,
         modelParams,
         conversationIdleMs: agent.conversation?.idleMs,
+        ...(labels ? { labels } : {}),
       },
       this.clock.now(),
     );
@@ -184,7 +195,7 @@ export class Client {
    * ten minutes) bounds the wait; the run itself goes on.
    */
   async run(agent: Agent, input?: unknown, opts: RunCallOptions = {}): Promise<RunInfo> {
-    const { runId: given, budget, modelParams, timeoutMs = 600_000, signal, ...worker } = opts;
+    const { runId: given, budget, modelParams, labels, timeoutMs = 600_000, signal, ...worker } = opts;
     const runId = given ?? newRunId(agent);
     checkRunId(runId);
     // The worker first, so an agent that cannot be built (no model) is refused before a run is stored.
@@ -198,7 +209,7 @@ export class Client {
           `Run ${runId} belongs to agent ${existing.agent}, not ${agent.name}: choose another run id`,
         );
       }
-      if (!existing) await this.start(agent, { runId, input, budget, modelParams });
+      if (!existing) await this.start(agent, { runId, input, budget, modelParams, labels });
       return await this.wait(runId, { timeoutMs, signal, pollMs: host ? 20 : 100 });
     } finally {
       await host?.stop();

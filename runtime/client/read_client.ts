@@ -23,7 +23,7 @@ import {
   wholeValue,
   type WholeValueField,
 } from "../store/overview.ts";
-import type { RunFilter, RunRow, RunStatus, RunSummary, Store } from "../store/store.ts";
+import type { LimitKeyView, RunFilter, RunRow, RunStatus, RunSummary, Store } from "../store/store.ts";
 import type { RunInfo, RunRecord, RunTimeline, SignalInfo, StepRange } from "./shapes.ts";
 import { checkListFilter, checkRunId, notFound } from "./checks.ts";
 
@@ -40,6 +40,24 @@ export class ReadClient {
   constructor(opts: { store: Store; clock: Clock }) {
     this.#store = opts.store;
     this.#clock = opts.clock;
+  }
+
+  /**
+   * The keys of the limits shared by the fleet, each with its limit, calls
+   * in flight now, requests taken in the last minute, runs waiting for it,
+   * and a provider's hold (`limits`, the page). A lease older than the
+   * default lease holds nothing.
+   */
+  async limits(): Promise<LimitKeyView[]> {
+    const now = this.#clock.now();
+    return await this.#store.limits.list(now, new Date(now.getTime() - DEFAULTS.leaseMs));
+  }
+
+  /** The limits' keys each of `runIds` waits for, by run (none: not waiting for a limit). */
+  async waitingFor(runIds: readonly string[]): Promise<Map<string, string[]>> {
+    for (const runId of runIds) checkRunId(runId);
+    if (runIds.length === 0) return new Map();
+    return await this.#store.limits.waitingFor(runIds);
   }
 
   /**

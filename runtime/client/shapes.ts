@@ -8,6 +8,7 @@
 
 import type { AgentContext } from "../agent/agent.ts";
 import type { Budget } from "../agent/budget.ts";
+export type { Limit } from "../agent/limit_asks.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import type { Clock } from "../base/clock.ts";
 import type { WorkerOptions } from "../host/host.ts";
@@ -66,6 +67,8 @@ export interface RunInfo {
   parentRunId: string | null;
   /** The key of that call. */
   parentKey: string | null;
+  /** The labels it was started with (a child run carries its parent's); null for none. */
+  labels: Record<string, string> | null;
   /**
    * For a conversation: messages so far (the goal is message 0), and whether
    * it waits for the next one now (its latest message answered, the answer in
@@ -244,6 +247,8 @@ export interface RunCallOptions extends Omit<WorkerOptions, "store" | "agents"> 
   budget?: Budget;
   /** The run's own model request parameters, over the agent's. */
   modelParams?: ModelParams;
+  /** The run's labels (`{ tenant: "acme" }`), which limits may key on and be fair across. */
+  labels?: Record<string, string>;
   /** How long to wait for the run to settle. Default 600 000 (ten minutes). */
   timeoutMs?: number;
   /** Stops the wait (the run goes on). */

@@ -117,6 +117,7 @@ export async function endTurn(
     case "fenced":
       return fenced(deps, state, end.error, seq);
     case "waiting":
+    case "limited":
       // The stage that ended it already set the run to waiting and let it go.
       return { ...outcome("waiting", end.reason), runStatus: "waiting" };
     case "cancelled": {

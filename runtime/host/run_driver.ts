@@ -367,6 +367,7 @@ async function stateAtClaim(
     reservation: new ToolCallReservation(runId),
     family: familyOf(run),
     errorAtClaim: run.error ?? undefined,
+    ...(run.labels ? { labels: run.labels } : {}),
     conversation: parked
       ? await resumeConversation(deps, runId, parked)
       : await loadConversation(deps, run, epoch === 1),

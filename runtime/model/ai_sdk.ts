@@ -181,6 +181,11 @@ export class AiSdkPlanner implements Planner {
     return this.#model.modelId;
   }
 
+  /** The AI SDK provider's id (`anthropic.messages`): what a limit on a provider names. */
+  get provider(): string {
+    return this.#model.provider;
+  }
+
   /** The specification version the model implements. */
   get specificationVersion(): string {
     return this.#version;

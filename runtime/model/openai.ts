@@ -224,6 +224,11 @@ export class OpenAIPlanner {
     return this.#opts.model;
   }
 
+  /** The endpoint's host (`api.openai.com`, `127.0.0.1:9100`): what a limit on a provider names. */
+  get provider(): string {
+    return this.#url.host;
+  }
+
   /**
    * The characters of the request's prompt as this planner sends it (its
    * `messages` and `tools`), the basis of a budgeted request's reservation.

@@ -19,8 +19,10 @@ export { isTransientStatus } from "../base/http.ts";
 export interface Planner {
   /** A short description for the start-up log, e.g. the endpoint. */
   readonly describe: string;
-  /** The model's name, for telemetry (`gen_ai.request.model`), when known. */
+  /** The model's name, for telemetry (`gen_ai.request.model`) and a limit on it, when known. */
   readonly model?: string;
+  /** Who serves it (an endpoint's host, an AI SDK provider's id), for a limit on a provider, when known. */
+  readonly provider?: string;
   /**
    * Asks once. Throws a `ModelError`: `transient` when asking again may
    * help, `badAnswer` when an answer arrived but cannot be used.

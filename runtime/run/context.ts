@@ -72,6 +72,8 @@ export interface RunState {
   errorAtClaim?: string;
   /** For a run that converses: its messages, and the one being answered. */
   conversation?: ConversationState;
+  /** The labels the run was started with, which limits may key on. */
+  labels?: Readonly<Record<string, string>>;
 }
 
 /** Where a run stands in its family of runs, as its worker knows it. */

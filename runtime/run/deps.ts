@@ -22,6 +22,7 @@
 
 import type { ConversationOptions } from "../agent/conversation_options.ts";
 import { type PreparedAgent, preparedVersion } from "../agent/agent.ts";
+import { type Limit, NO_LIMITS } from "../agent/limit_asks.ts";
 import { type Clock, SystemClock } from "../base/clock.ts";
 import { CrashPoints } from "../base/crashpoints.ts";
 import { Logger } from "../base/log.ts";
@@ -148,6 +149,12 @@ export interface AgentDeps {
   maxClaimsWithoutProgress: number;
   /** How its runs converse, when they do (the agent's `conversation`). */
   conversation?: ConversationOptions;
+  /**
+   * The limits shared by the fleet its requests are held to: the agent's and
+   * the process's (`LIMITS`). Empty: no request takes a reservation, and a
+   * step costs no statement more.
+   */
+  limits: readonly Limit[];
 }
 
 /** What {@link agentDeps} may change of an agent's own limits (a process's `MAX_STEPS`, a test's fast retry). */
@@ -163,6 +170,11 @@ export interface AgentOptions {
   retry?: Partial<RetryPolicy>;
   /** Default {@link DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS}. */
   maxClaimsWithoutProgress?: number;
+  /**
+   * The process's limits shared by the fleet (`LIMITS`), held beside the
+   * agent's own `limits` (two on one key: the tighter of each amount).
+   */
+  limits?: readonly Limit[];
 }
 
 /**
@@ -186,5 +198,7 @@ export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): Age
     retry: { ...DEFAULT_RETRY, ...definedFields(opts.retry), ...definedFields(prepared.agent.retry) },
     maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
     ...(prepared.agent.conversation ? { conversation: prepared.agent.conversation } : {}),
+    // An agent object not made by defineAgent (a test's) may lack limits.
+    limits: [...(prepared.agent.limits ?? NO_LIMITS), ...(opts.limits ?? NO_LIMITS)],
   };
 }

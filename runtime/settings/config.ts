@@ -29,6 +29,7 @@
  * | `GROUP_COMMIT_MS` | `--group-commit-ms` | 2: the longest a write waits to share a statement with other runs' (0: off) |
  * | `RETRY_HORIZON_S` | `--retry-horizon-s` | 3600: how long requests failing as in an outage are asked again (an agent's or tool's `retry` wins) |
  * | `RETRY_BACKOFF_MS`, `RETRY_BACKOFF_MAX_S` | `--retry-backoff-ms`, `--retry-backoff-max-s` | 500, 60: the first wait between them, doubled each time up to the cap |
+ * | `LIMITS` | `--limits` | none: limits shared by the fleet, a JSON array (`[{"model":"gpt-4o","requestsPerMinute":50}]`), held beside each agent's |
  *
  * @module
  */
@@ -41,6 +42,7 @@ import type { TakeShare } from "../base/take_share.ts";
 import { parseModelParams } from "../model/params.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import type { RetryPolicy } from "../base/retry.ts";
+import { type Limit, parseLimits } from "../base/limit_spec.ts";
 import { DEFAULTS } from "../base/defaults.ts";
 import { commandFlags, FlagError, flagOf, flagProblem } from "./flags.ts";
 import { integerIn, SettingsReader } from "./reader.ts";
@@ -135,6 +137,11 @@ export interface Settings {
    * agent's and a tool's own `retry`. See docs/settings.md, "Outages".
    */
   retry: Partial<RetryPolicy>;
+  /**
+   * The process's limits shared by the fleet (`LIMITS`, a JSON array of
+   * limits), held beside each hosted agent's own. See docs/limits.md.
+   */
+  limits?: readonly Limit[];
 }
 
 /** Default of `AGENT_LOAD_S`: long enough for a module that fetches its dependencies, short of a hang. */
@@ -180,6 +187,7 @@ export const SETTING_NAMES: readonly string[] = [
   "RETRY_BACKOFF_MAX_S",
   "STREAM_DELTAS",
   "GROUP_COMMIT_MS",
+  "LIMITS",
 ];
 const NAMES = SETTING_NAMES;
 
@@ -215,6 +223,17 @@ function runModelParams(raw: string | undefined, problems: string[]): ModelParam
   if (raw === undefined) return undefined;
   try {
     return parseModelParams(raw, "MODEL_PARAMS");
+  } catch (err) {
+    problems.push((err as Error).message);
+    return undefined;
+  }
+}
+
+/** `LIMITS` checked (problems added to `problems`), or undefined when unset. */
+function processLimits(raw: string | undefined, problems: string[]): readonly Limit[] | undefined {
+  if (raw === undefined) return undefined;
+  try {
+    return parseLimits(raw, "LIMITS");
   } catch (err) {
     problems.push((err as Error).message);
     return undefined;
@@ -262,7 +281,6 @@ export function loadSettings(
       }`,
     );
   }
-  const crashSeq = r.int("CRASH_SEQ", 0, 0, 10_000);
   const apiKey = r.str("MODEL_API_KEY");
   if (apiKey !== undefined && [...apiKey].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f)) {
     // Never echoed: it is a secret, and a newline in it is a copy-paste slip.
@@ -300,7 +318,7 @@ export function loadSettings(
     worker: r.str("WORKER", `${defaults.hostname}:${defaults.pid}`),
     crash: {
       crashAt: crashAt !== undefined && isCrashPoint(crashAt) ? crashAt : undefined,
-      crashSeq,
+      crashSeq: r.int("CRASH_SEQ", 0, 0, 10_000),
       stallAt: stallAt !== undefined && isCrashPoint(stallAt) ? stallAt : undefined,
       stallMs: r.int("STALL_MS", DEFAULTS.stallMs, 0, 86_400_000),
     },
@@ -314,6 +332,7 @@ export function loadSettings(
       ? groupCommitMs
       : 0,
     retry: r.retry(),
+    limits: processLimits(r.str("LIMITS"), r.problems),
   };
   r.done();
   return settings;

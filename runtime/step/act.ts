@@ -22,7 +22,8 @@ import { SimulatedKill } from "../base/crashpoints.ts";
 import type { Decided } from "./decide.ts";
 import type { ApprovalRow, SideEffectRow } from "../store/store.ts";
 import type { Tool } from "../agent/tools.ts";
-import { send } from "./send.ts";
+import { type CallEnd, send } from "./send.ts";
+import type { Limited } from "./limited.ts";
 import { type PreparedCall, toolPolicy } from "./settle.ts";
 import { type Answered, argsHash, askApprovals, denied, logApproved, pendingReason } from "./approvals.ts";
 
@@ -38,7 +39,12 @@ export type ActEnd =
    */
   | { kind: "approval"; keys: readonly string[]; reason: string; wakeAt?: Date }
   /** Calls wait on their remotes, or to be sent again after an outage: the run sleeps until `wakeAt`. */
-  | { kind: "asleep"; keys: readonly string[]; wakeAt: Date; reason: string };
+  | { kind: "asleep"; keys: readonly string[]; wakeAt: Date; reason: string }
+  /**
+   * A limit shared by the fleet refused a call's request: the run waits for it until `wakeAt` (the
+   * earliest of the refusals' and of the step's calls asleep on their remotes), or until woken sooner.
+   */
+  | Limited;
 
 /** Where one call of a step stands before anything of the step is sent. */
 type Gate =
@@ -72,15 +78,19 @@ export async function act(
   } catch (error) {
     return failed(error, stepRows(state, calls));
   }
+  const limited: Limited[] = [];
   const round = async (todo: readonly Gate[]) => {
     const ends = await inPool(todo, deps.toolConcurrency, (gate) => carry(deps, state, gate));
-    for (const end of ends) if (!end.ok) errors.push(end.error);
+    for (const end of ends) {
+      if (!end.ok) errors.push(end.error);
+      else if ("kind" in end.value) limited.push(end.value);
+    }
   };
   let pending: readonly { key: string; tool: string }[] | undefined;
   try {
     await round(gates.filter((g) => g.kind !== "ask"));
     const asks = gates.flatMap((g) => g.kind === "ask" ? [g] : []);
-    if (errors.length === 0 && !flaggedOf(state, calls) && asks.length > 0) {
+    if (errors.length === 0 && !flaggedOf(state, calls) && limited.length === 0 && asks.length > 0) {
       const asked = await askApprovals(deps, state, asks);
       if ("pending" in asked) pending = asked.pending;
       else await round(asked);
@@ -89,7 +99,7 @@ export async function act(
     errors.push(error);
   }
   state.reservation.release();
-  return endOf(deps, state, calls, errors, pending);
+  return endOf(deps, state, calls, { errors, pending, limited });
 }
 
 /** Every call's gate, in seq order: the calls a decision this worker just made were checked by decide(). */
@@ -112,7 +122,7 @@ async function gatesOf(
 }
 
 /** What a gate comes to: a settled or sleeping call as it is, a denial recorded, or the call sent. */
-function carry(deps: RunDeps, state: RunState, gate: Gate): Promise<Ended<SideEffectRow>> {
+function carry(deps: RunDeps, state: RunState, gate: Gate): Promise<Ended<CallEnd>> {
   if (gate.kind === "settled" || gate.kind === "asleep") {
     return Promise.resolve(finished(gate.row, { effect: gate.row }));
   }
@@ -125,15 +135,20 @@ function carry(deps: RunDeps, state: RunState, gate: Gate): Promise<Ended<SideEf
  * worst error, if any (what fails or loses the run); else a flagged call
  * blocks it; else calls wait for a person (and maybe on their remotes); else
  * calls that wait on their remotes, or to be sent again after an outage, let
- * the run sleep until the first is due; else the step is settled.
+ * the run sleep until the first is due, or calls a limit refused let it wait
+ * for the limit (or the first due, if sooner); else the step is settled.
  */
 function endOf(
   deps: RunDeps,
   state: RunState,
   calls: readonly StepCall[],
-  errors: readonly unknown[],
-  pending: readonly { key: string; tool: string }[] | undefined,
+  ended: {
+    errors: readonly unknown[];
+    pending: readonly { key: string; tool: string }[] | undefined;
+    limited: readonly Limited[];
+  },
 ): Ended<ActEnd> {
+  const { errors, pending, limited } = ended;
   const rows = stepRows(state, calls);
   if (errors.length > 0) return failed(worstOf(errors), rows);
   const flagged = flaggedOf(state, calls);
@@ -151,6 +166,10 @@ function endOf(
       { kind: "approval", keys, reason: pendingReason(pending), ...(wakeAt ? { wakeAt } : {}) },
       rows,
     );
+  }
+  if (limited.length > 0) {
+    const first = limited.reduce((a, b) => a.wakeAt <= b.wakeAt ? a : b);
+    return finished(wakeAt && wakeAt < first.wakeAt ? { ...first, wakeAt } : first, rows);
   }
   if (wakeAt) {
     const reason = `Waiting until ${wakeAt.toISOString()}: ${
@@ -329,7 +348,7 @@ async function intendAndSend(
   deps: RunDeps,
   state: RunState,
   call: PreparedCall,
-): Promise<Ended<SideEffectRow>> {
+): Promise<Ended<CallEnd>> {
   try {
     await deps.crash.hit("before_intent", call.seq);
   } catch (error) {

@@ -36,7 +36,10 @@ import {
 } from "../agent/budget.ts";
 import { familyCeilings } from "../families/family.ts";
 import { toStorable } from "../base/storable.ts";
-import { ask, type Refused } from "./ask_model.ts";
+import { ask, type Asked, type Refused } from "./ask_model.ts";
+import { type HeldLimits, type Limited, releaseLimits, takeLimits, waitForLimit } from "./limited.ts";
+import { modelAsks } from "../agent/limit_asks.ts";
+import type { LimitAsk } from "../store/store.ts";
 
 /** What `act` needs of a step's decision. */
 export interface Decided {
@@ -54,11 +57,13 @@ export interface Decided {
 /**
  * How deciding a step ended, when nothing failed the run: with its decision,
  * or with the run let go until its model may be asked again after a request
- * that failed as in an outage (the run is waiting, no lease, no slot).
+ * that failed as in an outage, or until a limit shared by the fleet lets its
+ * request go (`limited`); either way the run is waiting, no lease, no slot.
  */
 export type DecideEnd =
   | { kind: "decided" } & Decided
-  | { kind: "retrying"; wakeAt: Date; reason: string };
+  | { kind: "retrying"; wakeAt: Date; reason: string }
+  | Limited;
 
 /** A request as it will be sent, with the tokens its intent reserves. */
 interface Request {
@@ -67,6 +72,8 @@ interface Request {
   sent?: ModelParams;
   /** Tokens reserved for the request's worst case (0 without a budget). */
   reserve: number;
+  /** What it asks of the limits shared by the fleet, one per key it falls under (none without limits). */
+  asks: readonly LimitAsk[];
 }
 
 /**
@@ -99,8 +106,13 @@ export async function decide(deps: RunDeps, state: RunState, seq: number): Promi
     for (;;) {
       giveUpIfSpent(deps, state, seq);
       const request = await prepare(deps, state, seq);
+      const limit = await takeLimits(deps, state, seq, request.asks, `the model's request for step ${seq}`);
+      if (limit.kind === "limited") {
+        await waitForLimit(deps, state, limit);
+        return finished(limit, rows());
+      }
       const intent = await intend(deps, state, seq, request);
-      const asked = await ask(deps, state, intent, request.question);
+      const asked = await askHolding(deps, state, { intent, question: request.question }, limit.held);
       if (asked.kind === "answer") await deps.crash.hit("after_decide_before_journal", seq);
       if (asked.kind === "outage") {
         const after = await afterOutage(deps, state, intent, asked.error, request.reserve);
@@ -168,7 +180,43 @@ async function prepare(deps: RunDeps, state: RunState, seq: number): Promise<Req
   };
   const reserve = budget ? worstCaseTokens(budget, promptChars(deps.planner, question)) : 0;
   checkModelRequest(state, reserve, family);
-  return { question, sent, reserve };
+  // Limits shared by the fleet: the prompt estimated as the budget estimates it (read only with limits).
+  const asks = deps.limits.length === 0 ? [] : modelAsks(deps.limits, {
+    model: deps.planner.model,
+    provider: deps.planner.provider,
+    labels: state.labels,
+    inputTokens: Math.ceil(promptChars(deps.planner, question) / 4),
+    maxOutputTokens,
+  });
+  return { question, sent, reserve, asks };
+}
+
+/**
+ * Asks the model once ({@link ask}) while the request holds its limits'
+ * reservations, and releases them however it ends: settled to the answer's
+ * usage, or holding the provider's keys for the whole fleet when it answered
+ * when to come back.
+ */
+async function askHolding(
+  deps: RunDeps,
+  state: RunState,
+  request: { intent: JournalRow; question: DecideRequest },
+  held: HeldLimits,
+): Promise<Asked> {
+  if (held.ids.length === 0) return await ask(deps, state, request.intent, request.question);
+  let asked: Asked;
+  try {
+    asked = await ask(deps, state, request.intent, request.question);
+  } catch (err) {
+    // A worker that is stopping (or whose process died) lets the lease end what it held.
+    if (!state.signal.aborted) await releaseLimits(deps, state, held, { error: err });
+    throw err;
+  }
+  await releaseLimits(deps, state, held, {
+    usage: asked.kind === "answer" ? asked.answer.usage : asked.kind === "refused" ? asked.usage : undefined,
+    error: asked.kind === "outage" ? asked.error : undefined,
+  });
+  return asked;
 }
 
 /** Commits the request's intent (the attempt counted, its tokens reserved) and returns the row. */

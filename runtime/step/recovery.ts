@@ -20,6 +20,7 @@ import type { SideEffectRow } from "../store/store.ts";
 import { blockedBy, isAsleep } from "./act.ts";
 import { send } from "./send.ts";
 import { flag } from "./settle.ts";
+import { type Limited, waitForLimit } from "./limited.ts";
 
 /** The run cannot go on until a person looks at the flagged call `key`. */
 export interface Blocked {
@@ -31,9 +32,11 @@ export interface Blocked {
 /**
  * Settles every tool call a crash left at `intent`; prints the recovery
  * block when there is history. Returns the run blocked by its first flagged
- * call, once every other call has been settled, or undefined when it may go on.
+ * call, once every other call has been settled; or, when a limit shared by
+ * the fleet refused a re-send, the run let go until it may go (its next
+ * worker recovers again); or undefined when it may go on.
  */
-export async function recover(deps: RunDeps, state: RunState): Promise<Blocked | undefined> {
+export async function recover(deps: RunDeps, state: RunState): Promise<Blocked | Limited | undefined> {
   const { log } = deps;
   const runId = state.fence.runId;
   const journal = [...state.journal.values()];
@@ -66,6 +69,10 @@ export async function recover(deps: RunDeps, state: RunState): Promise<Blocked |
     // The step's gate sends it (with the step's other such calls) once due, and lets the run sleep until then.
     if (isAsleep(row)) continue;
     const settled = await resend(deps, state, row);
+    if (settled.kind === "limited") {
+      await waitForLimit(deps, state, settled);
+      return settled;
+    }
     if (settled.status === "flagged") blocked ??= settled;
   }
   if (blocked) return blockedBy(blocked);
@@ -76,9 +83,13 @@ export async function recover(deps: RunDeps, state: RunState): Promise<Blocked |
 /**
  * Re-sends a call a crash left at `intent` under its key, as far as it may go
  * ({@link send}), and returns its row as that left it: flagged at once when
- * its arguments no longer parse.
+ * its arguments no longer parse; or the limit that refused the re-send.
  */
-async function resend(deps: RunDeps, state: RunState, row: SideEffectRow): Promise<SideEffectRow> {
+async function resend(
+  deps: RunDeps,
+  state: RunState,
+  row: SideEffectRow,
+): Promise<SideEffectRow & { kind?: never } | Limited> {
   const { log } = deps;
   const checked = deps.tools.check(row.tool, row.args, { carried: true });
   if (!checked.ok) return await flag(deps, state, row, `it cannot be re-sent safely: ${checked.message}`);
@@ -108,6 +119,7 @@ async function resend(deps: RunDeps, state: RunState, row: SideEffectRow): Promi
     attempts: row.attempts,
   });
   const settled = valueOf(await send(deps, state, call));
+  if ("kind" in settled) return settled;
   if (settled.status !== "flagged") {
     const outcome = settled.status === "confirmed" ? settled.remote : settled.status;
     log.info("resent", { run: state.fence.runId, key, outcome });

@@ -27,14 +27,24 @@ import { isAccepted, type ToolOutcome } from "../agent/tools.ts";
 import { waitExpired } from "../agent/accepted.ts";
 import { accepted, confirm, decidedName, failCall, flag, type PreparedCall, toolPolicy } from "./settle.ts";
 import { giveUp, unknownOutcome, unknownRequests, type Verdict } from "./unknown.ts";
+import { type Limited, releaseLimits, takeLimits } from "./limited.ts";
+import { toolAsks } from "../agent/limit_asks.ts";
+
+/**
+ * How one call's sending ended for this worker: with its row as its last
+ * write left it, or refused by a limit shared by the fleet before its request
+ * went (its row as it was, if it has one).
+ */
+export type CallEnd = SideEffectRow | Limited;
 
 /**
  * Sends a call (first attempt, re-send after a crash, or retry) until it is
- * confirmed, failed or flagged. Each attempt is counted in its intent row
- * before the request goes out. Ends with the call's row as its last write
- * left it: settled, or with the error that stopped it.
+ * confirmed, failed or flagged, or a limit refuses its next request. Each
+ * attempt is counted in its intent row before the request goes out. Ends
+ * with the call's row as its last write left it: settled, or with the error
+ * that stopped it.
  */
-export function send(deps: RunDeps, state: RunState, call: PreparedCall): Promise<Ended<SideEffectRow>> {
+export function send(deps: RunDeps, state: RunState, call: PreparedCall): Promise<Ended<CallEnd>> {
   return telemetryOf(deps).toolCall(
     {
       fence: state.fence,
@@ -61,7 +71,7 @@ async function sendCall(
   deps: RunDeps,
   state: RunState,
   call: PreparedCall,
-): Promise<Ended<SideEffectRow>> {
+): Promise<Ended<CallEnd>> {
   const left = (row: SideEffectRow) => finished(row, { effect: row });
   try {
     const row = state.effects.get(call.seq);
@@ -78,7 +88,9 @@ async function sendCall(
     }
     for (;;) {
       const next = await request(deps, state, call);
-      if (next !== "again") return left(next);
+      if (next === "again") continue;
+      if ("kind" in next) return finished(next, { effect: state.effects.get(call.seq) });
+      return left(next);
     }
   } catch (error) {
     return failed(error, { effect: state.effects.get(call.seq) });
@@ -87,15 +99,17 @@ async function sendCall(
 
 /**
  * One request of the call: a keyless call due again after a failure is
- * looked up first; then the tool-call budget, the intent, the request, and
- * its outcome written. Returns the row this worker leaves the call at, or
- * "again" for one more request (a short wait already slept here).
+ * looked up first; then the tool-call budget, the limits shared by the fleet
+ * (their reservations held from before the intent to the answer), the
+ * intent, the request, and its outcome written. Returns the row this worker
+ * leaves the call at, "again" for one more request (a short wait already
+ * slept here), or the limit that refused it.
  */
 async function request(
   deps: RunDeps,
   state: RunState,
   call: PreparedCall,
-): Promise<SideEffectRow | "again"> {
+): Promise<SideEffectRow | "again" | Limited> {
   const { log, crash } = deps;
   const { key, seq, tool } = call;
   const row = state.effects.get(seq);
@@ -104,8 +118,14 @@ async function request(
     if (looked !== "send") return looked;
   }
   state.reservation.take(state, row === undefined, await familyCeilings(deps, state));
+  const asks = toolAsks(deps.limits, tool.name, state.labels);
+  const limit = await takeLimits(deps, state, seq, asks, `call ${key} (${tool.name})`);
+  if (limit.kind === "limited") return limit;
   const intent = await intentOrSettled(deps, state, call, row);
-  if (intent.status === "confirmed" || intent.status === "failed") return intent;
+  if (intent.status === "confirmed" || intent.status === "failed") {
+    await releaseLimits(deps, state, limit.held);
+    return intent;
+  }
   const attempt = intent.attempts;
   const poll = intent.polls > 0 ? intent.polls : undefined;
   log.info("intent", { run: state.fence.runId, seq, key, tool: tool.name, attempt, poll });
@@ -115,8 +135,11 @@ async function request(
   try {
     outcome = storedOutcome(await callTool(deps, state, call, intent), call);
   } catch (err) {
+    // A worker that is stopping (or whose process died) lets the lease end what it held.
+    if (!state.signal.aborted) await releaseLimits(deps, state, limit.held, { error: err });
     return await afterFailure(deps, state, call, state.effects.get(seq) ?? intent, err);
   }
+  await releaseLimits(deps, state, limit.held);
   await crash.hit("after_call", seq);
   // The row as the state holds it: a wait the tool made may have written to it (what it waits for).
   const held = state.effects.get(seq) ?? intent;

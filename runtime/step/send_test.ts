@@ -11,7 +11,7 @@
  */
 
 import assert from "node:assert/strict";
-import { send } from "./send.ts";
+import { type CallEnd, send } from "./send.ts";
 import { ToolError } from "../base/errors.ts";
 import type { SideEffectRow } from "../store/rows.ts";
 import type { ToolOutcome, ToolSpec } from "../agent/tools.ts";
@@ -41,10 +41,12 @@ const down = (retryAfterMs: number) =>
   new ToolError("SHOP_DOWN", "503 Service Unavailable", { transient: true, retryAfterMs });
 
 /** The row a send ended with, checked to be as stored and as the run's state holds it. */
-async function leftAt(ended: Ended<SideEffectRow>, state: Parameters<typeof w.held>[0]) {
+async function leftAt(ended: Ended<CallEnd>, state: Parameters<typeof w.held>[0]): Promise<SideEffectRow> {
   if (!ended.ok) throw ended.error;
-  await w.held(state, ended.value);
-  return ended.value;
+  const row = ended.value;
+  if ("kind" in row) throw new Error(`a limit refused the call: ${row.reason}`);
+  await w.held(state, row);
+  return row;
 }
 
 Deno.test("send() confirms a call its remote answers as created, after one request under its key", async () => {

@@ -13,7 +13,9 @@
  *    together, and sent at once, each through intent, call and confirm.
  * 4. **sleep**: calls a remote accepted, or that failed as in an outage, let
  *    the run go until the first is due (`waitRun`), unless one of them was
- *    settled from outside meanwhile: then the step goes on with its rows.
+ *    settled from outside meanwhile: then the step goes on with its rows. A
+ *    request a limit shared by the fleet refused (`limited.ts`) lets the run
+ *    go until the limit may let it (`limited`), the model's from decide.
  *
  * However it ends, a step ends in one {@link StepEnd}, and each stage in a
  * value of its own (`DecideEnd`, `ActEnd`): a run that waits, sleeps or is
@@ -42,6 +44,7 @@ import { closeRun, ParentClosedError } from "../families/family.ts";
 import { afterAnswer, type ConversationState, type ParkedConversation } from "../conversations/turns.ts";
 import { decide } from "./decide.ts";
 import { act, type ActEnd } from "./act.ts";
+import { type Limited, waitForLimit } from "./limited.ts";
 
 /** How a step, or the run's turn at it, ended: the one value the run driver reads. */
 export type StepEnd =
@@ -53,6 +56,8 @@ export type StepEnd =
   | { kind: "answered"; output: string; status: "waiting" | "done"; parked?: ParkedConversation }
   /** The run was let go to wait: for a person's answer, a remote's job, or the next try after an outage. */
   | { kind: "waiting"; reason: string }
+  /** The run was let go until a limit shared by the fleet lets its request go (`key`, at `wakeAt` or sooner). */
+  | Limited
   /** A call's outcome is unknown and not safely knowable: the run waits for a person to resolve `key`. */
   | { kind: "blocked"; key: string; reason: string }
   /** The run fails: the model, a tool or the budget gave up on it, or a value the database cannot store. */
@@ -100,6 +105,7 @@ export async function runStep(deps: RunDeps, state: RunState, at: TracedStep): P
   const journal = decided.rows.journal;
   const d = decided.value;
   if (d.kind === "retrying") return finished({ kind: "waiting", reason: d.reason }, { journal });
+  if (d.kind === "limited") return finished(d, { journal });
   if ("done" in d.decision) {
     try {
       return finished(await answer(deps, state, seq, d.decision.message), { journal });
@@ -166,6 +172,10 @@ async function afterActing(
     case "settled":
       return { kind: "next" };
     case "blocked":
+      return end;
+    case "limited":
+      // No call of the step waits on its remote past this: the run waits for the limit (or the earliest).
+      await waitForLimit(deps, state, end);
       return end;
     case "approval":
       // The approval statement set the run to waiting and let it go.

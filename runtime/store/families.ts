@@ -103,18 +103,21 @@ const CANCELLED_LIST = `coalesce((select array_agg(run_id order by run_id) from 
 // A child run created under its parent's fence ($1 parent, $2 its epoch): the parent must be running
 // under this worker, so a cancelled (or taken over) parent starts nothing. The parent's row is locked
 // as the child is inserted (a cancel of the parent waits, then finds the child: see Operators.cancelRun),
-// and a root gets its own id as root_run_id with its first child.
+// and a root gets its own id as root_run_id with its first child. A child carries its parent's labels
+// (a tenant's child run is the tenant's).
 // $3 child id, $4 agent, $5 goal, $6 input, $7 now, $8 budget, $9 the parent's call key.
 const CREATE_CHILD = statement(
   "create-child-run",
   `with parent as (
-         select coalesce(root_run_id, run_id) as root from runs where run_id = $1 and ${RUNNING_AT("$2")}
+         select coalesce(root_run_id, run_id) as root, labels from runs where run_id = $1 and ${
+    RUNNING_AT("$2")
+  }
             for no key update),
        created as (
          insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at,
-                           parent_run_id, parent_key, root_run_id)
+                           parent_run_id, parent_key, root_run_id, labels)
          select $3, $4, $5, $6::text::jsonb, $8::text::jsonb, 'pending', 0, $7::timestamptz, $7::timestamptz,
-                $1, $9, parent.root
+                $1, $9, parent.root, parent.labels
            from parent
          on conflict (run_id) do nothing
          returning 1),

@@ -16,13 +16,13 @@ import { jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } 
 import { CLAIM, FIRST_CLAIM, TAKE_FAMILY, TAKE_RUNS } from "./claims.ts";
 
 // A new pending run ($1 run_id, $2 agent, $3 goal, $4 input, $5 now, $6 budget, $7 model_params,
-// $8 a conversation's idle limit, whose goal is its message 0): the one insert that createRun and
-// createOrGetRun share.
+// $8 a conversation's idle limit, whose goal is its message 0, $9 its labels): the one insert that
+// createRun and createOrGetRun share.
 const INSERT_RUN_TEXT =
   `insert into runs (run_id, agent, goal, input, budget, model_params, status, epoch, created_at, updated_at,
-                    conversation_idle_ms, message_count)
+                    conversation_idle_ms, message_count, labels)
   values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, $7::text::jsonb, 'pending', 0, $5::timestamptz,
-          $5::timestamptz, $8::int, case when $8::int is null then 0 else 1 end)
+          $5::timestamptz, $8::int, case when $8::int is null then 0 else 1 end, $9::text::jsonb)
   on conflict (run_id) do nothing`;
 const INSERT_RUN = statement("insert-run", INSERT_RUN_TEXT);
 
@@ -139,6 +139,7 @@ function newRunParams(run: NewRun, now: Date): unknown[] {
     jsonParam(run.budget ?? null, "run budget"),
     jsonParam(run.modelParams ?? null, "run model parameters"),
     run.conversationIdleMs ?? null,
+    run.labels === undefined ? null : jsonParam(run.labels, "run labels"),
   ];
 }
 
@@ -183,6 +184,7 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     moved_from: null,
     moved_at: null,
     move_refused: null,
+    labels: run.labels === undefined ? null : { ...run.labels },
   };
 }
 

@@ -112,6 +112,8 @@ export interface RunRow {
   signal_waits?: string[] | null;
   /** The epoch it slept on those calls at: a send wakes it only while it still sleeps at that epoch. */
   signal_waits_epoch?: number | null;
+  /** The labels it was started with (`{ tenant: "acme" }`), which limits may key on; null for none. */
+  labels?: Record<string, string> | null;
 }
 
 /**
@@ -330,6 +332,8 @@ export interface NewRun {
   modelParams?: ModelParams;
   /** For a conversation: its idle limit (the goal is then its message 0). */
   conversationIdleMs?: number;
+  /** Its labels (`{ tenant: "acme" }`), checked by the caller. */
+  labels?: Readonly<Record<string, string>>;
 }
 
 /**

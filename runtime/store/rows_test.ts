@@ -57,6 +57,7 @@ const RUN = {
   signals_sent: 1,
   signal_waits: 1,
   signal_waits_epoch: 1,
+  labels: 1,
 } satisfies KeysOf<RunRow>;
 
 const JOURNAL = {
@@ -188,6 +189,11 @@ const TABLES: Record<string, Record<string, 1> | null> = {
   signals: SIGNAL,
   workers: null, // read field by field (leases.ts), never as a row
   agent_versions: null, // read field by field (versions.ts), never as a row
+  // Limits shared by the fleet: written and read by limit_take and limits.ts's statements, never as rows.
+  limit_keys: null,
+  limit_reservations: null,
+  limit_waiters: null,
+  limit_groups: null,
   schema_version: null, // migrate.ts's own
 };
 

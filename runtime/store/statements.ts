@@ -13,6 +13,7 @@ import { CONVERSATION_STATEMENTS } from "./conversations.ts";
 import { FAMILY_STATEMENTS } from "./families.ts";
 import { GROUP_COMMIT_STATEMENTS } from "./group_commit.ts";
 import { LEASE_STATEMENTS } from "./leases.ts";
+import { LIMIT_STATEMENTS } from "./limits.ts";
 import { MIGRATE_STATEMENTS } from "./migrate.ts";
 import { NOTIFY_STATEMENTS } from "./notify.ts";
 import { OPERATOR_STATEMENTS } from "./operators.ts";
@@ -150,7 +151,13 @@ export type StatementName =
   | "schema-columns"
   // stream
   | "stream-channel"
-  | "notify-stream";
+  | "notify-stream"
+  // limits
+  | "limit-take"
+  | "limit-release"
+  | "limit-wait-run"
+  | "list-limits"
+  | "limit-waiting-for";
 
 /** The names the statements are declared under, as the compiler reads them beside their texts. */
 type DeclaredName =
@@ -167,7 +174,8 @@ type DeclaredName =
   | (typeof SCHEMA_CHECK_STATEMENTS)[number]["name"]
   | (typeof NOTIFY_STATEMENTS)[number]["name"]
   | (typeof SCHEDULE_STATEMENTS)[number]["name"]
-  | (typeof VERSION_STATEMENTS)[number]["name"];
+  | (typeof VERSION_STATEMENTS)[number]["name"]
+  | (typeof LIMIT_STATEMENTS)[number]["name"];
 
 // A statement whose name is not listed in StatementName does not fit in STATEMENTS below; a listed name no
 // statement is declared under makes this line fail to compile.
@@ -200,6 +208,8 @@ export const STATEMENTS: {
   readonly stream: readonly Statement<StatementName>[];
   /** Schedules, and the tickers' reads and ticks (`schedules.ts`). */
   readonly schedules: readonly Statement<StatementName>[];
+  /** Limits shared by the fleet: reservations taken, released and waited for (`limits.ts`). */
+  readonly limits: readonly Statement<StatementName>[];
 } = {
   runWrites: [...RUN_WRITE_STATEMENTS, ...GROUP_COMMIT_STATEMENTS],
   reads: READ_STATEMENTS,
@@ -213,6 +223,7 @@ export const STATEMENTS: {
   schema: [...MIGRATE_STATEMENTS, ...SCHEMA_CHECK_STATEMENTS],
   stream: NOTIFY_STATEMENTS,
   schedules: SCHEDULE_STATEMENTS,
+  limits: LIMIT_STATEMENTS,
 };
 
 /** Every statement of the store, in one list. */

@@ -14,6 +14,8 @@
  * - `schedules.ts`: schedules written and listed, and the tickers' reads and ticks;
  * - `versions.ts`: which version of its agent drives each run, and the moves
  *   between versions;
+ * - `limits.ts`: limits shared by the fleet: reservations taken under a
+ *   key before a request, released after it, waited for;
  * - `schema_check.ts` and `migrate.ts`: the schema.
  *
  * Row types are in `rows.ts`, the fragments statements share (the fence) in
@@ -34,6 +36,7 @@ export type { SentSignal, SignalRow, Signals, SignalTake } from "./signals.ts";
 import { Families } from "./families.ts";
 import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
+import { Limits } from "./limits.ts";
 import { migrate, type MigrationResult } from "./migrate.ts";
 import { Operators } from "./operators.ts";
 import { StreamChannel } from "./notify.ts";
@@ -49,6 +52,7 @@ export type { QueryOptions, SqlClient } from "./driver.ts";
 export * from "./rows.ts";
 export { RESOLVE_BATCH_MAX } from "./operators.ts";
 export type { Leases } from "./leases.ts";
+export type { LimitAsk, LimitKeyView, LimitRefusal, LimitRelease, Limits, LimitTake } from "./limits.ts";
 export type { Operators } from "./operators.ts";
 export type { KnownVersion, RunToCheck, Versions } from "./versions.ts";
 export type { ClaimVersion, TakeVersions, WorkerRow } from "./leases.ts";
@@ -100,6 +104,8 @@ export interface StoreAudiences {
   versions?: Versions;
   /** Signals: sent to a run, taken by its calls. */
   signals?: Signals;
+  /** Limits shared by the fleet: reservations taken, released, waited for. */
+  limits?: Limits;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -132,6 +138,8 @@ export class Store {
   readonly versions: Versions;
   /** Signals: sent to a run, taken by its calls. */
   readonly signals: Signals;
+  /** Limits shared by the fleet: reservations taken, released, waited for (`limits.ts`). */
+  readonly limits: Limits;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -158,6 +166,7 @@ export class Store {
     this.schedules = opts.schedules ?? new Schedules(client);
     this.versions = opts.versions ?? new Versions(client);
     this.signals = opts.signals ?? new Signals(client);
+    this.limits = opts.limits ?? new Limits(client);
   }
 
   /**
@@ -191,6 +200,7 @@ export class Store {
       schedules,
       versions,
       signals,
+      limits,
     } = this;
     return new Store(this.client, {
       reads,
@@ -203,6 +213,7 @@ export class Store {
       schedules,
       versions,
       signals,
+      limits,
       ...audiences,
     });
   }

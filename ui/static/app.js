@@ -158,13 +158,25 @@ async function drawList() {
         h("a", { href: `/runs/${encodeURIComponent(r.runId)}` }, r.runId),
         r.parentRunId ? h("span", { class: "muted" }, ` child of ${r.parentRunId}`) : "",
       ),
-      h("td", {}, badge(r.status), r.flagged ? h("span", { class: "muted" }, ` ${r.flagged} flagged`) : ""),
+      h(
+        "td",
+        {},
+        badge(r.status),
+        r.flagged ? h("span", { class: "muted" }, ` ${r.flagged} flagged`) : "",
+        r.waitingFor.length
+          ? h(
+            "span",
+            { class: "muted", "data-limit": r.waitingFor.join(",") },
+            ` for ${r.waitingFor.join(", ")}`,
+          )
+          : "",
+      ),
       h("td", {}, r.agent),
       h(
         "td",
-        { class: "mono", title: r.waitingFor ?? "" },
+        { class: "mono", title: r.noWorker ?? "" },
         `${r.version ?? "-"}${r.mayMove ? "*" : ""}${r.moveTo ? ` → ${r.moveTo}` : ""}`,
-        r.waitingFor ? h("span", { class: "muted" }, " (no worker)") : "",
+        r.noWorker ? h("span", { class: "muted" }, " (no worker)") : "",
       ),
       h("td", { class: "num" }, r.toolCalls),
       h("td", { class: "num" }, r.llmCalls),
@@ -209,6 +221,36 @@ async function drawList() {
       "older",
     ),
   );
+  // The limits shared by the fleet, when any was taken: what each key holds and who waits for it.
+  const limits = data.limits.length === 0 ? "" : h(
+    "table",
+    { id: "limits" },
+    h(
+      "thead",
+      {},
+      h("tr", {}, ["limit", "", "in flight", "last minute", "waiting", "held"].map((t) => h("th", {}, t))),
+    ),
+    h(
+      "tbody",
+      {},
+      data.limits.map((k) =>
+        h(
+          "tr",
+          { "data-key": k.key },
+          h("td", { class: "mono" }, k.key),
+          h("td", { class: "muted" }, k.limit ?? ""),
+          h("td", { class: "num" }, k.inFlight),
+          h("td", { class: "num" }, k.lastMinute),
+          h("td", { class: "num" }, k.waiting),
+          h(
+            "td",
+            {},
+            k.heldUntil ? `until ${k.heldUntil} (${k.holds} holds)` : k.holds ? `${k.holds} holds` : "-",
+          ),
+        )
+      ),
+    ),
+  );
   const focused = document.activeElement?.id;
   main.replaceChildren(
     h("h2", {}, "Runs"),
@@ -217,6 +259,7 @@ async function drawList() {
     h("div", { class: "scroll" }, table),
     pager,
     ...(schedules.length ? schedulesView(schedules) : []),
+    limits,
   );
   if (focused === "search") search.focus();
   return true;
