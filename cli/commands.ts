@@ -152,7 +152,6 @@ export async function runs(
     ctx.client.reads.list({ ...filter, limit, offset: (page - 1) * limit })
   );
   const live = await ctx.client.reads.hostedVersions();
-  const hosted = new Set(await ctx.client.reads.hostedAgents());
   const waitingRuns = rows.filter((r) => r.status === "waiting" && r.wake_at).map((r) => r.run_id);
   const limited = await ctx.client.reads.waitingFor(waitingRuns);
   const now = ctx.client.clock.now().getTime();
