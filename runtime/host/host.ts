@@ -87,10 +87,7 @@ export interface WorkerHostOptions extends ProcessDepsOptions, WorkerOptions {
    * exists for one run (`client.run`). Unset: every takeable run of the agents.
    */
   family?: string;
-  /**
-   * What lives as long as the host (a schedule ticker for its agents, which
-   * `client.startWorker` adds): started with it, stopped when it stops.
-   */
+  /** What lives as long as the host (a schedule ticker, which `client.startWorker` adds), started and stopped with it. */
   companions?: readonly HostCompanion[];
 }
 
