@@ -178,7 +178,11 @@ Deno.test("the settings table at the head of config.ts states the defaults the c
  * its number fails here rather than dropping out of the check.
  */
 const SENTENCES: { file: string; says: RegExp; value: number }[] = [
-  { file: "README.md", says: /they run at once \(`TOOL_CONCURRENCY`, (\d+)\)/g, value: DEFAULTS.toolConcurrency },
+  {
+    file: "README.md",
+    says: /they run at once \(`TOOL_CONCURRENCY`, (\d+)\)/g,
+    value: DEFAULTS.toolConcurrency,
+  },
   {
     file: "README.md",
     says: /share statements and commits \(`GROUP_COMMIT_MS=(\d+)`\)/g,
