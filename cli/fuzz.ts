@@ -51,7 +51,8 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
                      approval (a person's acts; the demo's create_database needs approval),
                      outage (the model or the cloud refusing connections for 1 to 30 minutes, on
                      about a third of the schedules), signal (the signal sent between statements;
-                     --target signals)
+                     --target signals), limits (about a third of the schedules under limits shared by
+                     the fleet: one model request and one tool call in flight at a time)
   --max-faults N     faults a schedule may hold (default 4)
   --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
                      3: the demo is one step of three calls)
@@ -190,7 +191,7 @@ export async function main(args: string[]): Promise<number> {
   console.log(
     `calls per answer: ${
       Object.entries(report.parallel).map(([p, n]) => `${p}=${n}`).join(" ")
-    } schedules (parallel=N in a schedule)`,
+    } schedules (parallel=N in a schedule); under limits: ${report.limited} schedules`,
   );
   return report.failures.length > 0 ? 1 : 0;
 }

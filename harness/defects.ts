@@ -16,6 +16,7 @@ import type { QueryOptions, SqlClient } from "../runtime/store/driver.ts";
 import { FENCE, RUNNING_AT } from "../runtime/store/sql.ts";
 import type { StatementName } from "../runtime/store/statements.ts";
 import type { ToolContext } from "../runtime/agent/tools.ts";
+import { SCHEMA_SQL } from "../runtime/store/store.ts";
 
 /** Bugs a test may plant in every process of a fuzz. Every field defaults to off. */
 export interface PlantedDefects {
@@ -40,6 +41,13 @@ export interface PlantedDefects {
   keyFromStep?: boolean;
   /** Replaying a confirmed decision asks the model again, a request no journal row counts. */
   replayAsksModel?: boolean;
+  /**
+   * A limit's reservation outlives its worker: a call in flight is counted
+   * until it is released, however its worker ended, as a limiter that
+   * forgot to tie reservations to their run's epoch and lease would. A worker
+   * killed while it holds one holds its key for good.
+   */
+  reservationOutlivesWorker?: boolean;
 }
 
 /** Every defect that can be planted, by name (the fuzzer's `--defect`). */
@@ -50,17 +58,28 @@ export const PLANTED_DEFECTS: readonly (keyof PlantedDefects)[] = [
   "keyFromAttempt",
   "keyFromStep",
   "replayAsksModel",
+  "reservationOutlivesWorker",
 ];
 
 /** The defects planted by rewriting a statement. */
-const STATEMENT_DEFECTS = ["confirmSkipsFence", "heartbeatIgnoresFence", "acceptedSkipsFence"] as const;
+const STATEMENT_DEFECTS = [
+  "confirmSkipsFence",
+  "heartbeatIgnoresFence",
+  "acceptedSkipsFence",
+  "reservationOutlivesWorker",
+] as const;
 type StatementDefect = typeof STATEMENT_DEFECTS[number];
 
-/** A statement rewritten by a defect: which one, what of its text, and what in its place. */
+/**
+ * A statement rewritten by a defect: which one, what of its text, and what
+ * in its place; `setup`, a script the rewritten statement needs, run once on
+ * the connection before it is first sent.
+ */
 interface Rewrite {
   statement: StatementName;
   from: string;
   to: string;
+  setup?: () => string;
 }
 
 const REWRITES: Record<StatementDefect, Rewrite> = {
@@ -73,7 +92,48 @@ const REWRITES: Record<StatementDefect, Rewrite> = {
     from: RUNNING_AT("$2"),
     to: "$2::int is not null and (status = 'running') is true",
   },
+  // The take calls a copy of limit_take whose window counts every unreleased reservation as in flight.
+  reservationOutlivesWorker: {
+    statement: "limit-take",
+    from: "from limit_take(",
+    to: "from limit_take_leaky(",
+    setup: leakyLimitFunctions,
+  },
 };
+
+/** The liveness a reservation is held to: its run running under its epoch, with a live lease. */
+const HOLDER_LIVE = "(u.epoch = r.epoch and u.status = 'running' and u.heartbeat_at >= p_stale) is true";
+
+/**
+ * `limit_take_leaky` and `limit_window_leaky`: schema.sql's two functions,
+ * copied, with the window's liveness of a reservation's holder dropped
+ * (every unreleased one is in flight). Throws when the text it changes is
+ * gone from schema.sql (the defect would silently not be planted).
+ */
+function leakyLimitFunctions(): string {
+  const fn = (name: string, end: string) => {
+    const start = SCHEMA_SQL.indexOf(`create or replace function ${name}(`);
+    const stop = SCHEMA_SQL.indexOf(end, start);
+    if (start < 0 || stop < 0) {
+      throw new Error(`Cannot plant reservationOutlivesWorker: schema.sql has no ${name}`);
+    }
+    return SCHEMA_SQL.slice(start, stop + end.length);
+  };
+  const window = fn("limit_window", "$window$;");
+  const take = fn("limit_take", "$take$;");
+  if (!window.includes(HOLDER_LIVE) || !take.includes("from limit_window(")) {
+    throw new Error(
+      "Cannot plant reservationOutlivesWorker: limit_window or limit_take no longer holds its text",
+    );
+  }
+  return [
+    window.replace("function limit_window(", "function limit_window_leaky(").replace(HOLDER_LIVE, "true"),
+    take.replace("function limit_take(", "function limit_take_leaky(").replaceAll(
+      "from limit_window(",
+      "from limit_window_leaky(",
+    ),
+  ].join("\n");
+}
 
 /** Options of {@link plantInClient}. */
 export interface ClientPlantOptions {
@@ -102,13 +162,18 @@ export function plantInClient(
   const rewrites = STATEMENT_DEFECTS.filter((d) => defects[d]).map((d) => REWRITES[d]);
   const askModel = defects.replayAsksModel ? opts.askModel : undefined;
   if (rewrites.length === 0 && !askModel) return client;
-  const rewrite = (text: string, o: QueryOptions | undefined): string => {
+  const setUp = new Set<Rewrite>();
+  const rewrite = async (text: string, o: QueryOptions | undefined): Promise<string> => {
     const r = rewrites.find((r) => r.statement === o?.name);
     if (!r) return text;
     if (!text.includes(r.from)) {
       throw new Error(
         `Cannot plant a defect in ${r.statement}: its text no longer holds ${JSON.stringify(r.from)}`,
       );
+    }
+    if (r.setup && !setUp.has(r)) {
+      await client.exec(r.setup());
+      setUp.add(r);
     }
     return text.replace(r.from, r.to);
   };
@@ -117,7 +182,7 @@ export function plantInClient(
       return client.describe;
     },
     query: async <T>(text: string, params?: unknown[], o?: QueryOptions): Promise<T[]> => {
-      const rows = await client.query<T>(rewrite(text, o), params, o);
+      const rows = await client.query<T>(await rewrite(text, o), params, o);
       if (askModel && o?.name === ("read-history" satisfies StatementName)) {
         const runId = String(params?.[0]);
         for (const row of rows as { tbl?: string; status?: string; seq?: number }[]) {
@@ -126,7 +191,8 @@ export function plantInClient(
       }
       return rows;
     },
-    run: (text: string, params?: unknown[], o?: QueryOptions) => client.run(rewrite(text, o), params, o),
+    run: async (text: string, params?: unknown[], o?: QueryOptions) =>
+      await client.run(await rewrite(text, o), params, o),
     exec: (text: string) => client.exec(text),
     close: () => client.close(),
   };

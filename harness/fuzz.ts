@@ -85,6 +85,7 @@ import {
   type CleanRun,
   decodeSchedule,
   drawBudget,
+  drawLimits,
   drawOutage,
   drawParallel,
   drawSchedule,
@@ -204,6 +205,8 @@ export interface FuzzReport {
   notReached: number;
   /** Schedules run at each parallelism (calls per answer). */
   parallel: Record<number, number>;
+  /** Schedules run under limits shared by the fleet (`limits`). */
+  limited: number;
   /** Every schedule's transcript, joined, when {@link FuzzOptions.transcript} is set. */
   transcript?: string[];
 }
@@ -370,6 +373,10 @@ async function shrink(
     const { budget: _, ...unbudgeted } = best.schedule;
     await attempt(unbudgeted);
   }
+  if (best.schedule.limits) {
+    const { limits: _, ...unlimited } = best.schedule;
+    await attempt(unlimited);
+  }
   // Bounded by MAX_PARALLEL: each pass lowers the parallelism by one, or ends.
   for (let p = (best.schedule.parallel ?? 1) - 1; p >= 1; p--) {
     const { parallel: _, ...rest } = best.schedule;
@@ -389,6 +396,7 @@ function describeFailure(
     `  drawn:  ${
       [
         ...((original.schedule.parallel ?? 1) > 1 ? [`parallel=${original.schedule.parallel}`] : []),
+        ...(original.schedule.limits ? ["limits"] : []),
         ...original.schedule.faults.map(encodeFault),
       ].join(", ") || "(no faults)"
     }`,
@@ -397,7 +405,9 @@ function describeFailure(
         ", ",
       ) ||
       "(no faults)"
-    }${(shrunk.schedule.parallel ?? 1) > 1 ? ` (${shrunk.schedule.parallel} calls per answer)` : ""}`,
+    }${(shrunk.schedule.parallel ?? 1) > 1 ? ` (${shrunk.schedule.parallel} calls per answer)` : ""}${
+      shrunk.schedule.limits ? " (under limits)" : ""
+    }`,
     ...shrunk.problems.map((p) => `  problem: ${p}`),
     `  replay: ${replayCommand} '${encodeSchedule(shrunk.schedule)}'`,
   ].join("\n");
@@ -505,6 +515,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       positions: 0,
       notReached: 0,
       parallel: {},
+      limited: 0,
       transcript: opts.transcript ? [] : undefined,
     };
     const positions = new Set<string>();
@@ -517,7 +528,8 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
         if (opts.draw) return at(opts.draw(s, cleanAt(parallel)));
         const drawn = drawSchedule(s, cleanAt(parallel), families, maxFaults);
         const budgeted = families.includes("budget") ? drawBudget(drawn, cleanAt(parallel)) : drawn;
-        return at(families.includes("outage") ? drawOutage(budgeted, cleanAt(parallel)) : budgeted);
+        const limited = families.includes("limits") ? drawLimits(budgeted) : budgeted;
+        return at(families.includes("outage") ? drawOutage(limited, cleanAt(parallel)) : limited);
       },
     );
     for (let i = 0; i < plan.length; i++) {
@@ -525,6 +537,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       report.schedules++;
       const parallel = result.schedule.parallel ?? 1;
       report.parallel[parallel] = (report.parallel[parallel] ?? 0) + 1;
+      if (result.schedule.limits) report.limited++;
       report.transcript?.push(...result.transcript);
       result.schedule.faults.forEach((f, j) => {
         const where = result.fired[j];

@@ -61,6 +61,13 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         { heartbeatIgnoresFence: true },
         /stale worker \S+ \(epoch 1\) wrote after epoch 2 was claimed: heartbeat/,
       ],
+      // A worker killed while it holds a reservation: its call in flight is counted for good, and the run
+      // waits for the limit's slot until the fuzzer gives up on it.
+      [
+        "a reservation not released when its worker dies",
+        { reservationOutlivesWorker: true },
+        /the run was still asleep after \d+ incarnations: Waiting until .* for the limit on (model|tool):\S+ \([^)]*1 in flight\): .* waits for a call in flight to end/,
+      ],
     ];
     for (const [bug, defects, problem, target = demoAgent] of planted) {
       await t.step(`finds ${bug} within ${FIND_WITHIN} schedules and shrinks it to <= 3 faults`, async () => {
@@ -92,6 +99,13 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         assert.deepEqual(again.failures[0]?.shrunk.problems, shrunk.problems);
         // Only a step of several calls can give two calls one key: the shrunk schedule keeps one.
         if (defects.keyFromStep) assert.ok((shrunk.schedule.parallel ?? 1) >= 2, text);
+        // Only a schedule under limits takes reservations: the shrunk one keeps its limits, and one fault that
+        // ends a worker holding one (a kill, or a freeze past its lease).
+        if (defects.reservationOutlivesWorker) {
+          assert.equal(shrunk.schedule.limits, true, text);
+          assert.equal(shrunk.schedule.faults.length, 1, text);
+          assert.ok(["kill", "stall"].includes(shrunk.schedule.faults[0].kind), text);
+        }
       });
     }
 

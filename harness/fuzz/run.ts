@@ -45,6 +45,7 @@ import {
   encodeSchedule,
   type Fault,
   type Schedule,
+  SCHEDULE_LIMITS,
   type ScheduleBudget,
 } from "./schedule.ts";
 
@@ -611,9 +612,11 @@ export async function runSchedule(
   // rows that slow every statement down; a truncate every 64 schedules keeps the tables small.
   await db.exec(
     ++counter.runs % 64 === 0
-      ? "truncate runs, journal, side_effects, workers, approvals, messages, memos, signals"
+      ? "truncate runs, journal, side_effects, workers, approvals, messages, memos, signals, limit_keys, " +
+        "limit_reservations, limit_waiters, limit_groups"
       : "delete from approvals; delete from side_effects; delete from journal; delete from messages; " +
-        "delete from memos; delete from signals; delete from runs; delete from workers",
+        "delete from memos; delete from signals; delete from runs; delete from workers; delete from limit_keys; " +
+        "delete from limit_reservations; delete from limit_waiters; delete from limit_groups",
   );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
   const parallel = schedule.parallel ?? 1;
@@ -624,7 +627,7 @@ export async function runSchedule(
   };
   const world: SimWorld = await SimWorld.open(db, {
     seed: schedule.seed,
-    agent: budgeted(target.agent, schedule.budget),
+    agent: limited(budgeted(target.agent, schedule.budget), schedule.limits),
     tools: (fetch, ctx) => target.tools(fetch, plant, ctx),
     remote: fake?.fetch,
     heartbeatMs: HEARTBEAT_MS,
@@ -681,7 +684,11 @@ export async function runSchedule(
         await run.person.checkWoken(row);
         const dueInMs = new Date(row.wake_at).getTime() - world.clock.now().getTime();
         if (run.procs.length >= MAX_INCARNATIONS) {
-          run.problems.push(`the run was still asleep on its remotes after ${MAX_INCARNATIONS} incarnations`);
+          run.problems.push(
+            `the run was still asleep after ${MAX_INCARNATIONS} incarnations${
+              row.error ? `: ${row.error}` : ""
+            }`,
+          );
           break;
         }
         world.note(`~~~ the run sleeps until ${new Date(row.wake_at).toISOString()}: a worker takes it then`);
@@ -760,6 +767,7 @@ export async function runSchedule(
       ...checkModelSpend(final, run.spend),
       ...checkBudget(final, schedule.budget, run.answers),
       ...checkPolls(final, run.callWrites),
+      ...(schedule.limits ? await leftHeld(world, final) : []),
     );
   }
   for (const p of run.procs.filter((p) => !p.done)) p.sim?.kill();
@@ -926,8 +934,13 @@ const GROUPED_POSITIONS: Readonly<Record<GroupedWrite["kind"], Position>> = {
 };
 
 function rowsWritten(opts: QueryOptions | undefined, rows: unknown[]): number {
-  const first = rows[0] as { waiting?: boolean; created?: boolean; written?: number } | undefined;
+  const first = rows[0] as
+    | { waiting?: boolean; created?: boolean; written?: number; why?: string | null }
+    | undefined;
   switch (statementName(opts)) {
+    case "limit-take":
+      // Granted or refused (a reservation, or a place in the queue) it wrote; fenced, it wrote nothing.
+      return first === undefined || first.why === "fenced" ? 0 : 1;
     case "wait-run":
       return first?.waiting === true ? 1 : 0;
     case "create-child-run":
@@ -948,4 +961,27 @@ function stoppedByBudget(p: Proc): boolean {
 /** The fuzz target's agent with the schedule's budget, if it has one. */
 function budgeted(agent: Agent, budget: ScheduleBudget | undefined): Agent {
   return budget ? { ...agent, budget } : agent;
+}
+
+/** The agent held to {@link SCHEDULE_LIMITS} when the schedule says so. */
+function limited(agent: Agent, limits: boolean | undefined): Agent {
+  return limits ? { ...agent, limits: [...(agent.limits ?? []), ...SCHEDULE_LIMITS] } : agent;
+}
+
+/**
+ * Reservations the worker that finished the run (`done`, at its final epoch) left unreleased: a
+ * request's reservation is released however the request ends, so only a worker killed (or stopped)
+ * before it could leaves one, and that worker is not the one that finished.
+ */
+async function leftHeld(world: SimWorld, final: RunSnapshot): Promise<string[]> {
+  const run = final.run;
+  if (run?.status !== "done") return [];
+  const rows = await world.observer.client.query<{ key: string; seq: number }>(
+    `select key, seq from limit_reservations where run_id = $1 and epoch = $2 and released_at is null
+      order by id`,
+    [run.run_id, run.epoch],
+  );
+  return rows.map((r) =>
+    `the worker that finished the run (epoch ${run.epoch}) left its reservation under ${r.key} for seq ${r.seq} unreleased`
+  );
 }

@@ -58,9 +58,20 @@ export type Fault =
  * The families of faults a fuzz may draw from (`budget`: a ceiling on the run,
  * and usage faults; `approval`: a person's acts, for an agent with a tool that
  * needs approval; `signal`: the signal sent between two statements, before,
- * during or after the wait, for an agent that waits for one).
+ * during or after the wait, for an agent that waits for one; `limits`: the
+ * run held to limits shared by the fleet, {@link SCHEDULE_LIMITS}, so kills
+ * land while a worker holds reservations).
  */
-export type FaultFamily = "kill" | "stall" | "cloud" | "model" | "budget" | "approval" | "outage" | "signal";
+export type FaultFamily =
+  | "kill"
+  | "stall"
+  | "cloud"
+  | "model"
+  | "budget"
+  | "approval"
+  | "outage"
+  | "signal"
+  | "limits";
 /** Every {@link FaultFamily}. */
 export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "kill",
@@ -71,6 +82,7 @@ export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "approval",
   "outage",
   "signal",
+  "limits",
 ];
 
 /** A schedule's budget: a token ceiling with each answer's cap, and maybe a ceiling on model requests. */
@@ -96,7 +108,23 @@ export interface Schedule {
    * of several calls, sent concurrently. Omitted: 1, one call a step.
    */
   parallel?: number;
+  /**
+   * The run's agent is held to {@link SCHEDULE_LIMITS} (one model request and
+   * one tool call in flight at a time, a few requests a second): every
+   * request takes a reservation before it goes out, so a kill between a take
+   * and its release leaves one held by a dead worker.
+   */
+  limits?: boolean;
 }
+
+/**
+ * The limits of a schedule with `limits`: its model and each tool one call in
+ * flight at a time, the model at most five requests in any second.
+ */
+export const SCHEDULE_LIMITS = [
+  { model: "*", inFlight: 1, requestsPerMinute: 300, windowS: 1 },
+  { tool: "*", inFlight: 1 },
+] as const;
 
 /** The most calls per answer a schedule may ask of the mock model (the demo has three calls). */
 export const MAX_PARALLEL = 3;
@@ -136,7 +164,10 @@ export function encodeFault(f: Fault): string {
  */
 export function encodeSchedule(s: Schedule): string {
   const parallel = (s.parallel ?? 1) > 1 ? [`parallel=${s.parallel}`] : [];
-  return `${s.seed}/${[...parallel, ...encodeBudget(s.budget), ...s.faults.map(encodeFault)].join(",")}`;
+  const limits = s.limits ? ["limits"] : [];
+  return `${s.seed}/${
+    [...parallel, ...limits, ...encodeBudget(s.budget), ...s.faults.map(encodeFault)].join(",")
+  }`;
 }
 
 /** Reads {@link encodeSchedule}'s form (or the JSON of a {@link Schedule}). Throws `FUZZ_REPLAY_INVALID`. */
@@ -158,6 +189,7 @@ export function decodeSchedule(text: string): Schedule {
   }
   let budget: ScheduleBudget | undefined;
   let parallel: number | undefined;
+  let limits = false;
   const slash = trimmed.indexOf("/");
   if (slash < 0) throw bad("there is no '/' after the seed");
   const seed = Number(trimmed.slice(0, slash));
@@ -174,6 +206,8 @@ export function decodeSchedule(text: string): Schedule {
       if (parallel < 1 || parallel > MAX_PARALLEL) {
         throw bad(`parallel=${m[1]} is not a number of calls per answer from 1 to ${MAX_PARALLEL}`);
       }
+    } else if (part === "limits" && !limits && faults.length === 0 && budget === undefined) {
+      limits = true;
     } else if ((m = part.match(/^kill@(stmt|model|cloud)#(\d+):(before|after)$/))) {
       faults.push({
         kind: "kill",
@@ -204,6 +238,7 @@ export function decodeSchedule(text: string): Schedule {
     faults,
     ...(budget === undefined ? {} : { budget }),
     ...(parallel === undefined || parallel === 1 ? {} : { parallel }),
+    ...(limits ? { limits } : {}),
   };
 }
 
@@ -287,6 +322,16 @@ export function drawOutage(schedule: Schedule, clean: { model: number; cloud: nu
     Math.floor(random() * Math.max(1, Math.ceil((at === "model" ? clean.model : clean.cloud) * 1.2)));
   const minutes = 1 + Math.floor(random() * 30);
   return { ...schedule, faults: [...schedule.faults, { kind: "outage", at, n, minutes }] };
+}
+
+/**
+ * Holds about a third of the schedules to {@link SCHEDULE_LIMITS}, drawn from
+ * their seed (from a stream of its own, so the other faults are drawn as
+ * before).
+ */
+export function drawLimits(schedule: Schedule): Schedule {
+  const random = seededRandom(schedule.seed ^ 0x68e31da4);
+  return random() < 1 / 3 ? { ...schedule, limits: true } : schedule;
 }
 
 /** The budget's part of the compact form: `budget=<tokens>` or `budget=<tokens>:<model calls>`. */
