@@ -7,11 +7,6 @@ import { RuntimeError } from "../base/errors.ts";
 import type { Planner } from "../model/planner.ts";
 import { defineTool } from "../agent/tools.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
-import { ManualClock } from "../base/clock.ts";
-import { arraySink, Logger } from "../base/log.ts";
-import { DEFAULTS } from "../base/defaults.ts";
-import { CountingClient } from "../store/counting.ts";
-import { Store } from "../store/store.ts";
 
 const effects: string[] = [];
 const model: Planner = {
@@ -332,76 +327,6 @@ Deno.test("run() leaves the run to a live worker that hosts the agent", async ()
     assert.equal(done.owner, "the-fleet", "driven by the worker already there, not one of the call's own");
   } finally {
     await worker.stop();
-  }
-});
-
-Deno.test("startWorker() hosts with the commands' defaults (group commit on, the 3 s poll) unless told, and on a clock that never moves its runs still finish", async (t) => {
-  const note = defineTool({
-    name: "note",
-    description: "Notes a word.",
-    args: z.strictObject({ word: z.string() }),
-    run: (args) => Promise.resolve({ result: args.word }),
-  });
-  const noter = defineAgent({
-    name: "noter",
-    tools: [note],
-    model: {
-      describe: "script",
-      decide: (req) =>
-        Promise.resolve(
-          req.seq === 0
-            ? { kind: "tool_calls", calls: [{ name: "note", args: { word: req.runId } }] }
-            : { kind: "done", text: `noted ${req.runId}` },
-        ),
-    },
-  });
-  // A ManualClock nobody advances: the host's poll, its heartbeat and a grouped write's bound never come due.
-  // The runs finish all the same: a run this client starts wakes its host (no poll needed), and a write
-  // that waits for a group statement in flight goes out when that statement returns, not when the clock says.
-  const clock = new ManualClock();
-  const embedded = await connect({ memory: true });
-  const counting = new CountingClient(embedded.store.client);
-  const still = new Client(new Store(counting), clock);
-  const settled = async (ids: string[]) => {
-    // Bounded, in real time (the clock stands still): eight runs of two steps take well under a second.
-    for (let i = 0; i < 1_000; i++) {
-      const runs = await Promise.all(ids.map((id) => still.get(id)));
-      if (runs.every((r) => r?.status === "done")) return;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    throw new Error(`not done: ${JSON.stringify(await Promise.all(ids.map((id) => still.get(id))))}`);
-  };
-  const host = async (opts: { groupCommitMs?: number }, prefix: string) => {
-    const lines: string[] = [];
-    counting.reset();
-    const worker = await still.startWorker([noter], {
-      log: new Logger({ clock, sink: arraySink(lines) }),
-      ...opts,
-    });
-    try {
-      const ids = [1, 2, 3, 4, 5, 6, 7, 8].map((n) => `${prefix}-${n}`);
-      await Promise.all(ids.map((runId) => still.start(noter, { runId, input: "note it" })));
-      await settled(ids);
-      assert.equal(clock.now().getTime(), new ManualClock().now().getTime(), "the clock never moved");
-    } finally {
-      await worker.stop();
-    }
-    return lines.find((l) => l.includes("event=worker "))!;
-  };
-  try {
-    await t.step("by default: DEFAULTS' poll and group commit", async () => {
-      const line = await host({}, "grouped");
-      assert.match(line, new RegExp(`poll_ms=${DEFAULTS.pollMs}\\b`));
-      assert.match(line, new RegExp(`group_commit_ms=${DEFAULTS.groupCommitMs}\\b`));
-      assert.ok((counting.counts.get("group-write") ?? 0) > 0, "eight runs at once shared statements");
-    });
-    await t.step("groupCommitMs: 0 turns it off", async () => {
-      const line = await host({ groupCommitMs: 0 }, "alone");
-      assert.doesNotMatch(line, /group_commit_ms/);
-      assert.equal(counting.counts.get("group-write"), undefined, "every write alone");
-    });
-  } finally {
-    await embedded.close();
   }
 });
 
