@@ -62,7 +62,7 @@ Deno.test("a malformed run id says what form is expected", async (t) => {
     await t.step(JSON.stringify(bad.slice(0, 12)), () => {
       const [problem, ...rest] = problems({ RUN_ID: bad });
       assert.deepEqual(rest, []);
-      assert.match(problem, /^RUN_ID must be 1-64 characters of letters, digits, '\.', '_' or '-'/);
+      assert.match(problem, /^RUN_ID must be 1-64 characters of letters, digits, '\.', '_', '-' or '@'/);
       assert.ok(problem.includes(JSON.stringify(bad)), "names the value seen");
     });
   }
