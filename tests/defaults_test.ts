@@ -204,7 +204,6 @@ const SENTENCES: { file: string; says: RegExp; value: number }[] = [
   },
   { file: "docs/internals.md", says: /`AGENT_LOAD_S` \(default (\d+) s/g, value: DEFAULTS.agentLoadS },
   { file: "ARCHITECTURE.md", says: /\(`GROUP_COMMIT_MS`, default (\d+)\)/g, value: DEFAULTS.groupCommitMs },
-  { file: "ARCHITECTURE.md", says: /`DATA_DIR_WAIT_S`, default (\d+) s/g, value: DEFAULTS.dataDirWaitS },
   { file: "runtime/agent/agent.ts", says: /fails as `guard`\. Default (\d+)\./g, value: DEFAULTS.maxSteps },
   {
     file: "runtime/agent/agent.ts",
