@@ -140,9 +140,10 @@ Deno.test({
         );
         assert.equal(row[1], "done");
         assert.equal(row[2], "provision");
-        assert.equal(row[3], "3", "tool calls");
-        assert.equal(row[4], "4", "model calls");
-        assert.equal(row[6], "2", "epoch: two worker attempts");
+        assert.match(row[3] ?? "", /^[0-9a-f]{12}$/, "the version: a digest of the agent");
+        assert.equal(row[4], "3", "tool calls");
+        assert.equal(row[5], "4", "model calls");
+        assert.equal(row[7], "2", "epoch: two worker attempts");
         assert.match(await text(page, '[data-count="blocked"]'), /blocked 1/);
         await page.waitForSelector('tr[data-run="report-nov"] [data-status="running"]');
         await page.screenshot({ path: shot("ui-runs.png") });
