@@ -52,7 +52,10 @@ usage: deno task fuzz [--schedules N] [--seed S] [--replay X] [--faults kill,sta
                      outage (the model or the cloud refusing connections for 1 to 30 minutes, on
                      about a third of the schedules), signal (the signal sent between statements;
                      --target signals), limits (about a third of the schedules under limits shared by
-                     the fleet: one model request and one tool call in flight at a time)
+                     the fleet: one model request and one tool call in flight at a time), version
+                     (a deploy under about a third of the schedules: every incarnation after the
+                     first is a worker of version 2, which renames a tool and adds an argument with
+                     a default; not with --target team)
   --max-faults N     faults a schedule may hold (default 4)
   --parallel LIST    calls per answer the schedules draw from, comma-separated (default 1,2,3;
                      3: the demo is one step of three calls)
@@ -191,7 +194,10 @@ export async function main(args: string[]): Promise<number> {
   console.log(
     `calls per answer: ${
       Object.entries(report.parallel).map(([p, n]) => `${p}=${n}`).join(" ")
-    } schedules (parallel=N in a schedule); under limits: ${report.limited} schedules`,
+    } schedules (parallel=N in a schedule); under limits: ${report.limited} schedules; ` +
+      `deployed under: ${
+        report.deployed.carried + report.deployed.refused + report.deployed.stayed
+      } schedules (carried on by version 2: ${report.deployed.carried}, handed back to version 1: ${report.deployed.refused}, never restarted: ${report.deployed.stayed})`,
   );
   return report.failures.length > 0 ? 1 : 0;
 }

@@ -68,6 +68,7 @@ import { defineTool, type Tool, ToolRegistry } from "../runtime/agent/tools.ts";
 import { type PlantedDefects, plantInToolContext, type ToolPlantOptions } from "./defects.ts";
 import { SimDb } from "./sim.ts";
 import type { FuzzSignal } from "./fuzz/person.ts";
+import { renameOf } from "./fuzz/versions.ts";
 
 export type { FuzzSignal };
 import {
@@ -89,6 +90,7 @@ import {
   drawOutage,
   drawParallel,
   drawSchedule,
+  drawVersion,
   encodeFault,
   encodeSchedule,
   type Fault,
@@ -207,6 +209,12 @@ export interface FuzzReport {
   parallel: Record<number, number>;
   /** Schedules run under limits shared by the fleet (`limits`). */
   limited: number;
+  /**
+   * Schedules with a deploy under the run (`version`), by how it went: the run
+   * carried on by version 2, handed back by it and finished by version 1, or
+   * never driven by version 2 (it ended before the first restart).
+   */
+  deployed: { carried: number; refused: number; stayed: number };
   /** Every schedule's transcript, joined, when {@link FuzzOptions.transcript} is set. */
   transcript?: string[];
 }
@@ -297,6 +305,7 @@ async function resolveTarget(factory: AgentFactory, opts: FuzzOptions): Promise<
     approvalTool: opts.approvalTool,
     ...(opts.signal ? { signal: opts.signal } : {}),
     registry: new ToolRegistry(wrap(probeTools, {})),
+    rename: renameOf(names, [opts.signal?.tool, opts.approvalTool]),
     clean: new Map(),
     ...(children.size > 0 ? { children } : {}),
   };
@@ -321,6 +330,13 @@ function approvalFamilies(
         `give a tool 'approval', or name one in 'approvalTool'`,
     );
   }
+  if (requested?.includes("version") && target.children !== undefined) {
+    throw new FuzzError(
+      "FUZZ_OPTION_INVALID",
+      `Cannot fuzz with the 'version' family as agent ${target.agent.name} starts child runs: a deploy ` +
+        `under a family is the version-switch matrix's (harness/version_switch_test.ts)`,
+    );
+  }
   if (requested?.includes("signal") && !target.signal) {
     throw new FuzzError(
       "FUZZ_OPTION_INVALID",
@@ -329,7 +345,8 @@ function approvalFamilies(
   }
   return requested ??
     FAULT_FAMILIES.filter((f) =>
-      (f !== "approval" || asks) && (f !== "signal" || target.signal !== undefined)
+      (f !== "approval" || asks) && (f !== "signal" || target.signal !== undefined) &&
+      (f !== "version" || target.children === undefined)
     );
 }
 
@@ -516,6 +533,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       notReached: 0,
       parallel: {},
       limited: 0,
+      deployed: { carried: 0, refused: 0, stayed: 0 },
       transcript: opts.transcript ? [] : undefined,
     };
     const positions = new Set<string>();
@@ -529,7 +547,8 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
         const drawn = drawSchedule(s, cleanAt(parallel), families, maxFaults);
         const budgeted = families.includes("budget") ? drawBudget(drawn, cleanAt(parallel)) : drawn;
         const limited = families.includes("limits") ? drawLimits(budgeted) : budgeted;
-        return at(families.includes("outage") ? drawOutage(limited, cleanAt(parallel)) : limited);
+        const deployed = families.includes("version") ? drawVersion(limited) : limited;
+        return at(families.includes("outage") ? drawOutage(deployed, cleanAt(parallel)) : deployed);
       },
     );
     for (let i = 0; i < plan.length; i++) {
@@ -538,6 +557,7 @@ export async function fuzz(agent: AgentFactory, opts: FuzzOptions = {}): Promise
       const parallel = result.schedule.parallel ?? 1;
       report.parallel[parallel] = (report.parallel[parallel] ?? 0) + 1;
       if (result.schedule.limits) report.limited++;
+      if (result.deploy) report.deployed[result.deploy]++;
       report.transcript?.push(...result.transcript);
       result.schedule.faults.forEach((f, j) => {
         const where = result.fired[j];

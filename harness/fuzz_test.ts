@@ -530,3 +530,41 @@ Deno.test("checkPolls holds a call's attempts and polls to the intents and accep
     /counts 3 poll\(s\) after 2 accepted answer/,
   );
 });
+
+Deno.test("a deploy under the run: schedules with version 2 restarting them pass, carried on or handed back, and round-trip", async () => {
+  const text = encodeSchedule({
+    seed: 3,
+    limits: true,
+    version: true,
+    faults: [{ kind: "stall", n: 1, wake: 7 }],
+  });
+  assert.equal(text, "3/limits,v2,stall@stmt#1+7");
+  assert.deepEqual(decodeSchedule(text), {
+    seed: 3,
+    limits: true,
+    version: true,
+    faults: [{ kind: "stall", n: 1, wake: 7 }],
+  });
+  const db = await SimDb.open();
+  try {
+    const report = await fuzz(demoAgent, {
+      db,
+      seed: 11,
+      schedules: 250,
+      remote: "mock-cloud",
+      faults: ["kill", "stall", "version"],
+    });
+    assert.deepEqual(report.failures.map((f) => f.text), []);
+    // Version 2 carries most runs on; a call version 1 sent and version 2 would send otherwise (its ttl) is
+    // handed back, and version 1 finishes the run.
+    assert.ok(report.deployed.carried > 20, JSON.stringify(report.deployed));
+    assert.ok(report.deployed.refused > 0, JSON.stringify(report.deployed));
+    await assert.rejects(
+      fuzz(teamAgent, { db, schedules: 1, faults: ["version"] }),
+      (e) =>
+        e instanceof FuzzError && e.code === "FUZZ_OPTION_INVALID" && /starts child runs/.test(e.message),
+    );
+  } finally {
+    await db.close();
+  }
+});

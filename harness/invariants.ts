@@ -86,6 +86,8 @@ export function checkShape(
     earlier?: RunSnapshot[];
     resultIsId?: boolean;
     tools?: string[];
+    /** Tools of a later version by the name they replace (`versions.ts`): their calls read under it. */
+    renamed?: ReadonlyMap<string, string>;
     budgetStop?: boolean;
     denied?: ReadonlySet<string>;
     local?: ReadonlySet<string>;
@@ -125,7 +127,7 @@ export function checkShape(
   const calls = final.journal.flatMap((j) => j.decision ? callsOf(j.decision, j.seq) : []);
   const callAt = new Map(calls.map((c) => [c.seq, c]));
   if (opts.tools) {
-    const called = calls.map((c) => c.tool);
+    const called = calls.map((c) => opts.renamed?.get(c.tool) ?? c.tool);
     const expected = stopped ? opts.tools.slice(0, called.length) : opts.tools;
     if (called.join(",") !== expected.join(",")) {
       problems.push(`the run called ${called.join(",")}, a clean run calls ${opts.tools.join(",")}`);

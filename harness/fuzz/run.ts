@@ -38,6 +38,13 @@ import {
 import { statementName } from "../../runtime/store/statements.ts";
 import type { GroupedWrite } from "../../runtime/store/group_commit.ts";
 import { type FuzzSignal, Person } from "./person.ts";
+import {
+  nextVersion,
+  type ProcessTools,
+  type VersionRename,
+  versionsOf,
+  versionTwoTools,
+} from "./versions.ts";
 import { isWrite, type Position, positionOf } from "./positions.ts";
 import {
   type CleanRun,
@@ -128,6 +135,8 @@ export interface Target {
    * root's alone, and holds the family to {@link checkFamily}.
    */
   children?: ReadonlyMap<string, ChildAgent>;
+  /** The tool version 2 renames in a schedule with a deploy under the run (`version`, versions.ts). */
+  rename?: VersionRename;
 }
 
 /** The outcome of one schedule. */
@@ -140,6 +149,12 @@ export interface ScheduleResult {
   fired: (string | undefined)[];
   /** Processes the schedule started. */
   incarnations: number;
+  /**
+   * Under a deploy (`version`): `carried` when the run ended on version 2,
+   * `refused` when version 2 handed it back and version 1 finished it,
+   * `stayed` when no worker of version 2 ever drove it.
+   */
+  deploy?: "carried" | "refused" | "stayed";
   /** Every line the processes and the fuzzer logged. */
   transcript: string[];
 }
@@ -200,6 +215,8 @@ class ScheduleRun {
   readonly #faults: Fault[];
   readonly #budget?: ScheduleBudget;
   readonly #target: Target;
+  /** Versions 1 and 2 of the agent and version 2's tools, in a schedule with a deploy under the run. */
+  readonly #versions?: { v1: Agent; v2: Agent; v2Tools: ProcessTools };
   readonly #setRemoteFaults: (spec: Record<string, number>) => void;
   /** How a planted defect finds a call's step: handed to the tools of every process. */
   plant: ToolPlantOptions = {};
@@ -209,11 +226,13 @@ class ScheduleRun {
     schedule: Schedule,
     target: Target,
     setRemoteFaults: (spec: Record<string, number>) => void,
+    versions?: { v1: Agent; v2: Agent; v2Tools: ProcessTools },
   ) {
     this.#world = world;
     this.#faults = schedule.faults;
     this.#budget = schedule.budget;
     this.#target = target;
+    this.#versions = versions;
     this.fired = schedule.faults.map(() => undefined);
     this.#setRemoteFaults = setRemoteFaults;
   }
@@ -577,6 +596,11 @@ class ScheduleRun {
     // A child run of a family is driven by its own agent, whose tools the fuzzer wraps as the root's.
     const child = agent === undefined ? undefined : this.#target.children?.get(agent);
     const plant = this.plant;
+    // A deploy under the run: workers of version 2 after the first, of version 1 when one handed it back.
+    const v = this.#versions;
+    const deployed = v && nextVersion(this.procs.slice(0, -1).map((q) => q.exit)) === 2
+      ? { agent: v.v2, tools: v.v2Tools }
+      : {};
     const sim = this.#world.spawn({
       name: p.name,
       runId,
@@ -587,7 +611,7 @@ class ScheduleRun {
           agent: child.agent,
           tools: (fetch: FetchLike, ctx: AgentContext) => child.tools(fetch, plant, ctx),
         }
-        : {}),
+        : deployed),
     });
     p.sim = sim;
     sim.exit.then((exit) => {
@@ -625,9 +649,12 @@ export async function runSchedule(
   const plant: ToolPlantOptions = {
     firstCallOf: async (id, seq) => ownerSeq((await world.observer.reads.loadHistory(id)).journal, seq),
   };
+  const agent = limited(budgeted(target.agent, schedule.budget), schedule.limits);
+  const rename = schedule.version ? target.rename : undefined;
+  const versions = rename ? versionsOf(agent) : undefined;
   const world: SimWorld = await SimWorld.open(db, {
     seed: schedule.seed,
-    agent: limited(budgeted(target.agent, schedule.budget), schedule.limits),
+    agent: versions?.v1 ?? agent,
     tools: (fetch, ctx) => target.tools(fetch, plant, ctx),
     remote: fake?.fetch,
     heartbeatMs: HEARTBEAT_MS,
@@ -639,6 +666,15 @@ export async function runSchedule(
     schedule,
     target,
     (spec) => fake ? fake.setFaults(spec) : world.cloud.setFaults(spec),
+    versions && rename && {
+      ...versions,
+      v2Tools: (fetch, ctx) => {
+        const built = target.tools(fetch, plant, ctx);
+        return built instanceof Promise
+          ? built.then((t) => versionTwoTools(t, rename))
+          : versionTwoTools(built, rename);
+      },
+    },
   );
   run.plant = plant;
   run.person = new Person({
@@ -726,7 +762,10 @@ export async function runSchedule(
     run.problems.push(`the schedule did not end within ${MAX_TICKS} ticks`);
   }
   for (const p of run.procs) {
-    if (p.exit?.kind === "error" && !p.killedAt) run.problems.push(`${p.name} failed: ${p.exit.error}`);
+    if (p.exit?.kind !== "error" || p.killedAt) continue;
+    // Under a deploy, a worker of the other version declines the run (as a host's take would pass it by).
+    if (versions && p.exit.error.startsWith("VERSION_MISMATCH: ")) continue;
+    run.problems.push(`${p.name} failed: ${p.exit.error}`);
   }
   const final = earlier.at(-1) ?? await snapshot(world, runId, fake);
   const denied = await run.person.afterRun(final);
@@ -760,6 +799,7 @@ export async function runSchedule(
         earlier,
         resultIsId: target.remote === "mock-cloud",
         tools: clean?.tools,
+        ...(rename ? { renamed: new Map([[rename.to, rename.from]]) } : {}),
         budgetStop: schedule.budget !== undefined,
         denied,
         local: target.signal ? new Set([target.signal.tool]) : undefined,
@@ -809,6 +849,7 @@ export async function runSchedule(
     problems: run.problems,
     fired,
     incarnations: run.procs.length,
+    ...(versions ? { deploy: deployOf(final, run.procs.map((p) => p.exit)) } : {}),
     transcript: world.transcript,
   };
 }
@@ -984,4 +1025,16 @@ async function leftHeld(world: SimWorld, final: RunSnapshot): Promise<string[]> 
   return rows.map((r) =>
     `the worker that finished the run (epoch ${run.epoch}) left its reservation under ${r.key} for seq ${r.seq} unreleased`
   );
+}
+
+/** How a deploy under the run went (see {@link ScheduleResult.deploy}). */
+function deployOf(final: RunSnapshot, exits: (SimExit | undefined)[]): "carried" | "refused" | "stayed" {
+  if (
+    exits.some((e) =>
+      e?.kind === "exited" && e.outcome.status === "moved" && final.run?.agent_version === "1"
+    )
+  ) {
+    return "refused";
+  }
+  return final.run?.agent_version === "2" ? "carried" : "stayed";
 }

@@ -60,7 +60,9 @@ export type Fault =
  * needs approval; `signal`: the signal sent between two statements, before,
  * during or after the wait, for an agent that waits for one; `limits`: the
  * run held to limits shared by the fleet, {@link SCHEDULE_LIMITS}, so kills
- * land while a worker holds reservations).
+ * land while a worker holds reservations; `version`: a deploy under the run,
+ * every incarnation after the first a worker of version 2, see
+ * `versions.ts`).
  */
 export type FaultFamily =
   | "kill"
@@ -71,7 +73,8 @@ export type FaultFamily =
   | "approval"
   | "outage"
   | "signal"
-  | "limits";
+  | "limits"
+  | "version";
 /** Every {@link FaultFamily}. */
 export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "kill",
@@ -83,6 +86,7 @@ export const FAULT_FAMILIES: readonly FaultFamily[] = [
   "outage",
   "signal",
   "limits",
+  "version",
 ];
 
 /** A schedule's budget: a token ceiling with each answer's cap, and maybe a ceiling on model requests. */
@@ -115,6 +119,12 @@ export interface Schedule {
    * and its release leaves one held by a dead worker.
    */
   limits?: boolean;
+  /**
+   * A deploy under the run: it starts on version 1 of its agent, and every
+   * later incarnation is a worker of version 2, which renames a tool and
+   * adds an argument with a default (`versions.ts`).
+   */
+  version?: boolean;
 }
 
 /**
@@ -159,14 +169,15 @@ export function encodeFault(f: Fault): string {
 
 /**
  * A schedule in the compact form `<seed>/<fault>,<fault>` that `--replay`
- * reads: calls per answer first (`parallel=3`, when more than one), then a
- * budget, then the faults.
+ * reads: calls per answer first (`parallel=3`, when more than one), then
+ * `limits` and `v2` when drawn, then a budget, then the faults.
  */
 export function encodeSchedule(s: Schedule): string {
   const parallel = (s.parallel ?? 1) > 1 ? [`parallel=${s.parallel}`] : [];
   const limits = s.limits ? ["limits"] : [];
+  const version = s.version ? ["v2"] : [];
   return `${s.seed}/${
-    [...parallel, ...limits, ...encodeBudget(s.budget), ...s.faults.map(encodeFault)].join(",")
+    [...parallel, ...limits, ...version, ...encodeBudget(s.budget), ...s.faults.map(encodeFault)].join(",")
   }`;
 }
 
@@ -190,6 +201,7 @@ export function decodeSchedule(text: string): Schedule {
   let budget: ScheduleBudget | undefined;
   let parallel: number | undefined;
   let limits = false;
+  let version = false;
   const slash = trimmed.indexOf("/");
   if (slash < 0) throw bad("there is no '/' after the seed");
   const seed = Number(trimmed.slice(0, slash));
@@ -208,6 +220,8 @@ export function decodeSchedule(text: string): Schedule {
       }
     } else if (part === "limits" && !limits && faults.length === 0 && budget === undefined) {
       limits = true;
+    } else if (part === "v2" && !version && faults.length === 0 && budget === undefined) {
+      version = true;
     } else if ((m = part.match(/^kill@(stmt|model|cloud)#(\d+):(before|after)$/))) {
       faults.push({
         kind: "kill",
@@ -239,6 +253,7 @@ export function decodeSchedule(text: string): Schedule {
     ...(budget === undefined ? {} : { budget }),
     ...(parallel === undefined || parallel === 1 ? {} : { parallel }),
     ...(limits ? { limits } : {}),
+    ...(version ? { version } : {}),
   };
 }
 
@@ -332,6 +347,16 @@ export function drawOutage(schedule: Schedule, clean: { model: number; cloud: nu
 export function drawLimits(schedule: Schedule): Schedule {
   const random = seededRandom(schedule.seed ^ 0x68e31da4);
   return random() < 1 / 3 ? { ...schedule, limits: true } : schedule;
+}
+
+/**
+ * Gives about a third of the schedules a deploy under the run (`version`),
+ * drawn from their seed (from a stream of its own, so the other faults are
+ * drawn as before).
+ */
+export function drawVersion(schedule: Schedule): Schedule {
+  const random = seededRandom(schedule.seed ^ 0x2545f491);
+  return random() < 1 / 3 ? { ...schedule, version: true } : schedule;
 }
 
 /** The budget's part of the compact form: `budget=<tokens>` or `budget=<tokens>:<model calls>`. */
