@@ -560,7 +560,7 @@ Deno.test("a deploy under the run: schedules with version 2 restarting them pass
     assert.ok(report.deployed.carried > 20, JSON.stringify(report.deployed));
     assert.ok(report.deployed.refused > 0, JSON.stringify(report.deployed));
     await assert.rejects(
-      fuzz(teamAgent, { db, schedules: 1, faults: ["version"] }),
+      fuzz(teamAgent, { db, remote: "mock-cloud", schedules: 1, faults: ["version"] }),
       (e) =>
         e instanceof FuzzError && e.code === "FUZZ_OPTION_INVALID" && /starts child runs/.test(e.message),
     );

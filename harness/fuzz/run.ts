@@ -10,6 +10,7 @@
 
 import type { Agent, AgentContext } from "../../runtime/agent/agent.ts";
 import { callsOf } from "../../runtime/run/calls.ts";
+import { takeKey } from "../../runtime/agent/version.ts";
 import { DEFAULT_RETRY } from "../../runtime/run/context.ts";
 import { SimulatedKill } from "../../runtime/base/crashpoints.ts";
 import type { FetchLike } from "../../runtime/model/planner.ts";
@@ -637,10 +638,10 @@ export async function runSchedule(
   await db.exec(
     ++counter.runs % 64 === 0
       ? "truncate runs, journal, side_effects, workers, approvals, messages, memos, signals, limit_keys, " +
-        "limit_reservations, limit_waiters, limit_groups"
+        "limit_reservations, limit_waiters, limit_groups, agent_versions"
       : "delete from approvals; delete from side_effects; delete from journal; delete from messages; " +
         "delete from memos; delete from signals; delete from runs; delete from workers; delete from limit_keys; " +
-        "delete from limit_reservations; delete from limit_waiters; delete from limit_groups",
+        "delete from limit_reservations; delete from limit_waiters; delete from limit_groups; delete from agent_versions",
   );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
   const parallel = schedule.parallel ?? 1;
@@ -677,6 +678,12 @@ export async function runSchedule(
     },
   );
   run.plant = plant;
+  if (versions) {
+    // Each version is registered as its worker hosts would be when they start: version 1's before the run,
+    // version 2's at the deploy. A worker of version 1 frozen before its first statement is still the older.
+    await world.observer.versions.register([takeKey(agent.name, "1")], world.clock.now());
+    await world.observer.versions.register([takeKey(agent.name, "2")], world.clock.now());
+  }
   run.person = new Person({
     run,
     world,
