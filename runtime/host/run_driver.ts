@@ -101,6 +101,7 @@ export async function claimAndDrive(
       conversationIdleMs: deps.conversation?.idleMs,
     },
     clock.now(),
+    deps.version,
   );
   if (run.agent !== deps.agent) {
     throw new RuntimeError(
