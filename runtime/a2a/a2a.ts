@@ -90,7 +90,11 @@ export interface A2aHandlerOptions {
 export const AGENT_CARD_PATH = "/.well-known/agent-card.json";
 
 /** The agent card of `agent`, whose JSON-RPC interface is at `url`. */
-export function agentCard(agent: Agent, url: string, opts: Pick<A2aHandlerOptions, "description" | "card"> = {}): AgentCard {
+export function agentCard(
+  agent: Agent,
+  url: string,
+  opts: Pick<A2aHandlerOptions, "description" | "card"> = {},
+): AgentCard {
   const description = opts.description ?? agent.instructions;
   const tools = Array.isArray(agent.tools) ? agent.tools.map((t) => t.name) : [];
   const examples = typeof agent.defaultInput === "string" ? [agent.defaultInput] : undefined;
@@ -105,7 +109,8 @@ export function agentCard(agent: Agent, url: string, opts: Pick<A2aHandlerOption
       extendedAgentCard: false,
       extensions: [{
         uri: EXACTLY_ONCE_EXTENSION,
-        description: "A message id sent twice is one message: a retried SendMessage or SendStreamingMessage " +
+        description:
+          "A message id sent twice is one message: a retried SendMessage or SendStreamingMessage " +
           "with the same messageId returns the task it started (or the conversation's turn it added), and " +
           "never starts a second run or turn. Tasks are durable runs: they survive a crash of the server.",
         required: false,

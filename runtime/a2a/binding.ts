@@ -73,7 +73,9 @@ function tooLarge(): A2aError {
  */
 export function asA2aError(err: unknown): A2aError {
   if (err instanceof A2aError) return err;
-  if (hasCode(err, REFUSED_INPUT_CODES)) return new A2aError("InvalidParamsError", err.message, { cause: err });
+  if (hasCode(err, REFUSED_INPUT_CODES)) {
+    return new A2aError("InvalidParamsError", err.message, { cause: err });
+  }
   console.error("a2a: request failed:", err);
   return new A2aError("InternalError", "The agent's server failed to answer this request; its log says why", {
     cause: err,

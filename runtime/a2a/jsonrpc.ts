@@ -43,7 +43,11 @@ export interface JsonRpcOptions {
 }
 
 /** Answers one JSON-RPC request. */
-export async function handleJsonRpc(req: Request, ops: A2aOperations, opts: JsonRpcOptions = {}): Promise<Response> {
+export async function handleJsonRpc(
+  req: Request,
+  ops: A2aOperations,
+  opts: JsonRpcOptions = {},
+): Promise<Response> {
   let id: RpcId = null;
   try {
     const type = (req.headers.get("content-type") ?? "application/json").split(";")[0].trim().toLowerCase();
@@ -55,7 +59,10 @@ export async function handleJsonRpc(req: Request, ops: A2aOperations, opts: Json
     }
     const body = await readJson(req);
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
-      throw new A2aError("InvalidRequestError", "A request is one JSON-RPC 2.0 object (batches are not taken)");
+      throw new A2aError(
+        "InvalidRequestError",
+        "A request is one JSON-RPC 2.0 object (batches are not taken)",
+      );
     }
     const rpc = body as Record<string, unknown>;
     if (typeof rpc.id === "string" || typeof rpc.id === "number") id = rpc.id;
@@ -65,7 +72,7 @@ export async function handleJsonRpc(req: Request, ops: A2aOperations, opts: Json
     const problem = versionProblem(req);
     if (problem) throw problem;
     const params = paramsObject(rpc.params);
-    if (STREAMING.has(rpc.method)) return await streamMethod(rpc.method, id, params, ops, req.signal);
+    if (STREAMING.has(rpc.method)) return await streamMethod(rpc.method, id, params, ops);
     const result = await callMethod(rpc.method, params, ops, opts, req.signal);
     return Response.json({ jsonrpc: "2.0", id, result });
   } catch (err) {
@@ -97,7 +104,10 @@ async function callMethod(
     case "CancelTask":
       return await ops.cancel(checkTaskId(params));
     case "GetExtendedAgentCard":
-      throw new A2aError("UnsupportedOperationError", "This agent has no extended card: its card is all there is");
+      throw new A2aError(
+        "UnsupportedOperationError",
+        "This agent has no extended card: its card is all there is",
+      );
   }
   if (PUSH.has(method)) {
     throw new A2aError(
@@ -117,10 +127,10 @@ async function streamMethod(
   id: RpcId,
   params: Record<string, unknown>,
   ops: A2aOperations,
-  signal: AbortSignal,
 ): Promise<Response> {
+  // Ended by the response body's cancel (the client went away), not by the request's signal: without
+  // --unstable-no-legacy-abort, Deno aborts that one as soon as the response is returned.
   const abort = new AbortController();
-  signal.addEventListener("abort", () => abort.abort(), { once: true });
   const events = method === "SendStreamingMessage"
     ? await messageStream(ops, params, abort.signal)
     : await subscription(ops, checkTaskId(params), abort.signal);

@@ -20,8 +20,15 @@ import { ClientError, hasCode, RuntimeError } from "../base/errors.ts";
 import { isRunId } from "../base/ids.ts";
 import type { RunStatus } from "../store/store.ts";
 import { info } from "../client/checks.ts";
-import { checkListParams, checkMessage, type InboundMessage, inputOf, type ListParams, pageToken } from "./params.ts";
-import { stateOf, type TaskShape, taskOf } from "./tasks.ts";
+import {
+  checkListParams,
+  checkMessage,
+  type InboundMessage,
+  inputOf,
+  type ListParams,
+  pageToken,
+} from "./params.ts";
+import { stateOf, taskOf, type TaskShape } from "./tasks.ts";
 import { A2aError, INTERRUPTED_STATES, type Task, type TaskState, TERMINAL_STATES } from "./wire.ts";
 
 /** The hex digits of a message id's digest in a run id: 80 bits, so two messages never meet by chance. */
@@ -139,7 +146,9 @@ export class A2aOperations {
   async #continue(target: string, msg: InboundMessage): Promise<Sent> {
     const run = await this.run(target);
     // The message that started this task, sent again with the task's id: the task's first message.
-    if (run.runId === await runIdFor(this.#agent.name, msg.messageId)) return { run, turn: 0, duplicate: true };
+    if (run.runId === await runIdFor(this.#agent.name, msg.messageId)) {
+      return { run, turn: 0, duplicate: true };
+    }
     if (!this.#agent.conversation) {
       throw new A2aError(
         "UnsupportedOperationError",
@@ -163,7 +172,10 @@ export class A2aOperations {
         throw new A2aError("UnsupportedOperationError", (err as RuntimeError).message, { cause: err });
       }
       if (hasCode(err, "MESSAGE_INVALID")) {
-        throw new A2aError("InvalidParamsError", (err as RuntimeError).message, { field: "message.parts", cause: err });
+        throw new A2aError("InvalidParamsError", (err as RuntimeError).message, {
+          field: "message.parts",
+          cause: err,
+        });
       }
       throw err;
     }
@@ -246,7 +258,11 @@ export class A2aOperations {
     const statuses: (RunStatus | undefined)[] = p.status ? [...RUN_STATUSES_OF[p.status]] : [undefined];
     const out: RunInfo[] = [];
     for (const status of statuses) {
-      const { runs } = await this.#client.reads.list({ agent: this.#agent.name, status, limit: LIST_LIMIT_MAX });
+      const { runs } = await this.#client.reads.list({
+        agent: this.#agent.name,
+        status,
+        limit: LIST_LIMIT_MAX,
+      });
       out.push(...runs.map(info));
     }
     return out;

@@ -48,7 +48,10 @@ function optionalId(m: Record<string, unknown>, field: "taskId" | "contextId"): 
   const v = m[field];
   if (v === undefined || v === null || v === "") return undefined;
   if (typeof v !== "string") {
-    throw invalid(`message.${field}`, `'message.${field}' must be a string: current value is ${describeValue(v)}`);
+    throw invalid(
+      `message.${field}`,
+      `'message.${field}' must be a string: current value is ${describeValue(v)}`,
+    );
   }
   return v;
 }
@@ -70,7 +73,9 @@ export function checkMessage(params: Record<string, unknown>): InboundMessage {
   if (msg.role !== "ROLE_USER") {
     throw invalid(
       "message.role",
-      `'message.role' must be "ROLE_USER" for a message a client sends: current value is ${describeValue(msg.role)}`,
+      `'message.role' must be "ROLE_USER" for a message a client sends: current value is ${
+        describeValue(msg.role)
+      }`,
     );
   }
   if (!Array.isArray(msg.parts) || msg.parts.length === 0) {
@@ -100,13 +105,17 @@ export function inputOf(agent: Agent, parts: readonly Part[], asText = false): J
     if (p.url !== undefined || p.raw !== undefined) {
       throw new A2aError(
         "ContentTypeNotSupportedError",
-        `'message.parts[${i}]' is a file (${p.mediaType ?? "no media type"}): agent ${agent.name} takes text ` +
+        `'message.parts[${i}]' is a file (${
+          p.mediaType ?? "no media type"
+        }): agent ${agent.name} takes text ` +
           `and data parts only`,
         { field: `message.parts[${i}]` },
       );
     }
   });
-  if (agent.input && !asText && parts.length === 1 && parts[0].data !== undefined) return parts[0].data as Json;
+  if (agent.input && !asText && parts.length === 1 && parts[0].data !== undefined) {
+    return parts[0].data as Json;
+  }
   const texts = parts.map((p, i) => {
     if (typeof p.text === "string") return p.text;
     if (p.data !== undefined) return JSON.stringify(p.data);
@@ -137,7 +146,10 @@ export function checkHistoryLength(v: unknown): number | undefined {
   if (v === undefined || v === null) return undefined;
   const n = typeof v === "string" && /^\d+$/.test(v) ? Number(v) : v;
   if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
-    throw invalid("historyLength", `'historyLength' must be an integer 0 or more: current value is ${describeValue(v)}`);
+    throw invalid(
+      "historyLength",
+      `'historyLength' must be an integer 0 or more: current value is ${describeValue(v)}`,
+    );
   }
   return n;
 }
@@ -171,7 +183,12 @@ function checkPage(p: Record<string, unknown>, problems: A2aError[]): { pageSize
   const sizeOk = typeof pageSize === "number" && Number.isSafeInteger(pageSize) && pageSize >= 1 &&
     pageSize <= PAGE_SIZE_MAX;
   if (!sizeOk) {
-    problems.push(invalid("pageSize", `'pageSize' must be from 1 to ${PAGE_SIZE_MAX}: current value is ${describeValue(raw)}`));
+    problems.push(
+      invalid(
+        "pageSize",
+        `'pageSize' must be from 1 to ${PAGE_SIZE_MAX}: current value is ${describeValue(raw)}`,
+      ),
+    );
   }
   let offset = 0;
   if (p.pageToken !== undefined && p.pageToken !== "") {
@@ -181,7 +198,9 @@ function checkPage(p: Record<string, unknown>, problems: A2aError[]): { pageSize
     } catch { /* not base64: refused below */ }
     const m = /^o:(\d{1,9})$/.exec(decoded);
     if (m) offset = Number(m[1]);
-    else problems.push(invalid("pageToken", "'pageToken' is not one this server gave: pass a nextPageToken back as it came"));
+    else {problems.push(
+        invalid("pageToken", "'pageToken' is not one this server gave: pass a nextPageToken back as it came"),
+      );}
   }
   return { pageSize: sizeOk ? pageSize as number : PAGE_SIZE_DEFAULT, offset };
 }
@@ -194,7 +213,9 @@ export function checkListParams(p: Record<string, unknown>): ListParams {
     ? undefined
     : p.status;
   if (status !== undefined && !(TASK_STATES as readonly unknown[]).includes(status)) {
-    problems.push(invalid("status", `'status' ${describeValue(status)} is no state: one of ${TASK_STATES.join(", ")}`));
+    problems.push(
+      invalid("status", `'status' ${describeValue(status)} is no state: one of ${TASK_STATES.join(", ")}`),
+    );
   }
   let historyLength: number | undefined;
   try {
@@ -204,12 +225,25 @@ export function checkListParams(p: Record<string, unknown>): ListParams {
   }
   const afterRaw = p.statusTimestampAfter;
   const after = typeof afterRaw === "string" && afterRaw !== "" ? new Date(afterRaw) : undefined;
-  if ((afterRaw !== undefined && afterRaw !== "" && typeof afterRaw !== "string") || Number.isNaN(after?.getTime())) {
-    problems.push(invalid("statusTimestampAfter", `'statusTimestampAfter' must be an ISO 8601 time: current value is ${describeValue(afterRaw)}`));
+  if (
+    (afterRaw !== undefined && afterRaw !== "" && typeof afterRaw !== "string") ||
+    Number.isNaN(after?.getTime())
+  ) {
+    problems.push(
+      invalid(
+        "statusTimestampAfter",
+        `'statusTimestampAfter' must be an ISO 8601 time: current value is ${describeValue(afterRaw)}`,
+      ),
+    );
   }
   const inc = p.includeArtifacts;
   if (inc !== undefined && typeof inc !== "boolean" && inc !== "true" && inc !== "false") {
-    problems.push(invalid("includeArtifacts", `'includeArtifacts' must be true or false: current value is ${describeValue(inc)}`));
+    problems.push(
+      invalid(
+        "includeArtifacts",
+        `'includeArtifacts' must be true or false: current value is ${describeValue(inc)}`,
+      ),
+    );
   }
   const contextId = typeof p.contextId === "string" && p.contextId !== "" ? p.contextId : undefined;
   if (problems.length > 0) {

@@ -21,7 +21,7 @@ import type { StreamEvent } from "../run/stream.ts";
 import type { Client } from "../client/client.ts";
 import type { ConversationTurn } from "../client/shapes.ts";
 import { answerArtifactId, taskStatus } from "./tasks.ts";
-import { isSettledState, type A2aOperations } from "./operations.ts";
+import { type A2aOperations, isSettledState } from "./operations.ts";
 import type { StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatus } from "./wire.ts";
 
 /** Where a stream begins: the task as first sent, and which of its steps' events it carries already. */
@@ -69,7 +69,9 @@ export class AnswerTranslator {
 
   /** The artifact updates one event makes (none for most). */
   translate(e: StreamEvent): TaskArtifactUpdateEvent[] {
-    if ((e.type === "delta" || e.type === "reset" || e.type === "answer") && e.seq <= this.#skipThrough) return [];
+    if ((e.type === "delta" || e.type === "reset" || e.type === "answer") && e.seq <= this.#skipThrough) {
+      return [];
+    }
     switch (e.type) {
       case "delta": {
         const restart = this.#restart || this.#seq !== e.seq;

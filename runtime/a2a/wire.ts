@@ -22,7 +22,8 @@ export const VERSION_HEADER = "A2A-Version";
  * The extension this server declares in its card: a message id sent twice is
  * one message (the spec leaves this a MAY, §3.3.1; here it holds).
  */
-export const EXACTLY_ONCE_EXTENSION = "https://github.com/agent-runtime/agent-runtime/blob/main/docs/a2a.md#one-message-per-id";
+export const EXACTLY_ONCE_EXTENSION =
+  "https://github.com/agent-runtime/agent-runtime/blob/main/docs/a2a.md#one-message-per-id";
 
 /** Every task state of the proto's `TaskState` but `TASK_STATE_UNSPECIFIED`. */
 export const TASK_STATES = [
@@ -48,7 +49,10 @@ export const TERMINAL_STATES: readonly TaskState[] = [
 ];
 
 /** States a task waits in for its client (or a person): a blocking send returns, a stream ends. */
-export const INTERRUPTED_STATES: readonly TaskState[] = ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"];
+export const INTERRUPTED_STATES: readonly TaskState[] = [
+  "TASK_STATE_INPUT_REQUIRED",
+  "TASK_STATE_AUTH_REQUIRED",
+];
 
 /** A part of a message or an artifact: text, structured data, or a file by URL or bytes (base64). */
 export interface Part {
@@ -196,7 +200,12 @@ export interface AgentCard {
     streaming?: boolean;
     pushNotifications?: boolean;
     extendedAgentCard?: boolean;
-    extensions?: { uri: string; description?: string; required?: boolean; params?: Record<string, unknown> }[];
+    extensions?: {
+      uri: string;
+      description?: string;
+      required?: boolean;
+      params?: Record<string, unknown>;
+    }[];
   };
   /** Media types it takes. */
   defaultInputModes: string[];
