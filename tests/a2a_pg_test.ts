@@ -25,6 +25,7 @@ import { defineTool } from "../runtime/agent/tools.ts";
 import { ModelError } from "../runtime/base/errors.ts";
 import type { DecideRequest, TranscriptMessage } from "../runtime/model/transcript.ts";
 import { a2aHandler } from "../runtime/a2a/a2a.ts";
+import { serveUi } from "../ui/server.ts";
 import { pgTest } from "./_pg.ts";
 
 const REPORT = "The build is green on main, the deploy went out cleanly, and nothing waits for a person.";
@@ -285,6 +286,39 @@ pgTest(
         const done = await client.wait(task.id, { timeoutMs: 20_000 });
         assert.equal(done.output, "Refunded.");
       });
+
+      await t.step(
+        "the page serves an agent over A2A at /a2a/<name>, behind its token, which its card declares",
+        async () => {
+          const ui = await serveUi({ client, port: 0, token: "sesame", a2a: [chat] });
+          try {
+            const cardUrl = `${ui.url}/a2a/chat/.well-known/agent-card.json`;
+            const refused = await fetch(cardUrl);
+            assert.equal(refused.status, 401);
+            await refused.body?.cancel();
+            const auth = { authorization: "Bearer sesame" };
+            const card = await (await fetch(cardUrl, { headers: auth })).json();
+            assert.deepEqual(card.securityRequirements, [{ schemes: { pageToken: { list: [] } } }]);
+            const res = await fetch(`${ui.url}/a2a/chat`, {
+              method: "POST",
+              headers: { ...auth, "content-type": "application/json", "A2A-Version": "1.0" },
+              body: JSON.stringify({
+                jsonrpc: "2.0",
+                id: "u1",
+                method: "SendMessage",
+                params: {
+                  message: { messageId: "ui-1", role: "ROLE_USER", parts: [{ text: "through the page" }] },
+                },
+              }),
+            });
+            const body = await res.json();
+            assert.equal(body.result.task.status.state, "TASK_STATE_INPUT_REQUIRED", JSON.stringify(body));
+            assert.equal(body.result.task.artifacts[0].parts[0].text, "you said: through the page");
+          } finally {
+            await ui.close();
+          }
+        },
+      );
     } finally {
       await server.shutdown();
       await worker.stop();
