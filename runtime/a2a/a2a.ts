@@ -43,9 +43,12 @@ import { A2aOperations } from "./operations.ts";
 import { handleJsonRpc, rpcError } from "./jsonrpc.ts";
 import { A2A_VERSION, A2aError, type AgentCard, EXACTLY_ONCE_EXTENSION } from "./wire.ts";
 
-export { A2A_VERSION, A2aError, EXACTLY_ONCE_EXTENSION } from "./wire.ts";
+export { A2A_ERRORS, A2A_VERSION, A2aError, EXACTLY_ONCE_EXTENSION, TASK_STATES } from "./wire.ts";
 export type {
+  A2aErrorKind,
   AgentCard,
+  AgentInterface,
+  AgentSkill,
   Artifact,
   Message,
   Part,

@@ -10,7 +10,7 @@ import { MESSAGE_CHARS_MAX } from "../client/shapes.ts";
 import { hasCode } from "../base/errors.ts";
 import { REFUSED_INPUT_CODES } from "../client/checks.ts";
 import type { A2aOperations } from "./operations.ts";
-import { followTask, streamStart } from "./stream.ts";
+import { followTask, streamStart } from "./task_stream.ts";
 import { stateOf, taskAndTurns } from "./tasks.ts";
 import { A2aError, type StreamResponse, TERMINAL_STATES } from "./wire.ts";
 

@@ -13,7 +13,7 @@
 
 import { DEFAULTS } from "../base/defaults.ts";
 import { A2A_ERRORS, A2aError, versionProblem } from "./wire.ts";
-import { checkHistoryLength, checkTaskId, paramsObject } from "./params.ts";
+import { checkHistoryLength, checkTaskId, paramsObject } from "./requests.ts";
 import type { A2aOperations } from "./operations.ts";
 import { asA2aError, messageStream, readJson, sseResponse, subscription } from "./binding.ts";
 import { taskOf } from "./tasks.ts";

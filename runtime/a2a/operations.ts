@@ -27,7 +27,7 @@ import {
   inputOf,
   type ListParams,
   pageToken,
-} from "./params.ts";
+} from "./requests.ts";
 import { stateOf, taskOf, type TaskShape } from "./tasks.ts";
 import { A2aError, INTERRUPTED_STATES, type Task, type TaskState, TERMINAL_STATES } from "./wire.ts";
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { AnswerTranslator, streamStart } from "./stream.ts";
+import { AnswerTranslator, streamStart } from "./task_stream.ts";
 import type { StreamEvent } from "../run/stream.ts";
 import type { Task } from "./wire.ts";
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { defineAgent } from "../agent/agent.ts";
 import { z } from "zod";
-import { checkListParams, checkMessage, inputOf, pageToken } from "./params.ts";
+import { checkListParams, checkMessage, inputOf, pageToken } from "./requests.ts";
 import { A2aError, reasonOf, versionProblem } from "./wire.ts";
 
 const refusal = (kind: string, field?: string) => (err: unknown) => {
