@@ -10,6 +10,8 @@ import { MESSAGE_CHARS_MAX } from "../client/shapes.ts";
 import { hasCode } from "../base/errors.ts";
 import { REFUSED_INPUT_CODES } from "../client/checks.ts";
 import type { A2aOperations } from "./operations.ts";
+import { checkHistoryLength, checkMessage, paramsObject } from "./requests.ts";
+import type { StreamEvent } from "../run/stream.ts";
 import { followTask, streamStart } from "./task_stream.ts";
 import { stateOf, taskAndTurns } from "./tasks.ts";
 import { A2aError, type StreamResponse, TERMINAL_STATES } from "./wire.ts";
@@ -85,15 +87,34 @@ export function asA2aError(err: unknown): A2aError {
 /**
  * The stream of a message just sent: the task as it stands, then its
  * updates. The send happens before the first event, so a refusal is the
- * request's error, not the stream's.
+ * request's error, not the stream's. A message to a conversation is sent
+ * once the run is watched, so no piece of its answer is written before the
+ * stream listens.
  */
 export async function messageStream(
   ops: A2aOperations,
   params: Record<string, unknown>,
   signal: AbortSignal,
 ): Promise<AsyncGenerator<StreamResponse, void, undefined>> {
-  const sent = await ops.send(params);
-  return await taskStream(ops, sent.run.runId, signal);
+  const historyLength = checkHistoryLength(paramsObject(params.configuration).historyLength);
+  const msg = checkMessage(params);
+  const target = msg.taskId ?? msg.contextId;
+  let early: AsyncGenerator<StreamEvent, void, undefined> | undefined;
+  if (target !== undefined && ops.agent.conversation) {
+    const run = await ops.run(target).catch(() => undefined); // the send says why it is refused
+    if (run) {
+      early = ops.client.stream(run.runId, { signal });
+      // Its first event comes after it listens: an earlier answer (told by the task) or the status before the send.
+      await early.next();
+    }
+  }
+  try {
+    const sent = await ops.send(params);
+    return await taskStream(ops, sent.run.runId, { signal, historyLength, events: early });
+  } catch (err) {
+    await early?.return(undefined);
+    throw err;
+  }
 }
 
 /** The stream of a task not finished (`SubscribeToTask`); a finished one is `UnsupportedOperationError`. */
@@ -110,19 +131,29 @@ export async function subscription(
       `Task ${taskId} is ${state}: a finished task has no updates to subscribe to; 'GetTask' reads it`,
     );
   }
-  return await taskStream(ops, run.runId, signal);
+  return await taskStream(ops, run.runId, { signal });
 }
 
 async function taskStream(
   ops: A2aOperations,
   runId: string,
-  signal: AbortSignal,
+  opts: {
+    signal: AbortSignal;
+    historyLength?: number;
+    events?: AsyncGenerator<StreamEvent, void, undefined>;
+  },
 ): Promise<AsyncGenerator<StreamResponse, void, undefined>> {
+  const { historyLength } = opts;
+  // The turns are read whole whatever the history shown: the stream begins after the last answered one.
   const { task, turns } = await taskAndTurns(ops.client, await ops.run(runId));
+  if (historyLength !== undefined) {
+    if (historyLength === 0) delete task.history;
+    else task.history = task.history?.slice(-historyLength);
+  }
   const start = streamStart(task, turns);
   return (async function* () {
     yield { task };
-    yield* followTask(ops, start, signal);
+    yield* followTask(ops, start, opts.signal, opts.events);
   })();
 }
 

@@ -118,18 +118,24 @@ export class AnswerTranslator {
 /**
  * The events of a task's stream after its first (the task itself): status
  * updates when its state changes, artifact updates for its answer, until the
- * task is terminal or waits for input (or `signal` aborts).
+ * task is terminal or waits for input (or `signal` aborts). `events` is a
+ * watcher of the run begun earlier (before a message was sent), if any.
  */
 export async function* followTask(
   ops: A2aOperations,
   start: StreamStart,
   signal: AbortSignal,
+  events?: AsyncGenerator<StreamEvent, void, undefined>,
 ): AsyncGenerator<StreamResponse, void, undefined> {
   const client: Client = ops.client;
   const answers = new AnswerTranslator(start);
   let state = start.state;
-  if (isSettledState(state)) return;
-  for await (const e of client.stream(start.taskId, { signal })) {
+  if (isSettledState(state)) {
+    await events?.return(undefined);
+    return;
+  }
+  // A watcher begun before the message was sent, or one begun now.
+  for await (const e of events ?? client.stream(start.taskId, { signal })) {
     if (e.type === "status") {
       const status: TaskStatus = await taskStatus(client, await ops.run(start.taskId));
       if (status.state === state) continue;
