@@ -163,6 +163,8 @@ export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
   schedules: ["base", "model", "store"],
   // What application code, operators and the page call.
   client: ["base", "model", "store", "agent", "run", "host", "schedules"],
+  // An agent as an A2A server: the protocol's wire over the client.
+  a2a: ["base", "model", "store", "agent", "run", "client"],
 };
 
 /** The library's rules in this repository. */

@@ -3,7 +3,7 @@
  *
  * ```sh
  * deno task ui [--host 127.0.0.1] [--port 8787] [--token TOKEN] [--read-only]
- *              [--database-url URL | --data-dir DIR]
+ *              [--a2a-agent PATH] [--database-url URL | --data-dir DIR]
  * ```
  *
  * Exit codes: 0 stopped by a signal, 2 bad settings or no database.
@@ -18,6 +18,8 @@ import { DATA_DIR_WAIT_DEFAULT_S, integerIn, SettingsReader } from "../runtime/s
 import { StoreError } from "../runtime/base/errors.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { serveUi, UiError } from "./server.ts";
+import type { Agent } from "../runtime/agent/agent.ts";
+import { loadAgents } from "../cli/agents.ts";
 
 /** The usage text of `ui`. */
 export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKEN] [--read-only] [--by NAME]
@@ -29,6 +31,8 @@ export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKE
   --token TOKEN       required on every request (env UI_TOKEN); open the page with ?token=TOKEN
   --read-only         show runs, refuse every action
   --by NAME           recorded as who resolved or cancelled (default ui)
+  --a2a-agent PATH    serve the agents of this module over A2A 1.0 at /a2a/<name> (docs/a2a.md); a worker
+                      hosting them drives their runs
 settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
 default .data). The embedded database allows one process at a time: while the page has it open, 'run' and
 'worker' on the same directory wait for it (and the page for them), up to DATA_DIR_WAIT_S (default 60 s;
@@ -51,6 +55,7 @@ export async function main(
         token: { type: "string" },
         "read-only": { type: "boolean" },
         by: { type: "string" },
+        "a2a-agent": { type: "string" },
         "database-url": { type: "string" },
         "data-dir": { type: "string" },
         help: { type: "boolean", short: "h" },
@@ -75,6 +80,13 @@ export async function main(
   const waitMs = wait.seconds("DATA_DIR_WAIT_S", DATA_DIR_WAIT_DEFAULT_S, 0);
   if (wait.problems.length > 0) {
     console.error(`ui: ${wait.problems[0]}`);
+    return 2;
+  }
+  let a2a: Agent[] = [];
+  try {
+    if (v["a2a-agent"]) a2a = (await loadAgents(v["a2a-agent"])).agents;
+  } catch (err) {
+    console.error(`ui: ${(err as Error).message}`);
     return 2;
   }
   const dataDir = v["data-dir"] ?? (env.DATA_DIR || ".data");
@@ -115,12 +127,13 @@ export async function main(
       token,
       readOnly: v["read-only"] === true,
       actor: v.by ?? "ui",
+      a2a,
       signal: stop.signal,
     });
     console.log(
       `ui  url=${ui.url}/${token ? "?token=..." : ""}  store=${client.store.client.describe}${
         v["read-only"] ? "  read_only=true" : ""
-      }`,
+      }${a2a.length > 0 && !v["read-only"] ? `  a2a=${a2a.map((a) => `/a2a/${a.name}`).join(",")}` : ""}`,
     );
     await new Promise<void>((resolve) =>
       stop.signal.addEventListener("abort", () => resolve(), { once: true })

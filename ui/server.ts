@@ -16,6 +16,7 @@
  * GET  /static/display.js         the display rule of runtime/base/display.ts, for the page
  * POST /api/runs/:id/cancel       POST /api/runs/:id/reopen
  * POST /api/calls/:key/resolve    {"action":"result","result":...} | {"action":"retry"} | {"action":"fail","reason":"..."}
+ * GET  /a2a/:agent/.well-known/agent-card.json    POST /a2a/:agent   an agent of `a2a` over A2A 1.0 (docs/a2a.md)
  * ```
  *
  * What a request names (a run id, a call's key, a message id, a filter) is
@@ -44,6 +45,8 @@ import type { StreamEvent } from "../runtime/run/stream.ts";
 import { buildTimeline } from "./timeline.ts";
 import { versionWait } from "../runtime/client/version_wait.ts";
 import { DEFAULTS } from "../runtime/base/defaults.ts";
+import type { Agent } from "../runtime/agent/agent.ts";
+import { a2aHandler } from "../runtime/a2a/a2a.ts";
 // Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
 // checkout, a package download from JSR, a compiled binary).
 import APP_JS from "./static/app.js" with { type: "text" };
@@ -87,6 +90,8 @@ export interface UiOptions {
   actor?: string;
   /** Host names accepted in the `Host` header when no token is set (DNS-rebinding guard). */
   allowedHosts?: string[];
+  /** Agents served over A2A 1.0 at `/a2a/<name>` (docs/a2a.md), under the page's token; not on a read-only page. */
+  a2a?: Agent[];
 }
 
 // A Map, not an object literal: a name such as `constructor` or `toString` is then no file.
@@ -251,6 +256,30 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     }
     await next();
   });
+
+  // ---- A2A (issue 37): each agent of `opts.a2a` over A2A 1.0 at /a2a/<name> (runtime/a2a/, docs/a2a.md). Behind
+  // the token rule above, as every route; its card says so. Not on a read-only page: a send and a cancel act.
+  for (const agent of opts.readOnly ? [] : opts.a2a ?? []) {
+    const serve = a2aHandler({
+      client,
+      agent,
+      basePath: `/a2a/${agent.name}`,
+      actor,
+      card: opts.token
+        ? {
+          securitySchemes: {
+            pageToken: {
+              httpAuthSecurityScheme: { scheme: "Bearer", description: "The page's token (--token)" },
+            },
+          },
+          securityRequirements: [{ schemes: { pageToken: { list: [] } } }],
+        }
+        : undefined,
+    });
+    app.all(`/a2a/${agent.name}`, (c) => serve(c.req.raw));
+    app.all(`/a2a/${agent.name}/*`, (c) => serve(c.req.raw));
+  }
+  // ---- end of A2A ----
 
   const page = (c: Context) => {
     c.header("cache-control", "no-store");

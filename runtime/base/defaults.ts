@@ -60,4 +60,6 @@ export const DEFAULTS = {
   limitOutputEstimate: 4_096,
   /** How long a run refused a call in flight waits, in ms, unless a release wakes it sooner. */
   limitRetryMs: 1_000,
+  /** How long an A2A `SendMessage` waits for its task to finish or ask for input before it answers the task as it stands, in ms. */
+  a2aSendWaitMs: 60_000,
 } as const;
