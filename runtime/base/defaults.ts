@@ -60,4 +60,8 @@ export const DEFAULTS = {
   limitOutputEstimate: 4_096,
   /** How long a run refused a call in flight waits, in ms, unless a release wakes it sooner. */
   limitRetryMs: 1_000,
+  /** `chatHandler`'s `bodyBytesMax`: the largest chat request body it reads (the default transport sends every message). */
+  chatBodyBytesMax: 16 * 1024 * 1024,
+  /** `chatHandler`'s `lingerMs`: how long a chat turn's watcher nobody reads keeps following the run, in ms. */
+  chatLingerMs: 30_000,
 } as const;
