@@ -163,6 +163,8 @@ export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
   schedules: ["base", "model", "store"],
   // What application code, operators and the page call.
   client: ["base", "model", "store", "agent", "run", "host", "schedules"],
+  // The wires other programs speak, over the client: chat over the AI SDK's UI message stream.
+  chat: ["base", "model", "store", "agent", "run", "client"],
 };
 
 /** The library's rules in this repository. */

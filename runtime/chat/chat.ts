@@ -24,5 +24,5 @@ export {
   textUnits,
   type UIChunk,
 } from "./chunks.ts";
-export { SSE_DONE, sseChunk, UI_MESSAGE_STREAM_HEADERS, uiMessageStreamResponse } from "./sse.ts";
+export { SSE_DONE, sseChunk, UI_MESSAGE_STREAM_HEADERS, uiMessageStreamResponse } from "./ui_stream.ts";
 export { type ChatRequest, parseChatRequest } from "./request.ts";

@@ -136,7 +136,9 @@ interface StepText {
  * the approvals and children read ({@link ChatChunker.wantsCallStates}).
  */
 export class ChatChunker {
+  /** The run. */
   readonly runId: string;
+  /** The turn: the message it answers (0: the goal). */
   readonly turn: number;
   /** True once `finish` was sent. */
   finished = false;

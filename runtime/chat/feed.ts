@@ -22,7 +22,9 @@ export const FEEDS_MAX = 256;
 
 /** One turn's chunks, as they are derived. */
 export class TurnFeed {
+  /** The run. */
   readonly runId: string;
+  /** The turn. */
   readonly turn: number;
   /** The chunks so far. */
   readonly chunks: UIChunk[] = [];

@@ -21,7 +21,7 @@ import { ClientError, hasCode, RuntimeError } from "../base/errors.ts";
 import { DEFAULTS } from "../base/defaults.ts";
 import { REFUSED_INPUT_CODES } from "../client/checks.ts";
 import { Feeds } from "./feed.ts";
-import { uiMessageStreamResponse } from "./sse.ts";
+import { uiMessageStreamResponse } from "./ui_stream.ts";
 import { type ChatRequest, parseChatRequest, readJsonBody } from "./request.ts";
 
 /** Options of {@link chatHandler}. */
