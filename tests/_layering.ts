@@ -165,6 +165,8 @@ export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
   client: ["base", "model", "store", "agent", "run", "host", "schedules"],
   // An agent as an A2A server: the protocol's wire over the client.
   a2a: ["base", "model", "store", "agent", "run", "client"],
+  // The wires other programs speak, over the client: chat over the AI SDK's UI message stream.
+  chat: ["base", "model", "store", "agent", "run", "client"],
 };
 
 /** The library's rules in this repository. */

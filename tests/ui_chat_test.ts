@@ -23,6 +23,7 @@ import { defineTool } from "../runtime/agent/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { serveMocks } from "../mock/server.ts";
 import { serveUi } from "../ui/server.ts";
+import { textUnits } from "../runtime/chat/chunks.ts";
 import { chromiumIgnore, launchChromium, screenshotPath } from "./_chromium.ts";
 
 const lookup = defineTool({
@@ -145,7 +146,11 @@ Deno.test({
       armed = true;
       await typeAndSend(page, "Sum it up for me, please.");
       await held.promise;
-      const part = firstPieces(ANSWERS.third, PIECES, HOLD_AT);
+      // The page reads the chat's UI message stream (/api/chat), whose text comes in whole units of
+      // TEXT_UNIT_CHARS: what was written so far, cut back to the last whole unit.
+      const written = firstPieces(ANSWERS.third, PIECES, HOLD_AT);
+      const part = textUnits(written, 0, false).units.join("");
+      assert.ok(part.length > 0);
       await page.waitForFunction(
         `document.querySelector("#live-answer .answer-text")?.textContent === ${JSON.stringify(part)}`,
         { timeout: 20_000 },

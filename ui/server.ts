@@ -47,6 +47,7 @@ import { versionWait } from "../runtime/client/version_wait.ts";
 import { DEFAULTS } from "../runtime/base/defaults.ts";
 import type { Agent } from "../runtime/agent/agent.ts";
 import { a2aHandler } from "../runtime/a2a/a2a.ts";
+import { chatHandler } from "../runtime/chat/chat.ts";
 // Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
 // checkout, a package download from JSR, a compiled binary).
 import APP_JS from "./static/app.js" with { type: "text" };
@@ -169,6 +170,11 @@ function refuse(c: Context, err: UiError): Response {
   return c.json({ code: err.code, message: err.message }, err.status as 400);
 }
 
+/** Closes what an app built by {@link createUiApp} holds open (its chat watchers). */
+export async function closeUiApp(app: Hono): Promise<void> {
+  await (app as Hono & { closeHeld?: () => Promise<void> }).closeHeld?.();
+}
+
 /** Builds the app (its static files are the module's own, imported as text). */
 export function createUiApp(opts: UiOptions): Promise<Hono> {
   const { client } = opts;
@@ -185,6 +191,9 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
   }
   const files = loadStatic();
   const app = new Hono();
+  // What the app holds open (the chat's watchers), closed with the server (closeUiApp).
+  const closers: (() => Promise<void>)[] = [];
+  Object.assign(app, { closeHeld: () => Promise.all(closers.map((close) => close())).then(() => {}) });
 
   app.onError((err, c) => {
     if (err instanceof UiError) return refuse(c, err);
@@ -510,6 +519,17 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     };
   };
 
+  // ---- chat: the AI SDK's UI message stream (runtime/chat), the page's chat view's one protocol ----
+  // POST /api/chat, GET /api/chat/:chatId/stream[?startIndex=N], POST /api/chat/:chatId/approvals/:key.
+  // A chat id here is the run's id; the page starts no chat (no agent), it talks to runs that exist.
+  const chat = chatHandler({ client, api: "/api/chat", approver: () => actor });
+  const chatRoute = async (c: Context) =>
+    (await chat(c.req.raw)) ?? c.json({ code: "UI_NOT_FOUND", message: "No such chat route" }, 404);
+  app.post("/api/chat", chatRoute);
+  app.all("/api/chat/*", chatRoute);
+  closers.push(() => chat.close());
+  // ---- end of chat ----
+
   app.get("/api/runs/:id/messages", async (c) => {
     const t = await client.reads.timeline(c.req.param("id"), { steps: { last: 0 }, maxChars: CLIP_CHARS });
     const from = boundedInt(c.req.query("from"), "from", 0, 1_000_000_000, 0);
@@ -722,6 +742,7 @@ export async function serveUi(opts: ServeUiOptions): Promise<RunningUi> {
     );
   }
   const app = await createUiApp(opts);
+  opts.signal?.addEventListener("abort", () => void closeUiApp(app), { once: true });
   const server = Deno.serve(
     { hostname: host, port: opts.port ?? 8787, signal: opts.signal, onListen() {} },
     app.fetch,
@@ -729,6 +750,10 @@ export async function serveUi(opts: ServeUiOptions): Promise<RunningUi> {
   return {
     url: `http://${urlHost(host)}:${server.addr.port}`,
     port: server.addr.port,
-    close: () => server.shutdown(),
+    close: async () => {
+      // The chat's streams end first: the server waits for the responses it is sending.
+      await closeUiApp(app);
+      await server.shutdown();
+    },
   };
 }

@@ -62,4 +62,8 @@ export const DEFAULTS = {
   limitRetryMs: 1_000,
   /** How long an A2A `SendMessage` waits for its task to finish or ask for input before it answers the task as it stands, in ms. */
   a2aSendWaitMs: 60_000,
+  /** `chatHandler`'s `bodyBytesMax`: the largest chat request body it reads (the default transport sends every message). */
+  chatBodyBytesMax: 16 * 1024 * 1024,
+  /** `chatHandler`'s `lingerMs`: how long a chat turn's watcher nobody reads keeps following the run, in ms. */
+  chatLingerMs: 30_000,
 } as const;

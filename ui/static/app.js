@@ -937,7 +937,15 @@ async function sendMessage(runId, input, button) {
   }
   button.disabled = true;
   try {
-    await api(`/api/runs/${encodeURIComponent(runId)}/messages`, { text, messageId: draft.messageId });
+    // The AI SDK's default chat transport's request: the answer comes back as its UI message stream.
+    const message = { id: draft.messageId, role: "user", parts: [{ type: "text", text }] };
+    await openChat(runId, (signal) =>
+      fetch("/api/chat", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ id: runId, messages: [message], trigger: "submit-message" }),
+        signal,
+      }));
     draft = null;
     input.value = "";
     toast("message sent");
@@ -1076,7 +1084,8 @@ async function drawRun(runId) {
     drawSteps(take(t));
   }
   drawChat();
-  followAnswer(runId, CLOSED.includes(t.run.status));
+  if (t.conversation) followChat(runId, t);
+  else followAnswer(runId, CLOSED.includes(t.run.status));
   return !CLOSED.includes(t.run.status);
 }
 
@@ -1106,6 +1115,8 @@ function drawAnswer() {
 
 /** Follows a run's stream while its page is open and the run can still change. */
 function followAnswer(runId, closed) {
+  chat?.abort.abort();
+  chat = null;
   if (answer && answer.runId === runId) {
     drawAnswer();
     return;
@@ -1150,6 +1161,109 @@ function followAnswer(runId, closed) {
   });
   // The stream ends with the run: the browser would otherwise connect again.
   source.addEventListener("end", () => source.close());
+}
+
+// ---- a conversation's answer as it is written: the AI SDK's UI message stream (/api/chat) ----
+
+// The stream being read: { runId, abort, active, turn, text, label }. The text shown is the current
+// step's since its last reset-step, as the `ai` package's own reader keeps it.
+let chat = null;
+
+/** Shows the answer being written, from the stream's chunks; drawn with textContent only. */
+function drawChatAnswer() {
+  const box = document.getElementById("live-answer");
+  if (!box || !chat) return;
+  box.hidden = !chat.active || (chat.text === "" && chat.label === "");
+  box.replaceChildren(
+    h("div", { class: "muted" }, chat.label),
+    h("pre", { class: "answer-text" }, chat.text),
+  );
+}
+
+/** One chunk of the UI message stream into the view. */
+function onChunk(c, k) {
+  if (k.type === "start-step" || k.type === "reset-step") {
+    c.text = "";
+    c.label = k.type === "reset-step"
+      ? "the model was asked again (a retry, or another worker took the run over): its text starts again"
+      : `working on message ${c.turn}`;
+  } else if (k.type === "text-delta") {
+    c.text += k.delta;
+    c.label = `writing the answer to message ${c.turn}`;
+  } else if (k.type === "tool-input-available") {
+    c.label = `calling ${k.toolName}`;
+  } else if (k.type === "tool-approval-request") {
+    c.label = `${k.toolCallId} waits for a person's approval`;
+  } else if (k.type === "error") {
+    c.label = k.errorText;
+  } else if (k.type === "finish") {
+    c.active = false;
+  }
+}
+
+/** Reads a UI message stream response (`data: <json>` events, `data: [DONE]` last) into `c`. */
+async function readChat(c, res) {
+  c.turn = Number(res.headers.get("x-chat-turn") ?? 0);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += value;
+      for (let at = buf.indexOf("\n\n"); at >= 0; at = buf.indexOf("\n\n")) {
+        const event = buf.slice(0, at);
+        buf = buf.slice(at + 2);
+        if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
+        if (chat !== c) return;
+        onChunk(c, JSON.parse(event.slice(6)));
+        drawChatAnswer();
+      }
+    }
+  } catch (err) {
+    if (err.name !== "AbortError") c.label = `the stream broke off: ${err.message}`;
+  } finally {
+    c.active = false;
+    if (chat === c) {
+      drawChatAnswer();
+      refresh();
+    }
+  }
+}
+
+/** Opens a chat stream (a POST's answer, or a resume); throws the server's refusal. */
+async function openChat(runId, request) {
+  chat?.abort.abort();
+  const c = { runId, abort: new AbortController(), active: true, turn: 0, text: "", label: "" };
+  chat = c;
+  const res = await request(c.abort.signal);
+  if (res.status === 204) {
+    c.active = false;
+    return;
+  }
+  if (!res.ok) {
+    c.active = false;
+    const data = await res.json().catch(() => ({ code: "UI_BAD_ANSWER", message: `HTTP ${res.status}` }));
+    throw Object.assign(new Error(`${data.code}: ${data.message}`), data);
+  }
+  readChat(c, res);
+}
+
+/** Follows a conversation's answer while it works: resumes its stream (204: nothing is being written). */
+function followChat(runId, t) {
+  answer?.source.close();
+  answer = null;
+  if (chat && chat.runId !== runId) {
+    chat.abort.abort();
+    chat = null;
+  }
+  const c = t.conversation;
+  const working = !c.idle && !c.ended && !CLOSED.includes(t.run.status);
+  if (working && !chat?.active) {
+    openChat(runId, (signal) => fetch(`/api/chat/${encodeURIComponent(runId)}/stream`, { signal }))
+      .catch((err) => toast(err.message, true));
+  }
+  drawChatAnswer();
 }
 
 // ---- routing and polling -------------------------------------------------

@@ -1,0 +1,173 @@
+/**
+ * A turn's chunks, followed once per process: one watcher of the run
+ * (`client.stream`) per turn being read, its chunks kept in order in memory,
+ * read by every response that streams the turn from any index. So two tabs,
+ * a retried POST and a resume share one watcher, and a resume from index N in
+ * the same process is exact. A process that starts afresh (a page server
+ * restarted) derives the turn again from the journal and the live text
+ * (chunks.ts), the same chunks wherever nothing was reset or skipped.
+ *
+ * @module
+ */
+
+import type { Client } from "../client/client.ts";
+import { isUnreachable } from "../store/away.ts";
+import { DEFAULTS } from "../base/defaults.ts";
+import { ChatChunker, type UIChunk } from "./chunks.ts";
+
+/** How long a feed nobody reads keeps following its run before it stops. */
+export const FEED_LINGER_MS: number = DEFAULTS.chatLingerMs;
+/** The most turns a process keeps the chunks of (the oldest finished ones go first). */
+export const FEEDS_MAX = 256;
+
+/** One turn's chunks, as they are derived. */
+export class TurnFeed {
+  /** The run. */
+  readonly runId: string;
+  /** The turn. */
+  readonly turn: number;
+  /** The chunks so far. */
+  readonly chunks: UIChunk[] = [];
+  /** True once the turn's last chunk (`finish`) is in, or the feed stopped. */
+  done = false;
+  /** Why the feed stopped early (the run gone, the database away too long). */
+  failure?: string;
+  readonly #stop = new AbortController();
+  #waiters: (() => void)[] = [];
+  #readers = 0;
+  #idleTimer?: ReturnType<typeof setTimeout>;
+  /** Settles when the feed's watcher has ended. */
+  readonly finished: Promise<void>;
+
+  /** Starts following turn `turn` of run `runId`. */
+  constructor(
+    private readonly client: Client,
+    runId: string,
+    turn: number,
+    private readonly lingerMs: number,
+  ) {
+    this.runId = runId;
+    this.turn = turn;
+    this.finished = this.#follow();
+  }
+
+  async #follow(): Promise<void> {
+    const chunker = new ChatChunker(this.runId, this.turn);
+    try {
+      for await (const e of this.client.stream(this.runId, { signal: this.#stop.signal })) {
+        this.#push(chunker.event(e));
+        if (chunker.finished) break;
+        const approvalsMayMove = e.type === "tool_calls" || e.type === "status" || e.type === "tool_result";
+        if (approvalsMayMove && chunker.wantsCallStates()) {
+          const [approvals, children] = await Promise.all([
+            this.client.operators.approvals(this.runId),
+            this.client.reads.children(this.runId),
+          ]);
+          this.#push(chunker.callStates(
+            approvals.map((a) => ({
+              key: a.idempotency_key,
+              status: a.status,
+              reason: a.reason,
+              decidedAt: a.decided_at,
+            })),
+            children,
+          ));
+        }
+      }
+    } catch (err) {
+      this.failure = (err as Error)?.message ?? String(err);
+      if (!isUnreachable(err) && !this.#stop.signal.aborted) {
+        this.#push([{ type: "error", errorText: this.failure }]);
+      }
+    } finally {
+      this.done = true;
+      this.#wake();
+      clearTimeout(this.#idleTimer);
+    }
+  }
+
+  #push(chunks: UIChunk[]): void {
+    if (chunks.length === 0) return;
+    this.chunks.push(...chunks);
+    this.#wake();
+  }
+
+  #wake(): void {
+    const w = this.#waiters;
+    this.#waiters = [];
+    for (const f of w) f();
+  }
+
+  /**
+   * The chunks from index `from` on, as they come, until the turn's end or
+   * `signal` aborts. A negative `from` counts back from the chunks there are
+   * when it is called (`-2`: the last two).
+   */
+  async *read(from: number, signal?: AbortSignal): AsyncGenerator<UIChunk, void, undefined> {
+    let at = from < 0 ? Math.max(0, this.chunks.length + from) : from;
+    this.#readers++;
+    clearTimeout(this.#idleTimer);
+    const wake = () => this.#wake();
+    signal?.addEventListener("abort", wake);
+    try {
+      // Bounded by the turn: it ends with its finish, a failure, or the reader going away.
+      for (;;) {
+        while (at < this.chunks.length) yield this.chunks[at++];
+        if (this.done || signal?.aborted) return;
+        await new Promise<void>((resolve) => this.#waiters.push(resolve));
+      }
+    } finally {
+      signal?.removeEventListener("abort", wake);
+      this.#readers--;
+      if (this.#readers === 0 && !this.done) {
+        this.#idleTimer = setTimeout(() => this.stop(), this.lingerMs);
+      }
+    }
+  }
+
+  /** Stops following the run (the chunks so far stay). */
+  stop(): void {
+    this.#stop.abort();
+  }
+}
+
+/** The feeds of one process, by run and turn, at most {@link FEEDS_MAX}. */
+export class Feeds {
+  readonly #feeds = new Map<string, TurnFeed>();
+
+  /** The feeds of `client`'s runs. */
+  constructor(private readonly client: Client, private readonly lingerMs = FEED_LINGER_MS) {}
+
+  /** The feed of turn `turn` of `runId`: the one kept, or a new one (a stopped one is started again). */
+  get(runId: string, turn: number): TurnFeed {
+    const id = `${turn}@${runId}`;
+    const kept = this.#feeds.get(id);
+    // A feed still following, or one that reached its turn's end, is the turn's; a stopped one starts again.
+    if (kept && (!kept.done || kept.chunks.at(-1)?.type === "finish")) {
+      this.#feeds.delete(id);
+      this.#feeds.set(id, kept);
+      return kept;
+    }
+    const feed = new TurnFeed(this.client, runId, turn, this.lingerMs);
+    this.#feeds.set(id, feed);
+    this.#evict();
+    return feed;
+  }
+
+  #evict(): void {
+    // Bounded by FEEDS_MAX: the oldest finished feeds go first; an unfinished one is stopped and dropped.
+    for (const [id, feed] of this.#feeds) {
+      if (this.#feeds.size <= FEEDS_MAX) return;
+      feed.stop();
+      this.#feeds.delete(id);
+    }
+  }
+
+  /** Stops every feed and waits for their watchers to end. */
+  async close(): Promise<void> {
+    const all = [...this.#feeds.values()];
+    this.#feeds.clear();
+    for (const f of all) f.stop();
+    await Promise.all(all.map((f) => f.finished));
+  }
+}
