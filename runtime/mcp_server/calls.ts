@@ -49,7 +49,7 @@ export interface McpCallsOptions {
   client: Client;
   /** The agents served, each as a tool. A worker somewhere must host them for their runs to move. */
   agents: readonly Agent[];
-  /** How long an agent's tool call waits for the run's answer, in ms. Default 5 000. */
+  /** How long an agent's tool call waits for the run's answer, in ms (0: answer at once). Default 5 000. */
   answerWaitMs?: number;
   /** The longest `get_run` and `send_message` wait when asked to, in ms. Default 45 000. */
   waitMaxMs?: number;
@@ -61,12 +61,18 @@ export interface McpCallsOptions {
   pollMs?: number;
 }
 
-function positive(name: string, value: number | undefined, fallback: number, max = 86_400_000): number {
+function positive(
+  name: string,
+  value: number | undefined,
+  fallback: number,
+  min = 1,
+  max = 86_400_000,
+): number {
   const v = value ?? fallback;
-  if (!Number.isInteger(v) || v < 1 || v > max) {
+  if (!Number.isInteger(v) || v < min || v > max) {
     throw new RuntimeError(
       "MCP_SERVER_INVALID",
-      `Cannot serve MCP as '${name}' must be an integer from 1 to ${max}: current value is ${v}`,
+      `Cannot serve MCP as '${name}' must be an integer from ${min} to ${max}: current value is ${v}`,
     );
   }
   return v;
@@ -89,7 +95,7 @@ export class McpCalls {
   /** Checks the settings and builds each agent's tool (`MCP_SERVER_INVALID` when one cannot be). */
   constructor(opts: McpCallsOptions) {
     this.client = opts.client;
-    this.answerWaitMs = positive("answerWaitMs", opts.answerWaitMs, DEFAULTS.mcpAnswerWaitMs);
+    this.answerWaitMs = positive("answerWaitMs", opts.answerWaitMs, DEFAULTS.mcpAnswerWaitMs, 0);
     this.waitMaxMs = positive("waitMaxMs", opts.waitMaxMs, DEFAULTS.mcpWaitMaxMs);
     this.dedupeWindowMs = positive("dedupeWindowMs", opts.dedupeWindowMs, DEFAULTS.mcpDedupeWindowMs);
     this.#progressMs = positive("progressMs", opts.progressMs, DEFAULTS.mcpProgressMs);
