@@ -163,6 +163,8 @@ export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
   schedules: ["base", "model", "store"],
   // What application code, operators and the page call.
   client: ["base", "model", "store", "agent", "run", "host", "schedules"],
+  // Agents as an MCP server: tool calls over the client (the SDK's server, stdio and streamable HTTP).
+  mcp_server: ["base", "model", "store", "agent", "client"],
 };
 
 /** The library's rules in this repository. */

@@ -44,6 +44,7 @@ import type { StreamEvent } from "../runtime/run/stream.ts";
 import { buildTimeline } from "./timeline.ts";
 import { versionWait } from "../runtime/client/version_wait.ts";
 import { DEFAULTS } from "../runtime/base/defaults.ts";
+import type { McpHandler } from "../runtime/mcp_server/mcp_server.ts";
 // Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
 // checkout, a package download from JSR, a compiled binary).
 import APP_JS from "./static/app.js" with { type: "text" };
@@ -87,6 +88,11 @@ export interface UiOptions {
   actor?: string;
   /** Host names accepted in the `Host` header when no token is set (DNS-rebinding guard). */
   allowedHosts?: string[];
+  /**
+   * An MCP server to serve at `/mcp` (`mcpHandler` of the `./mcp-server` path), behind the page's token and
+   * host check; closed with the page by {@link serveUi}.
+   */
+  mcp?: McpHandler;
 }
 
 // A Map, not an object literal: a name such as `constructor` or `toString` is then no file.
@@ -251,6 +257,12 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     }
     await next();
   });
+
+  // ---- MCP (issue 37): the agents as an MCP server at /mcp, when given one; the token and host check
+  // above apply to it as to every route, and the handler checks Host and Origin itself as well.
+  const mcp = opts.mcp;
+  if (mcp) app.all("/mcp", (c) => mcp(c.req.raw));
+  // ---- end of MCP
 
   const page = (c: Context) => {
     c.header("cache-control", "no-store");
@@ -700,6 +712,9 @@ export async function serveUi(opts: ServeUiOptions): Promise<RunningUi> {
   return {
     url: `http://${urlHost(host)}:${server.addr.port}`,
     port: server.addr.port,
-    close: () => server.shutdown(),
+    close: async () => {
+      await opts.mcp?.close(); // its open streams first: a shutdown waits for every response to end
+      await server.shutdown();
+    },
   };
 }

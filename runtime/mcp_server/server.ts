@@ -1,7 +1,7 @@
 /**
  * One MCP server connection (a stdio process, or one streamable-HTTP
  * session): the SDK's low-level `Server` with the agents' tools and the run
- * tools (calls.ts), and the tasks extension over runs: an agent's tool called
+ * tools (tool_calls.ts), and the tasks extension over runs: an agent's tool called
  * as a task answers at once with the task that is its run (the task's id the
  * run's), which `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`
  * read and steer through the same client.
@@ -22,9 +22,9 @@ import {
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/experimental/tasks"
 import type { TaskStore } from "npm:@modelcontextprotocol/sdk@1.32.2/experimental/tasks";
 import { ClientError, hasCode, RuntimeError } from "../base/errors.ts";
-import { type McpCalls } from "./calls.ts";
-import type { Caller } from "./waiting.ts";
-import { type PendingApproval, runAnswer, runResult, type RunTask, runTask } from "./answers.ts";
+import { type McpCalls } from "./tool_calls.ts";
+import type { Caller } from "./bounded_wait.ts";
+import { type PendingApproval, runAnswer, runResult, type RunTask, runTask } from "./run_results.ts";
 
 /** How often a client is told to poll a task, in ms. */
 const TASK_POLL_MS = 1_000;
@@ -61,7 +61,7 @@ async function taskOf(calls: McpCalls, runId: string): Promise<RunTask | null> {
 export function runTaskStore(calls: McpCalls): TaskStore {
   return {
     createTask: () => {
-      // An agent's tool answers with its run as the task (server.ts): nothing else creates one.
+      // An agent's tool answers with its run as the task (createMcpServer): nothing else creates one.
       return Promise.reject(new McpError(ErrorCode.InvalidParams, "Only an agent's tool runs as a task"));
     },
     getTask: (taskId) => taskOf(calls, taskId),

@@ -12,7 +12,7 @@
  * (the tasks extension) answers at once with the task that is its run.
  *
  * Served over stdio ({@link serveMcpStdio}, `deno task mcp`) or streamable
- * HTTP ({@link mcpHandler}, a fetch handler), through a {@link Client}: the
+ * HTTP ({@link mcpHandler}, a fetch handler), through a client (`connect`): the
  * runs are driven by whatever workers host the agents.
  *
  * @example Serve two agents at /mcp beside a worker, on the embedded database
@@ -31,14 +31,13 @@
  * @module
  */
 
-import type { Client } from "../client/client.ts";
-import { McpCalls, type McpCallsOptions } from "./calls.ts";
+import { McpCalls, type McpCallsOptions } from "./tool_calls.ts";
 import { createMcpServer, type ServerInfo } from "./server.ts";
-import { LineTransport } from "./stdio.ts";
+import { LineTransport } from "./line_transport.ts";
 
-export { LOOPBACK_HOSTS, type McpHandler, mcpHandler, type McpHandlerOptions } from "./http.ts";
+export { LOOPBACK_HOSTS, type McpHandler, mcpHandler, type McpHandlerOptions } from "./mcp_http.ts";
 export { IDEMPOTENCY_KEY_FIELDS, IDEMPOTENCY_KEY_META } from "./run_ids.ts";
-export type { PendingApproval, RunAnswer } from "./answers.ts";
+export type { PendingApproval, RunAnswer } from "./run_results.ts";
 export type { McpCallsOptions, ServerInfo };
 
 /** Options of {@link serveMcpStdio}. */
@@ -64,6 +63,3 @@ export async function serveMcpStdio(opts: McpStdioOptions): Promise<McpStdioServ
   await server.connect(transport);
   return { closed: transport.closed, close: () => server.close() };
 }
-
-/** The client type the options take, for a reader of this path alone. */
-export type { Client };

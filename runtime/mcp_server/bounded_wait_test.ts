@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ManualClock } from "../base/clock.ts";
-import { waitFor } from "./waiting.ts";
+import { waitFor } from "./bounded_wait.ts";
 
 /** Advances the clock by `stepMs` until `p` settles (at most `maxSteps` times). */
 async function drive<T>(clock: ManualClock, p: Promise<T>, stepMs: number, maxSteps = 1000): Promise<T> {

@@ -20,7 +20,7 @@ import { WebStandardStreamableHTTPServerTransport } from "npm:@modelcontextproto
 import type { Server } from "npm:@modelcontextprotocol/sdk@1.32.2/server/index.js";
 import { RuntimeError } from "../base/errors.ts";
 import { DEFAULTS } from "../base/defaults.ts";
-import { McpCalls, type McpCallsOptions } from "./calls.ts";
+import { McpCalls, type McpCallsOptions } from "./tool_calls.ts";
 import { createMcpServer, type ServerInfo } from "./server.ts";
 
 /** The hosts a request may name by default: loopback. */

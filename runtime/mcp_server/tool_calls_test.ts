@@ -3,7 +3,7 @@ import { z } from "npm:zod@4.6.7";
 import { defineAgent } from "../agent/agent.ts";
 import { ManualClock } from "../base/clock.ts";
 import { connect } from "../client/client.ts";
-import { McpCalls } from "./calls.ts";
+import { McpCalls } from "./tool_calls.ts";
 import { IDEMPOTENCY_KEY_META } from "./run_ids.ts";
 
 const model = { describe: "none", decide: () => Promise.resolve({ kind: "done" as const, text: "ok" }) };

@@ -27,7 +27,7 @@ import {
   runAnswer,
   runResult,
   type ToolResult,
-} from "./answers.ts";
+} from "./run_results.ts";
 import { keyedRunId, keyOf, windowRunIds } from "./run_ids.ts";
 import {
   agentEntries,
@@ -39,9 +39,9 @@ import {
   type RunToolName,
   runTools,
 } from "./tool_list.ts";
-import { type Caller, waitFor } from "./waiting.ts";
+import { type Caller, waitFor } from "./bounded_wait.ts";
 
-export type { Caller } from "./waiting.ts";
+export type { Caller } from "./bounded_wait.ts";
 
 /** The server's settings; every one but `client` and `agents` has its default in `DEFAULTS`. */
 export interface McpCallsOptions {

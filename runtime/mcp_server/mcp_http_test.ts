@@ -18,7 +18,7 @@ import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
 import { waitForSignal } from "../signals/wait_tools.ts";
 import { connect } from "../client/client.ts";
 import { arraySink, Logger } from "../base/log.ts";
-import { mcpHandler } from "./http.ts";
+import { mcpHandler } from "./mcp_http.ts";
 
 /** Calls the agent's first tool once, then answers with what the tool said. */
 const planner = {

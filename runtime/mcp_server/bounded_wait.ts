@@ -9,7 +9,7 @@
  */
 
 import type { Clock } from "../base/clock.ts";
-import type { PendingApproval } from "./answers.ts";
+import type { PendingApproval } from "./run_results.ts";
 
 /** Who is calling, and what the call can do beyond answering. */
 export interface Caller {
