@@ -159,7 +159,8 @@ export async function main(
         retry: settings.retry,
       }).start();
     }
-    const opts = { client, agents, answerWaitMs: mine.answerWaitMs };
+    const worker = host;
+    const opts = { client, agents, answerWaitMs: mine.answerWaitMs, onRunReady: () => worker?.wake() };
     log.info("mcp", {
       transport: mine.http ? "http" : "stdio",
       store: store.describe,

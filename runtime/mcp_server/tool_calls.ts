@@ -59,6 +59,11 @@ export interface McpCallsOptions {
   progressMs?: number;
   /** How often a waiting call reads the run again, in ms. Default 100. */
   pollMs?: number;
+  /**
+   * Told of each run a call started or sent a message to: a worker host in the same process that the
+   * client did not start ({@link Client.startWorker} wakes its own) can take it at once, not at its next poll.
+   */
+  onRunReady?: (runId: string) => void;
 }
 
 function positive(
@@ -91,6 +96,7 @@ export class McpCalls {
   readonly #progressMs: number;
   readonly #pollMs: number;
   readonly #entries: Map<string, AgentEntry>;
+  readonly #onRunReady: (runId: string) => void;
 
   /** Checks the settings and builds each agent's tool (`MCP_SERVER_INVALID` when one cannot be). */
   constructor(opts: McpCallsOptions) {
@@ -101,6 +107,7 @@ export class McpCalls {
     this.#progressMs = positive("progressMs", opts.progressMs, DEFAULTS.mcpProgressMs);
     this.#pollMs = positive("pollMs", opts.pollMs, 100);
     this.#entries = agentEntries(opts.agents, this.answerWaitMs);
+    this.#onRunReady = opts.onRunReady ?? (() => {});
   }
 
   /** Every tool the server lists: the agents', then the run tools. */
@@ -185,7 +192,9 @@ export class McpCalls {
     runId: string,
   ): Promise<{ run: RunInfo; started: boolean }> {
     try {
-      return { run: await this.client.start(agent, { runId, input }), started: true };
+      const run = await this.client.start(agent, { runId, input });
+      this.#onRunReady(runId);
+      return { run, started: true };
     } catch (err) {
       if (!hasCode(err, "RUN_EXISTS")) throw err;
       const run = await this.client.get(runId);
@@ -274,6 +283,7 @@ export class McpCalls {
     const runId = args.runId!;
     const messageId = args.messageId ?? keyOf(meta) ?? this.#messageId(runId, args.message!, caller);
     const sent = await this.client.conversations.send(runId, args.message!, { messageId });
+    if (!sent.duplicate) this.#onRunReady(runId);
     const answer = await waitFor({
       clock: this.client.clock,
       waitMs: args.waitMs ?? this.answerWaitMs,
