@@ -167,6 +167,8 @@ export const RUNTIME_FOLDERS: Readonly<Record<string, readonly string[]>> = {
   a2a: ["base", "model", "store", "agent", "run", "client"],
   // The wires other programs speak, over the client: chat over the AI SDK's UI message stream.
   chat: ["base", "model", "store", "agent", "run", "client"],
+  // Agents as an MCP server: tool calls over the client (the SDK's server, stdio and streamable HTTP).
+  mcp_server: ["base", "model", "store", "agent", "client"],
 };
 
 /** The library's rules in this repository. */

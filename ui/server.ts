@@ -48,6 +48,7 @@ import { DEFAULTS } from "../runtime/base/defaults.ts";
 import type { Agent } from "../runtime/agent/agent.ts";
 import { a2aHandler } from "../runtime/a2a/a2a.ts";
 import { chatHandler } from "../runtime/chat/chat.ts";
+import type { McpHandler } from "../runtime/mcp_server/mcp_server.ts";
 // Imported as text, not read from disk: the files come with the module wherever it is loaded from (a
 // checkout, a package download from JSR, a compiled binary).
 import APP_JS from "./static/app.js" with { type: "text" };
@@ -93,6 +94,11 @@ export interface UiOptions {
   allowedHosts?: string[];
   /** Agents served over A2A 1.0 at `/a2a/<name>` (docs/a2a.md), under the page's token; not on a read-only page. */
   a2a?: Agent[];
+  /**
+   * An MCP server to serve at `/mcp` (`mcpHandler` of the `./mcp-server` path), behind the page's token and
+   * host check; closed with the page by {@link serveUi}.
+   */
+  mcp?: McpHandler;
 }
 
 // A Map, not an object literal: a name such as `constructor` or `toString` is then no file.
@@ -289,6 +295,11 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     app.all(`/a2a/${agent.name}/*`, (c) => serve(c.req.raw));
   }
   // ---- end of A2A ----
+  // ---- MCP (issue 37): the agents as an MCP server at /mcp, when given one; the token and host check
+  // above apply to it as to every route, and the handler checks Host and Origin itself as well.
+  const mcp = opts.mcp;
+  if (mcp) app.all("/mcp", (c) => mcp(c.req.raw));
+  // ---- end of MCP
 
   const page = (c: Context) => {
     c.header("cache-control", "no-store");
@@ -753,6 +764,7 @@ export async function serveUi(opts: ServeUiOptions): Promise<RunningUi> {
     close: async () => {
       // The chat's streams end first: the server waits for the responses it is sending.
       await closeUiApp(app);
+      await opts.mcp?.close(); // its open streams first: a shutdown waits for every response to end
       await server.shutdown();
     },
   };

@@ -66,4 +66,16 @@ export const DEFAULTS = {
   chatBodyBytesMax: 16 * 1024 * 1024,
   /** `chatHandler`'s `lingerMs`: how long a chat turn's watcher nobody reads keeps following the run, in ms. */
   chatLingerMs: 30_000,
+  /** The MCP server's `answerWaitMs`: how long an agent's tool call waits for the run's answer before it answers with the run's id and status, in ms. */
+  mcpAnswerWaitMs: 5_000,
+  /** The MCP server's `waitMaxMs`: the longest its get and send tools wait when asked to, in ms (well under the ~60 s a desktop client gives a call). */
+  mcpWaitMaxMs: 45_000,
+  /** The MCP server's `dedupeWindowMs`: a call without an idempotency key, from the same client with the same tool and arguments, within this is the same run, in ms. */
+  mcpDedupeWindowMs: 60_000,
+  /** The MCP server's `progressMs`: how often a waiting call reports progress to a caller that asked for it, in ms. */
+  mcpProgressMs: 1_000,
+  /** The MCP server's `sessionsMax`: streamable-HTTP sessions held at once (the one idle longest is closed for a new one). */
+  mcpSessionsMax: 256,
+  /** The MCP server's `sessionIdleMs`: a streamable-HTTP session unused this long is closed, in ms (30 minutes). */
+  mcpSessionIdleMs: 1_800_000,
 } as const;
