@@ -559,6 +559,18 @@ Deno.test("a deploy under the run: schedules with version 2 restarting them pass
     // handed back, and version 1 finishes the run.
     assert.ok(report.deployed.carried > 20, JSON.stringify(report.deployed));
     assert.ok(report.deployed.refused > 0, JSON.stringify(report.deployed));
+    // Found by the fuzzer: version 2's first worker moved the run and died before it checked what it could
+    // carry; the next worker of version 2 must check again, and hand back the server version 1 sent (not
+    // re-send it with a ttl the cloud refuses under that key).
+    const found = await fuzz(signalsAgent, {
+      db,
+      remote: "mock-cloud",
+      signal: SIGNALS_TARGET_SIGNAL,
+      replay: decodeSchedule("2180197998/parallel=2,limits,v2,kill@cloud#1:after,kill@stmt#17:before"),
+      transcript: true,
+    });
+    assert.deepEqual(found.failures.map((f) => f.text), []);
+    assert.ok(found.transcript!.some((l) => / event=move-refused .* from=1 to=2 /.test(l)));
     await assert.rejects(
       fuzz(teamAgent, { db, remote: "mock-cloud", schedules: 1, faults: ["version"] }),
       (e) =>

@@ -398,9 +398,9 @@ export class WorkerHost {
       release: this.#leases.hold(fence, stop),
       moveTo: run.move_to ?? null,
     };
-    const movedFrom = run.previous_version && run.previous_version !== run.agent_version
-      ? run.previous_version
-      : undefined;
+    // Moved by this take, or by an earlier claim whose worker may have died before its carry check.
+    const justMoved = !!run.previous_version && run.previous_version !== run.agent_version;
+    const movedFrom = justMoved ? run.previous_version! : run.moved_from ?? undefined;
     this.#held.set(run.run_id, held);
     // Parked here under the epoch just before this claim's, by this host: nobody else had it meanwhile.
     const parked = this.#parked.get(run.run_id);
@@ -418,7 +418,7 @@ export class WorkerHost {
             ? now - new Date(run.previous_heartbeat_at).getTime()
             : undefined,
           ...(resume ? { parked: resume } : {}),
-          ...(movedFrom ? { movedFrom } : {}),
+          ...(movedFrom ? { movedFrom, justMoved } : {}),
           moveTo: () => held.moveTo,
         }, stop);
         if (outcome.parked) this.#park(run.run_id, outcome.parked);

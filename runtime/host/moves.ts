@@ -39,21 +39,24 @@ function moved(state: RunState, error?: string): RunOutcome {
 }
 
 /**
- * After a claim that moved the run here from `from`: undefined when this
- * version can carry every decided call not yet settled; else the run is sent
- * back to `from` (fenced) and the turn ends, the reason logged and kept on it.
+ * After a claim of a run moved here from `from` (by this claim when
+ * `justMoved`, else by an earlier one, whose worker may have died before
+ * this check): undefined when this version can carry every decided call not
+ * yet settled; else the run is sent back to `from` (fenced) and the turn
+ * ends, the reason logged and kept on it.
  */
 export async function refuseMove(
   deps: RunDeps,
   state: RunState,
   from: string,
+  justMoved = true,
 ): Promise<RunOutcome | undefined> {
   const runId = state.fence.runId;
   const problems = carryProblems(deps.tools, { journal: state.journal.values(), effects: state.effects }, {
     sentBy: from,
   });
   if (problems.length === 0) {
-    deps.log.info("moved", { run: runId, from, to: deps.version });
+    if (justMoved) deps.log.info("moved", { run: runId, from, to: deps.version });
     return undefined;
   }
   const reason =

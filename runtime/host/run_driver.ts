@@ -41,8 +41,15 @@ export interface ClaimedRun {
    * history.
    */
   parked?: ParkedConversation;
-  /** The version the run stood at before this claim moved it to this worker's (host/moves.ts). */
+  /**
+   * The version the run last moved from to this worker's (host/moves.ts):
+   * by this claim (`justMoved`), or by an earlier one whose worker may have
+   * died before it checked what it could carry, so every claim of a moved
+   * run checks again.
+   */
   movedFrom?: string;
+  /** True when this claim is the one that moved the run. */
+  justMoved?: boolean;
   /**
    * The version the run is to move to at its next decision, if any, as this
    * worker last heard (its claim, then each heartbeat): at that decision it
@@ -128,7 +135,11 @@ export async function claimAndDrive(
     epoch,
     previousOwner: run.owner,
     leaseAgeMs: run.heartbeat_at ? clock.now().getTime() - new Date(run.heartbeat_at).getTime() : undefined,
-    ...(run.agent_version && run.agent_version !== deps.version ? { movedFrom: run.agent_version } : {}),
+    ...(run.agent_version && run.agent_version !== deps.version
+      ? { movedFrom: run.agent_version, justMoved: true }
+      : run.moved_from && run.moved_from !== deps.version
+      ? { movedFrom: run.moved_from }
+      : {}),
     moveTo: () => run.move_to === deps.version ? null : run.move_to,
   };
   const heartbeat = keepLease(deps, { runId, epoch }, stop);
@@ -285,10 +296,10 @@ async function driveClaimed(
   const stranded = effects.filter((e) => e.status === "intent").length;
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
-    // Moved here from another version: carried only if this version can carry its decided step.
+    // Moved here (by this claim or one before): carried only if this version can carry its decided step.
     const refused = claimed.movedFrom === undefined
       ? undefined
-      : await refuseMove(deps, state, claimed.movedFrom);
+      : await refuseMove(deps, state, claimed.movedFrom, claimed.justMoved === true);
     if (refused) return refused;
     // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
     const blocked = parked ? undefined : await tel.recover(recovery, () => recover(deps, state));
