@@ -3,7 +3,7 @@
  *
  * ```sh
  * deno task ui [--host 127.0.0.1] [--port 8787] [--token TOKEN] [--read-only]
- *              [--a2a-agent PATH] [--database-url URL | --data-dir DIR]
+ *              [--agent PATH] [--database-url URL | --data-dir DIR]
  * ```
  *
  * Exit codes: 0 stopped by a signal, 2 bad settings or no database.
@@ -20,6 +20,7 @@ import { openStore } from "../runtime/store/open.ts";
 import { serveUi, UiError } from "./server.ts";
 import type { Agent } from "../runtime/agent/agent.ts";
 import { loadAgents } from "../cli/agents.ts";
+import { mcpHandler } from "../runtime/mcp_server/mcp_server.ts";
 
 /** The usage text of `ui`. */
 export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKEN] [--read-only] [--by NAME]
@@ -31,8 +32,9 @@ export const UI_USAGE = `usage: deno task ui [--host H] [--port N] [--token TOKE
   --token TOKEN       required on every request (env UI_TOKEN); open the page with ?token=TOKEN
   --read-only         show runs, refuse every action
   --by NAME           recorded as who resolved or cancelled (default ui)
-  --a2a-agent PATH    serve the agents of this module over A2A 1.0 at /a2a/<name> (docs/a2a.md); a worker
-                      hosting them drives their runs
+  --agent PATH        serve the agents of this module over A2A 1.0 at /a2a/<name> (docs/a2a.md) and as
+                      MCP tools at /mcp (docs/mcp-server.md), behind the token; a worker hosting them drives
+                      their runs
 settings: --database-url URL (env DATABASE_URL, PostgreSQL) or --data-dir DIR (env DATA_DIR, embedded,
 default .data). The embedded database allows one process at a time: while the page has it open, 'run' and
 'worker' on the same directory wait for it (and the page for them), up to DATA_DIR_WAIT_S (default 60 s;
@@ -55,7 +57,7 @@ export async function main(
         token: { type: "string" },
         "read-only": { type: "boolean" },
         by: { type: "string" },
-        "a2a-agent": { type: "string" },
+        agent: { type: "string" },
         "database-url": { type: "string" },
         "data-dir": { type: "string" },
         help: { type: "boolean", short: "h" },
@@ -84,7 +86,7 @@ export async function main(
   }
   let a2a: Agent[] = [];
   try {
-    if (v["a2a-agent"]) a2a = (await loadAgents(v["a2a-agent"])).agents;
+    if (v.agent) a2a = (await loadAgents(v.agent)).agents;
   } catch (err) {
     console.error(`ui: ${(err as Error).message}`);
     return 2;
@@ -128,12 +130,26 @@ export async function main(
       readOnly: v["read-only"] === true,
       actor: v.by ?? "ui",
       a2a,
+      // The same agents as MCP tools; not on a read-only page (a call starts a run).
+      ...(a2a.length > 0 && v["read-only"] !== true
+        ? {
+          mcp: mcpHandler({
+            client,
+            agents: a2a,
+            allowedHosts: [host.replace(/^\[|\]$/g, ""), "127.0.0.1", "localhost"],
+          }),
+        }
+        : {}),
       signal: stop.signal,
     });
     console.log(
       `ui  url=${ui.url}/${token ? "?token=..." : ""}  store=${client.store.client.describe}${
         v["read-only"] ? "  read_only=true" : ""
-      }${a2a.length > 0 && !v["read-only"] ? `  a2a=${a2a.map((a) => `/a2a/${a.name}`).join(",")}` : ""}`,
+      }${
+        a2a.length > 0 && !v["read-only"]
+          ? `  a2a=${a2a.map((a) => `/a2a/${a.name}`).join(",")}  mcp=/mcp`
+          : ""
+      }`,
     );
     await new Promise<void>((resolve) =>
       stop.signal.addEventListener("abort", () => resolve(), { once: true })
