@@ -108,7 +108,6 @@ export async function claimAndDrive(
       conversationIdleMs: deps.conversation?.idleMs,
     },
     clock.now(),
-    deps.version,
   );
   if (run.agent !== deps.agent) {
     throw new RuntimeError(

@@ -26,19 +26,10 @@ const INSERT_RUN_TEXT =
   on conflict (run_id) do nothing`;
 const INSERT_RUN = statement("insert-run", INSERT_RUN_TEXT);
 
-/**
- * {@link INSERT_RUN}, saying whether it wrote the row and, if not, the epoch
- * its snapshot saw; and the version $10 of the process driving it written
- * down as seen now if new (`agent_versions`, as a worker host's
- * `register-versions` does when it starts), so that a version deployed later
- * is the newer. No statement more: the insert runs whether or not it is read.
- */
+/** {@link INSERT_RUN}, saying whether it wrote the row and, if not, the epoch its snapshot saw. */
 const CREATE_OR_READ = statement(
   "create-or-read",
-  `with created as (${INSERT_RUN_TEXT} returning 1),
-       registered as (insert into agent_versions (agent, version, first_seen_at)
-                      select $2, $10::text, $5::timestamptz where $10::text is not null
-                      on conflict (agent, version) do nothing)
+  `with created as (${INSERT_RUN_TEXT} returning 1)
        select exists (select 1 from created) as created,
               (select epoch from runs where run_id = $1 and not exists (select 1 from created)) as epoch`,
 );
@@ -222,13 +213,12 @@ export class Leases {
    * read after the insert could already see the winner's claim, and take the
    * run over). When another process inserts the same run at the same moment,
    * the statement's snapshot sees neither row, and the read gives the epoch.
-   * `version`, the driving process's, is registered in the same statement.
    */
-  async createOrGetRun(run: NewRun, now: Date, version?: string): Promise<RunRow> {
+  async createOrGetRun(run: NewRun, now: Date): Promise<RunRow> {
     const [seen] = await queryRows<{ created: boolean; epoch: number | null }>(
       this.#client,
       CREATE_OR_READ,
-      [...newRunParams(run, now), version ?? null],
+      newRunParams(run, now),
     );
     if (seen?.created) return newRunRow(run, now);
     const row = await readRun(this.#client, run.runId);
