@@ -744,3 +744,11 @@ begin
   return query select true, taken, null::text, null::timestamptz, null::text;
 end
 $take$;
+
+-- migration 15: the epoch of a run's last move
+-- moved_epoch is the epoch of the claim that moved the run (moved_from to
+-- agent_version): a call at intent written under an earlier epoch was sent by
+-- the version it moved from. Every claim of a moved run checks again what it
+-- can carry, as the worker that moved it may have died before it checked, and
+-- only calls sent before the move are the old version's to settle.
+alter table runs add column if not exists moved_epoch integer;

@@ -128,11 +128,13 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
     await t.step(
       "calls that wait on their remote: 100 schedules of the jobs target find no violation, and faults land while runs sleep",
       async () => {
+        // The families drawn before the version family (a deploy is fuzzed on the demo and the signals agent).
         const report = await fuzz(jobsAgent, {
           db,
           seed: 24,
           schedules: 100,
           remote: "mock-cloud",
+          faults: ["kill", "stall", "cloud", "model", "budget", "outage", "limits"],
           transcript: true,
         });
         assert.deepEqual(report.failures.map((f) => f.text), []);
@@ -571,6 +573,14 @@ Deno.test("a deploy under the run: schedules with version 2 restarting them pass
     });
     assert.deepEqual(found.failures.map((f) => f.text), []);
     assert.ok(found.transcript!.some((l) => / event=move-refused .* from=1 to=2 /.test(l)));
+    // And the converse: a call version 2 sent itself after the move is its own, not version 1's to settle.
+    const own = await fuzz(signalsAgent, {
+      db,
+      remote: "mock-cloud",
+      signal: SIGNALS_TARGET_SIGNAL,
+      replay: decodeSchedule("3397380210/parallel=2,limits,v2,stall@stmt#8+7,stall@stmt#22+1"),
+    });
+    assert.deepEqual(own.failures.map((f) => f.text), []);
     await assert.rejects(
       fuzz(teamAgent, { db, remote: "mock-cloud", schedules: 1, faults: ["version"] }),
       (e) =>

@@ -418,7 +418,7 @@ export class WorkerHost {
             ? now - new Date(run.previous_heartbeat_at).getTime()
             : undefined,
           ...(resume ? { parked: resume } : {}),
-          ...(movedFrom ? { movedFrom, justMoved } : {}),
+          ...(movedFrom ? { movedFrom, justMoved, movedEpoch: run.moved_epoch ?? run.epoch } : {}),
           moveTo: () => held.moveTo,
         }, stop);
         if (outcome.parked) this.#park(run.run_id, outcome.parked);

@@ -39,21 +39,25 @@ function moved(state: RunState, error?: string): RunOutcome {
 }
 
 /**
- * After a claim of a run moved here from `from` (by this claim when
+ * After a claim of a run moved here from `movedFrom` (by this claim when
  * `justMoved`, else by an earlier one, whose worker may have died before
- * this check): undefined when this version can carry every decided call not
+ * this check; calls written under an epoch before `movedEpoch` were sent by
+ * `movedFrom`): undefined when this version can carry every decided call not
  * yet settled; else the run is sent back to `from` (fenced) and the turn
  * ends, the reason logged and kept on it.
  */
 export async function refuseMove(
   deps: RunDeps,
   state: RunState,
-  from: string,
-  justMoved = true,
+  claim: { movedFrom?: string; justMoved?: boolean; movedEpoch?: number },
 ): Promise<RunOutcome | undefined> {
   const runId = state.fence.runId;
+  const from = claim.movedFrom!;
+  const justMoved = claim.justMoved === true;
+  // Only calls sent before the move are the old version's; those sent since are this version's own.
   const problems = carryProblems(deps.tools, { journal: state.journal.values(), effects: state.effects }, {
     sentBy: from,
+    ...(claim.movedEpoch === undefined ? {} : { sentBefore: claim.movedEpoch }),
   });
   if (problems.length === 0) {
     if (justMoved) deps.log.info("moved", { run: runId, from, to: deps.version });

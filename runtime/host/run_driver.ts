@@ -50,6 +50,8 @@ export interface ClaimedRun {
   movedFrom?: string;
   /** True when this claim is the one that moved the run. */
   justMoved?: boolean;
+  /** The epoch of the claim that moved it: calls sent under an earlier one are `movedFrom`'s. */
+  movedEpoch?: number;
   /**
    * The version the run is to move to at its next decision, if any, as this
    * worker last heard (its claim, then each heartbeat): at that decision it
@@ -135,9 +137,9 @@ export async function claimAndDrive(
     previousOwner: run.owner,
     leaseAgeMs: run.heartbeat_at ? clock.now().getTime() - new Date(run.heartbeat_at).getTime() : undefined,
     ...(run.agent_version && run.agent_version !== deps.version
-      ? { movedFrom: run.agent_version, justMoved: true }
+      ? { movedFrom: run.agent_version, justMoved: true, movedEpoch: epoch }
       : run.moved_from && run.moved_from !== deps.version
-      ? { movedFrom: run.moved_from }
+      ? { movedFrom: run.moved_from, movedEpoch: run.moved_epoch ?? epoch }
       : {}),
     moveTo: () => run.move_to === deps.version ? null : run.move_to,
   };
@@ -296,9 +298,7 @@ async function driveClaimed(
   const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
   try {
     // Moved here (by this claim or one before): carried only if this version can carry its decided step.
-    const refused = claimed.movedFrom === undefined
-      ? undefined
-      : await refuseMove(deps, state, claimed.movedFrom, claimed.justMoved === true);
+    const refused = claimed.movedFrom === undefined ? undefined : await refuseMove(deps, state, claimed);
     if (refused) return refused;
     // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
     const blocked = parked ? undefined : await tel.recover(recovery, () => recover(deps, state));

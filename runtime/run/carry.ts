@@ -64,7 +64,9 @@ function isSettled(row: SideEffectRow | undefined): boolean {
  * rows) that the version whose tools are `tools` cannot carry: a call not
  * yet sent whose tool it has neither by name nor by `replaces`, or whose
  * arguments that tool's schema refuses; a call sent and not settled
- * (`sentBy`, the version that sent it, names who settles it). With
+ * (`sentBy`, the version that sent it, names who settles it; with
+ * `sentBefore`, only a call whose row was written under an earlier epoch,
+ * the others being this version's own). With
  * `settledToo`, the steps already settled are checked as well (a replay
  * check's report; a worker only carries out the unsettled ones), by tool and
  * schema.
@@ -72,7 +74,7 @@ function isSettled(row: SideEffectRow | undefined): boolean {
 export function carryProblems(
   tools: ToolRegistry,
   rows: { journal: Iterable<JournalRow>; effects: ReadonlyMap<number, SideEffectRow> },
-  opts: { settledToo?: boolean; sentBy?: string } = {},
+  opts: { settledToo?: boolean; sentBy?: string; sentBefore?: number } = {},
 ): CarryProblem[] {
   const problems: CarryProblem[] = [];
   for (const step of rows.journal) {
@@ -82,7 +84,8 @@ export function carryProblems(
     if (settled && !opts.settledToo) continue;
     for (const c of calls) {
       const row = rows.effects.get(c.seq);
-      if (row && !isSettled(row) && opts.sentBy !== undefined) {
+      const sentByThem = opts.sentBefore === undefined || (row?.epoch ?? 0) < opts.sentBefore;
+      if (row && !isSettled(row) && opts.sentBy !== undefined && sentByThem) {
         const same = sameRequest(tools, c.tool, row.args);
         if (same !== true) {
           problems.push({

@@ -39,7 +39,7 @@ const claimMarks = (source: string) =>
 // A claim's record of the version it drives the run at (`version`, a text
 // expression; null keeps the run's): a run no worker has taken is started on
 // it (`may_move` from its agent's policy, `mayMove`); a run at another version
-// has moved to it (moved_from, moved_at at `now`, a move asked for done, an
+// has moved to it (moved_from, moved_at at `now`, moved_epoch the claim's, a move asked for done, an
 // earlier refusal forgotten). On the right of `set`, columns are the old row's.
 const VERSION_AT_CLAIM = (version: string, mayMove: string, now: string) => {
   const moved = `(runs.agent_version is not null and ${version} is not null
@@ -49,6 +49,7 @@ const VERSION_AT_CLAIM = (version: string, mayMove: string, now: string) => {
                               then coalesce(${mayMove}, false) else runs.may_move end,
               moved_from = case when ${moved} then runs.agent_version else runs.moved_from end,
               moved_at = case when ${moved} then ${now} else runs.moved_at end,
+              moved_epoch = case when ${moved} then runs.epoch + 1 else runs.moved_epoch end,
               move_refused = case when ${moved} then null else runs.move_refused end,
               move_to = case when runs.move_to = ${version} then null else runs.move_to end`;
 };

@@ -183,6 +183,7 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     move_to: null,
     moved_from: null,
     moved_at: null,
+    moved_epoch: null,
     move_refused: null,
     labels: run.labels === undefined ? null : { ...run.labels },
   };

@@ -104,6 +104,8 @@ export interface RunRow {
   moved_from?: string | null;
   /** When it last moved. */
   moved_at?: Date | null;
+  /** The epoch of the claim that last moved it: calls sent under an earlier one were sent by `moved_from`. */
+  moved_epoch?: number | null;
   /** A version that could not carry its decided step (it went back); null: none. */
   move_refused?: string | null;
   /** Signals sent to the run so far (each send bumps it, and numbers its signal by it). */

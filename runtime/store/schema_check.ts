@@ -46,6 +46,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "move_to",
     "moved_from",
     "moved_at",
+    "moved_epoch",
     "move_refused",
     "signals_sent",
     "signal_waits",

@@ -67,7 +67,7 @@ const REQUEST_MOVE = statement(
 // it, with why ($5) and who refused ($4). Fenced on the epoch of that claim.
 const MOVE_BACK = statement(
   "move-back",
-  `update runs set agent_version = $3, moved_from = null, moved_at = null, move_to = null, move_refused = $4,
+  `update runs set agent_version = $3, moved_from = null, moved_at = null, moved_epoch = null, move_to = null, move_refused = $4,
               status = 'pending', heartbeat_at = null, error = $5, updated_at = $6::timestamptz
         where run_id = $1 and ${RUNNING_AT("$2")}`,
 );
