@@ -80,6 +80,7 @@ Deno.test("a project outside the tree imports the library with no import map of 
  * imports the library gets none of them in its lockfile. Each is at one version everywhere, as this list says.
  */
 const INLINE_PINS = [
+  "npm:@a2a-js/sdk@1.3.0",
   "npm:@ai-sdk/anthropic@4.0.105",
   "npm:@ai-sdk/openai-compatible@3.0.92",
   "npm:@ai-sdk/provider@4.0.38",

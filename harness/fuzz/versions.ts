@@ -15,7 +15,7 @@
  * @module
  */
 
-import { z } from "zod";
+import { z } from "npm:zod@4.6.7";
 import type { Agent, AgentContext } from "../../runtime/agent/agent.ts";
 import { defineTool, type Tool } from "../../runtime/agent/tools.ts";
 import type { FetchLike } from "../../runtime/model/planner.ts";

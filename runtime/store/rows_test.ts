@@ -53,6 +53,7 @@ const RUN = {
   move_to: 1,
   moved_from: 1,
   moved_at: 1,
+  moved_epoch: 1,
   move_refused: 1,
   signals_sent: 1,
   signal_waits: 1,
