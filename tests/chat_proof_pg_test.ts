@@ -168,7 +168,14 @@ class WatchedTransport extends DefaultChatTransport<UIMessage> {
 /** The tool part of `m` for `tool`. */
 function toolPart(m: UIMessage | undefined, tool: string) {
   return m?.parts.find((p) => p.type === `tool-${tool}`) as
-    | { type: string; toolCallId: string; state: string; input?: unknown; output?: unknown; approval?: unknown }
+    | {
+      type: string;
+      toolCallId: string;
+      state: string;
+      input?: unknown;
+      output?: unknown;
+      approval?: unknown;
+    }
     | undefined;
 }
 
@@ -273,7 +280,11 @@ pgTest(
       assert.equal(chat.messages.length, 4, "the resumed answer replaced the cut one");
       const answer1 = chat.messages[3];
       assert.equal(answer1.id, `${CHAT}-answer-1`);
-      assert.deepEqual(textOf(answer1), [journaled], "the resumed message is the journaled answer, shown once");
+      assert.deepEqual(
+        textOf(answer1),
+        [journaled],
+        "the resumed message is the journaled answer, shown once",
+      );
       assert.equal(deltas(transport.resumed[0]), journaled, "each character of it sent once");
       assert.deepEqual(
         [toolPart(answer1, "lookup")?.state, toolPart(answer1, "lookup")?.output],
@@ -285,7 +296,8 @@ pgTest(
       // The same POST again (the same message id): the same turn's stream, and still one message.
       const retried = await follow(await send(history1));
       assert.deepEqual(textOf(retried.message!), [journaled]);
-      const counted = await sql`select count(*)::int as n, count(*) filter (where message_id = 'm1')::int as m1
+      const counted =
+        await sql`select count(*)::int as n, count(*) filter (where message_id = 'm1')::int as m1
         from messages where run_id = ${CHAT}`;
       assert.deepEqual([counted[0].n, counted[0].m1], [2, 1], "a retried POST is one message");
 
