@@ -138,13 +138,35 @@ async function settled(chat: PlainChat, done: (c: PlainChat) => boolean, what: s
   assert.notEqual(chat.status, "error", `${what}: ${chat.error}`);
 }
 
-/** The default transport, keeping what each resume streamed. */
+/** A copy of `stream`'s chunks into `seen`, as they pass. */
+function tap(stream: ReadableStream<UIMessageChunk>, seen: UIMessageChunk[]): ReadableStream<UIMessageChunk> {
+  return stream.pipeThrough(
+    new TransformStream<UIMessageChunk, UIMessageChunk>({
+      transform(c, ctl) {
+        seen.push(c);
+        ctl.enqueue(c);
+      },
+    }),
+  );
+}
+
+/** The default transport, keeping what each response and each resume streamed. */
 class WatchedTransport extends DefaultChatTransport<UIMessage> {
+  /** The chunks of each response to a POST, as they came. */
+  readonly sent: UIMessageChunk[][] = [];
   /** The chunks of each resume, as they came. */
   readonly resumed: UIMessageChunk[][] = [];
   #answered!: () => void;
   /** Settles once a resume was answered with a stream. */
   readonly reconnected = new Promise<void>((resolve) => this.#answered = resolve);
+
+  override async sendMessages(
+    opts: Parameters<DefaultChatTransport<UIMessage>["sendMessages"]>[0],
+  ): Promise<ReadableStream<UIMessageChunk>> {
+    const seen: UIMessageChunk[] = [];
+    this.sent.push(seen);
+    return tap(await super.sendMessages(opts), seen);
+  }
 
   override async reconnectToStream(
     opts: Parameters<DefaultChatTransport<UIMessage>["reconnectToStream"]>[0],
@@ -154,14 +176,7 @@ class WatchedTransport extends DefaultChatTransport<UIMessage> {
     const seen: UIMessageChunk[] = [];
     this.resumed.push(seen);
     this.#answered();
-    return stream.pipeThrough(
-      new TransformStream<UIMessageChunk, UIMessageChunk>({
-        transform(c, ctl) {
-          seen.push(c);
-          ctl.enqueue(c);
-        },
-      }),
-    );
+    return tap(stream, seen);
   }
 }
 
@@ -303,6 +318,7 @@ pgTest(
 
       // Message 3: its tool needs a person. The approval request comes as a chunk; the chat's
       // addToolApprovalResponse answers it (sendAutomaticallyWhen POSTs it), and the run goes on to its answer.
+      const posted = transport.sent.length;
       const sending = chat.sendMessage({ text: "Ship v1.4." });
       await settled(
         chat,
@@ -321,6 +337,31 @@ pgTest(
         ["output-available", { release: "v1.4", shipped: true }],
       );
       assert.equal(chat.messages.length, 6);
+      // Two responses: the first stops at the request (as the SDK's own server does), the second, the POST
+      // carrying the answer, continues the same message after it: nothing in it twice.
+      const [asking, continuing] = transport.sent.slice(posted);
+      assert.equal(transport.sent.length, posted + 2, "one POST for the message, one for the approval");
+      assert.deepEqual(asking.slice(-3).map((c) => c.type), [
+        "tool-approval-request",
+        "finish-step",
+        "finish",
+      ]);
+      assert.deepEqual(asking.at(-1), { type: "finish", finishReason: "tool-calls" });
+      assert.deepEqual(continuing[0], { type: "start", messageId: `${CHAT}-answer-2` });
+      assert.ok(
+        !continuing.some((c) => c.type === "tool-input-available" || c.type === "tool-approval-request"),
+      );
+      assert.equal(deltas(continuing), ANSWERS.ship);
+      if (Deno.env.get("SHOW_CHUNKS")) {
+        for (
+          const [name, cs] of [["resumed", transport.resumed[0]], ["asking", asking], [
+            "continuing",
+            continuing,
+          ]]
+        ) {
+          console.log(`${name}:\n${(cs as UIMessageChunk[]).map((c) => JSON.stringify(c)).join("\n")}`);
+        }
+      }
       const approvals = await sql`select status, decided_by from approvals where run_id = ${CHAT}`;
       assert.deepEqual(approvals.map((a) => [a.status, a.decided_by]), [["approved", "chat"]]);
 
