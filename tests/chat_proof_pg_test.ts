@@ -197,7 +197,7 @@ function toolPart(m: UIMessage | undefined, tool: string) {
 pgTest(
   "issue 37, proof 1: three messages with tool calls, a SIGKILL and a handler restart mid-answer, a resume shown once, a retried POST, an approval through the protocol",
   async (pg) => {
-    let doomed: WorkerChild | undefined;
+    let doomed: WorkerChild | undefined = undefined; // set once the mock model is up (its hook kills it)
     let killed!: () => void;
     const killedNow = new Promise<void>((resolve) => killed = resolve);
     const model = await MockModel.open({
