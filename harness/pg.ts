@@ -42,13 +42,13 @@ export interface WorkerChild {
 }
 
 /**
- * Starts `deno run -A cli/main.ts run` with `env` on top of this process's
- * environment. Crash and stall settings not given are cleared, so a parent's
- * own `CRASH_AT` never leaks into a child.
+ * Starts `deno run -A cli/main.ts run` (or `command`, e.g. `worker`) with
+ * `env` on top of this process's environment. Crash and stall settings not
+ * given are cleared, so a parent's own `CRASH_AT` never leaks into a child.
  */
-export function spawnWorker(env: Record<string, string>): WorkerChild {
+export function spawnWorker(env: Record<string, string>, command: "run" | "worker" = "run"): WorkerChild {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "--unstable-no-legacy-abort", MAIN_TS, "run"],
+    args: ["run", "-A", "--unstable-no-legacy-abort", MAIN_TS, command],
     cwd: REPO_ROOT,
     env: { CRASH_AT: "", CRASH_SEQ: "", STALL_AT: "", STALL_MS: "", NO_COLOR: "1", ...env },
     stdin: "null",

@@ -47,7 +47,7 @@ export type UIChunk =
   | { type: "start-step" }
   | { type: "finish-step" }
   | { type: "reset-step" }
-  | { type: "finish"; finishReason?: "stop" | "error" | "other" }
+  | { type: "finish"; finishReason?: "stop" | "error" | "other" | "tool-calls" }
   | { type: "error"; errorText: string }
   | { type: "text-start" | "text-end"; id: string }
   | { type: "text-delta"; id: string; delta: string }

@@ -23,6 +23,8 @@ import { REFUSED_INPUT_CODES } from "../client/checks.ts";
 import { Feeds } from "./feed.ts";
 import { uiMessageStreamResponse } from "./ui_stream.ts";
 import { type ChatRequest, parseChatRequest, readJsonBody } from "./request.ts";
+import { afterRequests, untilAsked } from "./pause.ts";
+import { answerMessageId, type UIChunk } from "./chunks.ts";
 
 /** Options of {@link chatHandler}. */
 export interface ChatHandlerOptions {
@@ -122,10 +124,18 @@ class ChatRoutes {
     return this.opts.runIdFor ? this.opts.runIdFor(chatId) : chatId;
   }
 
-  /** Streams turn `turn` of `runId` from chunk `from`. */
-  #stream(runId: string, turn: number, from: number, signal: AbortSignal): Response {
+  /**
+   * Streams turn `turn` of `runId` from chunk `from`, until its end or a call waiting for a person's approval
+   * (pause.ts); `continued`: a `start` first, the message continued from a chunk after its own `start`.
+   */
+  #stream(runId: string, turn: number, from: number, signal: AbortSignal, continued = false): Response {
     const feed = this.feeds.get(runId, turn);
-    return uiMessageStreamResponse(feed.read(from, signal), {
+    const stillAsked = async (keys: string[]) =>
+      (await this.opts.client.operators.approvals(runId)).some((a) =>
+        a.status === "pending" && keys.includes(a.idempotency_key)
+      );
+    const chunks = untilAsked(feed, from, stillAsked, signal);
+    return uiMessageStreamResponse(continued ? startThen(answerMessageId(runId, turn), chunks) : chunks, {
       [RUN_ID_HEADER]: runId,
       "x-workflow-run-id": runId,
       "x-chat-turn": String(turn),
@@ -136,6 +146,14 @@ class ChatRoutes {
     const body = await readJsonBody(req, this.opts.bodyBytesMax ?? DEFAULTS.chatBodyBytesMax);
     const chatReq = parseChatRequest(body);
     const runId = this.#runId(chatReq.chatId);
+    for (const a of chatReq.approvals) {
+      if (!a.approvalId.startsWith(`${runId}:`)) {
+        throw new ClientError(
+          "APPROVAL_NOT_FOUND",
+          `Approval ${a.approvalId} is not of chat ${chatReq.chatId} (run ${runId}): answer it in its own chat`,
+        );
+      }
+    }
     for (const a of chatReq.approvals) {
       // An answer given already (a retried POST) is the same answer: nothing to do.
       await this.#answer(req, a.approvalId, a.approved, a.reason).catch((err) => {
@@ -148,7 +166,14 @@ class ChatRoutes {
       if (!run) {
         throw new ClientError("CHAT_NOT_FOUND", `No chat ${chatReq.chatId}: send a user message first`);
       }
-      return this.#stream(runId, (run.conversation?.messages ?? 1) - 1, 0, req.signal);
+      const turn = (run.conversation?.messages ?? 1) - 1;
+      if (chatReq.message === undefined && chatReq.approvals.length > 0) {
+        // The answer to the approvals the last response stopped at: the same message, from the chunk after them.
+        const keys = chatReq.approvals.map((a) => a.approvalId);
+        const after = await afterRequests(this.feeds.get(runId, turn), keys, req.signal);
+        if (after !== undefined) return this.#stream(runId, turn, after, req.signal, true);
+      }
+      return this.#stream(runId, turn, 0, req.signal);
     }
     const turn = await this.#send(runId, chatReq);
     return this.#stream(runId, turn, 0, req.signal);
@@ -237,6 +262,15 @@ class ChatRoutes {
       ? this.opts.client.operators.approve(key, { by })
       : this.opts.client.operators.deny(key, { by, reason: reason ?? "denied in the chat" });
   }
+}
+
+/** A `start` chunk for message `messageId`, then `chunks`. */
+async function* startThen(
+  messageId: string,
+  chunks: AsyncGenerator<UIChunk, void, undefined>,
+): AsyncGenerator<UIChunk, void, undefined> {
+  yield { type: "start", messageId };
+  yield* chunks;
 }
 
 /** The label a chat's run carries its first message's id in (the goal has no message id of its own). */
