@@ -91,6 +91,70 @@ async function act(path, body, done) {
   await refresh();
 }
 
+// ---- a new chat (when the page was given a conversing agent: `deno task dev`) ----
+
+// Kept across the list's redraws, so what a person types stays in the box.
+let newChat = null; // { agent, form, input, button }
+
+/** The "new chat" box: its first message starts a run of the page's chat agent, then its page opens. */
+function newChatBox(agent) {
+  if (newChat?.agent === agent) return newChat.form;
+  const input = h("textarea", {
+    id: "new-chat-input",
+    rows: 2,
+    placeholder: `the first message to ${agent} (Enter sends, Shift+Enter a new line)`,
+    onkeydown: (e) => {
+      if (e.key === "Enter" && !e.shiftKey) {
+        e.preventDefault();
+        form.requestSubmit();
+      }
+    },
+  });
+  const button = h("button", { id: "new-chat-send", type: "submit", "data-action": "new-chat" }, "start");
+  const form = h(
+    "form",
+    {
+      id: "new-chat",
+      class: "chat-form new-chat",
+      onsubmit: (e) => {
+        e.preventDefault();
+        startChat(input, button);
+      },
+    },
+    h("label", { for: "new-chat-input" }, "New chat with ", h("span", { class: "mono" }, agent)),
+    input,
+    button,
+  );
+  newChat = { agent, form, input, button };
+  return form;
+}
+
+async function startChat(input, button) {
+  const text = input.value;
+  if (text.trim() === "") return;
+  const chatId = `chat-${crypto.randomUUID().slice(0, 8)}`;
+  const message = { id: crypto.randomUUID(), role: "user", parts: [{ type: "text", text }] };
+  button.disabled = true;
+  try {
+    // The AI SDK's default chat transport's request; the run exists once it is answered, and its page
+    // follows the answer (the stream this request opened ends with the navigation).
+    const res = await fetch("/api/chat", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ id: chatId, messages: [message], trigger: "submit-message" }),
+    });
+    if (!res.ok) {
+      const data = await res.json().catch(() => ({ code: "UI_BAD_ANSWER", message: `HTTP ${res.status}` }));
+      throw new Error(`${data.code}: ${data.message}`);
+    }
+    input.value = "";
+    location.assign(`/runs/${encodeURIComponent(chatId)}`);
+  } catch (err) {
+    toast(err.message, true);
+    button.disabled = false;
+  }
+}
+
 // ---- the runs list -------------------------------------------------------
 
 function listState() {
@@ -253,6 +317,7 @@ async function drawList() {
   );
   const focused = document.activeElement?.id;
   main.replaceChildren(
+    ...(data.newChat && !data.readOnly ? [newChatBox(data.newChat.agent)] : []),
     h("h2", {}, "Runs"),
     chips,
     h("div", { class: "filters" }, search, agent),
@@ -262,6 +327,7 @@ async function drawList() {
     limits,
   );
   if (focused === "search") search.focus();
+  if (focused === "new-chat-input") newChat?.input.focus();
   return true;
 }
 
