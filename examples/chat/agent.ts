@@ -2,7 +2,7 @@
 // its next turn, answered in the same run. Its one tool saves a note (a file per idempotency key, created once,
 // so a call re-sent after a crash reads `already_done`). With no MODEL_URL the dev command answers with the
 // in-process mock model; set MODEL_URL and MODEL for a real one.
-import { z } from "zod";
+import { z } from "npm:zod@4.6.7";
 import { type AgentContext, defineAgent, defineTool } from "../../mod.ts";
 
 /** Notes go to NOTES_DIR, else under DATA_DIR. */
