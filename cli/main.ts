@@ -11,6 +11,7 @@
  * deno run -A cli/main.ts schedule add|list|pause|resume|remove ...
  * deno run -A cli/main.ts submit|runs|limits|inspect|resolve|settle|approve|deny|cancel|reopen|prune|send|signal ...
  * deno run -A cli/main.ts ui [--host H] [--port N] [--token T] [--read-only]   # the web page
+ * deno run -A cli/main.ts dev [--agent PATH] [--port N] [--data-dir DIR]   # the page and a worker, embedded
  * deno run -A cli/main.ts mcp [--agent PATH] [--http]   # the agents as an MCP server
  * deno run -A cli/main.ts migrate|fuzz|compile|crash-matrix|bench ...
  * ```
@@ -28,6 +29,7 @@ import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "./supervise.ts";
 import { main as scheduleMain } from "./schedule.ts";
 import { main as uiMain } from "../ui/main.ts";
+import { main as devMain } from "../ui/dev.ts";
 import { main as mcpMain } from "./mcp.ts";
 
 export type { LoadedAgents } from "./agents.ts";
@@ -64,6 +66,7 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here
   bench         steps per second and statements per step
   prune         delete finished runs older than a cutoff
   ui            a web page with every run, live, on 127.0.0.1:8787
+  dev           the page and a worker in one process on the embedded database: chat from the browser
   mcp           the agents as an MCP server: stdio (Claude Desktop), or --http at /mcp
 
 'agent-runtime COMMAND --help' describes each.`;
@@ -84,6 +87,8 @@ export async function main(
       return await superviseMain(rest, env, preloaded);
     case "ui":
       return await uiMain(rest, env);
+    case "dev":
+      return await devMain(rest, env);
     case "mcp":
       return await mcpMain(rest, env, preloaded);
     case "schedule":

@@ -99,6 +99,12 @@ export interface UiOptions {
    * host check; closed with the page by {@link serveUi}.
    */
   mcp?: McpHandler;
+  /**
+   * A conversing agent (one with `conversation`) a person may start a new chat with from the page: the chat
+   * route (`POST /api/chat`) starts a run of it for a chat id it does not know, and the runs list offers a
+   * "new chat" box. Without it the page chats only with runs that exist. Not on a read-only page.
+   */
+  chatAgent?: Agent;
 }
 
 // A Map, not an object literal: a name such as `constructor` or `toString` is then no file.
@@ -196,6 +202,8 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     );
   }
   const files = loadStatic();
+  // The agent a new chat starts a run of (none on a read-only page: a chat acts).
+  const chatAgent = opts.readOnly ? undefined : opts.chatAgent;
   const app = new Hono();
   // What the app holds open (the chat's watchers), closed with the server (closeUiApp).
   const closers: (() => Promise<void>)[] = [];
@@ -351,6 +359,8 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     return c.json({
       now: new Date(now).toISOString(),
       readOnly: opts.readOnly === true,
+      // The agent a "new chat" starts a run of, when the page was given one.
+      newChat: chatAgent ? { agent: chatAgent.name } : null,
       total,
       page,
       pages: Math.max(1, Math.ceil(total / limit)),
@@ -532,8 +542,9 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
 
   // ---- chat: the AI SDK's UI message stream (runtime/chat), the page's chat view's one protocol ----
   // POST /api/chat, GET /api/chat/:chatId/stream[?startIndex=N], POST /api/chat/:chatId/approvals/:key.
-  // A chat id here is the run's id; the page starts no chat (no agent), it talks to runs that exist.
-  const chat = chatHandler({ client, api: "/api/chat", approver: () => actor });
+  // A chat id here is the run's id; a new chat starts a run of `chatAgent` when one is given (`deno task dev`),
+  // else the page talks to runs that exist.
+  const chat = chatHandler({ client, api: "/api/chat", approver: () => actor, agent: chatAgent });
   const chatRoute = async (c: Context) =>
     (await chat(c.req.raw)) ?? c.json({ code: "UI_NOT_FOUND", message: "No such chat route" }, 404);
   app.post("/api/chat", chatRoute);

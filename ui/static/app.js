@@ -91,6 +91,70 @@ async function act(path, body, done) {
   await refresh();
 }
 
+// ---- a new chat (when the page was given a conversing agent: `deno task dev`) ----
+
+// Kept across the list's redraws, so what a person types stays in the box.
+let newChat = null; // { agent, form, input, button }
+
+/** The "new chat" box: its first message starts a run of the page's chat agent, then its page opens. */
+function newChatBox(agent) {
+  if (newChat?.agent === agent) return newChat.form;
+  const input = h("textarea", {
+    id: "new-chat-input",
+    rows: 2,
+    placeholder: `the first message to ${agent} (Enter sends, Shift+Enter a new line)`,
+    onkeydown: (e) => {
+      if (e.key === "Enter" && !e.shiftKey) {
+        e.preventDefault();
+        form.requestSubmit();
+      }
+    },
+  });
+  const button = h("button", { id: "new-chat-send", type: "submit", "data-action": "new-chat" }, "start");
+  const form = h(
+    "form",
+    {
+      id: "new-chat",
+      class: "chat-form new-chat",
+      onsubmit: (e) => {
+        e.preventDefault();
+        startChat(input, button);
+      },
+    },
+    h("label", { for: "new-chat-input" }, "New chat with ", h("span", { class: "mono" }, agent)),
+    input,
+    button,
+  );
+  newChat = { agent, form, input, button };
+  return form;
+}
+
+async function startChat(input, button) {
+  const text = input.value;
+  if (text.trim() === "") return;
+  const chatId = `chat-${crypto.randomUUID().slice(0, 8)}`;
+  const message = { id: crypto.randomUUID(), role: "user", parts: [{ type: "text", text }] };
+  button.disabled = true;
+  try {
+    // The AI SDK's default chat transport's request; the run exists once it is answered, and its page
+    // follows the answer (the stream this request opened ends with the navigation).
+    const res = await fetch("/api/chat", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ id: chatId, messages: [message], trigger: "submit-message" }),
+    });
+    if (!res.ok) {
+      const data = await res.json().catch(() => ({ code: "UI_BAD_ANSWER", message: `HTTP ${res.status}` }));
+      throw new Error(`${data.code}: ${data.message}`);
+    }
+    input.value = "";
+    location.assign(`/runs/${encodeURIComponent(chatId)}`);
+  } catch (err) {
+    toast(err.message, true);
+    button.disabled = false;
+  }
+}
+
 // ---- the runs list -------------------------------------------------------
 
 function listState() {
@@ -253,6 +317,7 @@ async function drawList() {
   );
   const focused = document.activeElement?.id;
   main.replaceChildren(
+    ...(data.newChat && !data.readOnly ? [newChatBox(data.newChat.agent)] : []),
     h("h2", {}, "Runs"),
     chips,
     h("div", { class: "filters" }, search, agent),
@@ -262,6 +327,7 @@ async function drawList() {
     limits,
   );
   if (focused === "search") search.focus();
+  if (focused === "new-chat-input") newChat?.input.focus();
   return true;
 }
 
@@ -330,6 +396,8 @@ const view = {
   lo: null,
   hi: null,
   lanesKey: "",
+  lanes: [], // [{first, last, reason, messages}]: planLanes
+  laneOf: new Map(), // epoch -> the first epoch of its lane
   whole: new Map(), // `${field}@${seq}` -> the whole value, once asked for
 };
 
@@ -341,6 +409,8 @@ function resetView(runId) {
     lo: null,
     hi: null,
     lanesKey: "",
+    lanes: [],
+    laneOf: new Map(),
     whole: new Map(),
   });
 }
@@ -651,21 +721,101 @@ function stepDetail(step, readOnly) {
 
 /** One step's row of the grid: its number, a cell per lane, and its detail (one node, `display: contents`). */
 function stepView(step, t) {
-  const lanes = t.epochs.length ? t.epochs : [0];
-  const lane = (epoch) => Math.max(lanes[0], epoch);
+  const lanes = view.lanes.length ? view.lanes : [{ first: 0 }];
   return h(
     "div",
     { class: "step", "data-step": step.seq },
     h("div", { class: "seq", "data-seq": step.seq }, step.seq),
-    lanes.map((e) =>
+    lanes.map((l) =>
       h(
         "div",
-        { class: "cell", "data-lane": e },
-        step.events.filter((ev) => lane(ev.epoch) === e).map(eventView),
+        { class: "cell", "data-lane": l.first },
+        step.events.filter((ev) => laneOf(ev.epoch) === l.first).map(eventView),
       )
     ),
     stepDetail(step, t.readOnly),
   );
+}
+
+// ---- lanes: why each worker epoch began ----------------------------------
+
+/** The most lanes drawn (as the server's MAX_LANES); older epochs fold into the first lane shown. */
+const MAX_LANES = 8;
+
+/**
+ * Why epoch `ev.epoch` began, from the first thing it wrote (`ev`, of step `s`; `prev` the step before):
+ * a person's answer to an approval, a child run that ended, a remote's job asked about again, a
+ * conversation's next message, or (nothing of those) a crash or a lost lease.
+ */
+function reasonOf(s, ev, prev, childKeys, t) {
+  const call = s.call;
+  if (ev.kind === "tool" && call && call.attempts <= 1) {
+    const a = s.approval;
+    if (a && a.decidedBy !== null && a.epoch < ev.epoch) return `${a.status} by ${a.decidedBy}`;
+    if (childKeys.has(call.key)) return "woken by its child";
+    if (call.polls > 0) return "woken to ask its remote";
+  }
+  if (
+    ev.kind === "decision" && t.conversation && prev && prev.seq === s.seq - 1 && prev.decision?.done &&
+    s.decision?.llmAttempts === 1
+  ) return "next message";
+  return "crash or lease lost";
+}
+
+/**
+ * The lanes: each epoch's reason (from the steps held; unknown for an epoch that began before them), a
+ * conversation's next message in the lane of the epoch before it (a turn is not a lane), the last
+ * MAX_LANES of them. Sets view.lanes ([{first, last, reason, messages}]) and view.laneOf (epoch → lane).
+ */
+function planLanes(t) {
+  const steps = [...view.steps.values()].sort((a, b) => a.seq - b.seq);
+  const childKeys = new Set((t.children ?? []).map((c) => c.key));
+  const whole = steps.length > 0 && steps[0].seq === t.range.minSeq;
+  const reasons = new Map();
+  steps.forEach((s, i) => {
+    for (const ev of s.events) {
+      if (reasons.has(ev.epoch)) continue;
+      // The first epoch held began before the steps held when they do not start at the run's first.
+      reasons.set(
+        ev.epoch,
+        reasons.size === 0 ? (whole ? "started" : null) : reasonOf(s, ev, steps[i - 1], childKeys, t),
+      );
+    }
+  });
+  let lanes = [];
+  for (let e = 1; e <= t.run.epoch; e++) {
+    const reason = reasons.get(e) ?? null;
+    const lane = lanes.at(-1);
+    if (lane && reason === "next message") {
+      lane.last = e;
+      lane.messages++;
+    } else lanes.push({ first: e, last: e, reason, messages: 0 });
+  }
+  if (lanes.length > MAX_LANES) {
+    const folded = lanes.slice(0, lanes.length - MAX_LANES + 1);
+    lanes = [
+      { first: folded[0].first, last: folded.at(-1).last, reason: null, folded: folded.length, messages: 0 },
+      ...lanes.slice(lanes.length - MAX_LANES + 1),
+    ];
+  }
+  view.lanes = lanes;
+  view.laneOf = new Map();
+  for (const l of lanes) for (let e = l.first; e <= l.last; e++) view.laneOf.set(e, l.first);
+}
+
+function laneOf(epoch) {
+  return view.laneOf.get(epoch) ?? view.lanes[0]?.first ?? 0;
+}
+
+/** A lane's head: its epochs, why it began, its next messages, and the owner of the current epoch. */
+function laneHead(l, t) {
+  const epochs = l.first === l.last ? `epoch ${l.first}` : `epochs ${l.first}–${l.last}`;
+  const parts = [epochs];
+  if (l.folded) parts.push("earlier");
+  if (l.reason) parts.push(l.reason);
+  if (l.messages) parts.push(`${l.messages} next message${l.messages === 1 ? "" : "s"}`);
+  if (l.last === t.run.epoch) parts.push(t.run.owner ?? "-");
+  return parts.join(" · ");
 }
 
 function drawCard() {
@@ -960,11 +1110,12 @@ async function sendMessage(runId, input, button) {
 /** Draws the steps in `seqs` (all held when omitted), in order; a new set of lanes redraws every step. */
 function drawSteps(seqs) {
   const t = view.last;
-  const lanesKey = t.epochs.join(",");
+  planLanes(t);
+  const lanesKey = view.lanes.map((l) => laneHead(l, t)).join(",");
   let grid = document.getElementById("timeline");
   if (lanesKey !== view.lanesKey || !grid.classList.contains("timeline")) {
     view.lanesKey = lanesKey;
-    const cols = `48px repeat(${Math.max(1, t.epochs.length)}, minmax(200px, 1fr))`;
+    const cols = `48px repeat(${Math.max(1, view.lanes.length)}, minmax(200px, 1fr))`;
     grid = h(
       "div",
       { class: "timeline", id: "timeline", style: `grid-template-columns:${cols}` },
@@ -972,20 +1123,18 @@ function drawSteps(seqs) {
         "div",
         { class: "step heads" },
         h("div", { class: "head" }, "step"),
-        t.epochs.map((e) =>
+        view.lanes.map((l) =>
           h(
             "div",
-            { class: `head lane-head${e === t.run.epoch ? " current" : ""}`, "data-epoch": e },
-            `epoch ${e}${
-              e === t.run.epoch
-                ? ` · ${t.run.owner ?? "-"}`
-                : e < t.run.epoch
-                ? t.conversation ? " · earlier" : " · taken over"
-                : ""
-            }`,
+            {
+              class: `head lane-head${l.last === t.run.epoch ? " current" : ""}`,
+              "data-epoch": l.first,
+              "data-reason": l.reason ?? "",
+            },
+            laneHead(l, t),
           )
         ),
-        t.epochs.length === 0 ? h("div", { class: "head" }, "not claimed yet") : "",
+        view.lanes.length === 0 ? h("div", { class: "head" }, "not claimed yet") : "",
       ),
     );
     document.getElementById("timeline").replaceWith(grid);
