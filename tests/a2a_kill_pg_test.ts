@@ -221,9 +221,24 @@ export default defineAgent({ name: "reporter", instructions: "Report how things 
         lateEnd.$case === "statusUpdate" && lateEnd.value.status?.state,
         TaskState.TASK_STATE_COMPLETED,
       );
+      // What the client was sent around the kill, and at the end: each update's append flag and text.
+      const shownUpdate = (u: Update) =>
+        `${u.append ? "append " : "replace"}${u.lastChunk ? " last" : ""} ${
+          JSON.stringify(textOf(u.artifact!.parts))
+        }`;
       console.log(
-        `streams: ${streams} (late subscriber: ${lateRead.streams}); updates: ${updates.length}; ` +
-          `restarted at update ${restartAt} after ${JSON.stringify(before)}`,
+        [
+          `streams: ${streams} (late subscriber: ${lateRead.streams}); artifact updates: ${updates.length}; ` +
+          `model calls: ${model.calls()}; runs: ${runs[0].n}`,
+          ...updates.slice(restartAt - 2, restartAt + 2).map((u, i) =>
+            `  #${restartAt - 2 + i} ${shownUpdate(u)}`
+          ),
+          "  ...",
+          ...updates.slice(-2).map((u, i) => `  #${updates.length - 2 + i} ${shownUpdate(u)}`),
+          `  then ${last.$case} ${last.$case === "statusUpdate" && TaskState[last.value.status!.state]}`,
+          `held: ${JSON.stringify(shown.get("answer-0"))}`,
+          `journaled: ${JSON.stringify(journaled)}`,
+        ].join("\n"),
       );
     } finally {
       abort.abort();
