@@ -211,3 +211,20 @@ Deno.test("the A2A handler over an in-memory database and real HTTP", async (t) 
     await card(t, base);
   });
 });
+
+Deno.test("the card shown in docs/a2a.md is what the handler serves for the doc's agent", async () => {
+  const doc = await Deno.readTextFile(new URL("../../docs/a2a.md", import.meta.url));
+  const section = doc.slice(doc.indexOf("## The card"));
+  const from = section.indexOf("```json\n") + 8;
+  const block = section.slice(from, section.indexOf("\n```", from));
+  // The agent of the doc's "Mount it" snippet; its card does not depend on its model.
+  const support = defineAgent({
+    name: "support",
+    instructions: "Answer questions about the shop's orders.",
+    tools: [],
+    conversation: { idleMs: 30 * 60_000 },
+  });
+  // What the handler serves at http://127.0.0.1:8799/a2a/support/.well-known/agent-card.json.
+  const card = agentCard(support, "http://127.0.0.1:8799/a2a/support");
+  assert.equal(JSON.stringify(card, null, 2), block, "regenerate the doc's card from this output");
+});
