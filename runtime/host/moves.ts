@@ -97,9 +97,8 @@ export async function moveAtDecision(
 
 /**
  * The version a single claim (the `run` command) may take `run` at: this
- * process's, when the run is not started yet (the version is registered
- * then, as a worker host registers its own when it starts), is at it, is to
- * move to it, or may move and stands at an older version. Else `VERSION_MISMATCH`, saying
+ * process's, when the run is not started yet, is at it, is to move to it,
+ * or may move and stands at an older version. Else `VERSION_MISMATCH`, saying
  * what would take it. A run at this version that is to move elsewhere is
  * claimed as it is: its decided step is carried out, then it is let go.
  */
@@ -111,12 +110,8 @@ export async function versionForClaim(
   const at = run.agent_version ?? null;
   if (at === mine) return;
   const to = run.move_to ?? null;
-  if (at === null && to === null) {
-    // The run starts at this version: registered now, so a version deployed later is seen as newer.
-    await deps.store.versions.register([takeKey(deps.agent, mine)], deps.clock.now());
-    return;
-  }
-  if (to === mine) return;
+  // Not started yet: the claim starts it at this version, and writes the version down (SEEN_AT_CLAIM).
+  if (to === mine || (at === null && to === null)) return;
   if (at !== null && to === null && run.may_move && run.move_refused !== mine) {
     const known = await deps.store.versions.register([takeKey(deps.agent, mine)], deps.clock.now());
     const order = (v: string) => known.find((k) => k.version === v)?.seen_order ?? -1;
