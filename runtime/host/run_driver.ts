@@ -277,7 +277,9 @@ async function driveClaimed(
   // one statement less for every fresh run). Any later claim reads it back.
   // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory.
   const parked = claimed.parked;
-  const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.reads.loadHistory(runId);
+  // A fork starts with the original's steps before its seq: read them at its first claim too.
+  const fresh = epoch === 1 && !claimed.run.forked_at_seq;
+  const { journal, effects } = fresh || parked ? NO_HISTORY : await store.reads.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state = await stateAtClaim(deps, claimed, { journal, effects }, stop.signal);
   let seq = parked?.seq ?? 0;
@@ -368,9 +370,10 @@ async function stateAtClaim(
     family: familyOf(run),
     errorAtClaim: run.error ?? undefined,
     ...(run.labels ? { labels: run.labels } : {}),
+    ...(run.dry_run ? { dryRun: { forkedFrom: run.forked_from ?? null } } : {}),
     conversation: parked
       ? await resumeConversation(deps, runId, parked)
-      : await loadConversation(deps, run, epoch === 1),
+      : await loadConversation(deps, run, epoch === 1 && !run.forked_at_seq),
   };
 }
 

@@ -21,6 +21,7 @@ export const REASONING_EFFORTS: readonly ReasoningEffort[] = [
 ];
 
 const FIELDS = [
+  "model",
   "temperature",
   "topP",
   "maxOutputTokens",
@@ -108,6 +109,12 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
       problems.push(`'${name}' must be a number from ${min} to ${max}: current value is ${seen(x)}`);
     }
   };
+  const model = v.model;
+  if (model !== undefined && (typeof model !== "string" || !/^[\x21-\x7e]{1,200}$/.test(model))) {
+    problems.push(
+      `'model' must be a model's name, 1-200 printable characters: current value is ${seen(model)}`,
+    );
+  }
   finite("temperature", 0, 2);
   finite("topP", 0, 1);
   const int = (name: "maxOutputTokens" | "seed", min: number) => {
