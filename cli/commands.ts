@@ -167,6 +167,7 @@ export async function runs(
     "FLAGGED",
     "TOKENS",
     "VERSION",
+    "FORK_OF",
   ]];
   // Why each open run no live worker can take waits: runs waiting for the same thing are said once.
   const waiting = new Map<string, string[]>();
@@ -194,6 +195,7 @@ export async function runs(
       // Spend against the budget, when the run has a token ceiling.
       r.budget?.tokens ? `${r.tokens}/${r.budget.tokens}` : String(r.tokens),
       versionText(r),
+      forkText(r),
     ]);
   }
   // Each cell on one line, escaped before the widths are measured, so the columns line up as shown.
@@ -312,6 +314,25 @@ function tokens(usage: Json | null): string | undefined {
   return `${u.prompt_tokens ?? "?"}+${u.completion_tokens ?? "?"}`;
 }
 
+/** What `inspect` says of a fork (docs/fork.md): of which run, from which step, and whether it sends. */
+export function forkLine(run: RunRow): string {
+  const of = run.forked_from
+    ? `fork of ${run.forked_from} at step ${run.forked_at_seq ?? 0} (steps before it copied, keys ` +
+      `${run.run_id}:<seq>)`
+    : "no original";
+  const sends = run.dry_run
+    ? "dry run: calls of tools that act on the world are answered from the original's record or a stub, " +
+      "never sent"
+    : "live: its calls are sent";
+  return `  fork: ${of}  ${sends}${run.eval_id ? `  eval=${run.eval_id}` : ""}`;
+}
+
+/** A fork as the runs list shows it: `orig@1` (and `dry`), or `-`. */
+function forkText(run: Pick<RunRow, "forked_from" | "forked_at_seq" | "dry_run">): string {
+  if (!run.forked_from) return run.dry_run ? "dry" : "-";
+  return `${run.forked_from}@${run.forked_at_seq ?? 0}${run.dry_run ? " dry" : ""}`;
+}
+
 /** What `inspect` says of a run's version: which, whether it may move, its last move, a move asked, why it waits. */
 export function versionLines(run: RunRow, live: readonly string[]): string[] {
   const lines = [
@@ -344,6 +365,7 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     run.owner ?? "-"
   }`);
   p(...versionLines(run, await ctx.client.reads.hostedVersions()));
+  if (run.forked_from || run.dry_run) p(forkLine(run));
   if (run.parent_run_id) p(`  parent: ${run.parent_run_id}  call=${run.parent_key ?? "-"}`);
   for (const c of children) {
     p(`  child: ${c.runId}  agent=${c.agent}  status=${c.status}  call=${c.parentKey ?? "-"}`);
@@ -486,11 +508,18 @@ function approvalGaps(a: ApprovalRow | undefined): string[] {
   return out;
 }
 
+/** How a fork's call was answered without its remote: the original's record, or the tool's stub. */
+function answeredBy(e: SideEffectRow): string {
+  if (e.remote === "original") return "  answered=original (never sent)";
+  if (e.remote === "stub") return "  answered=stub (never sent)";
+  return "";
+}
+
 function effectLines(e: SideEffectRow): string[] {
   const lines = [
     `tool      ${e.status}  ${e.tool}  key=${e.idempotency_key}  attempts=${e.attempts}  epoch=${e.epoch}  intent=${
       iso(e.intent_at)
-    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${waitFields(e)}${
+    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${answeredBy(e)}${waitFields(e)}${
       e.result !== null ? `  result=${JSON.stringify(e.result)}` : ""
     }`,
   ];

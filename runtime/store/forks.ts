@@ -141,11 +141,8 @@ const ORIGINAL_CALL = statement(
     order by seq limit 1`,
 );
 
-// $1 the original's child's id: whether it exists, for a fork's child to be a fork of.
-const RUN_EXISTS = statement("run-exists", `select 1 as one from runs where run_id = $1`);
-
 /** Every statement of this audience. */
-export const FORK_STATEMENTS = [FORK_RUN, START_DRY, ORIGINAL_CALL, RUN_EXISTS] as const;
+export const FORK_STATEMENTS = [FORK_RUN, START_DRY, ORIGINAL_CALL] as const;
 
 /** Forks and dry runs: written, and looked up in. */
 export class Forks {
@@ -200,10 +197,5 @@ export class Forks {
       [original, tool, jsonParam(args, "tool arguments")],
     );
     return row;
-  }
-
-  /** True when the run `runId` exists. */
-  async exists(runId: string): Promise<boolean> {
-    return (await queryRows(this.#client, RUN_EXISTS, [runId])).length === 1;
   }
 }

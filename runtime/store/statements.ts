@@ -162,8 +162,7 @@ export type StatementName =
   // forks
   | "fork-run"
   | "start-dry-run"
-  | "original-call"
-  | "run-exists";
+  | "original-call";
 
 /** The names the statements are declared under, as the compiler reads them beside their texts. */
 type DeclaredName =
