@@ -10,17 +10,9 @@
 
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
-import type { ScriptStep } from "../mock/model.ts";
+import { MODEL_B_STEPS } from "./_fork.ts";
 import { pgTest } from "./_pg.ts";
 import { runCli } from "../harness/procs.ts";
-
-/** What the second model decides: another database and DNS record than the demo's, then its answer. */
-export const MODEL_B_STEPS: ScriptStep[] = [
-  { tool: "create_server", args: { name: "srv-b", spec: "large" } },
-  { tool: "create_database", args: { name: "db-b", engine: "mysql", size_gb: 20 } },
-  { tool: "create_dns_record", args: { hostname: "b.example.com", record_type: "CNAME", target: "srv-b" } },
-  { answer: "Provisioned on mock-b." },
-];
 
 pgTest(
   "a finished demo run forked at step 1 onto another model sends nothing and survives a SIGKILL",

@@ -10,6 +10,7 @@
  */
 
 import { type Agent, checkInput } from "../agent/agent.ts";
+import { type Budget, checkBudget } from "../agent/budget.ts";
 import { ClientError } from "../base/errors.ts";
 import type { Json } from "../base/values.ts";
 import { checkModelParams, mergeModelParams } from "../model/params.ts";
@@ -40,6 +41,8 @@ export interface ForkOptions {
   runId?: string;
   /** The evaluation the fork is a case of (`runEval` sets it). */
   evalId?: string;
+  /** The fork's own ceilings, in place of the original's (an evaluation's share of its budget). */
+  budget?: Budget;
 }
 
 /** What a fork made. */
@@ -91,6 +94,7 @@ export async function forkRun(
     dryRun,
     evalId: opts.evalId,
     given,
+    ...(opts.budget ? { budget: checkBudget(opts.budget, `Fork ${forkId}`) as Json } : {}),
   }, deps.now());
   if (!written.created) {
     const there = await deps.store.reads.getRun(forkId);

@@ -31,6 +31,8 @@ export interface NewFork {
   evalId?: string;
   /** Its own input and goal (a fork at step 0 only); undefined: the original's. */
   given?: { input: Json; goal: string };
+  /** Its own ceilings (an evaluation's share of its budget); undefined: the original's. */
+  budget?: Json;
 }
 
 /** What a fork's one statement wrote. */
@@ -61,6 +63,8 @@ export interface NewDryRun {
   conversationIdleMs?: number;
   /** The evaluation it is a case of, if any. */
   evalId?: string;
+  /** Its ceilings, if any. */
+  budget?: Json;
 }
 
 // The messages a fork of a conversation at $3 starts with: each one answered by a step before $3, and the
@@ -76,7 +80,8 @@ const MESSAGES_BEFORE = `select m.seq, m.message_id, m.text, m.created_at,
                                            where n.run_id = $2 and (n.answer_seq is null or n.answer_seq >= $3))))`;
 
 // $1 the fork, $2 the original, $3 the seq it forks at, $4 now, $5 its agent (null: the original's), $6 its
-// model parameters, $7 dry run, $8 its evaluation, $9 its goal and $10 its input (null: the original's). One statement: the run, its copied steps and calls, a
+// model parameters, $7 dry run, $8 its evaluation, $9 its goal and $10 its input, $11 its budget (null: the
+// original's). One statement: the run, its copied steps and calls, a
 // conversation's messages, all or nothing; a fork id taken already writes nothing. The copies record no
 // model request, token or request of their own (llm_attempts, spent_tokens, attempts 0: the fork paid for
 // none); a copied call confirmed is remote 'original', under the fork's own key.
@@ -89,7 +94,8 @@ const FORK_RUN = statement(
                            updated_at, conversation_idle_ms, message_count, labels, forked_from, forked_at_seq,
                            dry_run, eval_id)
          select $1, coalesce($5, src.agent), coalesce($9, src.goal),
-                case when $9::text is null then src.input else $10::text::jsonb end, src.budget, $6::text::jsonb, 'pending', 0,
+                case when $9::text is null then src.input else $10::text::jsonb end,
+                coalesce($11::text::jsonb, src.budget), $6::text::jsonb, 'pending', 0,
                 $4::timestamptz, $4::timestamptz, src.conversation_idle_ms,
                 case when src.conversation_idle_ms is null then 0
                      else greatest(1, coalesce((select max(seq) + 1 from msgs), 1)) end,
@@ -121,13 +127,13 @@ const FORK_RUN = statement(
 );
 
 // $1 run, $2 agent, $3 goal, $4 input, $5 now, $6 model parameters, $7 a conversation's idle limit, $8 its
-// evaluation: a fresh pending run that sends no call of a tool acting on the world.
+// evaluation, $9 its budget: a fresh pending run that sends no call of a tool acting on the world.
 const START_DRY = statement(
   "start-dry-run",
   `insert into runs (run_id, agent, goal, input, model_params, status, epoch, created_at, updated_at,
-                     conversation_idle_ms, message_count, dry_run, eval_id)
+                     conversation_idle_ms, message_count, dry_run, eval_id, budget)
    values ($1, $2, $3, $4::text::jsonb, $6::text::jsonb, 'pending', 0, $5::timestamptz, $5::timestamptz,
-           $7::int, case when $7::int is null then 0 else 1 end, true, $8)
+           $7::int, case when $7::int is null then 0 else 1 end, true, $8, $9::text::jsonb)
    on conflict (run_id) do nothing
    returning run_id`,
 );
@@ -166,6 +172,7 @@ export class Forks {
       f.evalId ?? null,
       f.given?.goal ?? null,
       f.given ? jsonParam(f.given.input, "fork input") : null,
+      f.budget === undefined ? null : jsonParam(f.budget, "fork budget"),
     ]);
     return row;
   }
@@ -181,6 +188,7 @@ export class Forks {
       r.modelParams === undefined ? null : jsonParam(r.modelParams, "run model parameters"),
       r.conversationIdleMs ?? null,
       r.evalId ?? null,
+      r.budget === undefined ? null : jsonParam(r.budget, "run budget"),
     ]);
     return rows.length === 1;
   }
