@@ -274,12 +274,10 @@ async function driveClaimed(
   // A run at epoch 1 was just claimed for the first time (every claim bumps
   // the epoch, from 0 at creation), and every journal and tool-call row is
   // written under a claimed epoch: it has no history, so it is not read (#11:
-  // one statement less for every fresh run). Any later claim reads it back.
+  // one statement less for every fresh run; not a fork, which has copies). Any later claim reads it back.
   // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory.
   const parked = claimed.parked;
-  // A fork starts with the original's steps before its seq: read them at its first claim too.
-  const fresh = epoch === 1 && !claimed.run.forked_at_seq;
-  const { journal, effects } = fresh || parked ? NO_HISTORY : await store.reads.loadHistory(runId);
+  const { journal, effects } = unread(claimed) ? NO_HISTORY : await store.reads.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state = await stateAtClaim(deps, claimed, { journal, effects }, stop.signal);
   let seq = parked?.seq ?? 0;
@@ -331,6 +329,11 @@ async function driveClaimed(
     if (end === undefined) throw err;
     return await endTurn(deps, state, seq, end);
   }
+}
+
+/** True when the claim need not read the run's rows: its first (but a fork's, which has copies), or parked. */
+function unread(claimed: ClaimedRun): boolean {
+  return (claimed.epoch === 1 && !claimed.run.forked_at_seq) || claimed.parked !== undefined;
 }
 
 /** The `claimed` line: the run, its new epoch, who holds it, who did, the version it moved from. */

@@ -94,7 +94,7 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
     );
   }
   const v = value as Record<string, unknown>;
-  const problems: string[] = [];
+  const problems: string[] = modelNameProblems(v.model);
   const seen = (x: unknown) => JSON.stringify(x) ?? String(x);
   for (const key of Object.keys(v)) {
     if (!(FIELDS as readonly string[]).includes(key)) {
@@ -109,12 +109,6 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
       problems.push(`'${name}' must be a number from ${min} to ${max}: current value is ${seen(x)}`);
     }
   };
-  const model = v.model;
-  if (model !== undefined && (typeof model !== "string" || !/^[\x21-\x7e]{1,200}$/.test(model))) {
-    problems.push(
-      `'model' must be a model's name, 1-200 printable characters: current value is ${seen(model)}`,
-    );
-  }
   finite("temperature", 0, 2);
   finite("topP", 0, 1);
   const int = (name: "maxOutputTokens" | "seed", min: number) => {
@@ -184,6 +178,14 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
   const out: ModelParams = {};
   for (const key of FIELDS) if (v[key] !== undefined) (out as Record<string, unknown>)[key] = v[key];
   return out;
+}
+
+/** What is wrong with a run's `model` (a model's name: 1-200 printable ASCII characters, no space). */
+function modelNameProblems(model: unknown): string[] {
+  if (model === undefined || (typeof model === "string" && /^[\x21-\x7e]{1,200}$/.test(model))) return [];
+  return [
+    `'model' must be a model's name, 1-200 printable characters: current value is ${JSON.stringify(model)}`,
+  ];
 }
 
 /** The answer-multiplying fields of `extra` and of the objects in it that are set to anything but 1. */
