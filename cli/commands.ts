@@ -167,7 +167,6 @@ export async function runs(
     "FLAGGED",
     "TOKENS",
     "VERSION",
-    "FORK_OF",
   ]];
   // Why each open run no live worker can take waits: runs waiting for the same thing are said once.
   const waiting = new Map<string, string[]>();
@@ -176,11 +175,11 @@ export async function runs(
     if (why !== undefined) waiting.set(why, [...(waiting.get(why) ?? []), r.run_id]);
     table.push([
       // A child run (agentTool) is shown under its parent, indented; one whose parent is on another page names it.
-      depth === 0
+      (depth === 0
         ? r.run_id
         : `${"  ".repeat(depth - 1)}└ ${r.run_id}${
           rows.some((p) => p.run_id === r.parent_run_id) ? "" : ` (of ${r.parent_run_id})`
-        }`,
+        }`) + forkText(r),
       r.agent,
       statusText(r, limited.get(r.run_id)),
       String(r.epoch),
@@ -195,7 +194,6 @@ export async function runs(
       // Spend against the budget, when the run has a token ceiling.
       r.budget?.tokens ? `${r.tokens}/${r.budget.tokens}` : String(r.tokens),
       versionText(r),
-      forkText(r),
     ]);
   }
   // Each cell on one line, escaped before the widths are measured, so the columns line up as shown.
@@ -327,10 +325,10 @@ export function forkLine(run: RunRow): string {
   return `  fork: ${of}  ${sends}${run.eval_id ? `  eval=${run.eval_id}` : ""}`;
 }
 
-/** A fork as the runs list shows it: `orig@1` (and `dry`), or `-`. */
+/** What the runs list adds to a fork's id: ` (fork of orig@1, dry)`; nothing for a run that is none. */
 function forkText(run: Pick<RunRow, "forked_from" | "forked_at_seq" | "dry_run">): string {
-  if (!run.forked_from) return run.dry_run ? "dry" : "-";
-  return `${run.forked_from}@${run.forked_at_seq ?? 0}${run.dry_run ? " dry" : ""}`;
+  if (!run.forked_from) return run.dry_run ? " (dry)" : "";
+  return ` (fork of ${run.forked_from}@${run.forked_at_seq ?? 0}${run.dry_run ? ", dry" : ""})`;
 }
 
 /** What `inspect` says of a run's version: which, whether it may move, its last move, a move asked, why it waits. */

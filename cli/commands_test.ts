@@ -99,7 +99,7 @@ Deno.test("runs prints a table with steps, model calls and flagged calls", async
     await runs(ctx, { search: "tab-" });
     assert.match(
       out[0],
-      /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+TOOL_CALLS\s+LLM_CALLS\s+FLAGGED\s+TOKENS\s+VERSION\s+FORK_OF$/,
+      /^RUN\s+AGENT\s+STATUS\s+EPOCH\s+OWNER\s+HEARTBEAT\s+TOOL_CALLS\s+LLM_CALLS\s+FLAGGED\s+TOKENS\s+VERSION$/,
     );
     const row = (run: string) => out.find((l) => l.startsWith(run))!.split(/\s{2,}/);
     // A blocked run has no live worker, so its lease age is not shown.

@@ -81,7 +81,7 @@ pgTest(
       assert.match(shown.out, /fork: fork of orig at step 1 .*dry run/);
       assert.match(shown.out, /key=f1:0 .*remote=original {2}answered=original \(never sent\)/);
       const listed = await runCli(["runs"], env);
-      assert.match(listed.out, /^f1 .* orig@1 dry$/m);
+      assert.match(listed.out, /^f1 \(fork of orig@1, dry\) +provision +done /m);
     } finally {
       await mocks.close();
     }
