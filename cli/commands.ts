@@ -428,11 +428,14 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     const e = bySeq.get(seq);
     const a = approvalBySeq.get(seq);
     const epoch = Math.max(j?.epoch ?? 0, e?.epoch ?? 0);
-    if (lastEpoch !== undefined && epoch > lastEpoch) {
+    const copied = run.forked_from && seq < (run.forked_at_seq ?? 0);
+    if (lastEpoch !== undefined && epoch > lastEpoch && seq === run.forked_at_seq && run.forked_from) {
+      p(`  -- the fork decides from here (the steps above are ${run.forked_from}'s, copied)`);
+    } else if (lastEpoch !== undefined && epoch > lastEpoch) {
       p(`  -- epoch ${lastEpoch} -> ${epoch}: another worker took the run over`);
     }
     lastEpoch = epoch;
-    p(`step ${seq}`);
+    p(`step ${seq}${copied ? `  (copied from ${run.forked_from}:${seq}: not asked, not sent)` : ""}`);
     if (j) {
       for (const line of decisionLines(j)) p(`  ${line}`);
       const u = j.usage as Record<string, number> | null;

@@ -18,6 +18,8 @@ import { openStore } from "../runtime/store/open.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { Client } from "../runtime/client/client.ts";
 import { loadAgents } from "./agents.ts";
+import { MockModel } from "../mock/model.ts";
+import { OpenAIPlanner } from "../runtime/model/openai.ts";
 import {
   type EvalCase,
   type EvalVariant,
@@ -89,11 +91,13 @@ export async function main(
   const dataDir = values["data-dir"] ?? (env.DATA_DIR || ".data");
   let store: Store | undefined;
   try {
-    const agent = await chosenAgent(
-      values.agent ?? new URL("../examples/provision/agent.ts", import.meta.url).pathname,
-      values["agent-name"],
-    );
-    const variants = await Promise.all(values.variant.map(variantOf));
+    const ctx = { env, dataDir, embedded: !databaseUrl };
+    const path = values.agent ?? new URL("../examples/provision/agent.ts", import.meta.url).pathname;
+    const agent = await withEmbeddedModel(ctx, await chosenAgent(path, values["agent-name"]));
+    const variants = await Promise.all(values.variant.map(async (text) => {
+      const v = await variantOf(text);
+      return v.agent ? { ...v, agent: await withEmbeddedModel(ctx, v.agent) } : v;
+    }));
     const scorerList = (values.scorer?.length ? values.scorer : ["exact"]).map(scorerOf);
     const budgetTokens = numberFlag("--budget-tokens", values["budget-tokens"]);
     store = await openStore({ databaseUrl, dataDir });
@@ -115,7 +119,7 @@ export async function main(
       variants,
       scorers: scorerList,
       ...(budgetTokens !== undefined ? { budget: { tokens: budgetTokens } } : {}),
-      context: { env, dataDir, embedded: !databaseUrl },
+      context: ctx,
     });
     for (const line of tableLines(report)) print(displayText(line));
     print(spendLine(report));
@@ -149,9 +153,11 @@ function scorerOf(text: string): Scorer {
   const [kind, arg] = text.split(/=(.*)/s, 2);
   if (kind === "exact" && arg === undefined) return scorers.exact();
   if (kind === "contains" && arg) return scorers.contains(arg);
-  if (kind === "steps" && arg) return scorers.within({ steps: numberFlag("--scorer steps", arg) }, "steps");
+  if (kind === "steps" && arg) {
+    return scorers.within({ steps: numberFlag("--scorer steps", arg) }, `steps<=${arg}`);
+  }
   if (kind === "tokens" && arg) {
-    return scorers.within({ tokens: numberFlag("--scorer tokens", arg) }, "tokens");
+    return scorers.within({ tokens: numberFlag("--scorer tokens", arg) }, `tokens<=${arg}`);
   }
   throw new ConfigError([
     `--scorer ${JSON.stringify(text)} is not one of exact, contains=TEXT, steps=N, tokens=N`,
@@ -180,6 +186,26 @@ async function inputCases(path: string): Promise<EvalCase[]> {
       }
       : { name: `${i + 1}`, input: c };
   });
+}
+
+/**
+ * The agent, with the embedded default's model when it names none and no
+ * `MODEL_URL` is set (as `deno task run` does): the in-process mock, its
+ * counters under the data directory.
+ */
+async function withEmbeddedModel(
+  ctx: { env: Record<string, string | undefined>; dataDir: string; embedded: boolean },
+  agent: Agent,
+): Promise<Agent> {
+  if (agent.model !== undefined || ctx.env.MODEL_URL || !ctx.embedded) return agent;
+  await Deno.mkdir(ctx.dataDir, { recursive: true });
+  const mock = await MockModel.open({ statePath: `${ctx.dataDir}/mock-model.json` });
+  const model = new OpenAIPlanner({
+    url: "http://mock-model.in-process/v1",
+    model: "mock-planner",
+    fetch: mock.handler,
+  });
+  return { ...agent, model };
 }
 
 /** The module's agent named `name`, or its first. */
