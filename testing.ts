@@ -109,6 +109,7 @@ export {
   runEval,
   type Score,
   type Scorer,
+  type Scorers,
   scorers,
   spendLine,
   tableLines,

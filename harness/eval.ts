@@ -406,8 +406,20 @@ function differenceLines(report: EvalReport): string[] {
   return out;
 }
 
+/** The scorers that ship ({@link scorers}). */
+export interface Scorers {
+  /** The answer is the expected one (the case's, or the recorded run's). */
+  exact(): Scorer;
+  /** The answer holds `text`. */
+  contains(text: string, name?: string): Scorer;
+  /** The run spent at most these of its own. */
+  within(bounds: { tokens?: number; steps?: number; cost?: number }, name?: string): Scorer;
+  /** A model as judge, through a planner: passes when it answers "yes". */
+  judge(planner: Planner, criterion: string, name?: string): Scorer;
+}
+
 /** Scorers that ship: exact and contained answers, a model as judge, bounds on cost and steps. */
-export const scorers = {
+export const scorers: Scorers = {
   /** The answer is the expected one (the case's, or the recorded run's). */
   exact(): Scorer {
     return { name: "exact", score: (r) => r.status === "done" && r.output === r.expected };

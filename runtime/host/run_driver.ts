@@ -267,7 +267,7 @@ async function driveClaimed(
 ): Promise<RunOutcome> {
   const { store, log } = deps;
   const tel = telemetryOf(deps);
-  const { run, epoch } = claimed;
+  const { run } = claimed;
   const runId = run.run_id;
   logClaimed(deps, claimed);
   if (stuckClaims(claimed) > deps.maxClaimsWithoutProgress) return await stopStuck(deps, claimed);
