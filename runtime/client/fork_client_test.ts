@@ -126,7 +126,7 @@ Deno.test("a fork copies the steps before its seq and decides anew after; a dry 
   }
 });
 
-Deno.test("a dry run's tool that only reads runs live", async () => {
+Deno.test("a dry run's tool that only reads runs live; one that needs approval is answered without asking", async () => {
   sent.length = 0;
   const reader = defineAgent({
     name: "reader",
@@ -141,8 +141,30 @@ Deno.test("a dry run's tool that only reads runs live", async () => {
         ),
     },
   });
+  const gated = defineAgent({
+    name: "gated",
+    tools: [defineTool({
+      name: "pay",
+      description: "Pays.",
+      args: z.strictObject({ sku: z.string() }),
+      approval: true,
+      run: (args, ctx) => {
+        sent.push(`${ctx.idempotencyKey} ${args.sku}`);
+        return Promise.resolve({ result: "paid" });
+      },
+    })],
+    model: {
+      describe: "pays",
+      decide: (req) =>
+        Promise.resolve(
+          req.transcript.some((m) => m.role === "tool")
+            ? { kind: "done", text: "paid" }
+            : { kind: "tool_calls", calls: [{ name: "pay", args: { sku: "order" } }] },
+        ),
+    },
+  });
   const client = await connect({ memory: true });
-  const worker = await client.startWorker([reader], { pollMs: 20 });
+  const worker = await client.startWorker([reader, gated], { pollMs: 20 });
   try {
     await client.start(reader, { runId: "r0", input: "read" });
     await client.wait("r0", { timeoutMs: 20_000, pollMs: 10 });
@@ -151,6 +173,16 @@ Deno.test("a dry run's tool that only reads runs live", async () => {
     assert.deepEqual(sent, ["r0:0 price r0", "r0f:0 price r0f"]);
     const row = (await client.reads.inspect("r0f")).effects[0];
     assert.equal(row.remote, "created");
+
+    // The original waited for a person; its dry fork, which sends nothing, does not.
+    await client.start(gated, { runId: "g0", input: "pay" });
+    assert.equal((await client.wait("g0", { timeoutMs: 20_000, pollMs: 10 })).status, "waiting");
+    await client.operators.approve("g0:0", { by: "ada" });
+    assert.equal((await client.wait("g0", { timeoutMs: 20_000, pollMs: 10 })).status, "done");
+    await client.fork("g0", { atSeq: 0, runId: "g0f" });
+    assert.equal((await client.wait("g0f", { timeoutMs: 20_000, pollMs: 10 })).status, "done");
+    assert.equal((await client.reads.inspect("g0f")).effects[0].remote, "original");
+    assert.deepEqual(sent.filter((s) => s.includes("order")), ["g0:0 order"]);
   } finally {
     await worker.stop();
     await client.close();
