@@ -4,8 +4,8 @@
  * (a second scripted model of the mock, named in the request). Step 0 is the
  * original's rows, with no model request and no tool request; steps from 1
  * are decided anew by that model; the cloud sees no request from the fork
- * (the demo's tools answer from their stubs); a `deno run` SIGKILLed while
- * answering the fork's call resumes it like any run.
+ * (the demo's tools answer from their stubs); a `deno run` SIGKILLed after
+ * the fork's first own decision resumes it like any run.
  */
 
 import assert from "node:assert/strict";
@@ -42,11 +42,11 @@ pgTest(
         /forked {2}run=f1 {2}of=orig {2}at_seq=1 {2}dry_run {2}copied: steps=1 calls=1 messages=0/,
       );
 
-      // Killed right after the intent of the fork's first own call (its answer not yet written).
+      // Killed right after the fork's first own decision, before its call is answered.
       const killed = await runCli(["run"], {
         ...env,
         RUN_ID: "f1",
-        CRASH_AT: "after_intent",
+        CRASH_AT: "after_decide",
         CRASH_SEQ: "1",
       });
       assert.equal(killed.code, 137, killed.out);
@@ -67,8 +67,8 @@ pgTest(
         effects.map((e) => [e.idempotency_key, e.remote, e.result, e.attempts]),
         [
           ["f1:0", "original", orig.effects[0].result, 0],
-          ["f1:1", "stub", "stub-db-db-b", 1],
-          ["f1:2", "stub", "stub-dns-b.example.com", 1],
+          ["f1:1", "stub", "stub-db-db-b", 0],
+          ["f1:2", "stub", "stub-dns-b.example.com", 0],
         ],
       );
       const run = await pg.store.reads.getRun("f1");

@@ -180,6 +180,7 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "fork-run": "other",
   "start-dry-run": "other",
   "original-call": "read-tool",
+  "dry-answer": "tool-confirm",
 };
 
 /** The position of a statement sent with `opts`. */

@@ -95,7 +95,7 @@ Deno.test("a fork copies the steps before its seq and decides anew after; a dry 
     assert.equal(record.run.forked_from, "orig");
     assert.equal(record.run.forked_at_seq, 1);
     const effects = record.effects.map((e) => [e.idempotency_key, e.remote, e.result, e.attempts]);
-    assert.deepEqual(effects, [["f1:0", "original", "order-tea-orig:0", 0], ["f1:1", "stub", "stub-jam", 1]]);
+    assert.deepEqual(effects, [["f1:0", "original", "order-tea-orig:0", 0], ["f1:1", "stub", "stub-jam", 0]]);
     assert.equal(record.journal[0].llm_attempts, 0, "a copied step records no model request");
 
     // Forked at step 0 onto the original's own agent: the same calls are answered from the original's record.

@@ -11,9 +11,10 @@
  * 3. else it is flagged: an unknown outcome a person resolves (`deno task
  *    resolve KEY --result ...`), as any flagged call is.
  *
- * Each answer is an intent row, then its confirm (or flag), under the fork's
- * own key, so a crash between them answers it again the same way: nothing
- * was sent, so there is no unknown outcome to settle.
+ * Each answer is one fenced statement writing the call's row settled, under
+ * the fork's own key, with no request counted (`attempts` 0): nothing was
+ * sent, so there is no intent and no unknown outcome to settle. A worker
+ * killed before it answers it again the same way.
  *
  * @module
  */
@@ -23,7 +24,7 @@ import { describeError } from "../base/errors.ts";
 import { toStorable } from "../base/storable.ts";
 import { applyRow, type RunDeps, type RunState } from "../run/context.ts";
 import type { SideEffectRow } from "../store/store.ts";
-import { confirm, decidedName, flag, type PreparedCall } from "./settle.ts";
+import { decidedName, type PreparedCall } from "./settle.ts";
 
 /** How a dry run's call was answered, without its remote; `flag` says why nobody could. */
 export type DryAnswer =
@@ -40,9 +41,10 @@ export function staysDry(state: Pick<RunState, "dryRun">, call: Pick<PreparedCal
 }
 
 /**
- * Answers a call of a dry run without its remote (see the module): writes its
- * intent unless an earlier worker did, then confirms it with the original's
- * result or the stub's, or flags it. Returns the row as the last write left it.
+ * Answers a call of a dry run without its remote (see the module): its row
+ * written settled in one fenced statement, confirmed with the original's
+ * result or the stub's (no request counted: `attempts` 0), or flagged.
+ * Returns the row as written, applied to the run's state.
  */
 export async function answerDry(
   deps: RunDeps,
@@ -50,15 +52,6 @@ export async function answerDry(
   call: PreparedCall,
 ): Promise<SideEffectRow> {
   const { key, seq } = call;
-  const before = state.effects.get(seq);
-  const intent = before ?? await deps.store.writes.effectIntentRow(
-    state.fence,
-    { key, seq, tool: decidedName(call), args: call.rawArgs },
-    deps.clock.now(),
-    true,
-  );
-  applyRow(state, intent);
-  await deps.crash.hit("after_intent", seq);
   const answer = await dryAnswerOf(deps, state, call);
   deps.log.info("dry-answered", {
     run: state.fence.runId,
@@ -68,10 +61,23 @@ export async function answerDry(
     by: answer.by,
     from: answer.by === "original" ? answer.from : undefined,
   });
-  if (answer.by === "flag") return await flag(deps, state, intent, answer.reason);
-  const confirmed = await confirm(deps, state, intent, answer.result, answer.by);
+  const row = await deps.store.forks.answerDry(
+    state.fence,
+    { key, seq, tool: decidedName(call), args: call.rawArgs },
+    answer.by === "flag"
+      ? { status: "flagged", error: answer.reason }
+      : { status: "confirmed", result: answer.result, remote: answer.by },
+    deps.clock.now(),
+  );
+  if (!row) throw await deps.store.writes.refusal(state.fence, `dry answer key=${key}`);
+  applyRow(state, row);
+  if (answer.by === "flag") {
+    deps.log.warn("flagged", { run: state.fence.runId, seq, key, tool: row.tool, reason: answer.reason });
+  } else {
+    deps.log.info("confirmed", { run: state.fence.runId, seq, key, result: row.result, remote: row.remote });
+  }
   await deps.crash.hit("after_confirm", seq);
-  return confirmed;
+  return row;
 }
 
 /** The answer a dry run's call gets: the original's record, the stub's, or why it must be flagged. */

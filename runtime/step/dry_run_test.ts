@@ -3,8 +3,9 @@
  * only a tool that acts on the world stays dry, and only in a dry run; its
  * call is answered from the original's confirmed call with the same tool and
  * arguments (their keys in any order), else from the tool's stub, else
- * flagged with the reason; the answer is an intent then a confirm under the
- * fork's key, and an intent an earlier worker left is answered, not sent.
+ * flagged with the reason; the answer is one write of the row settled under
+ * the fork's key, no request counted, and a row a person sent back to intent
+ * is answered in place, not sent.
  */
 
 import assert from "node:assert/strict";
@@ -58,11 +59,12 @@ Deno.test("a call the original made with the same arguments, keys in another ord
   const state = await dry("dry-1", "orig");
   const call: PreparedCall = w.callOf(state, 0, send, { to: "ada", text: "hi" });
   const row = await answerDry(deps, state, call);
-  assert.deepEqual([row.status, row.remote, row.result, row.idempotency_key], [
+  assert.deepEqual([row.status, row.remote, row.result, row.idempotency_key, row.attempts], [
     "confirmed",
     "original",
     "orig-0",
     "dry-1:0",
+    0,
   ]);
   await w.held(state, row);
   assert.equal(sent, 0, "nothing was sent");
@@ -96,7 +98,7 @@ Deno.test("a call the original did not make is answered by the stub, else flagge
   assert.equal(sent, 0);
 });
 
-Deno.test("an intent an earlier worker left is answered under the same key, nothing sent", async () => {
+Deno.test("a row at intent (a flagged call a person sent back) is answered in place, nothing sent", async () => {
   const state = await dry("dry-3", "orig");
   const call = w.callOf(state, 0, stubbed, { text: "again" });
   const left = await w.intent(state, call);

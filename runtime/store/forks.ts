@@ -11,7 +11,8 @@
 
 import type { Json } from "../base/values.ts";
 import type { SqlClient } from "./driver.ts";
-import { jsonParam, queryRows, statement, ts } from "./sql.ts";
+import type { Fence, SideEffectRow } from "./rows.ts";
+import { FENCE, jsonParam, queryRows, statement, textParam, ts } from "./sql.ts";
 
 /** What {@link Forks.fork} writes: the new run and where it forks from. */
 export interface NewFork {
@@ -147,8 +148,31 @@ const ORIGINAL_CALL = statement(
     order by seq limit 1`,
 );
 
+// $1 run, $2 epoch (fenced), $3 key, $4 seq, $5 tool, $6 args, $7 status ('confirmed' or 'flagged'), $8 result,
+// $9 remote ('original' or 'stub'), $10 error, $11 now. A dry run's call, answered without its remote: its row
+// written settled at once, no request counted (attempts 0), as nothing was sent and no outcome is unknown. A row
+// a person sent back to intent (resolve --retry of a flagged one) is answered again in place.
+const DRY_ANSWER = statement(
+  "dry-answer",
+  `insert into side_effects as se (idempotency_key, run_id, seq, tool, args, status, result, remote, error, attempts,
+                                   epoch, intent_at, confirmed_at)
+   select $3, $1, $4, $5, $6::text::jsonb, $7, $8::text::jsonb, $9, $10, 0, $2, $11::timestamptz,
+          case when $7 = 'confirmed' then $11::timestamptz end
+    where ${FENCE}
+   on conflict (idempotency_key) do update
+      set status = excluded.status, result = excluded.result, remote = excluded.remote, error = excluded.error,
+          epoch = excluded.epoch, confirmed_at = excluded.confirmed_at
+    where se.status = 'intent'
+   returning *`,
+);
+
 /** Every statement of this audience. */
-export const FORK_STATEMENTS = [FORK_RUN, START_DRY, ORIGINAL_CALL] as const;
+export const FORK_STATEMENTS = [FORK_RUN, START_DRY, ORIGINAL_CALL, DRY_ANSWER] as const;
+
+/** How a dry run's call is settled without its remote ({@link Forks.answerDry}). */
+export type DryAnswerRow =
+  | { status: "confirmed"; result: Json; remote: "original" | "stub" }
+  | { status: "flagged"; error: string };
 
 /** Forks and dry runs: written, and looked up in. */
 export class Forks {
@@ -191,6 +215,33 @@ export class Forks {
       r.budget === undefined ? null : jsonParam(r.budget, "run budget"),
     ]);
     return rows.length === 1;
+  }
+
+  /**
+   * Writes a dry run's call settled at once (fenced on `f`): confirmed with
+   * the original's result or the stub's, or flagged; undefined when the fence
+   * refused (or the row is settled already), for the caller to explain.
+   */
+  async answerDry(
+    f: Fence,
+    call: { key: string; seq: number; tool: string; args: Json },
+    answer: DryAnswerRow,
+    now: Date,
+  ): Promise<SideEffectRow | undefined> {
+    const [row] = await queryRows<SideEffectRow>(this.#client, DRY_ANSWER, [
+      f.runId,
+      f.epoch,
+      call.key,
+      call.seq,
+      call.tool,
+      jsonParam(call.args, "tool arguments"),
+      answer.status,
+      answer.status === "confirmed" ? jsonParam(answer.result, "tool result") : null,
+      answer.status === "confirmed" ? answer.remote : null,
+      answer.status === "flagged" ? textParam(answer.error) : null,
+      ts(now),
+    ]);
+    return row;
   }
 
   /** The original's confirmed call of `tool` with `args`, if it made one: its key and result. */

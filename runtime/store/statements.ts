@@ -162,7 +162,8 @@ export type StatementName =
   // forks
   | "fork-run"
   | "start-dry-run"
-  | "original-call";
+  | "original-call"
+  | "dry-answer";
 
 /** The names the statements are declared under, as the compiler reads them beside their texts. */
 type DeclaredName =
