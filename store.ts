@@ -60,7 +60,7 @@ export type {
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/families.ts";
 // Forks and dry runs (docs/fork.md): a fork's one statement, a dry run with no original, the original's calls.
-export type { Forks, ForkWritten, NewDryRun, NewFork } from "./runtime/store/forks.ts";
+export type { DryAnswerRow, Forks, ForkWritten, NewDryRun, NewFork } from "./runtime/store/forks.ts";
 // Conversations: messages sent and answered, and how an agent converses (defineAgent's `conversation`).
 export type {
   AnswerOutcome,

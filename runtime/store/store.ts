@@ -62,7 +62,7 @@ export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
 export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./families.ts";
-export type { Forks, ForkWritten, NewDryRun, NewFork } from "./forks.ts";
+export type { DryAnswerRow, Forks, ForkWritten, NewDryRun, NewFork } from "./forks.ts";
 export { CATCH_UP_RULES, OVERLAP_RULES } from "./schedules.ts";
 export type {
   CatchUpRule,
