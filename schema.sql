@@ -752,3 +752,24 @@ $take$;
 -- can carry, as the worker that moved it may have died before it checked, and
 -- only calls sent before the move are the old version's to settle.
 alter table runs add column if not exists moved_epoch integer;
+-- migration 16: forks
+-- A run may be a fork of another (client.fork, `deno task fork`): a new run
+-- whose steps before forked_at_seq are the original's (forked_from), copied
+-- under the fork's own keys with their decisions and results, nothing sent
+-- again and no model asked; from forked_at_seq on it decides anew. A run
+-- that is a dry run (dry_run: a fork that is not live, an evaluation's case)
+-- never sends a call of a tool that acts on the world: such a call is
+-- answered from the original's recorded result for the same tool and
+-- arguments (remote 'original'), else from the tool's stub ('stub'), else
+-- flagged for a person. A child run a dry run starts is one too, a fork of
+-- the original's child of the same call if there was one. An evaluation's
+-- case runs name the evaluation (eval_id).
+alter table runs add column if not exists forked_from text;
+alter table runs add column if not exists forked_at_seq integer;
+alter table runs add column if not exists dry_run boolean not null default false;
+alter table runs add column if not exists eval_id text;
+create index if not exists runs_forked_from on runs (forked_from) where forked_from is not null;
+create index if not exists runs_eval on runs (eval_id) where eval_id is not null;
+alter table side_effects drop constraint if exists side_effects_remote_check;
+alter table side_effects add constraint side_effects_remote_check
+  check (remote in ('created', 'already_done', 'reconciled', 'resolved', 'original', 'stub'));

@@ -59,6 +59,8 @@ export type {
 } from "./runtime/store/store.ts";
 // Runs that call runs: a child created, a family's spend, a family member closed, a cancel with its subtree.
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/families.ts";
+// Forks and dry runs (docs/fork.md): a fork's one statement, a dry run with no original, the original's calls.
+export type { DryAnswerRow, Forks, ForkWritten, NewDryRun, NewFork } from "./runtime/store/forks.ts";
 // Conversations: messages sent and answered, and how an agent converses (defineAgent's `conversation`).
 export type {
   AnswerOutcome,

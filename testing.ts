@@ -97,3 +97,21 @@ export {
   type UsageFault,
 } from "./harness/fuzz.ts";
 export { PLANTED_DEFECTS, type PlantedDefects } from "./harness/defects.ts";
+// Evaluations: cases times variants, each a dry run (docs/fork.md).
+export {
+  type CaseRun,
+  caseRunId,
+  type EvalCase,
+  type EvalReport,
+  type EvalSpec,
+  type EvalVariant,
+  recordedCases,
+  runEval,
+  type Score,
+  type Scorer,
+  type Scorers,
+  scorers,
+  spendLine,
+  tableLines,
+  type VariantRow,
+} from "./harness/eval.ts";

@@ -81,8 +81,10 @@ export type {
   ChildRuns,
   ReconcileContext,
   Reconciliation,
+  StubContext,
   ToolAccepted,
   ToolDone,
+  ToolEffect,
   ToolGiveUp,
   ToolRetry,
 } from "./runtime/agent/tools.ts";

@@ -175,11 +175,11 @@ export async function runs(
     if (why !== undefined) waiting.set(why, [...(waiting.get(why) ?? []), r.run_id]);
     table.push([
       // A child run (agentTool) is shown under its parent, indented; one whose parent is on another page names it.
-      depth === 0
+      (depth === 0
         ? r.run_id
         : `${"  ".repeat(depth - 1)}└ ${r.run_id}${
           rows.some((p) => p.run_id === r.parent_run_id) ? "" : ` (of ${r.parent_run_id})`
-        }`,
+        }`) + forkText(r),
       r.agent,
       statusText(r, limited.get(r.run_id)),
       String(r.epoch),
@@ -312,6 +312,25 @@ function tokens(usage: Json | null): string | undefined {
   return `${u.prompt_tokens ?? "?"}+${u.completion_tokens ?? "?"}`;
 }
 
+/** What `inspect` says of a fork (docs/fork.md): of which run, from which step, and whether it sends. */
+export function forkLine(run: RunRow): string {
+  const of = run.forked_from
+    ? `fork of ${run.forked_from} at step ${run.forked_at_seq ?? 0} (steps before it copied, keys ` +
+      `${run.run_id}:<seq>)`
+    : "no original";
+  const sends = run.dry_run
+    ? "dry run: calls of tools that act on the world are answered from the original's record or a stub, " +
+      "never sent"
+    : "live: its calls are sent";
+  return `  fork: ${of}  ${sends}${run.eval_id ? `  eval=${run.eval_id}` : ""}`;
+}
+
+/** What the runs list adds to a fork's id: ` (fork of orig@1, dry)`; nothing for a run that is none. */
+function forkText(run: Pick<RunRow, "forked_from" | "forked_at_seq" | "dry_run">): string {
+  if (!run.forked_from) return run.dry_run ? " (dry)" : "";
+  return ` (fork of ${run.forked_from}@${run.forked_at_seq ?? 0}${run.dry_run ? ", dry" : ""})`;
+}
+
 /** What `inspect` says of a run's version: which, whether it may move, its last move, a move asked, why it waits. */
 export function versionLines(run: RunRow, live: readonly string[]): string[] {
   const lines = [
@@ -344,6 +363,7 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     run.owner ?? "-"
   }`);
   p(...versionLines(run, await ctx.client.reads.hostedVersions()));
+  if (run.forked_from || run.dry_run) p(forkLine(run));
   if (run.parent_run_id) p(`  parent: ${run.parent_run_id}  call=${run.parent_key ?? "-"}`);
   for (const c of children) {
     p(`  child: ${c.runId}  agent=${c.agent}  status=${c.status}  call=${c.parentKey ?? "-"}`);
@@ -408,11 +428,14 @@ export async function inspect(ctx: CommandContext, runId: string): Promise<void>
     const e = bySeq.get(seq);
     const a = approvalBySeq.get(seq);
     const epoch = Math.max(j?.epoch ?? 0, e?.epoch ?? 0);
-    if (lastEpoch !== undefined && epoch > lastEpoch) {
+    const copied = run.forked_from && seq < (run.forked_at_seq ?? 0);
+    if (lastEpoch !== undefined && epoch > lastEpoch && seq === run.forked_at_seq && run.forked_from) {
+      p(`  -- the fork decides from here (the steps above are ${run.forked_from}'s, copied)`);
+    } else if (lastEpoch !== undefined && epoch > lastEpoch) {
       p(`  -- epoch ${lastEpoch} -> ${epoch}: another worker took the run over`);
     }
     lastEpoch = epoch;
-    p(`step ${seq}`);
+    p(`step ${seq}${copied ? `  (copied from ${run.forked_from}:${seq}: not asked, not sent)` : ""}`);
     if (j) {
       for (const line of decisionLines(j)) p(`  ${line}`);
       const u = j.usage as Record<string, number> | null;
@@ -486,11 +509,18 @@ function approvalGaps(a: ApprovalRow | undefined): string[] {
   return out;
 }
 
+/** How a fork's call was answered without its remote: the original's record, or the tool's stub. */
+function answeredBy(e: SideEffectRow): string {
+  if (e.remote === "original") return "  answered=original (never sent)";
+  if (e.remote === "stub") return "  answered=stub (never sent)";
+  return "";
+}
+
 function effectLines(e: SideEffectRow): string[] {
   const lines = [
     `tool      ${e.status}  ${e.tool}  key=${e.idempotency_key}  attempts=${e.attempts}  epoch=${e.epoch}  intent=${
       iso(e.intent_at)
-    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${waitFields(e)}${
+    }  confirmed=${iso(e.confirmed_at)}  remote=${e.remote ?? "-"}${answeredBy(e)}${waitFields(e)}${
       e.result !== null ? `  result=${JSON.stringify(e.result)}` : ""
     }`,
   ];

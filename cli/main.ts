@@ -25,6 +25,7 @@ import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
 import { main as runMain } from "./run.ts";
 import { main as migrateMain } from "./migrate.ts";
 import { main as replayCheckMain } from "./replay_check.ts";
+import { main as forkMain } from "./fork.ts";
 import { main as workerMain } from "./worker.ts";
 import { main as superviseMain } from "./supervise.ts";
 import { main as scheduleMain } from "./schedule.ts";
@@ -58,6 +59,8 @@ usage: agent-runtime COMMAND [--flag value ...]      (deno task COMMAND ... here
   schedule      start an agent's runs on a schedule: add, list, pause, resume, remove
   move          move runs to another version of their agent at their next decision
   replay-check  which decided steps of the runs a new agent module could not carry (before a deploy, in CI)
+  fork          a new run whose steps before a seq are another run's, deciding anew (--at-seq N [--model M] [--live])
+  eval          cases times variants, each a dry run, scored: a table per variant (--id ID --variant NAME=MODEL ...)
   signal        send a run a named event (RUN NAME [--payload JSON]), taken by a call that waits for it
   migrate       bring the tables up to this program's schema version (every process also does it at start)
   fuzz          crash-fuzz the demo agent under many schedules, checked against the invariants
@@ -97,6 +100,11 @@ export async function main(
       return await migrateMain(rest, env);
     case "replay-check":
       return await replayCheckMain(rest, env);
+    case "fork":
+      return await forkMain(rest, env);
+    case "eval":
+      // Loaded on demand: the evaluation's harness is not needed to run agents.
+      return await (await import("./eval.ts")).main(rest, env);
     case "compile":
       return await compile(rest);
     case "fuzz":

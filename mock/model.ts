@@ -283,6 +283,8 @@ export class MockModel {
   /** Tokens billed per run, from the usage of every answer sent. */
   #billed = new Map<string, number>();
   #scripts: ScriptTables;
+  /** Scripts by the model named in a request's body (see {@linkcode MockModel.setModelScript}). */
+  #byModel = new Map<string, ScriptStep[]>();
   /** Calls per answer of the demo's and the generic plan, for runs and agents the table does not name. */
   #parallel: number;
   /** Body fields answered with a 400 (see {@linkcode MockModelOptions.refuseParams}). */
@@ -464,10 +466,28 @@ export class MockModel {
     else this.#scripts.byAgent.set(agent!, entry);
   }
 
+  /**
+   * Sets the script answered to requests that name `model` in their body
+   * (`undefined` removes it): a second scripted model on the same server, as
+   * a fork or an evaluation onto another model sends (`modelParams.model`).
+   * A run's script wins over it, and it wins over an agent's. Over HTTP:
+   * `POST /_scripts` with `{ "model": NAME, "steps": [...] }`. Throws a
+   * `TypeError` for malformed steps.
+   */
+  setModelScript(model: string, steps: ScriptStep[] | undefined): void {
+    if (steps === undefined) {
+      this.#byModel.delete(model);
+      return;
+    }
+    const parsed = parseScriptSpec({ agent: model, steps });
+    this.#byModel.set(model, parsed.steps!);
+  }
+
   /** Removes every script. */
   clearScripts(): void {
     this.#scripts.byRun.clear();
     this.#scripts.byAgent.clear();
+    this.#byModel.clear();
   }
 
   /** Every script set (a copy); `parallel` is listed only when a script set one. */
@@ -551,7 +571,7 @@ export class MockModel {
     const mode = faults.mode !== undefined && spend(faults, "mode_next") ? faults.mode : undefined;
     if (mode === "garbage") return garbageResponse();
     const model = typeof body.model === "string" ? body.model : "mock-model";
-    const decision = this.#decide(run, agent, n, body.messages, body.tools, mode);
+    const decision = this.#decide(run, agent, n, body.messages, body.tools, mode, model);
     // A streamed request is billed as the same request without its stream fields, so the same question
     // gets the same usage streamed or not (the runtime journals an answer's usage).
     const { stream: _s, stream_options: _o, ...unstreamed } = body;
@@ -586,6 +606,11 @@ export class MockModel {
     const spec = await readJsonObject(req);
     if (spec === undefined) return errorResponse(400, "bad_json", "The body must be a JSON object");
     try {
+      if (typeof spec.model === "string") {
+        const { model, steps } = spec;
+        this.setModelScript(model, steps === undefined ? undefined : steps as unknown as ScriptStep[]);
+        return jsonResponse(200, { model, steps: this.#byModel.get(model) ?? null });
+      }
       this.setScript(spec as unknown as ScriptSpec);
     } catch (err) {
       if (err instanceof TypeError) return errorResponse(400, "bad_script", err.message);
@@ -602,6 +627,7 @@ export class MockModel {
     messages: unknown[],
     tools: unknown,
     mode: ModelFaultMode | undefined,
+    model?: string,
   ): Decision {
     // The calls already made (each has its result in the request, whatever answers they came in) and
     // the answers already given (a conversation's earlier turns): where in its plan this request is.
@@ -610,7 +636,9 @@ export class MockModel {
       (m.role === "tool" ||
         (m.role === "assistant" && !(Array.isArray(m.tool_calls) && m.tool_calls.length > 0)))
     ).length;
-    const entry = this.#scripts.byRun.get(run) ??
+    const byModel = model === undefined ? undefined : this.#byModel.get(model);
+    const entry: ScriptEntry | undefined = this.#scripts.byRun.get(run) ??
+      (byModel ? { steps: byModel } : undefined) ??
       (agent === undefined ? undefined : this.#scripts.byAgent.get(agent));
     if (entry !== undefined && "steps" in entry) {
       return planned(scriptPlan(entry.steps, n), k, n, mode);

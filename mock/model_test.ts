@@ -951,3 +951,34 @@ Deno.test("a rate limit answers 429 with Retry-After past its requests in a slid
     }
   });
 });
+
+Deno.test("a script for a model answers the requests that name it; the others get the demo", async () => {
+  const model = await MockModel.open({ now: FIXED_NOW });
+  const set = await model.handler(
+    new Request("http://mock/_scripts", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "mock-b", steps: [{ tool: "create_server", args: { name: "b" } }] }),
+    }),
+  );
+  assert.deepEqual(await set.json(), {
+    model: "mock-b",
+    steps: [{ tool: "create_server", args: { name: "b" } }],
+  });
+  const asked = (name: string) =>
+    model.handler(
+      new Request("http://mock/v1/chat/completions", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: name, messages: START, tools: TOOLS, user: `r-${name}` }),
+      }),
+    ).then((r) => r.json());
+  assert.deepEqual(firstCall(await asked("mock-b")), { name: "create_server", args: { name: "b" } });
+  assert.deepEqual(firstCall(await asked("mock-1")), {
+    name: "create_server",
+    args: { name: "srv-1", spec: "small" },
+  });
+  assert.throws(() => model.setModelScript("mock-c", [{ tool: "" } as never]), TypeError);
+  model.setModelScript("mock-b", undefined);
+  assert.deepEqual(firstCall(await asked("mock-b")).args, { name: "srv-2", spec: "small" });
+});

@@ -34,7 +34,7 @@ import { type Client } from "../runtime/client/client.ts";
 import { ClientError } from "../runtime/base/errors.ts";
 import { MESSAGE_CHARS_MAX, type Resolution, type RunTimeline } from "../runtime/client/shapes.ts";
 import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
-import { RUN_STATUSES } from "../runtime/store/store.ts";
+import { RUN_STATUSES, type RunSummary } from "../runtime/store/store.ts";
 import { type CodeOf, hasCode, ownCode, RuntimeError } from "../runtime/base/errors.ts";
 import { ID_RULE, idProblem } from "../runtime/base/ids.ts";
 import { displayScript } from "../runtime/base/display.ts";
@@ -316,6 +316,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
   };
   app.get("/", page);
   app.get("/runs/:id", page);
+  app.get("/evals/:id", page);
   app.get("/static/:file", (c) => {
     const name = c.req.param("file");
     const type = STATIC.get(name);
@@ -474,11 +475,21 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
         ) ?? null,
       }
       : null;
+    // A fork (docs/fork.md): of which run and step, whether it sends, the evaluation it is a case of.
+    const fork = row && (row.forked_from || row.dry_run)
+      ? {
+        from: row.forked_from ?? null,
+        atSeq: row.forked_at_seq ?? null,
+        dryRun: row.dry_run === true,
+        evalId: row.eval_id ?? null,
+      }
+      : null;
     return c.json({
       readOnly: opts.readOnly === true,
       now: client.clock.now().toISOString(),
       ...buildTimeline(t),
       version,
+      fork,
       approvals,
       children,
       ...(await conversationOf(t.run)),
@@ -606,6 +617,48 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
 
   app.post("/api/runs/:id/reopen", async (c) => c.json(await client.operators.reopen(c.req.param("id"))));
 
+  // "Fork from here": {atSeq, model?, live?, runId?} as client.fork takes them; a dry run unless live.
+  app.post("/api/runs/:id/fork", async (c) => {
+    const body = await jsonBody(c);
+    const atSeq = body.atSeq;
+    if (typeof atSeq !== "number" || !Number.isSafeInteger(atSeq) || atSeq < 0) {
+      throw new UiError(
+        "UI_BAD_REQUEST",
+        `atSeq must be an integer of at least 0: current value is ${JSON.stringify(atSeq)}`,
+      );
+    }
+    for (const field of ["model", "runId"] as const) {
+      if (body[field] !== undefined && (typeof body[field] !== "string" || body[field] === "")) {
+        throw new UiError("UI_BAD_REQUEST", `${field} must be a non-empty string when given`);
+      }
+    }
+    if (body.live !== undefined && typeof body.live !== "boolean") {
+      throw new UiError("UI_BAD_REQUEST", "live must be true or false when given");
+    }
+    const forked = await client.fork(c.req.param("id"), {
+      atSeq,
+      ...(body.model ? { model: body.model as string } : {}),
+      ...(body.runId ? { runId: body.runId as string } : {}),
+      live: body.live === true,
+    });
+    return c.json(forked);
+  });
+
+  // An evaluation's case runs (runs `<id>-<variant>-<n>` of eval_id <id>), by variant, each linked from the page.
+  app.get("/api/evals/:id", async (c) => {
+    const id = c.req.param("id");
+    const runs = [];
+    for (let offset = 0; offset < 100_000; offset += 500) {
+      const page = await client.reads.list({ search: `${id}-`, limit: 500, offset });
+      runs.push(...page.runs.filter((r) => r.eval_id === id));
+      if (page.runs.length < 500) break;
+    }
+    if (runs.length === 0) {
+      throw new UiError("UI_NOT_FOUND", `No evaluation ${JSON.stringify(id)} has runs`, 404);
+    }
+    return c.json({ id, ...evalTable(id, runs) });
+  });
+
   app.post("/api/calls/:key/approve", async (c) => {
     const row = await client.operators.approve(c.req.param("key"), { by: actor });
     return c.json({ key: row.idempotency_key, status: row.status });
@@ -644,6 +697,39 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
     c.json({ code: "UI_NOT_FOUND" satisfies UiError["code"], message: `No page ${c.req.path}` }, 404)
   );
   return Promise.resolve(app);
+}
+
+/** An evaluation's case runs as the page shows them: a line per variant, then every run, newest case last. */
+function evalTable(id: string, runs: readonly RunSummary[]) {
+  const parsed = runs.map((r) => {
+    // `<id>-<variant>-<n>`: the variant is what lies between the id and the last '-'.
+    const rest = r.run_id.slice(id.length + 1);
+    const dash = rest.lastIndexOf("-");
+    return { r, variant: rest.slice(0, dash), n: Number(rest.slice(dash + 1)) };
+  }).sort((a, b) => a.variant.localeCompare(b.variant) || a.n - b.n);
+  const variants = [...new Set(parsed.map((p) => p.variant))].map((variant) => {
+    const mine = parsed.filter((p) => p.variant === variant).map((p) => p.r);
+    const count = (status: string) => mine.filter((r) => r.status === status).length;
+    return {
+      variant,
+      cases: mine.length,
+      done: count("done"),
+      failed: count("failed"),
+      blocked: count("blocked"),
+      open: mine.filter((r) => !["done", "failed", "blocked", "cancelled"].includes(r.status)).length,
+      tokens: mine.reduce((n, r) => n + r.tokens, 0),
+      llmCalls: mine.reduce((n, r) => n + r.llm_calls, 0),
+    };
+  });
+  const cases = parsed.map(({ r, variant, n }) => ({
+    runId: r.run_id,
+    variant,
+    n,
+    status: r.status,
+    forkedFrom: r.forked_from ?? null,
+    output: r.output === null ? null : r.output.slice(0, CLIP_CHARS),
+  }));
+  return { variants, cases };
 }
 
 function boundedInt(raw: string | undefined, name: string, fallback: number, max: number, min = 1): number {

@@ -141,6 +141,8 @@ export function demoTools(opts: DemoToolsOptions): Tool[] {
       args: z.strictObject({ name: NAME, spec: z.enum(["small", "medium", "large"]) }),
       timeoutMs,
       run: (args, ctx) => cloudCreate(opts, "/v1/servers", args, ctx),
+      // In a fork (docs/fork.md): a made-up id, the cloud never asked.
+      stub: (args) => `stub-srv-${args.name}`,
     }),
     defineTool({
       name: "create_database",
@@ -152,6 +154,7 @@ export function demoTools(opts: DemoToolsOptions): Tool[] {
       }),
       timeoutMs,
       run: (args, ctx) => cloudCreate(opts, "/v1/databases", args, ctx),
+      stub: (args) => `stub-db-${args.name}`,
     }),
     defineTool({
       name: "create_dns_record",
@@ -163,6 +166,7 @@ export function demoTools(opts: DemoToolsOptions): Tool[] {
       }),
       timeoutMs,
       run: (args, ctx) => cloudCreate(opts, "/v1/dns_records", args, ctx),
+      stub: (args) => `stub-dns-${args.hostname}`,
     }),
   ];
 }

@@ -176,6 +176,11 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "limit-wait-run": "wait",
   "list-limits": "other",
   "limit-waiting-for": "other",
+  // A fork written by a person (client.fork), and the original's call a dry run looks its call up in.
+  "fork-run": "other",
+  "start-dry-run": "other",
+  "original-call": "read-tool",
+  "dry-answer": "tool-confirm",
 };
 
 /** The position of a statement sent with `opts`. */

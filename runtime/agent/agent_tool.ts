@@ -113,6 +113,9 @@ export function agentTool(child: Agent, opts: AgentToolOptions = {}): AgentTool 
     args: child.input ?? TASK_ARGS,
     waitDeadlineMs,
     approval: opts.approval,
+    // Starting a child run touches no remote: in a dry run (a fork) the child is a dry run too, and its own
+    // tools' calls are answered as the fork's are (docs/fork.md).
+    effect: "read",
     run: async (args, ctx) => {
       if (!ctx.runs) {
         throw new ToolError(

@@ -13,6 +13,7 @@ import type { Json } from "../base/values.ts";
 import type { ToolDescription } from "../model/transcript.ts";
 import { type CodeOf, describeValue, RuntimeError } from "../base/errors.ts";
 import type { ToolContext } from "./tool_context.ts";
+import { DEFAULTS } from "../base/defaults.ts";
 
 export { idempotencyKeyHeader } from "../base/http.ts";
 export type { Json, ToolDescription };
@@ -117,6 +118,23 @@ export interface ToolSpec<A> {
    * tool's schema (defaults applied) before it is sent. See docs/versions.md.
    */
   replaces?: readonly string[];
+  /**
+   * What its calls do to the world: `"world"` (the default: they act on a
+   * remote, create, send, charge, change) or `"read"` (they only read). In a
+   * fork of a run (docs/fork.md), a call of a `"world"` tool is never sent
+   * unless the fork is live: it is answered from the original run's recorded
+   * result for the same arguments, else from {@link ToolSpec.stub}, else
+   * flagged for a person; a `"read"` tool's calls run live.
+   */
+  effect?: ToolEffect;
+  /**
+   * Answers a call in a fork without its remote, when the original run made
+   * no call with these arguments: returns the result the model is shown (a
+   * made-up id, a canned answer). Called only in a fork that is not live, for
+   * a tool whose `effect` is `"world"`; must not act on any remote. A stub
+   * that throws leaves the call flagged, with the error as the reason.
+   */
+  stub?(args: A, ctx: StubContext): Json | Promise<Json>;
   /** Performs the call. Throw a `ToolError` (`mod.ts`) to say whether a re-send may help. */
   run(args: A, ctx: ToolContext): Promise<ToolOutcome>;
   /**
@@ -130,6 +148,21 @@ export interface ToolSpec<A> {
   reconcile?(args: A, ctx: ReconcileContext): Promise<Reconciliation>;
   /** Timeout of one `reconcile`, through `ctx.signal` (then it counts as `unknown`). Default `timeoutMs`. */
   reconcileTimeoutMs?: number;
+}
+
+/** What a tool's calls do to the world ({@link ToolSpec.effect}). */
+export type ToolEffect = "world" | "read";
+
+/** What a tool's {@link ToolSpec.stub} is given with the call's arguments. */
+export interface StubContext {
+  /** The fork's key of the call, `<forkRunId>:<seq>`. */
+  idempotencyKey: string;
+  /** The fork's run id. */
+  runId: string;
+  /** The call's seq. */
+  seq: number;
+  /** The run this one is a fork of; null for a dry run with no original (an evaluation's input). */
+  forkedFrom: string | null;
 }
 
 /** A tool as the runtime holds it. */
@@ -158,6 +191,10 @@ export interface Tool {
   readonly parameters: Record<string, unknown>;
   /** The names it had in earlier versions of its agent, whose decided calls it carries. */
   readonly replaces?: readonly string[];
+  /** What its calls do to the world: `"world"` calls are never sent by a fork that is not live. */
+  readonly effect: ToolEffect;
+  /** Answers a call in a fork without its remote, when the tool offers it ({@link ToolSpec.stub}). */
+  readonly stub?: (args: unknown, ctx: StubContext) => Json | Promise<Json>;
   /** True when a call with these (validated) arguments needs a person's approval first. */
   needsApproval(args: unknown): boolean;
   /** Performs the call with arguments already checked against `args`. */
@@ -242,7 +279,32 @@ export function defineTool<A>(spec: ToolSpec<A>): Tool {
     run: (args, ctx) => spec.run(args as A, ctx),
     reconcile: reconcile && ((args, ctx) => reconcile.call(spec, args as A, ctx)),
     reconcileTimeoutMs,
+    ...forkOptionsOf(spec),
   };
+}
+
+/** A tool's `effect` and `stub`, checked: what a fork does with its calls. */
+function forkOptionsOf<A>(
+  spec: ToolSpec<A>,
+): { effect: ToolEffect; stub?: (args: unknown, ctx: StubContext) => Json | Promise<Json> } {
+  const effect: unknown = spec.effect ?? DEFAULTS.toolEffect;
+  if (effect !== "world" && effect !== "read") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'effect' must be "world" or "read": current value is ${
+        describeValue(effect)
+      }`,
+    );
+  }
+  const stub: unknown = spec.stub;
+  if (stub !== undefined && typeof stub !== "function") {
+    throw new RuntimeError(
+      "TOOL_INVALID",
+      `Cannot define tool ${spec.name} as 'stub' must be a function: current value is ${typeof stub}`,
+    );
+  }
+  const given = spec.stub;
+  return { effect, ...(given ? { stub: (args, ctx) => given.call(spec, args as A, ctx) } : {}) };
 }
 
 /** A tool's `replaces`, checked: tool names, none its own. */

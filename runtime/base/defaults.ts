@@ -58,6 +58,12 @@ export const DEFAULTS = {
   limitWindowS: 60,
   /** The output tokens a model request is reserved for under an output-token limit when it sets no cap. */
   limitOutputEstimate: 4_096,
+  /**
+   * A tool's `effect`: what its calls do, `"world"` (they act on a remote: a fork answers them from the
+   * original run's record or the tool's stub, never sends them) or `"read"` (they only read: run live
+   * in a fork too). The safe one is the default.
+   */
+  toolEffect: "world",
   /** How long a run refused a call in flight waits, in ms, unless a release wakes it sooner. */
   limitRetryMs: 1_000,
   /** How long an A2A `SendMessage` waits for its task to finish or ask for input before it answers the task as it stands, in ms. */

@@ -40,6 +40,7 @@ import { OperatorClient } from "./operator_client.ts";
 import { ReadClient } from "./read_client.ts";
 import { ConversationClient } from "./conversation_client.ts";
 import { ScheduleClient } from "./schedule_client.ts";
+import { type ForkInfo, type ForkOptions, forkRun } from "./fork_client.ts";
 import { ScheduleTicker } from "../schedules/ticker.ts";
 import { Logger } from "../base/log.ts";
 
@@ -134,6 +135,21 @@ export class Client {
     }
     this.#wakeHosts();
     return info(run);
+  }
+
+  /**
+   * Forks the run `runId` at its step `opts.atSeq` (docs/fork.md): a new run,
+   * pending, whose steps before it are the original's, copied under its own
+   * keys, nothing sent again and no model asked; from there it decides with
+   * `opts.agent`, `opts.model` or `opts.modelParams`. Unless `opts.live`, it
+   * sends no call of a tool that acts on the world: each is answered from the
+   * original's record for the same arguments, or the tool's stub, or flagged.
+   * Throws `RUN_NOT_FOUND`, `FORK_INVALID`, `RUN_EXISTS`, `BAD_RUN_ID`.
+   */
+  async fork(runId: string, opts: ForkOptions): Promise<ForkInfo> {
+    const forked = await forkRun({ store: this.store, now: () => this.clock.now() }, runId, opts);
+    this.#wakeHosts();
+    return forked;
   }
 
   /**

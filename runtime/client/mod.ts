@@ -37,6 +37,7 @@ export { OperatorClient } from "./operator_client.ts";
 export { ReadClient } from "./read_client.ts";
 export { ConversationClient } from "./conversation_client.ts";
 export { ScheduleClient } from "./schedule_client.ts";
+export type { ForkInfo, ForkOptions } from "./fork_client.ts";
 export type { ScheduledRunInfo, ScheduleInfo, ScheduleOptions } from "./schedule_client.ts";
 export type { CatchUpRule, OverlapRule } from "../store/store.ts";
 export type { ScheduleTiming } from "../schedules/spec.ts";

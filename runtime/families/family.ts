@@ -95,7 +95,7 @@ function childInfo(run: RunRow): ChildRunInfo {
  */
 export function childRunsFor(
   deps: Pick<RunDeps, "store" | "clock" | "log">,
-  state: Pick<RunState, "fence" | "family">,
+  state: Pick<RunState, "fence" | "family" | "dryRun">,
   call: { key: string; seq: number },
 ): ChildRuns {
   const fence: Fence = state.fence;
@@ -109,6 +109,7 @@ export function childRunsFor(
         input: given.input,
         budget: opts.budget,
         parentKey: call.key,
+        ...(state.dryRun?.forkedFrom ? { originalChild: childRunId(state.dryRun.forkedFrom, call.seq) } : {}),
       }, deps.clock.now());
       if (run.parent_key !== call.key || run.agent !== agent) {
         throw new ToolError(

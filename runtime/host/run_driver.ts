@@ -280,17 +280,17 @@ async function driveClaimed(
 ): Promise<RunOutcome> {
   const { store, log } = deps;
   const tel = telemetryOf(deps);
-  const { run, epoch } = claimed;
+  const { run } = claimed;
   const runId = run.run_id;
   logClaimed(deps, claimed);
   if (stuckClaims(claimed) > deps.maxClaimsWithoutProgress) return await stopStuck(deps, claimed);
   // A run at epoch 1 was just claimed for the first time (every claim bumps
   // the epoch, from 0 at creation), and every journal and tool-call row is
   // written under a claimed epoch: it has no history, so it is not read (#11:
-  // one statement less for every fresh run). Any later claim reads it back.
+  // one statement less for every fresh run; not a fork, which has copies). Any later claim reads it back.
   // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory.
   const parked = claimed.parked;
-  const { journal, effects } = epoch === 1 || parked ? NO_HISTORY : await store.reads.loadHistory(runId);
+  const { journal, effects } = unread(claimed) ? NO_HISTORY : await store.reads.loadHistory(runId);
   tel.lostAttempt(traced(deps, claimed), journal, effects);
   const state = await stateAtClaim(deps, claimed, { journal, effects }, stop.signal);
   let seq = parked?.seq ?? 0;
@@ -342,6 +342,11 @@ async function driveClaimed(
   }
 }
 
+/** True when the claim need not read the run's rows: its first (but a fork's, which has copies), or parked. */
+function unread(claimed: ClaimedRun): boolean {
+  return (claimed.epoch === 1 && !claimed.run.forked_at_seq) || claimed.parked !== undefined;
+}
+
 /** The `claimed` line: the run, its new epoch, who holds it, who did, the version it moved from. */
 function logClaimed(deps: RunDeps, claimed: ClaimedRun): void {
   deps.log.info("claimed", {
@@ -379,9 +384,10 @@ async function stateAtClaim(
     family: familyOf(run),
     errorAtClaim: run.error ?? undefined,
     ...(run.labels ? { labels: run.labels } : {}),
+    ...(run.dry_run ? { dryRun: { forkedFrom: run.forked_from ?? null } } : {}),
     conversation: parked
       ? await resumeConversation(deps, runId, parked)
-      : await loadConversation(deps, run, epoch === 1),
+      : await loadConversation(deps, run, epoch === 1 && !run.forked_at_seq),
   };
 }
 

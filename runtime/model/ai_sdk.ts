@@ -211,6 +211,16 @@ export class AiSdkPlanner implements Planner {
    * passed on as it arrives and the answer mapped as `doGenerate`'s would be.
    */
   async decide(req: DecideRequest): Promise<PlannerDecision> {
+    const named = req.params?.model;
+    if (named !== undefined && named !== this.#model.modelId) {
+      throw new ModelError(
+        "MODEL_PARAMS_REFUSED",
+        `This run asks for model ${JSON.stringify(named)}, and its agent's AI SDK model is ` +
+          `${this.#model.provider} model=${this.#model.modelId}, an object that cannot change its name: give ` +
+          `the run an agent whose model is the one wanted (a fork's or an evaluation's 'agent') instead of 'model'`,
+        { transient: false },
+      );
+    }
     // Read once: the journal's deadline arms its timer when a planner reads the signal.
     const signal = req.signal;
     const { options, warnings } = aiSdkCallOptions(req, {

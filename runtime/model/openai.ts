@@ -307,7 +307,7 @@ export class OpenAIPlanner {
     const tools = req.tools.length > 0 ? `,"tools":${this.#toolsJson(req.tools)}` : "";
     const messages = JSON.stringify(chatMessages(req.transcript));
     const body = `{"model":${
-      JSON.stringify(this.#opts.model)
+      JSON.stringify(req.params?.model ?? this.#opts.model)
     },"messages":${messages}${tools}${cap}${paramsJson}${streamed ? STREAM_FIELDS : ""}}`;
     return { body, wireParams, capped, streamed };
   }

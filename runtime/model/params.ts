@@ -21,6 +21,7 @@ export const REASONING_EFFORTS: readonly ReasoningEffort[] = [
 ];
 
 const FIELDS = [
+  "model",
   "temperature",
   "topP",
   "maxOutputTokens",
@@ -93,7 +94,7 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
     );
   }
   const v = value as Record<string, unknown>;
-  const problems: string[] = [];
+  const problems: string[] = modelNameProblems(v.model);
   const seen = (x: unknown) => JSON.stringify(x) ?? String(x);
   for (const key of Object.keys(v)) {
     if (!(FIELDS as readonly string[]).includes(key)) {
@@ -177,6 +178,14 @@ export function checkModelParams(value: unknown, where: string): ModelParams | u
   const out: ModelParams = {};
   for (const key of FIELDS) if (v[key] !== undefined) (out as Record<string, unknown>)[key] = v[key];
   return out;
+}
+
+/** What is wrong with a run's `model` (a model's name: 1-200 printable ASCII characters, no space). */
+function modelNameProblems(model: unknown): string[] {
+  if (model === undefined || (typeof model === "string" && /^[\x21-\x7e]{1,200}$/.test(model))) return [];
+  return [
+    `'model' must be a model's name, 1-200 printable characters: current value is ${JSON.stringify(model)}`,
+  ];
 }
 
 /** The answer-multiplying fields of `extra` and of the objects in it that are set to anything but 1. */

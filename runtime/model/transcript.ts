@@ -238,6 +238,13 @@ export type ReasoningEffort = "none" | "minimal" | "low" | "medium" | "high" | "
  * `maxOutputTokens` here and what a token budget leaves.
  */
 export interface ModelParams {
+  /**
+   * The model's name, over the one its endpoint names (a run's own: a fork
+   * onto another model, an evaluation's variant). A chat-completions planner
+   * sends it as `model`; the AI SDK planner, whose model is an object, refuses
+   * a name other than its own.
+   */
+  model?: string;
   /** Sampling temperature. */
   temperature?: number;
   /** Nucleus sampling. */

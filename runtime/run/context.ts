@@ -74,6 +74,12 @@ export interface RunState {
   conversation?: ConversationState;
   /** The labels the run was started with, which limits may key on. */
   labels?: Readonly<Record<string, string>>;
+  /**
+   * Set for a dry run (a fork that is not live, an evaluation's case): its
+   * calls of tools that act on the world are never sent, but answered from
+   * `forkedFrom`'s record, a stub, or flagged (`step/dry_run.ts`).
+   */
+  dryRun?: { forkedFrom: string | null };
 }
 
 /** Where a run stands in its family of runs, as its worker knows it. */

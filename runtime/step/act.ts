@@ -25,6 +25,7 @@ import type { Tool } from "../agent/tools.ts";
 import { type CallEnd, send } from "./send.ts";
 import type { Limited } from "./limited.ts";
 import { type PreparedCall, toolPolicy } from "./settle.ts";
+import { staysDry } from "./dry_run.ts";
 import { type Answered, argsHash, askApprovals, denied, logApproved, pendingReason } from "./approvals.ts";
 
 /** How the calls of a step ended for this worker's turn, when nothing failed the run. */
@@ -329,8 +330,10 @@ async function gateOf(
     rawArgs: c.args,
     args: checked.args,
   };
-  // A call with a row was past its approval when the row was written.
-  if (existing || !checked.tool.needsApproval(checked.args)) return { kind: "send", call };
+  // A call with a row was past its approval when the row was written; a dry run's that is never sent needs none.
+  if (existing || !checked.tool.needsApproval(checked.args) || staysDry(state, call)) {
+    return { kind: "send", call };
+  }
   // The read is only a shortcut: an answer for these arguments is final (see the comment at
   // REQUEST_APPROVAL in the store), so it is used at once; anything else is asked (askApprovals).
   const hash = await argsHash(c.args);

@@ -29,6 +29,7 @@ import { accepted, confirm, decidedName, failCall, flag, type PreparedCall, tool
 import { giveUp, unknownOutcome, unknownRequests, type Verdict } from "./unknown.ts";
 import { type Limited, releaseLimits, takeLimits } from "./limited.ts";
 import { toolAsks } from "../agent/limit_asks.ts";
+import { answerDry, staysDry } from "./dry_run.ts";
 
 /**
  * How one call's sending ended for this worker: with its row as its last
@@ -74,6 +75,8 @@ async function sendCall(
 ): Promise<Ended<CallEnd>> {
   const left = (row: SideEffectRow) => finished(row, { effect: row });
   try {
+    // A dry run's call of a tool that acts on the world is answered here, never sent (dry_run.ts).
+    if (staysDry(state, call)) return left(await answerDry(deps, state, call));
     const row = state.effects.get(call.seq);
     if (call.resumed && row) {
       const unknown = { attempts: row.attempts, unrecorded: unknownRequests(row), ...call.resumed };

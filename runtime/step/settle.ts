@@ -162,7 +162,7 @@ export async function confirm(
   state: RunState,
   row: SideEffectRow,
   result: Json,
-  remote: "created" | "already_done" | "reconciled",
+  remote: "created" | "already_done" | "reconciled" | "original" | "stub",
 ): Promise<SideEffectRow> {
   const confirmed = await deps.store.writes.effectConfirm(
     state.fence,

@@ -109,15 +109,19 @@ const CANCELLED_LIST = `coalesce((select array_agg(run_id order by run_id) from 
 const CREATE_CHILD = statement(
   "create-child-run",
   `with parent as (
-         select coalesce(root_run_id, run_id) as root, labels from runs where run_id = $1 and ${
+         select coalesce(root_run_id, run_id) as root, labels, dry_run from runs where run_id = $1 and ${
     RUNNING_AT("$2")
   }
             for no key update),
+       -- A dry run's child is one too, a fork (at step 0) of $10, the original's child of the same call, if any.
+       original as (select o.run_id from runs o where o.run_id = $10),
        created as (
          insert into runs (run_id, agent, goal, input, budget, status, epoch, created_at, updated_at,
-                           parent_run_id, parent_key, root_run_id, labels)
+                           parent_run_id, parent_key, root_run_id, labels, dry_run, forked_from, forked_at_seq)
          select $3, $4, $5, $6::text::jsonb, $8::text::jsonb, 'pending', 0, $7::timestamptz, $7::timestamptz,
-                $1, $9, parent.root, parent.labels
+                $1, $9, parent.root, parent.labels, parent.dry_run,
+                case when parent.dry_run then (select run_id from original) end,
+                case when parent.dry_run and exists (select 1 from original) then 0 end
            from parent
          on conflict (run_id) do nothing
          returning 1),
@@ -216,6 +220,11 @@ export interface NewChildRun {
   budget?: Budget;
   /** The idempotency key of the call it answers. */
   parentKey: string;
+  /**
+   * For a dry run's child: the original run's child of the same call, which
+   * this one is a fork of (at step 0) when it exists.
+   */
+  originalChild?: string;
 }
 
 /** One run of a family, with what it has spent (what the budget counts). */
@@ -274,6 +283,7 @@ export class Families {
       ts(now),
       jsonParam(child.budget ?? null, "child run budget"),
       child.parentKey,
+      child.originalChild ?? null,
     ]);
     if (!seen?.held) {
       const run = await readRun(this.#client, parent.runId);

@@ -116,6 +116,14 @@ export interface RunRow {
   signal_waits_epoch?: number | null;
   /** The labels it was started with (`{ tenant: "acme" }`), which limits may key on; null for none. */
   labels?: Record<string, string> | null;
+  /** The run this one is a fork of (docs/fork.md); null for a run that is not a fork. */
+  forked_from?: string | null;
+  /** The first step a fork decided itself: the original's before it were copied; null for no fork. */
+  forked_at_seq?: number | null;
+  /** True when the run sends no call of a tool that acts on the world (a fork not live, an eval's case). */
+  dry_run?: boolean;
+  /** The evaluation the run is a case of; null for none. */
+  eval_id?: string | null;
 }
 
 /**

@@ -59,6 +59,10 @@ const RUN = {
   signal_waits: 1,
   signal_waits_epoch: 1,
   labels: 1,
+  forked_from: 1,
+  forked_at_seq: 1,
+  dry_run: 1,
+  eval_id: 1,
 } satisfies KeysOf<RunRow>;
 
 const JOURNAL = {

@@ -576,7 +576,7 @@ export class RunWrites {
   async effectConfirm(
     f: Fence,
     row: SideEffectRow,
-    outcome: { result: Json; remote: "created" | "already_done" | "reconciled" },
+    outcome: { result: Json; remote: "created" | "already_done" | "reconciled" | "original" | "stub" },
     now: Date,
   ): Promise<SideEffectRow> {
     const { result, remote } = outcome;

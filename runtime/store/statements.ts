@@ -11,6 +11,7 @@
 import type { QueryOptions } from "./driver.ts";
 import { CONVERSATION_STATEMENTS } from "./conversations.ts";
 import { FAMILY_STATEMENTS } from "./families.ts";
+import { FORK_STATEMENTS } from "./forks.ts";
 import { GROUP_COMMIT_STATEMENTS } from "./group_commit.ts";
 import { LEASE_STATEMENTS } from "./leases.ts";
 import { LIMIT_STATEMENTS } from "./limits.ts";
@@ -157,7 +158,12 @@ export type StatementName =
   | "limit-release"
   | "limit-wait-run"
   | "list-limits"
-  | "limit-waiting-for";
+  | "limit-waiting-for"
+  // forks
+  | "fork-run"
+  | "start-dry-run"
+  | "original-call"
+  | "dry-answer";
 
 /** The names the statements are declared under, as the compiler reads them beside their texts. */
 type DeclaredName =
@@ -175,7 +181,8 @@ type DeclaredName =
   | (typeof NOTIFY_STATEMENTS)[number]["name"]
   | (typeof SCHEDULE_STATEMENTS)[number]["name"]
   | (typeof VERSION_STATEMENTS)[number]["name"]
-  | (typeof LIMIT_STATEMENTS)[number]["name"];
+  | (typeof LIMIT_STATEMENTS)[number]["name"]
+  | (typeof FORK_STATEMENTS)[number]["name"];
 
 // A statement whose name is not listed in StatementName does not fit in STATEMENTS below; a listed name no
 // statement is declared under makes this line fail to compile.
@@ -210,6 +217,8 @@ export const STATEMENTS: {
   readonly schedules: readonly Statement<StatementName>[];
   /** Limits shared by the fleet: reservations taken, released and waited for (`limits.ts`). */
   readonly limits: readonly Statement<StatementName>[];
+  /** Forks and dry runs, and the original's calls a dry run looks up (`forks.ts`). */
+  readonly forks: readonly Statement<StatementName>[];
 } = {
   runWrites: [...RUN_WRITE_STATEMENTS, ...GROUP_COMMIT_STATEMENTS],
   reads: READ_STATEMENTS,
@@ -224,6 +233,7 @@ export const STATEMENTS: {
   stream: NOTIFY_STATEMENTS,
   schedules: SCHEDULE_STATEMENTS,
   limits: LIMIT_STATEMENTS,
+  forks: FORK_STATEMENTS,
 };
 
 /** Every statement of the store, in one list. */

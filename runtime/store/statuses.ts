@@ -57,9 +57,18 @@ export type ApprovalStatus = typeof APPROVAL_STATUSES[number];
  * What a confirmed tool call's remote did: `created` (the work, for this
  * request), `already_done` (an earlier request with the key did it),
  * `reconciled` (the tool's `reconcile` found it had happened), `resolved`
- * (a person settled a flagged call).
+ * (a person settled a flagged call); in a fork (docs/fork.md), never sent:
+ * `original` (the original run's recorded result: a step copied, or a call
+ * with the same tool and arguments), `stub` (the tool's stub answered).
  */
-export const REMOTE_OUTCOMES = ["created", "already_done", "reconciled", "resolved"] as const;
+export const REMOTE_OUTCOMES = [
+  "created",
+  "already_done",
+  "reconciled",
+  "resolved",
+  "original",
+  "stub",
+] as const;
 
 /** What a tool call's remote did. */
 export type RemoteOutcome = typeof REMOTE_OUTCOMES[number];

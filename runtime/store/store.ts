@@ -34,6 +34,7 @@ import type { SqlClient } from "./driver.ts";
 import { Conversations } from "./conversations.ts";
 export type { SentSignal, SignalRow, Signals, SignalTake } from "./signals.ts";
 import { Families } from "./families.ts";
+import { Forks } from "./forks.ts";
 import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
 import { Limits } from "./limits.ts";
@@ -61,6 +62,7 @@ export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
 export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./families.ts";
+export type { DryAnswerRow, Forks, ForkWritten, NewDryRun, NewFork } from "./forks.ts";
 export { CATCH_UP_RULES, OVERLAP_RULES } from "./schedules.ts";
 export type {
   CatchUpRule,
@@ -106,6 +108,8 @@ export interface StoreAudiences {
   signals?: Signals;
   /** Limits shared by the fleet: reservations taken, released, waited for. */
   limits?: Limits;
+  /** Forks and dry runs: written, and the original's calls looked up. */
+  forks?: Forks;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -140,6 +144,8 @@ export class Store {
   readonly signals: Signals;
   /** Limits shared by the fleet: reservations taken, released, waited for (`limits.ts`). */
   readonly limits: Limits;
+  /** Forks and dry runs: written, and the original's calls looked up (`forks.ts`). */
+  readonly forks: Forks;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -167,6 +173,7 @@ export class Store {
     this.versions = opts.versions ?? new Versions(client);
     this.signals = opts.signals ?? new Signals(client);
     this.limits = opts.limits ?? new Limits(client);
+    this.forks = opts.forks ?? new Forks(client);
   }
 
   /**
@@ -201,6 +208,7 @@ export class Store {
       versions,
       signals,
       limits,
+      forks,
     } = this;
     return new Store(this.client, {
       reads,
@@ -214,6 +222,7 @@ export class Store {
       versions,
       signals,
       limits,
+      forks,
       ...audiences,
     });
   }

@@ -637,6 +637,7 @@ function stepDetail(step, readOnly) {
           : "",
       ),
       rejectionsView(seq, d.rejections),
+      forkButton(seq, readOnly),
     );
   }
   if (a) {
@@ -717,6 +718,38 @@ function stepDetail(step, readOnly) {
   }
   for (const g of step.gaps) parts.push(h("div", { class: "gap" }, `!! ${g}`));
   return h("div", { class: "detail" }, parts);
+}
+
+/**
+ * "Fork from here" on a decided step of a finished run: a new run whose steps before this one are this
+ * run's, deciding anew from it (docs/fork.md); a dry run, so nothing acting on the world is sent. The
+ * model's name is asked for (empty: the same); the page then shows the fork.
+ */
+function forkButton(seq, readOnly) {
+  const r = view.last?.run;
+  if (readOnly || !r || !CLOSED.includes(r.status)) return "";
+  return h("button", {
+    class: "small",
+    "data-action": "fork",
+    "data-fork-seq": seq,
+    onclick: async () => {
+      const model = prompt(
+        `Fork ${r.runId} at step ${seq}: the model's name from there (empty: the same)`,
+        "",
+      );
+      if (model === null) return;
+      try {
+        const f = await api(`/api/runs/${encodeURIComponent(r.runId)}/fork`, {
+          atSeq: seq,
+          ...(model.trim() ? { model: model.trim() } : {}),
+        });
+        toast(`${f.runId}: a fork of ${f.forkedFrom} at step ${f.atSeq}, ${f.dryRun ? "dry" : "live"}`);
+        location.href = `/runs/${encodeURIComponent(f.runId)}`;
+      } catch (err) {
+        toast(err.message, true);
+      }
+    },
+  }, "fork from here");
 }
 
 /** One step's row of the grid: its number, a cell per lane, and its detail (one node, `display: contents`). */
@@ -884,6 +917,33 @@ function drawCard() {
         : "",
       hasError
         ? [h("dt", {}, "error"), h("dd", { class: "rejected" }, valueView(r.error, "error", null, false))]
+        : "",
+      t.fork
+        ? [
+          h("dt", {}, "fork"),
+          h(
+            "dd",
+            { id: "run-fork" },
+            t.fork.from
+              ? [
+                "of ",
+                h("a", { href: `/runs/${encodeURIComponent(t.fork.from)}` }, t.fork.from),
+                ` at step ${t.fork.atSeq}`,
+              ]
+              : "no original",
+            h(
+              "span",
+              { class: "muted" },
+              t.fork.dryRun ? " · dry run: nothing acting on the world is sent" : " · live",
+            ),
+            t.fork.evalId
+              ? [
+                " · case of ",
+                h("a", { href: `/evals/${encodeURIComponent(t.fork.evalId)}` }, `eval ${t.fork.evalId}`),
+              ]
+              : "",
+          ),
+        ]
         : "",
       r.parentRunId
         ? [
@@ -1415,6 +1475,67 @@ function followChat(runId, t) {
   drawChatAnswer();
 }
 
+// ---- an evaluation ---------------------------------------------------------
+
+/** An evaluation's case runs: a line per variant, then each case run, linked. Polled until none is open. */
+async function drawEval(id) {
+  const t = await api(`/api/evals/${encodeURIComponent(id)}`);
+  const cols = ["variant", "cases", "done", "failed", "blocked", "open", "tokens", "model calls"];
+  main.replaceChildren(
+    h("p", {}, h("a", { href: "/" }, "← all runs")),
+    h("h2", {}, `eval ${t.id}`),
+    h(
+      "table",
+      { id: "eval-variants" },
+      h("thead", {}, h("tr", {}, cols.map((c) => h("th", {}, c)))),
+      h(
+        "tbody",
+        {},
+        t.variants.map((v) =>
+          h(
+            "tr",
+            { "data-variant": v.variant },
+            [v.variant, v.cases, v.done, v.failed, v.blocked, v.open, v.tokens, v.llmCalls].map((x) =>
+              h("td", {}, String(x))
+            ),
+          )
+        ),
+      ),
+    ),
+    h(
+      "table",
+      { id: "eval-cases" },
+      h(
+        "thead",
+        {},
+        h("tr", {}, ["case run", "variant", "status", "forked from", "output"].map((c) => h("th", {}, c))),
+      ),
+      h(
+        "tbody",
+        {},
+        t.cases.map((c) =>
+          h(
+            "tr",
+            { "data-case": c.runId },
+            h("td", {}, h("a", { href: `/runs/${encodeURIComponent(c.runId)}` }, c.runId)),
+            h("td", {}, c.variant),
+            h("td", {}, badge(c.status)),
+            h(
+              "td",
+              {},
+              c.forkedFrom
+                ? h("a", { href: `/runs/${encodeURIComponent(c.forkedFrom)}` }, c.forkedFrom)
+                : "-",
+            ),
+            h("td", { class: "mono" }, c.output ?? "-"),
+          )
+        ),
+      ),
+    ),
+  );
+  return t.variants.some((v) => v.open > 0);
+}
+
 // ---- routing and polling -------------------------------------------------
 
 async function refresh() {
@@ -1422,7 +1543,12 @@ async function refresh() {
   let again = true;
   try {
     const m = /^\/runs\/(.+)$/.exec(location.pathname);
-    again = m ? await drawRun(decodeURIComponent(m[1])) : await drawList();
+    const e = /^\/evals\/(.+)$/.exec(location.pathname);
+    again = m
+      ? await drawRun(decodeURIComponent(m[1]))
+      : e
+      ? await drawEval(decodeURIComponent(e[1]))
+      : await drawList();
     live.classList.remove("stale");
     live.textContent = again
       ? `live · ${new Date().toLocaleTimeString()}`
