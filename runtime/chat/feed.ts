@@ -117,6 +117,7 @@ export class TurnFeed {
   async #fromLog(stored: UIChunk[]): Promise<void> {
     const log = this.client.store.chatChunks;
     this.#push(stored);
+    if (stored.at(-1)?.type === "finish") return; // the whole turn: nothing to follow
     const derived: UIChunk[] = [];
     const deriveStop = new AbortController();
     const stopDeriving = () => deriveStop.abort();
