@@ -126,7 +126,9 @@ try {
   await server.shutdown();
   await worker.stop();
   console.log(
-    `chunk log of a ${MESSAGES}-message chat (${sandbox ? "PostgreSQL" : "PGlite"}), each turn streamed live: ` +
+    `chunk log of a ${MESSAGES}-message chat (${
+      sandbox ? "PostgreSQL" : "PGlite"
+    }), each turn streamed live: ` +
       `${(logged / MESSAGES).toFixed(1)} chunks a turn in ${(rows.appends / MESSAGES).toFixed(2)} writes, ` +
       `${(rows.appendMs / MESSAGES).toFixed(2)} ms of writes a turn (${rows.appends} writes, ` +
       `${rows.appendMs.toFixed(0)} ms in all)`,

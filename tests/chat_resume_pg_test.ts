@@ -63,7 +63,8 @@ async function assemble(chunks: UIChunk[]): Promise<UIMessage> {
   return last;
 }
 
-const textOf = (m: UIMessage) => m.parts.filter((p) => p.type === "text").map((p) => (p as { text: string }).text);
+const textOf = (m: UIMessage) =>
+  m.parts.filter((p) => p.type === "text").map((p) => (p as { text: string }).text);
 
 pgTest(
   "issue 37: ?startIndex=N after a restart gives the first server's chunks from N, past a data-wait and a reset-step",
@@ -83,7 +84,10 @@ pgTest(
         },
       },
     });
-    model.setScript({ agent: "resumer", steps: [{ tool: "job", args: { name: "report" } }, { answer: ANSWER }] });
+    model.setScript({
+      agent: "resumer",
+      steps: [{ tool: "job", args: { name: "report" } }, { answer: ANSWER }],
+    });
     const mocks = await serveMocks({ model });
     const env = {
       DATABASE_URL: pg.url,

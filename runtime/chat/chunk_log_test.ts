@@ -28,7 +28,11 @@ Deno.test("continuation: at a step boundary, the derived chunks after the log's 
   const derived = [start, S, call, out, F, S, ...text("hi"), F, END];
   assert.deepEqual(continuation(stored, derived), [S, ...text("hi"), F, END]);
   assert.equal(continuation(stored, derived.slice(0, 5)), undefined, "nothing new derived yet");
-  assert.equal(continuation([...stored, S, ...text("hi"), F, END], derived), undefined, "the log has its finish");
+  assert.equal(
+    continuation([...stored, S, ...text("hi"), F, END], derived),
+    undefined,
+    "the log has its finish",
+  );
 });
 
 Deno.test("continuation: inside a step, a reset-step and the derived step once it is finished", () => {
@@ -40,7 +44,12 @@ Deno.test("continuation: inside a step, a reset-step and the derived step once i
   const derived = [start, S, call, out, F, S];
   assert.equal(continuation(stored, derived), undefined, "the step is not finished where it is derived");
   const whole = [...derived, ...text("Attempt 2 says hi"), F, END];
-  assert.deepEqual(continuation(stored, whole), [{ type: "reset-step" }, ...text("Attempt 2 says hi"), F, END]);
+  assert.deepEqual(continuation(stored, whole), [
+    { type: "reset-step" },
+    ...text("Attempt 2 says hi"),
+    F,
+    END,
+  ]);
   // A step left waiting for a person is derived the same: no takeover until it moves.
   const asked: UIChunk = { type: "tool-approval-request", approvalId: "r:0", toolCallId: "r:0" };
   assert.equal(continuation([start, S, call, asked], [start, S, call, asked]), undefined);
