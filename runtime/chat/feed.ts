@@ -3,9 +3,10 @@
  * (`client.stream`) per turn being read, its chunks kept in order in memory,
  * read by every response that streams the turn from any index. So two tabs,
  * a retried POST and a resume share one watcher, and a resume from index N in
- * the same process is exact. A process that starts afresh (a page server
- * restarted) derives the turn again from the journal and the live text
- * (chunks.ts), the same chunks wherever nothing was reset or skipped.
+ * the same process is exact. The process that streams a turn from its start
+ * writes its chunks to the chat chunk log (chunk_log.ts); a process that did
+ * not serves the log and polls it until `finish`, and takes the turn over
+ * when the log's writer went away (docs/chat.md, "Resuming: the chunk log").
  *
  * @module
  */
