@@ -14,11 +14,11 @@ const job = defineTool({
   name: "job",
   description: "Runs a job; its remote accepts it first and answers when asked again.",
   args: z.strictObject({ name: z.string() }),
-  minCheckAfterMs: 50,
+  minCheckAfterMs: 1_000, // the call waits a second: long enough to be seen live
   run: (args, ctx): Promise<ToolOutcome> =>
     Promise.resolve(
       (ctx.polls ?? 0) < 1
-        ? { result: { job: args.name, state: "accepted" }, accepted: { checkAfterMs: 50 } }
+        ? { result: { job: args.name, state: "accepted" }, accepted: { checkAfterMs: 1_000 } }
         : { result: { job: args.name, state: "done" } },
     ),
 });
