@@ -773,3 +773,16 @@ create index if not exists runs_eval on runs (eval_id) where eval_id is not null
 alter table side_effects drop constraint if exists side_effects_remote_check;
 alter table side_effects add constraint side_effects_remote_check
   check (remote in ('created', 'already_done', 'reconciled', 'resolved', 'original', 'stub'));
+-- migration 17: chat chunk log
+-- The UI message stream chunks a chat turn's response was sent as
+-- (runtime/chat/feed.ts), in order: a resume by chunk index in a process that
+-- did not stream the turn live is served from here, so it counts exactly the
+-- chunks the first process sent. Appended in batches, a batch all or nothing:
+-- an index written already refuses the batch (the first writer wins).
+create table if not exists chat_chunks (
+  run_id text not null references runs (run_id) on delete cascade,
+  turn   integer not null check (turn >= 0),
+  idx    integer not null check (idx >= 0),
+  chunk  jsonb not null,
+  primary key (run_id, turn, idx)
+);

@@ -61,6 +61,8 @@ export type {
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./runtime/store/families.ts";
 // Forks and dry runs (docs/fork.md): a fork's one statement, a dry run with no original, the original's calls.
 export type { DryAnswerRow, Forks, ForkWritten, NewDryRun, NewFork } from "./runtime/store/forks.ts";
+// The chat chunk log (docs/chat.md): a chat turn's UI message stream chunks, appended in batches and read by index.
+export type { ChatChunks } from "./runtime/store/chat_chunks.ts";
 // Conversations: messages sent and answered, and how an agent converses (defineAgent's `conversation`).
 export type {
   AnswerOutcome,

@@ -6,7 +6,10 @@
  * started) is asked for the last turn's UI message stream from chunk 0
  * (`GET /api/chat/:id/stream?startIndex=0`), `--resumes` times (default 5),
  * each by a fresh handler, over real HTTP. Printed: the time to the whole
- * answer (median, max), the bytes and chunks sent, and the rows read.
+ * answer (median, max), the bytes and chunks sent, and the rows read. The
+ * messages are sent through a handler over HTTP, each turn streamed live, so
+ * each turn is written to the chat chunk log: printed first, the writes a
+ * turn and their time.
  *
  * ```sh
  * deno task bench:chat                                                              # embedded, in memory
@@ -40,13 +43,18 @@ const { values: flags } = parseArgs({
 const MESSAGES = Number(flags.messages);
 const RESUMES = Number(flags.resumes);
 
-/** Counts the rows each statement returned, through the store's driver. */
-function counting(client: SqlClient, rows: { n: number }): SqlClient {
+/** Counts the rows each statement returned, and the chunk log's appends and their time, through the store's driver. */
+function counting(client: SqlClient, rows: { n: number; appends: number; appendMs: number }): SqlClient {
   return new Proxy(client, {
     get(target, prop, receiver) {
       if (prop === "query") {
         return async (text: string, params?: unknown[], opts?: QueryOptions) => {
+          const t0 = performance.now();
           const got = await target.query(text, params, opts);
+          if (opts?.name === "chat-chunks-append") {
+            rows.appends++;
+            rows.appendMs += performance.now() - t0;
+          }
           rows.n += got.length;
           return got;
         };
@@ -92,16 +100,39 @@ const worker = await client.startWorker([agent], {
   pollMs: 20,
   log: new Logger({ clock, sink: discardSink }),
 });
+const rows = { n: 0, appends: 0, appendMs: 0 };
+const countedStore = new Store(counting(store.client, rows));
 try {
-  await client.start(agent, { runId: "chat-bench", input: "message 0" });
-  await client.wait("chat-bench", { timeoutMs: 60_000 });
-  for (let m = 1; m < MESSAGES; m++) {
-    await client.conversations.send("chat-bench", `message ${m}`, { messageId: `m${m}` });
-    await client.wait("chat-bench", { timeoutMs: 60_000 });
+  // Every message through a handler over HTTP, its turn streamed live to the end: each turn written to the log.
+  const writer = chatHandler({ client: new Client(countedStore, clock), agent });
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+    async (req) => await writer(req) ?? new Response(null, { status: 404 }),
+  );
+  let logged = 0;
+  for (let m = 0; m < MESSAGES; m++) {
+    const res = await fetch(`http://127.0.0.1:${server.addr.port}/api/chat`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        id: "chat-bench",
+        messages: [{ id: `m${m}`, role: "user", parts: [{ type: "text", text: `message ${m}` }] }],
+        trigger: "submit-message",
+      }),
+    });
+    logged += (await res.text()).split("\n\n").filter((e) => e.startsWith("data: {")).length;
   }
+  await writer.close(); // the last batches written
+  await server.shutdown();
   await worker.stop();
-  const rows = { n: 0 };
-  const countedStore = new Store(counting(store.client, rows));
+  console.log(
+    `chunk log of a ${MESSAGES}-message chat (${
+      sandbox ? "PostgreSQL" : "PGlite"
+    }), each turn streamed live: ` +
+      `${(logged / MESSAGES).toFixed(1)} chunks a turn in ${(rows.appends / MESSAGES).toFixed(2)} writes, ` +
+      `${(rows.appendMs / MESSAGES).toFixed(2)} ms of writes a turn (${rows.appends} writes, ` +
+      `${rows.appendMs.toFixed(0)} ms in all)`,
+  );
   const timings: number[] = [];
   let bytes = 0;
   let chunks = 0;

@@ -300,7 +300,13 @@ pgTest(
         [journaled],
         "the resumed message is the journaled answer, shown once",
       );
-      assert.equal(deltas(transport.resumed[0]), journaled, "each character of it sent once");
+      // The resume is the chunk log: what the first server sent (the cut chunks first), a reset-step where
+      // this handler took the turn over from the log, then the journaled answer, each character of it once.
+      const resumed = transport.resumed[0];
+      assert.deepEqual(resumed.slice(0, cut.chunks.length), cut.chunks, "the first server's chunks, as sent");
+      const reset = resumed.findLastIndex((c) => c.type === "reset-step");
+      assert.ok(reset >= cut.chunks.length, "the killed attempt's text is dropped by a reset-step");
+      assert.equal(deltas(resumed.slice(reset)), journaled, "each character of it sent once after the reset");
       assert.deepEqual(
         [toolPart(answer1, "lookup")?.state, toolPart(answer1, "lookup")?.output],
         ["output-available", { service: "deploy", state: "green" }],

@@ -72,6 +72,8 @@ export const DEFAULTS = {
   chatBodyBytesMax: 16 * 1024 * 1024,
   /** `chatHandler`'s `lingerMs`: how long a chat turn's watcher nobody reads keeps following the run, in ms. */
   chatLingerMs: 30_000,
+  /** How long a chat turn's chunk log, written by another process, stays still before this process takes the turn over and writes it, in ms. */
+  chatTakeoverMs: 2_000,
   /** The MCP server's `answerWaitMs`: how long an agent's tool call waits for the run's answer before it answers with the run's id and status, in ms. */
   mcpAnswerWaitMs: 5_000,
   /** The MCP server's `waitMaxMs`: the longest its get and send tools wait when asked to, in ms (well under the ~60 s a desktop client gives a call). */

@@ -3,9 +3,10 @@
  * (`client.stream`) per turn being read, its chunks kept in order in memory,
  * read by every response that streams the turn from any index. So two tabs,
  * a retried POST and a resume share one watcher, and a resume from index N in
- * the same process is exact. A process that starts afresh (a page server
- * restarted) derives the turn again from the journal and the live text
- * (chunks.ts), the same chunks wherever nothing was reset or skipped.
+ * the same process is exact. The process that streams a turn from its start
+ * writes its chunks to the chat chunk log (chunk_log.ts); a process that did
+ * not serves the log and polls it until `finish`, and takes the turn over
+ * when the log's writer went away (docs/chat.md, "Resuming: the chunk log").
  *
  * @module
  */
@@ -14,6 +15,12 @@ import type { Client } from "../client/client.ts";
 import { isUnreachable } from "../store/away.ts";
 import { DEFAULTS } from "../base/defaults.ts";
 import { ChatChunker, type UIChunk } from "./chunks.ts";
+import { ChunkWriter, continuation } from "./chunk_log.ts";
+
+/** How often a feed that follows another writer's log reads it for more, in ms. */
+export const CHUNK_POLL_MS = 100;
+/** How long another writer's log stays still before this process takes the turn over, in ms. */
+export const CHAT_TAKEOVER_MS: number = DEFAULTS.chatTakeoverMs;
 
 /** How long a feed nobody reads keeps following its run before it stops. */
 export const FEED_LINGER_MS: number = DEFAULTS.chatLingerMs;
@@ -36,6 +43,7 @@ export class TurnFeed {
   #waiters: (() => void)[] = [];
   #readers = 0;
   #idleTimer?: ReturnType<typeof setTimeout>;
+  #writer?: ChunkWriter;
   /** Settles when the feed's watcher has ended. */
   readonly finished: Promise<void>;
 
@@ -45,6 +53,7 @@ export class TurnFeed {
     runId: string,
     turn: number,
     private readonly lingerMs: number,
+    private readonly takeoverMs: number = CHAT_TAKEOVER_MS,
   ) {
     this.runId = runId;
     this.turn = turn;
@@ -52,38 +61,103 @@ export class TurnFeed {
   }
 
   async #follow(): Promise<void> {
-    const chunker = new ChatChunker(this.runId, this.turn);
+    const log = this.client.store.chatChunks;
     try {
-      for await (const e of this.client.stream(this.runId, { signal: this.#stop.signal })) {
-        this.#push(chunker.event(e));
-        if (chunker.finished) break;
-        const approvalsMayMove = e.type === "tool_calls" || e.type === "status" || e.type === "tool_result";
-        if (approvalsMayMove && chunker.wantsCallStates()) {
-          const [approvals, children] = await Promise.all([
-            this.client.operators.approvals(this.runId),
-            this.client.reads.children(this.runId),
-          ]);
-          this.#push(chunker.callStates(
-            approvals.map((a) => ({
-              key: a.idempotency_key,
-              status: a.status,
-              reason: a.reason,
-              decidedAt: a.decided_at,
-            })),
-            children,
-          ));
-        }
-      }
+      const stored = await log.read(this.runId, this.turn, 0) as UIChunk[];
+      if (stored.length === 0) {
+        // Nobody wrote this turn: this process streams it live and writes it.
+        this.#writer = new ChunkWriter(log, this.runId, this.turn, 0);
+        await this.#derive((chunks) => this.#emit(chunks), this.#stop.signal);
+      } else await this.#fromLog(stored);
     } catch (err) {
       this.failure = (err as Error)?.message ?? String(err);
       if (!isUnreachable(err) && !this.#stop.signal.aborted) {
         this.#push([{ type: "error", errorText: this.failure }]);
       }
     } finally {
+      await this.#writer?.flush();
       this.done = true;
       this.#wake();
       clearTimeout(this.#idleTimer);
     }
+  }
+
+  /** The turn's chunks as derived from the journal and the live text, each batch given to `emit`. */
+  async #derive(emit: (chunks: UIChunk[]) => void, signal: AbortSignal): Promise<void> {
+    const chunker = new ChatChunker(this.runId, this.turn);
+    for await (const e of this.client.stream(this.runId, { signal })) {
+      emit(chunker.event(e));
+      if (chunker.finished) break;
+      const approvalsMayMove = e.type === "tool_calls" || e.type === "status" || e.type === "tool_result";
+      if (approvalsMayMove && chunker.wantsCallStates()) {
+        const [approvals, children] = await Promise.all([
+          this.client.operators.approvals(this.runId),
+          this.client.reads.children(this.runId),
+        ]);
+        emit(chunker.callStates(
+          approvals.map((a) => ({
+            key: a.idempotency_key,
+            status: a.status,
+            reason: a.reason,
+            decidedAt: a.decided_at,
+          })),
+          children,
+        ));
+      }
+    }
+  }
+
+  /**
+   * A turn another writer logged (this process did not stream it from its
+   * start): the stored chunks, then the log polled for more until `finish`.
+   * Meanwhile the turn is derived here too; when the log has not grown for
+   * `takeoverMs` and the derivation has chunks after where the log stopped
+   * (its writer went away), this process continues from there
+   * ({@link continuation}) and becomes the turn's writer.
+   */
+  async #fromLog(stored: UIChunk[]): Promise<void> {
+    const log = this.client.store.chatChunks;
+    this.#push(stored);
+    if (stored.at(-1)?.type === "finish") return; // the whole turn: nothing to follow
+    const derived: UIChunk[] = [];
+    const deriveStop = new AbortController();
+    const stopDeriving = () => deriveStop.abort();
+    this.#stop.signal.addEventListener("abort", stopDeriving);
+    let failed: unknown;
+    const deriving = this.#derive(
+      (chunks) => this.#writer ? this.#emit(chunks) : derived.push(...chunks),
+      deriveStop.signal,
+    ).catch((err) => failed = err);
+    try {
+      // Bounded by the turn: its finish in the log, this process taking over, a failure, or the feed stopped.
+      for (let quiet = 0; this.chunks.at(-1)?.type !== "finish" && !this.#stop.signal.aborted;) {
+        await new Promise((resolve) => setTimeout(resolve, CHUNK_POLL_MS));
+        if (failed !== undefined) throw failed;
+        const more = await log.read(this.runId, this.turn, this.chunks.length) as UIChunk[];
+        if (more.length > 0) {
+          quiet = 0;
+          this.#push(more);
+          continue;
+        }
+        if (++quiet * CHUNK_POLL_MS < this.takeoverMs) continue;
+        const rest = continuation(this.chunks, derived);
+        if (rest === undefined) continue;
+        this.#writer = new ChunkWriter(log, this.runId, this.turn, this.chunks.length);
+        this.#emit(rest);
+        await deriving;
+        if (failed !== undefined) throw failed;
+        return;
+      }
+    } finally {
+      deriveStop.abort();
+      this.#stop.signal.removeEventListener("abort", stopDeriving);
+      await deriving;
+    }
+  }
+
+  #emit(chunks: UIChunk[]): void {
+    this.#push(chunks);
+    this.#writer?.add(chunks);
   }
 
   #push(chunks: UIChunk[]): void {

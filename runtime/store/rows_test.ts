@@ -200,6 +200,7 @@ const TABLES: Record<string, Record<string, 1> | null> = {
   limit_waiters: null,
   limit_groups: null,
   schema_version: null, // migrate.ts's own
+  chat_chunks: null, // the chat chunk log: appended and read as chunks (chat_chunks.ts), never as rows
 };
 
 bothStoresTest(

@@ -114,6 +114,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
   ],
   limit_waiters: ["key", "run_id", "grp", "since"],
   limit_groups: ["key", "grp", "served_at"],
+  chat_chunks: ["run_id", "turn", "idx", "chunk"],
   messages: ["run_id", "seq", "message_id", "text", "created_at", "answer_seq", "answered_at"],
   memos: ["run_id", "key", "status", "value", "attempts", "epoch", "intent_at", "confirmed_at"],
   schedules: [

@@ -9,6 +9,7 @@
  */
 
 import type { QueryOptions } from "./driver.ts";
+import { CHAT_CHUNK_STATEMENTS } from "./chat_chunks.ts";
 import { CONVERSATION_STATEMENTS } from "./conversations.ts";
 import { FAMILY_STATEMENTS } from "./families.ts";
 import { FORK_STATEMENTS } from "./forks.ts";
@@ -163,7 +164,10 @@ export type StatementName =
   | "fork-run"
   | "start-dry-run"
   | "original-call"
-  | "dry-answer";
+  | "dry-answer"
+  // chat
+  | "chat-chunks-append"
+  | "chat-chunks-read";
 
 /** The names the statements are declared under, as the compiler reads them beside their texts. */
 type DeclaredName =
@@ -182,7 +186,8 @@ type DeclaredName =
   | (typeof SCHEDULE_STATEMENTS)[number]["name"]
   | (typeof VERSION_STATEMENTS)[number]["name"]
   | (typeof LIMIT_STATEMENTS)[number]["name"]
-  | (typeof FORK_STATEMENTS)[number]["name"];
+  | (typeof FORK_STATEMENTS)[number]["name"]
+  | (typeof CHAT_CHUNK_STATEMENTS)[number]["name"];
 
 // A statement whose name is not listed in StatementName does not fit in STATEMENTS below; a listed name no
 // statement is declared under makes this line fail to compile.
@@ -219,6 +224,8 @@ export const STATEMENTS: {
   readonly limits: readonly Statement<StatementName>[];
   /** Forks and dry runs, and the original's calls a dry run looks up (`forks.ts`). */
   readonly forks: readonly Statement<StatementName>[];
+  /** The chat chunk log: a chat turn's chunks appended and read by index (`chat_chunks.ts`). */
+  readonly chat: readonly Statement<StatementName>[];
 } = {
   runWrites: [...RUN_WRITE_STATEMENTS, ...GROUP_COMMIT_STATEMENTS],
   reads: READ_STATEMENTS,
@@ -234,6 +241,7 @@ export const STATEMENTS: {
   schedules: SCHEDULE_STATEMENTS,
   limits: LIMIT_STATEMENTS,
   forks: FORK_STATEMENTS,
+  chat: CHAT_CHUNK_STATEMENTS,
 };
 
 /** Every statement of the store, in one list. */

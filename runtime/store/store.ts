@@ -34,6 +34,7 @@ import type { SqlClient } from "./driver.ts";
 import { Conversations } from "./conversations.ts";
 export type { SentSignal, SignalRow, Signals, SignalTake } from "./signals.ts";
 import { Families } from "./families.ts";
+import { ChatChunks } from "./chat_chunks.ts";
 import { Forks } from "./forks.ts";
 import { GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 import { Leases } from "./leases.ts";
@@ -62,6 +63,7 @@ export type { JournalIntent, RunWrites } from "./run_writes.ts";
 export type { GroupCommit, GroupCommitOptions, GroupCommitStats } from "./group_commit.ts";
 export { GROUP_COMMIT_MS_MAX } from "./group_commit.ts";
 export type { ChildRow, Families, FamilyMember, NewChildRun } from "./families.ts";
+export type { ChatChunks } from "./chat_chunks.ts";
 export type { DryAnswerRow, Forks, ForkWritten, NewDryRun, NewFork } from "./forks.ts";
 export { CATCH_UP_RULES, OVERLAP_RULES } from "./schedules.ts";
 export type {
@@ -110,6 +112,8 @@ export interface StoreAudiences {
   limits?: Limits;
   /** Forks and dry runs: written, and the original's calls looked up. */
   forks?: Forks;
+  /** The chat chunk log: a chat turn's chunks by index. */
+  chatChunks?: ChatChunks;
 }
 
 /** What a {@link Store} is built with besides its driver. */
@@ -146,6 +150,8 @@ export class Store {
   readonly limits: Limits;
   /** Forks and dry runs: written, and the original's calls looked up (`forks.ts`). */
   readonly forks: Forks;
+  /** The chat chunk log: a chat turn's chunks by index (`chat_chunks.ts`). */
+  readonly chatChunks: ChatChunks;
 
   /**
    * Wraps a driver. With `groupCommit`, the writes of a step's happy path go
@@ -174,6 +180,7 @@ export class Store {
     this.signals = opts.signals ?? new Signals(client);
     this.limits = opts.limits ?? new Limits(client);
     this.forks = opts.forks ?? new Forks(client);
+    this.chatChunks = opts.chatChunks ?? new ChatChunks(client);
   }
 
   /**
@@ -209,6 +216,7 @@ export class Store {
       signals,
       limits,
       forks,
+      chatChunks,
     } = this;
     return new Store(this.client, {
       reads,
@@ -223,6 +231,7 @@ export class Store {
       signals,
       limits,
       forks,
+      chatChunks,
       ...audiences,
     });
   }
