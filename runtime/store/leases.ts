@@ -186,6 +186,10 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     moved_epoch: null,
     move_refused: null,
     labels: run.labels === undefined ? null : { ...run.labels },
+    forked_from: null,
+    forked_at_seq: null,
+    dry_run: false,
+    eval_id: null,
   };
 }
 
