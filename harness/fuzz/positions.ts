@@ -181,6 +181,9 @@ export const POSITIONS: Readonly<Record<StatementName, Position>> = {
   "start-dry-run": "other",
   "original-call": "read-tool",
   "dry-answer": "tool-confirm",
+  // A chat handler's log of the chunks it streamed (runtime/chat/): not the run's, never fenced.
+  "chat-chunks-append": "other",
+  "chat-chunks-read": "other",
 };
 
 /** The position of a statement sent with `opts`. */
