@@ -638,10 +638,10 @@ export async function runSchedule(
   await db.exec(
     ++counter.runs % 64 === 0
       ? "truncate runs, journal, side_effects, workers, approvals, messages, memos, signals, limit_keys, " +
-        "limit_reservations, limit_waiters, limit_groups, agent_versions"
+        "limit_reservations, limit_waiters, limit_groups, agent_versions, chat_chunks"
       : "delete from approvals; delete from side_effects; delete from journal; delete from messages; " +
         "delete from memos; delete from signals; delete from runs; delete from workers; delete from limit_keys; " +
-        "delete from limit_reservations; delete from limit_waiters; delete from limit_groups; delete from agent_versions",
+        "delete from limit_reservations; delete from limit_waiters; delete from limit_groups; delete from agent_versions; delete from chat_chunks",
   );
   const fake = target.remote === "fake" ? new FakeRemote() : undefined;
   const parallel = schedule.parallel ?? 1;
