@@ -67,7 +67,7 @@ Deno.test({
         RUN_ID: "steal",
         ...extra,
       });
-      const a = spawnWorker(env({ WORKER: "A", STALL_AT: "after_decide", STALL_MS: "3000" }));
+      const a = spawnWorker(env({ WORKER: "A", STALL_AT: "after_decide", STALL_MS: "12000" }));
       const stalled = await a.waitFor("event=stall point=after_decide seq=0");
       if (!stalled) assert.fail(`A never stalled:\n${(await a.result).lines.join("\n")}`);
       const b = await spawnWorker(env({ WORKER: "B" })).result;

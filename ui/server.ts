@@ -33,7 +33,7 @@ import type { Context, Next } from "npm:hono@4.13.19";
 import { type Client } from "../runtime/client/client.ts";
 import { ClientError } from "../runtime/base/errors.ts";
 import { MESSAGE_CHARS_MAX, type Resolution, type RunTimeline } from "../runtime/client/shapes.ts";
-import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
+import { checkRunId, REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
 import { RUN_STATUSES, type RunSummary } from "../runtime/store/store.ts";
 import { type CodeOf, hasCode, ownCode, RuntimeError } from "../runtime/base/errors.ts";
 import { ID_RULE, idProblem } from "../runtime/base/ids.ts";
@@ -619,6 +619,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
 
   // "Fork from here": {atSeq, model?, live?, runId?} as client.fork takes them; a dry run unless live.
   app.post("/api/runs/:id/fork", async (c) => {
+    checkRunId(c.req.param("id")); // the id first: a hostile one is refused as such (BAD_RUN_ID)
     const body = await jsonBody(c);
     const atSeq = body.atSeq;
     if (typeof atSeq !== "number" || !Number.isSafeInteger(atSeq) || atSeq < 0) {
@@ -647,6 +648,7 @@ export function createUiApp(opts: UiOptions): Promise<Hono> {
   // An evaluation's case runs (runs `<id>-<variant>-<n>` of eval_id <id>), by variant, each linked from the page.
   app.get("/api/evals/:id", async (c) => {
     const id = c.req.param("id");
+    checkRunId(id); // an evaluation's id is the prefix of its runs' ids, held to the same rule
     const runs = [];
     for (let offset = 0; offset < 100_000; offset += 500) {
       const page = await client.reads.list({ search: `${id}-`, limit: 500, offset });

@@ -19,7 +19,7 @@ const plain = defineAgent({ name: "plain", tools: [], model });
 /** The code a refused value of each path parameter answers with; a new parameter must be added here. */
 const PARAM_CODES: Record<string, string> = { id: "BAD_RUN_ID", key: "ID_INVALID" };
 /** Routes that never look a parameter up: the page itself (its script asks the API) and its static files. */
-const NOT_LOOKED_UP = new Set(["GET /runs/:id", "GET /static/:file"]);
+const NOT_LOOKED_UP = new Set(["GET /runs/:id", "GET /evals/:id", "GET /static/:file"]);
 
 /** Values the database refuses or changes, or that no id holds, as they appear in an address. */
 const HOSTILE_IN_PATH: [string, string][] = [
