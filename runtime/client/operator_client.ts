@@ -373,7 +373,7 @@ export class OperatorClient {
       messages: 0,
       memos: 0,
       signals: 0,
-      chatChunks: 0,
+      chunks: 0,
       batches: 0,
     };
     if (opts.dryRun) {
@@ -403,7 +403,7 @@ export class OperatorClient {
       out.messages += batch.messages;
       out.memos += batch.memos;
       out.signals += batch.signals;
-      out.chatChunks += batch.chatChunks;
+      out.chunks += batch.chunks;
       out.batches++;
       if (batch.runs.length < batchSize) break;
     }

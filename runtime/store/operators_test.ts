@@ -63,6 +63,7 @@ bothStoresTest("the operators' reads and commands", async (store, t) => {
         messages: 0,
         memos: 0,
         signals: 0,
+        chunks: 0,
       };
       assert.deepEqual(await store.operators.pruneRuns(cutoff, 10, true), expected);
       assert.equal(await statusOf("p-old"), "failed", "a dry run deletes nothing");

@@ -28,7 +28,7 @@ export const RUN_ROW_TABLES = {
   messages: "messages",
   memos: "memos",
   signals: "signals",
-  chat_chunks: "chatChunks",
+  chat_chunks: "chunks",
 } as const;
 
 /** Rows deleted (or that would be) with pruned runs, per table of {@link RUN_ROW_TABLES}. */
