@@ -35,7 +35,8 @@ import { SystemClock } from "../runtime/base/clock.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
-import { openPostgres } from "../runtime/store/postgres.ts";
+import postgres from "postgres";
+import { openPostgres, PostgresClient } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { type SqlClient, Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/agent/tools.ts";
@@ -54,16 +55,64 @@ interface CapacityRow {
   seconds: number;
   /** This process's CPU time during the row (the host's own work; the raw floor's driver). */
   cpuMs: number;
+  /** A local PostgreSQL's CPU time during the row (its processes' time from `/proc`); NaN when not visible. */
+  serverCpuMs: number;
   commits: number;
 }
 
-type Timed = { seconds: number; cpuMs: number };
+type Timed = { seconds: number; cpuMs: number; serverCpuMs?: number };
 
 const stepsPerS = (r: CapacityRow) => (r.runs * STEPS_PER_RUN) / r.seconds;
-const runsFor = (inFlight: number, scale: number) => Math.round(Math.max(150, 4 * inFlight) * scale);
+// 200 runs at least (800 steps), so a row lasts long enough at the floor's rate to be timed well.
+const runsFor = (inFlight: number, scale: number) => Math.round(Math.max(200, 4 * inFlight) * scale);
 
 /** A store's commit counter: `pg_stat_database.xact_commit` as the server has it now. */
 type Commits = () => Promise<number>;
+
+/** A row's connections: its store, and how to make each connection report its counts now. */
+interface Pool {
+  store: Store;
+  /** Makes every connection of the pool flush its pending counts; resolves with the commits it made itself. */
+  flush: () => Promise<number>;
+  /** Closes the pool (PGlite's one instance stays open). */
+  close: () => Promise<void>;
+}
+
+/**
+ * A postgres.js pool of `max` connections on `url`, as `openPostgres` opens one, whose counts can be
+ * flushed: a backend sends its counts to the server's statistics at most once a second, or when told.
+ */
+function pgPool(url: string, max: number): Pool {
+  const sql = postgres(url, { max, onnotice: () => {} });
+  const client = new PostgresClient(sql, "capacity");
+  return {
+    store: new Store(client),
+    flush: async () => {
+      // Every connection at once, so each is a different one; each statement is one commit.
+      const conns = await Promise.all(Array.from({ length: max }, () => sql.reserve()));
+      try {
+        await Promise.all(conns.map((c) => c.unsafe("select pg_stat_force_next_flush()")));
+      } finally {
+        for (const c of conns) c.release();
+      }
+      return max;
+    },
+    close: () => client.close(),
+  };
+}
+
+/** The plain script's steps/s (bench/plain_floor.ts in a process of its own) on `url`. */
+async function plainFloor(url: string, clients: number, runs: number): Promise<number> {
+  const script = new URL("./plain_floor.ts", import.meta.url).pathname;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", script, "--url", url, "--clients", String(clients), "--runs", String(runs)],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout).trim();
+  if (!out.success) throw new Error(`plain_floor failed: ${new TextDecoder().decode(out.stderr)}`);
+  return JSON.parse(text.split("\n").at(-1)!).steps_per_s;
+}
 
 async function submitPending(client: SqlClient, n: number): Promise<void> {
   const prefix = `c-${crypto.randomUUID().slice(0, 8)}`;
@@ -99,7 +148,7 @@ const RAW_STEP: [string, (runId: string, seq: number) => unknown[]][] = [
 ];
 
 /** The raw floor: `runs` runs of four steps, `inFlight` at a time over `client`; returns its wall time. */
-async function driveRaw(client: SqlClient, runs: number, inFlight: number): Promise<Timed> {
+async function driveRaw(client: SqlClient, runs: number, inFlight: number, server: boolean): Promise<Timed> {
   const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
   await client.query(
     `insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
@@ -107,12 +156,14 @@ async function driveRaw(client: SqlClient, runs: number, inFlight: number): Prom
     [prefix, runs],
   );
   collectGarbage();
-  const t = await timed(() =>
-    fanOut(runs, inFlight, async (i) => {
-      for (let seq = 0; seq < STEPS_PER_RUN; seq++) {
-        for (const [text, params] of RAW_STEP) await client.query(text, params(`${prefix}-${i}`, seq));
-      }
-    })
+  const t = await timed(
+    () =>
+      fanOut(runs, inFlight, async (i) => {
+        for (let seq = 0; seq < STEPS_PER_RUN; seq++) {
+          for (const [text, params] of RAW_STEP) await client.query(text, params(`${prefix}-${i}`, seq));
+        }
+      }),
+    server,
   );
   return t;
 }
@@ -123,6 +174,7 @@ async function driveHost(
   runs: number,
   inFlight: number,
   groupCommitMs: number,
+  server: boolean,
   times?: StatementTimes,
 ): Promise<Timed> {
   await submitPending(plain.client, runs);
@@ -152,7 +204,7 @@ async function driveHost(
   const t = await timed(async () => {
     host.start();
     await finished;
-  });
+  }, server);
   times?.stop(runs);
   await host.stop();
   if (failed) throw new Error(failed);
@@ -162,10 +214,12 @@ async function driveHost(
 /** The rows of one store. `open` gives a fresh store on the bench's tables (a pool of `max` for PostgreSQL). */
 async function storeRows(opts: {
   name: string;
-  open: (max: number) => Promise<Store>;
-  /** Closes a store `open` gave (PGlite's one instance stays open). */
-  close: (store: Store) => Promise<void>;
+  open: (max: number) => Promise<Pool>;
   commits: Commits;
+  /** Whether a local server's CPU is read (PostgreSQL on this machine; PGlite runs in this process). */
+  server: boolean;
+  /** The plain script's steps/s at a concurrency, run as a process of its own (PostgreSQL only). */
+  plainFloor?: (clients: number, runs: number) => Promise<number>;
   clients: number;
   groupCommitMs: number;
   scale: number;
@@ -173,10 +227,13 @@ async function storeRows(opts: {
   inFlight: readonly number[];
   /** Prints each host row's statements per step and their mean latency. */
   statements: boolean;
+  /** The rows to measure, of `plain`, `raw`, `host` and `host+group`. */
+  kinds: readonly string[];
 }): Promise<CapacityRow[]> {
   const rows: CapacityRow[] = [];
-  // Each row: a warm-up on a pool of its own (JIT, prepared statements), closed; then the counted part on a
-  // fresh pool, whose commits are read once its connections have closed. Its submit is one commit more.
+  // Each row on a pool of its own, warmed up first (every connection opened, every statement prepared, the
+  // JIT warm), then timed on that same pool: opening connections is not a step's cost. Its commits are the
+  // server's count between two flushes of every connection's pending counts.
   const measure = async (
     kind: string,
     inFlight: number,
@@ -184,23 +241,30 @@ async function storeRows(opts: {
     drive: (s: Store, n: number, times?: StatementTimes) => Promise<Timed>,
   ) => {
     const runs = runsFor(inFlight, opts.scale);
-    const warm = await opts.open(max);
-    try {
-      await drive(warm, Math.max(20, 2 * inFlight));
-    } finally {
-      await opts.close(warm);
-    }
-    const c0 = await opts.commits();
-    const store = await opts.open(max);
+    const pool = await opts.open(max);
     const times = opts.statements && kind !== "raw" ? new StatementTimes() : undefined;
     let t: Timed;
+    let commits: number;
     try {
-      t = await drive(store, runs, times);
+      await drive(pool.store, Math.max(20, 2 * inFlight));
+      await pool.flush();
+      const c0 = await opts.commits();
+      t = await drive(pool.store, runs, times);
+      const flushed = await pool.flush();
+      commits = (await opts.commits()) - c0 - flushed;
     } finally {
-      await opts.close(store);
+      await pool.close();
     }
-    const commits = (await opts.commits()) - c0 - 1;
-    const row = { store: opts.name, kind, inFlight, runs, seconds: t.seconds, cpuMs: t.cpuMs, commits };
+    const row = {
+      store: opts.name,
+      kind,
+      inFlight,
+      runs,
+      seconds: t.seconds,
+      cpuMs: t.cpuMs,
+      serverCpuMs: t.serverCpuMs ?? Number.NaN,
+      commits,
+    };
     rows.push(row);
     console.log(line(row));
     for (const e of times?.entries() ?? []) {
@@ -209,17 +273,41 @@ async function storeRows(opts: {
       );
     }
   };
+  const plain = async (inFlight: number) => {
+    if (!opts.plainFloor) return;
+    const runs = runsFor(inFlight, opts.scale);
+    const stepsPerSecond = await opts.plainFloor(inFlight, runs);
+    const row = {
+      store: opts.name,
+      kind: "plain",
+      inFlight,
+      runs,
+      seconds: (runs * STEPS_PER_RUN) / stepsPerSecond,
+      cpuMs: Number.NaN,
+      serverCpuMs: Number.NaN,
+      commits: runs * STEPS_PER_RUN * 4,
+    };
+    rows.push(row);
+    console.log(line(row));
+  };
   for (const inFlight of opts.inFlight) {
     // Turns interleave the three rows, so a burst of load from elsewhere on the machine hits them alike.
     for (let turn = 0; turn < opts.turns; turn++) {
-      await measure("raw", inFlight, opts.clients, (s, n) => driveRaw(s.client, n, inFlight));
-      await measure("host", inFlight, 2, (s, n, tm) => driveHost(s, n, inFlight, 0, tm));
-      await measure(
-        "host+group",
-        inFlight,
-        2,
-        (s, n, tm) => driveHost(s, n, inFlight, opts.groupCommitMs, tm),
-      );
+      if (inFlight === opts.clients && opts.kinds.includes("plain")) await plain(inFlight);
+      if (opts.kinds.includes("raw")) {
+        await measure("raw", inFlight, opts.clients, (s, n) => driveRaw(s.client, n, inFlight, opts.server));
+      }
+      if (opts.kinds.includes("host")) {
+        await measure("host", inFlight, 2, (s, n, tm) => driveHost(s, n, inFlight, 0, opts.server, tm));
+      }
+      if (opts.kinds.includes("host+group")) {
+        await measure(
+          "host+group",
+          inFlight,
+          2,
+          (s, n, tm) => driveHost(s, n, inFlight, opts.groupCommitMs, opts.server, tm),
+        );
+      }
     }
   }
   return medians(rows);
@@ -241,12 +329,18 @@ function line(r: CapacityRow): string {
   const s = stepsPerS(r);
   return `${r.store.padEnd(10)} ${r.kind.padEnd(11)} in_flight=${String(r.inFlight).padStart(3)} runs=${
     String(r.runs).padStart(5)
-  } steps/s=${s.toFixed(0).padStart(6)} commits/step=${
-    (r.commits / (r.runs * STEPS_PER_RUN)).toFixed(2)
-  } cpu_ms/step=${(r.cpuMs / (r.runs * STEPS_PER_RUN)).toFixed(3)}`;
+  } steps/s=${s.toFixed(0).padStart(6)} commits/step=${perStep(r, r.commits)} cpu_ms/step=${
+    perStep(r, r.cpuMs)
+  } server_cpu_ms/step=${perStep(r, r.serverCpuMs)}`;
 }
 
-/** The summary table: every row as a ratio to the raw floor at 16 clients of its store. */
+const perStep = (r: CapacityRow, n: number) =>
+  Number.isNaN(n) ? "-" : (n / (r.runs * STEPS_PER_RUN)).toFixed(3);
+
+/**
+ * The summary table: every row as a ratio to the raw floor at `clients` in flight of its store, and that
+ * floor beside the plain script's (`plain`, PostgreSQL only) measured in the same run.
+ */
 export function report(rows: CapacityRow[], clients: number): string {
   const out: string[] = [];
   for (const store of [...new Set(rows.map((r) => r.store))]) {
@@ -257,16 +351,25 @@ export function report(rows: CapacityRow[], clients: number): string {
       `\n${store}: ratios to raw at ${floor.inFlight} in flight (${stepsPerS(floor).toFixed(0)} steps/s)`,
       `${"row".padEnd(11)} ${"in flight".padStart(9)} ${"steps/s".padStart(8)} ${"x raw".padStart(6)} ${
         "commits/step".padStart(12)
-      } ${"agents@2s".padStart(9)} ${"cpu ms/step".padStart(11)}`,
+      } ${"agents@2s".padStart(9)} ${"cpu ms/step".padStart(11)} ${"server ms/step".padStart(14)}`,
     );
     for (const r of mine) {
       const s = stepsPerS(r);
       out.push(
         `${r.kind.padEnd(11)} ${String(r.inFlight).padStart(9)} ${s.toFixed(0).padStart(8)} ${
           (s / stepsPerS(floor)).toFixed(2).padStart(6)
-        } ${(r.commits / (r.runs * STEPS_PER_RUN)).toFixed(2).padStart(12)} ${
-          (s * 2).toFixed(0).padStart(9)
-        } ${(r.cpuMs / (r.runs * STEPS_PER_RUN)).toFixed(3).padStart(11)}`,
+        } ${perStep(r, r.commits).padStart(12)} ${(s * 2).toFixed(0).padStart(9)} ${
+          perStep(r, r.cpuMs).padStart(11)
+        } ${perStep(r, r.serverCpuMs).padStart(14)}`,
+      );
+    }
+    const plain = mine.find((r) => r.kind === "plain" && r.inFlight === floor.inFlight);
+    if (plain) {
+      const ratio = stepsPerS(floor) / stepsPerS(plain);
+      out.push(
+        `raw at ${floor.inFlight} / the plain script at ${floor.inFlight}: ${ratio.toFixed(2)} (${
+          Math.abs(ratio - 1) <= 0.1 ? "within" : "NOT within"
+        } 10%)`,
       );
     }
     const host1 = mine.find((r) => r.kind === "host" && r.inFlight === 1);
@@ -278,15 +381,20 @@ export function report(rows: CapacityRow[], clients: number): string {
   return out.join("\n");
 }
 
-/** PostgreSQL's commit count for the bench's database, after the last row's backends have exited. */
-async function pgCommits(admin: SqlClient): Promise<number> {
-  // A backend flushes its counts as it exits; give the closed pool's backends a moment to.
-  await new Promise((r) => setTimeout(r, 300));
-  await admin.query("select pg_stat_clear_snapshot()");
-  const rows = await admin.query<{ n: string }>(
-    "select xact_commit::text as n from pg_stat_database where datname = current_database()",
-  );
-  return Number(rows[0].n);
+/**
+ * PostgreSQL's commit counter for the bench's database, read on `admin`. A read's own three statements are
+ * flushed at once by its last one, so each read adds three commits to every later one: taken off here.
+ */
+function pgCommits(admin: SqlClient): Commits {
+  let reads = 0;
+  return async () => {
+    await admin.query("select pg_stat_clear_snapshot()");
+    const rows = await admin.query<{ n: string }>(
+      "select xact_commit::text as n from pg_stat_database where datname = current_database()",
+    );
+    await admin.query("select pg_stat_force_next_flush()");
+    return Number(rows[0].n) - 3 * reads++;
+  };
 }
 
 /** The command line. */
@@ -301,6 +409,7 @@ export async function main(args: string[]): Promise<number> {
       stores: { type: "string", default: "postgres,pglite" },
       "in-flight": { type: "string", default: IN_FLIGHT.join(",") },
       statements: { type: "boolean", default: false },
+      rows: { type: "string", default: "plain,raw,host,host+group" },
     },
   });
   const clients = Number(values.clients);
@@ -330,15 +439,17 @@ export async function main(args: string[]): Promise<number> {
         rows.push(
           ...await storeRows({
             name: "postgres",
-            open: async (max) => new Store(await openPostgres(sandbox.url, { max })),
-            close: (s) => s.client.close(),
-            commits: () => pgCommits(sandbox.store.client),
+            open: (max) => Promise.resolve(pgPool(sandbox.url, max)),
+            commits: pgCommits(sandbox.store.client),
+            server: true,
+            plainFloor: (clients, runs) => plainFloor(u.toString(), clients, runs),
             clients,
             groupCommitMs,
             scale,
             turns,
             inFlight,
             statements: values.statements,
+            kinds: values.rows.split(","),
           }),
         );
       } finally {
@@ -372,15 +483,21 @@ export async function main(args: string[]): Promise<number> {
       rows.push(
         ...await storeRows({
           name: "pglite",
-          open: () => Promise.resolve(new Store(view())),
-          close: () => Promise.resolve(),
+          open: () =>
+            Promise.resolve({
+              store: new Store(view()),
+              flush: () => Promise.resolve(0),
+              close: () => Promise.resolve(),
+            }),
           commits,
+          server: false,
           clients,
           groupCommitMs,
           scale,
           turns,
           inFlight,
           statements: values.statements,
+          kinds: values.rows.split(","),
         }),
       );
     } finally {
