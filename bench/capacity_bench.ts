@@ -300,6 +300,17 @@ async function storeRows(opts: {
       if (opts.kinds.includes("host")) {
         await measure("host", inFlight, 2, (s, n, tm) => driveHost(s, n, inFlight, 0, opts.server, tm));
       }
+      for (const k of opts.kinds.filter((k) => k.startsWith("exp:"))) {
+        const [name, val] = k.slice(4).split("=");
+        Deno.env.set(name, val);
+        await measure(
+          k,
+          inFlight,
+          2,
+          (s, n, tm) => driveHost(s, n, inFlight, opts.groupCommitMs, opts.server, tm),
+        );
+        Deno.env.delete(name);
+      }
       if (opts.kinds.includes("host+group")) {
         await measure(
           "host+group",
@@ -346,7 +357,7 @@ export function report(rows: CapacityRow[], clients: number): string {
   for (const store of [...new Set(rows.map((r) => r.store))]) {
     const mine = rows.filter((r) => r.store === store);
     const floor = mine.find((r) => r.kind === "raw" && r.inFlight === clients) ??
-      mine.filter((r) => r.kind === "raw").at(-1)!;
+      mine.filter((r) => r.kind === "raw").at(-1) ?? mine[0];
     out.push(
       `\n${store}: ratios to raw at ${floor.inFlight} in flight (${stepsPerS(floor).toFixed(0)} steps/s)`,
       `${"row".padEnd(11)} ${"in flight".padStart(9)} ${"steps/s".padStart(8)} ${"x raw".padStart(6)} ${

@@ -14,13 +14,15 @@
  * {@link GROUP_FLUSHES_MAX} statements in flight).
  *
  * Each row of the statement is fenced on its own run's epoch inside the
- * statement (the `held` CTE locks every run row the batch names, in run id
- * order, `for share`, as the single-row fence does), and each run learns from
- * the statement's `returning` whether its row was written. A write resolves
- * only after the statement that carried it returned, that is committed: a
- * run acts on its write exactly when it would have alone, so every crash
- * point keeps its meaning. A batch of one is sent as the single-row
- * statement it would be without grouping.
+ * statement (the `group_write` function of schema.sql: its `held` CTE locks
+ * every run row the batch names, in run id order, `for share`, as the
+ * single-row fence does), and each run learns from the statement's
+ * `returning` whether its row was written. A write resolves only after the
+ * statement that carried it returned, that is committed: a run acts on its
+ * write exactly when it would have alone, so every crash point keeps its
+ * meaning. A batch of one is sent as the single-row statement it would be
+ * without grouping. The function's plan is made once per connection and
+ * kept; its settings leave it only lookups by key (`plans_test.ts`).
  *
  * A batch the database refuses as a whole for what one row holds (a data or
  * integrity error, or a deadlock: nothing of it was written) is sent again
@@ -32,7 +34,6 @@
  */
 
 import { type Clock, startTimer, SystemClock } from "../base/clock.ts";
-import { MAX_ROW_TOKENS } from "../base/values.ts";
 import { RuntimeError } from "../base/errors.ts";
 import type { SqlClient } from "./driver.ts";
 import { queryRows, type Statement, statement } from "./sql.ts";
@@ -171,20 +172,14 @@ interface Pending {
   readonly reject: (err: unknown) => void;
 }
 
-const IN_RUNNING = (input: string) =>
-  `join held on held.run_id = ${input}.run_id and (held.epoch = ${input}.epoch and held.status = 'running') is true`;
-
 /**
- * One kind of write a group statement carries: its input columns, each an
- * `unnest` of one array parameter (the input named `<name>_in`), with its SQL
- * type and how a write gives its value; and the CTE `<name>` that writes its
- * rows fenced on `held`, returning `(run_id, k, epoch)`.
+ * One kind of write a group statement carries: its input columns, in the
+ * order of the `group_write` function's arguments (schema.sql, migration
+ * 18), each with its SQL type and how a write gives its value.
  */
 interface Part<W extends GroupedWrite> {
   readonly kind: W["kind"];
-  readonly name: string;
   readonly columns: Readonly<Record<string, readonly [type: "text" | "int", value: (w: W) => unknown]>>;
-  readonly write: string;
 }
 
 const part = <W extends GroupedWrite>(p: Part<W>): Part<GroupedWrite> => p as unknown as Part<GroupedWrite>;
@@ -194,10 +189,10 @@ const RUN_AND_EPOCH = {
   epoch: ["int", (w: GroupedFence) => w.epoch],
 } as const;
 
-const PARTS: readonly Part<GroupedWrite>[] = [
+/** The kinds of write, in the order of the function's arguments. */
+export const PARTS: readonly Part<GroupedWrite>[] = [
   part<GroupedJournalIntent>({
     kind: "journal-intent",
-    name: "ji",
     columns: {
       ...RUN_AND_EPOCH,
       seq: ["int", (w) => w.seq],
@@ -205,16 +200,9 @@ const PARTS: readonly Part<GroupedWrite>[] = [
       reserve: ["int", (w) => w.reserveTokens],
       params: ["text", (w) => w.params],
     },
-    write: `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens, params)
-         select ji_in.run_id, ji_in.seq, 'intent', 1, ji_in.epoch, ji_in.at::timestamptz, ji_in.reserve,
-                ji_in.params::jsonb
-           from ji_in ${IN_RUNNING("ji_in")}
-         on conflict do nothing
-         returning run_id, seq::text as k, epoch`,
   }),
   part<GroupedJournalConfirm>({
     kind: "journal-confirm",
-    name: "jc",
     columns: {
       ...RUN_AND_EPOCH,
       seq: ["int", (w) => w.seq],
@@ -224,18 +212,9 @@ const PARTS: readonly Part<GroupedWrite>[] = [
       released: ["int", (w) => w.released],
       spent: ["int", (w) => w.spent],
     },
-    write:
-      `update journal set status = 'confirmed', decision = jc_in.decision::jsonb, usage = jc_in.usage::jsonb,
-                confirmed_at = jc_in.at::timestamptz,
-                reserved_tokens = greatest(0, journal.reserved_tokens - jc_in.released),
-                spent_tokens = least(${MAX_ROW_TOKENS}, journal.spent_tokens::bigint + jc_in.spent)::int
-           from jc_in ${IN_RUNNING("jc_in")}
-          where journal.run_id = jc_in.run_id and journal.seq = jc_in.seq and journal.status = 'intent'
-         returning jc_in.run_id, jc_in.seq::text as k, jc_in.epoch`,
   }),
   part<GroupedEffectIntent>({
     kind: "effect-intent",
-    name: "ei",
     columns: {
       ...RUN_AND_EPOCH,
       key: ["text", (w) => w.key],
@@ -244,17 +223,9 @@ const PARTS: readonly Part<GroupedWrite>[] = [
       args: ["text", (w) => w.args],
       at: ["text", (w) => w.at],
     },
-    write:
-      `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
-         select ei_in.key, ei_in.run_id, ei_in.seq, ei_in.tool, ei_in.args::jsonb, 'intent', 1, ei_in.epoch,
-                ei_in.at::timestamptz
-           from ei_in ${IN_RUNNING("ei_in")}
-         on conflict do nothing
-         returning run_id, idempotency_key as k, epoch`,
   }),
   part<GroupedEffectConfirm>({
     kind: "effect-confirm",
-    name: "ec",
     columns: {
       ...RUN_AND_EPOCH,
       key: ["text", (w) => w.key],
@@ -262,21 +233,9 @@ const PARTS: readonly Part<GroupedWrite>[] = [
       remote: ["text", (w) => w.remote],
       at: ["text", (w) => w.at],
     },
-    write: `update side_effects set status = 'confirmed', result = ec_in.result::jsonb, remote = ec_in.remote,
-                confirmed_at = ec_in.at::timestamptz, error = null
-           from ec_in ${IN_RUNNING("ec_in")}
-          where side_effects.idempotency_key = ec_in.key and side_effects.run_id = ec_in.run_id
-            and side_effects.status = 'intent'
-         returning ec_in.run_id, ec_in.key as k, ec_in.epoch`,
   }),
-  // A run's close updates the row `held` locked for share: the lock is this
-  // transaction's, so it is raised, not waited for. Every other write of the
-  // statement was fenced on the row as it was before (one snapshot): a run
-  // closes only once its own writes have returned, so none of them rides the
-  // statement that closes it.
   part<GroupedRunFinish>({
     kind: "run-finish",
-    name: "rf",
     columns: {
       ...RUN_AND_EPOCH,
       status: ["text", (w) => w.status],
@@ -284,62 +243,27 @@ const PARTS: readonly Part<GroupedWrite>[] = [
       at: ["text", (w) => w.at],
       output: ["text", (w) => w.output],
     },
-    write: `update runs set status = rf_in.status, error = rf_in.error, updated_at = rf_in.at::timestamptz,
-                output = rf_in.output
-           from rf_in ${IN_RUNNING("rf_in")}
-          where runs.run_id = rf_in.run_id
-         returning rf_in.run_id, '' as k, rf_in.epoch`,
   }),
 ];
 
 /**
- * The group statement for the kinds of write in `mask` (bit i: `PARTS[i]`):
- * only those kinds' inputs and writes, so a batch of one kind is planned as
- * a statement of one write, not five (planned each time, the absent ones cost
- * 1.1 ms of a 2.4 ms statement of 16 intents, measured in bench/README.md).
+ * The group statement: a call of `group_write` (schema.sql, migration 18),
+ * whose SQL writes each kind's rows fenced on every run the batch names, and
+ * whose settings keep its plan to lookups by key, made once per session. It
+ * is prepared like any other statement: its own plan is the function call.
  */
-function groupWrite(mask: number): Statement<"group-write"> {
-  const parts = PARTS.filter((_, i) => (mask & (1 << i)) !== 0);
+function groupWrite(): Statement<"group-write"> {
   let n = 0;
-  const inputs = parts.map((p) =>
-    `${p.name}_in as (
-         select * from unnest(${Object.values(p.columns).map(([type]) => `$${++n}::${type}[]`).join(", ")})
-                    as t(${Object.keys(p.columns).join(", ")}))`
-  );
+  const args = PARTS.flatMap((p) => Object.values(p.columns).map(([type]) => `$${++n}::${type}[]`));
+  args.push(`$${++n}::text[]`);
   return statement(
     "group-write",
-    `with ${inputs.join(",\n       ")},
-       -- The fence of every row at once: each run row the batch names, locked
-       -- for share as the single-row fence locks it (a claim and a write are
-       -- serialised), in run id order so two statements never lock in
-       -- opposite orders. A row locked after a wait is read as it is now.
-       held as (
-         select runs.run_id, runs.epoch, runs.status from runs
-          where runs.run_id = any($${++n}::text[])
-          order by runs.run_id
-            for share),
-       ${parts.map((p) => `${p.name} as (\n         ${p.write})`).join(",\n       ")}
-       ${
-      parts.map((p) => `select '${p.kind}' as kind, run_id, k, epoch from ${p.name}`).join(
-        "\n       union all ",
-      )
-    }`,
-    // Planned for the batch it carries each time. A generic plan would save
-    // about 1 ms a statement (measured: 64 runs in flight, 3,820 steps/s
-    // against 3,394), but made on small tables it seq-scans runs for the ids,
-    // and keeps doing so as they grow: 9,008 rows a statement with 9,000 runs
-    // (plans_test.ts shows it). Planning is paid once for every write carried.
-    { planEachTime: true },
+    `select w_kind as kind, w_run as run_id, w_k as k, w_epoch as epoch from group_write(${args.join(", ")})`,
   );
 }
 
-/** The group statement for every combination of kinds, by mask (index 0, no kind, is unused). */
-const GROUP_WRITES: readonly Statement<"group-write">[] = Object.freeze(
-  Array.from({ length: 1 << PARTS.length }, (_, mask) => groupWrite(mask || 1)),
-);
-
-/** The statement carrying every kind, as the catalogue in `statements.ts` lists it. */
-const GROUP_WRITE = GROUP_WRITES[GROUP_WRITES.length - 1];
+/** The group statement. */
+const GROUP_WRITE = groupWrite();
 
 /** Every statement of this file, for the catalogue in `statements.ts`. */
 export const GROUP_COMMIT_STATEMENTS = [GROUP_WRITE] as const;
@@ -354,18 +278,15 @@ function identity(w: GroupedWrite): string {
   return `${w.kind}\u0000${w.runId}\u0000${row}\u0000${w.epoch}`;
 }
 
-/** The statement for a batch and its parameters: each kind's inputs, column by column, and every run it names. */
-function batchStatement(writes: readonly GroupedWrite[]): { text: Statement; params: unknown[] } {
-  let mask = 0;
+/** The group statement's parameters for a batch: each kind's inputs, column by column (empty for a kind absent), and every run it names. */
+function batchParams(writes: readonly GroupedWrite[]): unknown[] {
   const params: unknown[] = [];
-  for (const [i, p] of PARTS.entries()) {
+  for (const p of PARTS) {
     const mine = writes.filter((w) => w.kind === p.kind);
-    if (mine.length === 0) continue;
-    mask |= 1 << i;
     for (const [, value] of Object.values(p.columns)) params.push(mine.map(value));
   }
   params.push([...new Set(writes.map((w) => w.runId))]);
-  return { text: GROUP_WRITES[mask], params };
+  return params;
 }
 
 /**
@@ -489,8 +410,7 @@ export class GroupCommit {
     this.stats.grouped += batch.length;
     let rows: { kind: string; run_id: string; k: string; epoch: number }[];
     try {
-      const { text, params } = batchStatement(batch.map((p) => p.write));
-      rows = await queryRows(this.#client, text, params);
+      rows = await queryRows(this.#client, GROUP_WRITE, batchParams(batch.map((p) => p.write)));
     } catch (err) {
       if (!refusedWhole(err)) {
         for (const p of batch) p.reject(err);

@@ -36,15 +36,36 @@ import { TapClient } from "./counting.ts";
 import { type Fence, type SqlClient, Store } from "./store.ts";
 import { claim } from "../../harness/direct_writes.ts";
 
-/** Passes statements through, keeping the first parameters seen for each text, and which are planned each time. */
+/**
+ * Passes statements through, keeping the first parameters seen for each text, which are planned each time,
+ * and the parameters of every group statement (one text, a batch of each shape).
+ */
 function recording(inner: SqlClient) {
   const seen = new Map<string, unknown[]>();
   const plannedEachTime = new Set<string>();
+  const groupCalls: unknown[][] = [];
   const client = new TapClient(inner, ({ text, params, opts }) => {
     if (!seen.has(text)) seen.set(text, params);
     if (opts?.planEachTime) plannedEachTime.add(text);
+    if (opts?.name === "group-write") groupCalls.push(params);
   });
-  return { client, seen, plannedEachTime };
+  return { client, seen, plannedEachTime, groupCalls };
+}
+
+/**
+ * The group statement's SQL as the database runs it: the query of the `group_write` function (schema.sql),
+ * its argument types, and the settings the function runs under (`name=value`).
+ */
+async function groupWriteBody(
+  session: Session,
+): Promise<{ text: string; types: string; settings: string[] }> {
+  const [row] = await session.query<{ src: string; args: string; config: string[] | null }>(
+    `select prosrc as src, pg_get_function_identity_arguments(oid) as args, proconfig as config
+       from pg_proc where oid = 'group_write'::regproc`,
+  );
+  const query = /return query\s+([\s\S]*);\s*end\s*$/.exec(row.src);
+  assert.ok(query, "group_write's body is one 'return query'");
+  return { text: query[1], types: row.args, settings: row.config ?? [] };
 }
 
 interface PlanNode {
@@ -250,18 +271,27 @@ async function widePlans(
     grouped.writes.effectIntentRow(gd, { key: "g-d:0", seq: 0, tool: "t", args: {} }, clock.now(), true),
   ]);
   await Promise.all([gb, gc].map((f) => grouped.writes.finishRun(f, "done", null, clock.now(), "ok")));
-  const groupTexts = [...rec.seen.keys()].filter((text) => text.includes("held as ("));
-  assert.equal(groupTexts.length, 6, `recorded ${groupTexts.length} group statements`);
+  assert.equal(rec.groupCalls.length, 6, `recorded ${rec.groupCalls.length} group statements`);
   const take = [...rec.seen.keys()].find((text) => text.includes("for update skip locked"))!;
   assert.ok(take, "the take was recorded");
   assert.ok(rec.seen.size >= 10, `recorded ${rec.seen.size} statements`);
 
   // Each one's generic plan, made now (as a long-lived process makes it at
   // its first use, on small tables) and kept.
-  const statements: { name: string; text: string; params: unknown[]; passes?: number }[] = [...rec.seen].map((
-    [text, params],
-    i,
-  ) => ({ name: `plan_check_${i}`, text, params }));
+  const statements: {
+    name: string;
+    text: string;
+    params: unknown[];
+    passes?: number;
+    /** Argument types to prepare with, and settings to plan under: the group statement's function's. */
+    types?: string;
+    settings?: string[];
+  }[] = [...rec.seen].map(([text, params], i) => ({ name: `plan_check_${i}`, text, params }));
+  // The group statement is a call of group_write, whose SQL the call's own plan does not show: each
+  // recorded batch (each kind of write alone, then kinds together) is checked as the function's query,
+  // prepared once, under the function's settings, as the function's plan is made once per session.
+  const body = await groupWriteBody(session);
+  rec.groupCalls.forEach((params, i) => statements.push({ name: `plan_check_group_${i}`, ...body, params }));
   for (const { name, agents } of fairTakes) {
     const { owner, staleBefore, now, free, capacity } = fairTake;
     statements.push({
@@ -287,6 +317,10 @@ async function widePlans(
       if (s.text === take || rec.plannedEachTime.has(s.text)) {
         await session.exec("set local plan_cache_mode = force_custom_plan");
       }
+      for (const setting of s.settings ?? []) {
+        const [name, ...value] = setting.split("=");
+        await session.exec(`set local ${name} = '${value.join("=").replaceAll("'", "''")}'`);
+      }
       const [row] = await session.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
         `explain (analyze, buffers, format json) execute ${s.name}(${literals(s.params)})`,
       );
@@ -296,7 +330,7 @@ async function widePlans(
     }
   };
   for (const s of statements) {
-    await session.exec(`prepare ${s.name} as ${s.text}`);
+    await session.exec(`prepare ${s.name}${s.types ? ` (${s.types})` : ""} as ${s.text}`);
     await explain(s);
   }
 
