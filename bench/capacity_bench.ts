@@ -300,17 +300,6 @@ async function storeRows(opts: {
       if (opts.kinds.includes("host")) {
         await measure("host", inFlight, 2, (s, n, tm) => driveHost(s, n, inFlight, 0, opts.server, tm));
       }
-      for (const k of opts.kinds.filter((k) => k.startsWith("exp:"))) {
-        const [name, val] = k.slice(4).split("=");
-        Deno.env.set(name, val);
-        await measure(
-          k,
-          inFlight,
-          2,
-          (s, n, tm) => driveHost(s, n, inFlight, opts.groupCommitMs, opts.server, tm),
-        );
-        Deno.env.delete(name);
-      }
       if (opts.kinds.includes("host+group")) {
         await measure(
           "host+group",
