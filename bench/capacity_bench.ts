@@ -6,25 +6,37 @@
  * Rows, per store (PostgreSQL when `DATABASE_URL` or `TEST_DATABASE_URL` is
  * set, and the embedded PGlite):
  *
- * - `raw`: the floor, four single-statement commits a step (no fence, no
- *   read), from `--clients` connections (default 16), with 1, 16, 64 and 256
- *   runs in flight (more runs than clients queue for a connection);
+ * - `plain` (PostgreSQL): the reference, `plain_floor.ts` run as a process of
+ *   its own: a plain postgres.js script of four autocommit statements a step
+ *   on two bare tables, `--clients` connections, warmed up;
+ * - `raw`: the floor the ratios are to, the same four statements on the same
+ *   bare tables from this process, on a pool of `--clients` connections, with
+ *   1, 16, 64 and 256 runs in flight (more runs than clients queue for a
+ *   connection). At `--clients` in flight it must match `plain` within 10%
+ *   (the report says whether it does);
  * - `host`: one worker host holding that many runs in flight, the scripted
  *   agent (answers at once), its own pool of two connections as a worker
  *   has, group commit off;
  * - `host+group`: the same with `GROUP_COMMIT_MS` (`--group-commit-ms`,
  *   default 2).
  *
- * Each row runs `--turns` times (default 3), the three rows taking turns,
- * and its median turn is reported.
+ * Every row is timed on a pool already warm: its connections opened, its
+ * statements prepared, its code compiled, by uncounted runs on the same pool
+ * first. (Before, each row's pool was opened inside the clock, over 150
+ * runs, and the raw row read about half of the plain script's figure.) A
+ * row is at least 200 runs (800 steps). Each row runs `--turns` times
+ * (default 3), the rows taking turns, and its median turn is reported.
  *
  * Commits are the server's own count: `pg_stat_database.xact_commit` of a
  * database the bench makes for itself (`agent_runtime_capacity`, so no other
- * client's commits are counted), read after each row's connections are
- * closed (a backend flushes its counts as it exits). Every ratio is to the
- * raw floor at 16 clients, measured in the same run. `agents@2s` is how many
- * agents whose model takes 2 s a step the store carries at that rate:
- * steps/s x 2.
+ * client's commits are counted), read before and after the timed part, each
+ * time once every connection of the row's pool has flushed its counts
+ * (`pg_stat_force_next_flush()`; the flushes' own statements are taken off).
+ * Every ratio is to the raw floor at 16 clients, measured in the same run.
+ * `agents@2s` is how many agents whose model takes 2 s a step the store
+ * carries at that rate: steps/s x 2. For a server on this machine, its CPU
+ * per step too (its processes' time from `/proc`; other clients of the
+ * server during the row are counted with it).
  *
  * @module
  */
@@ -41,6 +53,7 @@ import { createSandbox } from "../runtime/store/sandbox.ts";
 import { type SqlClient, Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/agent/tools.ts";
 import { ScriptedPlanner, scriptedTools } from "./step_rows.ts";
+import { PLAIN_STEP, plainTables } from "./plain_floor.ts";
 import { collectGarbage, fanOut, StatementTimes, STEPS_PER_RUN, timed } from "./step_measure.ts";
 
 /** Runs in flight the bench measures at. */
@@ -124,43 +137,19 @@ async function submitPending(client: SqlClient, n: number): Promise<void> {
   );
 }
 
-// The floor's four writes a step, plain (no fence, no condition, no read), as step_rows.ts's raw row.
-const RAW_STEP: [string, (runId: string, seq: number) => unknown[]][] = [
-  [
-    `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at) values ($1, $2, 'intent', 1, 1, now())`,
-    (runId, seq) => [runId, seq],
-  ],
-  [
-    `update journal set status = 'confirmed', decision = '{"tool":"create_server","args":{}}', confirmed_at = now()
-      where run_id = $1 and seq = $2`,
-    (runId, seq) => [runId, seq],
-  ],
-  [
-    `insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
-     values ($1, $2, $3, 'create_server', '{}', 'intent', 1, 1, now())`,
-    (runId, seq) => [`${runId}:${seq}`, runId, seq],
-  ],
-  [
-    `update side_effects set status = 'confirmed', result = '{"id":"i-1"}', remote = 'created', confirmed_at = now()
-      where idempotency_key = $1`,
-    (runId, seq) => [`${runId}:${seq}`],
-  ],
-];
-
-/** The raw floor: `runs` runs of four steps, `inFlight` at a time over `client`; returns its wall time. */
+/**
+ * The raw floor: `runs` runs of four steps, `inFlight` at a time over `client`, on the plain script's bare
+ * tables and statements (`plain_floor.ts`), made beside the runtime's tables; returns its wall time.
+ */
 async function driveRaw(client: SqlClient, runs: number, inFlight: number, server: boolean): Promise<Timed> {
+  await client.exec(plainTables());
   const prefix = `raw-${crypto.randomUUID().slice(0, 8)}`;
-  await client.query(
-    `insert into runs (run_id, agent, goal, status, epoch, created_at, updated_at)
-     select $1 || '-' || i, 'provision', 'bench', 'done', 1, now(), now() from generate_series(0, $2::int - 1) i`,
-    [prefix, runs],
-  );
   collectGarbage();
   const t = await timed(
     () =>
       fanOut(runs, inFlight, async (i) => {
         for (let seq = 0; seq < STEPS_PER_RUN; seq++) {
-          for (const [text, params] of RAW_STEP) await client.query(text, params(`${prefix}-${i}`, seq));
+          for (const [text, params] of PLAIN_STEP) await client.query(text, params(`${prefix}-${i}`, seq));
         }
       }),
     server,

@@ -26,8 +26,22 @@ import postgres from "postgres";
 /** Steps a run: as the capacity bench's runs. */
 const STEPS = 4;
 
+/**
+ * The two bare tables of the floor (a primary key each, no foreign key, no check), in `schema` or, without
+ * one, in the first schema of the search path.
+ */
+export const plainTables = (schema?: string): string =>
+  `create table if not exists ${
+    schema ? `${schema}.` : ""
+  }decisions (run_id text, seq int, status text, decision jsonb, epoch int,
+     intent_at timestamptz, confirmed_at timestamptz, primary key (run_id, seq));
+   create table if not exists ${
+    schema ? `${schema}.` : ""
+  }calls (key text primary key, run_id text, seq int, tool text, args jsonb,
+     status text, result jsonb, epoch int, intent_at timestamptz, confirmed_at timestamptz)`;
+
 /** The four statements of a step, with their parameters for run `r` and step `s`. */
-const STEP: readonly [string, (r: string, s: number) => (string | number)[]][] = [
+export const PLAIN_STEP: readonly [string, (r: string, s: number) => (string | number)[]][] = [
   [
     `insert into decisions (run_id, seq, status, epoch, intent_at) values ($1, $2, 'intent', 1, now())`,
     (r, s) => [r, s],
@@ -58,7 +72,7 @@ async function drive(sql: postgres.Sql, runs: number, clients: number): Promise<
     while (next < runs) {
       const run = `${prefix}-${next++}`;
       for (let seq = 0; seq < STEPS; seq++) {
-        for (const [text, params] of STEP) await sql.unsafe(text, params(run, seq), { prepare: true });
+        for (const [text, params] of PLAIN_STEP) await sql.unsafe(text, params(run, seq), { prepare: true });
       }
     }
   }));
@@ -83,13 +97,7 @@ export async function main(args: string[]): Promise<number> {
   const runs = Number(values.runs);
   const schema = `plain_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
   const admin = postgres(values.url, { max: 1, onnotice: () => {} });
-  await admin.unsafe(
-    `create schema ${schema};
-     create table ${schema}.decisions (run_id text, seq int, status text, decision jsonb, epoch int,
-       intent_at timestamptz, confirmed_at timestamptz, primary key (run_id, seq));
-     create table ${schema}.calls (key text primary key, run_id text, seq int, tool text, args jsonb,
-       status text, result jsonb, epoch int, intent_at timestamptz, confirmed_at timestamptz)`,
-  ).simple();
+  await admin.unsafe(`create schema ${schema}; ${plainTables(schema)}`).simple();
   const sql = postgres(values.url, {
     max: clients,
     onnotice: () => {},
