@@ -791,13 +791,13 @@ create table if not exists chat_chunks (
 -- function: the fenced writes of many runs in one statement, so one commit.
 -- Its arrays are the inputs of each kind of write, column by column (empty
 -- for a kind the batch does not carry), and $34 every run the batch names.
--- The function's settings make its plan one of lookups by key on any table
--- size: no sequential scan, no hash or merge join (either would read a whole
--- table or index, whose cost grows with the table), so every row is found
--- through its primary key by a nested loop from the batch's own rows. Its plan
--- is the generic one, made once per session and kept (planned for each batch,
--- it cost about 1 ms a statement), and JIT is off (a generic plan's estimates
--- must never pay for a compilation).
+-- The function's settings make its plans lookups by key on any table size:
+-- no sequential scan, no hash or merge join (either would read a whole table
+-- or index, whose cost grows with the table), so every row is found through
+-- its primary key by a nested loop from the batch's own rows. Its plans are
+-- generic ones, made once per session and kept (planned for each batch, the
+-- statement cost about 1 ms more), and JIT is off (a generic plan's
+-- estimates must never pay for a compilation).
 create or replace function group_write(
     text[], integer[], integer[], text[], integer[], text[],
     text[], integer[], integer[], text[], text[], text[], integer[], integer[],
@@ -815,6 +815,13 @@ create or replace function group_write(
   set jit = off
 as $group$
 begin
+  -- The fence of every row at once: each run row the batch names, locked for
+  -- share as the single-row fence locks it (a claim and a write are
+  -- serialised), in run id order so two statements never lock in opposite
+  -- orders. The writes below read the rows in a snapshot taken after the
+  -- locks: a row locked after a wait is read as it is now, and none changes
+  -- before this transaction ends.
+  perform 1 from runs where runs.run_id = any($34) order by runs.run_id for share;
   return query
   with ji_in as (
          select * from unnest($1, $2, $3, $4, $5, $6) as t(run_id, epoch, seq, at, reserve, params)),
@@ -827,21 +834,12 @@ begin
          select * from unnest($22, $23, $24, $25, $26, $27) as t(run_id, epoch, key, result, remote, at)),
        rf_in as (
          select * from unnest($28, $29, $30, $31, $32, $33) as t(run_id, epoch, status, error, at, output)),
-       -- The fence of every row at once: each run row the batch names, locked
-       -- for share as the single-row fence locks it (a claim and a write are
-       -- serialised), in run id order so two statements never lock in
-       -- opposite orders. A row locked after a wait is read as it is now.
-       held as (
-         select runs.run_id, runs.epoch, runs.status from runs
-          where runs.run_id = any($34)
-          order by runs.run_id
-            for share),
        ji as (
          insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, reserved_tokens, params)
          select ji_in.run_id, ji_in.seq, 'intent', 1, ji_in.epoch, ji_in.at::timestamptz, ji_in.reserve,
                 ji_in.params::jsonb
-           from ji_in join held on held.run_id = ji_in.run_id
-                              and (held.epoch = ji_in.epoch and held.status = 'running') is true
+           from ji_in join runs on runs.run_id = ji_in.run_id
+                              and (runs.epoch = ji_in.epoch and runs.status = 'running') is true
          on conflict do nothing
          returning journal.run_id, journal.seq::text as k, journal.epoch),
        jc as (
@@ -849,37 +847,36 @@ begin
                 confirmed_at = jc_in.at::timestamptz,
                 reserved_tokens = greatest(0, journal.reserved_tokens - jc_in.released),
                 spent_tokens = least(2147483647, journal.spent_tokens::bigint + jc_in.spent)::int
-           from jc_in join held on held.run_id = jc_in.run_id
-                              and (held.epoch = jc_in.epoch and held.status = 'running') is true
+           from jc_in join runs on runs.run_id = jc_in.run_id
+                              and (runs.epoch = jc_in.epoch and runs.status = 'running') is true
           where journal.run_id = jc_in.run_id and journal.seq = jc_in.seq and journal.status = 'intent'
          returning jc_in.run_id, jc_in.seq::text as k, jc_in.epoch),
        ei as (
          insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
          select ei_in.key, ei_in.run_id, ei_in.seq, ei_in.tool, ei_in.args::jsonb, 'intent', 1, ei_in.epoch,
                 ei_in.at::timestamptz
-           from ei_in join held on held.run_id = ei_in.run_id
-                              and (held.epoch = ei_in.epoch and held.status = 'running') is true
+           from ei_in join runs on runs.run_id = ei_in.run_id
+                              and (runs.epoch = ei_in.epoch and runs.status = 'running') is true
          on conflict do nothing
          returning side_effects.run_id, side_effects.idempotency_key as k, side_effects.epoch),
        ec as (
          update side_effects set status = 'confirmed', result = ec_in.result::jsonb, remote = ec_in.remote,
                 confirmed_at = ec_in.at::timestamptz, error = null
-           from ec_in join held on held.run_id = ec_in.run_id
-                              and (held.epoch = ec_in.epoch and held.status = 'running') is true
+           from ec_in join runs on runs.run_id = ec_in.run_id
+                              and (runs.epoch = ec_in.epoch and runs.status = 'running') is true
           where side_effects.idempotency_key = ec_in.key and side_effects.run_id = ec_in.run_id
             and side_effects.status = 'intent'
          returning ec_in.run_id, ec_in.key as k, ec_in.epoch),
-       -- A run's close updates the row held locked for share: the lock is this
-       -- transaction's, so it is raised, not waited for. Every other write of
-       -- the statement was fenced on the row as it was before (one snapshot):
-       -- a run closes only once its own writes have returned, so none of them
-       -- rides the statement that closes it.
+       -- A run's close updates the row locked above for share: the lock is
+       -- this transaction's, so it is raised, not waited for. Every other
+       -- write of the statement was fenced on the row as it was before (one
+       -- snapshot): a run closes only once its own writes have returned, so
+       -- none of them rides the statement that closes it.
        rf as (
          update runs set status = rf_in.status, error = rf_in.error, updated_at = rf_in.at::timestamptz,
                 output = rf_in.output
-           from rf_in join held on held.run_id = rf_in.run_id
-                              and (held.epoch = rf_in.epoch and held.status = 'running') is true
-          where runs.run_id = rf_in.run_id
+           from rf_in
+          where runs.run_id = rf_in.run_id and (runs.epoch = rf_in.epoch and runs.status = 'running') is true
          returning rf_in.run_id, ''::text as k, rf_in.epoch)
   select 'journal-intent'::text, ji.run_id, ji.k, ji.epoch from ji
   union all select 'journal-confirm'::text, jc.run_id, jc.k, jc.epoch from jc

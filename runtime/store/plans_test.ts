@@ -53,19 +53,24 @@ function recording(inner: SqlClient) {
 }
 
 /**
- * The group statement's SQL as the database runs it: the query of the `group_write` function (schema.sql),
- * its argument types, and the settings the function runs under (`name=value`).
+ * The group statement's SQL as the database runs it: the two statements of the `group_write` function
+ * (schema.sql), its lock of the batch's runs and its writes, with the function's argument types and the
+ * settings it runs under (`name=value`).
  */
 async function groupWriteBody(
   session: Session,
-): Promise<{ text: string; types: string; settings: string[] }> {
+): Promise<{ texts: string[]; types: string; settings: string[] }> {
   const [row] = await session.query<{ src: string; args: string; config: string[] | null }>(
     `select prosrc as src, pg_get_function_identity_arguments(oid) as args, proconfig as config
        from pg_proc where oid = 'group_write'::regproc`,
   );
-  const query = /return query\s+([\s\S]*);\s*end\s*$/.exec(row.src);
-  assert.ok(query, "group_write's body is one 'return query'");
-  return { text: query[1], types: row.args, settings: row.config ?? [] };
+  const body = /^\s*begin\s+([\s\S]*)\bend\s*$/.exec(row.src.replace(/--.*$/gm, ""));
+  assert.ok(body, "group_write's body is one block");
+  const texts = body[1].split(";").map((t) => t.trim()).filter((t) => t !== "").map((t) =>
+    t.replace(/^perform\s/, "select ").replace(/^return query\s/, "")
+  );
+  assert.equal(texts.length, 2, `group_write's statements: ${texts.join(" ;; ")}`);
+  return { texts, types: row.args, settings: row.config ?? [] };
 }
 
 interface PlanNode {
@@ -290,8 +295,12 @@ async function widePlans(
   // The group statement is a call of group_write, whose SQL the call's own plan does not show: each
   // recorded batch (each kind of write alone, then kinds together) is checked as the function's query,
   // prepared once, under the function's settings, as the function's plan is made once per session.
-  const body = await groupWriteBody(session);
-  rec.groupCalls.forEach((params, i) => statements.push({ name: `plan_check_group_${i}`, ...body, params }));
+  const { texts, types, settings } = await groupWriteBody(session);
+  rec.groupCalls.forEach((params, i) =>
+    texts.forEach((text, j) =>
+      statements.push({ name: `plan_check_group_${i}_${j}`, text, types, settings, params })
+    )
+  );
   for (const { name, agents } of fairTakes) {
     const { owner, staleBefore, now, free, capacity } = fairTake;
     statements.push({
