@@ -18,7 +18,8 @@
  *   agent (answers at once), its own pool of two connections as a worker
  *   has, group commit off;
  * - `host+group`: the same with `GROUP_COMMIT_MS` (`--group-commit-ms`,
- *   default 2).
+ *   default 2; several, `--group-commit-ms 1,2,4`, give a row each,
+ *   `host+group@1` and so on, taking turns with the others).
  *
  * Every row is timed on a pool already warm: its connections opened, its
  * statements prepared, its code compiled, by uncounted runs on the same pool
@@ -210,7 +211,7 @@ async function storeRows(opts: {
   /** The plain script's steps/s at a concurrency, run as a process of its own (PostgreSQL only). */
   plainFloor?: (clients: number, runs: number) => Promise<number>;
   clients: number;
-  groupCommitMs: number;
+  groupCommitMs: readonly number[];
   scale: number;
   turns: number;
   inFlight: readonly number[];
@@ -290,12 +291,14 @@ async function storeRows(opts: {
         await measure("host", inFlight, 2, (s, n, tm) => driveHost(s, n, inFlight, 0, opts.server, tm));
       }
       if (opts.kinds.includes("host+group")) {
-        await measure(
-          "host+group",
-          inFlight,
-          2,
-          (s, n, tm) => driveHost(s, n, inFlight, opts.groupCommitMs, opts.server, tm),
-        );
+        for (const ms of opts.groupCommitMs) {
+          await measure(
+            opts.groupCommitMs.length > 1 ? `host+group@${ms}` : "host+group",
+            inFlight,
+            2,
+            (s, n, tm) => driveHost(s, n, inFlight, ms, opts.server, tm),
+          );
+        }
       }
     }
   }
@@ -402,7 +405,7 @@ export async function main(args: string[]): Promise<number> {
     },
   });
   const clients = Number(values.clients);
-  const groupCommitMs = Number(values["group-commit-ms"]);
+  const groupCommitMs = values["group-commit-ms"].split(",").map(Number);
   const scale = Number(values.scale);
   const turns = Number(values.turns);
   const inFlight = values["in-flight"].split(",").map(Number);
@@ -410,7 +413,7 @@ export async function main(args: string[]): Promise<number> {
   const rows: CapacityRow[] = [];
   const url = Deno.env.get("DATABASE_URL") ?? Deno.env.get("TEST_DATABASE_URL");
   console.log(
-    `bench:capacity group_commit_ms=${groupCommitMs} raw_clients=${clients} in_flight=${
+    `bench:capacity group_commit_ms=${groupCommitMs.join(",")} raw_clients=${clients} in_flight=${
       inFlight.join(",")
     } turns=${turns} (the median turn of each row is reported)`,
   );
