@@ -252,16 +252,27 @@ export class Logger {
   write(level: LogLevel, event: string, fields: LogFields): void {
     if (SEVERITY[level] < this.#min) return;
     const ts = isoTimestamp(this.#clock.now());
-    const entries = Object.entries(fields).filter(([, v]) => v !== undefined).map((
-      [k, v],
-    ) => [k, clipped(v)]);
     let line: string;
+    // One pass over the fields, no array of entries per line (a worker hosting a thousand runs
+    // writes some five lines a step).
     if (this.#format === "json") {
+      // Without a prototype, a field named `__proto__` is a field like any other, as it was spread.
+      const out: Record<string, unknown> = Object.create(null);
+      out.ts = ts;
+      out.level = level;
+      out.event = event;
+      for (const k of Object.keys(fields)) {
+        const v = fields[k];
+        if (v !== undefined) out[k] = clipped(v);
+      }
       // Escaped JSON text is still JSON, for the same values.
-      line = displayText(JSON.stringify({ ts, level, event, ...Object.fromEntries(entries) }));
+      line = displayText(JSON.stringify(out));
     } else {
-      line = `ts=${ts} level=${level.toLowerCase()} event=${formatValue(event)}` +
-        entries.map(([k, v]) => ` ${k}=${formatValue(v)}`).join("");
+      line = `ts=${ts} level=${level.toLowerCase()} event=${formatValue(event)}`;
+      for (const k of Object.keys(fields)) {
+        const v = fields[k];
+        if (v !== undefined) line += ` ${k}=${formatValue(clipped(v))}`;
+      }
     }
     this.#sink(this.mask(line));
     if (this.#flush !== undefined && SEVERITY[level] >= SEVERITY.WARN) this.#flush();
