@@ -11,7 +11,7 @@
  *
  * ```sh
  * deno run -A --unstable-no-legacy-abort bench/scale_profile.ts --runs 1000 \
- *   --deno-flags "--cpu-prof --cpu-prof-dir=.prof" --database-url postgres://postgres@127.0.0.1:5432/test
+ *   --deno-flags="--cpu-prof --cpu-prof-dir=.prof" --database-url postgres://postgres@127.0.0.1:5432/test
  * deno run -A bench/profile_summary.ts --by caller .prof/*.cpuprofile
  * ```
  *
