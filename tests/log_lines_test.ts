@@ -60,3 +60,30 @@ throw new Error("boom");`);
   assert.equal(thrown.code, 1);
   assert.deepEqual(thrown.lines, ["before"]);
 });
+
+Deno.test("processes sharing one pipe never cut into each other's gathered lines", async () => {
+  const script = `import { Logger, StdoutLines } from ${JSON.stringify(LOG)};
+import { SystemClock } from ${JSON.stringify(LOG.replace(/log\.ts$/, "clock.ts"))};
+const out = new StdoutLines().listen();
+const log = new Logger({ clock: new SystemClock(), sink: out.sink, flush: out.flush, format: "json" });
+for (let turn = 0; turn < 20; turn++) {
+  for (let i = 0; i < 100; i++) log.info("line", { writer: Deno.args[0], turn, i, pad: "x".repeat(150) });
+  await new Promise((r) => setTimeout(r, 1));
+}`;
+  const file = await Deno.makeTempFile({ suffix: ".ts" });
+  try {
+    await Deno.writeTextFile(file, script);
+    const deno = JSON.stringify(Deno.execPath());
+    const writers = [0, 1, 2, 3].map((w) => `${deno} run -A ${JSON.stringify(file)} ${w} &`).join(" ");
+    const res = await new Deno.Command("sh", { args: ["-c", `${writers} wait`], stdout: "piped" }).output();
+    const lines = new TextDecoder().decode(res.stdout).split("\n").filter((l) => l !== "");
+    assert.equal(lines.length, 4 * 20 * 100);
+    const seen = new Set(lines.map((l) => {
+      const e = JSON.parse(l);
+      return `${e.writer}/${e.turn}/${e.i}`;
+    }));
+    assert.equal(seen.size, lines.length);
+  } finally {
+    await Deno.remove(file);
+  }
+});

@@ -59,6 +59,10 @@ export function stdoutSink(line: string): void {
   writeStdout(encoder.encode(line + "\n"));
 }
 
+/** The most bytes a write to a pipe puts in it at once, never mixed with other writers' (POSIX, Linux). */
+const PIPE_BUF = 4096;
+const NEWLINE = 10;
+
 /** Writes all of `bytes` to stdout synchronously. */
 function writeStdout(bytes: Uint8Array): void {
   let written = 0;
@@ -74,7 +78,9 @@ function writeStdout(bytes: Uint8Array): void {
  * write to a pipe wakes its reader, and cost 30 us of the worker's CPU (10%
  * of it, measured at 1,000 runs in flight, bench/README.md). A line is out
  * before the process does anything that is not JavaScript of the same
- * stretch: no I/O, no timer, runs in between. {@link flush} writes what is
+ * stretch: no I/O, no timer, runs in between. Each write is at most
+ * {@link PIPE_BUF} bytes, cut after a line, so workers sharing a pipe never
+ * cut into each other's lines. {@link flush} writes what is
  * held at once: a logger given it calls it after every WARN and ERROR line,
  * so those are out before its next statement (a crash point's `kill -9`, an
  * exit); {@link listen} makes an exit or an uncaught error flush too.
@@ -87,12 +93,27 @@ export class StdoutLines {
     if (this.#lines.push(line) === 1) queueMicrotask(this.flush);
   };
 
-  /** Writes every line held, in order, in one write. */
+  /**
+   * Writes every line held, in order, in writes of at most {@link PIPE_BUF} bytes each cut after a
+   * line: other processes writing to the same pipe (a supervisor's workers share its stdout) cannot
+   * cut into them, as they cannot into a line written alone.
+   */
   readonly flush = (): void => {
     if (this.#lines.length === 0) return;
-    const text = this.#lines.join("\n") + "\n";
+    const bytes = encoder.encode(this.#lines.join("\n") + "\n");
     this.#lines = [];
-    writeStdout(encoder.encode(text));
+    let start = 0;
+    // Bounded by the length: each write moves past at least one line.
+    while (start < bytes.length) {
+      let end = bytes.length;
+      if (end - start > PIPE_BUF) {
+        const cut = bytes.lastIndexOf(NEWLINE, start + PIPE_BUF - 1);
+        // A line longer than PIPE_BUF goes out alone, as it would have without gathering.
+        end = cut >= start ? cut + 1 : bytes.indexOf(NEWLINE, start) + 1;
+      }
+      writeStdout(bytes.subarray(start, end));
+      start = end;
+    }
   };
 
   /** Flushes on `Deno.exit` (the unload event), and on an uncaught error or rejection before it ends the process. */
