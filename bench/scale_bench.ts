@@ -59,7 +59,10 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
 import { DEMO_GOAL } from "../examples/provision/agent.ts";
+import { MockCloud } from "../mock/cloud.ts";
+import { MockModel } from "../mock/model.ts";
 import { type RunningMocks, serveMocks } from "../mock/server.ts";
+import { type Floor, measureFloor, RunRecorder } from "./scale_floor.ts";
 import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
 
 const USAGE = `bench:scale: many runs through the supervisor with real processes on PostgreSQL.
@@ -73,6 +76,8 @@ usage: deno task bench:scale [--flag value ...]
   --cloud-ms MS          latency of every cloud call (default 100)
   --baseline-runs N      runs of the one-process-per-run shape (default 40; workers = min(N, 100))
   --skip-baseline        measure the many-runs shape only
+  --floor-batch N        rows per grouped statement of the CPU floor (default 64; the rows per statement
+                         the shape wrote are printed beside it)
   --database-url URL     PostgreSQL server (default DATABASE_URL, TEST_DATABASE_URL or
                          postgres://postgres@127.0.0.1:5432/test); each shape uses a schema of its own`;
 
@@ -90,6 +95,12 @@ const MODEL_CALLS_PER_RUN = 4; // three tool decisions and the final answer
 const TOOL_CALLS_PER_RUN = 3; // server, database, DNS record
 const GOAL_BYTES = 2 * 1024 ** 3;
 const GOAL_RATIO = 3;
+/**
+ * Rows of the floor's grouped statements: what the grouped shape wrote per statement at 5,000 runs in
+ * flight (45-62). The same with grouping off: the floor is a step's share of a grouped statement, what
+ * a step must cost at least, not what a design that sends single rows costs.
+ */
+const FLOOR_BATCH = 64;
 /** Above this share of the busy CPU time used by other processes, the timings are flagged. */
 const OTHER_LOAD_SHARE = 0.2;
 
@@ -159,6 +170,13 @@ interface ShapeResult {
   /** Other clients' connections active on the database during the run (their statements are counted too). */
   otherClients: string[];
   log: LogSummary;
+  /** The worker processes' CPU (the supervisor's children), seconds: all of it, and from the first run taken. */
+  workerCpuS: number;
+  workerStepCpuS: number;
+  /** Rows the shape wrote per statement it sent (journal and tool rows, each intent and confirm, and closes). */
+  rowsPerStatement: number;
+  /** The CPU floor of a step, measured after the drain; undefined when no run was recorded. */
+  floor?: Floor;
 }
 
 interface LogSummary {
@@ -290,7 +308,9 @@ async function clockTicks(): Promise<number> {
  * Resident memory of `root` and all its descendants (KiB), how many processes
  * that is, and the CPU time they have used so far (clock ticks).
  */
-async function treeRss(root: number): Promise<{ kib: number; processes: number; cpu: number }> {
+async function treeRss(
+  root: number,
+): Promise<{ kib: number; processes: number; cpu: number; workers: Map<number, number> }> {
   const children = new Map<number, number[]>();
   const cpu = new Map<number, number>();
   for await (const entry of Deno.readDir("/proc")) {
@@ -328,7 +348,8 @@ async function treeRss(root: number): Promise<{ kib: number; processes: number; 
       // exited meanwhile
     }
   }
-  return { kib, processes, cpu: ticks };
+  const workers = new Map((children.get(root) ?? []).map((pid) => [pid, cpu.get(pid) ?? 0]));
+  return { kib, processes, cpu: ticks, workers };
 }
 
 /** A worker's pool: as cli/worker.ts sizes it. */
@@ -455,10 +476,21 @@ function startSupervisor(
 }
 
 /** Runs one shape from an empty schema to drained; never throws for the runtime's failures, reports them. */
-async function measure(serverUrl: string, shape: Shape, latency: Latency): Promise<ShapeResult> {
+async function measure(
+  serverUrl: string,
+  shape: Shape,
+  latency: Latency,
+  floorBatch: number | undefined,
+): Promise<ShapeResult> {
   const problems: string[] = [];
   const sandbox = await createSandbox(serverUrl, { prefix: "scale", max: 4 });
-  const mocks = await serveMocks();
+  // The first run's requests are kept, for the floor to send again.
+  const recorder = new RunRecorder();
+  const model = await MockModel.open();
+  const cloud = await MockCloud.open();
+  model.handler = recorder.wrap("model", model.handler);
+  cloud.handler = recorder.wrap("cloud", cloud.handler);
+  const mocks = await serveMocks({ model, cloud });
   const tally = new LogTally();
   let child: Deno.ChildProcess | undefined;
   let readers: Promise<unknown> = Promise.resolve();
@@ -494,6 +526,10 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
     let peakProcesses = 0;
     let drained = false;
     let treeTicks = 0;
+    // Each worker's CPU at its last sample (one that exits keeps its last figure), and their sum when
+    // the first run was taken (start-up: loading the program and the agent, opening the pool).
+    const workerTicks = new Map<number, number>();
+    let startupTicks: number | undefined;
     // Bounded by DRAIN_TIMEOUT_MS, or the supervisor's exit.
     while (Date.now() - t0 < DRAIN_TIMEOUT_MS && exitCode === undefined) {
       const tick = Date.now();
@@ -514,6 +550,10 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
       if (rss.kib > peakRssKiB) peakRssKiB = rss.kib;
       if (rss.processes > peakProcesses) peakProcesses = rss.processes;
       treeTicks = rss.cpu;
+      for (const [pid, ticks] of rss.workers) workerTicks.set(pid, ticks);
+      if (startupTicks === undefined && (counts.running > 0 || counts.done > 0)) {
+        startupTicks = [...workerTicks.values()].reduce((a, b) => a + b, 0);
+      }
       if (counts.running > peakInFlight) peakInFlight = counts.running;
       if (counts.done === shape.runs) {
         drained = true;
@@ -592,6 +632,22 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
     await sleep(1_000);
     const after = await readCommits(serverUrl, new Date(t0), tag);
     for (const pid of after.others) others.add(pid);
+    const statements = after.commits - before.commits - own;
+    const rowsPerStatement = (2 * final.journal + 2 * final.effects + final.done) / Math.max(1, statements);
+    const workerAll = [...workerTicks.values()].reduce((a, b) => a + b, 0);
+    let floor: Floor | undefined;
+    if (recorder.requests.length === MODEL_CALLS_PER_RUN + TOOL_CALLS_PER_RUN) {
+      floor = await measureFloor({
+        recorded: recorder.requests,
+        concurrency: Math.min(shape.runs, shape.runsPerWorker),
+        batch: floorBatch ?? FLOOR_BATCH,
+        modelMs: latency.modelMs,
+        cloudMs: latency.cloudMs,
+        databaseUrl: serverUrl,
+      });
+    } else {
+      problems.push(`the first run sent ${recorder.requests.length} requests, not 7: no floor measured`);
+    }
     const seconds = (epoch: string | null) => epoch === null ? undefined : Number(epoch) - t0 / 1000;
     return {
       shape,
@@ -604,7 +660,7 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
       peakInFlight,
       peakRssKiB,
       peakProcesses,
-      statements: after.commits - before.commits - own,
+      statements,
       ownStatements: own,
       rollbacks: after.rollbacks - before.rollbacks,
       journalRows: final.journal,
@@ -619,6 +675,10 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
       },
       otherClients: [...others].filter((c) => !mine.has(c)),
       log: tally.summary(),
+      workerCpuS: workerAll / hz,
+      workerStepCpuS: (workerAll - (startupTicks ?? 0)) / hz,
+      rowsPerStatement,
+      floor,
     };
   } finally {
     if (child !== undefined) {
@@ -633,6 +693,11 @@ async function measure(serverUrl: string, shape: Shape, latency: Latency): Promi
     await mocks.close();
     await sandbox.drop();
   }
+}
+
+/** The workers' CPU per step from the first run taken, ms. */
+function workerMsPerStep(r: ShapeResult): number | undefined {
+  return r.journalRows === 0 ? undefined : (1000 * r.workerStepCpuS) / r.journalRows;
 }
 
 function verdict(ok: boolean): string {
@@ -664,6 +729,9 @@ function printTable(results: ShapeResult[]): void {
     "CPU busy %",
     "CPU s tree/mocks/pg/rest",
     "RSS/in-flight run KiB",
+    "worker CPU ms/step",
+    "floor ms/step",
+    "x floor",
     "stmts/step",
     "stmts/run",
     "goal (<= 2 GiB, <= 3x ideal)",
@@ -684,6 +752,11 @@ function printTable(results: ShapeResult[]): void {
     r.cpu.busyPct.toFixed(0),
     [r.cpu.treeS, r.cpu.benchS, r.cpu.postgresS, r.cpu.otherS].map((x) => x.toFixed(1)).join("/"),
     r.peakInFlight === 0 ? "-" : (r.peakRssKiB / r.peakInFlight).toFixed(0),
+    fixed(workerMsPerStep(r), 3),
+    fixed(r.floor?.msPerStep, 3),
+    r.floor === undefined || workerMsPerStep(r) === undefined
+      ? "-"
+      : (workerMsPerStep(r)! / r.floor.msPerStep).toFixed(2),
     (r.journalRows === 0 ? "-" : (r.statements / r.journalRows).toFixed(2)) +
     (r.otherClients.length > 0 ? "*" : ""),
     (r.statements / r.shape.runs).toFixed(1) + (r.otherClients.length > 0 ? "*" : ""),
@@ -705,6 +778,25 @@ function printDetails(r: ShapeResult): void {
       `subtracted; ${r.rollbacks} rollbacks) over ${r.journalRows} steps and ${r.sideEffects} tool calls; ` +
       `supervisor output ${r.log.lines} lines (${levels})`,
   );
+  const stepMs = workerMsPerStep(r);
+  console.log(
+    `  workers' CPU ${r.workerCpuS.toFixed(1)} s, ${
+      r.workerStepCpuS.toFixed(1)
+    } s from the first run taken: ` +
+      `${stepMs === undefined ? "-" : stepMs.toFixed(3)} ms a step; ${
+        r.rowsPerStatement.toFixed(1)
+      } rows a ` +
+      `statement`,
+  );
+  if (r.floor !== undefined) {
+    const f = r.floor;
+    console.log(
+      `  floor: ${f.msPerStep.toFixed(3)} ms a step = HTTP ${f.httpMsPerStep.toFixed(3)} (plain fetch, ` +
+        `${f.concurrency} runs at once, ${f.httpWallS.toFixed(2)} s) + ${f.rowsPerStep} rows x ` +
+        `${(1000 * f.rowMs).toFixed(1)} us (statements of ${f.batch} rows); the workers at ` +
+        `${stepMs === undefined ? "-" : (stepMs / f.msPerStep).toFixed(2)}x the floor`,
+    );
+  }
   for (const p of r.problems) console.log(`  PROBLEM: ${p}`);
   if (r.otherClients.length > 0) {
     const listed = r.otherClients.slice(0, 5).map((c) => `pid ${c}`).join(", ");
@@ -758,6 +850,7 @@ async function main(): Promise<number> {
         "baseline-runs": { type: "string", default: "40" },
         "database-url": { type: "string" },
         "skip-baseline": { type: "boolean", default: false },
+        "floor-batch": { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
     }));
@@ -773,6 +866,9 @@ async function main(): Promise<number> {
     modelMs: positiveInt("model-ms", values["model-ms"], 0),
     cloudMs: positiveInt("cloud-ms", values["cloud-ms"], 0),
   };
+  const floorBatch = values["floor-batch"] === undefined
+    ? undefined
+    : positiveInt("floor-batch", values["floor-batch"], 1);
   const shapes: Shape[] = [{
     name: "many runs per process",
     runs: positiveInt("runs", values.runs, 1),
@@ -805,7 +901,7 @@ async function main(): Promise<number> {
       `${shape.name}: ${shape.runs} runs, ${shape.workers} workers x ${shape.runsPerWorker} runs each ...`,
     );
     await checkConnections(serverUrl, shape);
-    const result = await measure(serverUrl, shape, latency);
+    const result = await measure(serverUrl, shape, latency, floorBatch);
     results.push(result);
     printDetails(result);
   }
@@ -826,6 +922,11 @@ async function main(): Promise<number> {
       `CPU, spawn to drain (${navigator.hardwareConcurrency} cores): the machine's busy share; seconds ` +
       "used by the tree, by this process (the mocks and the sampling), by PostgreSQL's processes (when the " +
       "server runs on this machine) and by the rest of the machine.",
+      "worker CPU: the supervisor's children (the workers), from the first run taken to the drain, per " +
+      "journal row (step). floor: a step's irreducible client CPU, measured after the drain in a process " +
+      "like a worker (bench/scale_floor.ts): the demo's requests of one run sent with plain fetch by " +
+      "runs/worker runs at once, per step, plus the rows a step writes at the CPU per row of grouped " +
+      "statements.",
     ].join("\n"),
   );
   return results.some((r) => r.problems.length > 0) ? 1 : 0;

@@ -12,7 +12,7 @@ import { FlagError, loadSettings, type Settings } from "../runtime/settings/conf
 import { urlPasswordForms } from "../runtime/base/urls.ts";
 import { ConfigError, isDatabaseAway, StoreError } from "../runtime/base/errors.ts";
 import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
-import { Logger } from "../runtime/base/log.ts";
+import { Logger, StdoutLines } from "../runtime/base/log.ts";
 import { openStore } from "../runtime/store/open.ts";
 import { AgentModuleError } from "./agents.ts";
 import type { Store } from "../runtime/store/store.ts";
@@ -28,6 +28,7 @@ export function startProcess(
   env: Record<string, string | undefined>,
   program: string,
   usage: string,
+  opts: { gatherLines?: boolean } = {},
 ): { settings: Settings; log: Logger; clock: Clock } | number {
   if (args.includes("--help") || args.includes("-h")) {
     console.log(usage);
@@ -41,18 +42,28 @@ export function startProcess(
     if (err instanceof ConfigError) return reportConfigError(err, program);
     throw err;
   }
-  const log = loggerFor(settings, clock);
+  const log = loggerFor(settings, clock, opts);
   if (settings.exitOnStdinEof) watchStdin(log);
   return { settings, log, clock };
 }
 
-/** A logger for `settings`, masking the database password and the model API key. */
+/**
+ * A logger for `settings`, masking the database password and the model API
+ * key. With `gatherLines` (a worker, whose runs log some five lines a step
+ * each) the lines of one stretch of JavaScript go to stdout in one write
+ * ({@link StdoutLines}); WARN and ERROR lines, an exit and an uncaught error
+ * write out what is held at once.
+ */
 export function loggerFor(
   settings: Pick<Settings, "databaseUrl" | "modelApiKey" | "logFormat">,
   clock: Clock = new SystemClock(),
+  opts: { gatherLines?: boolean } = {},
 ): Logger {
+  const lines = opts.gatherLines ? new StdoutLines().listen() : undefined;
   return new Logger({
     clock,
+    sink: lines?.sink,
+    flush: lines?.flush,
     format: settings.logFormat,
     secrets: [...urlPasswordForms(settings.databaseUrl), settings.modelApiKey].filter((s): s is string =>
       !!s

@@ -69,7 +69,7 @@ export async function main(
   env: Record<string, string | undefined>,
   preloaded?: LoadedAgents,
 ): Promise<number> {
-  const started = startProcess(args, env, "worker", WORKER_USAGE);
+  const started = startProcess(args, env, "worker", WORKER_USAGE, { gatherLines: true });
   if (typeof started === "number") return started;
   const { settings, log, clock } = started;
   // SIGINT and SIGTERM end the worker at any point: while it waits for the server its tools are

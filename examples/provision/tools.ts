@@ -83,25 +83,24 @@ export async function cloudJson(
   opts: DemoToolsOptions,
   req: CloudRequest,
 ): Promise<{ res: Response; body: Json }> {
-  const doFetch = opts.fetch ?? ((r: Request) => fetch(r));
   const url = opts.cloudUrl.replace(/\/+$/, "") + req.path;
   const what = `${req.method} ${req.path.replace(/\?.*$/, "")}`;
   let res: Response;
   let text: string;
   try {
-    res = await doFetch(
-      new Request(url, {
-        method: req.method,
-        headers: {
-          ...(req.body === undefined ? {} : { "content-type": "application/json" }),
-          ...req.headers,
-          // Deno's fetch sends the trace context itself (OTEL_DENO); an in-process handler needs it here.
-          ...(opts.fetch ? req.ctx.traceHeaders() : {}),
-        },
-        body: req.body === undefined ? undefined : JSON.stringify(req.body),
-        signal: req.ctx.signal,
-      }),
-    );
+    const init = {
+      method: req.method,
+      headers: {
+        ...(req.body === undefined ? {} : { "content-type": "application/json" }),
+        ...req.headers,
+        // Deno's fetch sends the trace context itself (OTEL_DENO); an in-process handler needs it here.
+        ...(opts.fetch ? req.ctx.traceHeaders() : {}),
+      },
+      body: req.body === undefined ? undefined : JSON.stringify(req.body),
+      signal: req.ctx.signal,
+    };
+    // The global fetch takes the URL and init as they are: a Request built first would be copied again.
+    res = await (opts.fetch ? opts.fetch(new Request(url, init)) : fetch(url, init));
     // Success is only known once the whole body has arrived.
     text = await res.text();
   } catch (err) {

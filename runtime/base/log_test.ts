@@ -148,3 +148,21 @@ Deno.test("a field longer than LOG_VALUE_CHARS_MAX is cut, saying how long it wa
     });
   }
 });
+
+Deno.test("a logger with a flush calls it after each WARN and ERROR line and on flush(), never after INFO", () => {
+  const lines: string[] = [];
+  const flushed: number[] = [];
+  const log = new Logger({
+    clock: new ManualClock(T0),
+    sink: arraySink(lines),
+    flush: () => flushed.push(lines.length),
+  });
+  log.info("claimed", { run: "r" });
+  log.info("deciding", { run: "r" });
+  assert.deepEqual(flushed, []);
+  log.warn("crash", { point: "after-intent" });
+  log.error("failed", { run: "r" });
+  log.info("done", { run: "r" });
+  log.flush();
+  assert.deepEqual(flushed, [3, 4, 5]);
+});

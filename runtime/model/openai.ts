@@ -175,7 +175,8 @@ function shownUrl(url: URL): string {
  */
 export class OpenAIPlanner {
   readonly #opts: OpenAIPlannerOptions;
-  readonly #fetch: FetchLike;
+  /** The `fetch` given; unset: the global one, called with the URL and the request's init. */
+  readonly #fetch: FetchLike | undefined;
   readonly #url: URL;
   readonly #now: () => number;
   #tools?: { array: readonly ToolDescription[]; json: string };
@@ -193,7 +194,7 @@ export class OpenAIPlanner {
       );
     }
     this.#opts = opts;
-    this.#fetch = opts.fetch ?? ((req) => fetch(req));
+    this.#fetch = opts.fetch;
     this.#url = chatCompletionsUrl(opts.url, opts.query);
     this.#now = opts.now ?? Date.now;
   }
@@ -244,9 +245,9 @@ export class OpenAIPlanner {
     let res: Response;
     let text: string;
     try {
-      res = await this.#fetch(
-        new Request(url, { method: "POST", headers: this.#headers(req), body, signal: req.signal }),
-      );
+      const init = { method: "POST", headers: this.#headers(req), body, signal: req.signal };
+      // The global fetch takes the URL and init as they are: a Request built first would be copied again.
+      res = await (this.#fetch ? this.#fetch(new Request(url, init)) : fetch(url, init));
       if (streamed && res.ok && isEventStream(res)) {
         return parseCompletion(JSON.stringify(await this.#readStream(res, req.onDelta!)));
       }
