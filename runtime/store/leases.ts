@@ -47,9 +47,20 @@ const HEARTBEAT_MANY = statement(
          on conflict (name) do update set agents = excluded.agents, capacity = excluded.capacity,
                                           started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
                                           take_keys = excluded.take_keys
-         returning 1)
+         returning 1),
+       -- The rows locked in run id order first, as every statement that locks several run rows locks
+       -- them (the group statement, group_write): locked in the order a scan met them, a heartbeat and
+       -- a group statement of the same worker could each hold a row the other waits for (bench:scale
+       -- logged "deadlock detected" for heartbeats with grouping on).
+       held as (
+         select runs.run_id from runs
+          where runs.run_id = any($6::text[])
+            and ${RUNNING_AT("($7::int[])[array_position($6::text[], runs.run_id)]")}
+          order by runs.run_id
+            for no key update)
        update runs set heartbeat_at = $5::timestamptz
-        where run_id = any($6::text[])
+         from held
+        where runs.run_id = held.run_id
           and ${RUNNING_AT("($7::int[])[array_position($6::text[], runs.run_id)]")}
           and exists (select 1 from w)
         returning runs.run_id, runs.move_to`,
