@@ -19,8 +19,11 @@
  * over a window at the start (steps 10 to 10 + w; messages 10 to 10 + w) and
  * one at the end (the last w steps before the final waits; the last w
  * messages), w a hundredth of the steps (at least 10) or a fortieth of the
- * messages (at least 10); then end / start. `--statements` adds each of the
- * host's statements the same way.
+ * messages (at least 10); then end / start. Before them, unmeasured, a run
+ * of 40 steps and a conversation of 30 messages warm the code and the
+ * statements up. `--statements` adds each of the host's statements the same
+ * way, and CPU per step (this process's user and system time, the watcher's
+ * included) is given beside the wall clock, which a busy machine blurs.
  *
  * ```sh
  * deno task bench:long --database-url postgres://postgres@127.0.0.1:5432/test
@@ -109,6 +112,9 @@ export async function measure(
   opts: { steps: number; messages: number; statements: boolean },
 ): Promise<Flatness[]> {
   const out: Flatness[] = [];
+  // Unmeasured, a short run and a short conversation first: the code compiled, the statements prepared.
+  if (opts.steps > 0) await longRun(client, 40, takePoints(40));
+  if (opts.messages > 0) await longConversation(client, 30);
   if (opts.steps > 0) {
     const m = await longRun(client, opts.steps, takePoints(opts.steps));
     const takes: Windows = { start: [0, 10], end: [opts.steps - 6, opts.steps] };

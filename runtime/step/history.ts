@@ -50,7 +50,7 @@ export function buildTranscript(
       settled.answers = answers;
     }
   }
-  const transcript = settled.messages.concat(tail);
+  const transcript = tail.length === 0 ? settled.messages.slice() : settled.messages.concat(tail);
   for (const rejection of state.journal.get(seq)?.rejections ?? []) {
     transcript.push({
       role: "user",
