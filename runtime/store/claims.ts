@@ -38,16 +38,22 @@ import { CLAIMABLE_AT, statement } from "./sql.ts";
 //   while `mark` stays (a poll sent moves a call from waiting, polls p + 1,
 //   to intent with p + 1 polls), so equal marks mean nothing moved.
 //
+// Each read is ordered by the key and limited (the last decision's calls are
+// at most 64, agent.ts's bound on maxCallsPerStep), so it is a walk of the
+// key whatever the statistics say: without the limits, a run that is most of
+// its tables (one long run on a laptop's PGlite) had its rows read whole.
 // `runId` is an expression naming the run; with `when` false, nothing is
 // read. Each `offset 0` keeps a subquery one, counted once: pulled up into
 // the update, each use of its columns was a count of its own.
 const progressOf = (runId: string, when = "true") =>
   `select f.c + 1 as mark_now,
               least(2147483647,
-                (select coalesce(sum(j.failures), 0) from journal j where j.run_id = ${runId} and j.seq > f.c)
+                (select coalesce(sum(a.failures), 0) from (select j.failures from journal j
+                   where j.run_id = ${runId} and j.seq > f.c order by j.seq limit 2) a)
               + (select coalesce(sum(e.failures + e.polls
                                      + case e.status when 'intent' then 0 when 'waiting' then 1 else 2 end), 0)
-                   from side_effects e where e.run_id = ${runId} and e.seq >= f.c))::int as step_now
+                   from (select b.failures, b.polls, b.status from side_effects b
+                          where b.run_id = ${runId} and b.seq >= f.c order by b.seq limit 64) e))::int as step_now
          from (select coalesce((select l.seq from (select j.seq, j.status from journal j where j.run_id = ${runId}
                                                     order by j.seq desc limit 2) l
                                  where l.status = 'confirmed' order by l.seq desc limit 1), -1) as c
