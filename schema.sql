@@ -885,3 +885,11 @@ begin
   union all select 'run-finish'::text, rf.run_id, rf.k, rf.epoch from rf;
 end
 $group$;
+-- migration 19: a claim's progress mark read through keys
+-- A claim compares the run's progress with what the claim before found, by
+-- two numbers read through the keys of the run's newest rows (claims.ts), so
+-- a claim costs the same at any length: progress_mark is one past the seq of
+-- the last confirmed decision, progress_step the failures, polls and
+-- settlements of the rows that may still change (the decision being asked
+-- for, the last decision's calls).
+alter table runs add column if not exists progress_step integer not null default 0;

@@ -115,6 +115,38 @@ export function spendOf(
   return { tokens, modelCalls, toolCalls };
 }
 
+/** What a worker's map of decisions keeps summed as rows are set (`run/tallied.ts`). */
+export interface JournalSums {
+  /** Tokens spent or reserved: each row's {@link rowTokens}. */
+  readonly tokens: number;
+  /** Model requests paid for. */
+  readonly llmAttempts: number;
+}
+
+/** What a worker's map of tool calls keeps summed as rows are set (`run/tallied.ts`). */
+export interface EffectSums {
+  /** Tool requests sent. */
+  readonly attempts: number;
+}
+
+/**
+ * What the run whose rows `state` holds has spent: from the sums a worker's
+ * maps keep ({@link JournalSums}, {@link EffectSums}), else by {@link spendOf}.
+ */
+export function spendOfRows(state: Pick<RunSpend, "journal" | "effects">): Spend {
+  const sums = state.journal as Partial<JournalSums>;
+  const decided = typeof sums.tokens === "number" && typeof sums.llmAttempts === "number"
+    ? { tokens: sums.tokens, modelCalls: sums.llmAttempts }
+    : spendOf(state.journal.values(), []);
+  return { tokens: decided.tokens, modelCalls: decided.modelCalls, toolCalls: toolRequestsOf(state) };
+}
+
+/** Tool requests the run whose calls `state` holds has sent, as {@link spendOfRows} counts them. */
+function toolRequestsOf(state: Pick<RunSpend, "effects">): number {
+  const sums = state.effects as Partial<EffectSums>;
+  return typeof sums.attempts === "number" ? sums.attempts : spendOf([], state.effects.values()).toolCalls;
+}
+
 /**
  * The longest answer a request of a run with `budget` may ask for, in tokens
  * (sent to the model as its cap, and reserved): `maxOutputTokens`, default
@@ -198,7 +230,7 @@ export function checkModelRequest(
   reserve: number,
   family: readonly FamilyCeiling[] = NO_FAMILY,
 ): void {
-  const spent = spendOf(state.journal.values(), state.effects.values());
+  const spent = spendOfRows(state);
   for (const c of family) {
     const calls = spent.modelCalls + c.others.modelCalls;
     if (c.budget.modelCalls !== undefined && calls + 1 > c.budget.modelCalls) {
@@ -270,7 +302,7 @@ export class ToolCallReservation {
     checkFamilyToolCalls(spend, calls, family);
     const ceiling = spend.budget?.toolCalls;
     if (ceiling !== undefined) {
-      const spent = spendOf([], spend.effects.values()).toolCalls;
+      const spent = toolRequestsOf(spend);
       if (spent + calls > ceiling) {
         throw new BudgetError(
           `budget: ${spent} tool requests made, the step asks for ${calls} calls at once, and the ceiling is ${ceiling}`,
@@ -293,7 +325,7 @@ export class ToolCallReservation {
     checkFamilyToolCalls(spend, 1 + this.#held, family);
     const ceiling = spend.budget?.toolCalls;
     if (ceiling === undefined) return;
-    const spent = spendOf([], spend.effects.values()).toolCalls;
+    const spent = toolRequestsOf(spend);
     if (spent + 1 + this.#held > ceiling) {
       const held = this.#held > 0 ? `, ${this.#held} more are reserved for this step's other calls` : "";
       throw new BudgetError(`budget: ${spent} tool requests made${held}, and the ceiling is ${ceiling}`);
@@ -310,7 +342,7 @@ export class ToolCallReservation {
     invariant(Number.isInteger(held) && held >= 0, this.runId, () => `${held} tool calls held ${when}`);
     const ceiling = spend.budget?.toolCalls;
     if (ceiling === undefined || held === 0) return;
-    const spent = spendOf([], spend.effects.values()).toolCalls;
+    const spent = toolRequestsOf(spend);
     invariant(
       spent + held <= ceiling,
       this.runId,
@@ -322,7 +354,7 @@ export class ToolCallReservation {
 /** Throws {@link BudgetError} when `calls` more tool requests would pass a ceiling of the run's family. */
 function checkFamilyToolCalls(state: ToolSpend, calls: number, family: readonly FamilyCeiling[]): void {
   if (family.length === 0) return;
-  const spent = spendOf([], state.effects.values()).toolCalls;
+  const spent = toolRequestsOf(state);
   for (const c of family) {
     const made = spent + c.others.toolCalls;
     if (c.budget.toolCalls !== undefined && made + calls > c.budget.toolCalls) {

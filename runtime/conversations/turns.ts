@@ -16,6 +16,7 @@ import { FencedError, RuntimeError } from "../base/errors.ts";
 import type { MessageRow } from "../store/conversations.ts";
 import type { JournalRow, RunRow, SideEffectRow } from "../store/rows.ts";
 import type { Json } from "../agent/tools.ts";
+import type { SettledTranscript } from "../run/tallied.ts";
 
 export {
   checkConversation,
@@ -185,6 +186,8 @@ export interface ParkedConversation {
   conversation: ConversationState;
   /** The step of the last answer: a worker that takes the run again replays it, then takes the next message. */
   seq: number;
+  /** The transcript of its settled steps, as its last step built it (step/history.ts). */
+  transcript?: SettledTranscript;
 }
 
 /**

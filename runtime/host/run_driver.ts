@@ -16,6 +16,7 @@ import { stepWidth, toolCallsIn } from "../run/calls.ts";
 import { closeRun, familyOf } from "../families/family.ts";
 import { loadConversation, type ParkedConversation, resumeConversation } from "../conversations/turns.ts";
 import { keepLease } from "./lease.ts";
+import { EffectRows, JournalRows } from "../run/tallied.ts";
 import { runStep, stepEnd } from "../step/spine.ts";
 import { endTurn, type RunOutcome } from "./outcome.ts";
 import { recover } from "../step/recovery.ts";
@@ -360,9 +361,8 @@ function logClaimed(deps: RunDeps, claimed: ClaimedRun): void {
 
 /**
  * The run's state as this worker starts it: its rows as read at the claim
- * (or, for a parked conversation, as this host let it go, copied so this turn
- * never changes what was let go), its ceilings and parameters, and its
- * conversation with the messages sent since.
+ * (or, for a parked conversation, as this host let it go), its ceilings and
+ * parameters, and its conversation with the messages sent since.
  */
 async function stateAtClaim(
   deps: RunDeps,
@@ -375,8 +375,14 @@ async function stateAtClaim(
   return {
     fence: { runId, epoch },
     goal: run.goal,
-    journal: new Map(parked ? parked.journal : history.journal.map((j) => [j.seq, j])),
-    effects: new Map(parked ? parked.effects : history.effects.map((e) => [e.seq, e])),
+    // A parked conversation's rows are handed on, not copied (#39: a copy a message cost more the longer
+    // the conversation): the host that parked them forgot them when it took the run again.
+    journal: parked?.journal instanceof JournalRows
+      ? parked.journal
+      : JournalRows.of(parked ? parked.journal.values() : history.journal),
+    effects: parked?.effects instanceof EffectRows
+      ? parked.effects
+      : EffectRows.of(parked ? parked.effects.values() : history.effects),
     signal,
     budget: run.budget ?? undefined,
     modelParams: run.model_params ?? undefined,
@@ -385,6 +391,7 @@ async function stateAtClaim(
     errorAtClaim: run.error ?? undefined,
     ...(run.labels ? { labels: run.labels } : {}),
     ...(run.dry_run ? { dryRun: { forkedFrom: run.forked_from ?? null } } : {}),
+    ...(parked?.transcript ? { transcript: parked.transcript } : {}),
     conversation: parked
       ? await resumeConversation(deps, runId, parked)
       : await loadConversation(deps, run, epoch === 1 && !run.forked_at_seq),

@@ -15,6 +15,8 @@ import type { Fence, JournalRow, MessageRow, SideEffectRow } from "../store/stor
 import type { Telemetry } from "./telemetry.ts";
 import type { ModelParams } from "../model/transcript.ts";
 import { toolCallsIn } from "./calls.ts";
+import { JournalRows } from "./tallied.ts";
+import type { SettledTranscript } from "./tallied.ts";
 
 // Where they were declared before process and agent came apart (deps.ts): importers keep working.
 export { DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS, DEFAULT_RETRY, type RetryPolicy } from "./deps.ts";
@@ -72,6 +74,12 @@ export interface RunState {
   errorAtClaim?: string;
   /** For a run that converses: its messages, and the one being answered. */
   conversation?: ConversationState;
+  /**
+   * The transcript of the run's settled steps, as the last step built it
+   * (step/history.ts): each step adds its own steps to it, not the run's
+   * whole history again.
+   */
+  transcript?: SettledTranscript;
   /** The labels the run was started with, which limits may key on. */
   labels?: Readonly<Record<string, string>>;
   /**
@@ -96,6 +104,7 @@ export interface FamilyPlace {
  * it cannot drift from what the database holds.
  */
 export function llmCallsOf(state: Pick<RunState, "journal">): number {
+  if (state.journal instanceof JournalRows) return state.journal.llmAttempts;
   let n = 0;
   for (const row of state.journal.values()) n += row.llm_attempts;
   return n;
@@ -107,6 +116,7 @@ export function llmCallsOf(state: Pick<RunState, "journal">): number {
  * decision of three calls counts three, an answer none.
  */
 export function toolCallsOf(state: Pick<RunState, "journal">): number {
+  if (state.journal instanceof JournalRows) return state.journal.toolCalls;
   return toolCallsIn(state.journal.values());
 }
 

@@ -10,6 +10,7 @@
 import type { RunState } from "../run/context.ts";
 import type { AssistantMessage, ProviderMetadata, TranscriptMessage } from "../model/transcript.ts";
 import { callsOf, type StepCall } from "../run/calls.ts";
+import type { SettledTranscript } from "../run/tallied.ts";
 import type { Decision } from "../store/rows.ts";
 
 /** What a tool result says of a call whose outcome no row records (at intent, flagged, or never sent). */
@@ -23,45 +24,33 @@ export function callId(seq: number): string {
 /**
  * The transcript for deciding step `seq`, under the agent's `instructions`.
  * In a conversation each earlier final answer is an assistant turn, followed
- * by the message taken after it.
+ * by the message taken after it. The settled steps come from (and go to) the
+ * state's `transcript` ({@link SettledTranscript}); the messages are a new array.
  */
 export function buildTranscript(
-  state: Pick<RunState, "goal" | "journal" | "effects" | "conversation">,
+  state: Pick<RunState, "goal" | "journal" | "effects" | "conversation" | "transcript">,
   seq: number,
   instructions: string,
 ): TranscriptMessage[] {
-  const transcript: TranscriptMessage[] = [
-    { role: "system", text: instructions },
-    { role: "user", text: state.goal },
-  ];
-  let answers = 0;
-  for (let s = 0; s < seq; s++) {
-    const decision = state.journal.get(s)?.decision;
-    if (!decision) continue;
-    if ("done" in decision && state.conversation) {
-      transcript.push({ role: "assistant", text: decision.message, calls: [] });
-      const next = state.conversation.messages[++answers];
-      if (next) transcript.push({ role: "user", text: next.text });
-      continue;
-    }
-    const calls = callsOf(decision, s);
-    if (calls.length === 0) continue;
-    // One assistant turn with every call of the step, then each call's result, in the order asked.
-    transcript.push(assistantTurn(decision, calls));
-    for (const c of calls) {
-      const id = callId(c.seq);
-      const effect = state.effects.get(c.seq);
-      // A confirmed call (sent, reconciled or resolved by a person) has its result; a failed one
-      // (the tool's error, or a person's denial) its reason; anything else is not known.
-      if (effect?.status === "confirmed") {
-        transcript.push({ role: "tool", callId: id, name: c.tool, failed: false, result: effect.result });
-      } else {
-        // Every write of a failed row gives its reason; the column alone allows none.
-        const error = effect?.status === "failed" ? effect.error ?? "The call failed" : UNKNOWN_OUTCOME;
-        transcript.push({ role: "tool", callId: id, name: c.tool, failed: true, error });
-      }
+  const kept = state.transcript;
+  const settled: SettledTranscript = kept && kept.instructions === instructions && kept.upTo <= seq ? kept : {
+    instructions,
+    messages: [{ role: "system", text: instructions }, { role: "user", text: state.goal }],
+    upTo: 0,
+    answers: 0,
+  };
+  state.transcript = settled;
+  let answers = settled.answers;
+  const tail: TranscriptMessage[] = [];
+  for (let s = settled.upTo; s < seq; s++) {
+    const final = tail.length === 0 && isSettled(state, s, answers);
+    answers = stepMessages(state, s, answers, final ? settled.messages : tail);
+    if (final) {
+      settled.upTo = s + 1;
+      settled.answers = answers;
     }
   }
+  const transcript = tail.length === 0 ? settled.messages.slice() : settled.messages.concat(tail);
   for (const rejection of state.journal.get(seq)?.rejections ?? []) {
     transcript.push({
       role: "user",
@@ -70,6 +59,62 @@ export function buildTranscript(
     });
   }
   return transcript;
+}
+
+/** The call statuses a row never leaves. */
+const FINAL = new Set(["confirmed", "failed"]);
+
+/**
+ * True when step `s`'s messages can never change: no row there (a seq a
+ * call of an earlier step owns), or its decision with every call settled
+ * for good, or, in a conversation, an answer with the message taken after it.
+ */
+function isSettled(
+  state: Pick<RunState, "journal" | "effects" | "conversation">,
+  s: number,
+  answers: number,
+) {
+  const row = state.journal.get(s);
+  if (!row) return true;
+  const decision = row.decision;
+  if (!decision) return false;
+  if ("done" in decision && state.conversation) return state.conversation.messages[answers + 1] !== undefined;
+  return callsOf(decision, s).every((c) => FINAL.has(state.effects.get(c.seq)?.status ?? ""));
+}
+
+/** Appends step `s`'s messages to `out`; returns the final answers counted after it. */
+function stepMessages(
+  state: Pick<RunState, "journal" | "effects" | "conversation">,
+  s: number,
+  answers: number,
+  out: TranscriptMessage[],
+): number {
+  const decision = state.journal.get(s)?.decision;
+  if (!decision) return answers;
+  if ("done" in decision && state.conversation) {
+    out.push({ role: "assistant", text: decision.message, calls: [] });
+    const next = state.conversation.messages[answers + 1];
+    if (next) out.push({ role: "user", text: next.text });
+    return answers + 1;
+  }
+  const calls = callsOf(decision, s);
+  if (calls.length === 0) return answers;
+  // One assistant turn with every call of the step, then each call's result, in the order asked.
+  out.push(assistantTurn(decision, calls));
+  for (const c of calls) {
+    const id = callId(c.seq);
+    const effect = state.effects.get(c.seq);
+    // A confirmed call (sent, reconciled or resolved by a person) has its result; a failed one
+    // (the tool's error, or a person's denial) its reason; anything else is not known.
+    if (effect?.status === "confirmed") {
+      out.push({ role: "tool", callId: id, name: c.tool, failed: false, result: effect.result });
+    } else {
+      // Every write of a failed row gives its reason; the column alone allows none.
+      const error = effect?.status === "failed" ? effect.error ?? "The call failed" : UNKNOWN_OUTCOME;
+      out.push({ role: "tool", callId: id, name: c.tool, failed: true, error });
+    }
+  }
+  return answers;
 }
 
 /**

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { buildTranscript, callId, UNKNOWN_OUTCOME } from "./history.ts";
+import type { SettledTranscript } from "../run/tallied.ts";
 import { effectRow, journalRow } from "../testdata/rows.ts";
 import type { Decision, JournalRow, SideEffectRow } from "../store/store.ts";
 
@@ -115,4 +116,36 @@ Deno.test("buildTranscript() ends with why each answer for this step was refused
     },
   ]);
   assert.equal(transcript.length, 6, "system, goal, the call, its result, two refusals");
+});
+
+Deno.test("buildTranscript() keeps the settled steps for the next step and builds again only what may change", () => {
+  const s: ReturnType<typeof state> & { transcript?: SettledTranscript } = state(
+    [journalRow(RUN, 0, pay(1)), journalRow(RUN, 1, pay(2))],
+    [
+      effectRow(RUN, 0, pay(1), { result: 1 }),
+      effectRow(RUN, 1, pay(2), { status: "intent", confirmed_at: null }),
+    ],
+  );
+  const first = buildTranscript(s, 2, "i");
+  // Step 0 settled is kept; step 1, its call's outcome unknown, is not.
+  assert.deepEqual([s.transcript?.upTo, s.transcript?.messages.length], [1, 4]);
+  assert.deepEqual(first.at(-1), {
+    role: "tool",
+    callId: "call_1",
+    name: "pay",
+    failed: true,
+    error: UNKNOWN_OUTCOME,
+  });
+  // The call settles, the next step is decided: what is built is what a worker that just read the rows builds.
+  s.effects.set(1, effectRow(RUN, 1, pay(2), { result: 2 }));
+  s.journal.set(2, journalRow(RUN, 2, pay(3)));
+  s.effects.set(2, effectRow(RUN, 2, pay(3), { result: 3 }));
+  const later = buildTranscript(s, 3, "i");
+  assert.deepEqual(later, buildTranscript(state([...s.journal.values()], [...s.effects.values()]), 3, "i"));
+  assert.deepEqual([s.transcript?.upTo, s.transcript?.messages.length], [3, 8]);
+  // A new array each time: what a planner or a history hook does to it leaves the kept steps alone.
+  later.length = 0;
+  assert.equal(buildTranscript(s, 3, "i").length, 8);
+  // Other instructions: built anew.
+  assert.deepEqual(buildTranscript(s, 3, "j")[0], { role: "system", text: "j" });
 });

@@ -140,6 +140,7 @@ async function answer(deps: RunDeps, state: RunState, seq: number, output: strin
         effects: state.effects,
         conversation: conversing.conversation,
         seq,
+        ...(state.transcript ? { transcript: state.transcript } : {}),
       }
       : undefined;
     return { kind: "answered", output, status: next, ...(parked ? { parked } : {}) };

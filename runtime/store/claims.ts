@@ -11,30 +11,66 @@
 
 import { CLAIMABLE_AT, statement } from "./sql.ts";
 
-// A run's progress: confirmed decisions plus settled tool calls, the answers
-// of a call's remote that said its job is not done yet (a waiting call counts
-// the accepted answers it got: its polls, plus one once the last poll was
-// answered), and the failed requests a worker lived to record (an outage
-// ridden out: `failures`), so a run woken again and again while a job runs or
-// a remote is down is not taken for stuck, and one whose worker dies at every
-// request is. Every claim compares it with the mark the claim before left, to
-// count claims that found no progress (a run whose workers keep dying is
-// stopped at a bound).
-const progressOf = (runId: string) =>
-  `((select coalesce(sum(j.failures + case j.status when 'confirmed' then 1 else 0 end), 0)
-       from journal j where j.run_id = ${runId})
-  + (select coalesce(sum(e.failures + case e.status when 'intent' then e.polls when 'waiting' then e.polls + 1
-                                                      else 1 end), 0)
-       from side_effects e where e.run_id = ${runId}))::int`;
+// A run's progress mark, read at every claim and compared with the mark the
+// claim before left, to count claims that found no progress (a run whose
+// workers keep dying is stopped at a bound). Progress is a decision
+// confirmed, a tool call settled, an answer of a call's remote that said its
+// job is not done yet (a poll), and a failed request a worker lived to
+// record (an outage ridden out: `failures`), so a run woken again and again
+// while a job runs or a remote is down is not taken for stuck, and one whose
+// worker dies at every request is.
+//
+// The mark is two numbers that move only with progress, read through the
+// keys of the run's newest rows, so a claim costs the same at step 10 and at
+// step 10,000 (it once summed every row of the run: #39):
+//
+// - `mark`, one past the seq of the run's last confirmed decision (0 for
+//   none): a decision is confirmed only after the one before it and its
+//   calls, so it is one of the run's last two rows, read by the journal's
+//   key backwards (a filter on status there made the planner, without
+//   statistics, read all the run's rows and sort them);
+// - `step`, the progress of the rows that may still change: failures of the
+//   decision being asked for (the rows after the last confirmed one), and of
+//   the last decision's calls (its seq and on) their failures and polls,
+//   plus 1 for a call whose last poll was answered (waiting) and 2 for one
+//   settled. Rows before the last decision are final (its calls were
+//   settled before it was decided), and each of these counts only grows
+//   while `mark` stays (a poll sent moves a call from waiting, polls p + 1,
+//   to intent with p + 1 polls), so equal marks mean nothing moved.
+//
+// Each read is ordered by the key and limited (the last decision's calls are
+// at most 64, agent.ts's bound on maxCallsPerStep), so it is a walk of the
+// key whatever the statistics say: without the limits, a run that is most of
+// its tables (one long run on a laptop's PGlite) had its rows read whole.
+// `runId` is an expression naming the run; with `when` false, nothing is
+// read. Each `offset 0` keeps a subquery one, counted once: pulled up into
+// the update, each use of its columns was a count of its own.
+const progressOf = (runId: string, when = "true") =>
+  `select f.c + 1 as mark_now,
+              least(2147483647,
+                (select coalesce(sum(a.failures), 0) from (select j.failures from journal j
+                   where j.run_id = ${runId} and j.seq > f.c order by j.seq limit 2) a)
+              + (select coalesce(sum(e.failures + e.polls
+                                     + case e.status when 'intent' then 0 when 'waiting' then 1 else 2 end), 0)
+                   from (select b.failures, b.polls, b.status from side_effects b
+                          where b.run_id = ${runId} and b.seq >= f.c order by b.seq limit 64) e))::int as step_now
+         from (select coalesce((select l.seq from (select j.seq, j.status from journal j where j.run_id = ${runId}
+                                                    order by j.seq desc limit 2) l
+                                 where l.status = 'confirmed' order by l.seq desc limit 1), -1) as c
+               offset 0) f
+        where ${when}
+       offset 0`;
 
-// A claim's marks, from the progress `source.progress` counted: one more claim
-// without progress if it matches the mark the claim before left, else the first.
+// A claim's marks, from the progress `source` counted (progressOf's columns): one more claim
+// without progress if both match the marks the claim before left, else the first.
 // The error a worker left on the running run (releaseRun) is kept while claims
 // find no progress, so the bound on them can name it, and cleared by progress.
-const claimMarks = (source: string) =>
-  `stuck_claims = case when ${source}.progress = runs.progress_mark then runs.stuck_claims + 1 else 1 end,
-       error = case when ${source}.progress = runs.progress_mark then runs.error end,
-       progress_mark = ${source}.progress`;
+const claimMarks = (source: string) => {
+  const same = `(${source}.mark_now = runs.progress_mark and ${source}.step_now = runs.progress_step)`;
+  return `stuck_claims = case when ${same} then runs.stuck_claims + 1 else 1 end,
+       error = case when ${same} then runs.error end,
+       progress_mark = ${source}.mark_now, progress_step = ${source}.step_now`;
+};
 
 // A claim's record of the version it drives the run at (`version`, a text
 // expression; null keeps the run's): a run no worker has taken is started on
@@ -68,12 +104,12 @@ export const FIRST_CLAIM = statement(
   `${SEEN_AT_CLAIM("$4::text", "$3::timestamptz")}
        update runs set epoch = 1, owner = $2, status = 'running',
                 heartbeat_at = $3::timestamptz, updated_at = $3::timestamptz,
-                stuck_claims = 1, progress_mark = 0,
+                stuck_claims = 1, progress_mark = 0, progress_step = 0,
                 ${VERSION_AT_CLAIM("$4::text", "$5::boolean", "$3::timestamptz")}
           where run_id = $1 and ${CLAIMABLE_AT("0")}`,
 );
 // The run's progress is counted once, in `p` (#11: set as two columns, it was
-// counted twice); same snapshot, same values. A run waiting on its calls'
+// counted twice; #39: pulled up, once per use); same snapshot, same values. A run waiting on its calls'
 // remotes may be claimed once its wake time has come ($4, the claim's now).
 // $5 the version it is claimed at (null: as it is), $6 whether that version lets it move.
 export const CLAIM = statement(
@@ -83,7 +119,7 @@ export const CLAIM = statement(
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
               ${claimMarks("p")},
               ${VERSION_AT_CLAIM("$5::text", "$6::boolean", "$4::timestamptz")}
-         from (select ${progressOf("$1")} as progress) p
+         from (${progressOf("$1")}) p
         where run_id = $1 and ${CLAIMABLE_AT("$2", "$4::timestamptz")}
         returning epoch, stuck_claims`,
 );
@@ -153,10 +189,11 @@ const VERSION_NOW = `coalesce(nullif(split_part(picked.take_key, '@', 2), ''),
 // and the version it is driven at (a run started, or moved: VERSION_AT_CLAIM;
 // $8 the `agent@version` keys whose agent lets its runs move).
 const CLAIM_PICKED = `counted as (
-         select picked.*, case when picked_epoch = 0 then 0 else ${
-  progressOf("picked.run_id")
-} end as progress, ${VERSION_NOW} as version_now
-           from picked)
+         select picked.*, coalesce(p.mark_now, 0) as mark_now, coalesce(p.step_now, 0) as step_now,
+                ${VERSION_NOW} as version_now
+           from picked left join lateral (${
+  progressOf("picked.run_id", "picked.picked_epoch <> 0")
+}) p on true)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
               ${claimMarks("counted")},

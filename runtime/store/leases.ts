@@ -174,6 +174,7 @@ function newRunRow(run: NewRun, now: Date): RunRow {
     updated_at: now,
     stuck_claims: 0,
     progress_mark: 0,
+    progress_step: 0,
     budget: JSON.parse(jsonParam(run.budget ?? null, "run budget")),
     model_params: JSON.parse(jsonParam(run.modelParams ?? null, "run model parameters")),
     wake_at: null,

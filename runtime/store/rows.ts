@@ -62,8 +62,10 @@ export interface RunRow {
   updated_at: Date;
   /** Claims in a row (this one included) that found no progress since the claim before. */
   stuck_claims: number;
-  /** Confirmed decisions plus settled tool calls at the last claim. */
+  /** One past the seq of the last confirmed decision, at the last claim (`claims.ts`). */
   progress_mark: number;
+  /** The progress of the rows that could still change then: the decision asked for, the last decision's calls. */
+  progress_step: number;
   /** The run's ceilings, if any. */
   budget: Budget | null;
   /** The run's own model request parameters (over its agent's), if any. */

@@ -36,6 +36,7 @@ const RUN = {
   updated_at: 1,
   stuck_claims: 1,
   progress_mark: 1,
+  progress_step: 1,
   budget: 1,
   model_params: 1,
   wake_at: 1,

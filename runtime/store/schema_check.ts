@@ -52,6 +52,7 @@ const REQUIRED_COLUMNS: Record<string, string[]> = {
     "signal_waits",
     "signal_waits_epoch",
     "labels",
+    "progress_step",
   ],
   journal: [
     "run_id",

@@ -1,0 +1,41 @@
+import assert from "node:assert/strict";
+import { type Flatness, main } from "./long_bench.ts";
+
+Deno.test("bench:long at a small size prints each figure at the start and at the end, for the long run and the conversation", async () => {
+  const lines: string[] = [];
+  const log = console.log;
+  console.log = (...args: unknown[]) => lines.push(args.join(" "));
+  const results: Flatness[] = [];
+  let code: number;
+  try {
+    code = await main(["--steps", "60", "--messages", "30"], {}, results);
+  } finally {
+    console.log = log;
+  }
+  assert.equal(code, 0, lines.join("\n"));
+  assert.deepEqual(results.map((r) => r.label), [
+    "pglite (in memory): one run of 60 steps",
+    "pglite (in memory): a conversation of 30 messages",
+  ]);
+  for (const r of results) {
+    const names = r.rows.map((row) => row.name);
+    for (const name of ["ms per step", "CPU ms per step (this process)", "take-runs ms (the run's take)"]) {
+      const row = r.rows.find((row) => row.name === name);
+      assert.ok(row, `${r.label}: no row ${name} in ${names}`);
+      // Every figure was measured at both ends (a number; any value the machine gives).
+      assert.ok(row.start > 0 && row.end > 0 && row.ratio > 0, `${r.label}: ${JSON.stringify(row)}`);
+    }
+  }
+  assert.ok(lines.some((l) => l.includes("end/start")), lines.join("\n"));
+});
+
+Deno.test("bench:long refuses a size out of range", async () => {
+  const err = console.error;
+  console.error = () => {};
+  try {
+    assert.equal(await main(["--steps", "5"], {}), 2);
+    assert.equal(await main(["--messages", "x"], {}), 2);
+  } finally {
+    console.error = err;
+  }
+});

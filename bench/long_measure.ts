@@ -1,0 +1,300 @@
+/**
+ * The two scenarios of `bench:long` (long_bench.ts), each measured on one
+ * driver: one run of many steps, and one conversation of many messages. A
+ * {@link WorkerHost} (production's shape, one slot, each write alone) drives
+ * them; the model and the tool are in this process and answer at once, so
+ * what is measured is the runtime's and the database's work alone. A
+ * watcher (`client.stream`, through a store of its own on the same driver)
+ * follows each from its start. Every statement's time is taken by name.
+ *
+ * @module
+ */
+
+import process from "node:process";
+import { setImmediate } from "node:timers";
+import { z } from "zod";
+import { defineAgent } from "../runtime/agent/agent.ts";
+import { defineTool, ToolRegistry } from "../runtime/agent/tools.ts";
+import { Client } from "../runtime/client/client.ts";
+import { SystemClock } from "../runtime/base/clock.ts";
+import { discardSink, Logger } from "../runtime/base/log.ts";
+import { WorkerHost } from "../runtime/host/host.ts";
+import type { RunOutcome } from "../runtime/host/outcome.ts";
+import type { Planner } from "../runtime/model/planner.ts";
+import { listenThrough, type QueryOptions, type SqlClient } from "../runtime/store/driver.ts";
+import { Store } from "../runtime/store/store.ts";
+import { waitForSignal } from "../runtime/signals/wait_tools.ts";
+
+/** Times every statement sent through it, by name, and tells `onStatement` each one. */
+export class Timed implements SqlClient {
+  readonly #inner: SqlClient;
+  onStatement?: (name: string, ms: number, rows: number) => void;
+  constructor(inner: SqlClient) {
+    this.#inner = inner;
+  }
+  get describe(): string {
+    return this.#inner.describe;
+  }
+  async query<T = Record<string, unknown>>(
+    text: string,
+    params?: unknown[],
+    opts?: QueryOptions,
+  ): Promise<T[]> {
+    const t0 = performance.now();
+    const out = await this.#inner.query<T>(text, params, opts);
+    this.onStatement?.(opts?.name ?? "(unnamed)", performance.now() - t0, out.length);
+    return out;
+  }
+  async run(text: string, params?: unknown[], opts?: QueryOptions): Promise<number> {
+    const t0 = performance.now();
+    const out = await this.#inner.run(text, params, opts);
+    this.onStatement?.(opts?.name ?? "(unnamed)", performance.now() - t0, out);
+    return out;
+  }
+  exec(text: string): Promise<void> {
+    return this.#inner.exec(text);
+  }
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+  listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>> {
+    return listenThrough(this.#inner, channel, onPayload);
+  }
+}
+
+/** A figure taken at a point of the run: its step (or the conversation's message) then, and the value. */
+export interface Sample {
+  at: number;
+  value: number;
+}
+
+/** What one scenario measured: a step's time, the take that took the run, a watcher's poll. */
+export interface Measured {
+  /** Milliseconds per step, at the step (or message) it was taken at. */
+  steps: Sample[];
+  /** CPU milliseconds (user and system) of this process per step: the runtime's side, the watcher's with it. */
+  cpu: Sample[];
+  /** Milliseconds of each `take-runs` that took the run. */
+  takes: Sample[];
+  /** Milliseconds of each of the watcher's polls after its first read (`watch-run` and `read-history-from`). */
+  reads: Sample[];
+  /** Milliseconds from the signal that woke the long run to its next decision. */
+  resumes: Sample[];
+  /** Milliseconds by statement name (the host's), each statement at the step it was sent. */
+  statements: Map<string, Sample[]>;
+  /** The last step (or message). */
+  length: number;
+}
+
+/** This process's CPU milliseconds so far. */
+function cpuMs(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+}
+
+function newMeasured(length: number): Measured {
+  return { steps: [], cpu: [], takes: [], reads: [], resumes: [], statements: new Map(), length };
+}
+
+/**
+ * A step's work: answers once the event loop has turned, as a tool that does
+ * any I/O does (on PGlite, a run whose model and tools never wait on I/O
+ * would hold the loop: no timer, the watcher's polls among them, would fire
+ * until it ends).
+ */
+const tick = defineTool({
+  name: "tick",
+  description: "Counts a step.",
+  args: z.strictObject({ n: z.number().int() }),
+  run: async (args) => {
+    await new Promise((r) => setImmediate(r));
+    return { result: { ticked: args.n } };
+  },
+});
+
+/** The signal the long run waits for at its take points. */
+const GO = "go";
+
+/** The host both scenarios run on: one slot (no take while it drives the run), each write alone. */
+function host(store: Store, agent: unknown, onOutcome: (o: RunOutcome) => void): WorkerHost {
+  const clock = new SystemClock();
+  return new WorkerHost({
+    store,
+    clock,
+    log: new Logger({ clock, sink: discardSink }),
+    owner: `bench-long-${crypto.randomUUID().slice(0, 6)}`,
+    heartbeatMs: 60_000,
+    leaseMs: 600_000,
+    pollMs: 5,
+    runsPerWorker: 1,
+    groupCommitMs: 0,
+    agents: [agent as never],
+    onOutcome,
+  }).start();
+}
+
+/**
+ * Follows `runId` with `client.stream` from a store of its own on `inner`
+ * until `stop` aborts, telling `onPoll` the milliseconds of each poll after
+ * its first read (the run's row and the rows at or after the follower's mark).
+ */
+function watch(inner: SqlClient, runId: string, stop: AbortSignal, onPoll: (ms: number) => void) {
+  const timed = new Timed(inner);
+  let poll = 0;
+  timed.onStatement = (name, ms) => {
+    if (name === "watch-run") poll = ms;
+    if (name === "read-history-from") onPoll(poll + ms);
+  };
+  const client = new Client(new Store(timed), new SystemClock());
+  return (async () => {
+    for await (const _ of client.stream(runId, { pollMs: 10, idlePollMs: 10, signal: stop })) {
+      // Events are not the measure: the polls are.
+    }
+  })();
+}
+
+/** Records the host's statements at the point `at()` names; a take that took a run among the takes. */
+function recordHost(timed: Timed, m: Measured, at: () => number): void {
+  timed.onStatement = (name, ms, rows) => {
+    const list = m.statements.get(name) ?? [];
+    list.push({ at: at(), value: ms });
+    m.statements.set(name, list);
+    if (name === "take-runs" && rows > 0) m.takes.push({ at: at(), value: ms });
+  };
+}
+
+/**
+ * One run of `steps` steps (a `tick` call each, then the answer), taken again
+ * at `takeAt` steps: there the model calls `wait_for_go`, the run sleeps, and
+ * the signal wakes it for the host's next take.
+ */
+export async function longRun(
+  inner: SqlClient,
+  steps: number,
+  takeAt: ReadonlySet<number>,
+): Promise<Measured> {
+  const m = newMeasured(steps);
+  const timed = new Timed(inner);
+  const store = new Store(timed);
+  const client = new Client(store, new SystemClock());
+  let step = 0;
+  let last = 0;
+  let lastCpu = 0;
+  let signalled = 0;
+  recordHost(timed, m, () => step);
+  const planner: Planner = {
+    describe: "bench",
+    decide: (req) => {
+      const now = performance.now();
+      const cpu = cpuMs();
+      // A step's time: from its decision to the next; a step that waited for a take is not one.
+      if (req.seq > 0 && !takeAt.has(req.seq - 1)) {
+        m.steps.push({ at: req.seq - 1, value: now - last });
+        m.cpu.push({ at: req.seq - 1, value: cpu - lastCpu });
+      }
+      lastCpu = cpu;
+      if (takeAt.has(req.seq - 1)) m.resumes.push({ at: req.seq - 1, value: now - signalled });
+      last = now;
+      step = req.seq;
+      if (req.seq >= steps - 1) return Promise.resolve({ kind: "done", text: `ticked ${steps} steps` });
+      const name = takeAt.has(req.seq) ? `wait_for_${GO}` : "tick";
+      return Promise.resolve({
+        kind: "tool_calls",
+        calls: [{ name, args: name === "tick" ? { n: req.seq } : {} }],
+      });
+    },
+  };
+  const tools = [tick, waitForSignal(GO)];
+  const agent = defineAgent({ name: "bench-long", tools, maxSteps: 10_000, model: planner });
+  let ended: ((o: RunOutcome) => void) | undefined;
+  const worker = host(store, { agent, planner, tools: new ToolRegistry(tools) }, (o) => ended?.(o));
+  const stop = new AbortController();
+  const runId = `long-${crypto.randomUUID().slice(0, 8)}`;
+  let watcher: Promise<void> | undefined;
+  try {
+    for (let turn = 0;; turn++) {
+      const outcome = new Promise<RunOutcome>((r) => ended = r);
+      if (turn === 0) {
+        await client.start(agent, { runId, input: "tick until told" });
+        watcher = watch(inner, runId, stop.signal, (ms) => m.reads.push({ at: step, value: ms }));
+      } else {
+        signalled = performance.now();
+        await client.signal(runId, GO, null, { signalId: `go-${turn}` });
+      }
+      worker.wake();
+      const o = await outcome;
+      if (o.status === "done") break;
+      if (o.status !== "waiting") throw new Error(`the long run ended ${o.status}: ${o.error}`);
+    }
+    return m;
+  } finally {
+    stop.abort();
+    await worker.stop();
+    await watcher;
+  }
+}
+
+/** Each message: a `tick` call, then the answer. */
+const chatPlanner = (m: { step: number }): Planner => ({
+  describe: "bench",
+  decide: (req) => {
+    m.step = req.seq;
+    const last = req.transcript[req.transcript.length - 1];
+    return Promise.resolve(
+      last.role === "user"
+        ? { kind: "tool_calls", calls: [{ name: "tick", args: { n: req.seq } }] }
+        : { kind: "done", text: `Answer ${req.seq}.` },
+    );
+  },
+});
+
+/** One conversation of `messages` messages, each sent once the one before is answered. */
+export async function longConversation(inner: SqlClient, messages: number): Promise<Measured> {
+  const m = newMeasured(messages);
+  const timed = new Timed(inner);
+  const store = new Store(timed);
+  const client = new Client(store, new SystemClock());
+  let message = 0;
+  recordHost(timed, m, () => message);
+  const planner = chatPlanner({ step: 0 });
+  const agent = defineAgent({
+    name: "bench-long-chat",
+    tools: [tick],
+    maxSteps: 4,
+    conversation: { idleMs: 3_600_000 },
+    model: planner,
+  });
+  let ended: ((o: RunOutcome) => void) | undefined;
+  const worker = host(store, { agent, planner, tools: new ToolRegistry([tick]) }, (o) => ended?.(o));
+  const stop = new AbortController();
+  const runId = `chat-${crypto.randomUUID().slice(0, 8)}`;
+  let watcher: Promise<void> | undefined;
+  try {
+    for (message = 0; message < messages; message++) {
+      const outcome = new Promise<RunOutcome>((r) => ended = r);
+      const t0 = performance.now();
+      const cpu0 = cpuMs();
+      if (message === 0) {
+        await client.start(agent, { runId, input: "message 0" });
+        watcher = watch(inner, runId, stop.signal, (ms) => m.reads.push({ at: message, value: ms }));
+      } else await client.conversations.send(runId, `message ${message}`, { messageId: `m${message}` });
+      worker.wake();
+      const o = await outcome;
+      if (o.status !== "waiting") throw new Error(`message ${message} ended ${o.status}: ${o.error}`);
+      // Two steps a message: the call, then the answer.
+      m.steps.push({ at: message, value: (performance.now() - t0) / 2 });
+      m.cpu.push({ at: message, value: (cpuMs() - cpu0) / 2 });
+    }
+    return m;
+  } finally {
+    stop.abort();
+    await worker.stop();
+    await watcher;
+  }
+}
+
+/** The median of the values sampled at points in [from, to). */
+export function medianIn(samples: readonly Sample[], from: number, to: number): number {
+  const xs = samples.filter((s) => s.at >= from && s.at < to).map((s) => s.value).sort((a, b) => a - b);
+  return xs.length === 0 ? NaN : xs[Math.floor(xs.length / 2)];
+}

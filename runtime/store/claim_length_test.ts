@@ -1,0 +1,195 @@
+/**
+ * A claim and a take cost the same however long the run (#39): each reads
+ * the run's progress mark through the keys of its newest rows, so the rows
+ * its plan visits in `journal` and `side_effects` are the same for a run of
+ * 10 steps and one of 3,000 (it once summed all of them: a 500-message
+ * conversation's take cost 6.4 ms against 2.4 ms for a short one). Counted
+ * from `explain analyze` in a transaction rolled back, with the plan made
+ * for the parameters and generic, without statistics and with them, on
+ * PGlite and PostgreSQL. And the mark
+ * still moves with every kind of progress and with nothing else.
+ */
+
+import assert from "node:assert/strict";
+import postgres from "npm:postgres@3.4.9";
+import { bothStoresTest, pgTest } from "../../tests/_pg.ts";
+import { openPglite } from "./pglite.ts";
+import { CLAIM, TAKE_RUNS } from "./claims.ts";
+import { Store } from "./store.ts";
+
+interface PlanNode {
+  "Relation Name"?: string;
+  "Actual Rows"?: number;
+  "Actual Loops"?: number;
+  "Rows Removed by Filter"?: number;
+  Plans?: PlanNode[];
+}
+
+/** Rows a plan visited in the run's history tables (returned, and passed over by a filter). */
+function historyRowsVisited(node: PlanNode): number {
+  const own = node["Relation Name"] === "journal" || node["Relation Name"] === "side_effects"
+    ? Math.round(
+      ((node["Actual Rows"] ?? 0) + (node["Rows Removed by Filter"] ?? 0)) * (node["Actual Loops"] ?? 1),
+    )
+    : 0;
+  return own + (node.Plans ?? []).reduce((n, child) => n + historyRowsVisited(child), 0);
+}
+
+/** One database session: a transaction and its settings live in one. */
+interface Session {
+  exec(sql: string): Promise<void>;
+  query<T>(sql: string): Promise<T[]>;
+}
+
+const NOW = "2026-01-01T00:00:00.000Z";
+const LATER = "2026-01-01T01:00:00.000Z";
+
+/**
+ * A run of `agent` with `steps` steps, each a confirmed decision and its
+ * confirmed call, but the last, whose call was sent and never answered (its
+ * worker died); the run is running under epoch 1, its lease long expired.
+ */
+async function longRun(session: Session, runId: string, agent: string, steps: number): Promise<void> {
+  await session.exec(`
+    insert into runs (run_id, agent, goal, status, epoch, owner, heartbeat_at, created_at, updated_at)
+      values ('${runId}', '${agent}', 'g', 'running', 1, 'w-dead', '2020-01-01', '2020-01-01', '2020-01-01');
+    insert into journal (run_id, seq, status, decision, llm_attempts, epoch, intent_at, confirmed_at)
+      select '${runId}', s, 'confirmed', '{"tool": "t", "args": {}}', 1, 1, '2020-01-01', '2020-01-01'
+        from generate_series(0, ${steps - 1}) s;
+    insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+      select '${runId}:' || s, '${runId}', s, 't', '{}', case when s < ${
+    steps - 1
+  } then 'confirmed' else 'intent' end,
+             1, 1, '2020-01-01'
+        from generate_series(0, ${steps - 1}) s;`);
+}
+
+/** `params` as SQL literals for `execute`. */
+function literals(params: unknown[]): string {
+  return params.map((p) =>
+    p === null ? "null" : Array.isArray(p) ? `'{${p.map((v) => `"${v}"`).join(",")}}'` : `'${String(p)}'`
+  ).join(", ");
+}
+
+/** The history rows `text` visits with `params`, planned for them and generic, each in a transaction rolled back. */
+async function visited(session: Session, name: string, text: string, params: unknown[]): Promise<number[]> {
+  await session.exec(`prepare ${name} as ${text}`);
+  const out: number[] = [];
+  for (const mode of ["force_custom_plan", "force_generic_plan"]) {
+    await session.exec("begin");
+    try {
+      await session.exec(`set local plan_cache_mode = ${mode}`);
+      const [row] = await session.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
+        `explain (analyze, format json) execute ${name}(${literals(params)})`,
+      );
+      out.push(historyRowsVisited(row["QUERY PLAN"][0].Plan));
+    } finally {
+      await session.exec("rollback");
+    }
+  }
+  await session.exec(`deallocate ${name}`);
+  return out;
+}
+
+/**
+ * The rows a claim and a take of a run of 10 steps and of one of 3,000 visit
+ * in its history, without the planner's statistics and then with them.
+ */
+async function claimCosts(session: Session): Promise<Record<string, number[]>> {
+  await longRun(session, "short", "flat-short", 10);
+  await longRun(session, "long", "flat-long", 3_000);
+  const out: Record<string, number[]> = {};
+  const add = (key: string, rows: number[]) => out[key] = [...(out[key] ?? []), ...rows];
+  for (const statistics of [false, true]) {
+    if (statistics) await session.exec("analyze runs, journal, side_effects");
+    for (const [runId, agent] of [["short", "flat-short"], ["long", "flat-long"]]) {
+      const claim = [runId, 1, "w", NOW, null, null];
+      add(`claim ${runId}`, await visited(session, `claim_${runId}`, CLAIM.text, claim));
+      const take = [`w`, [agent], LATER, LATER, 4, null, null, null];
+      add(`take ${runId}`, await visited(session, `take_${runId}`, TAKE_RUNS.text, take));
+    }
+  }
+  return out;
+}
+
+function assertFlat(costs: Record<string, number[]>): void {
+  assert.deepEqual(costs["claim long"], costs["claim short"], JSON.stringify(costs));
+  assert.deepEqual(costs["take long"], costs["take short"], JSON.stringify(costs));
+  for (const [what, rows] of Object.entries(costs)) {
+    for (const n of rows) {
+      assert.ok(n > 0 && n <= 6, `${what} visits ${n} history rows: ${JSON.stringify(costs)}`);
+    }
+  }
+}
+
+Deno.test("PGlite: a claim and a take visit the same few history rows of a run of 10 steps and of 3,000", async () => {
+  const pglite = await openPglite();
+  try {
+    await new Store(pglite).applySchema();
+    assertFlat(
+      await claimCosts({ exec: (sql) => pglite.exec(sql), query: <T>(sql: string) => pglite.query<T>(sql) }),
+    );
+  } finally {
+    await pglite.close();
+  }
+});
+
+pgTest(
+  "PostgreSQL: a claim and a take visit the same few history rows of a run of 10 steps and of 3,000",
+  async (pg) => {
+    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
+    const conn = await sql.reserve();
+    try {
+      assertFlat(
+        await claimCosts({
+          exec: async (text) => {
+            await conn.unsafe(text).simple();
+          },
+          query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
+        }),
+      );
+    } finally {
+      conn.release();
+      await sql.end({ timeout: 5 });
+    }
+  },
+);
+
+/** Claims `runId` again from its epoch now: the claims in a row that found no progress. */
+async function claimAgain(store: Store, runId: string): Promise<number | undefined> {
+  const run = await store.reads.getRun(runId);
+  return (await store.leases.claimRun(runId, run!.epoch, "w", new Date(LATER)))?.stuck_claims;
+}
+
+bothStoresTest("a long run's mark moves with each kind of progress and with nothing else", async (store) => {
+  await longRun({ exec: (s) => store.client.exec(s), query: (s) => store.client.query(s) }, "m", "flat", 50);
+  const update = (set: string, table = "side_effects", where = "seq = 49") =>
+    store.client.run(`update ${table} set ${set} where run_id = 'm' and ${where}`);
+  assert.equal(await claimAgain(store, "m"), 1, "the first claim here finds the marks of no claim before");
+  assert.equal(await claimAgain(store, "m"), 2, "nothing moved");
+  await update("attempts = attempts + 1");
+  assert.equal(await claimAgain(store, "m"), 3, "a request sent again and never answered is no progress");
+  const progress: [string, () => Promise<unknown>][] = [
+    ["a failure the worker recorded", () => update("failures = failures + 1")],
+    ["an answer that the job is not done", async () => {
+      await update("status = 'waiting'");
+      await claimAgain(store, "m");
+      // The poll sent moves the waiting call back to intent with one more poll: no progress yet.
+      await update("status = 'intent', polls = polls + 1");
+    }],
+    ["the poll sent again, answered that the job is still not done", () => update("status = 'waiting'")],
+    ["the call settled", () => update("status = 'confirmed'")],
+    ["the next decision's failed request", async () => {
+      await store.client.run(
+        `insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at, failures)
+           values ('m', 50, 'intent', 1, 1, '2020-01-01', 1)`,
+      );
+    }],
+    ["that decision confirmed", () => update("status = 'confirmed'", "journal", "seq = 50")],
+  ];
+  for (const [what, write] of progress) {
+    await write();
+    assert.equal(await claimAgain(store, "m"), what.startsWith("an answer") ? 2 : 1, what);
+    assert.equal(await claimAgain(store, "m"), what.startsWith("an answer") ? 3 : 2, `${what}, then nothing`);
+  }
+});
