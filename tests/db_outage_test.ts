@@ -211,7 +211,9 @@ async function outageUnderSupervisor(mode: "fast" | "immediate"): Promise<void> 
     // database, then went on. (A first worker whose write met the outage may have exited and been replaced
     // inside it too: it waits the same way.)
     const waited = new Set(events(sup, "database-unavailable").map((e) => e.worker));
-    assert.equal(replacements.length, 3, `replacements: ${replacements}`);
+    // At least the three killed ones: a first worker that exited on its own inside the outage is replaced
+    // there too, and counted (seen once in a full suite on a loaded machine: four).
+    assert.ok(replacements.length >= 3, `replacements: ${replacements}`);
     for (const name of replacements) {
       assert.ok(waited.has(name), `${name} waited; workers that waited: ${[...waited]}`);
     }
