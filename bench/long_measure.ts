@@ -21,45 +21,26 @@ import { discardSink, Logger } from "../runtime/base/log.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import type { RunOutcome } from "../runtime/host/outcome.ts";
 import type { Planner } from "../runtime/model/planner.ts";
-import { listenThrough, type QueryOptions, type SqlClient } from "../runtime/store/driver.ts";
+import type { SqlClient } from "../runtime/store/driver.ts";
+import { TapClient, UNNAMED } from "../runtime/store/counting.ts";
 import { Store } from "../runtime/store/store.ts";
 import { waitForSignal } from "../runtime/signals/wait_tools.ts";
 
-/** Times every statement sent through it, by name, and tells `onStatement` each one. */
-export class Timed implements SqlClient {
-  readonly #inner: SqlClient;
+/** A client that tells `onStatement`, once set, each statement's name, milliseconds and rows. */
+export interface Timed {
+  /** The client to give a store. */
+  readonly client: SqlClient;
   onStatement?: (name: string, ms: number, rows: number) => void;
-  constructor(inner: SqlClient) {
-    this.#inner = inner;
-  }
-  get describe(): string {
-    return this.#inner.describe;
-  }
-  async query<T = Record<string, unknown>>(
-    text: string,
-    params?: unknown[],
-    opts?: QueryOptions,
-  ): Promise<T[]> {
+}
+
+/** Times every statement sent through `inner`, by name (a {@link TapClient}). */
+export function timedClient(inner: SqlClient): Timed {
+  const timed: { client?: SqlClient; onStatement?: Timed["onStatement"] } = {};
+  timed.client = new TapClient(inner, ({ opts }) => {
     const t0 = performance.now();
-    const out = await this.#inner.query<T>(text, params, opts);
-    this.onStatement?.(opts?.name ?? "(unnamed)", performance.now() - t0, out.length);
-    return out;
-  }
-  async run(text: string, params?: unknown[], opts?: QueryOptions): Promise<number> {
-    const t0 = performance.now();
-    const out = await this.#inner.run(text, params, opts);
-    this.onStatement?.(opts?.name ?? "(unnamed)", performance.now() - t0, out);
-    return out;
-  }
-  exec(text: string): Promise<void> {
-    return this.#inner.exec(text);
-  }
-  close(): Promise<void> {
-    return this.#inner.close();
-  }
-  listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>> {
-    return listenThrough(this.#inner, channel, onPayload);
-  }
+    return (rows) => timed.onStatement?.(opts?.name ?? UNNAMED, performance.now() - t0, rows ?? 0);
+  });
+  return timed as Timed;
 }
 
 /** A figure taken at a point of the run: its step (or the conversation's message) then, and the value. */
@@ -139,13 +120,13 @@ function host(store: Store, agent: unknown, onOutcome: (o: RunOutcome) => void):
  * its first read (the run's row and the rows at or after the follower's mark).
  */
 function watch(inner: SqlClient, runId: string, stop: AbortSignal, onPoll: (ms: number) => void) {
-  const timed = new Timed(inner);
+  const timed = timedClient(inner);
   let poll = 0;
   timed.onStatement = (name, ms) => {
     if (name === "watch-run") poll = ms;
     if (name === "read-history-from") onPoll(poll + ms);
   };
-  const client = new Client(new Store(timed), new SystemClock());
+  const client = new Client(new Store(timed.client), new SystemClock());
   return (async () => {
     for await (const _ of client.stream(runId, { pollMs: 10, idlePollMs: 10, signal: stop })) {
       // Events are not the measure: the polls are.
@@ -174,8 +155,8 @@ export async function longRun(
   takeAt: ReadonlySet<number>,
 ): Promise<Measured> {
   const m = newMeasured(steps);
-  const timed = new Timed(inner);
-  const store = new Store(timed);
+  const timed = timedClient(inner);
+  const store = new Store(timed.client);
   const client = new Client(store, new SystemClock());
   let step = 0;
   let last = 0;
@@ -251,8 +232,8 @@ const chatPlanner = (m: { step: number }): Planner => ({
 /** One conversation of `messages` messages, each sent once the one before is answered. */
 export async function longConversation(inner: SqlClient, messages: number): Promise<Measured> {
   const m = newMeasured(messages);
-  const timed = new Timed(inner);
-  const store = new Store(timed);
+  const timed = timedClient(inner);
+  const store = new Store(timed.client);
   const client = new Client(store, new SystemClock());
   let message = 0;
   recordHost(timed, m, () => message);

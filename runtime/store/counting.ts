@@ -90,10 +90,26 @@ export interface TappedStatement {
 
 /**
  * What a {@link TapClient} calls with each statement. It may return a function,
- * called once the statement has settled (answered or refused): the benchmark
- * times statements that way.
+ * called once the statement has settled (answered or refused), with the rows
+ * it returned (`query`) or touched (`run`) when it was answered: the
+ * benchmarks time statements that way.
  */
-export type Tap = (statement: TappedStatement) => void | (() => void);
+export type Tap = (statement: TappedStatement) => void | ((rows?: number) => void);
+
+/** `answer`, with `settled` told once it settles: the rows `count` gives of an answer, nothing of a refusal. */
+function tapped<R>(
+  answer: Promise<R>,
+  settled: (rows?: number) => void,
+  count: (r: R) => number,
+): Promise<R> {
+  return answer.then((r) => {
+    settled(count(r));
+    return r;
+  }, (err) => {
+    settled();
+    throw err;
+  });
+}
 
 /** Shows every statement to `tap`, then passes it on to `inner` unchanged. */
 export class TapClient implements SqlClient {
@@ -118,13 +134,13 @@ export class TapClient implements SqlClient {
   ): Promise<T[]> {
     const settled = this.#tap({ rows: true, text, params, opts });
     const answer = this.#inner.query<T>(text, params, opts);
-    return settled ? answer.finally(settled) : answer;
+    return settled ? tapped(answer, settled, (rows) => rows.length) : answer;
   }
 
   run(text: string, params: unknown[] = [], opts?: QueryOptions): Promise<number> {
     const settled = this.#tap(opts ? { rows: false, text, params, opts } : { rows: false, text, params });
     const answer = this.#inner.run(text, params, opts);
-    return settled ? answer.finally(settled) : answer;
+    return settled ? tapped(answer, settled, (n) => n) : answer;
   }
 
   exec(text: string): Promise<void> {
