@@ -14,9 +14,9 @@ import { applyMessages, type RunDeps, type RunState } from "../run/context.ts";
 import type { ConversationState } from "../agent/conversation_options.ts";
 import { FencedError, RuntimeError } from "../base/errors.ts";
 import type { MessageRow } from "../store/conversations.ts";
-import type { JournalRow, RunRow, SideEffectRow } from "../store/rows.ts";
+import type { RunRow } from "../store/rows.ts";
 import type { Json } from "../agent/tools.ts";
-import type { SettledTranscript } from "../run/tallied.ts";
+import type { ParkedRun } from "../run/parked.ts";
 
 export {
   checkConversation,
@@ -175,20 +175,10 @@ async function nextOrRefused(
  * since. Per message, the database work stays the same however long the
  * conversation grows.
  */
-export interface ParkedConversation {
-  /** The epoch the run was let go under. */
-  epoch: number;
-  /** Its decisions by seq, as written. */
-  journal: Map<number, JournalRow>;
-  /** Its tool calls by seq, as written. */
-  effects: Map<number, SideEffectRow>;
+export type ParkedConversation = ParkedRun & {
   /** Its messages, and the one last answered. */
   conversation: ConversationState;
-  /** The step of the last answer: a worker that takes the run again replays it, then takes the next message. */
-  seq: number;
-  /** The transcript of its settled steps, as its last step built it (step/history.ts). */
-  transcript?: SettledTranscript;
-}
+};
 
 /**
  * A parked conversation taken again: the messages sent since it was let go,

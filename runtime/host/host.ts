@@ -32,7 +32,7 @@ import { SimulatedKill } from "../base/crashpoints.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { driveRun, releaseAfterError } from "./run_driver.ts";
 import type { RunOutcome } from "./outcome.ts";
-import type { ParkedConversation } from "../conversations/turns.ts";
+import type { ParkedRun } from "../run/parked.ts";
 import type { Fence, TakenRun } from "../store/store.ts";
 import { TAKE_SHARES, type TakeShare } from "../base/take_share.ts";
 import { HostedVersions } from "./hosted_versions.ts";
@@ -108,7 +108,7 @@ export interface HostCompanion {
  */
 export const DEFAULT_RUNS_PER_WORKER = DEFAULTS.runsPerWorker;
 
-/** The most conversations a host keeps in memory while they wait for their next message. */
+/** The most runs a host keeps in memory while they wait (conversations for their next message). */
 const PARKED_MAX = 1_000;
 
 interface Held {
@@ -138,7 +138,7 @@ export class WorkerHost {
   readonly #held = new Map<string, Held>();
   // Conversations this host let go to wait for their next message, by run: taken again by this host with
   // nobody's claim in between, they go on from these rows (run_driver.ts). Bounded: the oldest is dropped.
-  readonly #parked = new Map<string, ParkedConversation>();
+  readonly #parked = new Map<string, ParkedRun>();
   readonly #stop = new AbortController();
   // The take loop's doorbell: `#ring` ends its nap between polls; `#rung`
   // remembers a wake that came while it was polling, so the next nap ends at
@@ -455,8 +455,8 @@ export class WorkerHost {
     })();
   }
 
-  /** Keeps a conversation's rows while it waits for its next message, at most PARKED_MAX of them. */
-  #park(runId: string, parked: ParkedConversation): void {
+  /** Keeps a run's rows while it waits (a conversation for its next message), at most PARKED_MAX of them. */
+  #park(runId: string, parked: ParkedRun): void {
     this.#parked.delete(runId);
     this.#parked.set(runId, parked);
     // Bounded: one eviction per insert keeps the map at PARKED_MAX.

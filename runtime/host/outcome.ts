@@ -9,7 +9,7 @@
 import { llmCallsOf, type RunDeps, type RunState, toolCallsOf } from "../run/context.ts";
 import { describeError, FencedError } from "../base/errors.ts";
 import { closeRun } from "../families/family.ts";
-import type { ParkedConversation } from "../conversations/turns.ts";
+import { parkedAt, type ParkedRun } from "../run/parked.ts";
 import type { TurnEnd } from "../step/spine.ts";
 import type { RunStatus } from "../store/store.ts";
 
@@ -51,7 +51,7 @@ export interface RunOutcome {
   /** The model's final answer, for a done run. */
   output?: string;
   /** A conversation waiting for its next message: its rows, for the host that takes it again (host.ts). */
-  parked?: ParkedConversation;
+  parked?: ParkedRun;
 }
 
 /**
@@ -117,9 +117,11 @@ export async function endTurn(
     case "fenced":
       return fenced(deps, state, end.error, seq);
     case "waiting":
-    case "limited":
-      // The stage that ended it already set the run to waiting and let it go.
-      return { ...outcome("waiting", end.reason), runStatus: "waiting" };
+    case "limited": {
+      // The stage that ended it already set the run to waiting and let it go; its host keeps its rows.
+      const parked = parkedAt(state, seq);
+      return { ...outcome("waiting", end.reason), runStatus: "waiting", ...(parked ? { parked } : {}) };
+    }
     case "cancelled": {
       const lost = await close("cancelled", end.reason);
       if (lost) return lost;

@@ -12,9 +12,10 @@ import { valueOf } from "../run/ended.ts";
 import { describeError, FencedError, RuntimeError } from "../base/errors.ts";
 import { SimulatedKill } from "../base/crashpoints.ts";
 import { ToolCallReservation } from "../agent/budget.ts";
-import { stepWidth, toolCallsIn } from "../run/calls.ts";
+import { settledSteps, stepWidth, toolCallsIn } from "../run/calls.ts";
 import { closeRun, familyOf } from "../families/family.ts";
 import { loadConversation, type ParkedConversation, resumeConversation } from "../conversations/turns.ts";
+import type { ParkedRun } from "../run/parked.ts";
 import { keepLease } from "./lease.ts";
 import { EffectRows, JournalRows } from "../run/tallied.ts";
 import { runStep, stepEnd } from "../step/spine.ts";
@@ -37,11 +38,11 @@ export interface ClaimedRun {
   /** How old its lease was when it was claimed. */
   leaseAgeMs?: number;
   /**
-   * A conversation this host let go to wait for its next message, nobody
-   * having claimed it since: its rows as written, instead of a read of its
-   * history.
+   * A run this host let go to wait (a conversation for its next message),
+   * nobody having claimed it since: its rows as written, instead of a read
+   * of its whole history (run/parked.ts).
    */
-  parked?: ParkedConversation;
+  parked?: ParkedRun;
   /**
    * The version the run last moved from to this worker's (host/moves.ts):
    * by this claim (`justMoved`), or by an earlier one whose worker may have
@@ -279,34 +280,24 @@ async function driveClaimed(
   claimed: ClaimedRun,
   stop: AbortController,
 ): Promise<RunOutcome> {
-  const { store, log } = deps;
+  const { log } = deps;
   const tel = telemetryOf(deps);
   const { run } = claimed;
   const runId = run.run_id;
   logClaimed(deps, claimed);
   if (stuckClaims(claimed) > deps.maxClaimsWithoutProgress) return await stopStuck(deps, claimed);
-  // A run at epoch 1 was just claimed for the first time (every claim bumps
-  // the epoch, from 0 at creation), and every journal and tool-call row is
-  // written under a claimed epoch: it has no history, so it is not read (#11:
-  // one statement less for every fresh run; not a fork, which has copies). Any later claim reads it back.
-  // A parked conversation (let go by this host after an answer, nobody took it since) has its rows in memory.
-  const parked = claimed.parked;
-  const { journal, effects } = unread(claimed) ? NO_HISTORY : await store.reads.loadHistory(runId);
-  tel.lostAttempt(traced(deps, claimed), journal, effects);
-  const state = await stateAtClaim(deps, claimed, { journal, effects }, stop.signal);
-  let seq = parked?.seq ?? 0;
-  const stranded = effects.filter((e) => e.status === "intent").length;
-  const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
+  const { state, answered, ahead, recovery } = await takeUp(deps, claimed, stop.signal);
+  let seq = ahead.seq;
   try {
     // Moved here (by this claim or one before): carried only if this version can carry its decided step.
     const refused = claimed.movedFrom === undefined ? undefined : await refuseMove(deps, state, claimed);
     if (refused) return refused;
     // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
-    const blocked = parked ? undefined : await tel.recover(recovery, () => recover(deps, state));
+    const blocked = answered ? undefined : await tel.recover(recovery, () => recover(deps, state));
     if (blocked) return await endTurn(deps, state, seq, blocked);
     // Bounded by maxSteps: the guard closes the run. A step's decision is at `seq`; its calls own
     // seqs seq .. seq + n - 1 (calls.ts), and the next decision is at seq + n.
-    for (let decisions = 0;; decisions++) {
+    for (let decisions = ahead.steps;; decisions++) {
       // A refused heartbeat (cancelled, fenced) or a lost lease stops the worker
       // before its next step: it must not even count another model request.
       if (stop.signal.aborted) throw stop.signal.reason;
@@ -343,9 +334,50 @@ async function driveClaimed(
   }
 }
 
-/** True when the claim need not read the run's rows: its first (but a fork's, which has copies), or parked. */
+/**
+ * What a worker takes a claimed run up with: its state, from its rows as
+ * read at the claim (or kept by this host), and where its replay starts.
+ */
+async function takeUp(deps: RunDeps, claimed: ClaimedRun, signal: AbortSignal) {
+  const runId = claimed.run.run_id;
+  // A run at epoch 1 was just claimed for the first time (every claim bumps
+  // the epoch, from 0 at creation), and every journal and tool-call row is
+  // written under a claimed epoch: it has no history, so it is not read (#11:
+  // one statement less for every fresh run; not a fork, which has copies). Any later claim reads it back.
+  // A run parked here (let go by this host, nobody took it since) has its rows in memory: a conversation
+  // after an answer needs none read, a run let go to wait those of the step it waited at and after.
+  const parked = claimed.parked;
+  const answered = parked?.conversation !== undefined;
+  const { journal, effects } = answered || unread(claimed)
+    ? NO_HISTORY
+    : parked
+    ? await deps.store.reads.historyFrom(runId, parked.seq)
+    : await deps.store.reads.loadHistory(runId);
+  telemetryOf(deps).lostAttempt(traced(deps, claimed), journal, effects);
+  const state = await stateAtClaim(deps, claimed, { journal, effects }, signal);
+  // Steps a worker before this one settled (before recovery settles any more) are not replayed one by one.
+  const ahead = answered ? { seq: parked!.seq, steps: 0 } : skipSettled(deps, state);
+  const stranded = effects.filter((e) => e.status === "intent").length;
+  const recovery = { fence: state.fence, rows: journal.length + effects.length, strandedCalls: stranded };
+  return { state, answered, ahead, recovery };
+}
+
+/**
+ * Where a claimed run's replay starts: after the settled steps at its start
+ * ({@link settledSteps}, at most `maxSteps`), logged once as
+ * `replayed-settled` with how many, instead of a `replayed` line a step.
+ */
+function skipSettled(deps: RunDeps, state: RunState): { seq: number; steps: number } {
+  const ahead = settledSteps(state, 0, deps.maxSteps);
+  if (ahead.steps > 0) {
+    deps.log.info("replayed-settled", { run: state.fence.runId, steps: ahead.steps, next_seq: ahead.seq });
+  }
+  return ahead;
+}
+
+/** True when the claim need not read the run's rows: its first (but a fork's, which has copies). */
 function unread(claimed: ClaimedRun): boolean {
-  return (claimed.epoch === 1 && !claimed.run.forked_at_seq) || claimed.parked !== undefined;
+  return claimed.epoch === 1 && !claimed.run.forked_at_seq;
 }
 
 /** The `claimed` line: the run, its new epoch, who holds it, who did, the version it moved from. */
@@ -361,7 +393,7 @@ function logClaimed(deps: RunDeps, claimed: ClaimedRun): void {
 
 /**
  * The run's state as this worker starts it: its rows as read at the claim
- * (or, for a parked conversation, as this host let it go), its ceilings and
+ * (or, for a run parked here, as this host let it go), its ceilings and
  * parameters, and its conversation with the messages sent since.
  */
 async function stateAtClaim(
@@ -375,14 +407,7 @@ async function stateAtClaim(
   return {
     fence: { runId, epoch },
     goal: run.goal,
-    // A parked conversation's rows are handed on, not copied (#39: a copy a message cost more the longer
-    // the conversation): the host that parked them forgot them when it took the run again.
-    journal: parked?.journal instanceof JournalRows
-      ? parked.journal
-      : JournalRows.of(parked ? parked.journal.values() : history.journal),
-    effects: parked?.effects instanceof EffectRows
-      ? parked.effects
-      : EffectRows.of(parked ? parked.effects.values() : history.effects),
+    ...rowsAtClaim(parked, history),
     signal,
     budget: run.budget ?? undefined,
     modelParams: run.model_params ?? undefined,
@@ -392,10 +417,33 @@ async function stateAtClaim(
     ...(run.labels ? { labels: run.labels } : {}),
     ...(run.dry_run ? { dryRun: { forkedFrom: run.forked_from ?? null } } : {}),
     ...(parked?.transcript ? { transcript: parked.transcript } : {}),
-    conversation: parked
-      ? await resumeConversation(deps, runId, parked)
+    conversation: parked?.conversation
+      ? await resumeConversation(deps, runId, parked as ParkedConversation)
       : await loadConversation(deps, run, epoch === 1 && !run.forked_at_seq),
   };
+}
+
+/**
+ * The rows a worker starts a run with: those read at the claim, or a parked
+ * run's with those read again at the claim laid over them. A parked run's
+ * rows are handed on, not copied (#39: a copy a message cost more the longer
+ * the conversation): the host that parked them forgot them when it took the
+ * run again.
+ */
+function rowsAtClaim(
+  parked: ParkedRun | undefined,
+  history: { journal: readonly JournalRow[]; effects: readonly SideEffectRow[] },
+): { journal: JournalRows; effects: EffectRows } {
+  if (!parked) return { journal: JournalRows.of(history.journal), effects: EffectRows.of(history.effects) };
+  const journal = parked.journal instanceof JournalRows
+    ? parked.journal
+    : JournalRows.of(parked.journal.values());
+  const effects = parked.effects instanceof EffectRows
+    ? parked.effects
+    : EffectRows.of(parked.effects.values());
+  for (const row of history.journal) journal.set(row.seq, row);
+  for (const row of history.effects) effects.set(row.seq, row);
+  return { journal, effects };
 }
 
 /**

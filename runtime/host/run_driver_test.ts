@@ -4,6 +4,7 @@ import demoAgent from "../../examples/provision/agent.ts";
 import { demoTools } from "../../examples/provision/tools.ts";
 import { MockModel } from "../../mock/model.ts";
 import { ManualClock } from "../base/clock.ts";
+import { type CrashPoint, CrashPoints, SimulatedKill } from "../base/crashpoints.ts";
 import { runDepsFor } from "../run/context.ts";
 import { agentDeps, DEFAULT_RETRY, processDeps } from "../run/deps.ts";
 import { arraySink, Logger } from "../base/log.ts";
@@ -309,5 +310,32 @@ Deno.test("a broken invariant stops the run's turn as a bug: the worker lets the
     assert.deepEqual(cloud.created("broken:"), [], "the call whose intent came back wrong was never sent");
   } finally {
     await store.client.close();
+  }
+});
+
+Deno.test("a worker that takes a run again goes on after the steps settled before it, replaying none of them one by one", async () => {
+  const { deps, model, cloud, lines } = await setup();
+  try {
+    const kill = (point: CrashPoint, seq: number) => Promise.reject(new SimulatedKill(point, seq));
+    const plan = { crashAt: "after_call" as const, crashSeq: 2, stallMs: 0 };
+    const dying = { ...deps, crash: new CrashPoints(plan, { log: deps.log, clock: deps.clock, kill }) };
+    await assert.rejects(claimAndDrive(dying, "ahead", "goal"), SimulatedKill);
+    lines.length = 0;
+    const outcome = await claimAndDrive({ ...deps, owner: "w2" }, "ahead", "goal");
+    assert.equal(outcome.status, "done");
+    const events = (name: string) => lines.filter((l) => l.includes(` event=${name} `));
+    assert.equal(events("replayed-settled").length, 1, lines.join("\n"));
+    assert.match(events("replayed-settled")[0], /run=ahead steps=2 next_seq=2$/);
+    // Step 2's call was at intent when its worker died: its decision is replayed, its call re-sent.
+    assert.deepEqual(events("replayed").map((l) => / seq=(\d+) /.exec(l)?.[1]), ["2"]);
+    assert.deepEqual(
+      events("skipped").map((l) => / seq=(\d+) /.exec(l)?.[1]),
+      ["2"],
+      "of the settled calls, only the one recovery settled is gone over",
+    );
+    assert.equal(model.calls("ahead"), 4, "no decision bought twice");
+    assert.deepEqual(cloud.created("ahead:").map((c) => c.key), ["ahead:0", "ahead:1", "ahead:2"]);
+  } finally {
+    await deps.store.client.close();
   }
 });

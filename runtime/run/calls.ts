@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { Decision, JournalRow } from "../store/rows.ts";
+import type { Decision, JournalRow, SideEffectRow } from "../store/rows.ts";
 import type { Json } from "../agent/tools.ts";
 
 /** One call of a decision with the seq it owns. */
@@ -63,4 +63,30 @@ export function callsTools(decision: Decision): boolean {
 export function decisionOf(calls: readonly { tool: string; args: Json }[]): Decision {
   if (calls.length === 1) return { tool: calls[0].tool, args: calls[0].args };
   return { calls: calls.map((c) => ({ tool: c.tool, args: c.args })) };
+}
+
+/**
+ * The settled steps from `seq` on: each a confirmed decision of tool calls
+ * whose every call is confirmed, in a row, up to `most` of them. Returns the
+ * seq of the first step after them and how many there were. A worker that
+ * takes a run goes on from there: such a step, replayed, would only log and
+ * skip each call. An answer, an unconfirmed decision, or a call at any other
+ * status ends the stretch.
+ */
+export function settledSteps(
+  rows: { journal: ReadonlyMap<number, JournalRow>; effects: ReadonlyMap<number, SideEffectRow> },
+  seq: number,
+  most: number,
+): { seq: number; steps: number } {
+  let at = seq;
+  let steps = 0;
+  for (; steps < most; steps++) {
+    const decision = rows.journal.get(at)?.status === "confirmed"
+      ? rows.journal.get(at)?.decision
+      : undefined;
+    if (!decision || !callsTools(decision)) break;
+    if (!callsOf(decision, at).every((c) => rows.effects.get(c.seq)?.status === "confirmed")) break;
+    at += stepWidth(decision);
+  }
+  return { seq: at, steps };
 }
