@@ -81,12 +81,14 @@ export function settledSteps(
   let at = seq;
   let steps = 0;
   for (; steps < most; steps++) {
-    const decision = rows.journal.get(at)?.status === "confirmed"
-      ? rows.journal.get(at)?.decision
-      : undefined;
-    if (!decision || !callsTools(decision)) break;
-    if (!callsOf(decision, at).every((c) => rows.effects.get(c.seq)?.status === "confirmed")) break;
-    at += stepWidth(decision);
+    const row = rows.journal.get(at);
+    const decision = row?.status === "confirmed" ? row.decision : null;
+    // Its calls own seqs at, at + 1, ... (callsOf, without the array: a take walks every step of a long run).
+    const width = !decision ? 0 : "tool" in decision ? 1 : "calls" in decision ? decision.calls.length : 0;
+    let settled = width > 0;
+    for (let i = 0; i < width && settled; i++) settled = rows.effects.get(at + i)?.status === "confirmed";
+    if (!settled) break;
+    at += width;
   }
   return { seq: at, steps };
 }
