@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { defineAgent } from "../agent/agent.ts";
+import { type Agent, defineAgent } from "../agent/agent.ts";
 import { Client, connect } from "../client/client.ts";
 import { CountingClient } from "../store/counting.ts";
 import { Store } from "../store/store.ts";
@@ -49,24 +49,32 @@ async function until(check: () => Promise<boolean>): Promise<void> {
   throw new Error("timed out");
 }
 
-Deno.test("a run its host let go to wait for a signal is taken again from memory: only its waiting step's rows are read", async () => {
+/** An embedded store whose statements are counted, a client on it, and a worker host for `agent` logging to `lines`. */
+async function hosted(agent: Agent) {
   const embedded = await connect({ memory: true });
   const counting = new CountingClient(embedded.store.client);
   const client = new Client(new Store(counting));
-  const model = ticking(5, 8);
-  const agent = defineAgent({ name: "ticker", tools: [tick, waitForSignal("go")], model: model.planner });
   const lines: string[] = [];
   const worker = await client.startWorker([agent], {
     pollMs: 10,
     log: new Logger({ clock: new SystemClock(), sink: arraySink(lines) }),
   });
+  const waitFor = (runId: string, status: string) =>
+    until(async () => (await client.get(runId))?.status === status);
+  return { counting, client, lines, worker, waitFor };
+}
+
+Deno.test("a run its host let go to wait for a signal is taken again from memory: only its waiting step's rows are read", async () => {
+  const model = ticking(5, 8);
+  const agent = defineAgent({ name: "ticker", tools: [tick, waitForSignal("go")], model: model.planner });
+  const { counting, client, lines, worker, waitFor } = await hosted(agent);
   try {
     await client.start(agent, { runId: "p1", input: "tick" });
-    await until(async () => (await client.get("p1"))?.status === "waiting");
+    await waitFor("p1", "waiting");
     counting.reset();
     await client.signal("p1", "go", { now: true });
     worker.wake();
-    await until(async () => (await client.get("p1"))?.status === "done");
+    await waitFor("p1", "done");
     assert.equal((await client.get("p1"))?.output, "ticked to 8");
     assert.equal(counting.counts.get("read-history"), undefined, lines.join("\n"));
     assert.equal(counting.counts.get("read-history-from"), 1, "the rows of the step it waited at, once");
@@ -82,9 +90,6 @@ Deno.test("a run its host let go to wait for a signal is taken again from memory
 });
 
 Deno.test("a parked run whose waiting call is settled from outside goes on with the settled row, read again at its take", async () => {
-  const embedded = await connect({ memory: true });
-  const counting = new CountingClient(embedded.store.client);
-  const client = new Client(new Store(counting));
   let sent = 0;
   const render = defineTool({
     name: "render",
@@ -112,17 +117,13 @@ Deno.test("a parked run whose waiting call is settled from outside goes on with 
       },
     },
   });
-  const lines: string[] = [];
-  const worker = await client.startWorker([agent], {
-    pollMs: 10,
-    log: new Logger({ clock: new SystemClock(), sink: arraySink(lines) }),
-  });
+  const { counting, client, lines, worker, waitFor } = await hosted(agent);
   try {
     await client.start(agent, { runId: "p2", input: "render" });
-    await until(async () => (await client.get("p2"))?.status === "waiting");
+    await waitFor("p2", "waiting");
     await client.operators.settleCall("p2:0", { result: { url: "by-hand" } }, { by: "alice" });
     worker.wake();
-    await until(async () => (await client.get("p2"))?.status === "done");
+    await waitFor("p2", "done");
     assert.equal(sent, 1, "the remote was not asked again");
     assert.deepEqual(results, [{ url: "by-hand" }], "the model was given the settled result");
     assert.equal(

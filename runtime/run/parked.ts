@@ -18,29 +18,22 @@
  * @module
  */
 
-import type { ConversationState } from "../agent/conversation_options.ts";
-import type { JournalRow, SideEffectRow } from "../store/rows.ts";
 import type { RunState } from "./context.ts";
-import type { SettledTranscript } from "./tallied.ts";
 
-/** A run its host let go and keeps in memory, as its worker last wrote it. */
-export interface ParkedRun {
+/**
+ * A run its host let go and keeps in memory, as its worker last wrote it: its
+ * rows by seq, the transcript of its settled steps, and a conversation's
+ * messages (absent for a run let go to wait).
+ */
+export type ParkedRun = Pick<RunState, "journal" | "effects" | "transcript" | "conversation"> & {
   /** The epoch the run was let go under. */
   epoch: number;
-  /** Its decisions by seq, as written. */
-  journal: Map<number, JournalRow>;
-  /** Its tool calls by seq, as written. */
-  effects: Map<number, SideEffectRow>;
   /**
    * The step it was let go at: a conversation's last answer (replayed, then
    * the next message taken), or the step a waiting run waits at.
    */
   seq: number;
-  /** The transcript of its settled steps, as its last step built it (step/history.ts). */
-  transcript?: SettledTranscript;
-  /** A conversation's messages, and the one last answered; absent for a run let go to wait. */
-  conversation?: ConversationState;
-}
+};
 
 /** What a host parks of a run its worker let go to wait at step `seq`: none for a conversation (parked at its answers). */
 export function parkedAt(state: RunState, seq: number): ParkedRun | undefined {
