@@ -15,6 +15,8 @@ import postgres from "npm:postgres@3.4.9";
 import { bothStoresTest, pgTest } from "../../tests/_pg.ts";
 import { openPglite } from "./pglite.ts";
 import { CLAIM, TAKE_RUNS } from "./claims.ts";
+import { STATEMENTS } from "./statements.ts";
+import type { Statement } from "./sql.ts";
 import { Store } from "./store.ts";
 
 interface PlanNode {
@@ -112,6 +114,77 @@ async function claimCosts(session: Session): Promise<Record<string, number[]>> {
   return out;
 }
 
+/** A statement of the catalogue by its name. */
+function named(name: string): Statement {
+  const found = Object.values(STATEMENTS).flat().find((s) => s.name === name);
+  if (!found) throw new Error(`no statement ${name}`);
+  return found;
+}
+
+/**
+ * The rows each write a step makes to one call by its key (and the signal a
+ * call takes) visits in the run's history, on the last call of a run grown
+ * from 10 steps to 3,000: each statement prepared, and its generic plan made
+ * and kept, while the tables were small (as a worker's driver prepares it on
+ * a fresh database), then explained on the grown run with that plan, and
+ * again once statistics are taken (which makes the plan again).
+ */
+async function callWriteCosts(session: Session): Promise<Record<string, number[]>> {
+  await longRun(session, "long", "flat-long", 10);
+  const key = "long:9";
+  const params: Record<string, unknown[]> = {
+    "effect-confirm": ["long", 1, key, "{}", "created", NOW],
+    "effect-settle": ["long", 1, key, "failed", "an error", NOW],
+    "effect-waiting": ["long", 1, key, "{}", LATER, LATER],
+    "effect-failure": ["long", 1, key, NOW, "an error", LATER],
+    "take-signal": ["long", 1, key, "go", NOW],
+  };
+  const prepared = (name: string) => name.replace("-", "_");
+  const rolledBack = async <T>(text: string): Promise<T[]> => {
+    await session.exec("begin");
+    try {
+      return await session.query<T>(text);
+    } finally {
+      await session.exec("rollback");
+    }
+  };
+  await session.exec("set plan_cache_mode = force_generic_plan");
+  for (const [name, values] of Object.entries(params)) {
+    await session.exec(`prepare ${prepared(name)} as ${named(name).text}`);
+    await rolledBack(`execute ${prepared(name)}(${literals(values)})`);
+  }
+  // The run grows to 3,000 steps under the plans made on 10; its last call is the one written.
+  await session.exec(`
+    update side_effects set status = 'confirmed' where run_id = 'long';
+    insert into journal (run_id, seq, status, decision, llm_attempts, epoch, intent_at, confirmed_at)
+      select 'long', s, 'confirmed', '{"tool": "t", "args": {}}', 1, 1, '2020-01-01', '2020-01-01'
+        from generate_series(10, 2999) s;
+    insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+      select 'long:' || s, 'long', s, 't', '{}', case when s < 2999 then 'confirmed' else 'intent' end,
+             1, 1, '2020-01-01'
+        from generate_series(10, 2999) s;`);
+  const out: Record<string, number[]> = {};
+  for (const statistics of [false, true]) {
+    if (statistics) await session.exec("analyze runs, journal, side_effects");
+    for (const [name, values] of Object.entries(params)) {
+      const last = values.map((v) => v === key ? "long:2999" : v);
+      const [row] = await rolledBack<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
+        `explain (analyze, format json) execute ${prepared(name)}(${literals(last)})`,
+      );
+      out[name] = [...(out[name] ?? []), historyRowsVisited(row["QUERY PLAN"][0].Plan)];
+    }
+  }
+  for (const name of Object.keys(params)) await session.exec(`deallocate ${prepared(name)}`);
+  await session.exec("set plan_cache_mode = auto");
+  return out;
+}
+
+function assertCallWritesFlat(costs: Record<string, number[]>): void {
+  for (const [what, rows] of Object.entries(costs)) {
+    for (const n of rows) assert.ok(n <= 3, `${what} visits ${n} history rows: ${JSON.stringify(costs)}`);
+  }
+}
+
 function assertFlat(costs: Record<string, number[]>): void {
   assert.deepEqual(costs["claim long"], costs["claim short"], JSON.stringify(costs));
   assert.deepEqual(costs["take long"], costs["take short"], JSON.stringify(costs));
@@ -142,6 +215,42 @@ pgTest(
     try {
       assertFlat(
         await claimCosts({
+          exec: async (text) => {
+            await conn.unsafe(text).simple();
+          },
+          query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
+        }),
+      );
+    } finally {
+      conn.release();
+      await sql.end({ timeout: 5 });
+    }
+  },
+);
+
+Deno.test("PGlite: a step's writes to a call by its key visit its row, not the run's, planned on 10 steps and run on 3,000", async () => {
+  const pglite = await openPglite();
+  try {
+    await new Store(pglite).applySchema();
+    assertCallWritesFlat(
+      await callWriteCosts({
+        exec: (sql) => pglite.exec(sql),
+        query: <T>(sql: string) => pglite.query<T>(sql),
+      }),
+    );
+  } finally {
+    await pglite.close();
+  }
+});
+
+pgTest(
+  "PostgreSQL: a step's writes to a call by its key visit its row, not the run's, planned on 10 steps and run on 3,000",
+  async (pg) => {
+    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
+    const conn = await sql.reserve();
+    try {
+      assertCallWritesFlat(
+        await callWriteCosts({
           exec: async (text) => {
             await conn.unsafe(text).simple();
           },

@@ -36,7 +36,17 @@ import type {
   SideEffectRow,
   TokenSettlement,
 } from "./rows.ts";
-import { FENCE, jsonParam, queryRows, RUNNING_AT, runWrite, statement, textParam, ts } from "./sql.ts";
+import {
+  CALL_OF_RUN,
+  FENCE,
+  jsonParam,
+  queryRows,
+  RUNNING_AT,
+  runWrite,
+  statement,
+  textParam,
+  ts,
+} from "./sql.ts";
 import type { Statement } from "./sql.ts";
 import type { GroupCommit, GroupedWrite } from "./group_commit.ts";
 import { freshEffectRow, freshJournalRow } from "./fresh_rows.ts";
@@ -99,13 +109,13 @@ const EFFECT_CONFIRM = statement(
   "effect-confirm",
   `update side_effects set status = 'confirmed', result = $4::text::jsonb, remote = $5,
               confirmed_at = $6::timestamptz, error = null
-        where idempotency_key = $3 and run_id = $1 and status = 'intent'
+        where ${CALL_OF_RUN} and status = 'intent'
           and ${FENCE}`,
 );
 const EFFECT_SETTLE = statement(
   "effect-settle",
   `update side_effects set status = $4, error = $5, confirmed_at = $6::timestamptz, check_at = null
-        where idempotency_key = $3 and run_id = $1 and status in ('intent', 'waiting') and ${FENCE}`,
+        where ${CALL_OF_RUN} and status in ('intent', 'waiting') and ${FENCE}`,
 );
 const EFFECT_DENIED = statement(
   "effect-denied",
@@ -140,7 +150,7 @@ const EFFECT_WAITING = statement(
   `update side_effects set status = 'waiting', result = $4::text::jsonb,
               check_at = least($5::timestamptz, check_at),
               wait_deadline_at = coalesce(wait_deadline_at, $6::timestamptz), error = null, failing_since = null
-        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
+        where ${CALL_OF_RUN} and status = 'intent' and ${FENCE}`,
 );
 // Outages. A request that failed for a reason an outage explains is recorded
 // on its row (one more failure, the first one's time kept, the message), and a
@@ -157,7 +167,7 @@ const EFFECT_FAILURE = statement(
   "effect-failure",
   `update side_effects set failures = failures + 1, failing_since = coalesce(failing_since, $4::timestamptz),
               error = $5, check_at = $6::timestamptz
-        where idempotency_key = $3 and run_id = $1 and status = 'intent' and ${FENCE}`,
+        where ${CALL_OF_RUN} and status = 'intent' and ${FENCE}`,
 );
 // A run let go until its model may be asked again (its last request failed as
 // in an outage): no call of it waits, so nothing but the timer wakes it; $5

@@ -24,7 +24,7 @@ import type { Json } from "../base/values.ts";
 import type { SqlClient } from "./driver.ts";
 import { readRun } from "./reads.ts";
 import type { Fence, SideEffectRow } from "./rows.ts";
-import { jsonParam, OPEN_STATUSES, queryRows, RUNNING_AT, statement, ts } from "./sql.ts";
+import { CALL_OF_RUN, jsonParam, OPEN_STATUSES, queryRows, RUNNING_AT, statement, ts } from "./sql.ts";
 
 /** A row of `signals`: one named event sent to a run. */
 export interface SignalRow {
@@ -104,7 +104,7 @@ const TAKE_SIGNAL = statement(
          select signals_sent from runs where run_id = $1 and ${RUNNING_AT("$2")} for share),
        call as (
          select 1 from side_effects
-          where idempotency_key = $3 and run_id = $1 and status = 'intent' and exists (select 1 from run)
+          where ${CALL_OF_RUN} and status = 'intent' and exists (select 1 from run)
             for no key update),
        mine as (
          select * from signals where consumed_by = $3 and run_id = $1 and name = $4
