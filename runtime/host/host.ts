@@ -136,8 +136,8 @@ export class WorkerHost {
   readonly #onOutcome?: (outcome: RunOutcome) => void;
   readonly #companions: readonly HostCompanion[];
   readonly #held = new Map<string, Held>();
-  // Conversations this host let go to wait for their next message, by run: taken again by this host with
-  // nobody's claim in between, they go on from these rows (run_driver.ts). Bounded: the oldest is dropped.
+  // Runs this host let go to wait (conversations for their next message), by run: taken again by this host
+  // with nobody's claim in between, they go on from these rows (run_driver.ts). Bounded: the oldest is dropped.
   readonly #parked = new Map<string, ParkedRun>();
   readonly #stop = new AbortController();
   // The take loop's doorbell: `#ring` ends its nap between polls; `#rung`

@@ -50,7 +50,7 @@ export interface RunOutcome {
   error?: string;
   /** The model's final answer, for a done run. */
   output?: string;
-  /** A conversation waiting for its next message: its rows, for the host that takes it again (host.ts). */
+  /** A run let go to wait (a conversation for its next message): its rows, for the host that takes it again (host.ts). */
   parked?: ParkedRun;
 }
 
