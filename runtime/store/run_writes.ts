@@ -36,18 +36,8 @@ import type {
   SideEffectRow,
   TokenSettlement,
 } from "./rows.ts";
-import {
-  CALL_OF_RUN,
-  FENCE,
-  jsonParam,
-  queryRows,
-  RUNNING_AT,
-  runWrite,
-  statement,
-  textParam,
-  ts,
-} from "./sql.ts";
-import type { Statement } from "./sql.ts";
+import { CALL_OF_RUN, FENCE, jsonParam, queryRows, RUNNING_AT, runWrite, statement } from "./sql.ts";
+import { type Statement, textParam, ts } from "./sql.ts";
 import type { GroupCommit, GroupedWrite } from "./group_commit.ts";
 import { freshEffectRow, freshJournalRow } from "./fresh_rows.ts";
 
