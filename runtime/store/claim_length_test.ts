@@ -195,73 +195,53 @@ function assertFlat(costs: Record<string, number[]>): void {
   }
 }
 
-Deno.test("PGlite: a claim and a take visit the same few history rows of a run of 10 steps and of 3,000", async () => {
+/** `measure` in a session of a fresh PGlite database with the schema. */
+async function onPglite<T>(measure: (session: Session) => Promise<T>): Promise<T> {
   const pglite = await openPglite();
   try {
     await new Store(pglite).applySchema();
-    assertFlat(
-      await claimCosts({ exec: (sql) => pglite.exec(sql), query: <T>(sql: string) => pglite.query<T>(sql) }),
-    );
+    return await measure({
+      exec: (sql) => pglite.exec(sql),
+      query: <R>(sql: string) => pglite.query<R>(sql),
+    });
   } finally {
     await pglite.close();
   }
+}
+
+/** `measure` in one reserved session of the test's PostgreSQL schema. */
+async function onPostgres<T>(url: string, measure: (session: Session) => Promise<T>): Promise<T> {
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  const conn = await sql.reserve();
+  try {
+    return await measure({
+      exec: async (text) => {
+        await conn.unsafe(text).simple();
+      },
+      query: async <R>(text: string) => (await conn.unsafe(text)) as unknown as R[],
+    });
+  } finally {
+    conn.release();
+    await sql.end({ timeout: 5 });
+  }
+}
+
+Deno.test("PGlite: a claim and a take visit the same few history rows of a run of 10 steps and of 3,000", async () => {
+  assertFlat(await onPglite(claimCosts));
 });
 
 pgTest(
   "PostgreSQL: a claim and a take visit the same few history rows of a run of 10 steps and of 3,000",
-  async (pg) => {
-    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
-    const conn = await sql.reserve();
-    try {
-      assertFlat(
-        await claimCosts({
-          exec: async (text) => {
-            await conn.unsafe(text).simple();
-          },
-          query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
-        }),
-      );
-    } finally {
-      conn.release();
-      await sql.end({ timeout: 5 });
-    }
-  },
+  async (pg) => assertFlat(await onPostgres(pg.url, claimCosts)),
 );
 
 Deno.test("PGlite: a step's writes to a call by its key visit its row, not the run's, planned on 10 steps and run on 3,000", async () => {
-  const pglite = await openPglite();
-  try {
-    await new Store(pglite).applySchema();
-    assertCallWritesFlat(
-      await callWriteCosts({
-        exec: (sql) => pglite.exec(sql),
-        query: <T>(sql: string) => pglite.query<T>(sql),
-      }),
-    );
-  } finally {
-    await pglite.close();
-  }
+  assertCallWritesFlat(await onPglite(callWriteCosts));
 });
 
 pgTest(
   "PostgreSQL: a step's writes to a call by its key visit its row, not the run's, planned on 10 steps and run on 3,000",
-  async (pg) => {
-    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
-    const conn = await sql.reserve();
-    try {
-      assertCallWritesFlat(
-        await callWriteCosts({
-          exec: async (text) => {
-            await conn.unsafe(text).simple();
-          },
-          query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
-        }),
-      );
-    } finally {
-      conn.release();
-      await sql.end({ timeout: 5 });
-    }
-  },
+  async (pg) => assertCallWritesFlat(await onPostgres(pg.url, callWriteCosts)),
 );
 
 /** Claims `runId` again from its epoch now: the claims in a row that found no progress. */
