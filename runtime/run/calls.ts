@@ -83,8 +83,8 @@ export function settledSteps(
   for (; steps < most; steps++) {
     const row = rows.journal.get(at);
     const decision = row?.status === "confirmed" ? row.decision : null;
-    // Its calls own seqs at, at + 1, ... (callsOf, without the array: a take walks every step of a long run).
-    const width = !decision ? 0 : "tool" in decision ? 1 : "calls" in decision ? decision.calls.length : 0;
+    // Its calls own seqs at, at + 1, ... (callsOf's layout, without its array: a take walks every step of a long run).
+    const width = decision && callsTools(decision) ? stepWidth(decision) : 0;
     let settled = width > 0;
     for (let i = 0; i < width && settled; i++) settled = rows.effects.get(at + i)?.status === "confirmed";
     if (!settled) break;
