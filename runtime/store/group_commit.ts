@@ -11,7 +11,13 @@
  * write that finds one in flight waits for it and goes out, with every write
  * that arrived meanwhile, as soon as that statement returns, or after
  * `maxWaitMs` on a second connection, whichever comes first (at most
- * {@link GROUP_FLUSHES_MAX} statements in flight).
+ * {@link GROUP_FLUSHES_MAX} statements in flight). A batch that reaches
+ * {@link GROUP_SPLIT_AT} writes while a connection is free goes out at once,
+ * without waiting for the rest of the task: when a statement returns with
+ * many runs' writes, the runs go on in one task, and their next writes,
+ * sent as one statement at its end, would leave the database idle while the
+ * host works and the host idle while the database does. Split, the two
+ * overlap.
  *
  * Each row of the statement is fenced on its own run's epoch inside the
  * statement (the `group_write` function of schema.sql: its `held` CTE locks
@@ -42,6 +48,14 @@ import { queryRows, type Statement, statement } from "./sql.ts";
 export const GROUP_BATCH_MAX = 512;
 /** The most group statements in flight at once (each holds a connection of the pool while it runs). */
 export const GROUP_FLUSHES_MAX = 2;
+/**
+ * The writes at which a batch goes out before its task ends, while a
+ * connection is free. At 64 runs in flight (64 writes a round) it makes two
+ * statements of 32 that overlap with the host's work; 16 and 24 gained less
+ * (more statements a step), 48 about as much (bench/README.md, "Group
+ * commit"). Fewer runs in flight never reach it.
+ */
+export const GROUP_SPLIT_AT = 32;
 /** The longest bound on a write's wait that a setting may give, in milliseconds. */
 export const GROUP_COMMIT_MS_MAX = 100;
 
@@ -146,6 +160,8 @@ export interface GroupCommitOptions {
   maxWaitMs: number;
   /** Whose time the wait is measured on. Default the system clock. */
   clock?: Clock;
+  /** The writes at which a batch goes out before its task ends. Default {@link GROUP_SPLIT_AT}. */
+  splitAt?: number;
 }
 
 /** What a {@link GroupCommit} has sent so far: what the tests and the benchmark read. */
@@ -318,6 +334,7 @@ export class GroupCommit {
   readonly #client: SqlClient;
   readonly #maxWaitMs: number;
   readonly #clock: Clock;
+  readonly #splitAt: number;
   // Bounded: every write here is awaited by a run, and a host holds at most its capacity of runs, each
   // with at most its tool concurrency of writes pending at once.
   #pending: Pending[] = [];
@@ -332,6 +349,14 @@ export class GroupCommit {
     this.#client = client;
     this.#maxWaitMs = checkGroupCommitMs(opts.maxWaitMs);
     this.#clock = opts.clock ?? new SystemClock();
+    this.#splitAt = opts.splitAt ?? GROUP_SPLIT_AT;
+    if (!Number.isInteger(this.#splitAt) || this.#splitAt < 2 || this.#splitAt > GROUP_BATCH_MAX) {
+      throw new RuntimeError(
+        "HOST_INVALID",
+        `Cannot group commits as 'splitAt' must be an integer from 2 to ${GROUP_BATCH_MAX}: ` +
+          `current value is ${opts.splitAt}`,
+      );
+    }
   }
 
   /** The bound on a write's wait, in milliseconds. */
@@ -349,7 +374,9 @@ export class GroupCommit {
   write(write: GroupedWrite, alone: () => Promise<boolean>): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) => {
       this.#pending.push({ write, alone, resolve, reject });
-      this.#schedule();
+      // A batch large enough goes now, while the rest of this task's writes are still being made.
+      if (this.#pending.length >= this.#splitAt && this.#inFlight < GROUP_FLUSHES_MAX) this.#flush();
+      else this.#schedule();
     });
   }
 
@@ -360,7 +387,8 @@ export class GroupCommit {
         this.#scheduled = true;
         queueMicrotask(() => {
           this.#scheduled = false;
-          this.#flush();
+          // Split batches may have taken every connection meanwhile: these ride the next return.
+          if (this.#inFlight < GROUP_FLUSHES_MAX) this.#flush();
         });
       }
       return;

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { bothStoresTest } from "../../tests/_pg.ts";
 import { FencedError } from "../base/errors.ts";
 import { CountingClient, TapClient } from "./counting.ts";
-import { checkGroupCommitMs } from "./group_commit.ts";
+import { checkGroupCommitMs, GroupCommit } from "./group_commit.ts";
+import type { SqlClient } from "./driver.ts";
 import { type Fence, Store } from "./store.ts";
 
 const T0 = new Date(Date.UTC(2026, 0, 1));
@@ -215,5 +216,47 @@ Deno.test("checkGroupCommitMs() refuses a bound that is not a positive number of
   assert.equal(checkGroupCommitMs(0.5), 0.5);
   for (const bad of [0, -1, Number.NaN, 101]) {
     assert.throws(() => checkGroupCommitMs(bad), /'groupCommitMs' must be above 0 and at most 100/);
+  }
+});
+
+bothStoresTest(
+  "a batch that reaches splitAt goes out before its task ends; the rest follow on the second connection",
+  async (store) => {
+    const fences = await claimed(store, "s", 5);
+    // Each statement as it is handed to the driver, with how many writes were made by then.
+    let made = 0;
+    const sent: string[] = [];
+    const tap = new TapClient(store.client, (s) => void sent.push(`${s.opts?.name ?? "?"}@${made}`));
+    const grouped = new Store(tap, { groupCommit: { maxWaitMs: 5, splitAt: 3 } });
+    const writes: Promise<unknown>[] = [];
+    for (const f of fences) {
+      writes.push(grouped.writes.journalIntentRow(f, 0, at(3), { fresh: true }));
+      made++;
+    }
+    // The first three went out while the loop still ran (after the third write, before the fourth).
+    assert.deepEqual(sent, ["group-write@2"]);
+    await Promise.all(writes);
+    // The last two went together at the end of the task, on the second connection, not after the first returned.
+    assert.deepEqual(sent, ["group-write@2", "group-write@5"]);
+    assert.deepEqual(grouped.writes.group?.stats, { groupStatements: 2, grouped: 5, refused: 0, alone: 0 });
+    for (const f of fences) {
+      assert.equal((await store.reads.loadHistory(f.runId)).journal[0].status, "intent");
+    }
+
+    // Without the split, the same five writes made in one task are one statement.
+    const more = await claimed(store, "u", 5);
+    sent.length = 0;
+    const whole = new Store(tap, { groupCommit: { maxWaitMs: 5 } });
+    await Promise.all(more.map((f) => whole.writes.journalIntentRow(f, 0, at(3), { fresh: true })));
+    assert.deepEqual(sent.map((s) => s.split("@")[0]), ["group-write"]);
+  },
+);
+
+Deno.test("a group commit refuses a split that is not an integer from 2 to the batch's most", () => {
+  for (const bad of [0, 1, 2.5, 513, Number.NaN]) {
+    assert.throws(
+      () => new GroupCommit({} as SqlClient, { maxWaitMs: 2, splitAt: bad }),
+      /'splitAt' must be an integer from 2 to 512/,
+    );
   }
 });
