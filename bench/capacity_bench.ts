@@ -48,8 +48,7 @@ import { SystemClock } from "../runtime/base/clock.ts";
 import { WorkerHost } from "../runtime/host/host.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
-import postgres from "postgres";
-import { openPostgres, PostgresClient } from "../runtime/store/postgres.ts";
+import { openPostgres } from "../runtime/store/postgres.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { type SqlClient, Store } from "../runtime/store/store.ts";
 import { ToolRegistry } from "../runtime/agent/tools.ts";
@@ -93,22 +92,19 @@ interface Pool {
 }
 
 /**
- * A postgres.js pool of `max` connections on `url`, as `openPostgres` opens one, whose counts can be
- * flushed: a backend sends its counts to the server's statistics at most once a second, or when told.
+ * The runtime's client of `max` connections on `url` (`openPostgres`), whose counts can be flushed: a
+ * backend sends its counts to the server's statistics at most once a second, or when told.
  */
-function pgPool(url: string, max: number): Pool {
-  const sql = postgres(url, { max, onnotice: () => {} });
-  const client = new PostgresClient(sql, "capacity");
+async function pgPool(url: string, max: number): Promise<Pool> {
+  const client = await openPostgres(url, { max });
+  // Every connection opened now, outside the count (the flush below must find each open already).
+  await Promise.all(Array.from({ length: max }, () => client.query("select pg_sleep(0.01)")));
   return {
     store: new Store(client),
     flush: async () => {
-      // Every connection at once, so each is a different one; each statement is one commit.
-      const conns = await Promise.all(Array.from({ length: max }, () => sql.reserve()));
-      try {
-        await Promise.all(conns.map((c) => c.unsafe("select pg_stat_force_next_flush()")));
-      } finally {
-        for (const c of conns) c.release();
-      }
+      // Every connection at once: each statement goes to the one with the fewest in flight, so each to a
+      // different one; each statement is one commit.
+      await Promise.all(Array.from({ length: max }, () => client.query("select pg_stat_force_next_flush()")));
       return max;
     },
     close: () => client.close(),
@@ -431,7 +427,7 @@ export async function main(args: string[]): Promise<number> {
         rows.push(
           ...await storeRows({
             name: "postgres",
-            open: (max) => Promise.resolve(pgPool(sandbox.url, max)),
+            open: (max) => pgPool(sandbox.url, max),
             commits: pgCommits(sandbox.store.client),
             server: true,
             plainFloor: (clients, runs) => plainFloor(u.toString(), clients, runs),

@@ -19,20 +19,54 @@ export interface PostgresOptions {
   connectTimeoutS?: number;
 }
 
-/** Runs statements through a postgres.js pool. */
+/**
+ * Runs statements through postgres.js instances of one connection each,
+ * sending each statement to the one with the fewest in flight (the first of
+ * those tied, so a client used one statement at a time keeps to one
+ * connection, as a pool opens them only when needed).
+ *
+ * Not one postgres.js pool of `max` connections: in postgres.js 3.4.9 (and
+ * 3.4.10) a pool whose idle list is never emptied (two connections open,
+ * statements sent one at a time) leaves an empty slot in that list for each
+ * statement and searches the whole list on every one, so a long-lived worker
+ * grew slower and larger with every statement it had sent: 83 to 121 µs a
+ * statement over 480,000 statements, where one connection stayed at 60 µs
+ * (bench/README.md, "Flat at any length"). An instance of one connection
+ * empties its list at every statement.
+ */
 export class PostgresClient implements SqlClient {
   readonly describe: string;
   readonly #sql: postgres.Sql;
+  readonly #all: readonly postgres.Sql[];
+  /** Statements in flight on each instance of {@link PostgresClient.#all}. */
+  readonly #inFlight: number[];
   /** The channels listened on, each with its subscribers (see {@link PostgresClient.listen}). */
   readonly #channels = new Map<string, {
     subscribers: Set<{ onPayload: (payload: string) => void }>;
     listening: Promise<{ unlisten: () => Promise<void> }>;
   }>();
 
-  /** Wraps a postgres.js pool. */
-  constructor(sql: postgres.Sql, describe: string) {
-    this.#sql = sql;
+  /** Wraps postgres.js instances (the first also listens). */
+  constructor(sql: postgres.Sql | readonly postgres.Sql[], describe: string) {
+    this.#all = Array.isArray(sql) ? sql : [sql as postgres.Sql];
+    if (this.#all.length === 0) {
+      throw new RangeError("PostgresClient: give at least one postgres.js instance");
+    }
+    this.#sql = this.#all[0];
+    this.#inFlight = this.#all.map(() => 0);
     this.describe = describe;
+  }
+
+  /** Runs `send` on the instance with the fewest statements in flight. */
+  async #on<R>(send: (sql: postgres.Sql) => Promise<R>): Promise<R> {
+    let i = 0;
+    for (let j = 1; j < this.#inFlight.length; j++) if (this.#inFlight[j] < this.#inFlight[i]) i = j;
+    this.#inFlight[i]++;
+    try {
+      return await send(this.#all[i]);
+    } finally {
+      this.#inFlight[i]--;
+    }
   }
 
   async query<T = Record<string, unknown>>(
@@ -45,21 +79,21 @@ export class PostgresClient implements SqlClient {
     // it asks once per statement text and connection. Measured: 0.93 -> 0.66 ms
     // a statement on local PostgreSQL 15 (bench/step_bench.ts).
     // deno-lint-ignore no-explicit-any
-    const rows = await this.#sql.unsafe(text, params as any[], { prepare: !opts.planEachTime });
+    const rows = await this.#on((sql) => sql.unsafe(text, params as any[], { prepare: !opts.planEachTime }));
     return rows as unknown as T[];
   }
 
   async run(text: string, params: unknown[] = []): Promise<number> {
     // deno-lint-ignore no-explicit-any
-    return (await this.#sql.unsafe(text, params as any[], { prepare: true })).count ?? 0;
+    return (await this.#on((sql) => sql.unsafe(text, params as any[], { prepare: true }))).count ?? 0;
   }
 
   async exec(text: string): Promise<void> {
-    await this.#sql.unsafe(text).simple();
+    await this.#on((sql) => sql.unsafe(text).simple());
   }
 
   async close(): Promise<void> {
-    await this.#sql.end({ timeout: 5 });
+    await Promise.all(this.#all.map((sql) => sql.end({ timeout: 5 })));
   }
 
   /**
@@ -144,22 +178,16 @@ function sessionTarget(url: string): Pick<postgres.Options<never>, "target_sessi
  */
 export async function openPostgres(url: string, opts: PostgresOptions = {}): Promise<PostgresClient> {
   const target = describeTarget(url);
-  let sql: postgres.Sql;
+  const max = opts.max ?? 2;
+  if (!Number.isInteger(max) || max < 1) {
+    throw new RangeError(
+      `openPostgres: 'max' must be a whole number of connections, 1 or more: current value is ${max}`,
+    );
+  }
+  let all: postgres.Sql[];
   try {
-    sql = postgres(url, {
-      ...sessionTarget(url),
-      max: opts.max ?? 2,
-      connect_timeout: opts.connectTimeoutS ?? 5,
-      // The wait, in seconds, before a connection is made again after failed tries (the pool's and
-      // the listening one's): postgres.js's own rule, capped at 2 s instead of 20 s, so that after an
-      // outage of a minute neither comes back up to 20 s after the server did.
-      backoff: (retries: number) => (0.5 + Math.random() / 2) * Math.min(3 ** retries / 100, 2),
-      onnotice: () => {},
-      // The tables live in their own schema; a search_path in the URL (the
-      // test sandboxes) wins, since postgres.js lets URL parameters override.
-      connection: { search_path: DEFAULT_SCHEMA },
-      // Integers stay numbers: every bigint the runtime reads is cast to int.
-    });
+    // One instance per connection (PostgresClient says why), each made only when a statement needs it.
+    all = Array.from({ length: max }, () => instance(url, opts));
   } catch (err) {
     // The driver decodes the URL itself: a malformed percent-escape throws a URIError.
     throw new StoreError(
@@ -169,12 +197,30 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     );
   }
   try {
-    await sql.unsafe("select 1");
+    await all[0].unsafe("select 1");
   } catch (err) {
-    await sql.end({ timeout: 1 }).catch(() => {});
+    await Promise.all(all.map((sql) => sql.end({ timeout: 1 }).catch(() => {})));
     throw connectError(err, target, url);
   }
-  return new PostgresClient(sql, `postgres:${target}`);
+  return new PostgresClient(all, `postgres:${target}`);
+}
+
+/** A postgres.js instance of one connection on `url`, with the runtime's settings. */
+function instance(url: string, opts: PostgresOptions): postgres.Sql {
+  return postgres(url, {
+    ...sessionTarget(url),
+    max: 1,
+    connect_timeout: opts.connectTimeoutS ?? 5,
+    // The wait, in seconds, before a connection is made again after failed tries (the pool's and
+    // the listening one's): postgres.js's own rule, capped at 2 s instead of 20 s, so that after an
+    // outage of a minute neither comes back up to 20 s after the server did.
+    backoff: (retries: number) => (0.5 + Math.random() / 2) * Math.min(3 ** retries / 100, 2),
+    onnotice: () => {},
+    // The tables live in their own schema; a search_path in the URL (the
+    // test sandboxes) wins, since postgres.js lets URL parameters override.
+    connection: { search_path: DEFAULT_SCHEMA },
+    // Integers stay numbers: every bigint the runtime reads is cast to int.
+  });
 }
 
 /**

@@ -154,3 +154,35 @@ pgTest("subscribers of one channel share its LISTEN, and each stops on its own, 
     await client.close();
   }
 });
+
+pgTest(
+  "each statement goes to the connection with the fewest in flight: one at a time keeps to one, two at once use two",
+  async (pg) => {
+    const client = await openPostgres(pg.url, { max: 2 });
+    try {
+      const pid = async () =>
+        (await client.query<{ pid: number }>("select pg_backend_pid() as pid, pg_sleep(0.05)"))[0].pid;
+      // One at a time: the first connection each time (the second is never opened).
+      const one = new Set<number>();
+      for (let i = 0; i < 4; i++) one.add(await pid());
+      assert.equal(one.size, 1);
+      // Two at once: one on each connection, neither waiting behind the other.
+      const [a, b] = await Promise.all([pid(), pid()]);
+      assert.notEqual(a, b);
+      assert.ok(one.has(a) || one.has(b), "the first connection is one of the two");
+      // Then one at a time again: back on the first.
+      assert.ok(one.has(await pid()));
+    } finally {
+      await client.close();
+    }
+  },
+);
+
+Deno.test("openPostgres refuses a pool size that is not a whole number of connections from 1", async () => {
+  for (const max of [0, -1, 1.5, Number.NaN]) {
+    await assert.rejects(
+      openPostgres("postgres://postgres@127.0.0.1:1/none", { max }),
+      /'max' must be a whole number of connections, 1 or more/,
+    );
+  }
+});
