@@ -13,7 +13,7 @@ import type { QueryOptions, SqlClient } from "./driver.ts";
 
 /** Options of {@link openPostgres}. */
 export interface PostgresOptions {
-  /** Connections in the pool. Default 2 (a worker's steps plus its heartbeat). */
+  /** Connections, each a postgres.js instance of its own (PostgresClient says why). Default 2 (a worker's steps plus its heartbeat). */
   max?: number;
   /** Seconds to wait for a connection before failing. Default 5. */
   connectTimeoutS?: number;
