@@ -41,6 +41,16 @@ export async function main(args: string[]): Promise<number> {
   }
   const window = Number(values.window);
   const windows = Number(values.windows);
+  for (const [name, n] of [["--window", window], ["--windows", windows]] as const) {
+    if (!Number.isInteger(n) || n < 1) {
+      console.error(
+        `bench:pool: ${name} must be a whole number from 1: current value is ${
+          values[name.slice(2) as "window"]
+        }`,
+      );
+      return 2;
+    }
+  }
   const two = postgres(url, { max: 2, onnotice: () => {} });
   const one = postgres(url, { max: 1, onnotice: () => {} });
   const ours = await openPostgres(url, { max: 2 });

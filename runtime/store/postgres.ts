@@ -29,14 +29,13 @@ export interface PostgresOptions {
  * 3.4.10) a pool whose idle list is never emptied (two connections open,
  * statements sent one at a time) leaves an empty slot in that list for each
  * statement and searches the whole list on every one, so a long-lived worker
- * grew slower and larger with every statement it had sent: 83 to 121 µs a
- * statement over 480,000 statements, where one connection stayed at 60 µs
- * (bench/README.md, "Flat at any length"). An instance of one connection
- * empties its list at every statement.
+ * grew slower and larger with every statement it had sent: 85.9 to 117.3
+ * µs a statement over 320,000 statements, where one connection stayed flat
+ * (`deno task bench:pool`, bench/README.md, "Flat at any length"). An
+ * instance of one connection empties its list at every statement.
  */
 export class PostgresClient implements SqlClient {
   readonly describe: string;
-  readonly #sql: postgres.Sql;
   readonly #all: readonly postgres.Sql[];
   /** Statements in flight on each instance of {@link PostgresClient.#all}. */
   readonly #inFlight: number[];
@@ -52,7 +51,6 @@ export class PostgresClient implements SqlClient {
     if (this.#all.length === 0) {
       throw new RangeError("PostgresClient: give at least one postgres.js instance");
     }
-    this.#sql = this.#all[0];
     this.#inFlight = this.#all.map(() => 0);
     this.describe = describe;
   }
@@ -110,7 +108,7 @@ export class PostgresClient implements SqlClient {
     let sub = this.#channels.get(channel);
     if (sub === undefined) {
       const subscribers = new Set<{ onPayload: (payload: string) => void }>();
-      const listening = this.#sql.listen(channel, (payload) => {
+      const listening = this.#all[0].listen(channel, (payload) => {
         for (const s of subscribers) s.onPayload(payload);
       });
       const made = { subscribers, listening };
