@@ -102,8 +102,8 @@ async function pgPool(url: string, max: number): Promise<Pool> {
   return {
     store: new Store(client),
     flush: async () => {
-      // Every connection at once: each statement goes to the one with the fewest in flight, so each to a
-      // different one; each statement is one commit.
+      // As many statements at once as the pool has connections: each takes an idle connection of its own,
+      // so every backend's counts are flushed; each statement is one commit.
       await Promise.all(Array.from({ length: max }, () => client.query("select pg_stat_force_next_flush()")));
       return max;
     },

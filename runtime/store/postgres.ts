@@ -13,58 +13,113 @@ import type { QueryOptions, SqlClient } from "./driver.ts";
 
 /** Options of {@link openPostgres}. */
 export interface PostgresOptions {
-  /** Connections, each a postgres.js instance of its own (PostgresClient says why). Default 2 (a worker's steps plus its heartbeat). */
+  /** Connections of the pool. Default 2 (a worker's steps plus its heartbeat). */
   max?: number;
   /** Seconds to wait for a connection before failing. Default 5. */
   connectTimeoutS?: number;
+  /**
+   * Statements sent while the pool kept an idle connection after which it is
+   * swapped for a new one ({@link PostgresClient} says why). Default
+   * {@link POOL_RECYCLE_AFTER}.
+   */
+  recycleAfter?: number;
 }
 
 /**
- * Runs statements through postgres.js instances of one connection each,
- * sending each statement to the one with the fewest in flight (the first of
- * those tied, so a client used one statement at a time keeps to one
- * connection, as a pool opens them only when needed).
+ * The default of {@link PostgresOptions.recycleAfter}: a pool's idle list
+ * grows to at most this many empty slots (each search of it then costs a few
+ * microseconds at most), and a worker sending ten statements a second one at
+ * a time opens two new connections every quarter of an hour.
+ */
+export const POOL_RECYCLE_AFTER = 10_000;
+
+/**
+ * Runs statements through one postgres.js pool of `max` connections, swapped
+ * for a new pool once it has sent {@link POOL_RECYCLE_AFTER} statements while
+ * it kept a connection idle; the old pool ends once its statements have
+ * answered. `LISTEN` goes through a postgres.js instance of its own, never
+ * swapped.
  *
- * Not one postgres.js pool of `max` connections: in postgres.js 3.4.9 (and
- * 3.4.10) a pool whose idle list is never emptied (two connections open,
- * statements sent one at a time) leaves an empty slot in that list for each
- * statement and searches the whole list on every one, so a long-lived worker
- * grew slower and larger with every statement it had sent: 85.9 to 117.3
- * µs a statement over 320,000 statements, where one connection stayed flat
- * (`deno task bench:pool`, bench/README.md, "Flat at any length"). An
- * instance of one connection empties its list at every statement.
+ * Why the swap: in postgres.js 3.4.9 (and 3.4.10) a pool keeps its idle
+ * connections in a list whose `shift` leaves an empty slot behind unless the
+ * list empties, and moving a connection searches the whole list. A pool of
+ * two sent statements one at a time (a quiet worker: a heartbeat, a step,
+ * then the next) never empties it, so it grew slower and larger with every
+ * statement: 85.9 to 117.3 µs a statement over 320,000 (`deno task
+ * bench:pool`, bench/README.md, "Flat at any length"). A statement that
+ * takes the pool's last idle connection empties the list, so only the others
+ * are counted, from that moment on.
+ *
+ * Why one pool, not an instance per connection each sent its own statements
+ * (which empties the list at every statement): during a failover such an
+ * instance could stall while connecting, and the statements already given
+ * to it waited with it, where a pool hands its waiting statements to
+ * whichever connection opens (tests/failover_pg_test.ts: runs held for
+ * minutes, a heartbeat unanswered).
  */
 export class PostgresClient implements SqlClient {
   readonly describe: string;
-  readonly #all: readonly postgres.Sql[];
-  /** Statements in flight on each instance of {@link PostgresClient.#all}. */
-  readonly #inFlight: number[];
+  readonly #make: () => postgres.Sql;
+  readonly #max: number;
+  readonly #recycleAfter: number;
+  #pool: postgres.Sql;
+  /** This client's statements in flight, on any of its pools. */
+  #inFlight = 0;
+  /** Statements sent while the current pool kept an idle connection, since its idle list last emptied. */
+  #leaky = 0;
+  /** Pools swapped out, ending once their statements have answered. */
+  readonly #ending = new Set<Promise<void>>();
+  #listener?: postgres.Sql;
   /** The channels listened on, each with its subscribers (see {@link PostgresClient.listen}). */
   readonly #channels = new Map<string, {
     subscribers: Set<{ onPayload: (payload: string) => void }>;
     listening: Promise<{ unlisten: () => Promise<void> }>;
   }>();
 
-  /** Wraps postgres.js instances (the first also listens). */
-  constructor(sql: postgres.Sql | readonly postgres.Sql[], describe: string) {
-    this.#all = Array.isArray(sql) ? sql : [sql as postgres.Sql];
-    if (this.#all.length === 0) {
-      throw new RangeError("PostgresClient: give at least one postgres.js instance");
-    }
-    this.#inFlight = this.#all.map(() => 0);
-    this.describe = describe;
+  /**
+   * `make` opens a postgres.js pool of `max` connections (each pool and the
+   * listening instance come from it); `first` is the pool to start with.
+   */
+  constructor(
+    make: () => postgres.Sql,
+    opts: { max: number; recycleAfter: number; describe: string; first?: postgres.Sql },
+  ) {
+    this.#make = make;
+    this.#max = opts.max;
+    this.#recycleAfter = opts.recycleAfter;
+    this.#pool = opts.first ?? make();
+    this.describe = opts.describe;
   }
 
-  /** Runs `send` on the instance with the fewest statements in flight. */
+  #recycled = 0;
+
+  /** Pools swapped out so far. */
+  get recycled(): number {
+    return this.#recycled;
+  }
+
+  /** Runs `send` on the current pool, swapping it first when it is due and nothing is in flight. */
   async #on<R>(send: (sql: postgres.Sql) => Promise<R>): Promise<R> {
-    let i = 0;
-    for (let j = 1; j < this.#inFlight.length; j++) if (this.#inFlight[j] < this.#inFlight[i]) i = j;
-    this.#inFlight[i]++;
+    if (this.#inFlight === 0 && this.#leaky >= this.#recycleAfter) this.#recycle();
+    // This statement takes the pool's last idle connection (the list empties) or leaves one idle.
+    this.#leaky = this.#inFlight >= this.#max - 1 ? 0 : this.#leaky + 1;
+    this.#inFlight++;
     try {
-      return await send(this.#all[i]);
+      return await send(this.#pool);
     } finally {
-      this.#inFlight[i]--;
+      this.#inFlight--;
     }
+  }
+
+  #recycle(): void {
+    const old = this.#pool;
+    this.#pool = this.#make();
+    this.#leaky = 0;
+    this.#recycled++;
+    const ending: Promise<void> = old.end({ timeout: 30 }).catch(() => {}).finally(() =>
+      this.#ending.delete(ending)
+    );
+    this.#ending.add(ending);
   }
 
   async query<T = Record<string, unknown>>(
@@ -91,12 +146,17 @@ export class PostgresClient implements SqlClient {
   }
 
   async close(): Promise<void> {
-    await Promise.all(this.#all.map((sql) => sql.end({ timeout: 5 })));
+    await Promise.all([
+      this.#pool.end({ timeout: 5 }),
+      this.#listener?.end({ timeout: 5 }),
+      ...this.#ending,
+    ]);
   }
 
   /**
-   * `LISTEN` on a connection of its own (postgres.js opens one per pool for
-   * every channel, outside `max`, and closes it with the pool); postgres.js
+   * `LISTEN` on a connection of its own (postgres.js opens one per instance
+   * for every channel, outside `max`, here on an instance that sends no
+   * statements and is never swapped, and closes it with the client); postgres.js
    * listens again when it drops, once the server is back. One postgres.js
    * subscription per channel carries every subscriber of this client:
    * postgres.js re-registers its listeners under new identities when it
@@ -108,7 +168,8 @@ export class PostgresClient implements SqlClient {
     let sub = this.#channels.get(channel);
     if (sub === undefined) {
       const subscribers = new Set<{ onPayload: (payload: string) => void }>();
-      const listening = this.#all[0].listen(channel, (payload) => {
+      this.#listener ??= this.#make();
+      const listening = this.#listener.listen(channel, (payload) => {
         for (const s of subscribers) s.onPayload(payload);
       });
       const made = { subscribers, listening };
@@ -182,10 +243,16 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
       `openPostgres: 'max' must be a whole number of connections, 1 or more: current value is ${max}`,
     );
   }
-  let all: postgres.Sql[];
+  const recycleAfter = opts.recycleAfter ?? POOL_RECYCLE_AFTER;
+  if (!Number.isInteger(recycleAfter) || recycleAfter < 1) {
+    throw new RangeError(
+      `openPostgres: 'recycleAfter' must be a whole number of statements, 1 or more: current value is ${recycleAfter}`,
+    );
+  }
+  const make = () => pool(url, max, opts);
+  let first: postgres.Sql;
   try {
-    // One instance per connection (PostgresClient says why), each made only when a statement needs it.
-    all = Array.from({ length: max }, () => instance(url, opts));
+    first = make();
   } catch (err) {
     // The driver decodes the URL itself: a malformed percent-escape throws a URIError.
     throw new StoreError(
@@ -195,19 +262,19 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     );
   }
   try {
-    await all[0].unsafe("select 1");
+    await first.unsafe("select 1");
   } catch (err) {
-    await Promise.all(all.map((sql) => sql.end({ timeout: 1 }).catch(() => {})));
+    await first.end({ timeout: 1 }).catch(() => {});
     throw connectError(err, target, url);
   }
-  return new PostgresClient(all, `postgres:${target}`);
+  return new PostgresClient(make, { max, recycleAfter, describe: `postgres:${target}`, first });
 }
 
-/** A postgres.js instance of one connection on `url`, with the runtime's settings. */
-function instance(url: string, opts: PostgresOptions): postgres.Sql {
+/** A postgres.js pool of `max` connections on `url`, with the runtime's settings. */
+function pool(url: string, max: number, opts: PostgresOptions): postgres.Sql {
   return postgres(url, {
     ...sessionTarget(url),
-    max: 1,
+    max,
     connect_timeout: opts.connectTimeoutS ?? 5,
     // The wait, in seconds, before a connection is made again after failed tries (the pool's and
     // the listening one's): postgres.js's own rule, capped at 2 s instead of 20 s, so that after an

@@ -156,23 +156,37 @@ pgTest("subscribers of one channel share its LISTEN, and each stops on its own, 
 });
 
 pgTest(
-  "each statement goes to the connection with the fewest in flight: one at a time keeps to one, two at once use two",
+  "the pool is swapped after recycleAfter statements that left a connection idle; two at once start the count again",
   async (pg) => {
-    const client = await openPostgres(pg.url, { max: 2 });
+    const client = await openPostgres(pg.url, { max: 2, recycleAfter: 4 });
     try {
       const pid = async () =>
-        (await client.query<{ pid: number }>("select pg_backend_pid() as pid, pg_sleep(0.05)"))[0].pid;
-      // One at a time: the first connection each time (the second is never opened).
-      const one = new Set<number>();
-      for (let i = 0; i < 4; i++) one.add(await pid());
-      assert.equal(one.size, 1);
-      // Two at once: one on each connection, neither waiting behind the other.
+        (await client.query<{ pid: number }>("select pg_backend_pid() as pid, pg_sleep(0.02)"))[0].pid;
+      // Three one at a time, then two at once (the second takes the pool's last idle connection, which
+      // empties postgres.js's idle list), then three one at a time: never four in a row, no swap.
+      const before = new Set<number>();
+      for (let i = 0; i < 3; i++) before.add(await pid());
       const [a, b] = await Promise.all([pid(), pid()]);
-      assert.notEqual(a, b);
-      assert.ok(one.has(a) || one.has(b), "the first connection is one of the two");
-      // Then one at a time again: every statement on the first. (A postgres.js pool of two took its
-      // oldest idle connection each time, so the two alternated and its idle list never emptied.)
-      for (let i = 0; i < 4; i++) assert.ok(one.has(await pid()), "back on the first connection");
+      assert.notEqual(a, b, "two at once use both connections");
+      before.add(a).add(b);
+      for (let i = 0; i < 3; i++) before.add(await pid());
+      assert.equal(client.recycled, 0);
+      assert.equal(before.size, 2);
+      // The fourth in a row: the next statement goes to a new pool, on a new connection...
+      await pid();
+      const after = await pid();
+      assert.equal(client.recycled, 1);
+      assert.ok(!before.has(after), `statement on ${after}, a connection of the old pool (${[...before]})`);
+      // ...and the old pool's connections close once their statements have answered.
+      const open = async () =>
+        (await client.query<{ n: number }>(
+          "select count(*)::int as n from pg_stat_activity where pid = any($1)",
+          [
+            [...before],
+          ],
+        ))[0].n;
+      for (let i = 0; i < 100 && await open() > 0; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await open(), 0, "the old pool's connections are still open");
     } finally {
       await client.close();
     }
@@ -184,6 +198,12 @@ Deno.test("openPostgres refuses a pool size that is not a whole number of connec
     await assert.rejects(
       openPostgres("postgres://postgres@127.0.0.1:1/none", { max }),
       /'max' must be a whole number of connections, 1 or more/,
+    );
+  }
+  for (const recycleAfter of [0, 2.5]) {
+    await assert.rejects(
+      openPostgres("postgres://postgres@127.0.0.1:1/none", { recycleAfter }),
+      /'recycleAfter' must be a whole number of statements, 1 or more/,
     );
   }
 });
