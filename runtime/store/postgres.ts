@@ -69,6 +69,7 @@ export class PostgresClient implements SqlClient {
   #leaky = 0;
   /** Pools swapped out, ending once their statements have answered. */
   readonly #ending = new Set<Promise<void>>();
+  #recycled = 0;
   #listener?: postgres.Sql;
   /** The channels listened on, each with its subscribers (see {@link PostgresClient.listen}). */
   readonly #channels = new Map<string, {
@@ -90,8 +91,6 @@ export class PostgresClient implements SqlClient {
     this.#pool = opts.first ?? make();
     this.describe = opts.describe;
   }
-
-  #recycled = 0;
 
   /** Pools swapped out so far. */
   get recycled(): number {
