@@ -34,12 +34,13 @@ import type { Store } from "../runtime/store/store.ts";
 const RUNS = 200;
 const TOOL_CALLS_PER_RUN = 3;
 /**
- * How long before the kill a row unreported yet committed may have been
- * stamped (when its write was made, before its statement went out): the
- * statement was in flight when the primary died. Until the promotion is
- * seen, a commit on the node being promoted may lose its answer too.
+ * How long before the kill the failover's window opens: a row committed yet
+ * unreported, stamped when its write was made (before its statement went
+ * out), in a statement in flight when the primary died. The window closes
+ * when the promotion is seen: until then, a commit on the node being
+ * promoted may lose its answer too.
  */
-const IN_FLIGHT_MS = 3_000;
+const BEFORE_KILL_MS = 3_000;
 
 function failoverIgnore(name: string): boolean {
   const reason = failoverSkipReason();
@@ -91,14 +92,14 @@ async function unreportedRows(store: Store, reported: Record<UnreportedRow["kind
   return rows.map((r) => ({ ...r, ms: Number(r.ms) })).filter((r) => !seen[r.kind].has(r.key));
 }
 
-/** The failover, in epoch ms: from {@link IN_FLIGHT_MS} before the kill until the promotion was seen. */
+/** The failover, in epoch ms: from {@link BEFORE_KILL_MS} before the kill until the promotion was seen. */
 interface FailoverWindow {
   from: number;
   to: number;
 }
 
 /** Whether `row`'s write was made during the failover, where a commit's answer could be lost. */
-function inFlightAt(window: FailoverWindow, row: UnreportedRow): boolean {
+function duringFailover(window: FailoverWindow, row: UnreportedRow): boolean {
   return row.ms >= window.from && row.ms <= window.to;
 }
 
@@ -263,23 +264,24 @@ Deno.test({
       const intents = events(sup, "intent");
       const confirms = events(sup, "confirmed");
       const decided = events(sup, "decided");
-      const unreported = await unreportedRows(store, {
+      const reported = {
         intent: intents.map((e) => e.key),
         confirmed: confirms.map((e) => e.key),
         decided: decided.map((e) => `${e.run}:${e.seq}`),
-      });
-      const failover = { from: kill.killedAtMs - IN_FLIGHT_MS, to: kill.killedAtMs + promotedMs };
-      const notInFlight = unreported.filter((r) => !inFlightAt(failover, r));
+      };
+      const unreported = await unreportedRows(store, reported);
+      const failover = { from: kill.killedAtMs - BEFORE_KILL_MS, to: kill.killedAtMs + promotedMs };
+      const unexplained = unreported.filter((r) => !duringFailover(failover, r));
       assert.deepEqual(
-        notInFlight.slice(0, 20),
+        unexplained.slice(0, 20),
         [],
-        `${notInFlight.length} rows committed, unreported, not in flight`,
+        `${unexplained.length} rows committed, unreported, and not written during the failover`,
       );
-      const inFlight = (kind: string) => unreported.filter((r) => r.kind === kind).length;
+      const lost = (kind: string) => unreported.filter((r) => r.kind === kind).length;
       const logged = {
-        intent: [intents.length + inFlight("intent"), RUNS * TOOL_CALLS_PER_RUN],
-        confirmed: [confirms.length + inFlight("confirmed"), RUNS * TOOL_CALLS_PER_RUN],
-        decided: [decided.length + inFlight("decided"), RUNS * (TOOL_CALLS_PER_RUN + 1)],
+        intent: [intents.length + lost("intent"), RUNS * TOOL_CALLS_PER_RUN],
+        confirmed: [confirms.length + lost("confirmed"), RUNS * TOOL_CALLS_PER_RUN],
+        decided: [decided.length + lost("decided"), RUNS * (TOOL_CALLS_PER_RUN + 1)],
         claimed: [claimed.length, RUNS],
       };
       for (const [event, [n, least]] of Object.entries(logged)) {
@@ -377,11 +379,10 @@ Deno.test({
             "select run_id || ':' || seq as k from journal where status = 'confirmed' order by confirmed_at desc limit 1",
           );
           const silent = (await unreportedRows(store!, {
-            intent: intents.map((e) => e.key),
-            confirmed: confirms.map((e) => e.key),
-            decided: decided.map((e) => `${e.run}:${e.seq}`).filter((k) => k !== first),
+            ...reported,
+            decided: reported.decided.filter((k) => k !== first),
           })).find((r) => r.kind === "decided" && r.key === first);
-          assert.ok(silent && !inFlightAt(failover, silent), `${first} unreported went unseen`);
+          assert.ok(silent && !duringFailover(failover, silent), `${first} unreported went unseen`);
         },
       );
     } finally {
