@@ -9,8 +9,8 @@
  *   empty slot per statement and is searched whole each time);
  * - `postgres.js max=1`: one pool of one connection;
  * - `runtime max=2`: the runtime's `PostgresClient` (`openPostgres`), a pool
- *   of two swapped for a new one after `recycleAfter` statements (default
- *   10,000) sent while it kept a connection idle.
+ *   of two whose idle list is emptied after `drainAfter` statements (default
+ *   1,000) sent while it kept a connection idle.
  *
  * Each window sends `--window` statements (`select $1::int`, prepared) on each
  * client in turn and reports µs a statement for each; the last line compares

@@ -18,58 +18,60 @@ export interface PostgresOptions {
   /** Seconds to wait for a connection before failing. Default 5. */
   connectTimeoutS?: number;
   /**
-   * Statements sent while the pool kept an idle connection after which it is
-   * swapped for a new one ({@link PostgresClient} says why). Default
-   * {@link POOL_RECYCLE_AFTER}.
+   * Statements sent while the pool kept an idle connection after which the
+   * pool's idle list is emptied ({@link PostgresClient} says why). Default
+   * {@link POOL_DRAIN_AFTER}.
    */
-  recycleAfter?: number;
+  drainAfter?: number;
 }
 
 /**
- * The default of {@link PostgresOptions.recycleAfter}: a pool's idle list
- * grows to at most this many empty slots (each search of it then costs a few
- * microseconds at most), and a worker sending ten statements a second one at
- * a time opens two new connections every quarter of an hour.
+ * The default of {@link PostgresOptions.drainAfter}: a pool's idle list
+ * grows to at most this many empty slots (searching them costs well under a
+ * microsecond), and emptying it costs one `select 1` beside a statement, on
+ * the pool's own connections.
  */
-export const POOL_RECYCLE_AFTER = 10_000;
+export const POOL_DRAIN_AFTER = 1_000;
 
 /**
- * Runs statements through one postgres.js pool of `max` connections, swapped
- * for a new pool once it has sent {@link POOL_RECYCLE_AFTER} statements while
- * it kept a connection idle; the old pool ends once its statements have
- * answered. `LISTEN` goes through a postgres.js instance of its own, never
- * swapped.
+ * Runs statements through one postgres.js pool of `max` connections. Once it
+ * has sent {@link POOL_DRAIN_AFTER} statements while the pool kept a
+ * connection idle, the next statement sent when none is in flight goes out
+ * together with `max - 1` `select 1`, so that every connection is taken at
+ * once, which empties the pool's idle list. `LISTEN` goes through a
+ * postgres.js instance of its own.
  *
- * Why the swap: in postgres.js 3.4.9 (and 3.4.10) a pool keeps its idle
- * connections in a list whose `shift` leaves an empty slot behind unless the
- * list empties, and moving a connection searches the whole list. A pool of
- * two sent statements one at a time (a quiet worker: a heartbeat, a step,
- * then the next) never empties it, so it grew slower and larger with every
- * statement: 85.9 to 117.3 µs a statement over 320,000 (`deno task
- * bench:pool`, bench/README.md, "Flat at any length"). A statement that
- * takes the pool's last idle connection empties the list, so only the others
- * are counted, from that moment on.
+ * Why: in postgres.js 3.4.9 (and 3.4.10) a pool keeps its idle connections in
+ * a list whose `shift` leaves an empty slot behind unless the list empties,
+ * and moving a connection searches the whole list. A pool of two sent
+ * statements one at a time (a quiet worker: a heartbeat, a step, then the
+ * next) never empties it, so it grew slower and larger with every statement:
+ * 85.9 to 117.3 µs a statement over 320,000 (`deno task bench:pool`,
+ * bench/README.md, "Flat at any length"). A statement that takes the pool's
+ * last idle connection empties the list, so only the others are counted, from
+ * that moment on.
  *
- * Why one pool, not an instance per connection each sent its own statements
- * (which empties the list at every statement): during a failover such an
- * instance could stall while connecting, and the statements already given
- * to it waited with it, where a pool hands its waiting statements to
- * whichever connection opens (tests/failover_pg_test.ts: runs held for
- * minutes, a heartbeat unanswered).
+ * Two earlier forms were measured and dropped. One postgres.js instance per
+ * connection, each sent its own statements: during a failover such an
+ * instance could stall while connecting, and the statements already given to
+ * it waited with it, where a pool hands its waiting statements to whichever
+ * connection opens (tests/failover_pg_test.ts: runs held for minutes, a
+ * heartbeat unanswered). A new pool swapped in every 10,000 such statements:
+ * each swap started cold server backends (catalog caches, statements
+ * prepared again), and a run's take after one read up to four times its cost
+ * at the start (bench/long_bench.ts).
  */
 export class PostgresClient implements SqlClient {
   readonly describe: string;
   readonly #make: () => postgres.Sql;
   readonly #max: number;
-  readonly #recycleAfter: number;
-  #pool: postgres.Sql;
-  /** This client's statements in flight, on any of its pools. */
+  readonly #drainAfter: number;
+  readonly #pool: postgres.Sql;
+  /** This client's statements in flight, the `select 1` of a drain included. */
   #inFlight = 0;
-  /** Statements sent while the current pool kept an idle connection, since its idle list last emptied. */
+  /** Statements sent while the pool kept an idle connection, since its idle list last emptied. */
   #leaky = 0;
-  /** Pools swapped out, ending once their statements have answered. */
-  readonly #ending = new Set<Promise<void>>();
-  #recycled = 0;
+  #drained = 0;
   #listener?: postgres.Sql;
   /** The channels listened on, each with its subscribers (see {@link PostgresClient.listen}). */
   readonly #channels = new Map<string, {
@@ -78,28 +80,36 @@ export class PostgresClient implements SqlClient {
   }>();
 
   /**
-   * `make` opens a postgres.js pool of `max` connections (each pool and the
-   * listening instance come from it); `first` is the pool to start with.
+   * `make` opens a postgres.js pool of `max` connections (the pool and the
+   * listening instance come from it); `first` is the pool, when already open.
    */
   constructor(
     make: () => postgres.Sql,
-    opts: { max: number; recycleAfter: number; describe: string; first?: postgres.Sql },
+    opts: { max: number; drainAfter: number; describe: string; first?: postgres.Sql },
   ) {
     this.#make = make;
     this.#max = opts.max;
-    this.#recycleAfter = opts.recycleAfter;
+    this.#drainAfter = opts.drainAfter;
     this.#pool = opts.first ?? make();
     this.describe = opts.describe;
   }
 
-  /** Pools swapped out so far. */
-  get recycled(): number {
-    return this.#recycled;
+  /** How many times the pool's idle list was emptied on purpose. */
+  get drained(): number {
+    return this.#drained;
   }
 
-  /** Runs `send` on the current pool, swapping it first when it is due and nothing is in flight. */
-  async #on<R>(send: (sql: postgres.Sql) => Promise<R>): Promise<R> {
-    if (this.#inFlight === 0 && this.#leaky >= this.#recycleAfter) this.#recycle();
+  /** Runs `send` on the pool, with the `select 1` of a drain beside it when one is due. */
+  #on<R>(send: (sql: postgres.Sql) => Promise<R>): Promise<R> {
+    if (this.#inFlight === 0 && this.#leaky >= this.#drainAfter) {
+      this.#drained++;
+      for (let i = 1; i < this.#max; i++) this.#track(() => this.#pool.unsafe("select 1")).catch(() => {});
+    }
+    return this.#track(send);
+  }
+
+  /** Sends one statement, counted in flight until it answers. */
+  async #track<R>(send: (sql: postgres.Sql) => Promise<R>): Promise<R> {
     // This statement takes the pool's last idle connection (the list empties) or leaves one idle.
     this.#leaky = this.#inFlight >= this.#max - 1 ? 0 : this.#leaky + 1;
     this.#inFlight++;
@@ -108,17 +118,6 @@ export class PostgresClient implements SqlClient {
     } finally {
       this.#inFlight--;
     }
-  }
-
-  #recycle(): void {
-    const old = this.#pool;
-    this.#pool = this.#make();
-    this.#leaky = 0;
-    this.#recycled++;
-    const ending: Promise<void> = old.end({ timeout: 30 }).catch(() => {}).finally(() =>
-      this.#ending.delete(ending)
-    );
-    this.#ending.add(ending);
   }
 
   async query<T = Record<string, unknown>>(
@@ -145,11 +144,7 @@ export class PostgresClient implements SqlClient {
   }
 
   async close(): Promise<void> {
-    await Promise.all([
-      this.#pool.end({ timeout: 5 }),
-      this.#listener?.end({ timeout: 5 }),
-      ...this.#ending,
-    ]);
+    await Promise.all([this.#pool.end({ timeout: 5 }), this.#listener?.end({ timeout: 5 })]);
   }
 
   /**
@@ -242,10 +237,10 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
       `openPostgres: 'max' must be a whole number of connections, 1 or more: current value is ${max}`,
     );
   }
-  const recycleAfter = opts.recycleAfter ?? POOL_RECYCLE_AFTER;
-  if (!Number.isInteger(recycleAfter) || recycleAfter < 1) {
+  const drainAfter = opts.drainAfter ?? POOL_DRAIN_AFTER;
+  if (!Number.isInteger(drainAfter) || drainAfter < 1) {
     throw new RangeError(
-      `openPostgres: 'recycleAfter' must be a whole number of statements, 1 or more: current value is ${recycleAfter}`,
+      `openPostgres: 'drainAfter' must be a whole number of statements, 1 or more: current value is ${drainAfter}`,
     );
   }
   const make = () => pool(url, max, opts);
@@ -266,7 +261,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     await first.end({ timeout: 1 }).catch(() => {});
     throw connectError(err, target, url);
   }
-  return new PostgresClient(make, { max, recycleAfter, describe: `postgres:${target}`, first });
+  return new PostgresClient(make, { max, drainAfter, describe: `postgres:${target}`, first });
 }
 
 /** A postgres.js pool of `max` connections on `url`, with the runtime's settings. */
