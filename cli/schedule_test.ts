@@ -9,12 +9,12 @@ import assert from "node:assert/strict";
 import demo from "../examples/provision/agent.ts";
 import { Client } from "../runtime/client/client.ts";
 import { ManualClock } from "../runtime/base/clock.ts";
-import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { main, scheduleCommand } from "./schedule.ts";
+import { openTestPglite } from "../tests/_pg.ts";
 
 Deno.test("schedule add, list, pause, resume and remove print what they did", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const client = new Client(store, new ManualClock(Date.UTC(2026, 11, 4, 20, 0, 0))); // a Friday, 15:00 in New York
   const out: string[] = [];

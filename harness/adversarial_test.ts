@@ -8,9 +8,10 @@ import { z } from "zod";
 import { demoTools } from "../examples/provision/tools.ts";
 import { settle } from "../runtime/base/clock.ts";
 import { defineTool, type Tool } from "../runtime/agent/tools.ts";
-import { SIM_START_MS as SIM_START, SimDb, SimWorld } from "./sim.ts";
+import { SIM_START_MS as SIM_START, SimWorld } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
-const db = await SimDb.open();
+const db = await openTestSim();
 
 /** Advances the world's clock a second at a time until `pred` holds (bounded). */
 async function advanceUntil(

@@ -16,9 +16,10 @@ import { Client } from "../runtime/client/client.ts";
 import { ClientError } from "../runtime/base/errors.ts";
 import type { QueryOptions, SqlClient } from "../runtime/store/store.ts";
 import { DEMO_APPROVAL_TOOL, demoAgent, drawApprovalRace, fuzz } from "./fuzz.ts";
-import { SimDb, SimWorld } from "./sim.ts";
+import { SimWorld } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
-const db = await SimDb.open();
+const db = await openTestSim();
 
 /** The demo's tools, with create_server needing a person's approval. */
 const guarded = (fetch: (req: Request) => Promise<Response>): Tool[] =>

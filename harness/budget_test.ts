@@ -10,9 +10,10 @@ import demoAgent from "../examples/provision/agent.ts";
 import { defineAgent } from "../runtime/agent/agent.ts";
 import { spendOf } from "../runtime/agent/budget.ts";
 import { CRASH_POINTS } from "../runtime/base/crashpoints.ts";
-import { type ProcessHooks, seededRandom, SimDb, SimWorld } from "./sim.ts";
+import { type ProcessHooks, seededRandom, SimWorld } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
-const db = await SimDb.open();
+const db = await openTestSim();
 
 function budgeted(tokens: number, maxSteps?: number) {
   return defineAgent({

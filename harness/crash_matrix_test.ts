@@ -5,12 +5,13 @@ import { measureBaseline } from "./fence.ts";
 import { baselineOf, checkInvariants, checkPointOutcome, ownerSeq } from "./invariants.ts";
 import { multiCrash } from "./multi_crash.ts";
 import { SimDb, SimWorld } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 // One PGlite for the file (a cold start costs seconds); every run in it has its own run id or schema.
 const TOOL_POINTS = ["before_intent", "after_intent", "after_call", "after_confirm"];
 
 Deno.test("the in-process crash matrix, its checks, and multi-crash runs", async (t) => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     let first = "";
     let table: string[] = [];

@@ -14,7 +14,7 @@ import { Client } from "../runtime/client/client.ts";
 import { CRASH_POINTS } from "../runtime/base/crashpoints.ts";
 import { defineAgent } from "../runtime/agent/agent.ts";
 import { agentTool } from "../runtime/agent/agent_tool.ts";
-import { SimDb, SimWorld } from "./sim.ts";
+import { SimWorld } from "./sim.ts";
 import {
   type Asked,
   driveFamily,
@@ -23,6 +23,7 @@ import {
   type FamilyKill,
   KeyedRemote,
 } from "./family.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 const P = FAMILY_ROOT;
 const ANSWER = `summary: call_0=researcher:found alpha | call_1=writer:found beta`;
@@ -52,7 +53,7 @@ async function paidRequests(world: SimWorld, runId: string): Promise<number> {
 }
 
 Deno.test("a parent with two child agents, killed at every crash point of its calls and of the children's steps, ends with one child per call and both answers", async (t) => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     // The clean run: what each run's model is asked, with no crash.
     await db.freshSchema();
@@ -130,7 +131,7 @@ Deno.test("a parent with two child agents, killed at every crash point of its ca
 });
 
 Deno.test("cancelling a parent cancels the children it waits on, in the same operation", async () => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const world = await SimWorld.open(db);
     const asked: Asked = new Map();
@@ -164,7 +165,7 @@ Deno.test("cancelling a parent cancels the children it waits on, in the same ope
 });
 
 Deno.test("a model-request ceiling on the parent stops its children, then the parent", async () => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const world = await SimWorld.open(db);
     const asked: Asked = new Map();
@@ -204,7 +205,7 @@ Deno.test("a model-request ceiling on the parent stops its children, then the pa
 });
 
 Deno.test("a run that holds a child's id but is not that call's child is refused, never reused", async () => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const world = await SimWorld.open(db);
     const asked: Asked = new Map();

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { dropEpochFromFence, fenceScenario, GUARDED_WRITES, measureBaseline } from "./fence.ts";
-import { SimDb } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 Deno.test("a worker holding a stale epoch is refused at every guarded write and writes nothing", async (t) => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const baseline = await measureBaseline(db);
     for (const variant of ["closed", "open"] as const) {
@@ -23,7 +23,7 @@ Deno.test("a worker holding a stale epoch is refused at every guarded write and 
 });
 
 Deno.test("with the epoch dropped from the fence, the proof fails at every guarded write", async (t) => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const baseline = await measureBaseline(db);
     for (const write of GUARDED_WRITES) {

@@ -22,16 +22,16 @@ import {
 } from "./fuzz.ts";
 import { checkPolls } from "./fuzz/check.ts";
 import type { RunSnapshot } from "./sim.ts";
-import { SimDb } from "./sim.ts";
 import { type Position, POSITIONS } from "./fuzz/positions.ts";
 import { ALL_STATEMENTS } from "../runtime/store/statements.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 // Every planted bug must be found within this many schedules of seed 1, and shrunk to at most three faults.
 const FIND_WITHIN = 300;
 
 Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes the runtime as it is", async (t) => {
   // One PGlite for the file (a cold start costs seconds); each schedule empties its tables.
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     // Each with the problem its finding must name: a stale worker's write is caught by the fuzzer's own
     // epoch bookkeeping (from the claims it sees), not only by the invariants afterwards.
@@ -244,7 +244,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       // Each on a database of its own: the embedded store analyses its tables as they grow, and when it
       // does is part of what the simulator's order depends on, so both start from the same state.
       const run = async () => {
-        const fresh = await SimDb.open();
+        const fresh = await openTestSim();
         try {
           return await fuzz(demoAgent, {
             db: fresh,
@@ -322,7 +322,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         // One seed gives one transcript in a database of its own, as a replay runs: in one reused by other
         // schedules, rows tied at one instant (waiters for a limit) come back in the order its pages hold them.
         const run = async () => {
-          const own = await SimDb.open();
+          const own = await openTestSim();
           try {
             return await fuzz(demoAgent, { ...approvals, db: own, seed: 7, schedules: 40, transcript: true });
           } finally {
@@ -450,7 +450,7 @@ Deno.test("a budgeted schedule round-trips through its compact form, the budget 
 });
 
 Deno.test("schedules with budgets and lying usage reports hold the budget's promise, and some stop at their ceiling", async () => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const report = await fuzz(demoAgent, {
       db,
@@ -556,7 +556,7 @@ Deno.test("a deploy under the run: schedules with version 2 restarting them pass
     version: true,
     faults: [{ kind: "stall", n: 1, wake: 7 }],
   });
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const report = await fuzz(demoAgent, {
       db,

@@ -26,12 +26,13 @@ import {
 } from "./fence.ts";
 import { demoAgent, fuzz } from "./fuzz.ts";
 import { claimRace, stallAndSteal } from "./race.ts";
-import { SimDb, SimWorld } from "./sim.ts";
+import { SimWorld } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 const GROUP_COMMIT_MS = 2;
 
 Deno.test("a simulated process with grouping on sends a step's three calls in group statements", async () => {
-  const db = await SimDb.open({ groupCommitMs: GROUP_COMMIT_MS });
+  const db = await openTestSim({ groupCommitMs: GROUP_COMMIT_MS });
   try {
     const world = await SimWorld.open(db, { modelParallel: 3 });
     let counting: CountingClient | undefined;
@@ -52,7 +53,7 @@ Deno.test("a simulated process with grouping on sends a step's three calls in gr
 });
 
 Deno.test("with grouping on, the fence, race and crash-matrix proofs pass", async (t) => {
-  const db = await SimDb.open({ groupCommitMs: GROUP_COMMIT_MS });
+  const db = await openTestSim({ groupCommitMs: GROUP_COMMIT_MS });
   try {
     const baseline = await measureBaseline(db);
     // What the stale workers' processes sent from their wake to their end, over every scenario.
@@ -103,7 +104,7 @@ Deno.test("with grouping on, the fence, race and crash-matrix proofs pass", asyn
 Deno.test(
   "with the epoch dropped from the group statement's fence alone, the grouped fence proof fails at every write it carries",
   async (t) => {
-    const db = await SimDb.open({ groupCommitMs: GROUP_COMMIT_MS });
+    const db = await openTestSim({ groupCommitMs: GROUP_COMMIT_MS });
     try {
       const baseline = await measureBaseline(db);
       for (const write of GROUPED_WRITES) {
@@ -128,12 +129,12 @@ Deno.test(
 );
 
 Deno.test("with grouping on, 40 fuzz schedules find no violation", async () => {
-  const report = await fuzz(demoAgent, {
-    seed: 7,
-    schedules: 40,
-    remote: "mock-cloud",
-    groupCommitMs: GROUP_COMMIT_MS,
-  });
-  assert.deepEqual(report.failures.map((f) => f.text), []);
-  assert.equal(report.schedules, 40);
+  const db = await openTestSim({ groupCommitMs: GROUP_COMMIT_MS });
+  try {
+    const report = await fuzz(demoAgent, { db, seed: 7, schedules: 40, remote: "mock-cloud" });
+    assert.deepEqual(report.failures.map((f) => f.text), []);
+    assert.equal(report.schedules, 40);
+  } finally {
+    await db.close();
+  }
 });

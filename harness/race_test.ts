@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { measureBaseline } from "./fence.ts";
 import { claimRace, stallAndSteal } from "./race.ts";
-import { SimDb } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 Deno.test("two live workers on one run end as if one worker ran it alone", async (t) => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const baseline = await measureBaseline(db);
     await t.step("two workers started together: exactly one wins the claim", async () => {

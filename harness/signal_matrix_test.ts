@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { Signals } from "../runtime/store/signals.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { runSignalCase, runSignalMatrix, signalCases, signalSummaryLine } from "./signal_matrix.ts";
-import { SimDb } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 /** A store whose take forgets the signal its call's key took before: a re-send then waits for another. */
 function forgetful(store: Store): Store {
@@ -16,7 +16,7 @@ function forgetful(store: Store): Store {
 }
 
 Deno.test("the crash matrix of a run that waits for a signal: every point, the signal before, during and waking the wait", async (t) => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     await t.step(
       "every case reached passes; the points that cannot fire are reported not reached",

@@ -97,13 +97,15 @@ export class SimDb {
   }
 
   /**
-   * Starts an in-memory PGlite (a cold start of a few seconds) with the
-   * tables loaded. `groupCommitMs` turns group commit on in every process
-   * the harness simulates on it (the crash matrix, fence, race and fuzzer
-   * proofs all take a `SimDb`).
+   * Starts an in-memory PGlite (a cold start of a few seconds, about one from
+   * a `template` of `pgliteTemplate()`) with the tables loaded.
+   * `groupCommitMs` turns group commit on in every process the harness
+   * simulates on it (the crash matrix, fence, race and fuzzer proofs all take
+   * a `SimDb`).
    */
-  static async open(opts: { groupCommitMs?: number } = {}): Promise<SimDb> {
-    const sim = new SimDb(await PGlite.create(), opts.groupCommitMs ?? 0);
+  static async open(opts: { groupCommitMs?: number; template?: Blob } = {}): Promise<SimDb> {
+    const db = await PGlite.create(opts.template ? { loadDataDir: opts.template } : {});
+    const sim = new SimDb(db, opts.groupCommitMs ?? 0);
     await sim.freshSchema();
     return sim;
   }

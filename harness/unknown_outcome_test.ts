@@ -13,9 +13,10 @@ import { settle } from "../runtime/base/clock.ts";
 import type { FetchLike } from "../runtime/model/planner.ts";
 import type { Tool } from "../runtime/agent/tools.ts";
 import { fuzz } from "./fuzz.ts";
-import { SIM_CLOUD_URL, SimDb, type SimExit, type SimProcess, SimWorld } from "./sim.ts";
+import { SIM_CLOUD_URL, type SimExit, type SimProcess, SimWorld } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
-const db = await SimDb.open();
+const db = await openTestSim();
 
 const ended = (exit: SimExit) => exit.kind === "exited" ? exit.outcome.status : exit.kind;
 

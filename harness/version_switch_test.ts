@@ -21,7 +21,8 @@ import demoAgent from "../examples/provision/agent.ts";
 import { cloudCreate, demoTools } from "../examples/provision/tools.ts";
 import { baselineOf } from "./invariants.ts";
 import { caseRunId, judge, matrixCases } from "./crash_matrix.ts";
-import { type RunSnapshot, SIM_CLOUD_URL, SimDb, type SimExit, type SimTools, SimWorld } from "./sim.ts";
+import { type RunSnapshot, SIM_CLOUD_URL, type SimExit, type SimTools, SimWorld } from "./sim.ts";
+import { openTestSim } from "../tests/_pg.ts";
 
 const agentAt = (version: "1" | "2") =>
   defineAgent({
@@ -62,7 +63,7 @@ const describe = (exit: SimExit) =>
     : exit.error;
 
 Deno.test("a version switch at every crash point of a step: carried on by version 2, or refused and settled by version 1", async () => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const clean = await SimWorld.open(db);
     await clean.spawn({ runId: "vs-clean", agent: V1 }).exit;

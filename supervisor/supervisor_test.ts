@@ -2,11 +2,11 @@ import assert from "node:assert/strict";
 import { ManualClock, settle } from "../runtime/base/clock.ts";
 import { EXIT_CODES } from "../runtime/base/exit_codes.ts";
 import { arraySink, Logger } from "../runtime/base/log.ts";
-import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { Leases } from "../runtime/store/leases.ts";
 import { type SpawnWorker, Supervisor, type WorkerHandle } from "./supervisor.ts";
 import { claim } from "../harness/direct_writes.ts";
+import { openTestPglite } from "../tests/_pg.ts";
 
 /** A stand-in worker process: exits when told to, or on any signal. */
 interface FakeWorker extends WorkerHandle {
@@ -39,7 +39,7 @@ function fakeSpawner(): { spawn: SpawnWorker; workers: FakeWorker[] } {
 }
 
 // One in-memory database for the file; each test uses its own run ids.
-const store = new Store(await openPglite());
+const store = new Store(await openTestPglite());
 await store.applySchema();
 
 function setup(workers = 2, name = "sup") {

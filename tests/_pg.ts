@@ -9,7 +9,8 @@
  * @module
  */
 
-import { openPglite } from "../runtime/store/pglite.ts";
+import { openPglite, type PgliteClient } from "../runtime/store/pglite.ts";
+import { SimDb } from "../harness/sim.ts";
 import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
 import { Store } from "../runtime/store/store.ts";
 
@@ -20,6 +21,26 @@ export const TEST_DATABASE_URL: string | undefined = Deno.env.get("TEST_DATABASE
 export function pgIgnore(name: string): boolean {
   if (!TEST_DATABASE_URL) console.log(`skipped (TEST_DATABASE_URL is unset): ${name}`);
   return !TEST_DATABASE_URL;
+}
+
+/**
+ * The PGlite template `deno task test` made for this run (`TEST_PGLITE_TEMPLATE`: the path of a
+ * `pgliteTemplate()` tarball), read anew at each call; undefined without one (a test file run on its
+ * own), and every in-memory database then runs `initdb` (a second or two more).
+ */
+export async function testTemplate(): Promise<Blob | undefined> {
+  const path = Deno.env.get("TEST_PGLITE_TEMPLATE");
+  return path ? new Blob([await Deno.readFile(path)]) : undefined;
+}
+
+/** An in-memory PGlite for a test, from the run's template when there is one. */
+export async function openTestPglite(): Promise<PgliteClient> {
+  return openPglite(undefined, { template: await testTemplate() });
+}
+
+/** A harness database for a test (`SimDb.open`), from the run's template when there is one. */
+export async function openTestSim(opts: { groupCommitMs?: number } = {}): Promise<SimDb> {
+  return SimDb.open({ ...opts, template: await testTemplate() });
 }
 
 /** A schema of its own for one test: its URL, a store on it, and a way to drop it. */
@@ -58,7 +79,7 @@ export function pgTest(name: string, fn: (pg: PgSchema, t: Deno.TestContext) => 
  */
 export function bothStoresTest(name: string, fn: (store: Store, t: Deno.TestContext) => Promise<void>): void {
   Deno.test(`${name} (PGlite)`, async (t) => {
-    const store = new Store(await openPglite());
+    const store = new Store(await openTestPglite());
     try {
       await store.applySchema();
       await fn(store, t);

@@ -8,8 +8,16 @@
  * (`deno task test tests/own_agent_test.ts` runs that file alone). Exits
  * with `deno test`'s code.
  *
+ * Before the tests it makes one PGlite template (`pgliteTemplate()`, one
+ * `initdb`) and hands its path to them as `TEST_PGLITE_TEMPLATE` (kept when
+ * already set), so the in-memory databases the tests open start from it
+ * (`tests/_pg.ts`: `openTestPglite`, `openTestSim`, `bothStoresTest`) instead
+ * of each running `initdb`.
+ *
  * @module
  */
+
+import { pgliteTemplate } from "../runtime/store/pglite.ts";
 
 /** `deno test`'s flags for the suite. */
 export const SUITE_FLAGS = [
@@ -51,9 +59,20 @@ export function skipReport(skips: Map<string, string[]>): string {
   return lines.join("\n") + "\n";
 }
 
+/** Writes a PGlite template to a file of its own, unless `TEST_PGLITE_TEMPLATE` names one; its path, and whether it is ours to remove. */
+async function template(): Promise<{ path: string; ours: boolean }> {
+  const given = Deno.env.get("TEST_PGLITE_TEMPLATE");
+  if (given) return { path: given, ours: false };
+  const path = await Deno.makeTempFile({ prefix: "agent-runtime-pglite-", suffix: ".tgz" });
+  await Deno.writeFile(path, new Uint8Array(await (await pgliteTemplate()).arrayBuffer()));
+  return { path, ours: true };
+}
+
 if (import.meta.main) {
+  const made = await template();
   const child = new Deno.Command(Deno.execPath(), {
     args: ["test", ...SUITE_FLAGS, ...Deno.args],
+    env: { TEST_PGLITE_TEMPLATE: made.path },
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
@@ -69,6 +88,7 @@ if (import.meta.main) {
   }
   if (rest.includes("skipped (")) seen.push(rest);
   const { code } = await child.status;
+  if (made.ours) await Deno.remove(made.path).catch(() => {});
   await Deno.stdout.write(new TextEncoder().encode("\n" + skipReport(skipsByReason(seen))));
   Deno.exit(code);
 }

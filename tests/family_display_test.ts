@@ -9,14 +9,15 @@ import assert from "node:assert/strict";
 import { Client } from "../runtime/client/client.ts";
 import { asTree, cancel, type CommandContext, inspect, runs } from "../cli/commands.ts";
 import { createUiApp } from "../ui/server.ts";
-import { SimDb, SimWorld } from "../harness/sim.ts";
+import { SimWorld } from "../harness/sim.ts";
 import { type Asked, driveFamily, FAMILY_ROOT, familyAgents, KeyedRemote } from "../harness/family.ts";
+import { openTestSim } from "./_pg.ts";
 
 const P = FAMILY_ROOT;
 const local = { headers: { host: "127.0.0.1:8787" } };
 
 Deno.test("runs shows children under their parent, inspect names parent and children, the page links both", async () => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const world = await SimWorld.open(db);
     const asked: Asked = new Map();
@@ -62,7 +63,7 @@ Deno.test("runs shows children under their parent, inspect names parent and chil
 });
 
 Deno.test("cancel prints the descendants it cancelled, escaped", async () => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     const world = await SimWorld.open(db);
     // The children's calls wait for a person; the parent waits on them.

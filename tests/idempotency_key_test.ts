@@ -13,14 +13,14 @@ import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { cloudCreate } from "../examples/provision/tools.ts";
 import { ToolError } from "../runtime/base/errors.ts";
 import { claimAndDrive } from "../runtime/host/run_driver.ts";
-import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { recordingProxy, testWorker } from "./_worker.ts";
+import { openTestPglite } from "./_pg.ts";
 
 const SERVER = { name: "srv-1", spec: "small" };
 
 Deno.test("the Idempotency-Key draft end to end through the demo tools", async (t) => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const mocks = await serveMocks();
   const { cloud, model } = mocks;

@@ -10,13 +10,13 @@ import type { ModelFaultMode } from "../mock/model.ts";
 import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { claimAndDrive } from "../runtime/host/run_driver.ts";
-import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { addUsage } from "../runtime/model/usage.ts";
 import { recordingProxy, testWorker } from "./_worker.ts";
+import { openTestPglite } from "./_pg.ts";
 
 Deno.test("model failures through the mock model over HTTP, on PGlite", async (t) => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const mocks = await serveMocks();
   const proxy = recordingProxy(mocks.modelUrl);

@@ -11,15 +11,15 @@ import { chargeCard } from "../examples/payments/agent.ts";
 import { serveMocks } from "../mock/server.ts";
 import { CrashPoints, SimulatedKill } from "../runtime/base/crashpoints.ts";
 import { claimAndDrive } from "../runtime/host/run_driver.ts";
-import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import type { Tool } from "../runtime/agent/tools.ts";
 import { testWorker } from "./_worker.ts";
+import { openTestPglite } from "./_pg.ts";
 
 const GOAL = "Charge 12.99 for the order.";
 
 Deno.test("a keyless tool's reconcile settles unknown outcomes over HTTP, on PGlite", async (t) => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const mocks = await serveMocks();
   const { cloud } = mocks;

@@ -10,12 +10,12 @@ import { serveMocks } from "../mock/server.ts";
 import { DEMO_GOAL as DEFAULT_GOAL } from "../examples/provision/agent.ts";
 import { CrashPoints, SimulatedKill } from "../runtime/base/crashpoints.ts";
 import { claimAndDrive } from "../runtime/host/run_driver.ts";
-import { openPglite } from "../runtime/store/pglite.ts";
 import { Store } from "../runtime/store/store.ts";
 import { closedPort, recordingProxy, testWorker } from "./_worker.ts";
+import { openTestPglite } from "./_pg.ts";
 
 Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t) => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const mocks = await serveMocks();
   const { cloud, model } = mocks;

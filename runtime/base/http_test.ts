@@ -9,9 +9,9 @@ import { idempotencyKeyHeader, isTransientStatus, parseRetryAfter } from "./http
 import { arraySink, Logger } from "./log.ts";
 import { claimAndDrive } from "../host/run_driver.ts";
 import { OpenAIPlanner, type Planner } from "../model/planner.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 Deno.test("isTransientStatus() asks again for 408, 409 (a request with this key in progress), 429 and 5xx only", async (t) => {
   const transient = [408, 409, 429, 500, 502, 503, 504, 599];
@@ -65,7 +65,7 @@ Deno.test("a 409 from a tool's remote is re-sent under the same key after its Re
       : new Response("slot-1", { status: 201 });
   });
   const clock = new ManualClock();
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });

@@ -10,11 +10,11 @@ import { agentDeps, processDeps } from "../run/deps.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { claimAndDrive } from "../host/run_driver.ts";
 import type { Planner } from "../model/planner.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
 import type { DecideRequest, TranscriptMessage } from "../model/transcript.ts";
 import type { HistoryHook } from "./turns.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 // A conversation driven by hand, one worker turn at a time, on one in-memory PGlite and a manual clock.
 // The model notes each user message with a tool, then answers it; it reads only the transcript, so what
@@ -59,7 +59,7 @@ async function world(
   } = {},
 ) {
   const clock = new ManualClock();
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });

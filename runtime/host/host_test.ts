@@ -5,10 +5,10 @@ import { ManualClock, settle } from "../base/clock.ts";
 import { WorkerHost } from "./host.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import type { Planner } from "../model/planner.ts";
-import { openPglite } from "../store/pglite.ts";
 import { type Fence, type QueryOptions, type SqlClient, Store } from "../store/store.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 /** Records the name of every statement, so a test can count one kind. */
 class RecordingClient implements SqlClient {
@@ -33,7 +33,7 @@ class RecordingClient implements SqlClient {
   }
 }
 
-const db = new RecordingClient(await openPglite());
+const db = new RecordingClient(await openTestPglite());
 const store = new Store(db);
 await store.applySchema();
 

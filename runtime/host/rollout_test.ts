@@ -16,12 +16,12 @@ import { ManualClock, settle } from "../base/clock.ts";
 import { WorkerHost } from "./host.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import type { Planner } from "../model/planner.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, type Json, type Tool, ToolRegistry } from "../agent/tools.ts";
 import { writeDecision } from "../../harness/direct_writes.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
-const store = new Store(await openPglite());
+const store = new Store(await openTestPglite());
 await store.applySchema();
 
 /** Calls sent, by key, with the tool that sent them and its arguments. */

@@ -11,14 +11,14 @@ import { arraySink, Logger } from "../base/log.ts";
 import { claimAndDrive, WorkerError } from "./run_driver.ts";
 import { OpenAIPlanner } from "../model/planner.ts";
 import { CountingClient } from "../store/counting.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { RunWrites } from "../store/run_writes.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 async function setup() {
   const clock = new ManualClock();
-  const counting = new CountingClient(await openPglite());
+  const counting = new CountingClient(await openTestPglite());
   const store = new Store(counting);
   await store.applySchema();
   counting.reset(); // count the protocol's statements, not the migration's

@@ -14,11 +14,11 @@ import { ToolError } from "../base/errors.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { claimAndDrive } from "../host/run_driver.ts";
 import type { Planner } from "../model/planner.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { OtelTelemetry } from "./telemetry.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
 import type { PlannerDecision } from "../model/transcript.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 type Attrs = Record<string, unknown>;
 
@@ -94,7 +94,7 @@ const ERROR = 2; // SpanStatusCode.ERROR
 
 Deno.test("spans and counters read a part's outcome from the rows it left, whether it returned or threw", async (t) => {
   const rec = recorder();
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const clock = new SystemClock();
   const proc = processDeps({

@@ -9,12 +9,12 @@ import assert from "node:assert/strict";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { StoreError } from "../base/errors.ts";
-import { openPglite } from "../store/pglite.ts";
 import { type NewSchedule, Store } from "../store/store.ts";
 import { Schedules } from "../store/schedules.ts";
 import { guarded } from "../testdata/guarded.ts";
 import { ScheduleTicker } from "./ticker.ts";
 import { checkSchedule, recurrenceOf, type ScheduleTiming } from "./spec.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 const T0 = Date.UTC(2026, 11, 6, 9, 0, 0);
 
@@ -77,7 +77,7 @@ class Unreachable extends Schedules {
 }
 
 Deno.test("the ticker on PGlite with a ManualClock", async (t) => {
-  const base = new Store(await openPglite());
+  const base = new Store(await openTestPglite());
   await base.applySchema();
   try {
     await t.step("it sleeps until the next occurrence, then starts its run, one per occurrence", async () => {

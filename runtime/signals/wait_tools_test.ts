@@ -23,9 +23,9 @@ import type { Planner } from "../model/planner.ts";
 import type { PlannerDecision } from "../model/transcript.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
 import { runDepsFor } from "../run/context.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { sleepTool, waitForSignal } from "./wait_tools.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 const MINUTE = 60_000;
 
@@ -47,7 +47,7 @@ function scripted(answers: PlannerDecision[]) {
 /** One database, clock and client; `deps(tools, answers)` a worker of agent `waits` with them. */
 async function world() {
   const clock = new ManualClock(Date.UTC(2026, 0, 1));
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });

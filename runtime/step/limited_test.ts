@@ -19,15 +19,15 @@ import { agentDeps, processDeps } from "../run/deps.ts";
 import { claimAndDrive } from "../host/run_driver.ts";
 import type { Planner } from "../model/planner.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { TapClient } from "../store/counting.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
 import type { Limit } from "../agent/limit_asks.ts";
 import type { CrashPlan } from "../base/crashpoints.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 const clock = new ManualClock();
-const store = new Store(await openPglite());
+const store = new Store(await openTestPglite());
 await store.applySchema();
 Deno.test.afterAll(() => store.client.close());
 const lines: string[] = [];

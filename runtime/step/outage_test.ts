@@ -9,10 +9,10 @@ import { claimAndDrive } from "../host/run_driver.ts";
 import type { RunOutcome } from "../host/outcome.ts";
 import type { Planner } from "../model/planner.ts";
 import type { RetryPolicy } from "../base/retry.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, type Tool, ToolRegistry, type ToolSpec } from "../agent/tools.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 // Outages of minutes, driven by a manual clock: a remote (a tool's or the model's) that refuses every
 // request for a while. Each failure is recorded on its row; short waits are slept by the worker, longer
@@ -70,7 +70,7 @@ async function world(opts: {
 }) {
   const clock = new ManualClock();
   const start = clock.now().getTime();
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const shop = new Shop(clock, start + (opts.toolDownMs ?? 0));
   const lines: string[] = [];

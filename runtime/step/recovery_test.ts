@@ -16,14 +16,14 @@ import { agentDeps, processDeps } from "../run/deps.ts";
 import { ToolCallReservation } from "../agent/budget.ts";
 import { defineAgent } from "../agent/agent.ts";
 import { defineTool, type Json, ToolRegistry } from "../agent/tools.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { claim, effectIntent, writeDecision } from "../../harness/direct_writes.ts";
 import type { Decision } from "../store/rows.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 async function setup() {
   const clock = new ManualClock();
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const lines: string[] = [];
   // The remote: keyed, it remembers what it did under each key.

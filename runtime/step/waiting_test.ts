@@ -8,10 +8,10 @@ import { ToolError } from "../base/errors.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { claimAndDrive } from "../host/run_driver.ts";
 import type { Planner } from "../model/planner.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, idempotencyKeyHeader, type ToolOutcome, ToolRegistry } from "../agent/tools.ts";
 import type { PlannerDecision } from "../model/transcript.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 // Calls whose remote accepted them and finishes later, driven by a manual clock: each worker turn ends
 // with the run asleep, the clock moves, and the next turn asks the remote again under the same key.
@@ -33,7 +33,7 @@ async function world(
   toolOpts: { waitDeadlineMs?: number; jobMs?: number; checkAfterMs?: number } = {},
 ) {
   const clock = new ManualClock();
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const cloud = await MockCloud.open({ now: () => clock.now(), jobDurationMs: toolOpts.jobMs ?? 30_000 });
   const lines: string[] = [];

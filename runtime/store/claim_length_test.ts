@@ -12,8 +12,7 @@
 
 import assert from "node:assert/strict";
 import postgres from "npm:postgres@3.4.9";
-import { bothStoresTest, pgTest } from "../../tests/_pg.ts";
-import { openPglite } from "./pglite.ts";
+import { bothStoresTest, openTestPglite, pgTest } from "../../tests/_pg.ts";
 import { CLAIM, TAKE_RUNS } from "./claims.ts";
 import { STATEMENTS } from "./statements.ts";
 import type { Statement } from "./sql.ts";
@@ -197,7 +196,7 @@ function assertFlat(costs: Record<string, number[]>): void {
 
 /** `measure` in a session of a fresh PGlite database with the schema. */
 async function onPglite<T>(measure: (session: Session) => Promise<T>): Promise<T> {
-  const pglite = await openPglite();
+  const pglite = await openTestPglite();
   try {
     await new Store(pglite).applySchema();
     return await measure({

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { CountingClient, TapClient, type TappedStatement, UNNAMED } from "./counting.ts";
-import { openPglite } from "./pglite.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 Deno.test("CountingClient counts statements by the name they are sent under, and forgets them on reset", async () => {
-  const pglite = await openPglite();
+  const pglite = await openTestPglite();
   const counting = new CountingClient(pglite);
   try {
     await counting.exec("create table pg_temp.t (k int primary key, v int)");
@@ -28,7 +28,7 @@ Deno.test("CountingClient counts statements by the name they are sent under, and
 });
 
 Deno.test("TapClient shows each statement before it is sent, and passes its answer back unchanged", async () => {
-  const pglite = await openPglite();
+  const pglite = await openTestPglite();
   const seen: TappedStatement[] = [];
   const settled: string[] = [];
   const tapped = new TapClient(pglite, (s) => {

@@ -7,11 +7,11 @@
  */
 
 import assert from "node:assert/strict";
-import { openPglite } from "./pglite.ts";
 import { Store } from "./store.ts";
 import { ManualClock } from "../base/clock.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
-const store = new Store(await openPglite());
+const store = new Store(await openTestPglite());
 await store.applySchema();
 const clock = new ManualClock();
 Deno.test.afterAll(() => store.client.close());

@@ -9,8 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { pgTest } from "../../tests/_pg.ts";
-import { openPglite } from "./pglite.ts";
+import { openTestPglite, pgTest } from "../../tests/_pg.ts";
 import { claim } from "../../harness/direct_writes.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store as StoreClass } from "./store.ts";
@@ -247,7 +246,7 @@ CASES.push([
 ]);
 
 Deno.test("limits at the store (PGlite, a schema per case)", async (t) => {
-  const store = new StoreClass(await openPglite());
+  const store = new StoreClass(await openTestPglite());
   try {
     for (const [i, [name, fn]] of CASES.entries()) {
       await store.client.exec(`create schema case_${i}; set search_path to case_${i}`);

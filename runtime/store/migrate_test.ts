@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
-import { pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
+import { openTestPglite, pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
 import { MIGRATIONS, migrationScript, parseMigrations, SCHEMA_VERSION } from "./migrate.ts";
-import { openPglite } from "./pglite.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";
 import { answerTokens } from "../agent/budget.ts";
@@ -76,7 +75,7 @@ Deno.test("migrationScript() takes the advisory lock before anything else and gu
 });
 
 Deno.test("an embedded database from before versions moves from public to agent_runtime, rows intact", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     await store.client.exec(`set search_path to public;\n${BEFORE_VERSIONS}\n${OLD_RUN}`);
     await store.client.exec(`set search_path to agent_runtime`);
@@ -96,7 +95,7 @@ Deno.test("an embedded database from before versions moves from public to agent_
 });
 
 Deno.test("a database newer than the program is refused, naming both versions", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     await store.migrate();
     await store.client.exec(
@@ -179,7 +178,7 @@ Deno.test({
 });
 
 Deno.test("migration 5 counts a step of an older database by the budget's rule, from the usage it holds", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     const upTo4 = MIGRATIONS.filter((m) => m.version <= 4);
     await store.client.exec(
@@ -219,7 +218,7 @@ Deno.test("migration 5 counts a step of an older database by the budget's rule, 
 });
 
 Deno.test("migration 6 lets a call wait and a run wake, and leaves an older database's rows as they were", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     const upTo5 = MIGRATIONS.filter((m) => m.version <= 5);
     await store.client.exec(
@@ -261,7 +260,7 @@ Deno.test("migration 6 lets a call wait and a run wake, and leaves an older data
 });
 
 Deno.test("migration 7 lets a run have a parent, and leaves an older database's runs in no family", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     const upTo6 = MIGRATIONS.filter((m) => m.version <= 6);
     await store.client.exec(

@@ -288,16 +288,50 @@ export interface LockWait {
 /** How often a waiting {@link openPglite} tries the lock again. */
 export const LOCK_RETRY_MS = 250;
 
+/** Options of {@link openPglite}: how it waits for a held directory, and what a new database starts from. */
+export interface PgliteOptions extends LockWait {
+  /**
+   * A data directory to start a new database from instead of running
+   * `initdb`: a tarball from {@link pgliteTemplate}, made by the same PGlite
+   * version. Used only when the database is new (in memory, or a directory
+   * holding none yet); its tables still come from the migrations. Measured
+   * here: about 1.1 s for a new in-memory database against 2.3 to 3.5 s
+   * with `initdb`, and 1.4 s against 4.3 s for a new directory.
+   */
+  template?: Blob;
+}
+
 /**
- * Opens (creating if needed) a PGlite database in `dir`, or in memory when
- * `dir` is undefined, with an exclusive lock on `<dir>.lock`. While another
- * process holds the lock it waits up to `wait.waitMs` for it (trying again
- * every `wait.retryMs`), then refuses with `DATA_DIR_LOCKED` naming the
- * holder's pid.
+ * A new cluster's data directory, as a gzipped tarball (about 4.5 MB), for
+ * {@link PgliteOptions.template}: `initdb` once (a few seconds), then every
+ * database opened from it skips it. Holds no table of the runtime's.
  */
-export async function openPglite(dir?: string, wait: LockWait = {}): Promise<PgliteClient> {
+export async function pgliteTemplate(): Promise<Blob> {
+  const db = await PGlite.create();
+  try {
+    return await db.dumpDataDir("gzip");
+  } finally {
+    await db.close();
+  }
+}
+
+/** Starts PGlite on `dir` (in memory when undefined), from `template` when the database is new. */
+async function startPglite(dir: string | undefined, template: Blob | undefined): Promise<PGlite> {
+  const fresh = template !== undefined &&
+    (dir === undefined || !(await Deno.stat(`${dir}/PG_VERSION`).then(() => true, () => false)));
+  return await PGlite.create(dir, fresh ? { loadDataDir: template } : {});
+}
+
+/**
+ * Opens (creating if needed, from `opts.template` when given) a PGlite
+ * database in `dir`, or in memory when `dir` is undefined, with an exclusive
+ * lock on `<dir>.lock`. While another process holds the lock it waits up to
+ * `opts.waitMs` for it (trying again every `opts.retryMs`), then refuses with
+ * `DATA_DIR_LOCKED` naming the holder's pid.
+ */
+export async function openPglite(dir?: string, opts: PgliteOptions = {}): Promise<PgliteClient> {
   if (dir === undefined) {
-    const db = await PGlite.create();
+    const db = await startPglite(undefined, opts.template);
     await db.exec(SET_SCHEMA);
     return new PgliteClient(db, { describe: "pglite:memory", owned: true });
   }
@@ -315,8 +349,8 @@ export async function openPglite(dir?: string, wait: LockWait = {}): Promise<Pgl
       { cause: err },
     );
   }
-  const waitMs = wait.waitMs ?? 0;
-  const clock = wait.clock ?? new SystemClock();
+  const waitMs = opts.waitMs ?? 0;
+  const clock = opts.clock ?? new SystemClock();
   const deadline = clock.now().getTime() + waitMs;
   let holder: string | undefined;
   // Bounded by the deadline: each pass tries the lock once, then sleeps or ends.
@@ -342,14 +376,14 @@ export async function openPglite(dir?: string, wait: LockWait = {}): Promise<Pgl
           `wait for it to exit, or set DATABASE_URL to share a PostgreSQL server between processes`,
       );
     }
-    if (holder === undefined) wait.onWait?.({ holder: seen, lockPath, waitMs });
+    if (holder === undefined) opts.onWait?.({ holder: seen, lockPath, waitMs });
     holder = seen;
-    await clock.sleep(Math.min(wait.retryMs ?? LOCK_RETRY_MS, Math.max(1, deadline - clock.now().getTime())));
+    await clock.sleep(Math.min(opts.retryMs ?? LOCK_RETRY_MS, Math.max(1, deadline - clock.now().getTime())));
   }
   await lock.truncate(0);
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
   try {
-    const db = await PGlite.create(dir);
+    const db = await startPglite(dir, opts.template);
     await db.exec(SET_SCHEMA);
     return new PgliteClient(db, { describe: `pglite:${dir}`, owned: true, lock });
   } catch (err) {

@@ -29,8 +29,7 @@ import { claimAndDrive } from "../host/run_driver.ts";
 import { OpenAIPlanner } from "../model/planner.ts";
 import { ToolRegistry } from "../agent/tools.ts";
 import postgres from "npm:postgres@3.4.9";
-import { pgTest } from "../../tests/_pg.ts";
-import { openPglite } from "./pglite.ts";
+import { openTestPglite, pgTest } from "../../tests/_pg.ts";
 import { openPostgres } from "./postgres.ts";
 import { TapClient } from "./counting.ts";
 import { type Fence, type SqlClient, Store } from "./store.ts";
@@ -399,7 +398,7 @@ async function widePlans(
 }
 
 Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs come into flight, 4,000 queue and 3,000 wait", async () => {
-  const pglite = await openPglite();
+  const pglite = await openTestPglite();
   try {
     const session: Session = {
       exec: (sql) => pglite.exec(sql),

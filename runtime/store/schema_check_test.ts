@@ -10,10 +10,9 @@
  */
 
 import assert from "node:assert/strict";
-import { pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
+import { openTestPglite, pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
 import type { CodeOf } from "../base/errors.ts";
 import { SCHEMA_VERSION } from "./migrate.ts";
-import { openPglite } from "./pglite.ts";
 import { createSandbox } from "./sandbox.ts";
 import { checkSchema } from "./schema_check.ts";
 import { Store } from "./store.ts";
@@ -97,7 +96,7 @@ async function checkCases(store: Store, schema: string, t: Deno.TestContext): Pr
 }
 
 Deno.test("checkSchema() passes only the current tables, and says what is wrong (PGlite)", async (t) => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     await store.migrate();
     await checkCases(store, "agent_runtime", t);

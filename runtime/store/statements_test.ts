@@ -7,12 +7,12 @@ import { discardSink, Logger } from "../base/log.ts";
 import type { Planner } from "../model/planner.ts";
 import { defineTool } from "../agent/tools.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
-import { SimDb, SimWorld } from "../../harness/sim.ts";
+import { SimWorld } from "../../harness/sim.ts";
 import { TapClient } from "./counting.ts";
 import type { SqlClient } from "./driver.ts";
-import { openPglite } from "./pglite.ts";
 import { ALL_STATEMENTS, isStatementName, type StatementName, statementName } from "./statements.ts";
 import { Store } from "./store.ts";
+import { openTestPglite, openTestSim } from "../../tests/_pg.ts";
 
 Deno.test("every statement of the store is declared once: one name, one text", () => {
   const names = ALL_STATEMENTS.map((s) => s.name);
@@ -47,11 +47,11 @@ const unnamed = (seen: Map<string, string | undefined>) =>
   [...seen.keys()].filter((k) => !isStatementName(k));
 
 Deno.test("every statement the runtime sends has a name: a demo run, a resumed one, the schema check, a worker host, the operators' commands", async (t) => {
-  const db = await SimDb.open();
+  const db = await openTestSim();
   try {
     await t.step("opening a database: migrate and the schema check", async () => {
       const { wrap, seen } = recording();
-      const store = new Store(wrap(await openPglite()));
+      const store = new Store(wrap(await openTestPglite()));
       try {
         await store.migrate();
         await store.migrate(); // current now: the version read finds it

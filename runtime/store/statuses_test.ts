@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { openPglite } from "./pglite.ts";
+
 import {
   APPROVAL_STATUSES,
   EFFECT_STATUSES,
@@ -9,9 +9,10 @@ import {
   RUN_STATUSES,
 } from "./statuses.ts";
 import { Store } from "./store.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 Deno.test("schema.sql's check constraints allow exactly the statuses statuses.ts declares", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     await store.applySchema();
     const rows = await store.client.query<{ tbl: string; def: string }>(

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { pgTest } from "../../tests/_pg.ts";
+import { openTestPglite, pgTest } from "../../tests/_pg.ts";
 import { FencedError } from "../base/errors.ts";
 import { openPglite } from "./pglite.ts";
 import { type Fence, Store } from "./store.ts";
@@ -346,7 +346,7 @@ async function storeCases(t: Deno.TestContext, store: Store): Promise<void> {
 }
 
 Deno.test("Store on PGlite keeps every promise of the fenced protocol", async (t) => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     await store.applySchema();
     await store.checkSchema();
@@ -362,7 +362,7 @@ pgTest("Store on PostgreSQL keeps every promise of the fenced protocol", async (
 });
 
 Deno.test("checkSchema() says how to create the tables when they are missing", async () => {
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   try {
     await assert.rejects(store.checkSchema(), (e: Error & { code?: string }) => {
       assert.equal(e.code, "SCHEMA_MISSING");

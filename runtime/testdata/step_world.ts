@@ -18,10 +18,10 @@ import { agentDeps, processDeps } from "../run/deps.ts";
 import { ToolCallReservation } from "../agent/budget.ts";
 import { defineTool, type Json, type Tool, ToolRegistry, type ToolSpec } from "../agent/tools.ts";
 import type { Planner } from "../model/planner.ts";
-import { openPglite } from "../store/pglite.ts";
 import { Store } from "../store/store.ts";
 import type { SideEffectRow } from "../store/rows.ts";
 import type { PreparedCall } from "../step/settle.ts";
+import { openTestPglite } from "../../tests/_pg.ts";
 
 /** A tool taking `{ text }`, with whatever else `spec` sets (its `run` answers "ok" unless given). */
 export function textTool(spec: Partial<ToolSpec<{ text: string }>> & { name: string }): Tool {
@@ -53,7 +53,7 @@ export function comparable(r: SideEffectRow | undefined) {
 /** Opens the database and returns the world; close it with `close()`. */
 export async function stepWorld() {
   const clock = new ManualClock();
-  const store = new Store(await openPglite());
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });
