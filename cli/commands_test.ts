@@ -23,13 +23,14 @@ import {
   submit,
 } from "./commands.ts";
 import { claim, journalIntent, writeDecision } from "../harness/direct_writes.ts";
+import { testTemplate } from "../tests/_pg.ts";
 
 // One embedded database for the whole file (a cold start costs seconds); distinct run ids per test.
 const dir = await Deno.makeTempDir({ prefix: "commands_test_" });
 const clock = new ManualClock();
 
 async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<void>): Promise<void> {
-  const store = new Store(await openPglite(`${dir}/pglite`));
+  const store = new Store(await openPglite(`${dir}/pglite`, { template: await testTemplate() }));
   await store.applySchema();
   const out: string[] = [];
   try {

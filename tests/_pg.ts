@@ -43,6 +43,28 @@ export async function openTestSim(opts: { groupCommitMs?: number } = {}): Promis
   return SimDb.open({ ...opts, template: await testTemplate() });
 }
 
+/**
+ * Makes `<dataDir>/pglite`, the embedded database a command run with `DATA_DIR=<dataDir>` opens, from the
+ * run's template (`tar` unpacks it; no migration has run on it), so the command skips `initdb`: `deno task
+ * run` took 5.4 s on a new directory and 2.3 s on one made this way. Without a template it does nothing, and
+ * the command runs `initdb` as a user's first run does.
+ */
+export async function seedDataDir(dataDir: string): Promise<void> {
+  const template = Deno.env.get("TEST_PGLITE_TEMPLATE");
+  if (!template) return;
+  await Deno.mkdir(`${dataDir}/pglite`, { recursive: true });
+  const { code, stderr } = await new Deno.Command("tar", {
+    args: ["xzf", template, "-C", `${dataDir}/pglite`],
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (code !== 0) {
+    throw new Error(
+      `tar could not unpack the PGlite template ${template}: ${new TextDecoder().decode(stderr)}`,
+    );
+  }
+}
+
 /** A schema of its own for one test: its URL, a store on it, and a way to drop it. */
 export type PgSchema = SchemaSandbox;
 

@@ -15,6 +15,7 @@ import { serveMocks } from "../mock/server.ts";
 import { spawnWorker } from "../harness/pg.ts";
 import { CLEARED_SETTINGS } from "../harness/procs.ts";
 import { ANTHROPIC_STEPS } from "./testdata/ai_sdk/script.ts";
+import { seedDataDir } from "./_pg.ts";
 
 const AGENT = new URL("./testdata/ai_sdk/anthropic_agent.ts", import.meta.url).pathname;
 
@@ -36,6 +37,7 @@ for (const crash of [{ at: "after_decide", seq: 0 }, { at: "after_call", seq: 1 
     const anthropic = serveAnthropic();
     const mocks = await serveMocks();
     const dir = await Deno.makeTempDir({ prefix: "aisdk-crash-" });
+    await seedDataDir(`${dir}/data`);
     const runId = `claude-${crash.at.replace("_", "-")}`;
     try {
       anthropic.fake.setAgentScript("ops", ANTHROPIC_STEPS);

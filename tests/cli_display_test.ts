@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { main } from "../cli/commands.ts";
 import { Client, connect } from "../runtime/client/client.ts";
-import { pgTest } from "./_pg.ts";
+import { pgTest, seedDataDir } from "./_pg.ts";
 import { runCliIsolated } from "../harness/procs.ts";
 import { RAW_HIDDEN, writeHostileRuns } from "./_display_runs.ts";
 
@@ -62,6 +62,7 @@ function assertInspectShowsEverything(one: string, three: string, two: string): 
 
 Deno.test("inspect, runs, approve and cancel print hostile values escaped, in-process on the embedded database", async () => {
   const dir = await Deno.makeTempDir({ prefix: "cli_display_" });
+  await seedDataDir(dir);
   try {
     const writer = await connect({ dataDir: dir });
     await writeHostileRuns(writer);

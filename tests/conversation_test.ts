@@ -21,11 +21,13 @@ import {
   historyOf,
   serveChatModel,
 } from "./_chat_model.ts";
+import { seedDataDir } from "./_pg.ts";
 
 Deno.test("five messages on the embedded default, the worker SIGKILLed mid-call on the third: every answer once, the history exact, each step bought once", async () => {
   const model = serveChatModel();
   const mocks = await serveMocks();
   const dir = await Deno.makeTempDir({ prefix: "conversation-" });
+  await seedDataDir(`${dir}/data`);
   try {
     await Deno.writeTextFile(`${dir}/agent.ts`, CHAT_AGENT_SOURCE);
     const messages = ["hello", "and another", "a third one", "number four", "the last"];

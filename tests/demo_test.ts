@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { MockCloud } from "../mock/cloud.ts";
 import { serveMocks } from "../mock/server.ts";
-import { freshSchema, pgIgnore } from "./_pg.ts";
+import { freshSchema, pgIgnore, seedDataDir } from "./_pg.ts";
 import { parseLine, runCli, runWorkerToEnd } from "../harness/procs.ts";
 
 type Ended = { code: number; lines: string[] };
@@ -68,6 +68,7 @@ async function proveAfterCall(env: Record<string, string>, run: string, created:
 
 Deno.test("the embedded default survives kill -9 at after_decide and after_call", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "agent-runtime-demo-" });
+  await seedDataDir(dir);
   const env = { DATA_DIR: dir };
   const createdFor = (run: string) => async () => {
     const cloud = await MockCloud.open({ statePath: `${dir}/mock-cloud.json` });
@@ -143,6 +144,7 @@ Deno.test({
 
 Deno.test("the demo's parallel variant (MOCK_MODEL_PARALLEL=2): the server and the database in one answer, killed between their calls, resumed with each created once", async () => {
   const dir = await Deno.makeTempDir({ prefix: "demo-par-" });
+  await seedDataDir(dir);
   try {
     const env = { DATA_DIR: dir, MOCK_MODEL_PARALLEL: "2", RUN_ID: "par-demo" };
     // The database's call (seq 1) is killed after its request went out: the server's (seq 0) may be confirmed.
@@ -177,6 +179,7 @@ Deno.test("the demo's parallel variant (MOCK_MODEL_PARALLEL=2): the server and t
 
 Deno.test("a MOCK_MODEL_PARALLEL that is not an integer from 1 to 16 stops the demo with one line and exit 2", async () => {
   const dir = await Deno.makeTempDir({ prefix: "demo-par-bad-" });
+  await seedDataDir(dir);
   try {
     const r = await runWorkerToEnd({ DATA_DIR: dir, MOCK_MODEL_PARALLEL: "lots", RUN_ID: "par-bad" });
     assert.equal(r.code, 2, r.lines.join("\n"));

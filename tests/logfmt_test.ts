@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { parseLogfmt, runWorkerToEnd } from "../harness/procs.ts";
+import { seedDataDir } from "./_pg.ts";
 
 Deno.test("parseLogfmt() is strict: single spaces, quoted values with JSON escapes, no stray text", () => {
   assert.deepEqual(parseLogfmt('ts=1 level=info event=x msg="a \\"b\\" c=d"'), {
@@ -22,6 +23,7 @@ Deno.test("parseLogfmt() is strict: single spaces, quoted values with JSON escap
 
 Deno.test("every line of a real run, its crash and its restart, parses as strict logfmt", async () => {
   const dir = await Deno.makeTempDir({ prefix: "agent-runtime-logfmt-" });
+  await seedDataDir(dir);
   try {
     const env = { DATA_DIR: dir, RUN_ID: "logfmt", GOAL: 'Provision "a=b" things\nplease' };
     const crashed = await runWorkerToEnd({ ...env, CRASH_AT: "after_call" });
@@ -53,6 +55,7 @@ Deno.test("every line of a real run, its crash and its restart, parses as strict
 
 Deno.test("LOG_FORMAT=json prints one JSON object per line with ts, level and event", async () => {
   const dir = await Deno.makeTempDir({ prefix: "agent-runtime-json-" });
+  await seedDataDir(dir);
   try {
     const r = await runWorkerToEnd({ DATA_DIR: dir, RUN_ID: "json", LOG_FORMAT: "json" });
     assert.equal(r.code, 0, r.lines.join("\n"));

@@ -15,7 +15,7 @@ import { type McpTestCounts, type McpTestKind, serveMcpTestServers } from "../mo
 import { serveMocks } from "../mock/server.ts";
 import type { ScriptStep } from "../mock/model.ts";
 import { parseLine, runCli } from "../harness/procs.ts";
-import { freshSchema, TEST_DATABASE_URL } from "./_pg.ts";
+import { freshSchema, seedDataDir, TEST_DATABASE_URL } from "./_pg.ts";
 
 const AGENT = new URL("./testdata/mcp_agent.ts", import.meta.url).pathname;
 
@@ -31,6 +31,7 @@ let template: Promise<string> | undefined;
 function emptyDatabase(): Promise<string> {
   template ??= (async () => {
     const dir = await Deno.makeTempDir({ prefix: "mcp-template-" });
+    await seedDataDir(dir);
     const { code, out } = await runCli(["migrate"], { DATA_DIR: dir });
     assert.equal(code, 0, out);
     return dir;
@@ -66,6 +67,7 @@ async function chain(
 ): Promise<void> {
   const mocks = await serveMocks();
   const dir = await Deno.makeTempDir({ prefix: `mcp-${opts.runId}-` });
+  if (!opts.databaseUrl) await seedDataDir(`${dir}/data`);
   const http = transport === "http" ? await serveMcpTestServers() : undefined;
   try {
     mocks.model.setScript({ run: opts.runId, steps: opts.script });

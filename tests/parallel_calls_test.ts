@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { serveMocks } from "../mock/server.ts";
 import { parseLine, runCliIsolated, startSupervisor, until } from "../harness/procs.ts";
-import { freshSchema, pgIgnore } from "./_pg.ts";
+import { freshSchema, pgIgnore, seedDataDir } from "./_pg.ts";
 
 const AGENT = new URL("../examples/notes/agent.ts", import.meta.url).pathname;
 
@@ -41,6 +41,7 @@ const EXPECTED_NOTES = {
 Deno.test("a model answering two write_note calls at once: the run finishes on the embedded default, both notes written once, one request for the step", async () => {
   const mocks = await serveMocks();
   const dir = await Deno.makeTempDir({ prefix: "par1-" });
+  await seedDataDir(`${dir}/data`);
   try {
     mocks.model.setScript(TWO_NOTES);
     const { code, out } = await runCliIsolated(["run"], {

@@ -9,7 +9,7 @@ import { openPostgres } from "../runtime/store/postgres.ts";
 import { StoreError } from "../runtime/base/errors.ts";
 import { CRASH_POINTS } from "../runtime/base/crashpoints.ts";
 import { SCHEMA_VERSION } from "../runtime/store/migrate.ts";
-import { freshSchema, pgIgnore, TEST_DATABASE_URL } from "./_pg.ts";
+import { freshSchema, pgIgnore, seedDataDir, TEST_DATABASE_URL } from "./_pg.ts";
 import { closedPort } from "./_worker.ts";
 import { runCliIsolated } from "../harness/procs.ts";
 
@@ -279,6 +279,7 @@ Deno.test({
 
 Deno.test("run picks one agent of a module of several by --agent-name (AGENT_NAME), and refuses without one or with a name not there", async () => {
   const dir = await Deno.makeTempDir({ prefix: "agent-name-" });
+  await seedDataDir(dir);
   try {
     const agent = new URL("./testdata/two_agents/agents.ts", import.meta.url).pathname;
     const base = { AGENT: agent, DATA_DIR: dir, GOAL: "hello" };

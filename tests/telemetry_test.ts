@@ -10,11 +10,13 @@ import { serveMocks } from "../mock/server.ts";
 import { runTraceId } from "../runtime/run/telemetry.ts";
 import { startOtlpReceiver } from "../harness/otlp_receiver.ts";
 import { runWorkerToEnd, until } from "../harness/procs.ts";
+import { seedDataDir } from "./_pg.ts";
 
 Deno.test("a crash at after_call and its resume are one trace with both worker attempts", async () => {
   const receiver = startOtlpReceiver();
   const mocks = await serveMocks();
   const dir = await Deno.makeTempDir({ prefix: "agent-runtime-otel-" });
+  await seedDataDir(dir);
   const run = "otel-demo";
   const env = {
     DATA_DIR: dir,

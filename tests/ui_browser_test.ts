@@ -24,6 +24,7 @@ import { serveUi } from "../ui/server.ts";
 import { BIG, RAW_HIDDEN, writeHostileRuns, writeLongRun } from "./_display_runs.ts";
 import { runWorkerToEnd } from "../harness/procs.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
+import { seedDataDir } from "./_pg.ts";
 
 /** A model that calls `tool` at step 0 and is done at step 1. */
 function oneToolPlanner(tool: string, args: Record<string, unknown>, done: string): Planner {
@@ -82,6 +83,7 @@ Deno.test({
   sanitizeResources: false,
   async fn(t) {
     const dir = await Deno.makeTempDir({ prefix: "agent-runtime-ui-" });
+    await seedDataDir(dir);
     const shot = (name: string) => screenshotPath(name, dir);
     // A real crash first: kill -9 after the remote acted, then a second process resumes.
     const crashed = await runWorkerToEnd({ DATA_DIR: dir, RUN_ID: "crashed", CRASH_AT: "after_call" });
