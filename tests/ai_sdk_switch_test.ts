@@ -12,6 +12,7 @@ import { DONE_MESSAGE } from "../mock/model.ts";
 import { serveMocks } from "../mock/server.ts";
 import { parseLine, runCliIsolated } from "../harness/procs.ts";
 import { ANTHROPIC_STEPS } from "./testdata/ai_sdk/script.ts";
+import { seedDataDir } from "./_pg.ts";
 
 const DIR = new URL("./testdata/ai_sdk/", import.meta.url);
 const ANTHROPIC_AGENT = new URL("switch_anthropic.ts", DIR).pathname;
@@ -31,6 +32,7 @@ Deno.test("the same agent module on two providers differs in one line, and both 
   const anthropic = serveAnthropic();
   const mocks = await serveMocks();
   const dir = await Deno.makeTempDir({ prefix: "aisdk-switch-" });
+  await Promise.all(["sw-a", "sw-l"].map((runId) => seedDataDir(`${dir}/${runId}`)));
   try {
     anthropic.fake.setAgentScript("switch", ANTHROPIC_STEPS);
     const run = (agent: string, runId: string) =>

@@ -150,12 +150,15 @@ export class LeaseKeeper {
     if (this.#opts.crash.stalling) return true;
     const holds = [...this.#holds];
     // A renewal that hangs (a link cut under an open connection: the statement waits in TCP, it
-    // does not fail) is not waited out past the lease: the runs are given up when the lease ends.
+    // does not fail) is not waited out past the lease: the runs are given up when the lease ends,
+    // those taken while it was on its way too (no beat renews them while it hangs).
     const unanswered = startTimer(
       clock,
       Math.max(0, this.#lastOkMs + this.#opts.leaseMs - clock.now().getTime()) + 1,
       () => {
-        if (!this.#stopped) this.#lose(holds, clock.now().getTime() - this.#lastOkMs, "unanswered");
+        if (!this.#stopped) {
+          this.#lose([...this.#holds], clock.now().getTime() - this.#lastOkMs, "unanswered");
+        }
       },
     );
     try {

@@ -267,3 +267,24 @@ Deno.test("LeaseKeeper gives its runs up when a renewal does not answer by the l
   assert.equal(leases.held, 0);
   assert.equal(beats.length, 2, "no second beat while one is on its way");
 });
+
+Deno.test("LeaseKeeper gives up at the lease's end the runs it took while a renewal hung, not only those the renewal carried", async () => {
+  let hang = false;
+  const { clock, leases, beats, events } = keeper((fences) =>
+    hang ? new Promise<never>(() => {}) : renewAll(fences)
+  );
+  leases.start();
+  const a = new AbortController();
+  leases.hold({ runId: "a", epoch: 1 }, a);
+  await clock.advance(3_000); // renewed at +3 s
+  hang = true;
+  await clock.advance(3_000); // the beat at +6 s carries a alone, and never answers
+  const b = new AbortController();
+  leases.hold({ runId: "b", epoch: 1 }, b); // taken at +7 s: no beat renews it while that one hangs
+  await clock.advance(1_000);
+  await clock.advance(8_001); // +15.001 s: the lease renewed at +3 s has ended
+  assert.deepEqual(beats, [["a@1"], ["a@1"]]);
+  assert.deepEqual(events("lease-lost").map((e) => e.run), ["a", "b"]);
+  assert.equal(b.signal.aborted, true, "a run no beat renews is given up with the others");
+  assert.equal(leases.held, 0);
+});
