@@ -12,6 +12,7 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
+import { openPglite } from "../store/pglite.ts";
 import type { RetryPolicy } from "../base/retry.ts";
 import { applyRow, type RunDeps, runDepsFor, type RunState } from "../run/context.ts";
 import { agentDeps, processDeps } from "../run/deps.ts";
@@ -21,7 +22,6 @@ import type { Planner } from "../model/planner.ts";
 import { Store } from "../store/store.ts";
 import type { SideEffectRow } from "../store/rows.ts";
 import type { PreparedCall } from "../step/settle.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
 
 /** A tool taking `{ text }`, with whatever else `spec` sets (its `run` answers "ok" unless given). */
 export function textTool(spec: Partial<ToolSpec<{ text: string }>> & { name: string }): Tool {
@@ -53,7 +53,13 @@ export function comparable(r: SideEffectRow | undefined) {
 /** Opens the database and returns the world; close it with `close()`. */
 export async function stepWorld() {
   const clock = new ManualClock();
-  const store = new Store(await openTestPglite());
+  // From the suite's PGlite template when `deno task test` made one (as tests/_pg.ts's openTestPglite).
+  const template = Deno.env.get("TEST_PGLITE_TEMPLATE");
+  const store = new Store(
+    await openPglite(undefined, {
+      template: template ? new Blob([await Deno.readFile(template)]) : undefined,
+    }),
+  );
   await store.applySchema();
   const lines: string[] = [];
   const log = new Logger({ clock, sink: arraySink(lines) });
