@@ -241,18 +241,22 @@ Deno.test("keepLease() renews one run with the one-run heartbeat statement and n
   assert.equal(stop.signal.aborted, false);
 });
 
-Deno.test("LeaseKeeper gives its runs up when a renewal does not answer by the lease's end (a cut link hangs, it does not fail)", async () => {
+/** A keeper holding run `a`, renewed at +3 s, whose beat at +6 s (carrying `a`) never answers. */
+async function hungAtSixSeconds() {
   let hang = false;
-  const { clock, leases, beats, events } = keeper((fences) =>
-    hang ? new Promise<never>(() => {}) : renewAll(fences)
-  );
-  leases.start();
-  const run = new AbortController();
-  leases.hold({ runId: "a", epoch: 1 }, run);
-  await clock.advance(3_000); // renewed at +3 s
+  const k = keeper((fences) => hang ? new Promise<never>(() => {}) : renewAll(fences));
+  k.leases.start();
+  const a = new AbortController();
+  k.leases.hold({ runId: "a", epoch: 1 }, a);
+  await k.clock.advance(3_000); // renewed at +3 s
   hang = true;
-  await clock.advance(3_000); // the beat at +6 s never answers
-  assert.equal(beats.length, 2);
+  await k.clock.advance(3_000); // the beat at +6 s never answers
+  assert.equal(k.beats.length, 2);
+  return { ...k, a };
+}
+
+Deno.test("LeaseKeeper gives its runs up when a renewal does not answer by the lease's end (a cut link hangs, it does not fail)", async () => {
+  const { clock, leases, beats, events, a: run } = await hungAtSixSeconds();
   await clock.advance(8_999); // +14.999 s: the lease (12 s from +3 s) has not ended
   assert.equal(run.signal.aborted, false, "the lease is this process's until it ends");
   assert.deepEqual(events("heartbeat-failed"), [], "a renewal that hangs has not failed");
@@ -269,20 +273,10 @@ Deno.test("LeaseKeeper gives its runs up when a renewal does not answer by the l
 });
 
 Deno.test("LeaseKeeper gives up at the lease's end the runs it took while a renewal hung, not only those the renewal carried", async () => {
-  let hang = false;
-  const { clock, leases, beats, events } = keeper((fences) =>
-    hang ? new Promise<never>(() => {}) : renewAll(fences)
-  );
-  leases.start();
-  const a = new AbortController();
-  leases.hold({ runId: "a", epoch: 1 }, a);
-  await clock.advance(3_000); // renewed at +3 s
-  hang = true;
-  await clock.advance(3_000); // the beat at +6 s carries a alone, and never answers
+  const { clock, leases, beats, events } = await hungAtSixSeconds();
   const b = new AbortController();
-  leases.hold({ runId: "b", epoch: 1 }, b); // taken at +7 s: no beat renews it while that one hangs
-  await clock.advance(1_000);
-  await clock.advance(8_001); // +15.001 s: the lease renewed at +3 s has ended
+  leases.hold({ runId: "b", epoch: 1 }, b); // taken after that beat left: no beat renews it while it hangs
+  await clock.advance(9_001); // +15.001 s: the lease renewed at +3 s has ended
   assert.deepEqual(beats, [["a@1"], ["a@1"]]);
   assert.deepEqual(events("lease-lost").map((e) => e.run), ["a", "b"]);
   assert.equal(b.signal.aborted, true, "a run no beat renews is given up with the others");
