@@ -13,7 +13,8 @@
  * occurrence, none for a time that is no occurrence, none twice); the
  * occurrences with no run, which must be exactly those counted as skipped
  * (none for catch-up `all`); the `schedule-started` lines of every
- * supervisor for each run (one each); and the resources the mock cloud
+ * supervisor for each run (never two; none only for a tick a kill or the
+ * server's stop cut off after its commit); and the resources the mock cloud
  * created under each run's keys (one per key).
  *
  * @module
@@ -36,6 +37,8 @@ export interface ScheduleProofOptions {
   outageMs: number;
   /** Where progress lines go. */
   note?: (line: string) => void;
+  /** A file to write every supervisor's lines to at the end, each prefixed with its name: for a look afterwards. */
+  logPath?: string;
 }
 
 /** What the proof found for one schedule. */
@@ -56,8 +59,16 @@ export interface ScheduleFindings {
   doubled: string[];
   /** Runs not done once every run settled. */
   notDone: string[];
-  /** Runs whose `schedule-started` line did not appear exactly once across every supervisor's output. */
-  startedNotOnce: string[];
+  /** Runs whose `schedule-started` line appeared more than once across every supervisor's output. */
+  startedTwice: string[];
+  /**
+   * Runs with no `schedule-started` line. A ticker's line can be lost for good: its process SIGKILLed between
+   * the tick's commit and the line, or the server stopped between the commit and its answer (the ticker then
+   * logs the tick as failed, and the next tick finds the schedule already moved on).
+   */
+  unlogged: string[];
+  /** Those of `unlogged` whose tick (`created_at`) did not begin within 3 s before a kill or the server's stop. */
+  unloggedUnexplained: string[];
   /** Runs whose keys did not each create exactly one resource at the mock cloud. */
   effectsNotOnce: string[];
 }
@@ -121,8 +132,11 @@ export async function proveSchedules(opts: ScheduleProofOptions): Promise<Schedu
     let b = start("sup-b");
     const at = async (fraction: number) =>
       await sleep(Math.max(0, t0 + fraction * opts.durationMs - Date.now()));
+    // When a ticker's line could be lost: each kill, and the server's stop.
+    const interruptions: number[] = [];
     const restart = async (proc: Proc, name: string) => {
       note(`SIGKILL ${name} (pid ${proc.pid}) at ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      interruptions.push(Date.now());
       proc.kill("SIGKILL");
       await proc.status;
       await sleep(1_500);
@@ -133,6 +147,7 @@ export async function proveSchedules(opts: ScheduleProofOptions): Promise<Schedu
     await at(0.45);
     note(`database stopped at ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     const down = Date.now();
+    interruptions.push(down);
     await server.stop("fast");
     await sleep(Math.max(0, opts.outageMs - (Date.now() - down)));
     await server.start();
@@ -160,7 +175,15 @@ export async function proveSchedules(opts: ScheduleProofOptions): Promise<Schedu
     const schedules: ScheduleFindings[] = [];
     for (const catchUp of RULES) {
       schedules.push(
-        await findings(client, `proof-${catchUp}`, catchUp, first[`proof-${catchUp}`], lines, mocks),
+        await findings(
+          client,
+          `proof-${catchUp}`,
+          catchUp,
+          first[`proof-${catchUp}`],
+          lines,
+          mocks,
+          interruptions,
+        ),
       );
     }
     for (const p of [a, b]) p.kill("SIGTERM");
@@ -174,6 +197,10 @@ export async function proveSchedules(opts: ScheduleProofOptions): Promise<Schedu
       drainMs,
     };
   } finally {
+    if (opts.logPath) {
+      const text = procs.flatMap(({ name, proc }) => proc.lines.map((l) => `${name} ${l}`)).join("\n");
+      await Deno.writeTextFile(opts.logPath, text + "\n");
+    }
     for (const { proc } of procs) await proc.close();
     await store.client.close().catch(() => {});
     await mocks.close();
@@ -189,14 +216,14 @@ async function findings(
   firstMs: number,
   lines: string[],
   mocks: { cloud: { created(): { key: string }[] } },
+  interruptions: number[],
 ): Promise<ScheduleFindings> {
   const schedule = (await client.schedules.get(name))!;
   const lastMs = schedule.lastAt!.getTime();
   const occurrences = (lastMs - firstMs) / 1_000 + 1;
-  const runs = await client.store.client.query<{ run_id: string; scheduled_at: Date; status: string }>(
-    "select run_id, scheduled_at, status from runs where schedule = $1",
-    [name],
-  );
+  const runs = await client.store.client.query<
+    { run_id: string; scheduled_at: Date; status: string; created_at: Date }
+  >("select run_id, scheduled_at, status, created_at from runs where schedule = $1", [name]);
   const byTime = new Map<number, string[]>();
   for (const r of runs) {
     const t = new Date(r.scheduled_at).getTime();
@@ -210,6 +237,11 @@ async function findings(
     }
   }
   const created = mocks.cloud.created();
+  const unlogged = runs.filter((r) => !started.has(r.run_id));
+  const explained = (r: { created_at: Date }) => {
+    const at = new Date(r.created_at).getTime();
+    return interruptions.some((t) => at <= t && at >= t - 3_000);
+  };
   return {
     name,
     catchUp,
@@ -225,7 +257,9 @@ async function findings(
     }).map((r) => r.run_id),
     doubled: [...byTime].filter(([, ids]) => ids.length > 1).map(([t]) => new Date(t).toISOString()),
     notDone: runs.filter((r) => r.status !== "done").map((r) => r.run_id),
-    startedNotOnce: runs.filter((r) => started.get(r.run_id) !== 1).map((r) => r.run_id),
+    startedTwice: runs.filter((r) => (started.get(r.run_id) ?? 0) > 1).map((r) => r.run_id),
+    unlogged: unlogged.map((r) => r.run_id),
+    unloggedUnexplained: unlogged.filter((r) => !explained(r)).map((r) => r.run_id),
     effectsNotOnce: runs.filter((r) => {
       const keys = created.filter((c) => c.key.startsWith(`${r.run_id}:`)).map((c) => c.key);
       return keys.length !== 3 || new Set(keys).size !== 3;
