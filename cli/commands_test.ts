@@ -607,7 +607,7 @@ Deno.test("reopen puts a cancelled or failed run back to pending with a fresh ep
 });
 
 Deno.test("the commands refuse to open the embedded database while another handle holds it", async () => {
-  const holder = await openPglite(`${dir}/pglite`);
+  const holder = await openPglite(`${dir}/pglite`, { template: await testTemplate() });
   const errors: string[] = [];
   const original = console.error;
   console.error = (msg: string) => errors.push(msg);

@@ -54,7 +54,7 @@ export async function seedDataDir(dataDir: string): Promise<void> {
   if (!template) return;
   await Deno.mkdir(`${dataDir}/pglite`, { recursive: true });
   const { code, stderr } = await new Deno.Command("tar", {
-    args: ["xzf", template, "-C", `${dataDir}/pglite`],
+    args: ["xf", template, "-C", `${dataDir}/pglite`],
     stdout: "null",
     stderr: "piped",
   }).output();

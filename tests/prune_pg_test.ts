@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { Client } from "../runtime/client/client.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { RUN_ROW_TABLES, Store } from "../runtime/store/store.ts";
-import { bothStoresTest, pgTest } from "./_pg.ts";
+import { bothStoresTest, pgTest, testTemplate } from "./_pg.ts";
 import { runCli } from "../harness/procs.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
 
@@ -80,7 +80,7 @@ function bothStoresCli(
   Deno.test(`${name} (PGlite)`, async () => {
     const dir = await Deno.makeTempDir({ prefix: "prune_cli_" });
     // The command opens the directory itself: `fn` closes this handle before it starts one.
-    const store = new Store(await openPglite(`${dir}/pglite`));
+    const store = new Store(await openPglite(`${dir}/pglite`, { template: await testTemplate() }));
     try {
       await store.applySchema();
       await fn(store, { DATA_DIR: dir });

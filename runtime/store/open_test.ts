@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import postgres from "npm:postgres@3.4.9";
-import { pgIgnore, pgTest, TEST_DATABASE_URL } from "../../tests/_pg.ts";
+import { pgIgnore, pgTest, seedDataDir, TEST_DATABASE_URL } from "../../tests/_pg.ts";
 import { StoreError } from "../base/errors.ts";
 import { SCHEMA_VERSION } from "./migrate.ts";
 import { openStore } from "./open.ts";
@@ -26,6 +26,7 @@ const refusal = (p: Promise<{ client: { close(): Promise<void> } }>) =>
 
 Deno.test("without a database URL the store is PGlite under DATA_DIR/pglite, keeping its rows", async () => {
   const dir = await Deno.makeTempDir({ prefix: "open_test_" });
+  await seedDataDir(dir);
   try {
     const first = await openStore({ dataDir: dir });
     try {

@@ -305,11 +305,14 @@ export interface PgliteOptions extends LockWait {
  * A new cluster's data directory, as a gzipped tarball (about 4.5 MB), for
  * {@link PgliteOptions.template}: `initdb` once (a few seconds), then every
  * database opened from it skips it. Holds no table of the runtime's.
+ * `{ gzip: false }` gives the plain tarball (about 40 MB): a database opens
+ * from it about 0.3 s sooner, the unzipping skipped (measured here: 0.8 to
+ * 0.95 s against 1.16 to 1.18 s in memory).
  */
-export async function pgliteTemplate(): Promise<Blob> {
+export async function pgliteTemplate(opts: { gzip?: boolean } = {}): Promise<Blob> {
   const db = await PGlite.create();
   try {
-    return await db.dumpDataDir("gzip");
+    return await db.dumpDataDir(opts.gzip === false ? "none" : "gzip");
   } finally {
     await db.close();
   }

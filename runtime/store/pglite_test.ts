@@ -2,8 +2,16 @@ import assert from "node:assert/strict";
 import { PGlite } from "npm:@electric-sql/pglite@0.5.16";
 import { DEFAULT_SCHEMA } from "./migrate.ts";
 import { ManualClock } from "../base/clock.ts";
-import { ANALYZE_FROM_BYTES, CHECK_EVERY, openPglite, PgliteClient, PgliteSession } from "./pglite.ts";
+import {
+  ANALYZE_FROM_BYTES,
+  CHECK_EVERY,
+  openPglite,
+  PgliteClient,
+  PgliteSession,
+  pgliteTemplate,
+} from "./pglite.ts";
 import { Store } from "./store.ts";
+import { testTemplate } from "../../tests/_pg.ts";
 
 Deno.test("the embedded session looks at its tables' size every CHECK_EVERY statements", () => {
   const session = new PgliteSession();
@@ -15,7 +23,8 @@ Deno.test("the embedded session looks at its tables' size every CHECK_EVERY stat
 
 /** An in-memory PGlite in the runtime's schema, behind a handle whose session has `schedule`. */
 async function scheduled(schedule: ConstructorParameters<typeof PgliteSession>[0]) {
-  const db = await PGlite.create();
+  const template = await testTemplate();
+  const db = await PGlite.create(undefined, template ? { loadDataDir: template } : {});
   await db.exec(`set search_path to ${DEFAULT_SCHEMA}`);
   const client = new PgliteClient(db, {
     describe: "pglite:test",
@@ -104,7 +113,7 @@ async function untilAsleep(clock: ManualClock, done: () => boolean = () => false
 
 Deno.test("openPglite() waits for a directory another handle holds, saying so once, and opens it when freed", async () => {
   const dir = await Deno.makeTempDir();
-  const holder = await openPglite(`${dir}/db`);
+  const holder = await openPglite(`${dir}/db`, { template: await testTemplate() });
   const clock = new ManualClock();
   const waits: { holder: string; waitMs: number }[] = [];
   let opened: PgliteClient | undefined;
@@ -148,7 +157,7 @@ Deno.test("openPglite() waits for a directory another handle holds, saying so on
 
 Deno.test("openPglite() gives up waiting at the bound with DATA_DIR_LOCKED, naming the holder and the wait", async () => {
   const dir = await Deno.makeTempDir();
-  const holder = await openPglite(`${dir}/db`);
+  const holder = await openPglite(`${dir}/db`, { template: await testTemplate() });
   const clock = new ManualClock();
   let failed: (Error & { code?: string }) | undefined;
   const opening = openPglite(`${dir}/db`, { waitMs: 2_000, retryMs: 500, clock }).then(
@@ -166,6 +175,35 @@ Deno.test("openPglite() gives up waiting at the bound with DATA_DIR_LOCKED, nami
     assert.ok(clock.now().getTime() - Date.UTC(2026, 0, 1) >= 2_000, "not before the bound");
   } finally {
     await holder.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a template starts a new database in memory or in a new directory; a directory that holds one keeps it", async () => {
+  // The suite's template is the plain tarball; run alone, the test makes one.
+  const template = (await testTemplate()) ?? await pgliteTemplate({ gzip: false });
+  const head = [...new Uint8Array(await template.slice(0, 2).arrayBuffer())];
+  assert.notDeepEqual(head, [0x1f, 0x8b], "a plain tarball, not gzipped");
+  const memory = new Store(await openPglite(undefined, { template }));
+  try {
+    await memory.applySchema();
+    assert.deepEqual((await memory.operators.listRuns()).runs, []);
+  } finally {
+    await memory.client.close();
+  }
+  const dir = await Deno.makeTempDir();
+  try {
+    const first = await openPglite(`${dir}/db`, { template });
+    await first.query("create table public.kept (x int)");
+    await first.query("insert into public.kept values (7)");
+    await first.close();
+    const again = await openPglite(`${dir}/db`, { template });
+    try {
+      assert.deepEqual(await again.query("select x from public.kept"), [{ x: 7 }]);
+    } finally {
+      await again.close();
+    }
+  } finally {
     await Deno.remove(dir, { recursive: true });
   }
 });

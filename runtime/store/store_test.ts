@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { openTestPglite, pgTest } from "../../tests/_pg.ts";
+import { openTestPglite, pgTest, testTemplate } from "../../tests/_pg.ts";
 import { FencedError } from "../base/errors.ts";
 import { openPglite } from "./pglite.ts";
 import { type Fence, Store } from "./store.ts";
@@ -376,7 +376,7 @@ Deno.test("checkSchema() says how to create the tables when they are missing", a
 
 Deno.test("openPglite() refuses a directory another handle holds, naming the holder's pid", async () => {
   const dir = await Deno.makeTempDir();
-  const first = await openPglite(`${dir}/db`);
+  const first = await openPglite(`${dir}/db`, { template: await testTemplate() });
   try {
     await assert.rejects(openPglite(`${dir}/db`), (e: Error & { code?: string }) => {
       assert.equal(e.code, "DATA_DIR_LOCKED");
