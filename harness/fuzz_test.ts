@@ -25,6 +25,16 @@ import type { RunSnapshot } from "./sim.ts";
 import { type Position, POSITIONS } from "./fuzz/positions.ts";
 import { ALL_STATEMENTS } from "../runtime/store/statements.ts";
 import { openTestSim } from "../tests/_pg.ts";
+import { proofSize } from "../tests/_size.ts";
+
+// The clean sweeps' lengths: a suite size, and the full size of `deno task test:proofs` (tests/_size.ts).
+const ONE_CALL = proofSize(40, 100);
+const TEAM = proofSize(30, 60);
+const MCP = proofSize(40, 100);
+const DEMO = proofSize(150, 400);
+const APPROVALS = proofSize(150, 400);
+const BUDGETS = proofSize(100, 300);
+const DEPLOYS = proofSize(100, 250);
 
 // Every planted bug must be found within this many schedules of seed 1, and shrunk to at most three faults.
 const FIND_WITHIN = 300;
@@ -115,13 +125,13 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         const report = await fuzz(demoAgent, {
           db,
           seed: 1,
-          schedules: 100,
+          schedules: ONE_CALL,
           remote: "mock-cloud",
           defects: { keyFromStep: true },
           parallel: [1],
         });
         assert.deepEqual(report.failures.map((f) => f.text), []);
-        assert.deepEqual(report.parallel, { 1: 100 });
+        assert.deepEqual(report.parallel, { 1: ONE_CALL });
       },
     );
 
@@ -147,7 +157,9 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         assert.match(hit, / fired at stmt#\d+ tool-waiting \(/);
         assert.match(hit, / fired at stmt#\d+ wait \(/);
         assert.match(hit, / fired at cloud#\d+ \/v1\/jobs \(/);
-        for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 15, JSON.stringify(report.parallel));
+        for (const p of [1, 2, 3]) {
+          assert.ok((report.parallel[p] ?? 0) > 15, JSON.stringify(report.parallel));
+        }
       },
     );
 
@@ -176,12 +188,12 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
     );
 
     await t.step(
-      "agents that call agents: 60 schedules of the team target find no violation, with faults on the family's writes",
+      `agents that call agents: ${TEAM} schedules of the team target find no violation, with faults on the family's writes`,
       async () => {
         const report = await fuzz(teamAgent, {
           db,
           seed: 12,
-          schedules: 60,
+          schedules: TEAM,
           remote: "mock-cloud",
           faults: ["kill", "stall", "cloud", "model"],
           transcript: true,
@@ -189,7 +201,9 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         assert.deepEqual(report.failures.map((f) => f.text), []);
         const lines = report.transcript!;
         // Every call starts its child, the child's close wakes the parent, and the parent reads the answer.
-        assert.ok(lines.filter((l) => / event=child-started run=fz-\d+ seq=\d+ /.test(l)).length >= 100);
+        assert.ok(
+          lines.filter((l) => / event=child-started run=fz-\d+ seq=\d+ /.test(l)).length >= TEAM * 5 / 3,
+        );
         assert.ok(
           lines.some((l) => / event=family-closed run=fz-\d+\.\d+ status=done parent_woken=true/.test(l)),
         );
@@ -201,12 +215,12 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
     );
 
     await t.step(
-      "an agent whose tools come from an MCP server: 100 schedules of the mcp target find no violation, every process lists the tools, and a key bug is caught through it",
+      `an agent whose tools come from an MCP server: ${MCP} schedules of the mcp target find no violation, every process lists the tools, and a key bug is caught through it`,
       async () => {
         const report = await fuzz(mcpAgent, {
           db,
           seed: 25,
-          schedules: 100,
+          schedules: MCP,
           remote: "mock-cloud",
           approvalTool: DEMO_APPROVAL_TOOL,
           transcript: true,
@@ -216,7 +230,7 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
         // Each incarnation connects and lists the server's tools itself, before it claims the run.
         const listed = lines.filter((l) => / event=mcp-tools-listed server=sim-cloud /.test(l)).length;
         const claims = lines.filter((l) => / event=claimed /.test(l)).length;
-        assert.ok(listed >= claims && claims > 100, `${listed} listings, ${claims} claims`);
+        assert.ok(listed >= claims && claims > MCP, `${listed} listings, ${claims} claims`);
         // The cloud's faults reach the client as unknown outcomes, and the calls are sent again under their keys.
         const hit = lines.join("\n");
         assert.match(hit, / fired at cloud#\d+ \/v1\/(servers|databases|dns_records) \(/);
@@ -289,23 +303,25 @@ Deno.test("the fuzzer finds each planted bug, shrinks it, replays it, and passes
       },
     );
 
-    await t.step("400 schedules of the demo find no violation and hit every fault kind", async () => {
-      const report = await fuzz(demoAgent, { db, seed: 2026, schedules: 400, remote: "mock-cloud" });
+    await t.step(`${DEMO} schedules of the demo find no violation and hit every fault kind`, async () => {
+      const report = await fuzz(demoAgent, { db, seed: 2026, schedules: DEMO, remote: "mock-cloud" });
       assert.deepEqual(
         report.failures.map((f) => f.text),
         [],
       );
-      assert.equal(report.schedules, 400);
+      assert.equal(report.schedules, DEMO);
       assert.ok(Object.keys(report.kinds).length >= 16, JSON.stringify(report.kinds));
       assert.ok(report.positions >= 40, `${report.positions} positions`);
-      for (const p of [1, 2, 3]) assert.ok((report.parallel[p] ?? 0) > 80, JSON.stringify(report.parallel));
+      for (const p of [1, 2, 3]) {
+        assert.ok((report.parallel[p] ?? 0) > DEMO / 5, JSON.stringify(report.parallel));
+      }
     });
 
     await t.step(
-      "with a tool that needs approval, a person's acts join the schedules: 400 find no violation, and one seed gives one transcript",
+      `with a tool that needs approval, a person's acts join the schedules: ${APPROVALS} find no violation, and one seed gives one transcript`,
       async () => {
         const approvals = { db, remote: "mock-cloud", approvalTool: DEMO_APPROVAL_TOOL } as const;
-        const report = await fuzz(demoAgent, { ...approvals, seed: 2027, schedules: 400 });
+        const report = await fuzz(demoAgent, { ...approvals, seed: 2027, schedules: APPROVALS });
         assert.deepEqual(report.failures.map((f) => f.text), []);
         for (
           const kind of [
@@ -455,17 +471,17 @@ Deno.test("schedules with budgets and lying usage reports hold the budget's prom
     const report = await fuzz(demoAgent, {
       db,
       seed: 11,
-      schedules: 300,
+      schedules: BUDGETS,
       remote: "mock-cloud",
       faults: ["budget", "kill", "model"],
       transcript: true,
     });
     assert.deepEqual(report.failures.map((f) => f.text), []);
     for (const kind of ["usage:none", "usage:negative", "usage:oversized"]) {
-      assert.ok((report.kinds[kind] ?? 0) > 10, `${kind} fired: ${JSON.stringify(report.kinds)}`);
+      assert.ok((report.kinds[kind] ?? 0) > BUDGETS / 30, `${kind} fired: ${JSON.stringify(report.kinds)}`);
     }
     const stops = report.transcript!.filter((l) => /event=failed .*BUDGET_EXCEEDED/.test(l)).length;
-    assert.ok(stops > 10, `${stops} runs stopped at their ceiling`);
+    assert.ok(stops > BUDGETS / 30, `${stops} runs stopped at their ceiling`);
   } finally {
     await db.close();
   }
@@ -561,14 +577,14 @@ Deno.test("a deploy under the run: schedules with version 2 restarting them pass
     const report = await fuzz(demoAgent, {
       db,
       seed: 11,
-      schedules: 250,
+      schedules: DEPLOYS,
       remote: "mock-cloud",
       faults: ["kill", "stall", "version"],
     });
     assert.deepEqual(report.failures.map((f) => f.text), []);
     // Version 2 carries most runs on; a call version 1 sent and version 2 would send otherwise (its ttl) is
     // handed back, and version 1 finishes the run.
-    assert.ok(report.deployed.carried > 20, JSON.stringify(report.deployed));
+    assert.ok(report.deployed.carried > DEPLOYS * 0.08, JSON.stringify(report.deployed));
     assert.ok(report.deployed.refused > 0, JSON.stringify(report.deployed));
     // Found by the fuzzer: version 2's first worker moved the run and died before it checked what it could
     // carry; the next worker of version 2 must check again, and hand back the server version 1 sent (not

@@ -30,7 +30,7 @@
  * hold changed hands at most twice, one it held at most three times); the
  * spread of runs over hosts is printed. Needs root and `ip` (skipped, saying
  * so, otherwise). Run it alone with `deno task test:hosts`; `HOSTS_RUNS` sets
- * the runs per fault.
+ * the runs per fault (100 in `deno task test`, 300 in `deno task test:proofs`).
  */
 
 import assert from "node:assert/strict";
@@ -47,6 +47,7 @@ import {
   startPgServer,
 } from "../harness/pg_server.ts";
 import { TEST_DATABASE_URL } from "./_pg.ts";
+import { proofSize } from "./_size.ts";
 import type { Proc } from "../harness/procs.ts";
 import type { RunSummary } from "../runtime/store/rows.ts";
 import { readSnapshot, type RunSnapshot } from "../harness/sim.ts";
@@ -57,8 +58,8 @@ const SKIP = hostsSkipReason() ??
   (pgBinDir() ? undefined : "no PostgreSQL server binaries (/usr/lib/postgresql/<v>/bin/initdb)");
 if (SKIP) console.log(`skipped (${SKIP}): ${NAME}`);
 
-/** Runs per fault: HOSTS_RUNS, default 300. */
-const RUNS = Number(Deno.env.get("HOSTS_RUNS") ?? "300");
+/** Runs per fault: HOSTS_RUNS, else 100 in the suite and 300 at full size (`tests/_size.ts`). */
+const RUNS = Number(Deno.env.get("HOSTS_RUNS") ?? proofSize(100, 300));
 const LEASE_S = 2;
 /** Each host's supervisor settings: two workers, short lease and polls. */
 const HOST_SETTINGS = {
