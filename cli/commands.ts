@@ -44,7 +44,15 @@ import { Client } from "../runtime/client/client.ts";
 import { ClientError } from "../runtime/base/errors.ts";
 import { type FlaggedFilter, RESOLVE_BATCH_MAX } from "../runtime/store/store.ts";
 import { LIST_LIMIT_MAX, type Resolution, type RunInfo, type Settlement } from "../runtime/client/shapes.ts";
-import { REFUSED_INPUT_CODES } from "../runtime/client/checks.ts";
+import {
+  checkBy,
+  checkFlaggedFilter,
+  checkId,
+  checkKey,
+  checkListFilter,
+  checkRunId,
+  REFUSED_INPUT_CODES,
+} from "../runtime/client/checks.ts";
 import { checkLabels } from "../runtime/base/limit_spec.ts";
 import { callsOf, toolCallsIn } from "../runtime/run/calls.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
@@ -1286,6 +1294,13 @@ export async function main(
       throw err;
     }
   }
+  // A malformed id, key or filter is refused before the database is opened: nothing spent, and the same one
+  // line while the database is away. The client checks each again where it is used.
+  const refused = refusedInput(command, target, v, bulk);
+  if (refused) {
+    console.error(displayText(`${refused.code}: ${refused.message}`));
+    return 2;
+  }
   const databaseUrl = v["database-url"] ?? (env.DATABASE_URL || undefined);
   const dataDir = v["data-dir"] ?? (env.DATA_DIR || ".data");
   let client: Client;
@@ -1386,6 +1401,33 @@ export async function main(
     return 1;
   } finally {
     await client.close().catch(() => {}); // a connection already lost: the line above said why
+  }
+}
+
+/** The client's refusal of a command's run id, tool call key, `--by`, message id or filter, if it has one. */
+function refusedInput(
+  command: string,
+  target: string | undefined,
+  v: { by?: string; "message-id"?: string; "agent-name"?: string; search?: string },
+  bulk: FlaggedFilter | undefined,
+): ClientError | undefined {
+  try {
+    if (target !== undefined && ["resolve", "approve", "deny", "settle"].includes(command)) checkKey(target);
+    if (
+      target !== undefined && ["inspect", "watch", "cancel", "reopen", "send", "signal"].includes(command)
+    ) {
+      checkRunId(target);
+    }
+    if (bulk) checkFlaggedFilter(bulk);
+    if (v.by !== undefined) checkBy(v.by);
+    if (command === "send" && v["message-id"] !== undefined) {
+      checkId("message id", v["message-id"], "MESSAGE_INVALID");
+    }
+    if (command === "runs") checkListFilter({ agent: v["agent-name"], search: v.search });
+    return undefined;
+  } catch (err) {
+    if (err instanceof ClientError) return err;
+    throw err;
   }
 }
 

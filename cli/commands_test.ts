@@ -315,7 +315,7 @@ Deno.test("resolve refuses a bulk filter used wrongly, in one line with exit 2",
   }
 });
 
-Deno.test("the commands refuse a NUL, a lone surrogate or U+FFFD in a run id, a key, a message id, --by or a filter, in one line with exit 2", async (t) => {
+Deno.test("the commands refuse a NUL, a lone surrogate or U+FFFD in a run id, a key, a message id, --by or a filter, in one line with exit 2, before opening the database", async (t) => {
   const errors: string[] = [];
   const original = console.error;
   console.error = (msg: string) => errors.push(msg);
@@ -354,7 +354,12 @@ Deno.test("the commands refuse a NUL, a lone surrogate or U+FFFD in a run id, a 
       for (const [args, code] of cases) {
         await t.step(args.map((a) => JSON.stringify(a)).join(" "), async () => {
           errors.length = 0;
-          assert.equal(await main(args, { DATA_DIR: dir }, () => {}), 2, errors.join("\n"));
+          // Refused before the database is opened: a server nobody listens on is never reached (exit 7).
+          assert.equal(
+            await main(args, { DATABASE_URL: "postgres://u@127.0.0.1:1/none" }, () => {}),
+            2,
+            errors.join("\n"),
+          );
           assert.equal(errors.length, 1, errors.join("\n"));
           assert.match(errors[0], new RegExp(`^${code}: `));
           // The value seen, escaped: a terminal is never sent the NUL or the lone surrogate.
