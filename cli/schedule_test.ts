@@ -11,7 +11,7 @@ import { Client } from "../runtime/client/client.ts";
 import { ManualClock } from "../runtime/base/clock.ts";
 import { Store } from "../runtime/store/store.ts";
 import { main, scheduleCommand } from "./schedule.ts";
-import { openTestPglite } from "../tests/_pg.ts";
+import { openTestPglite } from "../tests/_pglite.ts";
 
 Deno.test("schedule add, list, pause, resume and remove print what they did", async () => {
   const store = new Store(await openTestPglite());

@@ -6,7 +6,7 @@ import { Store } from "../runtime/store/store.ts";
 import { Leases } from "../runtime/store/leases.ts";
 import { type SpawnWorker, Supervisor, type WorkerHandle } from "./supervisor.ts";
 import { claim } from "../harness/direct_writes.ts";
-import { openTestPglite } from "../tests/_pg.ts";
+import { openTestPglite } from "../tests/_pglite.ts";
 
 /** A stand-in worker process: exits when told to, or on any signal. */
 interface FakeWorker extends WorkerHandle {

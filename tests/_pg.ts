@@ -9,10 +9,8 @@
  * @module
  */
 
-import { openPglite, type PgliteClient } from "../runtime/store/pglite.ts";
 import { SimDb } from "../harness/sim.ts";
 import { createSandbox, type SchemaSandbox } from "../runtime/store/sandbox.ts";
-import { Store } from "../runtime/store/store.ts";
 
 /** The test server's URL, or undefined (tests that need it are then skipped). */
 export const TEST_DATABASE_URL: string | undefined = Deno.env.get("TEST_DATABASE_URL") || undefined;
@@ -31,11 +29,6 @@ export function pgIgnore(name: string): boolean {
 export async function testTemplate(): Promise<Blob | undefined> {
   const path = Deno.env.get("TEST_PGLITE_TEMPLATE");
   return path ? new Blob([await Deno.readFile(path)]) : undefined;
-}
-
-/** An in-memory PGlite for a test, from the run's template when there is one. */
-export async function openTestPglite(): Promise<PgliteClient> {
-  return openPglite(undefined, { template: await testTemplate() });
 }
 
 /** A harness database for a test (`SimDb.open`), from the run's template when there is one. */
@@ -92,22 +85,4 @@ export function pgTest(name: string, fn: (pg: PgSchema, t: Deno.TestContext) => 
       }
     },
   });
-}
-
-/**
- * The same test on both stores: `<name> (PGlite)` on an in-memory PGlite,
- * and `<name> (PostgreSQL)` on a fresh schema (skipped without
- * `TEST_DATABASE_URL`).
- */
-export function bothStoresTest(name: string, fn: (store: Store, t: Deno.TestContext) => Promise<void>): void {
-  Deno.test(`${name} (PGlite)`, async (t) => {
-    const store = new Store(await openTestPglite());
-    try {
-      await store.applySchema();
-      await fn(store, t);
-    } finally {
-      await store.client.close();
-    }
-  });
-  pgTest(`${name} (PostgreSQL)`, (pg, t) => fn(pg.store, t));
 }

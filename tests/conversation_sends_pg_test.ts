@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { Client } from "../runtime/client/client.ts";
 import { SystemClock } from "../runtime/base/clock.ts";
-import { bothStoresTest } from "./_pg.ts";
+import { bothStoresTest } from "./_pglite.ts";
 
 bothStoresTest(
   "concurrent sends are numbered one after the other, and a retried id is one message",

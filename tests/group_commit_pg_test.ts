@@ -28,7 +28,8 @@ import { CountingClient } from "../runtime/store/counting.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
 import { type Fence, Store } from "../runtime/store/store.ts";
 import { defineTool, ToolRegistry } from "../runtime/agent/tools.ts";
-import { bothStoresTest, pgTest } from "./_pg.ts";
+import { pgTest } from "./_pg.ts";
+import { bothStoresTest } from "./_pglite.ts";
 
 const RUNS = 40;
 const STOLEN = "gc-7";

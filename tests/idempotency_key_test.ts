@@ -15,7 +15,7 @@ import { ToolError } from "../runtime/base/errors.ts";
 import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { Store } from "../runtime/store/store.ts";
 import { recordingProxy, testWorker } from "./_worker.ts";
-import { openTestPglite } from "./_pg.ts";
+import { openTestPglite } from "./_pglite.ts";
 
 const SERVER = { name: "srv-1", spec: "small" };
 

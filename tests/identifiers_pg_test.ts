@@ -12,7 +12,7 @@ import { Client } from "../runtime/client/client.ts";
 import { ClientError } from "../runtime/base/errors.ts";
 import { CountingClient } from "../runtime/store/counting.ts";
 import { Store } from "../runtime/store/store.ts";
-import { bothStoresTest } from "./_pg.ts";
+import { bothStoresTest } from "./_pglite.ts";
 
 const model = { describe: "none", decide: () => Promise.resolve({ kind: "done" as const, text: "ok" }) };
 const chat = defineAgent({ name: "chat", tools: [], conversation: { idleMs: 600_000 }, model });

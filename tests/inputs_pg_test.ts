@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { Client } from "../runtime/client/client.ts";
 import { ClientError } from "../runtime/base/errors.ts";
 import type { RunFilter } from "../runtime/store/store.ts";
-import { bothStoresTest, pgTest } from "./_pg.ts";
+import { pgTest } from "./_pg.ts";
+import { bothStoresTest } from "./_pglite.ts";
 import { Proc, until } from "../harness/procs.ts";
 
 const MOD_TS = new URL("../mod.ts", import.meta.url).href;

@@ -20,7 +20,7 @@ import type { Store } from "../runtime/store/store.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
 import { scripted } from "../runtime/testdata/scripted.ts";
 import type { McpTestCounts } from "../mock/mcp_servers.ts";
-import { bothStoresTest } from "./_pg.ts";
+import { bothStoresTest } from "./_pglite.ts";
 
 const STDIO_SERVER = new URL("../mock/mcp_stdio_server.ts", import.meta.url).pathname;
 const CONFIG = new URL("../deno.json", import.meta.url).pathname;

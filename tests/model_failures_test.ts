@@ -13,7 +13,7 @@ import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { Store } from "../runtime/store/store.ts";
 import { addUsage } from "../runtime/model/usage.ts";
 import { recordingProxy, testWorker } from "./_worker.ts";
-import { openTestPglite } from "./_pg.ts";
+import { openTestPglite } from "./_pglite.ts";
 
 Deno.test("model failures through the mock model over HTTP, on PGlite", async (t) => {
   const store = new Store(await openTestPglite());

@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import { Client } from "../runtime/client/client.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { RUN_ROW_TABLES, Store } from "../runtime/store/store.ts";
-import { bothStoresTest, pgTest, testTemplate } from "./_pg.ts";
+import { pgTest, testTemplate } from "./_pg.ts";
+import { bothStoresTest } from "./_pglite.ts";
 import { runCli } from "../harness/procs.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
 

@@ -14,7 +14,7 @@ import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { Store } from "../runtime/store/store.ts";
 import type { Tool } from "../runtime/agent/tools.ts";
 import { testWorker } from "./_worker.ts";
-import { openTestPglite } from "./_pg.ts";
+import { openTestPglite } from "./_pglite.ts";
 
 const GOAL = "Charge 12.99 for the order.";
 

@@ -12,7 +12,7 @@ import { CrashPoints, SimulatedKill } from "../runtime/base/crashpoints.ts";
 import { claimAndDrive } from "../runtime/host/run_driver.ts";
 import { Store } from "../runtime/store/store.ts";
 import { closedPort, recordingProxy, testWorker } from "./_worker.ts";
-import { openTestPglite } from "./_pg.ts";
+import { openTestPglite } from "./_pglite.ts";
 
 Deno.test("tool failures through the mock cloud over HTTP, on PGlite", async (t) => {
   const store = new Store(await openTestPglite());

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent/agent.ts";
 import { Client, connect } from "../runtime/client/client.ts";
-import { bothStoresTest } from "../tests/_pg.ts";
+import { bothStoresTest } from "../tests/_pglite.ts";
 import { BODY_BYTES_MAX, createUiApp, serveUi } from "./server.ts";
 
 const model = { describe: "none", decide: () => Promise.resolve({ kind: "done" as const, text: "ok" }) };

@@ -11,7 +11,7 @@ import { claimAndDrive } from "../host/run_driver.ts";
 import { OpenAIPlanner, type Planner } from "../model/planner.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 Deno.test("isTransientStatus() asks again for 408, 409 (a request with this key in progress), 429 and 5xx only", async (t) => {
   const transient = [408, 409, 429, 500, 502, 503, 504, 599];

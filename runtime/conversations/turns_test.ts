@@ -14,7 +14,7 @@ import { Store } from "../store/store.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
 import type { DecideRequest, TranscriptMessage } from "../model/transcript.ts";
 import type { HistoryHook } from "./turns.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 // A conversation driven by hand, one worker turn at a time, on one in-memory PGlite and a manual clock.
 // The model notes each user message with a tool, then answers it; it reads only the transcript, so what

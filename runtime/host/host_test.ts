@@ -8,7 +8,7 @@ import type { Planner } from "../model/planner.ts";
 import { type Fence, type QueryOptions, type SqlClient, Store } from "../store/store.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 /** Records the name of every statement, so a test can count one kind. */
 class RecordingClient implements SqlClient {

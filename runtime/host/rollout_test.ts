@@ -19,7 +19,7 @@ import type { Planner } from "../model/planner.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, type Json, type Tool, ToolRegistry } from "../agent/tools.ts";
 import { writeDecision } from "../../harness/direct_writes.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 const store = new Store(await openTestPglite());
 await store.applySchema();

@@ -14,7 +14,7 @@ import { CountingClient } from "../store/counting.ts";
 import { Store } from "../store/store.ts";
 import { RunWrites } from "../store/run_writes.ts";
 import { defineTool, ToolRegistry } from "../agent/tools.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 async function setup() {
   const clock = new ManualClock();

@@ -18,7 +18,7 @@ import { Store } from "../store/store.ts";
 import { OtelTelemetry } from "./telemetry.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
 import type { PlannerDecision } from "../model/transcript.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 type Attrs = Record<string, unknown>;
 

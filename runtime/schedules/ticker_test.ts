@@ -14,7 +14,7 @@ import { Schedules } from "../store/schedules.ts";
 import { guarded } from "../testdata/guarded.ts";
 import { ScheduleTicker } from "./ticker.ts";
 import { checkSchedule, recurrenceOf, type ScheduleTiming } from "./spec.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 const T0 = Date.UTC(2026, 11, 6, 9, 0, 0);
 

@@ -25,7 +25,7 @@ import { agentDeps, processDeps } from "../run/deps.ts";
 import { runDepsFor } from "../run/context.ts";
 import { Store } from "../store/store.ts";
 import { sleepTool, waitForSignal } from "./wait_tools.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 const MINUTE = 60_000;
 

@@ -24,7 +24,7 @@ import { TapClient } from "../store/counting.ts";
 import { defineTool, type Tool, ToolRegistry } from "../agent/tools.ts";
 import type { Limit } from "../agent/limit_asks.ts";
 import type { CrashPlan } from "../base/crashpoints.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 const clock = new ManualClock();
 const store = new Store(await openTestPglite());

@@ -12,7 +12,7 @@ import type { RetryPolicy } from "../base/retry.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, type Tool, ToolRegistry, type ToolSpec } from "../agent/tools.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 // Outages of minutes, driven by a manual clock: a remote (a tool's or the model's) that refuses every
 // request for a while. Each failure is recorded on its row; short waits are slept by the worker, longer

@@ -19,7 +19,7 @@ import { defineTool, type Json, ToolRegistry } from "../agent/tools.ts";
 import { Store } from "../store/store.ts";
 import { claim, effectIntent, writeDecision } from "../../harness/direct_writes.ts";
 import type { Decision } from "../store/rows.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 async function setup() {
   const clock = new ManualClock();

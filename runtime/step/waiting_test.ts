@@ -11,7 +11,7 @@ import type { Planner } from "../model/planner.ts";
 import { Store } from "../store/store.ts";
 import { defineTool, idempotencyKeyHeader, type ToolOutcome, ToolRegistry } from "../agent/tools.ts";
 import type { PlannerDecision } from "../model/transcript.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 // Calls whose remote accepted them and finishes later, driven by a manual clock: each worker turn ends
 // with the run asleep, the clock moves, and the next turn asks the remote again under the same key.

@@ -12,7 +12,8 @@
 
 import assert from "node:assert/strict";
 import postgres from "npm:postgres@3.4.9";
-import { bothStoresTest, openTestPglite, pgTest } from "../../tests/_pg.ts";
+import { pgTest } from "../../tests/_pg.ts";
+import { bothStoresTest, openTestPglite } from "../../tests/_pglite.ts";
 import { CLAIM, TAKE_RUNS } from "./claims.ts";
 import { STATEMENTS } from "./statements.ts";
 import type { Statement } from "./sql.ts";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { CountingClient, TapClient, type TappedStatement, UNNAMED } from "./counting.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 Deno.test("CountingClient counts statements by the name they are sent under, and forgets them on reset", async () => {
   const pglite = await openTestPglite();

@@ -10,7 +10,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { StoreError } from "../base/errors.ts";
 import { CountingClient } from "./counting.ts";
 import { listenThrough, type SqlClient } from "./driver.ts";

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { Store } from "./store.ts";
 import { ManualClock } from "../base/clock.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 const store = new Store(await openTestPglite());
 await store.applySchema();

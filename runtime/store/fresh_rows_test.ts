@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { claim } from "../../harness/direct_writes.ts";
 import { freshEffectRow, freshJournalRow } from "./fresh_rows.ts";
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { FencedError } from "../base/errors.ts";
 import { CountingClient, TapClient } from "./counting.ts";
 import { checkGroupCommitMs, GroupCommit } from "./group_commit.ts";

@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { ManualClock } from "../base/clock.ts";
 import { FencedError } from "../base/errors.ts";
 import { CountingClient } from "./counting.ts";

@@ -9,7 +9,8 @@
  */
 
 import assert from "node:assert/strict";
-import { openTestPglite, pgTest } from "../../tests/_pg.ts";
+import { pgTest } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 import { claim } from "../../harness/direct_writes.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store as StoreClass } from "./store.ts";

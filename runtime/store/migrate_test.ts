@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
-import { openTestPglite, pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
+import { pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 import { MIGRATIONS, migrationScript, parseMigrations, SCHEMA_VERSION } from "./migrate.ts";
 import { openPostgres } from "./postgres.ts";
 import { Store } from "./store.ts";

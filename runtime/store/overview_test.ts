@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { writeDecision } from "../../harness/direct_writes.ts";
 import { ManualClock } from "../base/clock.ts";
 import { CountingClient } from "./counting.ts";

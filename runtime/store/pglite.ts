@@ -169,6 +169,8 @@ export class PgliteClient implements SqlClient {
   readonly #owned: boolean;
   readonly #lock?: Deno.FsFile;
   readonly #session: PgliteSession;
+  /** What this handle listens to, each taken off once. */
+  readonly #listening = new Set<() => Promise<void>>();
   #closed = false;
 
   /**
@@ -253,14 +255,22 @@ export class PgliteClient implements SqlClient {
       );
     }
     const unlisten = await this.#db.listen(channel, onPayload);
+    const off = async () => {
+      if (this.#listening.delete(off)) await unlisten();
+    };
+    this.#listening.add(off);
     return async () => {
       // The database may be closed by then (the watcher outlived its store): nothing is left to unlisten.
-      if (!this.#closed) await unlisten();
+      if (!this.#closed) await off();
     };
   }
 
+  /** Closes the handle; one on a shared instance also takes its listeners off, as the instance goes on. */
   async close(): Promise<void> {
     if (this.#closed) return;
+    if (!this.#owned) {
+      for (const off of [...this.#listening]) await off().catch(() => {});
+    }
     this.#closed = true;
     if (this.#owned) await this.#db.close();
     this.#lock?.close();

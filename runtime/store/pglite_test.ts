@@ -207,3 +207,31 @@ Deno.test("a template starts a new database in memory or in a new directory; a d
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a handle on a shared instance takes its listeners off when it closes; the instance and other handles go on", async () => {
+  const template = await testTemplate();
+  const db = await PGlite.create(undefined, template ? { loadDataDir: template } : {});
+  try {
+    const a = new PgliteClient(db, { describe: "a", owned: false });
+    const b = new PgliteClient(db, { describe: "b", owned: false });
+    const heard: string[] = [];
+    await a.listen("ch", (p) => heard.push(`a:${p}`));
+    const offB = await b.listen("ch", (p) => heard.push(`b:${p}`));
+    await b.exec("notify ch, '1'");
+    await a.close();
+    await b.exec("notify ch, '2'");
+    await offB();
+    await b.exec("notify ch, '3'");
+    // A handle that listens again after every listener went hears it: the channel was let go and taken anew.
+    const c = new PgliteClient(db, { describe: "c", owned: false });
+    await c.listen("ch", (p) => heard.push(`c:${p}`));
+    await c.exec("notify ch, '4'");
+    await c.close();
+    await b.close();
+    for (let i = 0; i < 50 && heard.length < 4; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(heard.sort(), ["a:1", "b:1", "b:2", "c:4"]);
+    assert.equal((await db.query<{ one: number }>("select 1 as one")).rows[0].one, 1, "the instance is open");
+  } finally {
+    await db.close();
+  }
+});

@@ -12,7 +12,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import type { MemoRow, MessageRow } from "./conversations.ts";
 import type { ApprovalRow, JournalRow, RunRow, SideEffectRow } from "./rows.ts";
 import type { ScheduleRow } from "./schedules.ts";

@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import type { NewSchedule, Store } from "./store.ts";
 import { guarded } from "../testdata/guarded.ts";
 

@@ -10,7 +10,8 @@
  */
 
 import assert from "node:assert/strict";
-import { openTestPglite, pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
+import { pgIgnore, TEST_DATABASE_URL } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 import type { CodeOf } from "../base/errors.ts";
 import { SCHEMA_VERSION } from "./migrate.ts";
 import { createSandbox } from "./sandbox.ts";

@@ -10,7 +10,8 @@
 
 import assert from "node:assert/strict";
 import postgres from "npm:postgres@3.4.9";
-import { bothStoresTest, pgTest } from "../../tests/_pg.ts";
+import { pgTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
 import { FencedError } from "../base/errors.ts";
 import { openPostgres } from "./postgres.ts";

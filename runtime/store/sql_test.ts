@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { claim } from "../../harness/direct_writes.ts";
 import { ValueUnstorableError } from "../base/storable.ts";
 import type { QueryOptions, SqlClient } from "./driver.ts";

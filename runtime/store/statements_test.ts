@@ -12,7 +12,8 @@ import { TapClient } from "./counting.ts";
 import type { SqlClient } from "./driver.ts";
 import { ALL_STATEMENTS, isStatementName, type StatementName, statementName } from "./statements.ts";
 import { Store } from "./store.ts";
-import { openTestPglite, openTestSim } from "../../tests/_pg.ts";
+import { openTestSim } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 Deno.test("every statement of the store is declared once: one name, one text", () => {
   const names = ALL_STATEMENTS.map((s) => s.name);

@@ -9,7 +9,7 @@ import {
   RUN_STATUSES,
 } from "./statuses.ts";
 import { Store } from "./store.ts";
-import { openTestPglite } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 
 Deno.test("schema.sql's check constraints allow exactly the statuses statuses.ts declares", async () => {
   const store = new Store(await openTestPglite());

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { openTestPglite, pgTest, testTemplate } from "../../tests/_pg.ts";
+import { pgTest, testTemplate } from "../../tests/_pg.ts";
+import { openTestPglite } from "../../tests/_pglite.ts";
 import { FencedError } from "../base/errors.ts";
 import { openPglite } from "./pglite.ts";
 import { type Fence, Store } from "./store.ts";

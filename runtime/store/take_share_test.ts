@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import type { Store } from "./store.ts";
 
 const T0 = Date.parse("2026-03-01T00:00:00Z");

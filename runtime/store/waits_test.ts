@@ -8,7 +8,8 @@
  */
 
 import assert from "node:assert/strict";
-import { bothStoresTest, pgTest } from "../../tests/_pg.ts";
+import { pgTest } from "../../tests/_pg.ts";
+import { bothStoresTest } from "../../tests/_pglite.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
 import { FencedError } from "../base/errors.ts";
 import type { Fence, SideEffectRow, Store } from "./store.ts";
