@@ -25,12 +25,13 @@ const SHARED: { db: PGlite; handle?: PgliteClient } = {
   db: await PGlite.create(undefined, TEMPLATE ? { loadDataDir: TEMPLATE } : {}),
 };
 
-/** Empties the instance as a new one is: no transaction, prepared statement, temporary table, lock or setting left, and no schema of ours. */
+/** Empties the instance as a new one is: no transaction, prepared statement, temporary table, lock or setting left, no schema of ours and an empty `public`. */
 async function emptied(db: PGlite): Promise<void> {
   if (db.isInTransaction()) await db.exec("rollback");
   await db.exec(
     "deallocate all; discard temp; discard sequences; discard plans; select pg_advisory_unlock_all(); reset all; " +
-      `drop schema if exists ${DEFAULT_SCHEMA} cascade; set search_path to ${DEFAULT_SCHEMA}`,
+      `drop schema if exists ${DEFAULT_SCHEMA} cascade; drop schema public cascade; create schema public; ` +
+      `set search_path to ${DEFAULT_SCHEMA}`,
   );
 }
 

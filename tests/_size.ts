@@ -8,7 +8,7 @@
  */
 
 /** Whether this run is the proofs at full size (`TEST_PROOFS=full`). */
-export const FULL_PROOFS: boolean = Deno.env.get("TEST_PROOFS") === "full";
+const FULL_PROOFS: boolean = Deno.env.get("TEST_PROOFS") === "full";
 
 /** `full` under `TEST_PROOFS=full`, else `suite`. */
 export function proofSize(suite: number, full: number): number {
