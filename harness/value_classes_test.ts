@@ -8,7 +8,8 @@
  */
 
 import assert from "node:assert/strict";
-import { Client, connect } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
+import { testClient } from "../tests/_pglite.ts";
 import {
   expectedRequests,
   type Observed,
@@ -74,7 +75,7 @@ async function assertDocsShow(
 }
 
 Deno.test("every kind of value the database refuses or changes, on PGlite under a worker host", async (t) => {
-  const client = await connect();
+  const client = await testClient();
   try {
     const seen = await everyRow(t, client);
     if (seen.length === VALUE_CASES.length) await assertDocsShow("PGlite", VALUE_CASES, seen);

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { createAnthropic } from "npm:@ai-sdk/anthropic@4.0.105";
 import { createOpenAICompatible } from "npm:@ai-sdk/openai-compatible@3.0.92";
-import { connect, defineAgent, Logger, ModelError } from "../mod.ts";
+import { defineAgent, Logger, ModelError } from "../mod.ts";
 import type { JournalRow } from "../store.ts";
 import { aiSdkPlanner } from "../runtime/model/ai_sdk.ts";
 import { arraySink } from "../runtime/base/log.ts";
@@ -24,6 +24,7 @@ import { serveMocks } from "../mock/server.ts";
 import type { Agent } from "../runtime/agent/agent.ts";
 import { MockLanguageModelV3 } from "npm:ai@7.0.173/test";
 import type { LanguageModelV3CallOptions, LanguageModelV3GenerateResult } from "npm:@ai-sdk/provider@4.0.38";
+import { testClient } from "./_pglite.ts";
 
 const FAST_RETRY = { ...DEFAULT_RETRY, backoffBaseMs: 2, backoffMaxMs: 10, retryAfterMaxMs: 20 };
 
@@ -31,7 +32,7 @@ const FAST_RETRY = { ...DEFAULT_RETRY, backoffBaseMs: 2, backoffMaxMs: 10, retry
 async function runToEnd(agent: Agent, runId: string) {
   const lines: string[] = [];
   const log = new Logger({ clock: new SystemClock(), sink: arraySink(lines), format: "json" });
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     const worker = await client.startWorker([agent], { log, retry: FAST_RETRY, pollMs: 20 });
     try {

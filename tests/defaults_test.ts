@@ -15,8 +15,8 @@ import { defineAgent } from "../runtime/agent/agent.ts";
 import { loadSettings } from "../runtime/settings/config.ts";
 import { DEFAULTS } from "../runtime/base/defaults.ts";
 import { DEFAULT_RETRY } from "../runtime/base/retry.ts";
-import { connect } from "../runtime/client/client.ts";
 import { arraySink, Logger } from "../runtime/base/log.ts";
+import { testClient } from "./_pglite.ts";
 
 const PAGE = await Deno.readTextFile(new URL("../docs/settings.md", import.meta.url));
 
@@ -244,7 +244,7 @@ Deno.test("the sentences of the README, the pages and the library's docs that st
 
 Deno.test("client.startWorker's host says the worker command's defaults: its poll, lease timings, slots and group commit", async () => {
   const worker = loadSettings([], {});
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const lines: string[] = [];
   const agent = defineAgent({
     name: "defaults",

@@ -10,9 +10,10 @@
 
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { agentTool, connect, defineAgent, defineTool } from "../mod.ts";
+import { agentTool, defineAgent, defineTool } from "../mod.ts";
 import type { DecideRequest, Planner } from "../runtime/model/planner.ts";
 import { until } from "../harness/procs.ts";
+import { testClient } from "./_pglite.ts";
 
 /** Every request of the remote, by key. */
 const sent: string[] = [];
@@ -56,7 +57,7 @@ const chat = defineAgent({
 });
 
 Deno.test("a conversation forked at its third message answers it anew, its first two copied", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([chat], { pollMs: 20 });
   try {
     await client.start(chat, { runId: "c", input: "one" });
@@ -133,7 +134,7 @@ const lead = defineAgent({
 
 Deno.test("a parent forked between its children reuses the first child's answer and starts the second anew", async () => {
   sent.length = 0;
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([lead, helper], { pollMs: 20 });
   try {
     await client.start(lead, { runId: "p", input: "go" });

@@ -8,8 +8,8 @@
 
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { connect } from "../runtime/client/client.ts";
 import { mcpHandler } from "../runtime/mcp_server/mcp_server.ts";
+import { testClient } from "./_pglite.ts";
 
 const SUITE = "npm:@modelcontextprotocol/conformance@0.1.16";
 /** The scenarios of the suite that apply to this server (`conformance list`). */
@@ -22,7 +22,7 @@ const SCENARIOS = [
 ] as const;
 
 Deno.test("the MCP conformance suite's scenarios that apply pass against the HTTP handler", async (t) => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const agent = defineAgent({
     name: "notes",
     instructions: "Write the note asked for.",

@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import { MockModel, NOTHING_TO_DO_MESSAGE } from "../mock/model.ts";
-import { connect } from "../runtime/client/client.ts";
+import { testClient } from "./_pglite.ts";
 import { Client } from "../runtime/client/client.ts";
 import type { Agent } from "../runtime/agent/agent.ts";
 import { openPostgres } from "../runtime/store/postgres.ts";
@@ -100,7 +100,7 @@ async function writeModule(servers: Servers): Promise<{ path: string; agents: Ag
 Deno.test("agents naming their own model endpoint reach their own servers though MODEL_URL is set (in process)", async () => {
   await withServers(async (servers) => {
     const { agents, dir } = await writeModule(servers);
-    const client = await connect();
+    const client = await testClient();
     const worker = await client.startWorker(agents, {
       pollMs: 10,
       context: { env: settings(servers.shared.url), dataDir: dir },

@@ -16,6 +16,7 @@ import { defineTool } from "../runtime/agent/tools.ts";
 import { MockModel } from "../mock/model.ts";
 import { pgTest } from "./_pg.ts";
 import { inspect } from "../cli/commands.ts";
+import { testClient } from "./_pglite.ts";
 
 /** The mock model over HTTP, keeping every request body it was sent. */
 async function servedModel(refuseParams: string[] = []) {
@@ -127,7 +128,7 @@ async function aRefusedParameterFailsTheRun(client: Client) {
 
 /** Runs `body` with a client on an in-memory PGlite, closed after. */
 async function onPglite(body: (client: Client) => Promise<void>): Promise<void> {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     await body(client);
   } finally {
@@ -155,7 +156,7 @@ pgTest(
 );
 
 Deno.test("client.start() refuses wrong request parameters, naming each, and creates no run", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     const agent = tunedAgent("http://127.0.0.1:9/v1");
     await assert.rejects(
@@ -180,7 +181,7 @@ Deno.test("client.start() refuses wrong request parameters, naming each, and cre
 
 Deno.test("a run asking for eight answers per request (extra.n) is refused before any request is billed", async () => {
   const model = await servedModel();
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     const agent = tunedAgent(model.url);
     await assert.rejects(

@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { Client, connect } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
 import { OpenAIPlanner } from "../runtime/model/planner.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
 import type { StreamEvent } from "../runtime/run/stream.ts";
@@ -27,6 +27,7 @@ import { CountingClient, Store } from "../store.ts";
 import { watchCommand } from "../cli/watch.ts";
 import { COMMAND_USAGE } from "../cli/commands.ts";
 import { SseParser } from "../runtime/model/sse.ts";
+import { testClient } from "./_pglite.ts";
 
 /** The answer of call n: distinct per call, so a mix of two attempts would show. */
 const ANSWER = "Attempt {n} writes this answer piece by piece, " +
@@ -70,7 +71,7 @@ Deno.test("on PGlite, a watcher in the worker's process sees the answer streamed
     model: new OpenAIPlanner({ url: "http://mock/v1", model: "m", fetch: model.handler }),
   });
   model.setScript({ agent: "streamer", steps: [{ tool: "lookup", args: { q: "tea" } }, { answer: ANSWER }] });
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([agent], {
     pollMs: 20,
     streamDeltas: true,
@@ -124,7 +125,7 @@ Deno.test("a watcher that connects after the run ended gets its history from the
     model: new OpenAIPlanner({ url: "http://mock/v1", model: "m", fetch: model.handler }),
   });
   model.setScript({ agent: "late", steps: [{ tool: "lookup", args: { q: "x" } }, { answer: "fine" }] });
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([agent], { pollMs: 20, streamDeltas: true });
   try {
     await client.start(agent, { runId: "late-1", input: "x" });
@@ -343,7 +344,7 @@ Deno.test("the page's GET /api/runs/:id/stream sends the run's events as server-
     model: new OpenAIPlanner({ url: "http://mock/v1", model: "m", fetch: model.handler }),
   });
   model.setScript({ agent: "paged", steps: [{ answer: ANSWER }] });
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const app = await createUiApp({ client, token: "tok" });
   const auth = { headers: { authorization: "Bearer tok" } };
   try {
@@ -380,7 +381,7 @@ Deno.test("the page's GET /api/runs/:id/stream sends the run's events as server-
 });
 
 Deno.test("a page that goes away mid-stream ends its watcher: nothing is left listening", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const app = await createUiApp({ client });
   try {
     const agent = defineAgent({
@@ -412,7 +413,7 @@ Deno.test("the cost: with STREAM_DELTAS off a run sends no statement more; on, o
       model: new OpenAIPlanner({ url: "http://mock/v1", model: "m", fetch: model.handler }),
     });
     model.setScript({ agent: "counted", steps: [{ tool: "lookup", args: { q: "x" } }, { answer: ANSWER }] });
-    const base = await connect({ memory: true });
+    const base = await testClient();
     const counting = new CountingClient(base.store.client);
     const client = new Client(new Store(counting));
     await client.start(agent, { runId: "counted-1", input: "x" });
@@ -455,7 +456,7 @@ Deno.test("deno task watch's report: a line per event, the answer's text written
     agent: "watched",
     steps: [{ answer: "Two lines:\nthe second \u001b[31mred\u001b[0m." }],
   });
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     await client.start(agent, { runId: "watched-1", input: "x" });
     const lines: string[] = [];
@@ -493,7 +494,7 @@ Deno.test("deno task watch ends when a conversation waits for its next message, 
       },
     },
   });
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([chat], { pollMs: 10 });
   try {
     await client.start(chat, { runId: "chat-1", input: "hello" });

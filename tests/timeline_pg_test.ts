@@ -7,11 +7,12 @@
  */
 
 import assert from "node:assert/strict";
-import { Client, connect } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
 import { ManualClock } from "../runtime/base/clock.ts";
 import { BIG, writeLongRun } from "./_display_runs.ts";
 import { pgTest } from "./_pg.ts";
 import { claim, writeDecision } from "../harness/direct_writes.ts";
+import { testClient } from "./_pglite.ts";
 
 const STEPS = 120;
 const MAX = 500;
@@ -117,7 +118,7 @@ async function checkTimeline(client: Client, clock: ManualClock): Promise<void> 
 
 Deno.test("a run's page reads a range of steps, clips long values and gives them whole, on the embedded database", async () => {
   const clock = new ManualClock();
-  const client = await connect({ memory: true, clock });
+  const client = await testClient({ clock });
   try {
     await checkTimeline(client, clock);
   } finally {

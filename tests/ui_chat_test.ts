@@ -17,7 +17,6 @@ import assert from "node:assert/strict";
 import type { Browser, Page } from "npm:puppeteer-core@25.16.0";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { connect } from "../runtime/client/client.ts";
 import { OpenAIPlanner } from "../runtime/model/planner.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
 import { MockModel } from "../mock/model.ts";
@@ -25,6 +24,7 @@ import { serveMocks } from "../mock/server.ts";
 import { serveUi } from "../ui/server.ts";
 import { textUnits } from "../runtime/chat/chunks.ts";
 import { chromiumIgnore, launchChromium, screenshotPath } from "./_chromium.ts";
+import { testClient } from "./_pglite.ts";
 
 const lookup = defineTool({
   name: "lookup",
@@ -105,7 +105,7 @@ Deno.test({
       conversation: { idleMs: 600_000 },
       model: new OpenAIPlanner({ url: mocks.modelUrl, model: "mock" }),
     });
-    const client = await connect({ memory: true });
+    const client = await testClient();
     const worker = await client.startWorker([support], { pollMs: 20, streamDeltas: true });
     const ui = await serveUi({ client, port: 0 });
     let browser: Browser | undefined;

@@ -11,8 +11,8 @@ import { z } from "zod";
 import { chromiumIgnore, launchChromium, screenshotPath } from "./_chromium.ts";
 import { defineAgent } from "../runtime/agent/agent.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
-import { connect } from "../runtime/client/client.ts";
 import { serveUi } from "../ui/server.ts";
+import { testClient } from "./_pglite.ts";
 
 const agent = defineAgent({
   name: "two-step",
@@ -37,7 +37,7 @@ const agent = defineAgent({
 const NAME = "fork from here forks a finished run at a step and shows the fork; an evaluation lists its runs";
 
 Deno.test({ name: NAME, ignore: chromiumIgnore(NAME) }, async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([agent], { pollMs: 20 });
   const ui = await serveUi({ client, port: 0 });
   const dir = await Deno.makeTempDir({ prefix: "ui-fork-" });

@@ -11,11 +11,12 @@ import assert from "node:assert/strict";
 import type { Browser } from "npm:puppeteer-core@25.16.0";
 import { chromiumIgnore, launchChromium, screenshotPath } from "./_chromium.ts";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { Client, connect } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
 import { ManualClock } from "../runtime/base/clock.ts";
 import { Logger } from "../runtime/base/log.ts";
 import { ScheduleTicker } from "../runtime/schedules/ticker.ts";
 import { serveUi } from "../ui/server.ts";
+import { testClient } from "./_pglite.ts";
 
 Deno.test({
   name: "the list page shows the schedules, their next occurrence and their last runs, linked",
@@ -26,7 +27,7 @@ Deno.test({
   async fn() {
     const dir = await Deno.makeTempDir({ prefix: "agent-runtime-ui-schedules-" });
     const clock = new ManualClock(Date.UTC(2026, 11, 7, 7, 59, 58));
-    const embedded = await connect({ memory: true });
+    const embedded = await testClient();
     const client = new Client(embedded.store, clock);
     const digest = defineAgent({
       name: "digest",

@@ -18,13 +18,13 @@ import type { Browser, Page } from "npm:puppeteer-core@25.16.0";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent/agent.ts";
 import { agentTool } from "../runtime/agent/agent_tool.ts";
-import { connect } from "../runtime/client/client.ts";
 import { discardSink, Logger } from "../runtime/base/log.ts";
 import type { Planner } from "../runtime/model/planner.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
 import { serveUi } from "../ui/server.ts";
 import { claim, effectIntent, writeDecision } from "../harness/direct_writes.ts";
 import { chromiumIgnore, launchChromium, screenshotPath } from "./_chromium.ts";
+import { testClient } from "./_pglite.ts";
 
 const TURNS = 30;
 const usage = { prompt_tokens: 100, completion_tokens: 10 };
@@ -145,7 +145,7 @@ Deno.test({
   sanitizeResources: false,
   async fn(t) {
     const dir = await Deno.makeTempDir({ prefix: "agent-runtime-widths-" });
-    const client = await connect({ memory: true });
+    const client = await testClient();
     // Epoch 1 of the crashed run, as a worker wrote it before it died: the decision and the call's intent,
     // its lease long gone. The worker below takes it over and re-sends the call under the same key.
     await client.start(shipper, { runId: "crashed", input: "Ship A-1" });

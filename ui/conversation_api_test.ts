@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { connect } from "../runtime/client/client.ts";
 import type { TranscriptMessage } from "../runtime/model/transcript.ts";
 import { createUiApp } from "./server.ts";
+import { testClient } from "../tests/_pglite.ts";
 
 /** Answers each user message at once, quoting it. */
 const chat = defineAgent({
@@ -29,7 +29,7 @@ const post = (body: unknown, headers: Record<string, string> = {}) => ({
 const local = { headers: { host: "127.0.0.1:8787" } };
 
 Deno.test("the page posts a conversation's next message and the run's JSON carries its messages and answers", async (t) => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([chat], { pollMs: 20 });
   try {
     await client.start(chat, { runId: "talk", input: "hello" });

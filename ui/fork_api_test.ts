@@ -9,8 +9,8 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../runtime/agent/agent.ts";
 import { defineTool } from "../runtime/agent/tools.ts";
-import { connect } from "../runtime/client/client.ts";
 import { createUiApp } from "./server.ts";
+import { testClient } from "../tests/_pglite.ts";
 
 const agent = defineAgent({
   name: "two-step",
@@ -40,7 +40,7 @@ const post = (body: unknown) => ({
 const local = { headers: { host: "127.0.0.1:8787" } };
 
 Deno.test("fork from here: a POST forks the run; the fork's JSON names its original; an eval lists its case runs", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([agent], { pollMs: 20 });
   try {
     await client.start(agent, { runId: "r1", input: "go" });

@@ -10,12 +10,12 @@ import { Client as McpClient } from "npm:@modelcontextprotocol/sdk@1.32.2/client
 // @ts-types="npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp.js";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { connect } from "../runtime/client/client.ts";
 import { mcpHandler } from "../runtime/mcp_server/mcp_server.ts";
 import { serveUi } from "./server.ts";
+import { testClient } from "../tests/_pglite.ts";
 
 Deno.test("the page serves the MCP handler at /mcp behind its token", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const agent = defineAgent({
     name: "notes",
     tools: [],

@@ -8,9 +8,10 @@
 
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { Client, connect } from "../runtime/client/client.ts";
+import { Client } from "../runtime/client/client.ts";
 import { bothStoresTest } from "../tests/_pglite.ts";
 import { BODY_BYTES_MAX, createUiApp, serveUi } from "./server.ts";
+import { testClient } from "../tests/_pglite.ts";
 
 const model = { describe: "none", decide: () => Promise.resolve({ kind: "done" as const, text: "ok" }) };
 const chat = defineAgent({ name: "chat", tools: [], conversation: { idleMs: 600_000 }, model });
@@ -163,7 +164,7 @@ bothStoresTest(
 );
 
 Deno.test("the page refuses an actor (--by) the identifier rule refuses, before it serves", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     for (const actor of ["ui\u0000", "ui\ud800", ""]) {
       await assert.rejects(createUiApp({ client, actor }), { code: "ID_INVALID" });
@@ -234,7 +235,7 @@ async function postRaw(
 }
 
 Deno.test("the page stops reading a body past BODY_BYTES_MAX and answers 413, with or without a declared length", async (t) => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const ui = await serveUi({ client, port: 0 });
   try {
     await client.start(chat, { runId: "big", input: "hello" });

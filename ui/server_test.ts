@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { defineAgent } from "../runtime/agent/agent.ts";
-import { connect } from "../runtime/client/client.ts";
 import { RUN_STATUSES } from "../runtime/store/store.ts";
 import { createUiApp, isLoopback, serveUi } from "./server.ts";
 import { buildTimeline } from "./timeline.ts";
@@ -8,6 +7,7 @@ import { claim, writeDecision } from "../harness/direct_writes.ts";
 import { ManualClock } from "../runtime/base/clock.ts";
 import { Logger } from "../runtime/base/log.ts";
 import { ScheduleTicker } from "../runtime/schedules/ticker.ts";
+import { testClient } from "../tests/_pglite.ts";
 
 const agent = defineAgent({
   name: "idle",
@@ -24,7 +24,7 @@ const post = (body: unknown) => ({
 const local = { headers: { host: "127.0.0.1:8787" } };
 
 Deno.test("the page's API lists runs with counts, and refuses what it must", async (t) => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     await client.start(agent, { runId: "a-1", input: "x" });
     await client.start(agent, { runId: "a-2", input: "y" });
@@ -138,7 +138,7 @@ Deno.test("the page's API lists runs with counts, and refuses what it must", asy
 });
 
 Deno.test("a call waiting for approval shows on its run's page and is approved or denied from it", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     const { z } = await import("zod");
     const { defineTool } = await import("../runtime/agent/tools.ts");
@@ -207,7 +207,7 @@ Deno.test("a call waiting for approval shows on its run's page and is approved o
 });
 
 Deno.test("a step riding out an outage says so on its run's page: the model's or the remote's failures, since when, the last error", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     const { store } = client;
     const now = client.clock.now();
@@ -265,7 +265,7 @@ Deno.test("a step riding out an outage says so on its run's page: the model's or
 });
 
 Deno.test("a call waiting on its remote shows on its run's page with when it is asked again, and the run when it wakes", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     const { store } = client;
     const now = client.clock.now();
@@ -316,7 +316,7 @@ Deno.test("a call waiting on its remote shows on its run's page with when it is 
 });
 
 Deno.test("the static route serves its own files only: a name an object inherits answers 404", async (t) => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     const app = await createUiApp({ client });
     const own = await app.request("/static/app.js", local);
@@ -336,7 +336,7 @@ Deno.test("the static route serves its own files only: a name an object inherits
 });
 
 Deno.test("an IPv6 host is bracketed once in the page's address, given with brackets or without", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   try {
     for (const host of ["[::1]", "::1"]) {
       const ui = await serveUi({ client, host, port: 0 });
@@ -356,7 +356,7 @@ Deno.test("an IPv6 host is bracketed once in the page's address, given with brac
 
 Deno.test("the page's API lists the schedules with their next occurrence and last runs", async () => {
   const clock = new ManualClock(Date.UTC(2026, 11, 6, 8, 59, 59));
-  const client = await connect({ memory: true, clock });
+  const client = await testClient({ clock });
   try {
     await client.schedules.set(agent, {
       name: "nightly",

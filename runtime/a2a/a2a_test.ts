@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { connect } from "../client/client.ts";
 import { defineAgent } from "../agent/agent.ts";
 import { a2aHandler, agentCard, runIdFor } from "./a2a.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 const echo = defineAgent({
   name: "echo",
@@ -12,7 +12,7 @@ const parked = defineAgent({ name: "parked", tools: [] }); // no worker: its run
 
 /** A handler over an in-memory database, a worker hosting `echo`, and a way to post JSON-RPC to it. */
 async function served(fn: (rpc: Rpc, base: string) => Promise<void>): Promise<void> {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([echo], { log: undefined });
   const handlers = {
     echo: a2aHandler({ client, agent: echo, basePath: "/a/echo" }),

@@ -2,12 +2,12 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent, prepareAgent, type PreparedAgent } from "./agent.ts";
 import { agentTool, childAgentOf, withChildAgents } from "./agent_tool.ts";
-import { connect } from "../client/client.ts";
 import { childRunId } from "../families/family.ts";
 import { discardSink, Logger } from "../base/log.ts";
 import { SystemClock } from "../base/clock.ts";
 import type { Planner } from "../model/planner.ts";
 import { defineTool, type ToolContext } from "./tools.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 /** A model that calls each offered tool once (all at once), then answers with what they returned. */
 const callEverything: Planner = {
@@ -84,7 +84,7 @@ Deno.test("a child run's id is the call's key with a dot, and one past 64 charac
 });
 
 Deno.test("client.startWorker() with the top agent alone drives its children and grandchildren to the answer", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const host = await client.startWorker([top], {
     log: new Logger({ sink: discardSink, clock: new SystemClock() }),
     pollMs: 50,

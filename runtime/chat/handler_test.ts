@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { connect } from "../../mod.ts";
 import { chatHandler } from "./handler.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 Deno.test("a POST answering an approval of another chat's run is refused, and nothing is answered", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const handle = chatHandler({ client });
   try {
     const res = await handle(

@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
 import { defineTool } from "../agent/tools.ts";
-import { connect } from "./client.ts";
 import type { ClientError } from "../base/errors.ts";
 import type { DecideRequest, Planner } from "../model/planner.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 /** Every request each model was asked, by run, and every call the remote saw. */
 const asked: { run: string; seq: number; model: string }[] = [];
@@ -60,7 +60,7 @@ const shopB = defineAgent({
 const bare = defineAgent({ name: "shop-bare", tools: [order(false)], model: scripted("c", ["tea", "rum"]) });
 
 Deno.test("a fork copies the steps before its seq and decides anew after; a dry one sends nothing", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([shop, shopB, bare], { pollMs: 20 });
   try {
     await client.start(shop, { runId: "orig", input: "shop" });
@@ -163,7 +163,7 @@ Deno.test("a dry run's tool that only reads runs live; one that needs approval i
         ),
     },
   });
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const worker = await client.startWorker([reader, gated], { pollMs: 20 });
   try {
     await client.start(reader, { runId: "r0", input: "read" });

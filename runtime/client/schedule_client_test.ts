@@ -13,7 +13,8 @@ import { ManualClock } from "../base/clock.ts";
 import { ClientError, RuntimeError } from "../base/errors.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { guarded } from "../testdata/guarded.ts";
-import { Client, connect } from "./client.ts";
+import { Client } from "./client.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 const T0 = Date.UTC(2026, 11, 6, 8, 59, 30);
 
@@ -35,7 +36,7 @@ function refusedWith(code: string, message: RegExp) {
 
 Deno.test("client.schedules: set, list, pause, resume, remove", async (t) => {
   const clock = new ManualClock(T0);
-  const embedded = await connect({ memory: true });
+  const embedded = await testClient();
   const client = new Client(embedded.store, clock);
   try {
     await t.step("a schedule is checked before anything is written", async () => {
@@ -135,7 +136,7 @@ Deno.test("client.schedules: set, list, pause, resume, remove", async (t) => {
 
 Deno.test("client.startWorker() ticks its agents' schedules: one run per occurrence, each driven to its end", async () => {
   const clock = new ManualClock(Date.UTC(2026, 11, 6, 8, 59, 55));
-  const embedded = await connect({ memory: true });
+  const embedded = await testClient();
   const client = new Client(embedded.store, clock);
   const lines: string[] = [];
   const worker = await client.startWorker([report], { log: new Logger({ clock, sink: arraySink(lines) }) });

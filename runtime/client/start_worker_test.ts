@@ -10,13 +10,14 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
-import { Client, connect } from "./client.ts";
+import { Client } from "./client.ts";
 import { defineTool } from "../agent/tools.ts";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { DEFAULTS } from "../base/defaults.ts";
 import { CountingClient } from "../store/counting.ts";
 import { Store } from "../store/store.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 Deno.test("startWorker() hosts with the commands' defaults (group commit on, the 3 s poll) unless told, and on a clock that never moves its runs still finish", async () => {
   const note = defineTool({
@@ -42,7 +43,7 @@ Deno.test("startWorker() hosts with the commands' defaults (group commit on, the
   // The runs finish all the same: a run this client starts wakes its host (no poll needed), and a write
   // that waits for a group statement in flight goes out when that statement returns, not when the clock says.
   const clock = new ManualClock();
-  const embedded = await connect({ memory: true });
+  const embedded = await testClient();
   const counting = new CountingClient(embedded.store.client);
   const still = new Client(new Store(counting), clock);
   const settled = async (ids: string[]) => {

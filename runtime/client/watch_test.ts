@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { defineAgent } from "../agent/agent.ts";
-import { Client, connect } from "./client.ts";
+import { Client } from "./client.ts";
 import { ManualClock } from "../base/clock.ts";
 import { discardSink, Logger } from "../base/log.ts";
 import { CountingClient } from "../store/counting.ts";
@@ -9,6 +9,7 @@ import { Store } from "../store/store.ts";
 import { encodeDelta, type StreamEvent } from "../run/stream.ts";
 import { DeltaBuffer, unreachableBackoffMs } from "./watch.ts";
 import { claim, writeDecision } from "../../harness/direct_writes.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 /** Lets a store's answers and the watcher's continuations run (PGlite answers on later turns). */
 const turns = async (n = 5) => {
@@ -59,7 +60,7 @@ const WATCHER_READS = new Set(["watch-run", "read-run", "read-history", "read-hi
 
 /** An in-memory store seen through a counter of statements and rows, and a client on a ManualClock over it. */
 async function watched() {
-  const base = await connect({ memory: true });
+  const base = await testClient();
   const reads = new ReadsClient(base.store.client);
   const counting = new CountingClient(reads);
   const clock = new ManualClock();
@@ -320,7 +321,7 @@ Deno.test("a watcher whose database stays away past retryForMs ends with DB_UNRE
 });
 
 Deno.test("a watcher refuses options out of range, naming each", async () => {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const agent = defineAgent({
     name: "opts",
     tools: [],

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
-import { Client, connect } from "../client/client.ts";
+import { Client } from "../client/client.ts";
 import { type ClientError } from "../base/errors.ts";
 import { CountingClient } from "../store/counting.ts";
 import { ManualClock } from "../base/clock.ts";
@@ -15,6 +15,7 @@ import { defineTool, ToolRegistry } from "../agent/tools.ts";
 import type { DecideRequest, TranscriptMessage } from "../model/transcript.ts";
 import type { HistoryHook } from "./turns.ts";
 import { openTestPglite } from "../../tests/_pglite.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 // A conversation driven by hand, one worker turn at a time, on one in-memory PGlite and a manual clock.
 // The model notes each user message with a tool, then answers it; it reads only the transcript, so what
@@ -294,7 +295,7 @@ Deno.test("the history hook trims what is sent; what is stored stays complete", 
 });
 
 Deno.test("a worker host takes its parked conversation again from memory: only the new message is read", async () => {
-  const embedded = await connect({ memory: true });
+  const embedded = await testClient();
   const counting = new CountingClient(embedded.store.client);
   const client = new Client(new Store(counting));
   const echo = defineAgent({

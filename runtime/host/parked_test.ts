@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { type Agent, defineAgent } from "../agent/agent.ts";
-import { Client, connect } from "../client/client.ts";
+import { Client } from "../client/client.ts";
 import { CountingClient } from "../store/counting.ts";
 import { Store } from "../store/store.ts";
 import { defineTool } from "../agent/tools.ts";
@@ -9,6 +9,7 @@ import { waitForSignal } from "../signals/wait_tools.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { SystemClock } from "../base/clock.ts";
 import type { Planner } from "../model/planner.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 // A worker host that lets a run go to wait keeps its rows (run/parked.ts): when it takes the run again
 // it reads only the rows of the step the run waited at, not its whole history.
@@ -51,7 +52,7 @@ async function until(check: () => Promise<boolean>): Promise<void> {
 
 /** An embedded store whose statements are counted, a client on it, and a worker host for `agent` logging to `lines`. */
 async function hosted(agent: Agent) {
-  const embedded = await connect({ memory: true });
+  const embedded = await testClient();
   const counting = new CountingClient(embedded.store.client);
   const client = new Client(new Store(counting));
   const lines: string[] = [];

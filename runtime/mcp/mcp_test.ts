@@ -14,7 +14,7 @@ import {
 import { InMemoryTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/inMemory.js";
 import { McpTestServer, serveMcpTestServers } from "../../mock/mcp_servers.ts";
 import { defineAgent } from "../agent/agent.ts";
-import { type Client, connect } from "../client/client.ts";
+import type { Client } from "../client/client.ts";
 import { SystemClock } from "../base/clock.ts";
 import { DEFAULT_RETRY } from "../run/deps.ts";
 import { hasCode } from "../base/errors.ts";
@@ -23,11 +23,12 @@ import { IDEMPOTENCY_KEY_META, type McpTools, mcpTools } from "./mcp.ts";
 import type { Tool } from "../agent/tools.ts";
 import { scripted } from "../testdata/scripted.ts";
 import type { PlannerDecision } from "../model/transcript.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 // MCP tools driven by a worker in this process (the embedded database in memory, a scripted model),
 // against the test servers in-process or over HTTP on 127.0.0.1.
 
-const client: Client = await connect({ memory: true });
+const client: Client = await testClient();
 
 interface Logged {
   event: string;

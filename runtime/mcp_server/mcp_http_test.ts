@@ -16,9 +16,9 @@ import { defineAgent } from "../agent/agent.ts";
 import { defineTool } from "../agent/tools.ts";
 import type { DecideRequest, PlannerDecision } from "../model/transcript.ts";
 import { waitForSignal } from "../signals/wait_tools.ts";
-import { connect } from "../client/client.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { mcpHandler } from "./mcp_http.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 /** Calls the agent's first tool once, then answers with what the tool said. */
 const planner = {
@@ -50,7 +50,7 @@ const shared = await fixture();
 Deno.test.afterAll(() => shared[Symbol.asyncDispose]());
 
 async function fixture() {
-  const client = await connect({ memory: true });
+  const client = await testClient();
   const lines: string[] = [];
   const host = await client.startWorker([guarded, quick, patient], {
     log: new Logger({ clock: client.clock, sink: arraySink(lines) }),

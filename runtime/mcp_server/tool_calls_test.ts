@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { z } from "npm:zod@4.6.7";
 import { defineAgent } from "../agent/agent.ts";
 import { ManualClock } from "../base/clock.ts";
-import { connect } from "../client/client.ts";
 import { McpCalls } from "./tool_calls.ts";
 import { IDEMPOTENCY_KEY_META } from "./run_ids.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 const model = { describe: "none", decide: () => Promise.resolve({ kind: "done" as const, text: "ok" }) };
 const notes = defineAgent({ name: "notes", instructions: "Write notes.", tools: [], model });
@@ -17,7 +17,7 @@ const typed = defineAgent({
 
 // One in-memory database for the file (each takes seconds to start): each test counts only its own runs.
 const clock = new ManualClock();
-const client = await connect({ memory: true, clock });
+const client = await testClient({ clock });
 Deno.test.afterAll(() => client.close());
 
 /** The server's calls on a manual clock, no worker (runs stay pending), and how many runs it started. */

@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
-import { type Client, connect } from "../client/client.ts";
+import { type Client } from "../client/client.ts";
 import { defineTool } from "../agent/tools.ts";
 import type { Planner } from "../model/planner.ts";
 import { scripted } from "../testdata/scripted.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 const note = defineTool({
   name: "note",
@@ -13,7 +14,7 @@ const note = defineTool({
   run: (args) => Promise.resolve({ result: { noted: args.text } }),
 });
 
-const client: Client = await connect({ memory: true });
+const client: Client = await testClient();
 
 /** Runs one run of an agent with `model` to its end; returns what the journal holds. */
 async function runWith(name: string, model: Planner) {

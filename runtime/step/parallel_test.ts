@@ -1,14 +1,15 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { defineAgent } from "../agent/agent.ts";
-import { type Client, connect } from "../client/client.ts";
+import { type Client } from "../client/client.ts";
 import { ToolError } from "../base/errors.ts";
 import { defineTool, type Json } from "../agent/tools.ts";
 import { scripted } from "../testdata/scripted.ts";
+import { testClient } from "../../tests/_pglite.ts";
 
 // Steps with several calls, on the embedded database, through the client as a user drives it.
 
-const client: Client = await connect({ memory: true });
+const client: Client = await testClient();
 
 /** A remote that records every request it receives, by key, and what it made. */
 function remote() {
