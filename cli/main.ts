@@ -19,19 +19,10 @@
  * @module
  */
 
+// Each command's module is imported when the command is run, not before: a process loads only what its
+// command needs (\`runs --help\` through this file: 0.53 s of CPU with every command imported at start, against
+// 0.30 s for commands.ts alone). The specifiers are literals, so \`deno compile\` still carries them all.
 import type { LoadedAgents } from "./agents.ts";
-import { compile } from "./compile.ts";
-import { COMMAND_USAGE, main as commandMain } from "./commands.ts";
-import { main as runMain } from "./run.ts";
-import { main as migrateMain } from "./migrate.ts";
-import { main as replayCheckMain } from "./replay_check.ts";
-import { main as forkMain } from "./fork.ts";
-import { main as workerMain } from "./worker.ts";
-import { main as superviseMain } from "./supervise.ts";
-import { main as scheduleMain } from "./schedule.ts";
-import { main as uiMain } from "../ui/main.ts";
-import { main as devMain } from "../ui/dev.ts";
-import { main as mcpMain } from "./mcp.ts";
 
 export type { LoadedAgents } from "./agents.ts";
 export { agentsOf } from "../runtime/agent/agent.ts";
@@ -83,35 +74,32 @@ export async function main(
   const [command, ...rest] = args;
   switch (command) {
     case "run":
-      return await runMain(rest, env, preloaded);
+      return await (await import("./run.ts")).main(rest, env, preloaded);
     case "worker":
-      return await workerMain(rest, env, preloaded);
+      return await (await import("./worker.ts")).main(rest, env, preloaded);
     case "supervise":
-      return await superviseMain(rest, env, preloaded);
+      return await (await import("./supervise.ts")).main(rest, env, preloaded);
     case "ui":
-      return await uiMain(rest, env);
+      return await (await import("../ui/main.ts")).main(rest, env);
     case "dev":
-      return await devMain(rest, env);
+      return await (await import("../ui/dev.ts")).main(rest, env);
     case "mcp":
-      return await mcpMain(rest, env, preloaded);
+      return await (await import("./mcp.ts")).main(rest, env, preloaded);
     case "schedule":
-      return await scheduleMain(rest, env, console.log, preloaded);
+      return await (await import("./schedule.ts")).main(rest, env, console.log, preloaded);
     case "migrate":
-      return await migrateMain(rest, env);
+      return await (await import("./migrate.ts")).main(rest, env);
     case "replay-check":
-      return await replayCheckMain(rest, env);
+      return await (await import("./replay_check.ts")).main(rest, env);
     case "fork":
-      return await forkMain(rest, env);
+      return await (await import("./fork.ts")).main(rest, env);
     case "eval":
-      // Loaded on demand: the evaluation's harness is not needed to run agents.
       return await (await import("./eval.ts")).main(rest, env);
     case "compile":
-      return await compile(rest);
+      return await (await import("./compile.ts")).compile(rest);
     case "fuzz":
-      // Loaded on demand, as the harness and the benchmark below: not needed to run agents.
       return await (await import("./fuzz.ts")).main(rest);
     case "crash-matrix":
-      // Loaded on demand: the harness and the benchmark are not needed to run agents.
       return await (await import("../harness/crash_matrix.ts")).main(rest);
     case "bench":
       return await (await import("../bench/step_bench.ts")).main(rest, env);
@@ -122,7 +110,8 @@ export async function main(
       console.log(USAGE);
       return command === undefined ? 2 : 0;
   }
-  if (command in COMMAND_USAGE) return await commandMain(args, env, console.log, preloaded);
+  const commands = await import("./commands.ts");
+  if (command in commands.COMMAND_USAGE) return await commands.main(args, env, console.log, preloaded);
   console.error(
     `agent-runtime: unknown command ${JSON.stringify(command)}. ${USAGE.split("\n").slice(-1)[0]}`,
   );
