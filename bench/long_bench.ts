@@ -24,6 +24,8 @@
  * statements up. `--statements` adds each of the host's statements the same
  * way, and CPU per step (this process's user and system time, the watcher's
  * included) is given beside the wall clock, which a busy machine blurs.
+ * `--history-steps N` gives the long run's agent `historySteps: N` (the model
+ * shown its last N steps; without it, every step).
  *
  * ```sh
  * deno task bench:long --database-url postgres://postgres@127.0.0.1:5432/test
@@ -109,14 +111,14 @@ function print(f: Flatness, at: [string, string]): void {
 export async function measure(
   client: SqlClient,
   where: string,
-  opts: { steps: number; messages: number; statements: boolean },
+  opts: { steps: number; messages: number; statements: boolean; historySteps?: number },
 ): Promise<Flatness[]> {
   const out: Flatness[] = [];
   // Unmeasured, a short run and a short conversation first: the code compiled, the statements prepared.
   if (opts.steps > 0) await longRun(client, 40, takePoints(40));
   if (opts.messages > 0) await longConversation(client, 30);
   if (opts.steps > 0) {
-    const m = await longRun(client, opts.steps, takePoints(opts.steps));
+    const m = await longRun(client, opts.steps, takePoints(opts.steps), opts.historySteps);
     const takes: Windows = { start: [0, 10], end: [opts.steps - 6, opts.steps] };
     const f = flatness(
       `${where}: one run of ${opts.steps} steps`,
@@ -152,6 +154,7 @@ export async function main(
       "database-url": { type: "string" },
       "no-pglite": { type: "boolean" },
       statements: { type: "boolean" },
+      "history-steps": { type: "string" },
     },
   });
   const steps = Number(values.steps ?? 10_000);
@@ -166,8 +169,21 @@ export async function main(
     );
     return 2;
   }
-  const opts = { steps, messages, statements: values.statements === true };
-  console.log(`bench:long  steps=${steps}  messages=${messages}`);
+  const historySteps = values["history-steps"] === undefined ? undefined : Number(values["history-steps"]);
+  if (
+    historySteps !== undefined &&
+    (!Number.isInteger(historySteps) || historySteps < 1 || historySteps > 100_000)
+  ) {
+    console.error(
+      `--history-steps must be an integer from 1 to 100000: current value is ${values["history-steps"]}`,
+    );
+    return 2;
+  }
+  const opts = { steps, messages, statements: values.statements === true, historySteps };
+  console.log(
+    `bench:long  steps=${steps}  messages=${messages}` +
+      (historySteps ? `  history-steps=${historySteps}` : ""),
+  );
   if (!values["no-pglite"]) {
     const pglite = await openPglite();
     try {

@@ -35,6 +35,8 @@ Deno.test("bench:long refuses a size out of range", async () => {
   try {
     assert.equal(await main(["--steps", "5"], {}), 2);
     assert.equal(await main(["--messages", "x"], {}), 2);
+    assert.equal(await main(["--history-steps", "0"], {}), 2);
+    assert.equal(await main(["--history-steps", "ten"], {}), 2);
   } finally {
     console.error = err;
   }

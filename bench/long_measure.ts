@@ -147,12 +147,14 @@ function recordHost(timed: Timed, m: Measured, at: () => number): void {
 /**
  * One run of `steps` steps (a `tick` call each, then the answer), taken again
  * at `takeAt` steps: there the model calls `wait_for_go`, the run sleeps, and
- * the signal wakes it for the host's next take.
+ * the signal wakes it for the host's next take. `historySteps` is the agent's
+ * (the model shown the last that many steps; undefined: all).
  */
 export async function longRun(
   inner: SqlClient,
   steps: number,
   takeAt: ReadonlySet<number>,
+  historySteps?: number,
 ): Promise<Measured> {
   const m = newMeasured(steps);
   const timed = timedClient(inner);
@@ -186,7 +188,7 @@ export async function longRun(
     },
   };
   const tools = [tick, waitForSignal(GO)];
-  const agent = defineAgent({ name: "bench-long", tools, maxSteps: 10_000, model: planner });
+  const agent = defineAgent({ name: "bench-long", tools, maxSteps: 10_000, model: planner, historySteps });
   let ended: ((o: RunOutcome) => void) | undefined;
   const worker = host(store, { agent, planner, tools: new ToolRegistry(tools) }, (o) => ended?.(o));
   const stop = new AbortController();

@@ -112,6 +112,16 @@ export interface AgentSpec<I = string> {
    */
   conversation?: ConversationOptions;
   /**
+   * How many of a run's settled steps the model is shown: the instructions
+   * and the goal, then the last `historySteps` decided steps (each with its
+   * calls' results) and any step still open. Every step stays in the
+   * database. Omitted: all of them, so each request carries the run's whole
+   * history and costs more the longer the run; a run of thousands of steps
+   * needs it (bench/README.md, "Flat at any length"). An integer from 1 to
+   * 100000. In a conversation, the `history` hook is given what it keeps.
+   */
+  historySteps?: number;
+  /**
    * The agent's version, recorded with every run a worker of it starts: 1-64
    * letters, digits, `.`, `_`, `+` or `-`. Omitted: a digest of its
    * instructions and of each tool's name, argument schema and `replaces`, so
@@ -162,6 +172,8 @@ export interface Agent {
   readonly modelParams?: ModelParams;
   /** How its runs converse, when they do. */
   readonly conversation?: ConversationOptions;
+  /** The settled steps its model is shown, the last of them; undefined: all. */
+  readonly historySteps?: number;
   /** Its retry settings, over the process's, if it sets any. */
   readonly retry?: Partial<RetryPolicy>;
   /** Its version, if it gives one (else each process computes the digest from the tools it builds). */
@@ -263,6 +275,7 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     })(),
     modelParams: checkModelParams(spec.modelParams, `Cannot define agent ${JSON.stringify(spec.name)}`),
     conversation: checkConversation(spec.conversation, `Cannot define agent ${JSON.stringify(spec.name)}`),
+    historySteps: checkHistorySteps(spec.historySteps, problem),
     retry: checkRetryPolicy(spec.retry, `Cannot define agent ${JSON.stringify(spec.name)}`),
     ...(spec.version === undefined
       ? {}
@@ -270,6 +283,15 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
     onNewVersion: checkOnNewVersion(spec.onNewVersion, `Cannot define agent ${JSON.stringify(spec.name)}`),
     limits: checkLimits(spec.limits, `Cannot define agent ${JSON.stringify(spec.name)}`, "AGENT_INVALID"),
   });
+}
+
+/** An agent's `historySteps`, checked: undefined, or an integer from 1 to 100000. */
+function checkHistorySteps(value: unknown, problem: (what: string) => Error): number | undefined {
+  if (value === undefined) return undefined;
+  if (Number.isInteger(value) && (value as number) >= 1 && (value as number) <= 100_000) {
+    return value as number;
+  }
+  throw problem(`'historySteps' must be an integer from 1 to 100000: current value is ${value}`);
 }
 
 /** True when `value` came from {@link defineAgent}. */

@@ -270,6 +270,14 @@ Deno.test("a text agent given something other than text says what it was given a
 Deno.test("defineAgent() refuses a bad name, bad limits and duplicate tool names up front", () => {
   assert.throws(() => defineAgent({ name: "has space", tools: [] }), /a name is 1-64 letters/);
   assert.throws(() => defineAgent({ name: "a", tools: [], maxSteps: 0 }), /'maxSteps' must be an integer/);
+  for (const historySteps of [0, 1.5, 100_001, "5" as unknown as number]) {
+    assert.throws(
+      () => defineAgent({ name: "a", tools: [], historySteps }),
+      /'historySteps' must be an integer from 1 to 100000: current value is /,
+      String(historySteps),
+    );
+  }
+  assert.equal(defineAgent({ name: "a", tools: [], historySteps: 3 }).historySteps, 3);
   assert.throws(() => defineAgent({ name: "a", tools: [order, order] }), /Two tools are named order/);
 });
 

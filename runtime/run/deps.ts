@@ -149,6 +149,8 @@ export interface AgentDeps {
   maxClaimsWithoutProgress: number;
   /** How its runs converse, when they do (the agent's `conversation`). */
   conversation?: ConversationOptions;
+  /** The settled steps the model is shown, the last of them (the agent's `historySteps`); undefined: all. */
+  historySteps?: number;
   /**
    * The limits shared by the fleet its requests are held to: the agent's and
    * the process's (`LIMITS`). Empty: no request takes a reservation, and a
@@ -198,6 +200,7 @@ export function agentDeps(prepared: PreparedAgent, opts: AgentOptions = {}): Age
     retry: { ...DEFAULT_RETRY, ...definedFields(opts.retry), ...definedFields(prepared.agent.retry) },
     maxClaimsWithoutProgress: opts.maxClaimsWithoutProgress ?? DEFAULT_MAX_CLAIMS_WITHOUT_PROGRESS,
     ...(prepared.agent.conversation ? { conversation: prepared.agent.conversation } : {}),
+    ...(prepared.agent.historySteps ? { historySteps: prepared.agent.historySteps } : {}),
     // An agent object not made by defineAgent (a test's) may lack limits.
     limits: [...(prepared.agent.limits ?? NO_LIMITS), ...(opts.limits ?? NO_LIMITS)],
   };

@@ -122,4 +122,6 @@ export interface SettledTranscript {
   upTo: number;
   /** The final answers in it (a conversation's). */
   answers: number;
+  /** Where each step that added messages begins in `messages`, in order (an agent's `historySteps` shows the last few). */
+  starts: number[];
 }

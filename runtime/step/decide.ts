@@ -440,13 +440,13 @@ function smaller(a: number | undefined, b: number | undefined): number | undefin
   return a === undefined ? b : b === undefined ? a : Math.min(a, b);
 }
 
-/** The transcript for step `seq` as sent: rebuilt from the rows, then through the conversation's history hook. */
+/** The transcript for step `seq` as sent: rebuilt from the rows (the agent's `historySteps` of them), then through the conversation's history hook. */
 async function sentHistory(
   deps: RunDeps,
   state: RunState,
   seq: number,
 ): Promise<TranscriptMessage[]> {
-  const transcript = buildTranscript(state, seq, deps.instructions);
+  const transcript = buildTranscript(state, seq, deps.instructions, deps.historySteps);
   const hook = deps.conversation?.history;
   const conversation = state.conversation;
   if (!hook || !conversation) return transcript;

@@ -148,3 +148,36 @@ Deno.test("a planner is asked with the neutral transcript and tools, the call id
 Deno.test.afterAll(async () => {
   await client.close();
 });
+
+Deno.test("an agent's historySteps shows the model the goal and its last steps only, each call beside its result; every step stays stored", async () => {
+  const steps = Array.from({ length: 6 }, (_, i) => ({
+    kind: "tool_calls" as const,
+    calls: [{ name: "note", args: { text: `n${i}` } }],
+    usage,
+  }));
+  const { model, asked } = scripted([...steps, { kind: "done", text: "Noted.", usage }]);
+  const agent = defineAgent({ name: "windowed", tools: [note], model, historySteps: 2 });
+  const worker = await client.startWorker([agent], { pollMs: 10 });
+  try {
+    await client.start(agent, { runId: "windowed-1", input: "Take six notes." });
+    assert.equal((await client.wait("windowed-1", { timeoutMs: 30_000, pollMs: 10 })).status, "done");
+    const record = await client.reads.inspect("windowed-1");
+    assert.equal(record.effects.length, 6, "every call is stored");
+  } finally {
+    await worker.stop();
+  }
+  // Each request: the instructions, the goal, then at most two steps (a call and its result each).
+  assert.deepEqual(asked.map((a) => a.transcript.length), [2, 4, 6, 6, 6, 6, 6]);
+  const last = asked[6].transcript;
+  assert.deepEqual(last.slice(0, 2).map((m) => m.role), ["system", "user"]);
+  assert.equal((last[1] as { text: string }).text, "Take six notes.");
+  assert.deepEqual(
+    last.slice(2).map((m) => m.role === "tool" ? m.callId : m.role === "assistant" ? m.calls[0].id : ""),
+    [
+      "call_4",
+      "call_4",
+      "call_5",
+      "call_5",
+    ],
+  );
+});

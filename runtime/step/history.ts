@@ -26,11 +26,15 @@ export function callId(seq: number): string {
  * In a conversation each earlier final answer is an assistant turn, followed
  * by the message taken after it. The settled steps come from (and go to) the
  * state's `transcript` ({@link SettledTranscript}); the messages are a new array.
+ * With `historySteps`, only the last that many settled steps follow the goal
+ * (each whole: a call beside its result), so a step's transcript, and its cost,
+ * stay the same size however long the run grows; steps still open always follow.
  */
 export function buildTranscript(
   state: Pick<RunState, "goal" | "journal" | "effects" | "conversation" | "transcript">,
   seq: number,
   instructions: string,
+  historySteps?: number,
 ): TranscriptMessage[] {
   const kept = state.transcript;
   const settled: SettledTranscript = kept && kept.instructions === instructions && kept.upTo <= seq ? kept : {
@@ -38,19 +42,22 @@ export function buildTranscript(
     messages: [{ role: "system", text: instructions }, { role: "user", text: state.goal }],
     upTo: 0,
     answers: 0,
+    starts: [],
   };
   state.transcript = settled;
   let answers = settled.answers;
   const tail: TranscriptMessage[] = [];
   for (let s = settled.upTo; s < seq; s++) {
     const final = tail.length === 0 && isSettled(state, s, answers);
+    const before = settled.messages.length;
     answers = stepMessages(state, s, answers, final ? settled.messages : tail);
     if (final) {
+      if (settled.messages.length > before) settled.starts.push(before);
       settled.upTo = s + 1;
       settled.answers = answers;
     }
   }
-  const transcript = tail.length === 0 ? settled.messages.slice() : settled.messages.concat(tail);
+  const transcript = shown(settled, historySteps).concat(tail);
   for (const rejection of state.journal.get(seq)?.rejections ?? []) {
     transcript.push({
       role: "user",
@@ -59,6 +66,13 @@ export function buildTranscript(
     });
   }
   return transcript;
+}
+
+/** The settled messages shown, as a new array: the instructions, the goal, and the last `historySteps` steps (all without it). */
+function shown(settled: SettledTranscript, historySteps: number | undefined): TranscriptMessage[] {
+  const { messages, starts } = settled;
+  if (historySteps === undefined || starts.length <= historySteps) return messages.slice();
+  return messages.slice(0, 2).concat(messages.slice(starts[starts.length - historySteps]));
 }
 
 /** The call statuses a row never leaves. */

@@ -149,3 +149,59 @@ Deno.test("buildTranscript() keeps the settled steps for the next step and build
   // Other instructions: built anew.
   assert.deepEqual(buildTranscript(s, 3, "j")[0], { role: "system", text: "j" });
 });
+
+/** A run whose steps 0 to n - 1 each made one call that was confirmed. */
+function settledRun(n: number) {
+  const journal: JournalRow[] = [];
+  const effects: SideEffectRow[] = [];
+  for (let seq = 0; seq < n; seq++) {
+    journal.push(journalRow(RUN, seq, pay(seq)));
+    effects.push(effectRow(RUN, seq, pay(seq), { result: seq }));
+  }
+  return { journal, effects };
+}
+
+Deno.test("buildTranscript() with historySteps shows the instructions, the goal, the last settled steps whole, and every open step", () => {
+  const { journal, effects } = settledRun(6);
+  // Step 6 decided, its call still at intent: open, so shown whatever the window.
+  journal.push(journalRow(RUN, 6, pay(6)));
+  effects.push(effectRow(RUN, 6, pay(6), { status: "intent", confirmed_at: null }));
+  const s: ReturnType<typeof state> & { transcript?: SettledTranscript } = state(journal, effects);
+  const ids = (t: ReturnType<typeof buildTranscript>) =>
+    t.slice(2).map((m) =>
+      m.role === "assistant" ? `a${m.calls[0].id}` : m.role === "tool" ? m.callId : m.role
+    );
+  const windowed = buildTranscript(s, 7, "i", 2);
+  assert.deepEqual(windowed.slice(0, 2), [{ role: "system", text: "i" }, {
+    role: "user",
+    text: "Pay the bills.",
+  }]);
+  assert.deepEqual(ids(windowed), ["acall_4", "call_4", "acall_5", "call_5", "acall_6", "call_6"]);
+  // The kept steps stay whole: without the window, the same state shows them all.
+  assert.equal(buildTranscript(s, 7, "i").length, 2 + 7 * 2);
+  assert.deepEqual(s.transcript?.starts, [2, 4, 6, 8, 10, 12]);
+  // A window wider than the run shows it all.
+  assert.equal(buildTranscript(s, 7, "i", 50).length, 2 + 7 * 2);
+});
+
+Deno.test("buildTranscript() with historySteps is the same size at step 10 and at step 1,000, and kept steps are built once", () => {
+  const short = settledRun(10);
+  const long = settledRun(1_000);
+  const a = state(short.journal, short.effects);
+  const b: ReturnType<typeof state> & { transcript?: SettledTranscript } = state(long.journal, long.effects);
+  assert.equal(buildTranscript(a, 10, "i", 5).length, buildTranscript(b, 1_000, "i", 5).length);
+  assert.equal(buildTranscript(b, 1_000, "i", 5).length, 2 + 5 * 2);
+  // The next step adds its own messages to what was kept; the window moves with it.
+  b.journal.set(1_000, journalRow(RUN, 1_000, pay(1_000)));
+  b.effects.set(1_000, effectRow(RUN, 1_000, pay(1_000), { result: 1_000 }));
+  const next = buildTranscript(b, 1_001, "i", 5);
+  assert.equal(b.transcript?.messages.length, 2 + 1_001 * 2);
+  assert.deepEqual(next.at(-1), {
+    role: "tool",
+    callId: "call_1000",
+    name: "pay",
+    failed: false,
+    result: 1_000,
+  });
+  assert.equal(next.length, 2 + 5 * 2);
+});
