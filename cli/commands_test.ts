@@ -24,13 +24,15 @@ import {
 } from "./commands.ts";
 import { claim, journalIntent, writeDecision } from "../harness/direct_writes.ts";
 import { testTemplate } from "../tests/_pg.ts";
+import { openTestPglite } from "../tests/_pglite.ts";
 
-// One embedded database for the whole file (a cold start costs seconds); distinct run ids per test.
+// The commands called in process run on the file's in-memory database, emptied for each test
+// (tests/_pglite.ts); `dir` is for the commands run through `main` with DATA_DIR.
 const dir = await Deno.makeTempDir({ prefix: "commands_test_" });
 const clock = new ManualClock();
 
 async function withStore(fn: (ctx: CommandContext, out: string[]) => Promise<void>): Promise<void> {
-  const store = new Store(await openPglite(`${dir}/pglite`, { template: await testTemplate() }));
+  const store = new Store(await openTestPglite());
   await store.applySchema();
   const out: string[] = [];
   try {
