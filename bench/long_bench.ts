@@ -6,7 +6,7 @@
  *
  * - **a long run**: one run of `--steps` steps (default 10,000), each a call
  *   of an in-process tool the model (in process, answering at once) asks
- *   for. At five steps near its start (5 to 9) and at its last five it calls
+ *   for. At ten steps near its start (5 to 14) and at its last ten it calls
  *   `wait_for_go` instead: the run sleeps, a signal wakes it, and the host
  *   takes it again, so the take of a run of that length is measured;
  * - **a long conversation**: `--messages` messages (default 1,000), each a
@@ -56,14 +56,15 @@ interface Windows {
   end: [number, number];
 }
 
-/** The steps the long run waits at to be taken again: five near its start, its last five. */
+/** The steps the long run waits at to be taken again: ten near its start (5 to 14), its last ten. */
 export function takePoints(steps: number): Set<number> {
-  return new Set([5, 6, 7, 8, 9, steps - 6, steps - 5, steps - 4, steps - 3, steps - 2]);
+  const ten = Array.from({ length: 10 }, (_, i) => i);
+  return new Set([...ten.map((i) => 5 + i), ...ten.map((i) => steps - 11 + i)]);
 }
 
 function runWindows(steps: number): Windows {
   const w = Math.max(10, Math.floor(steps / 100));
-  return { start: [10, 10 + w], end: [steps - 6 - w, steps - 6] };
+  return { start: [15, 15 + w], end: [steps - 11 - w, steps - 11] };
 }
 
 function chatWindows(messages: number): Windows {
@@ -119,7 +120,7 @@ export async function measure(
   if (opts.messages > 0) await longConversation(client, 30);
   if (opts.steps > 0) {
     const m = await longRun(client, opts.steps, takePoints(opts.steps), opts.historySteps);
-    const takes: Windows = { start: [0, 10], end: [opts.steps - 6, opts.steps] };
+    const takes: Windows = { start: [0, 15], end: [opts.steps - 11, opts.steps] };
     const f = flatness(
       `${where}: one run of ${opts.steps} steps`,
       m,
