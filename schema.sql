@@ -893,3 +893,11 @@ $group$;
 -- settlements of the rows that may still change (the decision being asked
 -- for, the last decision's calls).
 alter table runs add column if not exists progress_step integer not null default 0;
+-- migration 20: a run's open waits read through an index
+-- A signal's send marks the calls waiting for it, and a worker letting a run
+-- wait reads its calls that wait or are due again: both looked at every call
+-- of the run (at step 10,000 of a run, 10,000 rows, the send 1.7 ms against
+-- 0.1), so the wake of a long run cost more the longer it ran. The index holds
+-- only the calls that wait, few at any time.
+create index if not exists side_effects_open_waits on side_effects (run_id)
+  where status = 'waiting' or (status = 'intent' and check_at is not null);

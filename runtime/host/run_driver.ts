@@ -293,7 +293,7 @@ async function driveClaimed(
     const refused = claimed.movedFrom === undefined ? undefined : await refuseMove(deps, state, claimed);
     if (refused) return refused;
     // A parked conversation was let go by its worker after a clean answer: nothing of it is stranded.
-    const blocked = answered ? undefined : await tel.recover(recovery, () => recover(deps, state));
+    const blocked = answered ? undefined : await tel.recover(recovery, () => recover(deps, state, ahead));
     if (blocked) return await endTurn(deps, state, seq, blocked);
     // Bounded by maxSteps: the guard closes the run. A step's decision is at `seq`; its calls own
     // seqs seq .. seq + n - 1 (calls.ts), and the next decision is at seq + n.

@@ -34,23 +34,31 @@ export interface Blocked {
  * block when there is history. Returns the run blocked by its first flagged
  * call, once every other call has been settled; or, when a limit shared by
  * the fleet refused a re-send, the run let go until it may go (its next
- * worker recovers again); or undefined when it may go on.
+ * worker recovers again); or undefined when it may go on. `settled` is the
+ * stretch of settled steps the run starts with (`settledSteps` from seq 0):
+ * every decision there confirmed, every call (one a seq) confirmed, so only
+ * the rows after it are looked at, and those before are only counted (#39:
+ * a take of a long run sorted and counted all its rows).
  */
-export async function recover(deps: RunDeps, state: RunState): Promise<Blocked | Limited | undefined> {
+export async function recover(
+  deps: RunDeps,
+  state: RunState,
+  settled: { seq: number; steps: number } = { seq: 0, steps: 0 },
+): Promise<Blocked | Limited | undefined> {
   const { log } = deps;
   const runId = state.fence.runId;
-  const journal = [...state.journal.values()];
-  const effects = [...state.effects.values()].sort((a, b) => a.seq - b.seq);
-  if (journal.length === 0 && effects.length === 0) return undefined;
+  const journal = rowsFrom(state.journal, settled.seq);
+  const effects = rowsFrom(state.effects, settled.seq).sort((a, b) => a.seq - b.seq);
+  if (settled.seq === 0 && journal.length === 0 && effects.length === 0) return undefined;
 
   const count = <T extends { status: string }>(rows: T[], status: string) =>
     rows.filter((r) => r.status === status).length;
   const before = llmCallsOf(state);
   log.info("recovery", {
     run: runId,
-    journal_confirmed: count(journal, "confirmed"),
+    journal_confirmed: settled.steps + count(journal, "confirmed"),
     journal_intent: count(journal, "intent"),
-    tools_confirmed: count(effects, "confirmed"),
+    tools_confirmed: settled.seq + count(effects, "confirmed"),
     tools_intent: count(effects, "intent"),
     tools_failed: count(effects, "failed"),
     tools_flagged: count(effects, "flagged"),
@@ -78,6 +86,13 @@ export async function recover(deps: RunDeps, state: RunState): Promise<Blocked |
   if (blocked) return blockedBy(blocked);
   log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: llmCallsOf(state) });
   return undefined;
+}
+
+/** The rows at seq `from` and after. */
+function rowsFrom<T extends { seq: number }>(rows: ReadonlyMap<number, T>, from: number): T[] {
+  const out: T[] = [];
+  for (const row of rows.values()) if (row.seq >= from) out.push(row);
+  return out;
 }
 
 /**

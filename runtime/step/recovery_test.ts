@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { recover } from "./recovery.ts";
+import { settledSteps } from "../run/calls.ts";
 import { ManualClock } from "../base/clock.ts";
 import { arraySink, Logger } from "../base/log.ts";
 import { runDepsFor, type RunState } from "../run/context.ts";
@@ -136,6 +137,60 @@ Deno.test("recover() settles nothing and logs nothing for a run with no history"
     } as unknown as RunState;
     assert.equal(await recover(deps, state), undefined);
     assert.deepEqual(lines, []);
+  } finally {
+    await store.client.close();
+  }
+});
+
+Deno.test("recover() after a run's settled steps looks only past them, and counts them in its recovery line as the whole history does", async () => {
+  const { deps, store, lines, sent } = await setup();
+  try {
+    const clock = new ManualClock();
+    /** Two steps settled (a decision and its confirmed call each), then a third whose call a crash stranded. */
+    const history = async (runId: string) => {
+      await store.leases.createRun({ runId, agent: "notes", goal: "g" }, clock.now());
+      const first = { runId, epoch: (await claim(store, runId, 0, "w1", clock.now()))! };
+      for (const seq of [0, 1, 2]) {
+        await writeDecision(
+          store,
+          first,
+          seq,
+          { decision: { tool: "note", args: { text: `n${seq}` } } },
+          clock.now(),
+        );
+        const row = await store.writes.effectIntentRow(
+          first,
+          { key: `${runId}:${seq}`, seq, tool: "note", args: { text: `n${seq}` } },
+          clock.now(),
+        );
+        if (seq < 2) {
+          await store.writes.effectConfirm(first, row, { result: "ok", remote: "created" }, clock.now());
+        }
+      }
+      const epoch = (await claim(store, runId, first.epoch, "w2", clock.now()))!;
+      const { journal, effects } = await store.reads.loadHistory(runId);
+      return {
+        fence: { runId, epoch },
+        goal: "g",
+        journal: new Map(journal.map((j) => [j.seq, j])),
+        effects: new Map(effects.map((e) => [e.seq, e])),
+        signal: new AbortController().signal,
+        reservation: new ToolCallReservation(runId),
+      } as unknown as RunState;
+    };
+    const whole = await history("r5");
+    await recover(deps, whole);
+    const past = await history("r6");
+    const ahead = settledSteps(past, 0, 12);
+    assert.deepEqual(ahead, { seq: 2, steps: 2 });
+    await recover(deps, past, ahead);
+    assert.deepEqual(sent, ["r5:2", "r6:2"], "the stranded call of each, and nothing settled before it");
+    const recovery = lines.filter((l) => l.includes("event=recovery")).map((l) =>
+      l.replace(/.*event=recovery run=r\d /, "")
+    );
+    assert.equal(recovery.length, 2);
+    assert.equal(recovery[1], recovery[0]);
+    assert.match(recovery[0], /journal_confirmed=3 journal_intent=0 tools_confirmed=2 tools_intent=1/);
   } finally {
     await store.client.close();
   }

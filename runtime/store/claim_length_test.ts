@@ -123,7 +123,7 @@ function named(name: string): Statement {
 
 /**
  * The rows each write a step makes to one call by its key (and the signal a
- * call takes) visits in the run's history, on the last call of a run grown
+ * call takes, a signal's send, a run let go to wait) visits in the run's history, on the last call of a run grown
  * from 10 steps to 3,000: each statement prepared, and its generic plan made
  * and kept, while the tables were small (as a worker's driver prepares it on
  * a fresh database), then explained on the grown run with that plan, and
@@ -138,6 +138,9 @@ async function callWriteCosts(session: Session): Promise<Record<string, number[]
     "effect-waiting": ["long", 1, key, "{}", LATER, LATER],
     "effect-failure": ["long", 1, key, NOW, "an error", LATER],
     "take-signal": ["long", 1, key, "go", NOW],
+    // Not by a key: the calls of the run that wait (none here), found through their own index.
+    "send-signal": ["long", "go", "sig-1", "null", NOW],
+    "wait-run": ["long", 1, LATER, NOW, null],
   };
   const prepared = (name: string) => name.replace("-", "_");
   const rolledBack = async <T>(text: string): Promise<T[]> => {
