@@ -365,10 +365,15 @@ async function takeUp(deps: RunDeps, claimed: ClaimedRun, signal: AbortSignal) {
 /**
  * Where a claimed run's replay starts: after the settled steps at its start
  * ({@link settledSteps}, at most `maxSteps`), logged once as
- * `replayed-settled` with how many, instead of a `replayed` line a step.
+ * `replayed-settled` with how many, instead of a `replayed` line a step. A
+ * run parked here walks on from where its last take's walk ended
+ * (`settledAhead`), not from seq 0; the stretch is kept for the next take.
  */
 function skipSettled(deps: RunDeps, state: RunState): { seq: number; steps: number } {
-  const ahead = settledSteps(state, 0, deps.maxSteps);
+  const from = state.settledAhead ?? { seq: 0, steps: 0 };
+  const more = settledSteps(state, from.seq, deps.maxSteps - from.steps);
+  const ahead = { seq: more.seq, steps: from.steps + more.steps };
+  state.settledAhead = ahead;
   if (ahead.steps > 0) {
     deps.log.info("replayed-settled", { run: state.fence.runId, steps: ahead.steps, next_seq: ahead.seq });
   }
@@ -417,6 +422,7 @@ async function stateAtClaim(
     ...(run.labels ? { labels: run.labels } : {}),
     ...(run.dry_run ? { dryRun: { forkedFrom: run.forked_from ?? null } } : {}),
     ...(parked?.transcript ? { transcript: parked.transcript } : {}),
+    ...(parked?.settledAhead ? { settledAhead: parked.settledAhead } : {}),
     conversation: parked?.conversation
       ? await resumeConversation(deps, runId, parked as ParkedConversation)
       : await loadConversation(deps, run, epoch === 1 && !run.forked_at_seq),

@@ -80,6 +80,14 @@ export interface RunState {
    * whole history again.
    */
   transcript?: SettledTranscript;
+  /**
+   * The stretch of settled steps the run started with, as this worker's take
+   * walked it (`settledSteps` from seq 0: where it ends, and how many steps).
+   * Its rows never change again, so a host that parks the run hands it to
+   * the next take, which walks on from there (#39: every take walked the
+   * whole run).
+   */
+  settledAhead?: { seq: number; steps: number };
   /** The labels the run was started with, which limits may key on. */
   labels?: Readonly<Record<string, string>>;
   /**

@@ -25,15 +25,17 @@ import type { RunState } from "./context.ts";
  * rows by seq, the transcript of its settled steps, and a conversation's
  * messages (absent for a run let go to wait).
  */
-export type ParkedRun = Pick<RunState, "journal" | "effects" | "transcript" | "conversation"> & {
-  /** The epoch the run was let go under. */
-  epoch: number;
-  /**
-   * The step it was let go at: a conversation's last answer (replayed, then
-   * the next message taken), or the step a waiting run waits at.
-   */
-  seq: number;
-};
+export type ParkedRun =
+  & Pick<RunState, "journal" | "effects" | "transcript" | "conversation" | "settledAhead">
+  & {
+    /** The epoch the run was let go under. */
+    epoch: number;
+    /**
+     * The step it was let go at: a conversation's last answer (replayed, then
+     * the next message taken), or the step a waiting run waits at.
+     */
+    seq: number;
+  };
 
 /** What a host parks of a run its worker let go to wait at step `seq`: none for a conversation (parked at its answers). */
 export function parkedAt(state: RunState, seq: number): ParkedRun | undefined {
@@ -44,5 +46,6 @@ export function parkedAt(state: RunState, seq: number): ParkedRun | undefined {
     effects: state.effects,
     seq,
     ...(state.transcript ? { transcript: state.transcript } : {}),
+    ...(state.settledAhead ? { settledAhead: state.settledAhead } : {}),
   };
 }
