@@ -22,6 +22,20 @@ import { claim, effectIntent, writeDecision } from "../../harness/direct_writes.
 import type { Decision } from "../store/rows.ts";
 import { openTestPglite } from "../../tests/_pglite.ts";
 
+/** The run claimed again by `w2` after epoch `from`, and the state its worker starts from: its rows as read back. */
+async function claimedBy(store: Store, runId: string, from: number, now: Date): Promise<RunState> {
+  const epoch = (await claim(store, runId, from, "w2", now))!;
+  const { journal, effects } = await store.reads.loadHistory(runId);
+  return {
+    fence: { runId, epoch },
+    goal: "g",
+    journal: new Map(journal.map((j) => [j.seq, j])),
+    effects: new Map(effects.map((e) => [e.seq, e])),
+    signal: new AbortController().signal,
+    reservation: new ToolCallReservation(runId),
+  } as unknown as RunState;
+}
+
 async function setup() {
   const clock = new ManualClock();
   const store = new Store(await openTestPglite());
@@ -66,17 +80,7 @@ async function setup() {
         clock.now(),
       );
     }
-    const epoch = (await claim(store, runId, first.epoch, "w2", clock.now()))!;
-    const { journal, effects } = await store.reads.loadHistory(runId);
-    const state = {
-      fence: { runId, epoch },
-      goal: "g",
-      journal: new Map(journal.map((j) => [j.seq, j])),
-      effects: new Map(effects.map((e) => [e.seq, e])),
-      signal: new AbortController().signal,
-      reservation: new ToolCallReservation(runId),
-    } as unknown as RunState;
-    return state;
+    return await claimedBy(store, runId, first.epoch, clock.now());
   };
   return { deps, store, lines, done, sent, crashed };
 }
@@ -167,16 +171,7 @@ Deno.test("recover() after a run's settled steps looks only past them, and count
           await store.writes.effectConfirm(first, row, { result: "ok", remote: "created" }, clock.now());
         }
       }
-      const epoch = (await claim(store, runId, first.epoch, "w2", clock.now()))!;
-      const { journal, effects } = await store.reads.loadHistory(runId);
-      return {
-        fence: { runId, epoch },
-        goal: "g",
-        journal: new Map(journal.map((j) => [j.seq, j])),
-        effects: new Map(effects.map((e) => [e.seq, e])),
-        signal: new AbortController().signal,
-        reservation: new ToolCallReservation(runId),
-      } as unknown as RunState;
+      return await claimedBy(store, runId, first.epoch, clock.now());
     };
     const whole = await history("r5");
     await recover(deps, whole);
