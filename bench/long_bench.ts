@@ -24,8 +24,8 @@
  * statements up. `--statements` adds each of the host's statements the same
  * way, and CPU per step (this process's user and system time, the watcher's
  * included) is given beside the wall clock, which a busy machine blurs.
- * `--history-steps N` gives the long run's agent `historySteps: N` (the model
- * shown its last N steps; without it, every step).
+ * `--history-steps N` gives both agents `historySteps: N` (the model shown
+ * its last N steps; without it, every step).
  *
  * ```sh
  * deno task bench:long --database-url postgres://postgres@127.0.0.1:5432/test
@@ -132,7 +132,7 @@ export async function measure(
     out.push(f);
   }
   if (opts.messages > 0) {
-    const m = await longConversation(client, opts.messages);
+    const m = await longConversation(client, opts.messages, opts.historySteps);
     const win = chatWindows(opts.messages);
     const f = flatness(`${where}: a conversation of ${opts.messages} messages`, m, win, win, opts.statements);
     print(f, [`message ~10`, `message ~${opts.messages}`]);

@@ -231,8 +231,15 @@ const chatPlanner = (m: { step: number }): Planner => ({
   },
 });
 
-/** One conversation of `messages` messages, each sent once the one before is answered. */
-export async function longConversation(inner: SqlClient, messages: number): Promise<Measured> {
+/**
+ * One conversation of `messages` messages, each sent once the one before is
+ * answered; `historySteps` is the agent's (undefined: every message shown).
+ */
+export async function longConversation(
+  inner: SqlClient,
+  messages: number,
+  historySteps?: number,
+): Promise<Measured> {
   const m = newMeasured(messages);
   const timed = timedClient(inner);
   const store = new Store(timed.client);
@@ -246,6 +253,7 @@ export async function longConversation(inner: SqlClient, messages: number): Prom
     maxSteps: 4,
     conversation: { idleMs: 3_600_000 },
     model: planner,
+    historySteps,
   });
   let ended: ((o: RunOutcome) => void) | undefined;
   const worker = host(store, { agent, planner, tools: new ToolRegistry([tick]) }, (o) => ended?.(o));
