@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { jobs, skipReport, skipsByReason } from "./_suite.ts";
+import { skipReport, skipsByReason } from "./_suite.ts";
 
 Deno.test("the suite's closing list gathers the skips by reason, each test once, colours and file prefixes stripped", () => {
   const skips = skipsByReason([
@@ -20,10 +20,4 @@ Deno.test("the suite's closing list gathers the skips by reason, each test once,
       "  no chromium: apt-get install -y chromium, or set CHROMIUM_PATH: 1\n    the page in a browser\n",
   );
   assert.equal(skipReport(new Map()), "skipped: nothing; every test could run here\n");
-});
-
-Deno.test("the suite runs one test file more than the cores at once, and one more than one on a machine that reports none", () => {
-  assert.equal(jobs(2), 3);
-  assert.equal(jobs(8), 9);
-  assert.equal(jobs(0), 2);
 });
