@@ -69,17 +69,11 @@ async function template(): Promise<{ path: string; ours: boolean }> {
   return { path, ours: true };
 }
 
-/** Test files run at once: one more than the cores (`DENO_JOBS` wins when set). */
-export function jobs(cores = navigator.hardwareConcurrency): number {
-  return Math.max(1, cores) + 1;
-}
-
 if (import.meta.main) {
   const made = await template();
   const child = new Deno.Command(Deno.execPath(), {
     args: ["test", ...SUITE_FLAGS, ...Deno.args],
-    // One test file more than the cores: a file waiting on a lease, an outage or a mock leaves its core idle.
-    env: { TEST_PGLITE_TEMPLATE: made.path, DENO_JOBS: Deno.env.get("DENO_JOBS") ?? String(jobs()) },
+    env: { TEST_PGLITE_TEMPLATE: made.path },
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
