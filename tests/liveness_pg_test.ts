@@ -258,6 +258,12 @@ Deno.test({
           boundMs,
         );
         const tookMs = Date.now() - killedAt;
+        // Each worker's last line may still be in the pipe when its process is gone: read until both are in.
+        await until(
+          () => Promise.resolve(sup.events("supervisor-gone").length >= 2),
+          `both workers' supervisor-gone lines (they exited in ${tookMs} ms)`,
+          10_000,
+        ).catch(() => {}); // the assertion below says what was read
         const gone = sup.events("supervisor-gone");
         assert.equal(gone.length, 2, `${tookMs} ms\n${sup.lines.join("\n")}`);
         assert.ok(gone.every((e) => e.reason === "stdin closed"));
