@@ -37,8 +37,8 @@ export interface Blocked {
  * worker recovers again); or undefined when it may go on. `settled` is the
  * stretch of settled steps the run starts with (`settledSteps` from seq 0):
  * every decision there confirmed, every call (one a seq) confirmed, so only
- * the rows after it are looked at, and those before are only counted (#39:
- * a take of a long run sorted and counted all its rows).
+ * the rows after it are copied, sorted and examined, and those before are
+ * only counted (#39: a take of a long run sorted and counted all its rows).
  */
 export async function recover(
   deps: RunDeps,
