@@ -38,6 +38,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { checkHistorySteps, HISTORY_STEPS_MAX } from "../runtime/agent/agent.ts";
 import { openPglite } from "../runtime/store/pglite.ts";
 import { createSandbox } from "../runtime/store/sandbox.ts";
 import { Store } from "../runtime/store/store.ts";
@@ -170,14 +171,16 @@ export async function main(
     );
     return 2;
   }
-  const historySteps = values["history-steps"] === undefined ? undefined : Number(values["history-steps"]);
-  if (
-    historySteps !== undefined &&
-    (!Number.isInteger(historySteps) || historySteps < 1 || historySteps > 100_000)
-  ) {
-    console.error(
-      `--history-steps must be an integer from 1 to 100000: current value is ${values["history-steps"]}`,
-    );
+  // The agent's own rule, so the bench refuses what defineAgent would.
+  const given = values["history-steps"];
+  let historySteps: number | undefined;
+  try {
+    historySteps = given === undefined ? undefined : checkHistorySteps(Number(given), () =>
+      new Error(
+        `--history-steps must be an integer from 1 to ${HISTORY_STEPS_MAX}: current value is ${given}`,
+      ));
+  } catch (err) {
+    console.error((err as Error).message);
     return 2;
   }
   const opts = { steps, messages, statements: values.statements === true, historySteps };

@@ -20,8 +20,8 @@
  */
 
 // Each command's module is imported when the command is run, not before: a process loads only what its
-// command needs (\`runs --help\` through this file: 0.53 s of CPU with every command imported at start, against
-// 0.30 s for commands.ts alone). The specifiers are literals, so \`deno compile\` still carries them all.
+// command needs (`runs --help` through this file: 0.53 s of CPU with every command imported at start, against
+// 0.30 s for commands.ts alone). The specifiers are literals, so `deno compile` still carries them all.
 import type { LoadedAgents } from "./agents.ts";
 
 export type { LoadedAgents } from "./agents.ts";

@@ -8,7 +8,8 @@
  * The instance is made as the module loads, not inside a test: PGlite arms a
  * timer when it starts that ends only when it closes, and `--sanitize-ops`
  * fails the test that started it while it is open. Only files that use
- * {@link openTestPglite} or {@link bothStoresTest} import this module.
+ * {@link openTestPglite}, {@link bothStoresTest} or {@link testClient}
+ * import this module.
  *
  * @module
  */

@@ -285,13 +285,18 @@ export function defineAgent<I = string>(spec: AgentSpec<I>): Agent {
   });
 }
 
-/** An agent's `historySteps`, checked: undefined, or an integer from 1 to 100000. */
-function checkHistorySteps(value: unknown, problem: (what: string) => Error): number | undefined {
+/** The largest `historySteps` an agent may give. */
+export const HISTORY_STEPS_MAX = 100_000;
+
+/** An agent's `historySteps`, checked: undefined, or an integer from 1 to {@link HISTORY_STEPS_MAX}. */
+export function checkHistorySteps(value: unknown, problem: (what: string) => Error): number | undefined {
   if (value === undefined) return undefined;
-  if (Number.isInteger(value) && (value as number) >= 1 && (value as number) <= 100_000) {
+  if (Number.isInteger(value) && (value as number) >= 1 && (value as number) <= HISTORY_STEPS_MAX) {
     return value as number;
   }
-  throw problem(`'historySteps' must be an integer from 1 to 100000: current value is ${value}`);
+  throw problem(
+    `'historySteps' must be an integer from 1 to ${HISTORY_STEPS_MAX}: current value is ${value}`,
+  );
 }
 
 /** True when `value` came from {@link defineAgent}. */
