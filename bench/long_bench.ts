@@ -23,7 +23,10 @@
  * of 40 steps and a conversation of 30 messages warm the code and the
  * statements up. `--statements` adds each of the host's statements the same
  * way, and CPU per step (this process's user and system time, the watcher's
- * included) is given beside the wall clock, which a busy machine blurs.
+ * included) is given beside the wall clock, which a busy machine blurs. Run
+ * with `--v8-flags=--expose-gc` (as the task is), it also gives the heap in
+ * use, after a full collection, while the long run waits at its take points:
+ * what the run holds in its worker's memory.
  * `--history-steps N` gives both agents `historySteps: N` (the model shown
  * its last N steps; without it, every step).
  *
@@ -87,6 +90,7 @@ function flatness(label: string, m: Measured, win: Windows, takes: Windows, stat
     row("watcher poll ms", m.reads, win),
   ];
   if (m.resumes.length > 0) rows.push(row("signal to next decision ms", m.resumes, takes));
+  if (m.heap.length > 0) rows.push(row("heap MB, the run parked", m.heap, takes));
   if (statements) {
     for (const [name, samples] of [...m.statements].sort(([a], [b]) => a.localeCompare(b))) {
       const r = row(`  ${name}`, samples, win);

@@ -61,10 +61,23 @@ export interface Measured {
   reads: Sample[];
   /** Milliseconds from the signal that woke the long run to its next decision. */
   resumes: Sample[];
+  /**
+   * MB of this process's JavaScript heap in use while the long run waits to be taken again (its host
+   * keeps it parked), after a full collection; none unless the process runs with `--expose-gc`.
+   */
+  heap: Sample[];
   /** Milliseconds by statement name (the host's), each statement at the step it was sent. */
   statements: Map<string, Sample[]>;
   /** The last step (or message). */
   length: number;
+}
+
+/** MB of heap in use after a full collection, or undefined when `gc` is not exposed (`--v8-flags=--expose-gc`). */
+function heapAfterGc(): number | undefined {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (gc === undefined) return undefined;
+  gc();
+  return Deno.memoryUsage().heapUsed / 1e6;
 }
 
 /** This process's CPU milliseconds so far. */
@@ -74,7 +87,7 @@ function cpuMs(): number {
 }
 
 function newMeasured(length: number): Measured {
-  return { steps: [], cpu: [], takes: [], reads: [], resumes: [], statements: new Map(), length };
+  return { steps: [], cpu: [], takes: [], reads: [], resumes: [], heap: [], statements: new Map(), length };
 }
 
 /**
@@ -201,6 +214,9 @@ export async function longRun(
         await client.start(agent, { runId, input: "tick until told" });
         watcher = watch(inner, runId, stop.signal, (ms) => m.reads.push({ at: step, value: ms }));
       } else {
+        // Parked, as the host keeps it: what a long run holds in a worker's memory.
+        const heap = heapAfterGc();
+        if (heap !== undefined) m.heap.push({ at: step, value: heap });
         signalled = performance.now();
         await client.signal(runId, GO, null, { signalId: `go-${turn}` });
       }
