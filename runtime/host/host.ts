@@ -32,7 +32,7 @@ import { SimulatedKill } from "../base/crashpoints.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { driveRun, releaseAfterError } from "./run_driver.ts";
 import type { RunOutcome } from "./outcome.ts";
-import type { ParkedRun } from "../run/parked.ts";
+import { ParkedRuns } from "../run/parked.ts";
 import type { Fence, TakenRun } from "../store/store.ts";
 import { TAKE_SHARES, type TakeShare } from "../base/take_share.ts";
 import { HostedVersions } from "./hosted_versions.ts";
@@ -110,6 +110,8 @@ export const DEFAULT_RUNS_PER_WORKER = DEFAULTS.runsPerWorker;
 
 /** The most runs a host keeps in memory while they wait (conversations for their next message). */
 const PARKED_MAX = 1_000;
+/** The most rows among them (`ParkedRuns`): about 200 MB of a worker's heap, ten runs of 10,000 steps. */
+const PARKED_ROWS_MAX = 200_000;
 
 interface Held {
   fence: Fence;
@@ -137,8 +139,8 @@ export class WorkerHost {
   readonly #companions: readonly HostCompanion[];
   readonly #held = new Map<string, Held>();
   // Runs this host let go to wait (conversations for their next message), by run: taken again by this host
-  // with nobody's claim in between, they go on from these rows (run_driver.ts). Bounded: the oldest is dropped.
-  readonly #parked = new Map<string, ParkedRun>();
+  // with nobody's claim in between, they go on from these rows (run_driver.ts). Bounded: the oldest are dropped.
+  readonly #parked = new ParkedRuns(PARKED_MAX, PARKED_ROWS_MAX);
   readonly #stop = new AbortController();
   // The take loop's doorbell: `#ring` ends its nap between polls; `#rung`
   // remembers a wake that came while it was polling, so the next nap ends at
@@ -403,8 +405,7 @@ export class WorkerHost {
     const movedFrom = justMoved ? run.previous_version! : run.moved_from ?? undefined;
     this.#held.set(run.run_id, held);
     // Parked here under the epoch just before this claim's, by this host: nobody else had it meanwhile.
-    const parked = this.#parked.get(run.run_id);
-    this.#parked.delete(run.run_id);
+    const parked = this.#parked.take(run.run_id);
     const resume = parked && parked.epoch + 1 === run.epoch && run.previous_owner === this.owner
       ? parked
       : undefined;
@@ -421,7 +422,7 @@ export class WorkerHost {
           ...(movedFrom ? { movedFrom, justMoved, movedEpoch: run.moved_epoch ?? run.epoch } : {}),
           moveTo: () => held.moveTo,
         }, stop);
-        if (outcome.parked) this.#park(run.run_id, outcome.parked);
+        if (outcome.parked) this.#parked.park(run.run_id, outcome.parked);
         this.#onOutcome?.(outcome);
       } catch (err) {
         if (err instanceof SimulatedKill) {
@@ -453,14 +454,6 @@ export class WorkerHost {
         this.wake();
       }
     })();
-  }
-
-  /** Keeps a run's rows while it waits (a conversation for its next message), at most PARKED_MAX of them. */
-  #park(runId: string, parked: ParkedRun): void {
-    this.#parked.delete(runId);
-    this.#parked.set(runId, parked);
-    // Bounded: one eviction per insert keeps the map at PARKED_MAX.
-    if (this.#parked.size > PARKED_MAX) this.#parked.delete(this.#parked.keys().next().value!);
   }
 
   /**
