@@ -16,6 +16,7 @@
 
 import { llmCallsOf, type RunDeps, type RunState } from "../run/context.ts";
 import { valueOf } from "../run/ended.ts";
+import { rowsFrom } from "../run/tallied.ts";
 import type { SideEffectRow } from "../store/store.ts";
 import { blockedBy, isAsleep } from "./act.ts";
 import { send } from "./send.ts";
@@ -37,8 +38,9 @@ export interface Blocked {
  * worker recovers again); or undefined when it may go on. `settled` is the
  * stretch of settled steps the run starts with (`settledSteps` from seq 0):
  * every decision there confirmed, every call (one a seq) confirmed, so only
- * the rows after it are copied, sorted and examined, and those before are
- * only counted (#39: a take of a long run sorted and counted all its rows).
+ * the rows after it are looked up by seq and examined, and those before are
+ * only counted (#39: a take of a long run sorted and counted all its rows;
+ * then it still walked them all to find the few after the stretch).
  */
 export async function recover(
   deps: RunDeps,
@@ -48,7 +50,7 @@ export async function recover(
   const { log } = deps;
   const runId = state.fence.runId;
   const journal = rowsFrom(state.journal, settled.seq);
-  const effects = rowsFrom(state.effects, settled.seq).sort((a, b) => a.seq - b.seq);
+  const effects = rowsFrom(state.effects, settled.seq);
   if (settled.seq === 0 && journal.length === 0 && effects.length === 0) return undefined;
 
   const count = <T extends { status: string }>(rows: T[], status: string) =>
@@ -86,13 +88,6 @@ export async function recover(
   if (blocked) return blockedBy(blocked);
   log.info("recovered", { run: runId, llm_calls_before: before, llm_calls_after: llmCallsOf(state) });
   return undefined;
-}
-
-/** The rows at seq `from` and after. */
-function rowsFrom<T extends { seq: number }>(rows: ReadonlyMap<number, T>, from: number): T[] {
-  const out: T[] = [];
-  for (const row of rows.values()) if (row.seq >= from) out.push(row);
-  return out;
 }
 
 /**
