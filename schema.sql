@@ -901,3 +901,190 @@ alter table runs add column if not exists progress_step integer not null default
 -- only the calls that wait, few at any time.
 create index if not exists side_effects_open_waits on side_effects (run_id)
   where status = 'waiting' or (status = 'intent' and check_at is not null);
+-- migration 21: the take planned once
+-- A worker host's take (claims.ts, TAKE_RUNS_QUERY: the fair share of each
+-- agent's runs, picked in the order they waited, locked and claimed) as one
+-- function. Sent as a statement, it was planned at every execution (2.5-5 ms
+-- of a take of 5-6 on a 2-core VM; its generic plan, made for `limit $5` as
+-- a tenth of the table, was never chosen). Here its plan is a generic one,
+-- made once per session and kept, under settings that leave it no path whose
+-- cost grows with the tables: no sequential or bitmap scan, no sort where an
+-- index gives the order, no hash or merge join; so each kind of run is read
+-- through its index in the take's order, up to the limit, whatever the
+-- statistics say (plans_test.ts, on empty, small and large tables). JIT is
+-- off: a generic plan's estimates must never pay for a compilation.
+create or replace function take_runs(
+    text, text[], timestamptz, timestamptz, integer, integer, text[], text[])
+  returns table (taken runs, taken_previous_owner text, taken_previous_heartbeat_at timestamptz,
+                 taken_previous_version text)
+  language plpgsql volatile
+  set search_path from current
+  set enable_seqscan = off
+  set enable_bitmapscan = off
+  set enable_sort = off
+  set enable_hashjoin = off
+  set enable_mergejoin = off
+  set plan_cache_mode = force_generic_plan
+  set jit = off
+as $take$
+begin
+  return query
+  with peers as materialized (
+           select name, capacity, take_keys,
+                  (select count(*) from runs
+                    where status = 'running' and owner = workers.name and heartbeat_at >= $3::timestamptz)::int as held
+             from workers
+            where $6::int is not null and name <> $1 and heartbeat_at >= $3::timestamptz
+              and take_keys && $2::text[]),
+         pools as materialized (
+           select grouped.agents, grouped.peer_names,
+                  $6::int + (select coalesce(sum(peers.capacity), 0) from peers
+                              where peers.name = any(grouped.peer_names))::int as capacity_all,
+                  ($6::int - $5::int) + (select coalesce(sum(peers.held), 0) from peers
+                                          where peers.name = any(grouped.peer_names))::int as held_all
+             from (select array_agg(agent order by agent) as agents, peer_names
+                     from (select mine.agent,
+                                  array(select name from peers where mine.agent = any(peers.take_keys) order by name)
+                                    as peer_names
+                             from unnest($2::text[]) as mine(agent)) hosted
+                    group by peer_names) grouped),
+         shares as materialized (
+           select pools.agents,
+                  case when cardinality(pools.peer_names) = 0 then $5::int
+                       else (select least($5::int, greatest(0,
+                                    ceil((pools.held_all + takeable.n)::numeric * $6::int / pools.capacity_all)::int
+                                    - ($6::int - $5::int)))
+                               from (select count(*)::int as n from (
+                                       (select 1 from runs where status in ('pending', 'running') and (runs.agent = any(pools.agents) or (runs.agent || '@' || coalesce(
+                      case when runs.move_to is not null and (
+                             not exists (select 1 from side_effects f
+                                          where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                             or not exists (select 1 from workers v
+                                             where v.heartbeat_at >= $3::timestamptz
+                                               and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
+                           then runs.move_to end,
+                      runs.agent_version, '')) = any(pools.agents))
+                  and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
+                  and (stuck_claims < 2
+                   or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
+                                         order by coalesce(heartbeat_at, created_at), run_id
+                                         limit greatest(0, pools.capacity_all - pools.held_all))
+                                       union all
+                                       (select 1 from runs where status = 'waiting' and wake_at <= $4::timestamptz and (runs.agent = any(pools.agents) or (runs.agent || '@' || coalesce(
+                      case when runs.move_to is not null and (
+                             not exists (select 1 from side_effects f
+                                          where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                             or not exists (select 1 from workers v
+                                             where v.heartbeat_at >= $3::timestamptz
+                                               and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
+                           then runs.move_to end,
+                      runs.agent_version, '')) = any(pools.agents))
+                  and (stuck_claims < 2
+                   or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
+                                         order by wake_at, run_id
+                                         limit greatest(0, pools.capacity_all - pools.held_all))
+                                       limit greatest(0, pools.capacity_all - pools.held_all)) t) takeable)
+                  end as n
+             from pools),
+         picked as materialized (
+           select pool_runs.* from shares cross join lateral (
+             select * from (select * from (
+               select run_id, epoch as picked_epoch, owner as previous_owner,
+                      heartbeat_at as previous_heartbeat_at, coalesce(heartbeat_at, created_at) as waited_since,
+                      agent as picked_agent, agent_version as previous_version, (runs.agent || '@' || coalesce(
+                      case when runs.move_to is not null and (
+                             not exists (select 1 from side_effects f
+                                          where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                             or not exists (select 1 from workers v
+                                             where v.heartbeat_at >= $3::timestamptz
+                                               and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
+                           then runs.move_to end,
+                      runs.agent_version, '')) as take_key
+                 from runs
+                where status in ('pending', 'running') and (runs.agent = any(shares.agents) or (runs.agent || '@' || coalesce(
+                      case when runs.move_to is not null and (
+                             not exists (select 1 from side_effects f
+                                          where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                             or not exists (select 1 from workers v
+                                             where v.heartbeat_at >= $3::timestamptz
+                                               and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
+                           then runs.move_to end,
+                      runs.agent_version, '')) = any(shares.agents))
+                  and (heartbeat_at is null or heartbeat_at < $3::timestamptz)
+                  and (stuck_claims < 2
+                   or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
+                order by coalesce(heartbeat_at, created_at), run_id
+                limit $5
+                  for update skip locked) open_runs
+             union all
+             select * from (
+               select run_id, epoch, owner, heartbeat_at, wake_at, agent, agent_version, (runs.agent || '@' || coalesce(
+                      case when runs.move_to is not null and (
+                             not exists (select 1 from side_effects f
+                                          where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                             or not exists (select 1 from workers v
+                                             where v.heartbeat_at >= $3::timestamptz
+                                               and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
+                           then runs.move_to end,
+                      runs.agent_version, ''))
+                 from runs
+                where status = 'waiting' and wake_at <= $4::timestamptz and (runs.agent = any(shares.agents) or (runs.agent || '@' || coalesce(
+                      case when runs.move_to is not null and (
+                             not exists (select 1 from side_effects f
+                                          where f.run_id = runs.run_id and f.status in ('intent', 'waiting'))
+                             or not exists (select 1 from workers v
+                                             where v.heartbeat_at >= $3::timestamptz
+                                               and runs.agent || '@' || runs.agent_version = any(v.take_keys)))
+                           then runs.move_to end,
+                      runs.agent_version, '')) = any(shares.agents))
+                  and (stuck_claims < 2
+                   or updated_at < $4::timestamptz - least(60000, 500 * 2 ^ (stuck_claims - 2)) * interval '1 ms')
+                order by wake_at, run_id
+                limit $5
+                  for update skip locked) woken_runs) candidates
+              order by waited_since, run_id
+              limit shares.n) pool_runs
+            where shares.n > 0
+            order by pool_runs.waited_since, pool_runs.run_id
+            limit $5),
+         counted as (
+           select picked.*, coalesce(p.mark_now, 0) as mark_now, coalesce(p.step_now, 0) as step_now,
+                  coalesce(nullif(split_part(picked.take_key, '@', 2), ''),
+                    (select split_part(b, '@', 2) from unnest($7::text[]) b
+                      where split_part(b, '@', 1) = picked.picked_agent limit 1)) as version_now
+             from picked left join lateral (select f.c + 1 as mark_now,
+                least(2147483647,
+                  (select coalesce(sum(a.failures), 0) from (select j.failures from journal j
+                     where j.run_id = picked.run_id and j.seq > f.c order by j.seq limit 2) a)
+                + (select coalesce(sum(e.failures + e.polls
+                                       + case e.status when 'intent' then 0 when 'waiting' then 1 else 2 end), 0)
+                     from (select b.failures, b.polls, b.status from side_effects b
+                            where b.run_id = picked.run_id and b.seq >= f.c order by b.seq limit 64) e))::int as step_now
+           from (select coalesce((select l.seq from (select j.seq, j.status from journal j where j.run_id = picked.run_id
+                                                      order by j.seq desc limit 2) l
+                                   where l.status = 'confirmed' order by l.seq desc limit 1), -1) as c
+                 offset 0) f
+          where picked.picked_epoch <> 0
+         offset 0) p on true)
+         update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
+                heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
+                stuck_claims = case when (counted.mark_now = runs.progress_mark and counted.step_now = runs.progress_step) then runs.stuck_claims + 1 else 1 end,
+         error = case when (counted.mark_now = runs.progress_mark and counted.step_now = runs.progress_step) then runs.error end,
+         progress_mark = counted.mark_now, progress_step = counted.step_now,
+                agent_version = coalesce(counted.version_now, runs.agent_version),
+                may_move = case when runs.agent_version is null and counted.version_now is not null
+                                then coalesce((runs.agent || '@' || counted.version_now) = any($8::text[]), false) else runs.may_move end,
+                moved_from = case when (runs.agent_version is not null and counted.version_now is not null
+                    and counted.version_now is distinct from runs.agent_version) then runs.agent_version else runs.moved_from end,
+                moved_at = case when (runs.agent_version is not null and counted.version_now is not null
+                    and counted.version_now is distinct from runs.agent_version) then $4::timestamptz else runs.moved_at end,
+                moved_epoch = case when (runs.agent_version is not null and counted.version_now is not null
+                    and counted.version_now is distinct from runs.agent_version) then runs.epoch + 1 else runs.moved_epoch end,
+                move_refused = case when (runs.agent_version is not null and counted.version_now is not null
+                    and counted.version_now is distinct from runs.agent_version) then null else runs.move_refused end,
+                move_to = case when runs.move_to = counted.version_now then null else runs.move_to end
+           from counted
+          where runs.run_id = counted.run_id
+          returning runs, counted.previous_owner, counted.previous_heartbeat_at, counted.previous_version;
+end
+$take$;

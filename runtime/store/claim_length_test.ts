@@ -14,7 +14,7 @@ import assert from "node:assert/strict";
 import postgres from "npm:postgres@3.4.9";
 import { pgTest } from "../../tests/_pg.ts";
 import { bothStoresTest, openTestPglite } from "../../tests/_pglite.ts";
-import { CLAIM, TAKE_RUNS } from "./claims.ts";
+import { CLAIM, TAKE_RUNS_QUERY } from "./claims.ts";
 import { STATEMENTS } from "./statements.ts";
 import type { Statement } from "./sql.ts";
 import { Store } from "./store.ts";
@@ -73,13 +73,26 @@ function literals(params: unknown[]): string {
   ).join(", ");
 }
 
-/** The history rows `text` visits with `params`, planned for them and generic, each in a transaction rolled back. */
-async function visited(session: Session, name: string, text: string, params: unknown[]): Promise<number[]> {
+/**
+ * The history rows `text` visits with `params`, planned for them and generic, each in a transaction rolled
+ * back, under `settings` (`name=value`: a function's, as pg_proc keeps them).
+ */
+async function visited(
+  session: Session,
+  name: string,
+  text: string,
+  params: unknown[],
+  settings: readonly string[] = [],
+): Promise<number[]> {
   await session.exec(`prepare ${name} as ${text}`);
   const out: number[] = [];
   for (const mode of ["force_custom_plan", "force_generic_plan"]) {
     await session.exec("begin");
     try {
+      for (const setting of settings) {
+        const [key, ...value] = setting.split("=");
+        await session.exec(`set local ${key} = '${value.join("=").replaceAll("'", "''")}'`);
+      }
       await session.exec(`set local plan_cache_mode = ${mode}`);
       const [row] = await session.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
         `explain (analyze, format json) execute ${name}(${literals(params)})`,
@@ -102,13 +115,17 @@ async function claimCosts(session: Session): Promise<Record<string, number[]>> {
   await longRun(session, "long", "flat-long", 3_000);
   const out: Record<string, number[]> = {};
   const add = (key: string, rows: number[]) => out[key] = [...(out[key] ?? []), ...rows];
+  // The take runs in take_runs (schema.sql), under the function's settings.
+  const [{ config }] = await session.query<{ config: string[] }>(
+    `select proconfig as config from pg_proc where oid = 'take_runs'::regproc`,
+  );
   for (const statistics of [false, true]) {
     if (statistics) await session.exec("analyze runs, journal, side_effects");
     for (const [runId, agent] of [["short", "flat-short"], ["long", "flat-long"]]) {
       const claim = [runId, 1, "w", NOW, null, null];
       add(`claim ${runId}`, await visited(session, `claim_${runId}`, CLAIM.text, claim));
       const take = [`w`, [agent], LATER, LATER, 4, null, null, null];
-      add(`take ${runId}`, await visited(session, `take_${runId}`, TAKE_RUNS.text, take));
+      add(`take ${runId}`, await visited(session, `take_${runId}`, TAKE_RUNS_QUERY, take, config));
     }
   }
   return out;

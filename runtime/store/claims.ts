@@ -188,25 +188,26 @@ const VERSION_NOW = `coalesce(nullif(split_part(picked.take_key, '@', 2), ''),
 // progress once: a new epoch, the owner $1, `running`, a fresh heartbeat at $4,
 // and the version it is driven at (a run started, or moved: VERSION_AT_CLAIM;
 // $8 the `agent@version` keys whose agent lets its runs move).
-const CLAIM_PICKED = `counted as (
+const claimPicked = (returning: string) =>
+  `counted as (
          select picked.*, coalesce(p.mark_now, 0) as mark_now, coalesce(p.step_now, 0) as step_now,
                 ${VERSION_NOW} as version_now
            from picked left join lateral (${
-  progressOf("picked.run_id", "picked.picked_epoch <> 0")
-}) p on true)
+    progressOf("picked.run_id", "picked.picked_epoch <> 0")
+  }) p on true)
        update runs set epoch = runs.epoch + 1, owner = $1, status = 'running',
               heartbeat_at = $4::timestamptz, updated_at = $4::timestamptz, wake_at = null, idle_since = null,
               ${claimMarks("counted")},
               ${
-  VERSION_AT_CLAIM(
-    "counted.version_now",
-    "(runs.agent || '@' || counted.version_now) = any($8::text[])",
-    "$4::timestamptz",
-  )
-}
+    VERSION_AT_CLAIM(
+      "counted.version_now",
+      "(runs.agent || '@' || counted.version_now) = any($8::text[])",
+      "$4::timestamptz",
+    )
+  }
          from counted
         where runs.run_id = counted.run_id
-        returning runs.*, counted.previous_owner, counted.previous_heartbeat_at, counted.previous_version`;
+        returning ${returning}, counted.previous_owner, counted.previous_heartbeat_at, counted.previous_version`;
 // The take. Up to $5 runs (the free slots) of the agents $2, and with $6
 // (this host's capacity) no more than its fair share of each agent's work,
 // counted among the workers that can run it. An "agent" here is a take key
@@ -267,9 +268,7 @@ const CLAIM_PICKED = `counted as (
 // `union`, so each branch locks its own, and the few it picked and the
 // merge left (at most the limit) stay locked until the statement ends,
 // skipped by a racing take meanwhile.
-export const TAKE_RUNS = statement(
-  "take-runs",
-  `with peers as materialized (
+export const TAKE_RUNS_QUERY = `with peers as materialized (
          select name, capacity, take_keys,
                 (select count(*) from runs
                   where status = 'running' and owner = workers.name and heartbeat_at >= $3::timestamptz)::int as held
@@ -308,14 +307,25 @@ export const TAKE_RUNS = statement(
        picked as materialized (
          select pool_runs.* from shares cross join lateral (
            select * from (${
-    candidates(OPEN_TAKEABLE("shares.agents"), WOKEN_TAKEABLE("shares.agents"))
-  }) candidates
+  candidates(OPEN_TAKEABLE("shares.agents"), WOKEN_TAKEABLE("shares.agents"))
+}) candidates
             order by waited_since, run_id
             limit shares.n) pool_runs
           where shares.n > 0
           order by pool_runs.waited_since, pool_runs.run_id
           limit $5),
-       ${CLAIM_PICKED}`,
+       ${claimPicked("runs")}`;
+// The take as a host sends it: a call of `take_runs` (schema.sql, migration 21), whose body is
+// TAKE_RUNS_QUERY (claims_test.ts holds them equal). As a statement of its own it was planned at
+// every send, 2.5-5 ms of a take of 5-6 on a 2-core VM (its generic plan, with `limit $5` a tenth of
+// the table, was never chosen); the function keeps one generic plan per session, under settings
+// that leave it no scan or sort whose cost grows with the tables (plans_test.ts proves it on empty,
+// small and large tables, with and without statistics).
+export const TAKE_RUNS = statement(
+  "take-runs",
+  `select (t.taken).*, t.taken_previous_owner as previous_owner,
+          t.taken_previous_heartbeat_at as previous_heartbeat_at, t.taken_previous_version as previous_version
+     from take_runs($1, $2::text[], $3::timestamptz, $4::timestamptz, $5::int, $6::int, $7::text[], $8::text[]) t`,
 );
 // The take of one family: up to $5 runs of the agents $2 that are the run $6
 // or a run under it (`root_run_id`), by the same rules of what is takeable
@@ -332,5 +342,5 @@ export const TAKE_FAMILY = statement(
   }) candidates
           order by waited_since, run_id
           limit $5),
-       ${CLAIM_PICKED}`,
+       ${claimPicked("runs.*")}`,
 );

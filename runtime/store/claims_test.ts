@@ -14,6 +14,8 @@ import { bothStoresTest } from "../../tests/_pglite.ts";
 import { writeDecision } from "../../harness/direct_writes.ts";
 import { ManualClock } from "../base/clock.ts";
 import type { Fence, Store } from "./store.ts";
+import { TAKE_RUNS, TAKE_RUNS_QUERY } from "./claims.ts";
+import { MIGRATIONS } from "./migrate.ts";
 
 const LEASE_MS = 10_000;
 
@@ -164,4 +166,18 @@ bothStoresTest("claims and takes", async (store, t) => {
     ]]);
     assert.equal((await store.reads.getRun("t-stranger"))?.status, "pending");
   });
+});
+
+Deno.test("the take's function in schema.sql runs TAKE_RUNS_QUERY, as its last migration wrote it", () => {
+  // take_runs (a plan kept per session) is the host's take; claims.ts builds its query from the pieces
+  // the family's take shares. A change to them is a new migration replacing the function.
+  const defined = MIGRATIONS.filter((m) => m.sql.includes("function take_runs("));
+  assert.ok(defined.length > 0, "schema.sql defines take_runs");
+  const sql = defined[defined.length - 1].sql;
+  const body = /\$take\$\s*begin\s+return query\s+([\s\S]*?);\s*end\s*\$take\$/.exec(sql);
+  assert.ok(body, "take_runs is one `return query`");
+  const words = (text: string) => text.trim().split(/\s+/).join(" ");
+  assert.equal(words(body[1]), words(TAKE_RUNS_QUERY));
+  // The host sends a call of it, with the query's eight parameters.
+  assert.match(TAKE_RUNS.text, /from take_runs\(\$1, [^)]*\$8::text\[\]\) t$/);
 });

@@ -53,23 +53,25 @@ function recording(inner: SqlClient) {
 }
 
 /**
- * The group statement's SQL as the database runs it: the two statements of the `group_write` function
- * (schema.sql), its lock of the batch's runs and its writes, with the function's argument types and the
- * settings it runs under (`name=value`).
+ * A function's SQL as the database runs it (the group statement's `group_write`, the take's `take_runs`:
+ * schema.sql): the statements of its one block, `perform` and `return query` read as the queries they run,
+ * with the function's argument types and the settings it runs under (`name=value`).
  */
-async function groupWriteBody(
+async function functionBody(
   session: Session,
+  fn: "group_write" | "take_runs",
+  statements: number,
 ): Promise<{ texts: string[]; types: string; settings: string[] }> {
   const [row] = await session.query<{ src: string; args: string; config: string[] | null }>(
     `select prosrc as src, pg_get_function_identity_arguments(oid) as args, proconfig as config
-       from pg_proc where oid = 'group_write'::regproc`,
+       from pg_proc where oid = '${fn}'::regproc`,
   );
   const body = /^\s*begin\s+([\s\S]*)\bend\s*$/.exec(row.src.replace(/--.*$/gm, ""));
-  assert.ok(body, "group_write's body is one block");
+  assert.ok(body, `${fn}'s body is one block`);
   const texts = body[1].split(";").map((t) => t.trim()).filter((t) => t !== "").map((t) =>
     t.replace(/^perform\s/, "select ").replace(/^return query\s/, "")
   );
-  assert.equal(texts.length, 2, `group_write's statements: ${texts.join(" ;; ")}`);
+  assert.equal(texts.length, statements, `${fn}'s statements: ${texts.join(" ;; ")}`);
   return { texts, types: row.args, settings: row.config ?? [] };
 }
 
@@ -147,8 +149,27 @@ async function widePlans(
   const store = new Store(rec.client);
   await store.applySchema();
   rec.seen.clear();
-
   const clock = new ManualClock();
+  // The take's query (take_runs, under its settings), its generic plan made while every table is
+  // empty, as a host's first take on a new database makes it, and kept to be explained on the
+  // tables as they grow.
+  const takeFn = await functionBody(session, "take_runs", 1);
+  const takeBody = { text: takeFn.texts[0], types: takeFn.types, settings: takeFn.settings };
+  const emptyTake = [
+    "w-plans",
+    ["provision"],
+    new Date(clock.now().getTime() - 12_000),
+    clock.now(),
+    4,
+    null,
+    null,
+    null,
+  ];
+  await session.exec(`prepare plan_check_take_empty (${takeBody.types}) as ${takeBody.text}`);
+  await session.exec("begin");
+  for (const setting of takeBody.settings) await session.exec(`set local ${setting.replace("=", " = '")}'`);
+  await session.query(`explain execute plan_check_take_empty(${literals(emptyTake)})`);
+  await session.exec("rollback");
   const model = await MockModel.open({ now: () => clock.now() });
   const cloud = await MockCloud.open({ now: () => clock.now() });
   const tools = demoTools({ cloudUrl: "http://cloud", fetch: cloud.handler });
@@ -277,7 +298,7 @@ async function widePlans(
   ]);
   await Promise.all([gb, gc].map((f) => grouped.writes.finishRun(f, "done", null, clock.now(), "ok")));
   assert.equal(rec.groupCalls.length, 6, `recorded ${rec.groupCalls.length} group statements`);
-  const take = [...rec.seen.keys()].find((text) => text.includes("for update skip locked"))!;
+  const take = [...rec.seen.keys()].find((text) => text.includes("from take_runs("))!;
   assert.ok(take, "the take was recorded");
   assert.ok(rec.seen.size >= 10, `recorded ${rec.seen.size} statements`);
 
@@ -295,17 +316,20 @@ async function widePlans(
   // The group statement is a call of group_write, whose SQL the call's own plan does not show: each
   // recorded batch (each kind of write alone, then kinds together) is checked as the function's query,
   // prepared once, under the function's settings, as the function's plan is made once per session.
-  const { texts, types, settings } = await groupWriteBody(session);
+  const { texts, types, settings } = await functionBody(session, "group_write", 2);
   rec.groupCalls.forEach((params, i) =>
     texts.forEach((text, j) =>
       statements.push({ name: `plan_check_group_${i}_${j}`, text, types, settings, params })
     )
   );
+  // So is the take, a call of take_runs: the host's take (no share), whose plan was made above on
+  // empty tables, and the fair takes, each prepared now, under the function's settings.
+  statements.push({ ...takeBody, name: "plan_check_take_empty", params: emptyTake });
   for (const { name, agents } of fairTakes) {
     const { owner, staleBefore, now, free, capacity } = fairTake;
     statements.push({
+      ...takeBody,
       name,
-      text: take,
       params: [owner, agents, staleBefore, now, free, capacity, null, null],
       // A pool's walk of the take-order index passes the runs of the host's other pools that
       // waited longer (one index serves every agent): the 1,000 of "provision" queued before the
@@ -317,13 +341,9 @@ async function widePlans(
   const explain = async (s: (typeof statements)[number]) => {
     await session.exec("begin");
     try {
-      // The take's limit (the free slots) is known only per execution, and a generic plan
-      // must assume a tenth of the table, so it is checked as planned for its own limit.
-      // (Which plan PostgreSQL's cache keeps depends on the tables: with 400 runs waiting
-      // and no statistics it moved to the generic plan after five executions, the same
-      // plan as the custom one then.) A statement the store asks to plan each time is
-      // planned so. The others stay generic.
-      if (s.text === take || rec.plannedEachTime.has(s.text)) {
+      // A statement the store asks to plan each time is planned so. The others stay generic,
+      // a function's under its own settings.
+      if (rec.plannedEachTime.has(s.text)) {
         await session.exec("set local plan_cache_mode = force_custom_plan");
       }
       for (const setting of s.settings ?? []) {
@@ -339,6 +359,7 @@ async function widePlans(
     }
   };
   for (const s of statements) {
+    if (s.name === "plan_check_take_empty") continue;
     await session.exec(`prepare ${s.name}${s.types ? ` (${s.types})` : ""} as ${s.text}`);
     await explain(s);
   }
@@ -390,9 +411,8 @@ async function widePlans(
     }
     return found;
   };
-  // Every lookup by key stays one without statistics.
-  const withoutStatistics = await wide(statements.filter((s) => s.text !== take));
-  // The take needs them (which order is cheap depends on how many wait).
+  // Every plan stays a walk of keys without statistics, the take's among them (made on empty tables).
+  const withoutStatistics = await wide(statements);
   await session.analyze();
   const withStatistics = await wide(statements);
   return { withoutStatistics, withStatistics };
