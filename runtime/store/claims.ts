@@ -245,10 +245,10 @@ const claimPicked = (returning: string) =>
 // Each pool with a share picks its own runs (a lateral subquery: the runs of
 // a pool shared with peers cannot fill the window of a run this host alone
 // can take), and the longest waiting of all pools are taken, up to $5. In a
-// pool the share limits only the merge: each branch keeps `limit $5`, a
-// number its plan is made for (as `limit (select ...)` the planner must
-// guess, and with 3,000 runs pending it sorted them all instead of reading
-// the take-order index: plans_test.ts). So a fair take may hold locks on up
+// pool the share limits only the merge: each branch keeps `limit $5` (as
+// `limit (select ...)`, planned for each execution, with 3,000 runs pending
+// the planner sorted them all instead of reading the take-order index:
+// plans_test.ts; take_runs' settings now leave it no sort). So a fair take may hold locks on up
 // to $5 runs of each kind in each pool that it does not take, until the
 // statement ends; a racing take skips them for that moment and finds them at
 // its next poll. One pool (every worker hosting the same agents) walks the
