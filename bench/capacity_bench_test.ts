@@ -53,8 +53,10 @@ Deno.test({
     );
     assert.equal(code, 0, lines.join("\n"));
     assert.ok(row(lines, "postgres", "plain", 16).stepsPerS > 0);
-    // Counted by the server: exactly four commits a step (the bench's own statements taken off).
-    assert.equal(row(lines, "postgres", "raw", 16).commitsPerStep.toFixed(2), "4.00");
+    // Counted by the server: four commits a step (the bench's own statements taken off), and any the
+    // server made in the bench's database meanwhile: autovacuum's (a clean-clone CI run read 4.11).
+    const raw = row(lines, "postgres", "raw", 16).commitsPerStep;
+    assert.ok(raw >= 4 && raw < 4.25, lines.join("\n"));
     assert.ok(
       lines.some((l) => /^raw at 16 \/ the plain script at 16: [\d.]+ \((within|NOT within) 10%\)$/.test(l)),
       lines.join("\n"),

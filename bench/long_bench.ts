@@ -6,9 +6,10 @@
  *
  * - **a long run**: one run of `--steps` steps (default 10,000), each a call
  *   of an in-process tool the model (in process, answering at once) asks
- *   for. At ten steps near its start (5 to 14) and at its last ten it calls
- *   `wait_for_go` instead: the run sleeps, a signal wakes it, and the host
- *   takes it again, so the take of a run of that length is measured;
+ *   for. At `--takes` steps near its start (default 10: 5 to 14) and at its
+ *   last as many it calls `wait_for_go` instead: the run sleeps, a signal
+ *   wakes it, and the host takes it again, so the take of a run of that
+ *   length is measured (the median of those takes at each end);
  * - **a long conversation**: `--messages` messages (default 1,000), each a
  *   tool call and an answer, each message taken by the host's take.
  *
@@ -16,7 +17,7 @@
  * conversation, send to answer over its two steps), of the `take-runs`
  * statement that took the run, and of a watcher's poll (`client.stream`,
  * polling every 10 ms: `watch-run` and `read-history-from`), as the median
- * over a window at the start (steps 10 to 10 + w; messages 10 to 10 + w) and
+ * over a window at the start (the w steps after the first waits; messages 10 to 10 + w) and
  * one at the end (the last w steps before the final waits; the last w
  * messages), w a hundredth of the steps (at least 10) or a fortieth of the
  * messages (at least 10); then end / start. Before them, unmeasured, a run
@@ -60,15 +61,16 @@ interface Windows {
   end: [number, number];
 }
 
-/** The steps the long run waits at to be taken again: ten near its start (5 to 14), its last ten. */
-export function takePoints(steps: number): Set<number> {
-  const ten = Array.from({ length: 10 }, (_, i) => i);
-  return new Set([...ten.map((i) => 5 + i), ...ten.map((i) => steps - 11 + i)]);
+/** The steps the long run waits at to be taken again: `n` near its start (5 to 4 + n), its last `n`. */
+export function takePoints(steps: number, n = 10): Set<number> {
+  const each = Array.from({ length: n }, (_, i) => i);
+  return new Set([...each.map((i) => 5 + i), ...each.map((i) => steps - 1 - n + i)]);
 }
 
-function runWindows(steps: number): Windows {
+/** A long run's step windows, past its take points at each end. */
+function runWindows(steps: number, n: number): Windows {
   const w = Math.max(10, Math.floor(steps / 100));
-  return { start: [15, 15 + w], end: [steps - 11 - w, steps - 11] };
+  return { start: [5 + n, 5 + n + w], end: [steps - 1 - n - w, steps - 1 - n] };
 }
 
 function chatWindows(messages: number): Windows {
@@ -117,19 +119,19 @@ function print(f: Flatness, at: [string, string]): void {
 export async function measure(
   client: SqlClient,
   where: string,
-  opts: { steps: number; messages: number; statements: boolean; historySteps?: number },
+  opts: { steps: number; messages: number; statements: boolean; historySteps?: number; takes: number },
 ): Promise<Flatness[]> {
   const out: Flatness[] = [];
   // Unmeasured, a short run and a short conversation first: the code compiled, the statements prepared.
   if (opts.steps > 0) await longRun(client, 40, takePoints(40));
   if (opts.messages > 0) await longConversation(client, 30);
   if (opts.steps > 0) {
-    const m = await longRun(client, opts.steps, takePoints(opts.steps), opts.historySteps);
-    const takes: Windows = { start: [0, 15], end: [opts.steps - 11, opts.steps] };
+    const m = await longRun(client, opts.steps, takePoints(opts.steps, opts.takes), opts.historySteps);
+    const takes: Windows = { start: [0, 5 + opts.takes], end: [opts.steps - 1 - opts.takes, opts.steps] };
     const f = flatness(
       `${where}: one run of ${opts.steps} steps`,
       m,
-      runWindows(opts.steps),
+      runWindows(opts.steps, opts.takes),
       takes,
       opts.statements,
     );
@@ -161,6 +163,7 @@ export async function main(
       "no-pglite": { type: "boolean" },
       statements: { type: "boolean" },
       "history-steps": { type: "string" },
+      takes: { type: "string" },
     },
   });
   const steps = Number(values.steps ?? 10_000);
@@ -172,6 +175,14 @@ export async function main(
   if (!Number.isInteger(messages) || (messages !== 0 && (messages < 30 || messages > 100_000))) {
     console.error(
       `--messages must be 0 or an integer from 30 to 100000: current value is ${values.messages}`,
+    );
+    return 2;
+  }
+  const takes = Number(values.takes ?? 10);
+  if (!Number.isInteger(takes) || takes < 1 || takes > 100 || (steps !== 0 && steps < 2 * takes + 20)) {
+    console.error(
+      `--takes must be an integer from 1 to 100, and --steps at least 2 x --takes + 20: current values are ` +
+        `${values.takes} and ${steps}`,
     );
     return 2;
   }
@@ -187,10 +198,10 @@ export async function main(
     console.error((err as Error).message);
     return 2;
   }
-  const opts = { steps, messages, statements: values.statements === true, historySteps };
+  const opts = { steps, messages, statements: values.statements === true, historySteps, takes };
   console.log(
     `bench:long  steps=${steps}  messages=${messages}` +
-      (historySteps ? `  history-steps=${historySteps}` : ""),
+      (historySteps ? `  history-steps=${historySteps}` : "") + (takes !== 10 ? `  takes=${takes}` : ""),
   );
   if (!values["no-pglite"]) {
     const pglite = await openPglite();

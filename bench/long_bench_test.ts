@@ -48,6 +48,8 @@ Deno.test("bench:long refuses a size out of range", async () => {
     assert.equal(await main(["--messages", "x"], {}), 2);
     assert.equal(await main(["--history-steps", "0"], {}), 2);
     assert.equal(await main(["--history-steps", "ten"], {}), 2);
+    assert.equal(await main(["--takes", "0"], {}), 2);
+    assert.equal(await main(["--takes", "30", "--steps", "60"], {}), 2);
   } finally {
     console.error = err;
   }
