@@ -123,6 +123,14 @@ function literals(params: unknown[]): string {
   }).join(", ");
 }
 
+/** Sets each of `settings` (`name=value`, as pg_proc keeps a function's) for the session's transaction. */
+async function setLocal(session: Session, settings: readonly string[]): Promise<void> {
+  for (const setting of settings) {
+    const [name, ...value] = setting.split("=");
+    await session.exec(`set local ${name} = '${value.join("=").replaceAll("'", "''")}'`);
+  }
+}
+
 /** One database session to explain on: prepared statements and settings live in a session. */
 interface Session {
   exec(sql: string): Promise<void>;
@@ -167,7 +175,7 @@ async function widePlans(
   ];
   await session.exec(`prepare plan_check_take_empty (${takeBody.types}) as ${takeBody.text}`);
   await session.exec("begin");
-  for (const setting of takeBody.settings) await session.exec(`set local ${setting.replace("=", " = '")}'`);
+  await setLocal(session, takeBody.settings);
   await session.query(`explain execute plan_check_take_empty(${literals(emptyTake)})`);
   await session.exec("rollback");
   const model = await MockModel.open({ now: () => clock.now() });
@@ -346,10 +354,7 @@ async function widePlans(
       if (rec.plannedEachTime.has(s.text)) {
         await session.exec("set local plan_cache_mode = force_custom_plan");
       }
-      for (const setting of s.settings ?? []) {
-        const [name, ...value] = setting.split("=");
-        await session.exec(`set local ${name} = '${value.join("=").replaceAll("'", "''")}'`);
-      }
+      await setLocal(session, s.settings ?? []);
       const [row] = await session.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
         `explain (analyze, buffers, format json) execute ${s.name}(${literals(s.params)})`,
       );
