@@ -112,9 +112,10 @@ export interface RecordingProxy {
 /**
  * Serves a proxy on 127.0.0.1 (port 0) that forwards each request to
  * `targetUrl`'s origin and records it, so a test can read what the model was
- * told (refusals, tool results) and what it answered (usage).
+ * told (refusals, tool results) and what it answered (usage). Given `hold`,
+ * each request waits for it before it is forwarded (recorded at once).
  */
-export function recordingProxy(targetUrl: string): RecordingProxy {
+export function recordingProxy(targetUrl: string, opts: { hold?: Promise<void> } = {}): RecordingProxy {
   const target = new URL(targetUrl);
   const exchanges: ProxiedExchange[] = [];
   const server = Deno.serve({
@@ -134,6 +135,7 @@ export function recordingProxy(targetUrl: string): RecordingProxy {
     }
     const exchange: ProxiedExchange = { request, headers: req.headers, status: 0, body: "" };
     exchanges.push(exchange);
+    await opts.hold;
     const headers = new Headers(req.headers);
     headers.delete("host");
     const res = await fetch(new URL(url.pathname + url.search, target.origin), {
