@@ -31,7 +31,7 @@ interface Env {
 }
 
 // Why the model waits: a worker ending a run takes again at once, and with its peer's part still
-// pending it takes half of what is left each time. A worker that a busy machine stalls for a few
+// pending, one run of every two it ends is replaced from that part (docs/operating.md). A worker that a busy machine stalls for a few
 // seconds after a batch is submitted then finds its part taken: in CI, host A of the #34 F3 test
 // took none of its 10 Y runs; here, host A stopped (SIGSTOP) for 4.5 s after the submission took 2.
 // Held, the batch is shared by the rule alone, unless a worker stalls past its lease (10 s here)
