@@ -1088,3 +1088,50 @@ begin
           returning runs, counted.previous_owner, counted.previous_heartbeat_at, counted.previous_version;
 end
 $take$;
+-- migration 22: a watcher's read planned once
+-- A watcher's later reads of a run (reads.ts, HISTORY_FROM_QUERY: the rows of
+-- both tables at or after a step) as one function. Sent as a prepared
+-- statement, its plan was a generic one while the tables had no statistics
+-- and a custom one, made at every read, once they had: a generic plan reckons
+-- `seq >= $2` a third of the run's rows, so it looked dearer than planning.
+-- On PGlite that step came part way through a long run (its analyses at 1, 2
+-- and 4 MiB), and a poll that read 30 rows cost 1.5 times as much at step
+-- 10,000 as at step 2,000. Here the plan is a generic one, made once per
+-- session, under settings that leave it only the tables' keys: no sequential
+-- scan; a scan of either key reads only the rows at or after the step, so a
+-- bitmap scan and the sort stay bounded by the rows read (plans_test.ts, on a
+-- run of 3,000 steps). JIT is off, as for the take.
+create or replace function read_history_from(text, integer)
+  returns table (tbl text, run_id text, seq integer, status text, epoch integer, intent_at timestamptz,
+                 confirmed_at timestamptz, failures integer, failing_since timestamptz, error text,
+                 decision jsonb, llm_attempts integer, usage jsonb, rejections jsonb, reserved_tokens integer,
+                 spent_tokens integer, params jsonb, idempotency_key text, tool text, args jsonb, result jsonb,
+                 remote text, attempts integer, resolved_by text, resolved_at timestamptz,
+                 attempts_at_reopen integer, check_at timestamptz, wait_deadline_at timestamptz, polls integer,
+                 wait_signal text, signals_seen integer)
+  language plpgsql stable
+  set search_path from current
+  set enable_seqscan = off
+  set plan_cache_mode = force_generic_plan
+  set jit = off
+as $history$
+#variable_conflict use_column
+begin
+  return query
+  select 'j' as tbl, run_id, seq, status, epoch, intent_at, confirmed_at, failures, failing_since, error,
+         decision, llm_attempts, usage, rejections, reserved_tokens, spent_tokens, params,
+         null::text as idempotency_key, null::text as tool, null::jsonb as args, null::jsonb as result,
+         null::text as remote, null::int as attempts,
+         null::text as resolved_by, null::timestamptz as resolved_at, null::int as attempts_at_reopen,
+         null::timestamptz as check_at, null::timestamptz as wait_deadline_at, null::int as polls,
+         null::text as wait_signal, null::int as signals_seen
+    from journal where run_id = $1 and seq >= $2
+  union all
+  select 'e', run_id, seq, status, epoch, intent_at, confirmed_at, failures, failing_since, error,
+         null, null, null, null, null, null, null,
+         idempotency_key, tool, args, result, remote, attempts, resolved_by, resolved_at,
+         attempts_at_reopen, check_at, wait_deadline_at, polls, wait_signal, signals_seen
+    from side_effects where run_id = $1 and seq >= $2
+  order by tbl desc, seq;
+end
+$history$;

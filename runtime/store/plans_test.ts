@@ -53,20 +53,22 @@ function recording(inner: SqlClient) {
 }
 
 /**
- * A function's SQL as the database runs it (the group statement's `group_write`, the take's `take_runs`:
- * schema.sql): the statements of its one block, `perform` and `return query` read as the queries they run,
- * with the function's argument types and the settings it runs under (`name=value`).
+ * A function's SQL as the database runs it (the group statement's `group_write`, the take's `take_runs`,
+ * a watcher's `read_history_from`: schema.sql): the statements of its one block, `perform` and `return
+ * query` read as the queries they run, with the function's argument types and the settings it runs under
+ * (`name=value`).
  */
 async function functionBody(
   session: Session,
-  fn: "group_write" | "take_runs",
+  fn: "group_write" | "take_runs" | "read_history_from",
   statements: number,
 ): Promise<{ texts: string[]; types: string; settings: string[] }> {
   const [row] = await session.query<{ src: string; args: string; config: string[] | null }>(
     `select prosrc as src, pg_get_function_identity_arguments(oid) as args, proconfig as config
        from pg_proc where oid = '${fn}'::regproc`,
   );
-  const body = /^\s*begin\s+([\s\S]*)\bend\s*$/.exec(row.src.replace(/--.*$/gm, ""));
+  const src = row.src.replace(/--.*$/gm, "").replace(/^\s*#variable_conflict \w+/, "");
+  const body = /^\s*begin\s+([\s\S]*)\bend\s*$/.exec(src);
   assert.ok(body, `${fn}'s body is one block`);
   const texts = body[1].split(";").map((t) => t.trim()).filter((t) => t !== "").map((t) =>
     t.replace(/^perform\s/, "select ").replace(/^return query\s/, "")
@@ -200,6 +202,9 @@ async function widePlans(
   // (the history read, both heartbeats), on a database as fresh as a
   // laptop's first `deno task run`.
   assert.equal((await claimAndDrive(deps, "planned", "goal")).status, "done");
+  // A watcher's look at the run and its read of the rows from a step on (a call of read_history_from).
+  await store.reads.watchRun("planned");
+  assert.ok((await store.reads.historyFrom("planned", 1)).journal.length > 0);
   await store.leases.createRun({ runId: "resumed", agent: "provision", goal: "g" }, clock.now());
   const epoch = (await claim(store, "resumed", 0, "w-plans", clock.now()))!;
   await store.reads.loadHistory("resumed");
@@ -345,6 +350,14 @@ async function widePlans(
       passes: agents.length > 1 ? 1_000 : 0,
     });
   }
+  // A watcher's read, as read_history_from runs it under its settings: from a step near the end of a
+  // run of 3,000 steps (inserted below), and from the start of a short one.
+  const historyFn = await functionBody(session, "read_history_from", 1);
+  const historyBody = { text: historyFn.texts[0], types: historyFn.types, settings: historyFn.settings };
+  statements.push(
+    { ...historyBody, name: "plan_check_history_long", params: ["long-one", 2_995] },
+    { ...historyBody, name: "plan_check_history_short", params: ["planned", 0] },
+  );
   await session.exec("set plan_cache_mode = force_generic_plan");
   const explain = async (s: (typeof statements)[number]) => {
     await session.exec("begin");
@@ -384,6 +397,13 @@ async function widePlans(
         from generate_series(1, 1000) i;
     insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
       select 'other-' || i, s, 'confirmed', 1, 1, now() from generate_series(1, 3000) i, generate_series(0, 2) s;
+    -- And one run of 3,000 steps, a journal row and a tool call each.
+    insert into runs (run_id, agent, goal, status, epoch, owner, heartbeat_at, created_at, updated_at)
+      values ('long-one', 'provision', 'g', 'running', 1, 'w-0', now(), now(), now());
+    insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
+      select 'long-one', s, 'confirmed', 1, 1, now() from generate_series(0, 2999) s;
+    insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+      select 'long-one:' || s, 'long-one', s, 't', '{}', 'confirmed', 1, 1, now() from generate_series(0, 2999) s;
     insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
       select 'other-' || i || ':' || s, 'other-' || i, s, 't', '{}', 'confirmed', 1, 1, now()
         from generate_series(1, 3000) i, generate_series(0, 2) s;
@@ -423,6 +443,38 @@ async function widePlans(
   return { withoutStatistics, withStatistics };
 }
 
+/**
+ * A watcher's read of one run of 3,000 steps, alone in its tables (analysed), from its last 5 steps, as
+ * read_history_from runs it: its generic plan, made now, under the function's settings. Alone, the run
+ * is every row, and a generic plan reckons the rows from an unknown step a third of them: without the
+ * function's settings both tables were read whole (a sequential scan, checked by hand on both drivers).
+ * The scans that visit more than 20 rows or read more than 20 pages.
+ */
+async function historyOfOneLongRun(session: Session): Promise<string[]> {
+  await session.exec(`
+    insert into runs (run_id, agent, goal, status, epoch, owner, heartbeat_at, created_at, updated_at)
+      values ('long-one', 'provision', 'g', 'running', 1, 'w-0', now(), now(), now());
+    insert into journal (run_id, seq, status, llm_attempts, epoch, intent_at)
+      select 'long-one', s, 'confirmed', 1, 1, now() from generate_series(0, 2999) s;
+    insert into side_effects (idempotency_key, run_id, seq, tool, args, status, attempts, epoch, intent_at)
+      select 'long-one:' || s, 'long-one', s, 't', '{}', 'confirmed', 1, 1, now() from generate_series(0, 2999) s;`);
+  await session.analyze();
+  const { texts, types, settings } = await functionBody(session, "read_history_from", 1);
+  await session.exec(`prepare plan_check_history_alone (${types}) as ${texts[0]}`);
+  await session.exec("begin");
+  try {
+    await setLocal(session, settings);
+    const [row] = await session.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>(
+      `explain (analyze, buffers, format json) execute plan_check_history_alone('long-one', 2995)`,
+    );
+    return scans(row["QUERY PLAN"][0].Plan).filter((scan) => scan.visited > 20 || scan.pages > 20).map((
+      scan,
+    ) => `${scan.what}: ${scan.visited} rows, ${scan.pages} pages`);
+  } finally {
+    await session.exec("rollback");
+  }
+}
+
 Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs come into flight, 4,000 queue and 3,000 wait", async () => {
   const pglite = await openTestPglite();
   try {
@@ -436,6 +488,47 @@ Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs c
     await pglite.close();
   }
 });
+
+Deno.test("PGlite: a watcher's read of a run of 3,000 steps, alone in its tables, reads only the steps it asks for", async () => {
+  const pglite = await openTestPglite();
+  try {
+    await new Store(pglite).applySchema();
+    const session: Session = {
+      exec: (sql) => pglite.exec(sql),
+      query: <T>(sql: string) => pglite.query<T>(sql),
+      analyze: () => pglite.analyze(),
+    };
+    assert.deepEqual(await historyOfOneLongRun(session), []);
+  } finally {
+    await pglite.close();
+  }
+});
+
+pgTest(
+  "PostgreSQL: a watcher's read of a run of 3,000 steps, alone in its tables, reads only the steps it asks for",
+  async (pg) => {
+    const client = await openPostgres(pg.url, { max: 1 });
+    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
+    const conn = await sql.reserve();
+    try {
+      await new Store(client).applySchema();
+      const session: Session = {
+        exec: async (text) => {
+          await conn.unsafe(text).simple();
+        },
+        query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
+        analyze: async () => {
+          await conn.unsafe("analyze runs, journal, side_effects").simple();
+        },
+      };
+      assert.deepEqual(await historyOfOneLongRun(session), []);
+    } finally {
+      conn.release();
+      await sql.end({ timeout: 5 });
+      await client.close();
+    }
+  },
+);
 
 pgTest(
   "PostgreSQL: every per-run statement stays a lookup by key as 3,000 runs come into flight, 4,000 queue and 3,000 wait",

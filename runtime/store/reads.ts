@@ -46,9 +46,19 @@ const historyText = (from: string) =>
        order by tbl desc, seq`;
 const READ_HISTORY = statement("read-history", historyText(""));
 
-// A watcher's later reads (watch.ts): the rows at or after the lowest step
-// whose rows may still change or appear ($2), not the whole history again.
-const READ_HISTORY_FROM = statement("read-history-from", historyText(" and seq >= $2"));
+/**
+ * A watcher's later reads (watch.ts): the rows at or after the lowest step
+ * whose rows may still change or appear ($2), not the whole history again.
+ * The body of `read_history_from` (schema.sql, migration 22; reads_test.ts
+ * holds them equal), which keeps one generic plan per session: sent as a
+ * statement, it was planned at every read once the tables had statistics.
+ * Its rows are sorted again outside: SQL promises no order from a function.
+ */
+export const HISTORY_FROM_QUERY = historyText(" and seq >= $2");
+const READ_HISTORY_FROM = statement(
+  "read-history-from",
+  `select * from read_history_from($1, $2::int) order by tbl desc, seq`,
+);
 
 // What a watcher follows of the run's own row, and nothing longer: `output`
 // (a final answer of any size) and `input` are not read on every poll.

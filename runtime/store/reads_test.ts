@@ -13,6 +13,8 @@ import { bothStoresTest } from "../../tests/_pglite.ts";
 import { writeDecision } from "../../harness/direct_writes.ts";
 import { ManualClock } from "../base/clock.ts";
 import type { Fence, Store } from "./store.ts";
+import { MIGRATIONS } from "./migrate.ts";
+import { HISTORY_FROM_QUERY } from "./reads.ts";
 
 /** Creates `runId` and claims it: its fence. */
 async function held(store: Store, runId: string, now: Date, conversationIdleMs?: number): Promise<Fence> {
@@ -125,4 +127,18 @@ bothStoresTest("reads of one run's rows", async (store, t) => {
     assert.deepStrictEqual(listed, asked.approvals);
     assert.deepStrictEqual(await store.reads.getApproval("r-ask:4"), listed[1]);
   });
+});
+
+Deno.test("a watcher's read in schema.sql runs HISTORY_FROM_QUERY, as its last migration wrote it", () => {
+  // read_history_from keeps one generic plan per session; a change to the history's columns or
+  // order is a new migration replacing it, and this says so.
+  const defined = MIGRATIONS.filter((m) => m.sql.includes("function read_history_from("));
+  assert.ok(defined.length > 0, "schema.sql defines read_history_from");
+  const sql = defined[defined.length - 1].sql;
+  const body =
+    /\$history\$\s*#variable_conflict use_column\s*begin\s+return query\s+([\s\S]*?);\s*end\s*\$history\$/
+      .exec(sql);
+  assert.ok(body, "read_history_from is one `return query`");
+  const words = (text: string) => text.trim().split(/\s+/).join(" ");
+  assert.equal(words(body[1]), words(HISTORY_FROM_QUERY));
 });
