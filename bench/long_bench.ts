@@ -90,7 +90,9 @@ function flatness(label: string, m: Measured, win: Windows, takes: Windows, stat
     row("CPU ms per step (this process)", m.cpu, win),
     row("take-runs ms (the run's take)", m.takes, takes),
     row("watcher poll ms", m.reads, win),
+    row("  rows a poll read", m.readRows, win),
   ];
+  if (m.parkedReads.length > 0) rows.push(row("watcher poll ms, the run parked", m.parkedReads, takes));
   if (m.resumes.length > 0) rows.push(row("signal to next decision ms", m.resumes, takes));
   if (m.heap.length > 0) rows.push(row("heap MB, the run parked", m.heap, takes));
   if (statements) {

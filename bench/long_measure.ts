@@ -60,6 +60,13 @@ export interface Measured {
   takes: Sample[];
   /** Milliseconds of each of the watcher's polls after its first read (`watch-run` and `read-history-from`). */
   reads: Sample[];
+  /**
+   * The rows each of those polls read: as many as the steps since the last poll wrote, so more where
+   * steps are quicker, whatever the run's length.
+   */
+  readRows: Sample[];
+  /** Milliseconds of the polls made while the long run waited at a take point: the same few rows read at every length. */
+  parkedReads: Sample[];
   /** Milliseconds from the signal that woke the long run to its next decision. */
   resumes: Sample[];
   /**
@@ -88,7 +95,18 @@ function cpuMs(): number {
 }
 
 function newMeasured(length: number): Measured {
-  return { steps: [], cpu: [], takes: [], reads: [], resumes: [], heap: [], statements: new Map(), length };
+  return {
+    steps: [],
+    cpu: [],
+    takes: [],
+    reads: [],
+    readRows: [],
+    parkedReads: [],
+    resumes: [],
+    heap: [],
+    statements: new Map(),
+    length,
+  };
 }
 
 /**
@@ -136,14 +154,20 @@ function host(store: Store, agent: unknown, onOutcome: (o: RunOutcome) => void):
 /**
  * Follows `runId` with `client.stream` from a store of its own on `inner`
  * until `stop` aborts, telling `onPoll` the milliseconds of each poll after
- * its first read (the run's row and the rows at or after the follower's mark).
+ * its first read (the run's row and the rows at or after the follower's mark)
+ * and the rows it read.
  */
-function watch(inner: SqlClient, runId: string, stop: AbortSignal, onPoll: (ms: number) => void) {
+function watch(
+  inner: SqlClient,
+  runId: string,
+  stop: AbortSignal,
+  onPoll: (ms: number, rows: number) => void,
+) {
   const timed = timedClient(inner);
   let poll = 0;
-  timed.onStatement = (name, ms) => {
+  timed.onStatement = (name, ms, rows) => {
     if (name === "watch-run") poll = ms;
-    if (name === "read-history-from") onPoll(poll + ms);
+    if (name === "read-history-from") onPoll(poll + ms, rows);
   };
   const client = new Client(new Store(timed.client), new SystemClock());
   return (async () => {
@@ -183,6 +207,7 @@ export async function longRun(
   let last = 0;
   let lastCpu = 0;
   let signalled = 0;
+  let parked = false;
   recordHost(timed, m, () => step);
   const planner: Planner = {
     describe: "bench",
@@ -218,7 +243,13 @@ export async function longRun(
       const outcome = new Promise<RunOutcome>((r) => ended = r);
       if (turn === 0) {
         await client.start(agent, { runId, input: "tick until told" });
-        watcher = watch(inner, runId, stop.signal, (ms) => m.reads.push({ at: step, value: ms }));
+        watcher = watch(inner, runId, stop.signal, (ms, rows) => {
+          if (parked) m.parkedReads.push({ at: step, value: ms });
+          else {
+            m.reads.push({ at: step, value: ms });
+            m.readRows.push({ at: step, value: rows });
+          }
+        });
       } else {
         // The host looks for work once when a run's turn ends (a slot freed): its empty take goes first,
         // so the signal's wake is measured alone.
@@ -230,6 +261,7 @@ export async function longRun(
           // The collection's sweeping goes on after it: done before the signal, not inside the wake it measures.
           await new Promise((r) => setTimeout(r, 25));
         }
+        parked = false;
         signalled = performance.now();
         await client.signal(runId, GO, null, { signalId: `go-${turn}` });
       }
@@ -237,6 +269,7 @@ export async function longRun(
       const o = await outcome;
       if (o.status === "done") break;
       if (o.status !== "waiting") throw new Error(`the long run ended ${o.status}: ${o.error}`);
+      parked = true;
     }
     return m;
   } finally {
@@ -296,7 +329,10 @@ export async function longConversation(
       const cpu0 = cpuMs();
       if (message === 0) {
         await client.start(agent, { runId, input: "message 0" });
-        watcher = watch(inner, runId, stop.signal, (ms) => m.reads.push({ at: message, value: ms }));
+        watcher = watch(inner, runId, stop.signal, (ms, rows) => {
+          m.reads.push({ at: message, value: ms });
+          m.readRows.push({ at: message, value: rows });
+        });
       } else await client.conversations.send(runId, `message ${message}`, { messageId: `m${message}` });
       worker.wake();
       const o = await outcome;
