@@ -207,7 +207,10 @@ export async function longRun(
   let last = 0;
   let lastCpu = 0;
   let signalled = 0;
-  let parked = false;
+  // Running: the watcher's polls are the run's; parked: they are counted from `parkedSince` on (a poll
+  // begun before, a collection inside it, is not counted at all).
+  let phase: "running" | "parked" = "running";
+  let parkedSince = Infinity;
   recordHost(timed, m, () => step);
   const planner: Planner = {
     describe: "bench",
@@ -244,11 +247,10 @@ export async function longRun(
       if (turn === 0) {
         await client.start(agent, { runId, input: "tick until told" });
         watcher = watch(inner, runId, stop.signal, (ms, rows) => {
-          if (parked) m.parkedReads.push({ at: step, value: ms });
-          else {
+          if (phase === "running") {
             m.reads.push({ at: step, value: ms });
             m.readRows.push({ at: step, value: rows });
-          }
+          } else if (performance.now() - ms >= parkedSince) m.parkedReads.push({ at: step, value: ms });
         });
       } else {
         // The host looks for work once when a run's turn ends (a slot freed): its empty take goes first,
@@ -261,7 +263,11 @@ export async function longRun(
           // The collection's sweeping goes on after it: done before the signal, not inside the wake it measures.
           await new Promise((r) => setTimeout(r, 25));
         }
-        parked = false;
+        // The watcher's polls of the parked run: nothing new to read, the same few rows at every length.
+        parkedSince = performance.now();
+        await new Promise((r) => setTimeout(r, 50));
+        phase = "running";
+        parkedSince = Infinity;
         signalled = performance.now();
         await client.signal(runId, GO, null, { signalId: `go-${turn}` });
       }
@@ -269,7 +275,7 @@ export async function longRun(
       const o = await outcome;
       if (o.status === "done") break;
       if (o.status !== "waiting") throw new Error(`the long run ended ${o.status}: ${o.error}`);
-      parked = true;
+      phase = "parked";
     }
     return m;
   } finally {
