@@ -10,7 +10,8 @@
  * the runs in flight (3,000 in flight: 3,001 index entries a write).
  *
  * This records every statement a worker sends for one run (and a worker
- * host's group statements, each planned as it is sent), makes each one's
+ * host's group statements, each planned as it is sent, and a watcher's
+ * reads, its read of a run's rows as `read_history_from` runs it), makes each one's
  * plan while the tables are small, grows them, and explains each again, with
  * `analyze`, in a transaction rolled back: no scan may visit more than 20 rows
  * or read more than 20 pages.
