@@ -476,7 +476,8 @@ async function historyOfOneLongRun(session: Session): Promise<string[]> {
   }
 }
 
-Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs come into flight, 4,000 queue and 3,000 wait", async () => {
+/** A PGlite in memory, as both the store's client and the session that explains. */
+async function onPglite(check: (client: SqlClient, session: Session) => Promise<void>): Promise<void> {
   const pglite = await openTestPglite();
   try {
     const session: Session = {
@@ -484,75 +485,62 @@ Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs c
       query: <T>(sql: string) => pglite.query<T>(sql),
       analyze: () => pglite.analyze(),
     };
-    assert.deepEqual(await widePlans(pglite, session), { withoutStatistics: [], withStatistics: [] });
+    await check(pglite, session);
   } finally {
     await pglite.close();
   }
-});
+}
 
-Deno.test("PGlite: a watcher's read of a run of 3,000 steps, alone in its tables, reads only the steps it asks for", async () => {
-  const pglite = await openTestPglite();
+/** The store's own pool on `url`, and one reserved connection of another that explains (a session of its own). */
+async function onPostgres(
+  url: string,
+  check: (client: SqlClient, session: Session) => Promise<void>,
+): Promise<void> {
+  const client = await openPostgres(url, { max: 2 });
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  const conn = await sql.reserve();
   try {
-    await new Store(pglite).applySchema();
     const session: Session = {
-      exec: (sql) => pglite.exec(sql),
-      query: <T>(sql: string) => pglite.query<T>(sql),
-      analyze: () => pglite.analyze(),
+      exec: async (text) => {
+        await conn.unsafe(text).simple();
+      },
+      query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
+      analyze: async () => {
+        await conn.unsafe("analyze runs, journal, side_effects").simple();
+      },
     };
-    assert.deepEqual(await historyOfOneLongRun(session), []);
+    await check(client, session);
   } finally {
-    await pglite.close();
+    conn.release();
+    await sql.end({ timeout: 5 });
+    await client.close();
   }
-});
+}
+
+Deno.test("PGlite: every per-run statement stays a lookup by key as 3,000 runs come into flight, 4,000 queue and 3,000 wait", () =>
+  onPglite(async (client, session) => {
+    assert.deepEqual(await widePlans(client, session), { withoutStatistics: [], withStatistics: [] });
+  }));
+
+Deno.test("PGlite: a watcher's read of a run of 3,000 steps, alone in its tables, reads only the steps it asks for", () =>
+  onPglite(async (client, session) => {
+    await new Store(client).applySchema();
+    assert.deepEqual(await historyOfOneLongRun(session), []);
+  }));
 
 pgTest(
   "PostgreSQL: a watcher's read of a run of 3,000 steps, alone in its tables, reads only the steps it asks for",
-  async (pg) => {
-    const client = await openPostgres(pg.url, { max: 1 });
-    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
-    const conn = await sql.reserve();
-    try {
+  (pg) =>
+    onPostgres(pg.url, async (client, session) => {
       await new Store(client).applySchema();
-      const session: Session = {
-        exec: async (text) => {
-          await conn.unsafe(text).simple();
-        },
-        query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
-        analyze: async () => {
-          await conn.unsafe("analyze runs, journal, side_effects").simple();
-        },
-      };
       assert.deepEqual(await historyOfOneLongRun(session), []);
-    } finally {
-      conn.release();
-      await sql.end({ timeout: 5 });
-      await client.close();
-    }
-  },
+    }),
 );
 
 pgTest(
   "PostgreSQL: every per-run statement stays a lookup by key as 3,000 runs come into flight, 4,000 queue and 3,000 wait",
-  async (pg) => {
-    // The store's own pool records; one reserved connection of another explains (a session of its own).
-    const client = await openPostgres(pg.url, { max: 2 });
-    const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
-    const conn = await sql.reserve();
-    try {
-      const session: Session = {
-        exec: async (text) => {
-          await conn.unsafe(text).simple();
-        },
-        query: async <T>(text: string) => (await conn.unsafe(text)) as unknown as T[],
-        analyze: async () => {
-          await conn.unsafe("analyze runs, journal, side_effects").simple();
-        },
-      };
+  (pg) =>
+    onPostgres(pg.url, async (client, session) => {
       assert.deepEqual(await widePlans(client, session), { withoutStatistics: [], withStatistics: [] });
-    } finally {
-      conn.release();
-      await sql.end({ timeout: 5 });
-      await client.close();
-    }
-  },
+    }),
 );
