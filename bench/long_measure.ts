@@ -65,7 +65,10 @@ export interface Measured {
    * steps are quicker, whatever the run's length.
    */
   readRows: Sample[];
-  /** Milliseconds of the polls made while the long run waited at a take point: the same few rows read at every length. */
+  /**
+   * Milliseconds of the polls made while the long run waited at a take point: the same few rows read at
+   * every length.
+   */
   parkedReads: Sample[];
   /** Milliseconds from the signal that woke the long run to its next decision. */
   resumes: Sample[];

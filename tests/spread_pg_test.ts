@@ -31,11 +31,11 @@ interface Env {
 }
 
 // Why the model waits: a worker ending a run takes again at once, and with its peer's part still
-// pending, one run of every two it ends is replaced from that part (docs/operating.md). A worker that a busy machine stalls for a few
-// seconds after a batch is submitted then finds its part taken: in CI, host A of the #34 F3 test
-// took none of its 10 Y runs; here, host A stopped (SIGSTOP) for 4.5 s after the submission took 2.
-// Held, the batch is shared by the rule alone, unless a worker stalls past its lease (10 s here)
-// and is rightly counted out.
+// pending, one run of every two it ends is replaced from that part (docs/operating.md). A worker
+// that a busy machine stalls for a few seconds after a batch is submitted then finds its part
+// taken: in CI, host A of the #34 F3 test took none of its 10 Y runs; here, host A stopped
+// (SIGSTOP) for 4.5 s after the submission took 2. Held, the batch is shared by the rule alone,
+// unless a worker stalls past its lease (10 s here) and is rightly counted out.
 async function withEnv(fn: (e: Env) => Promise<void>): Promise<void> {
   const pg = await freshSchema();
   const mocks = await serveMocks();
@@ -160,8 +160,6 @@ async function spreadLine(pg: PgSchema, sups: Proc[], label: string): Promise<st
   return `spread ${label}: first claims ${claims}; runs.owner ${table}`;
 }
 
-// Each step of a run waits on the model (300 ms) and each call on the cloud (150 ms): a run lasts
-// about two seconds, longer than a poll, so a worker still holds its part when its peer looks.
 Deno.test({
   name: "a supervisor's two workers share 24 new runs, 12 each, every run done once",
   ignore: pgIgnore("work spread across two workers"),
